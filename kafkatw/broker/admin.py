@@ -1,0 +1,111 @@
+"""
+Topic administration and producer ids, through ZooKeeper.
+
+Named after Kafka's C{ZkAdminManager}: CreateTopics, DeleteTopics and metadata
+auto-creation write the topic's replica assignment (``/brokers/topics/<topic>``),
+its config overrides (``/config/topics/<topic>``) and each partition's state; every
+broker's watches then pick the change up (DESIGN.md D6).  Producer ids are handed
+out from blocks reserved in ``/latest_producer_id_block`` so that two brokers never
+give out the same id (Kafka's C{ProducerIdManager}).
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from twisted.logger import Logger
+
+from ..config import topic_log_config
+from ..errors import ErrorCode, InvalidConfigError, kafka_error
+from .metadata_cache import TopicMetadata
+
+__all__ = ["AdminManager"]
+
+_log = Logger()
+
+
+class AdminManager:
+    """
+    @param registry: a L{kafkatw.zookeeper.registry.Registry}.
+    @param metadata: the L{MetadataCache}, updated at once after a successful
+        create so that the creating broker answers with the new topic without
+        waiting for its own watch.
+    """
+
+    def __init__(self, config: Any, registry: Any, metadata: Any, on_topic: Any = None) -> None:
+        self.config = config
+        self.registry = registry
+        self.metadata = metadata
+        self.on_topic = on_topic
+        self._producer_ids: list[int] = []  # [next, end] of the current block
+        self._pending_block: Any = None
+
+    async def create_topic(self, name: str, num_partitions: int, replication_factor: int,
+                           assignment: dict[int, list[int]] | None, configs: dict[str, str],
+                           validate_only: bool = False) -> TopicMetadata:
+        """
+        Create a topic.
+
+        @return: its L{TopicMetadata}.
+        @raise KafkaError: C{TOPIC_ALREADY_EXISTS}, C{INVALID_PARTITIONS},
+            C{INVALID_REPLICATION_FACTOR}, C{INVALID_CONFIG}, C{INVALID_REPLICA_ASSIGNMENT}.
+        """
+        from ..zookeeper.registry import assign_replicas
+
+        try:
+            topic_log_config(self.config, configs)
+        except ValueError as e:
+            raise InvalidConfigError(str(e)) from None
+        if name in self.metadata.topics:
+            raise kafka_error(ErrorCode.topic_already_exists, f"topic {name!r} already exists")
+        live = sorted(self.metadata.brokers)
+        if assignment is None:
+            if num_partitions < 1:
+                raise kafka_error(ErrorCode.invalid_partitions, "number of partitions must be at least 1")
+            if replication_factor < 1:
+                raise kafka_error(ErrorCode.invalid_replication_factor, "replication factor must be at least 1")
+            if replication_factor > 1:
+                raise kafka_error(ErrorCode.invalid_replication_factor,
+                             "replication factor above 1 needs replication, which this version does not have")
+            assignment = assign_replicas(num_partitions, replication_factor, live)
+        else:
+            if sorted(assignment) != list(range(len(assignment))) or any(
+                not replicas or len(set(replicas)) != len(replicas) or len(replicas) > 1
+                for replicas in assignment.values()
+            ):
+                raise kafka_error(ErrorCode.invalid_replica_assignment, "invalid replica assignment")
+        if validate_only:
+            return TopicMetadata(name, uuid.UUID(int=0), assignment, dict(configs))
+        await self.registry.create_topic(name, assignment, dict(configs))
+        created = await self.registry.get_topic(name)
+        meta = TopicMetadata(name, created.topic_id, dict(created.partitions), dict(configs))
+        for partition, replicas in created.partitions.items():
+            await self.registry.set_partition_state(name, partition, replicas[0], 0, replicas[:1])
+        if name not in self.metadata.topics:
+            self.metadata.set_topic(meta)
+            if self.on_topic is not None:
+                self.on_topic(meta)
+        _log.info("created topic {topic} with {count} partitions", topic=name, count=len(assignment))
+        return meta
+
+    async def delete_topic(self, name: str) -> None:
+        """Delete a topic's registry nodes; brokers drop its logs on their watch."""
+        await self.registry.delete_topic(name)
+        _log.info("deleted topic {topic}", topic=name)
+
+    async def allocate_producer_id(self) -> int:
+        """
+        A producer id no broker of the cluster has handed out before.
+
+        @raise Exception: ZooKeeper is unreachable (answered as a retriable error).
+        """
+        if not self._producer_ids or self._producer_ids[0] > self._producer_ids[1]:
+            start, end = await self.registry.allocate_producer_id_block(
+                self.config["broker.id"], self.config["producer.id.block.size"]
+            )
+            self._producer_ids = [start, end]
+        producer_id = self._producer_ids[0]
+        self._producer_ids[0] += 1
+        return producer_id
+

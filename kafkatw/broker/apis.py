@@ -1,0 +1,507 @@
+"""
+Request handlers, one C{handle_*} per API key, after Kafka's C{KafkaApis.scala}.
+
+L{KafkaApis.handle} decodes a request with kio, calls the handler, and returns
+what L{kafkatw.broker.network.KafkaConnection} writes: C{None} (no response,
+Produce with acks=0), response C{bytes}, a C{(chunks, total_bytes)} pair (Fetch,
+with file regions), or a Deferred of one of those.
+
+The versions served are exactly L{SUPPORTED_VERSIONS}, advertised in
+ApiVersions.  They cover what librdkafka 2.0 (Debian's kcat), librdkafka 2.16
+(confluent-kafka), kafka-python 3 and aiokafka negotiate.  An ApiVersions request
+of a version not served gets an ApiVersions v0 response with
+C{UNSUPPORTED_VERSION} and the list (KIP-511); any other unserved API or version
+closes the connection, as Kafka does.
+
+Source: Apache Kafka protocol guide; KafkaApis.scala.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any, Callable
+
+from twisted.internet import defer
+from twisted.logger import Logger
+
+from ..config import BROKER_CONFIG, TOPIC_CONFIG_KEYS, BrokerConfig
+from ..errors import ErrorCode, KafkaError, kafka_error
+from ..protocol.fetch import FETCH_MAX_VERSION, FETCH_MIN_VERSION, PartitionFetchData, encode_fetch_response
+from ..protocol.messages import RequestHeader, UnsupportedVersion, decode_request, encode_response
+
+__all__ = ["SUPPORTED_VERSIONS", "KafkaApis", "validate_topic_name"]
+
+_log = Logger()
+
+#: API key -> (min version, max version) served.
+SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
+    0: (3, 9),  # Produce (message format v2 only: v3+)
+    1: (FETCH_MIN_VERSION, FETCH_MAX_VERSION),  # Fetch (v13+ use topic ids)
+    2: (1, 7),  # ListOffsets
+    3: (0, 12),  # Metadata
+    18: (0, 3),  # ApiVersions
+    19: (2, 7),  # CreateTopics
+    20: (1, 6),  # DeleteTopics
+    22: (0, 4),  # InitProducerId
+    32: (1, 4),  # DescribeConfigs
+}
+
+_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
+
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+MAX_TIMESTAMP = -3
+
+
+def validate_topic_name(name: str | None) -> ErrorCode:
+    """
+    Kafka's topic name rules (C{Topic.validate}): 1–249 characters of
+    C{[a-zA-Z0-9._-]}, not C{.} or C{..}.
+
+    @return: C{ErrorCode.none} or C{ErrorCode.invalid_topic_exception}.
+    """
+    if not name or name in (".", "..") or len(name) > 249 or not _LEGAL_TOPIC.match(name):
+        return ErrorCode.invalid_topic_exception
+    return ErrorCode.none
+
+
+class KafkaApis:
+    """
+    Serves the Kafka APIs of one broker.
+
+    @param replica_manager: the L{kafkatw.broker.replica_manager.ReplicaManager}.
+    @param metadata: the L{kafkatw.broker.metadata_cache.MetadataCache}.
+    @param admin: creates and deletes topics and hands out producer ids
+        (L{kafkatw.broker.admin.AdminManager}); its methods return Deferreds.
+    @param advertised: this broker's (host, port) by broker id, for Metadata.
+    """
+
+    def __init__(self, config: BrokerConfig, replica_manager: Any, metadata: Any, admin: Any,
+                 reactor: Any, now_ms: Callable[[], int] | None = None) -> None:
+        self.config = config
+        self.broker_id = config["broker.id"]
+        self.replica_manager = replica_manager
+        self.metadata = metadata
+        self.admin = admin
+        self.reactor = reactor
+        self.now_ms = now_ms or (lambda: int(time.time() * 1000))
+        self.connections: set[Any] = set()
+        self.in_flight: set[defer.Deferred] = set()
+        self._handlers = {
+            0: self.handle_produce,
+            1: self.handle_fetch,
+            2: self.handle_list_offsets,
+            3: self.handle_metadata,
+            18: self.handle_api_versions,
+            19: self.handle_create_topics,
+            20: self.handle_delete_topics,
+            22: self.handle_init_producer_id,
+            32: self.handle_describe_configs,
+        }
+        self.request_counts: dict[int, int] = {}
+
+    # --- connections ---------------------------------------------------------
+
+    def connection_opened(self, connection: Any) -> None:
+        self.connections.add(connection)
+
+    def connection_closed(self, connection: Any) -> None:
+        self.connections.discard(connection)
+
+    # --- dispatch ------------------------------------------------------------
+
+    def handle(self, header: RequestHeader, frame: bytes, connection: Any) -> Any:
+        """
+        Serve one request frame.
+
+        @raise UnsupportedVersion: an API or version kafkatw does not serve
+            (the connection is closed).
+        @raise MalformedRequest: the body does not decode.
+        """
+        api_key, version = header.api_key, header.api_version
+        served = SUPPORTED_VERSIONS.get(api_key)
+        if api_key == 18 and (served is None or not served[0] <= version <= served[1]):
+            return self._api_versions_response(0, header.correlation_id, ErrorCode.unsupported_version)
+        if served is None:
+            raise UnsupportedVersion(f"API key {api_key} is not served")
+        if not served[0] <= version <= served[1]:
+            raise UnsupportedVersion(f"version {version} outside {served[0]}-{served[1]}")
+        request = decode_request(frame, header)
+        self.request_counts[api_key] = self.request_counts.get(api_key, 0) + 1
+        result = self._handlers[api_key](header, request)
+        if isinstance(result, defer.Deferred):
+            self.in_flight.add(result)
+
+            def _done(value: Any) -> Any:
+                self.in_flight.discard(result)
+                return value
+
+            result.addBoth(_done)
+        return result
+
+    def _respond(self, header: RequestHeader, body: Any) -> bytes:
+        return encode_response(header.api_key, header.api_version, header.correlation_id, body)
+
+    # --- ApiVersions ---------------------------------------------------------
+
+    def _api_versions_response(self, version: int, correlation_id: int, error: ErrorCode) -> bytes:
+        body = {
+            "error_code": int(error),
+            "api_keys": [
+                {"api_key": key, "min_version": low, "max_version": high}
+                for key, (low, high) in sorted(SUPPORTED_VERSIONS.items())
+            ],
+            "throttle_time": 0,
+        }
+        return encode_response(18, version, correlation_id, body)
+
+    def handle_api_versions(self, header: RequestHeader, request: Any) -> bytes:
+        return self._api_versions_response(header.api_version, header.correlation_id, ErrorCode.none)
+
+    # --- Metadata ------------------------------------------------------------
+
+    def _broker_list(self) -> list[dict]:
+        return [
+            {"node_id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack}
+            for b in sorted(self.metadata.brokers.values(), key=lambda b: b.broker_id)
+        ]
+
+    def _topic_metadata(self, name: str) -> dict:
+        meta = self.metadata.topics.get(name)
+        if meta is None:
+            return {"error_code": int(ErrorCode.unknown_topic_or_partition), "name": name, "partitions": []}
+        partitions = []
+        for index in sorted(meta.partitions):
+            replicas = meta.partitions[index]
+            leader = self.metadata.leader(name, index)
+            alive = [r for r in replicas if r in self.metadata.brokers]
+            partitions.append({
+                "error_code": int(ErrorCode.none if leader >= 0 else ErrorCode.leader_not_available),
+                "partition_index": index,
+                "leader_id": leader,
+                "leader_epoch": meta.leader_epochs.get(index, 0),
+                "replica_nodes": list(replicas),
+                "isr_nodes": alive[:1] if leader >= 0 else [],
+                "offline_replicas": [r for r in replicas if r not in self.metadata.brokers],
+            })
+        return {
+            "error_code": 0,
+            "name": name,
+            "topic_id": meta.topic_id,
+            "is_internal": False,
+            "partitions": partitions,
+            "topic_authorized_operations": -2147483648,
+        }
+
+    def _metadata_body(self, names: list[str], errors: dict[str, ErrorCode]) -> dict:
+        topics = []
+        for name in names:
+            if name in errors:
+                topics.append({"error_code": int(errors[name]), "name": name, "partitions": [],
+                               "topic_authorized_operations": -2147483648})
+            else:
+                topics.append(self._topic_metadata(name))
+        return {
+            "throttle_time": 0,
+            "brokers": self._broker_list(),
+            "cluster_id": self.metadata.cluster_id,
+            "controller_id": self.metadata.controller_id,
+            "topics": topics,
+            "cluster_authorized_operations": -2147483648,
+        }
+
+    def handle_metadata(self, header: RequestHeader, request: Any) -> Any:
+        if request.topics is None or (header.api_version == 0 and not request.topics):
+            names = sorted(self.metadata.topics)
+            return self._respond(header, self._metadata_body(names, {}))
+        names = [t.name for t in request.topics]
+        allow_auto = getattr(request, "allow_auto_topic_creation", True) and self.config["auto.create.topics.enable"]
+        errors: dict[str, ErrorCode] = {}
+        creating = []
+        for name in names:
+            if name in self.metadata.topics:
+                continue
+            invalid = validate_topic_name(name)
+            if invalid:
+                errors[name] = invalid
+            elif allow_auto:
+                creating.append(name)
+        if not creating:
+            return self._respond(header, self._metadata_body(names, errors))
+        return defer.Deferred.fromCoroutine(self._auto_create_then_metadata(header, names, errors, creating))
+
+    async def _auto_create_then_metadata(self, header: RequestHeader, names: list[str],
+                                         errors: dict[str, ErrorCode], creating: list[str]) -> bytes:
+        for name in creating:
+            try:
+                await self.admin.create_topic(
+                    name, self.config["num.partitions"], self.config["default.replication.factor"], None, {}
+                )
+            except KafkaError as e:
+                if e.error_code != ErrorCode.topic_already_exists:
+                    errors[name] = e.error_code
+            except Exception:
+                _log.failure("auto-creating topic {topic} failed", topic=name)
+                errors[name] = ErrorCode.leader_not_available
+        return self._respond(header, self._metadata_body(names, errors))
+
+    # --- Produce -------------------------------------------------------------
+
+    def handle_produce(self, header: RequestHeader, request: Any) -> bytes | None:
+        if request.transactional_id is not None:
+            code = ErrorCode.transactional_id_authorization_failed
+            results = [
+                (t.name, [{"index": p.index, "error_code": int(code), "base_offset": -1} for p in t.partition_data])
+                for t in request.topic_data
+            ]
+        else:
+            results = []
+            append = self.replica_manager.append
+            for topic in request.topic_data:
+                name = topic.name
+                partitions = []
+                for p in topic.partition_data:
+                    try:
+                        if p.records is None:
+                            raise KafkaError()
+                        result = append(name, p.index, p.records)
+                    except KafkaError as e:
+                        code = e.error_code if type(e) is not KafkaError else ErrorCode.corrupt_message
+                        partitions.append({"index": p.index, "error_code": int(code), "base_offset": -1,
+                                           "log_append_time": -1, "log_start_offset": -1,
+                                           "error_message": str(e) or None})
+                        continue
+                    partitions.append({
+                        "index": p.index, "error_code": 0, "base_offset": result.base_offset,
+                        "log_append_time": result.log_append_time_ms, "log_start_offset": result.log_start_offset,
+                    })
+                results.append((name, partitions))
+        if request.acks == 0:
+            return None
+        body = {
+            "responses": [{"name": name, "partition_responses": partitions} for name, partitions in results],
+            "throttle_time": 0,
+        }
+        return self._respond(header, body)
+
+    # --- Fetch ---------------------------------------------------------------
+
+    def _read_partitions(self, request: Any) -> tuple[list[tuple[str, list[PartitionFetchData]]], int, bool]:
+        """
+        Read every requested partition once.
+
+        @return: (topics for the response, bytes found, whether any partition
+            had an error).
+        """
+        remaining = request.max_bytes if getattr(request, "max_bytes", None) is not None else 0x7FFFFFFF
+        topics = []
+        total = 0
+        any_error = False
+        for topic in request.topics:
+            name = topic.topic
+            partitions = []
+            for p in topic.partitions:
+                try:
+                    log = self.replica_manager.get_log(name, p.partition)
+                    high_watermark = log.high_watermark
+                    regions: list[Any] = []
+                    size = 0
+                    if remaining > 0:
+                        regions = log.read(p.fetch_offset, min(p.partition_max_bytes, remaining), high_watermark)
+                        size = sum(r.length for r in regions)
+                        remaining -= size
+                    elif not log.log_start_offset <= p.fetch_offset <= log.log_end_offset:
+                        log.read(p.fetch_offset, 1, high_watermark)  # raises OffsetOutOfRange
+                    partitions.append(PartitionFetchData(
+                        p.partition, 0, high_watermark, high_watermark, log.log_start_offset, regions, size
+                    ))
+                    total += size
+                except KafkaError as e:
+                    any_error = True
+                    partitions.append(PartitionFetchData(p.partition, int(e.error_code), -1, -1, -1, (), 0))
+            topics.append((name, partitions))
+        return topics, total, any_error
+
+    def handle_fetch(self, header: RequestHeader, request: Any) -> Any:
+        topics, total, any_error = self._read_partitions(request)
+        max_wait_ms = int(request.max_wait.total_seconds() * 1000)
+        if any_error or total >= request.min_bytes or max_wait_ms <= 0 or total >= request.max_bytes:
+            return self._fetch_response(header, topics)
+        tps = [(t.topic, p.partition) for t in request.topics for p in t.partitions]
+        if not tps:
+            return self._fetch_response(header, topics)
+        d = self.replica_manager.delay_fetch(tps, request.min_bytes, total, max_wait_ms)
+        d.addCallback(lambda _: self._fetch_response(header, self._read_partitions(request)[0]))
+        return d
+
+    def _fetch_response(self, header: RequestHeader, topics: list) -> tuple[list, int]:
+        return encode_fetch_response(header.api_version, header.correlation_id, topics)
+
+    # --- ListOffsets ---------------------------------------------------------
+
+    def handle_list_offsets(self, header: RequestHeader, request: Any) -> bytes:
+        topics = []
+        for topic in request.topics:
+            partitions = []
+            for p in topic.partitions:
+                entry = {"partition_index": p.partition_index, "error_code": 0, "timestamp": -1, "offset": -1,
+                         "leader_epoch": -1}
+                try:
+                    log = self.replica_manager.get_log(topic.name, p.partition_index)
+                    ts = p.timestamp
+                    if ts == LATEST_TIMESTAMP:
+                        entry["offset"] = log.high_watermark
+                    elif ts == EARLIEST_TIMESTAMP:
+                        entry["offset"] = log.log_start_offset
+                    elif ts == MAX_TIMESTAMP:
+                        found = log.offset_for_max_timestamp() if hasattr(log, "offset_for_max_timestamp") else None
+                        if found is not None:
+                            entry["offset"], entry["timestamp"] = found
+                    elif ts < 0:
+                        raise KafkaError()
+                    else:
+                        found = log.offset_for_timestamp(ts)
+                        if found is not None:
+                            entry["offset"], entry["timestamp"] = found
+                    entry["leader_epoch"] = self.metadata.leader_epoch(topic.name, p.partition_index)
+                except KafkaError as e:
+                    entry["error_code"] = int(e.error_code if type(e) is not KafkaError else ErrorCode.invalid_request)
+                partitions.append(entry)
+            topics.append({"name": topic.name, "partitions": partitions})
+        return self._respond(header, {"throttle_time": 0, "topics": topics})
+
+    # --- CreateTopics / DeleteTopics ----------------------------------------
+
+    def handle_create_topics(self, header: RequestHeader, request: Any) -> defer.Deferred:
+        return defer.Deferred.fromCoroutine(self._create_topics(header, request))
+
+    async def _create_topics(self, header: RequestHeader, request: Any) -> bytes:
+        results = []
+        for topic in request.topics:
+            entry: dict[str, Any] = {"name": topic.name, "error_code": 0, "error_message": None,
+                                     "num_partitions": -1, "replication_factor": -1, "configs": None}
+            try:
+                invalid = validate_topic_name(topic.name)
+                if invalid:
+                    raise kafka_error(invalid, f"invalid topic name {topic.name!r}")
+                configs = {c.name: c.value for c in topic.configs}
+                assignment = {a.partition_index: list(a.broker_ids) for a in topic.assignments} or None
+                partitions = topic.num_partitions if topic.num_partitions != -1 else self.config["num.partitions"]
+                rf = topic.replication_factor if topic.replication_factor != -1 else \
+                    self.config["default.replication.factor"]
+                meta = await self.admin.create_topic(
+                    topic.name, partitions, rf, assignment, configs, validate_only=request.validate_only
+                )
+                entry["num_partitions"] = len(meta.partitions)
+                entry["replication_factor"] = len(next(iter(meta.partitions.values())))
+                entry["topic_id"] = meta.topic_id
+                entry["configs"] = [
+                    {"name": k, "value": str(v), "read_only": False,
+                     "config_source": 1 if k in configs else 5, "is_sensitive": False}
+                    for k, v in sorted(self._effective_topic_config(topic.name, configs).items())
+                ]
+            except KafkaError as e:
+                entry["error_code"] = int(e.error_code)
+                entry["error_message"] = str(e) or None
+            results.append(entry)
+        return self._respond(header, {"throttle_time": 0, "topics": results})
+
+    def handle_delete_topics(self, header: RequestHeader, request: Any) -> defer.Deferred:
+        return defer.Deferred.fromCoroutine(self._delete_topics(header, request))
+
+    async def _delete_topics(self, header: RequestHeader, request: Any) -> bytes:
+        if hasattr(request, "topic_names"):
+            names = list(request.topic_names)
+        else:
+            by_id = {meta.topic_id: name for name, meta in self.metadata.topics.items()}
+            names = [t.name if t.name is not None else by_id.get(t.topic_id, str(t.topic_id)) for t in request.topics]
+        results = []
+        for name in names:
+            entry = {"name": name, "error_code": 0, "error_message": None}
+            try:
+                if not self.config["delete.topic.enable"]:
+                    raise kafka_error(ErrorCode.topic_deletion_disabled, "delete.topic.enable=false")
+                if name not in self.metadata.topics:
+                    raise kafka_error(ErrorCode.unknown_topic_or_partition, f"unknown topic {name!r}")
+                entry["topic_id"] = self.metadata.topics[name].topic_id
+                await self.admin.delete_topic(name)
+            except KafkaError as e:
+                entry["error_code"] = int(e.error_code)
+                entry["error_message"] = str(e) or None
+            results.append(entry)
+        return self._respond(header, {"throttle_time": 0, "responses": results})
+
+    # --- DescribeConfigs -----------------------------------------------------
+
+    def _effective_topic_config(self, topic: str, overrides: dict[str, str] | None = None) -> dict[str, Any]:
+        if overrides is None:
+            meta = self.metadata.topics.get(topic)
+            overrides = meta.config if meta is not None else {}
+        result: dict[str, Any] = {}
+        for key, broker_key in TOPIC_CONFIG_KEYS.items():
+            result[key] = overrides.get(key, self.config[broker_key])
+        return result
+
+    def handle_describe_configs(self, header: RequestHeader, request: Any) -> bytes:
+        results = []
+        for resource in request.resources:
+            entry: dict[str, Any] = {"error_code": 0, "error_message": None, "resource_type": resource.resource_type,
+                                     "resource_name": resource.resource_name, "configs": []}
+            keys = set(resource.configuration_keys) if resource.configuration_keys is not None else None
+            if resource.resource_type == 2:  # TOPIC
+                meta = self.metadata.topics.get(resource.resource_name)
+                if meta is None:
+                    entry["error_code"] = int(ErrorCode.unknown_topic_or_partition)
+                else:
+                    for key, value in sorted(self._effective_topic_config(meta.name).items()):
+                        if keys is None or key in keys:
+                            entry["configs"].append({
+                                "name": key, "value": str(value), "read_only": False,
+                                "config_source": 1 if key in meta.config else 5,
+                                "is_sensitive": False, "synonyms": [], "config_type": 0, "documentation": None,
+                            })
+            elif resource.resource_type == 4:  # BROKER
+                for key in sorted(BROKER_CONFIG):
+                    if keys is None or key in keys:
+                        value = self.config[key]
+                        if isinstance(value, list):
+                            value = ",".join(value)
+                        entry["configs"].append({
+                            "name": key, "value": str(value), "read_only": True, "config_source": 4,
+                            "is_sensitive": False, "synonyms": [], "config_type": 0,
+                            "documentation": BROKER_CONFIG[key].doc,
+                        })
+            else:
+                entry["error_code"] = int(ErrorCode.invalid_request)
+                entry["error_message"] = f"resource type {resource.resource_type} is not supported"
+            results.append(entry)
+        return self._respond(header, {"throttle_time": 0, "results": results})
+
+    # --- InitProducerId ------------------------------------------------------
+
+    def handle_init_producer_id(self, header: RequestHeader, request: Any) -> defer.Deferred | bytes:
+        if request.transactional_id is not None:
+            return self._respond(header, {"throttle_time": 0,
+                                          "error_code": int(ErrorCode.transactional_id_authorization_failed),
+                                          "producer_id": -1, "producer_epoch": -1})
+        producer_id = getattr(request, "producer_id", -1)
+        epoch = getattr(request, "producer_epoch", -1)
+        if producer_id >= 0 and 0 <= epoch < 32766:
+            # KIP-360: an idempotent producer bumps its epoch to reset sequences.
+            return self._respond(header, {"throttle_time": 0, "error_code": 0, "producer_id": producer_id,
+                                          "producer_epoch": epoch + 1})
+        d = defer.ensureDeferred(self.admin.allocate_producer_id())
+
+        def answer(new_id: int) -> bytes:
+            return self._respond(header, {"throttle_time": 0, "error_code": 0, "producer_id": new_id,
+                                          "producer_epoch": 0})
+
+        def failed(failure: Any) -> bytes:
+            _log.failure("allocating a producer id failed", failure)
+            return self._respond(header, {"throttle_time": 0,
+                                          "error_code": int(ErrorCode.coordinator_not_available),
+                                          "producer_id": -1, "producer_epoch": -1})
+
+        return d.addCallbacks(answer, failed)
+

@@ -1,0 +1,250 @@
+"""
+The broker's connections: framing, ordered responses, and file-region sending.
+
+Each connection reads size-prefixed frames with L{Int32StringReceiver}
+(C{MAX_LENGTH} = C{socket.request.max.bytes}), hands each request to
+L{KafkaApis.handle}, and writes the responses strictly in request order, as
+Kafka does (a client matches responses to requests by order as well as by
+correlation id).  A handler may answer at once or later (a long-polling fetch);
+later responses wait for earlier ones.
+
+A response is either C{bytes} (a frame without its size prefix) or a
+C{(chunks, total_bytes)} pair whose chunks are C{bytes} and
+L{kafkatw.storage.log.FileRegion}s.  Regions are sent by L{ResponseWriter}, an
+C{IPullProducer}: with C{os.sendfile} from the segment file straight to the
+socket when the transport is a plain TCP connection with an empty buffer, else
+by reading the region in slices and writing them (TLS).  No record batch is
+copied into Python memory on the sendfile path.
+
+Bad frames: a frame over C{MAX_LENGTH} or one whose header does not parse closes
+that connection with a log line; other connections carry on.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections import deque
+from typing import Any
+
+from twisted.internet import defer, tcp
+from twisted.internet.interfaces import IPullProducer
+from twisted.internet.protocol import Factory
+from twisted.logger import Logger
+from twisted.protocols.basic import Int32StringReceiver
+from zope.interface import implementer
+
+from ..protocol.messages import API_NAMES, MalformedRequest, UnsupportedVersion, parse_request_header
+
+__all__ = ["KafkaConnection", "KafkaServerFactory", "ResponseWriter"]
+
+_log = Logger()
+_SIZE = struct.Struct(">i")
+_READ_SLICE = 256 * 1024
+
+
+@implementer(IPullProducer)
+class ResponseWriter:
+    """
+    Writes queued responses (bytes and file regions) to a transport, in order.
+
+    @ivar queue: chunks still to write: C{bytes} or regions
+        (C{fileno}, C{position}, C{length}).
+    """
+
+    def __init__(self, transport: Any, on_idle: Any) -> None:
+        self.transport = transport
+        self.queue: deque[Any] = deque()
+        self.registered = False
+        self._on_idle = on_idle
+        self._sendfile_fd: int | None = None
+        if isinstance(transport, tcp.Connection):
+            try:
+                self._sendfile_fd = transport.socket.fileno()
+            except (AttributeError, OSError):
+                self._sendfile_fd = None
+
+    def write_chunks(self, chunks: list[Any]) -> None:
+        self.queue.extend(chunks)
+        if not self.registered:
+            self.registered = True
+            self.transport.registerProducer(self, False)
+
+    def _buffer_empty(self) -> bool:
+        t = self.transport
+        return not getattr(t, "_tempDataLen", 1) and len(t.dataBuffer) - t.offset == 0
+
+    def resumeProducing(self) -> None:
+        queue = self.queue
+        while queue:
+            chunk = queue[0]
+            if isinstance(chunk, bytes):
+                queue.popleft()
+                self.transport.write(chunk)
+                continue
+            fileno, position, length = chunk.fileno, chunk.position, chunk.length
+            if self._sendfile_fd is not None and self._buffer_empty():
+                try:
+                    sent = os.sendfile(self._sendfile_fd, fileno, position, length)
+                except BlockingIOError:
+                    sent = 0
+                except OSError as e:
+                    if e.errno in (22, 38, 95):  # EINVAL, ENOSYS, EOPNOTSUPP: no sendfile here
+                        self._sendfile_fd = None
+                        continue
+                    _log.warn("sendfile failed: {error}; closing connection", error=e)
+                    self.transport.abortConnection()
+                    return
+                if sent == length:
+                    queue.popleft()
+                    continue
+                if sent:
+                    position += sent
+                    length -= sent
+            # The socket is full (or no sendfile): hand a slice to the transport,
+            # which calls us again once it has drained it.
+            n = min(length, _READ_SLICE)
+            try:
+                data = os.pread(fileno, n, position)
+            except OSError as e:
+                _log.warn("reading a segment for a fetch failed: {error}; closing connection", error=e)
+                self.transport.abortConnection()
+                return
+            if len(data) != n:
+                _log.warn("segment shorter than the region being fetched; closing connection")
+                self.transport.abortConnection()
+                return
+            if n == length:
+                queue.popleft()
+            else:
+                queue[0] = chunk._replace(position=position + n, length=length - n)
+            self.transport.write(data)
+            return
+        self.registered = False
+        self.transport.unregisterProducer()
+        self._on_idle()
+
+    def stopProducing(self) -> None:
+        self.queue.clear()
+        self.registered = False
+
+
+class _Slot:
+    __slots__ = ("response", "done")
+
+    def __init__(self) -> None:
+        self.response: Any = None
+        self.done = False
+
+
+class KafkaConnection(Int32StringReceiver):
+    """
+    One client connection to the broker.
+
+    @ivar apis: the L{kafkatw.broker.apis.KafkaApis} serving requests.
+    """
+
+    def __init__(self, apis: Any, max_request_bytes: int) -> None:
+        self.apis = apis
+        self.MAX_LENGTH = max_request_bytes
+        self._slots: deque[_Slot] = deque()
+        self._writer: ResponseWriter | None = None
+        self._closed = False
+        self.peer = "?"
+
+    def connectionMade(self) -> None:
+        peer = self.transport.getPeer()
+        self.peer = f"{getattr(peer, 'host', '?')}:{getattr(peer, 'port', '?')}"
+        self._writer = ResponseWriter(self.transport, self._flush)
+        self.apis.connection_opened(self)
+
+    def connectionLost(self, reason: Any = None) -> None:
+        self._closed = True
+        self._slots.clear()
+        self.apis.connection_closed(self)
+
+    def lengthLimitExceeded(self, length: int) -> None:
+        _log.warn(
+            "closing connection from {peer}: request of {length} bytes exceeds socket.request.max.bytes={limit}",
+            peer=self.peer, length=length, limit=self.MAX_LENGTH,
+        )
+        self.transport.abortConnection()
+
+    def stringReceived(self, frame: bytes) -> None:
+        if self._closed:
+            return
+        try:
+            header = parse_request_header(frame)
+        except MalformedRequest as e:
+            _log.warn("closing connection from {peer}: malformed request ({error})", peer=self.peer, error=e)
+            self._closed = True
+            self.transport.abortConnection()
+            return
+        try:
+            result = self.apis.handle(header, frame, self)
+        except (MalformedRequest, UnsupportedVersion) as e:
+            _log.warn(
+                "closing connection from {peer}: {api} v{version}: {error}",
+                peer=self.peer, api=API_NAMES.get(header.api_key, header.api_key),
+                version=header.api_version, error=e,
+            )
+            self._closed = True
+            self.transport.abortConnection()
+            return
+        if result is None:  # e.g. Produce with acks=0: no response at all
+            return
+        slot = _Slot()
+        self._slots.append(slot)
+        if isinstance(result, defer.Deferred):
+            result.addCallback(self._complete, slot)
+            result.addErrback(self._failed, header)
+        else:
+            self._complete(result, slot)
+
+    def _failed(self, failure: Any, header: Any) -> None:
+        _log.failure(
+            "handler for {api} v{version} from {peer} failed; closing connection",
+            failure, api=API_NAMES.get(header.api_key, header.api_key), version=header.api_version, peer=self.peer,
+        )
+        if not self._closed:
+            self._closed = True
+            self.transport.abortConnection()
+
+    def _complete(self, response: Any, slot: _Slot) -> None:
+        slot.response = response
+        slot.done = True
+        self._flush()
+
+    def _flush(self) -> None:
+        writer = self._writer
+        if writer is None or self._closed:
+            return
+        slots = self._slots
+        while slots and slots[0].done:
+            response = slots.popleft().response
+            if isinstance(response, bytes):
+                if writer.registered:
+                    writer.write_chunks([_SIZE.pack(len(response)), response])
+                else:
+                    self.transport.write(_SIZE.pack(len(response)) + response)
+            else:
+                chunks, total = response
+                writer.write_chunks([_SIZE.pack(total), *chunks])
+
+    @property
+    def idle(self) -> bool:
+        """No request in progress and nothing left to write."""
+        return not self._slots and not (self._writer and self._writer.registered)
+
+
+class KafkaServerFactory(Factory):
+    """Makes L{KafkaConnection}s sharing one L{KafkaApis}."""
+
+    def __init__(self, apis: Any, max_request_bytes: int) -> None:
+        self.apis = apis
+        self.max_request_bytes = max_request_bytes
+
+    def buildProtocol(self, addr: Any) -> KafkaConnection:
+        connection = KafkaConnection(self.apis, self.max_request_bytes)
+        connection.factory = self
+        return connection

@@ -1,0 +1,313 @@
+"""
+One broker: ZooKeeper session, logs, listeners, and the periodic log tasks.
+
+Named after Kafka's C{KafkaServer}.  Start-up order: (embedded ZooKeeper,) the
+ZooKeeper session, the cluster id, log recovery, the listeners, then the broker
+registration and the registry watches — so a broker is only visible in
+``/brokers/ids`` once it can serve.  Shut-down (SIGTERM under twistd) reverses
+it: stop accepting, answer waiting fetches and let in-flight requests finish,
+flush and checkpoint the logs (a clean-shutdown marker spares the next start any
+recovery scan), close the ZooKeeper session (its ephemeral registration goes with
+it), and stop an embedded ZooKeeper last.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from typing import Any
+
+from twisted.application import service
+from twisted.internet import defer, endpoints, task
+from twisted.logger import Logger
+
+from ..config import BrokerConfig, topic_log_config
+from ..storage.log_manager import LogManager
+from ..zookeeper.bridge import NodeExistsError, ZooKeeperClient
+from ..zookeeper.embedded import EmbeddedZooKeeperService
+from ..zookeeper.registry import Registry
+from .admin import AdminManager
+from .apis import KafkaApis
+from .metadata_cache import BrokerEndpoint, MetadataCache, TopicMetadata
+from .network import KafkaServerFactory
+from .replica_manager import ReplicaManager
+
+__all__ = ["KafkaServer", "listener_endpoint", "EMBEDDED_ZOOKEEPER_PORT"]
+
+_log = Logger()
+
+#: The port of ``--zookeeper embedded``, as ZooKeeper's usual client port.
+EMBEDDED_ZOOKEEPER_PORT = 2181
+
+
+def listener_endpoint(listener: str) -> str:
+    """
+    A Twisted server endpoint string for a listener.
+
+    Kafka's C{PLAINTEXT://host:port} form is accepted as well as endpoint
+    strings (C{tcp:9092:interface=127.0.0.1}, C{ssl:...}).
+    """
+    if "://" in listener:
+        scheme, _, address = listener.partition("://")
+        if scheme.upper() != "PLAINTEXT":
+            raise ValueError(f"listener {listener!r}: only PLAINTEXT:// (or a Twisted endpoint string) is supported")
+        host, _, port = address.rpartition(":")
+        host = host.strip("[]")
+        return f"tcp:{int(port)}:interface={host}" if host else f"tcp:{int(port)}"
+    return listener
+
+
+class KafkaServer(service.MultiService):
+    """
+    A kafkatw broker as a Twisted service.
+
+    @ivar port: the TCP port of the first listener once listening (useful with port 0).
+    """
+
+    def __init__(self, config: BrokerConfig, reactor: Any) -> None:
+        super().__init__()
+        self.config = config
+        self.reactor = reactor
+        self.broker_id: int = config["broker.id"]
+        self.metadata = MetadataCache(self.broker_id)
+        self.embedded_zookeeper: EmbeddedZooKeeperService | None = None
+        self.zookeeper: ZooKeeperClient | None = None
+        self.registry: Registry | None = None
+        self.log_manager: LogManager | None = None
+        self.replica_manager: ReplicaManager | None = None
+        self.apis: KafkaApis | None = None
+        self.admin: AdminManager | None = None
+        self._listening_ports: list[Any] = []
+        self._loops: list[task.LoopingCall] = []
+        self._topic_watches: dict[str, Any] = {}
+        self._topic_configs: dict[str, dict[str, str]] = {}
+        self.port: int | None = None
+        self.ready: defer.Deferred[None] = defer.Deferred()
+        self._starting: defer.Deferred | None = None
+
+    # --- life cycle ----------------------------------------------------------
+
+    def now_ms(self) -> int:
+        return int(self.reactor.seconds() * 1000)
+
+    def startService(self) -> None:
+        super().startService()
+        self._starting = defer.Deferred.fromCoroutine(self._start())
+
+        def failed(failure: Any) -> None:
+            _log.failure("broker {id} failed to start; stopping", failure, id=self.broker_id)
+            if self.reactor.running:
+                self.reactor.stop()
+            if not self.ready.called:
+                self.ready.errback(failure)
+
+        self._starting.addCallbacks(lambda _: self.ready.callback(None), failed)
+
+    async def _start(self) -> None:
+        config = self.config
+        log_dirs = [os.path.abspath(d) for d in config["log.dirs"]]
+        for d in log_dirs:
+            os.makedirs(d, exist_ok=True)
+        connect = config["zookeeper.connect"]
+        if connect == "embedded":
+            zk_dir = os.path.join(log_dirs[0], "zookeeper")
+            os.makedirs(zk_dir, exist_ok=True)
+            port = int(os.environ.get("KAFKATW_EMBEDDED_ZOOKEEPER_PORT", EMBEDDED_ZOOKEEPER_PORT))
+            self.embedded_zookeeper = EmbeddedZooKeeperService(zk_dir, port, self.reactor)
+            self.embedded_zookeeper.startService()
+            connect = await self.embedded_zookeeper.whenReady()
+            _log.info("embedded ZooKeeper ready at {connect}", connect=connect)
+        self.zookeeper = ZooKeeperClient(
+            connect, self.reactor,
+            session_timeout_ms=config["zookeeper.session.timeout.ms"],
+            connection_timeout_ms=config["zookeeper.connection.timeout.ms"],
+        )
+        await self.zookeeper.start()
+        self.zookeeper.add_state_listener(self._zookeeper_state)
+        self.registry = Registry(self.zookeeper)
+        self.metadata.cluster_id = await self._cluster_id()
+
+        default_topic_config = topic_log_config(config, {})
+        self.log_manager = LogManager(log_dirs, default_topic_config, now_ms=self.now_ms)
+        started = time.monotonic()
+        self.log_manager.load()
+        _log.info("loaded {count} logs in {seconds:.3f} s", count=len(self.log_manager.all_logs()),
+                  seconds=time.monotonic() - started)
+
+        self.replica_manager = ReplicaManager(self.broker_id, self.log_manager, self.metadata, self.reactor,
+                                              self._topic_config)
+        self.admin = AdminManager(config, self.registry, self.metadata, on_topic=self._topic_added)
+        self.apis = KafkaApis(config, self.replica_manager, self.metadata, self.admin, self.reactor,
+                              now_ms=self.now_ms)
+        factory = KafkaServerFactory(self.apis, config["socket.request.max.bytes"])
+        for listener in config["listeners"]:
+            endpoint = endpoints.serverFromString(self.reactor, listener_endpoint(listener))
+            port = await endpoint.listen(factory)
+            self._listening_ports.append(port)
+            _log.info("listening on {address}", address=port.getHost())
+        host, advertised_port = self._advertised()
+        self.port = self._listening_ports[0].getHost().port
+
+        await self.registry.watch_brokers(self._brokers_changed)
+        await self.registry.watch_topics(self._topics_changed)
+        await self.registry.register_broker(self.broker_id, host, advertised_port)
+        try:
+            if await self.registry.elect_controller(self.broker_id):
+                self.metadata.controller_id = self.broker_id
+        except Exception:
+            _log.failure("controller election failed")
+        await self.registry.watch_controller(self._controller_changed)
+
+        self._every(config["log.flush.scheduler.interval.ms"], self._flush)
+        self._every(config["log.flush.offset.checkpoint.interval.ms"], self.log_manager.checkpoint_recovery_points)
+        self._every(config["log.retention.check.interval.ms"], self._retention)
+        _log.info("broker {id} started at {host}:{port} (cluster {cluster})", id=self.broker_id, host=host,
+                  port=advertised_port, cluster=self.metadata.cluster_id)
+
+    def _every(self, interval_ms: int, function: Any) -> None:
+        loop = task.LoopingCall(function)
+        loop.clock = self.reactor
+        loop.start(interval_ms / 1000.0, now=False).addErrback(
+            lambda f: _log.failure("periodic task {name} failed", f, name=getattr(function, "__name__", "?"))
+        )
+        self._loops.append(loop)
+
+    def _advertised(self) -> tuple[str, int]:
+        advertised = self.config["advertised.listeners"]
+        if advertised:
+            address = advertised[0].partition("://")[2] or advertised[0]
+            host, _, port = address.rpartition(":")
+            return host.strip("[]") or "127.0.0.1", int(port)
+        address = self._listening_ports[0].getHost()
+        host = address.host
+        if host in ("0.0.0.0", "::", ""):
+            host = "127.0.0.1"
+        return host, address.port
+
+    async def _cluster_id(self) -> str:
+        assert self.zookeeper is not None
+        cluster_id = base64_uuid()
+        try:
+            await self.zookeeper.create("/cluster/id", json.dumps({"version": "1", "id": cluster_id}).encode(),
+                                        makepath=True)
+            return cluster_id
+        except NodeExistsError:
+            data, _stat = await self.zookeeper.get("/cluster/id")
+            return json.loads(data)["id"]
+
+    def stopService(self) -> defer.Deferred:
+        return defer.Deferred.fromCoroutine(self._stop())
+
+    async def _stop(self) -> None:
+        _log.info("broker {id} shutting down", id=self.broker_id)
+        for loop in self._loops:
+            if loop.running:
+                loop.stop()
+        for port in self._listening_ports:
+            await port.stopListening()
+        if self.replica_manager is not None:
+            self.replica_manager.complete_all_delayed()
+        if self.apis is not None:
+            deadline = self.reactor.seconds() + 10
+            while (self.apis.in_flight or any(not c.idle for c in self.apis.connections)) and \
+                    self.reactor.seconds() < deadline:
+                await task.deferLater(self.reactor, 0.01, lambda: None)
+            for connection in list(self.apis.connections):
+                connection.transport.loseConnection()
+        if self.log_manager is not None:
+            self.log_manager.close()
+        if self.zookeeper is not None:
+            try:
+                await self.zookeeper.stop()
+            except Exception:
+                _log.failure("closing the ZooKeeper session failed")
+        if self.embedded_zookeeper is not None:
+            await self.embedded_zookeeper.stopService()
+        await super().stopService()
+        _log.info("broker {id} stopped", id=self.broker_id)
+
+    # --- periodic log tasks --------------------------------------------------
+
+    def _flush(self) -> None:
+        assert self.log_manager is not None
+        self.log_manager.flush_dirty(self.now_ms())
+
+    def _retention(self) -> None:
+        assert self.log_manager is not None
+        self.log_manager.run_retention(self.now_ms())
+
+    # --- registry watches ----------------------------------------------------
+
+    def _zookeeper_state(self, state: str) -> None:
+        _log.info("ZooKeeper session {state}", state=state)
+
+    def _controller_changed(self, controller_id: int | None) -> None:
+        self.metadata.controller_id = controller_id if controller_id is not None else -1
+        if controller_id is None and self.registry is not None:
+            d = self.registry.elect_controller(self.broker_id)
+            d.addErrback(lambda f: _log.failure("controller election failed", f))
+
+    def _brokers_changed(self, brokers: dict[int, tuple[str, int, str | None]]) -> None:
+        self.metadata.set_brokers({
+            broker_id: BrokerEndpoint(broker_id, host, port, rack) for broker_id, (host, port, rack) in brokers.items()
+        })
+
+    def _topics_changed(self, names: list[str]) -> None:
+        assert self.registry is not None
+        current = set(names)
+        for name in list(self._topic_watches):
+            if name not in current:
+                del self._topic_watches[name]
+                self._topic_removed(name)
+        for name in names:
+            if name not in self._topic_watches:
+                self._topic_watches[name] = True
+                d = self.registry.get_topic_config(name)
+                d.addCallback(self._watch_topic, name)
+                d.addErrback(lambda f, name=name: _log.failure("watching topic {topic} failed", f, topic=name))
+
+    def _watch_topic(self, config: dict[str, str], name: str) -> Any:
+        assert self.registry is not None
+        self._topic_configs[name] = config
+
+        def changed(assignment: Any) -> None:
+            if assignment is None:
+                self._topic_removed(name)
+                return
+            meta = TopicMetadata(name, assignment.topic_id, dict(assignment.partitions),
+                                 dict(self._topic_configs.get(name, {})))
+            self.metadata.set_topic(meta)
+            self._topic_added(meta)
+
+        return self.registry.watch_topic(name, changed)
+
+    def _topic_config(self, topic: str) -> dict:
+        meta = self.metadata.topics.get(topic)
+        overrides = meta.config if meta is not None else self._topic_configs.get(topic, {})
+        return topic_log_config(self.config, overrides)
+
+    def _topic_added(self, meta: TopicMetadata) -> None:
+        self._topic_configs.setdefault(meta.name, dict(meta.config))
+        if self.replica_manager is None:
+            return
+        for partition, replicas in meta.partitions.items():
+            if replicas and replicas[0] == self.broker_id:
+                self.replica_manager.become_leader(meta.name, partition)
+
+    def _topic_removed(self, name: str) -> None:
+        meta = self.metadata.topics.get(name)
+        self.metadata.remove_topic(name)
+        self._topic_configs.pop(name, None)
+        if meta is not None and self.replica_manager is not None:
+            for partition in meta.partitions:
+                self.replica_manager.remove_partition(name, partition)
+            _log.info("topic {topic} deleted; removed its local logs", topic=name)
+
+
+def base64_uuid() -> str:
+    """A random UUID in Kafka's URL-safe base64 form (cluster ids, topic ids)."""
+    import base64
+
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode("ascii")

@@ -1,0 +1,58 @@
+"""
+The C{kafkatw} command: Kafka's command-line tools under Kafka's names and flags.
+
+    kafkatw topics --bootstrap-server localhost:9092 --create --topic t --partitions 3
+    kafkatw console-producer --bootstrap-server localhost:9092 --topic t
+    kafkatw console-consumer --bootstrap-server localhost:9092 --topic t --from-beginning
+    kafkatw zookeeper --port 2181 --data-dir /var/lib/zookeeper
+    kafkatw broker --broker-id 0 --listeners tcp:9092 --log-dirs /var/lib/kafkatw --zookeeper embedded
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+
+import click
+
+from kafkatw._version import __version__
+
+from .console import console_consumer, console_producer
+from .topics import topics
+from .zookeeper import zookeeper
+
+__all__ = ["main"]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="kafkatw")
+def main() -> None:
+    """kafkatw: Kafka's tools for a kafkatw (or Apache Kafka) cluster."""
+
+
+@main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True,
+                                "help_option_names": []})
+@click.argument("twistd_args", nargs=-1, type=click.UNPROCESSED)
+def broker(twistd_args: tuple[str, ...]) -> None:
+    """Run a broker in the foreground: exec C{twistd -n kafkatw ARGS...}.
+
+    Every argument is passed through; `kafkatw broker --help` shows the broker's options.
+    """
+    twistd = os.path.join(os.path.dirname(sys.executable), "twistd")
+    if not os.access(twistd, os.X_OK):
+        twistd = shutil.which("twistd") or ""
+    if not twistd:
+        raise click.ClickException("cannot find twistd (is Twisted installed?)")
+    argv = [twistd, "-n", "kafkatw", *twistd_args]
+    os.execv(twistd, argv)
+
+
+main.add_command(topics)
+main.add_command(console_producer)
+main.add_command(console_consumer)
+main.add_command(zookeeper)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

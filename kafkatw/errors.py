@@ -1,0 +1,75 @@
+"""
+Kafka error codes and the exceptions that carry them.
+
+The codes are Apache Kafka's own (the protocol guide's "Error Codes" table), taken
+from kio's generated L{ErrorCode} enum so that names and numbers never drift from
+Kafka's.  Code raises L{KafkaError} subclasses; handlers turn them into the
+C{error_code} field of a response.
+"""
+
+from kio.schema.errors import ErrorCode
+
+__all__ = [
+    "ErrorCode",
+    "KafkaError",
+    "CorruptRecordError",
+    "InvalidRecordError",
+    "OffsetOutOfRangeError",
+    "UnknownTopicOrPartitionError",
+    "NotLeaderOrFollowerError",
+    "RecordTooLargeError",
+    "DuplicateSequenceError",
+    "OutOfOrderSequenceError",
+    "InvalidProducerEpochError",
+    "TopicAlreadyExistsError",
+    "InvalidTopicError",
+    "InvalidPartitionsError",
+    "InvalidReplicationFactorError",
+    "InvalidConfigError",
+    "CoordinatorNotAvailableError",
+    "KafkaStorageError",
+    "kafka_error",
+]
+
+
+class KafkaError(Exception):
+    """
+    An error that maps to one Kafka error code.
+
+    @cvar error_code: the L{ErrorCode} a response carries for this error.
+    """
+
+    error_code: ErrorCode = ErrorCode.unknown_server_error
+
+    @property
+    def retriable(self) -> bool:
+        return bool(self.error_code.retriable)
+
+
+def _error(name: str, code: ErrorCode) -> type[KafkaError]:
+    return type(name, (KafkaError,), {"error_code": code, "__doc__": f"Kafka error {code.name} ({int(code)})."})
+
+
+CorruptRecordError = _error("CorruptRecordError", ErrorCode.corrupt_message)
+InvalidRecordError = _error("InvalidRecordError", ErrorCode.invalid_record)
+OffsetOutOfRangeError = _error("OffsetOutOfRangeError", ErrorCode.offset_out_of_range)
+UnknownTopicOrPartitionError = _error("UnknownTopicOrPartitionError", ErrorCode.unknown_topic_or_partition)
+NotLeaderOrFollowerError = _error("NotLeaderOrFollowerError", ErrorCode.not_leader_or_follower)
+RecordTooLargeError = _error("RecordTooLargeError", ErrorCode.message_too_large)
+DuplicateSequenceError = _error("DuplicateSequenceError", ErrorCode.duplicate_sequence_number)
+OutOfOrderSequenceError = _error("OutOfOrderSequenceError", ErrorCode.out_of_order_sequence_number)
+InvalidProducerEpochError = _error("InvalidProducerEpochError", ErrorCode.invalid_producer_epoch)
+TopicAlreadyExistsError = _error("TopicAlreadyExistsError", ErrorCode.topic_already_exists)
+InvalidTopicError = _error("InvalidTopicError", ErrorCode.invalid_topic_exception)
+InvalidPartitionsError = _error("InvalidPartitionsError", ErrorCode.invalid_partitions)
+InvalidReplicationFactorError = _error("InvalidReplicationFactorError", ErrorCode.invalid_replication_factor)
+InvalidConfigError = _error("InvalidConfigError", ErrorCode.invalid_config)
+CoordinatorNotAvailableError = _error("CoordinatorNotAvailableError", ErrorCode.coordinator_not_available)
+KafkaStorageError = _error("KafkaStorageError", ErrorCode.kafka_storage_error)
+
+
+def kafka_error(code: ErrorCode, message: str = "") -> KafkaError:
+    """A L{KafkaError} carrying C{code}, for codes without a class of their own."""
+    error = KafkaError(message)
+    error.error_code = code
+    return error

@@ -1,0 +1,366 @@
+"""
+Kafka request/response messages: kio glue, sans-IO.
+
+A request frame (the bytes after the 4-byte size prefix) is::
+
+    request_api_key      int16
+    request_api_version  int16
+    correlation_id       int32
+    client_id            nullable string (int16 length; legacy even in flexible versions)
+    [tagged fields]      header v2 only, i.e. when the request version is flexible
+    body                 the versioned request schema
+
+A response frame is ``correlation_id int32`` (header v0), plus an empty tagged-field
+section for flexible versions (header v1), then the body.  ApiVersions responses
+always use header v0 so that a client can parse them whatever version it sent
+(Kafka protocol guide, "Versioning and Compatibility"; KIP-511).
+
+Handlers build responses as plain Python values — dicts for structs, lists for
+arrays, ints for error codes and milliseconds — and L{build} turns them into the
+kio entity of the negotiated version, dropping fields that version lacks and
+filling the ones it has with Kafka's defaults.  So one handler serves every
+version.
+
+Source: Apache Kafka protocol guide; kio's schemas generated from Kafka's JSON
+message definitions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import io
+import struct
+import uuid
+from types import NoneType, UnionType
+from typing import Any, NamedTuple, get_args, get_origin
+
+from kio.index import load_request_schema, load_response_schema
+from kio.schema.errors import ErrorCode
+from kio.serial import entity_reader, entity_writer
+
+__all__ = [
+    "API_NAMES",
+    "MalformedRequest",
+    "UnsupportedVersion",
+    "UnknownApiKey",
+    "RequestHeader",
+    "parse_request_header",
+    "decode_request",
+    "request_schema",
+    "response_schema",
+    "build",
+    "encode_response",
+    "encode_request",
+    "decode_response",
+]
+
+API_NAMES: dict[int, str] = {
+    0: "Produce", 1: "Fetch", 2: "ListOffsets", 3: "Metadata", 8: "OffsetCommit",
+    9: "OffsetFetch", 10: "FindCoordinator", 11: "JoinGroup", 12: "Heartbeat",
+    13: "LeaveGroup", 14: "SyncGroup", 15: "DescribeGroups", 16: "ListGroups",
+    17: "SaslHandshake", 18: "ApiVersions", 19: "CreateTopics", 20: "DeleteTopics",
+    21: "DeleteRecords", 22: "InitProducerId", 32: "DescribeConfigs", 33: "AlterConfigs",
+    36: "SaslAuthenticate", 37: "CreatePartitions", 42: "DeleteGroups",
+}
+
+_HEADER = struct.Struct(">hhih")
+_INT32 = struct.Struct(">i")
+
+
+class MalformedRequest(Exception):
+    """The frame does not parse as a Kafka request; the connection is closed."""
+
+
+class UnsupportedVersion(Exception):
+    """The API key is known but the version is not one kafkatw serves."""
+
+
+class UnknownApiKey(Exception):
+    """The API key is not one kafkatw serves."""
+
+
+class RequestHeader(NamedTuple):
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    body_offset: int
+
+
+_request_schemas: dict[tuple[int, int], type] = {}
+_response_schemas: dict[tuple[int, int], type] = {}
+
+
+def request_schema(api_key: int, api_version: int) -> type:
+    """
+    The kio request class of C{api_key} at C{api_version}.
+
+    @raise UnsupportedVersion: when kio has no such version.
+    """
+    key = (api_key, api_version)
+    try:
+        return _request_schemas[key]
+    except KeyError:
+        pass
+    try:
+        schema = load_request_schema(api_key, api_version)
+    except Exception as e:  # kio raises UnknownAPIKey/UnknownEntity
+        raise UnsupportedVersion(f"{API_NAMES.get(api_key, api_key)} v{api_version}") from e
+    _request_schemas[key] = schema
+    return schema
+
+
+def response_schema(api_key: int, api_version: int) -> type:
+    """The kio response class of C{api_key} at C{api_version}."""
+    key = (api_key, api_version)
+    try:
+        return _response_schemas[key]
+    except KeyError:
+        schema = _response_schemas[key] = load_response_schema(api_key, api_version)
+        return schema
+
+
+def _skip_tagged_fields(frame: bytes, pos: int) -> int:
+    count, pos = _read_uvarint(frame, pos)
+    for _ in range(count):
+        _tag, pos = _read_uvarint(frame, pos)
+        size, pos = _read_uvarint(frame, pos)
+        pos += size
+    if pos > len(frame):
+        raise MalformedRequest("tagged fields run past the end of the frame")
+    return pos
+
+
+def _read_uvarint(data: bytes, pos: int) -> tuple[int, int]:
+    result = 0
+    shift = 0
+    while True:
+        if pos >= len(data):
+            raise MalformedRequest("truncated varint")
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, pos
+        shift += 7
+        if shift > 35:
+            raise MalformedRequest("varint too long")
+
+
+def parse_request_header(frame: bytes, flexible: bool | None = None) -> RequestHeader:
+    """
+    Parse the request header of C{frame}.
+
+    @param flexible: whether the header has tagged fields (header v2); when
+        L{None}, decided from the request schema of the version named in the frame
+        (unknown versions are treated as non-flexible, which is enough to read the
+        correlation id for an error response).
+    @raise MalformedRequest: the frame is shorter than a header.
+    """
+    if len(frame) < 10:
+        raise MalformedRequest(f"frame of {len(frame)} bytes is shorter than a request header")
+    api_key, api_version, correlation_id, client_id_len = _HEADER.unpack_from(frame, 0)
+    pos = 10
+    if client_id_len < 0:
+        client_id = None
+    else:
+        end = pos + client_id_len
+        if end > len(frame):
+            raise MalformedRequest("client id runs past the end of the frame")
+        client_id = frame[pos:end].decode("utf-8", "replace")
+        pos = end
+    if flexible is None:
+        try:
+            flexible = request_schema(api_key, api_version).__flexible__
+        except UnsupportedVersion:
+            flexible = False
+    if flexible:
+        pos = _skip_tagged_fields(frame, pos)
+    return RequestHeader(api_key, api_version, correlation_id, client_id, pos)
+
+
+def decode_request(frame: bytes, header: RequestHeader) -> Any:
+    """
+    Decode the body of C{frame} as the kio request entity named by C{header}.
+
+    @raise UnsupportedVersion: kio has no schema for that version.
+    @raise MalformedRequest: the body does not parse.
+    """
+    schema = request_schema(header.api_key, header.api_version)
+    try:
+        value, _size = entity_reader(schema)(frame, header.body_offset)
+    except Exception as e:
+        raise MalformedRequest(f"cannot decode {schema.__name__} v{header.api_version}: {e}") from e
+    return value
+
+
+# --- building entities from plain values ------------------------------------------
+
+
+class _FieldPlan(NamedTuple):
+    name: str
+    kind: str  # "entity", "entities", "value"
+    entity: type | None
+    kafka_type: str | None
+    default: Any
+
+
+_plans: dict[type, tuple[_FieldPlan, ...]] = {}
+
+
+def _strip_optional(tp: Any) -> Any:
+    if get_origin(tp) is UnionType:
+        args = [a for a in get_args(tp) if a is not NoneType]
+        if len(args) == 1:
+            return args[0]
+    return tp
+
+
+def _plan(cls: type) -> tuple[_FieldPlan, ...]:
+    try:
+        return _plans[cls]
+    except KeyError:
+        pass
+    plan = []
+    for f in dataclasses.fields(cls):
+        tp = _strip_optional(f.type)
+        kafka_type = f.metadata.get("kafka_type")
+        if f.default is not dataclasses.MISSING:
+            default = f.default
+        elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+            default = f.default_factory()  # type: ignore[misc]
+        else:
+            default = dataclasses.MISSING
+        if get_origin(tp) is tuple:
+            inner = _strip_optional(get_args(tp)[0])
+            if dataclasses.is_dataclass(inner):
+                plan.append(_FieldPlan(f.name, "entities", inner, None, default))
+            else:
+                plan.append(_FieldPlan(f.name, "values", None, kafka_type, default))
+        elif dataclasses.is_dataclass(tp):
+            plan.append(_FieldPlan(f.name, "entity", tp, None, default))
+        else:
+            plan.append(_FieldPlan(f.name, "value", None, kafka_type, default))
+    result = _plans[cls] = tuple(plan)
+    return result
+
+
+_ZERO_UUID = uuid.UUID(int=0)
+
+
+def _convert(kafka_type: str | None, value: Any) -> Any:
+    if kafka_type == "error_code":
+        return ErrorCode(int(value))
+    if kafka_type == "timedelta_i32" or kafka_type == "timedelta_i64":
+        return value if isinstance(value, datetime.timedelta) else datetime.timedelta(milliseconds=value)
+    if kafka_type == "uuid":
+        return value if value is None or isinstance(value, uuid.UUID) else uuid.UUID(bytes=value)
+    if kafka_type == "datetime_i64" and isinstance(value, int):
+        if value < 0:
+            return None
+        return datetime.datetime.fromtimestamp(value / 1000, datetime.timezone.utc)
+    return value
+
+
+def _implicit_default(p: _FieldPlan) -> Any:
+    if p.kind in ("entities", "values"):
+        return ()
+    if p.kind == "entity":
+        return None
+    if p.kafka_type == "error_code":
+        return ErrorCode.none
+    if p.kafka_type in ("timedelta_i32", "timedelta_i64"):
+        return datetime.timedelta(0)
+    if p.kafka_type == "uuid":
+        return _ZERO_UUID
+    if p.kafka_type == "bool":
+        return False
+    if p.kafka_type in ("string", "bytes", "records"):
+        return None
+    return 0
+
+
+def build(cls: type, data: Any) -> Any:
+    """
+    Build a kio entity of class C{cls} from plain values.
+
+    @param data: a mapping of field name to value (or an entity, returned as is).
+        Nested structs are mappings, arrays are sequences; error codes are ints,
+        durations are milliseconds, UUIDs are L{uuid.UUID}.  Keys that C{cls}
+        lacks are ignored (fields differ between versions); fields missing from
+        C{data} take the schema's default, else Kafka's implicit default
+        (0, empty, null, false).
+    """
+    if data is None or isinstance(data, cls):
+        return data
+    kwargs = {}
+    get = data.get
+    for p in _plan(cls):
+        value = get(p.name, dataclasses.MISSING)
+        if value is dataclasses.MISSING:
+            if p.default is not dataclasses.MISSING:
+                continue
+            value = _implicit_default(p)
+        elif p.kind == "entities":
+            value = None if value is None else tuple([build(p.entity, item) for item in value])
+        elif p.kind == "entity":
+            value = build(p.entity, value)
+        elif p.kind == "values":
+            value = tuple(value) if value is not None else None
+        else:
+            value = _convert(p.kafka_type, value)
+        kwargs[p.name] = value
+    return cls(**kwargs)
+
+
+def _to_bytes(writer: Any, entity: Any) -> bytes:
+    buffer = io.BytesIO()
+    writer(buffer, entity)
+    return buffer.getvalue()
+
+
+def encode_response(api_key: int, api_version: int, correlation_id: int, body: Any) -> bytes:
+    """
+    Encode a response frame (without the 4-byte size prefix).
+
+    @param body: plain values for L{build}, or a kio response entity.
+    @return: header (v0 for ApiVersions and non-flexible versions, else v1) + body.
+    """
+    cls = response_schema(api_key, api_version)
+    entity = build(cls, body)
+    payload = _to_bytes(entity_writer(cls), entity)
+    if cls.__flexible__ and api_key != 18:
+        return _INT32.pack(correlation_id) + b"\x00" + payload
+    return _INT32.pack(correlation_id) + payload
+
+
+def encode_request(api_key: int, api_version: int, correlation_id: int, client_id: str | None, body: Any) -> bytes:
+    """
+    Encode a request frame (without the size prefix), for clients and tests.
+
+    @param body: plain values for L{build}, or a kio request entity.
+    """
+    cls = request_schema(api_key, api_version)
+    entity = build(cls, body)
+    client = client_id.encode() if client_id is not None else None
+    header = struct.pack(">hhi", api_key, api_version, correlation_id)
+    header += struct.pack(">h", -1) if client is None else struct.pack(">h", len(client)) + client
+    if cls.__flexible__:
+        header += b"\x00"
+    return header + _to_bytes(entity_writer(cls), entity)
+
+
+def decode_response(api_key: int, api_version: int, frame: bytes) -> tuple[int, Any]:
+    """
+    Decode a response frame (without the size prefix).
+
+    @return: (correlation id, kio response entity).
+    """
+    cls = response_schema(api_key, api_version)
+    (correlation_id,) = _INT32.unpack_from(frame, 0)
+    pos = 4
+    if cls.__flexible__ and api_key != 18:
+        pos = _skip_tagged_fields(frame, pos)
+    value, _size = entity_reader(cls)(frame, pos)
+    return correlation_id, value

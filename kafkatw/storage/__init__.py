@@ -1,0 +1,23 @@
+"""
+Partition logs on disk: segments of RecordBatch v2 exactly as on the wire,
+sparse offset and time indexes, flush, retention and recovery (DESIGN.md D3).
+No Twisted reactor here; time is injected as C{now_ms} callables.
+"""
+
+from kafkatw.storage.index import OffsetIndex, TimeIndex
+from kafkatw.storage.log import AppendResult, FileRegion, LogConfig, PartitionLog
+from kafkatw.storage.log_manager import LogManager
+from kafkatw.storage.producer_state import ProducerStateManager
+from kafkatw.storage.segment import LogSegment
+
+__all__ = [
+    "AppendResult",
+    "FileRegion",
+    "LogConfig",
+    "LogManager",
+    "LogSegment",
+    "OffsetIndex",
+    "PartitionLog",
+    "ProducerStateManager",
+    "TimeIndex",
+]

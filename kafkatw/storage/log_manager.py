@@ -1,0 +1,211 @@
+"""
+The broker's logs across its log directories: loading and recovery, placement
+of new partitions, flush policy, retention, recovery-point checkpoints.
+
+Each log directory holds::
+
+    <log dir>/
+        recovery-point-offset-checkpoint    Kafka's text format, below
+        .kafka_cleanshutdown                present only while the broker is stopped cleanly
+        <topic>-<partition>/                one L{PartitionLog} each
+
+C{recovery-point-offset-checkpoint} (Kafka's C{OffsetCheckpointFile}), written
+atomically (temporary file, fsync, rename)::
+
+    0                 <- format version
+    2                 <- number of entries
+    orders 0 1520     <- topic partition offset
+    orders 1 1499
+
+On L{LogManager.load}, a directory with the clean-shutdown marker is trusted
+(indexes loaded, only the tail after the last index entry is read); otherwise
+every log re-scans its segments from its recovery point and truncates at the
+first invalid batch.  The marker is removed once loaded and written again by
+L{LogManager.close}.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any, Callable, Mapping
+
+from twisted.logger import Logger
+
+from kafkatw.errors import KafkaStorageError
+from kafkatw.storage.log import LogConfig, PartitionLog
+
+__all__ = ["LogManager", "CHECKPOINT_FILE", "CLEAN_SHUTDOWN_FILE", "read_checkpoint", "write_checkpoint"]
+
+_log = Logger()
+
+CHECKPOINT_FILE = "recovery-point-offset-checkpoint"
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+_PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
+
+
+def read_checkpoint(path: str) -> dict[tuple[str, int], int]:
+    """
+    Read an offset checkpoint file.
+
+    @return: C{(topic, partition) -> offset}; empty when the file is missing.
+    @raise KafkaStorageError: malformed file.
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except FileNotFoundError:
+        return {}
+    try:
+        if lines[0].strip() != "0":
+            raise ValueError(f"unsupported version {lines[0]!r}")
+        count = int(lines[1])
+        result = {}
+        for line in lines[2:2 + count]:
+            topic, partition, offset = line.split()
+            result[(topic, int(partition))] = int(offset)
+        if len(result) != count:
+            raise ValueError(f"expected {count} entries, found {len(result)}")
+        return result
+    except (IndexError, ValueError) as e:
+        raise KafkaStorageError(f"malformed checkpoint file {path}: {e}") from e
+
+
+def write_checkpoint(path: str, offsets: Mapping[tuple[str, int], int]) -> None:
+    """Write an offset checkpoint file atomically: temporary file, fsync, rename, fsync of the directory."""
+    lines = ["0", str(len(offsets))]
+    lines.extend(f"{topic} {partition} {offset}" for (topic, partition), offset in sorted(offsets.items()))
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, ("\n".join(lines) + "\n").encode("utf-8"))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    dir_fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+class LogManager:
+    """
+    All partition logs of a broker.
+
+    @param default_config: the broker's topic-level defaults, a topic config
+        dict (L{kafkatw.config.topic_log_config} with no overrides).
+    @param now_ms: clock (ms since the epoch); the only source of time.
+    """
+
+    def __init__(self, log_dirs: list[str], default_config: Mapping[str, Any], now_ms: Callable[[], int]) -> None:
+        if not log_dirs:
+            raise ValueError("at least one log directory is required")
+        self.log_dirs = [os.path.abspath(d) for d in log_dirs]
+        self.default_config = dict(default_config)
+        self.now_ms = now_ms
+        self._logs: dict[tuple[str, int], PartitionLog] = {}
+        self._log_dir_of: dict[tuple[str, int], str] = {}
+        self._topic_configs: dict[str, dict[str, Any]] = {}
+
+    def _config_for(self, topic: str) -> LogConfig:
+        return LogConfig.from_topic_config({**self.default_config, **self._topic_configs.get(topic, {})})
+
+    def load(self) -> None:
+        """Open every partition log found in the log directories, recovering unclean ones."""
+        for log_dir in self.log_dirs:
+            os.makedirs(log_dir, exist_ok=True)
+            marker = os.path.join(log_dir, CLEAN_SHUTDOWN_FILE)
+            clean = os.path.exists(marker)
+            recovery_points = read_checkpoint(os.path.join(log_dir, CHECKPOINT_FILE))
+            for name in sorted(os.listdir(log_dir)):
+                path = os.path.join(log_dir, name)
+                match = _PARTITION_DIR.match(name)
+                if match is None or not os.path.isdir(path):
+                    continue
+                tp = (match.group(1), int(match.group(2)))
+                if tp in self._logs:
+                    raise KafkaStorageError(f"{tp[0]}-{tp[1]} found in two log directories")
+                log = PartitionLog(path, tp[0], tp[1], self._config_for(tp[0]),
+                                   recovery_point=recovery_points.get(tp, 0), clean_shutdown=clean,
+                                   now_ms=self.now_ms)
+                self._logs[tp] = log
+                self._log_dir_of[tp] = log_dir
+                _log.info("loaded {partition} [{start}, {end}) clean={clean} recovered={recovered}",
+                          partition=name, start=log.log_start_offset, end=log.log_end_offset, clean=clean,
+                          recovered=log.recovered_segments)
+            if clean:
+                os.unlink(marker)
+
+    def get(self, topic: str, partition: int) -> PartitionLog | None:
+        return self._logs.get((topic, partition))
+
+    def get_or_create(self, topic: str, partition: int, topic_config: Mapping[str, Any] | None = None) -> PartitionLog:
+        """
+        The log of C{topic-partition}, created in the log directory holding
+        the fewest partitions when new.
+        """
+        if topic_config is not None:
+            self._topic_configs[topic] = dict(topic_config)
+        tp = (topic, partition)
+        log = self._logs.get(tp)
+        if log is not None:
+            return log
+        counts = {d: 0 for d in self.log_dirs}
+        for d in self._log_dir_of.values():
+            counts[d] += 1
+        log_dir = min(self.log_dirs, key=lambda d: counts[d])
+        log = PartitionLog(os.path.join(log_dir, f"{topic}-{partition}"), topic, partition,
+                           self._config_for(topic), now_ms=self.now_ms)
+        self._logs[tp] = log
+        self._log_dir_of[tp] = log_dir
+        return log
+
+    def delete(self, topic: str, partition: int) -> bool:
+        """Remove a partition's log and directory. @return: whether it existed."""
+        log = self._logs.pop((topic, partition), None)
+        self._log_dir_of.pop((topic, partition), None)
+        if log is None:
+            return False
+        log.delete()
+        return True
+
+    def all_logs(self) -> list[PartitionLog]:
+        return list(self._logs.values())
+
+    def update_config(self, topic: str, topic_config: Mapping[str, Any]) -> None:
+        """Apply a topic's new config (overrides of the defaults) to all its partitions."""
+        self._topic_configs[topic] = dict(topic_config)
+        config = self._config_for(topic)
+        for (t, _), log in self._logs.items():
+            if t == topic:
+                log.config = config
+
+    def flush_dirty(self, now_ms: int) -> int:
+        """Apply C{flush.ms} to every log. @return: logs flushed."""
+        return sum(1 for log in self._logs.values() if log.maybe_flush(now_ms))
+
+    def run_retention(self, now_ms: int) -> int:
+        """Apply retention to every log. @return: segments deleted."""
+        return sum(log.apply_retention(now_ms) for log in self._logs.values())
+
+    def checkpoint_recovery_points(self) -> None:
+        """Write each log directory's recovery-point checkpoint."""
+        for log_dir in self.log_dirs:
+            points = {tp: self._logs[tp].recovery_point for tp, d in self._log_dir_of.items() if d == log_dir}
+            write_checkpoint(os.path.join(log_dir, CHECKPOINT_FILE), points)
+
+    def close(self) -> None:
+        """Flush and close every log, checkpoint, and mark each directory cleanly shut down."""
+        for log in self._logs.values():
+            log.close()
+        self.checkpoint_recovery_points()
+        for log_dir in self.log_dirs:
+            fd = os.open(os.path.join(log_dir, CLEAN_SHUTDOWN_FILE), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        self._logs.clear()
+        self._log_dir_of.clear()

@@ -1,0 +1,489 @@
+"""
+Fakes and helpers for testing code built on kafkatw (STYLE.md 8).
+
+ZooKeeper:
+
+  - L{running_zookeeper} / L{ZooKeeperFixture}: a real ZooKeeper server in a
+    temporary directory (blocking start and stop; for integration tests).
+  - L{FakeZooKeeper} and L{FakeZooKeeperClient}: an in-memory ZooKeeper with the
+    interface of L{kafkatw.zookeeper.bridge.ZooKeeperClient}, for unit tests: no
+    sockets, no threads, no sleeps.  Several clients (sessions) may share one
+    L{FakeZooKeeper}; ephemeral nodes belong to their client's session and vanish
+    with L{FakeZooKeeperClient.expire_session} or L{FakeZooKeeperClient.stop}.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import posixpath
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+from twisted.internet.defer import Deferred, fail, succeed
+
+from kafkatw.zookeeper.bridge import (
+    BadVersionError,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+    ZnodeStat,
+    ZooKeeperError,
+    ZooKeeperUnavailableError,
+    parse_connect_string,
+)
+from kafkatw.zookeeper.embedded import find_free_port, start_blocking, stop_blocking, wait_ready
+
+__all__ = [
+    "find_free_port",
+    "running_zookeeper",
+    "ZooKeeperFixture",
+    "FakeZooKeeper",
+    "FakeZooKeeperClient",
+    "FakeWatch",
+]
+
+
+# -- real ZooKeeper ------------------------------------------------------------
+
+
+class ZooKeeperFixture:
+    """
+    A real ZooKeeper server for a test: C{start()} returns the connect string
+    C{"127.0.0.1:PORT"}; C{stop()} stops it (idempotent).
+
+    @param data_dir: where to keep data; a fresh temporary directory (removed on
+        stop) when C{None}.
+    """
+
+    def __init__(self, data_dir: str | None = None, tick_time_ms: int = 500, ready_timeout_s: float = 30.0):
+        self._own_dir = data_dir is None
+        self.data_dir = data_dir or tempfile.mkdtemp(prefix="kafkatw-zk-")
+        self.tick_time_ms = tick_time_ms
+        self.ready_timeout_s = ready_timeout_s
+        self.port: int | None = None
+        self.popen: Any = None
+        self.start_seconds: float | None = None
+
+    @property
+    def connect_string(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> str:
+        started = time.monotonic()
+        for attempt in range(3):
+            self.port = find_free_port()
+            self.popen = start_blocking(self.data_dir, self.port, self.tick_time_ms)
+            try:
+                wait_ready(self.port, self.ready_timeout_s, self.popen)
+                break
+            except Exception:
+                stop_blocking(self.popen)
+                self.popen = None
+                if attempt == 2:
+                    raise
+        self.start_seconds = time.monotonic() - started
+        return self.connect_string
+
+    def stop(self) -> None:
+        try:
+            if self.popen is not None:
+                stop_blocking(self.popen)
+                self.popen = None
+        finally:
+            if self._own_dir:
+                shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    def __enter__(self) -> str:
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+@contextlib.contextmanager
+def running_zookeeper(tmpdir: str | os.PathLike | None = None, tick_time_ms: int = 500) -> Iterator[str]:
+    """
+    Run a real ZooKeeper for the C{with} block::
+
+        with running_zookeeper(tmp_path) as connect:   # "127.0.0.1:PORT"
+            ...
+
+    The server is stopped (SIGTERM, then SIGKILL) however the block exits.
+    """
+    data_dir = None if tmpdir is None else os.path.join(os.fspath(tmpdir), "zookeeper")
+    fixture = ZooKeeperFixture(data_dir, tick_time_ms)
+    try:
+        yield fixture.start()
+    finally:
+        fixture.stop()
+
+
+# -- the fake ------------------------------------------------------------------
+
+
+@dataclass
+class _Node:
+    data: bytes
+    stat: ZnodeStat
+    ephemeral_owner: int = 0
+    children: dict[str, "_Node"] = field(default_factory=dict)
+    sequence: itertools.count = field(default_factory=itertools.count)
+
+
+class FakeZooKeeper:
+    """
+    An in-memory ZooKeeper ensemble shared by L{FakeZooKeeperClient}s.
+
+    Watches fire synchronously inside the operation that triggers them (after
+    the change is applied), unless a C{clock} is given: then each notification
+    is delivered with C{clock.callLater(0, ...)} so tests can C{clock.advance(0)}.
+    """
+
+    def __init__(self, clock: Any = None) -> None:
+        self.clock = clock
+        self._zxid = itertools.count(1)
+        self._sessions = itertools.count(0x1000)
+        self.root = self._new_node(b"", 0)
+        self.clients: list[FakeZooKeeperClient] = []
+
+    def _now_ms(self) -> int:
+        return int((self.clock.seconds() if self.clock is not None else time.time()) * 1000)
+
+    def _new_node(self, data: bytes, owner: int) -> _Node:
+        zxid = next(self._zxid)
+        now = self._now_ms()
+        return _Node(data, ZnodeStat(zxid, zxid, now, now, 0, 0, 0, owner, len(data), 0, zxid), owner)
+
+    def new_session_id(self) -> int:
+        return next(self._sessions)
+
+    # tree operations on absolute paths (already chrooted)
+
+    def _lookup(self, path: str) -> _Node | None:
+        node = self.root
+        for part in _parts(path):
+            node = node.children.get(part)
+            if node is None:
+                return None
+        return node
+
+    def _touch_children(self, parent: _Node) -> None:
+        s = parent.stat
+        parent.stat = s._replace(cversion=s.cversion + 1, numChildren=len(parent.children), pzxid=next(self._zxid))
+
+    def create(self, path: str, data: bytes, owner: int, sequence: bool, makepath: bool) -> str:
+        parent_path, name = posixpath.split(path.rstrip("/"))
+        parent = self._lookup(parent_path)
+        if parent is None:
+            if not makepath:
+                raise NoNodeError(parent_path)
+            self.create(parent_path, b"", 0, False, True)
+            parent = self._lookup(parent_path)
+            assert parent is not None
+        if parent.ephemeral_owner:
+            raise ZooKeeperError(f"NoChildrenForEphemerals: {parent_path}")
+        if sequence:
+            name = f"{name}{next(parent.sequence):010d}"
+            path = posixpath.join(parent_path, name)
+        if name in parent.children:
+            raise NodeExistsError(path)
+        parent.children[name] = self._new_node(data, owner)
+        self._touch_children(parent)
+        self._fire(path, "created")
+        self._fire(parent_path, "child")
+        return path
+
+    def set(self, path: str, data: bytes, version: int) -> ZnodeStat:
+        node = self._lookup(path)
+        if node is None:
+            raise NoNodeError(path)
+        if version != -1 and version != node.stat.version:
+            raise BadVersionError(f"{path}: version {node.stat.version}, expected {version}")
+        s = node.stat
+        node.data = data
+        node.stat = s._replace(mzxid=next(self._zxid), mtime=self._now_ms(), version=s.version + 1, dataLength=len(data))
+        self._fire(path, "changed")
+        return node.stat
+
+    def delete(self, path: str, version: int, recursive: bool) -> None:
+        node = self._lookup(path)
+        if node is None:
+            if recursive:
+                return
+            raise NoNodeError(path)
+        if node.children:
+            if not recursive:
+                raise NotEmptyError(path)
+            for child in list(node.children):
+                self.delete(posixpath.join(path, child), -1, True)
+        if version != -1 and version != node.stat.version:
+            raise BadVersionError(f"{path}: version {node.stat.version}, expected {version}")
+        parent_path, name = posixpath.split(path.rstrip("/"))
+        parent = self._lookup(parent_path)
+        assert parent is not None
+        del parent.children[name]
+        self._touch_children(parent)
+        self._fire(path, "deleted")
+        self._fire(parent_path, "child")
+
+    def expire(self, owner: int) -> None:
+        """Delete every ephemeral node of session C{owner}."""
+        for path in sorted(self._ephemerals(self.root, "/", owner), key=len, reverse=True):
+            if self._lookup(path) is not None:
+                self.delete(path, -1, False)
+
+    def _ephemerals(self, node: _Node, path: str, owner: int) -> Iterator[str]:
+        for name, child in node.children.items():
+            child_path = posixpath.join(path, name)
+            if child.ephemeral_owner == owner:
+                yield child_path
+            yield from self._ephemerals(child, child_path, owner)
+
+    def _fire(self, path: str, what: str) -> None:
+        for client in list(self.clients):
+            for watch in list(client._watches):
+                if watch.abs_path == path and (
+                    (watch.kind == "children" and what in ("child", "created", "deleted"))
+                    or (watch.kind == "data" and what in ("created", "changed", "deleted"))
+                ):
+                    if self.clock is not None:
+                        self.clock.callLater(0, watch._refresh)
+                    else:
+                        watch._refresh()
+
+
+def _parts(path: str) -> list[str]:
+    return [p for p in path.split("/") if p]
+
+
+class FakeWatch:
+    """The fake's L{kafkatw.zookeeper.bridge.Watch}: L{cancel} stops callbacks."""
+
+    def __init__(self, client: "FakeZooKeeperClient", path: str, kind: str, callback: Callable[[Any], object]):
+        self.path = path
+        self.abs_path = client._abs(path)
+        self.kind = kind
+        self._client = client
+        self._callback = callback
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        self._client._watches.discard(self)
+
+    def _refresh(self) -> None:
+        if self.cancelled or not self._client.connected:
+            return
+        node = self._client.server._lookup(self.abs_path)
+        if self.kind == "children":
+            value: Any = sorted(node.children) if node is not None else []
+        else:
+            value = node.data if node is not None else None
+        self._callback(value)
+
+
+class FakeZooKeeperClient:
+    """
+    An in-memory L{kafkatw.zookeeper.bridge.ZooKeeperClient}: same methods,
+    same errors, same Deferreds (already fired), chroot honoured.
+
+    @param server: the shared L{FakeZooKeeper}; a new one when C{None}.
+    @param hosts: a connect string; only its chroot matters.
+    """
+
+    def __init__(
+        self,
+        server: FakeZooKeeper | None = None,
+        chroot: str = "/kafkatw",
+        hosts: str = "fake:2181",
+        reactor: Any = None,
+    ) -> None:
+        self.server = server if server is not None else FakeZooKeeper()
+        self.hosts, self.chroot = parse_connect_string(hosts, chroot)
+        self._reactor = reactor
+        self._session: int | None = None
+        self._connected = False
+        self._state_listeners: list[Callable[[str], object]] = []
+        self._new_session_callbacks: list[Callable[[], object]] = []
+        self._watches: set[FakeWatch] = set()
+        self.available = True  # set False to make start() fail
+
+    def _abs(self, path: str) -> str:
+        if not path.startswith("/"):
+            raise ValueError(f"ZooKeeper paths are absolute: {path!r}")
+        return posixpath.normpath(self.chroot + "/" + path.lstrip("/")) if self.chroot != "/" else posixpath.normpath(path)
+
+    def _rel(self, path: str) -> str:
+        if self.chroot == "/":
+            return path
+        return "/" + path[len(self.chroot) :].lstrip("/")
+
+    # lifecycle
+
+    def start(self) -> Deferred:
+        if not self.available:
+            return fail(ZooKeeperUnavailableError(f"ZooKeeper at {self.hosts} did not answer (fake)"))
+        if self._connected:
+            return succeed(None)
+        self._session = self.server.new_session_id()
+        self._connected = True
+        self.server.clients.append(self)
+        if self.chroot != "/" and self.server._lookup(self.chroot) is None:
+            self.server.create(self.chroot, b"", 0, False, True)
+        self._notify("CONNECTED")
+        return succeed(None)
+
+    def stop(self) -> Deferred:
+        for watch in list(self._watches):
+            watch.cancel()
+        if self._connected:
+            session = self._session
+            self._connected = False
+            self._session = None
+            if self in self.server.clients:
+                self.server.clients.remove(self)
+            if session is not None:
+                self.server.expire(session)
+            self._notify("LOST")
+        return succeed(None)
+
+    @property
+    def connected(self) -> bool:
+        return self._connected
+
+    @property
+    def session_id(self) -> int | None:
+        return self._session
+
+    def add_state_listener(self, callback: Callable[[str], object]) -> None:
+        self._state_listeners.append(callback)
+
+    def remove_state_listener(self, callback: Callable[[str], object]) -> None:
+        self._state_listeners.remove(callback)
+
+    def on_new_session(self, callback: Callable[[], object]) -> None:
+        self._new_session_callbacks.append(callback)
+
+    def _notify(self, state: str) -> None:
+        for listener in list(self._state_listeners):
+            listener(state)
+
+    # session faults for tests
+
+    def disconnect(self) -> None:
+        """Drop the connection, keeping the session: C{SUSPENDED}; ops fail until L{reconnect}."""
+        self._connected = False
+        self._notify("SUSPENDED")
+
+    def reconnect(self) -> None:
+        """Reconnect within the same session: C{CONNECTED}; watches re-read."""
+        self._connected = True
+        self._notify("CONNECTED")
+        for watch in list(self._watches):
+            watch._refresh()
+
+    def expire_session(self) -> None:
+        """
+        Expire the session as the server would: its ephemeral nodes vanish
+        (watchers of other sessions fire), this client sees C{LOST}, then
+        reconnects with a new session: C{CONNECTED}, watches re-read, and the
+        L{on_new_session} callbacks run.
+        """
+        old = self._session
+        self._connected = False
+        if old is not None:
+            self.server.expire(old)
+        self._notify("LOST")
+        self._session = self.server.new_session_id()
+        self._connected = True
+        self._notify("CONNECTED")
+        for watch in list(self._watches):
+            watch._refresh()
+        for callback in list(self._new_session_callbacks):
+            callback()
+
+    def expire_session_for_testing(self) -> Deferred:
+        """The real client's name for L{expire_session}."""
+        self.expire_session()
+        return succeed(None)
+
+    # operations
+
+    def _op(self, fn: Callable[[], Any]) -> Deferred:
+        if not self._connected:
+            return fail(ZooKeeperUnavailableError("not connected (fake)"))
+        try:
+            return succeed(fn())
+        except ZooKeeperError as e:
+            return fail(e)
+
+    def create(
+        self, path: str, value: bytes = b"", ephemeral: bool = False, sequence: bool = False, makepath: bool = False
+    ) -> Deferred:
+        if not isinstance(value, bytes):
+            raise TypeError(f"value must be bytes, not {type(value).__name__}")
+        owner = self._session if ephemeral else 0
+        return self._op(lambda: self._rel(self.server.create(self._abs(path), value, owner or 0, sequence, makepath)))
+
+    def ensure_path(self, path: str) -> Deferred:
+        def go() -> None:
+            if self.server._lookup(self._abs(path)) is None:
+                self.server.create(self._abs(path), b"", 0, False, True)
+
+        return self._op(go)
+
+    def get(self, path: str) -> Deferred:
+        def go() -> tuple[bytes, ZnodeStat]:
+            node = self.server._lookup(self._abs(path))
+            if node is None:
+                raise NoNodeError(path)
+            return node.data, node.stat
+
+        return self._op(go)
+
+    def get_children(self, path: str) -> Deferred:
+        def go() -> list[str]:
+            node = self.server._lookup(self._abs(path))
+            if node is None:
+                raise NoNodeError(path)
+            return sorted(node.children)
+
+        return self._op(go)
+
+    def exists(self, path: str) -> Deferred:
+        def go() -> ZnodeStat | None:
+            node = self.server._lookup(self._abs(path))
+            return None if node is None else node.stat
+
+        return self._op(go)
+
+    def set(self, path: str, value: bytes, version: int = -1) -> Deferred:
+        if not isinstance(value, bytes):
+            raise TypeError(f"value must be bytes, not {type(value).__name__}")
+        return self._op(lambda: self.server.set(self._abs(path), value, version))
+
+    def delete(self, path: str, recursive: bool = False, version: int = -1) -> Deferred:
+        return self._op(lambda: self.server.delete(self._abs(path), version, recursive))
+
+    def watch_children(self, path: str, callback: Callable[[list[str]], object]) -> Deferred:
+        return self._watch(path, "children", callback)
+
+    def watch_data(self, path: str, callback: Callable[[bytes | None], object]) -> Deferred:
+        return self._watch(path, "data", callback)
+
+    def _watch(self, path: str, kind: str, callback: Callable[[Any], object]) -> Deferred:
+        if not self._connected:
+            return fail(ZooKeeperUnavailableError("not connected (fake)"))
+        watch = FakeWatch(self, path, kind, callback)
+        self._watches.add(watch)
+        watch._refresh()
+        return succeed(watch)

@@ -1,0 +1,45 @@
+"""
+ZooKeeper coordination (DESIGN.md D5, D6): the kazoo bridge, the embedded
+server, and Kafka's registries.
+"""
+
+from kafkatw.zookeeper.bridge import (
+    BadVersionError,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+    ZnodeStat,
+    ZooKeeperClient,
+    ZooKeeperError,
+    ZooKeeperUnavailableError,
+    parse_connect_string,
+)
+from kafkatw.zookeeper.embedded import EmbeddedZooKeeperService, find_free_port
+from kafkatw.zookeeper.registry import (
+    BrokerIdInUseError,
+    BrokerInfo,
+    PartitionState,
+    Registry,
+    TopicAssignment,
+    assign_replicas,
+)
+
+__all__ = [
+    "BadVersionError",
+    "NodeExistsError",
+    "NoNodeError",
+    "NotEmptyError",
+    "ZnodeStat",
+    "ZooKeeperClient",
+    "ZooKeeperError",
+    "ZooKeeperUnavailableError",
+    "parse_connect_string",
+    "EmbeddedZooKeeperService",
+    "find_free_port",
+    "BrokerIdInUseError",
+    "BrokerInfo",
+    "PartitionState",
+    "Registry",
+    "TopicAssignment",
+    "assign_replicas",
+]

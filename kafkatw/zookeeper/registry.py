@@ -1,0 +1,635 @@
+"""
+The paper's registries in ZooKeeper, laid out as Kafka 0.8-2.x lays them out
+(DESIGN.md D6), under the client's chroot (default C{/kafkatw})::
+
+    /brokers/ids/<id>                          ephemeral  broker registration (JSON v5)
+    /brokers/topics/<topic>                    persistent partition -> replicas (JSON v3, topic_id)
+    /brokers/topics/<topic>/partitions/<p>/state  persistent leader, leader_epoch, isr
+    /config/topics/<topic>                     persistent topic config overrides
+    /controller                                ephemeral  controller's broker id
+    /controller_epoch                          persistent controller epoch (decimal)
+    /latest_producer_id_block                  persistent last producer-id block handed out
+
+The JSON is byte-for-byte the shape Kafka's C{kafka.zk.ZkData} writes (Kafka 3.0
+source): e.g. a broker::
+
+    {"version":5,"host":"h","port":9092,"endpoints":["PLAINTEXT://h:9092"],
+     "listener_security_protocol_map":{"PLAINTEXT":"PLAINTEXT"},"jmx_port":-1,
+     "features":{},"timestamp":"1700000000000"}     (+ "rack":"r" when set)
+
+and a topic (C{topic_id} is the Kafka C{Uuid} string: URL-safe base64 of the 16
+bytes, unpadded)::
+
+    {"version":3,"partitions":{"0":[1,2]},"adding_replicas":{},"removing_replicas":{},
+     "topic_id":"..."}
+
+Topic deletion: Kafka 0.8+ writes C{/admin/delete_topics/<topic>} and lets the
+controller delete; kafkatw deletes C{/brokers/topics/<topic>} and
+C{/config/topics/<topic>} directly and lets watchers react (L{Registry.delete_topic}).
+
+Every method returns a L{Deferred}; the client is a
+L{kafkatw.zookeeper.bridge.ZooKeeperClient} or the fake in L{kafkatw.testing}.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import random as _random
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Callable, Coroutine
+
+from twisted.internet.defer import Deferred
+from twisted.logger import Logger
+
+from kafkatw.errors import (
+    InvalidPartitionsError,
+    InvalidReplicationFactorError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
+from kafkatw.zookeeper.bridge import BadVersionError, NodeExistsError, NoNodeError, ZooKeeperError
+
+__all__ = [
+    "Registry",
+    "BrokerInfo",
+    "TopicAssignment",
+    "PartitionState",
+    "BrokerIdInUseError",
+    "assign_replicas",
+    "topic_id_to_string",
+    "topic_id_from_string",
+    "BROKER_IDS_PATH",
+    "TOPICS_PATH",
+    "CONFIG_TOPICS_PATH",
+    "CONTROLLER_PATH",
+    "CONTROLLER_EPOCH_PATH",
+    "PRODUCER_ID_BLOCK_PATH",
+]
+
+_log = Logger()
+
+BROKER_IDS_PATH = "/brokers/ids"
+TOPICS_PATH = "/brokers/topics"
+CONFIG_TOPICS_PATH = "/config/topics"
+CONTROLLER_PATH = "/controller"
+CONTROLLER_EPOCH_PATH = "/controller_epoch"
+PRODUCER_ID_BLOCK_PATH = "/latest_producer_id_block"
+
+
+class BrokerIdInUseError(ZooKeeperError):
+    """Another live session holds C{/brokers/ids/<id>}: a second broker with this broker.id."""
+
+
+@dataclass(frozen=True)
+class BrokerInfo:
+    """A registered broker: its PLAINTEXT endpoint and rack."""
+
+    broker_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+@dataclass(frozen=True)
+class TopicAssignment:
+    """A topic's id and its partition -> replica broker ids (first is preferred leader)."""
+
+    name: str
+    topic_id: uuid.UUID
+    partitions: dict[int, list[int]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PartitionState:
+    """C{/brokers/topics/<t>/partitions/<p>/state}; C{zk_version} is the znode version (for CAS)."""
+
+    leader: int
+    leader_epoch: int
+    isr: list[int]
+    controller_epoch: int = 1
+    zk_version: int = -1
+
+
+def _now_ms() -> str:
+    return str(int(time.time() * 1000))
+
+
+def _dumps(obj: Any) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode("utf-8")
+
+
+def topic_id_to_string(topic_id: uuid.UUID) -> str:
+    """Kafka's C{Uuid.toString}: URL-safe base64 of the 16 bytes, no padding."""
+    return base64.urlsafe_b64encode(topic_id.bytes).rstrip(b"=").decode("ascii")
+
+
+def topic_id_from_string(text: str) -> uuid.UUID:
+    """Inverse of L{topic_id_to_string}."""
+    return uuid.UUID(bytes=base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
+
+
+def assign_replicas(
+    partition_count: int,
+    replication_factor: int,
+    broker_ids: list[int],
+    start_index: int | None = None,
+    start_partition_id: int = 0,
+    random: _random.Random | None = None,
+) -> dict[int, list[int]]:
+    """
+    Spread replicas over brokers as Kafka's
+    C{AdminUtils.assignReplicasToBrokersRackUnaware} does: the first replica of
+    partition I{p} on broker C{(p + start) mod n}; the others shifted by a
+    per-round increment so that replica sets differ between rounds.
+
+    @param broker_ids: live broker ids (any order; sorted here as Kafka does).
+    @param start_index: the fixed start index and initial shift; random when
+        C{None} (Kafka's C{fixedStartIndex = -1}).
+    @param start_partition_id: the first partition id (when adding partitions).
+    @return: partition id -> replica list.
+    @raise InvalidPartitionsError: C{partition_count < 1}.
+    @raise InvalidReplicationFactorError: C{replication_factor < 1} or more than
+        the number of brokers.
+    """
+    if partition_count < 1:
+        raise InvalidPartitionsError(f"number of partitions must be larger than 0, got {partition_count}")
+    if replication_factor < 1:
+        raise InvalidReplicationFactorError(f"replication factor must be larger than 0, got {replication_factor}")
+    brokers = sorted(broker_ids)
+    n = len(brokers)
+    if replication_factor > n:
+        raise InvalidReplicationFactorError(
+            f"replication factor: {replication_factor} larger than available brokers: {n}"
+        )
+    rng = random or _random.Random()
+    first_start = start_index if start_index is not None else rng.randrange(n)
+    shift = start_index if start_index is not None else rng.randrange(n)
+    assignment: dict[int, list[int]] = {}
+    partition = max(0, start_partition_id)
+    for _ in range(partition_count):
+        if partition > 0 and partition % n == 0:
+            shift += 1
+        first = (partition + first_start) % n
+        replicas = [brokers[first]]
+        for j in range(replication_factor - 1):
+            replicas.append(brokers[(first + 1 + (shift + j) % (n - 1)) % n])
+        assignment[partition] = replicas
+        partition += 1
+    return assignment
+
+
+def _deferred(coro: Coroutine[Any, Any, Any]) -> Deferred:
+    return Deferred.fromCoroutine(coro)
+
+
+class Registry:
+    """
+    Kafka's ZooKeeper registries over one ZooKeeper session.
+
+    @param client: a L{ZooKeeperClient} (or L{kafkatw.testing.FakeZooKeeperClient}),
+        started.
+    """
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self._registration: BrokerInfo | None = None
+        self._watching_sessions = False
+
+    # -- brokers --------------------------------------------------------------
+
+    @staticmethod
+    def encode_broker(host: str, port: int, rack: str | None = None, timestamp_ms: str | None = None) -> bytes:
+        """The v5 JSON of C{/brokers/ids/<id>} (Kafka's C{BrokerIdZNode.encode})."""
+        body: dict[str, Any] = {
+            "version": 5,
+            "host": host,
+            "port": port,
+            "endpoints": [f"PLAINTEXT://{host}:{port}"],
+            "listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"},
+            "jmx_port": -1,
+            "features": {},
+            "timestamp": timestamp_ms or _now_ms(),
+        }
+        if rack is not None:
+            body["rack"] = rack
+        return _dumps(body)
+
+    @staticmethod
+    def decode_broker(broker_id: int, data: bytes) -> BrokerInfo:
+        """Read any broker JSON version 1-5; the PLAINTEXT endpoint wins."""
+        body = json.loads(data)
+        host, port = body.get("host"), body.get("port")
+        for endpoint in body.get("endpoints") or []:
+            listener, _, address = endpoint.partition("://")
+            if listener == "PLAINTEXT":
+                h, _, p = address.rpartition(":")
+                host, port = h.strip("[]"), int(p)
+                break
+        return BrokerInfo(broker_id, host, int(port), body.get("rack"))
+
+    def register_broker(
+        self, broker_id: int, host: str, port: int, rack: str | None = None, reregister: bool = True
+    ) -> Deferred:
+        """
+        Create the ephemeral C{/brokers/ids/<broker_id>}.
+
+        With C{reregister}, the node is created again after each new ZooKeeper
+        session (after the old one expired), as Kafka's C{KafkaZkClient} does.
+
+        @return: a Deferred firing with the znode's L{ZnodeStat}.
+        @raise BrokerIdInUseError: another live session holds the id.
+        """
+        info = BrokerInfo(broker_id, host, port, rack)
+        if reregister:
+            self._registration = info
+            if not self._watching_sessions:
+                self._watching_sessions = True
+                self.client.on_new_session(self._reregister)
+        return _deferred(self._register(info))
+
+    def _reregister(self) -> Deferred | None:
+        if self._registration is None:
+            return None
+        _log.info("re-registering broker {id} in a new ZooKeeper session", id=self._registration.broker_id)
+        return _deferred(self._register(self._registration))
+
+    async def _register(self, info: BrokerInfo) -> Any:
+        path = f"{BROKER_IDS_PATH}/{info.broker_id}"
+        await self.client.ensure_path(BROKER_IDS_PATH)
+        data = self.encode_broker(info.host, info.port, info.rack)
+        try:
+            await self.client.create(path, data, ephemeral=True)
+        except NodeExistsError:
+            _, stat = await self.client.get(path)
+            if stat.ephemeralOwner != self.client.session_id:
+                raise BrokerIdInUseError(
+                    f"broker.id {info.broker_id} is registered by another live broker"
+                    f" (ZooKeeper session {stat.ephemeralOwner:#x}) at {path}"
+                )
+            await self.client.set(path, data)
+        _, stat = await self.client.get(path)
+        return stat
+
+    def deregister_broker(self, broker_id: int) -> Deferred:
+        """Delete C{/brokers/ids/<broker_id>} (controlled shutdown) and stop re-registering."""
+        if self._registration is not None and self._registration.broker_id == broker_id:
+            self._registration = None
+
+        async def go() -> None:
+            try:
+                await self.client.delete(f"{BROKER_IDS_PATH}/{broker_id}")
+            except NoNodeError:
+                pass
+
+        return _deferred(go())
+
+    def list_brokers(self) -> Deferred:
+        """@return: a Deferred firing with C{{broker_id: (host, port, rack)}}."""
+        return _deferred(self._list_brokers())
+
+    async def _list_brokers(self, ids: list[str] | None = None) -> dict[int, tuple[str, int, str | None]]:
+        if ids is None:
+            try:
+                ids = await self.client.get_children(BROKER_IDS_PATH)
+            except NoNodeError:
+                return {}
+        brokers: dict[int, tuple[str, int, str | None]] = {}
+        for name in ids:
+            try:
+                data, _ = await self.client.get(f"{BROKER_IDS_PATH}/{name}")
+            except NoNodeError:
+                continue  # went away meanwhile
+            info = self.decode_broker(int(name), data)
+            brokers[info.broker_id] = (info.host, info.port, info.rack)
+        return dict(sorted(brokers.items()))
+
+    def watch_brokers(self, callback: Callable[[dict[int, tuple[str, int, str | None]]], object]) -> Deferred:
+        """
+        Call C{callback(brokers)} (as L{list_brokers}) now and whenever a broker
+        registers or goes away.  @return: a Deferred firing with the L{Watch}.
+        """
+        return self.client.watch_children(BROKER_IDS_PATH, self._chain(lambda ids: self._list_brokers(ids), callback))
+
+    def _chain(self, fetch: Callable[[Any], Coroutine[Any, Any, Any]], callback: Callable[[Any], object]) -> Callable[[Any], None]:
+        """Run C{fetch(value)} per notification, delivering results in order."""
+        tail: list[Deferred] = [Deferred.fromCoroutine(_none())]
+
+        def on_change(value: Any) -> None:
+            def run(_: Any) -> Deferred:
+                d = _deferred(fetch(value))
+                d.addCallback(callback)
+                d.addErrback(lambda f: _log.failure("registry watch callback failed", f))
+                return d
+
+            tail[0] = tail[0].addCallback(run)
+
+        return on_change
+
+    # -- topics ---------------------------------------------------------------
+
+    @staticmethod
+    def encode_topic(topic_id: uuid.UUID, partitions: dict[int, list[int]]) -> bytes:
+        """The JSON of C{/brokers/topics/<topic>} (Kafka's C{TopicZNode.encode}, v3)."""
+        return _dumps(
+            {
+                "version": 3,
+                "partitions": {str(p): list(r) for p, r in sorted(partitions.items())},
+                "adding_replicas": {},
+                "removing_replicas": {},
+                "topic_id": topic_id_to_string(topic_id),
+            }
+        )
+
+    @staticmethod
+    def decode_topic(name: str, data: bytes) -> TopicAssignment:
+        body = json.loads(data)
+        text = body.get("topic_id")
+        topic_id = topic_id_from_string(text) if text else uuid.UUID(int=0)
+        partitions = {int(p): list(r) for p, r in (body.get("partitions") or {}).items()}
+        return TopicAssignment(name, topic_id, dict(sorted(partitions.items())))
+
+    def create_topic(
+        self,
+        name: str,
+        assignment: dict[int, list[int]],
+        config: dict[str, str] | None = None,
+        topic_id: uuid.UUID | None = None,
+    ) -> Deferred:
+        """
+        Create a topic as Kafka's C{AdminZkClient.createTopicWithAssignment}
+        does: C{/config/topics/<name>} first, then C{/brokers/topics/<name>}.
+
+        @return: a Deferred firing with the L{TopicAssignment}.
+        @raise TopicAlreadyExistsError: the topic exists.
+        """
+        if not assignment:
+            return _deferred(_raise(InvalidPartitionsError(f"topic {name!r}: no partitions")))
+        return _deferred(self._create_topic(name, assignment, config or {}, topic_id or uuid.uuid4()))
+
+    async def _create_topic(
+        self, name: str, assignment: dict[int, list[int]], config: dict[str, str], topic_id: uuid.UUID
+    ) -> TopicAssignment:
+        topic_path = f"{TOPICS_PATH}/{name}"
+        if await self.client.exists(topic_path) is not None:
+            raise TopicAlreadyExistsError(f"Topic '{name}' already exists.")
+        config_data = _dumps({"version": 1, "config": dict(config)})
+        config_path = f"{CONFIG_TOPICS_PATH}/{name}"
+        try:
+            await self.client.create(config_path, config_data, makepath=True)
+        except NodeExistsError:
+            await self.client.set(config_path, config_data)  # left over from a deleted topic
+        await self.client.ensure_path(TOPICS_PATH)
+        try:
+            await self.client.create(topic_path, self.encode_topic(topic_id, assignment))
+        except NodeExistsError:
+            raise TopicAlreadyExistsError(f"Topic '{name}' already exists.")
+        return TopicAssignment(name, topic_id, {p: list(r) for p, r in sorted(assignment.items())})
+
+    def get_topic(self, name: str) -> Deferred:
+        """@return: a Deferred firing with the L{TopicAssignment}; L{UnknownTopicOrPartitionError}."""
+
+        async def go() -> TopicAssignment:
+            try:
+                data, _ = await self.client.get(f"{TOPICS_PATH}/{name}")
+            except NoNodeError:
+                raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+            return self.decode_topic(name, data)
+
+        return _deferred(go())
+
+    def list_topics(self) -> Deferred:
+        """@return: a Deferred firing with the sorted topic names."""
+
+        async def go() -> list[str]:
+            try:
+                return sorted(await self.client.get_children(TOPICS_PATH))
+            except NoNodeError:
+                return []
+
+        return _deferred(go())
+
+    def watch_topics(self, callback: Callable[[list[str]], object]) -> Deferred:
+        """Call C{callback(sorted topic names)} now and on every topic creation/deletion."""
+        return self.client.watch_children(TOPICS_PATH, lambda names: callback(sorted(names)))
+
+    def watch_topic(self, name: str, callback: Callable[[TopicAssignment | None], object]) -> Deferred:
+        """Call C{callback(TopicAssignment | None)} now and whenever the topic's assignment changes."""
+        return self.client.watch_data(
+            f"{TOPICS_PATH}/{name}", lambda data: callback(None if data is None else self.decode_topic(name, data))
+        )
+
+    def get_topic_config(self, name: str) -> Deferred:
+        """@return: a Deferred firing with the overrides C{{key: value}} ({} when none)."""
+
+        async def go() -> dict[str, str]:
+            try:
+                data, _ = await self.client.get(f"{CONFIG_TOPICS_PATH}/{name}")
+            except NoNodeError:
+                return {}
+            return dict(json.loads(data).get("config") or {}) if data else {}
+
+        return _deferred(go())
+
+    def set_topic_config(self, name: str, config: dict[str, str]) -> Deferred:
+        """Replace the topic's overrides (Kafka's C{/config/topics/<topic>} v1)."""
+
+        async def go() -> None:
+            data = _dumps({"version": 1, "config": dict(config)})
+            path = f"{CONFIG_TOPICS_PATH}/{name}"
+            try:
+                await self.client.set(path, data)
+            except NoNodeError:
+                await self.client.create(path, data, makepath=True)
+
+        return _deferred(go())
+
+    def delete_topic(self, name: str) -> Deferred:
+        """
+        Delete C{/brokers/topics/<name>} (with its partition states) and
+        C{/config/topics/<name>}.  Kafka instead marks
+        C{/admin/delete_topics/<name>} for the controller; here watchers of the
+        topic see it vanish and brokers delete their logs.
+
+        @raise UnknownTopicOrPartitionError: no such topic.
+        """
+
+        async def go() -> None:
+            path = f"{TOPICS_PATH}/{name}"
+            if await self.client.exists(path) is None:
+                raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+            await self.client.delete(path, recursive=True)
+            await self.client.delete(f"{CONFIG_TOPICS_PATH}/{name}", recursive=True)
+
+        return _deferred(go())
+
+    # -- partition state ------------------------------------------------------
+
+    @staticmethod
+    def encode_partition_state(leader: int, leader_epoch: int, isr: list[int], controller_epoch: int = 1) -> bytes:
+        """Kafka's C{TopicPartitionStateZNode.encode}."""
+        return _dumps(
+            {
+                "version": 1,
+                "leader": leader,
+                "leader_epoch": leader_epoch,
+                "controller_epoch": controller_epoch,
+                "isr": list(isr),
+            }
+        )
+
+    def set_partition_state(
+        self,
+        topic: str,
+        partition: int,
+        leader: int,
+        leader_epoch: int,
+        isr: list[int],
+        controller_epoch: int = 1,
+        expected_version: int = -1,
+    ) -> Deferred:
+        """
+        Write the partition's state (created when missing).
+
+        @param expected_version: the znode version last read (L{PartitionState.zk_version});
+            -1 writes unconditionally.
+        @return: a Deferred firing with the new znode version.
+        @raise BadVersionError: another writer changed it since.
+        """
+
+        async def go() -> int:
+            path = f"{TOPICS_PATH}/{topic}/partitions/{partition}/state"
+            data = self.encode_partition_state(leader, leader_epoch, isr, controller_epoch)
+            try:
+                stat = await self.client.set(path, data, version=expected_version)
+                return stat.version
+            except NoNodeError:
+                if expected_version not in (-1, 0):
+                    raise BadVersionError(f"{path} does not exist (expected version {expected_version})")
+                await self.client.create(path, data, makepath=True)
+                return 0
+
+        return _deferred(go())
+
+    def get_partition_state(self, topic: str, partition: int) -> Deferred:
+        """@return: a Deferred firing with a L{PartitionState}, or C{None} when none was written."""
+
+        async def go() -> PartitionState | None:
+            try:
+                data, stat = await self.client.get(f"{TOPICS_PATH}/{topic}/partitions/{partition}/state")
+            except NoNodeError:
+                return None
+            body = json.loads(data)
+            return PartitionState(
+                body["leader"], body["leader_epoch"], list(body["isr"]), body.get("controller_epoch", 1), stat.version
+            )
+
+        return _deferred(go())
+
+    # -- producer ids -----------------------------------------------------------
+
+    def allocate_producer_id_block(self, broker_id: int, block_size: int = 1000) -> Deferred:
+        """
+        Claim the next block of producer ids, as Kafka's
+        C{ZkProducerIdManager}: read C{/latest_producer_id_block}, write the
+        following block conditionally on the version read, retry on conflict.
+
+        @return: a Deferred firing with C{(start, end)}, both inclusive.
+        """
+
+        async def go() -> tuple[int, int]:
+            while True:
+                try:
+                    data, stat = await self.client.get(PRODUCER_ID_BLOCK_PATH)
+                except NoNodeError:
+                    data, stat = b"", None
+                if data:
+                    start = int(json.loads(data)["block_end"]) + 1
+                else:
+                    start = 0
+                end = start + block_size - 1
+                body = _dumps({"version": 1, "broker": broker_id, "block_start": str(start), "block_end": str(end)})
+                try:
+                    if stat is None:
+                        await self.client.create(PRODUCER_ID_BLOCK_PATH, body)
+                    else:
+                        await self.client.set(PRODUCER_ID_BLOCK_PATH, body, version=stat.version)
+                except (BadVersionError, NodeExistsError):
+                    continue
+                return start, end
+
+        return _deferred(go())
+
+    # -- controller -------------------------------------------------------------
+
+    def elect_controller(self, broker_id: int) -> Deferred:
+        """
+        Try to become controller: create the ephemeral C{/controller}; on success
+        increment C{/controller_epoch} (Kafka's
+        C{KafkaController.elect}).
+
+        @return: a Deferred firing with C{True} when elected (also when this
+            session already holds C{/controller} for C{broker_id}).
+        """
+
+        async def go() -> bool:
+            data = _dumps({"version": 1, "brokerid": broker_id, "timestamp": _now_ms()})
+            try:
+                await self.client.create(CONTROLLER_PATH, data, ephemeral=True)
+            except NodeExistsError:
+                try:
+                    existing, stat = await self.client.get(CONTROLLER_PATH)
+                except NoNodeError:
+                    return await go()  # vanished meanwhile: try again
+                return (
+                    json.loads(existing)["brokerid"] == broker_id and stat.ephemeralOwner == self.client.session_id
+                )
+            await self._bump_controller_epoch()
+            return True
+
+        return _deferred(go())
+
+    async def _bump_controller_epoch(self) -> int:
+        while True:
+            try:
+                data, stat = await self.client.get(CONTROLLER_EPOCH_PATH)
+            except NoNodeError:
+                try:
+                    await self.client.create(CONTROLLER_EPOCH_PATH, b"1")
+                    return 1
+                except NodeExistsError:
+                    continue
+            epoch = int(data.decode("ascii") or 0) + 1
+            try:
+                await self.client.set(CONTROLLER_EPOCH_PATH, str(epoch).encode("ascii"), version=stat.version)
+                return epoch
+            except BadVersionError:
+                continue
+
+    def get_controller_epoch(self) -> Deferred:
+        """@return: a Deferred firing with the controller epoch (0 before any election)."""
+
+        async def go() -> int:
+            try:
+                data, _ = await self.client.get(CONTROLLER_EPOCH_PATH)
+            except NoNodeError:
+                return 0
+            return int(data.decode("ascii") or 0)
+
+        return _deferred(go())
+
+    def watch_controller(self, callback: Callable[[int | None], object]) -> Deferred:
+        """Call C{callback(controller broker id | None)} now and on every change."""
+        return self.client.watch_data(
+            CONTROLLER_PATH, lambda data: callback(None if not data else int(json.loads(data)["brokerid"]))
+        )
+
+
+async def _none() -> None:
+    return None
+
+
+async def _raise(exc: BaseException) -> Any:
+    raise exc

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs everything kafkatw needs on a fresh Debian 12 machine: ZooKeeper, kcat, Java (for
+# ZooKeeper), and a virtual environment at .venv with kafkatw and its test extras.
+# Safe to run again: it skips what is already there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+need_apt=()
+[ -f /usr/share/java/zookeeper.jar ] || need_apt+=(zookeeper)
+command -v kcat >/dev/null 2>&1 || need_apt+=(kcat)
+command -v java >/dev/null 2>&1 || need_apt+=(default-jre-headless)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  SUDO=""
+  [ "$(id -u)" = 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+PYTHON=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+.venv/bin/pip install -q --upgrade pip >/dev/null
+.venv/bin/pip install -q -e ".[test${KAFKATW_EXTRAS:+,$KAFKATW_EXTRAS}]"
+echo "kafkatw set up: $(.venv/bin/python -c 'import kafkatw; print(kafkatw.__version__)') in .venv"

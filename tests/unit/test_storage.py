@@ -1,0 +1,581 @@
+"""
+Tests for L{kafkatw.storage}: indexes, segments, partition logs, producer
+state, the log manager.  Real files in temporary directories; time injected.
+"""
+
+import os
+import shutil
+import tempfile
+
+from hypothesis import given, settings, HealthCheck
+from hypothesis import strategies as st
+from kafka.record.default_records import DefaultRecordBatch
+from twisted.trial import unittest
+
+from kafkatw.errors import (
+    CorruptRecordError,
+    InvalidProducerEpochError,
+    OffsetOutOfRangeError,
+    OutOfOrderSequenceError,
+    RecordTooLargeError,
+)
+from kafkatw.protocol.batch import build_batch, parse_batch_headers
+from kafkatw.storage.index import OffsetIndex, TimeIndex
+from kafkatw.storage.log import FILE_DELETE_DELAY_MS, LogConfig, PartitionLog
+from kafkatw.storage.log_manager import (
+    CHECKPOINT_FILE,
+    CLEAN_SHUTDOWN_FILE,
+    LogManager,
+    read_checkpoint,
+    write_checkpoint,
+)
+from kafkatw.storage.producer_state import increment_sequence
+
+
+class TestCase(unittest.TestCase):
+    """
+    trial's TestCase whose L{mktemp} is under the system temporary directory:
+    under pytest, trial's own mktemp writes into the working directory.
+    """
+
+    def mktemp(self):
+        if not hasattr(self, "_tmp_root"):
+            self._tmp_root = tempfile.mkdtemp(prefix="kafkatw-test-")
+            self.addCleanup(shutil.rmtree, self._tmp_root, True)
+        return tempfile.mktemp(dir=self._tmp_root)
+
+
+class Clock:
+    def __init__(self, now_ms=1_000_000):
+        self.now = now_ms
+
+    def __call__(self):
+        return self.now
+
+
+def batch(n=1, size=10, ts=1_000_000, **kw):
+    return build_batch([(b"k%d" % i, b"v" * size) for i in range(n)], timestamp_ms=ts, **kw)
+
+
+def region_bytes(regions):
+    return b"".join(os.pread(r.fileno, r.length, r.position) for r in regions)
+
+
+def read_offsets(log, offset, max_bytes=1 << 30, max_offset=None):
+    """Every record offset in the batches read from C{offset}."""
+    data = region_bytes(log.read(offset, max_bytes, max_offset))
+    if not data:
+        return []
+    return [h.base_offset + i for h in parse_batch_headers(data) for i in range(h.record_count)]
+
+
+class LogTestMixin:
+    def make_log(self, path=None, clean=False, recovery_point=0, **config):
+        path = path or self.mktemp()
+        self.clock = getattr(self, "clock", None) or Clock()
+        log = PartitionLog(path, "topic", 0, LogConfig(**config), recovery_point=recovery_point,
+                           clean_shutdown=clean, now_ms=self.clock)
+        return log
+
+
+class IndexTests(TestCase):
+    def test_offset_index_lookup_truncate_reload(self):
+        path = self.mktemp()
+        index = OffsetIndex(path, 100)
+        for i in range(10):
+            index.append(100 + i * 10, i * 1000)
+        self.assertEqual(index.lookup(99), (100, 0))
+        self.assertEqual(index.lookup(135), (130, 3000))
+        self.assertEqual(index.lookup(10_000), (190, 9000))
+        self.assertEqual(index.floor_position(4500), 4000)
+        index.truncate_to(150)
+        self.assertEqual(len(index), 5)
+        index.close()
+        again = OffsetIndex(path, 100)
+        again.load()
+        again.sanity_check(10_000)
+        self.assertEqual(again.last_entry, (140, 4000))
+        self.assertEqual(os.path.getsize(path), 40)
+        again.close()
+
+    def test_time_index(self):
+        path = self.mktemp()
+        index = TimeIndex(path, 0)
+        index.maybe_append(10, 0)
+        index.maybe_append(10, 5)  # not growing: skipped
+        index.maybe_append(20, 8)
+        self.assertEqual(len(index), 2)
+        self.assertEqual(index.lookup_before(10), 0)
+        self.assertEqual(index.lookup_before(15), 0)
+        self.assertEqual(index.lookup_before(21), 8)
+        index.flush()
+        again = TimeIndex(path, 0)
+        again.load()
+        self.assertEqual(again.last_entry, (20, 8))
+        index.close()
+        again.close()
+
+
+class AppendReadTests(LogTestMixin, TestCase):
+    def test_offsets_consecutive_across_batches(self):
+        log = self.make_log()
+        r1 = log.append(batch(3), leader_epoch=4)
+        r2 = log.append(batch(1) + batch(2), leader_epoch=4)
+        self.assertEqual((r1.base_offset, r1.last_offset, r1.record_count), (0, 2, 3))
+        self.assertEqual((r2.base_offset, r2.last_offset, r2.record_count), (3, 5, 3))
+        self.assertEqual(r2.log_append_time_ms, -1)
+        self.assertFalse(r2.duplicate)
+        self.assertEqual((log.log_end_offset, log.high_watermark), (6, 6))
+        self.assertEqual(read_offsets(log, 0), list(range(6)))
+
+    def test_read_returns_stored_batches_patched(self):
+        """The regions' bytes are the appended batches with base offset and epoch patched, CRC intact."""
+        log = self.make_log()
+        raw = [batch(2, ts=5), batch(3, ts=6)]
+        for b in raw:
+            log.append(b, leader_epoch=9)
+        data = region_bytes(log.read(0, 1 << 20))
+        self.assertEqual(len(data), sum(map(len, raw)))
+        first = DefaultRecordBatch(data[:len(raw[0])])
+        second = DefaultRecordBatch(data[len(raw[0]):])
+        self.assertTrue(first.validate_crc() and second.validate_crc())
+        self.assertEqual([r.offset for r in second], [2, 3, 4])
+        self.assertEqual(data[len(raw[0]) + 16:], raw[1][16:])  # only bytes 0-7 and 12-15 changed
+        self.assertEqual(parse_batch_headers(data)[1].partition_leader_epoch, 9)
+
+    def test_corrupt_crc_appends_nothing(self):
+        log = self.make_log()
+        log.append(batch(1), 0)
+        bad = bytearray(batch(2))
+        bad[-1] ^= 0x55
+        self.assertRaises(CorruptRecordError, log.append, batch(1) + bytes(bad), 0)
+        self.assertEqual(log.log_end_offset, 1)
+        self.assertEqual(log.size_bytes, len(batch(1)))
+
+    def test_too_large(self):
+        log = self.make_log(max_message_bytes=200)
+        self.assertRaises(RecordTooLargeError, log.append, batch(1, size=500), 0)
+        self.assertEqual(log.log_end_offset, 0)
+
+    def test_roll_by_size(self):
+        one = batch(1, size=100)
+        log = self.make_log(segment_bytes=len(one) * 3)
+        for _ in range(10):
+            log.append(one, 0)
+        self.assertEqual([s.base_offset for s in log.segments], [0, 3, 6, 9])
+        self.assertTrue(all(s.size_bytes <= len(one) * 3 for s in log.segments))
+        self.assertEqual(sorted(n for n in os.listdir(log.directory) if n.endswith(".log"))[1],
+                         "00000000000000000003.log")
+        self.assertEqual(read_offsets(log, 0), list(range(10)))
+
+    def test_roll_by_time(self):
+        log = self.make_log(segment_ms=1000)
+        log.append(batch(1), 0)
+        self.clock.now += 500
+        log.append(batch(1), 0)
+        self.assertEqual(len(log.segments), 1)
+        self.clock.now += 600
+        log.append(batch(1), 0)
+        self.assertEqual([s.base_offset for s in log.segments], [0, 2])
+
+    def test_roll_when_index_full(self):
+        log = self.make_log(index_interval_bytes=1, segment_index_bytes=8 * 2)
+        for _ in range(8):
+            log.append(batch(1), 0)
+        self.assertGreater(len(log.segments), 1)
+        self.assertEqual(read_offsets(log, 0), list(range(8)))
+
+    def test_index_lookup_middle_of_many_segments(self):
+        log = self.make_log(segment_bytes=4000, index_interval_bytes=200)
+        for i in range(300):
+            log.append(batch(2, size=30, ts=1_000_000 + i), 0)
+        self.assertGreater(len(log.segments), 10)
+        for offset in (0, 1, 137, 301, 302, 450, 599):
+            regions = log.read(offset, 1)  # one batch (KIP-74)
+            (h,) = parse_batch_headers(region_bytes(regions))
+            self.assertTrue(h.base_offset <= offset <= h.last_offset, (offset, h))
+            self.assertEqual(h.base_offset, offset - offset % 2)
+
+    def test_max_bytes_whole_batches_and_kip74(self):
+        one = batch(1, size=100)
+        log = self.make_log()
+        for _ in range(5):
+            log.append(one, 0)
+        self.assertEqual(read_offsets(log, 0, max_bytes=len(one) * 2 + 10), [0, 1])
+        self.assertEqual(read_offsets(log, 0, max_bytes=10), [0])  # first batch even if bigger
+        big = batch(1, size=5000)
+        log.append(big, 0)
+        self.assertEqual(read_offsets(log, 5, max_bytes=100), [5])
+        self.assertEqual(read_offsets(log, 4, max_bytes=len(one) + 100), [4])
+
+    def test_read_across_segments(self):
+        one = batch(1, size=100)
+        log = self.make_log(segment_bytes=len(one) * 2)
+        for _ in range(6):
+            log.append(one, 0)
+        regions = log.read(1, 1 << 20)
+        self.assertEqual(len(regions), 3)
+        self.assertEqual(read_offsets(log, 1), [1, 2, 3, 4, 5])
+
+    def test_max_offset(self):
+        log = self.make_log()
+        for _ in range(5):
+            log.append(batch(2), 0)
+        self.assertEqual(read_offsets(log, 0, max_offset=6), list(range(6)))
+        self.assertEqual(read_offsets(log, 6, max_offset=6), [])
+        log.high_watermark = 4
+        self.assertEqual(read_offsets(log, 1, max_offset=log.high_watermark), [0, 1, 2, 3])
+
+    def test_offset_out_of_range(self):
+        log = self.make_log()
+        log.append(batch(3), 0)
+        self.assertEqual(log.read(3, 100), [])
+        self.assertRaises(OffsetOutOfRangeError, log.read, 4, 100)
+        self.assertRaises(OffsetOutOfRangeError, log.read, -1, 100)
+
+    def test_offset_for_timestamp(self):
+        log = self.make_log(segment_bytes=300, index_interval_bytes=100)
+        for i in range(20):
+            log.append(batch(2, ts=1000 + 10 * i), 0)
+        self.assertEqual(log.offset_for_timestamp(0), (0, 1000))
+        self.assertEqual(log.offset_for_timestamp(1055), (12, 1060))
+        self.assertEqual(log.offset_for_timestamp(1190), (38, 1190))
+        self.assertIsNone(log.offset_for_timestamp(1191))
+
+    def test_log_append_time(self):
+        log = self.make_log(message_timestamp_type="LogAppendTime")
+        self.clock.now = 777_000
+        result = log.append(batch(1, ts=5), 0)
+        self.assertEqual(result.log_append_time_ms, 777_000)
+        self.assertEqual(log.offset_for_timestamp(700_000), (0, 777_000))
+
+    def test_flush_messages(self):
+        log = self.make_log(flush_messages=3)
+        log.append(batch(2), 0)
+        self.assertEqual(log.recovery_point, 0)
+        log.append(batch(1), 0)
+        self.assertEqual(log.recovery_point, 3)
+
+    def test_flush_ms(self):
+        log = self.make_log(flush_ms=1000)
+        log.append(batch(2), 0)
+        self.assertFalse(log.maybe_flush(self.clock.now + 999))
+        self.assertTrue(log.maybe_flush(self.clock.now + 1000))
+        self.assertEqual(log.recovery_point, 2)
+
+    def test_truncate_to(self):
+        log = self.make_log(segment_bytes=300)
+        for _ in range(10):
+            log.append(batch(2), 0)
+        log.truncate_to(9)  # mid-batch: the batch holding 8..9 goes too
+        self.assertEqual(log.log_end_offset, 8)
+        self.assertEqual(log.append(batch(1), 0).base_offset, 8)
+        self.assertEqual(read_offsets(log, 0), list(range(9)))
+        log.truncate_to(0)
+        self.assertEqual((log.log_start_offset, log.log_end_offset), (0, 0))
+
+    @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(sizes=st.lists(st.tuples(st.integers(1, 5), st.integers(0, 400)), min_size=1, max_size=40),
+           segment_bytes=st.integers(100, 3000), interval=st.integers(1, 1000))
+    def test_property_every_offset_readable(self, sizes, segment_bytes, interval):
+        log = self.make_log(path=self.mktemp(), segment_bytes=segment_bytes, index_interval_bytes=interval)
+        expected = 0
+        for count, size in sizes:
+            result = log.append(batch(count, size=size), 0)
+            self.assertEqual(result.base_offset, expected)
+            expected += count
+        self.assertEqual(read_offsets(log, 0), list(range(expected)))
+        for offset in range(expected):
+            data = region_bytes(log.read(offset, 1))
+            (h,) = parse_batch_headers(data)
+            self.assertTrue(h.base_offset <= offset <= h.last_offset)
+        log.close()
+        reopened = self.make_log(path=log.directory, clean=True, segment_bytes=segment_bytes,
+                                 index_interval_bytes=interval)
+        self.assertEqual(reopened.log_end_offset, expected)
+        self.assertEqual(read_offsets(reopened, 0), list(range(expected)))
+        reopened.close()
+
+
+class RetentionTests(LogTestMixin, TestCase):
+    def test_retention_by_time(self):
+        one = batch(1, size=100)
+        log = self.make_log(segment_bytes=len(one) * 2, retention_ms=10_000)
+        for i in range(6):
+            log.append(batch(1, size=100, ts=1000 * i), 0)
+        self.assertEqual(len(log.segments), 3)  # [0,1] [2,3] [4,5]
+        self.assertEqual(log.apply_retention(11_000), 0)  # Kafka: deleted when now - max ts > retention.ms
+        self.assertEqual(log.apply_retention(11_001), 1)
+        self.assertEqual(log.log_start_offset, 2)
+        self.assertEqual(log.apply_retention(1_000_000), 1)  # never the active segment
+        self.assertEqual(log.log_start_offset, 4)
+        self.assertRaises(OffsetOutOfRangeError, log.read, 3, 100)
+        self.assertEqual(read_offsets(log, 4), [4, 5])
+
+    def test_retention_by_bytes(self):
+        one = batch(1, size=100)
+        log = self.make_log(segment_bytes=len(one) * 2, retention_bytes=len(one) * 3, retention_ms=-1)
+        for _ in range(7):
+            log.append(one, 0)
+        self.assertEqual(log.apply_retention(self.clock.now), 2)
+        self.assertEqual(log.log_start_offset, 4)
+        self.assertEqual(log.size_bytes, len(one) * 3)
+
+    def test_deleted_segment_regions_stay_readable(self):
+        one = batch(1, size=100)
+        log = self.make_log(segment_bytes=len(one), retention_bytes=0, retention_ms=-1)
+        log.append(one, 0)
+        log.append(one, 0)
+        regions = log.read(0, 1 << 20)
+        log.apply_retention(0)
+        self.assertFalse(os.path.exists(regions[0].path))
+        self.assertEqual(len(region_bytes(regions[:1])), len(one))
+        self.assertEqual(len(log._graveyard), 1)
+        log.apply_retention(FILE_DELETE_DELAY_MS)
+        self.assertEqual(log._graveyard, [])
+        log.close()
+
+
+class RecoveryTests(LogTestMixin, TestCase):
+    def fill(self, **config):
+        log = self.make_log(segment_bytes=600, index_interval_bytes=100, **config)
+        for _ in range(10):
+            log.append(batch(2, size=40), 0)
+        path, leo = log.directory, log.log_end_offset
+        log.close()
+        last = sorted(n for n in os.listdir(path) if n.endswith(".log"))[-1]
+        return path, os.path.join(path, last), leo
+
+    def assert_recovered_to(self, path, leo, **kw):
+        log = self.make_log(path=path, segment_bytes=600, index_interval_bytes=100, **kw)
+        self.assertEqual(log.log_end_offset, leo)
+        self.assertEqual(read_offsets(log, 0), list(range(leo)))
+        self.assertEqual(log.append(batch(1), 0).base_offset, leo)
+        self.assertEqual(read_offsets(log, 0), list(range(leo + 1)))
+        return log
+
+    def test_torn_tail(self):
+        path, last, leo = self.fill()
+        os.truncate(last, os.path.getsize(last) - 5)
+        self.assert_recovered_to(path, leo - 2)
+
+    def test_garbage_appended(self):
+        path, last, leo = self.fill()
+        with open(last, "ab") as f:
+            f.write(os.urandom(20) + b"\x00" * 100)
+        log = self.assert_recovered_to(path, leo)
+        self.assertEqual(log.recovered_segments, len(log.segments))
+
+    def test_flipped_byte_in_last_batch(self):
+        path, last, leo = self.fill()
+        with open(last, "r+b") as f:
+            f.seek(os.path.getsize(last) - 3)
+            c = f.read(1)
+            f.seek(-1, 1)
+            f.write(bytes([c[0] ^ 0xFF]))
+        self.assert_recovered_to(path, leo - 2)
+
+    def test_recovery_point_trusts_earlier_segments(self):
+        path, last, leo = self.fill()
+        log = self.make_log(path=path, recovery_point=leo - 2, segment_bytes=600, index_interval_bytes=100)
+        self.assertEqual(log.recovered_segments, 1)
+        self.assertEqual(log.log_end_offset, leo)
+
+    def test_index_deleted_rebuilt(self):
+        path, last, leo = self.fill()
+        first_index = os.path.join(path, "00000000000000000000.index")
+        entries = os.path.getsize(first_index)
+        self.assertGreater(entries, 0)
+        os.unlink(first_index)
+        os.unlink(os.path.join(path, "00000000000000000000.timeindex"))
+        log = self.make_log(path=path, clean=True, segment_bytes=600, index_interval_bytes=100)
+        self.assertEqual(log.log_end_offset, leo)
+        self.assertEqual(len(log.segments[0].offset_index) * 8, entries)
+        self.assertEqual(read_offsets(log, 3, max_bytes=1), [2, 3])
+        log.close()
+        self.assertEqual(os.path.getsize(first_index), entries)
+
+    def test_corrupt_index_rebuilt(self):
+        path, last, leo = self.fill()
+        first_index = os.path.join(path, "00000000000000000000.index")
+        with open(first_index, "ab") as f:
+            f.write(b"\x01\x02\x03")
+        log = self.make_log(path=path, clean=True, segment_bytes=600, index_interval_bytes=100)
+        self.assertEqual(read_offsets(log, 0), list(range(leo)))
+        self.assertEqual(os.path.getsize(first_index) % 8, 0)
+
+    def test_clean_shutdown_scans_nothing(self):
+        """After a clean shutdown a CRC-corrupt last batch is kept: nothing was re-validated."""
+        path, last, leo = self.fill()
+        with open(last, "r+b") as f:
+            f.seek(os.path.getsize(last) - 3)
+            f.write(b"\xAA")
+        log = self.make_log(path=path, clean=True, segment_bytes=600, index_interval_bytes=100)
+        self.assertEqual(log.recovered_segments, 0)
+        self.assertEqual(sum(s.recovered_batches for s in log.segments), 0)
+        self.assertEqual(log.log_end_offset, leo)
+        log.close()
+        log = self.make_log(path=path, clean=False, segment_bytes=600, index_interval_bytes=100)
+        self.assertEqual(log.log_end_offset, leo - 2)
+
+
+class ProducerStateTests(LogTestMixin, TestCase):
+    def idem(self, seq, n=2, epoch=0, pid=42):
+        return batch(n, producer_id=pid, producer_epoch=epoch, base_sequence=seq)
+
+    def test_duplicate_returns_original_offsets(self):
+        log = self.make_log()
+        log.append(batch(3), 0)
+        first = log.append(self.idem(0), 0)
+        log.append(self.idem(2), 0)
+        size = log.size_bytes
+        again = log.append(self.idem(0), 0)
+        self.assertTrue(again.duplicate)
+        self.assertEqual((again.base_offset, again.last_offset), (first.base_offset, first.last_offset))
+        self.assertEqual((log.size_bytes, log.log_end_offset), (size, 7))
+
+    def test_gap(self):
+        log = self.make_log()
+        log.append(self.idem(0), 0)
+        self.assertRaises(OutOfOrderSequenceError, log.append, self.idem(3), 0)
+        self.assertEqual(log.log_end_offset, 2)
+
+    def test_gap_within_one_request_writes_nothing(self):
+        log = self.make_log()
+        self.assertRaises(OutOfOrderSequenceError, log.append, self.idem(0) + self.idem(5), 0)
+        self.assertEqual(log.log_end_offset, 0)
+        log.append(self.idem(0) + self.idem(2), 0)
+        self.assertEqual(log.log_end_offset, 4)
+
+    def test_old_epoch(self):
+        log = self.make_log()
+        log.append(self.idem(0, epoch=3), 0)
+        self.assertRaises(InvalidProducerEpochError, log.append, self.idem(2, epoch=2), 0)
+
+    def test_new_epoch_must_start_at_zero(self):
+        log = self.make_log()
+        log.append(self.idem(0, epoch=3), 0)
+        self.assertRaises(OutOfOrderSequenceError, log.append, self.idem(2, epoch=4), 0)
+        self.assertEqual(log.append(self.idem(0, epoch=4), 0).base_offset, 2)
+
+    def test_unknown_producer_any_sequence(self):
+        log = self.make_log()
+        self.assertEqual(log.append(self.idem(17), 0).base_offset, 0)
+        self.assertEqual(log.append(self.idem(19), 0).base_offset, 2)
+
+    def test_only_last_five_remembered(self):
+        log = self.make_log()
+        for i in range(6):
+            log.append(self.idem(2 * i), 0)
+        self.assertTrue(log.append(self.idem(2), 0).duplicate)
+        self.assertRaises(OutOfOrderSequenceError, log.append, self.idem(0), 0)
+
+    def test_sequence_wraps(self):
+        self.assertEqual(increment_sequence(2**31 - 1, 1), 0)
+        self.assertEqual(increment_sequence(2**31 - 2, 3), 1)
+        log = self.make_log()
+        log.append(self.idem(2**31 - 2, n=2), 0)
+        self.assertEqual(log.append(self.idem(0), 0).base_offset, 2)
+
+    def test_state_survives_reopen(self):
+        log = self.make_log(segment_bytes=300)
+        for i in range(4):
+            log.append(self.idem(2 * i), 0)
+        path = log.directory
+        log.close()
+        for clean in (True, False):
+            log = self.make_log(path=path, clean=clean, segment_bytes=300)
+            dup = log.append(self.idem(6), 0)
+            self.assertTrue(dup.duplicate)
+            self.assertEqual((dup.base_offset, dup.last_offset), (6, 7))
+            self.assertRaises(OutOfOrderSequenceError, log.append, self.idem(10), 0)
+            log.close()
+
+
+class LogManagerTests(TestCase):
+    def setUp(self):
+        self.clock = Clock()
+        self.dirs = [self.mktemp(), self.mktemp()]
+        self.config = {"segment.bytes": "1000", "index.interval.bytes": 100, "retention.ms": 10_000,
+                       "cleanup.policy": "delete"}
+
+    def manager(self):
+        m = LogManager(self.dirs, self.config, self.clock)
+        m.load()
+        return m
+
+    def test_checkpoint_round_trip(self):
+        path = self.mktemp()
+        os.makedirs(path)
+        file = os.path.join(path, CHECKPOINT_FILE)
+        offsets = {("a-b", 0): 5, ("c", 12): 0}
+        write_checkpoint(file, offsets)
+        with open(file) as f:
+            self.assertEqual(f.read(), "0\n2\na-b 0 5\nc 12 0\n")
+        self.assertEqual(read_checkpoint(file), offsets)
+        self.assertEqual(read_checkpoint(file + ".missing"), {})
+
+    def test_placement_and_clean_restart(self):
+        m = self.manager()
+        logs = [m.get_or_create("orders-eu", p, {"segment.bytes": 500}) for p in range(4)]
+        self.assertEqual(sorted(os.listdir(self.dirs[0])), ["orders-eu-0", "orders-eu-2"])
+        self.assertEqual(logs[0].config.segment_bytes, 500)
+        for log in logs:
+            for _ in range(5):
+                log.append(batch(2, size=50), 0)
+        self.assertIs(m.get("orders-eu", 1), logs[1])
+        self.assertIsNone(m.get("orders-eu", 9))
+        m.close()
+        for d in self.dirs:
+            self.assertTrue(os.path.exists(os.path.join(d, CLEAN_SHUTDOWN_FILE)))
+            self.assertEqual(set(read_checkpoint(os.path.join(d, CHECKPOINT_FILE)).values()), {10})
+        m2 = self.manager()
+        self.assertEqual(len(m2.all_logs()), 4)
+        for log in m2.all_logs():
+            self.assertEqual(log.recovered_segments, 0)
+            self.assertEqual(log.log_end_offset, 10)
+        for d in self.dirs:
+            self.assertFalse(os.path.exists(os.path.join(d, CLEAN_SHUTDOWN_FILE)))
+        m2.close()
+
+    def test_unclean_restart_recovers_from_checkpoint(self):
+        m = self.manager()
+        log = m.get_or_create("t", 0, {})
+        for _ in range(30):
+            log.append(batch(1, size=50), 0)
+        log.flush()
+        m.checkpoint_recovery_points()
+        for _ in range(3):
+            log.append(batch(1, size=50), 0)
+        segments = len(log.segments)
+        # crash: no close
+        for s in log.segments:
+            s.close()
+        m2 = self.manager()
+        log2 = m2.get("t", 0)
+        self.assertEqual(log2.log_end_offset, 33)
+        self.assertLess(log2.recovered_segments, segments)
+        self.assertGreaterEqual(log2.recovered_segments, 1)
+        m2.close()
+
+    def test_retention_flush_update_config_delete(self):
+        m = self.manager()
+        log = m.get_or_create("t", 0, {})
+        for i in range(20):
+            log.append(batch(1, size=50, ts=1000 + i), 0)
+        self.assertEqual(m.run_retention(5000), 0)
+        deleted = m.run_retention(1_000_000)
+        self.assertGreater(deleted, 0)
+        self.assertEqual(len(log.segments), 1)
+        self.assertGreater(log.log_start_offset, 0)
+        m.update_config("t", {"flush.ms": 10})
+        self.assertEqual(log.config.flush_ms, 10)
+        self.assertEqual(log.config.segment_bytes, 1000)
+        log.append(batch(1), 0)
+        self.assertEqual(m.flush_dirty(self.clock.now + 100), 1)
+        self.assertEqual(log.recovery_point, log.log_end_offset)
+        path = log.directory
+        self.assertTrue(m.delete("t", 0))
+        self.assertFalse(os.path.exists(path))
+        self.assertIsNone(m.get("t", 0))
+        m.close()

@@ -1,0 +1,388 @@
+"""
+Tests for L{kafkatw.zookeeper.registry} against L{kafkatw.testing.FakeZooKeeperClient},
+and for the fake itself.
+"""
+
+import json
+import random
+import uuid
+
+from twisted.internet.task import Clock
+from twisted.trial.unittest import SynchronousTestCase
+
+from kafkatw.errors import (
+    InvalidPartitionsError,
+    InvalidReplicationFactorError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
+from kafkatw.testing import FakeZooKeeper, FakeZooKeeperClient
+from kafkatw.zookeeper.bridge import (
+    BadVersionError,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+    ZooKeeperUnavailableError,
+    parse_connect_string,
+)
+from kafkatw.zookeeper.registry import (
+    BrokerIdInUseError,
+    Registry,
+    TopicAssignment,
+    assign_replicas,
+    topic_id_from_string,
+    topic_id_to_string,
+)
+
+
+def started(server=None, **kwargs):
+    client = FakeZooKeeperClient(server or FakeZooKeeper(), **kwargs)
+    client.start()
+    return client
+
+
+class ConnectStringTests(SynchronousTestCase):
+    def test_default_chroot(self):
+        self.assertEqual(parse_connect_string("127.0.0.1:2181"), ("127.0.0.1:2181", "/kafkatw"))
+
+    def test_chroot_in_string_wins(self):
+        self.assertEqual(parse_connect_string("a:1,b:2/kafka/x/"), ("a:1,b:2", "/kafka/x"))
+
+    def test_root_chroot(self):
+        self.assertEqual(parse_connect_string("a:1/"), ("a:1", "/"))
+
+    def test_bad(self):
+        self.assertRaises(ValueError, parse_connect_string, "")
+        self.assertRaises(ValueError, parse_connect_string, "host")
+        self.assertRaises(ValueError, parse_connect_string, "host:port")
+
+
+class FakeClientTests(SynchronousTestCase):
+    def test_chroot_created_and_honoured(self):
+        server = FakeZooKeeper()
+        client = started(server)
+        self.successResultOf(client.create("/a", b"x"))
+        root = started(server, chroot="/")
+        self.assertEqual(self.successResultOf(root.get_children("/kafkatw")), ["a"])
+        self.assertEqual(self.successResultOf(root.get("/kafkatw/a"))[0], b"x")
+
+    def test_errors(self):
+        client = started()
+        self.failureResultOf(client.create("/a/b"), NoNodeError)
+        self.successResultOf(client.create("/a/b", makepath=True))
+        self.failureResultOf(client.create("/a/b"), NodeExistsError)
+        self.failureResultOf(client.delete("/a"), NotEmptyError)
+        self.failureResultOf(client.get("/nope"), NoNodeError)
+        self.assertIsNone(self.successResultOf(client.exists("/nope")))
+        self.failureResultOf(client.set("/a", b"1", version=5), BadVersionError)
+        stat = self.successResultOf(client.set("/a", b"1", version=0))
+        self.assertEqual(stat.version, 1)
+        self.successResultOf(client.delete("/a", recursive=True))
+        self.assertIsNone(self.successResultOf(client.exists("/a")))
+
+    def test_sequence(self):
+        client = started()
+        self.successResultOf(client.ensure_path("/q"))
+        self.assertEqual(self.successResultOf(client.create("/q/n-", sequence=True)), "/q/n-0000000000")
+        self.assertEqual(self.successResultOf(client.create("/q/n-", sequence=True)), "/q/n-0000000001")
+
+    def test_not_connected(self):
+        client = FakeZooKeeperClient()
+        self.failureResultOf(client.get("/"), ZooKeeperUnavailableError)
+        client.available = False
+        self.failureResultOf(client.start(), ZooKeeperUnavailableError)
+
+    def test_watches_and_ephemerals(self):
+        server = FakeZooKeeper()
+        a, b = started(server), started(server)
+        children, data = [], []
+        watch = self.successResultOf(b.watch_children("/eph", children.append))
+        self.successResultOf(b.watch_data("/eph/1", data.append))
+        self.assertEqual((children, data), ([[]], [None]))
+        self.successResultOf(a.create("/eph/1", b"v", ephemeral=True, makepath=True))
+        self.assertEqual(children[-1], ["1"])
+        self.assertEqual(data[-1], b"v")
+        stat = self.successResultOf(a.get("/eph/1"))[1]
+        self.assertEqual(stat.ephemeralOwner, a.session_id)
+        a.expire_session()
+        self.assertEqual(children[-1], [])
+        self.assertEqual(data[-1], None)
+        watch.cancel()
+        self.successResultOf(a.create("/eph/2"))
+        self.assertEqual(children[-1], [])
+
+    def test_watch_through_clock(self):
+        clock = Clock()
+        server = FakeZooKeeper(clock)
+        client = started(server)
+        seen = []
+        self.successResultOf(client.watch_data("/x", seen.append))
+        self.successResultOf(client.create("/x", b"1"))
+        self.assertEqual(seen, [None])
+        clock.advance(0)
+        self.assertEqual(seen, [None, b"1"])
+
+    def test_session_states(self):
+        client = FakeZooKeeperClient()
+        states, sessions = [], []
+        client.add_state_listener(states.append)
+        client.on_new_session(lambda: sessions.append(client.session_id))
+        client.start()
+        first = client.session_id
+        client.disconnect()
+        client.reconnect()
+        client.expire_session()
+        client.stop()
+        self.assertEqual(states, ["CONNECTED", "SUSPENDED", "CONNECTED", "LOST", "CONNECTED", "LOST"])
+        self.assertEqual(len(sessions), 1)
+        self.assertNotEqual(sessions[0], first)
+
+    def test_stop_deletes_ephemerals(self):
+        server = FakeZooKeeper()
+        a, b = started(server), started(server)
+        self.successResultOf(a.create("/e", ephemeral=True))
+        self.successResultOf(a.stop())
+        self.assertIsNone(self.successResultOf(b.exists("/e")))
+
+
+class BrokerRegistrationTests(SynchronousTestCase):
+    def test_json(self):
+        client = started()
+        registry = Registry(client)
+        self.successResultOf(registry.register_broker(1, "h1", 9092))
+        data, stat = self.successResultOf(client.get("/brokers/ids/1"))
+        body = json.loads(data)
+        timestamp = body.pop("timestamp")
+        self.assertTrue(timestamp.isdigit())
+        self.assertEqual(
+            body,
+            {
+                "version": 5,
+                "host": "h1",
+                "port": 9092,
+                "endpoints": ["PLAINTEXT://h1:9092"],
+                "listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"},
+                "jmx_port": -1,
+                "features": {},
+            },
+        )
+        self.assertEqual(stat.ephemeralOwner, client.session_id)
+
+    def test_list_and_rack(self):
+        server = FakeZooKeeper()
+        r1, r2 = Registry(started(server)), Registry(started(server))
+        self.successResultOf(r1.register_broker(2, "h2", 9093, rack="r1"))
+        self.successResultOf(r2.register_broker(1, "h1", 9092))
+        self.assertEqual(
+            self.successResultOf(r1.list_brokers()), {1: ("h1", 9092, None), 2: ("h2", 9093, "r1")}
+        )
+        self.assertEqual(json.loads(self.successResultOf(r1.client.get("/brokers/ids/2"))[0])["rack"], "r1")
+
+    def test_id_taken(self):
+        server = FakeZooKeeper()
+        r1, r2 = Registry(started(server)), Registry(started(server))
+        self.successResultOf(r1.register_broker(1, "h1", 9092))
+        failure = self.failureResultOf(r2.register_broker(1, "h2", 9092), BrokerIdInUseError)
+        self.assertIn("broker.id 1", str(failure.value))
+        # same session again is fine
+        self.successResultOf(r1.register_broker(1, "h1", 9092))
+
+    def test_watch_brokers_and_reregister(self):
+        server = FakeZooKeeper()
+        c1, c2 = started(server), started(server)
+        r1, r2 = Registry(c1), Registry(c2)
+        seen = []
+        self.successResultOf(r2.watch_brokers(seen.append))
+        self.successResultOf(r1.register_broker(1, "h1", 9092))
+        self.assertEqual(seen[-1], {1: ("h1", 9092, None)})
+        c1.expire_session()
+        # gone, then back in the new session
+        self.assertIn({}, seen)
+        self.assertEqual(seen[-1], {1: ("h1", 9092, None)})
+        stat = self.successResultOf(c2.get("/brokers/ids/1"))[1]
+        self.assertEqual(stat.ephemeralOwner, c1.session_id)
+        self.successResultOf(r1.deregister_broker(1))
+        self.assertEqual(seen[-1], {})
+
+
+class TopicTests(SynchronousTestCase):
+    def setUp(self):
+        self.client = started()
+        self.registry = Registry(self.client)
+
+    def test_create_get(self):
+        tid = uuid.UUID("12345678-1234-5678-1234-567812345678")
+        created = self.successResultOf(
+            self.registry.create_topic("t", {0: [1, 2], 1: [2, 1]}, {"retention.ms": "1000"}, topic_id=tid)
+        )
+        self.assertEqual(created, TopicAssignment("t", tid, {0: [1, 2], 1: [2, 1]}))
+        data, _ = self.successResultOf(self.client.get("/brokers/topics/t"))
+        self.assertEqual(
+            data,
+            b'{"version":3,"partitions":{"0":[1,2],"1":[2,1]},"adding_replicas":{},'
+            b'"removing_replicas":{},"topic_id":"EjRWeBI0VngSNFZ4EjRWeA"}',
+        )
+        config, _ = self.successResultOf(self.client.get("/config/topics/t"))
+        self.assertEqual(json.loads(config), {"version": 1, "config": {"retention.ms": "1000"}})
+        self.assertEqual(self.successResultOf(self.registry.get_topic("t")), created)
+        self.assertEqual(self.successResultOf(self.registry.get_topic_config("t")), {"retention.ms": "1000"})
+        self.assertEqual(self.successResultOf(self.registry.list_topics()), ["t"])
+
+    def test_topic_id_string(self):
+        tid = uuid.uuid4()
+        text = topic_id_to_string(tid)
+        self.assertEqual(len(text), 22)
+        self.assertEqual(topic_id_from_string(text), tid)
+
+    def test_exists(self):
+        self.successResultOf(self.registry.create_topic("t", {0: [1]}, {}))
+        self.failureResultOf(self.registry.create_topic("t", {0: [1]}, {}), TopicAlreadyExistsError)
+
+    def test_unknown(self):
+        self.failureResultOf(self.registry.get_topic("nope"), UnknownTopicOrPartitionError)
+        self.failureResultOf(self.registry.delete_topic("nope"), UnknownTopicOrPartitionError)
+        self.assertEqual(self.successResultOf(self.registry.list_topics()), [])
+        self.assertEqual(self.successResultOf(self.registry.get_topic_config("nope")), {})
+
+    def test_config_update(self):
+        self.successResultOf(self.registry.create_topic("t", {0: [1]}, {}))
+        self.successResultOf(self.registry.set_topic_config("t", {"cleanup.policy": "compact"}))
+        self.assertEqual(self.successResultOf(self.registry.get_topic_config("t")), {"cleanup.policy": "compact"})
+
+    def test_delete_and_watch(self):
+        names, assignments = [], []
+        self.successResultOf(self.registry.watch_topics(names.append))
+        self.successResultOf(self.registry.watch_topic("t", assignments.append))
+        self.assertEqual((names, assignments), ([[]], [None]))
+        created = self.successResultOf(self.registry.create_topic("t", {0: [1]}, {"a": "b"}))
+        self.successResultOf(self.registry.set_partition_state("t", 0, 1, 0, [1]))
+        self.assertEqual(names[-1], ["t"])
+        self.assertEqual(assignments[-1], created)
+        self.successResultOf(self.registry.delete_topic("t"))
+        self.assertEqual(names[-1], [])
+        self.assertIsNone(assignments[-1])
+        self.assertIsNone(self.successResultOf(self.client.exists("/config/topics/t")))
+        self.assertIsNone(self.successResultOf(self.registry.get_partition_state("t", 0)))
+
+    def test_partition_state(self):
+        self.successResultOf(self.registry.create_topic("t", {0: [1, 2]}, {}))
+        self.assertIsNone(self.successResultOf(self.registry.get_partition_state("t", 0)))
+        version = self.successResultOf(self.registry.set_partition_state("t", 0, 1, 0, [1, 2]))
+        data, _ = self.successResultOf(self.client.get("/brokers/topics/t/partitions/0/state"))
+        self.assertEqual(
+            json.loads(data), {"controller_epoch": 1, "leader": 1, "version": 1, "leader_epoch": 0, "isr": [1, 2]}
+        )
+        state = self.successResultOf(self.registry.get_partition_state("t", 0))
+        self.assertEqual((state.leader, state.leader_epoch, state.isr, state.zk_version), (1, 0, [1, 2], version))
+        self.successResultOf(self.registry.set_partition_state("t", 0, 2, 1, [2], expected_version=version))
+        self.failureResultOf(
+            self.registry.set_partition_state("t", 0, 1, 2, [1], expected_version=version), BadVersionError
+        )
+
+
+class AssignReplicasTests(SynchronousTestCase):
+    def test_kafka_vector(self):
+        """Kafka's AdminTest.testReplicaAssignment: 5 brokers, 10 partitions, rf 3, start 0."""
+        expected = {
+            0: [0, 1, 2],
+            1: [1, 2, 3],
+            2: [2, 3, 4],
+            3: [3, 4, 0],
+            4: [4, 0, 1],
+            5: [0, 2, 3],
+            6: [1, 3, 4],
+            7: [2, 4, 0],
+            8: [3, 0, 1],
+            9: [4, 1, 2],
+        }
+        self.assertEqual(assign_replicas(10, 3, [4, 3, 2, 1, 0], start_index=0), expected)
+
+    def test_single_broker(self):
+        self.assertEqual(assign_replicas(3, 1, [7], start_index=0), {0: [7], 1: [7], 2: [7]})
+
+    def test_random_start_is_balanced(self):
+        result = assign_replicas(6, 2, [1, 2, 3], random=random.Random(4))
+        leaders = [r[0] for r in result.values()]
+        self.assertEqual(sorted(leaders), [1, 1, 2, 2, 3, 3])
+        for replicas in result.values():
+            self.assertEqual(len(set(replicas)), 2)
+
+    def test_errors(self):
+        self.assertRaises(InvalidReplicationFactorError, assign_replicas, 1, 3, [1, 2])
+        self.assertRaises(InvalidReplicationFactorError, assign_replicas, 1, 0, [1, 2])
+        self.assertRaises(InvalidPartitionsError, assign_replicas, 0, 1, [1, 2])
+
+
+class ProducerIdBlockTests(SynchronousTestCase):
+    def test_blocks_never_overlap(self):
+        server = FakeZooKeeper()
+        r1, r2 = Registry(started(server)), Registry(started(server))
+        blocks = []
+        for _ in range(5):
+            blocks.append(self.successResultOf(r1.allocate_producer_id_block(1, 1000)))
+            blocks.append(self.successResultOf(r2.allocate_producer_id_block(2, 1000)))
+        self.assertEqual(blocks[0], (0, 999))
+        self.assertEqual(blocks[1], (1000, 1999))
+        ids = [i for start, end in blocks for i in range(start, end + 1)]
+        self.assertEqual(len(ids), len(set(ids)))
+        body = json.loads(self.successResultOf(r1.client.get("/latest_producer_id_block"))[0])
+        self.assertEqual(body, {"version": 1, "broker": 2, "block_start": "9000", "block_end": "9999"})
+
+    def test_retry_on_conflict(self):
+        """A writer that sneaks in between read and conditional write makes the allocator retry."""
+        server = FakeZooKeeper()
+        c1, c2 = started(server), started(server)
+        r1, r2 = Registry(c1), Registry(c2)
+        self.successResultOf(r1.allocate_producer_id_block(1, 10))
+        original_get = c1.get
+        raced = []
+
+        def racing_get(path):
+            d = original_get(path)
+            if not raced:
+                raced.append(self.successResultOf(r2.allocate_producer_id_block(2, 10)))
+            return d
+
+        c1.get = racing_get
+        self.assertEqual(raced, [])
+        block = self.successResultOf(r1.allocate_producer_id_block(1, 10))
+        self.assertEqual(raced, [(10, 19)])
+        self.assertEqual(block, (20, 29))
+
+
+class ControllerTests(SynchronousTestCase):
+    def test_election(self):
+        server = FakeZooKeeper()
+        c1, c2 = started(server), started(server)
+        r1, r2 = Registry(c1), Registry(c2)
+        seen = []
+        self.successResultOf(r2.watch_controller(seen.append))
+        self.assertTrue(self.successResultOf(r1.elect_controller(1)))
+        self.assertFalse(self.successResultOf(r2.elect_controller(2)))
+        self.assertTrue(self.successResultOf(r1.elect_controller(1)))
+        self.assertEqual(self.successResultOf(r1.get_controller_epoch()), 1)
+        body = json.loads(self.successResultOf(c1.get("/controller"))[0])
+        self.assertEqual((body["version"], body["brokerid"]), (1, 1))
+        c1.expire_session()
+        self.assertIsNone(seen[-1])
+        self.assertTrue(self.successResultOf(r2.elect_controller(2)))
+        self.assertEqual(seen, [None, 1, None, 2])
+        self.assertEqual(self.successResultOf(c1.get("/controller_epoch"))[0], b"2")
+
+
+class FakeMatchesRealTests(SynchronousTestCase):
+    def test_same_public_methods(self):
+        """The fake offers every public method of the real client, with the same parameters."""
+        import inspect
+
+        from kafkatw.zookeeper.bridge import ZooKeeperClient
+
+        for name, member in inspect.getmembers(ZooKeeperClient):
+            if name.startswith("_"):
+                continue
+            fake = getattr(FakeZooKeeperClient, name, None)
+            self.assertIsNotNone(fake, name)
+            if inspect.isfunction(member):
+                self.assertEqual(
+                    list(inspect.signature(member).parameters), list(inspect.signature(fake).parameters), name
+                )
