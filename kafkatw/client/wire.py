@@ -459,3 +459,45 @@ class WireClient:
             "include_documentation": False,
         }
         return self.request(32, body)
+
+    def fetch_many(self, topic: str, offsets: dict[int, int], max_wait_ms: int = 500,
+                   max_bytes: int = 1 << 20, partition_max_bytes: int = 1 << 20,
+                   min_bytes: int = 1) -> dict[int, tuple[ErrorCode, int, bytes]]:
+        """
+        Fetch several partitions of C{topic}, one Fetch request per leader.
+
+        @param offsets: partition -> fetch offset.
+        @return: partition -> (error code, high watermark, record batch bytes).
+            Errors are returned, not raised, so that one bad partition does not
+            stop the others; leadership errors also refresh the leader cache.
+        """
+        by_leader: dict[int, list[int]] = {}
+        for partition in offsets:
+            by_leader.setdefault(self.leader_for(topic, partition), []).append(partition)
+        results: dict[int, tuple[ErrorCode, int, bytes]] = {}
+        wait = max_wait_ms if len(by_leader) == 1 else max(1, max_wait_ms // len(by_leader))
+        for leader, partitions in by_leader.items():
+            body = {
+                "replica_id": -1, "max_wait": wait, "max_wait_ms": wait, "min_bytes": min_bytes,
+                "max_bytes": max_bytes, "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+                "topics": [{"topic": topic, "partitions": [{
+                    "partition": p, "fetch_offset": offsets[p], "partition_max_bytes": partition_max_bytes,
+                    "current_leader_epoch": -1, "last_fetched_epoch": -1, "log_start_offset": -1}
+                    for p in partitions]}],
+                "forgotten_topics_data": [], "rack_id": "",
+            }
+            try:
+                response = self.request(1, body, leader, timeout_ms=self.timeout_ms + wait)
+            except (OSError, ConnectionError):
+                for p in partitions:
+                    self._leaders.pop((topic, p), None)
+                    results[p] = (ErrorCode.network_exception, -1, b"")
+                continue
+            _raise_for(response.error_code, "fetch")
+            for t in response.responses:
+                for p in t.partitions:
+                    code = ErrorCode(int(p.error_code))
+                    if code in _RETRY_CODES:
+                        self._leaders.pop((topic, int(p.partition_index)), None)
+                    results[int(p.partition_index)] = (code, int(p.high_watermark), bytes(p.records or b""))
+        return results

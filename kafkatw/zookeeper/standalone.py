@@ -39,14 +39,14 @@ def run(port: int, data_dir: str, tick_time_ms: int = 2000, ready_timeout_s: flo
         try:
             wait_ready(port, ready_timeout_s, popen)
         except ZooKeeperStartError:
-            if stopping:
-                return popen.wait()
-            raise
-        print(
-            f"ZooKeeper ready on 127.0.0.1:{port} (data {data_dir}, log {popen.kafkatw_log_path})",  # type: ignore[attr-defined]
-            file=sys.stderr,
-            flush=True,
-        )
+            if not stopping:
+                raise
+        else:
+            print(
+                f"ZooKeeper ready on 127.0.0.1:{port} (data {data_dir}, log {popen.kafkatw_log_path})",  # type: ignore[attr-defined]
+                file=sys.stderr,
+                flush=True,
+            )
         status = popen.wait()
         return 0 if stopping and status in (0, 143, -signal.SIGTERM) else status
     finally:

@@ -27,7 +27,7 @@ from kafkatw.zookeeper.bridge import (
     ZooKeeperClient,
     ZooKeeperUnavailableError,
 )
-from kafkatw.zookeeper.embedded import EmbeddedZooKeeperService, ruok, wait_ready
+from kafkatw.zookeeper.embedded import EmbeddedZooKeeperService, ruok
 from kafkatw.zookeeper.registry import BrokerIdInUseError, Registry
 
 TIMEOUT_S = 20.0
@@ -256,11 +256,12 @@ class StandaloneTests(SynchronousTestCase):
         env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
         child = subprocess.Popen([sys.executable, "-c", code], env=env, stderr=subprocess.PIPE)
         try:
-            wait_ready(port, TIMEOUT_S)
+            # the child prints its "ready" line (or exits: EOF) once ZooKeeper answers ruok
+            self.assertIn(b"ZooKeeper ready on 127.0.0.1", child.stderr.readline())
+            self.assertTrue(ruok(port))
             child.send_signal(signal.SIGTERM)
             self.assertEqual(child.wait(TIMEOUT_S), 0)
             self.assertFalse(ruok(port))
-            self.assertIn(b"ZooKeeper ready on 127.0.0.1", child.stderr.read())
         finally:
             if child.poll() is None:
                 child.kill()

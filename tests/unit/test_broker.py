@@ -1,0 +1,387 @@
+"""
+Unit tests of the broker's request handling: KafkaApis with real storage in a
+temporary directory, an in-memory ZooKeeper, a MemoryReactorClock, and
+KafkaConnection over a StringTransport.  No sockets, no sleeps.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+import tempfile
+
+from twisted.internet import defer
+from twisted.internet.testing import MemoryReactorClock, StringTransport
+from twisted.trial import unittest
+
+from kafkatw.broker.admin import AdminManager
+from kafkatw.broker.apis import SUPPORTED_VERSIONS, KafkaApis, validate_topic_name
+from kafkatw.broker.metadata_cache import BrokerEndpoint, MetadataCache, TopicMetadata
+from kafkatw.broker.network import KafkaConnection
+from kafkatw.broker.replica_manager import ReplicaManager
+from kafkatw.config import BrokerConfig, topic_log_config
+from kafkatw.errors import ErrorCode
+from kafkatw.protocol.batch import build_batch
+from kafkatw.protocol.messages import decode_response, encode_request, parse_request_header
+from kafkatw.storage.log_manager import LogManager
+from kafkatw.testing import FakeZooKeeperClient
+from kafkatw.zookeeper.registry import Registry
+
+
+def _frame(payload: bytes) -> bytes:
+    return struct.pack(">i", len(payload)) + payload
+
+
+class BrokerHarness:
+    """One broker's KafkaApis over real logs and a fake ZooKeeper."""
+
+    def __init__(self, testcase: unittest.TestCase, broker_id: int = 0, **overrides: object) -> None:
+        self.directory = tempfile.mkdtemp(prefix="kafkatw-broker-test-")
+        testcase.addCleanup(shutil.rmtree, self.directory, True)
+        self.clock = MemoryReactorClock()
+        self.config = BrokerConfig({"broker.id": broker_id, "log.dirs": self.directory, **overrides})
+        self.zookeeper = FakeZooKeeperClient()
+        testcase.successResultOf(self.zookeeper.start())
+        self.registry = Registry(self.zookeeper)
+        self.metadata = MetadataCache(broker_id)
+        self.metadata.set_brokers({0: BrokerEndpoint(0, "127.0.0.1", 9092), 1: BrokerEndpoint(1, "127.0.0.1", 9093)})
+        now_ms = lambda: int(self.clock.seconds() * 1000)  # noqa: E731
+        self.log_manager = LogManager([self.directory], topic_log_config(self.config, {}), now_ms=now_ms)
+        self.log_manager.load()
+        testcase.addCleanup(self.log_manager.close)
+        self.replica_manager = ReplicaManager(
+            broker_id, self.log_manager, self.metadata, self.clock, lambda t: topic_log_config(self.config, {})
+        )
+        self.admin = AdminManager(self.config, self.registry, self.metadata)
+        self.apis = KafkaApis(self.config, self.replica_manager, self.metadata, self.admin, self.clock, now_ms)
+        self.testcase = testcase
+        self._correlation = 0
+
+    def create_topic(self, name: str, partitions: int = 1) -> TopicMetadata:
+        return self.testcase.successResultOf(
+            defer.ensureDeferred(self.admin.create_topic(name, partitions, 1, {p: [0] for p in range(partitions)}, {}))
+        )
+
+    def request(self, api_key: int, version: int, body: dict) -> object:
+        """Serve one request; returns what the handler returned."""
+        self._correlation += 1
+        frame = encode_request(api_key, version, self._correlation, "test", body)
+        return self.apis.handle(parse_request_header(frame), frame, connection=None)
+
+    def call(self, api_key: int, version: int, body: dict) -> object:
+        """Serve one request and decode its (immediate or fired) response."""
+        result = self.request(api_key, version, body)
+        if isinstance(result, defer.Deferred):
+            result = self.testcase.successResultOf(result)
+        return self.decode(api_key, version, result)
+
+    def decode(self, api_key: int, version: int, result: object) -> object:
+        if isinstance(result, tuple):
+            chunks, total = result
+            data = b"".join(c if isinstance(c, bytes) else os.pread(c.fileno, c.length, c.position) for c in chunks)
+            assert len(data) == total
+            result = data
+        correlation_id, response = decode_response(api_key, version, result)
+        return response
+
+    def produce(self, topic: str, partition: int, records: bytes, acks: int = 1, version: int = 9) -> object:
+        body = {"acks": acks, "timeout": 1000,
+                "topic_data": [{"name": topic, "partition_data": [{"index": partition, "records": records}]}]}
+        result = self.request(0, version, body)
+        if acks == 0:
+            return result
+        return self.decode(0, version, result).responses[0].partition_responses[0]
+
+    def fetch_request(self, topic: str, partition: int, offset: int, max_wait_ms: int = 0, min_bytes: int = 1,
+                      max_bytes: int = 1 << 20, version: int = 12) -> dict:
+        return {"replica_id": -1, "max_wait": max_wait_ms, "min_bytes": min_bytes, "max_bytes": max_bytes,
+                "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+                "topics": [{"topic": topic, "partitions": [{"partition": partition, "fetch_offset": offset,
+                                                            "partition_max_bytes": max_bytes,
+                                                            "current_leader_epoch": -1, "log_start_offset": -1}]}],
+                "forgotten_topics_data": [], "rack_id": ""}
+
+    def fetch(self, topic: str, partition: int, offset: int, **kwargs: object) -> object:
+        version = kwargs.get("version", 12)
+        response = self.call(1, version, self.fetch_request(topic, partition, offset, **kwargs))
+        return response.responses[0].partitions[0]
+
+
+class ApiVersionsTests(unittest.TestCase):
+    def test_advertises_exactly_the_served_versions(self) -> None:
+        h = BrokerHarness(self)
+        for version in (0, 3):
+            response = h.call(18, version, {"client_software_name": "t", "client_software_version": "1"})
+            self.assertEqual(response.error_code, ErrorCode.none)
+            advertised = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+            self.assertEqual(advertised, SUPPORTED_VERSIONS)
+
+    def test_unsupported_api_versions_version_answers_v0_with_error(self) -> None:
+        """KIP-511: an ApiVersions version the broker lacks gets a v0 response with UNSUPPORTED_VERSION."""
+        h = BrokerHarness(self)
+        frame = struct.pack(">hhih", 18, 99, 7, 1) + b"x"
+        result = h.apis.handle(parse_request_header(frame), frame, None)
+        correlation_id, response = decode_response(18, 0, result)
+        self.assertEqual(correlation_id, 7)
+        self.assertEqual(response.error_code, ErrorCode.unsupported_version)
+        self.assertIn(0, [k.api_key for k in response.api_keys])
+
+    def test_api_versions_v3_body_has_no_tagged_fields(self) -> None:
+        """Debian's kcat (librdkafka 2.0) misparses tagged fields in the ApiVersions v3 body."""
+        h = BrokerHarness(self)
+        result = h.request(18, 3, {"client_software_name": "t", "client_software_version": "1"})
+        self.assertEqual(result[-5:], b"\x00\x00\x00\x00\x00")  # throttle 0, empty top-level tagged fields
+
+
+class ProduceFetchTests(unittest.TestCase):
+    def setUp(self) -> None:
+        self.h = BrokerHarness(self)
+        self.h.create_topic("t", 2)
+
+    def test_produce_assigns_consecutive_offsets(self) -> None:
+        first = self.h.produce("t", 0, build_batch([(b"k", b"v1"), (None, b"v2")]))
+        second = self.h.produce("t", 0, build_batch([(b"k", b"v3")]))
+        self.assertEqual((first.error_code, first.base_offset), (ErrorCode.none, 0))
+        self.assertEqual((second.error_code, second.base_offset), (ErrorCode.none, 2))
+
+    def test_fetch_returns_the_batches_with_assigned_offsets(self) -> None:
+        from kafka.record.default_records import DefaultRecordBatch
+
+        self.h.produce("t", 1, build_batch([(b"a", b"1")]))
+        self.h.produce("t", 1, build_batch([(b"b", b"2"), (b"c", b"3")]))
+        p = self.h.fetch("t", 1, 0)
+        self.assertEqual(p.error_code, ErrorCode.none)
+        self.assertEqual(p.high_watermark, 3)
+        first = DefaultRecordBatch(p.records[: 12 + struct.unpack_from(">i", p.records, 8)[0]])
+        self.assertTrue(first.validate_crc())
+        self.assertEqual([(r.offset, r.key, r.value) for r in first], [(0, b"a", b"1")])
+
+    def test_old_fetch_versions(self) -> None:
+        self.h.produce("t", 0, build_batch([(b"a", b"1")]))
+        for version in range(4, 13):
+            p = self.h.fetch("t", 0, 0, version=version)
+            self.assertEqual((p.error_code, p.high_watermark), (ErrorCode.none, 1), version)
+            self.assertTrue(p.records)
+
+    def test_acks_zero_has_no_response(self) -> None:
+        self.assertIsNone(self.h.produce("t", 0, build_batch([(b"k", b"v")]), acks=0))
+        self.assertEqual(self.h.log_manager.get("t", 0).log_end_offset, 1)
+
+    def test_corrupt_batch_is_rejected_and_nothing_appended(self) -> None:
+        batch = bytearray(build_batch([(b"k", b"v")]))
+        batch[-1] ^= 0xFF
+        p = self.h.produce("t", 0, bytes(batch))
+        self.assertEqual(p.error_code, ErrorCode.corrupt_message)
+        self.assertEqual(self.h.log_manager.get("t", 0).log_end_offset, 0)
+
+    def test_unknown_topic(self) -> None:
+        p = self.h.produce("nope", 0, build_batch([(b"k", b"v")]))
+        self.assertEqual(p.error_code, ErrorCode.unknown_topic_or_partition)
+        self.assertEqual(self.h.fetch("nope", 0, 0).error_code, ErrorCode.unknown_topic_or_partition)
+        self.assertEqual(self.h.fetch("t", 7, 0).error_code, ErrorCode.unknown_topic_or_partition)
+
+    def test_offsets_out_of_range(self) -> None:
+        self.h.produce("t", 0, build_batch([(b"k", b"v")]))
+        self.assertEqual(self.h.fetch("t", 0, 5).error_code, ErrorCode.offset_out_of_range)
+        self.assertEqual(self.h.fetch("t", 0, -1).error_code, ErrorCode.offset_out_of_range)
+        at_end = self.h.fetch("t", 0, 1)
+        self.assertEqual((at_end.error_code, at_end.records), (ErrorCode.none, b""))
+
+    def test_not_leader(self) -> None:
+        h = self.h
+        h.testcase.successResultOf(defer.ensureDeferred(h.admin.create_topic("other", 1, 1, {0: [1]}, {})))
+        p = h.produce("other", 0, build_batch([(b"k", b"v")]))
+        self.assertEqual(p.error_code, ErrorCode.not_leader_or_follower)
+
+    def test_fetch_max_bytes_is_honoured_at_batch_granularity(self) -> None:
+        for i in range(10):
+            self.h.produce("t", 0, build_batch([(b"k", b"x" * 1000)]))
+        one_batch = self.h.fetch("t", 0, 0, max_bytes=1500).records
+        self.assertLessEqual(len(one_batch), 1500)
+        self.assertGreater(len(one_batch), 1000)
+        # KIP-74: a first batch larger than max_bytes is still returned whole.
+        self.assertEqual(self.h.fetch("t", 0, 0, max_bytes=10).records, one_batch)
+
+    def test_long_poll_is_woken_by_append_not_by_polling(self) -> None:
+        d = self.h.request(1, 12, self.h.fetch_request("t", 0, 0, max_wait_ms=500, min_bytes=1))
+        self.assertIsInstance(d, defer.Deferred)
+        self.assertNoResult(d)
+        self.h.produce("t", 0, build_batch([(b"k", b"woken")]))
+        response = self.h.decode(1, 12, self.successResultOf(d))
+        self.assertIn(b"woken", response.responses[0].partitions[0].records)
+        self.assertEqual(self.h.clock.seconds(), 0)
+
+    def test_long_poll_times_out_empty(self) -> None:
+        d = self.h.request(1, 12, self.h.fetch_request("t", 0, 0, max_wait_ms=500, min_bytes=1))
+        self.h.clock.advance(0.499)
+        self.assertNoResult(d)
+        self.h.clock.advance(0.002)
+        response = self.h.decode(1, 12, self.successResultOf(d))
+        self.assertEqual(response.responses[0].partitions[0].records, b"")
+
+    def test_list_offsets(self) -> None:
+        self.h.produce("t", 0, build_batch([(b"k", b"v")], timestamp_ms=1000))
+        self.h.produce("t", 0, build_batch([(b"k", b"v")], timestamp_ms=2000))
+
+        def offset(ts: int) -> tuple[int, int]:
+            body = {"replica_id": -1, "isolation_level": 0,
+                    "topics": [{"name": "t", "partitions": [{"partition_index": 0, "timestamp": ts,
+                                                             "current_leader_epoch": -1}]}]}
+            p = self.h.call(2, 7, body).topics[0].partitions[0]
+            return p.error_code, p.offset
+
+        self.assertEqual(offset(-2), (ErrorCode.none, 0))
+        self.assertEqual(offset(-1), (ErrorCode.none, 2))
+        self.assertEqual(offset(1500), (ErrorCode.none, 1))
+        self.assertEqual(offset(3000), (ErrorCode.none, -1))
+
+
+class IdempotenceTests(unittest.TestCase):
+    def test_retried_batch_is_written_once(self) -> None:
+        h = BrokerHarness(self)
+        h.create_topic("t")
+        init = h.call(22, 4, {"transactional_id": None, "transaction_timeout": 60000, "producer_id": -1,
+                              "producer_epoch": -1})
+        self.assertEqual(init.error_code, ErrorCode.none)
+        pid = init.producer_id
+        batch = build_batch([(b"k", b"v")], producer_id=pid, producer_epoch=0, base_sequence=0)
+        first = h.produce("t", 0, batch)
+        retry = h.produce("t", 0, batch)
+        self.assertEqual((first.base_offset, retry.base_offset, retry.error_code), (0, 0, ErrorCode.none))
+        self.assertEqual(h.log_manager.get("t", 0).log_end_offset, 1)
+        gap = h.produce("t", 0, build_batch([(b"k", b"v")], producer_id=pid, producer_epoch=0, base_sequence=5))
+        self.assertEqual(gap.error_code, ErrorCode.out_of_order_sequence_number)
+
+    def test_producer_ids_are_unique_across_brokers(self) -> None:
+        a = BrokerHarness(self, broker_id=0, **{"producer.id.block.size": 3})
+        b = BrokerHarness(self, broker_id=1, **{"producer.id.block.size": 3})
+        b.zookeeper = FakeZooKeeperClient(a.zookeeper.server)
+        self.successResultOf(b.zookeeper.start())
+        b.admin.registry = Registry(b.zookeeper)
+        body = {"transactional_id": None, "transaction_timeout": 60000, "producer_id": -1, "producer_epoch": -1}
+        ids = [h.call(22, 4, body).producer_id for _ in range(5) for h in (a, b)]
+        self.assertEqual(len(set(ids)), 10)
+
+
+class AdminTests(unittest.TestCase):
+    def test_topic_name_rules(self) -> None:
+        for bad in ("", ".", "..", "a b", "x" * 250, "ü"):
+            self.assertEqual(validate_topic_name(bad), ErrorCode.invalid_topic_exception, bad)
+        self.assertEqual(validate_topic_name("logs.nginx-access_1"), ErrorCode.none)
+
+    def test_create_topics_errors(self) -> None:
+        h = BrokerHarness(self)
+
+        def create(name: str, partitions: int = 1, rf: int = 1, configs: list | None = None) -> object:
+            body = {"topics": [{"name": name, "num_partitions": partitions, "replication_factor": rf,
+                                "assignments": [], "configs": configs or []}],
+                    "timeout": 1000, "validate_only": False}
+            return h.call(19, 7, body).topics[0]
+
+        ok = create("good", 3, configs=[{"name": "retention.ms", "value": "1000"}])
+        self.assertEqual((ok.error_code, ok.num_partitions), (ErrorCode.none, 3))
+        self.assertEqual(create("good").error_code, ErrorCode.topic_already_exists)
+        self.assertEqual(create("bad name").error_code, ErrorCode.invalid_topic_exception)
+        self.assertEqual(create("zero", 0).error_code, ErrorCode.invalid_partitions)
+        self.assertEqual(create("rf", 1, 5).error_code, ErrorCode.invalid_replication_factor)
+        self.assertEqual(create("cfg", configs=[{"name": "no.such", "value": "1"}]).error_code,
+                         ErrorCode.invalid_config)
+        described = h.call(32, 4, {"resources": [{"resource_type": 2, "resource_name": "good",
+                                                  "configuration_keys": ["retention.ms"]}],
+                                   "include_synonyms": False, "include_documentation": False})
+        self.assertEqual([(c.name, c.value) for c in described.results[0].configs], [("retention.ms", "1000")])
+
+    def test_metadata_auto_creates(self) -> None:
+        h = BrokerHarness(self, **{"num.partitions": 3})
+        response = h.call(3, 12, {"topics": [{"name": "auto"}], "allow_auto_topic_creation": True,
+                                  "include_topic_authorized_operations": False})
+        topic = response.topics[0]
+        self.assertEqual((topic.error_code, len(topic.partitions)), (ErrorCode.none, 3))
+        self.assertEqual({p.leader_id for p in topic.partitions}, {0, 1})
+
+    def test_metadata_without_auto_create(self) -> None:
+        h = BrokerHarness(self, **{"auto.create.topics.enable": "false"})
+        response = h.call(3, 12, {"topics": [{"name": "absent"}], "allow_auto_topic_creation": True,
+                                  "include_topic_authorized_operations": False})
+        self.assertEqual(response.topics[0].error_code, ErrorCode.unknown_topic_or_partition)
+        self.assertNotIn("absent", h.metadata.topics)
+
+
+class ConnectionTests(unittest.TestCase):
+    """Framing and bad input on one connection."""
+
+    def connect(self, h: BrokerHarness) -> tuple[KafkaConnection, StringTransport]:
+        connection = KafkaConnection(h.apis, h.config["socket.request.max.bytes"])
+        transport = StringTransport()
+        connection.makeConnection(transport)
+        return connection, transport
+
+    def responses(self, transport: StringTransport) -> list[tuple[int, bytes]]:
+        data = transport.value()
+        out = []
+        while data:
+            (size,) = struct.unpack_from(">i", data)
+            frame = data[4 : 4 + size]
+            out.append((struct.unpack_from(">i", frame)[0], frame))
+            data = data[4 + size :]
+        return out
+
+    def test_pipelined_requests_answered_in_order(self) -> None:
+        h = BrokerHarness(self)
+        h.create_topic("t")
+        connection, transport = self.connect(h)
+        slow = encode_request(1, 12, 1, "c", h.fetch_request("t", 0, 0, max_wait_ms=100, min_bytes=1))
+        fast = encode_request(18, 3, 2, "c", {"client_software_name": "t", "client_software_version": "1"})
+        connection.dataReceived(_frame(slow) + _frame(fast)[:7])
+        connection.dataReceived(_frame(fast)[7:])
+        self.assertEqual(transport.value(), b"")  # the ApiVersions answer waits behind the fetch
+        h.clock.advance(0.2)
+        while transport.producer is not None:
+            transport.producer.resumeProducing()
+        self.assertEqual([cid for cid, _ in self.responses(transport)], [1, 2])
+
+    def test_oversized_frame_closes_connection(self) -> None:
+        h = BrokerHarness(self, **{"socket.request.max.bytes": 1000})
+        connection, transport = self.connect(h)
+        connection.dataReceived(struct.pack(">i", 1001))
+        self.assertTrue(transport.disconnecting)
+
+    def test_negative_length_closes_connection(self) -> None:
+        h = BrokerHarness(self)
+        connection, transport = self.connect(h)
+        connection.dataReceived(struct.pack(">i", -5))
+        self.assertTrue(transport.disconnecting)
+
+    def test_truncated_header_closes_connection(self) -> None:
+        h = BrokerHarness(self)
+        connection, transport = self.connect(h)
+        connection.dataReceived(_frame(b"\x00\x03\x00"))
+        self.assertTrue(transport.disconnecting)
+
+    def test_unknown_api_key_closes_connection(self) -> None:
+        h = BrokerHarness(self)
+        connection, transport = self.connect(h)
+        connection.dataReceived(_frame(struct.pack(">hhih", 999, 0, 1, -1)))
+        self.assertTrue(transport.disconnecting)
+
+    def test_unsupported_version_closes_connection(self) -> None:
+        h = BrokerHarness(self)
+        connection, transport = self.connect(h)
+        connection.dataReceived(_frame(struct.pack(">hhih", 3, 13, 1, -1) + b"\x00\x00\x00"))
+        self.assertTrue(transport.disconnecting)
+
+    def test_garbage_body_closes_connection_and_others_keep_working(self) -> None:
+        h = BrokerHarness(self)
+        h.create_topic("t")
+        bad, bad_transport = self.connect(h)
+        good, good_transport = self.connect(h)
+        bad.dataReceived(_frame(struct.pack(">hhih", 0, 9, 1, -1) + b"\x00\xff\xff\xff\xff\xff"))
+        self.assertTrue(bad_transport.disconnecting)
+        request = encode_request(0, 9, 5, "c", {"acks": 1, "timeout": 1000, "topic_data": [
+            {"name": "t", "partition_data": [{"index": 0, "records": build_batch([(b"k", b"v")])}]}]})
+        good.dataReceived(_frame(request))
+        self.assertFalse(good_transport.disconnecting)
+        [(cid, frame)] = self.responses(good_transport)
+        _, response = decode_response(0, 9, frame)
+        self.assertEqual(response.responses[0].partition_responses[0].error_code, ErrorCode.none)
