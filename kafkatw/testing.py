@@ -45,6 +45,8 @@ __all__ = [
     "FakeZooKeeper",
     "FakeZooKeeperClient",
     "FakeWatch",
+    "BrokerProcess",
+    "running_cluster",
 ]
 
 
@@ -487,3 +489,112 @@ class FakeZooKeeperClient:
         self._watches.add(watch)
         watch._refresh()
         return succeed(watch)
+
+
+# -- real brokers --------------------------------------------------------------
+
+
+class BrokerProcess:
+    """
+    A real broker: C{twistd -n kafkatw} as a child process on a free loopback
+    port, joined to the ZooKeeper at C{zookeeper_connect}.
+
+    @ivar bootstrap: C{"127.0.0.1:PORT"}, once started.
+    @ivar log_path: the broker's twistd log file.
+    """
+
+    def __init__(self, broker_id: int, zookeeper_connect: str, log_dir: str,
+                 overrides: dict[str, str] | None = None) -> None:
+        self.broker_id = broker_id
+        self.zookeeper_connect = zookeeper_connect
+        self.log_dir = log_dir
+        self.overrides = dict(overrides or {})
+        self.port = find_free_port()
+        self.bootstrap = f"127.0.0.1:{self.port}"
+        self.log_path = os.path.join(log_dir, f"broker-{broker_id}.log")
+        self.popen: Any = None
+
+    def command(self) -> list[str]:
+        import sys
+
+        args = [
+            sys.executable, "-c", "import sys; from twisted.scripts.twistd import run; sys.argv[0] = 'twistd'; run()",
+            "-n", "--pidfile=", "--logfile", self.log_path, "kafkatw",
+        ]
+        args += ["--broker-id", str(self.broker_id), "--listeners", f"tcp:{self.port}:interface=127.0.0.1",
+                 "--log-dirs", os.path.join(self.log_dir, f"data-{self.broker_id}"),
+                 "--zookeeper", self.zookeeper_connect]
+        overrides = {"zookeeper.session.timeout.ms": "3000", **self.overrides}
+        for key, value in overrides.items():
+            args += ["--override", f"{key}={value}"]
+        return args
+
+    def start(self, timeout_s: float = 30.0) -> "BrokerProcess":
+        """Start the broker and wait until it answers on its port and logs that it started."""
+        import subprocess
+
+        with open(self.log_path, "a"):
+            pass
+        offset = os.path.getsize(self.log_path)
+        self.popen = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with open(self.log_path, "rb") as f:
+                f.seek(offset)
+                text = f.read().decode("utf-8", "replace")
+            if f"broker {self.broker_id} started" in text:
+                return self
+            if self.popen.poll() is not None:
+                raise RuntimeError(f"broker {self.broker_id} exited with {self.popen.returncode}:\n{text[-3000:]}")
+            time.sleep(0.05)
+        self.kill()
+        raise RuntimeError(f"broker {self.broker_id} did not start within {timeout_s} s; see {self.log_path}")
+
+    def stop(self, timeout_s: float = 20.0) -> int | None:
+        """SIGTERM (a clean shutdown), then SIGKILL after C{timeout_s}."""
+        import subprocess
+
+        if self.popen is None or self.popen.poll() is not None:
+            return None if self.popen is None else self.popen.returncode
+        self.popen.terminate()
+        try:
+            return self.popen.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.popen.kill()
+            return self.popen.wait(10)
+
+    def kill(self) -> None:
+        """SIGKILL: an unclean stop, as a crash or power loss of the process."""
+        if self.popen is not None and self.popen.poll() is None:
+            self.popen.kill()
+            self.popen.wait(10)
+
+    def log_text(self) -> str:
+        with open(self.log_path, "rb") as f:
+            return f.read().decode("utf-8", "replace")
+
+
+@contextlib.contextmanager
+def running_cluster(brokers: int = 1, overrides: dict[str, str] | None = None,
+                    tmpdir: str | None = None) -> Iterator[list[BrokerProcess]]:
+    """
+    A real ZooKeeper and C{brokers} real broker processes on free loopback
+    ports; everything is stopped and removed on exit.
+
+    @return: the started L{BrokerProcess}es (their C{bootstrap} addresses).
+    """
+    base = tmpdir or tempfile.mkdtemp(prefix="kafkatw-cluster-")
+    processes: list[BrokerProcess] = []
+    try:
+        with running_zookeeper(os.path.join(base, "zookeeper")) as connect:
+            try:
+                for broker_id in range(brokers):
+                    processes.append(BrokerProcess(broker_id, connect + "/kafkatw", base, overrides).start())
+                yield processes
+            finally:
+                for process in processes:
+                    process.stop()
+    finally:
+        if tmpdir is None:
+            shutil.rmtree(base, ignore_errors=True)

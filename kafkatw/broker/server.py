@@ -27,7 +27,7 @@ from ..config import BrokerConfig, topic_log_config
 from ..storage.log_manager import LogManager
 from ..zookeeper.bridge import NodeExistsError, ZooKeeperClient
 from ..zookeeper.embedded import EmbeddedZooKeeperService
-from ..zookeeper.registry import Registry
+from ..zookeeper.registry import BrokerIdInUseError, Registry
 from .admin import AdminManager
 from .apis import KafkaApis
 from .metadata_cache import BrokerEndpoint, MetadataCache, TopicMetadata
@@ -152,7 +152,7 @@ class KafkaServer(service.MultiService):
 
         await self.registry.watch_brokers(self._brokers_changed)
         await self.registry.watch_topics(self._topics_changed)
-        await self.registry.register_broker(self.broker_id, host, advertised_port)
+        await self._register(host, advertised_port)
         try:
             if await self.registry.elect_controller(self.broker_id):
                 self.metadata.controller_id = self.broker_id
@@ -165,6 +165,25 @@ class KafkaServer(service.MultiService):
         self._every(config["log.retention.check.interval.ms"], self._retention)
         _log.info("broker {id} started at {host}:{port} (cluster {cluster})", id=self.broker_id, host=host,
                   port=advertised_port, cluster=self.metadata.cluster_id)
+
+    async def _register(self, host: str, port: int) -> None:
+        """
+        Register in C{/brokers/ids}.  After a crash the previous process's
+        ephemeral node lives on until its ZooKeeper session expires: wait for
+        that (up to C{zookeeper.session.timeout.ms} and a little more) rather
+        than fail as Kafka does.
+        """
+        assert self.registry is not None
+        deadline = self.reactor.seconds() + self.config["zookeeper.session.timeout.ms"] / 1000.0 + 5
+        while True:
+            try:
+                await self.registry.register_broker(self.broker_id, host, port)
+                return
+            except BrokerIdInUseError as e:
+                if self.reactor.seconds() > deadline:
+                    raise
+                _log.warn("{error}; waiting for that session to expire", error=e)
+                await task.deferLater(self.reactor, 0.5, lambda: None)
 
     def _every(self, interval_ms: int, function: Any) -> None:
         loop = task.LoopingCall(function)
@@ -290,8 +309,9 @@ class KafkaServer(service.MultiService):
 
     def _topic_added(self, meta: TopicMetadata) -> None:
         self._topic_configs.setdefault(meta.name, dict(meta.config))
-        if self.replica_manager is None:
+        if self.replica_manager is None or self.log_manager is None:
             return
+        self.log_manager.update_config(meta.name, self._topic_config(meta.name))
         for partition, replicas in meta.partitions.items():
             if replicas and replicas[0] == self.broker_id:
                 self.replica_manager.become_leader(meta.name, partition)

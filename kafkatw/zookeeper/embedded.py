@@ -136,10 +136,17 @@ def ruok(port: int, host: str = "127.0.0.1", timeout_s: float = 1.0) -> bool:
 
 
 class _ZooKeeperProcess(protocol.ProcessProtocol):
-    def __init__(self, port: int) -> None:
+    """
+    The embedded server's output goes to C{log_path} (ZooKeeper is chatty: every
+    C{ruok} probe logs a warning); only ERROR lines reach the broker's log.
+    """
+
+    def __init__(self, port: int, log_path: str) -> None:
         self.port = port
         self.ended: Deferred = Deferred()
         self.exited = False
+        self.log_path = log_path
+        self._log_file = open(log_path, "ab")
 
     def outReceived(self, data: bytes) -> None:
         self._log_lines(data)
@@ -148,14 +155,15 @@ class _ZooKeeperProcess(protocol.ProcessProtocol):
         self._log_lines(data)
 
     def _log_lines(self, data: bytes) -> None:
+        self._log_file.write(data)
+        self._log_file.flush()
         for line in data.decode("utf-8", "replace").splitlines():
-            if " WARN " in line or " ERROR " in line:
-                _log.warn("zookeeper:{port}: {line}", port=self.port, line=line)
-            else:
-                _log.debug("zookeeper:{port}: {line}", port=self.port, line=line)
+            if " ERROR " in line:
+                _log.error("zookeeper:{port}: {line}", port=self.port, line=line)
 
     def processEnded(self, reason: Any) -> None:
         self.exited = True
+        self._log_file.close()
         _log.info("ZooKeeper on port {port} exited: {reason}", port=self.port, reason=reason.value)
         self.ended.callback(None)
 
@@ -212,7 +220,7 @@ class EmbeddedZooKeeperService(Service):
     def startService(self) -> None:
         config = write_config(self.data_dir, self.port, self.tick_time_ms)
         self.command = java_command(config)
-        self._process = _ZooKeeperProcess(self.port)
+        self._process = _ZooKeeperProcess(self.port, os.path.join(self.data_dir, "zookeeper.log"))
         _log.info("starting ZooKeeper: {command}", command=" ".join(self.command))
         self._transport = self._reactor.spawnProcess(
             self._process, self.command[0], self.command, env=dict(os.environ), path=self.data_dir

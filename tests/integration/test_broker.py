@@ -1,0 +1,235 @@
+"""
+Integration tests: real ZooKeeper and real broker processes on free loopback
+ports, driven by a real client (confluent-kafka, i.e. librdkafka) and by raw
+protocol requests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+import unittest
+
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from kafkatw.errors import ErrorCode
+from kafkatw.protocol.batch import build_batch
+from kafkatw.protocol.messages import decode_response, encode_request
+from kafkatw.testing import running_cluster
+
+
+def create_topic(bootstrap: str, name: str, partitions: int, config: dict | None = None) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(name, partitions, 1, config=config or {})], operation_timeout=10)
+    futures[name].result(15)
+
+
+def raw_request(bootstrap: str, api_key: int, version: int, body: dict) -> object:
+    host, port = bootstrap.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        frame = encode_request(api_key, version, 1, "test", body)
+        s.sendall(struct.pack(">i", len(frame)) + frame)
+        size = struct.unpack(">i", _read_exactly(s, 4))[0]
+        return decode_response(api_key, version, _read_exactly(s, size))[1]
+
+
+def _read_exactly(s: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = s.recv(n - len(data))
+        if not chunk:
+            raise ConnectionError("connection closed")
+        data += chunk
+    return data
+
+
+def consume_all(bootstrap: str, topic: str, partitions: int, expected: int, timeout_s: float = 30) -> dict:
+    """(partition, offset) -> value for every record of C{topic}, read from the beginning."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "integration", "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    records: dict = {}
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(records) < expected and time.monotonic() < deadline:
+            for message in consumer.consume(1000, 0.5):
+                if message.error():
+                    continue
+                records[(message.partition(), message.offset())] = message.value()
+    finally:
+        consumer.close()
+    return records
+
+
+class TwoBrokerTests(unittest.TestCase):
+    """Two brokers sharing topics through ZooKeeper."""
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls._cluster = running_cluster(brokers=2)
+        cls.brokers = cls._cluster.__enter__()
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        cls._cluster.__exit__(None, None, None)
+
+    def test_partitions_spread_and_clients_follow_leaders(self) -> None:
+        bootstrap = self.brokers[0].bootstrap
+        create_topic(bootstrap, "shared", 4)
+        metadata = raw_request(self.brokers[1].bootstrap, 3, 12, {"topics": [{"name": "shared"}],
+                                                                   "allow_auto_topic_creation": False})
+        self.assertEqual(sorted(b.node_id for b in metadata.brokers), [0, 1])
+        leaders = {p.partition_index: p.leader_id for p in metadata.topics[0].partitions}
+        self.assertEqual(sorted(leaders), [0, 1, 2, 3])
+        self.assertEqual(set(leaders.values()), {0, 1})
+
+        producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 1})
+        for i in range(400):
+            producer.produce("shared", value=b"v%d" % i, partition=i % 4)
+        self.assertEqual(producer.flush(30), 0)
+        records = consume_all(self.brokers[1].bootstrap, "shared", 4, 400)
+        self.assertEqual(sorted(records.values()), sorted(b"v%d" % i for i in range(400)))
+        for p in range(4):
+            self.assertEqual(sorted(o for (q, o) in records if q == p), list(range(100)))
+
+    def test_wrong_broker_answers_not_leader(self) -> None:
+        create_topic(self.brokers[0].bootstrap, "placed", 2)
+        metadata = raw_request(self.brokers[0].bootstrap, 3, 12, {"topics": [{"name": "placed"}],
+                                                                   "allow_auto_topic_creation": False})
+        for partition in metadata.topics[0].partitions:
+            wrong = self.brokers[1 - partition.leader_id].bootstrap
+            response = raw_request(wrong, 0, 9, {"acks": 1, "timeout": 1000, "topic_data": [
+                {"name": "placed", "partition_data": [{"index": partition.partition_index,
+                                                       "records": build_batch([(b"k", b"v")])}]}]})
+            self.assertEqual(response.responses[0].partition_responses[0].error_code,
+                             ErrorCode.not_leader_or_follower)
+
+    def test_topic_created_on_one_broker_is_served_by_the_other(self) -> None:
+        create_topic(self.brokers[1].bootstrap, "seen-everywhere", 2)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            metadata = raw_request(self.brokers[0].bootstrap, 3, 12, {"topics": [{"name": "seen-everywhere"}],
+                                                                       "allow_auto_topic_creation": False})
+            if metadata.topics[0].error_code == ErrorCode.none:
+                break
+            time.sleep(0.05)
+        self.assertEqual(metadata.topics[0].error_code, ErrorCode.none)
+        self.assertEqual(len(metadata.topics[0].partitions), 2)
+
+
+class CrashRecoveryTests(unittest.TestCase):
+    def test_sigkill_during_produce_keeps_every_acknowledged_record(self) -> None:
+        """
+        SIGKILL the broker in the middle of a produce stream (acks=1), restart
+        it on the same log dir: every acknowledged record is there, in order,
+        at the offset it was acknowledged with.
+        """
+        with running_cluster(brokers=1) as [broker]:
+            create_topic(broker.bootstrap, "crash", 2)
+            acknowledged: dict = {}
+            errors: list = []
+
+            def delivered(err: object, message: object) -> None:
+                if err is None:
+                    acknowledged[(message.partition(), message.offset())] = message.value()
+                else:
+                    errors.append(err)
+
+            producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": 1, "linger.ms": 2,
+                                 "message.timeout.ms": 5000, "retries": 0, "enable.idempotence": False})
+            sent = 0
+            deadline = time.monotonic() + 30
+            while sent < 200000 and time.monotonic() < deadline:
+                try:
+                    producer.produce("crash", value=b"record-%08d" % sent, partition=sent % 2,
+                                     on_delivery=delivered)
+                    sent += 1
+                except BufferError:
+                    producer.poll(0.01)
+                producer.poll(0)
+                if len(acknowledged) > 20000 and broker.popen.poll() is None:
+                    broker.kill()
+            producer.flush(15)
+            self.assertIsNotNone(broker.popen.poll(), "the broker was not killed")
+            self.assertGreater(len(acknowledged), 20000)
+            self.assertIn("broker 0 started", broker.log_text())
+
+            broker.start()
+            self.assertIn("clean=False", broker.log_text().rsplit("broker 0 started", 2)[1])
+            records = consume_all(broker.bootstrap, "crash", 2, len(acknowledged))
+            missing = {k: v for k, v in acknowledged.items() if records.get(k) != v}
+            self.assertEqual(missing, {}, f"{len(missing)} acknowledged records lost or moved")
+            for p in range(2):
+                offsets = sorted(o for (q, o) in records if q == p)
+                self.assertEqual(offsets, list(range(len(offsets))))
+                values = [records[(p, o)] for o in offsets]
+                self.assertEqual(values, sorted(values), "records out of order")
+
+    def test_clean_restart_scans_nothing(self) -> None:
+        with running_cluster(brokers=1) as [broker]:
+            create_topic(broker.bootstrap, "clean", 1)
+            producer = Producer({"bootstrap.servers": broker.bootstrap})
+            for i in range(1000):
+                producer.produce("clean", value=b"%d" % i)
+            self.assertEqual(producer.flush(15), 0)
+            # twistd re-raises the signal it stopped on, so a clean SIGTERM exit is -SIGTERM.
+            self.assertEqual(broker.stop(), -signal.SIGTERM)
+            self.assertIn("broker 0 stopped", broker.log_text())
+            broker.start()
+            restart_log = broker.log_text().rsplit("broker 0 shutting down", 1)[1]
+            self.assertIn("loaded 1 logs", restart_log)
+            self.assertIn("clean=True recovered=0", restart_log)
+            self.assertNotIn("clean=False", restart_log)
+            self.assertEqual(len(consume_all(broker.bootstrap, "clean", 1, 1000)), 1000)
+
+
+class BadInputTests(unittest.TestCase):
+    """Bad input on one connection does not disturb others, and loses nothing."""
+
+    def test_broker_keeps_serving_after_garbage(self) -> None:
+        with running_cluster(brokers=1, overrides={"socket.request.max.bytes": "1048576"}) as [broker]:
+            create_topic(broker.bootstrap, "sturdy", 1)
+            producer = Producer({"bootstrap.servers": broker.bootstrap})
+            producer.produce("sturdy", value=b"before")
+            self.assertEqual(producer.flush(10), 0)
+            host, port = broker.bootstrap.split(":")
+            for garbage in [
+                struct.pack(">i", 2_000_000),  # over socket.request.max.bytes
+                struct.pack(">i", -1),
+                struct.pack(">i", 3) + b"\x00\x01\x02",  # shorter than a header
+                struct.pack(">i", 10) + struct.pack(">hhih", 999, 0, 1, -1),  # unknown API key
+                struct.pack(">i", 16) + struct.pack(">hhih", 0, 9, 1, -1) + b"\xff" * 6,  # garbage body
+                os.urandom(4096),
+            ]:
+                with socket.create_connection((host, int(port)), timeout=5) as s:
+                    s.sendall(garbage)
+                    s.shutdown(socket.SHUT_WR)
+                    try:
+                        while s.recv(4096):
+                            pass
+                    except ConnectionResetError:
+                        pass
+            producer.produce("sturdy", value=b"after")
+            self.assertEqual(producer.flush(10), 0)
+            records = consume_all(broker.bootstrap, "sturdy", 1, 2)
+            self.assertEqual(sorted(records.values()), [b"after", b"before"])
+            log = broker.log_text()
+            self.assertIn("closing connection", log)
+            self.assertEqual(broker.popen.poll(), None)
+
+    def test_produce_to_missing_topic_with_auto_create_off(self) -> None:
+        with running_cluster(brokers=1, overrides={"auto.create.topics.enable": "false"}) as [broker]:
+            response = raw_request(broker.bootstrap, 0, 9, {"acks": 1, "timeout": 1000, "topic_data": [
+                {"name": "absent", "partition_data": [{"index": 0, "records": build_batch([(b"k", b"v")])}]}]})
+            self.assertEqual(response.responses[0].partition_responses[0].error_code,
+                             ErrorCode.unknown_topic_or_partition)
+            metadata = raw_request(broker.bootstrap, 3, 12, {"topics": [{"name": "absent"}],
+                                                              "allow_auto_topic_creation": True})
+            self.assertEqual(metadata.topics[0].error_code, ErrorCode.unknown_topic_or_partition)
