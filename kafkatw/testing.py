@@ -47,6 +47,7 @@ __all__ = [
     "FakeWatch",
     "BrokerProcess",
     "running_cluster",
+    "Cluster",
 ]
 
 
@@ -575,25 +576,38 @@ class BrokerProcess:
             return f.read().decode("utf-8", "replace")
 
 
+class Cluster(list):
+    """
+    The L{BrokerProcess}es of L{running_cluster}, in broker id order.
+
+    @ivar zookeeper: the cluster's L{ZooKeeperFixture} (C{.popen} is the
+        ZooKeeper server process: SIGSTOP/SIGCONT it to simulate an outage).
+    """
+
+    zookeeper: ZooKeeperFixture
+
+
 @contextlib.contextmanager
 def running_cluster(brokers: int = 1, overrides: dict[str, str] | None = None,
-                    tmpdir: str | None = None) -> Iterator[list[BrokerProcess]]:
+                    tmpdir: str | None = None) -> Iterator[Cluster]:
     """
     A real ZooKeeper and C{brokers} real broker processes on free loopback
     ports; everything is stopped and removed on exit.
 
-    @return: the started L{BrokerProcess}es (their C{bootstrap} addresses).
+    @return: a L{Cluster}: the started L{BrokerProcess}es (their C{bootstrap}
+        addresses) and the ZooKeeper fixture.
     """
     base = tmpdir or tempfile.mkdtemp(prefix="kafkatw-cluster-")
-    processes: list[BrokerProcess] = []
+    cluster = Cluster()
     try:
-        with running_zookeeper(os.path.join(base, "zookeeper")) as connect:
+        cluster.zookeeper = ZooKeeperFixture(os.path.join(base, "zookeeper"))
+        with cluster.zookeeper as connect:
             try:
                 for broker_id in range(brokers):
-                    processes.append(BrokerProcess(broker_id, connect + "/kafkatw", base, overrides).start())
-                yield processes
+                    cluster.append(BrokerProcess(broker_id, connect + "/kafkatw", base, overrides).start())
+                yield cluster
             finally:
-                for process in processes:
+                for process in cluster:
                     process.stop()
     finally:
         if tmpdir is None:

@@ -29,6 +29,7 @@ from ..config import BROKER_CONFIG, TOPIC_CONFIG_KEYS, BrokerConfig
 from ..errors import ErrorCode, KafkaError, kafka_error
 from ..protocol.fetch import FETCH_MAX_VERSION, FETCH_MIN_VERSION, PartitionFetchData, encode_fetch_response
 from ..protocol.messages import RequestHeader, UnsupportedVersion, decode_request, encode_response
+from ..zookeeper.bridge import ZooKeeperError
 
 __all__ = ["SUPPORTED_VERSIONS", "KafkaApis", "validate_topic_name"]
 
@@ -241,8 +242,8 @@ class KafkaApis:
             except KafkaError as e:
                 if e.error_code != ErrorCode.topic_already_exists:
                     errors[name] = e.error_code
-            except Exception:
-                _log.failure("auto-creating topic {topic} failed", topic=name)
+            except ZooKeeperError as e:
+                _log.warn("auto-creating topic {topic} failed: ZooKeeper unavailable ({error})", topic=name, error=e)
                 errors[name] = ErrorCode.leader_not_available
         return self._respond(header, self._metadata_body(names, errors))
 
@@ -404,6 +405,9 @@ class KafkaApis:
             except KafkaError as e:
                 entry["error_code"] = int(e.error_code)
                 entry["error_message"] = str(e) or None
+            except ZooKeeperError as e:
+                entry["error_code"] = int(ErrorCode.request_timed_out)
+                entry["error_message"] = f"ZooKeeper unavailable: {e}"
             results.append(entry)
         return self._respond(header, {"throttle_time": 0, "topics": results})
 
@@ -429,6 +433,9 @@ class KafkaApis:
             except KafkaError as e:
                 entry["error_code"] = int(e.error_code)
                 entry["error_message"] = str(e) or None
+            except ZooKeeperError as e:
+                entry["error_code"] = int(ErrorCode.request_timed_out)
+                entry["error_message"] = f"ZooKeeper unavailable: {e}"
             results.append(entry)
         return self._respond(header, {"throttle_time": 0, "responses": results})
 
@@ -498,7 +505,7 @@ class KafkaApis:
                                           "producer_epoch": 0})
 
         def failed(failure: Any) -> bytes:
-            _log.failure("allocating a producer id failed", failure)
+            _log.warn("allocating a producer id failed: {error}", error=failure.value)
             return self._respond(header, {"throttle_time": 0,
                                           "error_code": int(ErrorCode.coordinator_not_available),
                                           "producer_id": -1, "producer_epoch": -1})

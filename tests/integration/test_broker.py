@@ -124,6 +124,27 @@ class TwoBrokerTests(unittest.TestCase):
         self.assertEqual(len(metadata.topics[0].partitions), 2)
 
 
+    def test_delete_topic_removes_logs_on_every_broker(self) -> None:
+        bootstrap = self.brokers[0].bootstrap
+        create_topic(bootstrap, "doomed", 4)
+        producer = Producer({"bootstrap.servers": bootstrap})
+        for p in range(4):
+            producer.produce("doomed", value=b"x", partition=p)
+        self.assertEqual(producer.flush(10), 0)
+
+        def partition_dirs() -> list[str]:
+            return [d for b in self.brokers for d in os.listdir(os.path.join(b.log_dir, f"data-{b.broker_id}"))
+                    if d.startswith("doomed-")]
+
+        self.assertEqual(len(partition_dirs()), 4)
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.delete_topics(["doomed"], operation_timeout=10)["doomed"].result(15)
+        deadline = time.monotonic() + 10
+        while partition_dirs() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.assertEqual(partition_dirs(), [])
+
+
 class CrashRecoveryTests(unittest.TestCase):
     def test_sigkill_during_produce_keeps_every_acknowledged_record(self) -> None:
         """
@@ -233,3 +254,53 @@ class BadInputTests(unittest.TestCase):
             metadata = raw_request(broker.bootstrap, 3, 12, {"topics": [{"name": "absent"}],
                                                               "allow_auto_topic_creation": True})
             self.assertEqual(metadata.topics[0].error_code, ErrorCode.unknown_topic_or_partition)
+
+
+class ZooKeeperOutageTests(unittest.TestCase):
+    def test_broker_serves_through_outage_and_reregisters(self) -> None:
+        """
+        With ZooKeeper frozen (SIGSTOP) past the session timeout, produce and
+        fetch go on, requests that need ZooKeeper fail with a retriable error;
+        once ZooKeeper is back the expired session is replaced and the broker
+        registers again.
+        """
+        with running_cluster(brokers=1) as cluster:
+            [broker] = cluster
+            create_topic(broker.bootstrap, "through", 1)
+            producer = Producer({"bootstrap.servers": broker.bootstrap})
+            producer.produce("through", value=b"before")
+            self.assertEqual(producer.flush(10), 0)
+            zookeeper = cluster.zookeeper.popen
+            zookeeper.send_signal(signal.SIGSTOP)
+            try:
+                producer.produce("through", value=b"during")
+                self.assertEqual(producer.flush(10), 0)
+                self.assertEqual(sorted(consume_all(broker.bootstrap, "through", 1, 2).values()),
+                                 [b"before", b"during"])
+                started = time.monotonic()
+                response = raw_request(broker.bootstrap, 19, 7, {
+                    "topics": [{"name": "while-down", "num_partitions": 1, "replication_factor": 1}],
+                    "timeout": 5000, "validate_only": False})
+                self.assertEqual(response.topics[0].error_code, ErrorCode.request_timed_out)
+                self.assertTrue(response.topics[0].error_code.retriable)
+                self.assertLess(time.monotonic() - started, 15)
+                time.sleep(4)  # past zookeeper.session.timeout.ms=3000: the session expires on resume
+            finally:
+                zookeeper.send_signal(signal.SIGCONT)
+            deadline = time.monotonic() + 30
+            error = None
+            while time.monotonic() < deadline:
+                response = raw_request(broker.bootstrap, 19, 7, {
+                    "topics": [{"name": "after", "num_partitions": 1, "replication_factor": 1}],
+                    "timeout": 5000, "validate_only": False})
+                error = response.topics[0].error_code
+                if error == ErrorCode.none:
+                    break
+                time.sleep(0.2)
+            self.assertEqual(error, ErrorCode.none)
+            log = broker.log_text()
+            self.assertIn("ZooKeeper session LOST", log)
+            self.assertIn("re-registering broker 0", log)
+            metadata = raw_request(broker.bootstrap, 3, 12, {"topics": None, "allow_auto_topic_creation": False})
+            self.assertEqual([b.node_id for b in metadata.brokers], [0])
+            self.assertEqual(sorted(t.name for t in metadata.topics), ["after", "through"])
