@@ -100,7 +100,13 @@ class KafkaApis:
             22: self.handle_init_producer_id,
             32: self.handle_describe_configs,
         }
+        #: Kafka's BrokerTopicMetrics and RequestMetrics, read by L{kafkatw.broker.metrics}.
         self.request_counts: dict[int, int] = {}
+        self.messages_in = 0
+        self.bytes_in = 0
+        self.bytes_out = 0
+        self.failed_produce_requests = 0
+        self.failed_fetch_requests = 0
 
     # --- connections ---------------------------------------------------------
 
@@ -268,11 +274,15 @@ class KafkaApis:
                             raise KafkaError()
                         result = append(name, p.index, p.records)
                     except KafkaError as e:
+                        self.failed_produce_requests += 1
                         code = e.error_code if type(e) is not KafkaError else ErrorCode.corrupt_message
                         partitions.append({"index": p.index, "error_code": int(code), "base_offset": -1,
                                            "log_append_time": -1, "log_start_offset": -1,
                                            "error_message": str(e) or None})
                         continue
+                    if not result.duplicate:
+                        self.messages_in += result.record_count
+                        self.bytes_in += len(p.records)
                     partitions.append({
                         "index": p.index, "error_code": 0, "base_offset": result.base_offset,
                         "log_append_time": result.log_append_time_ms, "log_start_offset": result.log_start_offset,
@@ -320,6 +330,7 @@ class KafkaApis:
                     total += size
                 except KafkaError as e:
                     any_error = True
+                    self.failed_fetch_requests += 1
                     partitions.append(PartitionFetchData(p.partition, int(e.error_code), -1, -1, -1, (), 0))
             topics.append((name, partitions))
         return topics, total, any_error
@@ -337,6 +348,7 @@ class KafkaApis:
         return d
 
     def _fetch_response(self, header: RequestHeader, topics: list) -> tuple[list, int]:
+        self.bytes_out += sum(p.records_bytes for _, partitions in topics for p in partitions)
         return encode_fetch_response(header.api_version, header.correlation_id, topics)
 
     # --- ListOffsets ---------------------------------------------------------

@@ -84,6 +84,7 @@ class KafkaServer(service.MultiService):
         self._topic_watches: dict[str, Any] = {}
         self._topic_configs: dict[str, dict[str, str]] = {}
         self.port: int | None = None
+        self.metrics_port: int | None = None
         self.ready: defer.Deferred[None] = defer.Deferred()
         self._starting: defer.Deferred | None = None
 
@@ -149,6 +150,8 @@ class KafkaServer(service.MultiService):
             _log.info("listening on {address}", address=port.getHost())
         host, advertised_port = self._advertised()
         self.port = self._listening_ports[0].getHost().port
+        if config["metrics.port"] >= 0:
+            await self._start_metrics(config["metrics.port"])
 
         await self.registry.watch_brokers(self._brokers_changed)
         await self.registry.watch_topics(self._topics_changed)
@@ -165,6 +168,20 @@ class KafkaServer(service.MultiService):
         self._every(config["log.retention.check.interval.ms"], self._retention)
         _log.info("broker {id} started at {host}:{port} (cluster {cluster})", id=self.broker_id, host=host,
                   port=advertised_port, cluster=self.metadata.cluster_id)
+
+    async def _start_metrics(self, port: int) -> None:
+        from prometheus_client.twisted import MetricsResource
+        from twisted.web.resource import Resource
+        from twisted.web.server import Site
+
+        from .metrics import metrics_registry
+
+        root = Resource()
+        root.putChild(b"metrics", MetricsResource(registry=metrics_registry(self)))
+        listening = await endpoints.TCP4ServerEndpoint(self.reactor, port, interface="127.0.0.1").listen(Site(root))
+        self._listening_ports.append(listening)
+        self.metrics_port = listening.getHost().port
+        _log.info("metrics at http://127.0.0.1:{port}/metrics", port=self.metrics_port)
 
     async def _register(self, host: str, port: int) -> None:
         """

@@ -304,3 +304,23 @@ class ZooKeeperOutageTests(unittest.TestCase):
             metadata = raw_request(broker.bootstrap, 3, 12, {"topics": None, "allow_auto_topic_creation": False})
             self.assertEqual([b.node_id for b in metadata.brokers], [0])
             self.assertEqual(sorted(t.name for t in metadata.topics), ["after", "through"])
+
+
+class MetricsTests(unittest.TestCase):
+    def test_prometheus_endpoint_counts_messages(self) -> None:
+        import re
+        import urllib.request
+
+        from kafkatw.testing import find_free_port
+
+        port = find_free_port()
+        with running_cluster(brokers=1, overrides={"metrics.port": str(port)}) as [broker]:
+            create_topic(broker.bootstrap, "measured", 1)
+            producer = Producer({"bootstrap.servers": broker.bootstrap})
+            for i in range(25):
+                producer.produce("measured", value=b"m")
+            self.assertEqual(producer.flush(10), 0)
+            text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+            self.assertRegex(text, r"kafka_server_brokertopicmetrics_messagesin_total 25\.0")
+            self.assertRegex(text, r'kafka_log_log_logendoffset\{partition="0",topic="measured"\} 25\.0')
+            self.assertTrue(re.search(r'kafka_network_requestmetrics_requests_total\{request="Produce"\} \d', text))

@@ -1,0 +1,73 @@
+"""
+Prometheus metrics of a broker, under Kafka's metric names.
+
+A collector reads the broker's counters when scraped, so the request path pays
+nothing for metrics.  Names follow the Prometheus JMX exporter's rendering of
+Kafka's MBeans (C{kafka.server:type=BrokerTopicMetrics,name=MessagesInPerSec}
+becomes C{kafka_server_brokertopicmetrics_messagesin_total}), so dashboards
+built for Apache Kafka find them.
+
+Enabled with C{metrics.port} (served on 127.0.0.1 at C{/metrics}).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from ..protocol.messages import API_NAMES
+
+__all__ = ["BrokerCollector", "metrics_registry"]
+
+
+class BrokerCollector:
+    """Collects the counters of one L{kafkatw.broker.server.KafkaServer}."""
+
+    def __init__(self, server: Any) -> None:
+        self.server = server
+
+    def collect(self) -> Iterator[Any]:
+        apis = self.server.apis
+        if apis is None:
+            return
+        for name, value, doc in [
+            ("kafka_server_brokertopicmetrics_messagesin", apis.messages_in, "Records appended."),
+            ("kafka_server_brokertopicmetrics_bytesin", apis.bytes_in, "Record batch bytes appended."),
+            ("kafka_server_brokertopicmetrics_bytesout", apis.bytes_out, "Record batch bytes fetched."),
+            ("kafka_server_brokertopicmetrics_failedproducerequests", apis.failed_produce_requests,
+             "Partitions of produce requests that failed."),
+            ("kafka_server_brokertopicmetrics_failedfetchrequests", apis.failed_fetch_requests,
+             "Partitions of fetch requests that failed."),
+        ]:
+            yield CounterMetricFamily(name, doc, value=value)
+        requests = CounterMetricFamily("kafka_network_requestmetrics_requests", "Requests served by API.",
+                                       labels=["request"])
+        for api_key, count in sorted(apis.request_counts.items()):
+            requests.add_metric([API_NAMES.get(api_key, str(api_key))], count)
+        yield requests
+        connections = GaugeMetricFamily("kafka_server_socketservermetrics_connection_count", "Open connections.")
+        connections.add_metric([], len(apis.connections))
+        yield connections
+        log_manager = self.server.log_manager
+        if log_manager is None:
+            return
+        end = GaugeMetricFamily("kafka_log_log_logendoffset", "Log end offset.", labels=["topic", "partition"])
+        start = GaugeMetricFamily("kafka_log_log_logstartoffset", "Log start offset.", labels=["topic", "partition"])
+        size = GaugeMetricFamily("kafka_log_log_size", "Log size in bytes.", labels=["topic", "partition"])
+        segments = GaugeMetricFamily("kafka_log_log_numlogsegments", "Segments.", labels=["topic", "partition"])
+        for log in log_manager.all_logs():
+            labels = [log.topic, str(log.partition)]
+            end.add_metric(labels, log.log_end_offset)
+            start.add_metric(labels, log.log_start_offset)
+            size.add_metric(labels, log.size_bytes)
+            segments.add_metric(labels, len(log.segments))
+        yield from (end, start, size, segments)
+
+
+def metrics_registry(server: Any) -> CollectorRegistry:
+    """A registry holding only this broker's collector."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(BrokerCollector(server))
+    return registry
