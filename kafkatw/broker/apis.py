@@ -319,7 +319,8 @@ class KafkaApis:
                     regions: list[Any] = []
                     size = 0
                     if remaining > 0:
-                        regions = log.read(p.fetch_offset, min(p.partition_max_bytes, remaining), high_watermark)
+                        regions = log.read(p.fetch_offset, min(p.partition_max_bytes, remaining), high_watermark,
+                                           min_one_batch=total == 0)
                         size = sum(r.length for r in regions)
                         remaining -= size
                     elif not log.log_start_offset <= p.fetch_offset <= log.log_end_offset:

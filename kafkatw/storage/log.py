@@ -294,12 +294,14 @@ class PartitionLog:
 
     # -- read --------------------------------------------------------------------
 
-    def read(self, offset: int, max_bytes: int, max_offset: int | None = None) -> list[FileRegion]:
+    def read(self, offset: int, max_bytes: int, max_offset: int | None = None,
+             min_one_batch: bool = True) -> list[FileRegion]:
         """
         File regions of whole batches from the batch containing C{offset}.
 
-        At least one whole batch is returned when there is one, even if larger
-        than C{max_bytes} (KIP-74).
+        With C{min_one_batch}, at least one whole batch is returned when there
+        is one, even if larger than C{max_bytes} (KIP-74: so that a consumer
+        always makes progress); a fetch sets it for the first partition only.
 
         @param max_offset: exclusive upper bound (normally the high watermark).
         @raise OffsetOutOfRangeError: C{offset} below the log start offset or
@@ -322,7 +324,7 @@ class PartitionLog:
             if segment.base_offset >= upper:
                 break
             max_position = segment.position_of(upper) if upper < segment.next_offset else None
-            region = segment.read(offset, remaining, max_position, min_one_batch=not regions)
+            region = segment.read(offset, remaining, max_position, min_one_batch=min_one_batch and not regions)
             if region is not None:
                 regions.append(region)
                 remaining -= region.length

@@ -480,8 +480,7 @@ def test_aiokafka_admin_create_and_describe(broker) -> None:
 
     created, described, topics_meta = asyncio.run(go())
     created = created.to_object()
-    print("CREATED", created)
-    assert [(t["topic"], t["error_code"]) for t in created["topics"]] == [("interop-admin-aiokafka", 0)], created
+    assert [(t["topic"], t["error_code"]) for t in created["topic_errors"]] == [("interop-admin-aiokafka", 0)], created
     (response,) = described
     (resource,) = response.to_object()["resources"]
     assert (resource["error_code"], resource["resource_name"]) == (0, "interop-admin-aiokafka"), resource

@@ -203,6 +203,16 @@ class ProduceFetchTests(unittest.TestCase):
         # KIP-74: a first batch larger than max_bytes is still returned whole.
         self.assertEqual(self.h.fetch("t", 0, 0, max_bytes=10).records, one_batch)
 
+    def test_only_the_first_partition_may_exceed_max_bytes(self) -> None:
+        for p in (0, 1):
+            self.h.produce("t", p, build_batch([(b"k", b"x" * 1000)]))
+        request = self.h.fetch_request("t", 0, 0, max_bytes=10)
+        request["topics"][0]["partitions"].append(dict(request["topics"][0]["partitions"][0], partition=1))
+        response = self.h.call(1, 12, request)
+        first, second = response.responses[0].partitions
+        self.assertGreater(len(first.records), 1000)
+        self.assertEqual((second.error_code, second.records), (ErrorCode.none, b""))
+
     def test_long_poll_is_woken_by_append_not_by_polling(self) -> None:
         d = self.h.request(1, 12, self.h.fetch_request("t", 0, 0, max_wait_ms=500, min_bytes=1))
         self.assertIsInstance(d, defer.Deferred)
