@@ -32,6 +32,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -138,7 +139,8 @@ class Phase:
     def __enter__(self) -> "Phase":
         if self.spy_dir:
             out = os.path.join(self.spy_dir, f"{self.name}.txt")
-            self.spy = subprocess.Popen(["py-spy", "record", "-p", str(self.pid), "-d", "10", "-f", "raw",
+            spy = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
+            self.spy = subprocess.Popen([spy, "record", "-p", str(self.pid), "-d", "10", "-f", "raw",
                                          "-o", out, "--nonblocking"],
                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             time.sleep(0.5)  # let it attach
@@ -152,6 +154,8 @@ class Phase:
         self.broker_cpu = cpu_seconds(self.pid) - self.broker_cpu0
         self.client_cpu = cpu_seconds(os.getpid()) - self.client_cpu0
         if self.spy is not None:
+            if self.spy.poll() is None:
+                self.spy.send_signal(signal.SIGINT)  # py-spy writes what it has so far
             try:
                 self.spy.wait(30)
             except subprocess.TimeoutExpired:
@@ -226,9 +230,10 @@ def produce(bootstrap: str, topic: str, n: int, value: bytes, cap_s: float, conf
     return sent, failed[0]
 
 
-def consume(bootstrap: str, topic: str, n: int, cap_s: float) -> tuple[int, int]:
+def consume(bootstrap: str, topic: str, n: int, cap_s: float, conf: dict | None = None) -> tuple[int, int]:
     """Consume from offset 0 until C{n} records (or C{cap_s}); returns (records, value bytes)."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-consume", "enable.auto.commit": False})
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-consume", "enable.auto.commit": False,
+                  **(conf or {})})
     c.assign([TopicPartition(topic, 0, 0)])
     count = 0
     nbytes = 0
@@ -296,15 +301,41 @@ def main() -> None:
             emit("consume_mb_per_s", round(consume_mb_s, 1), "MB/s")
             ph.emit_cpu(got)
 
+            # Not default settings: librdkafka >= 2.4 waits fetch.queue.backoff.ms (default 1000) before
+            # fetching again once its queue holds queued.min.messages (100000), which this Python loop
+            # drains in ~40 ms.  With the back-off off, the figure shows what the broker can feed.
+            with Phase("consume_no_queue_backoff", pid, args.py_spy_dir) as ph:
+                got2, nbytes2 = consume(bootstrap, "bench", hw, args.duration_cap_s, {"fetch.queue.backoff.ms": 0})
+            emit("consume_no_queue_backoff_records_per_s", round(got2 / ph.elapsed), "records/s", target=500_000,
+                 consumed=got2, expected=hw, wall_s=round(ph.elapsed, 3), fetch_queue_backoff_ms=0, **common)
+            emit("consume_no_queue_backoff_mb_per_s", round(nbytes2 / ph.elapsed / 1e6, 1), "MB/s")
+            ph.emit_cpu(got2)
+
             # produce one record per request, acks=0
-            with Phase("produce_acks0", pid, args.py_spy_dir) as ph:
-                sent0, failed0 = produce(bootstrap, "bench-acks0", args.acks0_records, value, args.duration_cap_s,
-                                         {"acks": 0, "linger.ms": 0, "batch.num.messages": 1})
-            time.sleep(0.5)  # acks=0: let the broker finish appending before reading the watermark
-            hw0 = high_watermark(bootstrap, "bench-acks0")
-            emit("produce_acks0_batch1_records_per_s", round((sent0 - failed0) / ph.elapsed), "records/s",
+            # acks=0: the client is done when it has written; the phase ends when the broker has
+            # appended everything (high watermark), polled on another connection.
+            watcher = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-watermark",
+                                "enable.auto.commit": False})
+            tp0 = TopicPartition("bench-acks0", 0)
+            watcher.get_watermark_offsets(tp0, timeout=10)
+            try:
+                with Phase("produce_acks0", pid, args.py_spy_dir) as ph:
+                    sent0, failed0 = produce(bootstrap, "bench-acks0", args.acks0_records, value,
+                                             args.duration_cap_s, {"acks": 0, "linger.ms": 0, "batch.num.messages": 1})
+                    client_done = time.perf_counter() - ph.t0
+                    deadline = time.perf_counter() + 30.0
+                    hw0 = -1
+                    for _ in range(10_000):
+                        hw0 = watcher.get_watermark_offsets(tp0, timeout=10)[1]
+                        if hw0 >= sent0 - failed0 or time.perf_counter() > deadline:
+                            break
+                        time.sleep(0.002)
+            finally:
+                watcher.close()
+            emit("produce_acks0_batch1_records_per_s", round(hw0 / ph.elapsed), "records/s",
                  target=50_000, sent=sent0, failed=failed0, high_watermark=hw0, wall_s=round(ph.elapsed, 3),
-                 records=args.acks0_records, record_size=args.record_size, linger_ms=0, batch_num_messages=1)
+                 client_done_s=round(client_done, 3), records=args.acks0_records, record_size=args.record_size,
+                 linger_ms=0, batch_num_messages=1, acks=0)
             ph.emit_cpu(hw0)
 
         emit("produce_fraction_of_page_cache_write", round(produce_mb_s / disk, 4), "ratio")

@@ -75,7 +75,7 @@ BROKER_CONFIG: dict[str, ConfigKey] = {
         ConfigKey("zookeeper.connection.timeout.ms", int, 18000, "Time to wait for the first ZooKeeper connection.", "ms"),
         ConfigKey("num.partitions", int, 1, "Default partition count of auto-created topics."),
         ConfigKey("default.replication.factor", int, 1, "Default replication factor of auto-created topics."),
-        ConfigKey("auto.create.topics.enable", _bool, True, "Create a topic when a client asks for metadata or produces to it."),
+        ConfigKey("auto.create.topics.enable", _bool, True, "Create a topic when a client asks for its metadata (Produce never creates one)."),
         ConfigKey("delete.topic.enable", _bool, True, "Allow DeleteTopics."),
         ConfigKey("message.max.bytes", int, 1048588, "Largest record batch accepted.", "bytes"),
         ConfigKey("socket.request.max.bytes", int, 104857600, "Largest request frame accepted.", "bytes"),
@@ -93,9 +93,7 @@ BROKER_CONFIG: dict[str, ConfigKey] = {
         ConfigKey("log.cleanup.policy", str, "delete", "Only 'delete' is supported."),
         ConfigKey("log.message.timestamp.type", str, "CreateTime", "CreateTime or LogAppendTime."),
         ConfigKey("producer.id.block.size", int, 1000, "Producer ids reserved in ZooKeeper at a time."),
-        ConfigKey("producer.id.expiration.ms", int, 86400000, "Idle time after which producer state is dropped.", "ms"),
         ConfigKey("metrics.port", int, -1, "Prometheus metrics port on 127.0.0.1 (-1: off)."),
-        ConfigKey("group.initial.rebalance.delay.ms", int, 3000, "Delay of a new group's first rebalance.", "ms"),
     ]
 }
 
@@ -154,6 +152,13 @@ class BrokerConfig:
         self._values: dict[str, Any] = {name: key.default for name, key in BROKER_CONFIG.items()}
         for name, value in (values or {}).items():
             self.set(name, value)
+
+    _ALIASES = ("log.dir", "log.roll.hours", "log.retention.hours", "log.retention.minutes")
+
+    @classmethod
+    def knows(cls, name: str) -> bool:
+        """Whether C{name} is a key (or an alias of one) kafkatw understands."""
+        return name in BROKER_CONFIG or name in cls._ALIASES
 
     def set(self, name: str, value: Any) -> None:
         if name == "log.dir":

@@ -14,9 +14,12 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from twisted.logger import Logger
 from twisted.python import usage
 
 from .config import BrokerConfig, parse_properties
+
+_log = Logger()
 
 __all__ = ["Options", "makeService"]
 
@@ -48,12 +51,21 @@ class Options(usage.Options):
 
     def postOptions(self) -> None:
         values: list[tuple[str, str]] = []
+        self.ignored_keys: list[str] = []
         if self["config"] is not None:
             try:
                 with open(self["config"], encoding="utf-8") as f:
-                    values.extend(parse_properties(f.read()).items())
+                    properties = parse_properties(f.read())
             except OSError as e:
                 raise usage.UsageError(f"cannot read --config {self['config']}: {e.strerror}") from None
+            # As Kafka does, a properties file may hold keys this broker does not
+            # know (a stock server.properties): they are logged and ignored.
+            # --override keys must be known: a typo there is an error.
+            for key, value in properties.items():
+                if BrokerConfig.knows(key):
+                    values.append((key, value))
+                else:
+                    self.ignored_keys.append(key)
         for flag, key in [("broker-id", "broker.id"), ("listeners", "listeners"), ("log-dirs", "log.dirs"),
                           ("zookeeper", "zookeeper.connect")]:
             if self[flag] is not None:
@@ -91,4 +103,6 @@ def makeService(options: Options, reactor: Any = None) -> Any:
 
     for d in options.broker_config["log.dirs"]:
         os.makedirs(d, exist_ok=True)
+    for key in getattr(options, "ignored_keys", []):
+        _log.warn("{key} in {file} is not a kafkatw config; ignored", key=key, file=options["config"])
     return KafkaServer(options.broker_config, reactor)

@@ -39,7 +39,7 @@ _log = Logger()
 SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     0: (3, 9),  # Produce (message format v2 only: v3+)
     1: (FETCH_MIN_VERSION, FETCH_MAX_VERSION),  # Fetch (v13+ use topic ids)
-    2: (1, 7),  # ListOffsets
+    2: (1, 6),  # ListOffsets (v7 adds MAX_TIMESTAMP, not served)
     3: (0, 12),  # Metadata
     18: (0, 3),  # ApiVersions
     19: (2, 7),  # CreateTopics
@@ -52,7 +52,6 @@ _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
-MAX_TIMESTAMP = -3
 
 
 def validate_topic_name(name: str | None) -> ErrorCode:
@@ -368,10 +367,6 @@ class KafkaApis:
                         entry["offset"] = log.high_watermark
                     elif ts == EARLIEST_TIMESTAMP:
                         entry["offset"] = log.log_start_offset
-                    elif ts == MAX_TIMESTAMP:
-                        found = log.offset_for_max_timestamp() if hasattr(log, "offset_for_max_timestamp") else None
-                        if found is not None:
-                            entry["offset"], entry["timestamp"] = found
                     elif ts < 0:
                         raise KafkaError()
                     else:

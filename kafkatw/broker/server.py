@@ -2,12 +2,12 @@
 One broker: ZooKeeper session, logs, listeners, and the periodic log tasks.
 
 Named after Kafka's C{KafkaServer}.  Start-up order: (embedded ZooKeeper,) the
-ZooKeeper session, the cluster id, log recovery, the listeners, then the broker
-registration and the registry watches — so a broker is only visible in
+ZooKeeper session, the cluster id, log recovery, the listeners, the registry
+watches, then the broker registration — so a broker is only visible in
 ``/brokers/ids`` once it can serve.  Shut-down (SIGTERM under twistd) reverses
 it: stop accepting, answer waiting fetches and let in-flight requests finish,
-flush and checkpoint the logs (a clean-shutdown marker spares the next start any
-recovery scan), close the ZooKeeper session (its ephemeral registration goes with
+flush and checkpoint the logs (a clean-shutdown marker spares the next start the
+CRC scan of recovery), close the ZooKeeper session (its ephemeral registration goes with
 it), and stop an embedded ZooKeeper last.
 """
 
@@ -226,7 +226,7 @@ class KafkaServer(service.MultiService):
         assert self.zookeeper is not None
         cluster_id = base64_uuid()
         try:
-            await self.zookeeper.create("/cluster/id", json.dumps({"version": "1", "id": cluster_id}).encode(),
+            await self.zookeeper.create("/cluster/id", json.dumps({"version": "1", "id": cluster_id}, separators=(",", ":")).encode(),
                                         makepath=True)
             return cluster_id
         except NodeExistsError:

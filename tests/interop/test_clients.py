@@ -30,7 +30,10 @@ group: consumers C{assign} partition 0.
 from __future__ import annotations
 
 import asyncio
+import glob
+import os
 import random
+import struct
 import shutil
 import subprocess
 import time
@@ -91,8 +94,11 @@ def record_set() -> list[Record]:
     The deterministic record set every producer sends.
 
     Every 10th record (from the 4th) has a null key; every 50th an empty value
-    (always keyed); every 40th (from the 8th) a ~10 KB random binary value; the
-    rest short binary values of varied length.  Headers rotate through none,
+    (always keyed); every 40th (from the 8th) a ~10 KB binary value; the rest
+    short binary values of varied length.  Values hold every byte value but
+    repeat themselves: clients send a batch uncompressed when compressing does
+    not shrink it (librdkafka, kafka-python's C{_maybe_compress}), and every
+    batch here must be compressed.  Headers rotate through none,
     two (one with an empty value) and three (a repeated name and a null value).
     Create times step by one second but go back every few records, so a
     batch's first timestamp is not its smallest.
@@ -104,9 +110,9 @@ def record_set() -> list[Record]:
         if i % 50 == 0:
             value = b""
         elif i % 40 == 7:
-            value = rng.randbytes(10_000 + i)
+            value = (rng.randbytes(251) * 41)[:10_000 + i]
         else:
-            value = b"v%03d-" % i + rng.randbytes(i % 97)
+            value = b"v%03d-" % i + bytes((j * 37 + i) % 256 for j in range(i % 97))
         assert KCAT_KEY_DELIMITER not in value and KCAT_MESSAGE_DELIMITER not in value
         headers: tuple[tuple[str, bytes | None], ...]
         if i % 3 == 0:
@@ -424,6 +430,59 @@ def test_produce_then_consume(topics, producer: str, codec: str, consumer: str) 
         assert [r.timestamp_ms for r in got] == [r.timestamp_ms for r in want]
     if consumer != "kcat":
         assert {r.timestamp_type for r in got} == {CREATE_TIME}
+
+
+#: Record batch attributes' compression bits (Kafka protocol guide, "Record Batch").
+CODEC_IDS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+
+#: baseOffset i64, batchLength i32, partitionLeaderEpoch i32, magic i8, crc u32,
+#: attributes i16, lastOffsetDelta i32, baseTimestamp i64, maxTimestamp i64,
+#: producerId i64, producerEpoch i16, baseSequence i32, recordCount i32.
+_BATCH_HEADER = struct.Struct(">qiibIhiqqqhii")
+
+
+def stored_batches(broker: Any, topic: str) -> list[dict[str, int]]:
+    """The record batch headers in partition 0's segment files, in order."""
+    batches = []
+    for path in sorted(glob.glob(os.path.join(broker.log_dir, f"data-{broker.broker_id}", f"{topic}-0", "*.log"))):
+        with open(path, "rb") as f:
+            data = f.read()
+        pos = 0
+        while pos + _BATCH_HEADER.size <= len(data):
+            (base_offset, length, _epoch, magic, _crc, attributes, last_delta, _base_ts, max_ts,
+             producer_id, _producer_epoch, base_sequence, count) = _BATCH_HEADER.unpack_from(data, pos)
+            batches.append({"base_offset": base_offset, "magic": magic, "codec": attributes & 7,
+                            "last_offset_delta": last_delta, "max_timestamp": max_ts,
+                            "producer_id": producer_id, "base_sequence": base_sequence, "count": count})
+            pos += 12 + length
+        assert pos == len(data), f"{path}: {len(data) - pos} trailing bytes"
+    return batches
+
+
+@pytest.mark.parametrize("codec", CODECS)
+@pytest.mark.parametrize("producer", PRODUCERS)
+def test_batches_stored_as_produced(topics, producer: str, codec: str) -> None:
+    """
+    The broker keeps each producer's batches as sent (compression.type=producer):
+    magic 2, the producer's codec, contiguous offsets, and -- every producer
+    here being idempotent -- a producer id from InitProducerId and sequences
+    that follow the offsets.
+    """
+    produced(topics.bootstrap, producer, codec)
+    batches = stored_batches(topics, topic_name(producer, codec))
+    assert batches, "no batches on disk"
+    assert {b["magic"] for b in batches} == {2}
+    assert {b["codec"] for b in batches} == {CODEC_IDS[codec]}
+    next_offset = 0
+    for batch in batches:
+        assert batch["base_offset"] == next_offset
+        assert batch["count"] == batch["last_offset_delta"] + 1
+        assert batch["base_sequence"] == batch["base_offset"]  # one producer session per topic
+        next_offset += batch["count"]
+    assert next_offset == RECORD_COUNT
+    assert len({b["producer_id"] for b in batches}) == 1 and batches[0]["producer_id"] >= 0
+    if producer != "kcat":
+        assert max(b["max_timestamp"] for b in batches) == max(r.timestamp_ms for r in record_set())
 
 
 # --- metadata, admin, partitioner -------------------------------------------

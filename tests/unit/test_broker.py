@@ -238,7 +238,7 @@ class ProduceFetchTests(unittest.TestCase):
             body = {"replica_id": -1, "isolation_level": 0,
                     "topics": [{"name": "t", "partitions": [{"partition_index": 0, "timestamp": ts,
                                                              "current_leader_epoch": -1}]}]}
-            p = self.h.call(2, 7, body).topics[0].partitions[0]
+            p = self.h.call(2, 6, body).topics[0].partitions[0]
             return p.error_code, p.offset
 
         self.assertEqual(offset(-2), (ErrorCode.none, 0))
