@@ -19,7 +19,7 @@ MB is 10**6 bytes of record values (the payload; keys are null).
 Every loop is bounded in count and in time.
 
 Usage:
-  python bench/bench_broker.py [--records 2000000] [--acks0-records 200000]
+  python bench/bench_broker.py [--records 2000000] [--acks0-records RECORDS/10]
       [--record-size 200] [--duration-cap-s 60] [--py-spy-dir DIR]
 
 --py-spy-dir runs `py-spy record -p <broker> -d 10 -f raw` at the start of each
@@ -254,11 +254,14 @@ def consume(bootstrap: str, topic: str, n: int, cap_s: float, conf: dict | None 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--records", type=int, default=2_000_000, help="records to produce (acks=1) and consume")
-    ap.add_argument("--acks0-records", type=int, default=200_000, help="records for the acks=0, batch-of-1 phase")
+    ap.add_argument("--acks0-records", type=int, default=None,
+                    help="records for the acks=0, batch-of-1 phase (default: --records / 10, i.e. 200,000)")
     ap.add_argument("--record-size", type=int, default=200)
     ap.add_argument("--duration-cap-s", type=float, default=60.0, help="cap per phase")
     ap.add_argument("--py-spy-dir", default=None, help="py-spy record the broker for 10 s at each phase start")
     args = ap.parse_args()
+    if args.acks0_records is None:
+        args.acks0_records = max(1, args.records // 10)
     if args.py_spy_dir:
         os.makedirs(args.py_spy_dir, exist_ok=True)
 

@@ -31,7 +31,7 @@ from ..protocol.fetch import FETCH_MAX_VERSION, FETCH_MIN_VERSION, PartitionFetc
 from ..protocol.messages import RequestHeader, UnsupportedVersion, decode_request, encode_response
 from ..zookeeper.bridge import ZooKeeperError
 
-__all__ = ["SUPPORTED_VERSIONS", "KafkaApis", "validate_topic_name"]
+__all__ = ["SUPPORTED_VERSIONS", "ADVERTISED_VERSIONS", "KafkaApis", "validate_topic_name"]
 
 _log = Logger()
 
@@ -44,9 +44,16 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     18: (0, 3),  # ApiVersions
     19: (2, 7),  # CreateTopics
     20: (1, 6),  # DeleteTopics
+    10: (0, 4),  # FindCoordinator (answers COORDINATOR_NOT_AVAILABLE until groups are served)
     22: (0, 4),  # InitProducerId
     32: (1, 4),  # DescribeConfigs
 }
+
+#: What ApiVersions advertises where it differs from L{SUPPORTED_VERSIONS}.
+#: librdkafka before 2.8 enables gzip/snappy/lz4 only when Produce v0 is
+#: advertised (confluentinc/librdkafka#4956), so Produce is listed from v0 as
+#: Apache Kafka 4.0 does (KAFKA-18659) while v0–v2 requests are still refused.
+ADVERTISED_VERSIONS: dict[int, tuple[int, int]] = {**SUPPORTED_VERSIONS, 0: (0, SUPPORTED_VERSIONS[0][1])}
 
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 
@@ -93,6 +100,7 @@ class KafkaApis:
             1: self.handle_fetch,
             2: self.handle_list_offsets,
             3: self.handle_metadata,
+            10: self.handle_find_coordinator,
             18: self.handle_api_versions,
             19: self.handle_create_topics,
             20: self.handle_delete_topics,
@@ -156,7 +164,7 @@ class KafkaApis:
             "error_code": int(error),
             "api_keys": [
                 {"api_key": key, "min_version": low, "max_version": high}
-                for key, (low, high) in sorted(SUPPORTED_VERSIONS.items())
+                for key, (low, high) in sorted(ADVERTISED_VERSIONS.items())
             ],
             "throttle_time": 0,
         }
@@ -492,6 +500,22 @@ class KafkaApis:
                 entry["error_message"] = f"resource type {resource.resource_type} is not supported"
             results.append(entry)
         return self._respond(header, {"throttle_time": 0, "results": results})
+
+    # --- FindCoordinator -----------------------------------------------------
+
+    def handle_find_coordinator(self, header: RequestHeader, request: Any) -> bytes:
+        """
+        No group or transaction coordinator is served yet: every key gets
+        C{COORDINATOR_NOT_AVAILABLE}, which clients retry.  (librdkafka also
+        needs FindCoordinator advertised before it will use lz4.)
+        """
+        code = int(ErrorCode.coordinator_not_available)
+        message = "kafkatw does not coordinate consumer groups or transactions yet"
+        keys = list(request.coordinator_keys) if hasattr(request, "coordinator_keys") else [request.key]
+        coordinators = [{"key": key, "node_id": -1, "host": "", "port": -1, "error_code": code,
+                         "error_message": message} for key in keys]
+        body = {"throttle_time": 0, "coordinators": coordinators, **coordinators[0]}
+        return self._respond(header, body)
 
     # --- InitProducerId ------------------------------------------------------
 

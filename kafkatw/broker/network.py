@@ -173,7 +173,7 @@ class KafkaConnection(Int32StringReceiver):
         Replaces L{Int32StringReceiver.dataReceived}, which concatenates its
         whole buffer on every read: quadratic for the megabyte produce requests
         real clients send.  Here reads are kept as a list until a whole frame is
-        there, then joined once.
+        there, then joined once, and each frame is a read-only view of it.
         """
         self._chunks.append(data)
         self._buffered += len(data)
@@ -181,6 +181,7 @@ class KafkaConnection(Int32StringReceiver):
             return
         alldata = self._chunks[0] if len(self._chunks) == 1 else b"".join(self._chunks)
         end = len(alldata)
+        view = memoryview(alldata)  # frames are views: kio decodes them without a copy
         offset = 0
         need = 4
         unpack_from = _SIZE.unpack_from
@@ -196,7 +197,7 @@ class KafkaConnection(Int32StringReceiver):
                 break
             start = offset + 4
             offset = start + length
-            self.stringReceived(alldata[start:offset])
+            self.stringReceived(view[start:offset])
         if offset == end:
             self._chunks = []
             self._buffered = 0

@@ -13,6 +13,7 @@ round-robin.
 from __future__ import annotations
 
 import queue
+import random
 import sys
 import threading
 import time
@@ -60,7 +61,7 @@ class _Accumulator:
         self.batch_bytes = batch_bytes
         self.pending: dict[int, list[tuple[bytes | None, bytes, list, int]]] = {}
         self.sizes: dict[int, int] = {}
-        self.sticky = 0
+        self.sticky = random.randrange(num_partitions)
         self.sent = 0
 
     def add(self, key: bytes | None, value: bytes) -> None:

@@ -148,7 +148,7 @@ def _read_uvarint(data: bytes, pos: int) -> tuple[int, int]:
             raise MalformedRequest("varint too long")
 
 
-def parse_request_header(frame: bytes, flexible: bool | None = None) -> RequestHeader:
+def parse_request_header(frame: bytes | memoryview, flexible: bool | None = None) -> RequestHeader:
     """
     Parse the request header of C{frame}.
 
@@ -168,7 +168,7 @@ def parse_request_header(frame: bytes, flexible: bool | None = None) -> RequestH
         end = pos + client_id_len
         if end > len(frame):
             raise MalformedRequest("client id runs past the end of the frame")
-        client_id = frame[pos:end].decode("utf-8", "replace")
+        client_id = bytes(frame[pos:end]).decode("utf-8", "replace")
         pos = end
     if flexible is None:
         try:
@@ -180,7 +180,7 @@ def parse_request_header(frame: bytes, flexible: bool | None = None) -> RequestH
     return RequestHeader(api_key, api_version, correlation_id, client_id, pos)
 
 
-def decode_request(frame: bytes, header: RequestHeader) -> Any:
+def decode_request(frame: bytes | memoryview, header: RequestHeader) -> Any:
     """
     Decode the body of C{frame} as the kio request entity named by C{header}.
 

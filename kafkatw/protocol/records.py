@@ -492,6 +492,8 @@ def _decode_records(d: bytes, pos: int, end: int, header: tuple, attributes: int
                 pos += 1
             else:
                 nh, pos = decode_varint(d, pos)
+                if nh < 0:
+                    raise CorruptRecordError(f"invalid number of record headers {nh}")
                 headers = []
                 for _h in range(nh):
                     v, pos = decode_varint(d, pos)

@@ -66,6 +66,10 @@ def segment_file_name(base_offset: int, suffix: str) -> str:
     return f"{base_offset:020d}{suffix}"
 
 
+#: iovecs per writev call (Linux's IOV_MAX is 1024).
+_IOV_MAX = 1024
+
+
 class LogSegment:
     """
     A segment of a partition log.
@@ -295,17 +299,29 @@ class LogSegment:
 
     # -- append / read ------------------------------------------------------
 
-    def append(self, buf: bytes | bytearray, headers: list[BatchHeader]) -> None:
+    def append(self, buf: bytes | bytearray | list, headers: list[BatchHeader], size_bytes: int | None = None) -> None:
         """
-        Append whole batches with one C{os.write}.  Offsets in C{headers}
-        are the patched ones; positions are relative to C{buf}.
+        Append whole batches with one C{os.write} (or C{os.writev} of a list
+        of buffers, C{size_bytes} long in all).  Offsets in C{headers} are the
+        patched ones; positions are relative to the start of the data.
         """
         position = self.size_bytes
         try:
-            view = memoryview(buf)
-            written = os.write(self._fd, view)
-            while written < len(view):
-                written += os.write(self._fd, view[written:])
+            if isinstance(buf, list):
+                total = size_bytes if size_bytes is not None else sum(len(b) for b in buf)
+                written = 0
+                for start in range(0, len(buf), _IOV_MAX):
+                    written += os.writev(self._fd, buf[start:start + _IOV_MAX])
+                if written < total:  # a short write: finish with the rest, joined
+                    rest = memoryview(b"".join(buf))[written:]
+                    while rest:
+                        rest = rest[os.write(self._fd, rest):]
+            else:
+                total = len(buf)
+                view = memoryview(buf)
+                written = os.write(self._fd, view)
+                while written < total:
+                    written += os.write(self._fd, view[written:])
         except OSError as e:
             raise KafkaStorageError(f"write to {self.path} failed: {e}") from e
         interval = self.index_interval_bytes
@@ -321,7 +337,7 @@ class LogSegment:
                 self.time_index.maybe_append(largest, h.base_offset)
         self._bytes_since_index = since
         self.largest_timestamp_ms = largest
-        self.size_bytes = position + len(buf)
+        self.size_bytes = position + total
         self.next_offset = headers[-1].base_offset + headers[-1].last_offset_delta + 1
 
     def read(

@@ -16,7 +16,7 @@ from twisted.internet.testing import MemoryReactorClock, StringTransport
 from twisted.trial import unittest
 
 from kafkatw.broker.admin import AdminManager
-from kafkatw.broker.apis import SUPPORTED_VERSIONS, KafkaApis, validate_topic_name
+from kafkatw.broker.apis import ADVERTISED_VERSIONS, SUPPORTED_VERSIONS, KafkaApis, validate_topic_name
 from kafkatw.broker.metadata_cache import BrokerEndpoint, MetadataCache, TopicMetadata
 from kafkatw.broker.network import KafkaConnection
 from kafkatw.broker.replica_manager import ReplicaManager
@@ -115,7 +115,27 @@ class ApiVersionsTests(unittest.TestCase):
             response = h.call(18, version, {"client_software_name": "t", "client_software_version": "1"})
             self.assertEqual(response.error_code, ErrorCode.none)
             advertised = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
-            self.assertEqual(advertised, SUPPORTED_VERSIONS)
+            self.assertEqual(advertised, ADVERTISED_VERSIONS)
+            self.assertEqual(advertised[0], (0, SUPPORTED_VERSIONS[0][1]))  # librdkafka#4956
+            self.assertEqual({k: v for k, v in advertised.items() if k != 0},
+                             {k: v for k, v in SUPPORTED_VERSIONS.items() if k != 0})
+
+    def test_produce_v2_is_refused_although_v0_is_advertised(self) -> None:
+        h = BrokerHarness(self)
+        connection, transport = ConnectionTests.connect(self, h)
+        connection.dataReceived(_frame(struct.pack(">hhih", 0, 2, 1, -1) + b"\x00" * 12))
+        self.assertTrue(transport.disconnecting)
+
+    def test_find_coordinator_answers_not_available(self) -> None:
+        h = BrokerHarness(self)
+        for version, body in [(0, {"key": "g"}), (3, {"key": "g", "key_type": 0}),
+                              (4, {"key_type": 0, "coordinator_keys": ["g", "h"]})]:
+            response = h.call(10, version, body)
+            if version < 4:
+                self.assertEqual(response.error_code, ErrorCode.coordinator_not_available)
+            else:
+                self.assertEqual([c.error_code for c in response.coordinators],
+                                 [ErrorCode.coordinator_not_available] * 2)
 
     def test_unsupported_api_versions_version_answers_v0_with_error(self) -> None:
         """KIP-511: an ApiVersions version the broker lacks gets a v0 response with UNSUPPORTED_VERSION."""

@@ -1,0 +1,88 @@
+"""Argument handling of the C{kafkatw} command (no broker needed)."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from kafkatw.cli.console import format_record
+from kafkatw.cli.main import main
+from kafkatw.cli.topics import format_topic_id
+from kafkatw.protocol.records import Record
+
+B = ["--bootstrap-server", "127.0.0.1:1"]
+
+
+@pytest.fixture
+def run():
+    runner = CliRunner()
+
+    def invoke(*args, input=None):
+        return runner.invoke(main, list(args), input=input)
+
+    return invoke
+
+
+def test_help_lists_commands(run):
+    result = run("--help")
+    assert result.exit_code == 0
+    for name in ("topics", "console-producer", "console-consumer", "zookeeper", "broker"):
+        assert name in result.output
+
+
+@pytest.mark.parametrize("args", [
+    ["topics", *B],  # no action
+    ["topics", "--list"],  # no bootstrap server
+    ["topics", *B, "--create"],  # no topic
+    ["topics", *B, "--delete"],
+    ["topics", *B, "--create", "--topic", "t", "--partitions", "0"],
+    ["topics", *B, "--create", "--topic", "t", "--partitions", "x"],
+    ["topics", *B, "--create", "--topic", "t", "--config", "novalue"],
+    ["topics", *B, "--list", "--partitions", "3"],
+    ["topics", *B, "--describe", "--if-not-exists"],
+    ["topics", *B, "--list", "--bogus"],
+    ["console-producer", *B],  # no topic
+    ["console-producer", *B, "--topic", "t", "--compression-codec", "brotli"],
+    ["console-producer", *B, "--topic", "t", "--producer-property", "acks=2"],
+    ["console-producer", *B, "--topic", "t", "--property", "parse.key"],
+    ["console-consumer", *B],
+    ["console-consumer", *B, "--topic", "t", "--offset", "5"],  # --offset needs --partition
+    ["console-consumer", *B, "--topic", "t", "--partition", "0", "--offset", "5", "--from-beginning"],
+    ["console-consumer", *B, "--topic", "t", "--partition", "0", "--offset", "soon"],
+    ["console-consumer", *B, "--topic", "t", "--partition", "-1"],
+    ["console-consumer", *B, "--topic", "t", "--max-messages", "0"],
+    ["zookeeper", "--port", "2181"],  # no data dir
+    ["zookeeper", "--data-dir", "/tmp/x", "--port", "70000"],
+])
+def test_usage_errors(run, args):
+    result = run(*args)
+    assert result.exit_code == 2, result.output
+    assert "Usage:" in result.output or "Error" in result.output
+
+
+def test_unreachable_broker_is_exit_1(run):
+    result = run("topics", *B, "--list")
+    assert result.exit_code == 1
+    assert "Error while executing topic command" in result.output
+
+
+def test_bad_bootstrap_server_is_exit_1(run):
+    result = run("topics", "--bootstrap-server", "nohostport", "--list")
+    assert result.exit_code == 1
+
+
+def test_format_topic_id():
+    import uuid
+
+    assert format_topic_id(None) == "AAAAAAAAAAAAAAAAAAAAAA"
+    assert format_topic_id(uuid.UUID(int=0)) == "AAAAAAAAAAAAAAAAAAAAAA"
+    assert len(format_topic_id(uuid.uuid4())) == 22
+
+
+def test_format_record():
+    opts = {"print_key": True, "print_offset": True, "print_partition": True, "print_timestamp": True,
+            "key_separator": b"\t"}
+    line = format_record(Record(5, 1000, None, b"v", []), 2, 0, opts)
+    assert line == b"CreateTime:1000\tPartition:2\tOffset:5\tnull\tv"
+    plain = dict(opts, print_key=False, print_offset=False, print_partition=False, print_timestamp=False)
+    assert format_record(Record(5, 1000, b"k", None, []), 2, 1, plain) == b"null"

@@ -1,0 +1,223 @@
+"""Tests for L{kafkatw.protocol.records}, the RecordBatch v2 codec."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kafkatw.errors import CorruptRecordError, InvalidRecordError
+from kafkatw.protocol import records as R
+from kafkatw.protocol.records import decode_batches, decode_varint, encode_batch, encode_varint
+
+CODECS = [0, 1, 2, 3, 4]
+
+headers_st = st.lists(st.tuples(st.text(max_size=20), st.one_of(st.none(), st.binary(max_size=50))), max_size=4)
+record_st = st.tuples(
+    st.one_of(st.none(), st.binary(max_size=300)),
+    st.one_of(st.none(), st.binary(max_size=20000)),
+    headers_st,
+    st.integers(min_value=0, max_value=2**62),
+)
+
+
+def _expected(records, base_offset=0):
+    return [(base_offset + i, ts, k, v, list(h)) for i, (k, v, h, ts) in enumerate(records)]
+
+
+@pytest.mark.parametrize("codec", CODECS)
+@settings(max_examples=60, deadline=None)
+@given(records=st.lists(record_st, min_size=1, max_size=20), base_offset=st.integers(0, 2**62))
+def test_round_trip(codec, records, base_offset):
+    data = encode_batch(records, base_offset=base_offset, compression=codec)
+    [batch] = decode_batches(data)
+    assert batch.base_offset == base_offset
+    assert batch.compression == codec
+    assert batch.last_offset_delta == len(records) - 1
+    assert batch.record_count == len(records)
+    assert batch.base_timestamp == records[0][3]
+    assert batch.max_timestamp == max(r[3] for r in records)
+    assert batch.size == len(data)
+    assert [tuple(r) for r in batch.records] == _expected(records, base_offset)
+
+
+def test_header_fields():
+    data = encode_batch([(b"k", b"v", [], 5)], base_offset=7, producer_id=42, producer_epoch=3,
+                        base_sequence=9, partition_leader_epoch=11, is_transactional=True)
+    [b] = decode_batches(data)
+    assert (b.base_offset, b.producer_id, b.producer_epoch, b.base_sequence, b.partition_leader_epoch) == (7, 42, 3, 9, 11)
+    assert b.is_transactional and not b.is_control
+    assert b.magic == 2
+    assert b.next_offset == 8
+
+
+def test_log_append_time_uses_max_timestamp():
+    data = encode_batch([(None, b"a", [], 10), (None, b"b", [], 20)], timestamp_type=1)
+    [b] = decode_batches(data)
+    assert b.timestamp_type == 1
+    assert [r.timestamp_ms for r in b.records] == [20, 20]
+
+
+def test_control_batch_is_flagged():
+    # a COMMIT marker: key = version 0, type 1; value = version 0, coordinator epoch 0
+    data = encode_batch([(b"\x00\x00\x00\x01", b"\x00\x00\x00\x00\x00\x00", [], 1)], is_control=True,
+                        is_transactional=True, producer_id=1, producer_epoch=0)
+    [b] = decode_batches(data)
+    assert b.is_control
+
+
+def test_several_batches_and_partial_tail():
+    one = encode_batch([(b"a", b"1", [], 1)], base_offset=0)
+    two = encode_batch([(b"b", b"2", [], 2), (b"c", b"3", [], 3)], base_offset=1, compression=3)
+    data = one + two
+    for cut in range(len(one), len(data)):
+        batches = decode_batches(data[:cut])
+        assert [b.base_offset for b in batches] == [0]
+    batches = decode_batches(memoryview(data + two[:5]))
+    assert [r.offset for b in batches for r in b.records] == [0, 1, 2]
+
+
+def test_empty_input():
+    assert decode_batches(b"") == []
+
+
+@pytest.mark.parametrize("position", [21, 30, 61, -1])
+def test_crc_flip_raises(position):
+    data = bytearray(encode_batch([(b"k", b"value", [("h", b"x")], 1)]))
+    data[position] ^= 0x01
+    with pytest.raises(CorruptRecordError):
+        decode_batches(bytes(data))
+
+
+def test_crc_not_verified_when_asked():
+    data = bytearray(encode_batch([(b"k", b"value", [], 1)]))
+    data[-2] ^= 0x01  # last byte of the value (the last byte is the header count)
+    [b] = decode_batches(bytes(data), verify_crc=False)
+    assert b.records[0].value == b"valud"
+    with pytest.raises(CorruptRecordError):
+        decode_batches(bytes(data))
+
+
+def test_negative_header_count_is_corrupt():
+    data = bytearray(encode_batch([(b"k", b"value", [], 1)]))
+    data[-1] = 0x01  # header count -1
+    with pytest.raises(CorruptRecordError):
+        decode_batches(bytes(data), verify_crc=False)
+
+
+def test_patched_offset_and_epoch_keep_crc_valid():
+    data = bytearray(encode_batch([(b"k", b"v", [], 1)]))
+    data[0:8] = struct.pack(">q", 1000)
+    data[12:16] = struct.pack(">i", 5)
+    [b] = decode_batches(bytes(data))
+    assert (b.base_offset, b.partition_leader_epoch, b.records[0].offset) == (1000, 5, 1000)
+
+
+def test_wrong_magic():
+    data = bytearray(encode_batch([(b"k", b"v", [], 1)]))
+    data[16] = 1
+    with pytest.raises(InvalidRecordError):
+        decode_batches(bytes(data))
+
+
+def test_no_records_refused():
+    with pytest.raises(ValueError):
+        encode_batch([])
+
+
+def test_xerial_snappy_accepted():
+    import cramjam
+
+    body_batch = encode_batch([(b"k%d" % i, b"v" * 100, [], i) for i in range(50)])
+    raw_records = body_batch[61:]
+    half = len(raw_records) // 2
+    chunks = [bytes(cramjam.snappy.compress_raw(raw_records[:half])), bytes(cramjam.snappy.compress_raw(raw_records[half:]))]
+    xerial = R._XERIAL_MAGIC + struct.pack(">ii", 1, 1) + b"".join(struct.pack(">I", len(c)) + c for c in chunks)
+    post = bytearray(body_batch[21:61]) + xerial
+    post[0:2] = struct.pack(">h", 2)  # attributes: snappy
+    from crc32c import crc32c
+
+    data = struct.pack(">qiibI", 0, len(post) + 9, -1, 2, crc32c(bytes(post))) + bytes(post)
+    [b] = decode_batches(data)
+    assert [r.key for r in b.records] == [b"k%d" % i for i in range(50)]
+
+
+@pytest.mark.parametrize("n", [0, 1, -1, 63, -64, 64, 2**31 - 1, -(2**31), 2**63 - 1, -(2**63), 300, -300])
+def test_varint_edges(n):
+    encoded = encode_varint(n)
+    assert decode_varint(encoded) == (n, len(encoded))
+    assert decode_varint(b"\xff" + encoded, 1) == (n, len(encoded) + 1)
+
+
+def test_varint_known_bytes():
+    # protocol guide / protobuf zig-zag examples
+    assert encode_varint(0) == b"\x00"
+    assert encode_varint(-1) == b"\x01"
+    assert encode_varint(1) == b"\x02"
+    assert encode_varint(2**31 - 1) == b"\xfe\xff\xff\xff\x0f"
+    assert encode_varint(-(2**31)) == b"\xff\xff\xff\xff\x0f"
+    assert len(encode_varint(2**63 - 1)) == 10
+
+
+def test_varint_errors():
+    with pytest.raises(CorruptRecordError):
+        decode_varint(b"\x80\x80")
+    with pytest.raises(CorruptRecordError):
+        decode_varint(b"\xff" * 11)
+    with pytest.raises(ValueError):
+        encode_varint(2**63)
+
+
+# --- interop with kafka-python ---------------------------------------------------------
+
+kafka_records = pytest.importorskip("kafka.record.default_records")
+
+
+def _kp_has_codec(codec: int) -> bool:
+    try:
+        if codec:
+            kafka_records.DefaultRecordBatchBuilder(2, codec, False, -1, -1, -1, 1)._assert_has_codec(codec)
+        return True
+    except Exception:
+        return False
+
+
+SAMPLE = [(b"key-%d" % i if i % 3 else None, (b"value-%d" % i) * (i % 50) if i % 7 else None,
+           [("h%d" % i, b"x" * i)] if i % 2 else [], 1_700_000_000_000 + i * 3) for i in range(200)]
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_decode_kafka_python_batches(codec):
+    if not _kp_has_codec(codec):
+        pytest.skip("kafka-python lacks this codec's library")
+    builder = kafka_records.DefaultRecordBatchBuilder(2, codec, False, 5, 1, 10, 1 << 30)
+    for i, (k, v, h, ts) in enumerate(SAMPLE):
+        builder.append(i, ts, k, v, h)
+    data = bytes(builder.build())
+    [b] = decode_batches(data)
+    assert (b.producer_id, b.producer_epoch, b.base_sequence, b.compression) == (5, 1, 10, codec)
+    assert [tuple(r) for r in b.records] == _expected(SAMPLE)
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_kafka_python_decodes_ours(codec):
+    if not _kp_has_codec(codec):
+        pytest.skip("kafka-python lacks this codec's library")
+    data = encode_batch(SAMPLE, base_offset=100, compression=codec)
+    batch = kafka_records.DefaultRecordBatch(data)
+    assert batch.validate_crc()
+    got = [(r.offset, r.timestamp, r.key, r.value, list(r.headers)) for r in batch]
+    assert got == _expected(SAMPLE, 100)
+
+
+def test_kio_reads_ours():
+    from kio.records.readers import read_batch
+
+    data = encode_batch(SAMPLE, base_offset=3)
+    batch, size = read_batch(data, 0)
+    assert size == len(data)
+    assert [r.offset for r in batch.records] == list(range(3, 3 + len(SAMPLE)))
+    assert [(r.key, r.value) for r in batch.records] == [(k, v) for k, v, _h, _t in SAMPLE]
+    assert [[(h.key.decode(), h.value) for h in r.headers] for r in batch.records] == [h for _k, _v, h, _t in SAMPLE]
