@@ -43,6 +43,7 @@ _log = Logger()
 _LONG_MAX = 2**63 - 1
 #: baseOffset int64, batchLength int32, partitionLeaderEpoch int32: the batch prefix the broker rewrites.
 _PATCH = struct.Struct(">qii")
+_SNAPSHOT_SUFFIX = ".snapshot"
 #: Kafka's C{file.delete.delay.ms}: descriptors of deleted segments stay open
 #: this long so that regions being sent remain valid.
 FILE_DELETE_DELAY_MS = 60000
@@ -142,6 +143,7 @@ class PartitionLog:
         self.now_ms = now_ms
         self.producer_state = ProducerStateManager()
         self.recovered_segments = 0
+        self.producer_state_source = "none"
         self._segments: list[LogSegment] = []
         self._bases: list[int] = []
         self._graveyard: list[tuple[int, LogSegment]] = []
@@ -193,9 +195,32 @@ class PartitionLog:
         if not self._segments:
             self._segments.append(self._new_segment(0))
         self._bases = [s.base_offset for s in self._segments]
+        snapshots = sorted(name for name in os.listdir(self.directory) if name.endswith(_SNAPSHOT_SUFFIX))
+        loaded = False
+        if clean_shutdown and snapshots:
+            path = os.path.join(self.directory, snapshots[-1])
+            with open(path, "rb") as f:
+                loaded = self.producer_state.restore(f.read(), self.log_end_offset)
+        for name in snapshots:
+            os.unlink(os.path.join(self.directory, name))
+        if loaded:
+            self.producer_state_source = "snapshot"
+            return
+        self.producer_state_source = "scan"
         for segment in self._segments:
             for h in segment.iter_headers(0):
                 self.producer_state.load_batch(h)
+
+    def _write_producer_snapshot(self) -> None:
+        """Write the idempotent-producer state for the next clean start (atomically)."""
+        leo = self.log_end_offset
+        path = os.path.join(self.directory, f"{leo:020d}{_SNAPSHOT_SUFFIX}")
+        tmp = path + ".tmp"
+        with open(tmp, "wb") as f:
+            f.write(self.producer_state.snapshot(leo))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
 
     @staticmethod
     def _crosses(bases: list[int], base: int, recovery_point: int) -> bool:
@@ -465,8 +490,9 @@ class PartitionLog:
                 self.producer_state.load_batch(h)
 
     def close(self) -> None:
-        """Flush and close every file."""
+        """Flush, write the producer-state snapshot, and close every file."""
         self.flush()
+        self._write_producer_snapshot()
         for segment in self._segments:
             segment.close()
         self._close_graveyard(None)

@@ -132,9 +132,10 @@ class LogManager:
                                    now_ms=self.now_ms)
                 self._logs[tp] = log
                 self._log_dir_of[tp] = log_dir
-                _log.info("loaded {partition} [{start}, {end}) clean={clean} recovered={recovered}",
+                _log.info("loaded {partition} [{start}, {end}) clean={clean} recovered={recovered}"
+                          " producer_state={source}",
                           partition=name, start=log.log_start_offset, end=log.log_end_offset, clean=clean,
-                          recovered=log.recovered_segments)
+                          recovered=log.recovered_segments, source=log.producer_state_source)
             if clean:
                 os.unlink(marker)
 

@@ -24,12 +24,17 @@ protocol guide:
     (its state may have been expired or removed with old segments).
   - control batches (transaction markers) carry no sequence: not checked.
 
-The state is not snapshotted to disk: the log rebuilds it on load from the
-batch headers of all its segments (L{ProducerStateManager.load_batch}).
+On a clean shutdown the log writes the state to C{<20-digit LEO>.snapshot}
+in the partition directory (JSON, L{ProducerStateManager.snapshot}); a clean
+start whose snapshot matches the log end offset loads it and reads no batch.
+Otherwise (an unclean shutdown, or no snapshot) the log rebuilds the state from
+the batch headers of all its segments (L{ProducerStateManager.load_batch}).
+The snapshot is removed once loaded, so a later crash never trusts a stale one.
 """
 
 from __future__ import annotations
 
+import json
 from collections import deque
 from typing import Iterable, NamedTuple
 
@@ -93,6 +98,35 @@ class ProducerStateManager:
 
     def clear(self) -> None:
         self.producers.clear()
+
+    def snapshot(self, offset: int) -> bytes:
+        """
+        The state as JSON: C{{"version": 1, "offset": <LEO>, "producers":
+        [[producer id, epoch, [[first_seq, last_seq, base_offset, last_offset], ...]], ...]}}.
+        """
+        producers = [[e.producer_id, e.epoch, [list(b) for b in e.batches]] for e in self.producers.values()]
+        return json.dumps({"version": 1, "offset": offset, "producers": producers}, separators=(",", ":")).encode()
+
+    def restore(self, data: bytes, offset: int) -> bool:
+        """
+        Load a L{snapshot} taken at C{offset}.
+
+        @return: whether it was loaded (C{False}: unreadable, or taken at
+            another offset; the state is then left empty).
+        """
+        try:
+            body = json.loads(data)
+            if body.get("version") != 1 or body.get("offset") != offset:
+                return False
+            producers = {}
+            for producer_id, epoch, batches in body["producers"]:
+                entry = ProducerEntry(int(producer_id), int(epoch))
+                entry.batches.extend(BatchMetadata(*map(int, b)) for b in batches)
+                producers[entry.producer_id] = entry
+        except (ValueError, TypeError, KeyError):
+            return False
+        self.producers = producers
+        return True
 
     def get(self, producer_id: int) -> ProducerEntry | None:
         return self.producers.get(producer_id)

@@ -206,7 +206,7 @@ class CrashRecoveryTests(unittest.TestCase):
             broker.start()
             restart_log = broker.log_text().rsplit("broker 0 shutting down", 1)[1]
             self.assertIn("loaded 1 logs", restart_log)
-            self.assertIn("clean=True recovered=0", restart_log)
+            self.assertIn("clean=True recovered=0 producer_state=snapshot", restart_log)
             self.assertNotIn("clean=False", restart_log)
             self.assertEqual(len(consume_all(broker.bootstrap, "clean", 1, 1000)), 1000)
 

@@ -29,7 +29,7 @@ from kafkatw.storage.log_manager import (
     read_checkpoint,
     write_checkpoint,
 )
-from kafkatw.storage.producer_state import increment_sequence
+from kafkatw.storage.producer_state import ProducerStateManager, increment_sequence
 
 
 class TestCase(unittest.TestCase):
@@ -490,6 +490,34 @@ class ProducerStateTests(LogTestMixin, TestCase):
             self.assertEqual((dup.base_offset, dup.last_offset), (6, 7))
             self.assertRaises(OutOfOrderSequenceError, log.append, self.idem(10), 0)
             log.close()
+
+    def test_clean_start_loads_the_snapshot_instead_of_replaying_batches(self):
+        log = self.make_log()
+        log.append(self.idem(0), 0)
+        log.append(self.idem(2), 0)
+        path = log.directory
+        log.close()
+        self.assertEqual([n for n in os.listdir(path) if n.endswith(".snapshot")], [f"{4:020d}.snapshot"])
+        replayed = []
+        original = ProducerStateManager.load_batch
+        self.patch(ProducerStateManager, "load_batch", lambda self, h: replayed.append(h) or original(self, h))
+        log = self.make_log(path=path, clean=True)
+        self.assertEqual((log.producer_state_source, replayed), ("snapshot", []))
+        self.assertTrue(log.append(self.idem(2), 0).duplicate)
+        self.assertEqual([n for n in os.listdir(path) if n.endswith(".snapshot")], [])  # used once
+
+    def test_unclean_start_ignores_a_stale_snapshot(self):
+        log = self.make_log()
+        log.append(self.idem(0), 0)
+        path = log.directory
+        log.close()  # snapshot at offset 2
+        log = self.make_log(path=path, clean=True)
+        log.append(self.idem(2), 0)  # not in the old snapshot; then a crash (no close)
+        with open(os.path.join(path, f"{2:020d}.snapshot"), "wb") as f:
+            f.write(b'{"version":1,"offset":2,"producers":[]}')
+        log = self.make_log(path=path, clean=False)
+        self.assertEqual(log.producer_state_source, "scan")
+        self.assertTrue(log.append(self.idem(2), 0).duplicate)
 
 
 class LogManagerTests(TestCase):
