@@ -322,6 +322,32 @@ class AdminTests(unittest.TestCase):
                                    "include_synonyms": False, "include_documentation": False})
         self.assertEqual([(c.name, c.value) for c in described.results[0].configs], [("retention.ms", "1000")])
 
+    def test_delete_topics(self) -> None:
+        h = BrokerHarness(self)
+        h.create_topic("gone", 2)
+        h.produce("gone", 0, build_batch([(b"k", b"v")]))
+        for version in (1, 6):
+            body = {"topic_names": ["gone", "never"], "topics": [{"name": "gone"}, {"name": "never"}],
+                    "timeout": 1000}
+            response = h.call(20, version, body)
+            codes = [r.error_code for r in response.responses]
+            if version == 1:
+                self.assertEqual(codes, [ErrorCode.none, ErrorCode.unknown_topic_or_partition])
+                # the registry no longer has it; the watch (here: by hand) drops the logs
+                self.assertEqual(self.successResultOf(h.registry.list_topics()), [])
+                h.metadata.remove_topic("gone")
+                h.replica_manager.remove_partition("gone", 0)
+                self.assertIsNone(h.log_manager.get("gone", 0))
+            else:
+                self.assertEqual(codes, [ErrorCode.unknown_topic_or_partition] * 2)
+
+    def test_delete_disabled(self) -> None:
+        h = BrokerHarness(self, **{"delete.topic.enable": "false"})
+        h.create_topic("kept")
+        response = h.call(20, 6, {"topics": [{"name": "kept"}], "timeout": 1000})
+        self.assertEqual(response.responses[0].error_code, ErrorCode.topic_deletion_disabled)
+        self.assertIn("kept", h.metadata.topics)
+
     def test_metadata_auto_creates(self) -> None:
         h = BrokerHarness(self, **{"num.partitions": 3})
         response = h.call(3, 12, {"topics": [{"name": "auto"}], "allow_auto_topic_creation": True,
