@@ -383,6 +383,7 @@ def decode_batches(data: bytes | bytearray | memoryview, verify_crc: bool = True
     batches = []
     unpack_prefix = _BATCH_PREFIX.unpack_from
     unpack_header = _HEADER.unpack_from
+    view = memoryview(data)
     while pos + _LOG_OVERHEAD <= end:
         base_offset, batch_length = unpack_prefix(data, pos)
         batch_end = pos + _LOG_OVERHEAD + batch_length
@@ -394,7 +395,7 @@ def decode_batches(data: bytes | bytearray | memoryview, verify_crc: bool = True
         if magic != 2:
             raise InvalidRecordError(f"batch at offset {base_offset} has magic {magic}; only v2 is supported")
         header = unpack_header(data, pos)
-        if verify_crc and crc32c(data[pos + _CRC_START:batch_end]) != header[4]:
+        if verify_crc and crc32c(view[pos + _CRC_START:batch_end]) != header[4]:
             raise CorruptRecordError(f"CRC mismatch in batch at offset {base_offset}")
         attributes = header[5]
         codec = attributes & _ATTR_COMPRESSION_MASK
