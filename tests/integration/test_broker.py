@@ -230,12 +230,13 @@ class BadInputTests(unittest.TestCase):
                 os.urandom(4096),
             ]:
                 with socket.create_connection((host, int(port)), timeout=5) as s:
-                    s.sendall(garbage)
-                    s.shutdown(socket.SHUT_WR)
+                    # The broker may close the connection before we finish: that is the point.
                     try:
+                        s.sendall(garbage)
+                        s.shutdown(socket.SHUT_WR)
                         while s.recv(4096):
                             pass
-                    except ConnectionResetError:
+                    except OSError:  # reset, broken pipe, not connected
                         pass
             producer.produce("sturdy", value=b"after")
             self.assertEqual(producer.flush(10), 0)
