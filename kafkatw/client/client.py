@@ -1,0 +1,328 @@
+"""
+L{KafkaClient}: cluster metadata and one connection per broker (DESIGN.md D7).
+
+The client bootstraps from C{bootstrap_servers}, keeps the cluster's metadata
+(brokers, and per topic the leader of each partition), and opens one
+L{BrokerConnection} per broker, lazily, negotiating API versions on connect.
+Metadata is refreshed when a caller reports a stale-leader error
+(L{KafkaClient.invalidate}), when a topic it needs is missing, and when it is
+older than C{metadata_max_age_ms}.  A broker whose connection fails is retried
+after C{reconnect_backoff_ms}, doubling up to C{reconnect_backoff_max_ms} with
+±20% jitter, as the Java client does.
+
+Everything runs on the reactor passed in; nothing blocks.  The blocking facade
+(L{kafkatw.client.blocking}) drives the same code from other threads.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any, Iterable
+
+from twisted.internet import defer
+from twisted.internet.endpoints import HostnameEndpoint, connectProtocol
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from ..errors import ErrorCode, KafkaError, kafka_error
+from .connection import BrokerConnection, BrokerConnectionError, parse_bootstrap_servers
+
+__all__ = ["KafkaClient", "PartitionMetadata", "RETRIABLE_METADATA_ERRORS"]
+
+_log = Logger()
+
+#: Errors after which the client refreshes metadata and retries.
+RETRIABLE_METADATA_ERRORS = frozenset({
+    ErrorCode.not_leader_or_follower,
+    ErrorCode.leader_not_available,
+    ErrorCode.unknown_topic_or_partition,
+    ErrorCode.fenced_leader_epoch,
+    ErrorCode.unknown_leader_epoch,
+    ErrorCode.not_coordinator,
+    ErrorCode.coordinator_not_available,
+    ErrorCode.network_exception,
+    ErrorCode.request_timed_out,
+})
+
+
+class PartitionMetadata:
+    """A partition's leader (-1: none) and its leader epoch."""
+
+    __slots__ = ("leader", "leader_epoch")
+
+    def __init__(self, leader: int, leader_epoch: int) -> None:
+        self.leader = leader
+        self.leader_epoch = leader_epoch
+
+
+class KafkaClient:
+    """
+    Metadata and broker connections shared by producers and consumers.
+
+    @param bootstrap_servers: C{"host:port,host:port"}.
+    @param request_timeout_ms: per-request timeout (ms).
+    @param metadata_max_age_ms: refresh metadata at least this often (ms).
+    @param reconnect_backoff_ms: first wait before reconnecting to a broker (ms).
+    @param reconnect_backoff_max_ms: the longest such wait (ms).
+    """
+
+    def __init__(self, reactor: Any, bootstrap_servers: str | list[str], client_id: str = "kafkatw",
+                 request_timeout_ms: int = 30000, metadata_max_age_ms: int = 300000,
+                 reconnect_backoff_ms: int = 50, reconnect_backoff_max_ms: int = 1000) -> None:
+        self.reactor = reactor
+        self.bootstrap = parse_bootstrap_servers(bootstrap_servers)
+        self.client_id = client_id
+        self.request_timeout_ms = request_timeout_ms
+        self.metadata_max_age_ms = metadata_max_age_ms
+        self.reconnect_backoff_ms = reconnect_backoff_ms
+        self.reconnect_backoff_max_ms = reconnect_backoff_max_ms
+        self.brokers: dict[int, tuple[str, int]] = {}
+        self.topics: dict[str, dict[int, PartitionMetadata]] = {}
+        self.topic_ids: dict[str, Any] = {}
+        self.cluster_id: str | None = None
+        self.controller_id = -1
+        self._metadata_at = -1.0
+        self._wanted_topics: set[str] = set()
+        self._connections: dict[int, BrokerConnection] = {}
+        self._connecting: dict[int, _Shared] = {}
+        self._failures: dict[int, int] = {}
+        self._retry_at: dict[int, float] = {}
+        self._refreshing: _Shared | None = None
+        self._closed = False
+        self._random = random.Random()
+
+    # --- connections ---------------------------------------------------------
+
+    def _address(self, node_id: int) -> tuple[str, int]:
+        if node_id in self.brokers:
+            return self.brokers[node_id]
+        if node_id < 0 and -node_id - 1 < len(self.bootstrap):
+            return self.bootstrap[-node_id - 1]
+        raise BrokerConnectionError(f"unknown broker {node_id}")
+
+    def connection(self, node_id: int) -> defer.Deferred:
+        """
+        The open connection to broker C{node_id} (bootstrap servers are nodes
+        -1, -2, …), connecting and negotiating versions first when needed.
+
+        @return: a Deferred firing with a L{BrokerConnection}.
+        """
+        existing = self._connections.get(node_id)
+        if existing is not None and existing.connected:
+            return defer.succeed(existing)
+        shared = self._connecting.get(node_id)
+        if shared is None:
+            shared = _Shared(defer.Deferred.fromCoroutine(self._connect(node_id)),
+                             lambda: self._connecting.pop(node_id, None))
+            if not shared.done:
+                self._connecting[node_id] = shared
+        return shared.wait()
+
+    async def _connect(self, node_id: int) -> BrokerConnection:
+        if self._closed:
+            raise BrokerConnectionError("client closed")
+        wait = self._retry_at.get(node_id, 0) - self.reactor.seconds()
+        if wait > 0:
+            await _sleep(self.reactor, wait)
+        host, port = self._address(node_id)
+        protocol = BrokerConnection(self.reactor, self.client_id, self.request_timeout_ms, node_id)
+        try:
+            endpoint = HostnameEndpoint(self.reactor, host, port, timeout=self.request_timeout_ms / 1000.0)
+            await connectProtocol(endpoint, protocol)
+            await protocol.negotiate()
+        except Exception as e:
+            failures = self._failures.get(node_id, 0) + 1
+            self._failures[node_id] = failures
+            backoff = min(self.reconnect_backoff_ms * 2 ** (failures - 1), self.reconnect_backoff_max_ms)
+            backoff *= self._random.uniform(0.8, 1.2)
+            self._retry_at[node_id] = self.reactor.seconds() + backoff / 1000.0
+            if protocol.transport is not None:
+                protocol.transport.abortConnection()
+            if isinstance(e, KafkaError):
+                raise
+            raise BrokerConnectionError(f"cannot connect to broker {node_id} at {host}:{port}: {e}") from e
+        self._failures.pop(node_id, None)
+        self._retry_at.pop(node_id, None)
+        self._connections[node_id] = protocol
+        protocol.lost.addCallback(lambda _: self._lost(node_id, protocol))
+        return protocol
+
+    def _lost(self, node_id: int, protocol: BrokerConnection) -> None:
+        if self._connections.get(node_id) is protocol:
+            del self._connections[node_id]
+
+    async def send(self, node_id: int, api_key: int, body: Any, expect_response: bool = True,
+                   timeout_ms: int | None = None) -> Any:
+        """
+        Send one request to broker C{node_id}.
+
+        @return: the kio response (C{None} when C{expect_response} is false).
+        @raise BrokerConnectionError: the broker cannot be reached.
+        @raise RequestTimedOutError: no response in time.
+        """
+        connection = await self.connection(node_id)
+        return await connection.request(api_key, body, expect_response=expect_response, timeout_ms=timeout_ms)
+
+    def versions(self, node_id: int) -> dict[int, int]:
+        """The negotiated versions with C{node_id} (empty when not connected)."""
+        connection = self._connections.get(node_id)
+        return connection.versions if connection is not None else {}
+
+    def least_loaded_node(self) -> int:
+        """A connected broker with the fewest requests in flight, else a known or bootstrap one."""
+        connected = [(c.in_flight, n) for n, c in self._connections.items() if c.connected]
+        if connected:
+            return min(connected)[1]
+        now = self.reactor.seconds()
+        known = [n for n in self.brokers if self._retry_at.get(n, 0) <= now] or list(self.brokers)
+        if known:
+            return self._random.choice(known)
+        candidates = [-(i + 1) for i in range(len(self.bootstrap))]
+        ready = [n for n in candidates if self._retry_at.get(n, 0) <= now] or candidates
+        return self._random.choice(ready)
+
+    # --- metadata --------------------------------------------------------------
+
+    def want(self, topics: Iterable[str]) -> None:
+        """Keep these topics in every metadata refresh."""
+        self._wanted_topics.update(topics)
+
+    def invalidate(self) -> None:
+        """Mark the metadata stale: the next L{ensure_metadata} refreshes it."""
+        self._metadata_at = -1.0
+
+    def metadata_stale(self) -> bool:
+        return self._metadata_at < 0 or \
+            (self.reactor.seconds() - self._metadata_at) * 1000 >= self.metadata_max_age_ms
+
+    async def ensure_metadata(self, topics: Iterable[str] = ()) -> None:
+        """Refresh metadata if stale or if any of C{topics} is unknown."""
+        topics = list(topics)
+        self.want(topics)
+        if self.metadata_stale() or any(t not in self.topics for t in topics):
+            await self.refresh_metadata()
+
+    def refresh_metadata(self, allow_auto_create: bool = False) -> defer.Deferred:
+        """
+        Fetch metadata for the wanted topics (one refresh at a time; callers
+        during a refresh share it).
+
+        @return: a Deferred firing with C{None}.
+        """
+        shared = self._refreshing
+        if shared is None:
+            shared = _Shared(defer.Deferred.fromCoroutine(self._refresh(allow_auto_create)),
+                             lambda: setattr(self, "_refreshing", None))
+            if not shared.done:
+                self._refreshing = shared
+        return shared.wait()
+
+    async def _refresh(self, allow_auto_create: bool) -> None:
+        attempts = max(2, len(self.brokers) + len(self.bootstrap))
+        last_error: Exception | None = None
+        for _ in range(attempts):
+            node = self.least_loaded_node()
+            try:
+                topics = [{"name": t} for t in sorted(self._wanted_topics)]
+                response = await self.send(node, 3, {"topics": topics, "allow_auto_topic_creation": allow_auto_create,
+                                                     "include_topic_authorized_operations": False})
+            except KafkaError as e:
+                last_error = e
+                continue
+            self._apply_metadata(response)
+            return
+        raise last_error or BrokerConnectionError("no broker reachable for metadata")
+
+    def _apply_metadata(self, response: Any) -> None:
+        self.brokers = {int(b.node_id): (b.host, int(b.port)) for b in response.brokers}
+        self.cluster_id = getattr(response, "cluster_id", None)
+        self.controller_id = int(getattr(response, "controller_id", -1))
+        topics: dict[str, dict[int, PartitionMetadata]] = {}
+        for topic in response.topics:
+            if topic.error_code != ErrorCode.none and not topic.partitions:
+                continue
+            topics[topic.name] = {
+                int(p.partition_index): PartitionMetadata(
+                    int(p.leader_id) if p.error_code in (ErrorCode.none, ErrorCode.replica_not_available) else -1,
+                    int(getattr(p, "leader_epoch", -1)))
+                for p in topic.partitions
+            }
+            if getattr(topic, "topic_id", None) is not None:
+                self.topic_ids[topic.name] = topic.topic_id
+        self.topics = topics
+        self._metadata_at = self.reactor.seconds()
+
+    def partitions_for(self, topic: str) -> list[int]:
+        """The topic's partition ids, as last seen (empty when unknown)."""
+        return sorted(self.topics.get(topic, {}))
+
+    def leader_for(self, topic: str, partition: int) -> int:
+        """The leader's broker id, or -1 when unknown or unavailable."""
+        meta = self.topics.get(topic, {}).get(partition)
+        return meta.leader if meta is not None else -1
+
+    # --- life cycle ---------------------------------------------------------------
+
+    async def start(self, topics: Iterable[str] = ()) -> None:
+        """Bootstrap: fetch metadata (for C{topics}) from a bootstrap server."""
+        self.want(topics)
+        await self.refresh_metadata()
+
+    def close(self) -> defer.Deferred:
+        """Close every connection; pending requests fail with L{BrokerConnectionError}."""
+        self._closed = True
+        losses = []
+        for connection in list(self._connections.values()):
+            if connection.connected and connection.transport is not None:
+                losses.append(connection.lost)
+                connection.transport.loseConnection()
+        self._connections.clear()
+        return defer.DeferredList(losses).addCallback(lambda _: None)
+
+
+def raise_for_error(code: Any, what: str, message: str | None = None) -> None:
+    """
+    @raise KafkaError: carrying C{code} unless it is C{NONE}.
+    """
+    code = ErrorCode(int(code))
+    if code != ErrorCode.none:
+        text = f"{what}: {code.name} ({int(code)})"
+        if message:
+            text += f": {message}"
+        raise kafka_error(code, text)
+
+
+class _Shared:
+    """One operation several callers wait for: each gets its own Deferred."""
+
+    def __init__(self, operation: defer.Deferred, on_done: Any) -> None:
+        self._waiters: list[defer.Deferred] = []
+        self._on_done = on_done
+        self.done = False
+        self._result: Any = None
+        operation.addBoth(self._fire)
+
+    def wait(self) -> defer.Deferred:
+        if self.done:
+            result = self._result
+            return defer.fail(result) if isinstance(result, Failure) else defer.succeed(result)
+        d: defer.Deferred = defer.Deferred()
+        self._waiters.append(d)
+        return d
+
+    def _fire(self, result: Any) -> None:
+        self.done = True
+        self._result = result
+        self._on_done()
+        waiters, self._waiters = self._waiters, []
+        for d in waiters:
+            if isinstance(result, Failure):
+                d.errback(result)
+            else:
+                d.callback(result)
+
+
+def _sleep(reactor: Any, seconds: float) -> defer.Deferred:
+    from twisted.internet.task import deferLater
+
+    return deferLater(reactor, seconds, lambda: None)

@@ -1,0 +1,267 @@
+"""
+One client connection to one broker: framing, correlation ids, pipelining.
+
+Requests are written as soon as they are made (pipelining); each gets the next
+correlation id and a Deferred that fires with the decoded kio response, or fails
+with L{RequestTimedOutError} after C{request_timeout_ms} or with
+L{BrokerConnectionError} when the connection is lost.  A Produce with acks=0 has
+no response: its Deferred fires with C{None} once the request is written.
+
+On connect the connection negotiates versions with ApiVersions (v3, falling back
+to v0 on C{UNSUPPORTED_VERSION}, as Kafka's own clients do) and keeps, per API,
+the highest version both sides speak.
+
+Source: Kafka protocol guide ("Network", "Versioning and Compatibility"); afkak's
+C{_protocol.py} keeps the same correlation-id map.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+from twisted.internet import defer
+from twisted.internet.protocol import Protocol
+from twisted.logger import Logger
+
+from ..errors import ErrorCode, KafkaError, kafka_error
+from ..protocol.messages import decode_response, encode_request
+
+__all__ = [
+    "CLIENT_VERSIONS",
+    "BrokerConnection",
+    "BrokerConnectionError",
+    "RequestTimedOutError",
+    "UnsupportedApiError",
+    "parse_bootstrap_servers",
+]
+
+_log = Logger()
+_SIZE = struct.Struct(">i")
+_CORRELATION = struct.Struct(">i")
+
+#: API key -> (min, max) versions kafkatw's clients speak.
+CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
+    0: (3, 9),  # Produce
+    1: (4, 12),  # Fetch
+    2: (1, 7),  # ListOffsets
+    3: (0, 12),  # Metadata
+    8: (2, 8),  # OffsetCommit
+    9: (1, 8),  # OffsetFetch
+    10: (0, 4),  # FindCoordinator
+    18: (0, 3),  # ApiVersions
+    19: (2, 7),  # CreateTopics
+    20: (1, 6),  # DeleteTopics
+    22: (0, 4),  # InitProducerId
+    32: (1, 4),  # DescribeConfigs
+}
+
+
+class BrokerConnectionError(KafkaError):
+    """The connection to a broker failed or was lost (retriable)."""
+
+    error_code = ErrorCode.network_exception
+
+
+class RequestTimedOutError(KafkaError):
+    """No response within C{request_timeout_ms} (retriable)."""
+
+    error_code = ErrorCode.request_timed_out
+
+
+class UnsupportedApiError(KafkaError):
+    """The broker serves no version of an API that this client speaks."""
+
+    error_code = ErrorCode.unsupported_version
+
+
+def parse_bootstrap_servers(bootstrap_servers: str | list[str]) -> list[tuple[str, int]]:
+    """
+    C{"host:port,host:port"} (or a list; C{PLAINTEXT://} prefixes allowed) as
+    a list of (host, port).
+
+    @raise ValueError: an entry is not host:port.
+    """
+    items = bootstrap_servers.split(",") if isinstance(bootstrap_servers, str) else list(bootstrap_servers)
+    servers = []
+    for item in items:
+        item = item.strip()
+        if not item:
+            continue
+        if "://" in item:
+            item = item.split("://", 1)[1]
+        host, sep, port = item.rpartition(":")
+        if not sep or not port.isdigit():
+            raise ValueError(f"bootstrap server {item!r} is not host:port")
+        servers.append((host.strip("[]") or "localhost", int(port)))
+    if not servers:
+        raise ValueError("no bootstrap servers given")
+    return servers
+
+
+class _Pending:
+    __slots__ = ("deferred", "api_key", "version", "timer")
+
+    def __init__(self, deferred: defer.Deferred, api_key: int, version: int, timer: Any) -> None:
+        self.deferred = deferred
+        self.api_key = api_key
+        self.version = version
+        self.timer = timer
+
+
+class BrokerConnection(Protocol):
+    """
+    The client side of one broker connection.
+
+    @ivar versions: API key -> the negotiated version (after L{negotiate}).
+    @ivar node_id: the broker id this connection is for (-1 for bootstrap).
+    """
+
+    def __init__(self, reactor: Any, client_id: str, request_timeout_ms: int, node_id: int = -1) -> None:
+        self.reactor = reactor
+        self.client_id = client_id
+        self.request_timeout_ms = request_timeout_ms
+        self.node_id = node_id
+        self.versions: dict[int, int] = {}
+        self.connected = False
+        self.lost: defer.Deferred[None] = defer.Deferred()
+        self._pending: dict[int, _Pending] = {}
+        self._next_correlation_id = 0
+        self._chunks: list[bytes] = []
+        self._buffered = 0
+        self._need = 4
+
+    # --- framing ---------------------------------------------------------------
+
+    def connectionMade(self) -> None:
+        self.connected = True
+
+    def dataReceived(self, data: bytes) -> None:
+        self._chunks.append(data)
+        self._buffered += len(data)
+        if self._buffered < self._need:
+            return
+        alldata = self._chunks[0] if len(self._chunks) == 1 else b"".join(self._chunks)
+        end = len(alldata)
+        view = memoryview(alldata)
+        offset = 0
+        need = 4
+        while end - offset >= 4:
+            (length,) = _SIZE.unpack_from(alldata, offset)
+            if length < 4:
+                _log.warn("broker {node} sent a frame of {length} bytes; closing", node=self.node_id, length=length)
+                self.transport.abortConnection()
+                return
+            if end - offset - 4 < length:
+                need = 4 + length
+                break
+            start = offset + 4
+            offset = start + length
+            self._frame_received(view[start:offset])
+        rest = alldata[offset:] if offset < end else b""
+        self._chunks = [rest] if rest else []
+        self._buffered = len(rest)
+        self._need = need
+
+    def _frame_received(self, frame: memoryview) -> None:
+        (correlation_id,) = _CORRELATION.unpack_from(frame, 0)
+        pending = self._pending.pop(correlation_id, None)
+        if pending is None:
+            _log.warn("response with unknown correlation id {cid} from broker {node}", cid=correlation_id,
+                      node=self.node_id)
+            return
+        if pending.timer is not None and pending.timer.active():
+            pending.timer.cancel()
+        try:
+            _cid, response = decode_response(pending.api_key, pending.version, frame)
+        except Exception as e:
+            pending.deferred.errback(kafka_error(ErrorCode.corrupt_message, f"undecodable response: {e}"))
+            self.transport.abortConnection()
+            return
+        pending.deferred.callback(response)
+
+    def connectionLost(self, reason: Any = None) -> None:
+        self.connected = False
+        pending, self._pending = self._pending, {}
+        for p in pending.values():
+            if p.timer is not None and p.timer.active():
+                p.timer.cancel()
+            p.deferred.errback(BrokerConnectionError(f"connection to broker {self.node_id} lost"))
+        if not self.lost.called:
+            self.lost.callback(None)
+
+    # --- requests --------------------------------------------------------------
+
+    def request(self, api_key: int, body: Any, version: int | None = None,
+                expect_response: bool = True, timeout_ms: int | None = None) -> defer.Deferred:
+        """
+        Send one request.
+
+        @param body: plain values for L{kafkatw.protocol.messages.build}, or a kio entity.
+        @param version: the version to use; default: the negotiated one.
+        @return: a Deferred firing with the kio response (C{None} when
+            C{expect_response} is false).
+        @raise UnsupportedApiError: (as failure) the broker serves no common version.
+        """
+        if not self.connected:
+            return defer.fail(BrokerConnectionError(f"not connected to broker {self.node_id}"))
+        if version is None:
+            version = self.versions.get(api_key)
+            if version is None:
+                return defer.fail(UnsupportedApiError(f"broker {self.node_id} serves no usable version of API {api_key}"))
+        correlation_id = self._next_correlation_id
+        self._next_correlation_id = (correlation_id + 1) & 0x7FFFFFFF
+        try:
+            frame = encode_request(api_key, version, correlation_id, self.client_id, body)
+        except Exception as e:
+            return defer.fail(e)
+        self.transport.writeSequence([_SIZE.pack(len(frame)), frame])
+        if not expect_response:
+            return defer.succeed(None)
+        d: defer.Deferred = defer.Deferred()
+        timeout_ms = self.request_timeout_ms if timeout_ms is None else timeout_ms
+        timer = self.reactor.callLater(timeout_ms / 1000.0, self._timed_out, correlation_id)
+        self._pending[correlation_id] = _Pending(d, api_key, version, timer)
+        return d
+
+    def _timed_out(self, correlation_id: int) -> None:
+        pending = self._pending.pop(correlation_id, None)
+        if pending is not None:
+            pending.deferred.errback(RequestTimedOutError(
+                f"no response from broker {self.node_id} to API {pending.api_key} within"
+                f" {self.request_timeout_ms} ms"))
+            # Later responses on this connection would be misattributed by order
+            # only if the broker skipped one; correlation ids keep them apart.
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._pending)
+
+    async def negotiate(self) -> dict[int, int]:
+        """
+        Negotiate API versions (ApiVersions v3, or v0 when the broker lacks v3).
+
+        @return: L{versions}.
+        """
+        response = await self.request(18, {"client_software_name": "kafkatw",
+                                           "client_software_version": _client_version()}, version=3)
+        if response.error_code == ErrorCode.unsupported_version:
+            response = await self.request(18, {}, version=0)
+        if response.error_code != ErrorCode.none:
+            raise kafka_error(ErrorCode(int(response.error_code)), "ApiVersions failed")
+        versions = {}
+        for item in response.api_keys:
+            ours = CLIENT_VERSIONS.get(int(item.api_key))
+            if ours is None:
+                continue
+            high = min(ours[1], int(item.max_version))
+            if high >= max(ours[0], int(item.min_version)):
+                versions[int(item.api_key)] = high
+        self.versions = versions
+        return versions
+
+
+def _client_version() -> str:
+    from .._version import __version__
+
+    return __version__
