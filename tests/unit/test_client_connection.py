@@ -1,0 +1,144 @@
+"""
+Unit tests of the client's broker connection and metadata cache:
+StringTransport and MemoryReactorClock, no sockets, no sleeps.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from twisted.internet import defer
+from twisted.internet.testing import MemoryReactorClock, StringTransport
+from twisted.trial import unittest
+
+from kafkatw.client.client import KafkaClient
+from kafkatw.client.connection import (
+    BrokerConnection,
+    BrokerConnectionError,
+    RequestTimedOutError,
+    UnsupportedApiError,
+    parse_bootstrap_servers,
+)
+from kafkatw.protocol.messages import encode_response, parse_request_header
+
+
+def _frames(data: bytes) -> list[bytes]:
+    out = []
+    while data:
+        (size,) = struct.unpack_from(">i", data)
+        out.append(data[4 : 4 + size])
+        data = data[4 + size :]
+    return out
+
+
+def _answer(connection: BrokerConnection, transport: StringTransport, body_for: dict) -> None:
+    """Answer every request written so far (in reverse order, to exercise correlation ids)."""
+    frames = _frames(transport.value())
+    transport.clear()
+    for frame in reversed(frames):
+        header = parse_request_header(frame)
+        body = body_for[header.api_key]
+        response = encode_response(header.api_key, header.api_version, header.correlation_id, body)
+        payload = struct.pack(">i", len(response)) + response
+        connection.dataReceived(payload[:3])  # split frames arrive whole in the end
+        connection.dataReceived(payload[3:])
+
+
+METADATA = {"brokers": [{"node_id": 1, "host": "h1", "port": 9092}, {"node_id": 2, "host": "h2", "port": 9093}],
+            "cluster_id": "c", "controller_id": 1,
+            "topics": [{"error_code": 0, "name": "t", "partitions": [
+                {"error_code": 0, "partition_index": 0, "leader_id": 1, "replica_nodes": [1], "isr_nodes": [1]},
+                {"error_code": 5, "partition_index": 1, "leader_id": -1, "replica_nodes": [2], "isr_nodes": []}]}]}
+API_VERSIONS = {"error_code": 0, "api_keys": [{"api_key": 3, "min_version": 0, "max_version": 12},
+                                              {"api_key": 0, "min_version": 0, "max_version": 7},
+                                              {"api_key": 18, "min_version": 0, "max_version": 3},
+                                              {"api_key": 999, "min_version": 0, "max_version": 1}]}
+
+
+class BrokerConnectionTests(unittest.TestCase):
+    def setUp(self) -> None:
+        self.clock = MemoryReactorClock()
+        self.connection = BrokerConnection(self.clock, "test", request_timeout_ms=1000, node_id=1)
+        self.transport = StringTransport()
+        self.connection.makeConnection(self.transport)
+
+    def test_negotiates_highest_common_versions(self) -> None:
+        d = defer.ensureDeferred(self.connection.negotiate())
+        _answer(self.connection, self.transport, {18: API_VERSIONS})
+        versions = self.successResultOf(d)
+        self.assertEqual(versions, {3: 12, 0: 7, 18: 3})
+
+    def test_falls_back_to_api_versions_v0(self) -> None:
+        d = defer.ensureDeferred(self.connection.negotiate())
+        _answer(self.connection, self.transport, {18: {"error_code": 35, "api_keys": []}})
+        self.assertNoResult(d)
+        [frame] = _frames(self.transport.value())
+        self.assertEqual(parse_request_header(frame).api_version, 0)
+        _answer(self.connection, self.transport, {18: API_VERSIONS})
+        self.assertEqual(self.successResultOf(d)[3], 12)
+
+    def test_pipelined_responses_matched_by_correlation_id(self) -> None:
+        self.connection.versions = {3: 12, 18: 3}
+        first = self.connection.request(3, {"topics": None})
+        second = self.connection.request(18, {"client_software_name": "x", "client_software_version": "1"})
+        self.assertEqual(len(_frames(self.transport.value())), 2)  # both written before any answer
+        _answer(self.connection, self.transport, {3: METADATA, 18: API_VERSIONS})
+        self.assertEqual(self.successResultOf(first).cluster_id, "c")
+        self.assertEqual(len(self.successResultOf(second).api_keys), 4)
+
+    def test_timeout(self) -> None:
+        self.connection.versions = {3: 12}
+        d = self.connection.request(3, {"topics": None})
+        self.clock.advance(0.999)
+        self.assertNoResult(d)
+        self.clock.advance(0.002)
+        self.failureResultOf(d, RequestTimedOutError)
+        self.assertTrue(RequestTimedOutError().retriable)
+
+    def test_connection_lost_fails_pending(self) -> None:
+        self.connection.versions = {3: 12}
+        d = self.connection.request(3, {"topics": None})
+        self.connection.connectionLost(None)
+        self.failureResultOf(d, BrokerConnectionError)
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+        self.failureResultOf(self.connection.request(3, {"topics": None}), BrokerConnectionError)
+
+    def test_no_common_version(self) -> None:
+        self.failureResultOf(self.connection.request(19, {}), UnsupportedApiError)
+
+    def test_no_response_expected(self) -> None:
+        self.connection.versions = {0: 9}
+        d = self.connection.request(0, {"acks": 0, "timeout": 1000, "topic_data": []}, expect_response=False)
+        self.assertIsNone(self.successResultOf(d))
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+
+
+class KafkaClientTests(unittest.TestCase):
+    def test_parse_bootstrap_servers(self) -> None:
+        self.assertEqual(parse_bootstrap_servers("a:1, PLAINTEXT://b:2,[::1]:3"), [("a", 1), ("b", 2), ("::1", 3)])
+        self.assertRaises(ValueError, parse_bootstrap_servers, "nohost")
+        self.assertRaises(ValueError, parse_bootstrap_servers, "")
+
+    def test_metadata_refresh_is_shared_and_applied(self) -> None:
+        clock = MemoryReactorClock()
+        client = KafkaClient(clock, "boot:9092", metadata_max_age_ms=1000)
+        connection = BrokerConnection(clock, "test", 1000, node_id=-1)
+        transport = StringTransport()
+        connection.makeConnection(transport)
+        connection.versions = {3: 12}
+        client._connections[-1] = connection
+        first = client.refresh_metadata()
+        second = client.refresh_metadata()
+        self.assertEqual(len(_frames(transport.value())), 1)  # one request for both callers
+        _answer(connection, transport, {3: METADATA})
+        self.successResultOf(first)
+        self.successResultOf(second)
+        self.assertEqual(client.brokers, {1: ("h1", 9092), 2: ("h2", 9093)})
+        self.assertEqual((client.leader_for("t", 0), client.leader_for("t", 1), client.leader_for("x", 0)),
+                         (1, -1, -1))
+        self.assertEqual(client.partitions_for("t"), [0, 1])
+        self.assertFalse(client.metadata_stale())
+        clock.advance(1.0)
+        self.assertTrue(client.metadata_stale())
+        client.invalidate()
+        self.assertTrue(client.metadata_stale())
