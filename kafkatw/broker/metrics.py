@@ -42,6 +42,13 @@ class BrokerCollector:
              "Partitions of fetch requests that failed."),
         ]:
             yield CounterMetricFamily(name, doc, value=value)
+        from .network import ResponseWriter
+
+        fetched = CounterMetricFamily("kafkatw_fetch_record_bytes", "Record bytes written to fetch responses, by path.",
+                                      labels=["path"])
+        fetched.add_metric(["sendfile"], ResponseWriter.sendfile_bytes)
+        fetched.add_metric(["copy"], ResponseWriter.copied_bytes)
+        yield fetched
         requests = CounterMetricFamily("kafka_network_requestmetrics_requests", "Requests served by API.",
                                        labels=["request"])
         for api_key, count in sorted(apis.request_counts.items()):

@@ -50,7 +50,12 @@ class ResponseWriter:
 
     @ivar queue: chunks still to write: C{bytes} or regions
         (C{fileno}, C{position}, C{length}).
+    @cvar sendfile_bytes: record bytes sent with C{os.sendfile} by this process.
+    @cvar copied_bytes: record bytes read into memory and written instead.
     """
+
+    sendfile_bytes = 0
+    copied_bytes = 0
 
     def __init__(self, transport: Any, on_idle: Any) -> None:
         self.transport = transport
@@ -80,6 +85,21 @@ class ResponseWriter:
             chunk = queue[0]
             if isinstance(chunk, bytes):
                 queue.popleft()
+                if self._sendfile_fd is not None and self._buffer_empty():
+                    # Send it straight to the socket, so that the transport's
+                    # buffer stays empty and the region after it can go by sendfile.
+                    try:
+                        sent = self.transport.socket.send(chunk)
+                    except BlockingIOError:
+                        sent = 0
+                    except OSError as e:
+                        _log.warn("send failed: {error}; closing connection", error=e)
+                        self.transport.abortConnection()
+                        return
+                    if sent < len(chunk):
+                        self.transport.write(chunk[sent:])
+                        return  # resumed once the transport has drained it
+                    continue
                 self.transport.write(chunk)
                 continue
             fileno, position, length = chunk.fileno, chunk.position, chunk.length
@@ -95,6 +115,7 @@ class ResponseWriter:
                     _log.warn("sendfile failed: {error}; closing connection", error=e)
                     self.transport.abortConnection()
                     return
+                ResponseWriter.sendfile_bytes += sent
                 if sent == length:
                     queue.popleft()
                     continue
@@ -118,6 +139,7 @@ class ResponseWriter:
                 queue.popleft()
             else:
                 queue[0] = chunk._replace(position=position + n, length=length - n)
+            ResponseWriter.copied_bytes += n
             self.transport.write(data)
             return
         self.registered = False

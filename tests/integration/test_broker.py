@@ -321,7 +321,11 @@ class MetricsTests(unittest.TestCase):
             for i in range(25):
                 producer.produce("measured", value=b"m")
             self.assertEqual(producer.flush(10), 0)
+            self.assertEqual(len(consume_all(broker.bootstrap, "measured", 1, 25)), 25)
             text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+            # fetches went out from the page cache with sendfile, not through Python memory
+            sendfile_bytes = float(re.search(r'kafkatw_fetch_record_bytes_total\{path="sendfile"\} (\S+)', text)[1])
+            self.assertGreater(sendfile_bytes, 0)
             self.assertRegex(text, r"kafka_server_brokertopicmetrics_messagesin_total 25\.0")
             self.assertRegex(text, r'kafka_log_log_logendoffset\{partition="0",topic="measured"\} 25\.0')
             self.assertTrue(re.search(r'kafka_network_requestmetrics_requests_total\{request="Produce"\} \d', text))
