@@ -94,6 +94,26 @@ BROKER_CONFIG: dict[str, ConfigKey] = {
         ConfigKey("log.message.timestamp.type", str, "CreateTime", "CreateTime or LogAppendTime."),
         ConfigKey("producer.id.block.size", int, 1000, "Producer ids reserved in ZooKeeper at a time."),
         ConfigKey("metrics.port", int, -1, "Prometheus metrics port on 127.0.0.1 (-1: off)."),
+        # consumer groups (Kafka's group coordinator configs; docs/consumer-groups.md)
+        ConfigKey("group.initial.rebalance.delay.ms", int, 3000,
+                  "How long the coordinator waits for more members to join a new (empty) group before its "
+                  "first rebalance completes; each new member extends the wait by this much, up to the "
+                  "rebalance timeout.", "ms"),
+        ConfigKey("group.min.session.timeout.ms", int, 6000,
+                  "Smallest session timeout a member may ask for (else INVALID_SESSION_TIMEOUT).", "ms"),
+        ConfigKey("group.max.session.timeout.ms", int, 1800000,
+                  "Largest session timeout a member may ask for (else INVALID_SESSION_TIMEOUT).", "ms"),
+        ConfigKey("group.max.size", int, 2147483647,
+                  "Most members a consumer group may have (else GROUP_MAX_SIZE_REACHED).", "members"),
+        ConfigKey("offset.metadata.max.bytes", int, 4096,
+                  "Longest metadata string an offset commit may carry (else OFFSET_METADATA_TOO_LARGE).", "bytes"),
+        ConfigKey("offsets.commit.timeout.ms", int, 5000,
+                  "How long an offset commit waits for its ZooKeeper write before it is answered "
+                  "REQUEST_TIMED_OUT.", "ms"),
+        ConfigKey("offsets.commit.batch.interval.ms", int, 10,
+                  "kafkatw: offset commits are written to ZooKeeper in batches at most this often, the latest "
+                  "value per group and partition; a commit is answered once the batch holding it is written.",
+                  "ms"),
     ]
 }
 

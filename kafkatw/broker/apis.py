@@ -30,6 +30,8 @@ from ..errors import ErrorCode, KafkaError, kafka_error
 from ..protocol.fetch import FETCH_MAX_VERSION, FETCH_MIN_VERSION, PartitionFetchData, encode_fetch_response
 from ..protocol.messages import RequestHeader, UnsupportedVersion, decode_request, encode_response
 from ..zookeeper.bridge import ZooKeeperError
+from ..zookeeper.registry import CommittedOffset
+from .group_coordinator import GroupCoordinator, OffsetStore
 
 __all__ = ["SUPPORTED_VERSIONS", "ADVERTISED_VERSIONS", "KafkaApis", "validate_topic_name"]
 
@@ -44,7 +46,16 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     18: (0, 3),  # ApiVersions
     19: (2, 7),  # CreateTopics
     20: (1, 6),  # DeleteTopics
-    10: (0, 4),  # FindCoordinator (answers COORDINATOR_NOT_AVAILABLE until groups are served)
+    8: (2, 8),  # OffsetCommit (v9+ carry KIP-848 member epochs: not served)
+    9: (1, 7),  # OffsetFetch (v8 batches groups, v9 adds member epochs: not served)
+    10: (0, 4),  # FindCoordinator (group keys; transaction keys get COORDINATOR_NOT_AVAILABLE)
+    11: (0, 8),  # JoinGroup (v9's KIP-814 skip_assignment: not served)
+    12: (0, 4),  # Heartbeat
+    13: (0, 5),  # LeaveGroup
+    14: (0, 5),  # SyncGroup
+    15: (0, 5),  # DescribeGroups
+    16: (0, 4),  # ListGroups (v5 filters by group type, KIP-848: not served)
+    42: (0, 2),  # DeleteGroups
     22: (0, 4),  # InitProducerId
     32: (1, 4),  # DescribeConfigs
 }
@@ -85,7 +96,8 @@ class KafkaApis:
     """
 
     def __init__(self, config: BrokerConfig, replica_manager: Any, metadata: Any, admin: Any,
-                 reactor: Any, now_ms: Callable[[], int] | None = None) -> None:
+                 reactor: Any, now_ms: Callable[[], int] | None = None,
+                 group_coordinator: GroupCoordinator | None = None) -> None:
         self.config = config
         self.broker_id = config["broker.id"]
         self.replica_manager = replica_manager
@@ -95,12 +107,29 @@ class KafkaApis:
         self.now_ms = now_ms or (lambda: int(time.time() * 1000))
         self.connections: set[Any] = set()
         self.in_flight: set[defer.Deferred] = set()
+        if group_coordinator is None:
+            offsets = OffsetStore(admin.registry, reactor, config["offsets.commit.batch.interval.ms"],
+                                  config["offsets.commit.timeout.ms"], now_ms=self.now_ms)
+            group_coordinator = GroupCoordinator(self.broker_id, config, reactor, lambda: list(metadata.brokers),
+                                                 offsets, self._partition_exists, now_ms=self.now_ms)
+        self.group_coordinator = group_coordinator
+        #: The connection of the request being dispatched (JoinGroup records the client's host).
+        self.current_connection: Any = None
         self._handlers = {
             0: self.handle_produce,
             1: self.handle_fetch,
             2: self.handle_list_offsets,
             3: self.handle_metadata,
+            8: self.handle_offset_commit,
+            9: self.handle_offset_fetch,
             10: self.handle_find_coordinator,
+            11: self.handle_join_group,
+            12: self.handle_heartbeat,
+            13: self.handle_leave_group,
+            14: self.handle_sync_group,
+            15: self.handle_describe_groups,
+            16: self.handle_list_groups,
+            42: self.handle_delete_groups,
             18: self.handle_api_versions,
             19: self.handle_create_topics,
             20: self.handle_delete_topics,
@@ -143,7 +172,11 @@ class KafkaApis:
             raise UnsupportedVersion(f"version {version} outside {served[0]}-{served[1]}")
         request = decode_request(frame, header)
         self.request_counts[api_key] = self.request_counts.get(api_key, 0) + 1
-        result = self._handlers[api_key](header, request)
+        self.current_connection = connection
+        try:
+            result = self._handlers[api_key](header, request)
+        finally:
+            self.current_connection = None
         if isinstance(result, defer.Deferred):
             self.in_flight.add(result)
 
@@ -505,17 +538,186 @@ class KafkaApis:
 
     def handle_find_coordinator(self, header: RequestHeader, request: Any) -> bytes:
         """
-        No group or transaction coordinator is served yet: every key gets
-        C{COORDINATOR_NOT_AVAILABLE}, which clients retry.  (librdkafka also
-        needs FindCoordinator advertised before it will use lz4.)
+        A group's coordinator is the broker L{kafkatw.broker.group_coordinator.coordinator_for}
+        picks from the live brokers in ``/brokers/ids``, so every broker answers
+        the same.  Transactions are not served: transaction keys get
+        C{COORDINATOR_NOT_AVAILABLE}, which clients retry.
         """
-        code = int(ErrorCode.coordinator_not_available)
-        message = "kafkatw does not coordinate consumer groups or transactions yet"
+        key_type = getattr(request, "key_type", 0)
         keys = list(request.coordinator_keys) if hasattr(request, "coordinator_keys") else [request.key]
-        coordinators = [{"key": key, "node_id": -1, "host": "", "port": -1, "error_code": code,
-                         "error_message": message} for key in keys]
+        coordinators = [self._find_coordinator(key, key_type) for key in keys]
         body = {"throttle_time": 0, "coordinators": coordinators, **coordinators[0]}
         return self._respond(header, body)
+
+    def _find_coordinator(self, key: str, key_type: int) -> dict:
+        entry: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": 0,
+                                 "error_message": None}
+        if key_type != 0:
+            entry["error_code"] = int(ErrorCode.coordinator_not_available)
+            entry["error_message"] = "kafkatw does not coordinate transactions"
+            return entry
+        if not key:
+            entry["error_code"] = int(ErrorCode.invalid_request)
+            entry["error_message"] = "empty group id"
+            return entry
+        broker_id = self.group_coordinator.coordinator(key)
+        broker = self.metadata.brokers.get(broker_id) if broker_id is not None else None
+        if broker is None:
+            entry["error_code"] = int(ErrorCode.coordinator_not_available)
+            entry["error_message"] = "no live broker"
+            return entry
+        entry.update(node_id=broker.broker_id, host=broker.host, port=broker.port)
+        return entry
+
+    # --- consumer groups -----------------------------------------------------
+
+    def _client_host(self) -> str:
+        peer = getattr(getattr(self.current_connection, "transport", None), "getPeer", None)
+        host = getattr(peer(), "host", None) if peer is not None else None
+        return f"/{host}" if host else ""
+
+    def _partition_exists(self, topic: str, partition: int) -> bool:
+        meta = self.metadata.topics.get(topic)
+        return meta is not None and partition in meta.partitions
+
+    def handle_join_group(self, header: RequestHeader, request: Any) -> defer.Deferred:
+        version = header.api_version
+        session_timeout_ms = int(request.session_timeout.total_seconds() * 1000)
+        rebalance = getattr(request, "rebalance_timeout", None)
+        rebalance_timeout_ms = int(rebalance.total_seconds() * 1000) if rebalance is not None else session_timeout_ms
+        d = self.group_coordinator.join_group(
+            request.group_id, request.member_id, getattr(request, "group_instance_id", None), version >= 4,
+            header.client_id or "", self._client_host(), rebalance_timeout_ms, session_timeout_ms,
+            request.protocol_type, [(p.name, bytes(p.metadata)) for p in request.protocols],
+        )
+
+        def answer(result: Any) -> bytes:
+            empty = None if version >= 7 else ""
+            return self._respond(header, {
+                "throttle_time": 0, "error_code": int(result.error), "generation_id": result.generation_id,
+                "protocol_type": result.protocol_type if result.protocol_type is not None else None,
+                "protocol_name": result.protocol_name if result.protocol_name is not None else empty,
+                "leader": result.leader_id, "member_id": result.member_id, "members": list(result.members),
+            })
+
+        return d.addCallback(answer)
+
+    def handle_sync_group(self, header: RequestHeader, request: Any) -> defer.Deferred:
+        d = self.group_coordinator.sync_group(
+            request.group_id, request.generation_id, request.member_id, getattr(request, "group_instance_id", None),
+            getattr(request, "protocol_type", None), getattr(request, "protocol_name", None),
+            {a.member_id: bytes(a.assignment) for a in request.assignments},
+        )
+
+        def answer(result: Any) -> bytes:
+            return self._respond(header, {"throttle_time": 0, "error_code": int(result.error),
+                                          "protocol_type": result.protocol_type, "protocol_name": result.protocol_name,
+                                          "assignment": result.assignment})
+
+        return d.addCallback(answer)
+
+    def handle_heartbeat(self, header: RequestHeader, request: Any) -> defer.Deferred:
+        d = self.group_coordinator.heartbeat(request.group_id, request.member_id,
+                                             getattr(request, "group_instance_id", None), request.generation_id)
+        return d.addCallback(lambda code: self._respond(header, {"throttle_time": 0, "error_code": int(code)}))
+
+    def handle_leave_group(self, header: RequestHeader, request: Any) -> defer.Deferred:
+        if header.api_version >= 3:
+            leaving = [(m.member_id, m.group_instance_id) for m in request.members]
+        else:
+            leaving = [(request.member_id, None)]
+        d = self.group_coordinator.leave_group(request.group_id, leaving)
+
+        def answer(result: tuple) -> bytes:
+            top, codes = result
+            if header.api_version < 3 and not top:
+                top = codes[0]
+            return self._respond(header, {
+                "throttle_time": 0, "error_code": int(top),
+                "members": [{"member_id": m, "group_instance_id": i, "error_code": int(c)}
+                            for (m, i), c in zip(leaving, codes)],
+            })
+
+        return d.addCallback(answer)
+
+    def handle_offset_commit(self, header: RequestHeader, request: Any) -> defer.Deferred:
+        offsets = {}
+        order = []
+        for topic in request.topics:
+            for p in topic.partitions:
+                key = (topic.name, p.partition_index)
+                order.append(key)
+                offsets[key] = CommittedOffset(p.committed_offset, getattr(p, "committed_leader_epoch", -1),
+                                               p.committed_metadata or "")
+        d = self.group_coordinator.commit_offsets(
+            request.group_id, request.generation_id_or_member_epoch, request.member_id,
+            getattr(request, "group_instance_id", None), offsets)
+
+        def answer(codes: dict) -> bytes:
+            topics: dict[str, list] = {}
+            for name, partition in order:
+                topics.setdefault(name, []).append({"partition_index": partition,
+                                                    "error_code": int(codes[(name, partition)])})
+            return self._respond(header, {"throttle_time": 0, "topics": [
+                {"name": name, "partitions": partitions} for name, partitions in topics.items()]})
+
+        return d.addCallback(answer)
+
+    def handle_offset_fetch(self, header: RequestHeader, request: Any) -> defer.Deferred:
+        wanted = None if request.topics is None else [
+            (t.name, p) for t in request.topics for p in t.partition_indexes]
+        d = self.group_coordinator.fetch_offsets(request.group_id, wanted)
+
+        def answer(result: tuple) -> bytes:
+            error, found = result
+            keys = wanted if wanted is not None else sorted(found)
+            partition_error = int(error) if header.api_version < 2 else 0
+            topics: dict[str, list] = {}
+            for name, partition in keys:
+                committed = found.get((name, partition))
+                topics.setdefault(name, []).append({
+                    "partition_index": partition,
+                    "committed_offset": committed.offset if committed else -1,
+                    "committed_leader_epoch": committed.leader_epoch if committed else -1,
+                    "metadata": committed.metadata if committed else "",
+                    "error_code": partition_error,
+                })
+            return self._respond(header, {"throttle_time": 0, "error_code": int(error), "topics": [
+                {"name": name, "partitions": partitions} for name, partitions in topics.items()]})
+
+        return d.addCallback(answer)
+
+    def handle_describe_groups(self, header: RequestHeader, request: Any) -> defer.Deferred:
+        d = defer.gatherResults([self.group_coordinator.describe_group(g) for g in request.groups])
+
+        def answer(groups: list) -> bytes:
+            for g in groups:
+                g["authorized_operations"] = -2147483648
+            return self._respond(header, {"throttle_time": 0, "groups": groups})
+
+        return d.addCallback(answer)
+
+    def handle_list_groups(self, header: RequestHeader, request: Any) -> defer.Deferred:
+        states = {s.lower() for s in getattr(request, "states_filter", ())}
+        d = self.group_coordinator.list_groups()
+
+        def answer(groups: list) -> bytes:
+            listed = [{"group_id": g, "protocol_type": t, "group_state": s} for g, t, s in groups
+                      if not states or s.lower() in states]
+            return self._respond(header, {"throttle_time": 0, "error_code": 0, "groups": listed})
+
+        def failed(failure: Any) -> bytes:
+            failure.trap(ZooKeeperError)
+            return self._respond(header, {"throttle_time": 0,
+                                          "error_code": int(ErrorCode.coordinator_not_available), "groups": []})
+
+        return d.addCallbacks(answer, failed)
+
+    def handle_delete_groups(self, header: RequestHeader, request: Any) -> defer.Deferred:
+        names = list(request.groups_names)
+        d = defer.gatherResults([self.group_coordinator.delete_group(g) for g in names])
+        return d.addCallback(lambda codes: self._respond(header, {"throttle_time": 0, "results": [
+            {"group_id": g, "error_code": int(c)} for g, c in zip(names, codes)]}))
 
     # --- InitProducerId ------------------------------------------------------
 

@@ -246,6 +246,9 @@ class KafkaServer(service.MultiService):
         if self.replica_manager is not None:
             self.replica_manager.complete_all_delayed()
         if self.apis is not None:
+            # Waiting JoinGroup/SyncGroup requests are answered NOT_COORDINATOR;
+            # batched offset commits are written (ZooKeeper is still up).
+            self.apis.group_coordinator.shutdown()
             deadline = self.reactor.seconds() + 10
             while (self.apis.in_flight or any(not c.idle for c in self.apis.connections)) and \
                     self.reactor.seconds() < deadline:
@@ -289,6 +292,9 @@ class KafkaServer(service.MultiService):
         self.metadata.set_brokers({
             broker_id: BrokerEndpoint(broker_id, host, port, rack) for broker_id, (host, port, rack) in brokers.items()
         })
+        if self.apis is not None:
+            # Groups whose coordinator (a function of the live brokers) is no longer this broker move away.
+            self.apis.group_coordinator.brokers_changed()
 
     def _topics_changed(self, names: list[str]) -> None:
         assert self.registry is not None

@@ -2,29 +2,27 @@
 C{kafkatw console-producer} and C{kafkatw console-consumer}, as Kafka's
 C{kafka-console-producer.sh} and C{kafka-console-consumer.sh}.
 
-The producer reads lines from stdin and sends them as record batches: per
-partition, a batch is sent when it reaches C{batch.size} (16 KB), when no line
-arrived for C{linger.ms} (1000 ms, the console producer's C{--timeout}), or at
-end of input.  Keyed lines go to the partition the Java client's default
-partitioner picks (murmur2); unkeyed lines stick to one partition per batch,
-round-robin.
+The producer reads lines from stdin and sends each as a record through
+L{kafkatw.client.blocking.BlockingProducer} (the Twisted L{Producer} on its
+reactor thread): per partition, a batch is sent when it reaches C{batch.size}
+(16 KB), C{linger.ms} after it was opened (1000 ms, the console producer's
+C{--timeout}), or at end of input.  Keyed lines go to the partition the Java
+client's default partitioner picks (murmur2); unkeyed lines stick to one
+partition per batch (KIP-480).
 """
 
 from __future__ import annotations
 
-import queue
-import random
+import collections
 import sys
-import threading
 import time
 from typing import Any, BinaryIO
 
 import click
 
-from kafkatw.client.partitioner import partition_for_key
-from kafkatw.client.wire import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, WireClient
-from kafkatw.errors import ErrorCode, KafkaError
-from kafkatw.protocol.records import COMPRESSION_CODECS, decode_batches, encode_batch
+from kafkatw.client.blocking import BlockingConsumer, BlockingProducer
+from kafkatw.errors import KafkaError
+from kafkatw.protocol.records import COMPRESSION_CODECS
 
 from ._common import bootstrap_option, describe_error, fail, parse_properties
 
@@ -38,56 +36,6 @@ def _truthy(value: str | None) -> bool:
 
 
 # --- producer ---------------------------------------------------------------------------
-
-
-def _read_lines(stream: BinaryIO, out: queue.Queue) -> None:
-    try:
-        for line in stream:
-            out.put(line)
-    finally:
-        out.put(None)
-
-
-class _Accumulator:
-    """Per-partition pending records of the console producer."""
-
-    def __init__(self, client: WireClient, topic: str, num_partitions: int, acks: int,
-                 compression: int, batch_bytes: int) -> None:
-        self.client = client
-        self.topic = topic
-        self.num_partitions = num_partitions
-        self.acks = acks
-        self.compression = compression
-        self.batch_bytes = batch_bytes
-        self.pending: dict[int, list[tuple[bytes | None, bytes, list, int]]] = {}
-        self.sizes: dict[int, int] = {}
-        self.sticky = random.randrange(num_partitions)
-        self.sent = 0
-
-    def add(self, key: bytes | None, value: bytes) -> None:
-        if key is not None:
-            partition = partition_for_key(key, self.num_partitions)
-        else:
-            partition = self.sticky
-        self.pending.setdefault(partition, []).append((key, value, [], int(time.time() * 1000)))
-        size = self.sizes[partition] = self.sizes.get(partition, 0) + len(value) + len(key or b"") + 16
-        if size >= self.batch_bytes:
-            self.send(partition)
-
-    def send(self, partition: int) -> None:
-        records = self.pending.pop(partition, None)
-        self.sizes.pop(partition, None)
-        if not records:
-            return
-        if partition == self.sticky:
-            self.sticky = (self.sticky + 1) % self.num_partitions
-        batch = encode_batch(records, compression=self.compression)
-        self.client.produce(self.topic, partition, batch, acks=self.acks)
-        self.sent += len(records)
-
-    def flush(self) -> None:
-        for partition in list(self.pending):
-            self.send(partition)
 
 
 @click.command("console-producer")
@@ -125,21 +73,13 @@ def console_producer(bootstrap_server: str, topic: str, properties: tuple[str, .
     if parse_key and not separator:
         raise click.BadParameter("key.separator must not be empty", param_hint="--property")
 
-    lines: queue.Queue = queue.Queue(maxsize=10000)
-    threading.Thread(target=_read_lines, args=(sys.stdin.buffer, lines), daemon=True).start()
     line_number = 0
+    pending: collections.deque = collections.deque()  # futures not yet known to have succeeded
     try:
-        with WireClient(bootstrap_server) as client:
-            acc = _Accumulator(client, topic, client.partitions_for(topic), _ACKS[acks_text],
-                               COMPRESSION_CODECS[codec_name], batch_bytes)
-            while True:
-                try:
-                    line = lines.get(timeout=linger) if acc.pending else lines.get()
-                except queue.Empty:
-                    acc.flush()
-                    continue
-                if line is None:
-                    break
+        with BlockingProducer(bootstrap_server, client_id="kafkatw-console-producer", acks=_ACKS[acks_text],
+                              compression_type=None if codec_name == "none" else codec_name,
+                              batch_size=batch_bytes, linger_ms=linger * 1000) as producer:
+            for line in sys.stdin.buffer:
                 line_number += 1
                 line = line.rstrip(b"\n")
                 if line.endswith(b"\r"):
@@ -151,16 +91,28 @@ def console_producer(bootstrap_server: str, topic: str, properties: tuple[str, .
                         if ignore_error:
                             key, value = None, line
                         else:
-                            acc.flush()
+                            producer.flush()
+                            _check(pending, topic, wait=True)
                             fail(f"No key separator found on line number {line_number}: '{line.decode('utf-8', 'replace')}'")
                 else:
                     value = line
-                acc.add(key, value)
-            acc.flush()
+                pending.append(producer.send(topic, value, key=key))
+                if len(pending) >= 1000:
+                    _check(pending, topic, wait=False)
+            producer.flush()
+            _check(pending, topic, wait=True)
     except KeyboardInterrupt:
         sys.exit(130)
     except (KafkaError, OSError, ValueError) as e:
         fail(f"ERROR Error when sending message to topic {topic}: {describe_error(e)}")
+
+
+def _check(pending: collections.deque, topic: str, wait: bool) -> None:
+    """Drop acknowledged futures from the left of C{pending}; exit on the first failed one."""
+    while pending and (wait or pending[0].done()):
+        error = pending.popleft().exception()
+        if error is not None:
+            fail(f"ERROR Error when sending message to topic {topic}: {describe_error(error)}")
 
 
 # --- consumer ---------------------------------------------------------------------------
@@ -186,14 +138,6 @@ def format_record(record: Any, partition: int, timestamp_type: int, opts: dict[s
     return b"".join(parts)
 
 
-def _resolve_offset(client: WireClient, topic: str, partition: int, spec: str) -> int:
-    if spec == "earliest":
-        return client.list_offsets(topic, partition, EARLIEST_TIMESTAMP)
-    if spec == "latest":
-        return client.list_offsets(topic, partition, LATEST_TIMESTAMP)
-    return int(spec)
-
-
 @click.command("console-consumer")
 @bootstrap_option
 @click.option("--topic", required=True, help="The topic to consume.")
@@ -206,11 +150,24 @@ def _resolve_offset(client: WireClient, topic: str, partition: int, spec: str) -
               help="print.key, print.offset, print.partition, print.timestamp (true/false), key.separator.")
 @click.option("--max-wait-ms", type=click.IntRange(min=0), default=500, show_default=True,
               help="fetch.max.wait.ms of each Fetch.")
+@click.option("--group", "group_id", help="With --zookeeper: consume as a member of this consumer group.")
+@click.option("--zookeeper", "zookeeper_connect", metavar="HOST:PORT[,...][/chroot]",
+              help="Coordinate --group through ZooKeeper (the paper's consumer group; chroot default /kafkatw).")
 def console_consumer(bootstrap_server: str, topic: str, from_beginning: bool, partition: int | None,
                      offset_spec: str | None, max_messages: int | None, timeout_ms: int | None,
-                     properties: tuple[str, ...], max_wait_ms: int) -> None:
+                     properties: tuple[str, ...], max_wait_ms: int, group_id: str | None = None,
+                     zookeeper_connect: str | None = None) -> None:
     """Print a topic's messages on stdout (kafka-console-consumer.sh)."""
     props = parse_properties(properties, "--property")
+    if group_id is not None or zookeeper_connect is not None:
+        from .zookeeper_groups import console_group_consumer
+
+        if group_id is None or zookeeper_connect is None:
+            raise click.UsageError("--group and --zookeeper go together (a ZooKeeper-coordinated group)")
+        if partition is not None or offset_spec is not None:
+            raise click.UsageError("--partition and --offset cannot be used with --group")
+        return console_group_consumer(bootstrap_server, zookeeper_connect, group_id, topic, from_beginning,
+                                      max_messages, timeout_ms, max_wait_ms, props)
     if offset_spec is not None:
         if partition is None:
             raise click.UsageError("The partition is required when offset is specified.")
@@ -232,9 +189,12 @@ def console_consumer(bootstrap_server: str, topic: str, from_beginning: bool, pa
     }
     out = sys.stdout.buffer
     processed = 0
+    _consume.processed = 0  # type: ignore[attr-defined]
     try:
-        with WireClient(bootstrap_server) as client:
-            processed = _consume(client, out, topic, from_beginning, partition, offset_spec, max_messages,
+        with BlockingConsumer(bootstrap_server, client_id="kafkatw-console-consumer",
+                              auto_offset_reset="earliest" if from_beginning else "latest",
+                              fetch_max_wait_ms=max_wait_ms) as consumer:
+            processed = _consume(consumer, out, topic, from_beginning, partition, offset_spec, max_messages,
                                  timeout_ms, max_wait_ms, opts)
     except KeyboardInterrupt:
         processed = _consume.processed  # type: ignore[attr-defined]
@@ -248,53 +208,42 @@ def console_consumer(bootstrap_server: str, topic: str, from_beginning: bool, pa
     click.echo(f"Processed a total of {processed} messages", err=True)
 
 
-def _consume(client: WireClient, out: BinaryIO, topic: str, from_beginning: bool, partition: int | None,
+def _consume(consumer: BlockingConsumer, out: BinaryIO, topic: str, from_beginning: bool, partition: int | None,
              offset_spec: str | None, max_messages: int | None, timeout_ms: int | None,
              max_wait_ms: int, opts: dict[str, Any]) -> int:
     _consume.processed = 0  # type: ignore[attr-defined]
-    num_partitions = client.partitions_for(topic)
+    available = consumer.partitions_for(topic)
     if partition is not None:
-        if partition >= num_partitions:
-            raise KafkaError(f"partition {partition} of {topic} does not exist ({num_partitions} partitions)")
+        if partition not in available:
+            raise KafkaError(f"partition {partition} of {topic} does not exist ({len(available)} partitions)")
         partitions = [partition]
     else:
-        partitions = list(range(num_partitions))
-    reset = EARLIEST_TIMESTAMP if from_beginning else LATEST_TIMESTAMP
+        partitions = sorted(available)
+    tps = [(topic, p) for p in partitions]
+    consumer.assign(tps)
     spec = offset_spec or ("earliest" if from_beginning else "latest")
-    positions = {p: _resolve_offset(client, topic, p, spec) for p in partitions}
-    if timeout_ms is not None:
-        max_wait_ms = min(max_wait_ms, max(timeout_ms, 1))
+    if spec == "earliest":
+        consumer.seek_to_beginning(*tps)
+    elif spec == "latest":
+        consumer.seek_to_end(*tps)
+    else:
+        consumer.seek(tps[0], int(spec))
     last_message = time.monotonic()
     processed = 0
     while True:
-        results = client.fetch_many(topic, positions, max_wait_ms=max_wait_ms)
-        got_any = False
-        for p, (code, _hw, data) in results.items():
-            if code == ErrorCode.offset_out_of_range:
-                positions[p] = client.list_offsets(topic, p, reset)
-                continue
-            if code != ErrorCode.none:
-                continue  # leadership errors: fetch_many dropped the cached leader
-            for batch in decode_batches(data):
-                if batch.is_control:
-                    positions[p] = max(positions[p], batch.next_offset)
-                    continue
-                for record in batch.records:
-                    if record.offset < positions[p]:
-                        continue
-                    out.write(format_record(record, p, batch.timestamp_type, opts) + b"\n")
-                    processed += 1
-                    _consume.processed = processed  # type: ignore[attr-defined]
-                    positions[p] = record.offset + 1
-                    got_any = True
-                    if max_messages is not None and processed >= max_messages:
-                        out.flush()
-                        return processed
-                positions[p] = max(positions[p], batch.next_offset)
-        if got_any:
+        wait_ms = 1000
+        if timeout_ms is not None:
+            wait_ms = max(0, timeout_ms - int((time.monotonic() - last_message) * 1000))
+        records = consumer.poll(wait_ms)
+        for record in records:
+            out.write(format_record(record, record.partition, record.timestamp_type, opts) + b"\n")
+            processed += 1
+            _consume.processed = processed  # type: ignore[attr-defined]
+            if max_messages is not None and processed >= max_messages:
+                out.flush()
+                return processed
+        if records:
             out.flush()
             last_message = time.monotonic()
         elif timeout_ms is not None and (time.monotonic() - last_message) * 1000 >= timeout_ms:
             return processed
-        if not results or all(code != ErrorCode.none for code, _, _ in results.values()):
-            time.sleep(0.1)

@@ -4,6 +4,8 @@ The C{kafkatw} command: Kafka's command-line tools under Kafka's names and flags
     kafkatw topics --bootstrap-server localhost:9092 --create --topic t --partitions 3
     kafkatw console-producer --bootstrap-server localhost:9092 --topic t
     kafkatw console-consumer --bootstrap-server localhost:9092 --topic t --from-beginning
+    kafkatw consumer-perf-test --bootstrap-server localhost:9092 --topic t --messages 1000000
+    kafkatw consumer-groups --bootstrap-server localhost:9092 --describe --group g
     kafkatw zookeeper --port 2181 --data-dir /var/lib/zookeeper
     kafkatw broker --broker-id 0 --listeners tcp:9092 --log-dirs /var/lib/kafkatw --zookeeper embedded
 """
@@ -19,6 +21,9 @@ import click
 from kafkatw._version import __version__
 
 from .console import console_consumer, console_producer
+from .perf import producer_perf_test
+from .consumer_perf import consumer_perf_test
+from .consumer_groups import consumer_groups
 from .topics import topics
 from .zookeeper import zookeeper
 
@@ -51,7 +56,10 @@ def broker(twistd_args: tuple[str, ...]) -> None:
 main.add_command(topics)
 main.add_command(console_producer)
 main.add_command(console_consumer)
+main.add_command(consumer_perf_test)
 main.add_command(zookeeper)
+main.add_command(producer_perf_test)
+main.add_command(consumer_groups)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -339,16 +339,21 @@ def encode_request(api_key: int, api_version: int, correlation_id: int, client_i
     """
     Encode a request frame (without the size prefix), for clients and tests.
 
-    @param body: plain values for L{build}, or a kio request entity.
+    @param body: plain values for L{build}, a kio request entity, or an object
+        with C{encode_body(api_version, flexible) -> bytes} that encodes the body
+        itself (the producer's hand-written Produce encoder: kio's writer is
+        pure Python and too slow for the data path).
     """
     cls = request_schema(api_key, api_version)
-    entity = build(cls, body)
     client = client_id.encode() if client_id is not None else None
     header = struct.pack(">hhi", api_key, api_version, correlation_id)
     header += struct.pack(">h", -1) if client is None else struct.pack(">h", len(client)) + client
     if cls.__flexible__:
         header += b"\x00"
-    return header + _to_bytes(entity_writer(cls), entity)
+    encode_body = getattr(body, "encode_body", None)
+    if encode_body is not None:
+        return header + encode_body(api_version, cls.__flexible__)
+    return header + _to_bytes(entity_writer(cls), build(cls, body))
 
 
 def decode_response(api_key: int, api_version: int, frame: bytes) -> tuple[int, Any]:

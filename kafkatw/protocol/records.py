@@ -60,6 +60,8 @@ __all__ = [
     "DecodedBatch",
     "encode_batch",
     "decode_batches",
+    "decode_fetched",
+    "scan_next_offset",
     "encode_varint",
     "decode_varint",
     "compress",
@@ -517,3 +519,219 @@ def _decode_records(d: bytes, pos: int, end: int, header: tuple, attributes: int
     if pos != end:
         raise CorruptRecordError(f"{end - pos} bytes left after {count} records")
     return out
+
+
+# --- decoding for consumers -----------------------------------------------------------
+
+
+_EMPTY_HEADERS: tuple = ()
+
+
+def scan_next_offset(data: bytes | memoryview, fetch_offset: int) -> int:
+    """
+    The offset after the last complete batch in C{data} (Fetch data of one
+    partition), reading only batch headers: no CRC check, no decompression.
+
+    @return: C{fetch_offset} when C{data} holds no complete batch.
+    """
+    end = len(data)
+    pos = 0
+    next_offset = fetch_offset
+    unpack_prefix = _BATCH_PREFIX.unpack_from
+    unpack_delta = _LAST_OFFSET_DELTA.unpack_from
+    while pos + _HEADER_SIZE <= end:
+        base_offset, batch_length = unpack_prefix(data, pos)
+        batch_end = pos + _LOG_OVERHEAD + batch_length
+        if batch_end > end or batch_length < _HEADER_SIZE - _LOG_OVERHEAD:
+            break
+        last = base_offset + unpack_delta(data, pos + 23)[0]
+        if last >= next_offset:
+            next_offset = last + 1
+        pos = batch_end
+    return next_offset
+
+
+_LAST_OFFSET_DELTA = struct.Struct(">i")
+
+
+def decode_fetched(data: bytes | bytearray | memoryview, topic: str, partition: int, fetch_offset: int,
+                   record_class: type, verify_crc: bool = True) -> tuple[list, int]:
+    """
+    Decode one partition's Fetch data for a consumer, in one pass.
+
+    Records come out as tuples of C{record_class} (a C{NamedTuple} with the
+    fields C{topic, partition, offset, timestamp_ms, timestamp_type, key,
+    value, headers}), built directly: no intermediate L{Record}s.  Records
+    before C{fetch_offset} are dropped (a batch starts at its base offset,
+    which may precede the offset asked for), control batches (transaction
+    markers) are skipped, compressed batches are decompressed, and a trailing
+    partial batch is ignored.  Headers are a tuple of C{(str, bytes | None)}.
+
+    @param fetch_offset: the offset the Fetch asked for.
+    @return: (records, next offset): the offset after the last complete batch,
+        C{fetch_offset} when there is none.
+    @raise CorruptRecordError: a CRC mismatch, or records that do not parse.
+    @raise InvalidRecordError: a batch whose magic is not 2.
+    """
+    if not isinstance(data, bytes):
+        data = bytes(data)
+    end = len(data)
+    pos = 0
+    out: list = []
+    next_offset = fetch_offset
+    unpack_prefix = _BATCH_PREFIX.unpack_from
+    unpack_header = _HEADER.unpack_from
+    view = memoryview(data)
+    while pos + _LOG_OVERHEAD <= end:
+        base_offset, batch_length = unpack_prefix(data, pos)
+        batch_end = pos + _LOG_OVERHEAD + batch_length
+        if batch_end > end:
+            break  # partial trailing batch
+        if batch_length < _HEADER_SIZE - _LOG_OVERHEAD:
+            raise CorruptRecordError(f"batch at offset {base_offset} has length {batch_length}")
+        magic = data[pos + 16]
+        if magic != 2:
+            raise InvalidRecordError(f"batch at offset {base_offset} has magic {magic}; only v2 is supported")
+        header = unpack_header(data, pos)
+        last = base_offset + header[6]
+        if last < next_offset or header[5] & _ATTR_CONTROL:
+            if last >= next_offset:
+                next_offset = last + 1
+            pos = batch_end
+            continue
+        if verify_crc and crc32c(view[pos + _CRC_START:batch_end]) != header[4]:
+            raise CorruptRecordError(f"CRC mismatch in batch at offset {base_offset} of {topic}-{partition}")
+        attributes = header[5]
+        codec = attributes & _ATTR_COMPRESSION_MASK
+        first = len(out)
+        if codec:
+            region = decompress(codec, data[pos + _HEADER_SIZE:batch_end])
+            _decode_consumer_records(region, 0, len(region), header, out, topic, partition, record_class)
+        else:
+            _decode_consumer_records(data, pos + _HEADER_SIZE, batch_end, header, out, topic, partition,
+                                     record_class)
+        if base_offset < next_offset:
+            # drop the records before the offset asked for (offsets rise within a batch)
+            cut = first
+            n = len(out)
+            while cut < n and out[cut][2] < next_offset:
+                cut += 1
+            del out[first:cut]
+        next_offset = last + 1
+        pos = batch_end
+    return out, next_offset
+
+
+_ZIGZAG: list[int] = [(i >> 1) ^ -(i & 1) for i in range(1 << 14)]  # 1- and 2-byte varints, decoded
+
+
+def _decode_consumer_records(d: bytes, pos: int, end: int, header: tuple, out: list, topic: str,
+                             partition: int, cls: type) -> None:
+    # The consumer's hot loop.  Varints of one and two bytes (all but the rare
+    # ones) are decoded inline through a table; a 2-byte varint's index is
+    # (b & 0x7F) | (c << 7) == b - 128 + (c << 7).  The record length is
+    # skipped, not checked per record: the batch CRC vouches for the layout
+    # and the batch must still end exactly where its last record ends.
+    base_offset = header[0]
+    base_ts = header[7]
+    log_append = header[5] & _ATTR_TIMESTAMP_TYPE
+    ts_type = 1 if log_append else 0
+    max_ts = header[8]
+    count = header[12]
+    append = out.append
+    new = _tuple_new
+    slow = decode_varint
+    empty = _EMPTY_HEADERS
+    z = _ZIGZAG
+    try:
+        for _ in range(count):
+            # length, then the attributes byte
+            if d[pos] < 0x80:
+                pos += 2
+            elif d[pos + 1] < 0x80:
+                pos += 3
+            else:
+                pos = slow(d, pos)[1] + 1
+            # timestamp delta
+            b = d[pos]
+            if b < 0x80:
+                ts = base_ts + z[b]
+                pos += 1
+            else:
+                c = d[pos + 1]
+                if c < 0x80:
+                    ts = base_ts + z[b - 128 + (c << 7)]
+                    pos += 2
+                else:
+                    v, pos = slow(d, pos)
+                    ts = base_ts + v
+            # offset delta
+            b = d[pos]
+            if b < 0x80:
+                off = base_offset + z[b]
+                pos += 1
+            else:
+                c = d[pos + 1]
+                if c < 0x80:
+                    off = base_offset + z[b - 128 + (c << 7)]
+                    pos += 2
+                else:
+                    v, pos = slow(d, pos)
+                    off = base_offset + v
+            # key
+            b = d[pos]
+            if b < 0x80:
+                v = z[b]
+                pos += 1
+            else:
+                v, pos = slow(d, pos)
+            if v < 0:
+                key = None
+            else:
+                key = d[pos:pos + v]
+                pos += v
+            # value
+            b = d[pos]
+            if b < 0x80:
+                v = z[b]
+                pos += 1
+            else:
+                c = d[pos + 1]
+                if c < 0x80:
+                    v = z[b - 128 + (c << 7)]
+                    pos += 2
+                else:
+                    v, pos = slow(d, pos)
+            if v < 0:
+                value = None
+            else:
+                value = d[pos:pos + v]
+                pos += v
+            # headers
+            if d[pos] == 0:
+                headers = empty
+                pos += 1
+            else:
+                nh, pos = slow(d, pos)
+                if nh < 0:
+                    raise CorruptRecordError(f"invalid number of record headers {nh}")
+                hs = []
+                for _h in range(nh):
+                    v, pos = slow(d, pos)
+                    if v < 0:
+                        raise CorruptRecordError("null header key")
+                    hk = d[pos:pos + v].decode("utf-8", "replace")
+                    pos += v
+                    v, pos = slow(d, pos)
+                    if v < 0:
+                        hv = None
+                    else:
+                        hv = d[pos:pos + v]
+                        pos += v
+                    hs.append((hk, hv))
+                headers = tuple(hs)
+            append(new(cls, (topic, partition, off, max_ts if log_append else ts, ts_type, key, value, headers)))
+    except IndexError:
+        raise CorruptRecordError("records truncated") from None
+    if pos != end:
+        raise CorruptRecordError(f"{end - pos} bytes left after {count} records")

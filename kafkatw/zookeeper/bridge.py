@@ -273,6 +273,11 @@ class ZooKeeperClient:
         self._stopping = False
         self._session_lost = False
 
+    def _in_thread(self, function: Callable[[], Any]) -> Deferred:
+        # The thread pool of *this* client's reactor, not the global one: a
+        # private reactor (kafkatw.client.blocking) must get the result back.
+        return threads.deferToThreadPool(self._reactor, self._reactor.getThreadPool(), function)
+
     # -- lifecycle ------------------------------------------------------------
 
     def start(self) -> Deferred:
@@ -301,7 +306,7 @@ class ZooKeeperClient:
             self._started = True
             _log.info("connected to ZooKeeper {hosts}{chroot}", hosts=self.hosts, chroot=self.chroot)
 
-        d = threads.deferToThread(blocking_start)
+        d = self._in_thread(blocking_start)
         d.addErrback(lambda f: f if f.check(ZooKeeperError) else Failure(_translate(f.value)))
         return d.addCallback(started)
 
@@ -315,7 +320,7 @@ class ZooKeeperClient:
             self._kazoo.stop()
             self._kazoo.close()
 
-        return threads.deferToThread(blocking_stop)
+        return self._in_thread(blocking_stop)
 
     @property
     def connected(self) -> bool:
@@ -457,7 +462,7 @@ class ZooKeeperClient:
                 except BaseException as e:
                     raise _translate(e)
 
-            return threads.deferToThread(blocking_delete)
+            return self._in_thread(blocking_delete)
         return self._call(self._kazoo.delete_async, path, version=version).addCallback(lambda _: None)
 
     # -- watches --------------------------------------------------------------
@@ -508,7 +513,7 @@ class ZooKeeperClient:
             other.stop()
             other.close()
 
-        return threads.deferToThread(blocking_expire)
+        return self._in_thread(blocking_expire)
 
 
 def _fail(exc: BaseException) -> Deferred:

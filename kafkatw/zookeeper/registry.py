@@ -9,6 +9,16 @@ The paper's registries in ZooKeeper, laid out as Kafka 0.8-2.x lays them out
     /controller                                ephemeral  controller's broker id
     /controller_epoch                          persistent controller epoch (decimal)
     /latest_producer_id_block                  persistent last producer-id block handed out
+    /consumers/<group>/offsets/<topic>/<p>     persistent committed offset (JSON v1, see below)
+
+A committed offset (L{encode_committed_offset}) is the I{next offset to
+consume}, as both Kafka's OffsetCommit and the paper's consumers mean it::
+
+    {"version":1,"offset":42,"leader_epoch":-1,"metadata":"","commit_timestamp":1700000000000}
+
+Readers also accept Kafka 0.8's bare decimal (C{42}).  A group id is one path
+component: L{group_path} percent-encodes it (C{/} and other unsafe characters;
+C{my-group} stays C{my-group}).
 
 The JSON is byte-for-byte the shape Kafka's C{kafka.zk.ZkData} writes (Kafka 3.0
 source): e.g. a broker::
@@ -50,7 +60,7 @@ from kafkatw.errors import (
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
-from kafkatw.zookeeper.bridge import BadVersionError, NodeExistsError, NoNodeError, ZooKeeperError
+from kafkatw.zookeeper.bridge import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError, ZooKeeperError
 
 __all__ = [
     "Registry",
@@ -67,6 +77,12 @@ __all__ = [
     "CONTROLLER_PATH",
     "CONTROLLER_EPOCH_PATH",
     "PRODUCER_ID_BLOCK_PATH",
+    "CONSUMERS_PATH",
+    "CommittedOffset",
+    "group_path",
+    "consumer_offset_path",
+    "encode_committed_offset",
+    "decode_committed_offset",
 ]
 
 _log = Logger()
@@ -77,6 +93,7 @@ CONFIG_TOPICS_PATH = "/config/topics"
 CONTROLLER_PATH = "/controller"
 CONTROLLER_EPOCH_PATH = "/controller_epoch"
 PRODUCER_ID_BLOCK_PATH = "/latest_producer_id_block"
+CONSUMERS_PATH = "/consumers"
 
 
 class BrokerIdInUseError(ZooKeeperError):
@@ -111,6 +128,70 @@ class PartitionState:
     isr: list[int]
     controller_epoch: int = 1
     zk_version: int = -1
+
+
+@dataclass(frozen=True)
+class CommittedOffset:
+    """
+    A group's committed position in one partition.
+
+    @ivar offset: the next offset to consume.
+    @ivar leader_epoch: the leader epoch of the last consumed record (-1: unknown), KIP-320.
+    @ivar metadata: the client's metadata string.
+    @ivar commit_timestamp_ms: when the coordinator accepted the commit (ms since the epoch; -1: unknown).
+    """
+
+    offset: int
+    leader_epoch: int = -1
+    metadata: str = ""
+    commit_timestamp_ms: int = -1
+
+
+def group_path(group: str) -> str:
+    """C{/consumers/<group>} with the group id percent-encoded into one path component."""
+    from urllib.parse import quote
+
+    name = quote(group, safe="")
+    if name in (".", ".."):
+        name = name.replace(".", "%2E")
+    return f"{CONSUMERS_PATH}/{name}"
+
+
+def group_from_path_component(name: str) -> str:
+    """Inverse of the encoding of L{group_path}."""
+    from urllib.parse import unquote
+
+    return unquote(name)
+
+
+def consumer_offset_path(group: str, topic: str, partition: int) -> str:
+    """C{/consumers/<group>/offsets/<topic>/<partition>}."""
+    return f"{group_path(group)}/offsets/{topic}/{partition}"
+
+
+def encode_committed_offset(committed: CommittedOffset) -> bytes:
+    """The JSON v1 value of an offset znode (see the module docstring)."""
+    return _dumps({"version": 1, "offset": committed.offset, "leader_epoch": committed.leader_epoch,
+                   "metadata": committed.metadata, "commit_timestamp": committed.commit_timestamp_ms})
+
+
+def decode_committed_offset(data: bytes) -> CommittedOffset | None:
+    """
+    Read an offset znode: JSON v1, or Kafka 0.8's bare decimal.
+
+    @return: C{None} for an empty or unreadable value.
+    """
+    text = data.decode("utf-8", "replace").strip()
+    if not text:
+        return None
+    if text.lstrip("-").isdigit():
+        return CommittedOffset(int(text))
+    try:
+        body = json.loads(text)
+        return CommittedOffset(int(body["offset"]), int(body.get("leader_epoch", -1)),
+                               str(body.get("metadata") or ""), int(body.get("commit_timestamp", -1)))
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def _now_ms() -> str:
@@ -625,6 +706,101 @@ class Registry:
         return self.client.watch_data(
             CONTROLLER_PATH, lambda data: callback(None if not data else int(json.loads(data)["brokerid"]))
         )
+
+
+    # -- consumer group offsets -----------------------------------------------------
+
+    def set_committed_offset(self, group: str, topic: str, partition: int, committed: CommittedOffset) -> Deferred:
+        """Write one committed offset (creating the znode and its parents when missing)."""
+
+        async def go() -> None:
+            path = consumer_offset_path(group, topic, partition)
+            data = encode_committed_offset(committed)
+            try:
+                await self.client.set(path, data)
+            except NoNodeError:
+                try:
+                    await self.client.create(path, data, makepath=True)
+                except NodeExistsError:
+                    await self.client.set(path, data)
+
+        return _deferred(go())
+
+    def get_committed_offsets(self, group: str, partitions: list[tuple[str, int]] | None = None) -> Deferred:
+        """
+        Read committed offsets of C{group}.
+
+        @param partitions: C{(topic, partition)} pairs, or C{None} for every one.
+        @return: a Deferred firing with C{{(topic, partition): CommittedOffset}};
+            partitions without a commit are absent.
+        """
+
+        async def one(topic: str, partition: int) -> tuple[tuple[str, int], CommittedOffset | None]:
+            try:
+                data, _ = await self.client.get(consumer_offset_path(group, topic, partition))
+            except NoNodeError:
+                return (topic, partition), None
+            return (topic, partition), decode_committed_offset(data)
+
+        async def go() -> dict[tuple[str, int], CommittedOffset]:
+            wanted = partitions
+            if wanted is None:
+                wanted = []
+                base = f"{group_path(group)}/offsets"
+                try:
+                    topics = await self.client.get_children(base)
+                except NoNodeError:
+                    topics = []
+                for topic in topics:
+                    try:
+                        children = await self.client.get_children(f"{base}/{topic}")
+                    except NoNodeError:
+                        continue
+                    wanted.extend((topic, int(p)) for p in children if p.isdigit())
+            from twisted.internet.defer import gatherResults
+
+            results = await gatherResults([_deferred(one(t, p)) for t, p in wanted], consumeErrors=True)
+            return {tp: c for tp, c in results if c is not None}
+
+        return _deferred(go())
+
+    def list_consumer_groups(self) -> Deferred:
+        """@return: a Deferred firing with the sorted ids of the groups under C{/consumers}."""
+
+        async def go() -> list[str]:
+            try:
+                names = await self.client.get_children(CONSUMERS_PATH)
+            except NoNodeError:
+                return []
+            return sorted(group_from_path_component(n) for n in names)
+
+        return _deferred(go())
+
+    def has_committed_offsets(self, group: str) -> Deferred:
+        """@return: a Deferred firing with whether C{/consumers/<group>/offsets} has any topic."""
+
+        async def go() -> bool:
+            try:
+                return bool(await self.client.get_children(f"{group_path(group)}/offsets"))
+            except NoNodeError:
+                return False
+
+        return _deferred(go())
+
+    def delete_committed_offsets(self, group: str) -> Deferred:
+        """
+        Delete C{/consumers/<group>/offsets}, then C{/consumers/<group>} when
+        nothing else (a paper-style group's ids or owners) is left under it.
+        """
+
+        async def go() -> None:
+            await self.client.delete(f"{group_path(group)}/offsets", recursive=True)
+            try:
+                await self.client.delete(group_path(group))
+            except (NoNodeError, NotEmptyError):
+                pass
+
+        return _deferred(go())
 
 
 async def _none() -> None:

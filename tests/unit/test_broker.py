@@ -126,16 +126,23 @@ class ApiVersionsTests(unittest.TestCase):
         connection.dataReceived(_frame(struct.pack(">hhih", 0, 2, 1, -1) + b"\x00" * 12))
         self.assertTrue(transport.disconnecting)
 
-    def test_find_coordinator_answers_not_available(self) -> None:
+    def test_find_coordinator_answers_group_keys_and_refuses_transaction_keys(self) -> None:
+        from kafkatw.broker.group_coordinator import coordinator_for
+
         h = BrokerHarness(self)
+        expected = {g: coordinator_for(g, [0, 1]) for g in ("g", "h")}
         for version, body in [(0, {"key": "g"}), (3, {"key": "g", "key_type": 0}),
                               (4, {"key_type": 0, "coordinator_keys": ["g", "h"]})]:
             response = h.call(10, version, body)
             if version < 4:
-                self.assertEqual(response.error_code, ErrorCode.coordinator_not_available)
+                self.assertEqual(response.error_code, ErrorCode.none)
+                self.assertEqual(response.node_id, expected["g"])
+                self.assertEqual(response.port, 9092 + expected["g"])
             else:
-                self.assertEqual([c.error_code for c in response.coordinators],
-                                 [ErrorCode.coordinator_not_available] * 2)
+                self.assertEqual([c.error_code for c in response.coordinators], [ErrorCode.none] * 2)
+                self.assertEqual([c.node_id for c in response.coordinators], [expected["g"], expected["h"]])
+        response = h.call(10, 3, {"key": "txn", "key_type": 1})
+        self.assertEqual(response.error_code, ErrorCode.coordinator_not_available)
 
     def test_unsupported_api_versions_version_answers_v0_with_error(self) -> None:
         """KIP-511: an ApiVersions version the broker lacks gets a v0 response with UNSUPPORTED_VERSION."""

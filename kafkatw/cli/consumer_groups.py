@@ -1,0 +1,323 @@
+"""
+C{kafkatw consumer-groups}: list, describe, delete consumer groups and reset
+their offsets, as Apache Kafka's C{kafka-consumer-groups.sh}.
+
+    kafkatw consumer-groups --bootstrap-server localhost:9092 --list
+    kafkatw consumer-groups --bootstrap-server localhost:9092 --describe --group g
+    kafkatw consumer-groups --bootstrap-server localhost:9092 --delete --group g
+    kafkatw consumer-groups --bootstrap-server localhost:9092 --reset-offsets --group g \\
+        --topic t --to-earliest --execute
+
+C{--describe} prints Kafka's columns (Kafka 3.x)::
+
+    GROUP  TOPIC  PARTITION  CURRENT-OFFSET  LOG-END-OFFSET  LAG  CONSUMER-ID  HOST  CLIENT-ID
+
+Groups are read through a L{GroupSource}: L{BrokerGroupSource} asks the group
+coordinators over the Kafka protocol (the groups of Kafka clients).  The
+paper-style groups of the ZooKeeper consumers are read by a ZooKeeper source
+(C{--zookeeper}), which plugs in beside it.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import click
+
+from kafkatw.client.wire import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, WireClient
+from kafkatw.errors import ErrorCode, KafkaError, kafka_error
+
+from ._common import bootstrap_option, describe_error, fail
+
+__all__ = ["consumer_groups", "GroupSource", "BrokerGroupSource", "GroupDescription", "MemberDescription",
+           "decode_consumer_assignment", "format_describe"]
+
+# Versions this tool speaks; every kafkatw broker and Apache Kafka 2.4+ serve them.
+_FIND_COORDINATOR_V = 2
+_LIST_GROUPS_V = 2
+_DESCRIBE_GROUPS_V = 4
+_OFFSET_FETCH_V = 5
+_OFFSET_COMMIT_V = 7
+_DELETE_GROUPS_V = 1
+
+
+@dataclass
+class MemberDescription:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    host: str
+    assignment: list[tuple[str, int]] = field(default_factory=list)
+
+
+@dataclass
+class GroupDescription:
+    group_id: str
+    state: str
+    protocol_type: str
+    protocol: str
+    members: list[MemberDescription]
+    offsets: dict[tuple[str, int], int]
+
+
+class GroupSource(Protocol):
+    """Where consumer groups are read from (the coordinators, or ZooKeeper)."""
+
+    def list_groups(self) -> list[str]: ...
+
+    def describe(self, group_id: str) -> GroupDescription: ...
+
+    def delete(self, group_id: str) -> None: ...
+
+    def commit(self, group_id: str, offsets: dict[tuple[str, int], int]) -> None: ...
+
+
+def decode_consumer_assignment(data: bytes) -> list[tuple[str, int]]:
+    """
+    The partitions of a C{consumer} protocol assignment (Kafka's
+    C{ConsumerProtocolAssignment}: int16 version, [topic string, [int32
+    partition]], user data bytes).  Unreadable bytes give C{[]}.
+    """
+    try:
+        pos = 2
+        (count,) = struct.unpack_from(">i", data, pos)
+        pos += 4
+        result = []
+        for _ in range(max(count, 0)):
+            (length,) = struct.unpack_from(">h", data, pos)
+            pos += 2
+            topic = data[pos:pos + length].decode("utf-8")
+            pos += length
+            (n,) = struct.unpack_from(">i", data, pos)
+            pos += 4
+            partitions = struct.unpack_from(f">{max(n, 0)}i", data, pos)
+            pos += 4 * max(n, 0)
+            result.extend((topic, p) for p in partitions)
+        return result
+    except (struct.error, UnicodeDecodeError):
+        return []
+
+
+def _check(code: Any, what: str) -> None:
+    code = ErrorCode(int(code))
+    if code != ErrorCode.none:
+        raise kafka_error(code, f"{what}: {code.name}")
+
+
+class BrokerGroupSource:
+    """Groups of Kafka clients, read from their coordinators over the Kafka protocol."""
+
+    def __init__(self, client: WireClient) -> None:
+        self.client = client
+
+    def _send(self, broker_id: int | None, api_key: int, version: int, body: dict) -> Any:
+        return self.client._connection(broker_id).send(api_key, version, body)
+
+    def coordinator(self, group_id: str) -> int:
+        response = self._send(None, 10, _FIND_COORDINATOR_V, {"key": group_id, "key_type": 0})
+        _check(response.error_code, f"finding the coordinator of group {group_id!r}")
+        self.client.brokers[int(response.node_id)] = (response.host, int(response.port))
+        return int(response.node_id)
+
+    def list_groups(self) -> list[str]:
+        self.client.metadata([])
+        groups: set[str] = set()
+        for broker_id in sorted(self.client.brokers):
+            response = self._send(broker_id, 16, _LIST_GROUPS_V, {})
+            _check(response.error_code, f"listing the groups of broker {broker_id}")
+            groups.update(g.group_id for g in response.groups)
+        return sorted(groups)
+
+    def describe(self, group_id: str) -> GroupDescription:
+        coordinator = self.coordinator(group_id)
+        response = self._send(coordinator, 15, _DESCRIBE_GROUPS_V,
+                              {"groups": [group_id], "include_authorized_operations": False})
+        described = response.groups[0]
+        _check(described.error_code, f"describing group {group_id!r}")
+        members = []
+        for m in described.members:
+            assignment = decode_consumer_assignment(bytes(m.member_assignment or b"")) \
+                if described.protocol_type == "consumer" else []
+            members.append(MemberDescription(m.member_id, getattr(m, "group_instance_id", None), m.client_id,
+                                             m.client_host, assignment))
+        fetched = self._send(coordinator, 9, _OFFSET_FETCH_V, {"group_id": group_id, "topics": None,
+                                                                "require_stable": False})
+        _check(fetched.error_code, f"fetching the offsets of group {group_id!r}")
+        offsets = {}
+        for t in fetched.topics:
+            for p in t.partitions:
+                if int(p.committed_offset) >= 0 and ErrorCode(int(p.error_code)) == ErrorCode.none:
+                    offsets[(t.name, int(p.partition_index))] = int(p.committed_offset)
+        return GroupDescription(group_id, described.group_state, described.protocol_type, described.protocol_data,
+                                members, offsets)
+
+    def delete(self, group_id: str) -> None:
+        response = self._send(self.coordinator(group_id), 42, _DELETE_GROUPS_V, {"groups_names": [group_id]})
+        _check(response.results[0].error_code, f"deleting group {group_id!r}")
+
+    def commit(self, group_id: str, offsets: dict[tuple[str, int], int]) -> None:
+        topics: dict[str, list] = {}
+        for (topic, partition), offset in sorted(offsets.items()):
+            topics.setdefault(topic, []).append({"partition_index": partition, "committed_offset": offset,
+                                                 "committed_leader_epoch": -1, "committed_metadata": ""})
+        body = {"group_id": group_id, "generation_id_or_member_epoch": -1, "member_id": "",
+                "group_instance_id": None,
+                "topics": [{"name": name, "partitions": parts} for name, parts in topics.items()]}
+        response = self._send(self.coordinator(group_id), 8, _OFFSET_COMMIT_V, body)
+        for t in response.topics:
+            for p in t.partitions:
+                _check(p.error_code, f"committing {t.name}-{p.partition_index} for group {group_id!r}")
+
+
+def _table(rows: list[list[str]], fixed: dict[int, int]) -> str:
+    """Columns padded as kafka-consumer-groups.sh pads them (fixed widths where Kafka fixes them)."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for i, w in fixed.items():
+        widths[i] = max(widths[i], w)
+    lines = []
+    for r in rows:
+        cells = [c.ljust(widths[i]) for i, c in enumerate(r[:-1])] + [r[-1]]
+        lines.append(" ".join(cells))
+    return "\n".join(lines)
+
+
+def format_describe(group: GroupDescription, log_end_offsets: dict[tuple[str, int], int]) -> str:
+    """The C{--describe} table: one row per assigned or committed partition."""
+    rows = [["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST",
+             "CLIENT-ID"]]
+    owner: dict[tuple[str, int], MemberDescription] = {}
+    for m in group.members:
+        for tp in m.assignment:
+            owner[tp] = m
+    for tp in sorted(set(owner) | set(group.offsets)):
+        current = group.offsets.get(tp)
+        end = log_end_offsets.get(tp)
+        lag = end - current if current is not None and end is not None and end >= 0 else None
+        m = owner.get(tp)
+        rows.append([group.group_id, tp[0], str(tp[1]), "-" if current is None else str(current),
+                     "-" if end is None or end < 0 else str(end), "-" if lag is None else str(lag),
+                     m.member_id if m else "-", m.host if m else "-", m.client_id if m else "-"])
+    for m in group.members:
+        if not m.assignment:
+            rows.append([group.group_id, "-", "-", "-", "-", "-", m.member_id, m.host, m.client_id])
+    return _table(rows, {2: 10, 3: 15, 4: 15, 5: 15})
+
+
+def _log_end_offsets(client: WireClient, partitions: set[tuple[str, int]]) -> dict[tuple[str, int], int]:
+    result = {}
+    for topic, partition in sorted(partitions):
+        try:
+            result[(topic, partition)] = client.list_offsets(topic, partition, LATEST_TIMESTAMP)
+        except KafkaError:
+            result[(topic, partition)] = -1
+    return result
+
+
+@click.command("consumer-groups")
+@click.option("--bootstrap-server", "bootstrap_server", metavar="HOST:PORT[,HOST:PORT]",
+              help="The broker(s) to connect to (with --zookeeper: only for log end offsets).")
+@click.option("--zookeeper", "zookeeper_connect", metavar="HOST:PORT[,...][/chroot]",
+              help="The groups of ZooKeeper-coordinated consumers (the paper's; kafkatw.cli.zookeeper_groups).")
+@click.option("--to-datetime", help="With --zookeeper --reset-offsets: to the first offset at or after "
+              "YYYY-MM-DDTHH:mm:SS.sss.")
+@click.option("--list", "action", flag_value="list", help="List all consumer groups.")
+@click.option("--describe", "action", flag_value="describe",
+              help="Describe a group: members, assignment, committed offsets and lag.")
+@click.option("--delete", "action", flag_value="delete", help="Delete a group without active members.")
+@click.option("--reset-offsets", "action", flag_value="reset-offsets",
+              help="Reset a group's committed offsets (the group must have no active members).")
+@click.option("--group", "group_id", help="The consumer group.")
+@click.option("--topic", help="With --reset-offsets: TOPIC or TOPIC:P1,P2 (default: the group's committed topics).")
+@click.option("--to-earliest", "to", flag_value="earliest", help="Reset to the log start offset.")
+@click.option("--to-latest", "to", flag_value="latest", help="Reset to the log end offset.")
+@click.option("--to-offset", type=int, help="Reset to this offset.")
+@click.option("--execute", is_flag=True, help="With --reset-offsets: do it (default: a dry run).")
+@click.option("--dry-run", is_flag=True, help="With --reset-offsets: only show the new offsets (the default).")
+@click.option("--command-timeout-ms", type=click.IntRange(min=1), default=30000, show_default=True)
+def consumer_groups(bootstrap_server: str | None, action: str | None, group_id: str | None, topic: str | None,
+                    to: str | None, to_offset: int | None, execute: bool, dry_run: bool,
+                    command_timeout_ms: int, zookeeper_connect: str | None = None,
+                    to_datetime: str | None = None) -> None:
+    """List, describe, delete consumer groups and reset their offsets (kafka-consumer-groups.sh)."""
+    if zookeeper_connect is not None:
+        from .zookeeper_groups import run as run_zookeeper
+
+        if action is None:
+            raise click.UsageError("Command must include exactly one action: --list, --describe, --delete, "
+                                   "--reset-offsets")
+        if action != "list" and not group_id:
+            raise click.UsageError(f"--group is required with --{action}")
+        if action == "reset-offsets" and sum(x is not None for x in (to, to_offset, to_datetime)) != 1:
+            raise click.UsageError("--reset-offsets needs one of --to-earliest, --to-latest, --to-offset, "
+                                   "--to-datetime")
+        return run_zookeeper(zookeeper_connect, bootstrap_server, action, group_id, topic, to, to_offset,
+                             to_datetime, execute and not dry_run, command_timeout_ms)
+    if bootstrap_server is None:
+        raise click.UsageError("Missing option '--bootstrap-server' (or --zookeeper).")
+    if to_datetime is not None:
+        raise click.UsageError("--to-datetime is supported with --zookeeper only")
+    if action is None:
+        raise click.UsageError("Command must include exactly one action: --list, --describe, --delete, --reset-offsets")
+    if action != "list" and not group_id:
+        raise click.UsageError(f"--group is required with --{action}")
+    if action == "reset-offsets":
+        if (to is None) == (to_offset is None):
+            raise click.UsageError("--reset-offsets needs one of --to-earliest, --to-latest, --to-offset")
+        if execute and dry_run:
+            raise click.UsageError("--execute and --dry-run exclude each other")
+    try:
+        with WireClient(bootstrap_server, client_id="kafkatw-consumer-groups", timeout_ms=command_timeout_ms) as client:
+            source = BrokerGroupSource(client)
+            if action == "list":
+                for name in source.list_groups():
+                    click.echo(name)
+            elif action == "describe":
+                _describe(client, source, group_id)
+            elif action == "delete":
+                source.delete(group_id)
+                click.echo(f"Deletion of requested consumer groups ('{group_id}') was successful.")
+            else:
+                _reset(client, source, group_id, topic, to, to_offset, execute)
+    except (KafkaError, OSError, ValueError) as e:
+        fail(f"Error: Executing consumer group command failed due to {describe_error(e)}")
+
+
+def _describe(client: WireClient, source: GroupSource, group_id: str) -> None:
+    group = source.describe(group_id)
+    if group.state == "Dead":
+        fail(f"Error: Consumer group '{group_id}' does not exist.")
+    if not group.members:
+        click.echo(f"\nConsumer group '{group_id}' has no active members.")
+    partitions = set(group.offsets) | {tp for m in group.members for tp in m.assignment}
+    click.echo("\n" + format_describe(group, _log_end_offsets(client, partitions)))
+
+
+def _reset(client: WireClient, source: GroupSource, group_id: str, topic: str | None, to: str | None,
+           to_offset: int | None, execute: bool) -> None:
+    group = source.describe(group_id)
+    if group.members:
+        fail(f"Error: Assignments can only be reset if the group '{group_id}' is inactive, "
+             f"but the current state is {group.state}.")
+    if topic:
+        name, _, listed = topic.partition(":")
+        if listed:
+            partitions = [(name, int(p)) for p in listed.split(",")]
+        else:
+            partitions = [(name, p) for p in range(client.partitions_for(name))]
+    else:
+        partitions = sorted(group.offsets)
+    if not partitions:
+        fail(f"Error: no partitions to reset for group '{group_id}' (give --topic)")
+    new = {}
+    for t, p in partitions:
+        if to_offset is not None:
+            new[(t, p)] = to_offset
+        else:
+            new[(t, p)] = client.list_offsets(t, p, EARLIEST_TIMESTAMP if to == "earliest" else LATEST_TIMESTAMP)
+    if execute:
+        source.commit(group_id, new)
+    rows = [["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"]] + [
+        [group_id, t, str(p), str(o)] for (t, p), o in sorted(new.items())]
+    click.echo("\n" + _table(rows, {2: 10}))

@@ -1,0 +1,267 @@
+"""
+C{kafkatw producer-perf-test}, as Kafka's C{kafka-producer-perf-test.sh}
+(C{org.apache.kafka.tools.ProducerPerformance}): same flags, same output.
+
+    kafkatw producer-perf-test --topic t --num-records 1000000 --record-size 200 \\
+        --throughput -1 --producer-props acks=1 linger.ms=5 bootstrap.servers=localhost:9092
+
+Every 5 s a line ``N records sent, X records/sec (Y MB/sec), Z ms avg latency, W ms
+max latency.``; at the end ``N records sent, X records/sec (Y MB/sec), A ms avg
+latency, M ms max latency, p50 ms 50th, p95 ms 95th, p99 ms 99th, p999 ms
+99.9th.`` (MB = 2**20 bytes, as Kafka prints it).  Latency is from C{send} to
+the record's acknowledgement.  On a terminal a C{rich} progress bar runs on stderr.
+
+The producer runs on the reactor (L{twisted.internet.task.react}); records are
+sent in chunks between which the reactor runs, and the loop pauses while
+C{buffer.memory} is more than half used (L{Producer.ready}).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+import time
+from array import array
+from typing import Any
+
+import click
+
+from kafkatw.client.producer import Producer
+from kafkatw.errors import KafkaError
+
+from ._common import describe_error, fail, parse_properties
+
+__all__ = ["producer_perf_test", "producer_options"]
+
+_MB = 1024 * 1024
+
+#: Kafka producer config name -> (Producer keyword, converter)
+_PRODUCER_CONFIGS: dict[str, tuple[str, Any]] = {
+    "bootstrap.servers": ("bootstrap_servers", str),
+    "client.id": ("client_id", str),
+    "acks": ("acks", lambda v: "all" if v.strip().lower() in ("all", "-1") else int(v)),
+    "batch.size": ("batch_size", int),
+    "linger.ms": ("linger_ms", float),
+    "compression.type": ("compression_type", lambda v: None if v.strip().lower() == "none" else v.strip().lower()),
+    "retries": ("retries", int),
+    "retry.backoff.ms": ("retry_backoff_ms", int),
+    "delivery.timeout.ms": ("delivery_timeout_ms", int),
+    "request.timeout.ms": ("request_timeout_ms", int),
+    "max.in.flight.requests.per.connection": ("max_in_flight_requests_per_connection", int),
+    "buffer.memory": ("buffer_memory", int),
+    "max.request.size": ("max_request_size", int),
+    "enable.idempotence": ("enable_idempotence", lambda v: v.strip().lower() == "true"),
+    "max.block.ms": ("max_block_ms", int),
+}
+
+
+def producer_options(props: dict[str, str], warn: bool = True) -> dict[str, Any]:
+    """
+    Kafka producer configs (C{acks}, C{linger.ms}, …) as L{Producer} keywords.
+    Unknown names are ignored with a warning on stderr, as Kafka's clients log them.
+
+    @raise click.BadParameter: a value does not convert.
+    """
+    options: dict[str, Any] = {}
+    for name, value in props.items():
+        known = _PRODUCER_CONFIGS.get(name)
+        if known is None:
+            if warn:
+                click.echo(f"WARN The configuration '{name}' was supplied but isn't a known config.", err=True)
+            continue
+        keyword, convert = known
+        try:
+            options[keyword] = convert(value)
+        except ValueError:
+            raise click.BadParameter(f"invalid value {value!r} for {name}", param_hint="--producer-props") from None
+    return options
+
+
+def _percentile(sorted_ms: array, fraction: float) -> int:
+    if not sorted_ms:
+        return 0
+    return int(sorted_ms[min(len(sorted_ms) - 1, int(len(sorted_ms) * fraction))])
+
+
+class _Stats:
+    """Kafka's ProducerPerformance.Stats: a window line every 5 s, totals at the end."""
+
+    def __init__(self, num_records: int, record_size: int, report_every_s: float = 5.0) -> None:
+        self.start = time.monotonic()
+        self.record_size = record_size
+        self.latencies = array("d")
+        self.count = 0
+        self.total_latency = 0.0
+        self.max_latency = 0.0
+        self.report_every_s = report_every_s
+        self.window_start = self.start
+        self.window_count = 0
+        self.window_latency = 0.0
+        self.window_max = 0.0
+
+    def record(self, metadata: Any, sent_at: float) -> None:
+        now = time.monotonic()
+        latency = (now - sent_at) * 1000.0
+        self.latencies.append(latency)
+        self.count += 1
+        self.total_latency += latency
+        self.window_count += 1
+        self.window_latency += latency
+        if latency > self.max_latency:
+            self.max_latency = latency
+        if latency > self.window_max:
+            self.window_max = latency
+        if now - self.window_start >= self.report_every_s:
+            self.print_window(now)
+
+    def print_window(self, now: float) -> None:
+        elapsed = now - self.window_start
+        rate = self.window_count / elapsed if elapsed > 0 else 0.0
+        avg = self.window_latency / self.window_count if self.window_count else 0.0
+        click.echo(f"{self.window_count} records sent, {rate:.1f} records/sec"
+                   f" ({rate * self.record_size / _MB:.2f} MB/sec), {avg:.1f} ms avg latency,"
+                   f" {self.window_max:.1f} ms max latency.")
+        self.window_start = now
+        self.window_count = 0
+        self.window_latency = 0.0
+        self.window_max = 0.0
+
+    def final_line(self) -> str:
+        elapsed = time.monotonic() - self.start
+        rate = self.count / elapsed if elapsed > 0 else 0.0
+        avg = self.total_latency / self.count if self.count else 0.0
+        ordered = array("d", sorted(self.latencies))
+        return (f"{self.count} records sent, {rate:f} records/sec ({rate * self.record_size / _MB:.2f} MB/sec),"
+                f" {avg:.2f} ms avg latency, {self.max_latency:.2f} ms max latency,"
+                f" {_percentile(ordered, 0.5)} ms 50th, {_percentile(ordered, 0.95)} ms 95th,"
+                f" {_percentile(ordered, 0.99)} ms 99th, {_percentile(ordered, 0.999)} ms 99.9th.")
+
+
+async def _run(reactor: Any, topic: str, num_records: int, payload: bytes, throughput: float,
+               options: dict[str, Any], progress: Any) -> str:
+    from twisted.internet import task
+
+    producer = Producer(reactor, **options)
+    import gc
+    if os.environ.get("XNOGC"): gc.disable()
+    stats = _Stats(num_records, len(payload))
+    errors: list[Exception] = []
+
+    def failed(failure: Any) -> None:
+        if not errors:
+            errors.append(failure.value)
+
+    record = stats.record
+    send = producer.send
+    monotonic = time.monotonic
+    chunk = 1000 if throughput <= 0 else max(1, min(1000, int(throughput / 200)))
+    start = monotonic()
+    sent = 0
+    try:
+        while sent < num_records and not errors:
+            n = min(chunk, num_records - sent)
+            for _ in range(n):
+                send(topic, payload).addCallbacks(record, failed, (monotonic(),))
+            sent += n
+            if progress is not None:
+                progress(sent)
+            await producer.ready()
+            if throughput > 0:
+                ahead = sent / throughput - (monotonic() - start)
+                await task.deferLater(reactor, max(0.0, ahead), lambda: None)
+            else:
+                await task.deferLater(reactor, 0, lambda: None)
+        await producer.flush()
+    finally:
+        await producer.close()
+    if errors:
+        raise errors[0]
+    return stats.final_line()
+
+
+@click.command("producer-perf-test", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@click.option("--topic", required=True, help="The topic to produce to.")
+@click.option("--num-records", type=click.IntRange(min=1), required=True, help="Number of records to produce.")
+@click.option("--record-size", type=click.IntRange(min=0), help="Record size in bytes.")
+@click.option("--payload-file", type=click.Path(exists=True, dir_okay=False),
+              help="Send lines of this file (chosen at random) instead of --record-size random bytes.")
+@click.option("--throughput", type=float, required=True,
+              help="Throttle to about this many records/s; -1: no throttle.")
+@click.option("--producer-props", "producer_props", multiple=True, metavar="PROP=VALUE",
+              help="Producer configs: acks=1 linger.ms=5 batch.size=16384 compression.type=lz4 bootstrap.servers=H:P")
+@click.option("--producer.config", "producer_config", type=click.Path(exists=True, dir_okay=False),
+              help="A producer config properties file.")
+@click.option("--bootstrap-server", "bootstrap_server", metavar="HOST:PORT", help="Overrides bootstrap.servers.")
+@click.pass_context
+def producer_perf_test(ctx: click.Context, topic: str, num_records: int, record_size: int | None,
+                       payload_file: str | None, throughput: float, producer_props: tuple[str, ...],
+                       producer_config: str | None, bootstrap_server: str | None) -> None:
+    """Produce records as fast as possible (or at --throughput) and print Kafka's perf figures."""
+    extra = [a for a in ctx.args if "=" in a and not a.startswith("-")]
+    unknown = [a for a in ctx.args if a not in extra]
+    if unknown:
+        raise click.UsageError(f"unexpected arguments: {' '.join(unknown)}")
+    if (record_size is None) == (payload_file is None):
+        raise click.UsageError("give either --record-size or --payload-file")
+    props: dict[str, str] = {}
+    if producer_config:
+        with open(producer_config) as f:
+            for line in f:
+                line = line.strip()
+                if line and not line.startswith(("#", "!")) and "=" in line:
+                    key, _, value = line.partition("=")
+                    props[key.strip()] = value.strip()
+    props.update(parse_properties([*producer_props, *extra], "--producer-props"))
+    if bootstrap_server:
+        props["bootstrap.servers"] = bootstrap_server
+    if "bootstrap.servers" not in props:
+        raise click.UsageError("give --bootstrap-server or bootstrap.servers in --producer-props")
+    options = producer_options(props)
+    if payload_file:
+        with open(payload_file, "rb") as f:
+            lines = [line.rstrip(b"\n") for line in f if line.strip()]
+        if not lines:
+            raise click.UsageError(f"{payload_file} has no payloads")
+        payload = random.choice(lines)
+    else:
+        payload = bytes(random.choice(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ") for _ in range(record_size or 0))
+
+    from twisted.internet import defer, task
+
+    outcome: dict[str, Any] = {}
+
+    def done(result: Any) -> None:
+        if isinstance(result, str):
+            outcome["line"] = result
+        else:
+            outcome["error"] = result.value
+            if not isinstance(result.value, (KafkaError, OSError, ValueError)):
+                result.printTraceback()
+
+    def main(reactor: Any) -> defer.Deferred:
+        return defer.ensureDeferred(_run(reactor, topic, num_records, payload, throughput, options,
+                                         progress)).addBoth(done)
+
+    progress = None
+    bar = None
+    if sys.stdout.isatty() and not os.environ.get("KAFKATW_NO_PROGRESS"):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        bar = Progress(TextColumn("[bold]producing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                       transient=True)
+        task_id = bar.add_task("records", total=num_records)
+        bar.start()
+
+        def progress(done: int) -> None:
+            bar.update(task_id, completed=done)
+    try:
+        task.react(main)
+    except SystemExit:
+        pass
+    finally:
+        if bar is not None:
+            bar.stop()
+    if "error" in outcome:
+        fail(f"ERROR Error when sending message to topic {topic}: {describe_error(outcome['error'])}")
+    click.echo(outcome.get("line", ""))

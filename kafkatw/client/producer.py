@@ -1,0 +1,931 @@
+"""
+L{Producer}: the Twisted Kafka producer (DESIGN.md D7).
+
+C{send} appends a record to the open batch of its partition — a plain
+C{(key, value, headers, timestamp_ms)} tuple in a list, no per-record object —
+and returns a Deferred.  A batch is sealed when it reaches C{batch_size} bytes or
+C{linger_ms} after it was opened (one timer for the whole producer), then encoded
+once (L{kafkatw.protocol.records.encode_batch}, compressed as a whole).  Sealed
+batches whose partitions share a leader travel in ONE Produce request (one batch
+per partition per request, as Kafka's brokers require for magic 2), at most
+C{max_request_size} bytes, at most C{max_in_flight_requests_per_connection}
+requests in flight per broker.  When the response arrives each record's Deferred
+fires, in a tight loop, with its L{RecordMetadata}.
+
+Partitioning is the Java client's (C{BuiltInPartitioner}): keyed records go to
+C{toPositive(murmur2(key)) % numPartitions}; unkeyed records stick to one
+partition until its batch is sealed, then to another one picked at random among
+those with a leader (KIP-480).
+
+Delivery (Kafka's semantics, C{ProducerConfig}):
+
+  - C{acks=0}: the request has no response; records "complete" once written,
+    with offset -1.  C{acks=1}: the leader appended them.  C{acks="all"} (-1):
+    every in-sync replica has them.
+  - Retriable errors (a stale leader, a lost connection, a request timeout)
+    invalidate the metadata, refresh it and send the same batch bytes again after
+    C{retry_backoff_ms}, up to C{retries} times and until C{delivery_timeout_ms}
+    after the batch was opened; then its records fail with the last error (or
+    L{KafkaTimeoutError}).  Without idempotence a retry may duplicate a batch the
+    broker did append (acks=1: at least once).
+  - With C{max_in_flight_requests_per_connection=1} (or idempotence) a partition
+    is held while a batch of it is in flight or waiting to be retried: order per
+    partition is kept through retries.
+  - C{enable_idempotence}: InitProducerId, then every batch carries the producer
+    id, epoch and per-partition sequence; the broker drops duplicates of a retried
+    batch, so acknowledged records are written exactly once.  A batch that fails
+    for good bumps the epoch (KIP-360) so that later sequences start afresh.
+  - C{buffer_memory}: bytes of records held in batches not yet acknowledged.
+    When a send would exceed it, its Deferred waits — the record is held in a
+    FIFO of waiting sends, and every later send queues behind it — until
+    acknowledgements free room; C{max_block_ms} later it fails with
+    L{KafkaTimeoutError}.  L{Producer.ready} tells a send loop when to pause.
+
+Records sent without C{timestamp_ms} carry the time their batch was opened (at
+most C{linger_ms} before the send), read from the reactor's clock.
+
+Source: Apache Kafka's C{RecordAccumulator}, C{Sender}, C{BuiltInPartitioner}
+and C{ProducerConfig}; KIP-480 (sticky partitioner); KIP-98 (idempotence);
+KIP-91 (delivery.timeout.ms); KIP-360 (epoch bump).
+"""
+
+from __future__ import annotations
+
+import bisect
+import datetime
+import random
+import struct
+from collections import deque
+from typing import Any, Callable, NamedTuple
+
+from twisted.internet import defer
+from twisted.internet.defer import Deferred
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from ..errors import ErrorCode, KafkaError, RecordTooLargeError, UnknownTopicOrPartitionError, kafka_error
+from ..protocol.records import COMPRESSION_CODECS, encode_batch
+from .client import RETRIABLE_METADATA_ERRORS, KafkaClient
+from .connection import BrokerConnectionError, RequestTimedOutError
+from .partitioner import murmur2
+
+__all__ = ["Producer", "RecordMetadata", "KafkaTimeoutError", "ProducerClosedError"]
+
+_log = Logger()
+
+_RECORD_OVERHEAD = 11  # bytes of a record beyond key and value: varints, attributes (upper bound for small records)
+_BATCH_OVERHEAD = 61  # RecordBatch v2 header
+_API_PRODUCE = 0
+_API_INIT_PRODUCER_ID = 22
+_ACKS = {0: 0, 1: 1, -1: -1, "0": 0, "1": 1, "-1": -1, "all": -1}
+_INT16 = struct.Struct(">h")
+_INT32 = struct.Struct(">i")
+_ACKS_TIMEOUT = struct.Struct(">hi")
+_tuple_new = tuple.__new__
+
+
+class RecordMetadata(NamedTuple):
+    """Where a record was written: C{offset} is -1 with acks=0; C{timestamp_ms} in ms since the epoch."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp_ms: int
+
+
+class KafkaTimeoutError(KafkaError):
+    """A record was not acknowledged within C{delivery_timeout_ms}, or a send waited longer than C{max_block_ms}."""
+
+    error_code = ErrorCode.request_timed_out
+
+
+class ProducerClosedError(KafkaError):
+    """L{Producer.send} after L{Producer.close}."""
+
+    error_code = ErrorCode.unknown_server_error
+
+
+# --- the Produce request body, hand-encoded ---------------------------------------------
+
+
+def _uvarint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+class ProduceBody:
+    """
+    A Produce request body (v3–v9) encoded by hand: kio's writer is pure Python
+    and costs more than the batches it carries.  v3–v8 share one layout; v9 is
+    the first flexible version (compact strings, arrays and bytes, tagged fields).
+
+    @ivar topics: C{[(topic, [(partition, batch bytes)])]}.
+    """
+
+    __slots__ = ("acks", "timeout_ms", "topics")
+
+    def __init__(self, acks: int, timeout_ms: int, topics: list[tuple[str, list[tuple[int, bytes]]]]) -> None:
+        self.acks = acks
+        self.timeout_ms = timeout_ms
+        self.topics = topics
+
+    def encode_body(self, version: int, flexible: bool) -> bytes:
+        if not 3 <= version <= 9:
+            raise ValueError(f"kafkatw encodes Produce v3 to v9, not v{version}")
+        pack_int32 = _INT32.pack
+        if flexible:
+            parts = [b"\x00", _ACKS_TIMEOUT.pack(self.acks, self.timeout_ms), _uvarint(len(self.topics) + 1)]
+            for name, partitions in self.topics:
+                encoded = name.encode("utf-8")
+                parts += (_uvarint(len(encoded) + 1), encoded, _uvarint(len(partitions) + 1))
+                for partition, data in partitions:
+                    parts += (pack_int32(partition), _uvarint(len(data) + 1), data, b"\x00")
+                parts.append(b"\x00")
+            parts.append(b"\x00")
+        else:
+            parts = [b"\xff\xff", _ACKS_TIMEOUT.pack(self.acks, self.timeout_ms), pack_int32(len(self.topics))]
+            for name, partitions in self.topics:
+                encoded = name.encode("utf-8")
+                parts += (_INT16.pack(len(encoded)), encoded, pack_int32(len(partitions)))
+                for partition, data in partitions:
+                    parts += (pack_int32(partition), pack_int32(len(data)), data)
+        return b"".join(parts)
+
+
+# --- accumulator state ---------------------------------------------------------------------
+
+
+class _Batch:
+    """The records of one partition that travel together; C{size} in bytes (estimate, with header)."""
+
+    __slots__ = ("topic", "partition", "state", "records", "simple", "deferreds", "size", "created", "base_ts",
+                 "number", "attempts", "retry_at", "encoded", "epoch", "waiters", "done")
+
+    def __init__(self, state: _PartitionState, now: float, number: int) -> None:
+        self.topic = state.topic
+        self.partition = state.partition
+        self.state = state
+        # While every record is unkeyed, without headers or timestamp: just the
+        # values; else (key, value, headers, timestamp_ms) tuples.
+        self.records: list[Any] = []
+        self.simple = True
+        self.deferreds: list[Deferred] = []
+        self.size = _BATCH_OVERHEAD
+        self.created = now
+        self.base_ts = int(now * 1000)
+        self.number = number
+        self.attempts = 0
+        self.retry_at = 0.0
+        self.encoded: bytes | None = None
+        self.epoch = -1
+        self.waiters: list[_FlushWaiter] | None = None
+        self.done = False
+
+
+class _PartitionState:
+    """One partition's open batch and its sealed batches waiting to be sent, oldest first."""
+
+    __slots__ = ("topic", "partition", "open", "ready", "in_flight", "next_sequence")
+
+    def __init__(self, topic: str, partition: int) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.open: _Batch | None = None
+        self.ready: deque[_Batch] = deque()
+        self.in_flight = 0
+        self.next_sequence = 0
+
+
+class _TopicState:
+    __slots__ = ("name", "partitions", "sticky")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.partitions: list[_PartitionState] = []
+        self.sticky = -1
+
+
+class _FlushWaiter:
+    __slots__ = ("count", "deferred")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.deferred: Deferred = Deferred()
+
+    def one_done(self, result: Any = None) -> Any:
+        self.count -= 1
+        if self.count == 0:
+            self.deferred.callback(None)
+        return result
+
+
+class Producer:
+    """
+    A Kafka producer on the reactor.
+
+    Options are Kafka's producer configs under Python names (C{batch.size} is
+    C{batch_size}, …), with Kafka's defaults.
+
+    @param bootstrap_servers: C{"host:port,…"}; used when C{client} is None
+        (then the producer owns its L{KafkaClient} and closes it).
+    @param client: a shared L{KafkaClient}.
+    @param acks: 0, 1 or C{"all"} (-1).
+    @param batch_size: seal a partition's batch at this many bytes.
+    @param linger_ms: seal a batch at most this long after it was opened (ms).
+    @param compression_type: None, C{"gzip"}, C{"snappy"}, C{"lz4"} or C{"zstd"}.
+    @param retries: resend a batch after a retriable error at most this often.
+    @param retry_backoff_ms: wait between attempts (ms).
+    @param delivery_timeout_ms: fail a record this long after its batch was opened (ms).
+    @param request_timeout_ms: wait for a Produce response this long (ms).
+    @param max_in_flight_requests_per_connection: Produce requests in flight per
+        broker; 1 keeps order per partition through retries.
+    @param buffer_memory: bytes of records held before sends wait.
+    @param max_request_size: largest Produce request (bytes); also the largest record.
+    @param partitioner: C{partitioner(key, all_partitions, available_partitions)
+        -> partition}, called for every record without an explicit partition (as
+        kafka-python's); None: the Java client's default.
+    @param enable_idempotence: producer id, epoch and sequence numbers (KIP-98).
+    @param max_block_ms: how long a send may wait for metadata or buffer room (ms).
+    """
+
+    def __init__(self, reactor: Any, bootstrap_servers: str | None = None, client: KafkaClient | None = None, *,
+                 client_id: str = "kafkatw-producer", acks: int | str = 1, batch_size: int = 16384,
+                 linger_ms: float = 5, compression_type: str | None = None, retries: int = 2147483647,
+                 retry_backoff_ms: int = 100, delivery_timeout_ms: int = 120000, request_timeout_ms: int = 30000,
+                 max_in_flight_requests_per_connection: int = 5, buffer_memory: int = 33554432,
+                 max_request_size: int = 1048576, partitioner: Callable[..., int] | None = None,
+                 enable_idempotence: bool = False, max_block_ms: int = 60000) -> None:
+        if acks not in _ACKS:
+            raise ValueError(f"acks must be 0, 1 or 'all', not {acks!r}")
+        codec = COMPRESSION_CODECS.get(compression_type or "none")
+        if codec is None:
+            raise ValueError(f"unknown compression_type {compression_type!r}")
+        if max_in_flight_requests_per_connection < 1:
+            raise ValueError("max_in_flight_requests_per_connection must be at least 1")
+        if client is None:
+            if bootstrap_servers is None:
+                raise ValueError("give bootstrap_servers or client")
+            client = KafkaClient(reactor, bootstrap_servers, client_id=client_id,
+                                 request_timeout_ms=request_timeout_ms)
+            self._owns_client = True
+        else:
+            self._owns_client = False
+        self.reactor = reactor
+        self.client = client
+        self.acks = _ACKS[acks]
+        if enable_idempotence:
+            if self.acks != -1:
+                raise ValueError("enable_idempotence needs acks='all'")
+            if max_in_flight_requests_per_connection > 5:
+                raise ValueError("enable_idempotence needs max_in_flight_requests_per_connection <= 5")
+        self.batch_size = batch_size
+        self.linger_ms = linger_ms
+        self.compression = codec
+        self.retries = retries
+        self.retry_backoff_ms = retry_backoff_ms
+        self.delivery_timeout_ms = delivery_timeout_ms
+        self.request_timeout_ms = request_timeout_ms
+        self.max_in_flight = max_in_flight_requests_per_connection
+        self.buffer_memory = buffer_memory
+        self.max_request_size = max_request_size
+        self.max_block_ms = max_block_ms
+        #: L{ready} fires at or below this many buffered bytes: half of
+        #: buffer_memory, at most what keeps every request in flight full
+        #: several times over (at least 1 MB).
+        self.ready_bytes = min(buffer_memory // 2,
+                               max(1 << 20, 4 * batch_size * max_in_flight_requests_per_connection))
+        self.partitioner = partitioner
+        self.enable_idempotence = enable_idempotence
+        # Hold a partition while a batch of it is out (Java's guaranteeMessageOrder).
+        self._hold_partitions = max_in_flight_requests_per_connection == 1 or enable_idempotence
+        self._topics: dict[str, _TopicState] = {}
+        self._buffered = 0  # bytes of records in unacknowledged batches
+        self._waiting: deque[tuple] = deque()  # sends not yet in a batch: metadata or buffer_memory
+        self._ready: set[_PartitionState] = set()  # partitions with sealed batches to send
+        self._incomplete: set[_Batch] = set()
+        self._open: dict[_PartitionState, _Batch] = {}  # open batches, oldest first
+        self._in_flight: dict[int, int] = {}  # broker -> Produce requests in flight
+        self._batch_number = 0
+        self._linger_call: Any = None
+        self._block_timer: Any = None
+        self._drain_call: Any = None
+        self._wakeup_at = 0.0
+        self._refreshing = False
+        self._refreshed_at = -1e9
+        self._closed = False
+        self._ready_waiters: list[Deferred] = []
+        self._random = random.Random()
+        # idempotence
+        self.producer_id = -1
+        self.producer_epoch = -1
+        self._init_pid: Deferred | None = None
+        self._bump_epoch = False
+
+    # --- sending ---------------------------------------------------------------------------
+
+    def send(self, topic: str, value: bytes | None, key: bytes | None = None, partition: int | None = None,
+             headers: list[tuple[str, bytes | None]] | None = None, timestamp_ms: int | None = None) -> Deferred:
+        """
+        Send one record.
+
+        @param value: bytes (str is UTF-8 encoded) or None.
+        @param key: bytes (str is UTF-8 encoded) or None; picks the partition
+            when C{partition} is None.
+        @param headers: C{[(str, bytes | None)]}.
+        @param timestamp_ms: create time (ms since the epoch); None: the time
+            the record's batch was opened.
+        @return: a Deferred firing with L{RecordMetadata}, or failing with a
+            L{KafkaError} (L{KafkaTimeoutError} after C{delivery_timeout_ms};
+            the broker's error for a non-retriable one; L{RecordTooLargeError};
+            L{UnknownTopicOrPartitionError} for a partition the topic lacks).
+            While C{buffer_memory} is exhausted the Deferred also waits for room.
+        """
+        d = Deferred()
+        if value.__class__ is not bytes and value is not None:
+            value = _as_bytes(value)
+        if key is None:
+            if partition is None and headers is None and timestamp_ms is None and not self._waiting:
+                # The hot path: an unkeyed record for the open batch of the sticky partition.
+                tstate = self._topics.get(topic)
+                if tstate is not None and tstate.sticky >= 0:
+                    state = tstate.partitions[tstate.sticky]
+                    batch = state.open
+                    if batch is not None and batch.simple:
+                        size = _RECORD_OVERHEAD + len(value) if value is not None else _RECORD_OVERHEAD
+                        new_size = batch.size + size
+                        batch_size = self.batch_size
+                        if new_size <= batch_size and self._buffered + size <= self.buffer_memory:
+                            batch.records.append(value)
+                            batch.deferreds.append(d)
+                            batch.size = new_size
+                            self._buffered += size
+                            if new_size >= batch_size:
+                                self._seal(state, batch)
+                            return d
+        elif key.__class__ is not bytes:
+            key = _as_bytes(key)
+        if self._waiting or not self._append(topic, value, key, partition, headers, timestamp_ms, d):
+            if self._closed:
+                d.errback(ProducerClosedError("producer closed"))
+                return d
+            self._waiting.append((topic, value, key, partition, headers, timestamp_ms, d, self.reactor.seconds()))
+            if topic not in self._topics:
+                self._refresh_metadata()
+            if self._block_timer is None:
+                self._block_timer = self.reactor.callLater(self.max_block_ms / 1000.0, self._block_expired)
+        return d
+
+    def _block_expired(self) -> None:
+        self._block_timer = None
+        self._process_waiting()
+        if self._waiting:
+            since = self._waiting[0][7]
+            delay = max(0.0, since + self.max_block_ms / 1000.0 - self.reactor.seconds())
+            self._block_timer = self.reactor.callLater(delay, self._block_expired)
+
+    def _append(self, topic: str, value: bytes | None, key: bytes | None, partition: int | None,
+                headers: Any, timestamp_ms: int | None, d: Deferred) -> bool:
+        """Append a record to its partition's open batch; False when it must wait (metadata, buffer)."""
+        tstate = self._topics.get(topic)
+        if tstate is None or self._closed:
+            return False
+        size = _RECORD_OVERHEAD
+        if value is not None:
+            size += len(value)
+        if key is not None:
+            size += len(key)
+        if headers:
+            size += sum(len(k) + (len(v) if v is not None else 0) + 4 for k, v in headers)
+        if self._buffered + size > self.buffer_memory:
+            if size + _BATCH_OVERHEAD > self.buffer_memory or size + _BATCH_OVERHEAD > self.max_request_size:
+                d.errback(RecordTooLargeError(
+                    f"a record of about {size} bytes exceeds buffer_memory or max_request_size"))
+                return True
+            return False
+        if size + _BATCH_OVERHEAD > self.max_request_size:
+            d.errback(RecordTooLargeError(f"a record of about {size} bytes exceeds max_request_size"
+                                          f" ({self.max_request_size})"))
+            return True
+        partitions = tstate.partitions
+        sticky = False
+        if partition is None:
+            if self.partitioner is not None:
+                ids = list(range(len(partitions)))
+                partition = self.partitioner(key, ids, self._available(tstate) or ids)
+            elif key is not None:
+                partition = (murmur2(key) & 0x7FFFFFFF) % len(partitions)
+            else:
+                sticky = True
+                partition = tstate.sticky
+                if partition < 0:
+                    partition = self._next_sticky(tstate)
+        elif not 0 <= partition < len(partitions):
+            d.errback(UnknownTopicOrPartitionError(f"{topic} has no partition {partition}"
+                                                   f" ({len(partitions)} partitions)"))
+            return True
+        state = partitions[partition]
+        batch = state.open
+        if batch is None:
+            batch = self._new_batch(state)
+        elif batch.size + size > self.batch_size:
+            self._seal(state, batch)
+            if sticky:  # KIP-480: the record that would open a new batch goes to a new sticky partition
+                state = partitions[self._next_sticky(tstate)]
+                batch = state.open or self._new_batch(state)
+            else:
+                batch = self._new_batch(state)
+        if key is None and not headers and timestamp_ms is None:
+            batch.records.append(value if batch.simple else (None, value, None, None))
+        else:
+            if batch.simple:
+                batch.records = [(None, v, None, None) for v in batch.records]
+                batch.simple = False
+            batch.records.append((key, value, headers, timestamp_ms))
+        batch.deferreds.append(d)
+        batch.size += size
+        self._buffered += size
+        if batch.size >= self.batch_size:
+            self._seal(state, batch)
+        return True
+
+    def _new_batch(self, state: _PartitionState) -> _Batch:
+        self._batch_number += 1
+        batch = _Batch(state, self.reactor.seconds(), self._batch_number)
+        state.open = batch
+        self._open[state] = batch
+        self._incomplete.add(batch)
+        if self._linger_call is None:
+            self._linger_call = self.reactor.callLater(self.linger_ms / 1000.0, self._linger_expired)
+        return batch
+
+    def _seal(self, state: _PartitionState, batch: _Batch) -> None:
+        state.open = None
+        del self._open[state]
+        state.ready.append(batch)
+        self._ready.add(state)
+        topic = self._topics.get(state.topic)
+        if topic is not None and topic.sticky == state.partition:
+            topic.sticky = -1  # KIP-480: a new batch, a new sticky partition
+        self._drain_soon()
+
+    def _available(self, tstate: _TopicState) -> list[int]:
+        leader_for = self.client.leader_for
+        return [p.partition for p in tstate.partitions if leader_for(tstate.name, p.partition) >= 0]
+
+    def _next_sticky(self, tstate: _TopicState) -> int:
+        candidates = self._available(tstate) or list(range(len(tstate.partitions)))
+        if len(candidates) > 1 and tstate.sticky in candidates:
+            candidates.remove(tstate.sticky)
+        tstate.sticky = self._random.choice(candidates)
+        return tstate.sticky
+
+    def _linger_expired(self) -> None:
+        self._linger_call = None
+        now = self.reactor.seconds()
+        linger = self.linger_ms / 1000.0
+        for state, batch in list(self._open.items()):
+            if batch.created + linger <= now + 1e-9:
+                self._seal(state, batch)
+            else:
+                self._linger_call = self.reactor.callLater(batch.created + linger - now, self._linger_expired)
+                break  # _open is oldest first
+
+    # --- back-pressure and flushing ---------------------------------------------------------
+
+    def ready(self) -> Deferred:
+        """
+        A Deferred firing (with None) once no send waits for buffer room or
+        metadata and at most L{ready_bytes} are buffered: a send loop awaits it
+        now and then, so that it neither holds sends waiting for
+        C{buffer_memory} nor builds a queue deeper than the requests in flight
+        need (a deep queue adds latency, and garbage-collection work for every
+        record that lives long enough to reach the oldest generation).
+        """
+        if not self._waiting and self._buffered <= self.ready_bytes:
+            return defer.succeed(None)
+        d: Deferred = Deferred()
+        self._ready_waiters.append(d)
+        return d
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes of records accepted and not yet acknowledged (estimate)."""
+        return self._buffered
+
+    def _process_waiting(self) -> None:
+        waiting = self._waiting
+        now = self.reactor.seconds()
+        while waiting:
+            topic, value, key, partition, headers, ts, d, since = waiting[0]
+            if self._append(topic, value, key, partition, headers, ts, d):
+                waiting.popleft()
+                continue
+            if (now - since) * 1000 >= self.max_block_ms:
+                waiting.popleft()
+                what = "metadata" if topic not in self._topics else "buffer memory"
+                d.errback(KafkaTimeoutError(f"waited {self.max_block_ms} ms for {what} ({topic})"))
+                continue
+            break
+        self._fire_ready()
+
+    def _fire_ready(self) -> None:
+        if self._ready_waiters and not self._waiting and self._buffered <= self.ready_bytes:
+            waiters, self._ready_waiters = self._ready_waiters, []
+            for d in waiters:
+                d.callback(None)
+
+    def flush(self) -> Deferred:
+        """
+        Send every open batch now.
+
+        @return: a Deferred firing (with None) when every record sent so far is
+            acknowledged or has failed.
+        """
+        for state, batch in list(self._open.items()):
+            self._seal(state, batch)
+        waiter = _FlushWaiter()
+        for batch in self._incomplete:
+            if batch.waiters is None:
+                batch.waiters = []
+            batch.waiters.append(waiter)
+            waiter.count += 1
+        for entry in self._waiting:
+            entry[6].addBoth(waiter.one_done)
+            waiter.count += 1
+        if waiter.count == 0:
+            return defer.succeed(None)
+        self._drain_now()
+        return waiter.deferred
+
+    def close(self) -> Deferred:
+        """
+        Flush, then close the connections if this producer created its client.
+
+        @return: a Deferred firing with None.
+        """
+        return Deferred.fromCoroutine(self._close())
+
+    async def _close(self) -> None:
+        await self.flush()
+        self._closed = True
+        for call in (self._linger_call, self._drain_call, self._block_timer):
+            if call is not None and call.active():
+                call.cancel()
+        self._linger_call = self._drain_call = self._block_timer = None
+        if self._owns_client:
+            await self.client.close()
+
+    # --- the sender ---------------------------------------------------------------------------
+
+    def _drain_soon(self, delay: float = 0.0) -> None:
+        at = self.reactor.seconds() + delay
+        call = self._drain_call
+        if call is not None:
+            if call.active() and self._wakeup_at <= at:
+                return
+            if call.active():
+                call.cancel()
+        self._wakeup_at = at
+        self._drain_call = self.reactor.callLater(delay, self._drain_now)
+
+    def _drain_now(self) -> None:
+        """Send what can be sent: per leader, requests of one batch per partition."""
+        if self._drain_call is not None:
+            if self._drain_call.active():
+                self._drain_call.cancel()
+            self._drain_call = None
+        if self.enable_idempotence and (self.producer_id < 0 or self._bump_epoch):
+            self._init_producer_id()
+            return
+        now = self.reactor.seconds()
+        by_node: dict[int, list[_PartitionState]] = {}
+        wakeup = None
+        need_metadata = False
+        leader_for = self.client.leader_for
+        for state in list(self._ready):
+            ready = state.ready
+            while ready and not ready[0].attempts and self._expired(ready[0], now):
+                self._fail(ready.popleft(), KafkaTimeoutError(
+                    f"expiring records of {state.topic}-{state.partition}: {self.delivery_timeout_ms} ms"
+                    " passed since the batch was opened"))
+            if not ready:
+                self._ready.discard(state)
+                continue
+            if self._hold_partitions and state.in_flight:
+                continue
+            head = ready[0]
+            if head.retry_at > now:
+                wakeup = head.retry_at if wakeup is None else min(wakeup, head.retry_at)
+                continue
+            leader = leader_for(state.topic, state.partition)
+            if leader < 0:
+                need_metadata = True
+                if self._expired(head, now):
+                    self._fail(ready.popleft(), KafkaTimeoutError(
+                        f"expiring records of {state.topic}-{state.partition}: no leader within"
+                        f" {self.delivery_timeout_ms} ms"))
+                    if not ready:
+                        self._ready.discard(state)
+                continue
+            nodes = by_node.get(leader)
+            if nodes is None:
+                by_node[leader] = [state]
+            else:
+                nodes.append(state)
+        for node, states in by_node.items():
+            while states and self._in_flight.get(node, 0) < self.max_in_flight:
+                states = self._send_request(node, states, now)
+        if need_metadata:
+            backoff = self.retry_backoff_ms / 1000.0
+            if now - self._refreshed_at >= backoff:
+                self.client.invalidate()
+                self._refresh_metadata()
+            wakeup = now + backoff if wakeup is None else min(wakeup, now + backoff)
+        if wakeup is not None:
+            self._drain_soon(max(0.0, wakeup - now))
+
+    def _expired(self, batch: _Batch, now: float) -> bool:
+        return (now - batch.created) * 1000 >= self.delivery_timeout_ms
+
+    def _encode(self, batch: _Batch) -> bytes:
+        encoded = batch.encoded
+        if encoded is None or (self.enable_idempotence and batch.epoch != self.producer_epoch):
+            if batch.simple:
+                base_ts = batch.base_ts
+                records = [(None, v, None, base_ts) for v in batch.records]
+            else:
+                records = batch.records
+                if records[0][3] is None:
+                    first = records[0]
+                    records[0] = (first[0], first[1], first[2], batch.base_ts)
+            if self.enable_idempotence:
+                state = batch.state
+                encoded = encode_batch(records, compression=self.compression, producer_id=self.producer_id,
+                                       producer_epoch=self.producer_epoch, base_sequence=state.next_sequence)
+                state.next_sequence = (state.next_sequence + len(records)) & 0x7FFFFFFF
+                batch.epoch = self.producer_epoch
+            else:
+                encoded = encode_batch(records, compression=self.compression)
+            batch.encoded = encoded
+        return encoded
+
+    def _send_request(self, node: int, states: list[_PartitionState], now: float) -> list[_PartitionState]:
+        """Send one Produce request to C{node}; return the partitions still holding sendable batches."""
+        topics: dict[str, list[tuple[int, bytes]]] = {}
+        batches: dict[tuple[str, int], _Batch] = {}
+        size = 64
+        left: list[_PartitionState] = []
+        for i, state in enumerate(states):
+            batch = state.ready[0]
+            try:
+                data = self._encode(batch)
+            except Exception as e:  # e.g. a value that is not bytes
+                state.ready.popleft()
+                self._fail(batch, kafka_error(ErrorCode.invalid_record, f"cannot encode batch: {e}"))
+                if state.ready:
+                    left.append(state)
+                else:
+                    self._ready.discard(state)
+                continue
+            extra = len(data) + len(state.topic) + 16
+            if batches and size + extra > self.max_request_size:
+                left.extend(states[i:])
+                break
+            size += extra
+            state.ready.popleft()
+            state.in_flight += 1
+            batches[(state.topic, state.partition)] = batch
+            partitions = topics.get(state.topic)
+            if partitions is None:
+                topics[state.topic] = [(state.partition, data)]
+            else:
+                partitions.append((state.partition, data))
+            if state.ready:
+                if not self._hold_partitions and state.ready[0].retry_at <= now:
+                    left.append(state)
+            else:
+                self._ready.discard(state)
+        if not batches:
+            return left
+        body = ProduceBody(self.acks, self.request_timeout_ms, list(topics.items()))
+        self._in_flight[node] = self._in_flight.get(node, 0) + 1
+        d = defer.ensureDeferred(self.client.send(node, _API_PRODUCE, body, expect_response=self.acks != 0))
+        d.addCallbacks(self._handle_response, self._handle_request_failure,
+                       callbackArgs=(node, batches), errbackArgs=(node, batches))
+        d.addErrback(self._log_bug)
+        return left
+
+    def _request_done(self, node: int) -> None:
+        self._in_flight[node] -= 1
+        if self._ready:
+            self._drain_soon()
+
+    def _handle_response(self, response: Any, node: int, batches: dict[tuple[str, int], _Batch]) -> None:
+        self._request_done(node)
+        if response is None:  # acks=0
+            for batch in batches.values():
+                batch.state.in_flight -= 1
+                self._complete(batch, -1, -1)
+            return
+        for topic in response.responses:
+            name = topic.name
+            for p in topic.partition_responses:
+                batch = batches.pop((name, p.index), None)
+                if batch is None:
+                    continue
+                batch.state.in_flight -= 1
+                code = p.error_code
+                if code == 0 or code == ErrorCode.duplicate_sequence_number:
+                    self._complete(batch, p.base_offset, _ms(p.log_append_time))
+                else:
+                    message = getattr(p, "error_message", None)
+                    error = kafka_error(ErrorCode(int(code)), f"Produce to {name}-{p.index}: {ErrorCode(int(code)).name}"
+                                        + (f": {message}" if message else ""))
+                    self._retry_or_fail(batch, error, ErrorCode(int(code)))
+        for batch in batches.values():  # the broker left them out
+            batch.state.in_flight -= 1
+            self._retry_or_fail(batch, kafka_error(ErrorCode.unknown_server_error, "partition missing from response"),
+                                ErrorCode.network_exception)
+
+    def _handle_request_failure(self, failure: Failure, node: int, batches: dict[tuple[str, int], _Batch]) -> None:
+        self._request_done(node)
+        error = failure.value
+        if isinstance(error, (BrokerConnectionError, RequestTimedOutError)):
+            code = error.error_code
+        elif isinstance(error, KafkaError):
+            code = error.error_code
+        else:
+            error = kafka_error(ErrorCode.unknown_server_error, f"Produce request failed: {error!r}")
+            code = ErrorCode.unknown_server_error
+        for batch in batches.values():
+            batch.state.in_flight -= 1
+            self._retry_or_fail(batch, error, code)
+
+    def _retry_or_fail(self, batch: _Batch, error: KafkaError, code: ErrorCode) -> None:
+        now = self.reactor.seconds()
+        retriable = code in RETRIABLE_METADATA_ERRORS or isinstance(error, (BrokerConnectionError,
+                                                                            RequestTimedOutError))
+        if self.enable_idempotence and code in (ErrorCode.out_of_order_sequence_number,
+                                                ErrorCode.unknown_producer_id, ErrorCode.invalid_producer_epoch):
+            retriable = False
+        if (retriable and batch.attempts < self.retries and not self._closed
+                and (now - batch.created) * 1000 + self.retry_backoff_ms < self.delivery_timeout_ms):
+            batch.attempts += 1
+            batch.retry_at = now + self.retry_backoff_ms / 1000.0
+            _log.debug("retrying batch of {topic}-{partition} after {error} (attempt {attempt})",
+                       topic=batch.topic, partition=batch.partition, error=error, attempt=batch.attempts)
+            state = batch.state
+            ready = state.ready
+            # back in line by age, so that retried batches keep their order
+            numbers = [b.number for b in ready]
+            ready.insert(bisect.bisect_left(numbers, batch.number), batch)
+            self._ready.add(state)
+            if code in RETRIABLE_METADATA_ERRORS or isinstance(error, BrokerConnectionError):
+                self.client.invalidate()
+                self._refresh_metadata()
+            self._drain_soon(self.retry_backoff_ms / 1000.0)
+            return
+        if retriable and (now - batch.created) * 1000 + self.retry_backoff_ms >= self.delivery_timeout_ms:
+            error = KafkaTimeoutError(f"expiring records of {batch.topic}-{batch.partition}:"
+                                      f" {self.delivery_timeout_ms} ms passed since the batch was opened"
+                                      f" (last error: {error})")
+        self._fail(batch, error)
+
+    def _complete(self, batch: _Batch, base_offset: int, log_append_time_ms: int) -> None:
+        """Fire every record's Deferred with its RecordMetadata."""
+        self._finish(batch)
+        topic = batch.topic
+        partition = batch.partition
+        new = _tuple_new
+        metadata = RecordMetadata
+        offset = base_offset
+        step = 1 if base_offset >= 0 else 0
+        if log_append_time_ms >= 0 or batch.simple:
+            ts = log_append_time_ms if log_append_time_ms >= 0 else batch.base_ts
+            for d in batch.deferreds:
+                if d._callbacks or d.called:  # (called: cancelled by its owner)
+                    d.callback(new(metadata, (topic, partition, offset, ts)))
+                else:
+                    # What Deferred.callback does for a Deferred without callbacks,
+                    # at a third of the cost; the hot loop of the producer.
+                    d.called = True
+                    d._canceller = None
+                    d.result = new(metadata, (topic, partition, offset, ts))
+                offset += step
+        else:
+            base_ts = batch.base_ts
+            for d, record in zip(batch.deferreds, batch.records):
+                ts = record[3]
+                d.callback(new(metadata, (topic, partition, offset, base_ts if ts is None else ts)))
+                offset += step
+        self._fire_waiters(batch)
+
+    def _fail(self, batch: _Batch, error: Exception) -> None:
+        self._finish(batch)
+        if self.enable_idempotence and batch.encoded is not None:
+            self._bump_epoch = True  # the partition's sequence has a gap now
+        failure = Failure(error)
+        for d in batch.deferreds:
+            d.errback(failure)
+        self._fire_waiters(batch)
+
+    def _finish(self, batch: _Batch) -> None:
+        batch.done = True
+        self._incomplete.discard(batch)
+        self._buffered -= batch.size - _BATCH_OVERHEAD
+        if self._waiting:
+            self._process_waiting()
+        elif self._ready_waiters:
+            self._fire_ready()
+
+    def _fire_waiters(self, batch: _Batch) -> None:
+        if batch.waiters:
+            for waiter in batch.waiters:
+                waiter.one_done()
+            batch.waiters = None
+
+    def _log_bug(self, failure: Failure) -> None:
+        _log.failure("producer bug while handling a Produce response", failure)
+
+    # --- metadata ---------------------------------------------------------------------------
+
+    def _refresh_metadata(self) -> None:
+        if self._refreshing or self._closed:
+            return
+        self._refreshing = True
+        topics = set(self._topics)
+        topics.update(entry[0] for entry in self._waiting)
+        d = defer.ensureDeferred(self.client.ensure_metadata(sorted(topics)))
+        d.addBoth(self._metadata_done)
+
+    def _metadata_done(self, result: Any) -> None:
+        self._refreshing = False
+        self._refreshed_at = self.reactor.seconds()
+        if isinstance(result, Failure):
+            _log.warn("metadata refresh failed: {error}", error=result.value)
+            self.client.invalidate()
+        for name in {entry[0] for entry in self._waiting} | set(self._topics):
+            partitions = self.client.partitions_for(name)
+            if not partitions:
+                continue
+            tstate = self._topics.get(name)
+            if tstate is None:
+                tstate = self._topics[name] = _TopicState(name)
+            for p in range(len(tstate.partitions), max(partitions) + 1):
+                tstate.partitions.append(_PartitionState(name, p))
+        if self._waiting:
+            self._process_waiting()
+        retry = isinstance(result, Failure) or any(entry[0] not in self._topics for entry in self._waiting)
+        if retry and not self._closed:
+            self.reactor.callLater(self.retry_backoff_ms / 1000.0, self._refresh_metadata)
+        if self._ready:
+            self._drain_soon()
+
+    # --- idempotence ------------------------------------------------------------------------
+
+    def _init_producer_id(self) -> None:
+        if self._init_pid is not None:
+            return
+        body = {"transactional_id": None, "transaction_timeout": -1,
+                "producer_id": self.producer_id, "producer_epoch": self.producer_epoch}
+        node = self.client.least_loaded_node()
+        self._init_pid = defer.ensureDeferred(self.client.send(node, _API_INIT_PRODUCER_ID, body))
+        self._init_pid.addBoth(self._producer_id_done)
+
+    def _producer_id_done(self, result: Any) -> None:
+        self._init_pid = None
+        if isinstance(result, Failure) or result.error_code != ErrorCode.none:
+            what = result.value if isinstance(result, Failure) else ErrorCode(int(result.error_code)).name
+            _log.warn("InitProducerId failed: {error}", error=what)
+            self.client.invalidate()
+            self._drain_soon(self.retry_backoff_ms / 1000.0)
+            return
+        new_epoch = (int(result.producer_id), int(result.producer_epoch))
+        if new_epoch != (self.producer_id, self.producer_epoch) or self._bump_epoch:
+            for tstate in self._topics.values():
+                for state in tstate.partitions:
+                    state.next_sequence = 0
+        self.producer_id, self.producer_epoch = new_epoch
+        self._bump_epoch = False
+        self._drain_soon()
+
+
+def _as_bytes(value: Any) -> bytes:
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    if isinstance(value, (bytearray, memoryview)):
+        return bytes(value)
+    raise TypeError(f"record keys and values are bytes, str or None, not {type(value).__name__}")
+
+
+def _ms(value: Any) -> int:
+    """A kio datetime_i64 (None or a datetime) as ms since the epoch (-1: none)."""
+    if value is None:
+        return -1
+    if isinstance(value, datetime.datetime):
+        return int(value.timestamp() * 1000)
+    return int(value)

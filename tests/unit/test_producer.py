@@ -1,0 +1,640 @@
+"""
+Unit tests for L{kafkatw.client.producer}: a fake L{KafkaClient} on a
+L{Clock}; no sockets, no sleeps.
+"""
+
+from __future__ import annotations
+
+import random
+from types import SimpleNamespace as NS
+from typing import Any
+
+from twisted.internet import defer
+from twisted.internet.task import Clock
+from twisted.trial.unittest import SynchronousTestCase
+
+from kafkatw.client.connection import BrokerConnectionError
+from kafkatw.client.partitioner import partition_for_key
+from kafkatw.client.producer import KafkaTimeoutError, ProduceBody, Producer, RecordMetadata
+from kafkatw.errors import ErrorCode, KafkaError, RecordTooLargeError, UnknownTopicOrPartitionError
+from kafkatw.protocol.messages import decode_request, encode_request, parse_request_header
+from kafkatw.protocol.records import decode_batches
+
+
+class FakeRequest:
+    def __init__(self, node: int, api_key: int, body: Any, expect_response: bool) -> None:
+        self.node = node
+        self.api_key = api_key
+        self.body = body
+        self.expect_response = expect_response
+        self.deferred: defer.Deferred = defer.Deferred()
+
+    def batches(self) -> dict[tuple[str, int], Any]:
+        """(topic, partition) -> the DecodedBatch carried."""
+        out = {}
+        for topic, partitions in self.body.topics:
+            for partition, data in partitions:
+                (batch,) = decode_batches(data)
+                out[(topic, partition)] = batch
+        return out
+
+    def values(self) -> dict[tuple[str, int], list[bytes]]:
+        return {tp: [r.value for r in b.records] for tp, b in self.batches().items()}
+
+
+class FakeClient:
+    """The parts of L{KafkaClient} the producer uses; leaders set by the test."""
+
+    def __init__(self, partitions: dict[str, int], leader: int = 1) -> None:
+        self.leaders = {(t, p): leader for t, n in partitions.items() for p in range(n)}
+        self.known: set[str] = set()
+        self.requests: list[FakeRequest] = []
+        self.metadata_calls = 0
+        self.invalidations = 0
+        self.next_leaders: dict[tuple[str, int], int] | None = None
+        self.closed = False
+
+    def leader_for(self, topic: str, partition: int) -> int:
+        if topic not in self.known:
+            return -1
+        return self.leaders.get((topic, partition), -1)
+
+    def partitions_for(self, topic: str) -> list[int]:
+        if topic not in self.known:
+            return []
+        return sorted(p for t, p in self.leaders if t == topic)
+
+    def invalidate(self) -> None:
+        self.invalidations += 1
+
+    async def ensure_metadata(self, topics: Any = ()) -> None:
+        self.metadata_calls += 1
+        if self.next_leaders is not None:
+            self.leaders.update(self.next_leaders)
+            self.next_leaders = None
+        self.known.update(t for t in topics if any(tp[0] == t for tp in self.leaders))
+
+    def least_loaded_node(self) -> int:
+        return 1
+
+    def send(self, node: int, api_key: int, body: Any, expect_response: bool = True) -> defer.Deferred:
+        request = FakeRequest(node, api_key, body, expect_response)
+        self.requests.append(request)
+        if not expect_response:
+            request.deferred.callback(None)
+        return request.deferred
+
+    def close(self) -> defer.Deferred:
+        self.closed = True
+        return defer.succeed(None)
+
+    def produce_requests(self) -> list[FakeRequest]:
+        return [r for r in self.requests if r.api_key == 0]
+
+
+def respond(request: FakeRequest, errors: dict[tuple[str, int], ErrorCode] | None = None,
+            base_offsets: dict[tuple[str, int], int] | None = None, log_append_time: Any = None) -> None:
+    errors = errors or {}
+    base_offsets = base_offsets or {}
+    topics = []
+    for topic, partitions in request.body.topics:
+        responses = []
+        for partition, _data in partitions:
+            code = errors.get((topic, partition), ErrorCode.none)
+            responses.append(NS(index=partition, error_code=code,
+                                base_offset=-1 if code else base_offsets.get((topic, partition), 0),
+                                log_append_time=log_append_time, error_message=None))
+        topics.append(NS(name=topic, partition_responses=responses))
+    request.deferred.callback(NS(responses=topics, throttle_time=0))
+
+
+VALUE = b"v" * 100
+
+
+class ProducerTestCase(SynchronousTestCase):
+    def setUp(self) -> None:
+        self.clock = Clock()
+
+    def producer(self, partitions: dict[str, int] | None = None, **options: Any) -> tuple[Producer, FakeClient]:
+        client = FakeClient(partitions or {"t": 1})
+        client.known.update(partitions or {"t": 1})
+        producer = Producer(self.clock, client=client, **options)
+        return producer, client
+
+    def start(self, producer: Producer, *topics: str) -> None:
+        """Let the producer learn the topics' metadata."""
+        for topic in topics:
+            d = producer.send(topic, b"warm-up", partition=0)
+            producer.flush()
+            requests = producer.client.produce_requests()
+            respond(requests[-1])
+            self.successResultOf(d)
+        producer.client.requests.clear()
+
+
+class LingerAndSizeTests(ProducerTestCase):
+    def test_linger_ms(self) -> None:
+        """A partial batch is sent linger_ms after it was opened, not before."""
+        producer, client = self.producer(linger_ms=5)
+        self.start(producer, "t")
+        d1 = producer.send("t", b"a")
+        self.clock.advance(0.003)
+        d2 = producer.send("t", b"b")
+        self.clock.advance(0.0019)
+        self.assertEqual(client.produce_requests(), [])
+        self.clock.advance(0.0001)
+        (request,) = client.produce_requests()
+        self.assertEqual(request.values(), {("t", 0): [b"a", b"b"]})
+        self.assertNoResult(d1)
+        respond(request, base_offsets={("t", 0): 10})
+        self.assertEqual(self.successResultOf(d1)[:3], ("t", 0, 10))
+        self.assertEqual(self.successResultOf(d2)[:3], ("t", 0, 11))
+
+    def test_batch_size(self) -> None:
+        """A batch is sent as soon as it reaches batch_size bytes, whatever linger_ms."""
+        producer, client = self.producer(batch_size=61 + 4 * (100 + 11), linger_ms=60000)
+        self.start(producer, "t")
+        for _ in range(3):
+            producer.send("t", VALUE)
+        self.clock.advance(0)
+        self.assertEqual(client.produce_requests(), [])
+        producer.send("t", VALUE)
+        self.clock.advance(0)
+        (request,) = client.produce_requests()
+        self.assertEqual(len(request.values()[("t", 0)]), 4)
+
+    def test_record_that_does_not_fit_opens_a_new_batch(self) -> None:
+        producer, client = self.producer(batch_size=300, linger_ms=60000)
+        self.start(producer, "t")
+        producer.send("t", VALUE, partition=0)
+        producer.send("t", VALUE, partition=0)
+        producer.send("t", VALUE, partition=0)  # 61 + 3 * 111 > 300: the first two go
+        self.clock.advance(0)
+        (request,) = client.produce_requests()
+        self.assertEqual(len(request.values()[("t", 0)]), 2)
+
+    def test_timestamps(self) -> None:
+        """Records without a timestamp get the time their batch was opened (reactor clock)."""
+        self.clock.advance(1000.5)
+        producer, client = self.producer(linger_ms=5)
+        self.start(producer, "t")
+        d1 = producer.send("t", b"a")
+        d2 = producer.send("t", b"b", timestamp_ms=1234)
+        self.clock.advance(0.005)
+        (request,) = client.produce_requests()
+        batch = request.batches()[("t", 0)]
+        opened = 1000500
+        self.assertEqual([r.timestamp_ms for r in batch.records], [opened, 1234])
+        respond(request)
+        self.assertEqual(self.successResultOf(d1).timestamp_ms, opened)
+        self.assertEqual(self.successResultOf(d2).timestamp_ms, 1234)
+
+    def test_headers_and_keys_round_trip(self) -> None:
+        producer, client = self.producer()
+        self.start(producer, "t")
+        producer.send("t", b"v1", key=b"k", headers=[("h", b"x"), ("n", None)], partition=0)
+        producer.send("t", "text", partition=0)
+        producer.send("t", None, key="key", partition=0)
+        producer.flush()
+        (request,) = client.produce_requests()
+        records = request.batches()[("t", 0)].records
+        self.assertEqual([(r.key, r.value, r.headers) for r in records],
+                         [(b"k", b"v1", [("h", b"x"), ("n", None)]), (None, b"text", []), (b"key", None, [])])
+
+    def test_compression(self) -> None:
+        for codec, code in (("gzip", 1), ("snappy", 2), ("lz4", 3), ("zstd", 4)):
+            producer, client = self.producer(compression_type=codec)
+            self.start(producer, "t")
+            for i in range(100):
+                producer.send("t", b"%d" % i)
+            producer.flush()
+            (request,) = client.produce_requests()
+            batch = request.batches()[("t", 0)]
+            self.assertEqual(batch.compression, code)
+            self.assertEqual([r.value for r in batch.records], [b"%d" % i for i in range(100)])
+
+
+class RequestTests(ProducerTestCase):
+    def test_batches_per_leader_in_one_request(self) -> None:
+        """Sealed batches of partitions that share a leader travel in one Produce request."""
+        producer, client = self.producer({"t": 4, "u": 1})
+        client.leaders.update({("t", 2): 2})
+        self.start(producer, "t", "u")
+        for p in range(4):
+            producer.send("t", b"t%d" % p, partition=p)
+        producer.send("u", b"u0", partition=0)
+        d = producer.flush()
+        requests = client.produce_requests()
+        self.assertEqual(sorted(r.node for r in requests), [1, 2])
+        by_node = {r.node: r for r in requests}
+        self.assertEqual(by_node[1].values(), {("t", 0): [b"t0"], ("t", 1): [b"t1"], ("t", 3): [b"t3"],
+                                               ("u", 0): [b"u0"]})
+        self.assertEqual(by_node[2].values(), {("t", 2): [b"t2"]})
+        self.assertNoResult(d)
+        respond(by_node[1])
+        self.assertNoResult(d)
+        respond(by_node[2])
+        self.successResultOf(d)
+
+    def test_max_request_size(self) -> None:
+        producer, client = self.producer({"t": 3}, max_request_size=400)
+        self.start(producer, "t")
+        for p in range(3):
+            producer.send("t", VALUE, partition=p)
+            producer.send("t", VALUE, partition=p)
+        producer.flush()
+        requests = client.produce_requests()
+        self.assertEqual(len(requests), 3)  # one ~350-byte batch per request
+
+    def test_max_in_flight(self) -> None:
+        producer, client = self.producer({"t": 1}, batch_size=100, max_in_flight_requests_per_connection=2)
+        self.start(producer, "t")
+        for _ in range(5):
+            producer.send("t", VALUE)
+        self.clock.advance(0)
+        self.assertEqual(len(client.produce_requests()), 2)
+        respond(client.produce_requests()[0])
+        self.clock.advance(0)
+        self.assertEqual(len(client.produce_requests()), 3)
+
+    def test_acks_0(self) -> None:
+        """acks=0: no response is expected; records complete with offset -1 once written."""
+        producer, client = self.producer(acks=0)
+        self.start_acks0(producer)
+        d = producer.send("t", b"x")
+        self.clock.advance(0.005)
+        (request,) = client.produce_requests()
+        self.assertFalse(request.expect_response)
+        self.assertEqual(request.body.acks, 0)
+        self.assertEqual(self.successResultOf(d)[:3], ("t", 0, -1))
+
+    def start_acks0(self, producer: Producer) -> None:
+        producer.send("t", b"warm-up")
+        producer.flush()
+        producer.client.requests.clear()
+
+    def test_acks_all(self) -> None:
+        producer, client = self.producer(acks="all")
+        self.start(producer, "t")
+        producer.send("t", b"x")
+        producer.flush()
+        self.assertEqual(client.produce_requests()[0].body.acks, -1)
+
+    def test_produce_body_matches_kio(self) -> None:
+        """The hand-written Produce encoder agrees with kio's schemas, v3 to v9."""
+        body = ProduceBody(-1, 30000, [("topic", [(0, b"batch-0"), (3, b"b3")]), ("ü", [(1, b"x" * 300)])])
+        for version in range(3, 10):
+            frame = encode_request(0, version, 7, "client", body)
+            header = parse_request_header(frame)
+            request = decode_request(frame, header)
+            self.assertEqual(header.correlation_id, 7)
+            self.assertIsNone(request.transactional_id)
+            self.assertEqual(request.acks, -1)
+            self.assertEqual(request.timeout.total_seconds(), 30)
+            got = [(t.name, [(p.index, p.records) for p in t.partition_data]) for t in request.topic_data]
+            self.assertEqual(got, body.topics)
+            plain = {"acks": -1, "timeout": 30000, "transactional_id": None,
+                     "topic_data": [{"name": name, "partition_data": [{"index": p, "records": r} for p, r in parts]}
+                                    for name, parts in body.topics]}
+            self.assertEqual(frame, encode_request(0, version, 7, "client", plain))
+
+
+class PartitionerTests(ProducerTestCase):
+    def test_keyed_records_like_kafka_python(self) -> None:
+        """Keyed records land where kafka-python's (and Java's) DefaultPartitioner puts them."""
+        from kafka.partitioner.default import DefaultPartitioner
+
+        rng = random.Random(3)
+        for n in (1, 3, 6, 7, 32):
+            producer, client = self.producer({"t": n})
+            self.start(producer, "t")
+            keys = [rng.randbytes(rng.randrange(0, 40)) for _ in range(200)]
+            for key in keys:
+                producer.send("t", b"v", key=key)
+            producer.flush()
+            placed = {}
+            for request in client.produce_requests():
+                for (_t, p), batch in request.batches().items():
+                    for record in batch.records:
+                        placed.setdefault(record.key, set()).add(p)
+            cluster = NS(topics=lambda: {"t"}, partitions_for_topic=lambda t: set(range(n)),
+                         available_partitions_for_topic=lambda t: set(range(n)))
+            for key in keys:
+                expected = DefaultPartitioner().partition("t", key, key, b"v", b"v", cluster)
+                self.assertEqual(placed[key], {expected})
+                self.assertEqual(expected, partition_for_key(key, n))
+
+    def test_sticky_unkeyed(self) -> None:
+        """KIP-480: unkeyed records stick to one partition until its batch is sealed, then move."""
+        producer, client = self.producer({"t": 6}, batch_size=61 + 5 * (100 + 11), linger_ms=60000)
+        self.start(producer, "t")
+        results = [producer.send("t", VALUE) for _ in range(5)]
+        self.clock.advance(0)
+        (first,) = client.produce_requests()
+        ((_, p1),) = first.values()
+        self.assertEqual(len(first.values()[("t", p1)]), 5)
+        results += [producer.send("t", VALUE) for _ in range(5)]
+        self.clock.advance(0)
+        second = client.produce_requests()[1]
+        ((_, p2),) = second.values()
+        self.assertNotEqual(p1, p2)
+        self.assertEqual(len(second.values()[("t", p2)]), 5)
+        respond(first)
+        respond(second)
+        self.assertEqual([self.successResultOf(d).partition for d in results], [p1] * 5 + [p2] * 5)
+
+    def test_sticky_skips_partitions_without_leader(self) -> None:
+        producer, client = self.producer({"t": 3}, batch_size=100)
+        self.start(producer, "t")
+        for p in (0, 2):
+            client.leaders[("t", p)] = -1
+        for _ in range(10):
+            producer.send("t", VALUE)
+        self.clock.advance(0)
+        self.assertEqual({tp for r in client.produce_requests() for tp in r.values()}, {("t", 1)})
+
+    def test_custom_partitioner(self) -> None:
+        calls = []
+
+        def last(key: Any, all_partitions: list[int], available: list[int]) -> int:
+            calls.append(key)
+            return all_partitions[-1]
+
+        producer, client = self.producer({"t": 4}, partitioner=last)
+        self.start(producer, "t")
+        producer.send("t", b"v", key=b"k")
+        producer.send("t", b"v")
+        producer.flush()
+        self.assertEqual(list(client.produce_requests()[0].values()), [("t", 3)])
+        self.assertEqual(calls, [b"k", None])
+
+    def test_unknown_partition(self) -> None:
+        producer, client = self.producer({"t": 2})
+        self.start(producer, "t")
+        self.failureResultOf(producer.send("t", b"v", partition=2), UnknownTopicOrPartitionError)
+
+
+class RetryTests(ProducerTestCase):
+    def test_not_leader_refreshes_metadata_and_retries(self) -> None:
+        producer, client = self.producer({"t": 2}, retry_backoff_ms=100)
+        self.start(producer, "t")
+        d0 = producer.send("t", b"a", partition=0)
+        d1 = producer.send("t", b"b", partition=1)
+        producer.flush()
+        (request,) = client.produce_requests()
+        invalidations, metadata_calls = client.invalidations, client.metadata_calls
+        client.next_leaders = {("t", 0): 2}
+        respond(request, errors={("t", 0): ErrorCode.not_leader_or_follower}, base_offsets={("t", 1): 5})
+        self.assertEqual(self.successResultOf(d1)[:3], ("t", 1, 5))
+        self.assertNoResult(d0)
+        self.assertGreater(client.invalidations, invalidations)
+        self.assertGreater(client.metadata_calls, metadata_calls)
+        self.clock.advance(0.05)
+        self.assertEqual(len(client.produce_requests()), 1)  # backing off
+        self.clock.advance(0.05)
+        retry = client.produce_requests()[1]
+        self.assertEqual(retry.node, 2)
+        first_bytes = dict(request.body.topics[0][1])[0]
+        self.assertEqual(retry.body.topics, [("t", [(0, first_bytes)])])  # the same bytes again
+        respond(retry, base_offsets={("t", 0): 9})
+        self.assertEqual(self.successResultOf(d0)[:3], ("t", 0, 9))
+
+    def test_connection_lost_retries(self) -> None:
+        producer, client = self.producer(retry_backoff_ms=10)
+        self.start(producer, "t")
+        d = producer.send("t", b"a")
+        producer.flush()
+        client.produce_requests()[0].deferred.errback(BrokerConnectionError("lost"))
+        self.clock.advance(0.01)
+        respond(client.produce_requests()[1], base_offsets={("t", 0): 3})
+        self.assertEqual(self.successResultOf(d).offset, 3)
+
+    def test_non_retriable_error_fails(self) -> None:
+        producer, client = self.producer()
+        self.start(producer, "t")
+        d = producer.send("t", b"a")
+        producer.flush()
+        respond(client.produce_requests()[0], errors={("t", 0): ErrorCode.corrupt_message})
+        failure = self.failureResultOf(d, KafkaError)
+        self.assertEqual(failure.value.error_code, ErrorCode.corrupt_message)
+        self.assertEqual(len(client.produce_requests()), 1)
+
+    def test_retries_exhausted(self) -> None:
+        producer, client = self.producer(retries=1, retry_backoff_ms=10)
+        self.start(producer, "t")
+        d = producer.send("t", b"a")
+        producer.flush()
+        for i in range(2):
+            self.clock.advance(0.01)
+            respond(client.produce_requests()[i], errors={("t", 0): ErrorCode.not_leader_or_follower})
+        self.assertEqual(self.failureResultOf(d, KafkaError).value.error_code, ErrorCode.not_leader_or_follower)
+        self.assertEqual(len(client.produce_requests()), 2)
+
+    def test_delivery_timeout_without_leader(self) -> None:
+        producer, client = self.producer(delivery_timeout_ms=1000, retry_backoff_ms=100)
+        self.start(producer, "t")
+        client.leaders[("t", 0)] = -1
+        d = producer.send("t", b"a")
+        self.clock.pump([0.1] * 9)
+        self.assertNoResult(d)
+        self.clock.pump([0.1] * 3)
+        self.failureResultOf(d, KafkaTimeoutError)
+        self.assertEqual(client.produce_requests(), [])
+
+    def test_delivery_timeout_while_retrying(self) -> None:
+        producer, client = self.producer(delivery_timeout_ms=1000, retry_backoff_ms=300)
+        self.start(producer, "t")
+        d = producer.send("t", b"a")
+        producer.flush()
+        for _ in range(10):
+            requests = client.produce_requests()
+            if requests and not requests[-1].deferred.called:
+                requests[-1].deferred.errback(BrokerConnectionError("lost"))
+            self.clock.advance(0.3)
+        self.failureResultOf(d, KafkaTimeoutError)
+        self.assertLessEqual(len(client.produce_requests()), 4)
+
+    def test_order_kept_with_one_in_flight(self) -> None:
+        """max_in_flight=1: a retried batch goes before later batches of its partition."""
+        producer, client = self.producer({"t": 1}, batch_size=100, max_in_flight_requests_per_connection=1,
+                                         retry_backoff_ms=100)
+        self.start(producer, "t")
+        results = [producer.send("t", b"%d" % i + VALUE) for i in range(4)]
+        self.clock.advance(0)
+        (first,) = client.produce_requests()
+        self.assertEqual(first.values()[("t", 0)], [b"0" + VALUE])
+        client.next_leaders = {("t", 0): 2}
+        respond(first, errors={("t", 0): ErrorCode.not_leader_or_follower})
+        self.clock.advance(0.05)
+        self.assertEqual(len(client.produce_requests()), 1)  # held while backing off
+        offset = 0
+        for i in range(4):
+            self.clock.advance(0.1)
+            requests = client.produce_requests()
+            self.assertEqual(len(requests), i + 2)
+            self.assertEqual(requests[-1].values()[("t", 0)], [b"%d" % i + VALUE])
+            respond(requests[-1], base_offsets={("t", 0): offset})
+            offset += 1
+        self.assertEqual([self.successResultOf(d).offset for d in results], [0, 1, 2, 3])
+
+    def test_retry_keeps_order_with_many_in_flight(self) -> None:
+        """Two failed in-flight batches of a partition are retried oldest first."""
+        producer, client = self.producer({"t": 1}, batch_size=100, retry_backoff_ms=10)
+        self.start(producer, "t")
+        for i in range(2):
+            producer.send("t", b"%d" % i + VALUE)
+        self.clock.advance(0)
+        first, second = client.produce_requests()
+        for request in (first, second):
+            request.deferred.errback(BrokerConnectionError("lost"))
+        self.clock.advance(0.01)
+        self.clock.advance(0)
+        retries = client.produce_requests()[2:]
+        self.assertEqual([r.values()[("t", 0)][0][:1] for r in retries], [b"0", b"1"])
+
+
+class BufferAndLifecycleTests(ProducerTestCase):
+    def test_buffer_memory_back_pressure(self) -> None:
+        """With buffer_memory used up, send's Deferred waits; acknowledgements let it in."""
+        producer, client = self.producer(buffer_memory=4 * 111 + 50, batch_size=1000, linger_ms=5)
+        self.start(producer, "t")
+        accepted = [producer.send("t", VALUE) for _ in range(4)]
+        waiting = producer.send("t", VALUE)
+        self.assertNoResult(producer.ready())
+        self.clock.advance(0.005)
+        (request,) = client.produce_requests()
+        self.assertEqual(len(request.values()[("t", 0)]), 4)  # the fifth is not in the batch
+        later = producer.send("t", b"x")  # queues behind the waiting one
+        ready = producer.ready()
+        respond(request)
+        for d in accepted:
+            self.successResultOf(d)
+        self.successResultOf(ready)
+        self.clock.advance(0.005)
+        second = client.produce_requests()[1]
+        self.assertEqual(second.values()[("t", 0)], [VALUE, b"x"])
+        respond(second, base_offsets={("t", 0): 4})
+        self.assertEqual(self.successResultOf(waiting).offset, 4)
+        self.assertEqual(self.successResultOf(later).offset, 5)
+
+    def test_buffer_wait_times_out(self) -> None:
+        producer, client = self.producer(buffer_memory=300, max_block_ms=1000)
+        self.start(producer, "t")
+        producer.send("t", VALUE)
+        producer.send("t", VALUE)
+        blocked = producer.send("t", VALUE)
+        self.clock.advance(0.005)
+        client.produce_requests()[0].deferred.errback(BrokerConnectionError("lost"))
+        self.clock.pump([0.1] * 11)
+        # the retry is still unanswered: the waiting send gives up after max_block_ms
+        respond(client.produce_requests()[-1])
+        self.failureResultOf(blocked, KafkaTimeoutError)
+
+    def test_record_too_large(self) -> None:
+        producer, client = self.producer(max_request_size=1000)
+        self.start(producer, "t")
+        self.failureResultOf(producer.send("t", b"x" * 2000), RecordTooLargeError)
+
+    def test_metadata_fetched_on_first_send(self) -> None:
+        client = FakeClient({"t": 2})
+        producer = Producer(self.clock, client=client)
+        d = producer.send("t", b"a", partition=1)
+        self.assertEqual(client.metadata_calls, 1)
+        producer.flush()
+        (request,) = client.produce_requests()
+        self.assertEqual(request.values(), {("t", 1): [b"a"]})
+
+    def test_unknown_topic_times_out(self) -> None:
+        client = FakeClient({"t": 1})
+        producer = Producer(self.clock, client=client, max_block_ms=500, retry_backoff_ms=100)
+        d = producer.send("nope", b"a")
+        self.clock.pump([0.1] * 6)
+        self.failureResultOf(d, KafkaTimeoutError)
+
+    def test_flush_waits_for_every_send(self) -> None:
+        producer, client = self.producer({"t": 2}, linger_ms=1000)
+        self.start(producer, "t")
+        producer.send("t", b"a", partition=0)
+        producer.send("t", b"b", partition=1)
+        flushed = producer.flush()
+        self.assertEqual(len(client.produce_requests()), 1)
+        self.assertNoResult(flushed)
+        respond(client.produce_requests()[0])
+        self.successResultOf(flushed)
+        self.successResultOf(producer.flush())  # nothing outstanding
+
+    def test_close(self) -> None:
+        producer, client = self.producer()
+        self.start(producer, "t")
+        d = producer.send("t", b"a")
+        closed = producer.close()
+        self.assertNoResult(closed)
+        respond(client.produce_requests()[0])
+        self.successResultOf(d)
+        self.successResultOf(closed)
+        self.assertFalse(client.closed)  # a shared client stays open
+        self.failureResultOf(producer.send("t", b"late"), KafkaError)
+
+    def test_record_metadata(self) -> None:
+        md = RecordMetadata("t", 1, 2, 3)
+        self.assertEqual((md.topic, md.partition, md.offset, md.timestamp_ms), ("t", 1, 2, 3))
+
+    def test_log_append_time(self) -> None:
+        import datetime
+
+        producer, client = self.producer()
+        self.start(producer, "t")
+        d = producer.send("t", b"a")
+        producer.flush()
+        when = datetime.datetime.fromtimestamp(1700000000.123, datetime.timezone.utc)
+        respond(client.produce_requests()[0], log_append_time=when)
+        self.assertEqual(self.successResultOf(d).timestamp_ms, 1700000000123)
+
+    def test_callbacks_added_later_see_the_result(self) -> None:
+        producer, client = self.producer()
+        self.start(producer, "t")
+        d = producer.send("t", b"a")
+        producer.flush()
+        respond(client.produce_requests()[0], base_offsets={("t", 0): 41})
+        seen = []
+        d.addCallback(lambda md: seen.append(md.offset))
+        self.assertEqual(seen, [41])
+
+    def test_cancelled_send_does_not_break_the_batch(self) -> None:
+        producer, client = self.producer()
+        self.start(producer, "t")
+        d1 = producer.send("t", b"a")
+        d2 = producer.send("t", b"b")
+        d1.cancel()
+        self.failureResultOf(d1, defer.CancelledError)
+        producer.flush()
+        respond(client.produce_requests()[0])
+        self.assertEqual(self.successResultOf(d2).offset, 1)
+
+
+class IdempotenceTests(ProducerTestCase):
+    def test_producer_id_and_sequences(self) -> None:
+        producer, client = self.producer({"t": 2}, acks="all", enable_idempotence=True, retry_backoff_ms=10)
+        d = producer.send("t", b"a", partition=0)
+        self.clock.advance(0.005)
+        (init,) = client.requests
+        self.assertEqual(init.api_key, 22)
+        init.deferred.callback(NS(error_code=ErrorCode.none, producer_id=77, producer_epoch=3))
+        self.clock.advance(0)
+        (request,) = client.produce_requests()
+        batch = request.batches()[("t", 0)]
+        self.assertEqual((batch.producer_id, batch.producer_epoch, batch.base_sequence), (77, 3, 0))
+        request.deferred.errback(BrokerConnectionError("lost"))
+        self.clock.advance(0.01)
+        retry = client.produce_requests()[1]
+        self.assertEqual(retry.batches()[("t", 0)].base_sequence, 0)
+        respond(retry)
+        self.successResultOf(d)
+        for _ in range(3):
+            producer.send("t", b"b", partition=0)
+        producer.flush()
+        third = client.produce_requests()[2]
+        self.assertEqual(third.batches()[("t", 0)].base_sequence, 1)
+
+    def test_idempotence_needs_acks_all(self) -> None:
+        self.assertRaises(ValueError, Producer, self.clock, client=FakeClient({}), acks=1, enable_idempotence=True)
