@@ -79,7 +79,10 @@ def run_kafkatw(bootstrap: str, topic: str, n: int, setting: str) -> dict:
         out.update(seconds=time.perf_counter() - t0, cpu_s=time.process_time() - c0)
         await producer.close()
 
-    task.react(lambda reactor: defer.ensureDeferred(main(reactor)))
+    try:
+        task.react(lambda reactor: defer.ensureDeferred(main(reactor)))
+    except SystemExit:
+        pass
     return out
 
 

@@ -103,7 +103,11 @@ class ResponseWriter:
                 self.transport.write(chunk)
                 continue
             fileno, position, length = chunk.fileno, chunk.position, chunk.length
-            if self._sendfile_fd is not None and self._buffer_empty():
+            if self._sendfile_fd is not None and not self._buffer_empty():
+                # Earlier responses are still in the transport's buffer: wait for
+                # it to drain (the transport then resumes us) and sendfile after.
+                return
+            if self._sendfile_fd is not None:
                 try:
                     sent = os.sendfile(self._sendfile_fd, fileno, position, length)
                 except BlockingIOError:
@@ -178,6 +182,11 @@ class KafkaConnection(Int32StringReceiver):
         self._need = 4
 
     def connectionMade(self) -> None:
+        # Responses go out as several writes (header, then file regions): without
+        # TCP_NODELAY the last one can wait for the client's delayed ACK (~40 ms).
+        set_no_delay = getattr(self.transport, "setTcpNoDelay", None)
+        if set_no_delay is not None:
+            set_no_delay(True)
         peer = self.transport.getPeer()
         self.peer = f"{getattr(peer, 'host', '?')}:{getattr(peer, 'port', '?')}"
         self._writer = ResponseWriter(self.transport, self._flush)
