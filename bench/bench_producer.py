@@ -25,8 +25,10 @@ machine's cores.
 Usage:
   python bench/bench_producer.py [--records 300000] [--batch1-records 20000]
       [--clients kafkatw,kafka-python,aiokafka,confluent] [--settings batch1,batch50,default]
-      [--py-spy-dir DIR]
+      [--kafkatw-options JSON] [--py-spy-dir DIR]
 
+--kafkatw-options adds Producer keywords to kafkatw's runs, e.g.
+'{"max_in_flight_requests_per_connection": 20}' (figures then carry "options").
 --py-spy-dir records the kafkatw client's batched runs with py-spy (raw folded stacks).
 """
 
@@ -62,7 +64,7 @@ def run_kafkatw(bootstrap: str, topic: str, n: int, setting: str) -> dict:
     out: dict = {}
 
     async def main(reactor) -> None:
-        producer = Producer(reactor, bootstrap, acks=1, **options)
+        producer = Producer(reactor, bootstrap, acks=1, **{**options, **json.loads(os.environ.get("KAFKATW_OPTIONS", "{}"))})
         value = b"x" * RECORD_SIZE
         await producer.send(topic, value)  # metadata and connection
         send = producer.send
@@ -169,6 +171,7 @@ def main() -> None:
     parser.add_argument("--batch1-records", type=int, default=20_000)
     parser.add_argument("--clients", default="kafkatw,kafka-python,aiokafka,confluent")
     parser.add_argument("--settings", default="batch1,batch50,default")
+    parser.add_argument("--kafkatw-options", default="{}")
     parser.add_argument("--py-spy-dir")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--client", help=argparse.SUPPRESS)
@@ -200,7 +203,8 @@ def main() -> None:
                     os.makedirs(args.py_spy_dir, exist_ok=True)
                     command = ["py-spy", "record", "-r", "250", "-f", "raw", "-o",
                                os.path.join(args.py_spy_dir, f"{client}-{setting}.txt"), "--", *command]
-                proc = subprocess.run(command, capture_output=True, text=True, timeout=600)
+                env = dict(os.environ, KAFKATW_OPTIONS=args.kafkatw_options)
+                proc = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
                 lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
                 if proc.returncode != 0 or not lines:
                     emit("error", proc.returncode, "exit code", client=client, setting=setting,
@@ -208,7 +212,9 @@ def main() -> None:
                     continue
                 result = json.loads(lines[-1][len("RESULT "):])
                 rate = n / result["seconds"]
-                emit("produce_records_per_s", round(rate), "records/s", client=client, setting=setting,
+                extra = {"options": json.loads(args.kafkatw_options)} if client == "kafkatw" and \
+                    args.kafkatw_options != "{}" else {}
+                emit("produce_records_per_s", round(rate), "records/s", client=client, setting=setting, **extra,
                      records=n, record_size=RECORD_SIZE, seconds=round(result["seconds"], 3),
                      cpu_s=round(result["cpu_s"], 3),
                      records_per_cpu_s=round(n / result["cpu_s"]) if result["cpu_s"] else None)

@@ -143,8 +143,6 @@ async def _run(reactor: Any, topic: str, num_records: int, payload: bytes, throu
     from twisted.internet import task
 
     producer = Producer(reactor, **options)
-    import gc
-    if os.environ.get("XNOGC"): gc.disable()
     stats = _Stats(num_records, len(payload))
     errors: list[Exception] = []
 

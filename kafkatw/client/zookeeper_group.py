@@ -538,8 +538,9 @@ class ZookeeperConsumerGroup:
 
     def close(self) -> Deferred:
         """
-        Leave the group: commit the position after every record returned,
-        release the ownerships, delete the registration; then close the Kafka
+        Leave the group: with C{enable_auto_commit}, commit the position after
+        every record returned; release the ownerships, delete the
+        registration; then close the Kafka
         consumer and the ZooKeeper session when they are this object's own.
         """
         if self._closed_d is None:
@@ -1117,9 +1118,10 @@ class ZookeeperConsumerGroup:
         self._stop_fetching()
         self._cancel_watches()
         if self.zookeeper.connected and self.state is not GroupState.IDLE:
-            if was_fetching or self._owned:
+            if (was_fetching or self._owned) and self.enable_auto_commit:
                 try:
-                    # The application is done with what it was given.
+                    # The application is done with what it was given.  With manual
+                    # commits, closing commits nothing (as Kafka's consumers do).
                     await self._commit({tp: o for tp, o in self._returned.items() if tp in self._owned})
                 except ZooKeeperError as e:
                     _log.warn("final commit of group {group} failed: {error}", group=self.group_id, error=e)

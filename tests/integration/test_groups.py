@@ -58,7 +58,7 @@ class GroupTests(unittest.TestCase):
     @classmethod
     def setUpClass(cls) -> None:
         cls._cluster = running_cluster(brokers=2, overrides=OVERRIDES)
-        cls.brokers = cls._cluster.__enter__()
+        cls.brokers = cls._cluster_obj = cls._cluster.__enter__()
         cls.bootstrap = ",".join(b.bootstrap for b in cls.brokers)
         cls.admin = AdminClient({"bootstrap.servers": cls.bootstrap})
         cls.tmp = tempfile.mkdtemp(prefix="kafkatw-groups-")
@@ -246,6 +246,43 @@ class GroupTests(unittest.TestCase):
         self.assertIn("has no active members", text)
         rows = sorted(line.split() for line in text.splitlines() if line.startswith("handoff "))
         self.assertEqual([r[2:6] for r in rows], [["0", "30", "100", "70"], ["1", "31", "100", "69"]], text)
+
+    def test_zookeeper_group_offsets_seen_by_the_coordinator(self) -> None:
+        """
+        The paper's ZooKeeper-coordinated consumer commits; C{consumer-groups
+        --bootstrap-server --describe} (the broker's OffsetFetch) shows those
+        offsets, and a kafka-python member of the same group resumes there.
+        """
+        from kafka import KafkaConsumer
+
+        from kafkatw.client.blocking_group import BlockingZookeeperConsumerGroup
+
+        self.create_topic("shared-offsets", 2, 50)
+        zookeeper = self._cluster_obj.zookeeper.connect_string + "/kafkatw"
+        with BlockingZookeeperConsumerGroup("both-ways", ["shared-offsets"], zookeeper_connect=zookeeper,
+                                            bootstrap_servers=self.bootstrap, auto_offset_reset="smallest",
+                                            enable_auto_commit=False, zookeeper_session_timeout_ms=3000) as group:
+            seen = 0
+            deadline = time.monotonic() + 30
+            while seen < 100 and time.monotonic() < deadline:
+                seen += len(group.poll(500))
+            self.assertEqual(seen, 100)
+            group.commit({("shared-offsets", 0): 20, ("shared-offsets", 1): 35})
+        rows = sorted(line.split() for line in self.describe("both-ways").splitlines()
+                      if line.startswith("both-ways "))
+        self.assertEqual([r[2:6] for r in rows], [["0", "20", "50", "30"], ["1", "35", "50", "15"]])
+        consumer = KafkaConsumer("shared-offsets", bootstrap_servers=self.bootstrap, group_id="both-ways",
+                                 enable_auto_commit=False, consumer_timeout_ms=1000)
+        try:
+            first: dict[int, int] = {}
+            deadline = time.monotonic() + 40
+            while len(first) < 2 and time.monotonic() < deadline:
+                for tp, records in consumer.poll(timeout_ms=500).items():
+                    if records:
+                        first.setdefault(tp.partition, records[0].offset)
+            self.assertEqual(first, {0: 20, 1: 35})
+        finally:
+            consumer.close()
 
     def test_reset_offsets_and_delete(self) -> None:
         self.create_topic("reset2", 2, 10)

@@ -578,7 +578,7 @@ class OffsetTests(SynchronousTestCase):
 
     def test_async_iteration(self):
         h = Harness({"t": 1})
-        g = h.member("c1")
+        g = h.member("c1", enable_auto_commit=True)
         h.settle()
         h.produce("t", 0, b"a", b"b")
         it = g.__aiter__()
@@ -593,7 +593,7 @@ class OffsetTests(SynchronousTestCase):
 
     def test_close_commits_releases_and_deregisters(self):
         h = Harness({"t": 2})
-        g = h.member("c1")
+        g = h.member("c1", enable_auto_commit=True)
         h.settle()
         h.produce("t", 0, b"a")
         self.successResultOf(g.poll(0))
@@ -603,6 +603,18 @@ class OffsetTests(SynchronousTestCase):
         self.assertIsNone(h.node(f"/consumers/{GROUP}/ids/c1"))
         self.assertEqual(g.state, GroupState.CLOSED)
         self.assertEqual(self.successResultOf(g.poll(0)), [])
+
+    def test_close_with_manual_commits_commits_nothing(self):
+        """As Kafka's consumers: with enable_auto_commit off, only commit() commits."""
+        h = Harness({"t": 1})
+        g = h.member("c1")
+        h.settle()
+        start = h.committed("t", 0)
+        h.produce("t", 0, b"a", b"b")
+        self.assertEqual(len(self.successResultOf(g.poll(0))), 2)
+        self.successResultOf(g.close())
+        self.assertEqual(h.committed("t", 0), start)
+        self.assertEqual(h.owners(), {})
 
 
 class PropertyTests(SynchronousTestCase):
