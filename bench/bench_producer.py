@@ -39,7 +39,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 
 RECORD_SIZE = 200

@@ -22,6 +22,7 @@ from kafkatw._version import __version__
 
 from .console import console_consumer, console_producer
 from .perf import producer_perf_test
+from .ship import ship
 from .consumer_perf import consumer_perf_test
 from .consumer_groups import consumer_groups
 from .topics import topics
@@ -60,6 +61,7 @@ main.add_command(consumer_perf_test)
 main.add_command(zookeeper)
 main.add_command(producer_perf_test)
 main.add_command(consumer_groups)
+main.add_command(ship)
 
 
 if __name__ == "__main__":  # pragma: no cover

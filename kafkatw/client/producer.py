@@ -201,12 +201,13 @@ class _PartitionState:
 
 
 class _TopicState:
-    __slots__ = ("name", "partitions", "sticky")
+    __slots__ = ("name", "partitions", "sticky", "previous")
 
     def __init__(self, name: str) -> None:
         self.name = name
         self.partitions: list[_PartitionState] = []
         self.sticky = -1
+        self.previous = -1
 
 
 class _FlushWaiter:
@@ -469,6 +470,7 @@ class Producer:
         self._ready.add(state)
         topic = self._topics.get(state.topic)
         if topic is not None and topic.sticky == state.partition:
+            topic.previous = state.partition
             topic.sticky = -1  # KIP-480: a new batch, a new sticky partition
         self._drain_soon()
 
@@ -478,8 +480,9 @@ class Producer:
 
     def _next_sticky(self, tstate: _TopicState) -> int:
         candidates = self._available(tstate) or list(range(len(tstate.partitions)))
-        if len(candidates) > 1 and tstate.sticky in candidates:
-            candidates.remove(tstate.sticky)
+        previous = tstate.sticky if tstate.sticky >= 0 else tstate.previous
+        if len(candidates) > 1 and previous in candidates:
+            candidates.remove(previous)
         tstate.sticky = self._random.choice(candidates)
         return tstate.sticky
 

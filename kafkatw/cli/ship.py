@@ -1,0 +1,161 @@
+"""
+C{kafkatw ship}: follow log files as C{tail -F} and send each line to a topic
+(L{kafkatw.shipper}; docs/log-shipping.md).
+
+    kafkatw ship --bootstrap-server localhost:9092 --topic logs /var/log/syslog '/var/log/nginx/*.log'
+    kafkatw ship --bootstrap-server localhost:9092 --topic logs --once /var/log/
+
+Positions are kept in C{--state-file} (default C{~/.kafkatw/ship-state-TOPIC.json}).
+On a terminal, progress (lines/s, bytes, lag per file) is drawn on stderr with
+C{rich}; otherwise one summary line is printed on stderr at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from typing import Any
+
+import click
+
+from kafkatw.shipper import DEFAULT_MAX_LINE_BYTES, ProducerSink, Shipper, ShipStats
+
+from ._common import bootstrap_option, describe_error, fail
+
+__all__ = ["ship", "default_state_file"]
+
+
+def default_state_file(topic: str) -> str:
+    """C{~/.kafkatw/ship-state-TOPIC.json}: one state file per topic."""
+    return os.path.join(os.path.expanduser("~"), ".kafkatw", f"ship-state-{topic}.json")
+
+
+def _summary(stats: ShipStats) -> str:
+    line = f"shipped {stats.lines} lines ({stats.bytes} bytes) from {stats.files} files"
+    extra = []
+    if stats.truncated:
+        extra.append(f"{stats.truncated} truncated")
+    if stats.skipped:
+        extra.append(f"{stats.skipped} skipped")
+    return line + (f" ({', '.join(extra)})" if extra else "")
+
+
+class _Progress:
+    """A C{rich} live table on stderr: totals, lines/s, lag per file."""
+
+    def __init__(self) -> None:
+        from rich.console import Console
+        from rich.live import Live
+
+        self._console = Console(stderr=True)
+        self._live = Live(console=self._console, refresh_per_second=4, transient=False)
+        self._live.start()
+        self._last = (time.monotonic(), 0)
+        self._rate = 0.0
+
+    def update(self, shipper: Shipper) -> None:
+        from rich.table import Table
+
+        now = time.monotonic()
+        then, lines = self._last
+        if now - then >= 1.0:
+            self._rate = (shipper.stats.lines - lines) / (now - then)
+            self._last = (now, shipper.stats.lines)
+        s = shipper.stats
+        table = Table(title=f"{s.lines} lines, {s.bytes} bytes, {self._rate:.0f} lines/s, "
+                            f"{s.truncated} truncated, {s.skipped} skipped", title_justify="left")
+        table.add_column("file")
+        table.add_column("lag (bytes)", justify="right")
+        lag = shipper.lag()
+        for path in sorted(lag, key=lambda p: -lag[p])[:20]:
+            table.add_row(path, str(lag[path]))
+        if len(lag) > 20:
+            table.add_row(f"… {len(lag) - 20} more files", str(sum(sorted(lag.values())[:-20])))
+        self._live.update(table)
+
+    def stop(self) -> None:
+        self._live.stop()
+
+
+@click.command("ship")
+@bootstrap_option
+@click.option("--topic", required=True, help="The topic to send the lines to.")
+@click.argument("paths", nargs=-1, required=True)
+@click.option("--once", is_flag=True, help="Ship what is there now (unterminated last lines too) and exit.")
+@click.option("--recursive", is_flag=True, help="Directories: their whole tree; globs: ** matches directories.")
+@click.option("--state-file", type=click.Path(dir_okay=False),
+              help="Positions per file (default ~/.kafkatw/ship-state-TOPIC.json).")
+@click.option("--no-state", is_flag=True, help="Keep no state file: ship every file from its start.")
+@click.option("--poll-interval-ms", type=click.IntRange(min=1), default=250, show_default=True,
+              help="Stat the files this often when following.")
+@click.option("--max-line-bytes", type=click.IntRange(min=1), default=DEFAULT_MAX_LINE_BYTES, show_default=True,
+              help="Cut longer lines to this size (header 'truncated' holds the original length).")
+@click.option("--skip-binary", is_flag=True, help="Skip lines with NUL bytes or invalid UTF-8 (default: ship as is).")
+@click.option("--compression-codec", type=click.Choice(["none", "gzip", "snappy", "lz4", "zstd"]),
+              default="none", help="Compression of the record batches.")
+def ship(bootstrap_server: str, topic: str, paths: tuple[str, ...], once: bool, recursive: bool,
+         state_file: str | None, no_state: bool, poll_interval_ms: int, max_line_bytes: int, skip_binary: bool,
+         compression_codec: str) -> None:
+    """Follow PATH... (files, directories, globs) and send each line to --topic as a record."""
+    if no_state and state_file:
+        raise click.BadParameter("give --state-file or --no-state, not both", param_hint="--no-state")
+    if not no_state and not state_file:
+        state_file = default_state_file(topic)
+
+    def warn(message: str) -> None:
+        click.echo(f"kafkatw ship: {message}", err=True)
+
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: Any) -> None:
+        stop.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    progress = None
+    try:
+        sink = ProducerSink(bootstrap_server, topic,
+                            compression_type=None if compression_codec == "none" else compression_codec)
+    except Exception as e:
+        fail(f"ERROR cannot start the producer: {describe_error(e)}")
+    shipper = Shipper(paths, sink, state_file=None if no_state else state_file, recursive=recursive,
+                      max_line_bytes=max_line_bytes, skip_binary=skip_binary, on_warning=warn)
+    error: BaseException | None = None
+    try:
+        if sys.stderr.isatty() and not os.environ.get("KAFKATW_NO_PROGRESS"):
+            progress = _Progress()
+        if once:
+            while shipper.poll_once() and not stop.is_set():
+                if progress:
+                    progress.update(shipper)
+            if not stop.is_set():
+                shipper.poll_once(final=True)
+        else:
+            while not stop.is_set():
+                try:
+                    busy = shipper.poll_once()
+                except Exception as e:  # delivery failed: positions were rewound; try again
+                    warn(f"sending failed, will retry from the last checkpoint: {describe_error(e)}")
+                    busy = 0
+                if progress:
+                    progress.update(shipper)
+                if not busy:
+                    stop.wait(poll_interval_ms / 1000)
+    except Exception as e:
+        error = e
+    finally:
+        if progress:
+            progress.update(shipper)
+            progress.stop()
+        shipper.close()
+        try:
+            sink.close()
+        except Exception as e:
+            error = error or e
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    click.echo(_summary(shipper.stats), err=True)
+    if error is not None:
+        fail(f"ERROR {describe_error(error)}")

@@ -1,0 +1,388 @@
+"""
+The C{kafkatw} PySpark data source (DESIGN.md D8): batch and streaming reads
+of kafkatw (or any Kafka) topics with the options and output schema of
+Spark's built-in Kafka source.
+
+Where the code runs
+===================
+
+  - On the driver (Spark's Python planner and streaming-source workers):
+    option parsing, topic/partition discovery and offset look-ups through the
+    small blocking L{WireClient} (plain sockets, no reactor).
+  - On executors (Spark's Python workers): L{_read_range} reads exactly one
+    offset range C{[start, end)} of one partition through L{BlockingConsumer},
+    which runs its own reactor thread per process (fork-safe).
+
+Nothing holding a socket is kept on the reader objects: Spark pickles them to
+the executors.
+
+Data loss
+=========
+
+An offset needed by a micro-batch may be gone: retention deleted it (it is
+below the partition's log start offset), or the log was truncated below it.
+With C{failOnDataLoss=true} (the default, as Spark's) the query fails with a
+L{DataLossError} naming the topic, partition and offsets; with C{false} the
+reader skips to the first offset still there and logs what was skipped.
+Checked on the driver when a batch is planned and again on the executor when
+it is read (retention may run in between).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from datetime import datetime, timedelta, timezone
+from typing import Any, Iterator, Sequence
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+from pyspark.sql.types import (
+    ArrayType, BinaryType, IntegerType, LongType, StringType, StructField, StructType, TimestampType,
+)
+from twisted.logger import Logger
+
+from ._options import (
+    EARLIEST, LATEST, OffsetSpec, SourceOptions, from_json, parse_options, rate_limit, split_ranges, to_json,
+)
+
+__all__ = ["KafkatwDataSource", "KafkaInputPartition", "DataLossError", "kafka_schema"]
+
+_log = Logger()
+
+TopicPartition = tuple[str, int]
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+class DataLossError(RuntimeError):
+    """Offsets a query needed are gone (retention or truncation) and C{failOnDataLoss} is true."""
+
+
+def kafka_schema(include_headers: bool = False) -> StructType:
+    """The output schema of Spark's Kafka source (C{KafkaRecordToRowConverter})."""
+    fields = [
+        StructField("key", BinaryType()),
+        StructField("value", BinaryType()),
+        StructField("topic", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("timestamp", TimestampType()),
+        StructField("timestampType", IntegerType()),
+    ]
+    if include_headers:
+        fields.append(StructField("headers", ArrayType(StructType([
+            StructField("key", StringType()), StructField("value", BinaryType())]))))
+    return StructType(fields)
+
+
+def _warn(message: str) -> None:
+    """
+    Log C{message}; also to stderr, which Spark keeps in the driver's and
+    executors' logs (Spark's Python workers start no Twisted log observer).
+    """
+    _log.warn("{message}", message=message)
+    print(f"kafkatw.spark: {message}", file=sys.stderr, flush=True)
+
+
+def _data_loss(options: SourceOptions, message: str) -> None:
+    if options.fail_on_data_loss:
+        raise DataLossError(message + ". Some data may have been lost because it is no longer available in"
+                            " kafkatw (retention deleted it or the log was truncated). If you want the query to"
+                            " skip ahead instead of failing, set the source option failOnDataLoss to false.")
+    _warn(message + "; skipping ahead (failOnDataLoss=false)")
+
+
+# --- driver side: metadata and offsets through the small blocking client ----------------
+
+
+class _Admin:
+    """Topic discovery and offset look-ups for one call (opens and closes its sockets)."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        from ..client.wire import WireClient
+
+        self.options = options
+        self.client = WireClient(options.bootstrap_servers, client_id="kafkatw-spark-driver")
+
+    def __enter__(self) -> "_Admin":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.client.close()
+
+    def topic_partitions(self) -> list[TopicPartition]:
+        """The partitions the options name now (subscribe: existing topics only)."""
+        o = self.options
+        if o.assign is not None:
+            return sorted(set(o.assign))
+        if o.subscribe is not None:
+            response = self.client.metadata(list(o.subscribe))
+        else:
+            response = self.client.metadata(None)
+        pattern = re.compile(o.subscribe_pattern) if o.subscribe_pattern else None
+        out = []
+        for topic in response.topics:
+            if int(topic.error_code) != 0 or topic.name is None:
+                continue
+            if pattern is not None and (getattr(topic, "is_internal", False) or topic.name.startswith("__")
+                                        or not pattern.fullmatch(topic.name)):
+                continue
+            out.extend((topic.name, int(p.partition_index)) for p in topic.partitions)
+        return sorted(out)
+
+    def offsets(self, tps: Sequence[TopicPartition], timestamp: int) -> dict[TopicPartition, int]:
+        """C{timestamp}: -2 earliest (log start offset), -1 latest (high watermark), else ms (-1: none)."""
+        return {tp: self.client.list_offsets(tp[0], tp[1], timestamp) for tp in tps}
+
+    def resolve(self, spec: OffsetSpec, tps: Sequence[TopicPartition], what: str) -> dict[TopicPartition, int]:
+        """Concrete offsets for C{spec} on C{tps}."""
+        if spec.kind == "earliest":
+            return self.offsets(tps, EARLIEST)
+        if spec.kind == "latest":
+            return self.offsets(tps, LATEST)
+        if spec.kind == "offsets":
+            missing = set(tps) - set(spec.offsets)
+            if missing and self.options.assign is None:
+                raise ValueError(f"{what}Offsets names no offset for {sorted(missing)}: give every partition"
+                                 f" of the subscribed topics")
+            out = {}
+            for tp in tps:
+                offset = spec.offsets.get(tp, EARLIEST)
+                out[tp] = self.client.list_offsets(tp[0], tp[1], offset) if offset < 0 else offset
+            return out
+        timestamps = ({tp: spec.timestamp_ms for tp in tps} if spec.kind == "timestamp" else spec.timestamps)
+        out = {}
+        for tp in tps:
+            if tp not in timestamps:
+                raise ValueError(f"{what}OffsetsByTimestamp names no timestamp for {tp[0]}-{tp[1]}")
+            offset = self.client.list_offsets(tp[0], tp[1], int(timestamps[tp]))
+            if offset < 0:
+                if what == "starting" and self.options.timestamp_strategy == "error":
+                    raise ValueError(
+                        f"no record of {tp[0]}-{tp[1]} has a timestamp at or after {timestamps[tp]} ms"
+                        f" (set startingOffsetsByTimestampStrategy=latest to start at the end instead)")
+                offset = self.client.list_offsets(tp[0], tp[1], LATEST)
+            out[tp] = offset
+        return out
+
+
+class KafkaInputPartition(InputPartition):
+    """
+    One offset range C{[start, end)} of one topic-partition: picklable, read on
+    an executor by L{_read_range}.
+    """
+
+    def __init__(self, topic: str, partition: int, start: int, end: int) -> None:
+        super().__init__((topic, partition, start, end))
+        self.topic, self.partition, self.start, self.end = topic, partition, start, end
+
+    def __repr__(self) -> str:
+        return f"KafkaInputPartition({self.topic}-{self.partition} [{self.start}, {self.end}))"
+
+
+def _plan(options: SourceOptions, starts: dict[TopicPartition, int], ends: dict[TopicPartition, int],
+          admin: _Admin) -> list[KafkaInputPartition]:
+    """
+    The input partitions reading C{[starts, ends)}; partitions missing from
+    C{starts} (new since the start was chosen) start at their log start offset.
+    Checks for data loss against the log start offsets.
+    """
+    todo = [tp for tp, end in ends.items() if starts.get(tp, 0) < end or tp not in starts]
+    if not todo:
+        return []
+    earliest = admin.offsets(todo, EARLIEST)
+    ranges = []
+    for tp in sorted(todo):
+        end = ends[tp]
+        start = starts.get(tp, earliest[tp])
+        if start < earliest[tp]:
+            _data_loss(options, f"{tp[0]}-{tp[1]}: offsets [{start}, {earliest[tp]}) were needed but the log"
+                                f" now starts at {earliest[tp]}")
+            start = min(earliest[tp], end)
+        if end > start:
+            ranges.append((tp[0], tp[1], start, end))
+    return [KafkaInputPartition(*r) for r in split_ranges(ranges, options.max_records_per_partition,
+                                                          options.min_partitions)]
+
+
+# --- executor side --------------------------------------------------------------------
+
+
+def _timestamp(ms: int) -> datetime:
+    return _EPOCH + timedelta(milliseconds=ms)
+
+
+def _read_range(options: SourceOptions, part: KafkaInputPartition) -> Iterator[tuple]:
+    """
+    Yield the rows of C{part}: exactly the records with offsets in
+    C{[start, end)}, stopping at C{end} even when more exist.
+
+    @raise DataLossError: records in the range are gone and C{failOnDataLoss}.
+    """
+    from ..client.blocking import BlockingConsumer
+    from ..errors import OffsetOutOfRangeError
+
+    tp = (part.topic, part.partition)
+    start, end = part.start, part.end
+    if start >= end:
+        return
+    headers = options.include_headers
+    consumer = BlockingConsumer(options.bootstrap_servers, client_id="kafkatw-spark-executor",
+                                auto_offset_reset="none", max_poll_records=5000)
+    try:
+        consumer.assign([tp])
+        consumer.seek(tp, start)
+        idle_ms = 0
+        while True:
+            try:
+                records = consumer.poll(timeout_ms=1000)
+            except OffsetOutOfRangeError:
+                earliest = consumer.beginning_offsets([tp])[tp]
+                _data_loss(options, f"{tp[0]}-{tp[1]}: offsets [{start}, {min(earliest, end)}) of the range"
+                                    f" [{part.start}, {end}) were needed but the log now starts at {earliest}")
+                if earliest >= end:
+                    return
+                start = earliest
+                consumer.seek(tp, earliest)
+                continue
+            if not records:
+                if consumer.position(tp) >= end:
+                    return
+                idle_ms += 1000
+                high = consumer.end_offsets([tp])[tp]
+                if high < end and consumer.position(tp) >= high:
+                    _data_loss(options, f"{tp[0]}-{tp[1]}: offsets [{max(high, start)}, {end}) were planned but"
+                                        f" the log now ends at {high}")
+                    return
+                if idle_ms >= options.poll_timeout_ms:
+                    raise TimeoutError(f"{tp[0]}-{tp[1]}: no records at offset {consumer.position(tp)} within"
+                                       f" {options.poll_timeout_ms} ms (kafkaConsumer.pollTimeoutMs)")
+                continue
+            idle_ms = 0
+            for r in records:
+                offset = r.offset
+                if offset < start:
+                    continue
+                if offset >= end:
+                    return
+                row = (r.key, r.value, r.topic, r.partition, offset, _timestamp(r.timestamp_ms), r.timestamp_type)
+                if headers:
+                    row += ([(k, v) for k, v in r.headers],)
+                yield row
+                if offset == end - 1:
+                    return
+            start = records[-1].offset + 1
+    finally:
+        consumer.close()
+
+
+# --- the Spark classes ----------------------------------------------------------------
+
+
+class KafkatwBatchReader(DataSourceReader):
+    """C{spark.read.format("kafkatw")}: offsets resolved once, when the query is planned."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+
+    def partitions(self) -> Sequence[InputPartition]:
+        o = self.options
+        with _Admin(o) as admin:
+            tps = admin.topic_partitions()
+            starts = admin.resolve(o.starting, tps, "starting")
+            ends = admin.resolve(o.ending, tps, "ending")
+            for tp in tps:
+                if starts[tp] > ends[tp]:
+                    raise ValueError(f"{tp[0]}-{tp[1]}: the starting offset {starts[tp]} is after the ending"
+                                     f" offset {ends[tp]}")
+            planned = _plan(o, starts, ends, admin)
+        # Spark refuses a reader with no partitions; an empty range reads nothing.
+        return planned or [KafkaInputPartition("", 0, 0, 0)]
+
+    def read(self, partition: KafkaInputPartition) -> Iterator[tuple]:
+        return _read_range(self.options, partition)
+
+
+class KafkatwStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """
+    C{spark.readStream.format("kafkatw")}: micro-batches of offset ranges,
+    offsets C{{topic: {partition: offset}}} in Spark's checkpoint.
+    """
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self._available_now: dict[TopicPartition, int] | None = None
+
+    def initialOffset(self) -> dict:
+        with _Admin(self.options) as admin:
+            tps = admin.topic_partitions()
+            return to_json(admin.resolve(self.options.starting, tps, "starting"))
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        limit = self.options.max_offsets_per_trigger
+        return ReadMaxRows(limit) if limit else ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        with _Admin(self.options) as admin:
+            self._available_now = admin.offsets(admin.topic_partitions(), LATEST)
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        starts = from_json(start)
+        with _Admin(self.options) as admin:
+            tps = admin.topic_partitions()
+            latest = admin.offsets(tps, LATEST)
+            new = [tp for tp in tps if tp not in starts]
+            full_start = dict(starts)
+            if new:
+                full_start.update(admin.offsets(new, EARLIEST))
+        gone = set(starts) - set(latest)
+        if gone:
+            _data_loss(self.options, f"partitions {sorted(gone)} were being read but no longer exist")
+        if self._available_now is not None:
+            latest = {tp: min(end, self._available_now.get(tp, full_start[tp])) for tp, end in latest.items()}
+        if isinstance(limit, ReadMaxRows):
+            latest = rate_limit(limit.max_rows, full_start, latest)
+        # never go back: a truncated log is data loss, found when the batch is planned
+        end = {tp: max(offset, starts.get(tp, offset)) for tp, offset in latest.items()}
+        for tp in gone:
+            if not self.options.fail_on_data_loss:
+                continue
+            end[tp] = starts[tp]
+        return to_json(end)
+
+    def reportLatestOffset(self) -> dict | None:
+        with _Admin(self.options) as admin:
+            return to_json(admin.offsets(admin.topic_partitions(), LATEST))
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        with _Admin(self.options) as admin:
+            return _plan(self.options, from_json(start), from_json(end), admin)
+
+    def read(self, partition: KafkaInputPartition) -> Iterator[tuple]:
+        return _read_range(self.options, partition)
+
+    def commit(self, end: dict) -> None:
+        """Nothing to do: the offsets live in Spark's checkpoint, not in kafkatw."""
+
+
+class KafkatwDataSource(DataSource):
+    """
+    The data source C{kafkatw}; see the module docstring and docs/spark.md.
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        return "kafkatw"
+
+    def _headers(self) -> bool:
+        value = {k.lower(): v for k, v in self.options.items()}.get("includeheaders", "false")
+        return str(value).strip().lower() == "true"
+
+    def schema(self) -> StructType:
+        return kafka_schema(self._headers())
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return KafkatwBatchReader(parse_options(self.options, streaming=False))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return KafkatwStreamReader(parse_options(self.options, streaming=True))

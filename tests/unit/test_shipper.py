@@ -1,0 +1,356 @@
+"""
+Unit tests of L{kafkatw.shipper}: the file follower and the shipper loop,
+driven by L{Shipper.poll_once} against files in a temporary directory and a
+fake sink (no broker, no sleeps).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from kafkatw.shipper import FileFollower, Shipper, expand_paths, load_state, save_state
+
+
+class FakeSink:
+    """A L{LineSink} that keeps records; C{fail_next} makes the next flush raise."""
+
+    def __init__(self) -> None:
+        self.records: list[tuple[bytes, bytes, dict[str, bytes]]] = []
+        self.queued: list[tuple[bytes, bytes, dict[str, bytes]]] = []
+        self.fail_next = False
+
+    def send(self, value: bytes, key: bytes, headers: list[tuple[str, bytes]]) -> None:
+        self.queued.append((value, key, dict(headers)))
+
+    def flush(self) -> None:
+        queued, self.queued = self.queued, []
+        if self.fail_next:
+            self.fail_next = False
+            raise RuntimeError("broker down")
+        self.records.extend(queued)
+
+    def values(self) -> list[bytes]:
+        return [r[0] for r in self.records]
+
+    def take(self) -> list[bytes]:
+        out = self.values()
+        self.records.clear()
+        return out
+
+
+def write(path, data: bytes, mode: str = "ab") -> None:
+    with open(path, mode) as f:
+        f.write(data)
+
+
+@pytest.fixture
+def sink() -> FakeSink:
+    return FakeSink()
+
+
+def make(tmp_path, sink, *patterns, **kw) -> Shipper:
+    kw.setdefault("state_file", str(tmp_path / "state.json"))
+    return Shipper([str(p) for p in patterns], sink, host="h1", **kw)
+
+
+# --- line splitting ---------------------------------------------------------------------
+
+
+def test_lines_keys_headers(tmp_path, sink):
+    log = tmp_path / "a.log"
+    write(log, b"one\ntwo\r\n\nfour\n")
+    shipper = make(tmp_path, sink, log)
+    shipper.poll_once()
+    assert sink.values() == [b"one", b"two\r", b"", b"four"]
+    value, key, headers = sink.records[1]
+    assert key == f"h1:{log}".encode()
+    assert headers == {"host": b"h1", "path": str(log).encode(), "line_no": b"2"}
+    assert shipper.stats.lines == 4 and shipper.stats.files == 1
+    assert shipper.stats.bytes == len(b"one" + b"two\r" + b"four")
+
+
+def test_partial_line_waits_for_newline(tmp_path, sink):
+    log = tmp_path / "a.log"
+    write(log, b"one\ntw")
+    shipper = make(tmp_path, sink, log)
+    shipper.poll_once()
+    assert sink.take() == [b"one"]
+    shipper.poll_once()
+    assert sink.take() == []
+    write(log, b"o\nthree")
+    shipper.poll_once()
+    assert sink.take() == [b"two"]
+    assert sink.queued == []
+    # the checkpoint is at the start of the unterminated line
+    assert load_state(shipper.state_file)[str(log)]["offset"] == len(b"one\ntwo\n")
+    assert load_state(shipper.state_file)[str(log)]["line_no"] == 2
+
+
+def test_run_once_ships_unterminated_last_line(tmp_path, sink):
+    log = tmp_path / "a.log"
+    write(log, b"one\ntwo")
+    stats = make(tmp_path, sink, log).run_once()
+    assert sink.values() == [b"one", b"two"]
+    assert stats.lines == 2
+    assert sink.records[1][2]["line_no"] == b"2"
+
+
+def test_line_spanning_read_chunks(tmp_path, sink):
+    log = tmp_path / "a.log"
+    big = b"x" * (3 << 20)  # three read chunks
+    write(log, b"a\n" + big + b"\nb\n")
+    make(tmp_path, sink, log, max_line_bytes=4 << 20).run_once()
+    assert sink.values() == [b"a", big, b"b"]
+
+
+def test_binary_shipped_as_is_or_skipped(tmp_path, sink):
+    log = tmp_path / "a.log"
+    write(log, b"ok\n\x00\x01\xff\xfe\nbad \xc3\x28 utf8\nok2\n")
+    make(tmp_path, sink, log).run_once()
+    assert sink.take() == [b"ok", b"\x00\x01\xff\xfe", b"bad \xc3\x28 utf8", b"ok2"]
+    other = FakeSink()
+    shipper = make(tmp_path, other, log, state_file=None, skip_binary=True)
+    stats = shipper.run_once()
+    assert other.values() == [b"ok", b"ok2"]
+    assert [r[2]["line_no"] for r in other.records] == [b"1", b"4"]
+    assert stats.skipped == 2
+
+
+# --- long lines -------------------------------------------------------------------------------
+
+
+def test_long_line_truncated_with_header(tmp_path, sink):
+    log = tmp_path / "a.log"
+    write(log, b"short\n" + b"y" * 25 + b"\nafter\n")
+    warnings = []
+    shipper = make(tmp_path, sink, log, max_line_bytes=10, on_warning=warnings.append)
+    stats = shipper.run_once()
+    assert sink.values() == [b"short", b"y" * 10, b"after"]
+    assert sink.records[1][2]["truncated"] == b"25"
+    assert "truncated" not in sink.records[0][2]
+    assert stats.truncated == 1
+    assert any("truncated 1 line" in w for w in warnings)
+    assert load_state(shipper.state_file)[str(log)]["offset"] == os.path.getsize(log)
+
+
+def test_long_line_completed_across_polls(tmp_path, sink):
+    log = tmp_path / "a.log"
+    write(log, b"z" * 15)
+    shipper = make(tmp_path, sink, log, max_line_bytes=10)
+    shipper.poll_once()
+    assert sink.take() == []
+    write(log, b"z" * 10)
+    shipper.poll_once()
+    assert sink.take() == []
+    write(log, b"zz\nnext\n")
+    shipper.poll_once()
+    assert sink.values() == [b"z" * 10, b"next"]
+    assert sink.records[0][2]["truncated"] == b"27"
+    assert [r[2]["line_no"] for r in sink.records] == [b"1", b"2"]
+    assert load_state(shipper.state_file)[str(log)]["offset"] == 27 + 1 + 5
+
+
+def test_long_unterminated_line_at_end_of_once(tmp_path, sink):
+    log = tmp_path / "a.log"
+    write(log, b"a\n" + b"q" * 30)
+    make(tmp_path, sink, log, max_line_bytes=8).run_once()
+    assert sink.values() == [b"a", b"q" * 8]
+    assert sink.records[1][2]["truncated"] == b"30"
+
+
+# --- rotation and truncation ------------------------------------------------------------------
+
+
+def test_rotation_by_rename(tmp_path, sink):
+    log = tmp_path / "app.log"
+    write(log, b"1\n2\n")
+    shipper = make(tmp_path, sink, log)
+    shipper.poll_once()
+    assert sink.take() == [b"1", b"2"]
+    # the writer appends, then logrotate renames, then a new file appears
+    write(log, b"3\nunterminated")
+    os.rename(log, tmp_path / "app.log.1")
+    shipper.poll_once()  # path missing: the old file is still read
+    assert sink.take() == [b"3"]
+    write(tmp_path / "app.log.1", b" end\n")
+    write(log, b"new1\nnew2\n")
+    shipper.poll_once()
+    assert sink.values() == [b"unterminated end", b"new1", b"new2"]
+    assert [r[2]["line_no"] for r in sink.records] == [b"4", b"1", b"2"]
+    state = load_state(shipper.state_file)[str(log)]
+    assert state["ino"] == os.stat(log).st_ino and state["offset"] == os.path.getsize(log)
+    assert state["line_no"] == 2
+
+
+def test_rotated_file_under_a_directory_not_shipped_twice(tmp_path, sink):
+    d = tmp_path / "logs"
+    d.mkdir()
+    write(d / "app.log", b"a\nb\n")
+    shipper = make(tmp_path, sink, d)
+    shipper.poll_once()
+    assert sink.take() == [b"a", b"b"]
+    write(d / "app.log", b"c\n")
+    os.rename(d / "app.log", d / "app.log.1")
+    write(d / "app.log", b"d\n")
+    shipper.poll_once()
+    shipper.poll_once()
+    assert sink.take() == [b"c", b"d"]
+    write(d / "app.log.1", b"late\n")  # the old file is still followed under its new name
+    shipper.poll_once()
+    assert sink.values() == [b"late"]
+    assert sink.records[0][1].endswith(b"app.log.1")
+
+
+def test_truncation_starts_again_at_zero(tmp_path, sink):
+    log = tmp_path / "a.log"
+    write(log, b"first\nsecond\n")
+    shipper = make(tmp_path, sink, log)
+    shipper.poll_once()
+    sink.take()
+    write(log, b"x\n", mode="wb")  # copytruncate, then one short line
+    shipper.poll_once()
+    assert sink.values() == [b"x"]
+    assert sink.records[0][2]["line_no"] == b"1"
+    assert load_state(shipper.state_file)[str(log)]["offset"] == 2
+
+
+def test_file_appearing_later(tmp_path, sink):
+    log = tmp_path / "later.log"
+    shipper = make(tmp_path, sink, log)
+    shipper.poll_once()
+    assert sink.take() == []
+    write(log, b"hello\n")
+    shipper.poll_once()
+    assert sink.values() == [b"hello"]
+
+
+# --- state file -------------------------------------------------------------------------------
+
+
+def test_state_round_trip_restart_ships_only_new_lines(tmp_path, sink):
+    log = tmp_path / "a.log"
+    write(log, b"1\n2\n3\n")
+    make(tmp_path, sink, log).run_once()
+    assert sink.take() == [b"1", b"2", b"3"]
+    state = json.loads((tmp_path / "state.json").read_text())
+    assert state["version"] == 1
+    st = os.stat(log)
+    assert state["files"][str(log)] == {"dev": st.st_dev, "ino": st.st_ino, "offset": 6, "line_no": 3}
+    write(log, b"4\n5\n")
+    make(tmp_path, sink, log).run_once()
+    assert sink.values() == [b"4", b"5"]
+    assert [r[2]["line_no"] for r in sink.records] == [b"4", b"5"]
+
+
+def test_state_of_a_replaced_file_is_not_used(tmp_path, sink):
+    log = tmp_path / "a.log"
+    write(log, b"old1\nold2\n")
+    make(tmp_path, sink, log).run_once()
+    sink.take()
+    os.rename(log, tmp_path / "a.log.1")
+    write(log, b"n\n")
+    make(tmp_path, sink, log).run_once()
+    assert sink.values() == [b"n"]
+    assert sink.records[0][2]["line_no"] == b"1"
+
+
+def test_state_written_only_after_acknowledgement(tmp_path, sink):
+    log = tmp_path / "a.log"
+    write(log, b"1\n2\n")
+    shipper = make(tmp_path, sink, log)
+    shipper.poll_once()
+    sink.take()
+    write(log, b"3\n")
+    sink.fail_next = True
+    with pytest.raises(RuntimeError):
+        shipper.poll_once()
+    assert load_state(shipper.state_file)[str(log)]["offset"] == 4
+    assert shipper.stats.lines == 2
+    shipper.poll_once()  # rewound to the checkpoint: line 3 is sent again
+    assert sink.values() == [b"3"]
+    assert sink.records[0][2]["line_no"] == b"3"
+    assert load_state(shipper.state_file)[str(log)]["offset"] == 6
+
+
+def test_save_state_atomic_and_corrupt_state_ignored(tmp_path):
+    path = str(tmp_path / "sub" / "state.json")
+    save_state(path, {"/x": {"dev": 1, "ino": 2, "offset": 3, "line_no": 4}})
+    assert load_state(path) == {"/x": {"dev": 1, "ino": 2, "offset": 3, "line_no": 4}}
+    assert os.listdir(tmp_path / "sub") == ["state.json"]  # no temporary file left
+    write(path, b"{not json", mode="wb")
+    assert load_state(path) == {}
+    assert load_state(str(tmp_path / "missing.json")) == {}
+
+
+# --- bad input, expansion ----------------------------------------------------------------------
+
+
+def test_unreadable_file_reported_once_and_skipped(tmp_path, sink, monkeypatch):
+    good, bad = tmp_path / "good.log", tmp_path / "bad.log"
+    write(good, b"g\n")
+    write(bad, b"secret\n")
+    os.chmod(bad, 0)
+    if os.geteuid() == 0:  # root reads any file: make open() refuse as it would for a user
+        real_open = open
+
+        def refusing_open(path, *args, **kwargs):
+            if str(path) == str(bad):
+                raise PermissionError(13, "Permission denied", str(path))
+            return real_open(path, *args, **kwargs)
+
+        monkeypatch.setattr("kafkatw.shipper.open", refusing_open, raising=False)
+    warnings = []
+    shipper = make(tmp_path, sink, tmp_path / "*.log", on_warning=warnings.append)
+    shipper.poll_once()
+    write(good, b"g2\n")
+    shipper.poll_once()
+    assert sink.values() == [b"g", b"g2"]
+    assert len([w for w in warnings if "bad.log" in w]) == 1
+    assert shipper.stats.skipped == 1
+
+
+def test_expand_paths(tmp_path):
+    (tmp_path / "d" / "sub").mkdir(parents=True)
+    for name in ("d/a.log", "d/b.txt", "d/sub/c.log", "e.log"):
+        write(tmp_path / name, b"x\n")
+    os.mkfifo(tmp_path / "d" / "fifo")
+    t = str(tmp_path)
+    assert expand_paths([f"{t}/d"]) == [f"{t}/d/a.log", f"{t}/d/b.txt"]
+    assert expand_paths([f"{t}/d"], recursive=True) == [f"{t}/d/a.log", f"{t}/d/b.txt", f"{t}/d/sub/c.log"]
+    assert expand_paths([f"{t}/**/*.log"]) == [f"{t}/d/a.log"]
+    assert expand_paths([f"{t}/**/*.log"], recursive=True) == [f"{t}/d/a.log", f"{t}/d/sub/c.log", f"{t}/e.log"]
+    assert expand_paths([f"{t}/d/*.log", f"{t}/d/a.log", f"{t}/missing.log"]) == [
+        f"{t}/d/a.log", f"{t}/missing.log"]
+
+
+def test_directory_picks_up_new_files(tmp_path, sink):
+    d = tmp_path / "logs"
+    d.mkdir()
+    write(d / "a.log", b"a\n")
+    shipper = make(tmp_path, sink, d)
+    shipper.poll_once()
+    write(d / "b.log", b"b\n")
+    shipper.poll_once()  # found after this poll's reads
+    shipper.poll_once()
+    assert sorted(sink.values()) == [b"a", b"b"]
+    assert shipper.stats.files == 2
+
+
+def test_state_file_inside_followed_directory_is_not_shipped(tmp_path, sink):
+    write(tmp_path / "a.log", b"a\n")
+    shipper = make(tmp_path, sink, tmp_path)
+    shipper.run_once()
+    shipper.poll_once()
+    assert sink.values() == [b"a"]
+
+
+def test_follower_lag(tmp_path):
+    log = tmp_path / "a.log"
+    write(log, b"abc\nde")
+    f = FileFollower(str(log))
+    lines = []
+    f.poll(lambda v, n, o: lines.append(v))
+    assert lines == [b"abc"] and f.lag_bytes == 2
