@@ -380,8 +380,16 @@ class FileFollower:
             st = os.fstat(self.file.fileno())
         elif st is not None and st.st_size < self._read_pos:
             self._reset(0, 0)  # truncated
-        self.size = os.fstat(self.file.fileno()).st_size
+        fst = os.fstat(self.file.fileno())
+        self.size = fst.st_size
         total += self._read(emit, final=final, limit=self.max_poll_bytes)
+        if st is None and fst.st_nlink == 0 and self._read_pos >= fst.st_size:
+            # deleted (not renamed) and read to its end: finish it and let go of it,
+            # so its disk space is freed
+            self._read(emit, final=True, limit=None)
+            if self.on_finished is not None:
+                self.on_finished(self.dev, self.ino, self.offset, self.line_no)
+            self.close()
         return total
 
     def _read(self, emit: Emit, final: bool, limit: int | None) -> int:
@@ -517,9 +525,17 @@ class Shipper:
         for follower in self.followers.values():
             if follower.file is not None:
                 known[(follower.dev, follower.ino)] = (follower.offset, follower.line_no)
-        for path in expand_paths(self.patterns, self.recursive):
-            if path in self.followers or (self.state_file and os.path.abspath(self.state_file) == path):
+        expanded = expand_paths(self.patterns, self.recursive)
+        listed = set(expanded)
+        for path in [p for p, f in self.followers.items() if f.file is None and p not in listed]:
+            del self.followers[path]  # found under a directory or glob, gone now
+        state_file = os.path.abspath(self.state_file) if self.state_file else None
+        for path in expanded:
+            if path in self.followers:
                 continue
+            if state_file and (path == state_file or (os.path.dirname(path) == os.path.dirname(state_file)
+                                                      and os.path.basename(path).startswith(".ship-state-"))):
+                continue  # the state file and its temporary files
             follower = FileFollower(path, self.max_line_bytes, self.max_poll_bytes, on_finished=self._on_finished)
             if follower.resume(self._state.get(path)) and path not in self._state:
                 seen = known.get((follower.dev, follower.ino))
@@ -600,6 +616,8 @@ class Shipper:
             entry = follower.checkpoint
             if entry is not None:
                 self._state[path] = entry
+        for path in [p for p in self._state if not os.path.lexists(p)]:
+            del self._state[path]  # a later file at that path starts at 0 anyway
         if self.state_file and self._state != self._saved:
             save_state(self.state_file, self._state)
             self._saved = {k: dict(v) for k, v in self._state.items()}

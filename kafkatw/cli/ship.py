@@ -53,20 +53,26 @@ class _Progress:
         self._console = Console(stderr=True)
         self._live = Live(console=self._console, refresh_per_second=4, transient=False)
         self._live.start()
-        self._last = (time.monotonic(), 0)
+        self._started = time.monotonic()
+        self._last = (self._started, 0)
         self._rate = 0.0
 
     def update(self, shipper: Shipper) -> None:
+        from rich.console import Group
         from rich.table import Table
+        from rich.text import Text
 
         now = time.monotonic()
         then, lines = self._last
-        if now - then >= 1.0:
-            self._rate = (shipper.stats.lines - lines) / (now - then)
-            self._last = (now, shipper.stats.lines)
         s = shipper.stats
-        table = Table(title=f"{s.lines} lines, {s.bytes} bytes, {self._rate:.0f} lines/s, "
-                            f"{s.truncated} truncated, {s.skipped} skipped", title_justify="left")
+        if now - then >= 1.0:  # lines/s over the last second or so
+            self._rate = (s.lines - lines) / (now - then)
+            self._last = (now, s.lines)
+        elif then == self._started and now > then:
+            self._rate = s.lines / (now - then)
+        header = Text(f"{s.lines} lines, {s.bytes} bytes, {self._rate:.0f} lines/s, "
+                      f"{s.truncated} truncated, {s.skipped} skipped")
+        table = Table()
         table.add_column("file")
         table.add_column("lag (bytes)", justify="right")
         lag = shipper.lag()
@@ -74,7 +80,7 @@ class _Progress:
             table.add_row(path, str(lag[path]))
         if len(lag) > 20:
             table.add_row(f"… {len(lag) - 20} more files", str(sum(sorted(lag.values())[:-20])))
-        self._live.update(table)
+        self._live.update(Group(header, table))
 
     def stop(self) -> None:
         self._live.stop()
@@ -113,13 +119,13 @@ def ship(bootstrap_server: str, topic: str, paths: tuple[str, ...], once: bool, 
     def on_signal(signum: int, frame: Any) -> None:
         stop.set()
 
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-    progress = None
     try:
         sink = ProducerSink(bootstrap_server, topic,
                             compression_type=None if compression_codec == "none" else compression_codec)
     except Exception as e:
         fail(f"ERROR cannot start the producer: {describe_error(e)}")
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    progress = None
     shipper = Shipper(paths, sink, state_file=None if no_state else state_file, recursive=recursive,
                       max_line_bytes=max_line_bytes, skip_binary=skip_binary, on_warning=warn)
     error: BaseException | None = None

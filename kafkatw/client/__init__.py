@@ -1,0 +1,77 @@
+"""
+kafkatw's Kafka clients (DESIGN.md D7; guide: docs/clients.md).
+
+The public API, pinned by C{tests/unit/test_exports.py}:
+
+  - Twisted (everything takes the reactor as its first argument):
+    L{KafkaClient} (metadata and broker connections, shareable),
+    L{Producer} (L{Producer.send} fires with a L{RecordMetadata}),
+    L{Consumer} (partition-level; L{Consumer.poll} fires with
+    L{ConsumerRecord}s) and L{ZookeeperConsumerGroup} (the paper's
+    ZooKeeper-coordinated consumer group, section 3.2).
+  - Blocking, for code without a reactor (scripts, Spark executors):
+    L{BlockingProducer}, L{BlockingConsumer} and
+    L{BlockingZookeeperConsumerGroup}.
+
+The blocking classes are imported on first access: their module imports
+crochet and registers an C{os.register_at_fork} handler, which an application
+that only uses the Twisted clients need not pay for.  Importing them never
+installs C{twisted.internet.reactor} nor starts a thread; the first blocking
+client I{made} in a process starts that process's private reactor thread
+(L{kafkatw.client.blocking}).
+
+Everything else in the submodules (C{client}, C{connection}, C{producer},
+C{consumer}, C{blocking}, …) is implementation and may change.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .client import KafkaClient
+from .consumer import Consumer, ConsumerRecord
+from .producer import Producer, RecordMetadata
+from .zookeeper_group import ZookeeperConsumerGroup
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .blocking import BlockingConsumer, BlockingProducer
+    from .blocking_group import BlockingZookeeperConsumerGroup
+
+__all__ = [
+    "KafkaClient",
+    "Producer",
+    "RecordMetadata",
+    "Consumer",
+    "ConsumerRecord",
+    "ZookeeperConsumerGroup",
+    "BlockingProducer",
+    "BlockingConsumer",
+    "BlockingZookeeperConsumerGroup",
+]
+
+#: Names imported on first access: name -> submodule.
+_LAZY = {
+    "BlockingProducer": "blocking",
+    "BlockingConsumer": "blocking",
+    "BlockingZookeeperConsumerGroup": "blocking_group",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """
+    Import a blocking class on first access (PEP 562) and cache it here.
+
+    @raise AttributeError: C{name} is not part of this package.
+    """
+    submodule = _LAZY.get(name)
+    if submodule is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib import import_module
+
+    value = getattr(import_module(f"{__name__}.{submodule}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -426,9 +426,10 @@ class BlockingConsumer(_Bound):
     def paused(self) -> set[tuple[str, int]]:
         return self._call(self._consumer.paused)
 
-    def poll(self, timeout_ms: int = 0, max_records: int | None = None) -> list[ConsumerRecord]:
+    def poll(self, timeout_ms: int | None = 0, max_records: int | None = None) -> list[ConsumerRecord]:
         """
-        Records, waiting up to C{timeout_ms} (ms) for some: see L{Consumer.poll}.
+        Records, waiting up to C{timeout_ms} (ms; None: until some arrive) for
+        some: see L{Consumer.poll}.
         Records still held by the iterator come first.
         """
         if self._index < len(self._records):
@@ -437,7 +438,7 @@ class BlockingConsumer(_Bound):
             self._index += len(out)
             return out
         return self._call(self._consumer.poll, timeout_ms, max_records,
-                          timeout_s=timeout_ms / 1000.0 + self._margin_s)
+                          timeout_s=None if timeout_ms is None else timeout_ms / 1000.0 + self._margin_s)
 
     def __iter__(self) -> Iterator[ConsumerRecord]:
         return self

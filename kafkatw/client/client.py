@@ -64,11 +64,15 @@ class KafkaClient:
     @param metadata_max_age_ms: refresh metadata at least this often (ms).
     @param reconnect_backoff_ms: first wait before reconnecting to a broker (ms).
     @param reconnect_backoff_max_ms: the longest such wait (ms).
+    @param allow_auto_create_topics: ask the broker to create unknown topics
+        when fetching their metadata (the broker decides, with
+        C{auto.create.topics.enable}), as Kafka's Java clients do by default.
     """
 
     def __init__(self, reactor: Any, bootstrap_servers: str | list[str], client_id: str = "kafkatw",
                  request_timeout_ms: int = 30000, metadata_max_age_ms: int = 300000,
-                 reconnect_backoff_ms: int = 50, reconnect_backoff_max_ms: int = 1000) -> None:
+                 reconnect_backoff_ms: int = 50, reconnect_backoff_max_ms: int = 1000,
+                 allow_auto_create_topics: bool = True) -> None:
         self.reactor = reactor
         self.bootstrap = parse_bootstrap_servers(bootstrap_servers)
         self.client_id = client_id
@@ -76,6 +80,7 @@ class KafkaClient:
         self.metadata_max_age_ms = metadata_max_age_ms
         self.reconnect_backoff_ms = reconnect_backoff_ms
         self.reconnect_backoff_max_ms = reconnect_backoff_max_ms
+        self.allow_auto_create_topics = allow_auto_create_topics
         self.brokers: dict[int, tuple[str, int]] = {}
         self.topics: dict[str, dict[int, PartitionMetadata]] = {}
         self.topic_ids: dict[str, Any] = {}
@@ -202,7 +207,7 @@ class KafkaClient:
         if self.metadata_stale() or any(t not in self.topics for t in topics):
             await self.refresh_metadata()
 
-    def refresh_metadata(self, allow_auto_create: bool = False) -> defer.Deferred:
+    def refresh_metadata(self, allow_auto_create: bool | None = None) -> defer.Deferred:
         """
         Fetch metadata for the wanted topics (one refresh at a time; callers
         during a refresh share it).
@@ -217,7 +222,9 @@ class KafkaClient:
                 self._refreshing = shared
         return shared.wait()
 
-    async def _refresh(self, allow_auto_create: bool) -> None:
+    async def _refresh(self, allow_auto_create: bool | None) -> None:
+        if allow_auto_create is None:
+            allow_auto_create = self.allow_auto_create_topics
         attempts = max(2, len(self.brokers) + len(self.bootstrap))
         last_error: Exception | None = None
         for _ in range(attempts):

@@ -318,6 +318,7 @@ class Producer:
         self._refreshing = False
         self._refreshed_at = -1e9
         self._closed = False
+        self._closing = False
         self._ready_waiters: list[Deferred] = []
         self._random = random.Random()
         # idempotence
@@ -346,6 +347,9 @@ class Producer:
             While C{buffer_memory} is exhausted the Deferred also waits for room.
         """
         d = Deferred()
+        if self._closing:
+            d.errback(ProducerClosedError("producer closed"))
+            return d
         if value.__class__ is not bytes and value is not None:
             value = _as_bytes(value)
         if key is None:
@@ -573,6 +577,7 @@ class Producer:
         return Deferred.fromCoroutine(self._close())
 
     async def _close(self) -> None:
+        self._closing = True  # sends from now on fail: they would miss the final flush
         await self.flush()
         self._closed = True
         for call in (self._linger_call, self._drain_call, self._block_timer):
@@ -770,8 +775,9 @@ class Producer:
 
     def _retry_or_fail(self, batch: _Batch, error: KafkaError, code: ErrorCode) -> None:
         now = self.reactor.seconds()
-        retriable = code in RETRIABLE_METADATA_ERRORS or isinstance(error, (BrokerConnectionError,
-                                                                            RequestTimedOutError))
+        # Kafka's retriable errors (NOT_ENOUGH_REPLICAS, KAFKA_STORAGE_ERROR, ...) and lost connections
+        retriable = getattr(code, "retriable", False) or code in RETRIABLE_METADATA_ERRORS or isinstance(
+            error, (BrokerConnectionError, RequestTimedOutError))
         if self.enable_idempotence and code in (ErrorCode.out_of_order_sequence_number,
                                                 ErrorCode.unknown_producer_id, ErrorCode.invalid_producer_epoch):
             retriable = False

@@ -57,9 +57,10 @@ def create_topic(bootstrap: str, name: str, partitions: int, configs: dict | Non
 
 
 def produce(bootstrap: str, topic: str, partitions: int, count: int, start: int = 0,
-            timestamp_ms: int | None = None) -> dict[tuple[int, int], tuple]:
+            timestamp_ms: int | None = None, flush_every: int | None = None) -> dict[tuple[int, int], tuple]:
     """
-    Produce C{count} records round-robin over the partitions; return
+    Produce C{count} records round-robin over the partitions (a flush every
+    C{flush_every} records makes that many record batches); return
     (partition, offset) -> (key, value, timestamp ms, headers) as acknowledged.
     """
     sent = []
@@ -72,6 +73,8 @@ def produce(bootstrap: str, topic: str, partitions: int, count: int, start: int 
             future = producer.send(topic, value, key=key, partition=i % partitions, headers=headers,
                                    timestamp_ms=ts)
             sent.append((future, key, value, ts, headers))
+            if flush_every and (i + 1) % flush_every == 0:
+                producer.flush(30)
         producer.flush(30)
     out = {}
     for future, key, value, ts, headers in sent:
@@ -147,7 +150,7 @@ class SparkTestsBase(unittest.SynchronousTestCase):
         return self.spark.read.parquet(self.path(name + "-out")).select("partition", "offset", "value").collect()
 
 
-class DataSourceTests(SparkTestsBase):
+class _DataSourceCases:
     def test_batch_read_every_column(self) -> None:
         """
         A batch read with headers gives back exactly what was produced, every
@@ -243,7 +246,7 @@ class DataSourceTests(SparkTestsBase):
         """
         create_topic(self.bootstrap, "retained", 1, {"retention.ms": "1000", "segment.bytes": "2048"})
         old = int(time.time() * 1000) - 3_600_000
-        produce(self.bootstrap, "retained", 1, 300, timestamp_ms=old)
+        produce(self.bootstrap, "retained", 1, 300, timestamp_ms=old, flush_every=10)
         deadline = time.monotonic() + 30
         with WireClient(self.bootstrap) as client:
             while (log_start := client.list_offsets("retained", 0, -2)) == 0:
@@ -274,3 +277,112 @@ class DataSourceTests(SparkTestsBase):
         self.assertEqual(offsets[-1], 299)
         self.assertEqual(offsets, list(range(offsets[0], 300)))
         self.assertGreaterEqual(offsets[0], log_start)
+
+
+SAMPLE_LINES = {
+    "syslog": ["Nov 22 04:00:%02d web1 sshd[12]: Accepted publickey for user%d" % (i % 60, i) for i in range(150)]
+    + ["Nov 22 04:01:%02d web1 kernel: I/O error on dev sda" % (i % 60) for i in range(30)],
+    "app.log": ["2026-11-22 04:0%d:00,123 %s request %d handled" % (i % 3, ("INFO", "ERROR", "WARNING")[i % 3], i)
+                for i in range(240)],
+    "dpkg.log": ["2026-11-22 04:00:41 status installed pkg%d:amd64 1.%d" % (i, i) for i in range(50)],
+    "access.log": ['10.0.0.%d - - [22/Nov/2026:04:00:41 +0000] "GET /p%d HTTP/1.1" %d 12 "-" "curl"'
+                   % (i % 9, i % 4, (200, 404, 500)[i % 3]) for i in range(210)],
+    "twistd.log": ["2026-11-22T04:00:41+0000 [kafkatw#info] started %d" % i for i in range(20)]
+    + ["garbage line %d \u00e9" % i for i in range(17)],
+}
+
+
+def ship(bootstrap: str, topic: str, paths: list[str], state_file: str) -> None:
+    """Ship the files with kafkatw.shipper if it exists, else produce records of the same shape."""
+    try:
+        from kafkatw.shipper import ship_once
+    except ImportError:
+        ship_once = None
+    if ship_once is not None:
+        ship_once(bootstrap, topic, paths, state_file=state_file)
+        return
+    import json
+    import socket
+
+    host = socket.gethostname()
+    state = json.load(open(state_file)) if os.path.exists(state_file) else {}
+    with BlockingProducer(bootstrap, acks=-1, linger_ms=5) as producer:
+        for path in paths:
+            with open(path, "rb") as f:
+                lines = f.read().split(b"\n")[:-1]
+            for n, line in enumerate(lines[state.get(path, 0):], state.get(path, 0) + 1):
+                producer.send(topic, line, key=f"{host}:{path}".encode(),
+                              headers=[("host", host.encode()), ("path", path.encode()), ("line_no", b"%d" % n)])
+            state[path] = len(lines)
+        producer.flush(30)
+    with open(state_file, "w") as f:
+        json.dump(state, f)
+
+
+class _PipelineCases:
+    def write_logs(self, directory: str, repeat: int) -> None:
+        os.makedirs(directory, exist_ok=True)
+        for name, lines in SAMPLE_LINES.items():
+            with open(os.path.join(directory, name), "a", encoding="utf-8") as f:
+                for _ in range(repeat):
+                    f.write("\n".join(lines) + "\n")
+
+    def totals(self, output: str) -> dict[str, int]:
+        rows = self.spark.read.parquet(os.path.join(output, "batch-*")).groupBy("source").sum("count").collect()
+        return {r[0]: r[1] for r in rows}
+
+    def expected(self, directory: str) -> dict[str, int]:
+        out = {}
+        for name in SAMPLE_LINES:
+            path = os.path.join(directory, name)
+            with open(path, "rb") as f:
+                out[path] = f.read().count(b"\n")
+        return out
+
+    def test_pipeline_totals(self) -> None:
+        """
+        Lines counted by the Spark job = lines in the shipped files, per
+        source, over several micro-batches and across a restart from the
+        checkpoint with more lines shipped in between.
+        """
+        import io
+
+        job = _load_job()
+        create_topic(self.bootstrap, "logs", 2)
+        logs = self.path("logs")
+        output, checkpoint, state = self.path("out"), self.path("checkpoint"), self.path("ship-state.json")
+        paths = [os.path.join(logs, name) for name in SAMPLE_LINES]
+        self.write_logs(logs, 3)
+        ship(self.bootstrap, "logs", paths, state)
+        printed = io.StringIO()
+        job.run(self.spark, self.bootstrap, "logs", output, checkpoint, available_now=True,
+                max_offsets_per_trigger=1000, out=printed)
+        self.assertEqual(self.totals(output), self.expected(logs))
+        self.assertGreaterEqual(printed.getvalue().count("--- batch"), 2)
+        self.assertIn("top messages", printed.getvalue())
+        print(printed.getvalue()[:3000])
+        import pandas  # the output is plain parquet: pandas reads the whole directory too
+        self.assertEqual(int(pandas.read_parquet(output)["count"].sum()), sum(self.expected(logs).values()))
+
+        self.write_logs(logs, 1)
+        ship(self.bootstrap, "logs", paths, state)
+        job.run(self.spark, self.bootstrap, "logs", output, checkpoint, available_now=True, out=printed)
+        self.assertEqual(self.totals(output), self.expected(logs))
+
+        df = self.spark.read.parquet(os.path.join(output, "batch-*"))
+        self.assertEqual([(f.name, f.dataType.simpleString()) for f in df.schema.fields],
+                         [("source", "string"), ("minute", "timestamp"), ("level", "string"), ("status", "int"),
+                          ("count", "bigint")])
+        access = os.path.join(logs, "access.log")
+        by_status = {r[0]: r[1] for r in df.where(df.source == access).groupBy("status").sum("count").collect()}
+        self.assertEqual(by_status, {200: 280, 404: 280, 500: 280})
+        app = os.path.join(logs, "app.log")
+        by_level = {r[0]: r[1] for r in df.where(df.source == app).groupBy("level").sum("count").collect()}
+        self.assertEqual(by_level, {"info": 320, "error": 320, "warning": 320})
+        twistd = os.path.join(logs, "twistd.log")
+        by_level = {r[0]: r[1] for r in df.where(df.source == twistd).groupBy("level").sum("count").collect()}
+        self.assertEqual(by_level, {"info": 80, "unparsed": 68})
+
+
+class SparkTests(_DataSourceCases, _PipelineCases, SparkTestsBase):
+    """All the Spark tests, in one class: one cluster and one SparkSession for the module."""

@@ -15,7 +15,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from kafkatw.client.connection import BrokerConnectionError
 from kafkatw.client.partitioner import partition_for_key
-from kafkatw.client.producer import KafkaTimeoutError, ProduceBody, Producer, RecordMetadata
+from kafkatw.client.producer import KafkaTimeoutError, ProduceBody, Producer, ProducerClosedError, RecordMetadata
 from kafkatw.errors import ErrorCode, KafkaError, RecordTooLargeError, UnknownTopicOrPartitionError
 from kafkatw.protocol.messages import decode_request, encode_request, parse_request_header
 from kafkatw.protocol.records import decode_batches
@@ -414,10 +414,32 @@ class RetryTests(ProducerTestCase):
         self.start(producer, "t")
         d = producer.send("t", b"a")
         producer.flush()
-        respond(client.produce_requests()[0], errors={("t", 0): ErrorCode.corrupt_message})
+        respond(client.produce_requests()[0], errors={("t", 0): ErrorCode.invalid_record})
         failure = self.failureResultOf(d, KafkaError)
-        self.assertEqual(failure.value.error_code, ErrorCode.corrupt_message)
+        self.assertEqual(failure.value.error_code, ErrorCode.invalid_record)
         self.assertEqual(len(client.produce_requests()), 1)
+
+    def test_send_during_close_fails_instead_of_hanging(self) -> None:
+        producer, client = self.producer()
+        self.start(producer, "t")
+        first = producer.send("t", b"a")
+        closing = producer.close()
+        late = producer.send("t", b"b")
+        self.failureResultOf(late, ProducerClosedError)
+        respond(client.produce_requests()[0])
+        self.assertEqual(self.successResultOf(first).offset, 0)
+        self.successResultOf(closing)
+
+    def test_kafka_retriable_errors_are_retried(self) -> None:
+        """NOT_ENOUGH_REPLICAS, KAFKA_STORAGE_ERROR... are retriable in Kafka's table: the batch is resent."""
+        producer, client = self.producer(retry_backoff_ms=10)
+        self.start(producer, "t")
+        d = producer.send("t", b"a")
+        producer.flush()
+        respond(client.produce_requests()[0], errors={("t", 0): ErrorCode.not_enough_replicas})
+        self.assertNoResult(d)
+        self.clock.advance(0.02)
+        self.assertEqual(len(client.produce_requests()), 2)
 
     def test_retries_exhausted(self) -> None:
         producer, client = self.producer(retries=1, retry_backoff_ms=10)

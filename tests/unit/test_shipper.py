@@ -354,3 +354,37 @@ def test_follower_lag(tmp_path):
     lines = []
     f.poll(lambda v, n, o: lines.append(v))
     assert lines == [b"abc"] and f.lag_bytes == 2
+
+
+# --- the command's arguments ------------------------------------------------------------------
+
+
+def test_cli_arguments():
+    from click.testing import CliRunner
+
+    from kafkatw.cli.main import main
+    from kafkatw.cli.ship import default_state_file
+
+    runner = CliRunner()
+    result = runner.invoke(main, ["ship", "--bootstrap-server", "127.0.0.1:1", "--topic", "t"])
+    assert result.exit_code == 2 and "PATHS" in result.output
+    result = runner.invoke(main, ["ship", "--bootstrap-server", "127.0.0.1:1", "--topic", "t", "--no-state",
+                                  "--state-file", "s.json", "x.log"])
+    assert result.exit_code == 2 and "--no-state" in result.output
+    assert default_state_file("logs").endswith(os.path.join(".kafkatw", "ship-state-logs.json"))
+    assert "--poll-interval-ms" in runner.invoke(main, ["ship", "--help"]).output
+
+
+def test_deleted_file_is_finished_and_released(tmp_path, sink):
+    d = tmp_path / "logs"
+    d.mkdir()
+    write(d / "old.log", b"1\n")
+    shipper = make(tmp_path, sink, d)
+    shipper.poll_once()
+    write(d / "old.log", b"2\ntail")
+    os.unlink(d / "old.log")
+    shipper.poll_once()
+    assert sink.values() == [b"1", b"2", b"tail"]
+    shipper.poll_once()
+    assert str(d / "old.log") not in shipper.followers
+    assert str(d / "old.log") not in load_state(shipper.state_file)

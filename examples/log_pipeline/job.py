@@ -1,0 +1,215 @@
+"""
+The log pipeline: a Spark Structured Streaming job reading shipped log lines
+from a kafkatw topic (records from C{kafkatw ship}: value = one line, key =
+C{"host:path"}, headers C{host}, C{path}, C{line_no}) and writing per
+(source, minute, level or HTTP status) line counts to parquet.
+
+    python examples/log_pipeline/job.py --bootstrap-server 127.0.0.1:9092 \\
+        --topic logs --output out/ --checkpoint ckpt/ --available-now
+
+Output: C{<output>/batch-<batch id>/} holds one micro-batch's counts, columns
+C{source} (the shipped file's path), C{minute} (timestamp, UTC), C{level}
+(string or null), C{status} (int or null), C{count} (long); one row per group
+per micro-batch, so totals are sums: C{spark.read.parquet(output + "/batch-*")}
+or C{pandas.read_parquet(output)}.
+
+Exactly once: Spark records a micro-batch's offsets in the checkpoint before
+running it and replays the same offsets (same batch id) after a crash;
+C{foreachBatch} writes each batch to the directory named by its batch id with
+C{mode("overwrite")}, so a replayed batch replaces its own earlier, possibly
+partial, output instead of adding to it.  A reader that may run while the job
+writes should skip directories without a C{_SUCCESS} file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any, Iterator, TextIO
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
+
+import parsing  # noqa: E402
+
+OUTPUT_SCHEMA = "source string, minute timestamp, level string, status int, count long"
+PARSED_SCHEMA = "source string, minute timestamp, level string, status int, error boolean, message string"
+
+
+def parse_batches(batches: Iterator[Any]) -> Iterator[Any]:
+    """
+    C{mapInArrow} function: record batches of the kafkatw source (value,
+    key, timestamp, headers) to parsed rows (L{PARSED_SCHEMA}).  Runs on executors.
+    """
+    import pyarrow as pa
+
+    import parsing as p
+
+    for batch in batches:
+        values = batch.column("value").to_pylist()
+        keys = batch.column("key").to_pylist()
+        stamps = batch.column("timestamp").cast(pa.int64()).to_pylist()  # microseconds
+        headers = batch.column("headers").to_pylist()
+        unit = batch.schema.field("timestamp").type.unit
+        divisor = {"s": 1 / 1000, "ms": 1, "us": 1000, "ns": 1_000_000}[unit]
+        out: dict[str, list] = {name: [] for name in ("source", "minute", "level", "status", "error", "message")}
+        for value, key, stamp, hdrs in zip(values, keys, stamps, headers):
+            record_ms = int(stamp // divisor) if stamp is not None else 0
+            path = None
+            for h in hdrs or ():
+                if h["key"] == "path":
+                    path = h["value"]
+                    break
+            line = (value or b"").decode("utf-8", "replace")
+            parsed = p.parse_line(line, record_ms)
+            out["source"].append(p.source_of(path, key))
+            out["minute"].append(p.minute_ms(parsed, record_ms))
+            out["level"].append(parsed.level)
+            out["status"].append(parsed.status)
+            out["error"].append(p.is_error(parsed.level, parsed.status))
+            out["message"].append(p.template(parsed.message))
+        yield pa.RecordBatch.from_arrays([
+            pa.array(out["source"], pa.string()),
+            pa.array(out["minute"], pa.int64()).cast(pa.timestamp("ms", tz="UTC")).cast(pa.timestamp("us", tz="UTC")),
+            pa.array(out["level"], pa.string()),
+            pa.array(out["status"], pa.int32()),
+            pa.array(out["error"], pa.bool_()),
+            pa.array(out["message"], pa.string()),
+        ], names=["source", "minute", "level", "status", "error", "message"])
+
+
+class Summary:
+    """The running summary printed after each micro-batch."""
+
+    def __init__(self, out: TextIO = sys.stdout, top: int = 5) -> None:
+        self.out = out
+        self.top = top
+        self.lines: dict[str, int] = {}
+        self.errors: dict[str, int] = {}
+
+    def add(self, batch_id: int, per_source: list, messages: list) -> None:
+        for row in per_source:
+            self.lines[row["source"]] = self.lines.get(row["source"], 0) + row["lines"]
+            self.errors[row["source"]] = self.errors.get(row["source"], 0) + row["errors"]
+        batch_lines = sum(r["lines"] for r in per_source)
+        batch_errors = sum(r["errors"] for r in per_source)
+        w = self.out.write
+        w(f"--- batch {batch_id}: {batch_lines} lines, {batch_errors} errors"
+          f" (running total {sum(self.lines.values())} lines, {sum(self.errors.values())} errors)\n")
+        w(f"{'source':<48} {'lines':>10} {'errors':>8}\n")
+        for source in sorted(self.lines):
+            shown = source if len(source) <= 48 else "..." + source[-45:]
+            w(f"{shown:<48} {self.lines[source]:>10} {self.errors[source]:>8}\n")
+        if messages:
+            w("top messages this batch:\n")
+            for row in messages:
+                w(f"  {row['count']:>8}  {row['message'][:100]}\n")
+        self.out.flush()
+
+
+def process_batch(batch_df: Any, batch_id: int, output: str, summary: Summary) -> None:
+    """The C{foreachBatch} function: parse, count, write C{<output>/batch-<id>}, summarise."""
+    from pyspark.sql import functions as F
+
+    parsed = batch_df.select("key", "value", "timestamp", "headers").mapInArrow(parse_batches, PARSED_SCHEMA)
+    parsed = parsed.persist()
+    try:
+        counts = (parsed.groupBy("source", "minute", "level", "status")
+                  .agg(F.count(F.lit(1)).alias("count")).select("source", "minute", "level", "status", "count"))
+        per_source = (parsed.groupBy("source").agg(F.count(F.lit(1)).alias("lines"),
+                                                     F.sum(F.col("error").cast("long")).alias("errors"))
+                      .collect())
+        if not per_source:
+            return
+        counts.coalesce(1).write.mode("overwrite").parquet(os.path.join(output, f"batch-{batch_id:08d}"))
+        messages = (parsed.groupBy("message").count().orderBy(F.desc("count"), "message")
+                    .limit(summary.top).collect())
+        summary.add(batch_id, per_source, messages)
+    finally:
+        parsed.unpersist()
+
+
+def run(spark: Any, bootstrap: str, topic: str, output: str, checkpoint: str, available_now: bool = True,
+        trigger_seconds: float = 10.0, starting_offsets: str = "earliest", max_offsets_per_trigger: int | None = None,
+        out: TextIO = sys.stdout) -> Any:
+    """
+    Start the job on C{spark}; with C{available_now}, wait until it has
+    processed everything in the topic when it started.
+
+    @return: the C{StreamingQuery}.
+    """
+    import kafkatw.spark
+
+    kafkatw.spark.register(spark)
+    spark.sparkContext.addPyFile(os.path.join(HERE, "parsing.py"))
+    reader = (spark.readStream.format("kafkatw").option("kafka.bootstrap.servers", bootstrap)
+              .option("subscribe", topic).option("startingOffsets", starting_offsets)
+              .option("includeHeaders", "true"))
+    if max_offsets_per_trigger:
+        reader = reader.option("maxOffsetsPerTrigger", str(max_offsets_per_trigger))
+    summary = Summary(out)
+    writer = (reader.load().writeStream.queryName(f"log-pipeline-{topic}")
+              .option("checkpointLocation", checkpoint)
+              .foreachBatch(lambda df, batch_id: process_batch(df, batch_id, output, summary)))
+    if available_now:
+        writer = writer.trigger(availableNow=True)
+    else:
+        writer = writer.trigger(processingTime=f"{trigger_seconds} seconds")
+    query = writer.start()
+    if available_now:
+        query.awaitTermination()
+        error = query.exception()
+        if error is not None:
+            raise RuntimeError(f"the log pipeline failed: {error}")
+    return query
+
+
+def session() -> Any:
+    """A SparkSession for running the job on this machine (local[*] unless spark-submit says otherwise)."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName("kafkatw-log-pipeline").config("spark.sql.session.timeZone", "UTC")
+    if "SPARK_MASTER" in os.environ or not os.environ.get("SPARK_ENV_LOADED"):
+        builder = (builder.master(os.environ.get("SPARK_MASTER", "local[*]"))
+                   .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+                   .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "4"))
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--bootstrap-server", required=True, help="host:port of a kafkatw broker")
+    parser.add_argument("--topic", default="logs")
+    parser.add_argument("--output", required=True, help="directory for the parquet counts")
+    parser.add_argument("--checkpoint", required=True, help="Spark checkpoint directory (keep it to resume)")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--available-now", action="store_true",
+                      help="process what is in the topic now, in micro-batches, then exit")
+    mode.add_argument("--trigger-seconds", type=float, default=10.0, help="micro-batch interval when following (s)")
+    parser.add_argument("--starting-offsets", default="earliest", help="earliest, latest or JSON (first run only)")
+    parser.add_argument("--max-offsets-per-trigger", type=int, default=None, help="records per micro-batch at most")
+    args = parser.parse_args(argv)
+    spark = session()
+    try:
+        query = run(spark, args.bootstrap_server, args.topic, args.output, args.checkpoint,
+                    available_now=args.available_now, trigger_seconds=args.trigger_seconds,
+                    starting_offsets=args.starting_offsets, max_offsets_per_trigger=args.max_offsets_per_trigger)
+        if not args.available_now:
+            try:
+                query.awaitTermination()
+            except KeyboardInterrupt:
+                query.stop()
+    finally:
+        spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,121 @@
+"""
+Tests of the log pipeline's line parsing (examples/log_pipeline/parsing.py): no Spark.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from datetime import datetime, timezone
+
+from twisted.trial import unittest
+
+_PATH = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "log_pipeline", "parsing.py")
+_spec = importlib.util.spec_from_file_location("log_pipeline_parsing", _PATH)
+parsing = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(parsing)
+
+
+def ms(*args: int, tz: timezone = timezone.utc) -> int:
+    return int(datetime(*args, tzinfo=tz).timestamp() * 1000)
+
+
+RECORD_MS = ms(2026, 11, 22, 4, 1, 0)
+
+
+class ParseLineTests(unittest.SynchronousTestCase):
+    def check(self, line: str, fmt: str, ts: int | None, level: str | None, status: int | None,
+              message: str | None = None, record_ms: int = RECORD_MS) -> None:
+        parsed = parsing.parse_line(line, record_ms)
+        self.assertEqual((parsed.format, parsed.timestamp_ms, parsed.level, parsed.status),
+                         (fmt, ts, level, status), line)
+        if message is not None:
+            self.assertEqual(parsed.message, message)
+
+    def test_syslog_rfc3164(self) -> None:
+        self.check("Nov 22 04:00:41 web1 sshd[1234]: Accepted publickey for root", "syslog",
+                   ms(2026, 11, 22, 4, 0, 41), "info", None, "sshd: Accepted publickey for root")
+        self.check("Nov  2 04:00:41 web1 kernel: EXT4-fs error (device sda1): bad block", "syslog",
+                   ms(2026, 11, 2, 4, 0, 41), "error", None)
+        self.check("Nov 22 04:00:41 web1 CRON[9]: warning: low disk", "syslog", ms(2026, 11, 22, 4, 0, 41),
+                   "warning", None)
+
+    def test_syslog_year_rollover(self) -> None:
+        """A December line read in January belongs to the previous year."""
+        self.check("Dec 31 23:59:59 h prog: x", "syslog", ms(2025, 12, 31, 23, 59, 59), "info", None,
+                   record_ms=ms(2026, 1, 1, 0, 0, 5))
+
+    def test_syslog_rfc3339(self) -> None:
+        self.check("2026-11-22T04:00:41.123456+00:00 web1 systemd[1]: Started Session 5 of user root.", "syslog",
+                   ms(2026, 11, 22, 4, 0, 41) + 123, "info", None, "systemd: Started Session 5 of user root.")
+        self.check("2026-11-22T05:00:41+01:00 web1 app: connection failed", "syslog",
+                   ms(2026, 11, 22, 4, 0, 41), "error", None)
+
+    def test_twistd(self) -> None:
+        self.check("2026-11-22T04:00:41+0000 [kafkatw.broker.server#info] listening on 9092", "twistd",
+                   ms(2026, 11, 22, 4, 0, 41), "info", None, "listening on 9092")
+        self.check("2026-11-22T04:00:41-0100 [-#error] boom", "twistd", ms(2026, 11, 22, 5, 0, 41), "error", None)
+        self.check("2026-11-22T04:00:41+0000 [x#warn] careful", "twistd", ms(2026, 11, 22, 4, 0, 41), "warning",
+                   None)
+
+    def test_app_logs(self) -> None:
+        self.check("2026-11-22 04:00:41,123 ERROR Something broke", "app", ms(2026, 11, 22, 4, 0, 41) + 123,
+                   "error", None, "Something broke")
+        self.check("2026-11-22 04:00:41,123 - myapp - WARNING - disk at 91%", "app",
+                   ms(2026, 11, 22, 4, 0, 41) + 123, "warning", None, "disk at 91%")
+        self.check("2026-11-22T04:00:41Z [INFO] ready", "app", ms(2026, 11, 22, 4, 0, 41), "info", None, "ready")
+        # a lower-case level word that is just part of the message is not a level
+        self.check("2026-11-22 04:00:41 user info updated", "app", ms(2026, 11, 22, 4, 0, 41), "info", None)
+
+    def test_dpkg_and_apt(self) -> None:
+        self.check("2026-11-22 04:00:41 status installed libc-bin:amd64 2.36-9", "dpkg",
+                   ms(2026, 11, 22, 4, 0, 41), "info", None)
+        self.check("2026-11-22 04:00:41 upgrade curl:amd64 7.88.1-10 7.88.1-10+deb12u5", "dpkg",
+                   ms(2026, 11, 22, 4, 0, 41), "info", None)
+        self.check("Start-Date: 2026-11-22  04:00:41", "dpkg", ms(2026, 11, 22, 4, 0, 41), "info", None)
+
+    def test_access_logs(self) -> None:
+        self.check('127.0.0.1 - - [22/Nov/2026:04:00:41 +0000] "GET /index.html?x=1 HTTP/1.1" 200 612 "-" "curl/7.88"',
+                   "access", ms(2026, 11, 22, 4, 0, 41), None, 200, "GET /index.html")
+        self.check('10.0.0.1 - bob [22/Nov/2026:05:00:41 +0100] "POST /api HTTP/2.0" 503 0', "access",
+                   ms(2026, 11, 22, 4, 0, 41), None, 503)
+
+    def test_unparsed(self) -> None:
+        for line in ["", "just some text", "\x00\x01binary", "Nov 99 04:00:41 h p: x", "Foo 22 04:00:41 h p: x",
+                     "  Commandline: apt-get install foo"]:
+            parsed = parsing.parse_line(line, RECORD_MS)
+            if parsed.format == "syslog":
+                self.assertIsNone(parsed.timestamp_ms)
+            else:
+                self.assertEqual((parsed.format, parsed.timestamp_ms, parsed.level, parsed.status),
+                                 ("unparsed", None, "unparsed", None), line)
+
+    def test_never_raises_on_bad_dates(self) -> None:
+        for line in ["2026-13-45 99:99:99 ERROR x", "2026-02-30T04:00:41Z [-#info] x",
+                     '1.1.1.1 - - [31/Feb/2026:04:00:41 +0000] "GET / HTTP/1.1" 200 1']:
+            parsed = parsing.parse_line(line, RECORD_MS)
+            self.assertIsNone(parsed.timestamp_ms)
+
+
+class HelperTests(unittest.SynchronousTestCase):
+    def test_minute(self) -> None:
+        parsed = parsing.parse_line("2026-11-22 04:00:41,123 ERROR x", RECORD_MS)
+        self.assertEqual(parsing.minute_ms(parsed, RECORD_MS), ms(2026, 11, 22, 4, 0, 0))
+        unparsed = parsing.parse_line("junk", RECORD_MS)
+        self.assertEqual(parsing.minute_ms(unparsed, RECORD_MS + 5_000), ms(2026, 11, 22, 4, 1, 0))
+
+    def test_is_error(self) -> None:
+        self.assertTrue(parsing.is_error("error", None))
+        self.assertTrue(parsing.is_error("critical", None))
+        self.assertTrue(parsing.is_error(None, 502))
+        self.assertFalse(parsing.is_error(None, 404))
+        self.assertFalse(parsing.is_error("warning", None))
+        self.assertFalse(parsing.is_error("unparsed", None))
+
+    def test_template(self) -> None:
+        self.assertEqual(parsing.template("took 123 ms at 0xdeadBEEF"), "took # ms at #")
+
+    def test_source(self) -> None:
+        self.assertEqual(parsing.source_of(b"/var/log/syslog", b"h:/other"), "/var/log/syslog")
+        self.assertEqual(parsing.source_of(None, b"host1:/var/log/a.log"), "/var/log/a.log")
+        self.assertEqual(parsing.source_of(None, None), "unknown")
