@@ -96,6 +96,20 @@ class ProducerIntegrationTests(unittest.TestCase):
         for i, md in enumerate(metadata):
             self.assertEqual(by_position[(md.partition, md.offset)], i)
 
+    def test_send_to_a_missing_topic_auto_creates_it(self) -> defer.Deferred:
+        """Like Java's producer: Metadata asks for auto-creation; the broker creates the topic."""
+        return defer.ensureDeferred(self._auto_create())
+
+    async def _auto_create(self) -> None:
+        from twisted.internet import reactor
+
+        producer = Producer(reactor, self.bootstrap, max_block_ms=20000)
+        try:
+            metadata = await producer.send("created-on-first-send", b"hello")
+        finally:
+            await producer.close()
+        self.assertEqual((metadata.topic, metadata.partition, metadata.offset), ("created-on-first-send", 0, 0))
+
     def test_broker_restart_acks_1(self) -> defer.Deferred:
         """
         acks=1 with retries and one request in flight: a clean broker restart in
