@@ -29,6 +29,7 @@ __all__ = [
     "CoordinatorNotAvailableError",
     "KafkaStorageError",
     "kafka_error",
+    "raise_for_error",
 ]
 
 
@@ -73,3 +74,16 @@ def kafka_error(code: ErrorCode, message: str = "") -> KafkaError:
     error = KafkaError(message)
     error.error_code = code
     return error
+
+
+def raise_for_error(code: int, what: str, message: str | None = None) -> None:
+    """
+    @raise KafkaError: carrying C{code} (with C{what} and C{message} in its
+        text) unless C{code} is C{NONE}.
+    """
+    code = ErrorCode(int(code))
+    if code != ErrorCode.none:
+        text = f"{what}: {code.name} ({int(code)})"
+        if message:
+            text += f": {message}"
+        raise kafka_error(code, text)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any, Iterator, TextIO
+from typing import Any, TextIO
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:
@@ -35,49 +35,8 @@ if HERE not in sys.path:
 import parsing  # noqa: E402
 
 OUTPUT_SCHEMA = "source string, minute timestamp, level string, status int, count long"
+#: the rows of L{parsing.parse_arrow_batches}
 PARSED_SCHEMA = "source string, minute timestamp, level string, status int, error boolean, message string"
-
-
-def parse_batches(batches: Iterator[Any]) -> Iterator[Any]:
-    """
-    C{mapInArrow} function: record batches of the kafkatw source (value,
-    key, timestamp, headers) to parsed rows (L{PARSED_SCHEMA}).  Runs on executors.
-    """
-    import pyarrow as pa
-
-    import parsing as p
-
-    for batch in batches:
-        values = batch.column("value").to_pylist()
-        keys = batch.column("key").to_pylist()
-        stamps = batch.column("timestamp").cast(pa.int64()).to_pylist()  # microseconds
-        headers = batch.column("headers").to_pylist()
-        unit = batch.schema.field("timestamp").type.unit
-        divisor = {"s": 1 / 1000, "ms": 1, "us": 1000, "ns": 1_000_000}[unit]
-        out: dict[str, list] = {name: [] for name in ("source", "minute", "level", "status", "error", "message")}
-        for value, key, stamp, hdrs in zip(values, keys, stamps, headers):
-            record_ms = int(stamp // divisor) if stamp is not None else 0
-            path = None
-            for h in hdrs or ():
-                if h["key"] == "path":
-                    path = h["value"]
-                    break
-            line = (value or b"").decode("utf-8", "replace")
-            parsed = p.parse_line(line, record_ms)
-            out["source"].append(p.source_of(path, key))
-            out["minute"].append(p.minute_ms(parsed, record_ms))
-            out["level"].append(parsed.level)
-            out["status"].append(parsed.status)
-            out["error"].append(p.is_error(parsed.level, parsed.status))
-            out["message"].append(p.template(parsed.message))
-        yield pa.RecordBatch.from_arrays([
-            pa.array(out["source"], pa.string()),
-            pa.array(out["minute"], pa.int64()).cast(pa.timestamp("ms", tz="UTC")).cast(pa.timestamp("us", tz="UTC")),
-            pa.array(out["level"], pa.string()),
-            pa.array(out["status"], pa.int32()),
-            pa.array(out["error"], pa.bool_()),
-            pa.array(out["message"], pa.string()),
-        ], names=["source", "minute", "level", "status", "error", "message"])
 
 
 class Summary:
@@ -113,7 +72,7 @@ def process_batch(batch_df: Any, batch_id: int, output: str, summary: Summary) -
     """The C{foreachBatch} function: parse, count, write C{<output>/batch-<id>}, summarise."""
     from pyspark.sql import functions as F
 
-    parsed = batch_df.select("key", "value", "timestamp", "headers").mapInArrow(parse_batches, PARSED_SCHEMA)
+    parsed = batch_df.select("key", "value", "timestamp", "headers").mapInArrow(parsing.parse_arrow_batches, PARSED_SCHEMA)
     parsed = parsed.persist()
     try:
         counts = (parsed.groupBy("source", "minute", "level", "status")

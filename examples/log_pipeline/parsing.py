@@ -27,10 +27,11 @@ two days after the record, i.e. across New Year).
 from __future__ import annotations
 
 import re
+import sys
 from datetime import datetime, timedelta, timezone
-from typing import NamedTuple
+from typing import Any, Iterator, NamedTuple
 
-__all__ = ["ParsedLine", "parse_line", "minute_ms", "is_error", "source_of", "template"]
+__all__ = ["ParsedLine", "parse_line", "minute_ms", "is_error", "source_of", "template", "parse_arrow_batches"]
 
 UTC = timezone.utc
 _MONTHS = {m: i for i, m in enumerate(
@@ -77,6 +78,7 @@ _LEVEL_TOKEN = re.compile(r"^[\[(<]?([A-Za-z]+)[\])>:]?$")
 _ERROR_WORDS = re.compile(r"\b(error|errors|fail|failed|failure|fatal|panic|critical|denied|segfault|exception)\b",
                           re.IGNORECASE)
 _WARN_WORDS = re.compile(r"\bwarn(ing)?\b", re.IGNORECASE)
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
 _NUMBERS = re.compile(r"0x[0-9a-fA-F]+|\d+")
 
 
@@ -188,8 +190,11 @@ def is_error(level: str | None, status: int | None) -> bool:
 
 
 def template(message: str, limit: int = 100) -> str:
-    """C{message} with numbers replaced by C{#} (so that similar lines group), at most C{limit} characters."""
-    return _NUMBERS.sub("#", message)[:limit]
+    """
+    C{message} with numbers replaced by C{#} (so that similar lines group) and
+    control characters by spaces, at most C{limit} characters.
+    """
+    return _CONTROL.sub(" ", _NUMBERS.sub("#", message)).strip()[:limit]
 
 
 def source_of(path_header: str | bytes | None, key: str | bytes | None) -> str:
@@ -206,3 +211,49 @@ def source_of(path_header: str | bytes | None, key: str | bytes | None) -> str:
     if key:
         return key.split(":", 1)[1] if ":" in key else key
     return "unknown"
+
+
+def parse_arrow_batches(batches: Iterator[Any]) -> Iterator[Any]:
+    """
+    The job's C{mapInArrow} function (runs on executors): Arrow record
+    batches of the kafkatw source (columns value, key, timestamp, headers) to
+    batches of parsed rows: source, minute (timestamp), level, status, error
+    (bool), message (a L{template}).  Here, not in job.py, so that Spark
+    pickles it by reference to this module, which the job ships to executors
+    with C{addPyFile}.
+    """
+    import pyarrow as pa
+
+    p = sys.modules[__name__]
+
+    for batch in batches:
+        values = batch.column("value").to_pylist()
+        keys = batch.column("key").to_pylist()
+        stamps = batch.column("timestamp").cast(pa.int64()).to_pylist()  # microseconds
+        headers = batch.column("headers").to_pylist()
+        unit = batch.schema.field("timestamp").type.unit
+        divisor = {"s": 1 / 1000, "ms": 1, "us": 1000, "ns": 1_000_000}[unit]
+        out: dict[str, list] = {name: [] for name in ("source", "minute", "level", "status", "error", "message")}
+        for value, key, stamp, hdrs in zip(values, keys, stamps, headers):
+            record_ms = int(stamp // divisor) if stamp is not None else 0
+            path = None
+            for h in hdrs or ():
+                if h["key"] == "path":
+                    path = h["value"]
+                    break
+            line = (value or b"").decode("utf-8", "replace")
+            parsed = p.parse_line(line, record_ms)
+            out["source"].append(p.source_of(path, key))
+            out["minute"].append(p.minute_ms(parsed, record_ms))
+            out["level"].append(parsed.level)
+            out["status"].append(parsed.status)
+            out["error"].append(p.is_error(parsed.level, parsed.status))
+            out["message"].append(p.template(parsed.message))
+        yield pa.RecordBatch.from_arrays([
+            pa.array(out["source"], pa.string()),
+            pa.array(out["minute"], pa.int64()).cast(pa.timestamp("ms", tz="UTC")).cast(pa.timestamp("us", tz="UTC")),
+            pa.array(out["level"], pa.string()),
+            pa.array(out["status"], pa.int32()),
+            pa.array(out["error"], pa.bool_()),
+            pa.array(out["message"], pa.string()),
+        ], names=["source", "minute", "level", "status", "error", "message"])

@@ -34,6 +34,7 @@ from twisted.logger import Logger
 from twisted.protocols.basic import Int32StringReceiver
 from zope.interface import implementer
 
+from ..protocol.framing import FrameBuffer, FrameSizeError
 from ..protocol.messages import API_NAMES, MalformedRequest, UnsupportedVersion, parse_request_header
 
 __all__ = ["KafkaConnection", "KafkaServerFactory", "ResponseWriter"]
@@ -177,9 +178,7 @@ class KafkaConnection(Int32StringReceiver):
         self._writer: ResponseWriter | None = None
         self._closed = False
         self.peer = "?"
-        self._chunks: list[bytes] = []
-        self._buffered = 0
-        self._need = 4
+        self._frames = FrameBuffer(max_request_bytes)
 
     def connectionMade(self) -> None:
         # Responses go out as several writes (header, then file regions): without
@@ -199,44 +198,16 @@ class KafkaConnection(Int32StringReceiver):
 
     def dataReceived(self, data: bytes) -> None:
         """
-        Split the stream into frames.
-
-        Replaces L{Int32StringReceiver.dataReceived}, which concatenates its
-        whole buffer on every read: quadratic for the megabyte produce requests
-        real clients send.  Here reads are kept as a list until a whole frame is
-        there, then joined once, and each frame is a read-only view of it.
+        Split the stream into frames with L{FrameBuffer}, which replaces
+        L{Int32StringReceiver.dataReceived} (quadratic for large requests).
         """
-        self._chunks.append(data)
-        self._buffered += len(data)
-        if self._buffered < self._need:
-            return
-        alldata = self._chunks[0] if len(self._chunks) == 1 else b"".join(self._chunks)
-        end = len(alldata)
-        view = memoryview(alldata)  # frames are views: kio decodes them without a copy
-        offset = 0
-        need = 4
-        unpack_from = _SIZE.unpack_from
-        while end - offset >= 4 and not self._closed:
-            (length,) = unpack_from(alldata, offset)
-            if length > self.MAX_LENGTH or length < 0:
-                self._chunks = []
-                self._buffered = 0
-                self.lengthLimitExceeded(length)
-                return
-            if end - offset - 4 < length:
-                need = 4 + length
-                break
-            start = offset + 4
-            offset = start + length
-            self.stringReceived(view[start:offset])
-        if offset == end:
-            self._chunks = []
-            self._buffered = 0
-        else:
-            rest = alldata[offset:] if offset else alldata
-            self._chunks = [rest]
-            self._buffered = len(rest)
-        self._need = need
+        try:
+            for frame in self._frames.feed(data):
+                if self._closed:
+                    break
+                self.stringReceived(frame)
+        except FrameSizeError as e:
+            self.lengthLimitExceeded(e.size)
 
     def lengthLimitExceeded(self, length: int) -> None:
         _log.warn(

@@ -24,7 +24,7 @@ from twisted.internet.endpoints import HostnameEndpoint, connectProtocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from ..errors import ErrorCode, KafkaError, kafka_error
+from ..errors import ErrorCode, KafkaError
 from .connection import BrokerConnection, BrokerConnectionError, parse_bootstrap_servers
 
 __all__ = ["KafkaClient", "PartitionMetadata", "RETRIABLE_METADATA_ERRORS"]
@@ -285,18 +285,6 @@ class KafkaClient:
                 connection.transport.loseConnection()
         self._connections.clear()
         return defer.DeferredList(losses).addCallback(lambda _: None)
-
-
-def raise_for_error(code: Any, what: str, message: str | None = None) -> None:
-    """
-    @raise KafkaError: carrying C{code} unless it is C{NONE}.
-    """
-    code = ErrorCode(int(code))
-    if code != ErrorCode.none:
-        text = f"{what}: {code.name} ({int(code)})"
-        if message:
-            text += f": {message}"
-        raise kafka_error(code, text)
 
 
 class _Shared:

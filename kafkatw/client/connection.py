@@ -25,6 +25,7 @@ from twisted.internet.protocol import Protocol
 from twisted.logger import Logger
 
 from ..errors import ErrorCode, KafkaError, kafka_error
+from ..protocol.framing import FrameBuffer, FrameSizeError
 from ..protocol.messages import decode_response, encode_request
 
 __all__ = [
@@ -127,9 +128,8 @@ class BrokerConnection(Protocol):
         self.lost: defer.Deferred[None] = defer.Deferred()
         self._pending: dict[int, _Pending] = {}
         self._next_correlation_id = 0
-        self._chunks: list[bytes] = []
-        self._buffered = 0
-        self._need = 4
+        # A response has at least a correlation id; its size is bounded only by memory.
+        self._frames = FrameBuffer(max_size=0x7FFFFFFF, min_size=4)
 
     # --- framing ---------------------------------------------------------------
 
@@ -142,31 +142,12 @@ class BrokerConnection(Protocol):
             set_no_delay(True)
 
     def dataReceived(self, data: bytes) -> None:
-        self._chunks.append(data)
-        self._buffered += len(data)
-        if self._buffered < self._need:
-            return
-        alldata = self._chunks[0] if len(self._chunks) == 1 else b"".join(self._chunks)
-        end = len(alldata)
-        view = memoryview(alldata)
-        offset = 0
-        need = 4
-        while end - offset >= 4:
-            (length,) = _SIZE.unpack_from(alldata, offset)
-            if length < 4:
-                _log.warn("broker {node} sent a frame of {length} bytes; closing", node=self.node_id, length=length)
-                self.transport.abortConnection()
-                return
-            if end - offset - 4 < length:
-                need = 4 + length
-                break
-            start = offset + 4
-            offset = start + length
-            self._frame_received(view[start:offset])
-        rest = alldata[offset:] if offset < end else b""
-        self._chunks = [rest] if rest else []
-        self._buffered = len(rest)
-        self._need = need
+        try:
+            for frame in self._frames.feed(data):
+                self._frame_received(frame)
+        except FrameSizeError as e:
+            _log.warn("broker {node} sent a frame of {size} bytes; closing", node=self.node_id, size=e.size)
+            self.transport.abortConnection()
 
     def _frame_received(self, frame: memoryview) -> None:
         (correlation_id,) = _CORRELATION.unpack_from(frame, 0)

@@ -65,6 +65,7 @@ from twisted.python.failure import Failure
 
 from ..errors import ErrorCode, KafkaError, RecordTooLargeError, UnknownTopicOrPartitionError, kafka_error
 from ..protocol.records import COMPRESSION_CODECS, encode_batch
+from ..protocol.messages import encode_uvarint
 from .client import RETRIABLE_METADATA_ERRORS, KafkaClient
 from .connection import BrokerConnectionError, RequestTimedOutError
 from .partitioner import murmur2
@@ -108,15 +109,6 @@ class ProducerClosedError(KafkaError):
 # --- the Produce request body, hand-encoded ---------------------------------------------
 
 
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 class ProduceBody:
     """
     A Produce request body (v3–v9) encoded by hand: kio's writer is pure Python
@@ -138,12 +130,12 @@ class ProduceBody:
             raise ValueError(f"kafkatw encodes Produce v3 to v9, not v{version}")
         pack_int32 = _INT32.pack
         if flexible:
-            parts = [b"\x00", _ACKS_TIMEOUT.pack(self.acks, self.timeout_ms), _uvarint(len(self.topics) + 1)]
+            parts = [b"\x00", _ACKS_TIMEOUT.pack(self.acks, self.timeout_ms), encode_uvarint(len(self.topics) + 1)]
             for name, partitions in self.topics:
                 encoded = name.encode("utf-8")
-                parts += (_uvarint(len(encoded) + 1), encoded, _uvarint(len(partitions) + 1))
+                parts += (encode_uvarint(len(encoded) + 1), encoded, encode_uvarint(len(partitions) + 1))
                 for partition, data in partitions:
-                    parts += (pack_int32(partition), _uvarint(len(data) + 1), data, b"\x00")
+                    parts += (pack_int32(partition), encode_uvarint(len(data) + 1), data, b"\x00")
                 parts.append(b"\x00")
             parts.append(b"\x00")
         else:

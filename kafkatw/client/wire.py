@@ -16,7 +16,8 @@ import struct
 import time
 from typing import Any, Iterable
 
-from kafkatw.errors import ErrorCode, KafkaError, kafka_error
+from kafkatw.client.connection import parse_bootstrap_servers
+from kafkatw.errors import ErrorCode, KafkaError, kafka_error, raise_for_error
 from kafkatw.protocol.messages import decode_response, encode_request
 
 __all__ = ["WireClient", "CLIENT_VERSIONS", "LATEST_TIMESTAMP", "EARLIEST_TIMESTAMP"]
@@ -45,32 +46,6 @@ _RETRY_CODES = frozenset({
 })
 
 
-def _raise_for(code: Any, what: str, message: str | None = None) -> None:
-    code = ErrorCode(int(code))
-    if code != ErrorCode.none:
-        text = f"{what}: {code.name} ({int(code)})"
-        if message:
-            text += f": {message}"
-        raise kafka_error(code, text)
-
-
-def _parse_servers(bootstrap_servers: str) -> list[tuple[str, int]]:
-    servers = []
-    for item in bootstrap_servers.split(","):
-        item = item.strip()
-        if not item:
-            continue
-        if "://" in item:
-            item = item.split("://", 1)[1]
-        host, sep, port = item.rpartition(":")
-        if not sep or not port.isdigit():
-            raise ValueError(f"bootstrap server {item!r} is not host:port")
-        servers.append((host.strip("[]") or "localhost", int(port)))
-    if not servers:
-        raise ValueError("no bootstrap servers given")
-    return servers
-
-
 class _Connection:
     """A blocking socket to one broker, with its negotiated API versions."""
 
@@ -88,7 +63,7 @@ class _Connection:
         response = self.send(18, 3, {"client_software_name": "kafkatw", "client_software_version": "0"})
         if ErrorCode(int(response.error_code)) == ErrorCode.unsupported_version:
             response = self.send(18, 0, {})
-        _raise_for(response.error_code, "ApiVersions")
+        raise_for_error(response.error_code, "ApiVersions")
         for item in response.api_keys:
             ours = CLIENT_VERSIONS.get(int(item.api_key))
             if ours is None:
@@ -146,7 +121,7 @@ class WireClient:
 
     def __init__(self, bootstrap_servers: str, client_id: str = "kafkatw-cli", timeout_ms: int = 30000,
                  retries: int = 5, retry_backoff_ms: int = 200) -> None:
-        self._bootstrap = _parse_servers(bootstrap_servers)
+        self._bootstrap = parse_bootstrap_servers(bootstrap_servers)
         self.client_id = client_id
         self.timeout_ms = timeout_ms
         self.retries = retries
@@ -269,7 +244,7 @@ class WireClient:
                 if code == ErrorCode.none and t.partitions:
                     return len(t.partitions)
                 if code not in _RETRY_CODES and code != ErrorCode.none:
-                    _raise_for(code, f"metadata for topic {topic!r}")
+                    raise_for_error(code, f"metadata for topic {topic!r}")
             if attempt < self.retries:
                 time.sleep(self.retry_backoff_ms * (attempt + 1) / 1000)
         raise kafka_error(ErrorCode.unknown_topic_or_partition, f"topic {topic!r} does not exist")
@@ -291,7 +266,7 @@ class WireClient:
                     continue
                 code = ErrorCode(int(t.error_code))
                 if code not in _RETRY_CODES and code != ErrorCode.none:
-                    _raise_for(code, f"metadata for topic {topic!r}")
+                    raise_for_error(code, f"metadata for topic {topic!r}")
                 for p in t.partitions:
                     if int(p.partition_index) == partition:
                         code = ErrorCode(int(p.error_code))
@@ -343,7 +318,7 @@ class WireClient:
                 return -1
             for t in response.responses:
                 for p in t.partition_responses:
-                    _raise_for(p.error_code, f"produce to {topic}-{partition}", getattr(p, "error_message", None))
+                    raise_for_error(p.error_code, f"produce to {topic}-{partition}", getattr(p, "error_message", None))
                     return int(p.base_offset)
             raise kafka_error(ErrorCode.unknown_server_error, "empty produce response")
 
@@ -375,10 +350,10 @@ class WireClient:
 
         def call(leader: int) -> tuple[int, bytes]:
             response = self.request(1, body, leader, timeout_ms=self.timeout_ms + max_wait_ms)
-            _raise_for(response.error_code, "fetch")
+            raise_for_error(response.error_code, "fetch")
             for t in response.responses:
                 for p in t.partitions:
-                    _raise_for(p.error_code, f"fetch {topic}-{partition} at {offset}")
+                    raise_for_error(p.error_code, f"fetch {topic}-{partition} at {offset}")
                     return int(p.high_watermark), bytes(p.records or b"")
             return -1, b""
 
@@ -399,7 +374,7 @@ class WireClient:
             response = self.request(2, body, leader)
             for t in response.topics:
                 for p in t.partitions:
-                    _raise_for(p.error_code, f"list offsets of {topic}-{partition}")
+                    raise_for_error(p.error_code, f"list offsets of {topic}-{partition}")
                     return int(p.offset)
             raise kafka_error(ErrorCode.unknown_server_error, "empty list offsets response")
 
@@ -493,7 +468,7 @@ class WireClient:
                     self._leaders.pop((topic, p), None)
                     results[p] = (ErrorCode.network_exception, -1, b"")
                 continue
-            _raise_for(response.error_code, "fetch")
+            raise_for_error(response.error_code, "fetch")
             for t in response.responses:
                 for p in t.partitions:
                     code = ErrorCode(int(p.error_code))

@@ -31,6 +31,8 @@ from __future__ import annotations
 import struct
 from typing import Any, NamedTuple, Sequence
 
+from .messages import encode_uvarint
+
 __all__ = ["FETCH_MIN_VERSION", "FETCH_MAX_VERSION", "PartitionFetchData", "encode_fetch_response"]
 
 FETCH_MIN_VERSION = 4
@@ -60,24 +62,15 @@ class PartitionFetchData(NamedTuple):
     records_bytes: int
 
 
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def _string(value: str, flexible: bool) -> bytes:
     data = value.encode("utf-8")
     if flexible:
-        return _uvarint(len(data) + 1) + data
+        return encode_uvarint(len(data) + 1) + data
     return _I16.pack(len(data)) + data
 
 
 def _array_length(count: int, flexible: bool) -> bytes:
-    return _uvarint(count + 1) if flexible else _I32.pack(count)
+    return encode_uvarint(count + 1) if flexible else _I32.pack(count)
 
 
 def encode_fetch_response(
@@ -106,7 +99,7 @@ def encode_fetch_response(
     chunks: list[Any] = []
     total = 0
     pending = head
-    no_aborted = _uvarint(1) if flexible else _I32.pack(-1)
+    no_aborted = encode_uvarint(1) if flexible else _I32.pack(-1)
     for name, partitions in topics:
         pending += _string(name, flexible)
         pending += _array_length(len(partitions), flexible)
@@ -122,7 +115,7 @@ def encode_fetch_response(
                 pending += _I32.pack(-1)
             size = p.records_bytes
             if flexible:
-                pending += _uvarint(size + 1)
+                pending += encode_uvarint(size + 1)
             else:
                 pending += _I32.pack(size)
             if size:

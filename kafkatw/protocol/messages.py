@@ -53,6 +53,7 @@ __all__ = [
     "encode_response",
     "encode_request",
     "decode_response",
+    "encode_uvarint",
 ]
 
 API_NAMES: dict[int, str] = {
@@ -130,6 +131,16 @@ def _skip_tagged_fields(frame: bytes, pos: int) -> int:
     if pos > len(frame):
         raise MalformedRequest("tagged fields run past the end of the frame")
     return pos
+
+
+def encode_uvarint(value: int) -> bytes:
+    """An unsigned varint (compact lengths and counts of flexible versions)."""
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
 
 
 def _read_uvarint(data: bytes, pos: int) -> tuple[int, int]:

@@ -114,6 +114,7 @@ class HelperTests(unittest.SynchronousTestCase):
 
     def test_template(self) -> None:
         self.assertEqual(parsing.template("took 123 ms at 0xdeadBEEF"), "took # ms at #")
+        self.assertEqual(parsing.template("(Reading 5%\r(Reading 10%\r"), "(Reading #% (Reading #%")
 
     def test_source(self) -> None:
         self.assertEqual(parsing.source_of(b"/var/log/syslog", b"h:/other"), "/var/log/syslog")
