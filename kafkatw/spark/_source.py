@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import re
 import sys
-from datetime import datetime, timedelta, timezone
 from typing import Any, Iterator, Sequence
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
@@ -51,7 +50,6 @@ __all__ = ["KafkatwDataSource", "KafkaInputPartition", "DataLossError", "kafka_s
 _log = Logger()
 
 TopicPartition = tuple[str, int]
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 class DataLossError(RuntimeError):
@@ -208,14 +206,56 @@ def _plan(options: SourceOptions, starts: dict[TopicPartition, int], ends: dict[
 # --- executor side --------------------------------------------------------------------
 
 
-def _timestamp(ms: int) -> datetime:
-    return _EPOCH + timedelta(milliseconds=ms)
+_ARROW_SCHEMAS: dict[bool, Any] = {}
 
 
-def _read_range(options: SourceOptions, part: KafkaInputPartition) -> Iterator[tuple]:
+def _arrow_schema(include_headers: bool) -> Any:
+    """The Arrow form of L{kafka_schema}, as PySpark converts it (timestamps: us, UTC)."""
+    schema = _ARROW_SCHEMAS.get(include_headers)
+    if schema is None:
+        import pyarrow as pa
+
+        fields = [("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()), ("partition", pa.int32()),
+                  ("offset", pa.int64()), ("timestamp", pa.timestamp("us", tz="UTC")),
+                  ("timestampType", pa.int32())]
+        if include_headers:
+            fields.append(("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))))
+        schema = _ARROW_SCHEMAS[include_headers] = pa.schema(fields)
+    return schema
+
+
+def _to_arrow(records: list, start: int, end: int, include_headers: bool) -> tuple[Any, bool]:
     """
-    Yield the rows of C{part}: exactly the records with offsets in
-    C{[start, end)}, stopping at C{end} even when more exist.
+    The records of C{records} with offsets in C{[start, end)} as one Arrow
+    record batch (None if there are none), and whether C{end} was reached.
+    """
+    import pyarrow as pa
+
+    chosen = [r for r in records if start <= r.offset < end]
+    done = bool(records) and (records[-1].offset >= end - 1)
+    if not chosen:
+        return None, done
+    columns = [
+        pa.array([r.key for r in chosen], pa.binary()),
+        pa.array([r.value for r in chosen], pa.binary()),
+        pa.array([r.topic for r in chosen], pa.string()),
+        pa.array([r.partition for r in chosen], pa.int32()),
+        pa.array([r.offset for r in chosen], pa.int64()),
+        pa.array([r.timestamp_ms * 1000 for r in chosen], pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+        pa.array([r.timestamp_type for r in chosen], pa.int32()),
+    ]
+    schema = _arrow_schema(include_headers)
+    if include_headers:
+        columns.append(pa.array([[{"key": k, "value": v} for k, v in r.headers] for r in chosen],
+                                schema.field("headers").type))
+    return pa.RecordBatch.from_arrays(columns, schema=schema), done
+
+
+def _read_range(options: SourceOptions, part: KafkaInputPartition) -> Iterator[Any]:
+    """
+    Yield the rows of C{part} as Arrow record batches (one per poll): exactly
+    the records with offsets in C{[start, end)}, stopping at C{end} even when
+    more exist.
 
     @raise DataLossError: records in the range are gone and C{failOnDataLoss}.
     """
@@ -259,18 +299,11 @@ def _read_range(options: SourceOptions, part: KafkaInputPartition) -> Iterator[t
                                        f" {options.poll_timeout_ms} ms (kafkaConsumer.pollTimeoutMs)")
                 continue
             idle_ms = 0
-            for r in records:
-                offset = r.offset
-                if offset < start:
-                    continue
-                if offset >= end:
-                    return
-                row = (r.key, r.value, r.topic, r.partition, offset, _timestamp(r.timestamp_ms), r.timestamp_type)
-                if headers:
-                    row += ([(k, v) for k, v in r.headers],)
-                yield row
-                if offset == end - 1:
-                    return
+            batch, done = _to_arrow(records, start, end, headers)
+            if batch is not None:
+                yield batch
+            if done:
+                return
             start = records[-1].offset + 1
     finally:
         consumer.close()
@@ -299,7 +332,7 @@ class KafkatwBatchReader(DataSourceReader):
         # Spark refuses a reader with no partitions; an empty range reads nothing.
         return planned or [KafkaInputPartition("", 0, 0, 0)]
 
-    def read(self, partition: KafkaInputPartition) -> Iterator[tuple]:
+    def read(self, partition: KafkaInputPartition) -> Iterator[Any]:
         return _read_range(self.options, partition)
 
 
@@ -343,11 +376,8 @@ class KafkatwStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if isinstance(limit, ReadMaxRows):
             latest = rate_limit(limit.max_rows, full_start, latest)
         # never go back: a truncated log is data loss, found when the batch is planned
+        # (partitions that are gone are dropped from here on: with failOnDataLoss=true we raised above)
         end = {tp: max(offset, starts.get(tp, offset)) for tp, offset in latest.items()}
-        for tp in gone:
-            if not self.options.fail_on_data_loss:
-                continue
-            end[tp] = starts[tp]
         return to_json(end)
 
     def reportLatestOffset(self) -> dict | None:
@@ -358,7 +388,7 @@ class KafkatwStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         with _Admin(self.options) as admin:
             return _plan(self.options, from_json(start), from_json(end), admin)
 
-    def read(self, partition: KafkaInputPartition) -> Iterator[tuple]:
+    def read(self, partition: KafkaInputPartition) -> Iterator[Any]:
         return _read_range(self.options, partition)
 
     def commit(self, end: dict) -> None:

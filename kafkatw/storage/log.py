@@ -374,9 +374,7 @@ class PartitionLog:
 
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
         """
-        The earliest batch whose max timestamp is C{>= timestamp_ms}
-        (ListOffsets).  Batch-level: answers the batch's base offset and max
-        timestamp, not the first matching record's.
+        The earliest record whose timestamp is C{>= timestamp_ms} (ListOffsets).
 
         @return: C{(offset, timestamp_ms)} or C{None}.
         """

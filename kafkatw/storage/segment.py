@@ -380,9 +380,12 @@ class LogSegment:
 
     def find_offset_by_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
         """
-        The first batch whose max timestamp is C{>= timestamp_ms}.
+        The first record whose timestamp is C{>= timestamp_ms} (ListOffsets):
+        the time index and batch headers find its batch, and that one batch is
+        decoded (decompressed if need be) to find the record, as Kafka's
+        C{LogSegment.findOffsetByTimestamp} does.
 
-        @return: C{(batch base offset, batch max timestamp)}, or C{None}.
+        @return: C{(offset, timestamp_ms)} of that record, or C{None}.
         """
         if self.largest_timestamp_ms < timestamp_ms:
             return None
@@ -390,6 +393,16 @@ class LogSegment:
         _, position = self.offset_index.lookup(offset)
         for h in self.iter_headers(position):
             if h.max_timestamp >= timestamp_ms:
+                if h.timestamp_type == 1:  # LogAppendTime: every record has the batch's time
+                    return h.base_offset, h.max_timestamp
+                if h.base_timestamp >= timestamp_ms:  # the first record's time
+                    return h.base_offset, h.base_timestamp
+                from kafkatw.protocol.records import decode_batches
+
+                [batch] = decode_batches(os.pread(self._fd, h.size, h.position), verify_crc=False)
+                for record in batch.records:
+                    if record.timestamp_ms >= timestamp_ms:
+                        return record.offset, record.timestamp_ms
                 return h.base_offset, h.max_timestamp
         # LogAppendTime: the indexes hold append times the batches do not carry
         return self.time_index.lookup_at_or_after(timestamp_ms)

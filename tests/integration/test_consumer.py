@@ -131,9 +131,10 @@ class ConsumerIntegrationTests(unittest.TestCase):
         consumer.seek(tp, 100)
         [record] = yield consumer.poll(timeout_ms=5000, max_records=1)
         found = yield consumer.offsets_for_times({tp: record.timestamp_ms, ("records", 3): 2 ** 50})
-        # the broker answers at batch granularity (base offset, max timestamp; storage/log.py)
+        # the first record at or after the time: at most offset 100 (earlier records may share
+        # its millisecond), with exactly its timestamp (one producer: create times never go back)
         self.assertLessEqual(found[tp][0], 100)
-        self.assertGreaterEqual(found[tp][1], record.timestamp_ms)
+        self.assertEqual(found[tp][1], record.timestamp_ms)
         self.assertIsNone(found[("records", 3)])
         self.assertEqual((yield consumer.beginning_offsets([tp])), {tp: 0})
         self.assertEqual((yield consumer.end_offsets([tp])), {tp: count})

@@ -181,6 +181,15 @@ class _DataSourceCases:
         self.assertNotIn("headers", df.columns)
         pairs = sorted((r.partition, r.offset) for r in df.select("partition", "offset").collect())
         self.assertEqual(pairs, [(1, o) for o in range(5, 15)] + [(2, o) for o in range(200)])
+        self.assertEqual(self.source(subscribePattern="kno.*").count(), 600)
+
+    def test_starting_timestamp(self) -> None:
+        """startingTimestamp starts each partition at its first record at or after the timestamp."""
+        create_topic(self.bootstrap, "stamped", 2)
+        expected = produce(self.bootstrap, "stamped", 2, 400)  # record i: timestamp 1_700_000_000_000 + i
+        df = self.source(subscribe="stamped", startingTimestamp=str(1_700_000_000_000 + 250))
+        self.assertEqual(sorted(r.value for r in df.select("value").collect()),
+                         sorted(v[1] for v in expected.values() if v[2] >= 1_700_000_000_000 + 250))
 
     def test_bad_options(self) -> None:
         """Bad option combinations fail with a message naming the option."""

@@ -242,6 +242,16 @@ class AppendReadTests(LogTestMixin, TestCase):
         self.assertEqual(log.offset_for_timestamp(1190), (38, 1190))
         self.assertIsNone(log.offset_for_timestamp(1191))
 
+    def test_offset_for_timestamp_finds_the_record_inside_a_batch(self):
+        log = self.make_log()
+        log.append(build_batch([(None, b"a"), (None, b"b"), (None, b"c")], timestamps_ms=[1000, 2000, 3000]), 0)
+        log.append(build_batch([(None, b"d")], timestamp_ms=4000), 0)
+        self.assertEqual(log.offset_for_timestamp(1000), (0, 1000))
+        self.assertEqual(log.offset_for_timestamp(1500), (1, 2000))
+        self.assertEqual(log.offset_for_timestamp(2001), (2, 3000))
+        self.assertEqual(log.offset_for_timestamp(3500), (3, 4000))
+        self.assertIsNone(log.offset_for_timestamp(4001))
+
     def test_log_append_time(self):
         log = self.make_log(message_timestamp_type="LogAppendTime")
         self.clock.now = 777_000
