@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs everything kafkatw needs on a fresh Debian 12 machine: ZooKeeper, kcat, Java (for
-# ZooKeeper), and a virtual environment at .venv with kafkatw and its test extras.
+# ZooKeeper and Spark), and a virtual environment at .venv with kafkatw and its test and spark extras.
 # Safe to run again: it skips what is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,5 +17,5 @@ fi
 PYTHON=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 .venv/bin/pip install -q --upgrade pip >/dev/null
-.venv/bin/pip install -q -e ".[test${KAFKATW_EXTRAS:+,$KAFKATW_EXTRAS}]"
+.venv/bin/pip install -q -e ".[test,spark${KAFKATW_EXTRAS:+,$KAFKATW_EXTRAS}]"
 echo "kafkatw set up: $(.venv/bin/python -c 'import kafkatw; print(kafkatw.__version__)') in .venv"
