@@ -28,11 +28,11 @@ done
 BOOTSTRAP=127.0.0.1:9092
 DATA=data
 mkdir -p "$DATA"
-BROKER=(.venv/bin/twistd -n --pidfile= kafkatw --broker-id 0 --listeners tcp:9092:interface=127.0.0.1
+BROKER=(kafkatw --broker-id 0 --listeners tcp:9092:interface=127.0.0.1
         --log-dirs "$DATA/kafka-logs" --zookeeper embedded "$@")
 
 if [ "$MODE" = broker ]; then
-  exec "${BROKER[@]}"
+  exec .venv/bin/twistd -n --pidfile= "${BROKER[@]}"
 fi
 
 PIDS=()
@@ -44,7 +44,8 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 echo "== starting the broker (log: $DATA/broker.log)"
-"${BROKER[@]}" --logfile "$DATA/broker.log" 2>/dev/null &
+rm -f "$DATA/broker.log"
+.venv/bin/twistd -n --pidfile= --logfile "$DATA/broker.log" "${BROKER[@]}" 2>/dev/null &
 BROKER_PID=$!
 PIDS+=("$BROKER_PID")
 for _ in $(seq 300); do

@@ -135,7 +135,7 @@ def session() -> Any:
     if "SPARK_MASTER" in os.environ or not os.environ.get("SPARK_ENV_LOADED"):
         builder = (builder.master(os.environ.get("SPARK_MASTER", "local[*]"))
                    .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-                   .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "4"))
+                   .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false").config("spark.sql.shuffle.partitions", "4"))
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
