@@ -262,8 +262,8 @@ class ZooKeeperOutageTests(unittest.TestCase):
         """
         With ZooKeeper frozen (SIGSTOP) past the session timeout, produce and
         fetch go on, requests that need ZooKeeper fail with a retriable error;
-        once ZooKeeper is back the expired session is replaced and the broker
-        registers again.
+        once ZooKeeper is back the broker is registered (again, in a new session
+        when the old one expired) and serves requests that need ZooKeeper.
         """
         with running_cluster(brokers=1) as cluster:
             [broker] = cluster
@@ -300,8 +300,13 @@ class ZooKeeperOutageTests(unittest.TestCase):
                 time.sleep(0.2)
             self.assertEqual(error, ErrorCode.none)
             log = broker.log_text()
-            self.assertIn("ZooKeeper session LOST", log)
-            self.assertIn("re-registering broker 0", log)
+            self.assertIn("ZooKeeper session SUSPENDED", log)
+            # Whether the session expired (LOST, then a new session) or the client got back
+            # in before ZooKeeper's expirer ran is a race inside ZooKeeper; either way the
+            # broker must be registered again.  (Re-registration itself is unit-tested on a
+            # fake ZooKeeper whose session expiry is deterministic.)
+            if "ZooKeeper session LOST" in log:
+                self.assertIn("re-registering broker 0", log)
             metadata = raw_request(broker.bootstrap, 3, 12, {"topics": None, "allow_auto_topic_creation": False})
             self.assertEqual([b.node_id for b in metadata.brokers], [0])
             self.assertEqual(sorted(t.name for t in metadata.topics), ["after", "through"])
