@@ -612,3 +612,64 @@ def running_cluster(brokers: int = 1, overrides: dict[str, str] | None = None,
     finally:
         if tmpdir is None:
             shutil.rmtree(base, ignore_errors=True)
+
+
+# -- class fixtures under trial ------------------------------------------------------------
+
+
+class ClassFixture:
+    """
+    Mix in before a C{TestCase} so that its C{setUpClass} (a shared cluster,
+    say) runs under trial as it does under unittest and pytest.
+
+    trial does not call C{setUpClass}/C{tearDownClass}; this calls
+    C{setUpClass} before the class's first test and C{tearDownClass} at
+    interpreter exit (C{atexit}).  Under runners that call them, nothing
+    changes.
+    """
+
+    _class_fixture_ready = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        set_up = cls.__dict__.get("setUpClass")
+        tear_down = cls.__dict__.get("tearDownClass")
+        if set_up is not None:
+            original_set_up = set_up.__func__
+
+            def setUpClass(klass: type) -> None:  # noqa: N802 (unittest's name)
+                original_set_up(klass)
+                klass._class_fixture_ready = True
+
+            cls.setUpClass = classmethod(setUpClass)  # type: ignore[assignment]
+        if tear_down is not None:
+            original_tear_down = tear_down.__func__
+
+            def tearDownClass(klass: type) -> None:  # noqa: N802
+                if klass.__dict__.get("_class_fixture_ready"):
+                    klass._class_fixture_ready = False
+                    original_tear_down(klass)
+
+            cls.tearDownClass = classmethod(tearDownClass)  # type: ignore[assignment]
+
+    def run(self, result: Any = None) -> Any:
+        cls = type(self)
+        if not cls.__dict__.get("_class_fixture_ready"):
+            import atexit
+            import sys
+            import unittest
+
+            try:
+                cls.setUpClass()
+            except unittest.SkipTest as e:
+                result.startTest(self)
+                result.addSkip(self, str(e))
+                result.stopTest(self)
+                return result
+            except BaseException:
+                result.startTest(self)
+                result.addError(self, sys.exc_info())
+                result.stopTest(self)
+                return result
+            atexit.register(cls.tearDownClass)
+        return super().run(result)  # type: ignore[misc]

@@ -23,7 +23,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kafkatw.errors import ErrorCode
 from kafkatw.protocol.batch import build_batch
 from kafkatw.protocol.messages import decode_response, encode_request
-from kafkatw.testing import running_cluster
+from kafkatw.testing import ClassFixture, running_cluster
 
 
 def create_topic(bootstrap: str, name: str, partitions: int, config: dict | None = None) -> None:
@@ -68,7 +68,7 @@ def consume_all(bootstrap: str, topic: str, partitions: int, expected: int, time
     return records
 
 
-class TwoBrokerTests(unittest.TestCase):
+class TwoBrokerTests(ClassFixture, unittest.TestCase):
     """Two brokers sharing topics through ZooKeeper."""
 
     @classmethod

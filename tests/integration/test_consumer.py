@@ -19,7 +19,7 @@ from twisted.trial import unittest
 
 from kafkatw.client.consumer import Consumer, ConsumerRecord
 from kafkatw.errors import OffsetOutOfRangeError
-from kafkatw.testing import running_cluster
+from kafkatw.testing import ClassFixture, running_cluster
 
 PARTITIONS = 6
 
@@ -62,7 +62,7 @@ def _child_consume(bootstrap: str, topic: str, queue) -> None:
         queue.put(("error", os.getpid(), repr(e)))
 
 
-class ConsumerIntegrationTests(unittest.TestCase):
+class ConsumerIntegrationTests(ClassFixture, unittest.TestCase):
     timeout = 60
 
     @classmethod

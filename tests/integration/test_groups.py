@@ -26,7 +26,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from kafkatw.broker.group_coordinator import coordinator_for
 from kafkatw.cli.main import main as cli_main
-from kafkatw.testing import running_cluster
+from kafkatw.testing import ClassFixture, running_cluster
 
 KCAT = shutil.which("kcat") or "/usr/bin/kcat"
 OVERRIDES = {"group.initial.rebalance.delay.ms": "200", "group.min.session.timeout.ms": "1000",
@@ -54,7 +54,7 @@ def wait_until(predicate, timeout_s: float, interval_s: float = 0.1) -> bool:
     return predicate()
 
 
-class GroupTests(unittest.TestCase):
+class GroupTests(ClassFixture, unittest.TestCase):
     @classmethod
     def setUpClass(cls) -> None:
         cls._cluster = running_cluster(brokers=2, overrides=OVERRIDES)

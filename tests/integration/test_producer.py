@@ -15,7 +15,7 @@ from twisted.internet import defer, task, threads
 from twisted.trial import unittest
 
 from kafkatw.client.producer import Producer
-from kafkatw.testing import running_cluster
+from kafkatw.testing import ClassFixture, running_cluster
 
 
 def create_topic(bootstrap: str, name: str, partitions: int) -> None:
@@ -47,7 +47,7 @@ def read_all(bootstrap: str, topic: str, partitions: int, expected: int,
     return out
 
 
-class ProducerIntegrationTests(unittest.TestCase):
+class ProducerIntegrationTests(ClassFixture, unittest.TestCase):
     timeout = 120
 
     @classmethod

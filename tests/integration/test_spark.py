@@ -27,7 +27,7 @@ except ImportError:  # pragma: no cover - the spark extra is not installed
 
 from kafkatw.client.blocking import BlockingProducer
 from kafkatw.client.wire import WireClient
-from kafkatw.testing import running_cluster
+from kafkatw.testing import ClassFixture, running_cluster
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -83,7 +83,7 @@ def produce(bootstrap: str, topic: str, partitions: int, count: int, start: int 
     return out
 
 
-class SparkTestsBase(unittest.SynchronousTestCase):
+class SparkTestsBase(ClassFixture, unittest.SynchronousTestCase):
     spark = None
 
     @classmethod
