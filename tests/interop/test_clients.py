@@ -40,9 +40,9 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-import pytest
+from twisted.trial import unittest
 
-from kafkatw.testing import running_cluster
+from kafkatw.testing import ClassFixture, running_cluster
 
 KCAT = shutil.which("kcat") or "/usr/bin/kcat"
 
@@ -143,12 +143,6 @@ def topic_name(producer: str, codec: str) -> str:
 # --- the cluster -------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def broker():
-    with running_cluster(brokers=1) as brokers:
-        yield brokers[0]
-
-
 def create_topics(bootstrap: str, partitions_by_topic: dict[str, int]) -> None:
     """Create topics with confluent-kafka's AdminClient (CreateTopics)."""
     from confluent_kafka.admin import AdminClient, NewTopic
@@ -160,13 +154,6 @@ def create_topics(bootstrap: str, partitions_by_topic: dict[str, int]) -> None:
     )
     for future in futures.values():
         future.result(timeout=TIMEOUT_S)
-
-
-@pytest.fixture(scope="module")
-def topics(broker):
-    """All producer × codec topics, one partition each, created up front."""
-    create_topics(broker.bootstrap, {topic_name(p, c): 1 for p in PRODUCERS for c in CODECS})
-    return broker
 
 
 # --- producers ---------------------------------------------------------------
@@ -402,10 +389,7 @@ def produced(bootstrap: str, producer: str, codec: str) -> list[int] | None:
 _timestamps_seen: dict[tuple[str, str], list[int]] = {}
 
 
-@pytest.mark.parametrize("consumer", CONSUMERS)
-@pytest.mark.parametrize("codec", CODECS)
-@pytest.mark.parametrize("producer", PRODUCERS)
-def test_produce_then_consume(topics, producer: str, codec: str, consumer: str) -> None:
+def check_produce_then_consume(topics: Any, producer: str, codec: str, consumer: str) -> None:
     """
     C{consumer} reads back what C{producer} sent with C{codec}: offsets 0..N-1,
     keys, values and headers byte for byte, and the create times the producer
@@ -465,9 +449,7 @@ def stored_batches(broker: Any, topic: str) -> list[dict[str, int]]:
 # the batch uncompressed.  The codec check below catches that.
 
 
-@pytest.mark.parametrize("codec", CODECS)
-@pytest.mark.parametrize("producer", PRODUCERS)
-def test_batches_stored_as_produced(request, topics, producer: str, codec: str) -> None:
+def check_batches_stored_as_produced(topics: Any, producer: str, codec: str) -> None:
     """
     The broker keeps each producer's batches as sent (compression.type=producer):
     magic 2, the producer's codec, contiguous offsets, and -- every producer
@@ -494,7 +476,7 @@ def test_batches_stored_as_produced(request, topics, producer: str, codec: str) 
 # --- metadata, admin, partitioner -------------------------------------------
 
 
-def test_kcat_metadata_listing(topics) -> None:
+def check_kcat_metadata_listing(topics: Any) -> None:
     """C{kcat -L} lists the broker (as controller) and the topics' partitions led by it."""
     out = subprocess.run([KCAT, "-b", topics.bootstrap, "-L"], check=True, timeout=TIMEOUT_S,
                          capture_output=True, text=True).stdout
@@ -504,7 +486,7 @@ def test_kcat_metadata_listing(topics) -> None:
     assert "partition 0, leader 0, replicas: 0, isrs: 0" in out
 
 
-def test_kafka_python_admin_create_and_describe(broker) -> None:
+def check_kafka_python_admin_create_and_describe(broker: Any) -> None:
     """kafka-python's KafkaAdminClient creates a 3-partition topic and describes its configs."""
     from kafka import KafkaConsumer
     from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
@@ -526,7 +508,7 @@ def test_kafka_python_admin_create_and_describe(broker) -> None:
         consumer.close()
 
 
-def test_aiokafka_admin_create_and_describe(broker) -> None:
+def check_aiokafka_admin_create_and_describe(broker: Any) -> None:
     """aiokafka's AIOKafkaAdminClient creates a 3-partition topic and describes its configs."""
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
     from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
@@ -554,7 +536,7 @@ def test_aiokafka_admin_create_and_describe(broker) -> None:
     assert sorted(p["partition"] for p in meta["partitions"]) == [0, 1, 2]
 
 
-def test_same_key_same_partition(broker) -> None:
+def check_same_key_same_partition(broker: Any) -> None:
     """
     confluent-kafka with C{partitioner=murmur2_random} and kafka-python's
     default partitioner (both murmur2, as the Java client) put each key in the
@@ -590,8 +572,59 @@ def test_same_key_same_partition(broker) -> None:
     assert len(set(python.values())) == 6, "60 keys should reach all 6 partitions"
 
 
-def test_broker_log_clean(broker) -> None:
+def check_broker_log_clean(broker: Any) -> None:
     """After all of the above, the broker logged no traceback or unhandled error."""
     text = broker.log_text()
     bad = [line for line in text.splitlines() if "Traceback" in line or "Unhandled" in line or "[-] ERROR" in line]
     assert not bad, "\n".join(bad[:20])
+
+
+# --- the test case: one broker for the module; runs under trial and pytest alike ----------
+
+
+class InteropTests(ClassFixture, unittest.TestCase):
+    """Every check above against one real broker (and its ZooKeeper)."""
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls._cluster = running_cluster(brokers=1)
+        cls.broker = cls._cluster.__enter__()[0]
+        create_topics(cls.broker.bootstrap, {topic_name(p, c): 1 for p in PRODUCERS for c in CODECS})
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        cls._cluster.__exit__(None, None, None)
+
+    def test_kcat_metadata_listing(self) -> None:
+        check_kcat_metadata_listing(self.broker)
+
+    def test_kafka_python_admin_create_and_describe(self) -> None:
+        check_kafka_python_admin_create_and_describe(self.broker)
+
+    def test_aiokafka_admin_create_and_describe(self) -> None:
+        check_aiokafka_admin_create_and_describe(self.broker)
+
+    def test_same_key_same_partition(self) -> None:
+        check_same_key_same_partition(self.broker)
+
+    def test_zz_broker_log_clean(self) -> None:
+        """Last (tests run in name order): after all of the above, no traceback or error logged."""
+        check_broker_log_clean(self.broker)
+
+
+def _add_test(name: str, check: Any, *args: str) -> None:
+    def test(self: InteropTests) -> None:
+        check(self.broker, *args)
+
+    test.__name__ = name
+    test.__doc__ = check.__doc__
+    setattr(InteropTests, name, test)
+
+
+for _producer in PRODUCERS:
+    for _codec in CODECS:
+        _add_test(f"test_batches_stored_as_produced_{_producer}_{_codec}", check_batches_stored_as_produced,
+                  _producer, _codec)
+        for _consumer in CONSUMERS:
+            _add_test(f"test_produce_then_consume_{_producer}_{_codec}_{_consumer}", check_produce_then_consume,
+                      _producer, _codec, _consumer)

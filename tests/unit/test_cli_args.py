@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-import pytest
+from twisted.trial import unittest
+
+from tests._pytest_style import add_checks
 from click.testing import CliRunner
 
 from kafkatw.cli.console import format_record
@@ -13,7 +15,6 @@ from kafkatw.protocol.records import Record
 B = ["--bootstrap-server", "127.0.0.1:1"]
 
 
-@pytest.fixture
 def run():
     runner = CliRunner()
 
@@ -23,14 +24,14 @@ def run():
     return invoke
 
 
-def test_help_lists_commands(run):
+def check_help_lists_commands(run):
     result = run("--help")
     assert result.exit_code == 0
     for name in ("topics", "console-producer", "console-consumer", "zookeeper", "broker"):
         assert name in result.output
 
 
-@pytest.mark.parametrize("args", [
+USAGE_ERRORS = [
     ["topics", *B],  # no action
     ["topics", "--list"],  # no bootstrap server
     ["topics", *B, "--create"],  # no topic
@@ -53,25 +54,32 @@ def test_help_lists_commands(run):
     ["console-consumer", *B, "--topic", "t", "--max-messages", "0"],
     ["zookeeper", "--port", "2181"],  # no data dir
     ["zookeeper", "--data-dir", "/tmp/x", "--port", "70000"],
-])
-def test_usage_errors(run, args):
+]
+
+
+def check_usage_errors(run):
+    for args in USAGE_ERRORS:
+        _usage_error(run, args)
+
+
+def _usage_error(run, args):
     result = run(*args)
-    assert result.exit_code == 2, result.output
+    assert result.exit_code == 2, (args, result.output)
     assert "Usage:" in result.output or "Error" in result.output
 
 
-def test_unreachable_broker_is_exit_1(run):
+def check_unreachable_broker_is_exit_1(run):
     result = run("topics", *B, "--list")
     assert result.exit_code == 1
     assert "Error while executing topic command" in result.output
 
 
-def test_bad_bootstrap_server_is_exit_1(run):
+def check_bad_bootstrap_server_is_exit_1(run):
     result = run("topics", "--bootstrap-server", "nohostport", "--list")
     assert result.exit_code == 1
 
 
-def test_format_topic_id():
+def check_format_topic_id():
     import uuid
 
     assert format_topic_id(None) == "AAAAAAAAAAAAAAAAAAAAAA"
@@ -79,10 +87,17 @@ def test_format_topic_id():
     assert len(format_topic_id(uuid.uuid4())) == 22
 
 
-def test_format_record():
+def check_format_record():
     opts = {"print_key": True, "print_offset": True, "print_partition": True, "print_timestamp": True,
             "key_separator": b"\t"}
     line = format_record(Record(5, 1000, None, b"v", []), 2, 0, opts)
     assert line == b"CreateTime:1000\tPartition:2\tOffset:5\tnull\tv"
     plain = dict(opts, print_key=False, print_offset=False, print_partition=False, print_timestamp=False)
     assert format_record(Record(5, 1000, b"k", None, []), 2, 1, plain) == b"null"
+
+
+class CliArgumentTests(unittest.TestCase):
+    """The checks above as trial test methods."""
+
+
+add_checks(CliArgumentTests, dict(globals()), {"run": run})

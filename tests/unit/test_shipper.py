@@ -10,6 +10,9 @@ import json
 import os
 
 import pytest
+from twisted.trial import unittest
+
+from tests._pytest_style import add_checks
 
 from kafkatw.shipper import FileFollower, Shipper, expand_paths, load_state, save_state
 
@@ -46,7 +49,6 @@ def write(path, data: bytes, mode: str = "ab") -> None:
         f.write(data)
 
 
-@pytest.fixture
 def sink() -> FakeSink:
     return FakeSink()
 
@@ -59,7 +61,7 @@ def make(tmp_path, sink, *patterns, **kw) -> Shipper:
 # --- line splitting ---------------------------------------------------------------------
 
 
-def test_lines_keys_headers(tmp_path, sink):
+def check_lines_keys_headers(tmp_path, sink):
     log = tmp_path / "a.log"
     write(log, b"one\ntwo\r\n\nfour\n")
     shipper = make(tmp_path, sink, log)
@@ -72,7 +74,7 @@ def test_lines_keys_headers(tmp_path, sink):
     assert shipper.stats.bytes == len(b"one" + b"two\r" + b"four")
 
 
-def test_partial_line_waits_for_newline(tmp_path, sink):
+def check_partial_line_waits_for_newline(tmp_path, sink):
     log = tmp_path / "a.log"
     write(log, b"one\ntw")
     shipper = make(tmp_path, sink, log)
@@ -89,7 +91,7 @@ def test_partial_line_waits_for_newline(tmp_path, sink):
     assert load_state(shipper.state_file)[str(log)]["line_no"] == 2
 
 
-def test_run_once_ships_unterminated_last_line(tmp_path, sink):
+def check_run_once_ships_unterminated_last_line(tmp_path, sink):
     log = tmp_path / "a.log"
     write(log, b"one\ntwo")
     stats = make(tmp_path, sink, log).run_once()
@@ -98,7 +100,7 @@ def test_run_once_ships_unterminated_last_line(tmp_path, sink):
     assert sink.records[1][2]["line_no"] == b"2"
 
 
-def test_line_spanning_read_chunks(tmp_path, sink):
+def check_line_spanning_read_chunks(tmp_path, sink):
     log = tmp_path / "a.log"
     big = b"x" * (3 << 20)  # three read chunks
     write(log, b"a\n" + big + b"\nb\n")
@@ -106,7 +108,7 @@ def test_line_spanning_read_chunks(tmp_path, sink):
     assert sink.values() == [b"a", big, b"b"]
 
 
-def test_binary_shipped_as_is_or_skipped(tmp_path, sink):
+def check_binary_shipped_as_is_or_skipped(tmp_path, sink):
     log = tmp_path / "a.log"
     write(log, b"ok\n\x00\x01\xff\xfe\nbad \xc3\x28 utf8\nok2\n")
     make(tmp_path, sink, log).run_once()
@@ -122,7 +124,7 @@ def test_binary_shipped_as_is_or_skipped(tmp_path, sink):
 # --- long lines -------------------------------------------------------------------------------
 
 
-def test_long_line_truncated_with_header(tmp_path, sink):
+def check_long_line_truncated_with_header(tmp_path, sink):
     log = tmp_path / "a.log"
     write(log, b"short\n" + b"y" * 25 + b"\nafter\n")
     warnings = []
@@ -136,7 +138,7 @@ def test_long_line_truncated_with_header(tmp_path, sink):
     assert load_state(shipper.state_file)[str(log)]["offset"] == os.path.getsize(log)
 
 
-def test_long_line_completed_across_polls(tmp_path, sink):
+def check_long_line_completed_across_polls(tmp_path, sink):
     log = tmp_path / "a.log"
     write(log, b"z" * 15)
     shipper = make(tmp_path, sink, log, max_line_bytes=10)
@@ -153,7 +155,7 @@ def test_long_line_completed_across_polls(tmp_path, sink):
     assert load_state(shipper.state_file)[str(log)]["offset"] == 27 + 1 + 5
 
 
-def test_long_unterminated_line_at_end_of_once(tmp_path, sink):
+def check_long_unterminated_line_at_end_of_once(tmp_path, sink):
     log = tmp_path / "a.log"
     write(log, b"a\n" + b"q" * 30)
     make(tmp_path, sink, log, max_line_bytes=8).run_once()
@@ -164,7 +166,7 @@ def test_long_unterminated_line_at_end_of_once(tmp_path, sink):
 # --- rotation and truncation ------------------------------------------------------------------
 
 
-def test_rotation_by_rename(tmp_path, sink):
+def check_rotation_by_rename(tmp_path, sink):
     log = tmp_path / "app.log"
     write(log, b"1\n2\n")
     shipper = make(tmp_path, sink, log)
@@ -185,7 +187,7 @@ def test_rotation_by_rename(tmp_path, sink):
     assert state["line_no"] == 2
 
 
-def test_rotated_file_under_a_directory_not_shipped_twice(tmp_path, sink):
+def check_rotated_file_under_a_directory_not_shipped_twice(tmp_path, sink):
     d = tmp_path / "logs"
     d.mkdir()
     write(d / "app.log", b"a\nb\n")
@@ -204,7 +206,7 @@ def test_rotated_file_under_a_directory_not_shipped_twice(tmp_path, sink):
     assert sink.records[0][1].endswith(b"app.log.1")
 
 
-def test_truncation_starts_again_at_zero(tmp_path, sink):
+def check_truncation_starts_again_at_zero(tmp_path, sink):
     log = tmp_path / "a.log"
     write(log, b"first\nsecond\n")
     shipper = make(tmp_path, sink, log)
@@ -217,7 +219,7 @@ def test_truncation_starts_again_at_zero(tmp_path, sink):
     assert load_state(shipper.state_file)[str(log)]["offset"] == 2
 
 
-def test_file_appearing_later(tmp_path, sink):
+def check_file_appearing_later(tmp_path, sink):
     log = tmp_path / "later.log"
     shipper = make(tmp_path, sink, log)
     shipper.poll_once()
@@ -230,7 +232,7 @@ def test_file_appearing_later(tmp_path, sink):
 # --- state file -------------------------------------------------------------------------------
 
 
-def test_state_round_trip_restart_ships_only_new_lines(tmp_path, sink):
+def check_state_round_trip_restart_ships_only_new_lines(tmp_path, sink):
     log = tmp_path / "a.log"
     write(log, b"1\n2\n3\n")
     make(tmp_path, sink, log).run_once()
@@ -245,7 +247,7 @@ def test_state_round_trip_restart_ships_only_new_lines(tmp_path, sink):
     assert [r[2]["line_no"] for r in sink.records] == [b"4", b"5"]
 
 
-def test_state_of_a_replaced_file_is_not_used(tmp_path, sink):
+def check_state_of_a_replaced_file_is_not_used(tmp_path, sink):
     log = tmp_path / "a.log"
     write(log, b"old1\nold2\n")
     make(tmp_path, sink, log).run_once()
@@ -257,7 +259,7 @@ def test_state_of_a_replaced_file_is_not_used(tmp_path, sink):
     assert sink.records[0][2]["line_no"] == b"1"
 
 
-def test_state_written_only_after_acknowledgement(tmp_path, sink):
+def check_state_written_only_after_acknowledgement(tmp_path, sink):
     log = tmp_path / "a.log"
     write(log, b"1\n2\n")
     shipper = make(tmp_path, sink, log)
@@ -275,7 +277,7 @@ def test_state_written_only_after_acknowledgement(tmp_path, sink):
     assert load_state(shipper.state_file)[str(log)]["offset"] == 6
 
 
-def test_save_state_atomic_and_corrupt_state_ignored(tmp_path):
+def check_save_state_atomic_and_corrupt_state_ignored(tmp_path):
     path = str(tmp_path / "sub" / "state.json")
     save_state(path, {"/x": {"dev": 1, "ino": 2, "offset": 3, "line_no": 4}})
     assert load_state(path) == {"/x": {"dev": 1, "ino": 2, "offset": 3, "line_no": 4}}
@@ -288,7 +290,7 @@ def test_save_state_atomic_and_corrupt_state_ignored(tmp_path):
 # --- bad input, expansion ----------------------------------------------------------------------
 
 
-def test_unreadable_file_reported_once_and_skipped(tmp_path, sink, monkeypatch):
+def check_unreadable_file_reported_once_and_skipped(tmp_path, sink, monkeypatch):
     good, bad = tmp_path / "good.log", tmp_path / "bad.log"
     write(good, b"g\n")
     write(bad, b"secret\n")
@@ -312,7 +314,7 @@ def test_unreadable_file_reported_once_and_skipped(tmp_path, sink, monkeypatch):
     assert shipper.stats.skipped == 1
 
 
-def test_expand_paths(tmp_path):
+def check_expand_paths(tmp_path):
     (tmp_path / "d" / "sub").mkdir(parents=True)
     for name in ("d/a.log", "d/b.txt", "d/sub/c.log", "e.log"):
         write(tmp_path / name, b"x\n")
@@ -326,7 +328,7 @@ def test_expand_paths(tmp_path):
         f"{t}/d/a.log", f"{t}/missing.log"]
 
 
-def test_directory_picks_up_new_files(tmp_path, sink):
+def check_directory_picks_up_new_files(tmp_path, sink):
     d = tmp_path / "logs"
     d.mkdir()
     write(d / "a.log", b"a\n")
@@ -339,7 +341,7 @@ def test_directory_picks_up_new_files(tmp_path, sink):
     assert shipper.stats.files == 2
 
 
-def test_state_file_inside_followed_directory_is_not_shipped(tmp_path, sink):
+def check_state_file_inside_followed_directory_is_not_shipped(tmp_path, sink):
     write(tmp_path / "a.log", b"a\n")
     shipper = make(tmp_path, sink, tmp_path)
     shipper.run_once()
@@ -347,7 +349,7 @@ def test_state_file_inside_followed_directory_is_not_shipped(tmp_path, sink):
     assert sink.values() == [b"a"]
 
 
-def test_follower_lag(tmp_path):
+def check_follower_lag(tmp_path):
     log = tmp_path / "a.log"
     write(log, b"abc\nde")
     f = FileFollower(str(log))
@@ -359,7 +361,7 @@ def test_follower_lag(tmp_path):
 # --- the command's arguments ------------------------------------------------------------------
 
 
-def test_cli_arguments():
+def check_cli_arguments():
     from click.testing import CliRunner
 
     from kafkatw.cli.main import main
@@ -375,7 +377,7 @@ def test_cli_arguments():
     assert "--poll-interval-ms" in runner.invoke(main, ["ship", "--help"]).output
 
 
-def test_deleted_file_is_finished_and_released(tmp_path, sink):
+def check_deleted_file_is_finished_and_released(tmp_path, sink):
     d = tmp_path / "logs"
     d.mkdir()
     write(d / "old.log", b"1\n")
@@ -388,3 +390,10 @@ def test_deleted_file_is_finished_and_released(tmp_path, sink):
     shipper.poll_once()
     assert str(d / "old.log") not in shipper.followers
     assert str(d / "old.log") not in load_state(shipper.state_file)
+
+
+class ShipperTests(unittest.TestCase):
+    """The checks above as trial test methods (each with a fresh tmp_path and sink)."""
+
+
+add_checks(ShipperTests, dict(globals()), {"sink": FakeSink})
