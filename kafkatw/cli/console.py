@@ -31,6 +31,17 @@ __all__ = ["console_producer", "console_consumer", "format_record"]
 _ACKS = {"all": -1, "-1": -1, "0": 0, "1": 1}
 
 
+def print_options(props: dict[str, str]) -> dict[str, Any]:
+    """C{format_record}'s keyword arguments from Kafka's console-consumer C{--property} values."""
+    return {
+        "print_key": _truthy(props.get("print.key")),
+        "print_offset": _truthy(props.get("print.offset")),
+        "print_partition": _truthy(props.get("print.partition")),
+        "print_timestamp": _truthy(props.get("print.timestamp")),
+        "key_separator": props.get("key.separator", "\t").encode(),
+    }
+
+
 def _truthy(value: str | None) -> bool:
     return (value or "").strip().lower() == "true"
 
@@ -180,13 +191,7 @@ def console_consumer(bootstrap_server: str, topic: str, from_beginning: bool, pa
             except ValueError:
                 raise click.BadParameter("must be a non-negative integer, 'earliest' or 'latest'",
                                          param_hint="--offset") from None
-    opts = {
-        "print_key": _truthy(props.get("print.key")),
-        "print_offset": _truthy(props.get("print.offset")),
-        "print_partition": _truthy(props.get("print.partition")),
-        "print_timestamp": _truthy(props.get("print.timestamp")),
-        "key_separator": props.get("key.separator", "\t").encode(),
-    }
+    opts = print_options(props)
     out = sys.stdout.buffer
     processed = 0
     _consume.processed = 0  # type: ignore[attr-defined]

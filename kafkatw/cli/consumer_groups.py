@@ -29,7 +29,7 @@ import click
 from kafkatw.client.wire import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, WireClient
 from kafkatw.errors import ErrorCode, KafkaError, kafka_error
 
-from ._common import bootstrap_option, describe_error, fail
+from ._common import describe_error, fail
 
 __all__ = ["consumer_groups", "GroupSource", "BrokerGroupSource", "GroupDescription", "MemberDescription",
            "decode_consumer_assignment", "format_describe"]

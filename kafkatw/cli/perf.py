@@ -23,7 +23,7 @@ import random
 import sys
 import time
 from array import array
-from typing import Any
+from typing import Any, Callable
 
 import click
 
@@ -241,7 +241,7 @@ def producer_perf_test(ctx: click.Context, topic: str, num_records: int, record_
         return defer.ensureDeferred(_run(reactor, topic, num_records, payload, throughput, options,
                                          progress)).addBoth(done)
 
-    progress = None
+    progress: Callable[[int], None] | None = None
     bar = None
     if sys.stdout.isatty() and not os.environ.get("KAFKATW_NO_PROGRESS"):
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn

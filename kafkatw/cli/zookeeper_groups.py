@@ -39,7 +39,6 @@ from kafkatw.client.wire import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, WireClient
 from kafkatw.errors import KafkaError
 from kafkatw.zookeeper.bridge import NoNodeError
 from kafkatw.zookeeper.registry import (
-    BROKER_IDS_PATH,
     TOPICS_PATH,
     CommittedOffset,
     Registry,
@@ -372,15 +371,9 @@ def console_group_consumer(bootstrap_server: str, zookeeper_connect: str, group_
 
     from kafkatw.client.blocking_group import BlockingZookeeperConsumerGroup
 
-    from .console import _truthy, format_record
+    from .console import format_record, print_options
 
-    opts = {
-        "print_key": _truthy(props.get("print.key")),
-        "print_offset": _truthy(props.get("print.offset")),
-        "print_partition": _truthy(props.get("print.partition")),
-        "print_timestamp": _truthy(props.get("print.timestamp")),
-        "key_separator": props.get("key.separator", "\t").encode(),
-    }
+    opts = print_options(props)
     out = sys.stdout.buffer
     processed = 0
     group = None

@@ -27,7 +27,7 @@ from twisted.python.failure import Failure
 from ..errors import ErrorCode, KafkaError
 from .connection import BrokerConnection, BrokerConnectionError, parse_bootstrap_servers
 
-__all__ = ["KafkaClient", "PartitionMetadata", "RETRIABLE_METADATA_ERRORS"]
+__all__ = ["KafkaClient", "PartitionMetadata", "RETRIABLE_METADATA_ERRORS", "client_for"]
 
 _log = Logger()
 
@@ -43,6 +43,22 @@ RETRIABLE_METADATA_ERRORS = frozenset({
     ErrorCode.network_exception,
     ErrorCode.request_timed_out,
 })
+
+
+def client_for(reactor: Any, bootstrap_servers: str | list[str] | None, client: "KafkaClient | None",
+               client_id: str, request_timeout_ms: int) -> tuple["KafkaClient", bool]:
+    """
+    The client a producer or consumer uses: C{client} when given, else a new
+    one for C{bootstrap_servers}.
+
+    @return: (client, whether the caller created it and so must close it).
+    @raise ValueError: neither C{bootstrap_servers} nor C{client} given.
+    """
+    if client is not None:
+        return client, False
+    if bootstrap_servers is None:
+        raise ValueError("give bootstrap_servers or client")
+    return KafkaClient(reactor, bootstrap_servers, client_id=client_id, request_timeout_ms=request_timeout_ms), True
 
 
 class PartitionMetadata:

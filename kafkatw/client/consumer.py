@@ -61,7 +61,7 @@ from ..errors import (
     kafka_error,
 )
 from ..protocol.records import decode_fetched, scan_next_offset
-from .client import RETRIABLE_METADATA_ERRORS, KafkaClient
+from .client import RETRIABLE_METADATA_ERRORS, KafkaClient, client_for
 
 __all__ = [
     "Consumer",
@@ -246,14 +246,7 @@ class Consumer:
             raise ValueError(f"isolation_level must be read_uncommitted or read_committed, not {isolation_level!r}")
         if max_poll_records < 1:
             raise ValueError("max_poll_records must be at least 1")
-        if client is None:
-            if bootstrap_servers is None:
-                raise ValueError("give bootstrap_servers or client")
-            client = KafkaClient(reactor, bootstrap_servers, client_id=client_id,
-                                 request_timeout_ms=request_timeout_ms)
-            self._own_client = True
-        else:
-            self._own_client = False
+        client, self._own_client = client_for(reactor, bootstrap_servers, client, client_id, request_timeout_ms)
         self.reactor = reactor
         self.client = client
         self.fetch_min_bytes = fetch_min_bytes

@@ -66,7 +66,7 @@ from twisted.python.failure import Failure
 from ..errors import ErrorCode, KafkaError, RecordTooLargeError, UnknownTopicOrPartitionError, kafka_error
 from ..protocol.records import COMPRESSION_CODECS, encode_batch
 from ..protocol.messages import encode_uvarint
-from .client import RETRIABLE_METADATA_ERRORS, KafkaClient
+from .client import RETRIABLE_METADATA_ERRORS, KafkaClient, client_for
 from .connection import BrokerConnectionError, RequestTimedOutError
 from .partitioner import murmur2
 
@@ -259,14 +259,7 @@ class Producer:
             raise ValueError(f"unknown compression_type {compression_type!r}")
         if max_in_flight_requests_per_connection < 1:
             raise ValueError("max_in_flight_requests_per_connection must be at least 1")
-        if client is None:
-            if bootstrap_servers is None:
-                raise ValueError("give bootstrap_servers or client")
-            client = KafkaClient(reactor, bootstrap_servers, client_id=client_id,
-                                 request_timeout_ms=request_timeout_ms)
-            self._owns_client = True
-        else:
-            self._owns_client = False
+        client, self._owns_client = client_for(reactor, bootstrap_servers, client, client_id, request_timeout_ms)
         self.reactor = reactor
         self.client = client
         self.acks = _ACKS[acks]

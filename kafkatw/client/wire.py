@@ -16,23 +16,17 @@ import struct
 import time
 from typing import Any, Iterable
 
+from kafkatw.client.connection import CLIENT_VERSIONS as _TWISTED_CLIENT_VERSIONS
 from kafkatw.client.connection import parse_bootstrap_servers
 from kafkatw.errors import ErrorCode, KafkaError, kafka_error, raise_for_error
 from kafkatw.protocol.messages import decode_response, encode_request
 
 __all__ = ["WireClient", "CLIENT_VERSIONS", "LATEST_TIMESTAMP", "EARLIEST_TIMESTAMP"]
 
-#: API key -> (min, max) versions this client can speak.
+#: API key -> (min, max) versions this client can speak: those of the Twisted
+#: clients (L{kafkatw.client.connection.CLIENT_VERSIONS}) for the APIs it uses.
 CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
-    0: (3, 9),  # Produce
-    1: (4, 12),  # Fetch
-    2: (1, 7),  # ListOffsets
-    3: (0, 12),  # Metadata
-    18: (0, 3),  # ApiVersions
-    19: (2, 7),  # CreateTopics
-    20: (1, 6),  # DeleteTopics
-    22: (0, 4),  # InitProducerId
-    32: (1, 4),  # DescribeConfigs
+    key: versions for key, versions in _TWISTED_CLIENT_VERSIONS.items() if key in (0, 1, 2, 3, 18, 19, 20, 22, 32)
 }
 
 LATEST_TIMESTAMP = -1

@@ -74,7 +74,7 @@ import time
 import uuid
 from typing import Any, Callable, Iterable, NamedTuple
 
-from twisted.internet.defer import CancelledError, Deferred, DeferredLock, succeed
+from twisted.internet.defer import Deferred, DeferredLock, succeed
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
@@ -82,15 +82,12 @@ from kafkatw.zookeeper.bridge import (
     NodeExistsError,
     NoNodeError,
     ZooKeeperError,
-    ZooKeeperUnavailableError,
 )
 from kafkatw.zookeeper.registry import (
     BROKER_IDS_PATH,
     TOPICS_PATH,
     CommittedOffset,
     Registry,
-    decode_committed_offset,
-    encode_committed_offset,
     group_path,
 )
 

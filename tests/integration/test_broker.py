@@ -6,18 +6,14 @@ protocol requests.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
 import struct
-import subprocess
-import sys
-import threading
 import time
 import unittest
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from kafkatw.errors import ErrorCode

@@ -58,7 +58,7 @@ class GroupTests(ClassFixture, unittest.TestCase):
     @classmethod
     def setUpClass(cls) -> None:
         cls._cluster = running_cluster(brokers=2, overrides=OVERRIDES)
-        cls.brokers = cls._cluster_obj = cls._cluster.__enter__()
+        cls.brokers = cls._cluster.__enter__()
         cls.bootstrap = ",".join(b.bootstrap for b in cls.brokers)
         cls.admin = AdminClient({"bootstrap.servers": cls.bootstrap})
         cls.tmp = tempfile.mkdtemp(prefix="kafkatw-groups-")
@@ -88,6 +88,29 @@ class GroupTests(ClassFixture, unittest.TestCase):
                                                "--describe", "--group", group])
         self.assertEqual(result.exit_code, 0, result.output)
         return result.output
+
+    @staticmethod
+    def described_offsets(group: str, text: str) -> list[list[str]]:
+        """PARTITION, CURRENT-OFFSET, LOG-END-OFFSET and LAG of each --describe row, by partition."""
+        return [row[2:6] for row in sorted(line.split() for line in text.splitlines()
+                                           if line.startswith(group + " "))]
+
+    def kafka_python_resumes_at(self, group: str, topic: str, partitions: int) -> dict[int, int]:
+        """The first offset a kafka-python member of C{group} reads from each partition."""
+        from kafka import KafkaConsumer
+
+        consumer = KafkaConsumer(topic, bootstrap_servers=self.bootstrap, group_id=group,
+                                 enable_auto_commit=False, auto_offset_reset="earliest", consumer_timeout_ms=1000)
+        try:
+            first: dict[int, int] = {}
+            deadline = time.monotonic() + 40
+            while len(first) < partitions and time.monotonic() < deadline:
+                for tp, records in consumer.poll(timeout_ms=500).items():
+                    if records:
+                        first.setdefault(tp.partition, records[0].offset)
+            return first
+        finally:
+            consumer.close()
 
     # --- tests -------------------------------------------------------------------------
 
@@ -201,7 +224,6 @@ class GroupTests(ClassFixture, unittest.TestCase):
         from aiokafka import AIOKafkaConsumer
         from aiokafka.structs import OffsetAndMetadata
         from aiokafka.structs import TopicPartition as AioTopicPartition
-        from kafka import KafkaConsumer
 
         self.create_topic("handoff", 2, 100)
 
@@ -228,24 +250,11 @@ class GroupTests(ClassFixture, unittest.TestCase):
         coordinator.stop()
         coordinator.start()
 
-        consumer = KafkaConsumer("handoff", bootstrap_servers=self.bootstrap, group_id="handoff",
-                                 enable_auto_commit=False, auto_offset_reset="earliest",
-                                 consumer_timeout_ms=1000)
-        try:
-            first: dict[int, int] = {}
-            deadline = time.monotonic() + 40
-            while len(first) < 2 and time.monotonic() < deadline:
-                for tp, records in consumer.poll(timeout_ms=500).items():
-                    if records:
-                        first.setdefault(tp.partition, records[0].offset)
-            self.assertEqual(first, {0: 30, 1: 31})
-        finally:
-            consumer.close()
-
+        self.assertEqual(self.kafka_python_resumes_at("handoff", "handoff", 2), {0: 30, 1: 31})
         text = self.describe("handoff")
         self.assertIn("has no active members", text)
-        rows = sorted(line.split() for line in text.splitlines() if line.startswith("handoff "))
-        self.assertEqual([r[2:6] for r in rows], [["0", "30", "100", "70"], ["1", "31", "100", "69"]], text)
+        self.assertEqual(self.described_offsets("handoff", text),
+                         [["0", "30", "100", "70"], ["1", "31", "100", "69"]], text)
 
     def test_zookeeper_group_offsets_seen_by_the_coordinator(self) -> None:
         """
@@ -253,12 +262,10 @@ class GroupTests(ClassFixture, unittest.TestCase):
         --bootstrap-server --describe} (the broker's OffsetFetch) shows those
         offsets, and a kafka-python member of the same group resumes there.
         """
-        from kafka import KafkaConsumer
-
         from kafkatw.client.blocking_group import BlockingZookeeperConsumerGroup
 
         self.create_topic("shared-offsets", 2, 50)
-        zookeeper = self._cluster_obj.zookeeper.connect_string + "/kafkatw"
+        zookeeper = self.brokers.zookeeper.connect_string + "/kafkatw"
         with BlockingZookeeperConsumerGroup("both-ways", ["shared-offsets"], zookeeper_connect=zookeeper,
                                             bootstrap_servers=self.bootstrap, auto_offset_reset="smallest",
                                             enable_auto_commit=False, zookeeper_session_timeout_ms=3000) as group:
@@ -268,21 +275,9 @@ class GroupTests(ClassFixture, unittest.TestCase):
                 seen += len(group.poll(500))
             self.assertEqual(seen, 100)
             group.commit({("shared-offsets", 0): 20, ("shared-offsets", 1): 35})
-        rows = sorted(line.split() for line in self.describe("both-ways").splitlines()
-                      if line.startswith("both-ways "))
-        self.assertEqual([r[2:6] for r in rows], [["0", "20", "50", "30"], ["1", "35", "50", "15"]])
-        consumer = KafkaConsumer("shared-offsets", bootstrap_servers=self.bootstrap, group_id="both-ways",
-                                 enable_auto_commit=False, consumer_timeout_ms=1000)
-        try:
-            first: dict[int, int] = {}
-            deadline = time.monotonic() + 40
-            while len(first) < 2 and time.monotonic() < deadline:
-                for tp, records in consumer.poll(timeout_ms=500).items():
-                    if records:
-                        first.setdefault(tp.partition, records[0].offset)
-            self.assertEqual(first, {0: 20, 1: 35})
-        finally:
-            consumer.close()
+        self.assertEqual(self.described_offsets("both-ways", self.describe("both-ways")),
+                         [["0", "20", "50", "30"], ["1", "35", "50", "15"]])
+        self.assertEqual(self.kafka_python_resumes_at("both-ways", "shared-offsets", 2), {0: 20, 1: 35})
 
     def test_reset_offsets_and_delete(self) -> None:
         self.create_topic("reset2", 2, 10)

@@ -16,7 +16,6 @@ Every wait is bounded.
 from __future__ import annotations
 
 import collections
-import os
 import signal
 import subprocess
 import sys

@@ -565,6 +565,8 @@ class BufferAndLifecycleTests(ProducerTestCase):
         producer.flush()
         (request,) = client.produce_requests()
         self.assertEqual(request.values(), {("t", 1): [b"a"]})
+        respond(request)
+        self.assertEqual(self.successResultOf(d)[:3], ("t", 1, 0))
 
     def test_unknown_topic_times_out(self) -> None:
         client = FakeClient({"t": 1})
