@@ -35,6 +35,7 @@ __all__ = [
     "RequestTimedOutError",
     "UnsupportedApiError",
     "parse_bootstrap_servers",
+    "common_versions",
 ]
 
 _log = Logger()
@@ -74,6 +75,23 @@ class UnsupportedApiError(KafkaError):
     """The broker serves no version of an API that this client speaks."""
 
     error_code = ErrorCode.unsupported_version
+
+
+def common_versions(api_keys: Any, ours: dict[int, tuple[int, int]]) -> dict[int, int]:
+    """
+    API key -> the highest version both sides speak, from an ApiVersions
+    response's C{api_keys} and our (min, max) per API; APIs with no common
+    version are left out.
+    """
+    versions = {}
+    for item in api_keys:
+        mine = ours.get(int(item.api_key))
+        if mine is None:
+            continue
+        high = min(mine[1], int(item.max_version))
+        if high >= max(mine[0], int(item.min_version)):
+            versions[int(item.api_key)] = high
+    return versions
 
 
 def parse_bootstrap_servers(bootstrap_servers: str | list[str]) -> list[tuple[str, int]]:
@@ -235,16 +253,8 @@ class BrokerConnection(Protocol):
             response = await self.request(18, {}, version=0)
         if response.error_code != ErrorCode.none:
             raise kafka_error(ErrorCode(int(response.error_code)), "ApiVersions failed")
-        versions = {}
-        for item in response.api_keys:
-            ours = CLIENT_VERSIONS.get(int(item.api_key))
-            if ours is None:
-                continue
-            high = min(ours[1], int(item.max_version))
-            if high >= max(ours[0], int(item.min_version)):
-                versions[int(item.api_key)] = high
-        self.versions = versions
-        return versions
+        self.versions = common_versions(response.api_keys, CLIENT_VERSIONS)
+        return self.versions
 
 
 def _client_version() -> str:

@@ -17,7 +17,7 @@ import time
 from typing import Any, Iterable
 
 from kafkatw.client.connection import CLIENT_VERSIONS as _TWISTED_CLIENT_VERSIONS
-from kafkatw.client.connection import parse_bootstrap_servers
+from kafkatw.client.connection import common_versions, parse_bootstrap_servers
 from kafkatw.errors import ErrorCode, KafkaError, kafka_error, raise_for_error
 from kafkatw.protocol.messages import decode_response, encode_request
 
@@ -58,13 +58,7 @@ class _Connection:
         if ErrorCode(int(response.error_code)) == ErrorCode.unsupported_version:
             response = self.send(18, 0, {})
         raise_for_error(response.error_code, "ApiVersions")
-        for item in response.api_keys:
-            ours = CLIENT_VERSIONS.get(int(item.api_key))
-            if ours is None:
-                continue
-            high = min(ours[1], int(item.max_version))
-            if high >= max(ours[0], int(item.min_version)):
-                self.versions[int(item.api_key)] = high
+        self.versions = common_versions(response.api_keys, CLIENT_VERSIONS)
 
     def version(self, api_key: int) -> int:
         try:

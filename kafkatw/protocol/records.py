@@ -415,110 +415,11 @@ _tuple_new = tuple.__new__
 
 
 def _decode_records(d: bytes, pos: int, end: int, header: tuple, attributes: int) -> list[Record]:
-    base_offset = header[0]
-    base_ts = header[7]
-    log_append = attributes & _ATTR_TIMESTAMP_TYPE
-    max_ts = header[8]
-    count = header[12]
-    out = []
-    append = out.append
-    rec = Record
-    try:
-        for _ in range(count):
-            # length
-            b = d[pos]
-            if b < 0x80:
-                length = (b >> 1) ^ -(b & 1)
-                pos += 1
-            else:
-                c = d[pos + 1]
-                if c < 0x80:
-                    b = (b & 0x7F) | (c << 7)
-                    length = (b >> 1) ^ -(b & 1)
-                    pos += 2
-                else:
-                    length, pos = decode_varint(d, pos)
-            rec_end = pos + length
-            if rec_end > end:
-                raise CorruptRecordError("record runs past the end of its batch")
-            pos += 1  # attributes
-            # timestamp delta
-            b = d[pos]
-            if b < 0x80:
-                ts = base_ts + ((b >> 1) ^ -(b & 1))
-                pos += 1
-            else:
-                v, pos = decode_varint(d, pos)
-                ts = base_ts + v
-            # offset delta
-            b = d[pos]
-            if b < 0x80:
-                off = base_offset + ((b >> 1) ^ -(b & 1))
-                pos += 1
-            else:
-                v, pos = decode_varint(d, pos)
-                off = base_offset + v
-            # key
-            b = d[pos]
-            if b < 0x80:
-                v = (b >> 1) ^ -(b & 1)
-                pos += 1
-            else:
-                v, pos = decode_varint(d, pos)
-            if v < 0:
-                key = None
-            else:
-                key = d[pos:pos + v]
-                pos += v
-            # value
-            b = d[pos]
-            if b < 0x80:
-                v = (b >> 1) ^ -(b & 1)
-                pos += 1
-            else:
-                c = d[pos + 1]
-                if c < 0x80:
-                    b = (b & 0x7F) | (c << 7)
-                    v = (b >> 1) ^ -(b & 1)
-                    pos += 2
-                else:
-                    v, pos = decode_varint(d, pos)
-            if v < 0:
-                value = None
-            else:
-                value = d[pos:pos + v]
-                pos += v
-            # headers
-            b = d[pos]
-            if b == 0:
-                headers = []
-                pos += 1
-            else:
-                nh, pos = decode_varint(d, pos)
-                if nh < 0:
-                    raise CorruptRecordError(f"invalid number of record headers {nh}")
-                headers = []
-                for _h in range(nh):
-                    v, pos = decode_varint(d, pos)
-                    if v < 0:
-                        raise CorruptRecordError("null header key")
-                    hk = d[pos:pos + v].decode("utf-8", "replace")
-                    pos += v
-                    v, pos = decode_varint(d, pos)
-                    if v < 0:
-                        hv = None
-                    else:
-                        hv = d[pos:pos + v]
-                        pos += v
-                    headers.append((hk, hv))
-            if pos != rec_end:
-                raise CorruptRecordError("record length does not match its fields")
-            append(_tuple_new(rec, (off, max_ts if log_append else ts, key, value, headers)))
-    except IndexError:
-        raise CorruptRecordError("records truncated") from None
-    if pos != end:
-        raise CorruptRecordError(f"{end - pos} bytes left after {count} records")
-    return out
+    """One batch's records as L{Record}s, through the consumer's decoding loop."""
+    flat: list = []
+    _decode_consumer_records(d, pos, end, header, flat, "", 0, tuple)
+    new = _tuple_new
+    return [new(Record, (r[2], r[3], r[5], r[6], list(r[7]))) for r in flat]
 
 
 # --- decoding for consumers -----------------------------------------------------------
