@@ -26,7 +26,7 @@ from twisted.internet import defer
 from twisted.logger import Logger
 
 from ..config import BROKER_CONFIG, TOPIC_CONFIG_KEYS, BrokerConfig
-from ..errors import ErrorCode, KafkaError, kafka_error
+from ..errors import CorruptRecordError, ErrorCode, KafkaError, kafka_error
 from ..protocol.fetch import FETCH_MAX_VERSION, FETCH_MIN_VERSION, PartitionFetchData, encode_fetch_response
 from ..protocol.messages import RequestHeader, UnsupportedVersion, decode_request, encode_response
 from ..zookeeper.bridge import ZooKeeperError
@@ -311,11 +311,11 @@ class KafkaApis:
                 for p in topic.partition_data:
                     try:
                         if p.records is None:
-                            raise KafkaError()
+                            raise CorruptRecordError("a null record set")
                         result = append(name, p.index, p.records)
                     except KafkaError as e:
                         self.failed_produce_requests += 1
-                        code = e.error_code if type(e) is not KafkaError else ErrorCode.corrupt_message
+                        code = e.error_code
                         partitions.append({"index": p.index, "error_code": int(code), "base_offset": -1,
                                            "log_append_time": -1, "log_start_offset": -1,
                                            "error_message": str(e) or None})
@@ -409,14 +409,14 @@ class KafkaApis:
                     elif ts == EARLIEST_TIMESTAMP:
                         entry["offset"] = log.log_start_offset
                     elif ts < 0:
-                        raise KafkaError()
+                        raise kafka_error(ErrorCode.invalid_request, f"timestamp {ts}")
                     else:
                         found = log.offset_for_timestamp(ts)
                         if found is not None:
                             entry["offset"], entry["timestamp"] = found
                     entry["leader_epoch"] = self.metadata.leader_epoch(topic.name, p.partition_index)
                 except KafkaError as e:
-                    entry["error_code"] = int(e.error_code if type(e) is not KafkaError else ErrorCode.invalid_request)
+                    entry["error_code"] = int(e.error_code)
                 partitions.append(entry)
             topics.append({"name": topic.name, "partitions": partitions})
         return self._respond(header, {"throttle_time": 0, "topics": topics})

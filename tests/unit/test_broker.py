@@ -272,6 +272,7 @@ class ProduceFetchTests(unittest.TestCase):
         self.assertEqual(offset(-1), (ErrorCode.none, 2))
         self.assertEqual(offset(1500), (ErrorCode.none, 1))
         self.assertEqual(offset(3000), (ErrorCode.none, -1))
+        self.assertEqual(offset(-5), (ErrorCode.invalid_request, -1))
 
 
 class IdempotenceTests(unittest.TestCase):
