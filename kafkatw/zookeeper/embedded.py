@@ -169,17 +169,30 @@ class _ZooKeeperProcess(protocol.ProcessProtocol):
 
 
 class _RuokProtocol(protocol.Protocol):
-    def __init__(self) -> None:
+    """
+    Sends C{ruok} and collects the answer until the server closes.  The
+    connection is aborted after C{timeout_s}: a server that accepted but never
+    answers (or a TCP self-connection to the port, which echoes C{ruok} back
+    while nothing listens there yet) must not stall the readiness poll.
+    """
+
+    def __init__(self, reactor: Any, timeout_s: float) -> None:
         self.answer = b""
         self.done: Deferred = Deferred()
+        self._reactor = reactor
+        self._timeout_s = timeout_s
+        self._timer: Any = None
 
     def connectionMade(self) -> None:
         self.transport.write(b"ruok")
+        self._timer = self._reactor.callLater(self._timeout_s, self.transport.abortConnection)
 
     def dataReceived(self, data: bytes) -> None:
         self.answer += data
 
     def connectionLost(self, reason: Any) -> None:
+        if self._timer is not None and self._timer.active():
+            self._timer.cancel()
         self.done.callback(self.answer)
 
 
@@ -229,7 +242,7 @@ class EmbeddedZooKeeperService(Service):
 
     def _probe(self) -> Deferred:
         endpoint = TCP4ClientEndpoint(self._reactor, "127.0.0.1", self.port, timeout=1)
-        proto = _RuokProtocol()
+        proto = _RuokProtocol(self._reactor, timeout_s=1.0)
         d = endpoint.connect(protocol.Factory.forProtocol(lambda: proto))
         d.addCallback(lambda _: proto.done)
         d.addCallbacks(lambda answer: answer == b"imok", lambda _: False)

@@ -65,6 +65,9 @@ class GroupTests(ClassFixture, unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls) -> None:
+        # librdkafka's threads live as long as the handle: drop it, or it keeps
+        # reconnecting to the stopped brokers for the rest of the test run
+        del cls.admin
         cls._cluster.__exit__(None, None, None)
         shutil.rmtree(cls.tmp, ignore_errors=True)
 
