@@ -15,7 +15,7 @@ import tempfile
 import threading
 import time
 
-from twisted.internet import reactor, task
+from twisted.internet import defer, reactor, task
 from twisted.internet.defer import DeferredList
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 
@@ -207,7 +207,7 @@ class RegistryTests(ZooKeeperTestCase):
 
 
 class EmbeddedServiceTests(TestCase):
-    timeout = 60
+    timeout = 120
 
     def tempdir(self):
         path = tempfile.mkdtemp(prefix="kafkatw-test-")
@@ -217,17 +217,27 @@ class EmbeddedServiceTests(TestCase):
     async def test_start_and_stop(self):
         port = find_free_port()
         service = EmbeddedZooKeeperService(self.tempdir(), port, reactor, tick_time_ms=500)
+
+        async def step(what, d, timeout_s=20):
+            # each step bounded on its own, so a hang names itself and shows the server's log
+            try:
+                return await d.addTimeout(timeout_s, reactor)
+            except defer.TimeoutError:
+                with open(os.path.join(service.data_dir, "zookeeper.log"), "rb") as log:
+                    tail = log.read()[-3000:].decode("utf-8", "replace")
+                self.fail(f"{what} did not finish within {timeout_s} s; zookeeper.log ends:\n{tail}")
+
         service.startService()
         try:
             started = time.monotonic()
-            self.assertEqual(await service.whenReady(), f"127.0.0.1:{port}")
+            self.assertEqual(await step("whenReady", service.whenReady(), 35), f"127.0.0.1:{port}")
             self.assertLess(time.monotonic() - started, 30)
             client = ZooKeeperClient(service.connect_string, reactor, session_timeout_ms=4000)
-            await client.start()
-            await client.create("/hello", b"world")
-            await client.stop()
+            await step("client start", client.start())
+            await step("create", client.create("/hello", b"world"))
+            await step("client stop", client.stop())
         finally:
-            await service.stopService()
+            await step("stopService", service.stopService())
         self.assertFalse(ruok(port))
         self.assertTrue(os.path.exists(os.path.join(service.data_dir, "zoo.cfg")))
 
