@@ -166,6 +166,9 @@ def main(argv: list[str] | None = None) -> int:
             except KeyboardInterrupt:
                 query.stop()
     finally:
+        # The executor's heartbeater can race the shutdown and log a harmless
+        # WARN with a stack trace ("Could not find HeartbeatReceiver").
+        spark.sparkContext.setLogLevel("ERROR")
         spark.stop()
     return 0
 
