@@ -9,8 +9,11 @@ and the integration tests.  The server runs as::
 
 (C{zookeeper.jar}'s manifest lists the rest of its class path.)  The generated
 C{zoo.cfg} listens on 127.0.0.1 only, disables the Jetty admin server (it would
-listen on 0.0.0.0:8080) and allows the C{ruok} four-letter word, which readiness
-probes send until the server answers C{imok}.
+listen on 0.0.0.0:8080) and allows the four-letter words C{ruok}, C{srvr},
+C{stat} and C{mntr}.  Readiness probes send C{srvr} until the server reports
+its C{Mode}: C{ruok} already answers C{imok} while the server is still loading
+(0.15 to 0.2 s on an idle machine, longer on a busy one), and a client that
+connects then is turned away and backs off.
 
 ZooKeeper cannot listen on port 0; L{find_free_port} picks a free port.
 
@@ -45,6 +48,7 @@ __all__ = [
     "java_command",
     "write_config",
     "ruok",
+    "serving",
     "EmbeddedZooKeeperService",
     "start_blocking",
     "wait_ready",
@@ -116,20 +120,36 @@ def write_config(data_dir: str, port: int, tick_time_ms: int = 2000) -> str:
     return path
 
 
-def ruok(port: int, host: str = "127.0.0.1", timeout_s: float = 1.0) -> bool:
-    """Blocking probe: C{True} when the server at C{host:port} answers C{imok}."""
+#: C{srvr}'s answer once the server serves sessions (before: "This ZooKeeper
+#: instance is not currently serving requests").
+_SERVING_MARK = b"Mode: "
+
+
+def four_letter_word(port: int, word: bytes, host: str = "127.0.0.1", timeout_s: float = 1.0) -> bytes:
+    """
+    Blocking: send a four-letter word (C{ruok}, C{srvr}, …) and return the
+    answer, read until the server closes; C{b""} when it cannot be reached or
+    does not answer within C{timeout_s} (per socket operation).
+    """
+    answer = b""
     try:
         with socket.create_connection((host, port), timeout=timeout_s) as s:
-            s.sendall(b"ruok")
-            answer = b""
-            while len(answer) < 4:
-                chunk = s.recv(4 - len(answer))
-                if not chunk:
-                    break
+            s.sendall(word)
+            while chunk := s.recv(4096):
                 answer += chunk
-            return answer == b"imok"
     except OSError:
-        return False
+        pass
+    return answer
+
+
+def ruok(port: int, host: str = "127.0.0.1", timeout_s: float = 1.0) -> bool:
+    """Blocking liveness probe: C{True} when the server at C{host:port} answers C{imok}."""
+    return four_letter_word(port, b"ruok", host, timeout_s) == b"imok"
+
+
+def serving(port: int, host: str = "127.0.0.1", timeout_s: float = 1.0) -> bool:
+    """Blocking readiness probe: C{True} once the server's C{srvr} reports its mode."""
+    return _SERVING_MARK in four_letter_word(port, b"srvr", host, timeout_s)
 
 
 # -- the Twisted service ------------------------------------------------------
@@ -138,7 +158,7 @@ def ruok(port: int, host: str = "127.0.0.1", timeout_s: float = 1.0) -> bool:
 class _ZooKeeperProcess(protocol.ProcessProtocol):
     """
     The embedded server's output goes to C{log_path} (ZooKeeper is chatty: every
-    C{ruok} probe logs a warning); only ERROR lines reach the broker's log.
+    readiness probe logs a line); only ERROR lines reach the broker's log.
     """
 
     def __init__(self, port: int, log_path: str) -> None:
@@ -168,23 +188,25 @@ class _ZooKeeperProcess(protocol.ProcessProtocol):
         self.ended.callback(None)
 
 
-class _RuokProtocol(protocol.Protocol):
+class _FourLetterWord(protocol.Protocol):
     """
-    Sends C{ruok} and collects the answer until the server closes.  The
-    connection is aborted after C{timeout_s}: a server that accepted but never
-    answers (or a TCP self-connection to the port, which echoes C{ruok} back
-    while nothing listens there yet) must not stall the readiness poll.
+    Sends a four-letter word and collects the answer until the server closes.
+    The connection is aborted after C{timeout_s}: a server that accepted but
+    does not answer (ZooKeeper listens a moment before it reads; or a TCP
+    self-connection to the port, which echoes the word back while nothing
+    listens there yet) must not stall the readiness poll.
     """
 
-    def __init__(self, reactor: Any, timeout_s: float) -> None:
+    def __init__(self, reactor: Any, word: bytes, timeout_s: float) -> None:
         self.answer = b""
         self.done: Deferred = Deferred()
         self._reactor = reactor
+        self._word = word
         self._timeout_s = timeout_s
         self._timer: Any = None
 
     def connectionMade(self) -> None:
-        self.transport.write(b"ruok")
+        self.transport.write(self._word)
         self._timer = self._reactor.callLater(self._timeout_s, self.transport.abortConnection)
 
     def dataReceived(self, data: bytes) -> None:
@@ -200,7 +222,7 @@ class EmbeddedZooKeeperService(Service):
     """
     Runs a ZooKeeper server as a child process of the reactor.
 
-    C{startService} spawns it; L{whenReady} fires once it answers C{ruok};
+    C{startService} spawns it; L{whenReady} fires once it serves (C{srvr});
     C{stopService} sends SIGTERM and fires when it exited (SIGKILL after
     C{kill_after_s}).
     """
@@ -242,16 +264,16 @@ class EmbeddedZooKeeperService(Service):
 
     def _probe(self) -> Deferred:
         endpoint = TCP4ClientEndpoint(self._reactor, "127.0.0.1", self.port, timeout=1)
-        proto = _RuokProtocol(self._reactor, timeout_s=1.0)
+        proto = _FourLetterWord(self._reactor, b"srvr", timeout_s=1.0)
         d = endpoint.connect(protocol.Factory.forProtocol(lambda: proto))
         d.addCallback(lambda _: proto.done)
-        d.addCallbacks(lambda answer: answer == b"imok", lambda _: False)
+        d.addCallbacks(lambda answer: _SERVING_MARK in answer, lambda _: False)
         return d
 
     def whenReady(self) -> Deferred:
         """
         @return: a Deferred firing with the connect string once the server
-            answers C{ruok} (polled every 100 ms).
+            serves: C{srvr} reports its mode (polled every 100 ms).
         @raise ZooKeeperStartError: (as failure) not ready within
             C{ready_timeout_s}, or the process exited.
         """
@@ -322,7 +344,7 @@ def start_blocking(data_dir: str, port: int, tick_time_ms: int = 2000, log_path:
 
 def wait_ready(port: int, timeout_s: float = 30.0, popen: subprocess.Popen | None = None) -> None:
     """
-    Poll C{ruok} every 100 ms until C{imok}.
+    Poll C{srvr} every 100 ms until the server reports its mode (it serves).
 
     @raise ZooKeeperStartError: not ready within C{timeout_s}, or C{popen} exited.
     """
@@ -334,7 +356,7 @@ def wait_ready(port: int, timeout_s: float = 30.0, popen: subprocess.Popen | Non
                 f"ZooKeeper exited with {popen.returncode} before it was ready; command: {command};"
                 f" log: {getattr(popen, 'kafkatw_log_path', '?')}"
             )
-        if ruok(port):
+        if serving(port):
             return
         if time.monotonic() > deadline:
             raise ZooKeeperStartError(f"ZooKeeper on port {port} not ready after {timeout_s} s; command: {command}")

@@ -27,7 +27,7 @@ from kafkatw.zookeeper.bridge import (
     ZooKeeperClient,
     ZooKeeperUnavailableError,
 )
-from kafkatw.zookeeper.embedded import EmbeddedZooKeeperService, ruok
+from kafkatw.zookeeper.embedded import EmbeddedZooKeeperService, ruok, serving
 from kafkatw.zookeeper.registry import BrokerIdInUseError, Registry
 
 TIMEOUT_S = 20.0
@@ -232,6 +232,7 @@ class EmbeddedServiceTests(TestCase):
             started = time.monotonic()
             self.assertEqual(await step("whenReady", service.whenReady(), 35), f"127.0.0.1:{port}")
             self.assertLess(time.monotonic() - started, 30)
+            self.assertTrue(serving(port))
             client = ZooKeeperClient(service.connect_string, reactor, session_timeout_ms=4000)
             await step("client start", client.start())
             await step("create", client.create("/hello", b"world"))
@@ -266,9 +267,9 @@ class StandaloneTests(SynchronousTestCase):
         env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
         child = subprocess.Popen([sys.executable, "-c", code], env=env, stderr=subprocess.PIPE)
         try:
-            # the child prints its "ready" line (or exits: EOF) once ZooKeeper answers ruok
+            # the child prints its "ready" line (or exits: EOF) once ZooKeeper serves
             self.assertIn(b"ZooKeeper ready on 127.0.0.1", child.stderr.readline())
-            self.assertTrue(ruok(port))
+            self.assertTrue(serving(port))
             child.send_signal(signal.SIGTERM)
             self.assertEqual(child.wait(TIMEOUT_S), 0)
             self.assertFalse(ruok(port))
