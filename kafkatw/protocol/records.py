@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import struct
 import time
-from typing import Iterable, NamedTuple, Sequence
+from typing import Iterable, Iterator, NamedTuple, Sequence
 
 import cramjam
 from crc32c import crc32c
@@ -380,46 +380,62 @@ def decode_batches(data: bytes | bytearray | memoryview, verify_crc: bool = True
     """
     if not isinstance(data, bytes):
         data = bytes(data)
-    end = len(data)
-    pos = 0
-    batches = []
-    unpack_prefix = _BATCH_PREFIX.unpack_from
-    unpack_header = _HEADER.unpack_from
     view = memoryview(data)
-    while pos + _LOG_OVERHEAD <= end:
-        base_offset, batch_length = unpack_prefix(data, pos)
-        batch_end = pos + _LOG_OVERHEAD + batch_length
-        if batch_end > end:
-            break  # partial trailing batch
-        if batch_length < _HEADER_SIZE - _LOG_OVERHEAD:
-            raise CorruptRecordError(f"batch at offset {base_offset} has length {batch_length}")
-        magic = data[pos + 16]
-        if magic != 2:
-            raise InvalidRecordError(f"batch at offset {base_offset} has magic {magic}; only v2 is supported")
-        header = unpack_header(data, pos)
-        if verify_crc and crc32c(view[pos + _CRC_START:batch_end]) != header[4]:
-            raise CorruptRecordError(f"CRC mismatch in batch at offset {base_offset}")
-        attributes = header[5]
-        codec = attributes & _ATTR_COMPRESSION_MASK
-        if codec:
-            region = decompress(codec, data[pos + _HEADER_SIZE:batch_end])
-            records = _decode_records(region, 0, len(region), header, attributes)
-        else:
-            records = _decode_records(data, pos + _HEADER_SIZE, batch_end, header, attributes)
-        batches.append(DecodedBatch(header, records))
-        pos = batch_end
+    new = _tuple_new
+    batches = []
+    for pos, batch_end, header in _complete_batches(data):
+        if verify_crc:
+            _verify_crc(view, pos, batch_end, header, "")
+        flat: list = []
+        _decode_batch(data, pos, batch_end, header, flat, "", 0, tuple)
+        batches.append(DecodedBatch(header, [new(Record, (r[2], r[3], r[5], r[6], list(r[7]))) for r in flat]))
     return batches
 
 
 _tuple_new = tuple.__new__
 
 
-def _decode_records(d: bytes, pos: int, end: int, header: tuple, attributes: int) -> list[Record]:
-    """One batch's records as L{Record}s, through the consumer's decoding loop."""
-    flat: list = []
-    _decode_consumer_records(d, pos, end, header, flat, "", 0, tuple)
-    new = _tuple_new
-    return [new(Record, (r[2], r[3], r[5], r[6], list(r[7]))) for r in flat]
+def _complete_batches(data: bytes) -> Iterator[tuple[int, int, tuple]]:
+    """
+    C{(position, end, header)} of each complete v2 batch in C{data}, in order;
+    a trailing partial batch ends the walk.
+
+    @raise CorruptRecordError: a batch length shorter than a batch header.
+    @raise InvalidRecordError: a batch whose magic is not 2.
+    """
+    end = len(data)
+    pos = 0
+    unpack_prefix = _BATCH_PREFIX.unpack_from
+    unpack_header = _HEADER.unpack_from
+    while pos + _LOG_OVERHEAD <= end:
+        base_offset, batch_length = unpack_prefix(data, pos)
+        batch_end = pos + _LOG_OVERHEAD + batch_length
+        if batch_end > end:
+            return  # partial trailing batch
+        if batch_length < _HEADER_SIZE - _LOG_OVERHEAD:
+            raise CorruptRecordError(f"batch at offset {base_offset} has length {batch_length}")
+        magic = data[pos + 16]
+        if magic != 2:
+            raise InvalidRecordError(f"batch at offset {base_offset} has magic {magic}; only v2 is supported")
+        yield pos, batch_end, unpack_header(data, pos)
+        pos = batch_end
+
+
+def _verify_crc(view: memoryview, pos: int, batch_end: int, header: tuple, where: str) -> None:
+    """@raise CorruptRecordError: the batch's CRC-32C does not match its bytes."""
+    if crc32c(view[pos + _CRC_START:batch_end]) != header[4]:
+        raise CorruptRecordError(f"CRC mismatch in batch at offset {header[0]}{where}")
+
+
+def _decode_batch(data: bytes, pos: int, batch_end: int, header: tuple, out: list, topic: str, partition: int,
+                  record_class: type) -> None:
+    """Append the records of the batch at C{data[pos:batch_end]} to C{out}, decompressing first if needed."""
+    codec = header[5] & _ATTR_COMPRESSION_MASK
+    if codec:
+        region = decompress(codec, data[pos + _HEADER_SIZE:batch_end])
+        _decode_consumer_records(region, 0, len(region), header, out, topic, partition, record_class)
+    else:
+        _decode_consumer_records(data, pos + _HEADER_SIZE, batch_end, header, out, topic, partition, record_class)
 
 
 # --- decoding for consumers -----------------------------------------------------------
@@ -476,41 +492,20 @@ def decode_fetched(data: bytes | bytearray | memoryview, topic: str, partition: 
     """
     if not isinstance(data, bytes):
         data = bytes(data)
-    end = len(data)
-    pos = 0
+    view = memoryview(data)
     out: list = []
     next_offset = fetch_offset
-    unpack_prefix = _BATCH_PREFIX.unpack_from
-    unpack_header = _HEADER.unpack_from
-    view = memoryview(data)
-    while pos + _LOG_OVERHEAD <= end:
-        base_offset, batch_length = unpack_prefix(data, pos)
-        batch_end = pos + _LOG_OVERHEAD + batch_length
-        if batch_end > end:
-            break  # partial trailing batch
-        if batch_length < _HEADER_SIZE - _LOG_OVERHEAD:
-            raise CorruptRecordError(f"batch at offset {base_offset} has length {batch_length}")
-        magic = data[pos + 16]
-        if magic != 2:
-            raise InvalidRecordError(f"batch at offset {base_offset} has magic {magic}; only v2 is supported")
-        header = unpack_header(data, pos)
+    for pos, batch_end, header in _complete_batches(data):
+        base_offset = header[0]
         last = base_offset + header[6]
         if last < next_offset or header[5] & _ATTR_CONTROL:
             if last >= next_offset:
                 next_offset = last + 1
-            pos = batch_end
             continue
-        if verify_crc and crc32c(view[pos + _CRC_START:batch_end]) != header[4]:
-            raise CorruptRecordError(f"CRC mismatch in batch at offset {base_offset} of {topic}-{partition}")
-        attributes = header[5]
-        codec = attributes & _ATTR_COMPRESSION_MASK
+        if verify_crc:
+            _verify_crc(view, pos, batch_end, header, f" of {topic}-{partition}")
         first = len(out)
-        if codec:
-            region = decompress(codec, data[pos + _HEADER_SIZE:batch_end])
-            _decode_consumer_records(region, 0, len(region), header, out, topic, partition, record_class)
-        else:
-            _decode_consumer_records(data, pos + _HEADER_SIZE, batch_end, header, out, topic, partition,
-                                     record_class)
+        _decode_batch(data, pos, batch_end, header, out, topic, partition, record_class)
         if base_offset < next_offset:
             # drop the records before the offset asked for (offsets rise within a batch)
             cut = first
@@ -519,7 +514,6 @@ def decode_fetched(data: bytes | bytearray | memoryview, topic: str, partition: 
                 cut += 1
             del out[first:cut]
         next_offset = last + 1
-        pos = batch_end
     return out, next_offset
 
 
