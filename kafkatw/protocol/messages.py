@@ -39,6 +39,8 @@ from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 
+from .records import encode_uvarint
+
 __all__ = [
     "API_NAMES",
     "MalformedRequest",
@@ -131,16 +133,6 @@ def _skip_tagged_fields(frame: bytes, pos: int) -> int:
     if pos > len(frame):
         raise MalformedRequest("tagged fields run past the end of the frame")
     return pos
-
-
-def encode_uvarint(value: int) -> bytes:
-    """An unsigned varint (compact lengths and counts of flexible versions)."""
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def _read_uvarint(data: bytes, pos: int) -> tuple[int, int]:

@@ -63,6 +63,7 @@ __all__ = [
     "decode_fetched",
     "scan_next_offset",
     "encode_varint",
+    "encode_uvarint",
     "decode_varint",
     "compress",
     "decompress",
@@ -154,14 +155,18 @@ class DecodedBatch:
 # --- varints --------------------------------------------------------------------------
 
 
-def _encode_varint_slow(n: int) -> bytes:
-    z = ((n << 1) ^ (n >> 63)) & 0xFFFFFFFFFFFFFFFF
+def encode_uvarint(value: int) -> bytes:
+    """An unsigned varint (compact lengths and counts of flexible versions; zigzagged record fields)."""
     out = bytearray()
-    while z >= 0x80:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
     return bytes(out)
+
+
+def _encode_varint_slow(n: int) -> bytes:
+    return encode_uvarint(((n << 1) ^ (n >> 63)) & 0xFFFFFFFFFFFFFFFF)
 
 
 _CACHE_SPAN = 1 << 14
