@@ -32,6 +32,7 @@ from ..protocol.messages import RequestHeader, UnsupportedVersion, decode_reques
 from ..zookeeper.bridge import ZooKeeperError
 from ..zookeeper.registry import CommittedOffset
 from .group_coordinator import GroupCoordinator, OffsetStore
+from .request_context import NO_CONNECTION, ConnectionContext, RequestContext
 
 __all__ = ["SUPPORTED_VERSIONS", "ADVERTISED_VERSIONS", "KafkaApis", "validate_topic_name"]
 
@@ -113,8 +114,6 @@ class KafkaApis:
             group_coordinator = GroupCoordinator(self.broker_id, config, reactor, lambda: list(metadata.brokers),
                                                  offsets, self._partition_exists, now_ms=self.now_ms)
         self.group_coordinator = group_coordinator
-        #: The connection of the request being dispatched (JoinGroup records the client's host).
-        self.current_connection: Any = None
         self._handlers = {
             0: self.handle_produce,
             1: self.handle_fetch,
@@ -154,9 +153,9 @@ class KafkaApis:
 
     # --- dispatch ------------------------------------------------------------
 
-    def handle(self, header: RequestHeader, frame: bytes, connection: Any) -> Any:
+    def handle(self, header: RequestHeader, frame: bytes, connection: ConnectionContext = NO_CONNECTION) -> Any:
         """
-        Serve one request frame.
+        Serve one request frame arriving on C{connection}.
 
         @raise UnsupportedVersion: an API or version kafkatw does not serve
             (the connection is closed).
@@ -172,11 +171,7 @@ class KafkaApis:
             raise UnsupportedVersion(f"version {version} outside {served[0]}-{served[1]}")
         request = decode_request(frame, header)
         self.request_counts[api_key] = self.request_counts.get(api_key, 0) + 1
-        self.current_connection = connection
-        try:
-            result = self._handlers[api_key](header, request)
-        finally:
-            self.current_connection = None
+        result = self._handlers[api_key](RequestContext(header, connection), request)
         if isinstance(result, defer.Deferred):
             self.in_flight.add(result)
 
@@ -187,8 +182,8 @@ class KafkaApis:
             result.addBoth(_done)
         return result
 
-    def _respond(self, header: RequestHeader, body: Any) -> bytes:
-        return encode_response(header.api_key, header.api_version, header.correlation_id, body)
+    def _respond(self, context: RequestContext, body: Any) -> bytes:
+        return encode_response(context.api_key, context.api_version, context.correlation_id, body)
 
     # --- ApiVersions ---------------------------------------------------------
 
@@ -203,8 +198,8 @@ class KafkaApis:
         }
         return encode_response(18, version, correlation_id, body)
 
-    def handle_api_versions(self, header: RequestHeader, request: Any) -> bytes:
-        return self._api_versions_response(header.api_version, header.correlation_id, ErrorCode.none)
+    def handle_api_versions(self, context: RequestContext, request: Any) -> bytes:
+        return self._api_versions_response(context.api_version, context.correlation_id, ErrorCode.none)
 
     # --- Metadata ------------------------------------------------------------
 
@@ -258,10 +253,10 @@ class KafkaApis:
             "cluster_authorized_operations": -2147483648,
         }
 
-    def handle_metadata(self, header: RequestHeader, request: Any) -> Any:
-        if request.topics is None or (header.api_version == 0 and not request.topics):
+    def handle_metadata(self, context: RequestContext, request: Any) -> Any:
+        if request.topics is None or (context.api_version == 0 and not request.topics):
             names = sorted(self.metadata.topics)
-            return self._respond(header, self._metadata_body(names, {}))
+            return self._respond(context, self._metadata_body(names, {}))
         names = [t.name for t in request.topics]
         allow_auto = getattr(request, "allow_auto_topic_creation", True) and self.config["auto.create.topics.enable"]
         errors: dict[str, ErrorCode] = {}
@@ -275,10 +270,10 @@ class KafkaApis:
             elif allow_auto:
                 creating.append(name)
         if not creating:
-            return self._respond(header, self._metadata_body(names, errors))
-        return defer.Deferred.fromCoroutine(self._auto_create_then_metadata(header, names, errors, creating))
+            return self._respond(context, self._metadata_body(names, errors))
+        return defer.Deferred.fromCoroutine(self._auto_create_then_metadata(context, names, errors, creating))
 
-    async def _auto_create_then_metadata(self, header: RequestHeader, names: list[str],
+    async def _auto_create_then_metadata(self, context: RequestContext, names: list[str],
                                          errors: dict[str, ErrorCode], creating: list[str]) -> bytes:
         for name in creating:
             try:
@@ -291,11 +286,11 @@ class KafkaApis:
             except ZooKeeperError as e:
                 _log.warn("auto-creating topic {topic} failed: ZooKeeper unavailable ({error})", topic=name, error=e)
                 errors[name] = ErrorCode.leader_not_available
-        return self._respond(header, self._metadata_body(names, errors))
+        return self._respond(context, self._metadata_body(names, errors))
 
     # --- Produce -------------------------------------------------------------
 
-    def handle_produce(self, header: RequestHeader, request: Any) -> bytes | None:
+    def handle_produce(self, context: RequestContext, request: Any) -> bytes | None:
         if request.transactional_id is not None:
             code = ErrorCode.transactional_id_authorization_failed
             results = [
@@ -334,7 +329,7 @@ class KafkaApis:
             "responses": [{"name": name, "partition_responses": partitions} for name, partitions in results],
             "throttle_time": 0,
         }
-        return self._respond(header, body)
+        return self._respond(context, body)
 
     # --- Fetch ---------------------------------------------------------------
 
@@ -376,25 +371,25 @@ class KafkaApis:
             topics.append((name, partitions))
         return topics, total, any_error
 
-    def handle_fetch(self, header: RequestHeader, request: Any) -> Any:
+    def handle_fetch(self, context: RequestContext, request: Any) -> Any:
         topics, total, any_error = self._read_partitions(request)
         max_wait_ms = int(request.max_wait.total_seconds() * 1000)
         if any_error or total >= request.min_bytes or max_wait_ms <= 0 or total >= request.max_bytes:
-            return self._fetch_response(header, topics)
+            return self._fetch_response(context, topics)
         tps = [(t.topic, p.partition) for t in request.topics for p in t.partitions]
         if not tps:
-            return self._fetch_response(header, topics)
+            return self._fetch_response(context, topics)
         d = self.replica_manager.delay_fetch(tps, request.min_bytes, total, max_wait_ms)
-        d.addCallback(lambda _: self._fetch_response(header, self._read_partitions(request)[0]))
+        d.addCallback(lambda _: self._fetch_response(context, self._read_partitions(request)[0]))
         return d
 
-    def _fetch_response(self, header: RequestHeader, topics: list) -> tuple[list, int]:
+    def _fetch_response(self, context: RequestContext, topics: list) -> tuple[list, int]:
         self.bytes_out += sum(p.records_bytes for _, partitions in topics for p in partitions)
-        return encode_fetch_response(header.api_version, header.correlation_id, topics)
+        return encode_fetch_response(context.api_version, context.correlation_id, topics)
 
     # --- ListOffsets ---------------------------------------------------------
 
-    def handle_list_offsets(self, header: RequestHeader, request: Any) -> bytes:
+    def handle_list_offsets(self, context: RequestContext, request: Any) -> bytes:
         topics = []
         for topic in request.topics:
             partitions = []
@@ -419,14 +414,14 @@ class KafkaApis:
                     entry["error_code"] = int(e.error_code)
                 partitions.append(entry)
             topics.append({"name": topic.name, "partitions": partitions})
-        return self._respond(header, {"throttle_time": 0, "topics": topics})
+        return self._respond(context, {"throttle_time": 0, "topics": topics})
 
     # --- CreateTopics / DeleteTopics ----------------------------------------
 
-    def handle_create_topics(self, header: RequestHeader, request: Any) -> defer.Deferred:
-        return defer.Deferred.fromCoroutine(self._create_topics(header, request))
+    def handle_create_topics(self, context: RequestContext, request: Any) -> defer.Deferred:
+        return defer.Deferred.fromCoroutine(self._create_topics(context, request))
 
-    async def _create_topics(self, header: RequestHeader, request: Any) -> bytes:
+    async def _create_topics(self, context: RequestContext, request: Any) -> bytes:
         results = []
         for topic in request.topics:
             entry: dict[str, Any] = {"name": topic.name, "error_code": 0, "error_message": None,
@@ -458,12 +453,12 @@ class KafkaApis:
                 entry["error_code"] = int(ErrorCode.request_timed_out)
                 entry["error_message"] = f"ZooKeeper unavailable: {e}"
             results.append(entry)
-        return self._respond(header, {"throttle_time": 0, "topics": results})
+        return self._respond(context, {"throttle_time": 0, "topics": results})
 
-    def handle_delete_topics(self, header: RequestHeader, request: Any) -> defer.Deferred:
-        return defer.Deferred.fromCoroutine(self._delete_topics(header, request))
+    def handle_delete_topics(self, context: RequestContext, request: Any) -> defer.Deferred:
+        return defer.Deferred.fromCoroutine(self._delete_topics(context, request))
 
-    async def _delete_topics(self, header: RequestHeader, request: Any) -> bytes:
+    async def _delete_topics(self, context: RequestContext, request: Any) -> bytes:
         if hasattr(request, "topic_names"):
             names = list(request.topic_names)
         else:
@@ -486,7 +481,7 @@ class KafkaApis:
                 entry["error_code"] = int(ErrorCode.request_timed_out)
                 entry["error_message"] = f"ZooKeeper unavailable: {e}"
             results.append(entry)
-        return self._respond(header, {"throttle_time": 0, "responses": results})
+        return self._respond(context, {"throttle_time": 0, "responses": results})
 
     # --- DescribeConfigs -----------------------------------------------------
 
@@ -499,7 +494,7 @@ class KafkaApis:
             result[key] = overrides.get(key, self.config[broker_key])
         return result
 
-    def handle_describe_configs(self, header: RequestHeader, request: Any) -> bytes:
+    def handle_describe_configs(self, context: RequestContext, request: Any) -> bytes:
         results = []
         for resource in request.resources:
             entry: dict[str, Any] = {"error_code": 0, "error_message": None, "resource_type": resource.resource_type,
@@ -532,11 +527,11 @@ class KafkaApis:
                 entry["error_code"] = int(ErrorCode.invalid_request)
                 entry["error_message"] = f"resource type {resource.resource_type} is not supported"
             results.append(entry)
-        return self._respond(header, {"throttle_time": 0, "results": results})
+        return self._respond(context, {"throttle_time": 0, "results": results})
 
     # --- FindCoordinator -----------------------------------------------------
 
-    def handle_find_coordinator(self, header: RequestHeader, request: Any) -> bytes:
+    def handle_find_coordinator(self, context: RequestContext, request: Any) -> bytes:
         """
         A group's coordinator is the broker L{kafkatw.broker.group_coordinator.coordinator_for}
         picks from the live brokers in ``/brokers/ids``, so every broker answers
@@ -547,7 +542,7 @@ class KafkaApis:
         keys = list(request.coordinator_keys) if hasattr(request, "coordinator_keys") else [request.key]
         coordinators = [self._find_coordinator(key, key_type) for key in keys]
         body = {"throttle_time": 0, "coordinators": coordinators, **coordinators[0]}
-        return self._respond(header, body)
+        return self._respond(context, body)
 
     def _find_coordinator(self, key: str, key_type: int) -> dict:
         entry: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": 0,
@@ -571,29 +566,29 @@ class KafkaApis:
 
     # --- consumer groups -----------------------------------------------------
 
-    def _client_host(self) -> str:
-        peer = getattr(getattr(self.current_connection, "transport", None), "getPeer", None)
-        host = getattr(peer(), "host", None) if peer is not None else None
+    @staticmethod
+    def _client_host(context: RequestContext) -> str:
+        host = context.connection.client_host
         return f"/{host}" if host else ""
 
     def _partition_exists(self, topic: str, partition: int) -> bool:
         meta = self.metadata.topics.get(topic)
         return meta is not None and partition in meta.partitions
 
-    def handle_join_group(self, header: RequestHeader, request: Any) -> defer.Deferred:
-        version = header.api_version
+    def handle_join_group(self, context: RequestContext, request: Any) -> defer.Deferred:
+        version = context.api_version
         session_timeout_ms = int(request.session_timeout.total_seconds() * 1000)
         rebalance = getattr(request, "rebalance_timeout", None)
         rebalance_timeout_ms = int(rebalance.total_seconds() * 1000) if rebalance is not None else session_timeout_ms
         d = self.group_coordinator.join_group(
             request.group_id, request.member_id, getattr(request, "group_instance_id", None), version >= 4,
-            header.client_id or "", self._client_host(), rebalance_timeout_ms, session_timeout_ms,
+            context.client_id or "", self._client_host(context), rebalance_timeout_ms, session_timeout_ms,
             request.protocol_type, [(p.name, bytes(p.metadata)) for p in request.protocols],
         )
 
         def answer(result: Any) -> bytes:
             empty = None if version >= 7 else ""
-            return self._respond(header, {
+            return self._respond(context, {
                 "throttle_time": 0, "error_code": int(result.error), "generation_id": result.generation_id,
                 "protocol_type": result.protocol_type if result.protocol_type is not None else None,
                 "protocol_name": result.protocol_name if result.protocol_name is not None else empty,
@@ -602,7 +597,7 @@ class KafkaApis:
 
         return d.addCallback(answer)
 
-    def handle_sync_group(self, header: RequestHeader, request: Any) -> defer.Deferred:
+    def handle_sync_group(self, context: RequestContext, request: Any) -> defer.Deferred:
         d = self.group_coordinator.sync_group(
             request.group_id, request.generation_id, request.member_id, getattr(request, "group_instance_id", None),
             getattr(request, "protocol_type", None), getattr(request, "protocol_name", None),
@@ -610,19 +605,19 @@ class KafkaApis:
         )
 
         def answer(result: Any) -> bytes:
-            return self._respond(header, {"throttle_time": 0, "error_code": int(result.error),
+            return self._respond(context, {"throttle_time": 0, "error_code": int(result.error),
                                           "protocol_type": result.protocol_type, "protocol_name": result.protocol_name,
                                           "assignment": result.assignment})
 
         return d.addCallback(answer)
 
-    def handle_heartbeat(self, header: RequestHeader, request: Any) -> defer.Deferred:
+    def handle_heartbeat(self, context: RequestContext, request: Any) -> defer.Deferred:
         d = self.group_coordinator.heartbeat(request.group_id, request.member_id,
                                              getattr(request, "group_instance_id", None), request.generation_id)
-        return d.addCallback(lambda code: self._respond(header, {"throttle_time": 0, "error_code": int(code)}))
+        return d.addCallback(lambda code: self._respond(context, {"throttle_time": 0, "error_code": int(code)}))
 
-    def handle_leave_group(self, header: RequestHeader, request: Any) -> defer.Deferred:
-        if header.api_version >= 3:
+    def handle_leave_group(self, context: RequestContext, request: Any) -> defer.Deferred:
+        if context.api_version >= 3:
             leaving = [(m.member_id, m.group_instance_id) for m in request.members]
         else:
             leaving = [(request.member_id, None)]
@@ -630,9 +625,9 @@ class KafkaApis:
 
         def answer(result: tuple) -> bytes:
             top, codes = result
-            if header.api_version < 3 and not top:
+            if context.api_version < 3 and not top:
                 top = codes[0]
-            return self._respond(header, {
+            return self._respond(context, {
                 "throttle_time": 0, "error_code": int(top),
                 "members": [{"member_id": m, "group_instance_id": i, "error_code": int(c)}
                             for (m, i), c in zip(leaving, codes)],
@@ -640,7 +635,7 @@ class KafkaApis:
 
         return d.addCallback(answer)
 
-    def handle_offset_commit(self, header: RequestHeader, request: Any) -> defer.Deferred:
+    def handle_offset_commit(self, context: RequestContext, request: Any) -> defer.Deferred:
         offsets = {}
         order = []
         for topic in request.topics:
@@ -658,12 +653,12 @@ class KafkaApis:
             for name, partition in order:
                 topics.setdefault(name, []).append({"partition_index": partition,
                                                     "error_code": int(codes[(name, partition)])})
-            return self._respond(header, {"throttle_time": 0, "topics": [
+            return self._respond(context, {"throttle_time": 0, "topics": [
                 {"name": name, "partitions": partitions} for name, partitions in topics.items()]})
 
         return d.addCallback(answer)
 
-    def handle_offset_fetch(self, header: RequestHeader, request: Any) -> defer.Deferred:
+    def handle_offset_fetch(self, context: RequestContext, request: Any) -> defer.Deferred:
         wanted = None if request.topics is None else [
             (t.name, p) for t in request.topics for p in t.partition_indexes]
         d = self.group_coordinator.fetch_offsets(request.group_id, wanted)
@@ -671,7 +666,7 @@ class KafkaApis:
         def answer(result: tuple) -> bytes:
             error, found = result
             keys = wanted if wanted is not None else sorted(found)
-            partition_error = int(error) if header.api_version < 2 else 0
+            partition_error = int(error) if context.api_version < 2 else 0
             topics: dict[str, list] = {}
             for name, partition in keys:
                 committed = found.get((name, partition))
@@ -682,65 +677,65 @@ class KafkaApis:
                     "metadata": committed.metadata if committed else "",
                     "error_code": partition_error,
                 })
-            return self._respond(header, {"throttle_time": 0, "error_code": int(error), "topics": [
+            return self._respond(context, {"throttle_time": 0, "error_code": int(error), "topics": [
                 {"name": name, "partitions": partitions} for name, partitions in topics.items()]})
 
         return d.addCallback(answer)
 
-    def handle_describe_groups(self, header: RequestHeader, request: Any) -> defer.Deferred:
+    def handle_describe_groups(self, context: RequestContext, request: Any) -> defer.Deferred:
         d = defer.gatherResults([self.group_coordinator.describe_group(g) for g in request.groups])
 
         def answer(groups: list) -> bytes:
             for g in groups:
                 g["authorized_operations"] = -2147483648
-            return self._respond(header, {"throttle_time": 0, "groups": groups})
+            return self._respond(context, {"throttle_time": 0, "groups": groups})
 
         return d.addCallback(answer)
 
-    def handle_list_groups(self, header: RequestHeader, request: Any) -> defer.Deferred:
+    def handle_list_groups(self, context: RequestContext, request: Any) -> defer.Deferred:
         states = {s.lower() for s in getattr(request, "states_filter", ())}
         d = self.group_coordinator.list_groups()
 
         def answer(groups: list) -> bytes:
             listed = [{"group_id": g, "protocol_type": t, "group_state": s} for g, t, s in groups
                       if not states or s.lower() in states]
-            return self._respond(header, {"throttle_time": 0, "error_code": 0, "groups": listed})
+            return self._respond(context, {"throttle_time": 0, "error_code": 0, "groups": listed})
 
         def failed(failure: Any) -> bytes:
             failure.trap(ZooKeeperError)
-            return self._respond(header, {"throttle_time": 0,
+            return self._respond(context, {"throttle_time": 0,
                                           "error_code": int(ErrorCode.coordinator_not_available), "groups": []})
 
         return d.addCallbacks(answer, failed)
 
-    def handle_delete_groups(self, header: RequestHeader, request: Any) -> defer.Deferred:
+    def handle_delete_groups(self, context: RequestContext, request: Any) -> defer.Deferred:
         names = list(request.groups_names)
         d = defer.gatherResults([self.group_coordinator.delete_group(g) for g in names])
-        return d.addCallback(lambda codes: self._respond(header, {"throttle_time": 0, "results": [
+        return d.addCallback(lambda codes: self._respond(context, {"throttle_time": 0, "results": [
             {"group_id": g, "error_code": int(c)} for g, c in zip(names, codes)]}))
 
     # --- InitProducerId ------------------------------------------------------
 
-    def handle_init_producer_id(self, header: RequestHeader, request: Any) -> defer.Deferred | bytes:
+    def handle_init_producer_id(self, context: RequestContext, request: Any) -> defer.Deferred | bytes:
         if request.transactional_id is not None:
-            return self._respond(header, {"throttle_time": 0,
+            return self._respond(context, {"throttle_time": 0,
                                           "error_code": int(ErrorCode.transactional_id_authorization_failed),
                                           "producer_id": -1, "producer_epoch": -1})
         producer_id = getattr(request, "producer_id", -1)
         epoch = getattr(request, "producer_epoch", -1)
         if producer_id >= 0 and 0 <= epoch < 32766:
             # KIP-360: an idempotent producer bumps its epoch to reset sequences.
-            return self._respond(header, {"throttle_time": 0, "error_code": 0, "producer_id": producer_id,
+            return self._respond(context, {"throttle_time": 0, "error_code": 0, "producer_id": producer_id,
                                           "producer_epoch": epoch + 1})
         d = defer.ensureDeferred(self.admin.allocate_producer_id())
 
         def answer(new_id: int) -> bytes:
-            return self._respond(header, {"throttle_time": 0, "error_code": 0, "producer_id": new_id,
+            return self._respond(context, {"throttle_time": 0, "error_code": 0, "producer_id": new_id,
                                           "producer_epoch": 0})
 
         def failed(failure: Any) -> bytes:
             _log.warn("allocating a producer id failed: {error}", error=failure.value)
-            return self._respond(header, {"throttle_time": 0,
+            return self._respond(context, {"throttle_time": 0,
                                           "error_code": int(ErrorCode.coordinator_not_available),
                                           "producer_id": -1, "producer_epoch": -1})
 

@@ -36,6 +36,7 @@ from zope.interface import implementer
 
 from ..protocol.framing import FrameBuffer, FrameSizeError
 from ..protocol.messages import API_NAMES, MalformedRequest, UnsupportedVersion, parse_request_header
+from .request_context import ConnectionContext
 
 __all__ = ["KafkaConnection", "KafkaServerFactory", "ResponseWriter"]
 
@@ -171,9 +172,13 @@ class KafkaConnection(Int32StringReceiver):
     @ivar apis: the L{kafkatw.broker.apis.KafkaApis} serving requests.
     """
 
-    def __init__(self, apis: Any, max_request_bytes: int) -> None:
+    def __init__(self, apis: Any, max_request_bytes: int, listener_name: str = "PLAINTEXT",
+                 security_protocol: str = "PLAINTEXT") -> None:
         self.apis = apis
         self.MAX_LENGTH = max_request_bytes
+        self.listener_name = listener_name
+        self.security_protocol = security_protocol
+        self.context = ConnectionContext(listener_name, security_protocol, connection=self)
         self._slots: deque[_Slot] = deque()
         self._writer: ResponseWriter | None = None
         self._closed = False
@@ -188,6 +193,8 @@ class KafkaConnection(Int32StringReceiver):
             set_no_delay(True)
         peer = self.transport.getPeer()
         self.peer = f"{getattr(peer, 'host', '?')}:{getattr(peer, 'port', '?')}"
+        self.context = self.context._replace(client_host=getattr(peer, "host", ""),
+                                             client_port=getattr(peer, "port", -1))
         self._writer = ResponseWriter(self.transport, self._flush)
         self.apis.connection_opened(self)
 
@@ -228,7 +235,7 @@ class KafkaConnection(Int32StringReceiver):
             self.transport.abortConnection()
             return
         try:
-            result = self.apis.handle(header, frame, self)
+            result = self.apis.handle(header, frame, self.context)
         except (MalformedRequest, UnsupportedVersion) as e:
             _log.warn(
                 "closing connection from {peer}: {api} v{version}: {error}",
@@ -287,11 +294,14 @@ class KafkaConnection(Int32StringReceiver):
 class KafkaServerFactory(Factory):
     """Makes L{KafkaConnection}s sharing one L{KafkaApis}."""
 
-    def __init__(self, apis: Any, max_request_bytes: int) -> None:
+    def __init__(self, apis: Any, max_request_bytes: int, listener_name: str = "PLAINTEXT",
+                 security_protocol: str = "PLAINTEXT") -> None:
         self.apis = apis
         self.max_request_bytes = max_request_bytes
+        self.listener_name = listener_name
+        self.security_protocol = security_protocol
 
     def buildProtocol(self, addr: Any) -> KafkaConnection:
-        connection = KafkaConnection(self.apis, self.max_request_bytes)
+        connection = KafkaConnection(self.apis, self.max_request_bytes, self.listener_name, self.security_protocol)
         connection.factory = self
         return connection

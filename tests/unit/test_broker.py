@@ -67,7 +67,7 @@ class BrokerHarness:
         """Serve one request; returns what the handler returned."""
         self._correlation += 1
         frame = encode_request(api_key, version, self._correlation, "test", body)
-        return self.apis.handle(parse_request_header(frame), frame, connection=None)
+        return self.apis.handle(parse_request_header(frame), frame)
 
     def call(self, api_key: int, version: int, body: dict) -> object:
         """Serve one request and decode its (immediate or fired) response."""
@@ -148,7 +148,7 @@ class ApiVersionsTests(unittest.TestCase):
         """KIP-511: an ApiVersions version the broker lacks gets a v0 response with UNSUPPORTED_VERSION."""
         h = BrokerHarness(self)
         frame = struct.pack(">hhih", 18, 99, 7, 1) + b"x"
-        result = h.apis.handle(parse_request_header(frame), frame, None)
+        result = h.apis.handle(parse_request_header(frame), frame)
         correlation_id, response = decode_response(18, 0, result)
         self.assertEqual(correlation_id, 7)
         self.assertEqual(response.error_code, ErrorCode.unsupported_version)
