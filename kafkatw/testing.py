@@ -289,6 +289,8 @@ class FakeWatch:
         node = self._client.server._lookup(self.abs_path)
         if self.kind == "children":
             value: Any = sorted(node.children) if node is not None else []
+        elif self.kind == "versioned":
+            value = (node.data, node.stat.version) if node is not None else (None, -1)
         else:
             value = node.data if node is not None else None
         self._callback(value)
@@ -474,6 +476,17 @@ class FakeZooKeeperClient:
             raise TypeError(f"value must be bytes, not {type(value).__name__}")
         return self._op(lambda: self.server.set(self._abs(path), value, version))
 
+    def fenced_set(self, fence_path: str, fence_version: int, path: str, value: bytes, version: int = -1) -> Deferred:
+        def go() -> ZnodeStat:
+            fence = self.server._lookup(self._abs(fence_path))
+            if fence is None:
+                raise NoNodeError(fence_path)
+            if fence.stat.version != fence_version:
+                raise BadVersionError(f"{fence_path} changed (expected version {fence_version})")
+            return self.server.set(self._abs(path), value, version)
+
+        return self._op(go)
+
     def delete(self, path: str, recursive: bool = False, version: int = -1) -> Deferred:
         return self._op(lambda: self.server.delete(self._abs(path), version, recursive))
 
@@ -482,6 +495,9 @@ class FakeZooKeeperClient:
 
     def watch_data(self, path: str, callback: Callable[[bytes | None], object]) -> Deferred:
         return self._watch(path, "data", callback)
+
+    def watch_versioned_data(self, path: str, callback: Callable[[tuple[bytes | None, int]], object]) -> Deferred:
+        return self._watch(path, "versioned", callback)
 
     def _watch(self, path: str, kind: str, callback: Callable[[Any], object]) -> Deferred:
         if not self._connected:

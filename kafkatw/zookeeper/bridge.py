@@ -190,6 +190,9 @@ class Watch:
         if self.kind == "children":
             d = self._client._call(kz.get_children_async, self.path, watch=on_event)
             d.addCallback(lambda children: sorted(children))
+        elif self.kind == "versioned":
+            d = self._client._call(kz.get_async, self.path, watch=on_event)
+            d.addCallback(lambda result: (result[0], result[1].version))
         else:
             d = self._client._call(kz.get_async, self.path, watch=on_event)
             d.addCallback(lambda result: result[0])
@@ -203,7 +206,7 @@ class Watch:
                 if stat is not None:
                     self._client._reactor.callLater(0, self._refresh)
                     return _SKIP
-                return [] if self.kind == "children" else None
+                return _MISSING[self.kind]
 
             return d2.addCallback(exists)
 
@@ -232,6 +235,8 @@ class Watch:
 
 
 _SKIP = object()
+#: What a watch delivers while its node does not exist, by kind.
+_MISSING: dict[str, Any] = {"children": [], "data": None, "versioned": (None, -1)}
 
 
 class ZooKeeperClient:
@@ -447,6 +452,36 @@ class ZooKeeperClient:
         """
         return self._call(self._kazoo.set_async, path, value, version=version).addCallback(_stat)
 
+    def fenced_set(self, fence_path: str, fence_version: int, path: str, value: bytes, version: int = -1) -> Deferred:
+        """
+        Set C{path}'s data only while C{fence_path} still has version
+        C{fence_version}: one ZooKeeper multi (a check and a set), as Kafka's
+        controller fences every write with C{/controller_epoch}'s version (KIP-0
+        era C{KafkaZkClient.checkedEphemeral}/C{MultiRequest}).
+
+        @return: a Deferred firing with C{path}'s new L{ZnodeStat}.
+        @raise BadVersionError: C{fence_path} or C{path} changed (the message says which).
+        @raise NoNodeError: either node is missing.
+        """
+
+        def commit() -> Any:
+            transaction = self._kazoo.transaction()
+            transaction.check(fence_path, fence_version)
+            transaction.set_data(path, value, version)
+            return transaction.commit_async()
+
+        def results(values: list) -> Any:
+            check, stat = values
+            if isinstance(check, BaseException) and not isinstance(check, _kz_exceptions.RolledBackError):
+                error = _translate(check)
+                raise type(error)(f"{fence_path} changed (expected version {fence_version})")
+            if isinstance(stat, BaseException):
+                error = _translate(stat)
+                raise type(error)(f"{path}: {error} (expected version {version})")
+            return _stat(stat)
+
+        return self._call(commit).addCallback(results)
+
     def delete(self, path: str, recursive: bool = False, version: int = -1) -> Deferred:
         """
         Delete a znode; C{recursive} deletes its descendants first (not atomic).
@@ -485,6 +520,13 @@ class ZooKeeperClient:
         @return: a Deferred firing with the L{Watch} after the first callback.
         """
         return self._watch(path, "data", callback)
+
+    def watch_versioned_data(self, path: str, callback: Callable[[tuple[bytes | None, int]], object]) -> Deferred:
+        """
+        As L{watch_data}, but C{callback((data, version))} with the znode's
+        version (for conditional sets); C{(None, -1)} while it does not exist.
+        """
+        return self._watch(path, "versioned", callback)
 
     def _watch(self, path: str, kind: str, callback: Callable[[Any], object]) -> Deferred:
         watch = Watch(self, path, kind, callback)

@@ -275,6 +275,9 @@ class Registry:
     """
 
     def __init__(self, client: Any) -> None:
+        #: C{(epoch, znode version)} of C{/controller_epoch} after this registry's
+        #: last successful L{elect_controller}, or C{None}.
+        self.controller_epoch: tuple[int, int] | None = None
         self.client = client
         self._registration: BrokerInfo | None = None
         self._watching_sessions = False
@@ -561,6 +564,17 @@ class Registry:
             }
         )
 
+    @staticmethod
+    def decode_partition_state(data: bytes, zk_version: int) -> PartitionState:
+        """Kafka's C{TopicPartitionStateZNode.decode}, with the znode version."""
+        body = json.loads(data)
+        return PartitionState(body["leader"], body["leader_epoch"], list(body["isr"]),
+                              body.get("controller_epoch", 1), zk_version)
+
+    @staticmethod
+    def partition_state_path(topic: str, partition: int) -> str:
+        return f"{TOPICS_PATH}/{topic}/partitions/{partition}/state"
+
     def set_partition_state(
         self,
         topic: str,
@@ -570,21 +584,30 @@ class Registry:
         isr: list[int],
         controller_epoch: int = 1,
         expected_version: int = -1,
+        controller_epoch_zk_version: int | None = None,
     ) -> Deferred:
         """
         Write the partition's state (created when missing).
 
         @param expected_version: the znode version last read (L{PartitionState.zk_version});
             -1 writes unconditionally.
+        @param controller_epoch_zk_version: when given, the write happens only
+            while C{/controller_epoch} still has this version (the controller's
+            fence: a deposed controller's writes fail).
         @return: a Deferred firing with the new znode version.
-        @raise BadVersionError: another writer changed it since.
+        @raise BadVersionError: another writer changed the state, or another
+            controller was elected, since.
         """
 
         async def go() -> int:
-            path = f"{TOPICS_PATH}/{topic}/partitions/{partition}/state"
+            path = self.partition_state_path(topic, partition)
             data = self.encode_partition_state(leader, leader_epoch, isr, controller_epoch)
             try:
-                stat = await self.client.set(path, data, version=expected_version)
+                if controller_epoch_zk_version is not None:
+                    stat = await self.client.fenced_set(CONTROLLER_EPOCH_PATH, controller_epoch_zk_version, path,
+                                                        data, version=expected_version)
+                else:
+                    stat = await self.client.set(path, data, version=expected_version)
                 return stat.version
             except NoNodeError:
                 if expected_version not in (-1, 0):
@@ -599,15 +622,27 @@ class Registry:
 
         async def go() -> PartitionState | None:
             try:
-                data, stat = await self.client.get(f"{TOPICS_PATH}/{topic}/partitions/{partition}/state")
+                data, stat = await self.client.get(self.partition_state_path(topic, partition))
             except NoNodeError:
                 return None
-            body = json.loads(data)
-            return PartitionState(
-                body["leader"], body["leader_epoch"], list(body["isr"]), body.get("controller_epoch", 1), stat.version
-            )
+            return self.decode_partition_state(data, stat.version)
 
         return _deferred(go())
+
+    def watch_partition_state(self, topic: str, partition: int,
+                              callback: Callable[[PartitionState | None], object]) -> Deferred:
+        """
+        Call C{callback(PartitionState | None)} now and whenever the partition's
+        state znode changes (C{None} while it does not exist).
+
+        @return: a Deferred firing with the watch (C{.cancel()} stops it).
+        """
+
+        def changed(value: tuple[bytes | None, int]) -> None:
+            data, version = value
+            callback(None if not data else self.decode_partition_state(data, version))
+
+        return self.client.watch_versioned_data(self.partition_state_path(topic, partition), changed)
 
     # -- producer ids -----------------------------------------------------------
 
@@ -667,25 +702,26 @@ class Registry:
                 return (
                     json.loads(existing)["brokerid"] == broker_id and stat.ephemeralOwner == self.client.session_id
                 )
-            await self._bump_controller_epoch()
+            self.controller_epoch = await self._bump_controller_epoch()
             return True
 
         return _deferred(go())
 
-    async def _bump_controller_epoch(self) -> int:
+    async def _bump_controller_epoch(self) -> tuple[int, int]:
+        """Increment C{/controller_epoch}; @return: C{(epoch, its znode version)}."""
         while True:
             try:
                 data, stat = await self.client.get(CONTROLLER_EPOCH_PATH)
             except NoNodeError:
                 try:
                     await self.client.create(CONTROLLER_EPOCH_PATH, b"1")
-                    return 1
+                    return 1, 0
                 except NodeExistsError:
                     continue
             epoch = int(data.decode("ascii") or 0) + 1
             try:
-                await self.client.set(CONTROLLER_EPOCH_PATH, str(epoch).encode("ascii"), version=stat.version)
-                return epoch
+                new = await self.client.set(CONTROLLER_EPOCH_PATH, str(epoch).encode("ascii"), version=stat.version)
+                return epoch, new.version
             except BadVersionError:
                 continue
 

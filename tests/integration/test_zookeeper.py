@@ -205,6 +205,32 @@ class RegistryTests(ZooKeeperTestCase):
         self.assertTrue(await r2.elect_controller(2))
         self.assertEqual(await r2.get_controller_epoch(), 2)
 
+    async def test_partition_state_fenced_by_controller_epoch(self):
+        """A deposed controller's partition-state writes fail (a real ZooKeeper multi)."""
+        r1 = Registry(await self.client())
+        r2 = Registry(await self.client())
+        seen = []
+        await r2.watch_partition_state("t", 0, seen.append)
+        self.assertEqual(seen, [None])
+        self.assertTrue(await r1.elect_controller(1))
+        epoch, fence = r1.controller_epoch
+        version = await r1.set_partition_state("t", 0, 1, 0, [1, 2], epoch)
+        await eventually(lambda: seen[-1] is not None)
+        self.assertEqual((seen[-1].leader, seen[-1].isr, seen[-1].zk_version), (1, [1, 2], version))
+        version = await r1.set_partition_state("t", 0, 2, 1, [2], epoch, expected_version=version,
+                                               controller_epoch_zk_version=fence)
+        await eventually(lambda: seen[-1].leader == 2)
+        with self.assertRaises(BadVersionError):  # stale zkVersion
+            await r1.set_partition_state("t", 0, 1, 2, [1], epoch, expected_version=version - 1,
+                                         controller_epoch_zk_version=fence)
+        await r1.client.stop()
+        self.assertTrue(await r2.elect_controller(2))
+        with self.assertRaises(BadVersionError) as caught:  # the old controller's fence
+            await r2.set_partition_state("t", 0, 1, 2, [1], epoch, expected_version=version,
+                                         controller_epoch_zk_version=fence)
+        self.assertIn("/controller_epoch", str(caught.exception))
+        self.assertEqual((await r2.get_partition_state("t", 0)).leader, 2)
+
 
 class EmbeddedServiceTests(TestCase):
     timeout = 120
