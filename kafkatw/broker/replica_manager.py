@@ -105,6 +105,7 @@ class ReplicaManager:
         """
         log = self.get_log(topic, partition)
         result = log.append(records, self.metadata.leader_epoch(topic, partition))
+        log.update_high_watermark(log.log_end_offset)  # single replica until the Partition manages it
         if not result.duplicate:
             waiting = self._waiting.get((topic, partition))
             if waiting:

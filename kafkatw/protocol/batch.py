@@ -148,6 +148,7 @@ def parse_batch_headers(
     data: bytes | bytearray | memoryview,
     verify_crc: bool = True,
     max_batch_bytes: int | None = None,
+    allow_partial_tail: bool = False,
 ) -> list[BatchHeader]:
     """
     Parse the headers of the consecutive record batches making up C{data}, as
@@ -160,7 +161,12 @@ def parse_batch_headers(
 
     @param max_batch_bytes: largest allowed batch size, log overhead included
         (Kafka's C{max.message.bytes}); C{None}: no limit.
-    @return: one L{BatchHeader} per batch, in order; never empty.
+    @param allow_partial_tail: stop, instead of raising, at a last batch that
+        is cut short (its header or body runs past the end of C{data}), and
+        accept empty input: a Fetch response may end in the middle of a batch
+        (the protocol guide, "Fetch API"), and a follower ignores that tail.
+    @return: one L{BatchHeader} per batch, in order; never empty unless
+        C{allow_partial_tail}.
     @raise CorruptRecordError: empty input, truncated header or body,
         C{batchLength < 49}, magic other than 2, CRC mismatch.
     @raise RecordTooLargeError: a batch bigger than C{max_batch_bytes}.
@@ -169,13 +175,15 @@ def parse_batch_headers(
     """
     view = data if isinstance(data, memoryview) else memoryview(data)
     total = len(view)
-    if total == 0:
+    if total == 0 and not allow_partial_tail:
         raise CorruptRecordError("no record batch in the records")
     headers: list[BatchHeader] = []
     append = headers.append
     pos = 0
     while pos < total:
         if total - pos < BATCH_HEADER_SIZE:
+            if allow_partial_tail:
+                break
             raise CorruptRecordError(f"truncated record batch header at byte {pos}")
         (base_offset, length, epoch, magic, crc, attributes, last_delta, base_ts, max_ts,
          producer_id, producer_epoch, base_sequence, count) = _unpack_header(view, pos)
@@ -186,6 +194,8 @@ def parse_batch_headers(
         if magic != 2:
             raise CorruptRecordError(f"record batch at byte {pos} has magic {magic}, only 2 is supported")
         if end > total:
+            if allow_partial_tail:
+                break
             raise CorruptRecordError(f"truncated record batch at byte {pos}: {size} bytes declared, {total - pos} present")
         if max_batch_bytes is not None and size > max_batch_bytes:
             raise RecordTooLargeError(f"record batch of {size} bytes exceeds max.message.bytes {max_batch_bytes}")

@@ -5,14 +5,17 @@ No Twisted reactor here; time is injected as C{now_ms} callables.
 """
 
 from kafkatw.storage.index import OffsetIndex, TimeIndex
-from kafkatw.storage.log import AppendResult, FileRegion, LogConfig, PartitionLog
+from kafkatw.storage.leader_epoch import EpochEntry, LeaderEpochCache
+from kafkatw.storage.log import AppendResult, FileRegion, LogConfig, PartitionLog, UnexpectedAppendOffsetError
 from kafkatw.storage.log_manager import LogManager
 from kafkatw.storage.producer_state import ProducerStateManager
 from kafkatw.storage.segment import LogSegment
 
 __all__ = [
     "AppendResult",
+    "EpochEntry",
     "FileRegion",
+    "LeaderEpochCache",
     "LogConfig",
     "LogManager",
     "LogSegment",
@@ -20,4 +23,5 @@ __all__ = [
     "PartitionLog",
     "ProducerStateManager",
     "TimeIndex",
+    "UnexpectedAppendOffsetError",
 ]

@@ -6,12 +6,27 @@ The log of one partition: a directory of segments (DESIGN.md D3).
         00000000000000368769.log  .index  .timeindex
         00000000000000737337.log  .index  .timeindex    active segment (appends go here)
 
+        leader-epoch-checkpoint                                  see L{kafkatw.storage.leader_epoch}
+
 Offsets are logical and consecutive (D2).  The log start offset is the first
 offset still stored; the log end offset (LEO) is the next offset to assign; the
-high watermark (HWM) bounds what consumers may read.  Appends copy the request's
-records once into a C{bytearray}, patch each batch's base offset and leader epoch
-(outside the CRC), and write them with one C{os.write}; reads return
-L{FileRegion}s, never data (D4).
+high watermark (HWM) bounds what consumers may read.  The broker's partition
+moves the high watermark (L{PartitionLog.update_high_watermark}); appends
+never do.
+
+Two ways in:
+
+  - L{PartitionLog.append}, the leader's: the batches of a Produce request,
+    validated, with each batch's base offset and leader epoch patched
+    (outside the CRC) and written with one C{os.writev}.
+  - L{PartitionLog.append_as_follower}, a follower's: whole batches fetched
+    from the leader, written byte for byte with one C{os.write} at the
+    offsets the leader gave them.
+
+Both keep the leader epoch cache (C{leader-epoch-checkpoint}, KIP-101): an
+epoch newer than the cache's latest is assigned its first offset before the
+batches are written, as Kafka does, so that the checkpoint never misses an
+epoch present in the log.  Reads return L{FileRegion}s, never data (D4).
 
 Timestamps: with C{message.timestamp.type=LogAppendTime} the append time is
 answered and used for the time index and retention of the appended batches,
@@ -33,10 +48,12 @@ from twisted.logger import Logger
 
 from kafkatw.errors import KafkaStorageError, OffsetOutOfRangeError
 from kafkatw.protocol.batch import LOG_OVERHEAD, parse_batch_headers
+from kafkatw.storage.leader_epoch import LEADER_EPOCH_CHECKPOINT_FILE, LeaderEpochCache
 from kafkatw.storage.producer_state import ProducerStateManager
 from kafkatw.storage.segment import FileRegion, LogSegment
 
-__all__ = ["FileRegion", "LogConfig", "AppendResult", "PartitionLog", "FILE_DELETE_DELAY_MS"]
+__all__ = ["FileRegion", "LogConfig", "AppendResult", "PartitionLog", "FILE_DELETE_DELAY_MS",
+           "UnexpectedAppendOffsetError"]
 
 _log = Logger()
 
@@ -100,11 +117,29 @@ class LogConfig:
 
 
 
+class UnexpectedAppendOffsetError(OffsetOutOfRangeError):
+    """
+    A follower append whose batches do not start at the log end offset, or
+    leave a gap between them (Kafka's C{UnexpectedAppendOffsetException}):
+    nothing was written.  Carries the error code C{OFFSET_OUT_OF_RANGE}.
+
+    @ivar first_offset: base offset of the first batch of the append.
+    @ivar log_end_offset: the log end offset it had to start at.
+    """
+
+    def __init__(self, message: str, first_offset: int, log_end_offset: int) -> None:
+        super().__init__(message)
+        self.first_offset = first_offset
+        self.log_end_offset = log_end_offset
+
+
 class AppendResult(NamedTuple):
     """
     @ivar log_append_time_ms: the append time (ms) for LogAppendTime topics, -1 for CreateTime.
     @ivar duplicate: a retried idempotent batch: nothing was written and the
         offsets are the original ones.
+    @ivar batch_count: batches written.
+    @ivar size_bytes: bytes written.
     """
 
     base_offset: int
@@ -113,6 +148,8 @@ class AppendResult(NamedTuple):
     log_start_offset: int
     record_count: int
     duplicate: bool = False
+    batch_count: int = 0
+    size_bytes: int = 0
 
 
 class PartitionLog:
@@ -120,8 +157,10 @@ class PartitionLog:
     The segmented log of one partition.
 
     @ivar high_watermark: offset below which records are readable by
-        consumers; L{append} sets it to the LEO (single replica), the broker
-        may manage it instead.
+        consumers, within C{[log_start_offset, log_end_offset]}; the LEO when
+        the log is opened, moved by L{update_high_watermark} (the broker's
+        partition) and lowered by truncation; appends leave it alone.
+    @ivar leader_epoch_cache: the partition's L{LeaderEpochCache}.
     @ivar recovered_segments: segments re-scanned with CRC checks when the log
         was opened (0 after a clean shutdown).
     """
@@ -158,6 +197,8 @@ class PartitionLog:
         self.recovery_point = self.log_end_offset
         self.log_start_offset = self._segments[0].base_offset
         self.high_watermark = self.log_end_offset
+        self.leader_epoch_cache = LeaderEpochCache(os.path.join(directory, LEADER_EPOCH_CHECKPOINT_FILE))
+        self._load_leader_epochs(recovery_point, clean_shutdown)
 
     def __repr__(self) -> str:
         return f"<PartitionLog {self.topic}-{self.partition} [{self.log_start_offset}, {self.log_end_offset})>"
@@ -211,6 +252,34 @@ class PartitionLog:
             for h in segment.iter_headers(0):
                 self.producer_state.load_batch(h)
 
+    def _load_leader_epochs(self, recovery_point: int, clean_shutdown: bool) -> None:
+        """
+        Make the epoch cache agree with the loaded log: rebuilt from every
+        batch header when its file was missing, empty or malformed (a log from
+        before replication); otherwise cut to C{[log start, LEO)} and, after
+        an unclean shutdown, completed from the headers of the segments past
+        the recovery point.
+        """
+        cache = self.leader_epoch_cache
+        if cache.needs_rebuild:
+            segments = self._segments
+            _log.info("rebuilding the leader epoch cache of {partition} from the log",
+                      partition=f"{self.topic}-{self.partition}")
+        else:
+            cache.truncate_from_end(self.log_end_offset)
+            cache.truncate_from_start(self.log_start_offset)
+            if clean_shutdown:
+                return
+            segments = [s for s in self._segments if s.next_offset > recovery_point]
+        latest = cache.latest_epoch
+        found = []
+        for segment in segments:
+            for h in segment.iter_headers(0):
+                if h.partition_leader_epoch > latest:
+                    latest = h.partition_leader_epoch
+                    found.append((latest, h.base_offset))
+        cache.assign_all(found)
+
     def _write_producer_snapshot(self) -> None:
         """Write the idempotent-producer state for the next clean start (atomically)."""
         leo = self.log_end_offset
@@ -246,14 +315,66 @@ class PartitionLog:
     def size_bytes(self) -> int:
         return sum(s.size_bytes for s in self._segments)
 
+    # -- high watermark and leader epochs -------------------------------------------
+
+    def update_high_watermark(self, offset: int) -> bool:
+        """
+        Set the high watermark to C{offset} clamped to C{[log start offset,
+        log end offset]} (Kafka's C{UnifiedLog.updateHighWatermark}); it may
+        move down (a follower learning a lower value, a log loaded from a
+        checkpoint).
+
+        @return: whether it moved.
+        """
+        offset = max(self.log_start_offset, min(offset, self.log_end_offset))
+        if offset == self.high_watermark:
+            return False
+        self.high_watermark = offset
+        return True
+
+    @property
+    def latest_epoch(self) -> int:
+        """The newest leader epoch in the log's epoch cache, -1 when none."""
+        return self.leader_epoch_cache.latest_epoch
+
+    def maybe_assign_epoch_start_offset(self, leader_epoch: int, start_offset: int) -> bool:
+        """
+        Record that C{leader_epoch} starts at C{start_offset}, normally the
+        LEO when this broker becomes leader (Kafka's C{Partition.makeLeader}),
+        so that the epoch's start is known before its first batch.
+
+        @return: whether the cache changed (see L{LeaderEpochCache.assign}).
+        """
+        return self.leader_epoch_cache.assign(leader_epoch, start_offset)
+
+    def end_offset_for_epoch(self, leader_epoch: int) -> tuple[int, int]:
+        """
+        The answer to OffsetForLeaderEpoch for C{leader_epoch}:
+        L{LeaderEpochCache.end_offset_for} with this log's LEO.
+
+        @return: C{(epoch, end_offset)}; C{(-1, -1)} when unknown.
+        """
+        return self.leader_epoch_cache.end_offset_for(leader_epoch, self.log_end_offset)
+
+    def epoch_for_offset(self, offset: int) -> int:
+        """The leader epoch that wrote C{offset}, -1 when unknown."""
+        return self.leader_epoch_cache.epoch_for_offset(offset)
+
     # -- append ------------------------------------------------------------------
 
     def append(self, records: bytes | bytearray | memoryview, leader_epoch: int) -> AppendResult:
         """
         Append the record batches of a Produce request (leader path).
 
+        The batches get consecutive offsets from the LEO and C{leader_epoch};
+        when C{leader_epoch} is newer than the epoch cache's latest it is
+        assigned the first offset (before the write, as Kafka).  The high
+        watermark does not move: the broker's partition moves it
+        (L{update_high_watermark}).
+
         @param records: one or more whole RecordBatch v2.
-        @param leader_epoch: written into each batch's partitionLeaderEpoch.
+        @param leader_epoch: written into each batch's partitionLeaderEpoch;
+            a negative epoch is written but never assigned in the cache.
         @raise CorruptRecordError: see L{parse_batch_headers}; nothing is written.
         @raise RecordTooLargeError: a batch above C{max.message.bytes}.
         @raise InvalidRecordError: inconsistent batch counts.
@@ -292,17 +413,92 @@ class PartitionLog:
             next_offset += h.last_offset_delta + 1
         total = headers[-1].position + headers[-1].size - headers[0].position
         segment = self._maybe_roll(total, next_offset - 1)
-        segment.append(chunks, patched, total)
+        cache = self.leader_epoch_cache
+        new_epoch = leader_epoch >= 0 and leader_epoch > cache.latest_epoch
+        if new_epoch:
+            cache.assign(leader_epoch, first_offset)
+        try:
+            segment.append(chunks, patched, total)
+        except KafkaStorageError:
+            if new_epoch:
+                cache.truncate_from_end(first_offset)
+            raise
         record_count = next_offset - first_offset
         load_batch = self.producer_state.load_batch
         for h in patched:
             if h.producer_id >= 0:
                 load_batch(h)
-        self.high_watermark = next_offset
         self._unflushed_messages += record_count
         if self._unflushed_messages >= config.flush_messages:
             self.flush()
-        return AppendResult(first_offset, next_offset - 1, append_time, self.log_start_offset, record_count, False)
+        return AppendResult(first_offset, next_offset - 1, append_time, self.log_start_offset, record_count, False,
+                            len(headers), total)
+
+    def append_as_follower(self, records: bytes | bytearray | memoryview) -> AppendResult:
+        """
+        Append record batches fetched from the leader (Kafka's
+        C{UnifiedLog.appendAsFollower}): written byte for byte, base offsets
+        and leader epochs as the leader assigned them, with one C{os.write}.
+
+        Each whole batch's CRC is checked; a last batch cut short (a Fetch
+        response may end inside a batch) is ignored and not counted.  No
+        idempotence check (the leader made it) and no C{max.message.bytes}
+        limit (the leader accepted the batch): the producer state is loaded
+        from the headers, and each batch whose C{partitionLeaderEpoch} is
+        newer than the epoch cache's latest is assigned its base offset.
+        Segments roll and C{flush.messages} applies as on the leader; the
+        high watermark does not move.
+
+        @param records: whole RecordBatch v2, possibly followed by a partial one.
+        @return: the offsets, records, batches and bytes written; with nothing
+            whole to append, C{record_count == 0} and
+            C{base_offset == log_end_offset}.
+        @raise UnexpectedAppendOffsetError: the first batch does not start at
+            the log end offset, or a batch does not start where the previous
+            one ended (kafkatw has no compaction, so a follower's log has no
+            offset gaps); nothing is written.
+        @raise CorruptRecordError: a whole batch fails its CRC-32C check or is
+            not magic 2; nothing is written.
+        @raise InvalidRecordError: inconsistent batch counts; nothing is written.
+        @raise KafkaStorageError: the write failed.
+        """
+        headers = parse_batch_headers(records, True, None, allow_partial_tail=True)
+        leo = self.log_end_offset
+        if not headers:
+            return AppendResult(leo, leo - 1, -1, self.log_start_offset, 0, False, 0, 0)
+        cache = self.leader_epoch_cache
+        latest = cache.latest_epoch
+        new_epochs = []
+        expected = leo
+        for h in headers:
+            if h.base_offset != expected:
+                what = "first batch" if expected == leo else f"batch at byte {h.position}"
+                raise UnexpectedAppendOffsetError(
+                    f"follower append to {self.topic}-{self.partition}: {what} starts at offset {h.base_offset},"
+                    f" expected {expected} (log end offset {leo})", headers[0].base_offset, leo)
+            expected = h.base_offset + h.last_offset_delta + 1
+            if h.partition_leader_epoch > latest:
+                latest = h.partition_leader_epoch
+                new_epochs.append((latest, h.base_offset))
+        total = headers[-1].position + headers[-1].size
+        segment = self._maybe_roll(total, expected - 1)
+        if new_epochs:
+            cache.assign_all(new_epochs)
+        try:
+            segment.append(memoryview(records)[:total], headers, total)
+        except KafkaStorageError:
+            if new_epochs:
+                cache.truncate_from_end(leo)
+            raise
+        load_batch = self.producer_state.load_batch
+        for h in headers:
+            if h.producer_id >= 0:
+                load_batch(h)
+        record_count = expected - leo
+        self._unflushed_messages += record_count
+        if self._unflushed_messages >= self.config.flush_messages:
+            self.flush()
+        return AppendResult(leo, expected - 1, -1, self.log_start_offset, record_count, False, len(headers), total)
 
     def _maybe_roll(self, size_bytes: int, last_offset: int) -> LogSegment:
         segment = self._segments[-1]
@@ -448,6 +644,7 @@ class PartitionLog:
             self._graveyard.append((now_ms, segment))
         self.log_start_offset = max(self.log_start_offset, self._segments[0].base_offset)
         self.high_watermark = max(self.high_watermark, self.log_start_offset)
+        self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
         _log.info("retention deleted {count} segments of {partition}, log start offset {offset}",
                   count=deletable, partition=f"{self.topic}-{self.partition}", offset=self.log_start_offset)
         return deletable
@@ -464,28 +661,50 @@ class PartitionLog:
     def truncate_to(self, offset: int) -> None:
         """
         Remove every batch whose last offset is C{>= offset} (follower
-        truncation).  Below the log start offset the log is emptied and restarts
-        at C{offset}.
+        truncation; Kafka's C{UnifiedLog.truncateTo}).  At or below the first
+        segment's base offset the log is emptied and restarts at C{offset}
+        (L{truncate_fully_and_start_at}).  The epoch cache loses the entries
+        starting at or after the new log end offset, even when no batch is
+        removed (an epoch assigned at the LEO by a leader that wrote nothing).
+        The high watermark and recovery point are lowered to the new LEO.
         """
         if offset >= self.log_end_offset:
+            self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
             return
         if offset <= self._segments[0].base_offset:
-            for segment in self._segments:
-                segment.delete()
-            self._segments = [self._new_segment(offset)]
-            self.log_start_offset = offset
-        else:
-            while self._segments[-1].base_offset >= offset:
-                self._segments.pop().delete()
-            self._segments[-1].truncate_to(offset)
+            self.truncate_fully_and_start_at(offset)
+            return
+        while self._segments[-1].base_offset >= offset:
+            self._segments.pop().delete()
+        self._segments[-1].truncate_to(offset)
         self._bases = [s.base_offset for s in self._segments]
         leo = self.log_end_offset
+        self.leader_epoch_cache.truncate_from_end(leo)
         self.high_watermark = min(self.high_watermark, leo)
         self.recovery_point = min(self.recovery_point, leo)
         self.producer_state.clear()
         for segment in self._segments:
             for h in segment.iter_headers(0):
                 self.producer_state.load_batch(h)
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """
+        Delete every segment and restart the log, empty, at C{offset} (Kafka's
+        C{truncateFullyAndStartAt}: a follower whose fetch offset is below its
+        leader's log start offset).  The log start offset, LEO, high
+        watermark and recovery point all become C{offset}; the epoch cache
+        and the producer state are emptied.
+        """
+        for segment in self._segments:
+            segment.delete()
+        self._segments = [self._new_segment(offset)]
+        self._bases = [offset]
+        self.log_start_offset = offset
+        self.high_watermark = offset
+        self.recovery_point = offset
+        self._unflushed_messages = 0
+        self.leader_epoch_cache.clear()
+        self.producer_state.clear()
 
     def close(self) -> None:
         """Flush, write the producer-state snapshot, and close every file."""

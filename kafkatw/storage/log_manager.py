@@ -6,6 +6,7 @@ Each log directory holds::
 
     <log dir>/
         recovery-point-offset-checkpoint    Kafka's text format, below
+        replication-offset-checkpoint       the same format: each partition's high watermark
         .kafka_cleanshutdown                present only while the broker is stopped cleanly
         <topic>-<partition>/                one L{PartitionLog} each
 
@@ -16,6 +17,14 @@ atomically (temporary file, fsync, rename)::
     2                 <- number of entries
     orders 0 1520     <- topic partition offset
     orders 1 1499
+
+C{replication-offset-checkpoint} holds high watermarks in the same format,
+written by L{LogManager.checkpoint_high_watermarks} and L{LogManager.close}.
+On load each log's high watermark is its entry clamped to
+C{[log start offset, log end offset]}; a log without an entry starts at its
+log start offset (Kafka's rule: nothing is known to be committed), except
+when the file does not exist at all (a log directory from before
+replication), where it starts at the log end offset.
 
 On L{LogManager.load}, a directory with the clean-shutdown marker is trusted
 (indexes loaded, only the tail after the last index entry is read); otherwise
@@ -35,12 +44,15 @@ from twisted.logger import Logger
 from kafkatw.errors import KafkaStorageError
 from kafkatw.storage.log import LogConfig, PartitionLog
 
-__all__ = ["LogManager", "CHECKPOINT_FILE", "CLEAN_SHUTDOWN_FILE", "read_checkpoint", "write_checkpoint"]
+__all__ = ["LogManager", "CHECKPOINT_FILE", "CLEAN_SHUTDOWN_FILE", "HIGH_WATERMARK_CHECKPOINT_FILE", "read_checkpoint",
+           "write_checkpoint"]
 
 _log = Logger()
 
 CHECKPOINT_FILE = "recovery-point-offset-checkpoint"
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+#: Kafka's high-watermark checkpoint file (C{ReplicaManager.HighWatermarkFilename}).
+HIGH_WATERMARK_CHECKPOINT_FILE = "replication-offset-checkpoint"
 _PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
 
 
@@ -90,6 +102,12 @@ def write_checkpoint(path: str, offsets: Mapping[tuple[str, int], int]) -> None:
         os.close(dir_fd)
 
 
+def _read_high_watermarks(log_dir: str) -> dict[tuple[str, int], int] | None:
+    """The directory's high-watermark checkpoint; C{None} when it has none (a directory from before replication)."""
+    path = os.path.join(log_dir, HIGH_WATERMARK_CHECKPOINT_FILE)
+    return read_checkpoint(path) if os.path.exists(path) else None
+
+
 class LogManager:
     """
     All partition logs of a broker.
@@ -119,6 +137,7 @@ class LogManager:
             marker = os.path.join(log_dir, CLEAN_SHUTDOWN_FILE)
             clean = os.path.exists(marker)
             recovery_points = read_checkpoint(os.path.join(log_dir, CHECKPOINT_FILE))
+            high_watermarks = _read_high_watermarks(log_dir)
             for name in sorted(os.listdir(log_dir)):
                 path = os.path.join(log_dir, name)
                 match = _PARTITION_DIR.match(name)
@@ -130,6 +149,8 @@ class LogManager:
                 log = PartitionLog(path, tp[0], tp[1], self._config_for(tp[0]),
                                    recovery_point=recovery_points.get(tp, 0), clean_shutdown=clean,
                                    now_ms=self.now_ms)
+                if high_watermarks is not None:
+                    log.update_high_watermark(high_watermarks.get(tp, log.log_start_offset))
                 self._logs[tp] = log
                 self._log_dir_of[tp] = log_dir
                 _log.info("loaded {partition} [{start}, {end}) clean={clean} recovered={recovered}"
@@ -197,11 +218,18 @@ class LogManager:
             points = {tp: self._logs[tp].recovery_point for tp, d in self._log_dir_of.items() if d == log_dir}
             write_checkpoint(os.path.join(log_dir, CHECKPOINT_FILE), points)
 
+    def checkpoint_high_watermarks(self) -> None:
+        """Write each log directory's C{replication-offset-checkpoint} (every log's high watermark)."""
+        for log_dir in self.log_dirs:
+            marks = {tp: self._logs[tp].high_watermark for tp, d in self._log_dir_of.items() if d == log_dir}
+            write_checkpoint(os.path.join(log_dir, HIGH_WATERMARK_CHECKPOINT_FILE), marks)
+
     def close(self) -> None:
         """Flush and close every log, checkpoint, and mark each directory cleanly shut down."""
         for log in self._logs.values():
             log.close()
         self.checkpoint_recovery_points()
+        self.checkpoint_high_watermarks()
         for log_dir in self.log_dirs:
             fd = os.open(os.path.join(log_dir, CLEAN_SHUTDOWN_FILE), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             try:

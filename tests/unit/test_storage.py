@@ -125,7 +125,11 @@ class AppendReadTests(LogTestMixin, TestCase):
         self.assertEqual((r2.base_offset, r2.last_offset, r2.record_count), (3, 5, 3))
         self.assertEqual(r2.log_append_time_ms, -1)
         self.assertFalse(r2.duplicate)
-        self.assertEqual((log.log_end_offset, log.high_watermark), (6, 6))
+        self.assertEqual((r2.batch_count, r2.size_bytes), (2, len(batch(1)) + len(batch(2))))
+        # appends never move the high watermark: the broker's partition does
+        self.assertEqual((log.log_end_offset, log.high_watermark), (6, 0))
+        self.assertTrue(log.update_high_watermark(6))
+        self.assertEqual(log.high_watermark, 6)
         self.assertEqual(read_offsets(log, 0), list(range(6)))
 
     def test_read_returns_stored_batches_patched(self):
@@ -223,7 +227,7 @@ class AppendReadTests(LogTestMixin, TestCase):
             log.append(batch(2), 0)
         self.assertEqual(read_offsets(log, 0, max_offset=6), list(range(6)))
         self.assertEqual(read_offsets(log, 6, max_offset=6), [])
-        log.high_watermark = 4
+        log.update_high_watermark(4)
         self.assertEqual(read_offsets(log, 1, max_offset=log.high_watermark), [0, 1, 2, 3])
 
     def test_offset_out_of_range(self):
