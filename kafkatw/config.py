@@ -114,6 +114,28 @@ BROKER_CONFIG: dict[str, ConfigKey] = {
                   "kafkatw: offset commits are written to ZooKeeper in batches at most this often, the latest "
                   "value per group and partition; a commit is answered once the batch holding it is written.",
                   "ms"),
+        # replication (docs/replication.md; Kafka's ReplicationConfigs)
+        ConfigKey("min.insync.replicas", int, 1,
+                  "Fewest in-sync replicas with which an acks=all produce is accepted "
+                  "(else NOT_ENOUGH_REPLICAS).", "replicas"),
+        ConfigKey("unclean.leader.election.enable", _bool, False,
+                  "Elect an out-of-sync replica when no in-sync replica is alive (may lose acknowledged "
+                  "records)."),
+        ConfigKey("replica.lag.time.max.ms", int, 30000,
+                  "A follower that has not caught up with the leader's log end offset for this long leaves "
+                  "the ISR.", "ms"),
+        ConfigKey("replica.fetch.wait.max.ms", int, 500, "Longest time a follower's fetch waits at the leader.",
+                  "ms"),
+        ConfigKey("replica.fetch.min.bytes", int, 1, "Bytes a follower's fetch waits for.", "bytes"),
+        ConfigKey("replica.fetch.max.bytes", int, 1048576, "Bytes a follower fetches per partition and request.",
+                  "bytes"),
+        ConfigKey("replica.fetch.response.max.bytes", int, 10485760,
+                  "Bytes a follower fetches per request.", "bytes"),
+        ConfigKey("replica.fetch.backoff.ms", int, 1000, "Pause of a replica fetcher after an error.", "ms"),
+        ConfigKey("num.replica.fetchers", int, 1, "Fetcher connections per source broker.", "fetchers"),
+        ConfigKey("replica.high.watermark.checkpoint.interval.ms", int, 5000,
+                  "How often high watermarks are written to replication-offset-checkpoint.", "ms"),
+        ConfigKey("replica.socket.timeout.ms", int, 30000, "Request timeout of a follower's fetches.", "ms"),
     ]
 }
 
@@ -130,6 +152,8 @@ TOPIC_CONFIG_KEYS: dict[str, str] = {
     "cleanup.policy": "log.cleanup.policy",
     "max.message.bytes": "message.max.bytes",
     "message.timestamp.type": "log.message.timestamp.type",
+    "min.insync.replicas": "min.insync.replicas",
+    "unclean.leader.election.enable": "unclean.leader.election.enable",
 }
 
 

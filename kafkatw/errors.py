@@ -67,6 +67,12 @@ InvalidReplicationFactorError = _error("InvalidReplicationFactorError", ErrorCod
 InvalidConfigError = _error("InvalidConfigError", ErrorCode.invalid_config)
 CoordinatorNotAvailableError = _error("CoordinatorNotAvailableError", ErrorCode.coordinator_not_available)
 KafkaStorageError = _error("KafkaStorageError", ErrorCode.kafka_storage_error)
+LeaderNotAvailableError = _error("LeaderNotAvailableError", ErrorCode.leader_not_available)
+NotEnoughReplicasError = _error("NotEnoughReplicasError", ErrorCode.not_enough_replicas)
+NotEnoughReplicasAfterAppendError = _error("NotEnoughReplicasAfterAppendError",
+                                           ErrorCode.not_enough_replicas_after_append)
+FencedLeaderEpochError = _error("FencedLeaderEpochError", ErrorCode.fenced_leader_epoch)
+UnknownLeaderEpochError = _error("UnknownLeaderEpochError", ErrorCode.unknown_leader_epoch)
 
 
 def kafka_error(code: ErrorCode, message: str = "") -> KafkaError:

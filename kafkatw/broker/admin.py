@@ -51,7 +51,7 @@ class AdminManager:
         @raise KafkaError: C{TOPIC_ALREADY_EXISTS}, C{INVALID_PARTITIONS},
             C{INVALID_REPLICATION_FACTOR}, C{INVALID_CONFIG}, C{INVALID_REPLICA_ASSIGNMENT}.
         """
-        from ..zookeeper.registry import assign_replicas
+        from ..zookeeper.registry import PartitionState, assign_replicas
 
         try:
             topic_log_config(self.config, configs)
@@ -65,23 +65,31 @@ class AdminManager:
                 raise kafka_error(ErrorCode.invalid_partitions, "number of partitions must be at least 1")
             if replication_factor < 1:
                 raise kafka_error(ErrorCode.invalid_replication_factor, "replication factor must be at least 1")
-            if replication_factor > 1:
+            if replication_factor > len(live):
                 raise kafka_error(ErrorCode.invalid_replication_factor,
-                             "replication factor above 1 needs replication, which this version does not have")
+                                  f"replication factor {replication_factor} is larger than the {len(live)} "
+                                  "live brokers")
             assignment = assign_replicas(num_partitions, replication_factor, live)
         else:
-            if sorted(assignment) != list(range(len(assignment))) or any(
-                not replicas or len(set(replicas)) != len(replicas) or len(replicas) > 1
+            sizes = {len(replicas) for replicas in assignment.values()}
+            if sorted(assignment) != list(range(len(assignment))) or len(sizes) != 1 or any(
+                not replicas or len(set(replicas)) != len(replicas) or any(r not in live for r in replicas)
                 for replicas in assignment.values()
             ):
-                raise kafka_error(ErrorCode.invalid_replica_assignment, "invalid replica assignment")
+                raise kafka_error(ErrorCode.invalid_replica_assignment,
+                                  "invalid replica assignment (every partition needs the same number of "
+                                  "distinct, live brokers)")
         if validate_only:
             return TopicMetadata(name, uuid.UUID(int=0), assignment, dict(configs))
         await self.registry.create_topic(name, assignment, dict(configs))
         created = await self.registry.get_topic(name)
         meta = TopicMetadata(name, created.topic_id, dict(created.partitions), dict(configs))
         for partition, replicas in created.partitions.items():
-            await self.registry.set_partition_state(name, partition, replicas[0], 0, replicas[:1])
+            # Kafka's NewPartition -> OnlinePartition: the first live replica
+            # leads at epoch 0 and every live replica is in sync (all are empty).
+            isr = [r for r in replicas if r in self.metadata.brokers] or replicas[:1]
+            version = await self.registry.set_partition_state(name, partition, isr[0], 0, isr)
+            self.metadata.set_partition_state(name, partition, PartitionState(isr[0], 0, isr, 1, version))
         if name not in self.metadata.topics:
             self.metadata.set_topic(meta)
             if self.on_topic is not None:

@@ -59,6 +59,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     42: (0, 2),  # DeleteGroups
     22: (0, 4),  # InitProducerId
     32: (1, 4),  # DescribeConfigs
+    23: (2, 4),  # OffsetForLeaderEpoch (KIP-101, KIP-279; followers and KIP-320 clients)
 }
 
 #: What ApiVersions advertises where it differs from L{SUPPORTED_VERSIONS}.
@@ -134,6 +135,7 @@ class KafkaApis:
             20: self.handle_delete_topics,
             22: self.handle_init_producer_id,
             32: self.handle_describe_configs,
+            23: self.handle_offset_for_leader_epoch,
         }
         #: Kafka's BrokerTopicMetrics and RequestMetrics, read by L{kafkatw.broker.metrics}.
         self.request_counts: dict[int, int] = {}
@@ -217,14 +219,13 @@ class KafkaApis:
         for index in sorted(meta.partitions):
             replicas = meta.partitions[index]
             leader = self.metadata.leader(name, index)
-            alive = [r for r in replicas if r in self.metadata.brokers]
             partitions.append({
                 "error_code": int(ErrorCode.none if leader >= 0 else ErrorCode.leader_not_available),
                 "partition_index": index,
                 "leader_id": leader,
-                "leader_epoch": meta.leader_epochs.get(index, 0),
+                "leader_epoch": self.metadata.leader_epoch(name, index),
                 "replica_nodes": list(replicas),
-                "isr_nodes": alive[:1] if leader >= 0 else [],
+                "isr_nodes": self.metadata.isr(name, index),
                 "offline_replicas": [r for r in replicas if r not in self.metadata.brokers],
             })
         return {
@@ -290,7 +291,15 @@ class KafkaApis:
 
     # --- Produce -------------------------------------------------------------
 
-    def handle_produce(self, context: RequestContext, request: Any) -> bytes | None:
+    def handle_produce(self, context: RequestContext, request: Any) -> Any:
+        """
+        Append each partition's batches on its leader.  With acks=all the
+        answer waits in the produce purgatory until every in-sync replica has
+        the batches (or C{timeout} passes: C{REQUEST_TIMED_OUT}); an ISR
+        smaller than C{min.insync.replicas} refuses the write before appending
+        (C{NOT_ENOUGH_REPLICAS}).
+        """
+        acks = request.acks
         if request.transactional_id is not None:
             code = ErrorCode.transactional_id_authorization_failed
             results = [
@@ -300,6 +309,8 @@ class KafkaApis:
         else:
             results = []
             append = self.replica_manager.append
+            min_isr = self.replica_manager.min_insync_replicas if acks == -1 else None
+            required: dict[tuple[str, int], int] = {}
             for topic in request.topic_data:
                 name = topic.name
                 partitions = []
@@ -307,7 +318,7 @@ class KafkaApis:
                     try:
                         if p.records is None:
                             raise CorruptRecordError("a null record set")
-                        result = append(name, p.index, p.records)
+                        result = append(name, p.index, p.records, min_isr(name) if min_isr is not None else None)
                     except KafkaError as e:
                         self.failed_produce_requests += 1
                         code = e.error_code
@@ -318,13 +329,32 @@ class KafkaApis:
                     if not result.duplicate:
                         self.messages_in += result.record_count
                         self.bytes_in += len(p.records)
+                    if min_isr is not None:
+                        required[(name, p.index)] = result.last_offset + 1
                     partitions.append({
                         "index": p.index, "error_code": 0, "base_offset": result.base_offset,
                         "log_append_time": result.log_append_time_ms, "log_start_offset": result.log_start_offset,
                     })
                 results.append((name, partitions))
-        if request.acks == 0:
+            if required:
+                timeout = request.timeout
+                timeout_ms = int(timeout.total_seconds() * 1000) if hasattr(timeout, "total_seconds") else int(timeout)
+                d = self.replica_manager.delay_produce(required, max(timeout_ms, 0))
+                return d.addCallback(self._produce_acknowledged, context, results)
+        if acks == 0:
             return None
+        return self._produce_response(context, results)
+
+    def _produce_acknowledged(self, errors: dict, context: RequestContext, results: list) -> bytes:
+        for name, partitions in results:
+            for entry in partitions:
+                error = errors.get((name, entry["index"]))
+                if error is not None and entry["error_code"] == 0:
+                    self.failed_produce_requests += 1
+                    entry.update(error_code=int(error.error_code), error_message=str(error) or None)
+        return self._produce_response(context, results)
+
+    def _produce_response(self, context: RequestContext, results: list) -> bytes:
         body = {
             "responses": [{"name": name, "partition_responses": partitions} for name, partitions in results],
             "throttle_time": 0,
@@ -335,11 +365,15 @@ class KafkaApis:
 
     def _read_partitions(self, request: Any) -> tuple[list[tuple[str, list[PartitionFetchData]]], int, bool]:
         """
-        Read every requested partition once.
+        Read every requested partition once, on its leader.  A consumer reads
+        below the high watermark; a follower (C{replica_id} >= 0) reads up to
+        the log end offset, and its fetch offset tells the leader what it holds
+        (L{kafkatw.broker.partition.Partition.update_follower}).
 
         @return: (topics for the response, bytes found, whether any partition
             had an error).
         """
+        replica_id = getattr(request, "replica_id", -1)
         remaining = request.max_bytes if getattr(request, "max_bytes", None) is not None else 0x7FFFFFFF
         topics = []
         total = 0
@@ -349,17 +383,24 @@ class KafkaApis:
             partitions = []
             for p in topic.partitions:
                 try:
-                    log = self.replica_manager.get_log(name, p.partition)
+                    partition = self.replica_manager.leader_partition(name, p.partition)
+                    partition.check_leader_epoch(getattr(p, "current_leader_epoch", -1))
+                    log = partition.log
+                    if replica_id >= 0:
+                        partition.update_follower(replica_id, p.fetch_offset)
+                        max_offset = log.log_end_offset
+                    else:
+                        max_offset = log.high_watermark
                     high_watermark = log.high_watermark
                     regions: list[Any] = []
                     size = 0
                     if remaining > 0:
-                        regions = log.read(p.fetch_offset, min(p.partition_max_bytes, remaining), high_watermark,
+                        regions = log.read(p.fetch_offset, min(p.partition_max_bytes, remaining), max_offset,
                                            min_one_batch=total == 0)
                         size = sum(r.length for r in regions)
                         remaining -= size
                     elif not log.log_start_offset <= p.fetch_offset <= log.log_end_offset:
-                        log.read(p.fetch_offset, 1, high_watermark)  # raises OffsetOutOfRange
+                        log.read(p.fetch_offset, 1, max_offset)  # raises OffsetOutOfRange
                     partitions.append(PartitionFetchData(
                         p.partition, 0, high_watermark, high_watermark, log.log_start_offset, regions, size
                     ))
@@ -379,7 +420,8 @@ class KafkaApis:
         tps = [(t.topic, p.partition) for t in request.topics for p in t.partitions]
         if not tps:
             return self._fetch_response(context, topics)
-        d = self.replica_manager.delay_fetch(tps, request.min_bytes, total, max_wait_ms)
+        d = self.replica_manager.delay_fetch(tps, request.min_bytes, total, max_wait_ms,
+                                             replica=getattr(request, "replica_id", -1) >= 0)
         d.addCallback(lambda _: self._fetch_response(context, self._read_partitions(request)[0]))
         return d
 
@@ -397,7 +439,9 @@ class KafkaApis:
                 entry = {"partition_index": p.partition_index, "error_code": 0, "timestamp": -1, "offset": -1,
                          "leader_epoch": -1}
                 try:
-                    log = self.replica_manager.get_log(topic.name, p.partition_index)
+                    partition = self.replica_manager.leader_partition(topic.name, p.partition_index)
+                    partition.check_leader_epoch(getattr(p, "current_leader_epoch", -1))
+                    log = partition.log
                     ts = p.timestamp
                     if ts == LATEST_TIMESTAMP:
                         entry["offset"] = log.high_watermark
@@ -409,7 +453,7 @@ class KafkaApis:
                         found = log.offset_for_timestamp(ts)
                         if found is not None:
                             entry["offset"], entry["timestamp"] = found
-                    entry["leader_epoch"] = self.metadata.leader_epoch(topic.name, p.partition_index)
+                    entry["leader_epoch"] = partition.leader_epoch
                 except KafkaError as e:
                     entry["error_code"] = int(e.error_code)
                 partitions.append(entry)
@@ -482,6 +526,29 @@ class KafkaApis:
                 entry["error_message"] = f"ZooKeeper unavailable: {e}"
             results.append(entry)
         return self._respond(context, {"throttle_time": 0, "responses": results})
+
+    # --- OffsetForLeaderEpoch ---------------------------------------------------
+
+    def handle_offset_for_leader_epoch(self, context: RequestContext, request: Any) -> bytes:
+        """
+        For each partition, the largest epoch at or below the requested one
+        and the offset where it ended (KIP-101, KIP-279): a follower truncates
+        to it, a KIP-320 consumer validates its position with it.
+        """
+        topics = []
+        for topic in request.topics:
+            partitions = []
+            for p in topic.partitions:
+                entry = {"partition": p.partition, "error_code": 0, "leader_epoch": -1, "end_offset": -1}
+                try:
+                    partition = self.replica_manager.leader_partition(topic.topic, p.partition)
+                    partition.check_leader_epoch(p.current_leader_epoch)
+                    entry["leader_epoch"], entry["end_offset"] = partition.log.end_offset_for_epoch(p.leader_epoch)
+                except KafkaError as e:
+                    entry["error_code"] = int(e.error_code)
+                partitions.append(entry)
+            topics.append({"topic": topic.topic, "partitions": partitions})
+        return self._respond(context, {"throttle_time": 0, "topics": topics})
 
     # --- DescribeConfigs -----------------------------------------------------
 

@@ -1,20 +1,19 @@
 """
 The broker's view of the cluster: live brokers, topics and their partitions.
 
-Filled from ZooKeeper watches on ``/brokers/ids`` and ``/brokers/topics`` by
-L{kafkatw.broker.server.KafkaServer} (Kafka's own brokers keep the same cache,
-fed by the controller's UpdateMetadata requests).  Handlers read it to answer
-Metadata and to tell whether this broker leads a partition.
-
-In this version a partition has one replica, as in the paper (§3): its leader is
-its first replica while that broker is alive.
+Filled from ZooKeeper watches on ``/brokers/ids``, ``/brokers/topics`` and
+each partition's state znode by L{kafkatw.broker.server.KafkaServer} (Kafka's
+own brokers keep the same cache, fed by the controller's UpdateMetadata
+requests).  Handlers read it to answer Metadata.  Leadership is stored, never
+derived: a partition's leader, leader epoch and ISR are those of its state
+znode, written by the controller (and the ISR by the leader).
 """
 
 from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 __all__ = ["BrokerEndpoint", "TopicMetadata", "MetadataCache"]
 
@@ -38,7 +37,6 @@ class TopicMetadata:
     topic_id: uuid.UUID
     partitions: dict[int, list[int]]
     config: dict[str, str] = field(default_factory=dict)
-    leader_epochs: dict[int, int] = field(default_factory=dict)
 
 
 class MetadataCache:
@@ -55,6 +53,8 @@ class MetadataCache:
         self.controller_id = -1
         self.brokers: dict[int, BrokerEndpoint] = {}
         self.topics: dict[str, TopicMetadata] = {}
+        #: C{(topic, partition)} -> the L{kafkatw.zookeeper.registry.PartitionState} last read.
+        self.partition_states: dict[tuple[str, int], Any] = {}
         self._listeners: list[Callable[[], None]] = []
 
     def add_listener(self, listener: Callable[[], None]) -> None:
@@ -74,34 +74,35 @@ class MetadataCache:
         self._changed()
 
     def remove_topic(self, name: str) -> None:
-        if self.topics.pop(name, None) is not None:
+        meta = self.topics.pop(name, None)
+        if meta is not None:
+            for partition in meta.partitions:
+                self.partition_states.pop((name, partition), None)
             self._changed()
+
+    def set_partition_state(self, topic: str, partition: int, state: Any) -> None:
+        """Record a partition's state znode (C{None}: not written yet)."""
+        if state is None:
+            self.partition_states.pop((topic, partition), None)
+        else:
+            self.partition_states[(topic, partition)] = state
+        self._changed()
 
     def leader(self, topic: str, partition: int) -> int:
         """
-        The broker id leading C{topic}/C{partition}, or -1 when its replica's
-        broker is not alive (or the partition is unknown).
+        The broker id leading C{topic}/C{partition} per its state znode, or -1
+        when it has none (offline, unknown, or its broker is not registered).
         """
-        meta = self.topics.get(topic)
-        if meta is None:
+        state = self.partition_states.get((topic, partition))
+        if state is None or state.leader not in self.brokers:
             return -1
-        replicas = meta.partitions.get(partition)
-        if not replicas:
-            return -1
-        leader = replicas[0]
-        return leader if leader in self.brokers else -1
+        return state.leader
 
     def leader_epoch(self, topic: str, partition: int) -> int:
-        meta = self.topics.get(topic)
-        if meta is None:
-            return -1
-        return meta.leader_epochs.get(partition, 0)
+        """The partition's leader epoch per its state znode (-1: unknown)."""
+        state = self.partition_states.get((topic, partition))
+        return -1 if state is None else state.leader_epoch
 
-    def led_partitions(self) -> list[tuple[str, int]]:
-        """The (topic, partition) pairs this broker is assigned to lead."""
-        return [
-            (name, p)
-            for name, meta in self.topics.items()
-            for p, replicas in meta.partitions.items()
-            if replicas and replicas[0] == self.broker_id
-        ]
+    def isr(self, topic: str, partition: int) -> list[int]:
+        state = self.partition_states.get((topic, partition))
+        return [] if state is None else list(state.isr)

@@ -1,13 +1,21 @@
 """
-The partitions this broker serves: appends, reads, and long-polling fetches.
+The partitions this broker holds replicas of: appends, reads, and the purgatories.
 
-Named after Kafka's C{ReplicaManager}.  Appends go to the partition's
-L{kafkatw.storage.log.PartitionLog}; reads return file regions up to the high
-watermark.  A fetch that finds fewer than C{min_bytes} waits in the fetch
-purgatory (Kafka's C{DelayedFetch}): it registers on each partition it reads,
-every append adds its size to the waiting fetches of that partition, and the
-fetch completes as soon as C{min_bytes} have arrived or C{max_wait_ms} has passed.
-Nothing polls.
+Named after Kafka's C{ReplicaManager}.  Each hosted partition is a
+L{kafkatw.broker.partition.Partition}, which follows the partition-state znode
+(L{ReplicaManager.apply_state}); as a follower it is fetched by the
+L{kafkatw.broker.replica_fetcher.ReplicaFetcherManager}.
+
+Two purgatories, woken by events, never by polling:
+
+  - the fetch purgatory (Kafka's C{DelayedFetch}): a fetch that finds fewer
+    than C{min_bytes} registers on each partition it reads.  A follower's fetch
+    is woken by appends to the leader's log; a consumer's fetch by the high
+    watermark moving (consumers read only below it).
+  - the produce purgatory (Kafka's C{DelayedProduce}): an acks=all produce
+    waits until the high watermark of every partition it wrote covers its
+    batches, i.e. every ISR member has them, or times out with
+    C{REQUEST_TIMED_OUT}.
 """
 
 from __future__ import annotations
@@ -17,9 +25,16 @@ from typing import Any, Callable
 from twisted.internet import defer
 from twisted.logger import Logger
 
-from ..errors import NotLeaderOrFollowerError, UnknownTopicOrPartitionError
+from ..errors import (
+    ErrorCode,
+    KafkaError,
+    NotLeaderOrFollowerError,
+    UnknownTopicOrPartitionError,
+    kafka_error,
+)
+from .partition import FOLLOWER, LEADER, OFFLINE, Partition
 
-__all__ = ["ReplicaManager", "DelayedFetch"]
+__all__ = ["ReplicaManager", "DelayedFetch", "DelayedProduce"]
 
 _log = Logger()
 
@@ -28,15 +43,18 @@ class DelayedFetch:
     """
     A fetch waiting for C{min_bytes} of new data or for its timeout.
 
+    @ivar replica: a follower's fetch (woken by appends) rather than a
+        consumer's (woken by the high watermark).
     @ivar deferred: fires with C{None} when the fetch should be answered.
     """
 
     def __init__(self, manager: "ReplicaManager", partitions: list[tuple[str, int]], min_bytes: int,
-                 accumulated_bytes: int, max_wait_ms: int, reactor: Any) -> None:
+                 accumulated_bytes: int, max_wait_ms: int, reactor: Any, replica: bool = False) -> None:
         self.manager = manager
         self.partitions = partitions
         self.min_bytes = min_bytes
         self.accumulated_bytes = accumulated_bytes
+        self.replica = replica
         self.deferred: defer.Deferred[None] = defer.Deferred()
         self.done = False
         self._timer = reactor.callLater(max_wait_ms / 1000.0, self.complete)
@@ -52,96 +70,292 @@ class DelayedFetch:
         self.done = True
         if self._timer.active():
             self._timer.cancel()
-        self.manager._unwatch(self)
+        self.manager._unwatch_fetch(self)
         self.deferred.callback(None)
+
+
+class DelayedProduce:
+    """
+    An acks=all produce waiting for its partitions' high watermarks.
+
+    @ivar required: C{(topic, partition)} -> the offset the high watermark must reach.
+    @ivar errors: C{(topic, partition)} -> the error it ended with (C{None}: ok).
+    @ivar deferred: fires with L{errors} once every partition is done or at the timeout.
+    """
+
+    def __init__(self, manager: "ReplicaManager", required: dict[tuple[str, int], int], timeout_ms: int,
+                 reactor: Any) -> None:
+        self.manager = manager
+        self.required = dict(required)
+        self.errors: dict[tuple[str, int], KafkaError | None] = {}
+        self.deferred: defer.Deferred[dict] = defer.Deferred()
+        self.done = False
+        self._timer = reactor.callLater(timeout_ms / 1000.0, self._expire)
+
+    def check(self) -> None:
+        for tp, offset in self.required.items():
+            if tp in self.errors:
+                continue
+            partition = self.manager.partitions.get(tp)
+            if partition is None:
+                self.errors[tp] = NotLeaderOrFollowerError(f"{tp[0]}-{tp[1]} is no longer hosted here")
+                continue
+            done, error = partition.enough_replicas_reached(offset, self.manager.min_insync_replicas(tp[0]))
+            if done:
+                self.errors[tp] = error
+        if len(self.errors) == len(self.required):
+            self._complete()
+
+    def _expire(self) -> None:
+        for tp in self.required:
+            self.errors.setdefault(tp, kafka_error(ErrorCode.request_timed_out,
+                                                   "not every in-sync replica acknowledged in time"))
+        self._complete()
+
+    def _complete(self) -> None:
+        if self.done:
+            return
+        self.done = True
+        if self._timer.active():
+            self._timer.cancel()
+        self.manager._unwatch_produce(self)
+        self.deferred.callback(self.errors)
 
 
 class ReplicaManager:
     """
-    Serves appends and reads for the partitions this broker leads.
+    The hosted partitions and their purgatories.
 
     @param log_manager: a L{kafkatw.storage.log_manager.LogManager}.
     @param metadata: the L{kafkatw.broker.metadata_cache.MetadataCache}.
     @param topic_config: C{topic_config(topic) -> dict} of effective topic configs.
+    @param write_isr: C{write_isr(topic, partition, leader, leader_epoch, isr,
+        controller_epoch, expected_version) -> Deferred} of the new zkVersion
+        (L{kafkatw.zookeeper.registry.Registry.set_partition_state}).
+    @param reload_state: C{reload_state(topic, partition)} re-reads a
+        partition's state from ZooKeeper and applies it.
+    @param now_ms: the clock, in ms.
+
+    @ivar partitions: C{(topic, partition)} -> L{Partition}.
+    @ivar fetcher_manager: set by the broker (None in unit tests): told which
+        partitions to follow from which leader.
     """
 
     def __init__(self, broker_id: int, log_manager: Any, metadata: Any, reactor: Any,
-                 topic_config: Callable[[str], dict]) -> None:
+                 topic_config: Callable[[str], dict], write_isr: Callable[..., defer.Deferred] | None = None,
+                 reload_state: Callable[[str, int], Any] | None = None,
+                 now_ms: Callable[[], int] | None = None) -> None:
         self.broker_id = broker_id
         self.log_manager = log_manager
         self.metadata = metadata
         self.reactor = reactor
         self.topic_config = topic_config
-        self._waiting: dict[tuple[str, int], set[DelayedFetch]] = {}
+        self._write_isr = write_isr
+        self._reload_state = reload_state
+        self.now_ms = now_ms or (lambda: int(reactor.seconds() * 1000))
+        self.partitions: dict[tuple[str, int], Partition] = {}
+        self.fetcher_manager: Any = None
+        self._waiting_fetches: dict[tuple[str, int], set[DelayedFetch]] = {}
+        self._waiting_produces: dict[tuple[str, int], set[DelayedProduce]] = {}
 
-    def get_log(self, topic: str, partition: int) -> Any:
+    # --- partitions ---------------------------------------------------------------
+
+    def min_insync_replicas(self, topic: str) -> int:
+        return int(self.topic_config(topic).get("min.insync.replicas", 1))
+
+    def get_partition(self, topic: str, partition: int) -> Partition:
         """
-        The local log of a partition this broker leads.
-
         @raise UnknownTopicOrPartitionError: no such topic or partition.
-        @raise NotLeaderOrFollowerError: another broker leads it.
+        @raise NotLeaderOrFollowerError: it exists but this broker holds no replica.
         """
+        found = self.partitions.get((topic, partition))
+        if found is not None:
+            return found
         meta = self.metadata.topics.get(topic)
         if meta is None or partition not in meta.partitions:
             raise UnknownTopicOrPartitionError()
-        if meta.partitions[partition][0] != self.broker_id:
+        raise NotLeaderOrFollowerError()
+
+    def leader_partition(self, topic: str, partition: int) -> Partition:
+        """@raise KafkaError: as L{get_partition}, and when this broker does not lead it."""
+        found = self.get_partition(topic, partition)
+        if found.role != LEADER:
             raise NotLeaderOrFollowerError()
-        log = self.log_manager.get(topic, partition)
-        if log is None:
-            log = self.log_manager.get_or_create(topic, partition, self.topic_config(topic))
-        return log
+        return found
+
+    def get_log(self, topic: str, partition: int) -> Any:
+        """The local log of a partition this broker leads (L{leader_partition})."""
+        return self.leader_partition(topic, partition).log
+
+    def _partition(self, topic: str, partition: int) -> Partition:
+        key = (topic, partition)
+        found = self.partitions.get(key)
+        if found is None:
+            log = self.log_manager.get(topic, partition)
+            if log is None:
+                log = self.log_manager.get_or_create(topic, partition, self.topic_config(topic))
+            found = self.partitions[key] = Partition(
+                topic, partition, self.broker_id, log, self.now_ms, self._write_partition_isr,
+                self._high_watermark_moved, self._reload_partition)
+        return found
+
+    def apply_state(self, topic: str, partition: int, replicas: list[int], state: Any) -> None:
+        """
+        Follow a partition-state znode (a L{kafkatw.zookeeper.registry.PartitionState},
+        or C{None} before the first one is written) for a partition assigned
+        C{replicas}.  Creates the local log of a newly assigned replica.
+        """
+        if self.broker_id not in replicas:
+            return
+        p = self._partition(topic, partition)
+        if state is None:
+            p.replicas = list(replicas)
+            return
+        change = p.apply_state(replicas, state.leader, state.leader_epoch, state.isr, state.zk_version,
+                               state.controller_epoch)
+        if change is None:
+            if p.role == LEADER:
+                self._check_produces((topic, partition))
+            return
+        if self.fetcher_manager is not None:
+            if change == FOLLOWER:
+                self.fetcher_manager.follow(p, state.leader)
+            else:
+                self.fetcher_manager.unfollow(p)
+        # waiting requests re-check against the new role
+        self._high_watermark_moved(p)
+        for fetch in list(self._waiting_fetches.get((topic, partition), ())):
+            fetch.complete()
 
     def become_leader(self, topic: str, partition: int) -> None:
-        """Create (or open) the local log of a partition assigned to this broker."""
-        if self.log_manager.get(topic, partition) is None:
-            self.log_manager.get_or_create(topic, partition, self.topic_config(topic))
+        """Create (or open) the local log of a partition assigned to this broker (before its state is known)."""
+        self._partition(topic, partition)
 
-    def append(self, topic: str, partition: int, records: bytes) -> Any:
+    def remove_partition(self, topic: str, partition: int) -> None:
+        """Stop hosting a partition and delete its log (topic deletion, reassignment)."""
+        key = (topic, partition)
+        p = self.partitions.pop(key, None)
+        if p is not None and self.fetcher_manager is not None:
+            self.fetcher_manager.unfollow(p)
+        for fetch in list(self._waiting_fetches.get(key, ())):
+            fetch.complete()
+        for produce in list(self._waiting_produces.get(key, ())):
+            produce.check()
+        if self.log_manager.get(topic, partition) is not None:
+            self.log_manager.delete(topic, partition)
+
+    def _write_partition_isr(self, p: Partition, isr: list[int]) -> defer.Deferred:
+        if self._write_isr is None:
+            return defer.succeed(p.zk_version + 1)
+        return defer.maybeDeferred(self._write_isr, p.topic, p.partition, p.leader_id, p.leader_epoch, isr,
+                                   p.controller_epoch, p.zk_version)
+
+    def _reload_partition(self, p: Partition) -> None:
+        if self._reload_state is not None:
+            self._reload_state(p.topic, p.partition)
+
+    def shrink_isrs(self, max_lag_ms: int) -> None:
+        """Run every led partition's ISR shrink check (C{replica.lag.time.max.ms})."""
+        for p in list(self.partitions.values()):
+            if p.role == LEADER:
+                p.maybe_shrink_isr(max_lag_ms)
+
+    def led_partitions(self) -> list[Partition]:
+        return [p for p in self.partitions.values() if p.role == LEADER]
+
+    # --- appends ------------------------------------------------------------------
+
+    def append(self, topic: str, partition: int, records: bytes, min_insync_replicas: int | None = None) -> Any:
         """
-        Append a produce request's records to a partition.
+        Append a produce request's records to a partition this broker leads.
 
+        @param min_insync_replicas: for acks=all, checked before appending.
         @return: the log's C{AppendResult}.
         @raise KafkaError: the error to answer for this partition.
         """
-        log = self.get_log(topic, partition)
-        result = log.append(records, self.metadata.leader_epoch(topic, partition))
-        log.update_high_watermark(log.log_end_offset)  # single replica until the Partition manages it
+        p = self.partitions.get((topic, partition))
+        if p is None:
+            p = self.get_partition(topic, partition)
+        result = p.append_as_leader(records, min_insync_replicas)
         if not result.duplicate:
-            waiting = self._waiting.get((topic, partition))
+            waiting = self._waiting_fetches.get((topic, partition))
             if waiting:
                 size = len(records)
                 for fetch in list(waiting):
-                    fetch.on_append(size)
+                    if fetch.replica:
+                        fetch.on_append(size)
         return result
 
-    def delay_fetch(self, partitions: list[tuple[str, int]], min_bytes: int, accumulated_bytes: int,
-                    max_wait_ms: int) -> defer.Deferred[None]:
+    def _high_watermark_moved(self, p: Partition) -> None:
+        key = (p.topic, p.partition)
+        waiting = self._waiting_fetches.get(key)
+        if waiting:
+            for fetch in list(waiting):
+                if not fetch.replica:
+                    fetch.complete()
+        self._check_produces(key)
+
+    def _check_produces(self, key: tuple[str, int]) -> None:
+        produces = self._waiting_produces.get(key)
+        if produces:
+            for produce in list(produces):
+                produce.check()
+
+    def delay_produce(self, required: dict[tuple[str, int], int], timeout_ms: int) -> defer.Deferred:
         """
-        Wait until C{min_bytes} have been appended to C{partitions} (counting
+        Wait until each partition's high watermark reaches its required offset.
+
+        @return: a Deferred firing with C{(topic, partition) -> KafkaError | None}.
+        """
+        produce = DelayedProduce(self, required, timeout_ms, self.reactor)
+        for tp in required:
+            self._waiting_produces.setdefault(tp, set()).add(produce)
+        produce.check()
+        return produce.deferred
+
+    def _unwatch_produce(self, produce: DelayedProduce) -> None:
+        for tp in produce.required:
+            waiting = self._waiting_produces.get(tp)
+            if waiting is not None:
+                waiting.discard(produce)
+                if not waiting:
+                    del self._waiting_produces[tp]
+
+    # --- fetches ------------------------------------------------------------------
+
+    def delay_fetch(self, partitions: list[tuple[str, int]], min_bytes: int, accumulated_bytes: int,
+                    max_wait_ms: int, replica: bool = False) -> defer.Deferred[None]:
+        """
+        Wait until C{min_bytes} have arrived on C{partitions} (counting
         C{accumulated_bytes} already available) or C{max_wait_ms} has passed.
         """
-        fetch = DelayedFetch(self, partitions, min_bytes, accumulated_bytes, max_wait_ms, self.reactor)
+        fetch = DelayedFetch(self, partitions, min_bytes, accumulated_bytes, max_wait_ms, self.reactor, replica)
         for tp in partitions:
-            self._waiting.setdefault(tp, set()).add(fetch)
+            self._waiting_fetches.setdefault(tp, set()).add(fetch)
         return fetch.deferred
 
-    def _unwatch(self, fetch: DelayedFetch) -> None:
+    def _unwatch_fetch(self, fetch: DelayedFetch) -> None:
         for tp in fetch.partitions:
-            waiting = self._waiting.get(tp)
+            waiting = self._waiting_fetches.get(tp)
             if waiting is not None:
                 waiting.discard(fetch)
                 if not waiting:
-                    del self._waiting[tp]
+                    del self._waiting_fetches[tp]
+
+    @property
+    def fetch_purgatory_size(self) -> int:
+        return len({f for fetches in self._waiting_fetches.values() for f in fetches})
+
+    @property
+    def produce_purgatory_size(self) -> int:
+        return len({p for produces in self._waiting_produces.values() for p in produces})
 
     def complete_all_delayed(self) -> None:
-        """Answer every waiting fetch now (shutdown)."""
-        for fetch in {f for fetches in self._waiting.values() for f in fetches}:
+        """Answer every waiting fetch and produce now (shutdown)."""
+        for fetch in {f for fetches in self._waiting_fetches.values() for f in fetches}:
             fetch.complete()
+        for produce in {p for produces in self._waiting_produces.values() for p in produces}:
+            produce._expire()
 
-    def remove_partition(self, topic: str, partition: int) -> None:
-        waiting = self._waiting.get((topic, partition))
-        if waiting:
-            for fetch in list(waiting):
-                fetch.complete()
-        if self.log_manager.get(topic, partition) is not None:
-            self.log_manager.delete(topic, partition)
+
+__all__ += ["LEADER", "FOLLOWER", "OFFLINE"]

@@ -30,6 +30,8 @@ from ..zookeeper.embedded import EmbeddedZooKeeperService
 from ..zookeeper.registry import BrokerIdInUseError, Registry
 from .admin import AdminManager
 from .apis import KafkaApis
+from .controller import CONTROLLED_SHUTDOWN_PATH, KafkaController
+from .replica_fetcher import ReplicaFetcherManager
 from .metadata_cache import BrokerEndpoint, MetadataCache, TopicMetadata
 from .network import KafkaServerFactory
 from .replica_manager import ReplicaManager
@@ -77,6 +79,10 @@ class KafkaServer(service.MultiService):
         self.registry: Registry | None = None
         self.log_manager: LogManager | None = None
         self.replica_manager: ReplicaManager | None = None
+        self.controller: KafkaController | None = None
+        self.fetcher_manager: ReplicaFetcherManager | None = None
+        self.inter_broker_client: Any = None
+        self._state_watches: dict[tuple[str, int], Any] = {}
         self.apis: KafkaApis | None = None
         self.admin: AdminManager | None = None
         self._listening_ports: list[Any] = []
@@ -138,7 +144,18 @@ class KafkaServer(service.MultiService):
                   seconds=time.monotonic() - started)
 
         self.replica_manager = ReplicaManager(self.broker_id, self.log_manager, self.metadata, self.reactor,
-                                              self._topic_config)
+                                              self._topic_config, write_isr=self.registry.set_partition_state,
+                                              reload_state=self._reload_partition_state, now_ms=self.now_ms)
+        from ..client.client import KafkaClient
+
+        self.inter_broker_client = KafkaClient(
+            self.reactor, "127.0.0.1:1", client_id=f"broker-{self.broker_id}-fetcher",
+            request_timeout_ms=config["replica.socket.timeout.ms"])
+        self.fetcher_manager = ReplicaFetcherManager(
+            self.broker_id, config, self.inter_broker_client, self.reactor, self._broker_address,
+            self._append_as_follower)
+        self.replica_manager.fetcher_manager = self.fetcher_manager
+        self.controller = KafkaController(self.broker_id, config, self.registry, self.metadata, self._topic_config)
         self.admin = AdminManager(config, self.registry, self.metadata, on_topic=self._topic_added)
         self.apis = KafkaApis(config, self.replica_manager, self.metadata, self.admin, self.reactor,
                               now_ms=self.now_ms)
@@ -156,16 +173,14 @@ class KafkaServer(service.MultiService):
         await self.registry.watch_brokers(self._brokers_changed)
         await self.registry.watch_topics(self._topics_changed)
         await self._register(host, advertised_port)
-        try:
-            if await self.registry.elect_controller(self.broker_id):
-                self.metadata.controller_id = self.broker_id
-        except Exception:
-            _log.failure("controller election failed")
         await self.registry.watch_controller(self._controller_changed)
 
         self._every(config["log.flush.scheduler.interval.ms"], self._flush)
         self._every(config["log.flush.offset.checkpoint.interval.ms"], self.log_manager.checkpoint_recovery_points)
         self._every(config["log.retention.check.interval.ms"], self._retention)
+        self._every(max(config["replica.lag.time.max.ms"] // 2, 10), self._shrink_isrs)
+        self._every(config["replica.high.watermark.checkpoint.interval.ms"],
+                    self.log_manager.checkpoint_high_watermarks)
         _log.info("broker {id} started at {host}:{port} (cluster {cluster})", id=self.broker_id, host=host,
                   port=advertised_port, cluster=self.metadata.cluster_id)
 
@@ -238,9 +253,16 @@ class KafkaServer(service.MultiService):
 
     async def _stop(self) -> None:
         _log.info("broker {id} shutting down", id=self.broker_id)
+        await self._controlled_shutdown()
         for loop in self._loops:
             if loop.running:
                 loop.stop()
+        if self.controller is not None:
+            self.controller.resign()
+        if self.fetcher_manager is not None:
+            stopping = self.fetcher_manager.stop()
+            await self.inter_broker_client.close()
+            await stopping
         for port in self._listening_ports:
             await port.stopListening()
         if self.replica_manager is not None:
@@ -267,6 +289,96 @@ class KafkaServer(service.MultiService):
         await super().stopService()
         _log.info("broker {id} stopped", id=self.broker_id)
 
+    async def _controlled_shutdown(self) -> None:
+        """
+        Ask the controller to move this broker's leaderships to other in-sync
+        replicas (C{/admin/controlled_shutdown/<id>}, ephemeral), and wait
+        until it has, or for C{controlled.shutdown} to time out (10 s), so
+        clients see only retriable errors.
+        """
+        if self.zookeeper is None or self.replica_manager is None or not self.zookeeper.connected:
+            return
+
+        def movable() -> list[Any]:
+            live = set(self.metadata.brokers)
+            return [p for p in self.replica_manager.led_partitions()
+                    if any(r != self.broker_id and r in live for r in p.isr)]
+
+        if not movable():
+            return
+        try:
+            await self.zookeeper.create(f"{CONTROLLED_SHUTDOWN_PATH}/{self.broker_id}", b"", ephemeral=True,
+                                        makepath=True)
+        except NodeExistsError:
+            pass
+        except Exception as e:
+            _log.warn("controlled shutdown not requested: {error}", error=e)
+            return
+        deadline = self.reactor.seconds() + 10
+        while movable() and self.reactor.seconds() < deadline:
+            await task.deferLater(self.reactor, 0.05, lambda: None)
+        left = movable()
+        if left:
+            _log.warn("controlled shutdown: still leading {count} partitions after 10 s", count=len(left))
+        else:
+            _log.info("controlled shutdown: leaderships moved")
+
+    # --- replication ---------------------------------------------------------
+
+    def _broker_address(self, broker_id: int) -> tuple[str, int] | None:
+        broker = self.metadata.brokers.get(broker_id)
+        return None if broker is None else (broker.host, broker.port)
+
+    def _append_as_follower(self, partition: Any, records: bytes) -> Any:
+        return partition.log.append_as_follower(records)
+
+    def _shrink_isrs(self) -> None:
+        if self.replica_manager is not None:
+            self.replica_manager.shrink_isrs(self.config["replica.lag.time.max.ms"])
+
+    def _partition_state_changed(self, topic: str, partition: int, state: Any) -> None:
+        cached = self.metadata.partition_states.get((topic, partition))
+        if state is not None and cached is not None and (state.leader_epoch, state.zk_version) < (
+                cached.leader_epoch, cached.zk_version):
+            state = cached  # an older read delivered late; the newer one was applied
+        self.metadata.set_partition_state(topic, partition, state)
+        meta = self.metadata.topics.get(topic)
+        if meta is not None and self.replica_manager is not None:
+            self.replica_manager.apply_state(topic, partition, meta.partitions.get(partition, []), state)
+        if self.controller is not None and self.controller.active:
+            self.controller.topics_changed()
+
+    def _reload_partition_state(self, topic: str, partition: int) -> None:
+        assert self.registry is not None
+        d = self.registry.get_partition_state(topic, partition)
+        d.addCallback(lambda state: self._partition_state_changed(topic, partition, state))
+        d.addErrback(lambda f: _log.failure("re-reading {topic}-{partition}'s state failed", f, topic=topic,
+                                            partition=partition))
+
+    def _watch_partition_states(self, meta: TopicMetadata) -> None:
+        assert self.registry is not None
+        for partition in meta.partitions:
+            key = (meta.name, partition)
+            if key in self._state_watches:
+                continue
+            self._state_watches[key] = True
+            d = self.registry.watch_partition_state(
+                meta.name, partition, lambda state, p=partition: self._partition_state_changed(meta.name, p, state))
+
+            def watching(watch: Any, key: tuple[str, int] = key) -> None:
+                if self._state_watches.get(key) is True:
+                    self._state_watches[key] = watch
+                else:
+                    watch.cancel()
+
+            d.addCallbacks(watching, lambda f, key=key: _log.failure("watching {key} failed", f, key=key))
+
+    def _unwatch_partition_states(self, topic: str) -> None:
+        for key in [k for k in self._state_watches if k[0] == topic]:
+            watch = self._state_watches.pop(key)
+            if watch is not True:
+                watch.cancel()
+
     # --- periodic log tasks --------------------------------------------------
 
     def _flush(self) -> None:
@@ -284,8 +396,11 @@ class KafkaServer(service.MultiService):
 
     def _controller_changed(self, controller_id: int | None) -> None:
         self.metadata.controller_id = controller_id if controller_id is not None else -1
-        if controller_id is None and self.registry is not None:
-            d = self.registry.elect_controller(self.broker_id)
+        if self.controller is None:
+            return
+        self.controller.controller_changed(controller_id)
+        if controller_id is None or (controller_id == self.broker_id and not self.controller.active):
+            d = defer.Deferred.fromCoroutine(self.controller.elect())
             d.addErrback(lambda f: _log.failure("controller election failed", f))
 
     def _brokers_changed(self, brokers: dict[int, tuple[str, int, str | None]]) -> None:
@@ -295,6 +410,10 @@ class KafkaServer(service.MultiService):
         if self.apis is not None:
             # Groups whose coordinator (a function of the live brokers) is no longer this broker move away.
             self.apis.group_coordinator.brokers_changed()
+        if self.fetcher_manager is not None:
+            self.fetcher_manager.brokers_changed({b: (e[0], e[1]) for b, e in brokers.items()})
+        if self.controller is not None:
+            self.controller.brokers_changed(brokers)
 
     def _topics_changed(self, names: list[str]) -> None:
         assert self.registry is not None
@@ -322,6 +441,7 @@ class KafkaServer(service.MultiService):
                                  dict(self._topic_configs.get(name, {})))
             self.metadata.set_topic(meta)
             self._topic_added(meta)
+            self._watch_partition_states(meta)
 
         return self.registry.watch_topic(name, changed)
 
@@ -336,11 +456,15 @@ class KafkaServer(service.MultiService):
             return
         self.log_manager.update_config(meta.name, self._topic_config(meta.name))
         for partition, replicas in meta.partitions.items():
-            if replicas and replicas[0] == self.broker_id:
+            if self.broker_id in replicas:
                 self.replica_manager.become_leader(meta.name, partition)
+            state = self.metadata.partition_states.get((meta.name, partition))
+            if state is not None:
+                self.replica_manager.apply_state(meta.name, partition, replicas, state)
 
     def _topic_removed(self, name: str) -> None:
         meta = self.metadata.topics.get(name)
+        self._unwatch_partition_states(name)
         self.metadata.remove_topic(name)
         self._topic_configs.pop(name, None)
         if meta is not None and self.replica_manager is not None:

@@ -56,6 +56,7 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     20: (1, 6),  # DeleteTopics
     22: (0, 4),  # InitProducerId
     32: (1, 4),  # DescribeConfigs
+    23: (2, 4),  # OffsetForLeaderEpoch
 }
 
 

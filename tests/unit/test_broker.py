@@ -53,7 +53,7 @@ class BrokerHarness:
         self.replica_manager = ReplicaManager(
             broker_id, self.log_manager, self.metadata, self.clock, lambda t: topic_log_config(self.config, {})
         )
-        self.admin = AdminManager(self.config, self.registry, self.metadata)
+        self.admin = AdminManager(self.config, self.registry, self.metadata, on_topic=self._topic_added)
         self.apis = KafkaApis(self.config, self.replica_manager, self.metadata, self.admin, self.clock, now_ms)
         self.testcase = testcase
         self._correlation = 0
@@ -62,6 +62,12 @@ class BrokerHarness:
         return self.testcase.successResultOf(
             defer.ensureDeferred(self.admin.create_topic(name, partitions, 1, {p: [0] for p in range(partitions)}, {}))
         )
+
+    def _topic_added(self, meta: TopicMetadata) -> None:
+        """What the broker does for a topic it created: follow its partition states."""
+        for partition, replicas in meta.partitions.items():
+            state = self.metadata.partition_states.get((meta.name, partition))
+            self.replica_manager.apply_state(meta.name, partition, replicas, state)
 
     def request(self, api_key: int, version: int, body: dict) -> object:
         """Serve one request; returns what the handler returned."""

@@ -1,0 +1,371 @@
+"""
+One partition hosted by this broker: its log, its role, its ISR and high watermark.
+
+Named after Kafka's C{Partition.scala}.  The partition-state znode
+(C{/brokers/topics/<t>/partitions/<p>/state}: leader, leader epoch, ISR, and its
+zkVersion) is the truth; L{Partition.apply_state} follows it.  A leader keeps,
+per follower, the log end offset of its last fetch and the last time it was
+caught up; from these it
+
+  - advances the high watermark to the smallest log end offset of the ISR
+    (consumers read below it; an acks=all produce is acknowledged once it covers
+    the batch);
+  - shrinks the ISR when a follower has not caught up for
+    C{replica.lag.time.max.ms}, and expands it when a follower reaches the high
+    watermark.
+
+ISR changes are written with a conditional set on the state's zkVersion
+(Kafka 2.x C{Partition.updateIsr}); while one is in flight the high watermark is
+computed over the I{maximal} ISR (the current one plus any replica being added,
+KIP-497), and a failed conditional set means this broker's view is stale: it
+re-reads the state instead of overwriting it.
+
+Roles and leader epochs (KIP-101): a broker becoming leader starts the new
+epoch at its log end offset in the leader-epoch cache; a broker becoming
+follower hands the partition to the replica fetcher, which truncates by leader
+epoch before fetching.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from twisted.internet import defer
+from twisted.logger import Logger
+
+from ..errors import (
+    FencedLeaderEpochError,
+    NotEnoughReplicasError,
+    NotLeaderOrFollowerError,
+    UnknownLeaderEpochError,
+)
+
+__all__ = ["Partition", "FollowerState", "LEADER", "FOLLOWER", "OFFLINE"]
+
+_log = Logger()
+
+LEADER = "leader"
+FOLLOWER = "follower"
+OFFLINE = "offline"  # hosted, but the partition has no leader (or we were told nothing yet)
+
+
+class FollowerState:
+    """
+    What a leader knows of one follower.
+
+    @ivar log_end_offset: the fetch offset of its last fetch (-1: none yet).
+    @ivar last_caught_up_ms: the last time its fetch reached the leader's log
+        end offset as it was at the follower's previous fetch (Kafka's
+        C{lastCaughtUpTimeMs}).
+    """
+
+    __slots__ = ("log_end_offset", "last_caught_up_ms", "last_fetch_leader_leo", "last_fetch_ms")
+
+    def __init__(self, now_ms: int) -> None:
+        self.log_end_offset = -1
+        self.last_caught_up_ms = now_ms
+        self.last_fetch_leader_leo = -1
+        self.last_fetch_ms = now_ms
+
+    def update(self, fetch_offset: int, leader_leo: int, now_ms: int) -> None:
+        if fetch_offset >= leader_leo:
+            self.last_caught_up_ms = now_ms
+        elif fetch_offset >= self.last_fetch_leader_leo >= 0:
+            self.last_caught_up_ms = max(self.last_caught_up_ms, self.last_fetch_ms)
+        self.log_end_offset = fetch_offset
+        self.last_fetch_leader_leo = leader_leo
+        self.last_fetch_ms = now_ms
+
+
+class Partition:
+    """
+    A partition this broker holds a replica of.
+
+    @param log: its L{kafkatw.storage.log.PartitionLog}.
+    @param write_isr: C{write_isr(partition, new_isr) -> Deferred} firing with
+        the new zkVersion (raises C{BadVersionError} when the state changed);
+        see L{kafkatw.broker.replica_manager.ReplicaManager}.
+    @param on_high_watermark: C{on_high_watermark(partition)} after the high
+        watermark moved (wakes delayed produces and consumer fetches).
+    @param reload_state: C{reload_state(partition)} after a failed ISR write.
+
+    @ivar role: L{LEADER}, L{FOLLOWER} or L{OFFLINE}.
+    @ivar leader_id: the leader's broker id (-1: none).
+    @ivar leader_epoch: the epoch of the state last applied (-1: none).
+    @ivar isr: the in-sync replicas, as in ZooKeeper.
+    @ivar zk_version: the state znode's version last seen.
+    @ivar replicas: the assigned replicas (preferred leader first).
+    """
+
+    def __init__(self, topic: str, partition: int, broker_id: int, log: Any,
+                 now_ms: Callable[[], int], write_isr: Callable[["Partition", list[int]], defer.Deferred],
+                 on_high_watermark: Callable[["Partition"], None],
+                 reload_state: Callable[["Partition"], None]) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.broker_id = broker_id
+        self.log = log
+        self.now_ms = now_ms
+        self._write_isr = write_isr
+        self._on_high_watermark = on_high_watermark
+        self._reload_state = reload_state
+        self.role = OFFLINE
+        self.leader_id = -1
+        self.leader_epoch = -1
+        self.controller_epoch = 0
+        self.isr: list[int] = []
+        self.zk_version = -1
+        self.replicas: list[int] = []
+        self.followers: dict[int, FollowerState] = {}
+        self._pending_isr: list[int] | None = None
+        #: The log end offset when this broker last became leader (the start of its epoch).
+        self.epoch_start_offset = 0
+        #: Counters read by the metrics (Kafka's IsrShrinksPerSec / IsrExpandsPerSec).
+        self.isr_shrinks = 0
+        self.isr_expands = 0
+
+    def __repr__(self) -> str:
+        return (f"<Partition {self.topic}-{self.partition} {self.role} leader={self.leader_id} "
+                f"epoch={self.leader_epoch} isr={self.isr}>")
+
+    @property
+    def high_watermark(self) -> int:
+        return self.log.high_watermark
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.log.log_end_offset
+
+    @property
+    def is_leader(self) -> bool:
+        return self.role == LEADER
+
+    @property
+    def maximal_isr(self) -> list[int]:
+        """The ISR plus replicas an in-flight ISR change adds (KIP-497)."""
+        if self._pending_isr is None:
+            return self.isr
+        return self.isr + [r for r in self._pending_isr if r not in self.isr]
+
+    @property
+    def under_replicated(self) -> bool:
+        return self.is_leader and len(self.isr) < len(self.replicas)
+
+    # --- following the partition-state znode -----------------------------------
+
+    def apply_state(self, replicas: list[int], leader: int, leader_epoch: int, isr: list[int], zk_version: int,
+                    controller_epoch: int = 0) -> str | None:
+        """
+        Follow a partition state read from ZooKeeper.
+
+        @return: C{"leader"} or C{"follower"} when this broker's role or the
+            leader epoch changed (the caller starts or restarts fetching),
+            C{None} when only the ISR or nothing changed, C{"offline"} when the
+            partition lost its leader.
+        """
+        self.replicas = list(replicas)
+        if leader_epoch < self.leader_epoch:
+            return None  # an older state delivered late
+        if leader_epoch == self.leader_epoch and zk_version <= self.zk_version:
+            return None
+        epoch_changed = leader_epoch != self.leader_epoch
+        self.isr = list(isr)
+        self.zk_version = zk_version
+        self.controller_epoch = controller_epoch
+        self._pending_isr = None
+        if not epoch_changed and self.leader_id == leader:
+            if self.is_leader:
+                self.maybe_advance_high_watermark()
+            return None
+        self.leader_epoch = leader_epoch
+        self.leader_id = leader
+        if leader == self.broker_id:
+            self._become_leader()
+            return LEADER
+        if leader < 0:
+            self.role = OFFLINE
+            self.followers = {}
+            return OFFLINE
+        self.role = FOLLOWER
+        self.followers = {}
+        return FOLLOWER
+
+    def _become_leader(self) -> None:
+        self.role = LEADER
+        self.log.maybe_assign_epoch_start_offset(self.leader_epoch, self.log.log_end_offset)
+        self.epoch_start_offset = self.log.log_end_offset
+        now = self.now_ms()
+        self.followers = {r: FollowerState(now) for r in self.replicas if r != self.broker_id}
+        _log.info("{partition}: leader at epoch {epoch} from offset {offset}, ISR {isr}",
+                  partition=self.name, epoch=self.leader_epoch, offset=self.log_end_offset, isr=self.isr)
+        self.maybe_advance_high_watermark()
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+    # --- leader: checks -----------------------------------------------------------
+
+    def check_leader_epoch(self, current_leader_epoch: int) -> None:
+        """
+        KIP-320: a request that names the leader epoch it knows.
+
+        @raise FencedLeaderEpochError: the request's epoch is older than ours.
+        @raise UnknownLeaderEpochError: the request's epoch is newer than ours.
+        """
+        if current_leader_epoch < 0:
+            return
+        if current_leader_epoch < self.leader_epoch:
+            raise FencedLeaderEpochError(f"{self.name}: leader epoch {current_leader_epoch} < {self.leader_epoch}")
+        if current_leader_epoch > self.leader_epoch:
+            raise UnknownLeaderEpochError(f"{self.name}: leader epoch {current_leader_epoch} > {self.leader_epoch}")
+
+    def leader_log(self) -> Any:
+        """@raise NotLeaderOrFollowerError: this broker does not lead the partition."""
+        if self.role != LEADER:
+            raise NotLeaderOrFollowerError(f"{self.name}: broker {self.broker_id} is not its leader")
+        return self.log
+
+    def check_min_isr(self, min_insync_replicas: int) -> None:
+        """
+        Before an acks=all append.
+
+        @raise NotEnoughReplicasError: the ISR is smaller than C{min.insync.replicas}.
+        """
+        if len(self.isr) < min_insync_replicas:
+            raise NotEnoughReplicasError(
+                f"{self.name}: ISR {self.isr} is smaller than min.insync.replicas={min_insync_replicas}")
+
+    # --- leader: appends and the high watermark -----------------------------------
+
+    def append_as_leader(self, records: bytes, min_insync_replicas: int | None = None) -> Any:
+        """
+        Append a produce request's batches.
+
+        @param min_insync_replicas: for acks=all, the ISR size required.
+        @return: the log's C{AppendResult}.
+        @raise KafkaError: L{NotLeaderOrFollowerError}, L{NotEnoughReplicasError},
+            or the log's validation errors.
+        """
+        log = self.leader_log()
+        if min_insync_replicas is not None:
+            self.check_min_isr(min_insync_replicas)
+        result = log.append(records, self.leader_epoch)
+        if not result.duplicate:
+            self.maybe_advance_high_watermark()
+        return result
+
+    def maybe_advance_high_watermark(self) -> bool:
+        """
+        High watermark = the smallest log end offset in the (maximal) ISR.
+
+        @return: whether it moved (listeners were told).
+        """
+        if self.role != LEADER:
+            return False
+        low = self.log.log_end_offset
+        for replica in self.maximal_isr:
+            if replica == self.broker_id:
+                continue
+            state = self.followers.get(replica)
+            if state is None or state.log_end_offset < 0:
+                return False  # not heard from since we became leader
+            if state.log_end_offset < low:
+                low = state.log_end_offset
+        if low > self.log.high_watermark and self.log.update_high_watermark(low):
+            self._on_high_watermark(self)
+            return True
+        return False
+
+    def enough_replicas_reached(self, required_offset: int, min_insync_replicas: int) -> tuple[bool, Exception | None]:
+        """
+        Whether an acks=all append ending before C{required_offset} is done
+        (Kafka's C{checkEnoughReplicasReachOffset}).
+
+        @return: C{(done, error)}: not done yet; done; or done with an error
+            (L{NotLeaderOrFollowerError}, or C{NOT_ENOUGH_REPLICAS_AFTER_APPEND}
+            when the ISR shrank below C{min.insync.replicas} meanwhile).
+        """
+        from ..errors import NotEnoughReplicasAfterAppendError
+
+        if self.role != LEADER:
+            return True, NotLeaderOrFollowerError(f"{self.name}: leadership moved")
+        if self.log.high_watermark >= required_offset:
+            if len(self.isr) < min_insync_replicas:
+                return True, NotEnoughReplicasAfterAppendError(
+                    f"{self.name}: ISR {self.isr} shrank below min.insync.replicas={min_insync_replicas}")
+            return True, None
+        return False, None
+
+    # --- leader: followers' fetches and the ISR -----------------------------------
+
+    def update_follower(self, replica_id: int, fetch_offset: int) -> None:
+        """
+        A follower fetched from C{fetch_offset}: it holds everything below it.
+        May expand the ISR and advance the high watermark.
+        """
+        if self.role != LEADER:
+            return
+        state = self.followers.get(replica_id)
+        if state is None:
+            if replica_id not in self.replicas:
+                return
+            state = self.followers[replica_id] = FollowerState(self.now_ms())
+        state.update(fetch_offset, self.log.log_end_offset, self.now_ms())
+        if replica_id not in self.isr and self._pending_isr is None and \
+                fetch_offset >= self.log.high_watermark and \
+                fetch_offset >= self.epoch_start_offset:
+            self._change_isr(self.isr + [replica_id], "expand")
+        self.maybe_advance_high_watermark()
+
+    def out_of_sync_replicas(self, max_lag_ms: int) -> list[int]:
+        """ISR followers not caught up for more than C{max_lag_ms}."""
+        now = self.now_ms()
+        leo = self.log.log_end_offset
+        lagging = []
+        for replica in self.isr:
+            if replica == self.broker_id:
+                continue
+            state = self.followers.get(replica)
+            if state is None:
+                continue
+            if state.log_end_offset < leo and now - state.last_caught_up_ms > max_lag_ms:
+                lagging.append(replica)
+        return lagging
+
+    def maybe_shrink_isr(self, max_lag_ms: int) -> None:
+        """Drop followers lagging longer than C{replica.lag.time.max.ms} from the ISR."""
+        if self.role != LEADER or self._pending_isr is not None:
+            return
+        lagging = self.out_of_sync_replicas(max_lag_ms)
+        if lagging:
+            self._change_isr([r for r in self.isr if r not in lagging], "shrink")
+
+    def _change_isr(self, new_isr: list[int], kind: str) -> None:
+        self._pending_isr = new_isr
+        epoch, version = self.leader_epoch, self.zk_version
+        _log.info("{partition}: {kind} ISR {old} -> {new}", partition=self.name, kind=kind, old=self.isr,
+                  new=new_isr)
+        d = self._write_isr(self, new_isr)
+
+        def written(new_version: int) -> None:
+            if self.leader_epoch != epoch or self.zk_version != version:
+                return  # a newer state arrived meanwhile
+            self.isr = new_isr
+            self.zk_version = new_version
+            self._pending_isr = None
+            if kind == "shrink":
+                self.isr_shrinks += 1
+            else:
+                self.isr_expands += 1
+            self.maybe_advance_high_watermark()
+            # a smaller ISR can complete waiting produces (or fail them on min ISR)
+            self._on_high_watermark(self)
+
+        def failed(failure: Any) -> None:
+            self._pending_isr = None
+            _log.warn("{partition}: ISR change to {new} not written ({error}); re-reading the state",
+                      partition=self.name, new=new_isr, error=failure.getErrorMessage())
+            self._reload_state(self)
+
+        d.addCallbacks(written, failed)

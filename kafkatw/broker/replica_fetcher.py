@@ -1,0 +1,320 @@
+"""
+Followers fetch from their leaders: the replica fetcher threads of Kafka, as Deferreds.
+
+Named after Kafka's C{ReplicaFetcherManager} / C{ReplicaFetcherThread}.  A
+follower partition is assigned to one L{ReplicaFetcher} per (leader broker,
+fetcher index), the index being the partition's hash modulo
+C{num.replica.fetchers}.  Each fetcher runs one loop over its own connection to
+the leader (kafkatw's Twisted client connection layer, as Kafka's brokers use
+their C{NetworkClient}):
+
+  1. partitions just handed over are first I{truncated by leader epoch}
+     (KIP-101, KIP-279): OffsetForLeaderEpoch with the follower's latest epoch;
+     the leader answers the largest epoch at or below it and where that epoch
+     ended; the follower truncates to the smaller of that end offset and its
+     own end of that epoch, so a returning old leader drops exactly its
+     divergent tail — never by high watermark alone.
+  2. then Fetch with C{replica_id} = this broker's id from each partition's log
+     end offset, carrying the leader epoch it follows (KIP-320); the leader
+     parks the fetch until data arrives (C{replica.fetch.wait.max.ms}).
+  3. each partition's batches are appended byte for byte
+     (L{kafkatw.storage.log.PartitionLog.append_as_follower}), and the
+     follower's high watermark becomes min(leader's, own log end offset).
+
+Errors back off by C{replica.fetch.backoff.ms}.  C{FENCED_LEADER_EPOCH},
+C{NOT_LEADER_OR_FOLLOWER} and C{UNKNOWN_LEADER_EPOCH} mean the state in
+ZooKeeper has moved on: the partition waits for the broker to apply the new
+state (which re-assigns it).
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any, Callable
+
+from twisted.internet import defer
+from twisted.logger import Logger
+
+from ..errors import ErrorCode, KafkaError
+
+__all__ = ["ReplicaFetcherManager", "ReplicaFetcher"]
+
+_log = Logger()
+
+_UNDEFINED_EPOCH = -1
+_STOP_ON = {ErrorCode.fenced_leader_epoch, ErrorCode.not_leader_or_follower, ErrorCode.unknown_leader_epoch,
+            ErrorCode.unknown_topic_or_partition}
+
+
+class _FetchState:
+    __slots__ = ("partition", "truncating", "leader_epoch", "delayed_until")
+
+    def __init__(self, partition: Any) -> None:
+        self.partition = partition
+        self.truncating = True
+        self.leader_epoch = partition.leader_epoch
+        self.delayed_until = 0.0
+
+
+class ReplicaFetcher:
+    """
+    Fetches a set of partitions from one leader broker.
+
+    @param client: a L{kafkatw.client.client.KafkaClient} whose C{brokers} map
+        knows the leader's address.
+    """
+
+    def __init__(self, manager: "ReplicaFetcherManager", leader_id: int, index: int) -> None:
+        self.manager = manager
+        self.leader_id = leader_id
+        self.index = index
+        self.states: dict[tuple[str, int], _FetchState] = {}
+        self._running = False
+        self._wakeup: defer.Deferred | None = None
+        self._loop: defer.Deferred | None = None
+        #: the largest lag (leader's high watermark - our log end offset) of the last fetch.
+        self.max_lag = 0
+
+    def __repr__(self) -> str:
+        return f"<ReplicaFetcher {self.manager.broker_id}<-{self.leader_id} #{self.index} {sorted(self.states)}>"
+
+    def add(self, partition: Any) -> None:
+        self.states[(partition.topic, partition.partition)] = _FetchState(partition)
+        self._wake()
+
+    def remove(self, key: tuple[str, int]) -> None:
+        self.states.pop(key, None)
+
+    def start(self) -> None:
+        self._running = True
+        self._loop = defer.Deferred.fromCoroutine(self._run())
+        self._loop.addErrback(lambda f: _log.failure("replica fetcher {fetcher} died", f, fetcher=repr(self)))
+
+    def stop(self) -> defer.Deferred:
+        self._running = False
+        self._wake()
+        return self._loop if self._loop is not None else defer.succeed(None)
+
+    def _wake(self) -> None:
+        wakeup, self._wakeup = self._wakeup, None
+        if wakeup is not None:
+            wakeup.callback(None)
+
+    async def _run(self) -> None:
+        manager = self.manager
+        reactor = manager.reactor
+        while self._running:
+            now = reactor.seconds()
+            ready = {k: s for k, s in self.states.items() if s.delayed_until <= now}
+            if not ready:
+                delays = [s.delayed_until - now for s in self.states.values()]
+                self._wakeup = defer.Deferred()
+                if delays:
+                    reactor.callLater(max(min(delays), 0.001), self._wake)
+                await self._wakeup
+                continue
+            try:
+                truncating = {k: s for k, s in ready.items() if s.truncating}
+                if truncating:
+                    await self._truncate(truncating)
+                    continue
+                await self._fetch(ready)
+            except Exception as e:
+                if not self._running:
+                    break
+                _log.warn("fetching from broker {leader} failed: {error}; backing off {ms} ms",
+                          leader=self.leader_id, error=e, ms=manager.backoff_ms)
+                self._delay(ready.values())
+
+    def _delay(self, states: Any) -> None:
+        until = self.manager.reactor.seconds() + self.manager.backoff_ms / 1000.0
+        for s in states:
+            s.delayed_until = until
+
+    # --- truncation by leader epoch (KIP-101, KIP-279) ------------------------------
+
+    async def _truncate(self, states: dict[tuple[str, int], _FetchState]) -> None:
+        manager = self.manager
+        by_topic: dict[str, list] = {}
+        for (topic, partition), s in states.items():
+            by_topic.setdefault(topic, []).append({
+                "partition": partition,
+                "current_leader_epoch": s.leader_epoch,
+                "leader_epoch": s.partition.log.latest_epoch,
+            })
+        body = {"replica_id": manager.broker_id,
+                "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]}
+        response = await manager.client.send(self.leader_id, 23, body, timeout_ms=manager.request_timeout_ms)
+        for topic in response.topics:
+            for p in topic.partitions:
+                key = (topic.topic, p.partition)
+                s = self.states.get(key)
+                if s is None or s is not states.get(key):
+                    continue  # removed or re-added meanwhile
+                code = ErrorCode(int(p.error_code))
+                if code != ErrorCode.none:
+                    self._partition_error(key, s, code)
+                    continue
+                log = s.partition.log
+                if p.leader_epoch == _UNDEFINED_EPOCH or p.end_offset < 0:
+                    # The leader knows no epoch at or below ours (or we have none):
+                    # fall back to the high watermark, as Kafka does for such logs.
+                    target = log.high_watermark
+                else:
+                    target = min(p.end_offset, log.log_end_offset)
+                    if p.leader_epoch < log.latest_epoch:
+                        # KIP-279: our epoch is unknown to the leader; truncate to
+                        # our own end of the epoch it answered, then ask again.
+                        own_epoch, own_end = log.end_offset_for_epoch(p.leader_epoch)
+                        if own_epoch == p.leader_epoch:
+                            target = min(target, own_end)
+                if target < log.log_end_offset:
+                    _log.info("{partition}: truncating from {leo} to {offset} (leader {leader} epoch {epoch})",
+                              partition=s.partition.name, leo=log.log_end_offset, offset=target,
+                              leader=self.leader_id, epoch=s.leader_epoch)
+                    log.truncate_to(target)
+                s.truncating = False
+
+    # --- fetching -------------------------------------------------------------------
+
+    async def _fetch(self, states: dict[tuple[str, int], _FetchState]) -> None:
+        manager = self.manager
+        config = manager.config
+        by_topic: dict[str, list] = {}
+        for (topic, partition), s in states.items():
+            log = s.partition.log
+            by_topic.setdefault(topic, []).append({
+                "partition": partition,
+                "current_leader_epoch": s.leader_epoch,
+                "fetch_offset": log.log_end_offset,
+                "last_fetched_epoch": -1,
+                "log_start_offset": log.log_start_offset,
+                "partition_max_bytes": config["replica.fetch.max.bytes"],
+            })
+        body = {
+            "replica_id": manager.broker_id,
+            "max_wait": config["replica.fetch.wait.max.ms"],
+            "min_bytes": config["replica.fetch.min.bytes"],
+            "max_bytes": config["replica.fetch.response.max.bytes"],
+            "isolation_level": 0,
+            "session_id": 0,
+            "session_epoch": -1,
+            "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()],
+            "forgotten_topics_data": [],
+            "rack_id": "",
+        }
+        timeout_ms = manager.request_timeout_ms + config["replica.fetch.wait.max.ms"]
+        response = await manager.client.send(self.leader_id, 1, body, timeout_ms=timeout_ms)
+        if response.error_code:
+            raise KafkaError(f"fetch error {response.error_code}")
+        max_lag = 0
+        for topic in response.responses:
+            for p in topic.partitions:
+                key = (topic.topic, p.partition_index)
+                s = self.states.get(key)
+                if s is None or s is not states.get(key):
+                    continue
+                code = ErrorCode(int(p.error_code))
+                if code != ErrorCode.none:
+                    self._partition_error(key, s, code)
+                    continue
+                log = s.partition.log
+                records = p.records
+                if records:
+                    try:
+                        manager.append(s.partition, records)
+                    except KafkaError as e:
+                        _log.warn("{partition}: appending the leader's batches failed: {error}",
+                                  partition=s.partition.name, error=e)
+                        self._delay([s])
+                        continue
+                log.update_high_watermark(min(p.high_watermark, log.log_end_offset))
+                max_lag = max(max_lag, p.high_watermark - log.log_end_offset)
+        self.max_lag = max_lag
+
+    def _partition_error(self, key: tuple[str, int], s: _FetchState, code: ErrorCode) -> None:
+        if code == ErrorCode.offset_out_of_range:
+            # Our log end offset is outside the leader's log: truncate by epoch again.
+            _log.warn("{partition}: fetch offset out of range at the leader; truncating again",
+                      partition=s.partition.name)
+            s.truncating = True
+            self._delay([s])
+        elif code in _STOP_ON:
+            # The leader moved on: wait for the new partition state.
+            _log.info("{partition}: leader {leader} answered {error}; waiting for the new state",
+                      partition=s.partition.name, leader=self.leader_id, error=code.name)
+            self._delay([s])
+        else:
+            _log.warn("{partition}: fetch error {error}", partition=s.partition.name, error=code.name)
+            self._delay([s])
+
+
+class ReplicaFetcherManager:
+    """
+    Assigns follower partitions to fetchers.
+
+    @param client: the broker's inter-broker L{kafkatw.client.client.KafkaClient}.
+    @param broker_address: C{broker_address(broker_id) -> (host, port) | None}.
+    @param append: C{append(partition, records)}: append fetched batches to a
+        follower partition (the replica manager also updates what follows from it).
+    """
+
+    def __init__(self, broker_id: int, config: Any, client: Any, reactor: Any,
+                 broker_address: Callable[[int], tuple[str, int] | None],
+                 append: Callable[[Any, bytes], Any]) -> None:
+        self.broker_id = broker_id
+        self.config = config
+        self.client = client
+        self.reactor = reactor
+        self.broker_address = broker_address
+        self.append = append
+        self.backoff_ms = config["replica.fetch.backoff.ms"]
+        self.request_timeout_ms = config["replica.socket.timeout.ms"]
+        self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
+        self._assigned: dict[tuple[str, int], ReplicaFetcher] = {}
+
+    def _index(self, topic: str, partition: int) -> int:
+        return zlib.crc32(f"{topic}-{partition}".encode()) % max(1, self.config["num.replica.fetchers"])
+
+    def follow(self, partition: Any, leader_id: int) -> None:
+        """Fetch C{partition} from C{leader_id}, truncating by epoch first."""
+        key = (partition.topic, partition.partition)
+        self.unfollow(partition)
+        address = self.broker_address(leader_id)
+        if address is not None:
+            self.client.brokers[leader_id] = address
+        fetcher_key = (leader_id, self._index(*key))
+        fetcher = self.fetchers.get(fetcher_key)
+        if fetcher is None:
+            fetcher = self.fetchers[fetcher_key] = ReplicaFetcher(self, leader_id, fetcher_key[1])
+            fetcher.start()
+        fetcher.add(partition)
+        self._assigned[key] = fetcher
+        _log.info("{partition}: following broker {leader} at epoch {epoch} from offset {offset}",
+                  partition=partition.name, leader=leader_id, epoch=partition.leader_epoch,
+                  offset=partition.log_end_offset)
+
+    def unfollow(self, partition: Any) -> None:
+        key = (partition.topic, partition.partition)
+        fetcher = self._assigned.pop(key, None)
+        if fetcher is not None:
+            fetcher.remove(key)
+            if not fetcher.states:
+                del self.fetchers[(fetcher.leader_id, fetcher.index)]
+                fetcher.stop()
+
+    def brokers_changed(self, addresses: dict[int, tuple[str, int]]) -> None:
+        """New broker addresses (a restarted leader may listen elsewhere)."""
+        self.client.brokers.update(addresses)
+
+    @property
+    def max_lag(self) -> int:
+        """Kafka's C{ReplicaFetcherManager MaxLag}: the largest lag in records."""
+        return max((f.max_lag for f in self.fetchers.values()), default=0)
+
+    def stop(self) -> defer.Deferred:
+        fetchers = list(self.fetchers.values())
+        self.fetchers.clear()
+        self._assigned.clear()
+        return defer.gatherResults([f.stop() for f in fetchers]).addCallback(lambda _: None)
+
