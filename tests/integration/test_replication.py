@@ -1,0 +1,168 @@
+"""
+Replication and failover with real processes: a real ZooKeeper, three kafkatw
+brokers, and librdkafka (confluent-kafka) as the client.
+
+Each test checks what acks=all with min.insync.replicas promises: every
+acknowledged record is present once, in order, at its offset, after the
+leader is SIGKILLed or shut down, and the replicas' logs are byte-identical.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import time
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from twisted.trial import unittest
+
+from kafkatw.testing import running_cluster
+
+_OVERRIDES = {
+    "replica.lag.time.max.ms": "4000",
+    "replica.fetch.wait.max.ms": "200",
+    "replica.fetch.backoff.ms": "200",
+    "zookeeper.session.timeout.ms": "3000",
+}
+
+
+def wait_for(predicate, timeout_s: float = 30.0, what: str = "condition", interval_s: float = 0.1):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval_s)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+def partition_info(bootstrap: str, topic: str, partition: int = 0):
+    """(leader, replicas, isr) of a partition, as Metadata answers it."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    try:
+        meta = admin.list_topics(topic, timeout=5)
+    except KafkaException:
+        return None
+    t = meta.topics.get(topic)
+    if t is None or t.error is not None or partition not in t.partitions:
+        return None
+    p = t.partitions[partition]
+    return p.leader, list(p.replicas), sorted(p.isrs)
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int = 1, rf: int = 3, config: dict | None = None) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(topic, partitions, rf, config=config or {})])
+    futures[topic].result(20)
+
+
+def consume_all(bootstrap: str, topic: str, partition: int, end: int, timeout_s: float = 30.0) -> list:
+    """Every (offset, value) of a partition below C{end}, from the beginning."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{time.monotonic()}",
+                         "enable.auto.commit": False, "fetch.wait.max.ms": 100})
+    consumer.assign([TopicPartition(topic, partition, 0)])
+    records = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while (not records or records[-1][0] < end - 1) and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is None or message.error():
+                continue
+            records.append((message.offset(), message.value()))
+    finally:
+        consumer.close()
+    return records
+
+
+def segment_bytes(cluster, broker_id: int, topic: str, partition: int) -> bytes:
+    directory = os.path.join(cluster[broker_id].log_dir, f"data-{broker_id}", f"{topic}-{partition}")
+    data = b""
+    for path in sorted(glob.glob(os.path.join(directory, "*.log"))):
+        with open(path, "rb") as f:
+            data += f.read()
+    return data
+
+
+class ReplicationTests(unittest.TestCase):
+    timeout = 240
+
+    def test_acks_all_survives_leader_sigkill(self) -> None:
+        """
+        An idempotent acks=all producer keeps sending while the leader is
+        SIGKILLed: every acknowledged record is read back once, in order, and
+        the surviving replicas' logs are byte-identical.
+        """
+        with running_cluster(3, overrides=_OVERRIDES) as cluster:
+            bootstrap = ",".join(b.bootstrap for b in cluster)
+            create_topic(bootstrap, "events", config={"min.insync.replicas": "2"})
+            wait_for(lambda: (partition_info(bootstrap, "events") or (-1, [], []))[2] == [0, 1, 2],
+                     what="a full ISR")
+            leader, replicas, _ = partition_info(bootstrap, "events")
+            acked: dict[int, bytes] = {}
+            errors = []
+
+            def delivered(err, message):
+                if err is not None:
+                    errors.append(err)
+                else:
+                    acked[message.offset()] = message.value()
+
+            producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+                                 "linger.ms": 5, "message.timeout.ms": 60000, "retry.backoff.ms": 100})
+            total = 3000
+            for i in range(total):
+                producer.produce("events", f"record-{i:05d}".encode(), partition=0, on_delivery=delivered)
+                if i == total // 3:
+                    producer.flush(30)
+                    cluster[leader].kill()
+                producer.poll(0)
+            self.assertEqual(producer.flush(90), 0)
+            self.assertEqual(errors, [])
+            self.assertEqual(len(acked), total)
+            new = wait_for(lambda: (partition_info(bootstrap, "events") or (-1,))[0] not in (-1, leader)
+                           and partition_info(bootstrap, "events"), what="a new leader")
+            self.assertIn(new[0], replicas)
+            records = consume_all(bootstrap, "events", 0, max(acked) + 1)
+            self.assertEqual([offset for offset, _ in records], list(range(len(records))))
+            values = [value for _, value in records]
+            self.assertEqual(values, [f"record-{i:05d}".encode() for i in range(total)])  # once, in order
+            for offset, value in acked.items():
+                self.assertEqual(records[offset][1], value)
+            survivors = [b for b in replicas if b != leader]
+            wait_for(lambda: segment_bytes(cluster, survivors[0], "events", 0)
+                     == segment_bytes(cluster, survivors[1], "events", 0), what="identical replica logs")
+
+    def test_under_min_isr_refuses_acks_all_and_controlled_shutdown_moves_leadership(self) -> None:
+        with running_cluster(3, overrides=_OVERRIDES) as cluster:
+            bootstrap = ",".join(b.bootstrap for b in cluster)
+            create_topic(bootstrap, "audit", config={"min.insync.replicas": "2"})
+            wait_for(lambda: (partition_info(bootstrap, "audit") or (-1, [], []))[2] == [0, 1, 2],
+                     what="a full ISR")
+            leader, replicas, _ = partition_info(bootstrap, "audit")
+            # SIGTERM: the leadership moves to another ISR member before the broker stops.
+            cluster[leader].stop()  # twistd ends by the signal it received: the status is -15
+            self.assertIn(f"broker {leader} stopped", cluster[leader].log_text())
+            self.assertIn("controlled shutdown: leaderships moved", cluster[leader].log_text())
+            info = wait_for(lambda: partition_info(bootstrap, "audit"), what="metadata")
+            self.assertNotIn(info[0], (-1, leader))
+            second = info[0]
+            # Kill the second leader too: one replica left, below min.insync.replicas=2.
+            cluster[second].kill()
+            last = [b for b in replicas if b not in (leader, second)][0]
+            wait_for(lambda: (partition_info(cluster[last].bootstrap, "audit") or (-1, [], []))[:1] == (last,)
+                     and partition_info(cluster[last].bootstrap, "audit")[2] == [last], what="ISR of one")
+            results = []
+            producer = Producer({"bootstrap.servers": cluster[last].bootstrap, "acks": "all",
+                                 "message.timeout.ms": 5000, "retries": 0})
+            producer.produce("audit", b"x", partition=0, on_delivery=lambda err, msg: results.append(err))
+            producer.flush(20)
+            self.assertEqual(len(results), 1)
+            self.assertIsNotNone(results[0])
+            self.assertEqual(results[0].code(), KafkaError.NOT_ENOUGH_REPLICAS)
+            # acks=1 is still accepted by the remaining leader.
+            results.clear()
+            producer = Producer({"bootstrap.servers": cluster[last].bootstrap, "acks": 1})
+            producer.produce("audit", b"y", partition=0, on_delivery=lambda err, msg: results.append(err))
+            producer.flush(20)
+            self.assertEqual(results, [None])
