@@ -8,13 +8,18 @@ L{BrokerConfig} is built from defaults, then a ``server.properties`` file, then
 (``retention.ms``, ``segment.bytes`` ...) map onto broker keys through
 L{TOPIC_CONFIG_KEYS}.
 
+The key tables of docs/configuration.md are generated from these definitions
+(L{config_markdown}); C{python -m kafkatw.config --update docs/configuration.md}
+rewrites them and C{--check} tells whether they are up to date.
+
 Source: Kafka documentation, "Broker Configs" and "Topic Configs".
 """
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 __all__ = [
     "ConfigKey",
@@ -23,6 +28,8 @@ __all__ = [
     "BrokerConfig",
     "parse_properties",
     "topic_log_config",
+    "config_markdown",
+    "splice_config_markdown",
 ]
 
 
@@ -48,6 +55,9 @@ class ConfigKey:
     """
     One configuration key: Kafka's name, its type, default, and documentation.
 
+    @ivar doc: what the key does, one paragraph; it is the key's row in
+        docs/configuration.md (L{config_markdown}) and the C{documentation} of
+        DescribeConfigs, so it uses Markdown's backticks and no links.
     @ivar unit: the unit of the value (``ms``, ``bytes``, ``messages``) or ``""``.
     """
 
@@ -64,52 +74,84 @@ BROKER_CONFIG: dict[str, ConfigKey] = {
     key.name: key
     for key in [
         ConfigKey("broker.id", int, 0, "Identifier of this broker, unique in the cluster."),
-        ConfigKey("log.dirs", _list, ["/tmp/kafkatw-logs"], "Comma-separated directories holding partition logs."),
+        ConfigKey("log.dirs", _list, ["/tmp/kafkatw-logs"],
+                  "Comma-separated directories holding partition logs. A new partition goes to the directory "
+                  "holding the fewest partitions."),
         ConfigKey("listeners", _list, ["tcp:9092:interface=127.0.0.1"],
-                  "Twisted server endpoint strings to listen on (Kafka's PLAINTEXT://host:port is accepted too)."),
+                  "Twisted server endpoint strings to listen on (Kafka's `PLAINTEXT://host:port` is accepted "
+                  "too)."),
         ConfigKey("advertised.listeners", _list, [],
-                  "host:port pairs given to clients in Metadata; default: taken from listeners."),
+                  "`host:port` (or `NAME://host:port`) given to clients in Metadata; default: the address of the "
+                  "first listener (`0.0.0.0`/`::` become `127.0.0.1`). Only the first entry is used."),
         ConfigKey("zookeeper.connect", str, "embedded",
-                  "HOST:PORT[,HOST:PORT][/chroot], or 'embedded' to start a child ZooKeeper."),
-        ConfigKey("zookeeper.session.timeout.ms", int, 18000, "ZooKeeper session timeout.", "ms"),
-        ConfigKey("zookeeper.connection.timeout.ms", int, 18000, "Time to wait for the first ZooKeeper connection.", "ms"),
-        ConfigKey("num.partitions", int, 1, "Default partition count of auto-created topics."),
-        ConfigKey("default.replication.factor", int, 1, "Default replication factor of auto-created topics."),
-        ConfigKey("auto.create.topics.enable", _bool, True, "Create a topic when a client asks for its metadata (Produce never creates one)."),
-        ConfigKey("delete.topic.enable", _bool, True, "Allow DeleteTopics."),
-        ConfigKey("message.max.bytes", int, 1048588, "Largest record batch accepted.", "bytes"),
-        ConfigKey("socket.request.max.bytes", int, 104857600, "Largest request frame accepted.", "bytes"),
+                  "`HOST:PORT[,HOST:PORT][/chroot]`, or `embedded` to start a child ZooKeeper."
+                  " Without a chroot, `/kafkatw` is used."),
+        ConfigKey("zookeeper.session.timeout.ms", int, 18000,
+                  "ZooKeeper session timeout (the server clamps it to 2–20 × its tickTime).", "ms"),
+        ConfigKey("zookeeper.connection.timeout.ms", int, 18000,
+                  "Time to wait for the first ZooKeeper connection.", "ms"),
+        ConfigKey("num.partitions", int, 1,
+                  "Partition count of auto-created topics, and of CreateTopics with `num_partitions = -1`.",
+                  "partitions"),
+        ConfigKey("default.replication.factor", int, 1,
+                  "Replication factor of auto-created topics and of CreateTopics with `replication_factor = -1`. "
+                  "Anything above 1 is refused in this version (`INVALID_REPLICATION_FACTOR`).", "replicas"),
+        ConfigKey("auto.create.topics.enable", _bool, True,
+                  "Create a topic when a Metadata request names it (and allows auto-creation). Produce does "
+                  "**not** auto-create in this version."),
+        ConfigKey("delete.topic.enable", _bool, True, "Allow DeleteTopics (`TOPIC_DELETION_DISABLED` otherwise)."),
+        ConfigKey("message.max.bytes", int, 1048588,
+                  "Largest record batch accepted, its 12-byte log overhead included (`MESSAGE_TOO_LARGE`).",
+                  "bytes"),
+        ConfigKey("socket.request.max.bytes", int, 104857600,
+                  "Largest request frame accepted; a larger frame closes the connection.", "bytes"),
         ConfigKey("log.segment.bytes", int, 1073741824, "Size at which a segment is rolled.", "bytes"),
-        ConfigKey("log.roll.ms", int, 604800000, "Age at which a segment is rolled (log.roll.hours=168).", "ms"),
+        ConfigKey("log.roll.ms", int, 604800000, "Age at which a segment is rolled (`log.roll.hours=168`).", "ms"),
         ConfigKey("log.index.interval.bytes", int, 4096, "Bytes of log between two offset-index entries.", "bytes"),
-        ConfigKey("log.index.size.max.bytes", int, 10485760, "Largest offset index file per segment.", "bytes"),
-        ConfigKey("log.flush.interval.messages", int, _LONG_MAX, "Records appended before a partition is fsynced.", "messages"),
-        ConfigKey("log.flush.interval.ms", int, _LONG_MAX, "Age of unflushed data before a partition is fsynced.", "ms"),
-        ConfigKey("log.flush.scheduler.interval.ms", int, 1000, "How often the flush policy is checked.", "ms"),
-        ConfigKey("log.flush.offset.checkpoint.interval.ms", int, 60000, "How often recovery points are checkpointed.", "ms"),
-        ConfigKey("log.retention.ms", int, 604800000, "Age after which whole segments are deleted (-1: never).", "ms"),
-        ConfigKey("log.retention.bytes", int, -1, "Partition size above which old segments are deleted (-1: never).", "bytes"),
+        ConfigKey("log.index.size.max.bytes", int, 10485760,
+                  "Largest `.index` (and `.timeindex`) file per segment; a full index rolls the segment.", "bytes"),
+        ConfigKey("log.flush.interval.messages", int, _LONG_MAX,
+                  "Records appended before a partition is fsynced (default: never, rely on the page cache).",
+                  "messages"),
+        ConfigKey("log.flush.interval.ms", int, _LONG_MAX,
+                  "Age of unflushed data before a partition is fsynced (default: never).", "ms"),
+        ConfigKey("log.flush.scheduler.interval.ms", int, 1000, "How often `log.flush.interval.ms` is checked.", "ms"),
+        ConfigKey("log.flush.offset.checkpoint.interval.ms", int, 60000,
+                  "How often recovery points are checkpointed.", "ms"),
+        ConfigKey("log.retention.ms", int, 604800000,
+                  "Age after which whole segments are deleted (-1: never).", "ms"),
+        ConfigKey("log.retention.bytes", int, -1,
+                  "Partition size above which old segments are deleted (-1: never).", "bytes"),
         ConfigKey("log.retention.check.interval.ms", int, 300000, "How often retention runs.", "ms"),
-        ConfigKey("log.cleanup.policy", str, "delete", "Only 'delete' is supported."),
-        ConfigKey("log.message.timestamp.type", str, "CreateTime", "CreateTime or LogAppendTime."),
-        ConfigKey("producer.id.block.size", int, 1000, "Producer ids reserved in ZooKeeper at a time."),
-        ConfigKey("metrics.port", int, -1, "Prometheus metrics port on 127.0.0.1 (-1: off)."),
+        ConfigKey("log.cleanup.policy", str, "delete",
+                  "Only `delete` is supported; any other value stops the broker at start (and is "
+                  "`INVALID_CONFIG` on a topic)."),
+        ConfigKey("log.message.timestamp.type", str, "CreateTime",
+                  "`CreateTime` or `LogAppendTime` (see docs/storage.md); any other value "
+                  "behaves as `CreateTime`."),
+        ConfigKey("producer.id.block.size", int, 1000, "Producer ids reserved in ZooKeeper at a time.", "ids"),
+        ConfigKey("metrics.port", int, -1,
+                  "Prometheus metrics at `http://127.0.0.1:<port>/metrics` (-1: off; 0: any free port). Names "
+                  "follow the JMX exporter's rendering of Kafka's MBeans, e.g. "
+                  "`kafka_server_brokertopicmetrics_messagesin_total`, "
+                  "`kafka_log_log_logendoffset{topic,partition}`.", "port"),
         # consumer groups (Kafka's group coordinator configs; docs/consumer-groups.md)
         ConfigKey("group.initial.rebalance.delay.ms", int, 3000,
                   "How long the coordinator waits for more members to join a new (empty) group before its "
                   "first rebalance completes; each new member extends the wait by this much, up to the "
-                  "rebalance timeout.", "ms"),
+                  "rebalance timeout (see docs/consumer-groups.md).", "ms"),
         ConfigKey("group.min.session.timeout.ms", int, 6000,
-                  "Smallest session timeout a member may ask for (else INVALID_SESSION_TIMEOUT).", "ms"),
+                  "Smallest session timeout a member may ask for (else `INVALID_SESSION_TIMEOUT`).", "ms"),
         ConfigKey("group.max.session.timeout.ms", int, 1800000,
-                  "Largest session timeout a member may ask for (else INVALID_SESSION_TIMEOUT).", "ms"),
+                  "Largest session timeout a member may ask for (else `INVALID_SESSION_TIMEOUT`).", "ms"),
         ConfigKey("group.max.size", int, 2147483647,
-                  "Most members a consumer group may have (else GROUP_MAX_SIZE_REACHED).", "members"),
+                  "Most members a consumer group may have (else `GROUP_MAX_SIZE_REACHED`).", "members"),
         ConfigKey("offset.metadata.max.bytes", int, 4096,
-                  "Longest metadata string an offset commit may carry (else OFFSET_METADATA_TOO_LARGE).", "bytes"),
+                  "Longest metadata string an offset commit may carry (else `OFFSET_METADATA_TOO_LARGE`).",
+                  "bytes"),
         ConfigKey("offsets.commit.timeout.ms", int, 5000,
                   "How long an offset commit waits for its ZooKeeper write before it is answered "
-                  "REQUEST_TIMED_OUT.", "ms"),
+                  "`REQUEST_TIMED_OUT`.", "ms"),
         ConfigKey("offsets.commit.batch.interval.ms", int, 10,
                   "kafkatw: offset commits are written to ZooKeeper in batches at most this often, the latest "
                   "value per group and partition; a commit is answered once the batch holding it is written.",
@@ -244,3 +286,96 @@ def topic_log_config(broker: BrokerConfig, overrides: Mapping[str, str]) -> dict
     if result["cleanup.policy"] != "delete":
         raise ValueError("only cleanup.policy=delete is supported")
     return result
+
+
+# -- docs/configuration.md ---------------------------------------------------------------
+
+#: The generated tables of docs/configuration.md lie between these two lines.
+MARKDOWN_BEGIN = "<!-- BEGIN generated by `python -m kafkatw.config --update docs/configuration.md` -->"
+MARKDOWN_END = "<!-- END generated -->"
+
+
+def _markdown_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return f"`{str(value).lower()}`"
+    if isinstance(value, list):
+        return f"`{','.join(value)}`" if value else "(empty)"
+    return f"`{value}`"
+
+
+def config_markdown() -> str:
+    """
+    The Markdown tables of every broker key (L{BROKER_CONFIG}: name, default,
+    unit, documentation) and every topic key (L{TOPIC_CONFIG_KEYS}), in
+    definition order, for docs/configuration.md.
+    """
+    lines = [
+        "### Broker keys (`BROKER_CONFIG`)",
+        "",
+        "| key | default | unit | meaning |",
+        "|---|---|---|---|",
+    ]
+    for key in BROKER_CONFIG.values():
+        lines.append(f"| `{key.name}` | {_markdown_value(key.default)} | {key.unit or '—'} | "
+                     f"{key.doc.replace('|', '&#124;')} |")
+    lines += [
+        "",
+        "### Topic keys (`TOPIC_CONFIG_KEYS`)",
+        "",
+        "| topic key | overrides broker key | broker default |",
+        "|---|---|---|",
+    ]
+    for topic_key, broker_key in TOPIC_CONFIG_KEYS.items():
+        lines.append(f"| `{topic_key}` | `{broker_key}` | {_markdown_value(BROKER_CONFIG[broker_key].default)} |")
+    return "\n".join(lines) + "\n"
+
+
+def splice_config_markdown(document: str) -> str:
+    """
+    C{document} with the text between L{MARKDOWN_BEGIN} and L{MARKDOWN_END}
+    replaced by L{config_markdown}.
+
+    @raise ValueError: the markers are missing or out of order.
+    """
+    begin, end = document.find(MARKDOWN_BEGIN), document.find(MARKDOWN_END)
+    if begin < 0 or end < begin:
+        raise ValueError(f"expected the lines {MARKDOWN_BEGIN!r} and {MARKDOWN_END!r}, in that order")
+    head = document[:begin + len(MARKDOWN_BEGIN)]
+    return f"{head}\n{config_markdown()}\n{document[end:]}"
+
+
+def main(argv: Sequence[str]) -> int:
+    """
+    C{python -m kafkatw.config --markdown}: print the tables;
+    C{--update PATH}: rewrite them in PATH; C{--check PATH}: exit 1 when PATH's
+    tables differ from the code.
+    """
+    usage = "usage: python -m kafkatw.config (--markdown | --update PATH | --check PATH)"
+    if list(argv) == ["--markdown"]:
+        sys.stdout.write(config_markdown())
+        return 0
+    if len(argv) != 2 or argv[0] not in ("--update", "--check"):
+        print(usage, file=sys.stderr)
+        return 2
+    path = argv[1]
+    with open(path, encoding="utf-8") as f:
+        document = f.read()
+    try:
+        updated = splice_config_markdown(document)
+    except ValueError as e:
+        print(f"{path}: {e}", file=sys.stderr)
+        return 1
+    if argv[0] == "--check":
+        if updated != document:
+            print(f"{path}: the configuration tables are out of date; run "
+                  f"python -m kafkatw.config --update {path}", file=sys.stderr)
+            return 1
+        return 0
+    if updated != document:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(updated)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,5 +1,5 @@
 """
-Fakes and helpers for testing code built on kafkatw (STYLE.md 8).
+Fakes and helpers for testing code built on kafkatw.
 
 ZooKeeper:
 

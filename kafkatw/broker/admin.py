@@ -4,7 +4,7 @@ Topic administration and producer ids, through ZooKeeper.
 Named after Kafka's C{ZkAdminManager}: CreateTopics, DeleteTopics and metadata
 auto-creation write the topic's replica assignment (``/brokers/topics/<topic>``),
 its config overrides (``/config/topics/<topic>``) and each partition's state; every
-broker's watches then pick the change up (DESIGN.md D6).  Producer ids are handed
+broker's watches then pick the change up (docs/design.md: ZooKeeper layout).  Producer ids are handed
 out from blocks reserved in ``/latest_producer_id_block`` so that two brokers never
 give out the same id (Kafka's C{ProducerIdManager}).
 """

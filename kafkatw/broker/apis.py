@@ -34,7 +34,8 @@ from ..zookeeper.registry import CommittedOffset
 from .group_coordinator import GroupCoordinator, OffsetStore
 from .request_context import NO_CONNECTION, ConnectionContext, RequestContext
 
-__all__ = ["SUPPORTED_VERSIONS", "ADVERTISED_VERSIONS", "KafkaApis", "validate_topic_name"]
+__all__ = ["SUPPORTED_VERSIONS", "ADVERTISED_VERSIONS", "TRANSACTIONAL_API_KEYS", "TRANSACTIONS_UNSUPPORTED",
+           "TRANSACTIONS_UNSUPPORTED_MESSAGE", "KafkaApis", "validate_topic_name"]
 
 _log = Logger()
 
@@ -49,7 +50,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     20: (1, 6),  # DeleteTopics
     8: (2, 8),  # OffsetCommit (v9+ carry KIP-848 member epochs: not served)
     9: (1, 7),  # OffsetFetch (v8 batches groups, v9 adds member epochs: not served)
-    10: (0, 4),  # FindCoordinator (group keys; transaction keys get COORDINATOR_NOT_AVAILABLE)
+    10: (0, 4),  # FindCoordinator (group keys; transaction keys: TRANSACTIONS_UNSUPPORTED)
     11: (0, 8),  # JoinGroup (v9's KIP-814 skip_assignment: not served)
     12: (0, 4),  # Heartbeat
     13: (0, 5),  # LeaveGroup
@@ -57,10 +58,30 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     15: (0, 5),  # DescribeGroups
     16: (0, 4),  # ListGroups (v5 filters by group type, KIP-848: not served)
     42: (0, 2),  # DeleteGroups
-    22: (0, 4),  # InitProducerId
+    22: (0, 4),  # InitProducerId (idempotent producers; a transactional id: TRANSACTIONS_UNSUPPORTED)
     32: (1, 4),  # DescribeConfigs
     23: (2, 4),  # OffsetForLeaderEpoch (KIP-101, KIP-279; followers and KIP-320 clients)
 }
+
+#: The transactional APIs (KIP-98, KIP-664): AddPartitionsToTxn, AddOffsetsToTxn,
+#: EndTxn, WriteTxnMarkers, TxnOffsetCommit, DescribeTransactions,
+#: ListTransactions.  None is served, so none is advertised (a unit test pins it).
+TRANSACTIONAL_API_KEYS = frozenset({24, 25, 26, 27, 28, 65, 66})
+
+#: The answer to a transactional producer until transactions exist: FindCoordinator
+#: for a transactional id (key type 1), InitProducerId with a transactional id and
+#: a transactional Produce get this code.  It is the one error every client treats
+#: as fatal on the way into a transaction -- librdkafka fails C{init_transactions}
+#: at once only for it (or CLUSTER_AUTHORIZATION_FAILED) and shows FindCoordinator's
+#: error message with it; Kafka's Java client, kafka-python and aiokafka raise
+#: their TransactionalIdAuthorization errors -- whereas UNSUPPORTED_VERSION,
+#: INVALID_REQUEST and COORDINATOR_NOT_AVAILABLE are retried by librdkafka until
+#: the application's timeout.  docs/protocol.md shows what each client reports.
+TRANSACTIONS_UNSUPPORTED = ErrorCode.transactional_id_authorization_failed
+TRANSACTIONS_UNSUPPORTED_MESSAGE = (
+    "kafkatw does not support transactions: unset transactional.id "
+    "(the idempotent producer, enable.idempotence, is supported)"
+)
 
 #: What ApiVersions advertises where it differs from L{SUPPORTED_VERSIONS}.
 #: librdkafka before 2.8 enables gzip/snappy/lz4 only when Produce v0 is
@@ -301,7 +322,8 @@ class KafkaApis:
         """
         acks = request.acks
         if request.transactional_id is not None:
-            code = ErrorCode.transactional_id_authorization_failed
+            self._refuse_transactions("Produce", context, request.transactional_id)
+            code = TRANSACTIONS_UNSUPPORTED
             results = [
                 (t.name, [{"index": p.index, "error_code": int(code), "base_offset": -1} for p in t.partition_data])
                 for t in request.topic_data
@@ -602,11 +624,14 @@ class KafkaApis:
         """
         A group's coordinator is the broker L{kafkatw.broker.group_coordinator.coordinator_for}
         picks from the live brokers in ``/brokers/ids``, so every broker answers
-        the same.  Transactions are not served: transaction keys get
-        C{COORDINATOR_NOT_AVAILABLE}, which clients retry.
+        the same.  Transactions are not served: transaction keys (key type 1)
+        get L{TRANSACTIONS_UNSUPPORTED} with L{TRANSACTIONS_UNSUPPORTED_MESSAGE},
+        which clients treat as fatal.
         """
         key_type = getattr(request, "key_type", 0)
         keys = list(request.coordinator_keys) if hasattr(request, "coordinator_keys") else [request.key]
+        if key_type != 0:
+            self._refuse_transactions("FindCoordinator", context, ",".join(keys))
         coordinators = [self._find_coordinator(key, key_type) for key in keys]
         body = {"throttle_time": 0, "coordinators": coordinators, **coordinators[0]}
         return self._respond(context, body)
@@ -615,8 +640,8 @@ class KafkaApis:
         entry: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": 0,
                                  "error_message": None}
         if key_type != 0:
-            entry["error_code"] = int(ErrorCode.coordinator_not_available)
-            entry["error_message"] = "kafkatw does not coordinate transactions"
+            entry["error_code"] = int(TRANSACTIONS_UNSUPPORTED)
+            entry["error_message"] = TRANSACTIONS_UNSUPPORTED_MESSAGE
             return entry
         if not key:
             entry["error_code"] = int(ErrorCode.invalid_request)
@@ -783,10 +808,20 @@ class KafkaApis:
 
     # --- InitProducerId ------------------------------------------------------
 
+    def _refuse_transactions(self, api: str, context: RequestContext, transactional_id: str) -> None:
+        _log.warn("refused {api} for transactional id {transactional_id!r} from client {client!r}: "
+                  "{message}", api=api, transactional_id=transactional_id, client=context.client_id or "",
+                  message=TRANSACTIONS_UNSUPPORTED_MESSAGE)
+
     def handle_init_producer_id(self, context: RequestContext, request: Any) -> defer.Deferred | bytes:
+        """
+        A producer id for an idempotent producer (a new id, or the same id
+        with its epoch bumped, KIP-360).  A transactional id is refused with
+        L{TRANSACTIONS_UNSUPPORTED}.
+        """
         if request.transactional_id is not None:
-            return self._respond(context, {"throttle_time": 0,
-                                          "error_code": int(ErrorCode.transactional_id_authorization_failed),
+            self._refuse_transactions("InitProducerId", context, request.transactional_id)
+            return self._respond(context, {"throttle_time": 0, "error_code": int(TRANSACTIONS_UNSUPPORTED),
                                           "producer_id": -1, "producer_epoch": -1})
         producer_id = getattr(request, "producer_id", -1)
         epoch = getattr(request, "producer_epoch", -1)

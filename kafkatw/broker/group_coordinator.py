@@ -99,6 +99,13 @@ VALID_PREVIOUS_STATES: dict[GroupState, frozenset[GroupState]] = {
 }
 
 
+def _rejected_join(group_id: str, member_id: str, error: ErrorCode, reason: str) -> JoinResult:
+    """Every JoinGroup answered with an error goes through here, and is logged with its reason."""
+    _log.info("rejected JoinGroup of member {member!r} to group {group!r} with {error} ({code}): {reason}",
+              member=member_id, group=group_id, error=error.name.upper(), code=int(error), reason=reason)
+    return JoinResult(error, member_id)
+
+
 def coordinator_for(group_id: str, broker_ids: Iterable[int]) -> int | None:
     """
     The broker coordinating C{group_id}: rendezvous (highest-random-weight)
@@ -208,10 +215,19 @@ class Group:
         return common
 
     def supports_protocols(self, protocol_type: str, protocols: list[tuple[str, bytes]]) -> bool:
+        """
+        Kafka's C{supportsProtocols}: an Empty group takes any protocol type
+        and non-empty protocol list; otherwise the type must be the group's and
+        one of the protocols supported by every current member (vacuously true
+        when there are none: Kafka counts each protocol's supporters and
+        compares with the member count).
+        """
         names = {name for name, _ in protocols}
-        if self.is_(GroupState.EMPTY) and not self.members:
+        if self.is_(GroupState.EMPTY):
             return bool(protocol_type) and bool(names)
-        return self.protocol_type == protocol_type and bool(names & self.candidate_protocols())
+        if self.protocol_type != protocol_type or not names:
+            return False
+        return not self.members or bool(names & self.candidate_protocols())
 
     def select_protocol(self) -> str:
         """The protocol supported by all members with the most first-choice votes (Kafka's C{selectProtocol})."""
@@ -421,7 +437,9 @@ class GroupCoordinator:
         group.transition_to(GroupState.DEAD)
         self._cancel_timers(group)
         for member in group.members.values():
-            self._answer_join(member, JoinResult(ErrorCode.not_coordinator, member.member_id))
+            if member.join_waiter is not None:
+                self._answer_join(member, _rejected_join(group_id, member.member_id, ErrorCode.not_coordinator,
+                                                         "the group moved away from this broker"))
             self._answer_sync(member, SyncResult(ErrorCode.not_coordinator))
 
     def shutdown(self) -> None:
@@ -479,23 +497,34 @@ class GroupCoordinator:
             MEMBER_ID_REQUIRED with its member id (KIP-394).
         @return: a Deferred firing with a L{JoinResult} (when the rebalance completes).
         """
+        def reject(error: ErrorCode, reason: str) -> defer.Deferred:
+            return _succeed(_rejected_join(group_id, member_id, error, reason))
+
         error = self._check(group_id)
         if error:
-            return _succeed(JoinResult(error, member_id))
+            return reject(error, "no group id" if not group_id else "this broker does not coordinate the group")
         if not self.min_session_timeout_ms <= session_timeout_ms <= self.max_session_timeout_ms:
-            return _succeed(JoinResult(ErrorCode.invalid_session_timeout, member_id))
+            return reject(ErrorCode.invalid_session_timeout,
+                          f"session timeout {session_timeout_ms} ms outside group.min.session.timeout.ms "
+                          f"{self.min_session_timeout_ms} .. group.max.session.timeout.ms {self.max_session_timeout_ms}")
         unknown = member_id == UNKNOWN_MEMBER_ID
         group = self.groups.get(group_id)
         if group is None:
             if not unknown:
-                return _succeed(JoinResult(ErrorCode.unknown_member_id, member_id))
+                return reject(ErrorCode.unknown_member_id, "the group does not exist")
             group = self.groups[group_id] = Group(group_id)
         if group.is_(GroupState.DEAD):
-            return _succeed(JoinResult(ErrorCode.coordinator_not_available, member_id))
+            return reject(ErrorCode.coordinator_not_available, "the group is Dead")
         if not group.supports_protocols(protocol_type, protocols):
-            return _succeed(JoinResult(ErrorCode.inconsistent_group_protocol, member_id))
+            offered = ",".join(name for name, _ in protocols)
+            if group.protocol_type != protocol_type and not group.is_(GroupState.EMPTY):
+                reason = f"protocol type {protocol_type!r} is not the group's {group.protocol_type!r}"
+            else:
+                reason = (f"none of the protocols [{offered}] is supported by all {len(group.members)} members "
+                          f"(group {group.state.value}, common: [{','.join(sorted(group.candidate_protocols()))}])")
+            return reject(ErrorCode.inconsistent_group_protocol, reason)
         if unknown and len(group.members) + len(group.pending_members) >= self.max_group_size:
-            return _succeed(JoinResult(ErrorCode.group_max_size_reached, member_id))
+            return reject(ErrorCode.group_max_size_reached, f"group.max.size {self.max_group_size} reached")
         d: defer.Deferred = defer.Deferred()
         args = (client_id, client_host, rebalance_timeout_ms, session_timeout_ms, protocol_type, protocols)
         if unknown:
@@ -531,11 +560,16 @@ class GroupCoordinator:
             self._add_member_and_rebalance(group, member_id, group_instance_id, *args, d)
             return
         if group.static_member_fenced(group_instance_id, member_id):
-            d.callback(JoinResult(ErrorCode.fenced_instance_id, member_id))
+            d.callback(_rejected_join(group.group_id, member_id, ErrorCode.fenced_instance_id,
+                                      f"instance {group_instance_id} now belongs to another member id"))
             return
-        if member_id not in group.members or (
-                group_instance_id is not None and group_instance_id not in group.static_members):
-            d.callback(JoinResult(ErrorCode.unknown_member_id, member_id))
+        if member_id not in group.members:
+            d.callback(_rejected_join(group.group_id, member_id, ErrorCode.unknown_member_id,
+                                      "not a member of the group"))
+            return
+        if group_instance_id is not None and group_instance_id not in group.static_members:
+            d.callback(_rejected_join(group.group_id, member_id, ErrorCode.unknown_member_id,
+                                      f"instance {group_instance_id} is not a static member of the group"))
             return
         member = group.members[member_id]
         state = group.state
@@ -556,7 +590,8 @@ class GroupCoordinator:
             else:
                 d.callback(self._join_result(group, member))
         else:  # Empty or Dead: let it reset its generation and rejoin
-            d.callback(JoinResult(ErrorCode.unknown_member_id, member_id))
+            d.callback(_rejected_join(group.group_id, member_id, ErrorCode.unknown_member_id,
+                                      f"the group is {state.value}"))
 
     def _join_result(self, group: Group, member: Member, leader_id: str | None = None) -> JoinResult:
         leader = group.leader_id if leader_id is None else leader_id
@@ -589,7 +624,8 @@ class GroupCoordinator:
             # drops the first silently; here it is answered, because a held
             # response would stall every later response on its connection.
             old, member.join_waiter = member.join_waiter, None
-            old.callback(JoinResult(ErrorCode.rebalance_in_progress, member.member_id))
+            old.callback(_rejected_join(group.group_id, member.member_id, ErrorCode.rebalance_in_progress,
+                                        "replaced by a newer JoinGroup of the same member"))
         member.join_waiter = d
         self._maybe_prepare_rebalance(group, f"updating metadata of member {member.member_id}")
         self._try_complete_join(group)
@@ -605,7 +641,9 @@ class GroupCoordinator:
         old = group.members.pop(old_id)
         if old.heartbeat_timer is not None and old.heartbeat_timer.active():
             old.heartbeat_timer.cancel()
-        self._answer_join(old, JoinResult(ErrorCode.fenced_instance_id, old_id))
+        if old.join_waiter is not None:
+            self._answer_join(old, _rejected_join(group.group_id, old_id, ErrorCode.fenced_instance_id,
+                                                  f"instance {instance_id} rejoined as {new_id}"))
         self._answer_sync(old, SyncResult(ErrorCode.fenced_instance_id))
         new = Member(new_id, instance_id, old.client_id, old.client_host, rebalance_timeout_ms, session_timeout_ms,
                      old.protocol_type, old.protocols, assignment=old.assignment)
@@ -664,6 +702,12 @@ class GroupCoordinator:
         group.transition_to(GroupState.PREPARING_REBALANCE)
         _log.info("preparing to rebalance group {group} (generation {generation}): {reason}", group=group.group_id,
                   generation=group.generation_id, reason=reason)
+        # Kafka's rebalancePurgatory.tryCompleteElseWatch: the join completes at
+        # once when every member has already joined -- in particular when the
+        # last member just left, so that the group is Empty before the next
+        # request is handled (a JoinGroup pipelined after that LeaveGroup must
+        # meet an Empty group, not a PreparingRebalance group without members).
+        self._try_complete_join(group)
 
     def _initial_join_expired(self, group: Group) -> None:
         group.join_timer = None
@@ -764,7 +808,9 @@ class GroupCoordinator:
 
     def _remove_member_and_update_group(self, group: Group, member: Member) -> None:
         """Kafka's C{removeMemberAndUpdateGroup}."""
-        self._answer_join(member, JoinResult(ErrorCode.unknown_member_id, member.member_id))
+        if member.join_waiter is not None:
+            self._answer_join(member, _rejected_join(group.group_id, member.member_id, ErrorCode.unknown_member_id,
+                                                     "removed from the group while waiting to join"))
         if member.heartbeat_timer is not None and member.heartbeat_timer.active():
             member.heartbeat_timer.cancel()
         group.remove(member.member_id)

@@ -1,5 +1,5 @@
 """
-kafkatw's Kafka clients (DESIGN.md D7; guide: docs/clients.md).
+kafkatw's Kafka clients (guide: docs/clients.md; design: docs/design.md, Clients).
 
 The public API, pinned by C{tests/unit/test_exports.py}:
 

@@ -1,6 +1,6 @@
 """
 Blocking facade: L{BlockingProducer} and L{BlockingConsumer} for code that has
-no reactor — scripts, the command line, Spark executors (DESIGN.md D7).
+no reactor — scripts, the command line, Spark executors (docs/design.md: Clients).
 
 They drive the Twisted L{Producer} and L{Consumer} on a reactor that runs in a
 background thread through crochet's L{crochet.EventLoop}: every call hops into

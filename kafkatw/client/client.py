@@ -1,5 +1,5 @@
 """
-L{KafkaClient}: cluster metadata and one connection per broker (DESIGN.md D7).
+L{KafkaClient}: cluster metadata and one connection per broker (docs/design.md: Clients).
 
 The client bootstraps from C{bootstrap_servers}, keeps the cluster's metadata
 (brokers, and per topic the leader of each partition), and opens one

@@ -1,6 +1,6 @@
 """
 L{Consumer}: a partition-level consumer with a prefetching fetch pipeline
-(DESIGN.md D7; the paper's §3.1 "pull" consumer).
+(docs/design.md: Clients; the paper's §3.1 "pull" consumer).
 
 The application picks partitions with L{Consumer.assign} (the consumer group of
 the paper's §3.2 comes in another module and drives this one through

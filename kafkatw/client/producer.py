@@ -1,5 +1,5 @@
 """
-L{Producer}: the Twisted Kafka producer (DESIGN.md D7).
+L{Producer}: the Twisted Kafka producer (docs/design.md: Clients).
 
 C{send} appends a record to the open batch of its partition — a plain
 C{(key, value, headers, timestamp_ms)} tuple in a list, no per-record object —

@@ -3,7 +3,7 @@ A small blocking Kafka wire-protocol client, for the command line.
 
 One socket per broker, one request in flight per socket, ApiVersions negotiation
 (the highest version both sides serve), metadata-driven leader lookup.  It is
-deliberately small: the Twisted clients (DESIGN.md D7) replace it.
+deliberately small: the Twisted clients (L{kafkatw.client}) do the real work.
 
 Frames are Kafka's: a 4-byte big-endian size, then the request or response
 (L{kafkatw.protocol.messages}).

@@ -5,7 +5,7 @@ C{ZookeeperConsumerConnector} did it.  No broker coordinates anything: every
 consumer of a group watches the same registries and computes the same range
 assignment.
 
-ZooKeeper layout (DESIGN.md D6; under the chroot, default C{/kafkatw}; C{<G>}
+ZooKeeper layout (docs/design.md: ZooKeeper layout; under the chroot, default C{/kafkatw}; C{<G>}
 is the group id, percent-encoded into one path component by
 L{kafkatw.zookeeper.registry.group_path})::
 

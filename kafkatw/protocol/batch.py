@@ -1,7 +1,7 @@
 """
 RecordBatch v2 (magic 2) header handling, sans-IO.
 
-The broker moves batches, never records (DESIGN.md D3, D4): on produce it reads
+The broker moves batches, never records (docs/design.md: On disk as on the wire; Batches, never records): on produce it reads
 only each batch's 61-byte header, checks the CRC-32C, and patches the base
 offset and partition leader epoch, which lie outside the CRC.  Layout, all
 integers big-endian (Kafka protocol guide, "Record Batch")::

@@ -6,7 +6,7 @@ copy of every record batch it returns.  Here the response is encoded as a list o
 chunks — C{bytes} for everything Kafka puts around the records, and opaque
 region objects (a segment file, a position, a length) for the records
 themselves — so the broker can send the batches from the page cache
-(DESIGN.md D4).
+(docs/design.md: Batches, never records).
 
 FetchResponse v4–v12 (Kafka protocol guide)::
 

@@ -1,5 +1,5 @@
 """
-The C{kafkatw} PySpark data source (DESIGN.md D8; docs/spark.md).
+The C{kafkatw} PySpark data source (docs/spark.md).
 
     import kafkatw.spark
     kafkatw.spark.register(spark)

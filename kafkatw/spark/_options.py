@@ -5,7 +5,7 @@ and the offset arithmetic of its readers.  Pure functions: no Spark, no
 sockets, so that they are unit-testable on their own.
 
 Offsets are JSON-able dicts C{{topic: {partition (str): offset}}} — the
-shape Spark's Kafka source writes in its checkpoint (DESIGN.md D8).  In
+shape Spark's Kafka source writes in its checkpoint (docs/design.md: Spark).  In
 C{startingOffsets}/C{endingOffsets}, C{-2} means earliest and C{-1} latest.
 """
 

@@ -1,5 +1,5 @@
 """
-The C{kafkatw} PySpark data source (DESIGN.md D8): batch and streaming reads
+The C{kafkatw} PySpark data source (docs/design.md: Spark): batch and streaming reads
 of kafkatw (or any Kafka) topics with the options and output schema of
 Spark's built-in Kafka source.
 

@@ -1,6 +1,6 @@
 """
 Partition logs on disk: segments of RecordBatch v2 exactly as on the wire,
-sparse offset and time indexes, flush, retention and recovery (DESIGN.md D3).
+sparse offset and time indexes, flush, retention and recovery (docs/design.md: On disk as on the wire).
 No Twisted reactor here; time is injected as C{now_ms} callables.
 """
 

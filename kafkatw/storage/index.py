@@ -1,7 +1,7 @@
 """
 Sparse offset and time indexes of one log segment.
 
-Both are rebuildable from the segment's C{.log} (DESIGN.md D3); they are kept
+Both are rebuildable from the segment's C{.log} (docs/design.md: On disk as on the wire); they are kept
 in memory as two parallel C{array}s searched with C{bisect}, and appended to
 their files in batches (pending entries are written on L{flush}, L{close}, or
 when 4 KB have accumulated).  A missing tail of entries never gives a wrong

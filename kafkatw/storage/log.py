@@ -1,5 +1,5 @@
 """
-The log of one partition: a directory of segments (DESIGN.md D3).
+The log of one partition: a directory of segments (docs/design.md: On disk as on the wire).
 
     <log dir>/<topic>-<partition>/
         00000000000000000000.log  .index  .timeindex    oldest segment

@@ -1,5 +1,5 @@
 """
-Tests for the public names of L{kafkatw.client} (STYLE.md #9, after klein's
+Tests for the public names of L{kafkatw.client} (after klein's
 C{test_exports.py}): C{__all__} is pinned, and each name is the object its
 implementation module defines.
 """

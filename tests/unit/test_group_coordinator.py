@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 
 from twisted.internet.task import Clock
+from twisted.internet.testing import EventLoggingObserver
+from twisted.logger import formatEvent, globalLogPublisher
 from twisted.trial import unittest
 
 from kafkatw.broker.group_coordinator import (
@@ -249,9 +251,11 @@ class ExpiryAndLeaveTests(unittest.TestCase):
         self.assertEqual(result.generation_id, generation + 1)
         self.assertEqual(list(h.group().members), [a])
         self.successResultOf(h.coordinator.leave_group("g", [(a, None)]))
-        self.assertEqual(h.group().state, GroupState.PREPARING_REBALANCE)
-        h.clock.advance(0)
-        self.assertIn(h.group().state, (GroupState.EMPTY, GroupState.PREPARING_REBALANCE))
+        # The last member left: the rebalance completes at once (Kafka's
+        # tryCompleteElseWatch), not on a later reactor turn.
+        self.assertEqual(h.group().state, GroupState.EMPTY)
+        self.assertEqual(h.group().generation_id, generation + 2)
+        self.assertEqual(h.clock.getDelayedCalls(), [])
 
     def test_leave_of_the_only_member_during_completing_rebalance(self) -> None:
         h = Harness(self)
@@ -259,9 +263,62 @@ class ExpiryAndLeaveTests(unittest.TestCase):
         h.clock.advance(DELAY_MS / 1000)
         a = self.successResultOf(d).member_id
         self.successResultOf(h.coordinator.leave_group("g", [(a, None)]))
-        self.assertEqual(h.group().state, GroupState.PREPARING_REBALANCE)
-        h.clock.advance(REBALANCE_MS / 1000)
         self.assertEqual(h.group().state, GroupState.EMPTY)
+        self.assertEqual(h.group().generation_id, 2)
+        self.assertEqual(self.successResultOf(h.sync(a, 1)).error, ErrorCode.unknown_member_id)
+
+    def test_join_pipelined_after_the_last_members_leave(self) -> None:
+        """
+        A LeaveGroup of the last member and a JoinGroup handled right after it,
+        before the reactor turns (aiokafka sends both back to back on one
+        connection): the join meets an Empty group and is accepted -- any
+        protocols, even ones the old member did not have.
+        """
+        for require_known in (False, True):
+            for protocols in (PROTOCOLS, [("cooperative-sticky", b"cs")]):
+                h = Harness(self)
+                [(a, generation)] = h.stable_group(1)
+                top, codes = self.successResultOf(h.coordinator.leave_group("g", [(a, None)]))
+                self.assertEqual((top, codes), (ErrorCode.none, [ErrorCode.none]))
+                d = h.join(require_known=require_known, protocols=protocols)
+                if require_known:
+                    first = self.successResultOf(d)
+                    self.assertEqual(first.error, ErrorCode.member_id_required)
+                    d = h.join(member_id=first.member_id, require_known=True, protocols=protocols)
+                self.assertEqual(h.group().state, GroupState.PREPARING_REBALANCE)
+                h.clock.advance(DELAY_MS / 1000)
+                result = self.successResultOf(d)
+                self.assertEqual((result.error, result.generation_id, result.protocol_name, result.leader_id),
+                                 (ErrorCode.none, generation + 2, protocols[0][0], result.member_id))
+
+    def test_leave_and_rejoin_of_every_member_pipelined(self) -> None:
+        """Two members leave in one LeaveGroup (v3+) and both rejoin at once: a new generation with both."""
+        h = Harness(self)
+        (a, generation), (b, _) = h.stable_group(2)
+        self.successResultOf(h.coordinator.leave_group("g", [(a, None), (b, None)]))
+        self.assertEqual(h.group().state, GroupState.EMPTY)
+        ds = [h.join(), h.join()]
+        h.advance_joins(ds)
+        results = [self.successResultOf(d) for d in ds]
+        self.assertEqual({(r.error, r.generation_id) for r in results}, {(ErrorCode.none, generation + 2)})
+
+    def test_rejected_joins_are_logged_with_their_reason(self) -> None:
+        observer = EventLoggingObserver.createWithCleanup(self, globalLogPublisher)
+        h = Harness(self)
+        h.join()
+        self.assertEqual(self.successResultOf(h.join(protocols=[("sticky", b"")])).error,
+                         ErrorCode.inconsistent_group_protocol)
+        self.assertEqual(self.successResultOf(h.join(member_id="nobody", group="other")).error,
+                         ErrorCode.unknown_member_id)
+        self.assertEqual(self.successResultOf(h.join(session_ms=1)).error, ErrorCode.invalid_session_timeout)
+        rejected = [formatEvent(e) for e in observer if "rejected JoinGroup" in e.get("log_format", "")]
+        self.assertEqual(len(rejected), 3, rejected)
+        self.assertIn("INCONSISTENT_GROUP_PROTOCOL (23)", rejected[0])
+        self.assertIn("none of the protocols [sticky] is supported by all 1 members", rejected[0])
+        self.assertIn("UNKNOWN_MEMBER_ID (25)", rejected[1])
+        self.assertIn("'other'", rejected[1])
+        self.assertIn("INVALID_SESSION_TIMEOUT (26)", rejected[2])
+        self.assertIn("group.min.session.timeout.ms", rejected[2])
 
     def test_member_that_never_syncs_is_removed(self) -> None:
         h = Harness(self)
@@ -507,6 +564,36 @@ class GroupApiTests(unittest.TestCase):
         h.clock.advance(30)
         deleted = h.call(42, 2, {"groups_names": [g]})
         self.assertEqual(deleted.results[0].error_code, ErrorCode.none)
+
+    def test_join_pipelined_after_leave_on_one_connection(self) -> None:
+        """
+        The reported bug, as raw requests: LeaveGroup v3 of the only member and
+        a JoinGroup served right after it (no reactor turn in between) answer
+        0 and MEMBER_ID_REQUIRED (v5) or 0 after the initial delay (v3), never
+        INCONSISTENT_GROUP_PROTOCOL.
+        """
+        h = BrokerHarness(self, **{"group.initial.rebalance.delay.ms": 0})
+        g = next(g for g in (f"g{i}" for i in range(100)) if coordinator_for(g, [0, 1]) == 0)
+        join = {"group_id": g, "session_timeout": 10000, "rebalance_timeout": 30000, "member_id": "",
+                "group_instance_id": None, "protocol_type": "consumer",
+                "protocols": [{"name": "range", "metadata": b"meta"}], "reason": None}
+        member = h.call(11, 5, join).member_id
+        pending = h.request(11, 5, {**join, "member_id": member})
+        h.clock.advance(0)
+        self.assertEqual(h.decode(11, 5, self.successResultOf(pending)).error_code, ErrorCode.none)
+        for version in (5, 3):
+            left = h.request(13, 3, {"group_id": g, "members": [{"member_id": member, "group_instance_id": None}]})
+            rejoin = h.request(11, version, join)
+            left = h.decode(13, 3, self.successResultOf(left))
+            self.assertEqual((left.error_code, left.members[0].error_code), (ErrorCode.none, ErrorCode.none))
+            if version >= 4:
+                response = h.decode(11, version, self.successResultOf(rejoin))
+                self.assertEqual(response.error_code, ErrorCode.member_id_required)
+                rejoin = h.request(11, version, {**join, "member_id": response.member_id})
+            h.clock.advance(0)
+            response = h.decode(11, version, self.successResultOf(rejoin))
+            self.assertEqual(response.error_code, ErrorCode.none)
+            member = response.member_id
 
     def test_group_owned_elsewhere_is_not_coordinator(self) -> None:
         h = BrokerHarness(self)

@@ -1,0 +1,100 @@
+"""
+docs/configuration.md against the code: its key tables are generated from
+L{kafkatw.config.BROKER_CONFIG} and L{kafkatw.config.TOPIC_CONFIG_KEYS}
+(C{python -m kafkatw.config --update docs/configuration.md}), so that no key
+goes undocumented, none is listed twice, and no default or unit drifts.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import shutil
+import tempfile
+from contextlib import redirect_stderr, redirect_stdout
+
+from twisted.trial import unittest
+
+from kafkatw.config import (
+    BROKER_CONFIG,
+    MARKDOWN_BEGIN,
+    MARKDOWN_END,
+    TOPIC_CONFIG_KEYS,
+    config_markdown,
+    main,
+    splice_config_markdown,
+)
+
+DOC = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "configuration.md")
+
+
+def _read_doc() -> str:
+    with open(DOC, encoding="utf-8") as f:
+        return f.read()
+
+
+def _row_keys(markdown: str) -> list[str]:
+    """The first cell of every table row that names a key, in order."""
+    return re.findall(r"^\| `([a-z0-9.]+)` \|", markdown, flags=re.MULTILINE)
+
+
+class ConfigDocsTests(unittest.TestCase):
+    def test_every_key_has_documentation(self) -> None:
+        for key in BROKER_CONFIG.values():
+            self.assertTrue(key.doc.strip(), key.name)
+            self.assertNotIn("](", key.doc, f"{key.name}: no links (the doc is DescribeConfigs' documentation too)")
+            if key.name.endswith(".ms"):
+                self.assertEqual(key.unit, "ms", key.name)
+            if key.name.endswith(".bytes"):
+                self.assertEqual(key.unit, "bytes", key.name)
+
+    def test_generated_tables_are_up_to_date(self) -> None:
+        document = _read_doc()
+        self.assertEqual(document.count(MARKDOWN_BEGIN), 1)
+        self.assertEqual(document.count(MARKDOWN_END), 1)
+        self.assertEqual(splice_config_markdown(document), document,
+                         "run: python -m kafkatw.config --update docs/configuration.md")
+
+    def test_every_key_is_documented_once(self) -> None:
+        document = _read_doc()
+        begin, end = document.index(MARKDOWN_BEGIN), document.index(MARKDOWN_END)
+        generated = _row_keys(document[begin:end])
+        self.assertEqual(generated, list(BROKER_CONFIG) + list(TOPIC_CONFIG_KEYS))
+        elsewhere = set(_row_keys(document[:begin] + document[end:]))
+        self.assertEqual(elsewhere & set(generated), set(), "a key has a second row outside the generated tables")
+
+    def test_markdown_rows(self) -> None:
+        markdown = config_markdown()
+        self.assertIn("| `log.retention.ms` | `604800000` | ms | Age after which whole segments are deleted "
+                      "(-1: never). |", markdown)
+        self.assertIn("| `advertised.listeners` | (empty) | — |", markdown)
+        self.assertIn("| `auto.create.topics.enable` | `true` | — |", markdown)
+        self.assertIn("| `retention.ms` | `log.retention.ms` | `604800000` |", markdown)
+        self.assertEqual(_row_keys(markdown), list(BROKER_CONFIG) + list(TOPIC_CONFIG_KEYS))
+
+    def test_splice_replaces_only_between_the_markers(self) -> None:
+        document = f"# title\n\n{MARKDOWN_BEGIN}\nstale\n{MARKDOWN_END}\n\ntail\n"
+        spliced = splice_config_markdown(document)
+        self.assertTrue(spliced.startswith(f"# title\n\n{MARKDOWN_BEGIN}\n### Broker keys"))
+        self.assertTrue(spliced.endswith(f"\n\n{MARKDOWN_END}\n\ntail\n"))
+        self.assertNotIn("stale", spliced)
+        self.assertEqual(splice_config_markdown(spliced), spliced)
+        with self.assertRaises(ValueError):
+            splice_config_markdown("no markers")
+
+    def test_command_line(self) -> None:
+        directory = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, directory, True)
+        path = os.path.join(directory, "configuration.md")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(f"{MARKDOWN_BEGIN}\n{MARKDOWN_END}\n")
+        out, err = io.StringIO(), io.StringIO()
+        with redirect_stdout(out), redirect_stderr(err):
+            self.assertEqual(main(["--check", path]), 1)
+            self.assertEqual(main(["--update", path]), 0)
+            self.assertEqual(main(["--check", path]), 0)
+            self.assertEqual(main(["--markdown"]), 0)
+            self.assertEqual(main([]), 2)
+        self.assertEqual(out.getvalue(), config_markdown())
+        self.assertIn("out of date; run python -m kafkatw.config --update", err.getvalue())
