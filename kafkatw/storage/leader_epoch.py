@@ -348,14 +348,16 @@ def offset_truncation_state(
         rule, and stop;
       - the leader answered without an epoch (C{leader_epoch == -1}): truncate
         at C{min(leader_end_offset, log_end_offset)} and stop;
-      - the follower also knows C{leader_epoch}: truncate at the smaller of
-        both ends of that epoch (and of the LEO), and stop;
-      - the follower does not know C{leader_epoch} (it has a different epoch
-        history): truncate at the follower's end of the largest epoch below
-        it, and ask again with the follower's new latest epoch (KIP-279's
-        fix for fast leader fail-over);
-      - the follower has no epoch at or below C{leader_epoch}: truncate at
-        C{min(leader_end_offset, log_end_offset)} and stop.
+      - the follower's own answer for C{leader_epoch}
+        (L{LeaderEpochCache.end_offset_for}) names the same epoch: truncate
+        at the smaller of both ends of that epoch (and of the LEO), and stop;
+      - it names an older epoch (the follower never saw C{leader_epoch}: a
+        different epoch history): truncate at the follower's end of that
+        older epoch, and ask again with the follower's new latest epoch
+        (KIP-279's fix for fast leader fail-over);
+      - the follower has no answer (no epochs at all: a log from before
+        epochs): truncate at C{min(leader_end_offset, log_end_offset)} and
+        stop.
 
     @param cache: the follower's epoch cache.
     @param log_end_offset: the follower's LEO.

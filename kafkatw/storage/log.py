@@ -262,6 +262,8 @@ class PartitionLog:
         """
         cache = self.leader_epoch_cache
         if cache.needs_rebuild:
+            if self.size_bytes == 0:
+                return  # a new log: the file is written at its first assignment
             segments = self._segments
             _log.info("rebuilding the leader epoch cache of {partition} from the log",
                       partition=f"{self.topic}-{self.partition}")

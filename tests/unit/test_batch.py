@@ -83,6 +83,17 @@ class ParseBatchHeadersTests(TestCase):
         raw = build_batch([(None, b"value")])
         self.assertRaises(CorruptRecordError, parse_batch_headers, raw[:-1])
 
+    def test_partial_tail_allowed(self):
+        """A Fetch response may end inside a batch: with allow_partial_tail that batch is left out."""
+        raw = build_batch([(None, b"value")])
+        for data in (b"", raw[:30], raw[:-1]):
+            self.assertEqual(parse_batch_headers(data, allow_partial_tail=True), [])
+        for tail in (raw[:30], raw[:BATCH_HEADER_SIZE], raw[:-1]):
+            self.assertEqual(len(parse_batch_headers(raw + tail, allow_partial_tail=True)), 1)
+        bad = bytearray(raw)
+        bad[-1] ^= 1  # a whole batch is still checked
+        self.assertRaises(CorruptRecordError, parse_batch_headers, bytes(bad) + raw[:30], allow_partial_tail=True)
+
     def test_short_length(self):
         raw = bytearray(build_batch([(None, b"v")]))
         struct.pack_into(">i", raw, 8, 48)
