@@ -117,6 +117,9 @@ class TopicAssignment:
     name: str
     topic_id: uuid.UUID
     partitions: dict[int, list[int]] = field(default_factory=dict)
+    #: partition -> replicas being added / removed by an ongoing reassignment (KIP-455).
+    adding_replicas: dict[int, list[int]] = field(default_factory=dict)
+    removing_replicas: dict[int, list[int]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -415,17 +418,37 @@ class Registry:
     # -- topics ---------------------------------------------------------------
 
     @staticmethod
-    def encode_topic(topic_id: uuid.UUID, partitions: dict[int, list[int]]) -> bytes:
+    def encode_topic(topic_id: uuid.UUID, partitions: dict[int, list[int]],
+                     adding: dict[int, list[int]] | None = None, removing: dict[int, list[int]] | None = None) -> bytes:
         """The JSON of C{/brokers/topics/<topic>} (Kafka's C{TopicZNode.encode}, v3)."""
         return _dumps(
             {
                 "version": 3,
                 "partitions": {str(p): list(r) for p, r in sorted(partitions.items())},
-                "adding_replicas": {},
-                "removing_replicas": {},
+                "adding_replicas": {str(p): list(r) for p, r in sorted((adding or {}).items()) if r},
+                "removing_replicas": {str(p): list(r) for p, r in sorted((removing or {}).items()) if r},
                 "topic_id": topic_id_to_string(topic_id),
             }
         )
+
+    def set_topic_assignment(self, assignment: TopicAssignment) -> Deferred:
+        """
+        Rewrite C{/brokers/topics/<topic>}: new partitions (CreatePartitions) or
+        a reassignment's replicas (with its adding/removing replicas, KIP-455).
+
+        @raise UnknownTopicOrPartitionError: the topic does not exist.
+        """
+
+        async def go() -> None:
+            path = f"{TOPICS_PATH}/{assignment.name}"
+            data = self.encode_topic(assignment.topic_id, assignment.partitions, assignment.adding_replicas,
+                                     assignment.removing_replicas)
+            try:
+                await self.client.set(path, data)
+            except NoNodeError:
+                raise UnknownTopicOrPartitionError(f"topic {assignment.name!r} does not exist") from None
+
+        return _deferred(go())
 
     @staticmethod
     def decode_topic(name: str, data: bytes) -> TopicAssignment:
@@ -433,7 +456,9 @@ class Registry:
         text = body.get("topic_id")
         topic_id = topic_id_from_string(text) if text else uuid.UUID(int=0)
         partitions = {int(p): list(r) for p, r in (body.get("partitions") or {}).items()}
-        return TopicAssignment(name, topic_id, dict(sorted(partitions.items())))
+        adding = {int(p): list(r) for p, r in (body.get("adding_replicas") or {}).items()}
+        removing = {int(p): list(r) for p, r in (body.get("removing_replicas") or {}).items()}
+        return TopicAssignment(name, topic_id, dict(sorted(partitions.items())), adding, removing)
 
     def create_topic(
         self,
