@@ -58,6 +58,22 @@ class ConfigKey:
     unit: str = ""
 
 
+def _cleanup_policy(value: str) -> str:
+    # Kafka's values are "delete", "compact" and "compact,delete"; kafkatw has no
+    # log cleaner, and a broker that accepted "compact" would delete by retention
+    # what the user meant to keep by key.
+    policies = [part.strip() for part in str(value).split(",") if part.strip()]
+    if policies != ["delete"]:
+        raise ValueError("kafkatw has no log compaction; only 'delete' is supported")
+    return "delete"
+
+
+def _timestamp_type(value: str) -> str:
+    if value not in ("CreateTime", "LogAppendTime"):
+        raise ValueError("must be CreateTime or LogAppendTime")
+    return value
+
+
 _LONG_MAX = 2**63 - 1
 
 BROKER_CONFIG: dict[str, ConfigKey] = {
@@ -70,7 +86,8 @@ BROKER_CONFIG: dict[str, ConfigKey] = {
         ConfigKey("advertised.listeners", _list, [],
                   "host:port pairs given to clients in Metadata; default: taken from listeners."),
         ConfigKey("zookeeper.connect", str, "embedded",
-                  "HOST:PORT[,HOST:PORT][/chroot], or 'embedded' to start a child ZooKeeper."),
+                  "HOST:PORT[,HOST:PORT][/chroot], or 'embedded[:PORT]' to start a child ZooKeeper on "
+                  "127.0.0.1:PORT (default 2181, or $KAFKATW_EMBEDDED_ZOOKEEPER_PORT)."),
         ConfigKey("zookeeper.session.timeout.ms", int, 18000, "ZooKeeper session timeout.", "ms"),
         ConfigKey("zookeeper.connection.timeout.ms", int, 18000, "Time to wait for the first ZooKeeper connection.", "ms"),
         ConfigKey("num.partitions", int, 1, "Default partition count of auto-created topics."),
@@ -90,8 +107,9 @@ BROKER_CONFIG: dict[str, ConfigKey] = {
         ConfigKey("log.retention.ms", int, 604800000, "Age after which whole segments are deleted (-1: never).", "ms"),
         ConfigKey("log.retention.bytes", int, -1, "Partition size above which old segments are deleted (-1: never).", "bytes"),
         ConfigKey("log.retention.check.interval.ms", int, 300000, "How often retention runs.", "ms"),
-        ConfigKey("log.cleanup.policy", str, "delete", "Only 'delete' is supported."),
-        ConfigKey("log.message.timestamp.type", str, "CreateTime", "CreateTime or LogAppendTime."),
+        ConfigKey("log.cleanup.policy", _cleanup_policy, "delete",
+                  "Only 'delete' is supported ('compact' is refused: kafkatw has no log compaction)."),
+        ConfigKey("log.message.timestamp.type", _timestamp_type, "CreateTime", "CreateTime or LogAppendTime."),
         ConfigKey("producer.id.block.size", int, 1000, "Producer ids reserved in ZooKeeper at a time."),
         ConfigKey("metrics.port", int, -1, "Prometheus metrics port on 127.0.0.1 (-1: off)."),
         # consumer groups (Kafka's group coordinator configs; docs/consumer-groups.md)
@@ -216,7 +234,8 @@ def topic_log_config(broker: BrokerConfig, overrides: Mapping[str, str]) -> dict
     for name, value in overrides.items():
         if name not in TOPIC_CONFIG_KEYS:
             raise ValueError(f"unknown topic config {name!r}")
-        result[name] = BROKER_CONFIG[TOPIC_CONFIG_KEYS[name]].parse(value)
-    if result["cleanup.policy"] != "delete":
-        raise ValueError("only cleanup.policy=delete is supported")
+        try:
+            result[name] = BROKER_CONFIG[TOPIC_CONFIG_KEYS[name]].parse(value)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"bad value for {name}: {value!r} ({e})") from None
     return result
