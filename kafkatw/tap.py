@@ -25,7 +25,7 @@ from __future__ import annotations
 import atexit
 import os
 import sys
-from typing import Any
+from typing import Any, Callable
 
 from twisted.internet.error import ReactorNotRunning
 from twisted.logger import Logger
@@ -149,17 +149,21 @@ class _ExitStatus:
     and ends the process with C{os._exit(status)}.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, register: Callable[[Callable[[], None]], Any] = atexit.register,
+                 exit: Callable[[int], Any] = os._exit) -> None:
         self.status = 0
+        self._register = register
+        self._exit_now = exit
         self._registered = False
 
     def set(self, status: int) -> None:
+        """Exit with C{status} at interpreter exit."""
         self.status = status
         if not self._registered:
             self._registered = True
-            atexit.register(self._exit)
+            self._register(self.exit)
 
-    def _exit(self) -> None:
+    def exit(self) -> None:
         if not self.status:
             return
         for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
@@ -168,7 +172,7 @@ class _ExitStatus:
                     stream.flush()
             except Exception:
                 pass
-        os._exit(self.status)
+        self._exit_now(self.status)
 
 
 _exit_status = _ExitStatus()
