@@ -80,13 +80,15 @@ class ZooKeeperFixture:
     def start(self) -> str:
         started = time.monotonic()
         for attempt in range(3):
+            # a free port may be taken before ZooKeeper binds it: then try another
             self.port = find_free_port()
-            self.popen = start_blocking(self.data_dir, self.port, self.tick_time_ms)
             try:
+                self.popen = start_blocking(self.data_dir, self.port, self.tick_time_ms)
                 wait_ready(self.port, self.ready_timeout_s, self.popen)
                 break
             except Exception:
-                stop_blocking(self.popen)
+                if self.popen is not None:
+                    stop_blocking(self.popen)
                 self.popen = None
                 if attempt == 2:
                     raise
