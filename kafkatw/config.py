@@ -68,6 +68,22 @@ class ConfigKey:
     unit: str = ""
 
 
+def _cleanup_policy(value: str) -> str:
+    # Kafka's values are "delete", "compact" and "compact,delete"; kafkatw has no
+    # log cleaner, and a broker that accepted "compact" would delete by retention
+    # what the user meant to keep by key.
+    policies = [part.strip() for part in str(value).split(",") if part.strip()]
+    if policies != ["delete"]:
+        raise ValueError("kafkatw has no log compaction; only 'delete' is supported")
+    return "delete"
+
+
+def _timestamp_type(value: str) -> str:
+    if value not in ("CreateTime", "LogAppendTime"):
+        raise ValueError("must be CreateTime or LogAppendTime")
+    return value
+
+
 _LONG_MAX = 2**63 - 1
 
 BROKER_CONFIG: dict[str, ConfigKey] = {
@@ -84,18 +100,19 @@ BROKER_CONFIG: dict[str, ConfigKey] = {
                   "`host:port` (or `NAME://host:port`) given to clients in Metadata; default: the address of the "
                   "first listener (`0.0.0.0`/`::` become `127.0.0.1`). Only the first entry is used."),
         ConfigKey("zookeeper.connect", str, "embedded",
-                  "`HOST:PORT[,HOST:PORT][/chroot]`, or `embedded` to start a child ZooKeeper."
-                  " Without a chroot, `/kafkatw` is used."),
+                  "`HOST:PORT[,HOST:PORT][/chroot]` (without a chroot, `/kafkatw` is used), or "
+                  "`embedded[:PORT]` to start a child ZooKeeper on 127.0.0.1:PORT (default 2181, or "
+                  "`$KAFKATW_EMBEDDED_ZOOKEEPER_PORT`)."),
         ConfigKey("zookeeper.session.timeout.ms", int, 18000,
                   "ZooKeeper session timeout (the server clamps it to 2–20 × its tickTime).", "ms"),
         ConfigKey("zookeeper.connection.timeout.ms", int, 18000,
-                  "Time to wait for the first ZooKeeper connection.", "ms"),
+                  "Time to wait for the first ZooKeeper connection; past it the broker does not start.", "ms"),
         ConfigKey("num.partitions", int, 1,
                   "Partition count of auto-created topics, and of CreateTopics with `num_partitions = -1`.",
                   "partitions"),
         ConfigKey("default.replication.factor", int, 1,
-                  "Replication factor of auto-created topics and of CreateTopics with `replication_factor = -1`. "
-                  "Anything above 1 is refused in this version (`INVALID_REPLICATION_FACTOR`).", "replicas"),
+                  "Replication factor of auto-created topics and of CreateTopics with `replication_factor = -1` "
+                  "(more than the live brokers: `INVALID_REPLICATION_FACTOR`).", "replicas"),
         ConfigKey("auto.create.topics.enable", _bool, True,
                   "Create a topic when a Metadata request names it (and allows auto-creation). Produce does "
                   "**not** auto-create in this version."),
@@ -123,12 +140,13 @@ BROKER_CONFIG: dict[str, ConfigKey] = {
         ConfigKey("log.retention.bytes", int, -1,
                   "Partition size above which old segments are deleted (-1: never).", "bytes"),
         ConfigKey("log.retention.check.interval.ms", int, 300000, "How often retention runs.", "ms"),
-        ConfigKey("log.cleanup.policy", str, "delete",
-                  "Only `delete` is supported; any other value stops the broker at start (and is "
-                  "`INVALID_CONFIG` on a topic)."),
-        ConfigKey("log.message.timestamp.type", str, "CreateTime",
-                  "`CreateTime` or `LogAppendTime` (see docs/storage.md); any other value "
-                  "behaves as `CreateTime`."),
+        ConfigKey("log.cleanup.policy", _cleanup_policy, "delete",
+                  "Only `delete` is supported: kafkatw has no log compaction. `compact` (or `compact,delete`) "
+                  "is refused when the options are parsed (the broker does not start, exit status 2), and is "
+                  "`INVALID_CONFIG` on a topic."),
+        ConfigKey("log.message.timestamp.type", _timestamp_type, "CreateTime",
+                  "`CreateTime` or `LogAppendTime` (see docs/storage.md); any other value is "
+                  "refused when the options are parsed."),
         ConfigKey("producer.id.block.size", int, 1000, "Producer ids reserved in ZooKeeper at a time.", "ids"),
         ConfigKey("metrics.port", int, -1,
                   "Prometheus metrics at `http://127.0.0.1:<port>/metrics` (-1: off; 0: any free port). Names "
@@ -282,9 +300,10 @@ def topic_log_config(broker: BrokerConfig, overrides: Mapping[str, str]) -> dict
     for name, value in overrides.items():
         if name not in TOPIC_CONFIG_KEYS:
             raise ValueError(f"unknown topic config {name!r}")
-        result[name] = BROKER_CONFIG[TOPIC_CONFIG_KEYS[name]].parse(value)
-    if result["cleanup.policy"] != "delete":
-        raise ValueError("only cleanup.policy=delete is supported")
+        try:
+            result[name] = BROKER_CONFIG[TOPIC_CONFIG_KEYS[name]].parse(value)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"bad value for {name}: {value!r} ({e})") from None
     return result
 
 

@@ -7,13 +7,27 @@ C{twistd kafkatw}: command-line options and the broker service.
 Configuration is layered as Kafka's is: defaults, then C{--config
 server.properties}, then the flags below, then each C{--override key=value}
 (any key of L{kafkatw.config.BROKER_CONFIG}, by its Kafka name).
+
+Failures are loud, for a person and for a supervisor (systemd's
+C{Restart=on-failure}):
+
+  - a usage error (an unknown flag, a value the broker cannot honour such as
+    C{log.cleanup.policy=compact}) prints one line and a pointer to C{--help}
+    on stderr and exits 2, before anything is touched;
+  - a failure to start (a taken port, ZooKeeper unreachable, log directories
+    of another cluster: L{kafkatw.broker.server.KafkaServer.start_error}) is
+    one line in the log, and on stderr too when the log goes elsewhere; the
+    reactor stops and the process exits 1.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
-from typing import Any
+import sys
+from typing import Any, Callable
 
+from twisted.internet.error import ReactorNotRunning
 from twisted.logger import Logger
 from twisted.python import usage
 
@@ -28,19 +42,39 @@ class Options(usage.Options):
     """Options of C{twistd kafkatw}; validation happens in L{postOptions}."""
 
     synopsis = "[options]"
-    longdesc = "A Kafka-protocol broker (kafkatw): partitioned, replicated logs coordinated by ZooKeeper."
+    longdesc = ("A Kafka-protocol broker (kafkatw): partitioned logs on disk, coordinated by ZooKeeper "
+                "(one copy of each partition: replication is not implemented).")
 
     optParameters = [
         ["broker-id", None, None, "broker.id: this broker's id (an integer, unique in the cluster)."],
         ["listeners", None, None, "listeners: comma-separated Twisted endpoint strings or PLAINTEXT://host:port."],
         ["log-dirs", None, None, "log.dirs: comma-separated directories for partition logs."],
-        ["zookeeper", None, None, "zookeeper.connect: HOST:PORT[,HOST:PORT][/chroot], or 'embedded'."],
+        ["zookeeper", None, None, "zookeeper.connect: HOST:PORT[,HOST:PORT][/chroot], or 'embedded[:PORT]' "
+                                  "(a child ZooKeeper on 127.0.0.1:PORT, default 2181 or "
+                                  "$KAFKATW_EMBEDDED_ZOOKEEPER_PORT)."],
         ["config", None, None, "A Kafka-style server.properties file."],
     ]
 
     def __init__(self) -> None:
         super().__init__()
         self["overrides"] = []
+
+    def parseOptions(self, options: Any = None) -> None:
+        """
+        Parse and validate.  Under twistd (as its subcommand: L{parent} is set)
+        a usage error prints one line and a pointer to C{--help} on stderr and
+        exits 2; twistd itself would print its whole usage first and the line
+        that matters last.  Called directly, it raises L{usage.UsageError}.
+        """
+        try:
+            super().parseOptions(options)
+        except usage.UsageError as e:
+            if self.parent is None:
+                raise
+            sys.stderr.write(f"twistd kafkatw: {e}\n"
+                             "Run 'twistd -n kafkatw --help' (or 'kafkatw broker --help') for the options.\n")
+            sys.stderr.flush()
+            raise SystemExit(USAGE_ERROR_STATUS) from None
 
     def opt_override(self, value: str) -> None:
         """Set any config by its Kafka name: --override key=value (repeatable)."""
@@ -83,18 +117,89 @@ class Options(usage.Options):
             raise usage.UsageError("log.dirs must name at least one directory")
         if not config["listeners"]:
             raise usage.UsageError("listeners must name at least one listener")
-        from .broker.server import listener_endpoint
+        from .broker.server import embedded_zookeeper_port, listener_endpoint
 
         for listener in config["listeners"]:
             try:
                 listener_endpoint(listener)
             except ValueError as e:
                 raise usage.UsageError(str(e)) from None
+        try:
+            embedded_zookeeper_port(config["zookeeper.connect"])
+        except ValueError as e:
+            raise usage.UsageError(str(e)) from None
         self.broker_config = config
 
 
+#: The exit status of a usage error (as click's and argparse's).
+USAGE_ERROR_STATUS = 2
+
+#: The exit status of a failure to start.
+START_FAILURE_STATUS = 1
+
+
+class _ExitStatus:
+    """
+    The process's exit status after a failure to start.
+
+    twistd has no public way for a service to choose the exit status (Twisted
+    issue #11335): after the reactor stops it removes the pid file, returns,
+    and the process exits 0.  So the status is set at interpreter exit, after
+    twistd's own clean-up: an C{atexit} handler flushes the standard streams
+    and ends the process with C{os._exit(status)}.
+    """
+
+    def __init__(self, register: Callable[[Callable[[], None]], Any] = atexit.register,
+                 exit: Callable[[int], Any] = os._exit) -> None:
+        self.status = 0
+        self._register = register
+        self._exit_now = exit
+        self._registered = False
+
+    def set(self, status: int) -> None:
+        """Exit with C{status} at interpreter exit."""
+        self.status = status
+        if not self._registered:
+            self._registered = True
+            self._register(self.exit)
+
+    def exit(self) -> None:
+        if not self.status:
+            return
+        for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+            try:
+                if stream is not None:
+                    stream.flush()
+            except Exception:
+                pass
+        self._exit_now(self.status)
+
+
+_exit_status = _ExitStatus()
+
+
+def _log_on_terminal(options: Options) -> bool:
+    """Whether twistd's log goes to the terminal's stdout (C{-n} without C{--logfile}, or C{--logfile=-})."""
+    twistd = options.parent
+    if twistd is None:
+        return False
+    try:
+        if twistd["syslog"]:
+            return False
+        logfile = twistd["logfile"]
+        return logfile == "-" or (bool(twistd["nodaemon"]) and not logfile)
+    except KeyError:
+        return False
+
+
 def makeService(options: Options, reactor: Any = None) -> Any:
-    """The broker service for C{options} (a parsed L{Options})."""
+    """
+    The broker service for C{options} (a parsed L{Options}).
+
+    If the broker fails to start, its one-line reason is also written to
+    stderr (unless the log already goes to the terminal), the reactor is
+    stopped, and the process exits with L{START_FAILURE_STATUS}.
+    """
     if reactor is None:
         from twisted.internet import reactor as default_reactor
 
@@ -105,4 +210,23 @@ def makeService(options: Options, reactor: Any = None) -> Any:
         os.makedirs(d, exist_ok=True)
     for key in getattr(options, "ignored_keys", []):
         _log.warn("{key} in {file} is not a kafkatw config; ignored", key=key, file=options["config"])
-    return KafkaServer(options.broker_config, reactor)
+    server = KafkaServer(options.broker_config, reactor)
+    to_stderr = options.parent is not None and not _log_on_terminal(options)
+
+    def failed(failure: Any) -> None:
+        if server.start_error is None:  # the start was abandoned by a shutdown: no failure of its own
+            return
+        _exit_status.set(START_FAILURE_STATUS)
+        if to_stderr and sys.__stderr__ is not None:
+            sys.__stderr__.write(server.start_error + "\n")
+            sys.__stderr__.flush()
+        reactor.callWhenRunning(stop)
+
+    def stop() -> None:
+        try:
+            reactor.stop()
+        except ReactorNotRunning:  # already stopping (a SIGTERM came first)
+            pass
+
+    server.ready.addErrback(failed)
+    return server

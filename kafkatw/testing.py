@@ -48,6 +48,7 @@ __all__ = [
     "BrokerProcess",
     "running_cluster",
     "Cluster",
+    "snapshot_tree",
 ]
 
 
@@ -79,13 +80,15 @@ class ZooKeeperFixture:
     def start(self) -> str:
         started = time.monotonic()
         for attempt in range(3):
+            # a free port may be taken before ZooKeeper binds it: then try another
             self.port = find_free_port()
-            self.popen = start_blocking(self.data_dir, self.port, self.tick_time_ms)
             try:
+                self.popen = start_blocking(self.data_dir, self.port, self.tick_time_ms)
                 wait_ready(self.port, self.ready_timeout_s, self.popen)
                 break
             except Exception:
-                stop_blocking(self.popen)
+                if self.popen is not None:
+                    stop_blocking(self.popen)
                 self.popen = None
                 if attempt == 2:
                     raise
@@ -518,17 +521,23 @@ class BrokerProcess:
 
     @ivar bootstrap: C{"127.0.0.1:PORT"}, once started.
     @ivar log_path: the broker's twistd log file.
+    @ivar data_dir: the broker's C{log.dirs} (C{<log_dir>/data-<id>}).
+    @param port: the listener's port (default: a free one).
+    @param env: environment variables added to the child's.
     """
 
     def __init__(self, broker_id: int, zookeeper_connect: str, log_dir: str,
-                 overrides: dict[str, str] | None = None) -> None:
+                 overrides: dict[str, str] | None = None, port: int | None = None,
+                 env: dict[str, str] | None = None) -> None:
         self.broker_id = broker_id
         self.zookeeper_connect = zookeeper_connect
         self.log_dir = log_dir
         self.overrides = dict(overrides or {})
-        self.port = find_free_port()
+        self.port = port if port is not None else find_free_port()
         self.bootstrap = f"127.0.0.1:{self.port}"
         self.log_path = os.path.join(log_dir, f"broker-{broker_id}.log")
+        self.data_dir = os.path.join(log_dir, f"data-{broker_id}")
+        self.env = dict(env or {})
         self.popen: Any = None
 
     def command(self) -> list[str]:
@@ -539,8 +548,7 @@ class BrokerProcess:
             "-n", "--pidfile=", "--logfile", self.log_path, "kafkatw",
         ]
         args += ["--broker-id", str(self.broker_id), "--listeners", f"tcp:{self.port}:interface=127.0.0.1",
-                 "--log-dirs", os.path.join(self.log_dir, f"data-{self.broker_id}"),
-                 "--zookeeper", self.zookeeper_connect]
+                 "--log-dirs", self.data_dir, "--zookeeper", self.zookeeper_connect]
         overrides = {"zookeeper.session.timeout.ms": "3000", **self.overrides}
         for key, value in overrides.items():
             args += ["--override", f"{key}={value}"]
@@ -554,7 +562,7 @@ class BrokerProcess:
             pass
         offset = os.path.getsize(self.log_path)
         self.popen = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                      stderr=subprocess.STDOUT)
+                                      stderr=subprocess.STDOUT, env={**os.environ, **self.env})
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             with open(self.log_path, "rb") as f:
@@ -567,6 +575,19 @@ class BrokerProcess:
             time.sleep(0.05)
         self.kill()
         raise RuntimeError(f"broker {self.broker_id} did not start within {timeout_s} s; see {self.log_path}")
+
+    def run_to_exit(self, timeout_s: float = 60.0) -> Any:
+        """
+        Run the broker expecting it to exit by itself (a failure to start).
+
+        @return: a C{subprocess.CompletedProcess} with C{returncode} and the
+            text of C{stdout} and C{stderr}.
+        @raise subprocess.TimeoutExpired: it still ran after C{timeout_s} (it is killed).
+        """
+        import subprocess
+
+        return subprocess.run(self.command(), stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                              timeout=timeout_s, env={**os.environ, **self.env})
 
     def stop(self, timeout_s: float = 20.0) -> int | None:
         """SIGTERM (a clean shutdown), then SIGKILL after C{timeout_s}."""
@@ -628,6 +649,30 @@ def running_cluster(brokers: int = 1, overrides: dict[str, str] | None = None,
     finally:
         if tmpdir is None:
             shutil.rmtree(base, ignore_errors=True)
+
+
+def snapshot_tree(path: str | os.PathLike) -> dict[str, tuple]:
+    """
+    Everything under C{path}, to compare before and after an operation that
+    must not touch it: relative path -> C{("dir", mtime_ns)} or C{("file",
+    size, mtime_ns, SHA-256 of the content)}.  An empty dict when C{path}
+    does not exist.
+    """
+    import hashlib
+
+    root = os.fspath(path)
+    result: dict[str, tuple] = {}
+    for directory, dirs, files in os.walk(root):
+        dirs.sort()
+        relative = os.path.relpath(directory, root)
+        result[relative] = ("dir", os.stat(directory).st_mtime_ns)
+        for name in sorted(files):
+            full = os.path.join(directory, name)
+            st = os.stat(full)
+            with open(full, "rb") as f:
+                digest = hashlib.sha256(f.read()).hexdigest()
+            result[os.path.join(relative, name)] = ("file", st.st_size, st.st_mtime_ns, digest)
+    return result
 
 
 # -- class fixtures under trial ------------------------------------------------------------

@@ -1,10 +1,16 @@
 """
 One broker: ZooKeeper session, logs, listeners, and the periodic log tasks.
 
-Named after Kafka's C{KafkaServer}.  Start-up order: (embedded ZooKeeper,) the
-ZooKeeper session, the cluster id, log recovery, the listeners, the registry
-watches, then the broker registration — so a broker is only visible in
-``/brokers/ids`` once it can serve.  Shut-down (SIGTERM under twistd) reverses
+Named after Kafka's C{KafkaServer}.  Start-up order: the listeners are bound
+(they close every connection until the broker has started), (embedded
+ZooKeeper,) the ZooKeeper session, the cluster id, the log directories'
+C{meta.properties} checked against it, log recovery, the registry watches, then
+the broker registration — so a broker is only visible in ``/brokers/ids`` once
+it can serve, and the expected failures (a taken port, ZooKeeper unreachable,
+log directories of another cluster or broker) happen before anything in the
+log directories is touched.  They are L{BrokerStartupError}s (and the errors
+listed in L{EXPECTED_START_FAILURES}): L{KafkaServer.start_error} is one line
+for a person, and L{KafkaServer.ready} fails.  Shut-down (SIGTERM under twistd) reverses
 it: stop accepting, answer waiting fetches and let in-flight requests finish,
 flush and checkpoint the logs (a clean-shutdown marker spares the next start the
 CRC scan of recovery), close the ZooKeeper session (its ephemeral registration goes with
@@ -21,12 +27,15 @@ from typing import Any
 
 from twisted.application import service
 from twisted.internet import defer, endpoints, task
+from twisted.internet.error import CannotListenError
+from twisted.internet.protocol import Factory
 from twisted.logger import Logger
 
 from ..config import BrokerConfig, topic_log_config
 from ..storage.log_manager import LogManager
-from ..zookeeper.bridge import NodeExistsError, ZooKeeperClient
-from ..zookeeper.embedded import EmbeddedZooKeeperService
+from ..storage.meta_properties import MetaPropertiesError, ensure_meta_properties
+from ..zookeeper.bridge import NodeExistsError, ZooKeeperClient, ZooKeeperUnavailableError
+from ..zookeeper.embedded import EmbeddedZooKeeperService, ZooKeeperNotInstalledError, ZooKeeperStartError
 from ..zookeeper.registry import BrokerIdInUseError, Registry
 from .admin import AdminManager
 from .apis import KafkaApis
@@ -36,12 +45,81 @@ from .metadata_cache import BrokerEndpoint, MetadataCache, TopicMetadata
 from .network import KafkaServerFactory
 from .replica_manager import ReplicaManager
 
-__all__ = ["KafkaServer", "listener_endpoint", "EMBEDDED_ZOOKEEPER_PORT"]
+__all__ = [
+    "KafkaServer",
+    "BrokerStartupError",
+    "EXPECTED_START_FAILURES",
+    "listener_endpoint",
+    "embedded_zookeeper_port",
+    "EMBEDDED_ZOOKEEPER_PORT",
+    "EMBEDDED_ZOOKEEPER_PORT_ENV",
+]
 
 _log = Logger()
 
 #: The port of ``--zookeeper embedded``, as ZooKeeper's usual client port.
 EMBEDDED_ZOOKEEPER_PORT = 2181
+
+#: The environment variable that moves the embedded ZooKeeper's default port.
+EMBEDDED_ZOOKEEPER_PORT_ENV = "KAFKATW_EMBEDDED_ZOOKEEPER_PORT"
+
+
+class BrokerStartupError(Exception):
+    """
+    An expected failure to start: its message is the one line a person reads
+    (what failed, and the setting that changes it), shown without a traceback.
+    """
+
+
+#: Failures to start that are the environment's or the configuration's, not
+#: kafkatw's: logged as one line, without a traceback.
+EXPECTED_START_FAILURES: tuple[type[BaseException], ...] = (
+    BrokerStartupError,
+    ZooKeeperStartError,
+    ZooKeeperNotInstalledError,
+    MetaPropertiesError,
+    BrokerIdInUseError,
+)
+
+
+def embedded_zookeeper_port(connect: str, environ: Any = None) -> int | None:
+    """
+    The port of an embedded ZooKeeper for C{zookeeper.connect}.
+
+    @param connect: C{embedded} (the port from C{$KAFKATW_EMBEDDED_ZOOKEEPER_PORT},
+        else 2181), C{embedded:PORT}, or a real connect string.
+    @param environ: the environment (default C{os.environ}).
+    @return: the port, or C{None} when C{connect} does not ask for an embedded server.
+    @raise ValueError: a port that is not an integer in 1..65535.
+    """
+    if connect != "embedded" and not connect.startswith("embedded:"):
+        return None
+    environ = os.environ if environ is None else environ
+    _, sep, value = connect.partition(":")
+    source = "zookeeper.connect=embedded:PORT"
+    if not sep:
+        value = environ.get(EMBEDDED_ZOOKEEPER_PORT_ENV, str(EMBEDDED_ZOOKEEPER_PORT))
+        source = EMBEDDED_ZOOKEEPER_PORT_ENV
+    try:
+        port = int(value)
+    except ValueError:
+        port = 0
+    if not 1 <= port <= 65535:
+        raise ValueError(f"{source}: the embedded ZooKeeper's port must be an integer in 1..65535, not {value!r}")
+    return port
+
+
+class _StartingFactory(Factory):
+    """
+    The listeners' factory: closes every connection until L{serving} is set,
+    once the broker has started.  The listeners are bound first so that a
+    taken port fails the start before the logs are touched.
+    """
+
+    serving: Factory | None = None
+
+    def buildProtocol(self, addr: Any) -> Any:
+        return None if self.serving is None else self.serving.buildProtocol(addr)
 
 
 def listener_endpoint(listener: str) -> str:
@@ -66,6 +144,10 @@ class KafkaServer(service.MultiService):
     A kafkatw broker as a Twisted service.
 
     @ivar port: the TCP port of the first listener once listening (useful with port 0).
+    @ivar ready: fires once the broker has started (registered in ZooKeeper),
+        or fails with the reason it could not.
+    @ivar start_error: after a failed start, one line saying why
+        (C{"broker 0 failed to start: ..."}); C{None} otherwise.
     """
 
     def __init__(self, config: BrokerConfig, reactor: Any) -> None:
@@ -92,7 +174,10 @@ class KafkaServer(service.MultiService):
         self.port: int | None = None
         self.metrics_port: int | None = None
         self.ready: defer.Deferred[None] = defer.Deferred()
+        self.start_error: str | None = None
         self._starting: defer.Deferred | None = None
+        self._stopping = False
+        self._factory = _StartingFactory()
 
     # --- life cycle ----------------------------------------------------------
 
@@ -100,13 +185,25 @@ class KafkaServer(service.MultiService):
         return int(self.reactor.seconds() * 1000)
 
     def startService(self) -> None:
+        """
+        Start the broker (asynchronously: see L{ready}).  A failure to start is
+        logged once — one line for the L{EXPECTED_START_FAILURES}, with a
+        traceback otherwise — and fails L{ready}; stopping the process is the
+        caller's decision (L{kafkatw.tap} stops the reactor and exits non-zero).
+        """
         super().startService()
         self._starting = defer.Deferred.fromCoroutine(self._start())
 
         def failed(failure: Any) -> None:
-            _log.failure("broker {id} failed to start; stopping", failure, id=self.broker_id)
-            if self.reactor.running:
-                self.reactor.stop()
+            if self._stopping and failure.check(defer.CancelledError):
+                _log.info("broker {id}: start abandoned by the shutdown", id=self.broker_id)
+            elif failure.check(*EXPECTED_START_FAILURES):
+                self.start_error = f"broker {self.broker_id} failed to start: {failure.getErrorMessage()}"
+                _log.critical("{message}", message=self.start_error)
+            else:
+                self.start_error = (f"broker {self.broker_id} failed to start: unexpected "
+                                    f"{failure.type.__name__}: {failure.getErrorMessage()} (traceback in the log)")
+                _log.failure("broker {id} failed to start", failure, id=self.broker_id)
             if not self.ready.called:
                 self.ready.errback(failure)
 
@@ -117,12 +214,15 @@ class KafkaServer(service.MultiService):
         log_dirs = [os.path.abspath(d) for d in config["log.dirs"]]
         for d in log_dirs:
             os.makedirs(d, exist_ok=True)
+        await self._listen()
         connect = config["zookeeper.connect"]
-        if connect == "embedded":
+        embedded_port = embedded_zookeeper_port(connect)
+        if embedded_port is not None:
             zk_dir = os.path.join(log_dirs[0], "zookeeper")
-            os.makedirs(zk_dir, exist_ok=True)
-            port = int(os.environ.get("KAFKATW_EMBEDDED_ZOOKEEPER_PORT", EMBEDDED_ZOOKEEPER_PORT))
-            self.embedded_zookeeper = EmbeddedZooKeeperService(zk_dir, port, self.reactor)
+            self.embedded_zookeeper = EmbeddedZooKeeperService(
+                zk_dir, embedded_port, self.reactor,
+                port_setting=f"--zookeeper embedded:PORT (or the {EMBEDDED_ZOOKEEPER_PORT_ENV} environment variable)",
+            )
             self.embedded_zookeeper.startService()
             connect = await self.embedded_zookeeper.whenReady()
             _log.info("embedded ZooKeeper ready at {connect}", connect=connect)
@@ -131,10 +231,19 @@ class KafkaServer(service.MultiService):
             session_timeout_ms=config["zookeeper.session.timeout.ms"],
             connection_timeout_ms=config["zookeeper.connection.timeout.ms"],
         )
-        await self.zookeeper.start()
+        try:
+            await self.zookeeper.start()
+        except ZooKeeperUnavailableError as e:
+            raise BrokerStartupError(
+                f"{e}; check zookeeper.connect (--zookeeper) or raise zookeeper.connection.timeout.ms"
+            ) from None
         self.zookeeper.add_state_listener(self._zookeeper_state)
         self.registry = Registry(self.zookeeper)
         self.metadata.cluster_id = await self._cluster_id()
+        # Nothing in the log directories is touched before this check.
+        for written in ensure_meta_properties(log_dirs, self.broker_id, self.metadata.cluster_id):
+            _log.info("wrote {path}: broker.id={id} cluster.id={cluster}", path=os.path.join(written, "meta.properties"),
+                      id=self.broker_id, cluster=self.metadata.cluster_id)
 
         default_topic_config = topic_log_config(config, {})
         self.log_manager = LogManager(log_dirs, default_topic_config, now_ms=self.now_ms)
@@ -159,16 +268,9 @@ class KafkaServer(service.MultiService):
         self.admin = AdminManager(config, self.registry, self.metadata, on_topic=self._topic_added)
         self.apis = KafkaApis(config, self.replica_manager, self.metadata, self.admin, self.reactor,
                               now_ms=self.now_ms)
-        factory = KafkaServerFactory(self.apis, config["socket.request.max.bytes"])
-        for listener in config["listeners"]:
-            endpoint = endpoints.serverFromString(self.reactor, listener_endpoint(listener))
-            port = await endpoint.listen(factory)
-            self._listening_ports.append(port)
-            _log.info("listening on {address}", address=port.getHost())
         host, advertised_port = self._advertised()
-        self.port = self._listening_ports[0].getHost().port
-        if config["metrics.port"] >= 0:
-            await self._start_metrics(config["metrics.port"])
+        # Serve before registering: a broker in /brokers/ids answers its peers' fetches.
+        self._factory.serving = KafkaServerFactory(self.apis, config["socket.request.max.bytes"])
 
         await self.registry.watch_brokers(self._brokers_changed)
         await self.registry.watch_topics(self._topics_changed)
@@ -183,6 +285,35 @@ class KafkaServer(service.MultiService):
                     self.log_manager.checkpoint_high_watermarks)
         _log.info("broker {id} started at {host}:{port} (cluster {cluster})", id=self.broker_id, host=host,
                   port=advertised_port, cluster=self.metadata.cluster_id)
+
+    async def _listen(self) -> None:
+        """
+        Bind every listener (and the metrics port).  They close each connection
+        until the broker has started (L{_StartingFactory}).
+
+        @raise BrokerStartupError: a port is taken or cannot be bound.
+        """
+        for listener in self.config["listeners"]:
+            endpoint = endpoints.serverFromString(self.reactor, listener_endpoint(listener))
+            try:
+                port = await endpoint.listen(self._factory)
+            except CannotListenError as e:
+                raise BrokerStartupError(
+                    f"cannot listen on {listener}: {_socket_error(e)}; stop what holds the port or change"
+                    " listeners (--listeners)"
+                ) from None
+            self._listening_ports.append(port)
+            _log.info("bound listener {address} (connections are closed until the broker has started)",
+                      address=port.getHost())
+        self.port = self._listening_ports[0].getHost().port
+        if self.config["metrics.port"] >= 0:
+            try:
+                await self._start_metrics(self.config["metrics.port"])
+            except CannotListenError as e:
+                raise BrokerStartupError(
+                    f"cannot listen on 127.0.0.1:{self.config['metrics.port']} for metrics: {_socket_error(e)};"
+                    " change metrics.port"
+                ) from None
 
     async def _start_metrics(self, port: int) -> None:
         from prometheus_client.twisted import MetricsResource
@@ -204,6 +335,8 @@ class KafkaServer(service.MultiService):
         ephemeral node lives on until its ZooKeeper session expires: wait for
         that (up to C{zookeeper.session.timeout.ms} and a little more) rather
         than fail as Kafka does.
+
+        @raise BrokerIdInUseError: another live broker holds the id after that.
         """
         assert self.registry is not None
         deadline = self.reactor.seconds() + self.config["zookeeper.session.timeout.ms"] / 1000.0 + 5
@@ -249,6 +382,9 @@ class KafkaServer(service.MultiService):
             return json.loads(data)["id"]
 
     def stopService(self) -> defer.Deferred:
+        self._stopping = True
+        if self._starting is not None and not self._starting.called:
+            self._starting.cancel()
         return defer.Deferred.fromCoroutine(self._stop())
 
     async def _stop(self) -> None:
@@ -392,7 +528,10 @@ class KafkaServer(service.MultiService):
     # --- registry watches ----------------------------------------------------
 
     def _zookeeper_state(self, state: str) -> None:
-        _log.info("ZooKeeper session {state}", state=state)
+        if self._stopping and state == "LOST":
+            _log.info("ZooKeeper session closed")
+        else:
+            _log.info("ZooKeeper session {state}", state=state)
 
     def _controller_changed(self, controller_id: int | None) -> None:
         self.metadata.controller_id = controller_id if controller_id is not None else -1
@@ -471,6 +610,12 @@ class KafkaServer(service.MultiService):
             for partition in meta.partitions:
                 self.replica_manager.remove_partition(name, partition)
             _log.info("topic {topic} deleted; removed its local logs", topic=name)
+
+
+def _socket_error(error: CannotListenError) -> str:
+    # CannotListenError's str() repeats the address; its socketError says why ("Address already in use").
+    reason = error.socketError
+    return getattr(reason, "strerror", None) or str(reason)
 
 
 def base64_uuid() -> str:

@@ -15,6 +15,11 @@ __all__ = ["zookeeper"]
 @click.option("--tick-time-ms", type=click.IntRange(min=1), default=2000, show_default=True, help="tickTime (ms).")
 def zookeeper(port: int, data_dir: str, tick_time_ms: int) -> None:
     """Run ZooKeeper (Debian's zookeeper package) in the foreground."""
+    from kafkatw.zookeeper.embedded import ZooKeeperNotInstalledError, ZooKeeperStartError
     from kafkatw.zookeeper.standalone import run
 
-    sys.exit(run(port, data_dir, tick_time_ms))
+    try:
+        status = run(port, data_dir, tick_time_ms, port_setting="--port")
+    except (ZooKeeperStartError, ZooKeeperNotInstalledError) as e:
+        raise click.ClickException(str(e)) from None
+    sys.exit(status)

@@ -5,6 +5,7 @@ of new partitions, flush policy, retention, recovery-point checkpoints.
 Each log directory holds::
 
     <log dir>/
+        meta.properties                     broker.id and cluster.id (L{kafkatw.storage.meta_properties})
         recovery-point-offset-checkpoint    Kafka's text format, below
         replication-offset-checkpoint       the same format: each partition's high watermark
         .kafka_cleanshutdown                present only while the broker is stopped cleanly

@@ -9,11 +9,25 @@ and the integration tests.  The server runs as::
 
 (C{zookeeper.jar}'s manifest lists the rest of its class path.)  The generated
 C{zoo.cfg} listens on 127.0.0.1 only, disables the Jetty admin server (it would
-listen on 0.0.0.0:8080) and allows the four-letter words C{ruok}, C{srvr},
-C{stat} and C{mntr}.  Readiness probes send C{srvr} until the server reports
-its C{Mode}: C{ruok} already answers C{imok} while the server is still loading
-(0.15 to 0.2 s on an idle machine, longer on a busy one), and a client that
-connects then is turned away and backs off.
+listen on 0.0.0.0:8080) and allows the four-letter words C{ruok}, C{conf},
+C{srvr}, C{stat} and C{mntr}.
+
+The server is ready when I{our} child process serves, never when merely
+something answers on the port (another ZooKeeper may hold it, and a broker
+that took its answer would join that other cluster):
+
+  1. before spawning, the port must be free (L{port_in_use}): a taken port is
+     a L{ZooKeeperPortInUseError} naming the port and the setting that moves it;
+  2. readiness probes send C{conf} until the answer names our C{dataDir}
+     (C{<data_dir>/version-2}); ZooKeeper answers C{conf} only once it serves
+     sessions ("This ZooKeeper instance is not currently serving requests"
+     before; C{ruok} already answers C{imok} while the server still loads, 0.15
+     to 0.2 s on an idle machine, and a client that connects then is turned
+     away), and another server answers with its own C{dataDir} or not at all;
+  3. the child must still be running after that answer.  A child that exited
+     is a start failure that quotes the bind error from its log
+     (C{java.net.BindException: Address already in use}): the port was taken
+     between the check of step 1 and the child's bind.
 
 ZooKeeper cannot listen on port 0; L{find_free_port} picks a free port.
 
@@ -44,11 +58,16 @@ __all__ = [
     "SLF4J_JAR",
     "ZooKeeperNotInstalledError",
     "ZooKeeperStartError",
+    "ZooKeeperPortInUseError",
     "find_free_port",
+    "port_in_use",
     "java_command",
     "write_config",
     "ruok",
     "serving",
+    "serving_from",
+    "is_ours",
+    "start_error_from_log",
     "EmbeddedZooKeeperService",
     "start_blocking",
     "wait_ready",
@@ -67,7 +86,72 @@ class ZooKeeperNotInstalledError(RuntimeError):
 
 
 class ZooKeeperStartError(RuntimeError):
-    """The ZooKeeper process did not become ready."""
+    """The ZooKeeper process did not become ready; the message is one line for a person."""
+
+
+class ZooKeeperPortInUseError(ZooKeeperStartError):
+    """
+    The client port is held by another process (another ZooKeeper, say).
+
+    @ivar port: the port (on 127.0.0.1).
+    """
+
+    def __init__(self, port: int, setting: str, detail: str = "") -> None:
+        self.port = port
+        self.setting = setting
+        what = f" ({detail})" if detail else ""
+        super().__init__(
+            f"ZooKeeper cannot listen on 127.0.0.1:{port}: the port is already in use{what};"
+            f" stop what holds it or choose another port with {setting}"
+        )
+
+
+def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
+    """
+    Whether another socket listens on C{host:port}: binding there fails.  The
+    probe socket sets C{SO_REUSEADDR}, as ZooKeeper's own does, so connections
+    left in C{TIME_WAIT} do not count.  A free port may still be taken before
+    ZooKeeper binds it; L{EmbeddedZooKeeperService.whenReady} and L{wait_ready}
+    catch that.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def start_error_from_log(log_path: str, offset: int = 0) -> str:
+    """
+    The line of ZooKeeper's log (from byte C{offset}) that says why it exited:
+    the first exception line (C{java.net.BindException: Address already in
+    use}), else the last C{ERROR} line; C{""} when there is none.
+    """
+    try:
+        with open(log_path, "rb") as f:
+            f.seek(offset)
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    lines = text.splitlines()
+    for line in lines:
+        stripped = line.strip()
+        if stripped.startswith("java.") and ("Exception" in stripped or "Error" in stripped):
+            return stripped
+    errors = [line.strip() for line in lines if " ERROR " in line]
+    return errors[-1] if errors else ""
+
+
+def _exited_error(port: int, status: Any, log_path: str, offset: int, setting: str) -> ZooKeeperStartError:
+    reason = start_error_from_log(log_path, offset)
+    if "BindException" in reason or "Address already in use" in reason:
+        return ZooKeeperPortInUseError(port, setting, reason)
+    because = f": {reason}" if reason else ""
+    return ZooKeeperStartError(
+        f"ZooKeeper (port {port}) exited with status {status} before it was ready{because}; log: {log_path}"
+    )
 
 
 def find_free_port(host: str = "127.0.0.1") -> int:
@@ -114,7 +198,7 @@ def write_config(data_dir: str, port: int, tick_time_ms: int = 2000) -> str:
             f"clientPort={port}\n"
             "clientPortAddress=127.0.0.1\n"
             "admin.enableServer=false\n"
-            "4lw.commands.whitelist=ruok,srvr,stat,mntr\n"
+            "4lw.commands.whitelist=ruok,conf,srvr,stat,mntr\n"
             "maxClientCnxns=0\n"
         )
     return path
@@ -148,8 +232,27 @@ def ruok(port: int, host: str = "127.0.0.1", timeout_s: float = 1.0) -> bool:
 
 
 def serving(port: int, host: str = "127.0.0.1", timeout_s: float = 1.0) -> bool:
-    """Blocking readiness probe: C{True} once the server's C{srvr} reports its mode."""
+    """Blocking readiness probe: C{True} once the server's C{srvr} reports its mode (any server)."""
     return _SERVING_MARK in four_letter_word(port, b"srvr", host, timeout_s)
+
+
+def _data_dir_line(data_dir: str) -> bytes:
+    # ZooKeeper keeps its files in <dataDir>/version-2 and names that in conf
+    return b"dataDir=" + os.path.join(os.path.abspath(data_dir), "version-2").encode("utf-8")
+
+
+def is_ours(conf_answer: bytes, data_dir: str) -> bool:
+    """Whether a C{conf} answer comes from the server whose C{dataDir} is C{data_dir} (so it serves)."""
+    return _data_dir_line(data_dir) in conf_answer.splitlines()
+
+
+def serving_from(port: int, data_dir: str, host: str = "127.0.0.1", timeout_s: float = 1.0) -> bool:
+    """
+    Blocking readiness probe: C{True} once the server on C{host:port} serves
+    and is the one keeping its data in C{data_dir} (its C{conf} names that
+    C{dataDir}).  Another server on the port answers C{False}.
+    """
+    return is_ours(four_letter_word(port, b"conf", host, timeout_s), data_dir)
 
 
 # -- the Twisted service ------------------------------------------------------
@@ -158,15 +261,25 @@ def serving(port: int, host: str = "127.0.0.1", timeout_s: float = 1.0) -> bool:
 class _ZooKeeperProcess(protocol.ProcessProtocol):
     """
     The embedded server's output goes to C{log_path} (ZooKeeper is chatty: every
-    readiness probe logs a line); only ERROR lines reach the broker's log.
+    readiness probe logs a line); only ERROR lines reach the broker's log, and
+    only while the server is meant to run (a start that fails is reported once,
+    by L{EmbeddedZooKeeperService.whenReady}, with the reason from this log).
+
+    @ivar stopping: set when we sent SIGTERM: its exit is then no news.
+    @ivar status: the exit status (C{None} when killed by a signal or running).
     """
 
     def __init__(self, port: int, log_path: str) -> None:
         self.port = port
         self.ended: Deferred = Deferred()
         self.exited = False
+        self.stopping = False
+        self.ready = False
+        self.status: int | None = None
+        self.signal: int | None = None
         self.log_path = log_path
         self._log_file = open(log_path, "ab")
+        self.log_offset = self._log_file.tell()
 
     def outReceived(self, data: bytes) -> None:
         self._log_lines(data)
@@ -177,6 +290,8 @@ class _ZooKeeperProcess(protocol.ProcessProtocol):
     def _log_lines(self, data: bytes) -> None:
         self._log_file.write(data)
         self._log_file.flush()
+        if not self.ready or self.stopping:
+            return
         for line in data.decode("utf-8", "replace").splitlines():
             if " ERROR " in line:
                 _log.error("zookeeper:{port}: {line}", port=self.port, line=line)
@@ -184,7 +299,14 @@ class _ZooKeeperProcess(protocol.ProcessProtocol):
     def processEnded(self, reason: Any) -> None:
         self.exited = True
         self._log_file.close()
-        _log.info("ZooKeeper on port {port} exited: {reason}", port=self.port, reason=reason.value)
+        self.status = getattr(reason.value, "exitCode", None)
+        self.signal = getattr(reason.value, "signal", None)
+        # The JVM answers SIGTERM by running its shutdown hooks and exiting 143 (128 + 15).
+        if self.stopping and (self.status in (0, 143) or self.signal == signal.SIGTERM):
+            _log.info("ZooKeeper on port {port} stopped", port=self.port)
+        elif self.ready:
+            _log.error("ZooKeeper on port {port} exited unexpectedly (status {status}, signal {signal}); see {log}",
+                       port=self.port, status=self.status, signal=self.signal, log=self.log_path)
         self.ended.callback(None)
 
 
@@ -222,9 +344,13 @@ class EmbeddedZooKeeperService(Service):
     """
     Runs a ZooKeeper server as a child process of the reactor.
 
-    C{startService} spawns it; L{whenReady} fires once it serves (C{srvr});
+    C{startService} checks that the port is free and spawns the server;
+    L{whenReady} fires once I{that} server serves (see the module docstring);
     C{stopService} sends SIGTERM and fires when it exited (SIGKILL after
     C{kill_after_s}).
+
+    @param port_setting: how a user moves the port, named in the error for a
+        taken port (e.g. C{"zookeeper.connect=embedded:PORT"}).
     """
 
     name = "zookeeper"
@@ -237,15 +363,18 @@ class EmbeddedZooKeeperService(Service):
         tick_time_ms: int = 2000,
         ready_timeout_s: float = 30.0,
         kill_after_s: float = 10.0,
+        port_setting: str = "the port argument",
     ) -> None:
         self.data_dir = os.path.abspath(data_dir)
         self.port = port
         self.tick_time_ms = tick_time_ms
         self.ready_timeout_s = ready_timeout_s
         self.kill_after_s = kill_after_s
+        self.port_setting = port_setting
         self._reactor = reactor
         self._process: _ZooKeeperProcess | None = None
         self._transport: Any = None
+        self._start_error: ZooKeeperStartError | None = None
         self.command: list[str] = []
 
     @property
@@ -253,6 +382,16 @@ class EmbeddedZooKeeperService(Service):
         return f"127.0.0.1:{self.port}"
 
     def startService(self) -> None:
+        """
+        Spawn the server, unless its port is taken: then nothing is written or
+        spawned and L{whenReady} fails with L{ZooKeeperPortInUseError}.
+
+        @raise ZooKeeperNotInstalledError: no java or no jar.
+        """
+        Service.startService(self)
+        if port_in_use(self.port):
+            self._start_error = ZooKeeperPortInUseError(self.port, self.port_setting)
+            return
         config = write_config(self.data_dir, self.port, self.tick_time_ms)
         self.command = java_command(config)
         self._process = _ZooKeeperProcess(self.port, os.path.join(self.data_dir, "zookeeper.log"))
@@ -260,37 +399,52 @@ class EmbeddedZooKeeperService(Service):
         self._transport = self._reactor.spawnProcess(
             self._process, self.command[0], self.command, env=dict(os.environ), path=self.data_dir
         )
-        Service.startService(self)
 
     def _probe(self) -> Deferred:
         endpoint = TCP4ClientEndpoint(self._reactor, "127.0.0.1", self.port, timeout=1)
-        proto = _FourLetterWord(self._reactor, b"srvr", timeout_s=1.0)
-        d = endpoint.connect(protocol.Factory.forProtocol(lambda: proto))
+        proto = _FourLetterWord(self._reactor, b"conf", timeout_s=1.0)
+        factory = protocol.Factory.forProtocol(lambda: proto)
+        factory.noisy = False  # one probe every 100 ms: no "Starting factory" lines
+        d = endpoint.connect(factory)
         d.addCallback(lambda _: proto.done)
-        d.addCallbacks(lambda answer: _SERVING_MARK in answer, lambda _: False)
+        d.addCallbacks(lambda answer: is_ours(answer, self.data_dir), lambda _: False)
         return d
 
     def whenReady(self) -> Deferred:
         """
-        @return: a Deferred firing with the connect string once the server
-            serves: C{srvr} reports its mode (polled every 100 ms).
+        @return: a Deferred firing with the connect string once our server
+            serves: its C{conf} names our C{dataDir} and the process still runs
+            (polled every 100 ms).
+        @raise ZooKeeperPortInUseError: (as failure) the port is taken: before
+            the start, or the process exited with a bind error.
         @raise ZooKeeperStartError: (as failure) not ready within
-            C{ready_timeout_s}, or the process exited.
+            C{ready_timeout_s}, or the process exited (the reason from its log).
         """
         deadline = self._reactor.seconds() + self.ready_timeout_s
 
+        def exited(process: _ZooKeeperProcess) -> ZooKeeperStartError:
+            status = process.status if process.signal is None else f"signal {process.signal}"
+            return _exited_error(self.port, status, process.log_path, process.log_offset, self.port_setting)
+
         async def poll() -> str:
             while True:
-                if self._process is None or self._process.exited:
-                    raise ZooKeeperStartError(
-                        f"ZooKeeper process exited before it was ready; command: {' '.join(self.command)}"
-                    )
+                if self._start_error is not None:
+                    raise self._start_error
+                process = self._process
+                if process is None:
+                    raise ZooKeeperStartError(f"ZooKeeper (port {self.port}) is not running; command: "
+                                              f"{' '.join(self.command) or '(not started)'}")
+                if process.exited:
+                    raise exited(process)
                 if await self._probe():
+                    if process.exited:
+                        raise exited(process)
+                    process.ready = True
                     return self.connect_string
                 if self._reactor.seconds() > deadline:
                     raise ZooKeeperStartError(
                         f"ZooKeeper on port {self.port} not ready after {self.ready_timeout_s} s;"
-                        f" command: {' '.join(self.command)}"
+                        f" log: {process.log_path}; command: {' '.join(self.command)}"
                     )
                 await task.deferLater(self._reactor, 0.1, lambda: None)
 
@@ -301,6 +455,7 @@ class EmbeddedZooKeeperService(Service):
         process = self._process
         if process is None or process.exited:
             return Deferred.fromCoroutine(_noop())
+        process.stopping = True
         self._transport.signalProcess("TERM")
 
         def kill() -> None:
@@ -325,38 +480,63 @@ async def _noop() -> None:
 # -- blocking helpers ---------------------------------------------------------
 
 
-def start_blocking(data_dir: str, port: int, tick_time_ms: int = 2000, log_path: str | None = None) -> subprocess.Popen:
+def start_blocking(data_dir: str, port: int, tick_time_ms: int = 2000, log_path: str | None = None,
+                   port_setting: str = "the port argument") -> subprocess.Popen:
     """
     Start ZooKeeper without a reactor; its output goes to C{log_path} (default
     C{<data_dir>/zookeeper.log}).  Call L{wait_ready} next.
+
+    @param port_setting: how a user moves the port, named in the error for a
+        taken port (e.g. C{"--port"}).
+    @raise ZooKeeperPortInUseError: the port is taken (nothing was written).
+    @raise ZooKeeperNotInstalledError: no java or no jar.
     """
+    if port_in_use(port):
+        raise ZooKeeperPortInUseError(port, port_setting)
     config = write_config(data_dir, port, tick_time_ms)
     command = java_command(config)
     log_path = log_path or os.path.join(os.path.abspath(data_dir), "zookeeper.log")
     with open(log_path, "ab") as log:
+        offset = log.tell()
         popen = subprocess.Popen(
             command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=os.path.abspath(data_dir)
         )
     popen.kafkatw_command = command  # type: ignore[attr-defined]
     popen.kafkatw_log_path = log_path  # type: ignore[attr-defined]
+    popen.kafkatw_log_offset = offset  # type: ignore[attr-defined]
+    popen.kafkatw_data_dir = os.path.abspath(data_dir)  # type: ignore[attr-defined]
+    popen.kafkatw_port_setting = port_setting  # type: ignore[attr-defined]
     return popen
 
 
-def wait_ready(port: int, timeout_s: float = 30.0, popen: subprocess.Popen | None = None) -> None:
+def wait_ready(port: int, timeout_s: float = 30.0, popen: subprocess.Popen | None = None,
+               data_dir: str | None = None) -> None:
     """
-    Poll C{srvr} every 100 ms until the server reports its mode (it serves).
+    Poll every 100 ms until the server serves.  With a C{popen} of
+    L{start_blocking} (or a C{data_dir}), only that server counts: its C{conf}
+    must name its C{dataDir} and the process must still run afterwards (see
+    the module docstring); otherwise any server whose C{srvr} reports its mode.
 
-    @raise ZooKeeperStartError: not ready within C{timeout_s}, or C{popen} exited.
+    @raise ZooKeeperPortInUseError: C{popen} exited with a bind error.
+    @raise ZooKeeperStartError: not ready within C{timeout_s}, or C{popen}
+        exited (the reason from its log in the message).
     """
     deadline = time.monotonic() + timeout_s
     command = " ".join(getattr(popen, "kafkatw_command", []) or ["java ... " + MAIN_CLASS])
+    data_dir = data_dir or getattr(popen, "kafkatw_data_dir", None)
+
+    def exited() -> ZooKeeperStartError:
+        assert popen is not None
+        return _exited_error(port, popen.returncode, getattr(popen, "kafkatw_log_path", "?"),
+                             getattr(popen, "kafkatw_log_offset", 0),
+                             getattr(popen, "kafkatw_port_setting", "the port argument"))
+
     while True:
         if popen is not None and popen.poll() is not None:
-            raise ZooKeeperStartError(
-                f"ZooKeeper exited with {popen.returncode} before it was ready; command: {command};"
-                f" log: {getattr(popen, 'kafkatw_log_path', '?')}"
-            )
-        if serving(port):
+            raise exited()
+        if serving_from(port, data_dir) if data_dir else serving(port):
+            if popen is not None and popen.poll() is not None:
+                raise exited()
             return
         if time.monotonic() > deadline:
             raise ZooKeeperStartError(f"ZooKeeper on port {port} not ready after {timeout_s} s; command: {command}")

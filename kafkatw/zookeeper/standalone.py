@@ -16,16 +16,20 @@ from kafkatw.zookeeper.embedded import ZooKeeperStartError, start_blocking, stop
 __all__ = ["run"]
 
 
-def run(port: int, data_dir: str, tick_time_ms: int = 2000, ready_timeout_s: float = 30.0) -> int:
+def run(port: int, data_dir: str, tick_time_ms: int = 2000, ready_timeout_s: float = 30.0,
+        port_setting: str = "--port") -> int:
     """
     Start ZooKeeper on 127.0.0.1:C{port} with data in C{data_dir}; block until it
-    exits (Ctrl-C or SIGTERM stop it cleanly).
+    exits (Ctrl-C or SIGTERM stop it cleanly).  "ZooKeeper ready" is printed
+    only once I{this} server serves (L{wait_ready} with its process).
 
+    @param port_setting: how the user moves the port, named when it is taken.
     @return: the server's exit status (0 after a forwarded SIGTERM/SIGINT).
     @raise ZooKeeperNotInstalledError: java or the jars are missing.
+    @raise ZooKeeperPortInUseError: the port is taken.
     @raise ZooKeeperStartError: the server did not become ready.
     """
-    popen = start_blocking(data_dir, port, tick_time_ms, log_path=None)
+    popen = start_blocking(data_dir, port, tick_time_ms, log_path=None, port_setting=port_setting)
     stopping = False
 
     def forward(signum: int, frame: Any) -> None:

@@ -268,6 +268,27 @@ class EmbeddedServiceTests(TestCase):
         self.assertFalse(ruok(port))
         self.assertTrue(os.path.exists(os.path.join(service.data_dir, "zoo.cfg")))
 
+    async def test_another_server_on_the_port_is_never_our_ready(self):
+        # The port looked free, then another ZooKeeper took it before our child bound it: that server
+        # answers every probe, but whenReady fails with our child's bind error instead of joining it.
+        from kafkatw.zookeeper import embedded
+
+        other = ZooKeeperFixture(None, tick_time_ms=500)
+        other.start()
+        self.addCleanup(other.stop)
+        self.patch(embedded, "port_in_use", lambda *args, **kwargs: False)
+        service = EmbeddedZooKeeperService(self.tempdir(), other.port, reactor, tick_time_ms=500,
+                                           port_setting="zookeeper.connect=embedded:PORT")
+        service.startService()
+        try:
+            with self.assertRaises(embedded.ZooKeeperPortInUseError) as raised:
+                await service.whenReady().addTimeout(35, reactor)
+        finally:
+            await service.stopService()
+        self.assertIn("java.net.BindException: Address already in use", str(raised.exception))
+        self.assertIn("zookeeper.connect=embedded:PORT", str(raised.exception))
+        self.assertTrue(serving(other.port))
+
     async def test_not_ready_error_names_command(self):
         port = find_free_port()
         service = EmbeddedZooKeeperService(self.tempdir(), port, reactor, tick_time_ms=500, ready_timeout_s=0.0)

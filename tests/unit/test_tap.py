@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import io
 import os
+import shutil
+import sys
 import tempfile
 
+from twisted.internet.testing import MemoryReactorClock
 from twisted.python import usage
+from twisted.python.failure import Failure
 from twisted.trial import unittest
 
+from kafkatw import tap
+from kafkatw.broker.server import BrokerStartupError, embedded_zookeeper_port
 from kafkatw.config import BrokerConfig, parse_properties, topic_log_config
 from kafkatw.tap import Options
 
@@ -53,12 +60,107 @@ class OptionsTests(unittest.TestCase):
         ):
             self.assertRaises(usage.UsageError, parse, *args)
 
+    def test_values_the_broker_cannot_honour_are_refused(self) -> None:
+        for args, says in [
+            (["--override", "log.cleanup.policy=compact"], "no log compaction"),
+            (["--override", "log.cleanup.policy=compact,delete"], "no log compaction"),
+            (["--override", "log.message.timestamp.type=WallClock"], "CreateTime or LogAppendTime"),
+            (["--zookeeper", "embedded:0"], "1..65535"),
+            (["--zookeeper", "embedded:two"], "1..65535"),
+        ]:
+            with self.assertRaises(usage.UsageError) as raised:
+                parse(*args)
+            self.assertIn(says, str(raised.exception))
+        self.assertEqual(parse("--override", "log.cleanup.policy=delete").broker_config["log.cleanup.policy"], "delete")
+        self.assertEqual(parse("--zookeeper", "embedded:2182").broker_config["zookeeper.connect"], "embedded:2182")
+
+    def test_embedded_zookeeper_port(self) -> None:
+        self.assertEqual(embedded_zookeeper_port("embedded", {}), 2181)
+        self.assertEqual(embedded_zookeeper_port("embedded", {"KAFKATW_EMBEDDED_ZOOKEEPER_PORT": "2190"}), 2190)
+        self.assertEqual(embedded_zookeeper_port("embedded:2191", {"KAFKATW_EMBEDDED_ZOOKEEPER_PORT": "2190"}), 2191)
+        self.assertIsNone(embedded_zookeeper_port("127.0.0.1:2181/kafka", {}))
+        with self.assertRaises(ValueError) as raised:
+            embedded_zookeeper_port("embedded", {"KAFKATW_EMBEDDED_ZOOKEEPER_PORT": "x"})
+        self.assertIn("KAFKATW_EMBEDDED_ZOOKEEPER_PORT", str(raised.exception))
+
+    def test_usage_error_under_twistd_prints_the_line_first_and_exits_2(self) -> None:
+        stderr = io.StringIO()
+        self.patch(sys, "stderr", stderr)
+        options = Options()
+        options.parent = usage.Options()  # as twistd's ServerOptions sets it for its subcommand
+        with self.assertRaises(SystemExit) as raised:
+            options.parseOptions(["--override", "log.cleanup.policy=compact"])
+        self.assertEqual(raised.exception.code, 2)
+        first, pointer = stderr.getvalue().splitlines()
+        self.assertEqual(first, "twistd kafkatw: bad value for log.cleanup.policy: 'compact'"
+                                " (kafkatw has no log compaction; only 'delete' is supported)")
+        self.assertIn("--help", pointer)
+
     def test_kafka_listener_syntax(self) -> None:
         from kafkatw.broker.server import listener_endpoint
 
         self.assertEqual(listener_endpoint("PLAINTEXT://127.0.0.1:9092"), "tcp:9092:interface=127.0.0.1")
         self.assertEqual(listener_endpoint("PLAINTEXT://:9092"), "tcp:9092")
         self.assertEqual(listener_endpoint("ssl:9093:privateKey=k.pem"), "ssl:9093:privateKey=k.pem")
+
+
+class _FakeTwistdOptions(dict):
+    """twistd's ServerOptions as a subcommand's L{Options.parent} sees it: a dict of its options."""
+
+    def __init__(self, **values: object) -> None:
+        super().__init__({"syslog": False, "logfile": None, "nodaemon": True, **values})
+
+
+class StartFailureTests(unittest.TestCase):
+    def setUp(self) -> None:
+        self.log_dir = tempfile.mkdtemp(prefix="kafkatw-tap-")
+        self.addCleanup(shutil.rmtree, self.log_dir, True)
+        self.registered: list = []
+        self.exits: list = []
+        self.exit_status = tap._ExitStatus(register=self.registered.append, exit=self.exits.append)
+        self.patch(tap, "_exit_status", self.exit_status)
+        self.stderr = io.StringIO()
+        self.patch(sys, "__stderr__", self.stderr)
+
+    def make(self, **twistd: object) -> tuple:
+        options = parse("--log-dirs", self.log_dir)
+        options.parent = _FakeTwistdOptions(**twistd)
+        reactor = MemoryReactorClock()
+        reactor.running = True
+        reactor.stops = []
+        reactor.stop = lambda: reactor.stops.append(True)
+        server = tap.makeService(options, reactor)
+        return reactor, server
+
+    def fail_start(self, server: object, error: str) -> None:
+        server.start_error = error
+        server.ready.errback(Failure(BrokerStartupError(error)))
+
+    def test_failure_stops_the_reactor_and_exits_1_with_the_line_on_stderr(self) -> None:
+        reactor, server = self.make(logfile="broker.log")
+        self.fail_start(server, "broker 0 failed to start: cannot listen")
+        self.assertEqual(reactor.stops, [True])
+        self.assertEqual(self.stderr.getvalue(), "broker 0 failed to start: cannot listen\n")
+        self.assertEqual(self.exit_status.status, 1)
+        self.assertEqual(self.registered, [self.exit_status.exit])
+        self.exit_status.exit()
+        self.assertEqual(self.exits, [1])
+
+    def test_the_line_is_not_repeated_when_the_log_is_on_the_terminal(self) -> None:
+        reactor, server = self.make()  # -n without --logfile: the log goes to stdout
+        self.fail_start(server, "broker 0 failed to start: cannot listen")
+        self.assertEqual(self.stderr.getvalue(), "")
+        self.assertEqual(self.exit_status.status, 1)
+
+    def test_a_start_abandoned_by_a_shutdown_is_no_failure(self) -> None:
+        reactor, server = self.make(logfile="broker.log")
+        server.ready.errback(Failure(BrokerStartupError("cancelled")))  # start_error stays None
+        self.assertEqual(reactor.stops, [])
+        self.assertEqual((self.exit_status.status, self.registered), (0, []))
+
+    def test_no_failure_no_exit(self) -> None:
+        self.exit_status.exit()
+        self.assertEqual(self.exits, [])
 
 
 class ConfigTests(unittest.TestCase):
@@ -70,5 +172,7 @@ class ConfigTests(unittest.TestCase):
         broker = BrokerConfig({"log.retention.ms": "1000"})
         effective = topic_log_config(broker, {"segment.bytes": "4096"})
         self.assertEqual((effective["retention.ms"], effective["segment.bytes"]), (1000, 4096))
-        self.assertRaises(ValueError, topic_log_config, broker, {"cleanup.policy": "compact"})
+        with self.assertRaises(ValueError) as raised:
+            topic_log_config(broker, {"cleanup.policy": "compact"})
+        self.assertIn("bad value for cleanup.policy: 'compact' (kafkatw has no log compaction", str(raised.exception))
         self.assertRaises(ValueError, topic_log_config, broker, {"unknown.key": "1"})
