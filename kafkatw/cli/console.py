@@ -161,7 +161,10 @@ def format_record(record: Any, partition: int, timestamp_type: int, opts: dict[s
               help="print.key, print.offset, print.partition, print.timestamp (true/false), key.separator.")
 @click.option("--max-wait-ms", type=click.IntRange(min=0), default=500, show_default=True,
               help="fetch.max.wait.ms of each Fetch.")
-@click.option("--group", "group_id", help="With --zookeeper: consume as a member of this consumer group.")
+@click.option("--group", "group_id",
+              help="Consume as a member of this consumer group, coordinated by the broker (with --zookeeper: "
+                   "by ZooKeeper). Committed offsets are where it starts; --from-beginning only applies to "
+                   "partitions without one.")
 @click.option("--zookeeper", "zookeeper_connect", metavar="HOST:PORT[,...][/chroot]",
               help="Coordinate --group through ZooKeeper (the paper's consumer group; chroot default /kafkatw).")
 def console_consumer(bootstrap_server: str, topic: str, from_beginning: bool, partition: int | None,
@@ -170,15 +173,18 @@ def console_consumer(bootstrap_server: str, topic: str, from_beginning: bool, pa
                      zookeeper_connect: str | None = None) -> None:
     """Print a topic's messages on stdout (kafka-console-consumer.sh)."""
     props = parse_properties(properties, "--property")
-    if group_id is not None or zookeeper_connect is not None:
-        from .zookeeper_groups import console_group_consumer
-
-        if group_id is None or zookeeper_connect is None:
-            raise click.UsageError("--group and --zookeeper go together (a ZooKeeper-coordinated group)")
+    if zookeeper_connect is not None and group_id is None:
+        raise click.UsageError("--zookeeper needs --group (it selects a ZooKeeper-coordinated group)")
+    if group_id is not None:
         if partition is not None or offset_spec is not None:
             raise click.UsageError("--partition and --offset cannot be used with --group")
-        return console_group_consumer(bootstrap_server, zookeeper_connect, group_id, topic, from_beginning,
-                                      max_messages, timeout_ms, max_wait_ms, props)
+        if zookeeper_connect is not None:
+            from .zookeeper_groups import console_group_consumer
+
+            return console_group_consumer(bootstrap_server, zookeeper_connect, group_id, topic, from_beginning,
+                                          max_messages, timeout_ms, max_wait_ms, props)
+        return _console_coordinator_group(bootstrap_server, group_id, topic, from_beginning, max_messages,
+                                          timeout_ms, max_wait_ms, props)
     if offset_spec is not None:
         if partition is None:
             raise click.UsageError("The partition is required when offset is specified.")
@@ -252,3 +258,56 @@ def _consume(consumer: BlockingConsumer, out: BinaryIO, topic: str, from_beginni
             last_message = time.monotonic()
         elif timeout_ms is not None and (time.monotonic() - last_message) * 1000 >= timeout_ms:
             return processed
+
+
+def _console_coordinator_group(bootstrap_server: str, group_id: str, topic: str, from_beginning: bool,
+                               max_messages: int | None, timeout_ms: int | None, max_wait_ms: int,
+                               props: dict[str, str]) -> None:
+    """
+    C{console-consumer --group G}: print the records of the partitions the
+    broker's group coordinator gives this member (auto commit, and a commit
+    on exit: at least once).
+    """
+    from .coordinator_group import CoordinatorGroupConsumer
+
+    opts = print_options(props)
+    out = sys.stdout.buffer
+    processed = 0
+    group = None
+    try:
+        group = CoordinatorGroupConsumer(bootstrap_server, group_id, [topic],
+                                         auto_offset_reset="earliest" if from_beginning else "latest",
+                                         fetch_max_wait_ms=max_wait_ms)
+        group.partitions_for(topic)  # an unknown topic fails here, as without --group
+        group.join()
+        last_message = time.monotonic()
+        while True:
+            wait_ms = 1000
+            if timeout_ms is not None:
+                wait_ms = max(0, timeout_ms - int((time.monotonic() - last_message) * 1000))
+            left = None if max_messages is None else max_messages - processed
+            records = group.poll(wait_ms, left)
+            for record in records:
+                out.write(format_record(record, record.partition, record.timestamp_type, opts) + b"\n")
+                processed += 1
+            if records:
+                out.flush()
+                last_message = time.monotonic()
+            if max_messages is not None and processed >= max_messages:
+                break
+            if not records and timeout_ms is not None and (time.monotonic() - last_message) * 1000 >= timeout_ms:
+                break
+    except KeyboardInterrupt:
+        pass
+    except BrokenPipeError:
+        sys.stderr.close()
+        sys.exit(0)
+    except (KafkaError, OSError, ValueError) as e:
+        if group is not None:
+            group.close()
+        click.echo(f"ERROR Error processing message, terminating consumer process: {describe_error(e)}", err=True)
+        click.echo(f"Processed a total of {processed} messages", err=True)
+        sys.exit(1)
+    if group is not None:
+        group.close()
+    click.echo(f"Processed a total of {processed} messages", err=True)
