@@ -49,7 +49,7 @@ def _truthy(value: str | None) -> bool:
 # --- producer ---------------------------------------------------------------------------
 
 
-@click.command("console-producer")
+@click.command("console-producer", short_help="Send lines to a topic (kafka-console-producer.sh).")
 @bootstrap_option
 @click.option("--topic", required=True, help="The topic to produce to.")
 @click.option("--property", "properties", multiple=True, metavar="KEY=VALUE",
@@ -149,7 +149,7 @@ def format_record(record: Any, partition: int, timestamp_type: int, opts: dict[s
     return b"".join(parts)
 
 
-@click.command("console-consumer")
+@click.command("console-consumer", short_help="Print a topic's records (kafka-console-consumer.sh).")
 @bootstrap_option
 @click.option("--topic", required=True, help="The topic to consume.")
 @click.option("--from-beginning", is_flag=True, help="Start at the earliest offset instead of the latest.")

@@ -215,11 +215,11 @@ def _log_end_offsets(client: WireClient, partitions: set[tuple[str, int]]) -> di
     return result
 
 
-@click.command("consumer-groups")
+@click.command("consumer-groups", short_help="Consumer groups and offsets (kafka-consumer-groups.sh).")
 @click.option("--bootstrap-server", "bootstrap_server", metavar="HOST:PORT[,HOST:PORT]",
               help="The broker(s) to connect to (with --zookeeper: only for log end offsets).")
 @click.option("--zookeeper", "zookeeper_connect", metavar="HOST:PORT[,...][/chroot]",
-              help="The groups of ZooKeeper-coordinated consumers (the paper's; kafkatw.cli.zookeeper_groups).")
+              help="The groups of ZooKeeper-coordinated consumers (the paper's; docs/consumer-groups.md).")
 @click.option("--to-datetime", help="With --zookeeper --reset-offsets: to the first offset at or after "
               "YYYY-MM-DDTHH:mm:SS.sss.")
 @click.option("--list", "action", flag_value="list", help="List all consumer groups.")

@@ -91,7 +91,7 @@ class _Progress:
         self._live.stop()
 
 
-@click.command("ship")
+@click.command("ship", short_help="Follow log files and send each line to a topic.")
 @bootstrap_option
 @click.option("--topic", required=True, help="The topic to send the lines to.")
 @click.argument("paths", nargs=-1, required=True)
