@@ -24,7 +24,7 @@ from kafkatw.client.blocking import BlockingConsumer, BlockingProducer
 from kafkatw.errors import KafkaError
 from kafkatw.protocol.records import COMPRESSION_CODECS
 
-from ._common import bootstrap_option, describe_error, fail, parse_properties
+from ._common import bootstrap_option, describe_error, fail, parse_properties, read_properties_file
 
 __all__ = ["console_producer", "console_consumer", "format_record"]
 
@@ -56,6 +56,9 @@ def _truthy(value: str | None) -> bool:
               help="parse.key=true, key.separator=SEP (default tab), ignore.error=true.")
 @click.option("--producer-property", "producer_properties", multiple=True, metavar="KEY=VALUE",
               help="acks=all|1|0, compression.type, batch.size, linger.ms.")
+@click.option("--producer.config", "producer_config", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Producer configs from a properties file (config/client.properties): acks, compression.type, "
+                   "batch.size, linger.ms, client.id; --producer-property wins.")
 @click.option("--compression-codec", type=click.Choice(["none", "gzip", "snappy", "lz4", "zstd"]),
               help="Compression of the record batches.")
 @click.option("--batch-size", type=click.IntRange(min=1), help="batch.size in bytes (default 16384).")
@@ -63,10 +66,14 @@ def _truthy(value: str | None) -> bool:
               help="linger.ms: send a partial batch after this long without input (default 1000).")
 def console_producer(bootstrap_server: str, topic: str, properties: tuple[str, ...],
                      producer_properties: tuple[str, ...], compression_codec: str | None,
-                     batch_size: int | None, linger_ms: int | None) -> None:
+                     batch_size: int | None, linger_ms: int | None, producer_config: str | None = None) -> None:
     """Send lines of stdin to a topic (kafka-console-producer.sh)."""
     props = parse_properties(properties, "--property")
-    pprops = parse_properties(producer_properties, "--producer-property")
+    pprops = {}
+    if producer_config:
+        pprops = read_properties_file(producer_config, "--producer.config",
+                                      ("acks", "compression.type", "batch.size", "linger.ms", "client.id"))
+    pprops.update(parse_properties(producer_properties, "--producer-property"))
     acks_text = pprops.get("acks", "all").strip().lower()
     if acks_text not in _ACKS:
         raise click.BadParameter(f"acks must be all, -1, 0 or 1, not {acks_text!r}", param_hint="--producer-property")
@@ -87,7 +94,8 @@ def console_producer(bootstrap_server: str, topic: str, properties: tuple[str, .
     line_number = 0
     pending: collections.deque = collections.deque()  # futures not yet known to have succeeded
     try:
-        with BlockingProducer(bootstrap_server, client_id="kafkatw-console-producer", acks=_ACKS[acks_text],
+        with BlockingProducer(bootstrap_server, client_id=pprops.get("client.id", "kafkatw-console-producer"),
+                              acks=_ACKS[acks_text],
                               compression_type=None if codec_name == "none" else codec_name,
                               batch_size=batch_bytes, linger_ms=linger * 1000) as producer:
             for line in sys.stdin.buffer:
@@ -167,12 +175,21 @@ def format_record(record: Any, partition: int, timestamp_type: int, opts: dict[s
                    "partitions without one.")
 @click.option("--zookeeper", "zookeeper_connect", metavar="HOST:PORT[,...][/chroot]",
               help="Coordinate --group through ZooKeeper (the paper's consumer group; chroot default /kafkatw).")
+@click.option("--consumer.config", "consumer_config", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Consumer configs from a properties file (config/client.properties): group.id (when --group "
+                   "is not given), client.id.")
 def console_consumer(bootstrap_server: str, topic: str, from_beginning: bool, partition: int | None,
                      offset_spec: str | None, max_messages: int | None, timeout_ms: int | None,
                      properties: tuple[str, ...], max_wait_ms: int, group_id: str | None = None,
-                     zookeeper_connect: str | None = None) -> None:
+                     zookeeper_connect: str | None = None, consumer_config: str | None = None) -> None:
     """Print a topic's messages on stdout (kafka-console-consumer.sh)."""
     props = parse_properties(properties, "--property")
+    client_id = "kafkatw-console-consumer"
+    if consumer_config:
+        cprops = read_properties_file(consumer_config, "--consumer.config", ("group.id", "client.id"))
+        if group_id is None:
+            group_id = cprops.get("group.id") or None
+        client_id = cprops.get("client.id", client_id)
     if zookeeper_connect is not None and group_id is None:
         raise click.UsageError("--zookeeper needs --group (it selects a ZooKeeper-coordinated group)")
     if group_id is not None:
@@ -184,7 +201,7 @@ def console_consumer(bootstrap_server: str, topic: str, from_beginning: bool, pa
             return console_group_consumer(bootstrap_server, zookeeper_connect, group_id, topic, from_beginning,
                                           max_messages, timeout_ms, max_wait_ms, props)
         return _console_coordinator_group(bootstrap_server, group_id, topic, from_beginning, max_messages,
-                                          timeout_ms, max_wait_ms, props)
+                                          timeout_ms, max_wait_ms, props, client_id)
     if offset_spec is not None:
         if partition is None:
             raise click.UsageError("The partition is required when offset is specified.")
@@ -202,7 +219,7 @@ def console_consumer(bootstrap_server: str, topic: str, from_beginning: bool, pa
     processed = 0
     _consume.processed = 0  # type: ignore[attr-defined]
     try:
-        with BlockingConsumer(bootstrap_server, client_id="kafkatw-console-consumer",
+        with BlockingConsumer(bootstrap_server, client_id=client_id,
                               auto_offset_reset="earliest" if from_beginning else "latest",
                               fetch_max_wait_ms=max_wait_ms) as consumer:
             processed = _consume(consumer, out, topic, from_beginning, partition, offset_spec, max_messages,
@@ -262,7 +279,7 @@ def _consume(consumer: BlockingConsumer, out: BinaryIO, topic: str, from_beginni
 
 def _console_coordinator_group(bootstrap_server: str, group_id: str, topic: str, from_beginning: bool,
                                max_messages: int | None, timeout_ms: int | None, max_wait_ms: int,
-                               props: dict[str, str]) -> None:
+                               props: dict[str, str], client_id: str = "kafkatw-console-consumer") -> None:
     """
     C{console-consumer --group G}: print the records of the partitions the
     broker's group coordinator gives this member (auto commit, and a commit
@@ -277,7 +294,7 @@ def _console_coordinator_group(bootstrap_server: str, group_id: str, topic: str,
     try:
         group = CoordinatorGroupConsumer(bootstrap_server, group_id, [topic],
                                          auto_offset_reset="earliest" if from_beginning else "latest",
-                                         fetch_max_wait_ms=max_wait_ms)
+                                         client_id=client_id, fetch_max_wait_ms=max_wait_ms)
         group.partitions_for(topic)  # an unknown topic fails here, as without --group
         group.join()
         last_message = time.monotonic()
