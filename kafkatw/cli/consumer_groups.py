@@ -396,3 +396,32 @@ def _zookeeper_group(client: WireClient, group_id: str) -> tuple[bool, tuple[str
         return False, None
     # offsets alone say nothing: the coordinator's groups keep theirs in the same place
     return True, ((connect, zk_group) if zk_group.members or zk_group.owners else None)
+
+
+def _reset(client: WireClient, source: GroupSource, group_id: str, topic: str | None, to: str | None,
+           to_offset: int | None, execute: bool) -> None:
+    group = source.describe(group_id)
+    if group.members:
+        fail(f"Error: Assignments can only be reset if the group '{group_id}' is inactive, "
+             f"but the current state is {group.state}.")
+    if topic:
+        name, _, listed = topic.partition(":")
+        if listed:
+            partitions = [(name, int(p)) for p in listed.split(",")]
+        else:
+            partitions = [(name, p) for p in range(client.partitions_for(name))]
+    else:
+        partitions = sorted(group.offsets)
+    if not partitions:
+        fail(f"Error: no partitions to reset for group '{group_id}' (give --topic)")
+    new = {}
+    for t, p in partitions:
+        if to_offset is not None:
+            new[(t, p)] = to_offset
+        else:
+            new[(t, p)] = client.list_offsets(t, p, EARLIEST_TIMESTAMP if to == "earliest" else LATEST_TIMESTAMP)
+    if execute:
+        source.commit(group_id, new)
+    rows = [["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"]] + [
+        [group_id, t, str(p), str(o)] for (t, p), o in sorted(new.items())]
+    click.echo("\n" + _table(rows, {2: 10}))
