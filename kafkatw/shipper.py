@@ -78,6 +78,7 @@ __all__ = [
     "load_state",
     "save_state",
     "ship_once",
+    "unreachable",
 ]
 
 _log = Logger()
@@ -508,11 +509,37 @@ class Shipper:
         self._shipped_from: set[str] = set()
         self._pending = ShipStats()
         self._pending_files: set[str] = set()
+        self._patterns_checked = False
+        #: paths opened at least once (readable regular files)
+        self.opened: set[str] = set()
         self.started = clock()
 
     def _warn(self, message: str) -> None:
         _log.warn("{message}", message=message)
         self.on_warning(message)
+
+    def _check_patterns(self) -> None:
+        """
+        Warn, once, about each C{PATH} argument that names nothing readable: a
+        path that does not exist, a glob that matches nothing, a directory that
+        cannot be listed.  (A file that exists but cannot be read is reported
+        when it is first polled.)
+        """
+        self._patterns_checked = True
+        for pattern in self.patterns:
+            if glob.has_magic(pattern):
+                if not glob.glob(pattern, recursive=self.recursive):
+                    self._warn(f"no file matches {pattern}")
+            elif os.path.isdir(pattern):
+                if not os.access(pattern, os.R_OK | os.X_OK):
+                    self._warn(f"cannot list directory {pattern}: permission denied")
+            else:
+                try:
+                    os.stat(pattern)
+                except FileNotFoundError:
+                    self._warn(f"{pattern} does not exist")
+                except OSError:
+                    pass  # reported as unreadable when polled
 
     def _discover(self) -> None:
         """
@@ -558,6 +585,8 @@ class Shipper:
         @raise Exception: the sink's error when a record failed; nothing is
             checkpointed then, and the positions go back to the last checkpoint.
         """
+        if not self._patterns_checked:
+            self._check_patterns()
         if not self.followers:
             self._discover()
         total = 0
@@ -582,6 +611,8 @@ class Shipper:
                 self._pending_files.add(path)
 
             total += follower.poll(emit, final=final)
+            if follower.file is not None:
+                self.opened.add(path)
             if follower.unreadable and path not in self._reported:
                 self._reported.add(path)
                 self.stats.skipped += 1
@@ -644,6 +675,34 @@ class Shipper:
     def close(self) -> None:
         for follower in self.followers.values():
             follower.close()
+
+
+def unreachable(bootstrap_servers: str, timeout_s: float = 2.0) -> str | None:
+    """
+    Why no broker of C{bootstrap_servers} can be reached, or C{None} when one
+    accepts a TCP connection: C{"connection refused to 127.0.0.1:9092"},
+    C{"no answer from HOST:PORT within 2 s"}, C{"cannot resolve HOST"} (one
+    clause per server, joined by C{"; "}).
+
+    @param timeout_s: how long each connection attempt may take (s).
+    @raise ValueError: C{bootstrap_servers} is not C{host:port[,host:port]}.
+    """
+    from kafkatw.client.connection import parse_bootstrap_servers
+
+    reasons = []
+    for host, port in parse_bootstrap_servers(bootstrap_servers):
+        try:
+            socket.create_connection((host, port), timeout=timeout_s).close()
+            return None
+        except ConnectionRefusedError:
+            reasons.append(f"connection refused to {host}:{port}")
+        except socket.timeout:
+            reasons.append(f"no answer from {host}:{port} within {timeout_s:g} s")
+        except socket.gaierror:
+            reasons.append(f"cannot resolve {host}")
+        except OSError as e:
+            reasons.append(f"cannot connect to {host}:{port}: {e.strerror or e}")
+    return "; ".join(reasons) or None
 
 
 def ship_once(bootstrap: str, topic: str, paths: Iterable[str], state_file: str | None = None, *,

@@ -9,7 +9,7 @@ import click
 
 from kafkatw.errors import KafkaError
 
-__all__ = ["bootstrap_option", "parse_properties", "fail"]
+__all__ = ["bootstrap_option", "parse_properties", "read_properties_file", "fail"]
 
 bootstrap_option = click.option(
     "--bootstrap-server", "bootstrap_server", required=True, metavar="HOST:PORT[,HOST:PORT]",
@@ -25,6 +25,39 @@ def parse_properties(values: Iterable[str], flag: str) -> dict[str, str]:
             raise click.BadParameter(f"expected key=value, got {item!r}", param_hint=flag)
         props[key.strip()] = value
     return props
+
+
+#: Client configs of config/client.properties that a tool does not use: ignored without a warning
+#: (the producer's in a consumer, and the reverse), as one file serves every tool.
+CLIENT_CONFIGS = frozenset({
+    "bootstrap.servers", "client.id", "acks", "compression.type", "batch.size", "linger.ms", "retries",
+    "delivery.timeout.ms", "request.timeout.ms", "enable.idempotence", "max.in.flight.requests.per.connection",
+    "buffer.memory", "max.request.size", "max.block.ms", "retry.backoff.ms", "group.id", "auto.offset.reset",
+    "fetch.max.wait.ms", "fetch.min.bytes", "max.poll.records", "session.timeout.ms", "heartbeat.interval.ms",
+    "enable.auto.commit", "auto.commit.interval.ms", "max.partition.fetch.bytes",
+})
+
+
+def read_properties_file(path: str, flag: str, known: Iterable[str]) -> dict[str, str]:
+    """
+    The C{known} keys of a Java-style properties file (Kafka's
+    C{--producer.config}, C{--consumer.config}).  Other client configs are
+    ignored; a name no kafkatw tool knows gets Kafka's warning on stderr.
+
+    @raise click.BadParameter: the file cannot be read.
+    """
+    from kafkatw.config import parse_properties as parse_text
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            props = parse_text(f.read())
+    except OSError as e:
+        raise click.BadParameter(f"cannot read {path}: {e.strerror}", param_hint=flag) from None
+    wanted = set(known)
+    for name in props:
+        if name not in wanted and name not in CLIENT_CONFIGS:
+            click.echo(f"WARN The configuration '{name}' was supplied but isn't a known config.", err=True)
+    return {k: v for k, v in props.items() if k in wanted}
 
 
 def fail(message: str) -> NoReturn:

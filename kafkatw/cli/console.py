@@ -24,7 +24,7 @@ from kafkatw.client.blocking import BlockingConsumer, BlockingProducer
 from kafkatw.errors import KafkaError
 from kafkatw.protocol.records import COMPRESSION_CODECS
 
-from ._common import bootstrap_option, describe_error, fail, parse_properties
+from ._common import bootstrap_option, describe_error, fail, parse_properties, read_properties_file
 
 __all__ = ["console_producer", "console_consumer", "format_record"]
 
@@ -49,13 +49,16 @@ def _truthy(value: str | None) -> bool:
 # --- producer ---------------------------------------------------------------------------
 
 
-@click.command("console-producer")
+@click.command("console-producer", short_help="Send lines to a topic (kafka-console-producer.sh).")
 @bootstrap_option
 @click.option("--topic", required=True, help="The topic to produce to.")
 @click.option("--property", "properties", multiple=True, metavar="KEY=VALUE",
               help="parse.key=true, key.separator=SEP (default tab), ignore.error=true.")
 @click.option("--producer-property", "producer_properties", multiple=True, metavar="KEY=VALUE",
               help="acks=all|1|0, compression.type, batch.size, linger.ms.")
+@click.option("--producer.config", "producer_config", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Producer configs from a properties file (config/client.properties): acks, compression.type, "
+                   "batch.size, linger.ms, client.id; --producer-property wins.")
 @click.option("--compression-codec", type=click.Choice(["none", "gzip", "snappy", "lz4", "zstd"]),
               help="Compression of the record batches.")
 @click.option("--batch-size", type=click.IntRange(min=1), help="batch.size in bytes (default 16384).")
@@ -63,10 +66,14 @@ def _truthy(value: str | None) -> bool:
               help="linger.ms: send a partial batch after this long without input (default 1000).")
 def console_producer(bootstrap_server: str, topic: str, properties: tuple[str, ...],
                      producer_properties: tuple[str, ...], compression_codec: str | None,
-                     batch_size: int | None, linger_ms: int | None) -> None:
+                     batch_size: int | None, linger_ms: int | None, producer_config: str | None = None) -> None:
     """Send lines of stdin to a topic (kafka-console-producer.sh)."""
     props = parse_properties(properties, "--property")
-    pprops = parse_properties(producer_properties, "--producer-property")
+    pprops = {}
+    if producer_config:
+        pprops = read_properties_file(producer_config, "--producer.config",
+                                      ("acks", "compression.type", "batch.size", "linger.ms", "client.id"))
+    pprops.update(parse_properties(producer_properties, "--producer-property"))
     acks_text = pprops.get("acks", "all").strip().lower()
     if acks_text not in _ACKS:
         raise click.BadParameter(f"acks must be all, -1, 0 or 1, not {acks_text!r}", param_hint="--producer-property")
@@ -87,7 +94,8 @@ def console_producer(bootstrap_server: str, topic: str, properties: tuple[str, .
     line_number = 0
     pending: collections.deque = collections.deque()  # futures not yet known to have succeeded
     try:
-        with BlockingProducer(bootstrap_server, client_id="kafkatw-console-producer", acks=_ACKS[acks_text],
+        with BlockingProducer(bootstrap_server, client_id=pprops.get("client.id", "kafkatw-console-producer"),
+                              acks=_ACKS[acks_text],
                               compression_type=None if codec_name == "none" else codec_name,
                               batch_size=batch_bytes, linger_ms=linger * 1000) as producer:
             for line in sys.stdin.buffer:
@@ -149,7 +157,7 @@ def format_record(record: Any, partition: int, timestamp_type: int, opts: dict[s
     return b"".join(parts)
 
 
-@click.command("console-consumer")
+@click.command("console-consumer", short_help="Print a topic's records (kafka-console-consumer.sh).")
 @bootstrap_option
 @click.option("--topic", required=True, help="The topic to consume.")
 @click.option("--from-beginning", is_flag=True, help="Start at the earliest offset instead of the latest.")
@@ -161,24 +169,39 @@ def format_record(record: Any, partition: int, timestamp_type: int, opts: dict[s
               help="print.key, print.offset, print.partition, print.timestamp (true/false), key.separator.")
 @click.option("--max-wait-ms", type=click.IntRange(min=0), default=500, show_default=True,
               help="fetch.max.wait.ms of each Fetch.")
-@click.option("--group", "group_id", help="With --zookeeper: consume as a member of this consumer group.")
+@click.option("--group", "group_id",
+              help="Consume as a member of this consumer group, coordinated by the broker (with --zookeeper: "
+                   "by ZooKeeper). Committed offsets are where it starts; --from-beginning only applies to "
+                   "partitions without one.")
 @click.option("--zookeeper", "zookeeper_connect", metavar="HOST:PORT[,...][/chroot]",
               help="Coordinate --group through ZooKeeper (the paper's consumer group; chroot default /kafkatw).")
+@click.option("--consumer.config", "consumer_config", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Consumer configs from a properties file (config/client.properties): group.id (when --group "
+                   "is not given), client.id.")
 def console_consumer(bootstrap_server: str, topic: str, from_beginning: bool, partition: int | None,
                      offset_spec: str | None, max_messages: int | None, timeout_ms: int | None,
                      properties: tuple[str, ...], max_wait_ms: int, group_id: str | None = None,
-                     zookeeper_connect: str | None = None) -> None:
+                     zookeeper_connect: str | None = None, consumer_config: str | None = None) -> None:
     """Print a topic's messages on stdout (kafka-console-consumer.sh)."""
     props = parse_properties(properties, "--property")
-    if group_id is not None or zookeeper_connect is not None:
-        from .zookeeper_groups import console_group_consumer
-
-        if group_id is None or zookeeper_connect is None:
-            raise click.UsageError("--group and --zookeeper go together (a ZooKeeper-coordinated group)")
+    client_id = "kafkatw-console-consumer"
+    if consumer_config:
+        cprops = read_properties_file(consumer_config, "--consumer.config", ("group.id", "client.id"))
+        if group_id is None:
+            group_id = cprops.get("group.id") or None
+        client_id = cprops.get("client.id", client_id)
+    if zookeeper_connect is not None and group_id is None:
+        raise click.UsageError("--zookeeper needs --group (it selects a ZooKeeper-coordinated group)")
+    if group_id is not None:
         if partition is not None or offset_spec is not None:
             raise click.UsageError("--partition and --offset cannot be used with --group")
-        return console_group_consumer(bootstrap_server, zookeeper_connect, group_id, topic, from_beginning,
-                                      max_messages, timeout_ms, max_wait_ms, props)
+        if zookeeper_connect is not None:
+            from .zookeeper_groups import console_group_consumer
+
+            return console_group_consumer(bootstrap_server, zookeeper_connect, group_id, topic, from_beginning,
+                                          max_messages, timeout_ms, max_wait_ms, props)
+        return _console_coordinator_group(bootstrap_server, group_id, topic, from_beginning, max_messages,
+                                          timeout_ms, max_wait_ms, props, client_id)
     if offset_spec is not None:
         if partition is None:
             raise click.UsageError("The partition is required when offset is specified.")
@@ -196,7 +219,7 @@ def console_consumer(bootstrap_server: str, topic: str, from_beginning: bool, pa
     processed = 0
     _consume.processed = 0  # type: ignore[attr-defined]
     try:
-        with BlockingConsumer(bootstrap_server, client_id="kafkatw-console-consumer",
+        with BlockingConsumer(bootstrap_server, client_id=client_id,
                               auto_offset_reset="earliest" if from_beginning else "latest",
                               fetch_max_wait_ms=max_wait_ms) as consumer:
             processed = _consume(consumer, out, topic, from_beginning, partition, offset_spec, max_messages,
@@ -252,3 +275,56 @@ def _consume(consumer: BlockingConsumer, out: BinaryIO, topic: str, from_beginni
             last_message = time.monotonic()
         elif timeout_ms is not None and (time.monotonic() - last_message) * 1000 >= timeout_ms:
             return processed
+
+
+def _console_coordinator_group(bootstrap_server: str, group_id: str, topic: str, from_beginning: bool,
+                               max_messages: int | None, timeout_ms: int | None, max_wait_ms: int,
+                               props: dict[str, str], client_id: str = "kafkatw-console-consumer") -> None:
+    """
+    C{console-consumer --group G}: print the records of the partitions the
+    broker's group coordinator gives this member (auto commit, and a commit
+    on exit: at least once).
+    """
+    from .coordinator_group import CoordinatorGroupConsumer
+
+    opts = print_options(props)
+    out = sys.stdout.buffer
+    processed = 0
+    group = None
+    try:
+        group = CoordinatorGroupConsumer(bootstrap_server, group_id, [topic],
+                                         auto_offset_reset="earliest" if from_beginning else "latest",
+                                         client_id=client_id, fetch_max_wait_ms=max_wait_ms)
+        group.partitions_for(topic)  # an unknown topic fails here, as without --group
+        group.join()
+        last_message = time.monotonic()
+        while True:
+            wait_ms = 1000
+            if timeout_ms is not None:
+                wait_ms = max(0, timeout_ms - int((time.monotonic() - last_message) * 1000))
+            left = None if max_messages is None else max_messages - processed
+            records = group.poll(wait_ms, left)
+            for record in records:
+                out.write(format_record(record, record.partition, record.timestamp_type, opts) + b"\n")
+                processed += 1
+            if records:
+                out.flush()
+                last_message = time.monotonic()
+            if max_messages is not None and processed >= max_messages:
+                break
+            if not records and timeout_ms is not None and (time.monotonic() - last_message) * 1000 >= timeout_ms:
+                break
+    except KeyboardInterrupt:
+        pass
+    except BrokenPipeError:
+        sys.stderr.close()
+        sys.exit(0)
+    except (KafkaError, OSError, ValueError) as e:
+        if group is not None:
+            group.close()
+        click.echo(f"ERROR Error processing message, terminating consumer process: {describe_error(e)}", err=True)
+        click.echo(f"Processed a total of {processed} messages", err=True)
+        sys.exit(1)
+    if group is not None:
+        group.close()
+    click.echo(f"Processed a total of {processed} messages", err=True)

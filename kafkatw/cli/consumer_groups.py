@@ -215,11 +215,11 @@ def _log_end_offsets(client: WireClient, partitions: set[tuple[str, int]]) -> di
     return result
 
 
-@click.command("consumer-groups")
+@click.command("consumer-groups", short_help="Consumer groups and offsets (kafka-consumer-groups.sh).")
 @click.option("--bootstrap-server", "bootstrap_server", metavar="HOST:PORT[,HOST:PORT]",
               help="The broker(s) to connect to (with --zookeeper: only for log end offsets).")
 @click.option("--zookeeper", "zookeeper_connect", metavar="HOST:PORT[,...][/chroot]",
-              help="The groups of ZooKeeper-coordinated consumers (the paper's; kafkatw.cli.zookeeper_groups).")
+              help="The groups of ZooKeeper-coordinated consumers (the paper's; docs/consumer-groups.md).")
 @click.option("--to-datetime", help="With --zookeeper --reset-offsets: to the first offset at or after "
               "YYYY-MM-DDTHH:mm:SS.sss.")
 @click.option("--list", "action", flag_value="list", help="List all consumer groups.")
@@ -274,7 +274,7 @@ def consumer_groups(bootstrap_server: str | None, action: str | None, group_id: 
                 for name in source.list_groups():
                     click.echo(name)
             elif action == "describe":
-                _describe(client, source, group_id)
+                _describe(client, source, group_id, command_timeout_ms)
             elif action == "delete":
                 source.delete(group_id)
                 click.echo(f"Deletion of requested consumer groups ('{group_id}') was successful.")
@@ -284,14 +284,118 @@ def consumer_groups(bootstrap_server: str | None, action: str | None, group_id: 
         fail(f"Error: Executing consumer group command failed due to {describe_error(e)}")
 
 
-def _describe(client: WireClient, source: GroupSource, group_id: str) -> None:
+def _describe(client: WireClient, source: GroupSource, group_id: str, timeout_ms: int = 30000) -> None:
     group = source.describe(group_id)
-    if group.state == "Dead":
-        fail(f"Error: Consumer group '{group_id}' does not exist.")
+    looked_in_zookeeper = False
     if not group.members:
-        click.echo(f"\nConsumer group '{group_id}' has no active members.")
+        # The paper's groups register in ZooKeeper, not with a coordinator: look there too.
+        looked_in_zookeeper, found = _zookeeper_group(client, group_id)
+        if found is not None:
+            from .zookeeper_groups import format_describe as format_zookeeper_describe
+
+            connect, zk_group = found
+            click.echo(f"\nConsumer group '{group_id}' is coordinated by ZooKeeper (the paper's consumer group, "
+                       f"{len(zk_group.members)} registered consumer(s)); the broker's group coordinator has "
+                       f"no members of it. As 'kafkatw consumer-groups --zookeeper {connect} --describe "
+                       f"--group {group_id}' shows it:")
+            ends = _log_end_offsets(client, zk_group.partitions)
+            click.echo("\n" + format_zookeeper_describe(zk_group, ends))
+            return
+    hint = "" if looked_in_zookeeper else (" (ZooKeeper-coordinated groups are not shown: the cluster's ZooKeeper"
+                                           " was not found; give --zookeeper HOST:PORT to see them)")
+    if group.state == "Dead":
+        fail(f"Error: Consumer group '{group_id}' does not exist{hint}.")
+    if not group.members:
+        click.echo(f"\nConsumer group '{group_id}' has no active members{hint}.")
     partitions = set(group.offsets) | {tp for m in group.members for tp in m.assignment}
     click.echo("\n" + format_describe(group, _log_end_offsets(client, partitions)))
+
+
+def _cluster_zookeeper(client: WireClient) -> tuple[str, str] | None:
+    """
+    The ZooKeeper connect string of the cluster and its cluster id, from a
+    broker's C{zookeeper.connect} (DescribeConfigs); for C{embedded}, the
+    embedded ZooKeeper on the broker's host at C{KAFKATW_EMBEDDED_ZOOKEEPER_PORT}
+    (default 2181).  C{None} when the broker does not say.
+    """
+    metadata = client.metadata([])
+    cluster_id = getattr(metadata, "cluster_id", None)
+    if not client.brokers or not cluster_id:
+        return None
+    broker_id = sorted(client.brokers)[0]
+    try:
+        response = client.describe_configs([(4, str(broker_id))], ["zookeeper.connect"])
+    except KafkaError:
+        return None
+    connect = None
+    for result in response.results:
+        for c in result.configs:
+            if c.name == "zookeeper.connect" and c.value:
+                connect = c.value
+    if not connect:
+        return None
+    if connect == "embedded":
+        import os
+
+        host = client.brokers[broker_id][0]
+        port = os.environ.get("KAFKATW_EMBEDDED_ZOOKEEPER_PORT") or os.environ.get("KAFKATW_ZOOKEEPER_PORT") or "2181"
+        connect = f"{host}:{port}"
+    return connect, cluster_id
+
+
+def _reachable(connect: str, timeout_s: float = 1.0) -> bool:
+    """Whether one server of a ZooKeeper connect string accepts a TCP connection."""
+    import socket
+
+    from kafkatw.client.connection import parse_bootstrap_servers
+
+    for host, port in parse_bootstrap_servers(connect.split("/", 1)[0]):
+        try:
+            socket.create_connection((host, port), timeout=timeout_s).close()
+            return True
+        except OSError:
+            continue
+    return False
+
+
+def _zookeeper_group(client: WireClient, group_id: str) -> tuple[bool, tuple[str, Any] | None]:
+    """
+    Look for the ZooKeeper-coordinated group C{group_id} of this cluster.
+
+    @return: (whether the cluster's ZooKeeper was read, and C{(connect
+        string, ZookeeperGroup)} when the group has registered consumers or
+        partition owners there).  The
+        ZooKeeper is not read when it cannot be found or reached in a few
+        seconds, or when it holds another cluster (its C{/cluster/id} differs
+        from the brokers' cluster id).
+    """
+    found = _cluster_zookeeper(client)
+    if found is None:
+        return False, None
+    connect, cluster_id = found
+    if not _reachable(connect):
+        return False, None
+    from .zookeeper_groups import _in_reactor, describe_group
+
+    async def read(zk: Any) -> Any:
+        import json
+
+        try:
+            data, _ = await zk.get("/cluster/id")
+            if json.loads(data)["id"] != cluster_id:
+                return None
+        except Exception:
+            return None
+        return await describe_group(zk, group_id)
+
+    try:
+        zk_group = _in_reactor(read, connect, 5.0)
+    except Exception:
+        return False, None
+    if zk_group is None:
+        return False, None
+    # offsets alone say nothing: the coordinator's groups keep theirs in the same place
+    return True, ((connect, zk_group) if zk_group.members or zk_group.owners else None)
 
 
 def _reset(client: WireClient, source: GroupSource, group_id: str, topic: str | None, to: str | None,

@@ -49,7 +49,7 @@ def format_result(start_s: float, end_s: float, joined_s: float, total_bytes: in
             f" {int(fetch * 1000)}, {mb / fetch:.4f}, {total_messages / fetch:.4f}")
 
 
-@click.command("consumer-perf-test")
+@click.command("consumer-perf-test", short_help="Consumer throughput (kafka-consumer-perf-test.sh).")
 @bootstrap_option
 @click.option("--topic", required=True, help="The topic to consume.")
 @click.option("--messages", required=True, type=click.IntRange(min=1), help="The number of messages to consume.")

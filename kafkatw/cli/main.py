@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+from typing import Any
 
 import click
 
@@ -31,7 +32,45 @@ from .zookeeper import zookeeper
 __all__ = ["main"]
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+#: click >= 8.2 raises this for a group called without a command (its message is the help)
+_NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
+
+
+class _KafkaTools(click.Group):
+    """
+    The C{kafkatw} group.  A usage error prints the error first, then where
+    to find help (two lines, exit status 2), as Kafka's tools put the error
+    first; click would print the usage line before it.
+    """
+
+    def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
+             standalone_mode: bool = True, **extra: Any) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except _NO_ARGS_IS_HELP as e:  # `kafkatw` alone: the help
+            click.echo(e.format_message(), err=True)
+            sys.exit(e.exit_code)
+        except click.UsageError as e:
+            click.echo(f"Error: {e.format_message()}", err=True)
+            if e.ctx is not None:
+                command = e.ctx.command_path
+                help_names = e.ctx.help_option_names
+                if help_names:
+                    click.echo(f"Try '{command} {help_names[-1]}' for help.", err=True)
+            sys.exit(e.exit_code)
+        except click.ClickException as e:
+            e.show()
+            sys.exit(e.exit_code)
+        except click.exceptions.Exit as e:
+            sys.exit(e.exit_code)
+        except click.Abort:
+            click.echo("Aborted!", err=True)
+            sys.exit(1)
+
+
+@click.group(cls=_KafkaTools, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="kafkatw")
 def main() -> None:
     """kafkatw: Kafka's tools for a kafkatw (or Apache Kafka) cluster."""

@@ -178,7 +178,8 @@ async def _run(reactor: Any, topic: str, num_records: int, payload: bytes, throu
     return stats.final_line()
 
 
-@click.command("producer-perf-test", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@click.command("producer-perf-test", short_help="Producer throughput (kafka-producer-perf-test.sh).",
+               context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
 @click.option("--topic", required=True, help="The topic to produce to.")
 @click.option("--num-records", type=click.IntRange(min=1), required=True, help="Number of records to produce.")
 @click.option("--record-size", type=click.IntRange(min=0), help="Record size in bytes.")

@@ -21,7 +21,7 @@ from typing import Any
 
 import click
 
-from kafkatw.shipper import DEFAULT_MAX_LINE_BYTES, ProducerSink, Shipper, ShipStats
+from kafkatw.shipper import DEFAULT_MAX_LINE_BYTES, ProducerSink, Shipper, ShipStats, unreachable
 
 from ._common import bootstrap_option, describe_error, fail
 
@@ -33,8 +33,13 @@ def default_state_file(topic: str) -> str:
     return os.path.join(os.path.expanduser("~"), ".kafkatw", f"ship-state-{topic}.json")
 
 
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}" if count == 1 else f"{count} {word}s"
+
+
 def _summary(stats: ShipStats) -> str:
-    line = f"shipped {stats.lines} lines ({stats.bytes} bytes) from {stats.files} files"
+    line = (f"shipped {_plural(stats.lines, 'line')} ({_plural(stats.bytes, 'byte')}) "
+            f"from {_plural(stats.files, 'file')}")
     extra = []
     if stats.truncated:
         extra.append(f"{stats.truncated} truncated")
@@ -86,7 +91,7 @@ class _Progress:
         self._live.stop()
 
 
-@click.command("ship")
+@click.command("ship", short_help="Follow log files and send each line to a topic.")
 @bootstrap_option
 @click.option("--topic", required=True, help="The topic to send the lines to.")
 @click.argument("paths", nargs=-1, required=True)
@@ -120,6 +125,15 @@ def ship(bootstrap_server: str, topic: str, paths: tuple[str, ...], once: bool, 
         stop.set()
 
     try:
+        why = unreachable(bootstrap_server)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--bootstrap-server") from None
+    if why is not None:
+        if once:
+            fail(f"ERROR {why}")
+        warn(f"{why}; will keep trying")
+
+    try:
         sink = ProducerSink(bootstrap_server, topic,
                             compression_type=None if compression_codec == "none" else compression_codec)
     except Exception as e:
@@ -143,7 +157,7 @@ def ship(bootstrap_server: str, topic: str, paths: tuple[str, ...], once: bool, 
                 try:
                     busy = shipper.poll_once()
                 except Exception as e:  # delivery failed: positions were rewound; try again
-                    warn(f"sending failed, will retry from the last checkpoint: {describe_error(e)}")
+                    warn(f"sending failed, will retry from the last checkpoint: {_why(e, bootstrap_server)}")
                     busy = 0
                 if progress:
                     progress.update(shipper)
@@ -164,4 +178,16 @@ def ship(bootstrap_server: str, topic: str, paths: tuple[str, ...], once: bool, 
             signal.signal(sig, handler)
     click.echo(_summary(shipper.stats), err=True)
     if error is not None:
-        fail(f"ERROR {describe_error(error)}")
+        fail(f"ERROR {_why(error, bootstrap_server)}")
+    if once and not shipper.opened and not stop.is_set():
+        fail(f"ERROR nothing to ship: no readable file in {' '.join(paths)}")
+
+
+def _why(error: BaseException, bootstrap_server: str) -> str:
+    """The error, and why the brokers cannot be reached when they cannot."""
+    text = describe_error(error)
+    try:
+        reason = unreachable(bootstrap_server)
+    except ValueError:
+        reason = None
+    return f"{text} ({reason})" if reason else text

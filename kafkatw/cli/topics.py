@@ -32,7 +32,7 @@ def format_topic_id(topic_id: uuid.UUID | None) -> str:
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
-@click.command()
+@click.command(short_help="Create, list, describe, delete topics (kafka-topics.sh).")
 @bootstrap_option
 @click.option("--create", "action", flag_value="create", help="Create a topic.")
 @click.option("--list", "action", flag_value="list", help="List topics.")

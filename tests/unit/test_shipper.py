@@ -392,6 +392,105 @@ def check_deleted_file_is_finished_and_released(tmp_path, sink):
     assert str(d / "old.log") not in load_state(shipper.state_file)
 
 
+# --- what the user is told ---------------------------------------------------------------
+
+
+def check_missing_paths_are_warnings_naming_them(tmp_path, sink):
+    write(tmp_path / "here.log", b"x\n")
+    (tmp_path / "emptydir").mkdir()
+    warnings: list[str] = []
+    shipper = make(tmp_path, sink, tmp_path / "here.log", tmp_path / "gone.log", str(tmp_path / "nope-*.log"),
+                   tmp_path / "here.log" / "below", on_warning=warnings.append)
+    shipper.run_once()
+    shipper.poll_once()  # reported once, not at every poll
+    assert sink.values() == [b"x"]
+    assert warnings == [
+        f"{tmp_path / 'gone.log'} does not exist",
+        f"no file matches {tmp_path / 'nope-*.log'}",
+        f"cannot read {tmp_path / 'here.log' / 'below'}: permission denied or not a regular file; skipping it",
+    ]
+    assert shipper.opened == {str(tmp_path / "here.log")}
+
+
+def check_nothing_opened(tmp_path, sink):
+    shipper = make(tmp_path, sink, tmp_path / "gone.log", on_warning=lambda m: None)
+    shipper.run_once()
+    assert shipper.opened == set()
+    write(tmp_path / "gone.log", b"late\n")  # followed: shipped once it appears
+    shipper.poll_once()
+    assert sink.values() == [b"late"] and shipper.opened == {str(tmp_path / "gone.log")}
+
+
+def check_unreachable_names_the_address(tmp_path, sink):
+    import socket
+
+    from kafkatw.shipper import unreachable
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    listener.listen(1)
+    try:
+        assert unreachable(f"127.0.0.1:{port}") is None
+    finally:
+        listener.close()
+    # the port was just closed: nothing listens there now
+    assert unreachable(f"127.0.0.1:{port}") == f"connection refused to 127.0.0.1:{port}"
+    assert unreachable(f"127.0.0.1:{port},127.0.0.1:{port}") == \
+        f"connection refused to 127.0.0.1:{port}; connection refused to 127.0.0.1:{port}"
+
+
+def check_cli_once_with_nothing_to_ship_fails(tmp_path, sink):
+    import socket
+
+    from click.testing import CliRunner
+
+    from kafkatw.cli.main import main
+
+    listener = socket.socket()  # a "broker" that accepts connections (never used: nothing to send)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(5)
+    try:
+        bootstrap = f"127.0.0.1:{listener.getsockname()[1]}"
+        result = CliRunner().invoke(main, ["ship", "--bootstrap-server", bootstrap, "--topic", "t", "--once",
+                                           "--no-state", str(tmp_path / "gone.log")])
+    finally:
+        listener.close()
+    assert result.exit_code == 1, result.output
+    assert result.output.splitlines() == [
+        f"kafkatw ship: {tmp_path / 'gone.log'} does not exist",
+        "shipped 0 lines (0 bytes) from 0 files",
+        f"ERROR nothing to ship: no readable file in {tmp_path / 'gone.log'}",
+    ]
+
+
+def check_cli_unreachable_broker_fails_at_once(tmp_path, sink):
+    import socket
+
+    from click.testing import CliRunner
+
+    from kafkatw.cli.main import main
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    write(tmp_path / "a.log", b"x\n")
+    result = CliRunner().invoke(main, ["ship", "--bootstrap-server", f"127.0.0.1:{port}", "--topic", "t",
+                                       "--once", "--no-state", str(tmp_path / "a.log")])
+    assert result.exit_code == 1
+    assert result.output == f"ERROR connection refused to 127.0.0.1:{port}\n"
+
+
+def check_summary_counts_in_singular_and_plural(tmp_path, sink):
+    from kafkatw.cli.ship import _summary
+    from kafkatw.shipper import ShipStats
+
+    assert _summary(ShipStats(lines=1, bytes=1, files=1)) == "shipped 1 line (1 byte) from 1 file"
+    assert _summary(ShipStats(lines=2, bytes=0, files=2, skipped=1)) == \
+        "shipped 2 lines (0 bytes) from 2 files (1 skipped)"
+
+
 class ShipperTests(unittest.TestCase):
     """The checks above as trial test methods (each with a fresh tmp_path and sink)."""
 

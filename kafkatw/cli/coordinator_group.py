@@ -1,0 +1,424 @@
+"""
+C{kafkatw console-consumer --group G} without C{--zookeeper}: a member of a
+consumer group coordinated by the broker (Kafka's classic group protocol, as
+Kafka's console consumer joins one), for the command line.
+
+L{CoordinatorGroupConsumer} is deliberately small and blocking:
+
+  - the group protocol runs over a L{kafkatw.client.wire.WireClient} socket to
+    the group's coordinator (FindCoordinator v2, JoinGroup v5 with KIP-394's
+    C{MEMBER_ID_REQUIRED} round, SyncGroup v3, Heartbeat v3, OffsetFetch v5,
+    OffsetCommit v7, LeaveGroup v3);
+  - the records come from a L{kafkatw.client.blocking.BlockingConsumer}
+    assigned the partitions the group gave this member;
+  - it offers one assignor, C{range} (Kafka's C{RangeAssignor}: per topic, the
+    members subscribed to it sorted by member id, member I{j} of I{C} takes
+    C{P // C + (j < P % C)} partitions from C{j * (P // C) + min(j, P % C)}),
+    which every Kafka client offers too, so it can share a group with them;
+  - it heartbeats and auto-commits between polls (L{poll} never waits past the
+    next heartbeat), commits the positions of its partitions before it
+    rejoins, and commits and leaves the group when closed: at least once.
+
+The consumer protocol's bytes (Kafka's C{ConsumerProtocolSubscription} and
+C{ConsumerProtocolAssignment}, version 0)::
+
+    subscription: int16 version, [string topic], bytes user_data
+    assignment:   int16 version, [string topic, [int32 partition]], bytes user_data
+
+Source: the Kafka protocol guide; KIP-394 (member id required); Kafka's
+C{ConsumerCoordinator} and C{RangeAssignor}.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from typing import Any, Callable, Iterable
+
+from kafkatw.client.wire import WireClient
+from kafkatw.errors import ErrorCode, KafkaError, kafka_error
+
+__all__ = ["CoordinatorGroupConsumer", "encode_subscription", "decode_subscription", "encode_assignment",
+           "range_assign"]
+
+TopicPartition = tuple[str, int]
+
+_FIND_COORDINATOR_V = 2
+_JOIN_GROUP_V = 5
+_SYNC_GROUP_V = 3
+_HEARTBEAT_V = 3
+_LEAVE_GROUP_V = 3
+_OFFSET_FETCH_V = 5
+_OFFSET_COMMIT_V = 7
+
+#: Errors after which the coordinator is looked up again.
+_COORDINATOR_MOVED = frozenset({ErrorCode.not_coordinator, ErrorCode.coordinator_not_available,
+                                ErrorCode.coordinator_load_in_progress})
+#: Errors that mean: join again.
+_REJOIN = frozenset({ErrorCode.rebalance_in_progress, ErrorCode.illegal_generation, ErrorCode.unknown_member_id})
+
+
+def _string(text: str) -> bytes:
+    raw = text.encode("utf-8")
+    return struct.pack(">h", len(raw)) + raw
+
+
+def encode_subscription(topics: Iterable[str]) -> bytes:
+    """A version 0 C{ConsumerProtocolSubscription} of C{topics} (no user data)."""
+    names = sorted(set(topics))
+    return struct.pack(">hi", 0, len(names)) + b"".join(_string(t) for t in names) + struct.pack(">i", -1)
+
+
+def decode_subscription(data: bytes) -> list[str]:
+    """
+    The topics of a C{ConsumerProtocolSubscription} of any version (they come
+    first in every version); unreadable bytes give C{[]}.
+    """
+    try:
+        (count,) = struct.unpack_from(">i", data, 2)
+        pos = 6
+        topics = []
+        for _ in range(max(count, 0)):
+            (length,) = struct.unpack_from(">h", data, pos)
+            pos += 2
+            if pos + length > len(data):
+                return []
+            topics.append(data[pos:pos + length].decode("utf-8"))
+            pos += length
+        return topics
+    except (struct.error, UnicodeDecodeError):
+        return []
+
+
+def encode_assignment(partitions: Iterable[TopicPartition]) -> bytes:
+    """A version 0 C{ConsumerProtocolAssignment} of C{partitions} (no user data)."""
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in sorted(partitions):
+        by_topic.setdefault(topic, []).append(partition)
+    parts = [struct.pack(">hi", 0, len(by_topic))]
+    for topic, ps in by_topic.items():
+        parts.append(_string(topic) + struct.pack(f">i{len(ps)}i", len(ps), *ps))
+    parts.append(struct.pack(">i", -1))
+    return b"".join(parts)
+
+
+def range_assign(subscriptions: dict[str, list[str]], partition_counts: dict[str, int]) -> dict[str, list[TopicPartition]]:
+    """
+    Kafka's range assignment (see the module docstring).
+
+    @param subscriptions: member id -> subscribed topics.
+    @param partition_counts: topic -> partition count (topics missing here get no partitions).
+    @return: member id -> its sorted C{(topic, partition)}s (every member present).
+    """
+    result: dict[str, list[TopicPartition]] = {member: [] for member in subscriptions}
+    topics = sorted({t for ts in subscriptions.values() for t in ts})
+    for topic in topics:
+        members = sorted(m for m, ts in subscriptions.items() if topic in ts)
+        count = partition_counts.get(topic, 0)
+        share, extra = divmod(count, len(members))
+        for j, member in enumerate(members):
+            start = j * share + min(j, extra)
+            result[member].extend((topic, p) for p in range(start, start + share + (j < extra)))
+    return {m: sorted(tps) for m, tps in result.items()}
+
+
+class CoordinatorGroupConsumer:
+    """
+    A blocking member of a broker-coordinated consumer group (see the module
+    docstring).
+
+    @param bootstrap_servers: C{"host:port,..."}.
+    @param group_id: the group to join.
+    @param topics: the topics to subscribe to.
+    @param auto_offset_reset: C{"earliest"} or C{"latest"}: where a partition
+        without a committed offset starts.
+    @param session_timeout_ms: the session timeout asked of the coordinator (ms).
+    @param heartbeat_interval_ms: time between heartbeats (ms).
+    @param rebalance_timeout_ms: how long the coordinator waits for members
+        to rejoin during a rebalance (ms).
+    @param auto_commit_interval_ms: commit the positions this often (ms).
+    @param retry_backoff_ms: wait before retrying a failed group request (ms).
+    @param consumer_options: passed to L{BlockingConsumer}.
+    @raise KafkaError: a group request failed for a reason that retrying does
+        not mend (for example C{GROUP_AUTHORIZATION_FAILED},
+        C{INCONSISTENT_GROUP_PROTOCOL}).
+    @raise OSError: no broker can be reached.
+    """
+
+    def __init__(self, bootstrap_servers: str, group_id: str, topics: Iterable[str], *,
+                 auto_offset_reset: str = "latest", client_id: str = "kafkatw-console-consumer",
+                 session_timeout_ms: int = 10000, heartbeat_interval_ms: int = 3000,
+                 rebalance_timeout_ms: int = 60000, auto_commit_interval_ms: int = 5000,
+                 retry_backoff_ms: int = 200, request_timeout_ms: int = 30000,
+                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], Any] = time.sleep,
+                 **consumer_options: Any) -> None:
+        from kafkatw.client.blocking import BlockingConsumer
+
+        if auto_offset_reset not in ("earliest", "latest"):
+            raise ValueError(f"auto_offset_reset must be earliest or latest, not {auto_offset_reset!r}")
+        self.group_id = group_id
+        self.topics = sorted(set(topics))
+        self.auto_offset_reset = auto_offset_reset
+        self.session_timeout_ms = session_timeout_ms
+        self.heartbeat_interval_ms = heartbeat_interval_ms
+        self.rebalance_timeout_ms = rebalance_timeout_ms
+        self.auto_commit_interval_ms = auto_commit_interval_ms
+        self.retry_backoff_ms = retry_backoff_ms
+        self.request_timeout_ms = request_timeout_ms
+        self._clock = clock
+        self._sleep = sleep
+        self.member_id = ""
+        self.generation_id = -1
+        self.assignment: list[TopicPartition] = []
+        self._coordinator: int | None = None
+        self._wire = WireClient(bootstrap_servers, client_id=client_id, timeout_ms=request_timeout_ms)
+        try:
+            self._consumer = BlockingConsumer(bootstrap_servers, client_id=client_id,
+                                              auto_offset_reset=auto_offset_reset, **consumer_options)
+        except BaseException:
+            self._wire.close()
+            raise
+        self._next_heartbeat = 0.0
+        self._next_commit = 0.0
+        self._closed = False
+
+    # --- requests to the coordinator ------------------------------------------------------
+
+    def _send(self, api_key: int, version: int, body: dict, timeout_ms: int | None = None) -> Any:
+        if self._coordinator is None:
+            response = self._wire._connection(None).send(10, _FIND_COORDINATOR_V, {"key": self.group_id,
+                                                                                   "key_type": 0})
+            code = ErrorCode(int(response.error_code))
+            if code != ErrorCode.none:
+                raise kafka_error(code, f"finding the coordinator of group {self.group_id!r}: {code.name}")
+            self._wire.brokers[int(response.node_id)] = (response.host, int(response.port))
+            self._coordinator = int(response.node_id)
+        try:
+            return self._wire._connection(self._coordinator).send(api_key, version, body, timeout_ms=timeout_ms)
+        except OSError:
+            self._coordinator = None
+            raise
+
+    def _code(self, response: Any) -> ErrorCode:
+        code = ErrorCode(int(response.error_code))
+        if code in _COORDINATOR_MOVED:
+            self._coordinator = None
+        return code
+
+    def _retriable(self, code: ErrorCode) -> bool:
+        return code in _COORDINATOR_MOVED
+
+    # --- membership -----------------------------------------------------------------------
+
+    def join(self) -> list[TopicPartition]:
+        """
+        Join (or rejoin) the group and start consuming the partitions it
+        assigns; blocks until the group is stable.
+
+        @return: this member's partitions.
+        """
+        deadline = self._clock() + (self.rebalance_timeout_ms + self.request_timeout_ms) / 1000.0
+        while True:
+            if self._clock() > deadline:
+                raise kafka_error(ErrorCode.rebalance_in_progress,
+                                  f"group {self.group_id!r} did not become stable in time")
+            try:
+                assignment = self._join_once()
+            except OSError:
+                self._sleep(self.retry_backoff_ms / 1000.0)
+                continue
+            if assignment is not None:
+                break
+        self._start(assignment)
+        return assignment
+
+    def _join_once(self) -> list[TopicPartition] | None:
+        """One JoinGroup + SyncGroup round; C{None}: try again."""
+        body = {"group_id": self.group_id, "session_timeout": self.session_timeout_ms,
+                "rebalance_timeout": self.rebalance_timeout_ms, "member_id": self.member_id,
+                "group_instance_id": None, "protocol_type": "consumer",
+                "protocols": [{"name": "range", "metadata": encode_subscription(self.topics)}]}
+        # the coordinator answers a join when the rebalance completes: up to the rebalance timeout
+        response = self._send(11, _JOIN_GROUP_V, body, timeout_ms=self.rebalance_timeout_ms + self.request_timeout_ms)
+        code = self._code(response)
+        if code == ErrorCode.member_id_required:  # KIP-394: join again with the id the coordinator gave
+            self.member_id = response.member_id
+            return None
+        if code == ErrorCode.unknown_member_id:
+            self.member_id = ""
+            return None
+        if code in _COORDINATOR_MOVED or code == ErrorCode.rebalance_in_progress:
+            self._sleep(self.retry_backoff_ms / 1000.0)
+            return None
+        if code != ErrorCode.none:
+            raise kafka_error(code, f"joining group {self.group_id!r}: {code.name}")
+        self.member_id = response.member_id
+        self.generation_id = int(response.generation_id)
+        assignments = []
+        if response.leader == self.member_id:
+            subscriptions = {m.member_id: decode_subscription(bytes(m.metadata)) for m in response.members}
+            wanted = sorted({t for ts in subscriptions.values() for t in ts})
+            counts = {}
+            for topic in wanted:
+                try:
+                    counts[topic] = self._wire.partitions_for(topic)
+                except KafkaError:
+                    counts[topic] = 0
+            assignments = [{"member_id": m, "assignment": encode_assignment(tps)}
+                           for m, tps in range_assign(subscriptions, counts).items()]
+        synced = self._send(14, _SYNC_GROUP_V, {"group_id": self.group_id, "generation_id": self.generation_id,
+                                                "member_id": self.member_id, "group_instance_id": None,
+                                                "assignments": assignments})
+        code = self._code(synced)
+        if code == ErrorCode.unknown_member_id:
+            self.member_id = ""
+        if code in _REJOIN or code in _COORDINATOR_MOVED:
+            return None
+        if code != ErrorCode.none:
+            raise kafka_error(code, f"syncing group {self.group_id!r}: {code.name}")
+        from .consumer_groups import decode_consumer_assignment
+
+        return sorted(tp for tp in decode_consumer_assignment(bytes(synced.assignment or b""))
+                      if tp[0] in self.topics)
+
+    def _start(self, assignment: list[TopicPartition]) -> None:
+        """Consume C{assignment} from the group's committed offsets (else C{auto_offset_reset})."""
+        self.assignment = assignment
+        self._consumer.assign(assignment)
+        committed = self.committed(assignment) if assignment else {}
+        reset = [tp for tp in assignment if committed.get(tp, -1) < 0]
+        for tp in assignment:
+            if committed.get(tp, -1) >= 0:
+                self._consumer.seek(tp, committed[tp])
+        if reset:
+            if self.auto_offset_reset == "earliest":
+                self._consumer.seek_to_beginning(*reset)
+            else:
+                self._consumer.seek_to_end(*reset)
+        now = self._clock()
+        self._next_heartbeat = now + self.heartbeat_interval_ms / 1000.0
+        self._next_commit = now + self.auto_commit_interval_ms / 1000.0
+
+    def committed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """The group's committed offsets of C{partitions} (-1: none)."""
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in sorted(partitions):
+            by_topic.setdefault(topic, []).append(partition)
+        response = self._send(9, _OFFSET_FETCH_V, {"group_id": self.group_id, "require_stable": False, "topics": [
+            {"name": t, "partition_indexes": ps} for t, ps in by_topic.items()]})
+        code = self._code(response)
+        if code != ErrorCode.none:
+            raise kafka_error(code, f"fetching the offsets of group {self.group_id!r}: {code.name}")
+        result = {}
+        for t in response.topics:
+            for p in t.partitions:
+                if ErrorCode(int(p.error_code)) == ErrorCode.none:
+                    result[(t.name, int(p.partition_index))] = int(p.committed_offset)
+        return result
+
+    def commit(self) -> dict[TopicPartition, int]:
+        """
+        Commit the position (the next offset to consume) of every assigned
+        partition, in this generation.
+
+        @return: what was committed; C{{}} when the group is rebalancing (the
+            next join commits nothing older: positions are kept).
+        """
+        if not self.assignment or self.generation_id < 0:
+            return {}
+        offsets = {tp: self._consumer.position(tp) for tp in self.assignment}
+        topics: dict[str, list] = {}
+        for (topic, partition), offset in sorted(offsets.items()):
+            topics.setdefault(topic, []).append({"partition_index": partition, "committed_offset": offset,
+                                                 "committed_leader_epoch": -1, "committed_metadata": ""})
+        response = self._send(8, _OFFSET_COMMIT_V, {
+            "group_id": self.group_id, "generation_id_or_member_epoch": self.generation_id,
+            "member_id": self.member_id, "group_instance_id": None,
+            "topics": [{"name": name, "partitions": parts} for name, parts in topics.items()]})
+        for t in response.topics:
+            for p in t.partitions:
+                code = ErrorCode(int(p.error_code))
+                if code in _REJOIN:
+                    return {}
+                if code in _COORDINATOR_MOVED:
+                    self._coordinator = None
+                    return {}
+                if code != ErrorCode.none:
+                    raise kafka_error(code, f"committing {t.name}-{p.partition_index} for group "
+                                            f"{self.group_id!r}: {code.name}")
+        self._next_commit = self._clock() + self.auto_commit_interval_ms / 1000.0
+        return offsets
+
+    def _heartbeat(self) -> None:
+        try:
+            response = self._send(12, _HEARTBEAT_V, {"group_id": self.group_id, "generation_id": self.generation_id,
+                                                     "member_id": self.member_id, "group_instance_id": None})
+        except OSError:
+            self._coordinator = None
+            self._next_heartbeat = self._clock() + self.retry_backoff_ms / 1000.0
+            return
+        code = self._code(response)
+        self._next_heartbeat = self._clock() + self.heartbeat_interval_ms / 1000.0
+        if code == ErrorCode.none or code in _COORDINATOR_MOVED:
+            return
+        if code == ErrorCode.rebalance_in_progress:
+            self.commit()  # our generation is still valid: keep the progress before partitions move
+        elif code == ErrorCode.unknown_member_id:
+            self.member_id = ""
+        elif code != ErrorCode.illegal_generation:
+            raise kafka_error(code, f"heartbeat of group {self.group_id!r}: {code.name}")
+        self.generation_id = -1
+        self.join()
+
+    # --- consuming --------------------------------------------------------------------------
+
+    def partitions_for(self, topic: str) -> set[int]:
+        """The partition ids of C{topic} (see L{kafkatw.client.consumer.Consumer.partitions_for})."""
+        return self._consumer.partitions_for(topic)
+
+    def poll(self, timeout_ms: int = 0, max_records: int | None = None) -> list[Any]:
+        """
+        Records of this member's partitions, waiting up to C{timeout_ms} (ms);
+        heartbeats, auto-commits and rebalances happen in here.
+        """
+        deadline = self._clock() + timeout_ms / 1000.0
+        while True:
+            now = self._clock()
+            if now >= self._next_heartbeat:
+                self._heartbeat()
+            if now >= self._next_commit:
+                self.commit()
+            wait_s = max(0.0, min(deadline, self._next_heartbeat, self._next_commit) - self._clock())
+            if self.assignment:
+                records = self._consumer.poll(int(wait_s * 1000), max_records)
+            else:
+                self._sleep(wait_s)
+                records = []
+            if records or self._clock() >= deadline:
+                return records
+
+    def close(self) -> None:
+        """Commit the positions, leave the group, close the connections."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self.member_id:
+                try:
+                    self.commit()
+                finally:
+                    self._send(13, _LEAVE_GROUP_V, {"group_id": self.group_id, "members": [
+                        {"member_id": self.member_id, "group_instance_id": None}]})
+        except (KafkaError, OSError):
+            pass
+        finally:
+            try:
+                self._consumer.close()
+            finally:
+                self._wire.close()
+
+    def __enter__(self) -> "CoordinatorGroupConsumer":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
