@@ -196,6 +196,15 @@ BROKER_CONFIG: dict[str, ConfigKey] = {
         ConfigKey("replica.high.watermark.checkpoint.interval.ms", int, 5000,
                   "How often high watermarks are written to replication-offset-checkpoint.", "ms"),
         ConfigKey("replica.socket.timeout.ms", int, 30000, "Request timeout of a follower's fetches.", "ms"),
+        ConfigKey("auto.leader.rebalance.enable", _bool, True,
+                  "The controller moves leaderships back to preferred replicas (the first assigned) when a "
+                  "broker's share of partitions it prefers but does not lead exceeds "
+                  "leader.imbalance.per.broker.percentage."),
+        ConfigKey("leader.imbalance.check.interval.seconds", int, 300,
+                  "How often the controller checks the leader imbalance.", "s"),
+        ConfigKey("leader.imbalance.per.broker.percentage", int, 10,
+                  "Share of a broker's preferred partitions led elsewhere that triggers a preferred election.",
+                  "%"),
     ]
 }
 

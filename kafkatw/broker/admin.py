@@ -97,6 +97,52 @@ class AdminManager:
         _log.info("created topic {topic} with {count} partitions", topic=name, count=len(assignment))
         return meta
 
+    async def create_partitions(self, name: str, count: int, assignment: list[list[int]] | None,
+                                validate_only: bool = False) -> None:
+        """
+        Grow a topic to C{count} partitions (CreatePartitions; Kafka's
+        C{AdminZkClient.addPartitions}): new replicas spread over the live
+        brokers as at creation, or as C{assignment} (one replica list per new
+        partition); each new partition starts with its first live replica as
+        leader and every live replica in sync.
+
+        @raise KafkaError: C{UNKNOWN_TOPIC_OR_PARTITION}, C{INVALID_PARTITIONS}
+            (not more than today), C{INVALID_REPLICA_ASSIGNMENT}.
+        """
+        from ..zookeeper.registry import PartitionState, TopicAssignment, assign_replicas
+
+        meta = self.metadata.topics.get(name)
+        if meta is None:
+            raise kafka_error(ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist")
+        existing = len(meta.partitions)
+        if count <= existing:
+            raise kafka_error(ErrorCode.invalid_partitions,
+                              f"topic {name!r} has {existing} partitions; {count} would not add any")
+        rf = len(next(iter(meta.partitions.values())))
+        live = sorted(self.metadata.brokers)
+        if assignment is None:
+            if rf > len(live):
+                raise kafka_error(ErrorCode.invalid_replication_factor,
+                                  f"replication factor {rf} is larger than the {len(live)} live brokers")
+            new = assign_replicas(count - existing, rf, live, start_partition_id=existing)
+        else:
+            if len(assignment) != count - existing or any(
+                    len(r) != rf or len(set(r)) != rf or any(b not in live for b in r) for r in assignment):
+                raise kafka_error(ErrorCode.invalid_replica_assignment,
+                                  f"give {count - existing} lists of {rf} distinct live brokers")
+            new = {existing + i: list(r) for i, r in enumerate(assignment)}
+        if validate_only:
+            return
+        current = await self.registry.get_topic(name)
+        partitions = {**current.partitions, **new}
+        await self.registry.set_topic_assignment(TopicAssignment(
+            name, current.topic_id, partitions, current.adding_replicas, current.removing_replicas))
+        for partition, replicas in new.items():
+            isr = [r for r in replicas if r in self.metadata.brokers] or replicas[:1]
+            version = await self.registry.set_partition_state(name, partition, isr[0], 0, isr)
+            self.metadata.set_partition_state(name, partition, PartitionState(isr[0], 0, isr, 1, version))
+        _log.info("topic {topic} grew from {old} to {new} partitions", topic=name, old=existing, new=count)
+
     async def delete_topic(self, name: str) -> None:
         """Delete a topic's registry nodes; brokers drop its logs on their watch."""
         await self.registry.delete_topic(name)

@@ -61,6 +61,10 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     22: (0, 4),  # InitProducerId (idempotent producers; a transactional id: TRANSACTIONS_UNSUPPORTED)
     32: (1, 4),  # DescribeConfigs
     23: (2, 4),  # OffsetForLeaderEpoch (KIP-101, KIP-279; followers and KIP-320 clients)
+    37: (0, 3),  # CreatePartitions
+    43: (0, 2),  # ElectLeaders (KIP-460; answered by the controller)
+    45: (0, 0),  # AlterPartitionReassignments (KIP-455; answered by the controller)
+    46: (0, 0),  # ListPartitionReassignments (KIP-455; answered by the controller)
 }
 
 #: The transactional APIs (KIP-98, KIP-664): AddPartitionsToTxn, AddOffsetsToTxn,
@@ -157,7 +161,14 @@ class KafkaApis:
             22: self.handle_init_producer_id,
             32: self.handle_describe_configs,
             23: self.handle_offset_for_leader_epoch,
+            37: self.handle_create_partitions,
+            43: self.handle_elect_leaders,
+            45: self.handle_alter_partition_reassignments,
+            46: self.handle_list_partition_reassignments,
         }
+        #: The broker's L{kafkatw.broker.controller.KafkaController} (set by the server;
+        #: C{None}: this broker answers controller requests C{NOT_CONTROLLER}).
+        self.controller: Any = None
         #: Kafka's BrokerTopicMetrics and RequestMetrics, read by L{kafkatw.broker.metrics}.
         self.request_counts: dict[int, int] = {}
         self.messages_in = 0
@@ -571,6 +582,81 @@ class KafkaApis:
                 partitions.append(entry)
             topics.append({"topic": topic.topic, "partitions": partitions})
         return self._respond(context, {"throttle_time": 0, "topics": topics})
+
+    # --- CreatePartitions ------------------------------------------------------
+
+    def handle_create_partitions(self, context: RequestContext, request: Any) -> defer.Deferred:
+        async def go() -> bytes:
+            results = []
+            for topic in request.topics:
+                entry: dict[str, Any] = {"name": topic.name, "error_code": 0, "error_message": None}
+                try:
+                    assignment = None if topic.assignments is None else [list(a.broker_ids)
+                                                                           for a in topic.assignments]
+                    await self.admin.create_partitions(topic.name, topic.count, assignment, request.validate_only)
+                except KafkaError as e:
+                    entry.update(error_code=int(e.error_code), error_message=str(e) or None)
+                except ZooKeeperError as e:
+                    entry.update(error_code=int(ErrorCode.request_timed_out), error_message=f"ZooKeeper: {e}")
+                results.append(entry)
+            return self._respond(context, {"throttle_time": 0, "results": results})
+
+        return defer.Deferred.fromCoroutine(go())
+
+    # --- controller requests: ElectLeaders, partition reassignments ----------------
+
+    def _not_controller(self) -> bool:
+        return self.controller is None or not self.controller.active
+
+    def handle_elect_leaders(self, context: RequestContext, request: Any) -> Any:
+        """ElectLeaders (KIP-460): preferred (0) or unclean (1) elections, on the controller."""
+        election_type = getattr(request, "election_type", 0)
+        wanted = None if request.topic_partitions is None else [
+            (t.topic, p) for t in request.topic_partitions for p in t.partitions]
+
+        def answer(results: dict, top: ErrorCode = ErrorCode.none) -> bytes:
+            topics: dict[str, list] = {}
+            for (topic, partition), (code, message) in sorted(results.items()):
+                topics.setdefault(topic, []).append({"partition_id": partition, "error_code": int(code),
+                                                     "error_message": message})
+            return self._respond(context, {"throttle_time": 0, "error_code": int(top), "replica_election_results": [
+                {"topic": topic, "partition_result": partitions} for topic, partitions in topics.items()]})
+
+        if self._not_controller():
+            return answer({k: (ErrorCode.not_controller, "not the controller") for k in wanted or []},
+                          ErrorCode.not_controller)
+        return self.controller.elect_leaders(election_type, wanted).addCallback(answer)
+
+    def handle_alter_partition_reassignments(self, context: RequestContext, request: Any) -> Any:
+        targets = {(t.name, p.partition_index): (None if p.replicas is None else list(p.replicas))
+                   for t in request.topics for p in t.partitions}
+
+        def answer(results: dict, top: ErrorCode = ErrorCode.none) -> bytes:
+            topics: dict[str, list] = {}
+            for (topic, partition), (code, message) in sorted(results.items()):
+                topics.setdefault(topic, []).append({"partition_index": partition, "error_code": int(code),
+                                                     "error_message": message})
+            return self._respond(context, {"throttle_time": 0, "error_code": int(top),
+                                           "error_message": None if top == ErrorCode.none else "not the controller",
+                                           "responses": [{"name": t, "partitions": ps} for t, ps in topics.items()]})
+
+        if self._not_controller():
+            return answer({}, ErrorCode.not_controller)
+        return self.controller.reassign(targets).addCallback(answer)
+
+    def handle_list_partition_reassignments(self, context: RequestContext, request: Any) -> bytes:
+        if self._not_controller():
+            return self._respond(context, {"throttle_time": 0, "error_code": int(ErrorCode.not_controller),
+                                           "error_message": "not the controller", "topics": []})
+        wanted = None if request.topics is None else {
+            (t.name, p) for t in request.topics for p in t.partition_indexes}
+        topics: dict[str, list] = {}
+        for (topic, partition), (replicas, adding, removing) in sorted(self.controller.ongoing_reassignments().items()):
+            if wanted is None or (topic, partition) in wanted:
+                topics.setdefault(topic, []).append({"partition_index": partition, "replicas": replicas,
+                                                     "adding_replicas": adding, "removing_replicas": removing})
+        return self._respond(context, {"throttle_time": 0, "error_code": 0, "error_message": None, "topics": [
+            {"name": t, "partitions": ps} for t, ps in topics.items()]})
 
     # --- DescribeConfigs -----------------------------------------------------
 

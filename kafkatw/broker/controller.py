@@ -156,6 +156,9 @@ class KafkaController:
         self.partition_states = StateMachine(PARTITION_STATES, "NonExistentPartition")
         self.replica_states = StateMachine(REPLICA_STATES, "NonExistentReplica")
         self._shutdown_watch: Any = None
+        #: C{(topic, partition)} -> target replicas of a reassignment in progress.
+        self.reassignments: dict[tuple[str, int], list[int]] = {}
+        self._adding: dict[tuple[str, int], list[int]] = {}
         #: Kafka's controller metrics.
         self.elections = 0
         self.unclean_elections = 0
@@ -219,8 +222,17 @@ class KafkaController:
         return self.run(self._on_brokers_changed)
 
     def topics_changed(self) -> defer.Deferred:
-        """A topic or partition state appeared: elect leaders where none is live."""
-        return self.run(self._elect_offline)
+        """
+        A topic or partition state changed: elect leaders where none is live,
+        and finish reassignments whose new replicas caught up.
+        """
+
+        async def go() -> None:
+            await self._elect_offline()
+            if self.reassignments:
+                await self._continue_reassignments()
+
+        return self.run(go)
 
     def _shutdowns_changed(self, ids: list[str]) -> None:
         self.shutting_down = {int(i) for i in ids if i.isdigit()}
@@ -229,6 +241,19 @@ class KafkaController:
 
     async def _on_activation(self) -> None:
         self.live = set(self.metadata.brokers)
+        # Reassignments a previous controller started live on in the topic znodes (KIP-455).
+        for name in list(self.metadata.topics):
+            try:
+                current = await self.registry.get_topic(name)
+            except Exception:
+                continue
+            for partition, removing in current.removing_replicas.items():
+                replicas = current.partitions.get(partition, [])
+                self.reassignments[(name, partition)] = [r for r in replicas if r not in removing]
+            for partition, adding in current.adding_replicas.items():
+                self._adding[(name, partition)] = list(adding)
+                if (name, partition) not in self.reassignments:
+                    self.reassignments[(name, partition)] = list(current.partitions.get(partition, []))
         for key in self._all_partitions():
             state = self.metadata.partition_states.get(key)
             self.partition_states.states[key] = (
@@ -304,6 +329,201 @@ class KafkaController:
                 isr = [r for r in state.isr if r not in leaving]
                 if isr:
                     await self._write(topic, partition, state, state.leader, isr, new_epoch=False)
+
+    # --- preferred and unclean elections on demand (ElectLeaders, KIP-460) ------------------
+
+    def elect_leaders(self, election_type: int, partitions: list[tuple[str, int]] | None) -> defer.Deferred:
+        """
+        ElectLeaders: C{election_type} 0 elects each partition's preferred
+        replica (the first assigned) when it is alive and in sync; 1 elects a
+        live replica for partitions without a live leader (unclean).
+
+        @param partitions: C{None} for every partition.
+        @return: a Deferred firing with C{(topic, partition) -> (ErrorCode, message | None)}.
+        """
+        from ..errors import ErrorCode
+
+        results: dict[tuple[str, int], tuple[Any, str | None]] = {}
+
+        async def go() -> None:
+            assignments = dict(self._assignments())
+            wanted = list(assignments) if partitions is None else partitions
+            for key in wanted:
+                replicas = assignments.get(key)
+                state = self.metadata.partition_states.get(key)
+                if replicas is None or state is None:
+                    results[key] = (ErrorCode.unknown_topic_or_partition, "no such partition")
+                    continue
+                if election_type == 0:
+                    preferred = replicas[0]
+                    if state.leader == preferred:
+                        results[key] = (ErrorCode.election_not_needed, "the preferred replica leads")
+                    elif preferred not in self.live or preferred not in state.isr:
+                        results[key] = (ErrorCode.preferred_leader_not_available,
+                                        f"preferred replica {preferred} is not alive and in sync")
+                    else:
+                        await self._write(key[0], key[1], state, preferred, list(state.isr), new_epoch=True)
+                        results[key] = (ErrorCode.none, None)
+                else:
+                    if state.leader in self.live:
+                        results[key] = (ErrorCode.election_not_needed, "the partition has a live leader")
+                        continue
+                    leader, unclean = offline_partition_leader(replicas, state.isr, self.live, True)
+                    if leader < 0:
+                        results[key] = (ErrorCode.eligible_leaders_not_available, "no live replica")
+                        continue
+                    if unclean:
+                        _log.warn("unclean leader election for {topic}-{partition} on demand: broker {leader}",
+                                  topic=key[0], partition=key[1], leader=leader)
+                        self.unclean_elections += 1
+                    await self._write(key[0], key[1], state, leader,
+                                      [leader] if unclean else [r for r in state.isr if r in self.live],
+                                      new_epoch=True)
+                    results[key] = (ErrorCode.none, None)
+
+        d = self.run(go)
+        return d.addCallback(lambda _: results)
+
+    def check_preferred_imbalance(self, imbalance_percentage: int) -> defer.Deferred:
+        """
+        C{auto.leader.rebalance.enable}: for each broker whose share of
+        partitions it prefers but does not lead exceeds
+        C{leader.imbalance.per.broker.percentage}, move those leaderships back
+        to it when it is alive and in sync (Kafka's C{checkAndTriggerAutoLeaderRebalance}).
+        """
+
+        async def go() -> None:
+            preferred: dict[int, list[tuple[str, int]]] = {}
+            for key, replicas in self._assignments():
+                if replicas:
+                    preferred.setdefault(replicas[0], []).append(key)
+            for broker, keys in preferred.items():
+                if broker not in self.live or broker in self.shutting_down:
+                    continue
+                off = [k for k in keys if (self.metadata.partition_states.get(k) is not None
+                                           and self.metadata.partition_states[k].leader != broker)]
+                if not off or len(off) * 100 <= imbalance_percentage * len(keys):
+                    continue
+                _log.info("broker {broker} leads {led} of the {total} partitions it prefers; "
+                          "electing it for the others", broker=broker, led=len(keys) - len(off), total=len(keys))
+                for key in off:
+                    state = self.metadata.partition_states[key]
+                    if broker in state.isr:
+                        await self._write(key[0], key[1], state, broker, list(state.isr), new_epoch=True)
+
+        return self.run(go)
+
+    # --- reassignment (KIP-455) ---------------------------------------------------------
+
+    def reassign(self, targets: dict[tuple[str, int], list[int] | None]) -> defer.Deferred:
+        """
+        AlterPartitionReassignments: move each partition to its target
+        replicas (C{None} cancels an ongoing reassignment).  The assignment
+        first becomes target + original replicas, with the new ones recorded
+        as adding and the old as removing in the topic znode; new replicas
+        copy the log by replication; once every target replica is in the ISR
+        the leadership moves into the target if needed and the assignment
+        becomes the target (L{_continue_reassignments}); brokers that are no
+        longer assigned delete their logs.
+
+        @return: a Deferred firing with C{(topic, partition) -> (ErrorCode, message | None)}.
+        """
+        from ..errors import ErrorCode
+        from ..zookeeper.registry import TopicAssignment
+
+        results: dict[tuple[str, int], tuple[Any, str | None]] = {}
+
+        async def go() -> None:
+            by_topic: dict[str, dict[int, list[int] | None]] = {}
+            for (topic, partition), target in targets.items():
+                by_topic.setdefault(topic, {})[partition] = target
+            for topic, wanted in by_topic.items():
+                current = await self.registry.get_topic(topic)
+                partitions = dict(current.partitions)
+                adding = dict(current.adding_replicas)
+                removing = dict(current.removing_replicas)
+                for partition, target in wanted.items():
+                    key = (topic, partition)
+                    if partition not in partitions:
+                        results[key] = (ErrorCode.unknown_topic_or_partition, "no such partition")
+                        continue
+                    if target is None:
+                        if partition not in adding and partition not in removing:
+                            results[key] = (ErrorCode.no_reassignment_in_progress, "no reassignment in progress")
+                            continue
+                        original = [r for r in partitions[partition] if r not in adding.pop(partition, [])]
+                        removing.pop(partition, None)
+                        partitions[partition] = original
+                        results[key] = (ErrorCode.none, None)
+                        continue
+                    if not target or len(set(target)) != len(target) or any(r not in self.live for r in target):
+                        results[key] = (ErrorCode.invalid_replica_assignment,
+                                        f"target {target} must be distinct live brokers")
+                        continue
+                    original = [r for r in partitions[partition] if r not in adding.get(partition, [])]
+                    if list(target) == original:
+                        results[key] = (ErrorCode.none, None)
+                        continue
+                    partitions[partition] = list(target) + [r for r in original if r not in target]
+                    adding[partition] = [r for r in target if r not in original]
+                    removing[partition] = [r for r in original if r not in target]
+                    results[key] = (ErrorCode.none, None)
+                    _log.info("reassigning {topic}-{partition} from {original} to {target}", topic=topic,
+                              partition=partition, original=original, target=target)
+                await self.registry.set_topic_assignment(
+                    TopicAssignment(topic, current.topic_id, partitions, adding, removing))
+                for partition, target in wanted.items():
+                    key = (topic, partition)
+                    if results.get(key, (None,))[0] != ErrorCode.none:
+                        continue
+                    if target is None or (not adding.get(partition) and not removing.get(partition)):
+                        self.reassignments.pop(key, None)
+                        self._adding.pop(key, None)
+                    else:
+                        self.reassignments[key] = list(target)
+                        self._adding[key] = list(adding.get(partition, []))
+
+        d = self.run(go)
+        return d.addCallback(lambda _: results)
+
+    async def _continue_reassignments(self) -> None:
+        """Finish the reassignments whose target replicas are all in sync."""
+        from ..zookeeper.registry import TopicAssignment
+
+        for key, target in list(self.reassignments.items()):
+            state = self.metadata.partition_states.get(key)
+            if state is None or any(r not in state.isr for r in target):
+                continue
+            topic, partition = key
+            if state.leader not in target:
+                leader = controlled_shutdown_leader(target, state.isr, self.live, self.shutting_down)
+                if leader < 0:
+                    continue
+                await self._write(topic, partition, state, leader, [r for r in state.isr if r in target],
+                                  new_epoch=True)
+            elif any(r not in target for r in state.isr):
+                await self._write(topic, partition, state, state.leader, [r for r in state.isr if r in target],
+                                  new_epoch=False)
+            current = await self.registry.get_topic(topic)
+            partitions = dict(current.partitions)
+            partitions[partition] = list(target)
+            adding = {p: r for p, r in current.adding_replicas.items() if p != partition}
+            removing = {p: r for p, r in current.removing_replicas.items() if p != partition}
+            await self.registry.set_topic_assignment(
+                TopicAssignment(topic, current.topic_id, partitions, adding, removing))
+            del self.reassignments[key]
+            self._adding.pop(key, None)
+            _log.info("reassignment of {topic}-{partition} to {target} completed", topic=topic,
+                      partition=partition, target=target)
+
+    def ongoing_reassignments(self) -> dict[tuple[str, int], tuple[list[int], list[int], list[int]]]:
+        """C{(topic, partition) -> (replicas, adding, removing)} of the reassignments in progress."""
+        ongoing = {}
+        for key, target in self.reassignments.items():
+            meta = self.metadata.topics.get(key[0])
+            replicas = list(meta.partitions.get(key[1], [])) if meta is not None else []
+            ongoing[key] = (replicas, list(self._adding.get(key, [])), [r for r in replicas if r not in target])
+        return ongoing
 
     async def _write(self, topic: str, partition: int, state: Any, leader: int, isr: list[int],
                      new_epoch: bool) -> None:

@@ -268,6 +268,7 @@ class KafkaServer(service.MultiService):
         self.admin = AdminManager(config, self.registry, self.metadata, on_topic=self._topic_added)
         self.apis = KafkaApis(config, self.replica_manager, self.metadata, self.admin, self.reactor,
                               now_ms=self.now_ms)
+        self.apis.controller = self.controller
         host, advertised_port = self._advertised()
         # Serve before registering: a broker in /brokers/ids answers its peers' fetches.
         self._factory.serving = KafkaServerFactory(self.apis, config["socket.request.max.bytes"])
@@ -283,6 +284,8 @@ class KafkaServer(service.MultiService):
         self._every(max(config["replica.lag.time.max.ms"] // 2, 10), self._shrink_isrs)
         self._every(config["replica.high.watermark.checkpoint.interval.ms"],
                     self.log_manager.checkpoint_high_watermarks)
+        if config["auto.leader.rebalance.enable"]:
+            self._every(config["leader.imbalance.check.interval.seconds"] * 1000, self._check_leader_imbalance)
         _log.info("broker {id} started at {host}:{port} (cluster {cluster})", id=self.broker_id, host=host,
                   port=advertised_port, cluster=self.metadata.cluster_id)
 
@@ -468,6 +471,10 @@ class KafkaServer(service.MultiService):
     def _append_as_follower(self, partition: Any, records: bytes) -> Any:
         return partition.log.append_as_follower(records)
 
+    def _check_leader_imbalance(self) -> None:
+        if self.controller is not None and self.controller.active:
+            self.controller.check_preferred_imbalance(self.config["leader.imbalance.per.broker.percentage"])
+
     def _shrink_isrs(self) -> None:
         if self.replica_manager is not None:
             self.replica_manager.shrink_isrs(self.config["replica.lag.time.max.ms"])
@@ -594,6 +601,11 @@ class KafkaServer(service.MultiService):
         if self.replica_manager is None or self.log_manager is None:
             return
         self.log_manager.update_config(meta.name, self._topic_config(meta.name))
+        for (topic, partition) in list(self.replica_manager.partitions):
+            if topic == meta.name and self.broker_id not in meta.partitions.get(partition, ()):
+                _log.info("{topic}-{partition} is no longer assigned to broker {id}; deleting its log",
+                          topic=topic, partition=partition, id=self.broker_id)
+                self.replica_manager.remove_partition(topic, partition)
         for partition, replicas in meta.partitions.items():
             if self.broker_id in replicas:
                 self.replica_manager.become_leader(meta.name, partition)
