@@ -57,6 +57,11 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     22: (0, 4),  # InitProducerId
     32: (1, 4),  # DescribeConfigs
     23: (2, 4),  # OffsetForLeaderEpoch
+    37: (0, 3),  # CreatePartitions
+    43: (0, 2),  # ElectLeaders
+    45: (0, 0),  # AlterPartitionReassignments
+    46: (0, 0),  # ListPartitionReassignments
+    60: (0, 1),  # DescribeCluster
 }
 
 
