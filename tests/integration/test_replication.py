@@ -166,3 +166,41 @@ class ReplicationTests(unittest.TestCase):
             producer.produce("audit", b"y", partition=0, on_delivery=lambda err, msg: results.append(err))
             producer.flush(20)
             self.assertEqual(results, [None])
+
+
+class KafkatwClientFailoverTests(unittest.TestCase):
+    timeout = 240
+
+    def test_kafkatw_producer_and_consumer_follow_the_new_leader(self) -> None:
+        """
+        kafkatw's own idempotent producer (acks=all) keeps every record through
+        a leader SIGKILL without duplicates, and its consumer reads them all
+        from the new leader.
+        """
+        from kafkatw.client import BlockingConsumer, BlockingProducer
+
+        with running_cluster(3, overrides=_OVERRIDES) as cluster:
+            bootstrap = ",".join(b.bootstrap for b in cluster)
+            create_topic(bootstrap, "kt", config={"min.insync.replicas": "2"})
+            wait_for(lambda: (partition_info(bootstrap, "kt") or (-1, [], []))[2] == [0, 1, 2], what="a full ISR")
+            leader = partition_info(bootstrap, "kt")[0]
+            total = 2000
+            with BlockingProducer(bootstrap, acks="all", enable_idempotence=True, linger_ms=2,
+                                  retry_backoff_ms=50, timeout_s=90) as producer:
+                futures = []
+                for i in range(total):
+                    futures.append(producer.send("kt", f"v{i:05d}".encode(), partition=0))
+                    if i == total // 2:
+                        producer.flush()
+                        cluster[leader].kill()
+                producer.flush()
+                offsets = [f.get(60).offset for f in futures]
+            self.assertEqual(sorted(offsets), list(range(total)))
+            with BlockingConsumer(bootstrap) as consumer:
+                consumer.assign([("kt", 0)])
+                consumer.seek(("kt", 0), 0)
+                values = []
+                deadline = time.monotonic() + 60
+                while len(values) < total and time.monotonic() < deadline:
+                    values.extend(r.value for r in consumer.poll(1000))
+            self.assertEqual(values, [f"v{i:05d}".encode() for i in range(total)])

@@ -1,0 +1,171 @@
+"""
+Replication benchmark: the cost of acks=all on three replicas, and how long failover takes.
+
+Starts a real ZooKeeper and three kafkatw brokers here (127.0.0.1 only); client
+and brokers share this machine's cores.  One JSON line per figure:
+
+  - throughput: 200-byte records on one partition with librdkafka
+    (confluent-kafka; linger.ms=5, idempotence on for acks=all) and with
+    kafkatw's own producer (BlockingProducer, its defaults), RF=1 acks=1 and
+    RF=3 acks=all with min.insync.replicas=2, in the same run; and the ratio
+    (Kreps 2014 measured 51% for Apache Kafka on three machines; here the three
+    brokers share two cores with the client);
+  - failover: SIGKILL of the leader of an RF=3 partition to the first
+    acknowledged acks=all write on its successor (librdkafka retrying every
+    record), median and worst of --failovers runs;
+  - controlled shutdown: SIGTERM of the leader while a producer sends one
+    acks=all record every 2 ms: the longest gap between two acknowledgements.
+
+Every loop is bounded in count and in time.
+
+Usage:
+  python bench/bench_replication.py [--records 300000] [--record-size 200] [--failovers 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from kafkatw.client import BlockingProducer
+from kafkatw.testing import running_cluster
+
+_OVERRIDES = {
+    "replica.lag.time.max.ms": "4000",
+    "replica.fetch.wait.max.ms": "500",
+    "zookeeper.session.timeout.ms": "3000",
+}
+
+
+def emit(figure: str, value, unit: str, **extra) -> None:
+    print(json.dumps({"bench": "replication", "figure": figure, "value": value, "unit": unit, **extra}),
+          flush=True)
+
+
+def create(bootstrap: str, topic: str, rf: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 1, rf, config={"min.insync.replicas": str(min(rf, 2))})])[topic].result(30)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        p = admin.list_topics(topic, timeout=5).topics[topic].partitions.get(0)
+        if p is not None and p.leader >= 0 and len(p.isrs) == rf:
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"{topic}: ISR not full")
+
+
+def leader_of(bootstrap: str, topic: str) -> int:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    try:
+        return admin.list_topics(topic, timeout=5).topics[topic].partitions[0].leader
+    except Exception:
+        return -1
+
+
+def librdkafka_throughput(bootstrap: str, topic: str, acks: str, records: int, size: int, cap_s: float) -> float:
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 5,
+                         "enable.idempotence": acks == "all", "queue.buffering.max.messages": 1000000})
+    value = b"x" * size
+    started = time.monotonic()
+    sent = 0
+    while sent < records and time.monotonic() - started < cap_s:
+        try:
+            producer.produce(topic, value, partition=0)
+            sent += 1
+        except BufferError:
+            producer.poll(0.01)
+    producer.flush(cap_s)
+    return sent / (time.monotonic() - started)
+
+
+def kafkatw_throughput(bootstrap: str, topic: str, acks: int, records: int, size: int, cap_s: float) -> float:
+    value = b"x" * size
+    with BlockingProducer(bootstrap, acks=acks, enable_idempotence=acks == -1) as producer:
+        started = time.monotonic()
+        sent = 0
+        while sent < records and time.monotonic() - started < cap_s:
+            producer.send(topic, value, partition=0)
+            sent += 1
+        producer.flush(cap_s)
+        return sent / (time.monotonic() - started)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--records", type=int, default=300000)
+    parser.add_argument("--record-size", type=int, default=200)
+    parser.add_argument("--failovers", type=int, default=10)
+    parser.add_argument("--duration-cap-s", type=float, default=60)
+    args = parser.parse_args()
+    with running_cluster(3, overrides=_OVERRIDES) as cluster:
+        bootstrap = ",".join(b.bootstrap for b in cluster)
+        results = {}
+        for client, measure in [("librdkafka", librdkafka_throughput), ("kafkatw", kafkatw_throughput)]:
+            for rf, acks in [(1, "1"), (3, "all")]:
+                topic = f"tp-{client}-rf{rf}"
+                create(bootstrap, topic, rf)
+                value = measure(bootstrap, topic, acks if client == "librdkafka" else (1 if acks == "1" else -1),
+                                args.records, args.record_size, args.duration_cap_s)
+                results[(client, rf)] = value
+                emit(f"produce_rf{rf}_acks_{acks}", round(value), "records/s", client=client,
+                     record_size=args.record_size, records=args.records)
+            emit("rf3_acks_all_vs_rf1_acks_1", round(results[(client, 3)] / results[(client, 1)], 3), "ratio",
+                 client=client)
+
+        # failover: SIGKILL of the leader -> first acknowledged acks=all write on the successor
+        times = []
+        for run in range(args.failovers):
+            topic = f"failover-{run}"
+            create(bootstrap, topic, 3)
+            leader = leader_of(bootstrap, topic)
+            producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+                                 "linger.ms": 0, "retry.backoff.ms": 20, "retry.backoff.max.ms": 50,
+                                 "topic.metadata.refresh.fast.interval.ms": 20})
+            producer.produce(topic, b"warm", partition=0)
+            producer.flush(10)
+            acked: list[float] = []
+            cluster[leader].kill()
+            killed = time.monotonic()
+            producer.produce(topic, b"after", partition=0,
+                             on_delivery=lambda err, msg: acked.append(time.monotonic()) if err is None else None)
+            producer.flush(60)
+            if acked:
+                times.append(acked[0] - killed)
+            cluster[leader].start()
+            create_deadline = time.monotonic() + 60
+            while time.monotonic() < create_deadline:  # back in sync before the next run
+                p = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=5).topics[topic]
+                if len(p.partitions[0].isrs) == 3:
+                    break
+                time.sleep(0.1)
+        emit("failover_sigkill_to_first_ack_median", round(statistics.median(times), 3), "s", runs=len(times))
+        emit("failover_sigkill_to_first_ack_worst", round(max(times), 3), "s", runs=len(times))
+
+        # controlled shutdown: the longest pause between acknowledgements
+        topic = "controlled"
+        create(bootstrap, topic, 3)
+        leader = leader_of(bootstrap, topic)
+        acks_at: list[float] = []
+        producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+                             "linger.ms": 0, "retry.backoff.ms": 20, "retry.backoff.max.ms": 50})
+        started = time.monotonic()
+        stopped = False
+        while time.monotonic() - started < 12:
+            producer.produce(topic, b"r", partition=0,
+                             on_delivery=lambda err, msg: acks_at.append(time.monotonic()) if err is None else None)
+            producer.poll(0.002)
+            if not stopped and time.monotonic() - started > 3:
+                cluster[leader].popen.terminate()
+                stopped = True
+        producer.flush(30)
+        gaps = [b - a for a, b in zip(acks_at, acks_at[1:])]
+        emit("controlled_shutdown_longest_pause", round(max(gaps), 3), "s", acknowledged=len(acks_at))
+
+
+if __name__ == "__main__":
+    main()
