@@ -1,7 +1,10 @@
 """
-One broker: ZooKeeper session, logs, listeners, and the periodic log tasks.
+One broker: a tree of services (listeners, embedded ZooKeeper, ZooKeeper
+session, logs, replica fetchers, controller, request handling).
 
-Named after Kafka's C{KafkaServer}.  Start-up order: the listeners are bound
+Named after Kafka's C{KafkaServer}.  Each part is a L{BrokerPart} child of the
+L{KafkaServer} C{MultiService}, started in order once the previous one is up
+and stopped one at a time in reverse order.  Start-up order: the listeners are bound
 (they close every connection until the broker has started), (embedded
 ZooKeeper,) the ZooKeeper session, the cluster id, the log directories'
 C{meta.properties} checked against it, log recovery, the registry watches, then
@@ -139,6 +142,36 @@ def listener_endpoint(listener: str) -> str:
     return listener
 
 
+class BrokerPart(service.Service):
+    """
+    One child service of the broker: started by an async C{start}, stopped by
+    an async C{stop}.
+
+    @ivar started: fires once C{start} has finished (or fails with its error).
+    """
+
+    def __init__(self, name: str, start: Any, stop: Any) -> None:
+        self.name = name
+        self._start = start
+        self._stop = stop
+        self.started: defer.Deferred[None] = defer.Deferred()
+        self._running_start: defer.Deferred | None = None
+
+    def __repr__(self) -> str:
+        return f"<BrokerPart {self.name}>"
+
+    def startService(self) -> None:
+        super().startService()
+        self._running_start = defer.Deferred.fromCoroutine(self._start())
+        self._running_start.chainDeferred(self.started)
+
+    def stopService(self) -> defer.Deferred:
+        super().stopService()
+        if self._running_start is not None and not self._running_start.called:
+            self._running_start.cancel()
+        return defer.Deferred.fromCoroutine(self._stop())
+
+
 class KafkaServer(service.MultiService):
     """
     A kafkatw broker as a Twisted service.
@@ -168,7 +201,8 @@ class KafkaServer(service.MultiService):
         self.apis: KafkaApis | None = None
         self.admin: AdminManager | None = None
         self._listening_ports: list[Any] = []
-        self._loops: list[task.LoopingCall] = []
+        self._loops: dict[str, list[task.LoopingCall]] = {}
+        self._zookeeper_connect: str | None = None
         self._topic_watches: dict[str, Any] = {}
         self._topic_configs: dict[str, dict[str, str]] = {}
         self.port: int | None = None
@@ -210,24 +244,57 @@ class KafkaServer(service.MultiService):
         self._starting.addCallbacks(lambda _: self.ready.callback(None), failed)
 
     async def _start(self) -> None:
-        config = self.config
-        log_dirs = [os.path.abspath(d) for d in config["log.dirs"]]
+        """Start the child services in order (L{_parts}), each once the previous one is up."""
+        log_dirs = [os.path.abspath(d) for d in self.config["log.dirs"]]
         for d in log_dirs:
             os.makedirs(d, exist_ok=True)
-        await self._listen()
-        connect = config["zookeeper.connect"]
-        embedded_port = embedded_zookeeper_port(connect)
+        for part in self._parts(log_dirs):
+            part.setServiceParent(self)
+            await part.started
+
+    def _parts(self, log_dirs: list[str]) -> list["BrokerPart"]:
+        """
+        The broker as a tree of services, in start order (stopped in reverse):
+        listeners (bound first, closing connections until the broker serves),
+        the embedded ZooKeeper (when asked for), the ZooKeeper session, the
+        logs, the replica fetchers, the controller, and request handling
+        (which registers the broker last and, on stop, hands its leaderships
+        over first).
+        """
+        parts = [BrokerPart("listeners", self._listen, self._unbind)]
+        embedded_port = embedded_zookeeper_port(self.config["zookeeper.connect"])
         if embedded_port is not None:
-            zk_dir = os.path.join(log_dirs[0], "zookeeper")
-            self.embedded_zookeeper = EmbeddedZooKeeperService(
-                zk_dir, embedded_port, self.reactor,
-                port_setting=f"--zookeeper embedded:PORT (or the {EMBEDDED_ZOOKEEPER_PORT_ENV} environment variable)",
-            )
-            self.embedded_zookeeper.startService()
-            connect = await self.embedded_zookeeper.whenReady()
-            _log.info("embedded ZooKeeper ready at {connect}", connect=connect)
+            parts.append(BrokerPart("embedded-zookeeper", lambda: self._start_embedded_zookeeper(log_dirs, embedded_port),
+                                    self._stop_embedded_zookeeper))
+        parts += [
+            BrokerPart("zookeeper-session", self._start_zookeeper_session, self._stop_zookeeper_session),
+            BrokerPart("logs", lambda: self._start_logs(log_dirs), self._stop_logs),
+            BrokerPart("replica-fetchers", self._start_fetchers, self._stop_fetchers),
+            BrokerPart("controller", self._start_controller, self._stop_controller),
+            BrokerPart("requests", self._start_serving, self._stop_serving),
+        ]
+        return parts
+
+    # --- the parts' starts and stops ---------------------------------------------
+
+    async def _start_embedded_zookeeper(self, log_dirs: list[str], port: int) -> None:
+        zk_dir = os.path.join(log_dirs[0], "zookeeper")
+        self.embedded_zookeeper = EmbeddedZooKeeperService(
+            zk_dir, port, self.reactor,
+            port_setting=f"--zookeeper embedded:PORT (or the {EMBEDDED_ZOOKEEPER_PORT_ENV} environment variable)",
+        )
+        self.embedded_zookeeper.startService()
+        self._zookeeper_connect = await self.embedded_zookeeper.whenReady()
+        _log.info("embedded ZooKeeper ready at {connect}", connect=self._zookeeper_connect)
+
+    async def _stop_embedded_zookeeper(self) -> None:
+        if self.embedded_zookeeper is not None:
+            await self.embedded_zookeeper.stopService()
+
+    async def _start_zookeeper_session(self) -> None:
+        config = self.config
         self.zookeeper = ZooKeeperClient(
-            connect, self.reactor,
+            self._zookeeper_connect or config["zookeeper.connect"], self.reactor,
             session_timeout_ms=config["zookeeper.session.timeout.ms"],
             connection_timeout_ms=config["zookeeper.connection.timeout.ms"],
         )
@@ -240,31 +307,75 @@ class KafkaServer(service.MultiService):
         self.zookeeper.add_state_listener(self._zookeeper_state)
         self.registry = Registry(self.zookeeper)
         self.metadata.cluster_id = await self._cluster_id()
+
+    async def _stop_zookeeper_session(self) -> None:
+        if self.zookeeper is not None:
+            try:
+                await self.zookeeper.stop()
+            except Exception:
+                _log.failure("closing the ZooKeeper session failed")
+
+    async def _start_logs(self, log_dirs: list[str]) -> None:
+        config = self.config
         # Nothing in the log directories is touched before this check.
         for written in ensure_meta_properties(log_dirs, self.broker_id, self.metadata.cluster_id):
             _log.info("wrote {path}: broker.id={id} cluster.id={cluster}", path=os.path.join(written, "meta.properties"),
                       id=self.broker_id, cluster=self.metadata.cluster_id)
-
-        default_topic_config = topic_log_config(config, {})
-        self.log_manager = LogManager(log_dirs, default_topic_config, now_ms=self.now_ms)
+        self.log_manager = LogManager(log_dirs, topic_log_config(config, {}), now_ms=self.now_ms)
         started = time.monotonic()
         self.log_manager.load()
         _log.info("loaded {count} logs in {seconds:.3f} s", count=len(self.log_manager.all_logs()),
                   seconds=time.monotonic() - started)
-
+        assert self.registry is not None
         self.replica_manager = ReplicaManager(self.broker_id, self.log_manager, self.metadata, self.reactor,
                                               self._topic_config, write_isr=self.registry.set_partition_state,
                                               reload_state=self._reload_partition_state, now_ms=self.now_ms)
+        self._every("logs", config["log.flush.scheduler.interval.ms"], self._flush)
+        self._every("logs", config["log.flush.offset.checkpoint.interval.ms"],
+                    self.log_manager.checkpoint_recovery_points)
+        self._every("logs", config["log.retention.check.interval.ms"], self._retention)
+        self._every("logs", max(config["replica.lag.time.max.ms"] // 2, 10), self._shrink_isrs)
+        self._every("logs", config["replica.high.watermark.checkpoint.interval.ms"],
+                    self.log_manager.checkpoint_high_watermarks)
+
+    async def _stop_logs(self) -> None:
+        self._stop_loops("logs")
+        if self.log_manager is not None:
+            self.log_manager.close()
+
+    async def _start_fetchers(self) -> None:
         from ..client.client import KafkaClient
 
         self.inter_broker_client = KafkaClient(
             self.reactor, "127.0.0.1:1", client_id=f"broker-{self.broker_id}-fetcher",
-            request_timeout_ms=config["replica.socket.timeout.ms"])
+            request_timeout_ms=self.config["replica.socket.timeout.ms"])
         self.fetcher_manager = ReplicaFetcherManager(
-            self.broker_id, config, self.inter_broker_client, self.reactor, self._broker_address,
+            self.broker_id, self.config, self.inter_broker_client, self.reactor, self._broker_address,
             self._append_as_follower)
+        assert self.replica_manager is not None
         self.replica_manager.fetcher_manager = self.fetcher_manager
-        self.controller = KafkaController(self.broker_id, config, self.registry, self.metadata, self._topic_config)
+
+    async def _stop_fetchers(self) -> None:
+        if self.fetcher_manager is not None:
+            stopping = self.fetcher_manager.stop()
+            await self.inter_broker_client.close()
+            await stopping
+
+    async def _start_controller(self) -> None:
+        self.controller = KafkaController(self.broker_id, self.config, self.registry, self.metadata,
+                                          self._topic_config)
+        if self.config["auto.leader.rebalance.enable"]:
+            self._every("controller", self.config["leader.imbalance.check.interval.seconds"] * 1000,
+                        self._check_leader_imbalance)
+
+    async def _stop_controller(self) -> None:
+        self._stop_loops("controller")
+        if self.controller is not None:
+            self.controller.resign()
+
+    async def _start_serving(self) -> None:
+        config = self.config
+        assert self.registry is not None
         self.admin = AdminManager(config, self.registry, self.metadata, on_topic=self._topic_added)
         self.apis = KafkaApis(config, self.replica_manager, self.metadata, self.admin, self.reactor,
                               now_ms=self.now_ms)
@@ -277,17 +388,28 @@ class KafkaServer(service.MultiService):
         await self.registry.watch_topics(self._topics_changed)
         await self._register(host, advertised_port)
         await self.registry.watch_controller(self._controller_changed)
-
-        self._every(config["log.flush.scheduler.interval.ms"], self._flush)
-        self._every(config["log.flush.offset.checkpoint.interval.ms"], self.log_manager.checkpoint_recovery_points)
-        self._every(config["log.retention.check.interval.ms"], self._retention)
-        self._every(max(config["replica.lag.time.max.ms"] // 2, 10), self._shrink_isrs)
-        self._every(config["replica.high.watermark.checkpoint.interval.ms"],
-                    self.log_manager.checkpoint_high_watermarks)
-        if config["auto.leader.rebalance.enable"]:
-            self._every(config["leader.imbalance.check.interval.seconds"] * 1000, self._check_leader_imbalance)
         _log.info("broker {id} started at {host}:{port} (cluster {cluster})", id=self.broker_id, host=host,
                   port=advertised_port, cluster=self.metadata.cluster_id)
+
+    async def _stop_serving(self) -> None:
+        await self._controlled_shutdown()
+        self._factory.serving = None  # new connections are closed from now on
+        if self.replica_manager is not None:
+            self.replica_manager.complete_all_delayed()
+        if self.apis is not None:
+            # Waiting JoinGroup/SyncGroup requests are answered NOT_COORDINATOR;
+            # batched offset commits are written (ZooKeeper is still up).
+            self.apis.group_coordinator.shutdown()
+            deadline = self.reactor.seconds() + 10
+            while (self.apis.in_flight or any(not c.idle for c in self.apis.connections)) and \
+                    self.reactor.seconds() < deadline:
+                await task.deferLater(self.reactor, 0.01, lambda: None)
+            for connection in list(self.apis.connections):
+                connection.transport.loseConnection()
+
+    async def _unbind(self) -> None:
+        for port in self._listening_ports:
+            await port.stopListening()
 
     async def _listen(self) -> None:
         """
@@ -353,13 +475,19 @@ class KafkaServer(service.MultiService):
                 _log.warn("{error}; waiting for that session to expire", error=e)
                 await task.deferLater(self.reactor, 0.5, lambda: None)
 
-    def _every(self, interval_ms: int, function: Any) -> None:
+    def _every(self, group: str, interval_ms: int, function: Any) -> None:
+        """Run C{function} every C{interval_ms}, until the part C{group} stops."""
         loop = task.LoopingCall(function)
         loop.clock = self.reactor
         loop.start(interval_ms / 1000.0, now=False).addErrback(
             lambda f: _log.failure("periodic task {name} failed", f, name=getattr(function, "__name__", "?"))
         )
-        self._loops.append(loop)
+        self._loops.setdefault(group, []).append(loop)
+
+    def _stop_loops(self, group: str) -> None:
+        for loop in self._loops.pop(group, []):
+            if loop.running:
+                loop.stop()
 
     def _advertised(self) -> tuple[str, int]:
         advertised = self.config["advertised.listeners"]
@@ -391,41 +519,15 @@ class KafkaServer(service.MultiService):
         return defer.Deferred.fromCoroutine(self._stop())
 
     async def _stop(self) -> None:
+        """Stop the child services one at a time, in reverse start order."""
         _log.info("broker {id} shutting down", id=self.broker_id)
-        await self._controlled_shutdown()
-        for loop in self._loops:
-            if loop.running:
-                loop.stop()
-        if self.controller is not None:
-            self.controller.resign()
-        if self.fetcher_manager is not None:
-            stopping = self.fetcher_manager.stop()
-            await self.inter_broker_client.close()
-            await stopping
-        for port in self._listening_ports:
-            await port.stopListening()
-        if self.replica_manager is not None:
-            self.replica_manager.complete_all_delayed()
-        if self.apis is not None:
-            # Waiting JoinGroup/SyncGroup requests are answered NOT_COORDINATOR;
-            # batched offset commits are written (ZooKeeper is still up).
-            self.apis.group_coordinator.shutdown()
-            deadline = self.reactor.seconds() + 10
-            while (self.apis.in_flight or any(not c.idle for c in self.apis.connections)) and \
-                    self.reactor.seconds() < deadline:
-                await task.deferLater(self.reactor, 0.01, lambda: None)
-            for connection in list(self.apis.connections):
-                connection.transport.loseConnection()
-        if self.log_manager is not None:
-            self.log_manager.close()
-        if self.zookeeper is not None:
+        for part in reversed(list(self)):
             try:
-                await self.zookeeper.stop()
+                await part.stopService()
             except Exception:
-                _log.failure("closing the ZooKeeper session failed")
-        if self.embedded_zookeeper is not None:
-            await self.embedded_zookeeper.stopService()
-        await super().stopService()
+                _log.failure("stopping {part} failed", part=getattr(part, "name", repr(part)))
+            part.disownServiceParent()
+        service.Service.stopService(self)
         _log.info("broker {id} stopped", id=self.broker_id)
 
     async def _controlled_shutdown(self) -> None:
