@@ -166,6 +166,8 @@ class BrokerPart(service.Service):
         self._running_start.chainDeferred(self.started)
 
     def stopService(self) -> defer.Deferred:
+        if not self.running:
+            return defer.succeed(None)  # stopped already (a parent's removeService stops again)
         super().stopService()
         if self._running_start is not None and not self._running_start.called:
             self._running_start.cancel()
