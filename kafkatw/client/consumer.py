@@ -33,9 +33,18 @@ Errors of a partition in a Fetch response:
   - C{OFFSET_OUT_OF_RANGE}: C{auto_offset_reset} "earliest"/"latest" look the
     offset up (ListOffsets) and carry on; "none" makes L{Consumer.poll} fail
     with L{OffsetOutOfRangeError} until the application seeks.
-  - leadership and connection errors (L{RETRIABLE_METADATA_ERRORS}): the
-    metadata is invalidated and refreshed and the partition is fetched again
-    after C{retry_backoff_ms}.
+  - leadership and connection errors (L{RETRIABLE_METADATA_ERRORS}, among
+    them C{FENCED_LEADER_EPOCH}): the metadata is invalidated and refreshed and
+    the partition is fetched again after C{retry_backoff_ms}.
+
+Leader changes (KIP-320): each Fetch names the leader epoch the consumer knows
+(C{current_leader_epoch}).  When the metadata shows a newer leader epoch than
+the one the position was last validated under, the consumer first asks the new
+leader (OffsetForLeaderEpoch) where the epoch of the last fetched batch ended.
+An end below the fetch position means the log was truncated under the
+consumer (an unclean election): it is reported — L{LogTruncationError} from
+L{Consumer.poll} with C{auto_offset_reset="none"}, else a warning and a seek to
+that end offset — never skipped silently.
   - anything else fails L{Consumer.poll} with the typed error.
 
 Source: Kafka protocol guide (Fetch, ListOffsets); KIP-74; Apache Kafka's
@@ -60,13 +69,14 @@ from ..errors import (
     UnknownTopicOrPartitionError,
     kafka_error,
 )
-from ..protocol.records import decode_fetched, scan_next_offset
+from ..protocol.records import decode_fetched, scan_fetched
 from .client import RETRIABLE_METADATA_ERRORS, KafkaClient, client_for
 
 __all__ = [
     "Consumer",
     "ConsumerRecord",
     "NoOffsetForPartitionError",
+    "LogTruncationError",
     "ConsumerClosedError",
     "EARLIEST_TIMESTAMP",
     "LATEST_TIMESTAMP",
@@ -115,6 +125,16 @@ class NoOffsetForPartitionError(OffsetOutOfRangeError):
     """
 
 
+class LogTruncationError(OffsetOutOfRangeError):
+    """
+    The log was truncated below the consumer's fetch position after a leader
+    change (KIP-320; Kafka's C{LogTruncationException}): records it fetched
+    are gone from the new leader's log.  Raised with C{auto_offset_reset="none"}.
+
+    @ivar partitions: C{(topic, partition)} -> the offset where the log now ends.
+    """
+
+
 class ConsumerClosedError(KafkaError):
     """The consumer was closed."""
 
@@ -150,7 +170,8 @@ class _PartitionState:
 
     __slots__ = ("tp", "topic", "partition", "position", "fetch_offset", "epoch", "chunks",
                  "buffered_bytes", "paused", "in_flight", "resetting", "reset_to", "error", "retry_at",
-                 "hold", "highwater", "log_start_offset", "last_stable_offset", "position_waiters")
+                 "hold", "highwater", "log_start_offset", "last_stable_offset", "position_waiters",
+                 "last_fetched_epoch", "validated_leader_epoch", "validating")
 
     def __init__(self, tp: TopicPartition) -> None:
         self.tp = tp
@@ -171,6 +192,11 @@ class _PartitionState:
         self.log_start_offset = -1
         self.last_stable_offset = -1
         self.position_waiters: list[defer.Deferred] = []
+        #: partition leader epoch of the last fetched batch (-1: none since the last seek)
+        self.last_fetched_epoch = -1
+        #: the leader epoch the fetch position was last known valid under (-1: not yet)
+        self.validated_leader_epoch = -1
+        self.validating = False
 
     def seek(self, offset: int | None, reset_to: int | None = None) -> None:
         self.position = offset
@@ -182,6 +208,9 @@ class _PartitionState:
         self.resetting = False
         self.error = None
         self.hold = False
+        self.last_fetched_epoch = -1
+        self.validated_leader_epoch = -1
+        self.validating = False
         if offset is not None:
             self.resolve_waiters()
 
@@ -626,6 +655,7 @@ class Consumer:
         now = self.reactor.seconds()
         bound = self._partition_bound
         by_node: dict[int, list[_PartitionState]] = {}
+        to_validate: dict[int, list[tuple[_PartitionState, int]]] = {}
         to_reset: list[_PartitionState] = []
         need_metadata = False
         wake_at = None
@@ -650,9 +680,19 @@ class Consumer:
             if leader < 0:
                 need_metadata = True
                 continue
+            if state.validating:
+                continue
+            leader_epoch = self._leader_epoch(state)
+            if leader_epoch > state.validated_leader_epoch:
+                if state.validated_leader_epoch >= 0 and state.last_fetched_epoch >= 0:
+                    to_validate.setdefault(leader, []).append((state, leader_epoch))
+                    continue
+                state.validated_leader_epoch = leader_epoch  # the position came from this leader
             if leader in fetching:
                 continue
             by_node.setdefault(leader, []).append(state)
+        for node, pairs in to_validate.items():
+            self._validate_positions(node, pairs)
         for node, states in by_node.items():
             self._send_fetch(node, states)
         if to_reset:
@@ -661,6 +701,75 @@ class Consumer:
             self._request_metadata_refresh()
         if wake_at is not None:
             self._wake_at(wake_at - now)
+
+    def _leader_epoch(self, state: _PartitionState) -> int:
+        partitions = self.client.topics.get(state.topic)
+        meta = partitions.get(state.partition) if partitions else None
+        return meta.leader_epoch if meta is not None else -1
+
+    def _validate_positions(self, node: int, pairs: list[tuple[_PartitionState, int]]) -> None:
+        """
+        KIP-320: after a leader change, ask the new leader where the epoch of
+        the last fetched batch ended; a smaller offset than the fetch position
+        is a truncation (L{LogTruncationError} or a reset, see the module docstring).
+        """
+        by_topic: dict[str, list[dict]] = {}
+        requested = []
+        for state, leader_epoch in pairs:
+            state.validating = True
+            requested.append((state, state.epoch, state.fetch_offset, leader_epoch))
+            by_topic.setdefault(state.topic, []).append({
+                "partition": state.partition, "current_leader_epoch": leader_epoch,
+                "leader_epoch": state.last_fetched_epoch})
+        body = {"replica_id": -1, "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]}
+        d = defer.ensureDeferred(self.client.send(node, 23, body, timeout_ms=self.request_timeout_ms))
+
+        def done(response: Any) -> None:
+            answers = {(t.topic, p.partition): p for t in response.topics for p in t.partitions}
+            refresh = False
+            for state, epoch, fetch_offset, leader_epoch in requested:
+                state.validating = False
+                if state.epoch != epoch or self._states.get(state.tp) is not state:
+                    continue
+                p = answers.get(state.tp)
+                code = ErrorCode(int(p.error_code)) if p is not None else ErrorCode.unknown_server_error
+                if code != ErrorCode.none:
+                    state.retry_at = self.reactor.seconds() + self.retry_backoff_ms / 1000.0
+                    refresh = True
+                    continue
+                state.validated_leader_epoch = leader_epoch
+                if 0 <= p.end_offset < fetch_offset:
+                    self._truncated(state, fetch_offset, p.end_offset, p.leader_epoch)
+
+            if refresh:
+                self.client.invalidate()
+                self._request_metadata_refresh()
+            self._maybe_fetch()
+
+        def failed(failure: Failure) -> None:
+            for state, _epoch, _offset, _leader_epoch in requested:
+                state.validating = False
+                state.retry_at = self.reactor.seconds() + self.retry_backoff_ms / 1000.0
+            if not self._closed:
+                self.client.invalidate()
+                self._request_metadata_refresh()
+                self._maybe_fetch()
+
+        d.addCallbacks(done, failed)
+        d.addErrback(lambda f: _log.failure("consumer position validation", f))
+
+    def _truncated(self, state: _PartitionState, fetch_offset: int, end_offset: int, epoch: int) -> None:
+        message = (f"{state.topic}-{state.partition}: the log was truncated at offset {end_offset} (leader epoch"
+                   f" {epoch}) below the fetch position {fetch_offset}: records consumed from there were lost"
+                   f" by the new leader (unclean leader election)")
+        if _RESETS[self.auto_offset_reset] is None:
+            error = LogTruncationError(message)
+            error.partitions = {state.tp: end_offset}  # type: ignore[attr-defined]
+            state.fail(error)
+            self._wake_waiters()
+        else:
+            _log.warn("{message}; continuing from offset {offset}", message=message, offset=end_offset)
+            state.seek(end_offset)
 
     def _fetch_soon(self) -> None:
         # L{_maybe_fetch} on the next reactor turn, once however often asked:
@@ -686,7 +795,7 @@ class Consumer:
         for state in states:
             topics.setdefault(state.topic, []).append({
                 "partition": state.partition, "fetch_offset": state.fetch_offset,
-                "partition_max_bytes": max_bytes, "current_leader_epoch": -1,
+                "partition_max_bytes": max_bytes, "current_leader_epoch": state.validated_leader_epoch,
                 "last_fetched_epoch": -1, "log_start_offset": -1})
         return {
             "replica_id": -1,
@@ -760,7 +869,9 @@ class Consumer:
                 data = p.records
                 if not data:
                     continue
-                next_offset = scan_next_offset(data, offset)
+                next_offset, last_epoch = scan_fetched(data, offset)
+                if last_epoch >= 0:
+                    state.last_fetched_epoch = last_epoch
                 if next_offset > offset:
                     state.chunks.append(_Chunk(data, offset, next_offset))
                     state.buffered_bytes += len(data)

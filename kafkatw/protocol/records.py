@@ -456,9 +456,21 @@ def scan_next_offset(data: bytes | memoryview, fetch_offset: int) -> int:
 
     @return: C{fetch_offset} when C{data} holds no complete batch.
     """
+    return scan_fetched(data, fetch_offset)[0]
+
+
+def scan_fetched(data: bytes | memoryview, fetch_offset: int) -> tuple[int, int]:
+    """
+    As L{scan_next_offset}, and the partition leader epoch of the last
+    complete batch (what a KIP-320 consumer validates its position with).
+
+    @return: C{(next_offset, last_epoch)}; C{(fetch_offset, -1)} when C{data}
+        holds no complete batch.
+    """
     end = len(data)
     pos = 0
     next_offset = fetch_offset
+    epoch = -1
     unpack_prefix = _BATCH_PREFIX.unpack_from
     unpack_delta = _LAST_OFFSET_DELTA.unpack_from
     while pos + _HEADER_SIZE <= end:
@@ -469,8 +481,9 @@ def scan_next_offset(data: bytes | memoryview, fetch_offset: int) -> int:
         last = base_offset + unpack_delta(data, pos + 23)[0]
         if last >= next_offset:
             next_offset = last + 1
+        epoch = unpack_delta(data, pos + 12)[0]
         pos = batch_end
-    return next_offset
+    return next_offset, epoch
 
 
 _LAST_OFFSET_DELTA = struct.Struct(">i")

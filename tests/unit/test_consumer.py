@@ -524,3 +524,56 @@ class DecodeFetchedTests(unittest.TestCase):
         self.assertEqual(scan_next_offset(data, 0), 7)
         self.assertEqual(scan_next_offset(data[:-1], 0), 3)
         self.assertEqual(scan_next_offset(b"", 5), 5)
+
+
+class LeaderEpochValidationTests(ConsumerTestCase):
+    """KIP-320: after a leader change the position is validated with OffsetForLeaderEpoch."""
+
+    leaders = {(T, 0): 1}
+
+    def fetched_then_leader_moves(self, **options: Any) -> Consumer:
+        consumer = self.make(**options)
+        self.assign_at(consumer, {(T, 0): 0})
+        [(_, _, body, _)] = self.client.pending(1)
+        self.assertEqual(body["topics"][0]["partitions"][0]["current_leader_epoch"], 0)
+        self.answer_fetch(1, {(T, 0): {"records": batch(0, 5, partition_leader_epoch=0)}})
+        self.assertEqual(len(self.successResultOf(consumer.poll())), 5)
+        # a new leader, broker 2, at epoch 1; the pending fetch to broker 1 is fenced
+        [(_, _, d)] = self.client.fetches()
+        self.client.topics[T][0] = PartitionMetadata(2, 1)
+        d.callback(fetch_response({(T, 0): {"error_code": int(ErrorCode.fenced_leader_epoch)}}))
+        self.clock.advance(1)
+        [(node, _, body, d)] = self.client.pending(23)
+        self.assertEqual(node, 2)
+        self.assertEqual(body["topics"][0]["partitions"][0],
+                         {"partition": 0, "current_leader_epoch": 1, "leader_epoch": 0})
+        self.assertEqual(self.client.fetches(), [])  # no fetch before the position is validated
+        return consumer
+
+    def answer_epoch(self, end_offset: int) -> None:
+        [(_, _, _, d)] = self.client.pending(23)
+        d.callback(build(response_schema(23, 4), {"throttle_time": 0, "topics": [{"topic": T, "partitions": [
+            {"partition": 0, "error_code": 0, "leader_epoch": 0, "end_offset": end_offset}]}]}))
+
+    def test_no_truncation_fetches_on_with_the_new_epoch(self) -> None:
+        self.fetched_then_leader_moves()
+        self.answer_epoch(5)
+        [(_, _, body, _)] = self.client.pending(1)
+        partition = body["topics"][0]["partitions"][0]
+        self.assertEqual((partition["fetch_offset"], partition["current_leader_epoch"]), (5, 1))
+
+    def test_truncation_is_reported_with_reset_none(self) -> None:
+        from kafkatw.client.consumer import LogTruncationError
+
+        consumer = self.fetched_then_leader_moves(auto_offset_reset="none")
+        self.answer_epoch(3)
+        failure = self.failureResultOf(consumer.poll(), LogTruncationError)
+        self.assertEqual(failure.value.partitions, {(T, 0): 3})
+        self.assertIn("truncated at offset 3", str(failure.value))
+
+    def test_truncation_with_a_reset_policy_continues_from_the_end_offset(self) -> None:
+        consumer = self.fetched_then_leader_moves(auto_offset_reset="earliest")
+        self.answer_epoch(3)
+        self.assertEqual(self.successResultOf(consumer.position((T, 0))), 3)
+        [(node, offsets, _)] = self.client.fetches()
+        self.assertEqual((node, offsets), (2, {(T, 0): 3}))
