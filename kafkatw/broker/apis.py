@@ -61,6 +61,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     22: (0, 4),  # InitProducerId (idempotent producers; a transactional id: TRANSACTIONS_UNSUPPORTED)
     32: (1, 4),  # DescribeConfigs
     23: (2, 4),  # OffsetForLeaderEpoch (KIP-101, KIP-279; followers and KIP-320 clients)
+    60: (0, 1),  # DescribeCluster (KIP-700; v2's fenced brokers are KRaft's)
 }
 
 #: The transactional APIs (KIP-98, KIP-664): AddPartitionsToTxn, AddOffsetsToTxn,
@@ -157,6 +158,7 @@ class KafkaApis:
             22: self.handle_init_producer_id,
             32: self.handle_describe_configs,
             23: self.handle_offset_for_leader_epoch,
+            60: self.handle_describe_cluster,
         }
         #: Kafka's BrokerTopicMetrics and RequestMetrics, read by L{kafkatw.broker.metrics}.
         self.request_counts: dict[int, int] = {}
@@ -571,6 +573,28 @@ class KafkaApis:
                 partitions.append(entry)
             topics.append({"topic": topic.topic, "partitions": partitions})
         return self._respond(context, {"throttle_time": 0, "topics": topics})
+
+    # --- DescribeCluster -------------------------------------------------------
+
+    def handle_describe_cluster(self, context: RequestContext, request: Any) -> bytes:
+        """
+        KIP-700: the live brokers, the cluster id and the controller's broker
+        id (C{/controller}; -1 when there is none).  A v1 request for the
+        controllers' endpoints (C{endpoint_type} 2, KRaft) gets
+        C{UNSUPPORTED_ENDPOINT_TYPE}, as a Kafka broker answers it.
+        """
+        body: dict[str, Any] = {
+            "throttle_time": 0, "error_code": 0, "error_message": None, "endpoint_type": 1,
+            "cluster_id": self.metadata.cluster_id, "controller_id": self.metadata.controller_id,
+            "brokers": [{"broker_id": b["node_id"], "host": b["host"], "port": b["port"], "rack": b["rack"]}
+                        for b in self._broker_list()],
+            "cluster_authorized_operations": -2147483648,
+        }
+        if getattr(request, "endpoint_type", 1) != 1:
+            body.update(error_code=int(ErrorCode.unsupported_endpoint_type), brokers=[], controller_id=-1,
+                        endpoint_type=request.endpoint_type,
+                        error_message="this broker describes only broker endpoints (endpoint_type 1)")
+        return self._respond(context, body)
 
     # --- DescribeConfigs -----------------------------------------------------
 

@@ -708,3 +708,28 @@ class ReplicationApisTests(unittest.TestCase):
                            "include_topic_authorized_operations": False}).topics[0].partitions[0]
         self.assertEqual((p.leader_id, p.leader_epoch, list(p.replica_nodes), list(p.isr_nodes)), (1, 4, [0, 1], [1]))
         self.assertEqual(h.produce("t", 0, build_batch([(None, b"v")])).error_code, ErrorCode.not_leader_or_follower)
+
+
+class DescribeClusterTests(unittest.TestCase):
+    def test_brokers_cluster_id_and_controller(self) -> None:
+        h = BrokerHarness(self)
+        h.metadata.cluster_id = "abcdefghijklmnopqrstuv"
+        h.metadata.controller_id = 1
+        for version in (0, 1):
+            body = {"include_cluster_authorized_operations": False, "endpoint_type": 1}
+            response = h.call(60, version, body)
+            self.assertEqual(response.error_code, ErrorCode.none)
+            self.assertEqual((response.cluster_id, response.controller_id), ("abcdefghijklmnopqrstuv", 1))
+            self.assertEqual([(b.broker_id, b.host, b.port, b.rack) for b in response.brokers],
+                             [(0, "127.0.0.1", 9092, None), (1, "127.0.0.1", 9093, None)])
+
+    def test_no_controller(self) -> None:
+        h = BrokerHarness(self)
+        response = h.call(60, 0, {"include_cluster_authorized_operations": False})
+        self.assertEqual(response.controller_id, -1)
+
+    def test_controller_endpoints_are_not_served(self) -> None:
+        h = BrokerHarness(self)
+        response = h.call(60, 1, {"include_cluster_authorized_operations": False, "endpoint_type": 2})
+        self.assertEqual(response.error_code, ErrorCode.unsupported_endpoint_type)
+        self.assertEqual(list(response.brokers), [])
