@@ -259,7 +259,7 @@ class FakeZooKeeper:
             for watch in list(client._watches):
                 if watch.abs_path == path and (
                     (watch.kind == "children" and what in ("child", "created", "deleted"))
-                    or (watch.kind == "data" and what in ("created", "changed", "deleted"))
+                    or (watch.kind in ("data", "versioned") and what in ("created", "changed", "deleted"))
                 ):
                     if self.clock is not None:
                         self.clock.callLater(0, watch._refresh)

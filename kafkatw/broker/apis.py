@@ -65,6 +65,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     43: (0, 2),  # ElectLeaders (KIP-460; answered by the controller)
     45: (0, 0),  # AlterPartitionReassignments (KIP-455; answered by the controller)
     46: (0, 0),  # ListPartitionReassignments (KIP-455; answered by the controller)
+    60: (0, 1),  # DescribeCluster (KIP-700; v2's fenced brokers are KRaft's)
 }
 
 #: The transactional APIs (KIP-98, KIP-664): AddPartitionsToTxn, AddOffsetsToTxn,
@@ -165,6 +166,7 @@ class KafkaApis:
             43: self.handle_elect_leaders,
             45: self.handle_alter_partition_reassignments,
             46: self.handle_list_partition_reassignments,
+            60: self.handle_describe_cluster,
         }
         #: The broker's L{kafkatw.broker.controller.KafkaController} (set by the server;
         #: C{None}: this broker answers controller requests C{NOT_CONTROLLER}).
@@ -657,6 +659,27 @@ class KafkaApis:
                                                      "adding_replicas": adding, "removing_replicas": removing})
         return self._respond(context, {"throttle_time": 0, "error_code": 0, "error_message": None, "topics": [
             {"name": t, "partitions": ps} for t, ps in topics.items()]})
+    # --- DescribeCluster -------------------------------------------------------
+
+    def handle_describe_cluster(self, context: RequestContext, request: Any) -> bytes:
+        """
+        KIP-700: the live brokers, the cluster id and the controller's broker
+        id (C{/controller}; -1 when there is none).  A v1 request for the
+        controllers' endpoints (C{endpoint_type} 2, KRaft) gets
+        C{UNSUPPORTED_ENDPOINT_TYPE}, as a Kafka broker answers it.
+        """
+        body: dict[str, Any] = {
+            "throttle_time": 0, "error_code": 0, "error_message": None, "endpoint_type": 1,
+            "cluster_id": self.metadata.cluster_id, "controller_id": self.metadata.controller_id,
+            "brokers": [{"broker_id": b["node_id"], "host": b["host"], "port": b["port"], "rack": b["rack"]}
+                        for b in self._broker_list()],
+            "cluster_authorized_operations": -2147483648,
+        }
+        if getattr(request, "endpoint_type", 1) != 1:
+            body.update(error_code=int(ErrorCode.unsupported_endpoint_type), brokers=[], controller_id=-1,
+                        endpoint_type=request.endpoint_type,
+                        error_message="this broker describes only broker endpoints (endpoint_type 1)")
+        return self._respond(context, body)
 
     # --- DescribeConfigs -----------------------------------------------------
 

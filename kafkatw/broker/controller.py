@@ -281,9 +281,24 @@ class KafkaController:
     def _unclean(self, topic: str) -> bool:
         return bool(self.topic_config(topic).get("unclean.leader.election.enable", False))
 
+    def _track(self, key: tuple[str, int], state: Any) -> None:
+        """
+        Enter a partition with a state znode into the partition state machine
+        when it is new to it (created after activation: C{NewPartition}), and
+        mark it C{OnlinePartition} when its leader is live (a returned leader).
+        """
+        current = self.partition_states.state(key)
+        if current == "NonExistentPartition":
+            self.partition_states.move(key, "NewPartition")
+            current = "NewPartition"
+        if state.leader in self.live and current != "OnlinePartition":
+            self.partition_states.move(key, "OnlinePartition")
+
     async def _elect_offline(self) -> None:
         for (topic, partition), replicas in self._assignments():
             state = self.metadata.partition_states.get((topic, partition))
+            if state is not None:
+                self._track((topic, partition), state)
             if state is None or state.leader in self.live:
                 continue
             leader, unclean = offline_partition_leader(replicas, state.isr, self.live, self._unclean(topic))
@@ -530,6 +545,8 @@ class KafkaController:
         """Write a new state, fenced; on a stale zkVersion re-read and let the next event retry."""
         epoch = state.leader_epoch + 1 if new_epoch else state.leader_epoch
         key = (topic, partition)
+        if self.partition_states.state(key) == "NonExistentPartition":
+            self.partition_states.move(key, "NewPartition")
         try:
             version = await self.registry.set_partition_state(
                 topic, partition, leader, epoch, isr, self.epoch, expected_version=state.zk_version,

@@ -57,6 +57,7 @@ class BrokerCollector:
         connections = GaugeMetricFamily("kafka_server_socketservermetrics_connection_count", "Open connections.")
         connections.add_metric([], len(apis.connections))
         yield connections
+        yield from self._replication()
         log_manager = self.server.log_manager
         if log_manager is None:
             return
@@ -71,6 +72,54 @@ class BrokerCollector:
             size.add_metric(labels, log.size_bytes)
             segments.add_metric(labels, len(log.segments))
         yield from (end, start, size, segments)
+
+    def _replication(self) -> Iterator[Any]:
+        """
+        Kafka's C{ReplicaManager}, C{KafkaController}, C{ReplicaFetcherManager}
+        and C{DelayedOperationPurgatory} metrics (docs/replication.md).
+        """
+        replica_manager = getattr(self.server, "replica_manager", None)
+        if replica_manager is not None:
+            partitions = list(replica_manager.partitions.values())
+            led = [p for p in partitions if p.is_leader]
+            under_min_isr = sum(1 for p in led if len(p.isr) < replica_manager.min_insync_replicas(p.topic))
+            for name, value, doc in [
+                ("kafka_server_replicamanager_underreplicatedpartitions", sum(1 for p in led if p.under_replicated),
+                 "Partitions led here whose ISR is smaller than their replicas."),
+                ("kafka_server_replicamanager_underminisrpartitioncount", under_min_isr,
+                 "Partitions led here whose ISR is smaller than min.insync.replicas."),
+                ("kafka_server_replicamanager_leadercount", len(led), "Partitions led here."),
+                ("kafka_server_replicamanager_partitioncount", len(partitions), "Partitions with a replica here."),
+            ]:
+                yield GaugeMetricFamily(name, doc, value=value)
+            yield CounterMetricFamily("kafka_server_replicamanager_isrshrinks", "ISR shrinks written by this leader.",
+                                      value=sum(p.isr_shrinks for p in partitions))
+            yield CounterMetricFamily("kafka_server_replicamanager_isrexpands", "ISR expansions written by this leader.",
+                                      value=sum(p.isr_expands for p in partitions))
+            purgatory = GaugeMetricFamily("kafka_server_delayedoperationpurgatory_purgatorysize",
+                                          "Requests waiting in a purgatory.", labels=["delayedOperation"])
+            purgatory.add_metric(["Produce"], replica_manager.produce_purgatory_size)
+            purgatory.add_metric(["Fetch"], replica_manager.fetch_purgatory_size)
+            yield purgatory
+        controller = getattr(self.server, "controller", None)
+        if controller is not None:
+            active = bool(controller.active)
+            yield GaugeMetricFamily("kafka_controller_kafkacontroller_activecontrollercount",
+                                    "1 on the active controller, else 0.", value=int(active))
+            offline = 0
+            if active:
+                metadata = controller.metadata
+                offline = sum(1 for name, meta in list(metadata.topics.items()) for p in meta.partitions
+                              if metadata.leader(name, p) < 0)
+            yield GaugeMetricFamily("kafka_controller_kafkacontroller_offlinepartitionscount",
+                                    "Partitions without a live leader (on the active controller, else 0).",
+                                    value=offline)
+        fetcher_manager = getattr(self.server, "fetcher_manager", None)
+        if fetcher_manager is not None:
+            lag = GaugeMetricFamily("kafka_server_replicafetchermanager_maxlag",
+                                    "Largest lag in records of a partition this broker follows.", labels=["clientId"])
+            lag.add_metric(["Replica"], fetcher_manager.max_lag)
+            yield lag
 
 
 def metrics_registry(server: Any) -> CollectorRegistry:

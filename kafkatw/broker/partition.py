@@ -349,8 +349,8 @@ class Partition:
         d = self._write_isr(self, new_isr)
 
         def written(new_version: int) -> None:
-            if self.leader_epoch != epoch or self.zk_version != version:
-                return  # a newer state arrived meanwhile
+            if self.leader_epoch != epoch or self.zk_version not in (version, new_version):
+                return  # a newer state arrived meanwhile (our own write, seen first through the watch, is not)
             self.isr = new_isr
             self.zk_version = new_version
             self._pending_isr = None

@@ -13,7 +13,9 @@ their C{NetworkClient}):
      the leader answers the largest epoch at or below it and where that epoch
      ended; the follower truncates to the smaller of that end offset and its
      own end of that epoch, so a returning old leader drops exactly its
-     divergent tail — never by high watermark alone.
+     divergent tail — never by high watermark alone.  When the follower never
+     had the epoch answered, it truncates to its end of the epoch below and
+     asks again (L{kafkatw.storage.leader_epoch.offset_truncation_state}).
   2. then Fetch with C{replica_id} = this broker's id from each partition's log
      end offset, carrying the leader epoch it follows (KIP-320); the leader
      parks the fetch until data arrives (C{replica.fetch.wait.max.ms}).
@@ -36,12 +38,12 @@ from twisted.internet import defer
 from twisted.logger import Logger
 
 from ..errors import ErrorCode, KafkaError
+from ..storage.leader_epoch import offset_truncation_state
 
 __all__ = ["ReplicaFetcherManager", "ReplicaFetcher"]
 
 _log = Logger()
 
-_UNDEFINED_EPOCH = -1
 _STOP_ON = {ErrorCode.fenced_leader_epoch, ErrorCode.not_leader_or_follower, ErrorCode.unknown_leader_epoch,
             ErrorCode.unknown_topic_or_partition}
 
@@ -156,24 +158,19 @@ class ReplicaFetcher:
                     self._partition_error(key, s, code)
                     continue
                 log = s.partition.log
-                if p.leader_epoch == _UNDEFINED_EPOCH or p.end_offset < 0:
-                    # The leader knows no epoch at or below ours (or we have none):
-                    # fall back to the high watermark, as Kafka does for such logs.
-                    target = log.high_watermark
-                else:
-                    target = min(p.end_offset, log.log_end_offset)
-                    if p.leader_epoch < log.latest_epoch:
-                        # KIP-279: our epoch is unknown to the leader; truncate to
-                        # our own end of the epoch it answered, then ask again.
-                        own_epoch, own_end = log.end_offset_for_epoch(p.leader_epoch)
-                        if own_epoch == p.leader_epoch:
-                            target = min(target, own_end)
+                # Kafka's getOffsetTruncationState: the leader knows no epoch at
+                # or below ours (or we have none): the high watermark; else the
+                # smaller end of the answered epoch in both logs; when we never
+                # had the answered epoch (KIP-279), our end of the epoch below
+                # it, then ask again with our new latest epoch.
+                target, completed = offset_truncation_state(
+                    log.leader_epoch_cache, log.log_end_offset, p.leader_epoch, p.end_offset, log.high_watermark)
                 if target < log.log_end_offset:
                     _log.info("{partition}: truncating from {leo} to {offset} (leader {leader} epoch {epoch})",
                               partition=s.partition.name, leo=log.log_end_offset, offset=target,
                               leader=self.leader_id, epoch=s.leader_epoch)
                     log.truncate_to(target)
-                s.truncating = False
+                s.truncating = not completed
 
     # --- fetching -------------------------------------------------------------------
 

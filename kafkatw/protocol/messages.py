@@ -64,7 +64,7 @@ API_NAMES: dict[int, str] = {
     13: "LeaveGroup", 14: "SyncGroup", 15: "DescribeGroups", 16: "ListGroups",
     17: "SaslHandshake", 18: "ApiVersions", 19: "CreateTopics", 20: "DeleteTopics",
     21: "DeleteRecords", 22: "InitProducerId", 32: "DescribeConfigs", 33: "AlterConfigs",
-    36: "SaslAuthenticate", 37: "CreatePartitions", 42: "DeleteGroups",
+    36: "SaslAuthenticate", 37: "CreatePartitions", 42: "DeleteGroups", 60: "DescribeCluster",
 }
 
 _HEADER = struct.Struct(">hhih")

@@ -10,6 +10,7 @@ import os
 import shutil
 import struct
 import tempfile
+from typing import Any
 
 from twisted.internet import defer
 from twisted.internet.testing import EventLoggingObserver, MemoryReactorClock, StringTransport
@@ -60,17 +61,34 @@ class BrokerHarness:
         self.log_manager.load()
         testcase.addCleanup(self.log_manager.close)
         self.replica_manager = ReplicaManager(
-            broker_id, self.log_manager, self.metadata, self.clock, lambda t: topic_log_config(self.config, {})
+            broker_id, self.log_manager, self.metadata, self.clock, lambda t: topic_log_config(self.config, {}),
+            write_isr=self.registry.set_partition_state, reload_state=self.reload_state, now_ms=now_ms,
         )
         self.admin = AdminManager(self.config, self.registry, self.metadata, on_topic=self._topic_added)
         self.apis = KafkaApis(self.config, self.replica_manager, self.metadata, self.admin, self.clock, now_ms)
         self.testcase = testcase
         self._correlation = 0
 
-    def create_topic(self, name: str, partitions: int = 1) -> TopicMetadata:
-        return self.testcase.successResultOf(
-            defer.ensureDeferred(self.admin.create_topic(name, partitions, 1, {p: [0] for p in range(partitions)}, {}))
-        )
+    def create_topic(self, name: str, partitions: int = 1, replicas: list[int] = [0]) -> TopicMetadata:
+        return self.testcase.successResultOf(defer.ensureDeferred(
+            self.admin.create_topic(name, partitions, len(replicas), {p: list(replicas) for p in range(partitions)},
+                                    {})))
+
+    def reload_state(self, topic: str, partition: int) -> None:
+        """What the broker does after a failed ISR write: re-read the state and apply it."""
+        self.apply_state(topic, partition)
+
+    def apply_state(self, topic: str, partition: int) -> None:
+        """Apply the partition's state znode, as the broker's watch does."""
+        state = self.testcase.successResultOf(self.registry.get_partition_state(topic, partition))
+        self.metadata.set_partition_state(topic, partition, state)
+        replicas = self.metadata.topics[topic].partitions[partition]
+        self.replica_manager.apply_state(topic, partition, replicas, state)
+
+    def write_state(self, topic: str, partition: int, leader: int, leader_epoch: int, isr: list[int]) -> None:
+        """Write a partition's state as the controller does, and apply it."""
+        self.testcase.successResultOf(self.registry.set_partition_state(topic, partition, leader, leader_epoch, isr))
+        self.apply_state(topic, partition)
 
     def _topic_added(self, meta: TopicMetadata) -> None:
         """What the broker does for a topic it created: follow its partition states."""
@@ -109,15 +127,17 @@ class BrokerHarness:
         return self.decode(0, version, result).responses[0].partition_responses[0]
 
     def fetch_request(self, topic: str, partition: int, offset: int, max_wait_ms: int = 0, min_bytes: int = 1,
-                      max_bytes: int = 1 << 20, version: int = 12) -> dict:
-        return {"replica_id": -1, "max_wait": max_wait_ms, "min_bytes": min_bytes, "max_bytes": max_bytes,
+                      max_bytes: int = 1 << 20, version: int = 12, replica_id: int = -1,
+                      current_leader_epoch: int = -1) -> dict:
+        return {"replica_id": replica_id, "max_wait": max_wait_ms, "min_bytes": min_bytes, "max_bytes": max_bytes,
                 "isolation_level": 0, "session_id": 0, "session_epoch": -1,
                 "topics": [{"topic": topic, "partitions": [{"partition": partition, "fetch_offset": offset,
                                                             "partition_max_bytes": max_bytes,
-                                                            "current_leader_epoch": -1, "log_start_offset": -1}]}],
+                                                            "current_leader_epoch": current_leader_epoch,
+                                                            "log_start_offset": -1}]}],
                 "forgotten_topics_data": [], "rack_id": ""}
 
-    def fetch(self, topic: str, partition: int, offset: int, **kwargs: object) -> object:
+    def fetch(self, topic: str, partition: int, offset: int, **kwargs: Any) -> Any:
         version = kwargs.get("version", 12)
         response = self.call(1, version, self.fetch_request(topic, partition, offset, **kwargs))
         return response.responses[0].partitions[0]
@@ -523,3 +543,193 @@ class ConnectionTests(unittest.TestCase):
         [(cid, frame)] = self.responses(good_transport)
         _, response = decode_response(0, 9, frame)
         self.assertEqual(response.responses[0].partition_responses[0].error_code, ErrorCode.none)
+
+
+class ReplicationApisTests(unittest.TestCase):
+    """
+    acks=all, the purgatories and the leader-epoch checks through KafkaApis:
+    broker 0 leads C{t-0} assigned [0, 1]; broker 1's fetches are raw Fetch
+    requests with C{replica_id} 1.
+    """
+
+    def harness(self, **overrides: object) -> BrokerHarness:
+        h = BrokerHarness(self, **{"replica.lag.time.max.ms": 100, **overrides})
+        h.create_topic("t", 1, replicas=[0, 1])
+        self.assertEqual(h.metadata.isr("t", 0), [0, 1])
+        return h
+
+    def produce_all(self, h: BrokerHarness, n: int = 1, timeout_ms: int = 5000) -> Any:
+        body = {"acks": -1, "timeout": timeout_ms, "topic_data": [
+            {"name": "t", "partition_data": [{"index": 0, "records": build_batch([(None, b"v")] * n)}]}]}
+        return h.request(0, 9, body)
+
+    def produced(self, h: BrokerHarness, result: Any) -> Any:
+        if isinstance(result, defer.Deferred):
+            result = self.successResultOf(result)
+        return h.decode(0, 9, result).responses[0].partition_responses[0]
+
+    def follower_fetch(self, h: BrokerHarness, offset: int, **kwargs: Any) -> Any:
+        return h.fetch("t", 0, offset, replica_id=1, **kwargs)
+
+    def test_acks_all_waits_until_the_follower_has_fetched_the_batch(self) -> None:
+        h = self.harness()
+        waiting = self.produce_all(h, 2)
+        self.assertIsInstance(waiting, defer.Deferred)
+        self.assertNoResult(waiting)
+        self.assertEqual(h.replica_manager.produce_purgatory_size, 1)
+        p = self.follower_fetch(h, 0)  # fetches the batch; the leader learns nothing new yet
+        self.assertEqual((p.error_code, p.high_watermark), (ErrorCode.none, 0))
+        self.assertTrue(p.records)
+        self.assertNoResult(waiting)
+        self.assertFalse(h.fetch("t", 0, 0).records)  # consumers read below the high watermark only
+        p = self.follower_fetch(h, 2)  # it holds both records: the high watermark moves
+        self.assertEqual(p.high_watermark, 2)
+        answer = self.produced(h, waiting)
+        self.assertEqual((answer.error_code, answer.base_offset), (ErrorCode.none, 0))
+        self.assertEqual(h.replica_manager.produce_purgatory_size, 0)
+        self.assertTrue(h.fetch("t", 0, 0).records)
+
+    def test_acks_one_does_not_wait(self) -> None:
+        h = self.harness()
+        self.assertEqual(h.produce("t", 0, build_batch([(None, b"v")])).error_code, ErrorCode.none)
+
+    def test_acks_all_times_out(self) -> None:
+        h = self.harness()
+        waiting = self.produce_all(h, timeout_ms=500)
+        h.clock.advance(0.499)
+        self.assertNoResult(waiting)
+        h.clock.advance(0.001)
+        self.assertEqual(self.produced(h, waiting).error_code, ErrorCode.request_timed_out)
+        self.assertEqual(h.replica_manager.partitions[("t", 0)].log_end_offset, 1)  # appended all the same
+
+    def test_isr_below_min_insync_replicas_refuses_before_appending(self) -> None:
+        h = self.harness(**{"min.insync.replicas": 2})
+        h.write_state("t", 0, 0, 0, [0])
+        answer = self.produced(h, self.produce_all(h))
+        self.assertEqual(answer.error_code, ErrorCode.not_enough_replicas)
+        self.assertEqual(h.replica_manager.partitions[("t", 0)].log_end_offset, 0)
+        # acks=1 does not need the ISR
+        self.assertEqual(h.produce("t", 0, build_batch([(None, b"v")])).error_code, ErrorCode.none)
+
+    def test_isr_shrinking_below_min_insync_replicas_during_the_wait(self) -> None:
+        h = self.harness(**{"min.insync.replicas": 2})
+        waiting = self.produce_all(h)
+        self.assertNoResult(waiting)
+        h.clock.advance(0.101)
+        h.replica_manager.shrink_isrs(100)  # the follower never fetched: it leaves the ISR
+        self.assertEqual(self.successResultOf(h.registry.get_partition_state("t", 0)).isr, [0])
+        answer = self.produced(h, waiting)
+        self.assertEqual(answer.error_code, ErrorCode.not_enough_replicas_after_append)
+
+    def test_isr_shrinking_completes_a_waiting_produce(self) -> None:
+        """With min.insync.replicas=1, a follower leaving the ISR lets the leader acknowledge alone."""
+        h = self.harness()
+        waiting = self.produce_all(h)
+        h.clock.advance(0.101)
+        h.replica_manager.shrink_isrs(100)
+        self.assertEqual(self.produced(h, waiting).error_code, ErrorCode.none)
+
+    def test_consumer_fetch_is_woken_by_the_high_watermark_not_by_the_append(self) -> None:
+        h = self.harness()
+        waiting = h.request(1, 12, h.fetch_request("t", 0, 0, max_wait_ms=1000))
+        self.assertNoResult(waiting)
+        self.assertEqual(h.produce("t", 0, build_batch([(None, b"v")])).error_code, ErrorCode.none)
+        self.assertNoResult(waiting)  # appended, but not below the high watermark yet
+        self.follower_fetch(h, 1)
+        p = h.decode(1, 12, self.successResultOf(waiting)).responses[0].partitions[0]
+        self.assertEqual((p.error_code, p.high_watermark), (ErrorCode.none, 1))
+        self.assertTrue(p.records)
+
+    def test_follower_fetch_is_woken_by_an_append(self) -> None:
+        h = self.harness()
+        waiting = h.request(1, 12, h.fetch_request("t", 0, 0, max_wait_ms=1000, replica_id=1))
+        self.assertNoResult(waiting)
+        self.assertEqual(h.replica_manager.fetch_purgatory_size, 1)
+        self.assertEqual(h.produce("t", 0, build_batch([(None, b"v")])).error_code, ErrorCode.none)
+        p = h.decode(1, 12, self.successResultOf(waiting)).responses[0].partitions[0]
+        self.assertEqual((p.error_code, p.high_watermark), (ErrorCode.none, 0))
+        self.assertTrue(p.records)
+        self.assertEqual(h.replica_manager.fetch_purgatory_size, 0)
+
+    def test_follower_fetch_waits_out_its_max_wait(self) -> None:
+        h = self.harness()
+        waiting = h.request(1, 12, h.fetch_request("t", 0, 0, max_wait_ms=500, replica_id=1))
+        h.clock.advance(0.5)
+        p = h.decode(1, 12, self.successResultOf(waiting)).responses[0].partitions[0]
+        self.assertEqual((p.error_code, bytes(p.records or b"")), (ErrorCode.none, b""))
+
+    def offset_for_leader_epoch(self, h: BrokerHarness, epoch: int, current: int = -1, version: int = 4) -> Any:
+        body = {"replica_id": 1, "topics": [{"topic": "t", "partitions": [
+            {"partition": 0, "current_leader_epoch": current, "leader_epoch": epoch}]}]}
+        p = h.call(23, version, body).topics[0].partitions[0]
+        return p.error_code, p.leader_epoch, p.end_offset
+
+    def test_offset_for_leader_epoch(self) -> None:
+        h = self.harness()
+        h.produce("t", 0, build_batch([(None, b"v")] * 3))  # epoch 0: offsets 0-2
+        h.write_state("t", 0, 0, 2, [0, 1])  # leader again at epoch 2, from offset 3
+        h.produce("t", 0, build_batch([(None, b"v")] * 2))  # epoch 2: offsets 3-4
+        for version in (2, 3, 4):
+            self.assertEqual(self.offset_for_leader_epoch(h, 0, version=version), (ErrorCode.none, 0, 3))
+        self.assertEqual(self.offset_for_leader_epoch(h, 1), (ErrorCode.none, 0, 3))  # KIP-279: epoch 0 answers
+        self.assertEqual(self.offset_for_leader_epoch(h, 2), (ErrorCode.none, 2, 5))  # the latest: the LEO
+        self.assertEqual(self.offset_for_leader_epoch(h, 3), (ErrorCode.none, -1, -1))
+        self.assertEqual(self.offset_for_leader_epoch(h, 2, current=2), (ErrorCode.none, 2, 5))
+        self.assertEqual(self.offset_for_leader_epoch(h, 0, current=1)[0], ErrorCode.fenced_leader_epoch)
+        self.assertEqual(self.offset_for_leader_epoch(h, 0, current=3)[0], ErrorCode.unknown_leader_epoch)
+
+    def test_offset_for_leader_epoch_on_a_follower(self) -> None:
+        h = self.harness()
+        h.write_state("t", 0, 1, 1, [1, 0])
+        self.assertEqual(self.offset_for_leader_epoch(h, 0)[0], ErrorCode.not_leader_or_follower)
+
+    def test_stale_current_leader_epoch_is_fenced(self) -> None:
+        """KIP-320: Fetch and ListOffsets name the leader epoch they know."""
+        h = self.harness()
+        h.produce("t", 0, build_batch([(None, b"v")]))
+        h.write_state("t", 0, 0, 2, [0])
+
+        def list_offsets(current: int) -> int:
+            body = {"replica_id": -1, "isolation_level": 0, "topics": [{"name": "t", "partitions": [
+                {"partition_index": 0, "current_leader_epoch": current, "timestamp": -1}]}]}
+            p = h.call(2, 4, body).topics[0].partitions[0]
+            return p.error_code
+
+        for current, code in [(-1, ErrorCode.none), (2, ErrorCode.none), (1, ErrorCode.fenced_leader_epoch),
+                              (3, ErrorCode.unknown_leader_epoch)]:
+            self.assertEqual(h.fetch("t", 0, 0, current_leader_epoch=current).error_code, code, current)
+            self.assertEqual(self.follower_fetch(h, 0, current_leader_epoch=current).error_code, code, current)
+            self.assertEqual(list_offsets(current), code, current)
+
+    def test_metadata_returns_the_stored_leader_epoch_and_isr(self) -> None:
+        h = self.harness()
+        h.write_state("t", 0, 1, 4, [1])
+        p = h.call(3, 12, {"topics": [{"name": "t", "topic_id": None}], "allow_auto_topic_creation": False,
+                           "include_topic_authorized_operations": False}).topics[0].partitions[0]
+        self.assertEqual((p.leader_id, p.leader_epoch, list(p.replica_nodes), list(p.isr_nodes)), (1, 4, [0, 1], [1]))
+        self.assertEqual(h.produce("t", 0, build_batch([(None, b"v")])).error_code, ErrorCode.not_leader_or_follower)
+
+
+class DescribeClusterTests(unittest.TestCase):
+    def test_brokers_cluster_id_and_controller(self) -> None:
+        h = BrokerHarness(self)
+        h.metadata.cluster_id = "abcdefghijklmnopqrstuv"
+        h.metadata.controller_id = 1
+        for version in (0, 1):
+            body = {"include_cluster_authorized_operations": False, "endpoint_type": 1}
+            response = h.call(60, version, body)
+            self.assertEqual(response.error_code, ErrorCode.none)
+            self.assertEqual((response.cluster_id, response.controller_id), ("abcdefghijklmnopqrstuv", 1))
+            self.assertEqual([(b.broker_id, b.host, b.port, b.rack) for b in response.brokers],
+                             [(0, "127.0.0.1", 9092, None), (1, "127.0.0.1", 9093, None)])
+
+    def test_no_controller(self) -> None:
+        h = BrokerHarness(self)
+        response = h.call(60, 0, {"include_cluster_authorized_operations": False})
+        self.assertEqual(response.controller_id, -1)
+
+    def test_controller_endpoints_are_not_served(self) -> None:
+        h = BrokerHarness(self)
+        response = h.call(60, 1, {"include_cluster_authorized_operations": False, "endpoint_type": 2})
+        self.assertEqual(response.error_code, ErrorCode.unsupported_endpoint_type)
+        self.assertEqual(list(response.brokers), [])
