@@ -297,8 +297,18 @@ class KafkaController:
     async def _elect_offline(self) -> None:
         for (topic, partition), replicas in self._assignments():
             state = self.metadata.partition_states.get((topic, partition))
+            key = (topic, partition)
+            if state is not None and state.leader in self.live and \
+                    self.partition_states.state(key) == "OfflinePartition":
+                # The last leader came back to an offline partition: elect it (or
+                # an earlier-assigned live ISR member) at a new epoch, as Kafka does.
+                leader, _ = offline_partition_leader(replicas, state.isr, self.live, False)
+                if leader >= 0:
+                    await self._write(topic, partition, state, leader, [r for r in state.isr if r in self.live],
+                                      new_epoch=True)
+                    continue
             if state is not None:
-                self._track((topic, partition), state)
+                self._track(key, state)
             if state is None or state.leader in self.live:
                 continue
             leader, unclean = offline_partition_leader(replicas, state.isr, self.live, self._unclean(topic))

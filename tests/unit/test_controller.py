@@ -223,6 +223,9 @@ class ControllerTests(unittest.TestCase):
         h.wait(h.controller.brokers_changed(brokers))
         self.assertEqual(h.controller.partition_states.state(("t", 0)), "OnlinePartition")
         self.assertEqual(h.metadata.leader("t", 0), 3)
+        # elected again at a new epoch, as Kafka does, and written to ZooKeeper
+        self.assertEqual(h.summary("t", 0), (3, 1, [3]))
+        self.assertEqual(h.state("t", 0).leader_epoch, 1)
 
     def test_controlled_shutdown_moves_leadership_and_leaves_the_isr(self) -> None:
         h = ControllerHarness(self, {"t": {0: [3, 1, 2], 1: [1, 3, 2], 2: [3, 1]}},
