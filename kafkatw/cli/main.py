@@ -77,10 +77,11 @@ def main() -> None:
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True,
-                                "help_option_names": []})
+                                "help_option_names": []},
+              short_help="Run a broker in the foreground (twistd -n kafkatw).")
 @click.argument("twistd_args", nargs=-1, type=click.UNPROCESSED)
 def broker(twistd_args: tuple[str, ...]) -> None:
-    """Run a broker in the foreground: exec C{twistd -n kafkatw ARGS...}.
+    """Run a broker in the foreground: exec `twistd -n kafkatw ARGS...`.
 
     Every argument is passed through; `kafkatw broker --help` shows the broker's options.
     """

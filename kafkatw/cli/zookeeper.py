@@ -9,7 +9,7 @@ import click
 __all__ = ["zookeeper"]
 
 
-@click.command()
+@click.command(short_help="Run ZooKeeper in the foreground.")
 @click.option("--port", type=click.IntRange(1, 65535), default=2181, show_default=True, help="clientPort.")
 @click.option("--data-dir", required=True, type=click.Path(file_okay=False), help="dataDir.")
 @click.option("--tick-time-ms", type=click.IntRange(min=1), default=2000, show_default=True, help="tickTime (ms).")
