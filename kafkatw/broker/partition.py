@@ -306,10 +306,12 @@ class Partition:
         """
         if self.role != LEADER:
             return
+        if replica_id not in self.replicas:
+            # no longer assigned (a reassignment removed it): it must not rejoin the ISR
+            self.followers.pop(replica_id, None)
+            return
         state = self.followers.get(replica_id)
         if state is None:
-            if replica_id not in self.replicas:
-                return
             state = self.followers[replica_id] = FollowerState(self.now_ms())
         state.update(fetch_offset, self.log.log_end_offset, self.now_ms())
         if replica_id not in self.isr and self._pending_isr is None and \

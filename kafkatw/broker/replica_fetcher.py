@@ -147,6 +147,8 @@ class ReplicaFetcher:
         body = {"replica_id": manager.broker_id,
                 "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]}
         response = await manager.client.send(self.leader_id, 23, body, timeout_ms=manager.request_timeout_ms)
+        if not self._running:
+            return
         for topic in response.topics:
             for p in topic.partitions:
                 key = (topic.topic, p.partition)
@@ -202,6 +204,8 @@ class ReplicaFetcher:
         }
         timeout_ms = manager.request_timeout_ms + config["replica.fetch.wait.max.ms"]
         response = await manager.client.send(self.leader_id, 1, body, timeout_ms=timeout_ms)
+        if not self._running:
+            return  # stopped meanwhile: append nothing more
         if response.error_code:
             raise KafkaError(f"fetch error {response.error_code}")
         max_lag = 0
@@ -269,6 +273,7 @@ class ReplicaFetcherManager:
         self.request_timeout_ms = config["replica.socket.timeout.ms"]
         self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
         self._assigned: dict[tuple[str, int], ReplicaFetcher] = {}
+        self.stopped = False
 
     def _index(self, topic: str, partition: int) -> int:
         return zlib.crc32(f"{topic}-{partition}".encode()) % max(1, self.config["num.replica.fetchers"])
@@ -277,6 +282,8 @@ class ReplicaFetcherManager:
         """Fetch C{partition} from C{leader_id}, truncating by epoch first."""
         key = (partition.topic, partition.partition)
         self.unfollow(partition)
+        if self.stopped:
+            return  # shutting down: no more fetching
         address = self.broker_address(leader_id)
         if address is not None:
             self.client.brokers[leader_id] = address
@@ -310,6 +317,8 @@ class ReplicaFetcherManager:
         return max((f.max_lag for f in self.fetchers.values()), default=0)
 
     def stop(self) -> defer.Deferred:
+        """Stop every fetcher; L{follow} does nothing afterwards."""
+        self.stopped = True
         fetchers = list(self.fetchers.values())
         self.fetchers.clear()
         self._assigned.clear()

@@ -205,6 +205,7 @@ class KafkaServer(service.MultiService):
         self._listening_ports: list[Any] = []
         self._loops: dict[str, list[task.LoopingCall]] = {}
         self._zookeeper_connect: str | None = None
+        self._fetchers_stopping: defer.Deferred | None = None
         self._topic_watches: dict[str, Any] = {}
         self._topic_configs: dict[str, dict[str, str]] = {}
         self.port: int | None = None
@@ -359,8 +360,8 @@ class KafkaServer(service.MultiService):
 
     async def _stop_fetchers(self) -> None:
         if self.fetcher_manager is not None:
-            stopping = self.fetcher_manager.stop()
-            await self.inter_broker_client.close()
+            stopping = self._fetchers_stopping or self.fetcher_manager.stop()
+            await self.inter_broker_client.close()  # fails requests in flight: the fetchers' loops end
             await stopping
 
     async def _start_controller(self) -> None:
@@ -547,6 +548,10 @@ class KafkaServer(service.MultiService):
             return [p for p in self.replica_manager.led_partitions()
                     if any(r != self.broker_id and r in live for r in p.isr)]
 
+        # Stop following first (Kafka's controller sends StopReplica): a last fetch
+        # would otherwise put this broker back into ISRs the controller takes it out of.
+        if self.fetcher_manager is not None:
+            self._fetchers_stopping = self.fetcher_manager.stop()
         if not movable():
             return
         try:

@@ -574,9 +574,10 @@ def check_same_key_same_partition(broker: Any) -> None:
 
 def check_broker_log_clean(broker: Any) -> None:
     """After all of the above, the broker logged no traceback or unhandled error."""
-    text = broker.log_text()
-    bad = [line for line in text.splitlines() if "Traceback" in line or "Unhandled" in line or "[-] ERROR" in line]
-    assert not bad, "\n".join(bad[:20])
+    lines = broker.log_text().splitlines()
+    bad = [i for i, line in enumerate(lines) if "Traceback" in line or "Unhandled" in line or "[-] ERROR" in line]
+    # each finding with the lines around it, so that a failure says what happened
+    assert not bad, "\n---\n".join("\n".join(lines[max(0, i - 3):i + 25]) for i in bad[:5])
 
 
 # --- the test case: one broker for the module; runs under trial and pytest alike ----------
