@@ -356,7 +356,8 @@ class KafkaController:
                     continue
                 if election_type == 0:
                     preferred = replicas[0]
-                    if state.leader == preferred:
+                    # A dead leader recorded in the state is no leader (Kafka writes NoLeader there).
+                    if state.leader == preferred and preferred in self.live:
                         results[key] = (ErrorCode.election_not_needed, "the preferred replica leads")
                     elif preferred not in self.live or preferred not in state.isr:
                         results[key] = (ErrorCode.preferred_leader_not_available,
