@@ -39,7 +39,7 @@ def kafkatw(*args: str, timeout_s: float = 60.0) -> subprocess.CompletedProcess:
 
 def create_assigned_topic(bootstrap: str, topic: str, assignment: list[list[int]]) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(topic, replica_assignment=assignment)])
+    futures = admin.create_topics([NewTopic(topic, num_partitions=len(assignment), replica_assignment=assignment)])
     futures[topic].result(20)
 
 
