@@ -139,7 +139,7 @@ class ReassignPartitionsToolTests(unittest.TestCase):
             acked: dict[int, bytes] = {}
             errors: list = []
             stop = threading.Event()
-            total = 20000
+            total = 30000
 
             def produce() -> None:
                 producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
@@ -158,8 +158,8 @@ class ReassignPartitionsToolTests(unittest.TestCase):
                     producer.produce("moving", f"record-{i:06d}".encode() + b"x" * 100, partition=0,
                                      on_delivery=delivered)
                     producer.poll(0)
-                    if i % 200 == 0:
-                        time.sleep(0.05)  # about 4,000 records/s: the copy runs while records arrive
+                    if i % 100 == 0:
+                        time.sleep(0.05)  # about 2,000 records/s for 15 s: the copy runs while records arrive
                 producer.flush(60)
 
             writer = threading.Thread(target=produce, name="acks-all-producer")
@@ -196,6 +196,7 @@ class ReassignPartitionsToolTests(unittest.TestCase):
                               ' --reassignment-json-file option during rollback', executed.stdout)
                 self.assertIn("Successfully started partition reassignment for moving-0", executed.stdout)
                 self.assertIn("--throttle is not applied", executed.stderr)
+                self.assertTrue(writer.is_alive(), "the producer finished before the reassignment started")
 
                 def completed() -> bool:
                     verified = kafkatw("reassign-partitions", "--bootstrap-server", bootstrap, "--verify",
