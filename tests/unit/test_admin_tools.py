@@ -350,3 +350,23 @@ class ReassignmentRequestTests(unittest.TestCase):
         client = FakeClient(clock, {46: [_list_response({})]})
         d = defer.ensureDeferred(_cancel(client, 10.0, [("t", 0)]))
         self.assertEqual(self.successResultOf(d)[0], "None of the specified partition reassignments are active.")
+
+
+class ControllerPreferredElectionTests(unittest.TestCase):
+    """What C{leader-election --election-type PREFERRED} gets from the controller for an offline partition."""
+
+    def test_dead_preferred_leader_is_not_available(self) -> None:
+        from types import SimpleNamespace
+
+        from kafkatw.broker.controller import KafkaController
+
+        metadata = SimpleNamespace(
+            topics={"t": SimpleNamespace(partitions={0: [0, 1], 1: [1, 0]})},
+            partition_states={("t", 0): SimpleNamespace(leader=0, isr=[0], leader_epoch=3, zk_version=1),
+                              ("t", 1): SimpleNamespace(leader=1, isr=[1], leader_epoch=2, zk_version=1)})
+        controller = KafkaController(2, {}, None, metadata, lambda topic: {})
+        controller.active = True
+        controller.live = {1, 2}  # broker 0, preferred leader of t-0 and its whole ISR, is dead
+        results = self.successResultOf(controller.elect_leaders(0, [("t", 0), ("t", 1)]))
+        self.assertEqual(results[("t", 0)][0], ErrorCode.preferred_leader_not_available)
+        self.assertEqual(results[("t", 1)][0], ErrorCode.election_not_needed)
