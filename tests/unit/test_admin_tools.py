@@ -370,3 +370,28 @@ class ControllerPreferredElectionTests(unittest.TestCase):
         results = self.successResultOf(controller.elect_leaders(0, [("t", 0), ("t", 1)]))
         self.assertEqual(results[("t", 0)][0], ErrorCode.preferred_leader_not_available)
         self.assertEqual(results[("t", 1)][0], ErrorCode.election_not_needed)
+
+    def test_first_election_of_a_partition_created_after_activation(self) -> None:
+        """A topic created after the controller became active: its first election is NewPartition -> Online."""
+        from types import SimpleNamespace
+
+        from kafkatw.broker.controller import KafkaController
+
+        class Registry:
+            def set_partition_state(self, *args: object, **kwargs: object) -> defer.Deferred:
+                return defer.succeed(8)
+
+        written = {}
+        metadata = SimpleNamespace(
+            topics={"t": SimpleNamespace(partitions={0: [0, 1], 1: [0, 1]})},
+            partition_states={("t", 0): SimpleNamespace(leader=1, isr=[1, 0], leader_epoch=3, zk_version=1),
+                              ("t", 1): SimpleNamespace(leader=1, isr=[1, 0], leader_epoch=3, zk_version=1)},
+            set_partition_state=lambda topic, partition, state: written.__setitem__((topic, partition), state))
+        controller = KafkaController(2, {}, Registry(), metadata, lambda topic: {})
+        controller.active = True
+        controller.live = {0, 1, 2}
+        results = self.successResultOf(controller.elect_leaders(0, None))
+        self.assertEqual(results, {("t", 0): (ErrorCode.none, None), ("t", 1): (ErrorCode.none, None)})
+        self.assertEqual({k: (s.leader, s.leader_epoch) for k, s in written.items()},
+                         {("t", 0): (0, 4), ("t", 1): (0, 4)})
+        self.assertEqual(controller.partition_states.state(("t", 1)), "OnlinePartition")
