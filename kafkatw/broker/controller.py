@@ -287,10 +287,8 @@ class KafkaController:
         when it is new to it (created after activation: C{NewPartition}), and
         mark it C{OnlinePartition} when its leader is live (a returned leader).
         """
+        self._ensure_known(key)
         current = self.partition_states.state(key)
-        if current == "NonExistentPartition":
-            self.partition_states.move(key, "NewPartition")
-            current = "NewPartition"
         if state.leader in self.live and current != "OnlinePartition":
             self.partition_states.move(key, "OnlinePartition")
 
@@ -313,6 +311,7 @@ class KafkaController:
                 continue
             leader, unclean = offline_partition_leader(replicas, state.isr, self.live, self._unclean(topic))
             key = (topic, partition)
+            self._ensure_known(key)
             if leader < 0:
                 if self.partition_states.state(key) != "OfflinePartition":
                     _log.warn("{topic}-{partition} is offline: no live in-sync replica among {isr}",
@@ -381,7 +380,8 @@ class KafkaController:
                     continue
                 if election_type == 0:
                     preferred = replicas[0]
-                    if state.leader == preferred:
+                    # A dead leader recorded in the state is no leader (Kafka writes NoLeader there).
+                    if state.leader == preferred and preferred in self.live:
                         results[key] = (ErrorCode.election_not_needed, "the preferred replica leads")
                     elif preferred not in self.live or preferred not in state.isr:
                         results[key] = (ErrorCode.preferred_leader_not_available,
@@ -550,13 +550,21 @@ class KafkaController:
             ongoing[key] = (replicas, list(self._adding.get(key, [])), [r for r in replicas if r not in target])
         return ongoing
 
+    def _ensure_known(self, key: tuple[str, int]) -> None:
+        """
+        A partition of a topic created after this controller's activation
+        enters the table as C{NewPartition} (Kafka's C{onNewPartitionCreation}),
+        so that its first election is a valid transition.
+        """
+        if self.partition_states.state(key) == "NonExistentPartition":
+            self.partition_states.move(key, "NewPartition")
+
     async def _write(self, topic: str, partition: int, state: Any, leader: int, isr: list[int],
                      new_epoch: bool) -> None:
         """Write a new state, fenced; on a stale zkVersion re-read and let the next event retry."""
         epoch = state.leader_epoch + 1 if new_epoch else state.leader_epoch
         key = (topic, partition)
-        if self.partition_states.state(key) == "NonExistentPartition":
-            self.partition_states.move(key, "NewPartition")
+        self._ensure_known(key)
         try:
             version = await self.registry.set_partition_state(
                 topic, partition, leader, epoch, isr, self.epoch, expected_version=state.zk_version,

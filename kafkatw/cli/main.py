@@ -6,6 +6,8 @@ The C{kafkatw} command: Kafka's command-line tools under Kafka's names and flags
     kafkatw console-consumer --bootstrap-server localhost:9092 --topic t --from-beginning
     kafkatw consumer-perf-test --bootstrap-server localhost:9092 --topic t --messages 1000000
     kafkatw consumer-groups --bootstrap-server localhost:9092 --describe --group g
+    kafkatw leader-election --bootstrap-server localhost:9092 --election-type PREFERRED --all-topic-partitions
+    kafkatw reassign-partitions --bootstrap-server localhost:9092 --reassignment-json-file r.json --execute
     kafkatw zookeeper --port 2181 --data-dir /var/lib/zookeeper
     kafkatw broker --broker-id 0 --listeners tcp:9092 --log-dirs /var/lib/kafkatw --zookeeper embedded
 """
@@ -26,6 +28,8 @@ from .perf import producer_perf_test
 from .ship import ship
 from .consumer_perf import consumer_perf_test
 from .consumer_groups import consumer_groups
+from .leader_election import leader_election
+from .reassign_partitions import reassign_partitions
 from .topics import topics
 from .zookeeper import zookeeper
 
@@ -102,6 +106,8 @@ main.add_command(zookeeper)
 main.add_command(producer_perf_test)
 main.add_command(consumer_groups)
 main.add_command(ship)
+main.add_command(leader_election)
+main.add_command(reassign_partitions)
 
 
 if __name__ == "__main__":  # pragma: no cover

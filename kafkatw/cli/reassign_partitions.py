@@ -1,0 +1,530 @@
+"""
+C{kafkatw reassign-partitions}: move partitions between brokers, as Kafka's
+C{kafka-reassign-partitions.sh} (C{ReassignPartitionsCommand}, KIP-455).
+
+Actions (exactly one):
+
+  - C{--generate --topics-to-move-json-file F --broker-list 1,2,3}: prints the
+    current assignment of the topics and a proposal spreading them over the
+    listed brokers (Kafka's rack-unaware C{AdminUtils} placement,
+    L{kafkatw.zookeeper.registry.assign_replicas}); nothing changes;
+  - C{--execute --reassignment-json-file F}: prints the current assignment
+    (to keep for a rollback) and starts the reassignments with
+    AlterPartitionReassignments;
+  - C{--verify --reassignment-json-file F}: says, per partition, whether its
+    reassignment is completed or still in progress (ListPartitionReassignments
+    and Metadata); exits 0 either way, as Kafka's tool does;
+  - C{--cancel --reassignment-json-file F}: cancels the active ones;
+  - C{--list}: the reassignments in progress.
+
+The two JSON formats are Kafka's::
+
+    topics to move:  {"version": 1, "topics": [{"topic": "foo"}]}
+    reassignment:    {"version": 1, "partitions": [{"topic": "foo", "partition": 0,
+                      "replicas": [1, 2], "log_dirs": ["any", "any"]}]}
+
+and reassignments are printed compact, partitions sorted by topic then id,
+as Kafka's C{formatAsReassignmentJson} does.
+
+C{--throttle} is accepted but not applied: kafkatw brokers have no
+replication throttle yet (Kafka's C{leader.replication.throttled.rate}); the
+tool says so on stderr.  Moves between log directories (a C{log_dirs} entry
+other than C{"any"}) are refused.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from kafkatw.errors import ErrorCode, KafkaError, kafka_error
+
+from ._common import bootstrap_option, describe_error, fail
+
+__all__ = [
+    "reassign_partitions",
+    "ReassignmentDataError",
+    "parse_topics_to_move",
+    "parse_broker_list",
+    "parse_reassignment",
+    "validate_for_execute",
+    "format_reassignment_json",
+    "propose_assignment",
+    "format_verify",
+    "format_list",
+]
+
+Partition = tuple[str, int]
+
+ANY_LOG_DIR = "any"
+CANNOT_EXECUTE_BECAUSE_OF_EXISTING_MESSAGE = (
+    "Cannot execute because there is an existing partition assignment.  Use --additional to override this and "
+    "create a new partition assignment in addition to the existing one. The --additional flag can also be used "
+    "to change the throttle by resubmitting the current reassignment.")
+THROTTLE_NOT_APPLIED_MESSAGE = (
+    "Warning: --throttle is not applied: kafkatw brokers have no replication throttle yet "
+    "(leader.replication.throttled.rate, follower.replication.throttled.rate); the new replicas copy at full speed.")
+
+_ACTIONS = ("generate", "execute", "verify", "cancel", "list")
+_REQUIRED = {"generate": ("topics_to_move_json_file", "broker_list"), "execute": ("reassignment_json_file",),
+             "verify": ("reassignment_json_file",), "cancel": ("reassignment_json_file",), "list": ()}
+_PERMITTED = {"generate": {"disable_rack_aware", "command_config"},
+              "execute": {"additional", "throttle", "timeout", "command_config"},
+              "verify": {"preserve_throttles", "command_config"},
+              "cancel": {"preserve_throttles", "timeout", "command_config"},
+              "list": {"command_config"}}
+_TIMEOUT_MS = 30000
+
+
+class ReassignmentDataError(ValueError):
+    """A JSON file or broker list is not in Kafka's format, or breaks its rules."""
+
+
+def _load(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as e:
+        raise ReassignmentDataError(f"The input string is not a valid JSON: {e}") from None
+
+
+def _version(data: Any) -> int:
+    if not isinstance(data, dict):
+        raise ReassignmentDataError("The input JSON must be an object")
+    version = data.get("version", 1)
+    if version != 1:
+        raise ReassignmentDataError(f"Not supported version field value {version}")
+    return version
+
+
+def _duplicates(items: list[Any]) -> list[Any]:
+    seen, dup = set(), []
+    for item in items:
+        if item in seen and item not in dup:
+            dup.append(item)
+        seen.add(item)
+    return dup
+
+
+def _int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def parse_topics_to_move(text: str) -> list[str]:
+    """
+    The topics of C{{"version": 1, "topics": [{"topic": T}, ...]}}.
+
+    @raise ReassignmentDataError: bad JSON, an unknown version, or a topic twice.
+    """
+    data = _load(text)
+    _version(data)
+    topics = []
+    for entry in data.get("topics", []):
+        if not isinstance(entry, dict) or not isinstance(entry.get("topic"), str):
+            raise ReassignmentDataError(f'malformed topic entry {json.dumps(entry)}: expected {{"topic": string}}')
+        topics.append(entry["topic"])
+    dup = _duplicates(topics)
+    if dup:
+        raise ReassignmentDataError(f"List of topics to reassign contains duplicate entries: {', '.join(dup)}")
+    return topics
+
+
+def parse_broker_list(text: str) -> list[int]:
+    """
+    C{"1,2,3"} as broker ids.
+
+    @raise ReassignmentDataError: not integers, or an id twice.
+    """
+    try:
+        brokers = [int(b) for b in text.split(",")]
+    except ValueError:
+        raise ReassignmentDataError(f"--broker-list must be comma-separated broker ids, got {text!r}") from None
+    dup = _duplicates(brokers)
+    if dup:
+        raise ReassignmentDataError(f"Broker list contains duplicate entries: {', '.join(map(str, dup))}")
+    return brokers
+
+
+def parse_reassignment(text: str) -> list[tuple[Partition, list[int], list[str]]]:
+    """
+    The entries of Kafka's reassignment JSON, in file order, not deduplicated
+    (L{validate_for_execute} checks them).
+
+    @return: C{((topic, partition), replicas, log_dirs)}; C{log_dirs} is all
+        C{"any"} when absent.
+    @raise ReassignmentDataError: bad JSON, an unknown version, a malformed
+        entry, or C{log_dirs} of another length than C{replicas}.
+    """
+    data = _load(text)
+    _version(data)
+    entries = []
+    for entry in data.get("partitions", []):
+        ok = (isinstance(entry, dict) and isinstance(entry.get("topic"), str) and _int(entry.get("partition"))
+              and isinstance(entry.get("replicas"), list) and all(_int(r) for r in entry["replicas"]))
+        if not ok:
+            raise ReassignmentDataError(f"malformed partition entry {json.dumps(entry)}: expected "
+                                        '{"topic": string, "partition": int, "replicas": [int, ...]}')
+        replicas = list(entry["replicas"])
+        log_dirs = entry.get("log_dirs", [ANY_LOG_DIR] * len(replicas))
+        if not isinstance(log_dirs, list) or not all(isinstance(d, str) for d in log_dirs):
+            raise ReassignmentDataError(f"log_dirs of {entry['topic']}-{entry['partition']} must be strings")
+        if len(log_dirs) != len(replicas):
+            raise ReassignmentDataError(
+                f"Size of replicas list {_java_list(replicas)} is different from size of log dirs list "
+                f"{_java_list(log_dirs)} for partition {entry['topic']}-{entry['partition']}")
+        entries.append(((entry["topic"], entry["partition"]), replicas, list(log_dirs)))
+    return entries
+
+
+def _java_list(items: list[Any]) -> str:
+    return "[" + ", ".join(str(i) for i in items) + "]"
+
+
+def validate_for_execute(entries: list[tuple[Partition, list[int], list[str]]]) -> dict[Partition, list[int]]:
+    """
+    Kafka's checks before C{--execute}: not empty, no empty replica list,
+    no partition twice, no replica twice; and kafkatw's: no log directory
+    moves.
+
+    @return: C{(topic, partition) -> target replicas}.
+    @raise ReassignmentDataError: with Kafka's message.
+    """
+    if not entries:
+        raise ReassignmentDataError("Partition reassignment list cannot be empty")
+    if any(not replicas for _, replicas, _ in entries):
+        raise ReassignmentDataError("Partition replica list cannot be empty")
+    dup = _duplicates([key for key, _, _ in entries])
+    if dup:
+        raise ReassignmentDataError("Partition reassignment contains duplicate topic partitions: "
+                                    + ",".join(_name(k) for k in dup))
+    repeated = [(key, _duplicates(replicas)) for key, replicas, _ in entries if _duplicates(replicas)]
+    if repeated:
+        raise ReassignmentDataError("Partition replica lists may not contain duplicate entries: " + ". ".join(
+            f"{_name(key)} contains multiple entries for {','.join(map(str, d))}" for key, d in repeated))
+    moves = [key for key, _, dirs in entries if any(d != ANY_LOG_DIR for d in dirs)]
+    if moves:
+        raise ReassignmentDataError("Moving replicas between log directories is not supported by kafkatw "
+                                    f"(log_dirs other than \"any\" for {', '.join(_name(k) for k in moves)})")
+    return {key: replicas for key, replicas, _ in entries}
+
+
+def _name(key: Partition) -> str:
+    return f"{key[0]}-{key[1]}"
+
+
+def _sorted(keys: Any) -> list[Partition]:
+    return sorted(keys, key=lambda k: (k[0], k[1]))
+
+
+def format_reassignment_json(assignment: dict[Partition, list[int]]) -> str:
+    """Kafka's C{formatAsReassignmentJson}: compact, partitions sorted, every log dir C{"any"}."""
+    partitions = [{"topic": t, "partition": p, "replicas": list(assignment[(t, p)]),
+                   "log_dirs": [ANY_LOG_DIR] * len(assignment[(t, p)])} for t, p in _sorted(assignment)]
+    return json.dumps({"version": 1, "partitions": partitions}, separators=(",", ":"))
+
+
+def propose_assignment(current: dict[Partition, list[int]], brokers: list[int],
+                       random: Any = None) -> dict[Partition, list[int]]:
+    """
+    Kafka's C{calculateAssignment}: per topic, its partitions spread over
+    C{brokers} with the replication factor of its first partition listed.
+
+    @raise kafkatw.errors.InvalidReplicationFactorError: more replicas than brokers.
+    """
+    from kafkatw.zookeeper.registry import assign_replicas
+
+    by_topic: dict[str, list[Partition]] = {}
+    for key in current:
+        by_topic.setdefault(key[0], []).append(key)
+    proposed: dict[Partition, list[int]] = {}
+    for topic, keys in by_topic.items():
+        rf = len(current[keys[0]])
+        for partition, replicas in assign_replicas(len(keys), rf, brokers, random=random).items():
+            proposed[(topic, partition)] = replicas
+    return proposed
+
+
+def format_verify(states: dict[Partition, tuple[list[int], list[int], bool]]) -> list[str]:
+    """
+    Kafka's C{partitionReassignmentStatesToString}.
+
+    @param states: C{(topic, partition) -> (current replicas, target
+        replicas, done)}.
+    """
+    lines = ["Status of partition reassignment:"]
+    for key in _sorted(states):
+        current, target, done = states[key]
+        if not done:
+            lines.append(f"Reassignment of partition {_name(key)} is still in progress.")
+        elif list(current) == list(target):
+            lines.append(f"Reassignment of partition {_name(key)} is completed.")
+        else:
+            lines.append(f"There is no active reassignment of partition {_name(key)}, but replica set is "
+                         f"{','.join(map(str, current))} rather than {','.join(map(str, target))}.")
+    return lines
+
+
+def format_list(ongoing: dict[Partition, tuple[list[int], list[int], list[int]]]) -> str:
+    """Kafka's C{curReassignmentsToString}: C{(topic, partition) -> (replicas, adding, removing)}."""
+    if not ongoing:
+        return "No partition reassignments found."
+    lines = ["Current partition reassignments:"]
+    for key in _sorted(ongoing):
+        replicas, adding, removing = ongoing[key]
+        line = f"{_name(key)}: replicas: {','.join(map(str, replicas))}."
+        if adding:
+            line += f" adding: {','.join(map(str, adding))}."
+        if removing:
+            line += f" removing: {','.join(map(str, removing))}."
+        lines.append(line)
+    return "\n".join(lines)
+
+
+# --- requests ----------------------------------------------------------------------------
+
+
+def _assignments(response: Any, topics: set[str]) -> dict[Partition, list[int]]:
+    """C{(topic, partition) -> replicas} of C{topics} in a Metadata response."""
+    found: dict[Partition, list[int]] = {}
+    for t in response.topics:
+        if t.name in topics and int(t.error_code) == ErrorCode.none:
+            for p in t.partitions:
+                found[(t.name, int(p.partition_index))] = [int(r) for r in p.replica_nodes]
+    return found
+
+
+def _ongoing(response: Any) -> dict[Partition, tuple[list[int], list[int], list[int]]]:
+    code = int(response.error_code)
+    if code != ErrorCode.none:
+        raise kafka_error(ErrorCode(code), response.error_message or ErrorCode(code).name.upper())
+    return {(t.name, int(p.partition_index)): ([int(r) for r in p.replicas], [int(r) for r in p.adding_replicas],
+                                               [int(r) for r in p.removing_replicas])
+            for t in response.topics for p in t.partitions}
+
+
+async def _list(client: Any, deadline: float, partitions: list[Partition] | None = None) -> dict:
+    from ._controller import API_LIST_REASSIGNMENTS, controller_request
+
+    topics = None
+    if partitions is not None:
+        by_topic: dict[str, list[int]] = {}
+        for t, p in partitions:
+            by_topic.setdefault(t, []).append(p)
+        topics = [{"name": t, "partition_indexes": ps} for t, ps in sorted(by_topic.items())]
+    response = await controller_request(client, API_LIST_REASSIGNMENTS,
+                                        {"timeout": _TIMEOUT_MS, "topics": topics}, deadline)
+    return _ongoing(response)
+
+
+async def _alter(client: Any, deadline: float, targets: dict[Partition, list[int] | None]) -> dict[Partition, str]:
+    """AlterPartitionReassignments; C{None} cancels.  @return: C{partition -> error text} of the failures."""
+    from ._controller import API_ALTER_REASSIGNMENTS, controller_request
+
+    by_topic: dict[str, list[dict]] = {}
+    for (t, p), replicas in _sorted_items(targets):
+        by_topic.setdefault(t, []).append({"partition_index": p, "replicas": replicas})
+    response = await controller_request(client, API_ALTER_REASSIGNMENTS, {
+        "timeout": _TIMEOUT_MS, "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}, deadline)
+    code = int(response.error_code)
+    if code != ErrorCode.none:
+        raise kafka_error(ErrorCode(code), response.error_message or ErrorCode(code).name.upper())
+    errors = {}
+    answered = set()
+    for t in response.responses:
+        for p in t.partitions:
+            key = (t.name, int(p.partition_index))
+            answered.add(key)
+            if int(p.error_code) != ErrorCode.none:
+                errors[key] = p.error_message or ErrorCode(int(p.error_code)).name.upper()
+    for key in targets:
+        if key not in answered:
+            errors[key] = "no answer from the controller for this partition"
+    return errors
+
+
+def _sorted_items(targets: dict[Partition, Any]) -> list[tuple[Partition, Any]]:
+    return [(k, targets[k]) for k in _sorted(targets)]
+
+
+class _Terse(Exception):
+    """Kafka's C{TerseException}: its message alone is printed and the tool exits 1."""
+
+
+async def _generate(client: Any, deadline: float, topics: list[str], brokers: list[int]) -> tuple[dict, dict]:
+    from ._controller import metadata
+
+    response = await metadata(client, topics)
+    current = _assignments(response, set(topics))
+    for topic in topics:
+        if not any(k[0] == topic for k in current):
+            raise _Terse(f"Error: Topic {topic} not found.")
+    live = {int(b.node_id) for b in response.brokers}
+    usable = [b for b in brokers if b in live]  # Kafka leaves out the brokers it does not find
+    try:
+        proposed = propose_assignment(current, usable)
+    except KafkaError as e:
+        raise _Terse(f"Error: {e}") from None
+    return current, proposed
+
+
+async def _execute(client: Any, deadline: float, targets: dict[Partition, list[int]], additional: bool,
+                   throttle: int, echo: Any) -> None:
+    from ._controller import metadata
+
+    if not additional and await _list(client, deadline):
+        raise _Terse(CANNOT_EXECUTE_BECAUSE_OF_EXISTING_MESSAGE)
+    response = await metadata(client, sorted({t for t, _ in targets}))
+    known = {int(b.node_id) for b in response.brokers}
+    for broker in sorted({r for replicas in targets.values() for r in replicas}):
+        if broker not in known:
+            raise _Terse(f"Error: Unknown broker id {broker}")
+    current = _assignments(response, {t for t, _ in targets})
+    missing = [k for k in _sorted(targets) if k not in current]
+    if missing:
+        raise _Terse("Error: Unable to find partition: " + ", ".join(_name(k) for k in missing))
+    echo("Current partition replica assignment\n\n"
+         f"{format_reassignment_json({k: current[k] for k in targets})}\n\n"
+         "Save this to use as the --reassignment-json-file option during rollback")
+    if throttle >= 0:
+        click.echo(THROTTLE_NOT_APPLIED_MESSAGE, err=True)
+    errors = await _alter(client, deadline, dict(targets))
+    if errors:
+        raise _Terse("Error reassigning partition(s):\n" + "\n".join(
+            f"{_name(k)}: {errors[k]}" for k in _sorted(errors)))
+    echo(f"Successfully started partition reassignment{'' if len(targets) == 1 else 's'} for "
+         + ",".join(_name(k) for k in _sorted(targets)))
+
+
+async def _verify(client: Any, deadline: float, targets: list[tuple[Partition, list[int]]]) -> list[str]:
+    from ._controller import metadata
+
+    ongoing = await _list(client, deadline)
+    states: dict[Partition, tuple[list[int], list[int], bool]] = {}
+    rest = [(k, r) for k, r in targets if k not in ongoing]
+    current: dict[Partition, list[int]] = {}
+    if rest:
+        response = await metadata(client, sorted({k[0] for k, _ in rest}))
+        current = _assignments(response, {k[0] for k, _ in rest})
+    for key, target in targets:
+        if key in ongoing:
+            states[key] = (ongoing[key][0], target, False)
+        else:
+            states[key] = (current.get(key, []), target, True)
+    return format_verify(states)
+
+
+async def _cancel(client: Any, deadline: float, keys: list[Partition]) -> list[str]:
+    ongoing = await _list(client, deadline, keys)
+    active = [k for k in _sorted(ongoing) if k in set(keys) and (not ongoing[k][1] or ongoing[k][2])]
+    if not active:
+        return ["None of the specified partition reassignments are active.",
+                "None of the specified partition moves are active."]
+    errors = await _alter(client, deadline, {k: None for k in active})
+    if errors:
+        raise _Terse(f"Error cancelling partition reassignment{'' if len(errors) == 1 else 's'} for:\n"
+                     + "\n".join(f"{_name(k)}: {errors[k]}" for k in _sorted(errors)))
+    return [f"Successfully cancelled partition reassignment{'' if len(active) == 1 else 's'} for: "
+            + ",".join(_name(k) for k in active),
+            "None of the specified partition moves are active."]
+
+
+# --- the command -------------------------------------------------------------------------
+
+
+def _read(path: str, flag: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except OSError as e:
+        fail(f"Error: cannot read {path} ({flag}): {e.strerror}")
+
+
+@click.command("reassign-partitions", short_help="Move partitions between brokers (kafka-reassign-partitions.sh).")
+@bootstrap_option
+@click.option("--generate", "actions", flag_value="generate", multiple=True,
+              help="Propose an assignment of the topics of --topics-to-move-json-file over --broker-list.")
+@click.option("--execute", "actions", flag_value="execute", multiple=True,
+              help="Start the reassignment of --reassignment-json-file.")
+@click.option("--verify", "actions", flag_value="verify", multiple=True,
+              help="Report whether the reassignment of --reassignment-json-file completed.")
+@click.option("--cancel", "actions", flag_value="cancel", multiple=True,
+              help="Cancel the active reassignments of --reassignment-json-file.")
+@click.option("--list", "actions", flag_value="list", multiple=True, help="List the reassignments in progress.")
+@click.option("--reassignment-json-file", type=click.Path(dir_okay=False),
+              help='Reassignment JSON: {"version":1,"partitions":[{"topic":"foo","partition":0,"replicas":[1,2],'
+                   '"log_dirs":["any","any"]}]}.')
+@click.option("--topics-to-move-json-file", type=click.Path(dir_okay=False),
+              help='For --generate: {"version":1,"topics":[{"topic":"foo"}]}.')
+@click.option("--broker-list", metavar="1,2,3", help="For --generate: the brokers to spread the topics over.")
+@click.option("--throttle", type=int, default=None, metavar="BYTES_PER_S",
+              help="For --execute: accepted for compatibility but NOT applied (kafkatw brokers have no "
+                   "replication throttle yet); a warning says so.")
+@click.option("--additional", is_flag=True, default=None,
+              help="For --execute: start it even though other reassignments are in progress.")
+@click.option("--timeout", type=click.IntRange(min=0), default=None, metavar="MS",
+              help="Accepted for compatibility (log directory moves, which kafkatw does not do).")
+@click.option("--preserve-throttles", is_flag=True, default=None,
+              help="Accepted for compatibility (there are no throttles to clear).")
+@click.option("--disable-rack-aware", is_flag=True, default=None,
+              help="Accepted for compatibility (the proposal is always rack-unaware).")
+@click.option("--command-config", type=click.Path(dir_okay=False), default=None,
+              help="Accepted for compatibility; its settings are not used.")
+def reassign_partitions(bootstrap_server: str, actions: tuple[str, ...], **options: Any) -> None:
+    """Move partitions between brokers (kafka-reassign-partitions.sh).
+
+    --generate proposes, --execute starts, --verify reports, --cancel stops,
+    --list lists.  New replicas copy the data by replication; the old ones
+    are deleted once the new ones are in sync.
+    """
+    if len(actions) != 1:
+        raise click.UsageError("Command must include exactly one action: "
+                               + ", ".join(f"--{a}" for a in _ACTIONS))
+    action = actions[0]
+    for name in _REQUIRED[action]:
+        if options[name] is None:
+            raise click.UsageError(f"Missing required argument \"[{name.replace('_', '-')}]\"")
+    for name, value in options.items():
+        if value is not None and name not in _REQUIRED[action] and name not in _PERMITTED[action]:
+            raise click.UsageError(f"Option \"[{name.replace('_', '-')}]\" can't be used with action \"[{action}]\"")
+    try:
+        _run(bootstrap_server, action, options)
+    except _Terse as e:
+        fail(str(e))
+    except (KafkaError, OSError, ValueError) as e:
+        fail(f"Error: {describe_error(e)}")
+
+
+def _run(bootstrap_server: str, action: str, options: dict[str, Any]) -> None:
+    from ._controller import run_admin
+
+    echo = click.echo
+
+    def admin(fn: Any, *args: Any) -> Any:
+        return run_admin(bootstrap_server, _TIMEOUT_MS, lambda client, deadline: fn(client, deadline, *args),
+                         "reassign-partitions-tool")
+
+    try:
+        if action == "generate":
+            topics = parse_topics_to_move(_read(options["topics_to_move_json_file"], "--topics-to-move-json-file"))
+            brokers = parse_broker_list(options["broker_list"])
+            current, proposed = admin(_generate, topics, brokers)
+            echo(f"Current partition replica assignment\n{format_reassignment_json(current)}\n")
+            echo(f"Proposed partition reassignment configuration\n{format_reassignment_json(proposed)}")
+            return
+        if action == "list":
+            echo(format_list(admin(_list)))
+            return
+        entries = parse_reassignment(_read(options["reassignment_json_file"], "--reassignment-json-file"))
+        if action == "execute":
+            targets = validate_for_execute(entries)
+            admin(_execute, targets, bool(options["additional"]),
+                  -1 if options["throttle"] is None else options["throttle"], echo)
+        elif action == "verify":
+            for line in admin(_verify, [(key, replicas) for key, replicas, _ in entries]):
+                echo(line)
+        else:
+            for line in admin(_cancel, [key for key, _, _ in entries]):
+                echo(line)
+    except ReassignmentDataError as e:
+        raise _Terse(f"Error: {e}") from None
