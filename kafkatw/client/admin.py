@@ -43,7 +43,8 @@ from typing import Any, Awaitable, Callable, Iterable, Mapping, TypeVar
 from twisted.internet import defer
 from twisted.logger import Logger
 
-from ..errors import ErrorCode, KafkaError, UnknownTopicOrPartitionError, kafka_error
+from .. import errors as _errors
+from ..errors import ErrorCode, KafkaError, UnknownTopicOrPartitionError
 from .client import KafkaClient, client_for
 from .connection import BrokerConnectionError
 
@@ -102,6 +103,16 @@ _COORDINATOR_MOVED = frozenset({ErrorCode.not_coordinator, ErrorCode.coordinator
 #: How many metadata refreshes a topic may be missing from before it is unknown.
 _UNKNOWN_TOPIC_ROUNDS = 5
 _MAX_BACKOFF_MS = 1000
+
+#: Error code -> the L{KafkaError} subclass of L{kafkatw.errors} that carries it.
+_ERROR_CLASSES = {cls.error_code: cls for cls in vars(_errors).values()
+                  if isinstance(cls, type) and issubclass(cls, KafkaError) and cls is not KafkaError}
+
+
+def kafka_error(code: ErrorCode, message: str = "") -> KafkaError:
+    """The error for C{code}: its class in L{kafkatw.errors} when it has one (C{TopicAlreadyExistsError}, …)."""
+    cls = _ERROR_CLASSES.get(ErrorCode(int(code)))
+    return cls(message) if cls is not None else _errors.kafka_error(ErrorCode(int(code)), message)
 
 
 @dataclass(frozen=True)
