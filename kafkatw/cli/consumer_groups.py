@@ -15,7 +15,9 @@ C{--describe} prints Kafka's columns (Kafka 3.x)::
 Groups are read through a L{GroupSource}: L{BrokerGroupSource} asks the group
 coordinators over the Kafka protocol (the groups of Kafka clients).  The
 paper-style groups of the ZooKeeper consumers are read by a ZooKeeper source
-(C{--zookeeper}), which plugs in beside it.
+(C{--zookeeper}), which plugs in beside it.  Requests go through
+L{kafkatw.client.blocking.BlockingAdminClient}, which follows coordinators and
+leaders as they move.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from typing import Any, Protocol
 
 import click
 
-from kafkatw.client.wire import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, WireClient
+from kafkatw.client.admin import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, RESOURCE_BROKER
 from kafkatw.errors import ErrorCode, KafkaError, kafka_error
 
 from ._common import describe_error, fail
@@ -35,7 +37,6 @@ __all__ = ["consumer_groups", "GroupSource", "BrokerGroupSource", "GroupDescript
            "decode_consumer_assignment", "format_describe"]
 
 # Versions this tool speaks; every kafkatw broker and Apache Kafka 2.4+ serve them.
-_FIND_COORDINATOR_V = 2
 _LIST_GROUPS_V = 2
 _DESCRIBE_GROUPS_V = 4
 _OFFSET_FETCH_V = 5
@@ -109,31 +110,20 @@ def _check(code: Any, what: str) -> None:
 class BrokerGroupSource:
     """Groups of Kafka clients, read from their coordinators over the Kafka protocol."""
 
-    def __init__(self, client: WireClient) -> None:
-        self.client = client
+    def __init__(self, admin: Any) -> None:
+        self.admin = admin
 
-    def _send(self, broker_id: int | None, api_key: int, version: int, body: dict) -> Any:
-        return self.client._connection(broker_id).send(api_key, version, body)
-
-    def coordinator(self, group_id: str) -> int:
-        response = self._send(None, 10, _FIND_COORDINATOR_V, {"key": group_id, "key_type": 0})
-        _check(response.error_code, f"finding the coordinator of group {group_id!r}")
-        self.client.brokers[int(response.node_id)] = (response.host, int(response.port))
-        return int(response.node_id)
+    def _send(self, group_id: str, api_key: int, version: int, body: dict, error_of: Any = None) -> Any:
+        """A request to the group's coordinator, sent again when the coordinator moves."""
+        return self.admin.coordinator_request(group_id, api_key, body, version=version, error_of=error_of)
 
     def list_groups(self) -> list[str]:
-        self.client.metadata([])
-        groups: set[str] = set()
-        for broker_id in sorted(self.client.brokers):
-            response = self._send(broker_id, 16, _LIST_GROUPS_V, {})
-            _check(response.error_code, f"listing the groups of broker {broker_id}")
-            groups.update(g.group_id for g in response.groups)
-        return sorted(groups)
+        return self.admin.list_consumer_groups(version=_LIST_GROUPS_V)
 
     def describe(self, group_id: str) -> GroupDescription:
-        coordinator = self.coordinator(group_id)
-        response = self._send(coordinator, 15, _DESCRIBE_GROUPS_V,
-                              {"groups": [group_id], "include_authorized_operations": False})
+        response = self._send(group_id, 15, _DESCRIBE_GROUPS_V,
+                              {"groups": [group_id], "include_authorized_operations": False},
+                              lambda r: r.groups[0].error_code)
         described = response.groups[0]
         _check(described.error_code, f"describing group {group_id!r}")
         members = []
@@ -142,8 +132,8 @@ class BrokerGroupSource:
                 if described.protocol_type == "consumer" else []
             members.append(MemberDescription(m.member_id, getattr(m, "group_instance_id", None), m.client_id,
                                              m.client_host, assignment))
-        fetched = self._send(coordinator, 9, _OFFSET_FETCH_V, {"group_id": group_id, "topics": None,
-                                                                "require_stable": False})
+        fetched = self._send(group_id, 9, _OFFSET_FETCH_V, {"group_id": group_id, "topics": None,
+                                                             "require_stable": False}, lambda r: r.error_code)
         _check(fetched.error_code, f"fetching the offsets of group {group_id!r}")
         offsets = {}
         for t in fetched.topics:
@@ -154,7 +144,8 @@ class BrokerGroupSource:
                                 members, offsets)
 
     def delete(self, group_id: str) -> None:
-        response = self._send(self.coordinator(group_id), 42, _DELETE_GROUPS_V, {"groups_names": [group_id]})
+        response = self._send(group_id, 42, _DELETE_GROUPS_V, {"groups_names": [group_id]},
+                              lambda r: r.results[0].error_code)
         _check(response.results[0].error_code, f"deleting group {group_id!r}")
 
     def commit(self, group_id: str, offsets: dict[tuple[str, int], int]) -> None:
@@ -165,7 +156,7 @@ class BrokerGroupSource:
         body = {"group_id": group_id, "generation_id_or_member_epoch": -1, "member_id": "",
                 "group_instance_id": None,
                 "topics": [{"name": name, "partitions": parts} for name, parts in topics.items()]}
-        response = self._send(self.coordinator(group_id), 8, _OFFSET_COMMIT_V, body)
+        response = self._send(group_id, 8, _OFFSET_COMMIT_V, body, _first_partition_error)
         for t in response.topics:
             for p in t.partitions:
                 _check(p.error_code, f"committing {t.name}-{p.partition_index} for group {group_id!r}")
@@ -205,14 +196,33 @@ def format_describe(group: GroupDescription, log_end_offsets: dict[tuple[str, in
     return _table(rows, {2: 10, 3: 15, 4: 15, 5: 15})
 
 
-def _log_end_offsets(client: WireClient, partitions: set[tuple[str, int]]) -> dict[tuple[str, int], int]:
+def _first_partition_error(response: Any) -> int:
+    for t in response.topics:
+        for p in t.partitions:
+            return int(p.error_code)
+    return 0
+
+
+def list_offsets(admin: Any, wanted: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+    """
+    The offsets for C{wanted} (partition -> ListOffsets timestamp), -1 where
+    a partition has none or fails (asked alone after a failure of the lot).
+    """
+    if not wanted:
+        return {}
+    try:
+        return {tp: info.offset for tp, info in admin.list_offsets(wanted).items()}
+    except KafkaError:
+        if len(wanted) == 1:
+            return {tp: -1 for tp in wanted}
     result = {}
-    for topic, partition in sorted(partitions):
-        try:
-            result[(topic, partition)] = client.list_offsets(topic, partition, LATEST_TIMESTAMP)
-        except KafkaError:
-            result[(topic, partition)] = -1
+    for tp, timestamp in sorted(wanted.items()):
+        result.update(list_offsets(admin, {tp: timestamp}))
     return result
+
+
+def _log_end_offsets(admin: Any, partitions: set[tuple[str, int]]) -> dict[tuple[str, int], int]:
+    return list_offsets(admin, {tp: LATEST_TIMESTAMP for tp in partitions})
 
 
 @click.command("consumer-groups", short_help="Consumer groups and offsets (kafka-consumer-groups.sh).")
@@ -267,8 +277,12 @@ def consumer_groups(bootstrap_server: str | None, action: str | None, group_id: 
             raise click.UsageError("--reset-offsets needs one of --to-earliest, --to-latest, --to-offset")
         if execute and dry_run:
             raise click.UsageError("--execute and --dry-run exclude each other")
+    from kafkatw.client.blocking import BlockingAdminClient
+
     try:
-        with WireClient(bootstrap_server, client_id="kafkatw-consumer-groups", timeout_ms=command_timeout_ms) as client:
+        with BlockingAdminClient(bootstrap_server, client_id="kafkatw-consumer-groups",
+                                 request_timeout_ms=command_timeout_ms,
+                                 default_api_timeout_ms=command_timeout_ms) as client:
             source = BrokerGroupSource(client)
             if action == "list":
                 for name in source.list_groups():
@@ -284,7 +298,7 @@ def consumer_groups(bootstrap_server: str | None, action: str | None, group_id: 
         fail(f"Error: Executing consumer group command failed due to {describe_error(e)}")
 
 
-def _describe(client: WireClient, source: GroupSource, group_id: str, timeout_ms: int = 30000) -> None:
+def _describe(client: Any, source: GroupSource, group_id: str, timeout_ms: int = 30000) -> None:
     group = source.describe(group_id)
     looked_in_zookeeper = False
     if not group.members:
@@ -311,33 +325,30 @@ def _describe(client: WireClient, source: GroupSource, group_id: str, timeout_ms
     click.echo("\n" + format_describe(group, _log_end_offsets(client, partitions)))
 
 
-def _cluster_zookeeper(client: WireClient) -> tuple[str, str] | None:
+def _cluster_zookeeper(client: Any) -> tuple[str, str] | None:
     """
     The ZooKeeper connect string of the cluster and its cluster id, from a
     broker's C{zookeeper.connect} (DescribeConfigs); for C{embedded}, the
     embedded ZooKeeper on the broker's host at C{KAFKATW_EMBEDDED_ZOOKEEPER_PORT}
     (default 2181).  C{None} when the broker does not say.
     """
-    metadata = client.metadata([])
-    cluster_id = getattr(metadata, "cluster_id", None)
-    if not client.brokers or not cluster_id:
+    cluster = client.describe_cluster()
+    cluster_id = cluster.cluster_id
+    if not cluster.nodes or not cluster_id:
         return None
-    broker_id = sorted(client.brokers)[0]
+    broker_id = sorted(cluster.nodes)[0]
     try:
-        response = client.describe_configs([(4, str(broker_id))], ["zookeeper.connect"])
+        configs = client.describe_configs([(RESOURCE_BROKER, str(broker_id))], ["zookeeper.connect"])
     except KafkaError:
         return None
-    connect = None
-    for result in response.results:
-        for c in result.configs:
-            if c.name == "zookeeper.connect" and c.value:
-                connect = c.value
+    entry = configs.get((RESOURCE_BROKER, str(broker_id)), {}).get("zookeeper.connect")
+    connect = entry.value if entry is not None else None
     if not connect:
         return None
     if connect == "embedded":
         import os
 
-        host = client.brokers[broker_id][0]
+        host = cluster.nodes[broker_id].host
         port = os.environ.get("KAFKATW_EMBEDDED_ZOOKEEPER_PORT") or os.environ.get("KAFKATW_ZOOKEEPER_PORT") or "2181"
         connect = f"{host}:{port}"
     return connect, cluster_id
@@ -358,7 +369,7 @@ def _reachable(connect: str, timeout_s: float = 1.0) -> bool:
     return False
 
 
-def _zookeeper_group(client: WireClient, group_id: str) -> tuple[bool, tuple[str, Any] | None]:
+def _zookeeper_group(client: Any, group_id: str) -> tuple[bool, tuple[str, Any] | None]:
     """
     Look for the ZooKeeper-coordinated group C{group_id} of this cluster.
 
@@ -398,7 +409,7 @@ def _zookeeper_group(client: WireClient, group_id: str) -> tuple[bool, tuple[str
     return True, ((connect, zk_group) if zk_group.members or zk_group.owners else None)
 
 
-def _reset(client: WireClient, source: GroupSource, group_id: str, topic: str | None, to: str | None,
+def _reset(client: Any, source: GroupSource, group_id: str, topic: str | None, to: str | None,
            to_offset: int | None, execute: bool) -> None:
     group = source.describe(group_id)
     if group.members:
@@ -409,17 +420,16 @@ def _reset(client: WireClient, source: GroupSource, group_id: str, topic: str | 
         if listed:
             partitions = [(name, int(p)) for p in listed.split(",")]
         else:
-            partitions = [(name, p) for p in range(client.partitions_for(name))]
+            partitions = [(name, p.partition) for p in client.describe_topics([name])[name].partitions]
     else:
         partitions = sorted(group.offsets)
     if not partitions:
         fail(f"Error: no partitions to reset for group '{group_id}' (give --topic)")
-    new = {}
-    for t, p in partitions:
-        if to_offset is not None:
-            new[(t, p)] = to_offset
-        else:
-            new[(t, p)] = client.list_offsets(t, p, EARLIEST_TIMESTAMP if to == "earliest" else LATEST_TIMESTAMP)
+    if to_offset is not None:
+        new = {tp: to_offset for tp in partitions}
+    else:
+        timestamp = EARLIEST_TIMESTAMP if to == "earliest" else LATEST_TIMESTAMP
+        new = {tp: info.offset for tp, info in client.list_offsets({tp: timestamp for tp in partitions}).items()}
     if execute:
         source.commit(group_id, new)
     rows = [["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"]] + [

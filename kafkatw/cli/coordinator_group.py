@@ -5,8 +5,8 @@ Kafka's console consumer joins one), for the command line.
 
 L{CoordinatorGroupConsumer} is deliberately small and blocking:
 
-  - the group protocol runs over a L{kafkatw.client.wire.WireClient} socket to
-    the group's coordinator (FindCoordinator v2, JoinGroup v5 with KIP-394's
+  - the group protocol runs through a L{kafkatw.client.blocking.BlockingAdminClient}
+    to the group's coordinator (FindCoordinator, JoinGroup v5 with KIP-394's
     C{MEMBER_ID_REQUIRED} round, SyncGroup v3, Heartbeat v3, OffsetFetch v5,
     OffsetCommit v7, LeaveGroup v3);
   - the records come from a L{kafkatw.client.blocking.BlockingConsumer}
@@ -35,7 +35,6 @@ import struct
 import time
 from typing import Any, Callable, Iterable
 
-from kafkatw.client.wire import WireClient
 from kafkatw.errors import ErrorCode, KafkaError, kafka_error
 
 __all__ = ["CoordinatorGroupConsumer", "encode_subscription", "decode_subscription", "encode_assignment",
@@ -43,7 +42,6 @@ __all__ = ["CoordinatorGroupConsumer", "encode_subscription", "decode_subscripti
 
 TopicPartition = tuple[str, int]
 
-_FIND_COORDINATOR_V = 2
 _JOIN_GROUP_V = 5
 _SYNC_GROUP_V = 3
 _HEARTBEAT_V = 3
@@ -142,7 +140,7 @@ class CoordinatorGroupConsumer:
     @raise KafkaError: a group request failed for a reason that retrying does
         not mend (for example C{GROUP_AUTHORIZATION_FAILED},
         C{INCONSISTENT_GROUP_PROTOCOL}).
-    @raise OSError: no broker can be reached.
+    @raise BrokerConnectionError: no broker can be reached (a L{KafkaError}).
     """
 
     def __init__(self, bootstrap_servers: str, group_id: str, topics: Iterable[str], *,
@@ -170,13 +168,16 @@ class CoordinatorGroupConsumer:
         self.member_id = ""
         self.generation_id = -1
         self.assignment: list[TopicPartition] = []
-        self._coordinator: int | None = None
-        self._wire = WireClient(bootstrap_servers, client_id=client_id, timeout_ms=request_timeout_ms)
+        from kafkatw.client.blocking import BlockingAdminClient
+
+        self._admin = BlockingAdminClient(bootstrap_servers, client_id=client_id,
+                                          request_timeout_ms=request_timeout_ms,
+                                          default_api_timeout_ms=request_timeout_ms)
         try:
             self._consumer = BlockingConsumer(bootstrap_servers, client_id=client_id,
                                               auto_offset_reset=auto_offset_reset, **consumer_options)
         except BaseException:
-            self._wire.close()
+            self._admin.close()
             raise
         self._next_heartbeat = 0.0
         self._next_commit = 0.0
@@ -185,24 +186,20 @@ class CoordinatorGroupConsumer:
     # --- requests to the coordinator ------------------------------------------------------
 
     def _send(self, api_key: int, version: int, body: dict, timeout_ms: int | None = None) -> Any:
-        if self._coordinator is None:
-            response = self._wire._connection(None).send(10, _FIND_COORDINATOR_V, {"key": self.group_id,
-                                                                                   "key_type": 0})
-            code = ErrorCode(int(response.error_code))
-            if code != ErrorCode.none:
-                raise kafka_error(code, f"finding the coordinator of group {self.group_id!r}: {code.name}")
-            self._wire.brokers[int(response.node_id)] = (response.host, int(response.port))
-            self._coordinator = int(response.node_id)
-        try:
-            return self._wire._connection(self._coordinator).send(api_key, version, body, timeout_ms=timeout_ms)
-        except OSError:
-            self._coordinator = None
-            raise
+        """
+        One request to the coordinator (looked up first when unknown); a lost
+        connection fails with a retriable L{KafkaError} and forgets the coordinator.
+        """
+        return self._admin.coordinator_request(self.group_id, api_key, body, version=version, timeout_ms=timeout_ms,
+                                               retry=False)
+
+    def _forget_coordinator(self) -> None:
+        self._admin.forget_coordinator(self.group_id)
 
     def _code(self, response: Any) -> ErrorCode:
         code = ErrorCode(int(response.error_code))
         if code in _COORDINATOR_MOVED:
-            self._coordinator = None
+            self._forget_coordinator()
         return code
 
     def _retriable(self, code: ErrorCode) -> bool:
@@ -224,7 +221,9 @@ class CoordinatorGroupConsumer:
                                   f"group {self.group_id!r} did not become stable in time")
             try:
                 assignment = self._join_once()
-            except OSError:
+            except (KafkaError, OSError) as e:
+                if isinstance(e, KafkaError) and not e.retriable:
+                    raise
                 self._sleep(self.retry_backoff_ms / 1000.0)
                 continue
             if assignment is not None:
@@ -261,7 +260,7 @@ class CoordinatorGroupConsumer:
             counts = {}
             for topic in wanted:
                 try:
-                    counts[topic] = self._wire.partitions_for(topic)
+                    counts[topic] = len(self._admin.describe_topics([topic])[topic].partitions)
                 except KafkaError:
                     counts[topic] = 0
             assignments = [{"member_id": m, "assignment": encode_assignment(tps)}
@@ -341,7 +340,7 @@ class CoordinatorGroupConsumer:
                 if code in _REJOIN:
                     return {}
                 if code in _COORDINATOR_MOVED:
-                    self._coordinator = None
+                    self._forget_coordinator()
                     return {}
                 if code != ErrorCode.none:
                     raise kafka_error(code, f"committing {t.name}-{p.partition_index} for group "
@@ -353,8 +352,9 @@ class CoordinatorGroupConsumer:
         try:
             response = self._send(12, _HEARTBEAT_V, {"group_id": self.group_id, "generation_id": self.generation_id,
                                                      "member_id": self.member_id, "group_instance_id": None})
-        except OSError:
-            self._coordinator = None
+        except (KafkaError, OSError) as e:
+            if isinstance(e, KafkaError) and not e.retriable:
+                raise
             self._next_heartbeat = self._clock() + self.retry_backoff_ms / 1000.0
             return
         code = self._code(response)
@@ -415,7 +415,7 @@ class CoordinatorGroupConsumer:
             try:
                 self._consumer.close()
             finally:
-                self._wire.close()
+                self._admin.close()
 
     def __enter__(self) -> "CoordinatorGroupConsumer":
         return self

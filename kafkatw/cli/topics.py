@@ -1,29 +1,38 @@
 """
-C{kafkatw topics}: create, list, describe and delete topics, as C{kafka-topics.sh}.
+C{kafkatw topics}: create, list, describe, alter and delete topics, as C{kafka-topics.sh}.
 
-Output follows kafka-topics.sh (Apache Kafka 3.x)::
+Output follows kafka-topics.sh (Apache Kafka 3.x, C{TopicCommand})::
 
-    Topic: t	TopicId: Hk8PvWb1TGSsPpIRY5qR4Q	PartitionCount: 1	ReplicationFactor: 1	Configs: retention.ms=1000
-    	Topic: t	Partition: 0	Leader: 0	Replicas: 0	Isr: 0
+    Topic: t	TopicId: Hk8PvWb1TGSsPpIRY5qR4Q	PartitionCount: 3	ReplicationFactor: 3	Configs: min.insync.replicas=2
+    	Topic: t	Partition: 0	Leader: 1	Replicas: 1,2,3	Isr: 1,2,3
+
+C{Configs} lists the configs that are not defaults; C{Leader} is C{none} when
+the partition has no leader.  With C{--under-replicated-partitions} (ISR
+smaller than the replicas), C{--under-min-isr-partitions} (ISR smaller than the
+topic's C{min.insync.replicas}, or no leader) or C{--unavailable-partitions}
+(no leader, or a leader that is not a live broker) only the matching partition
+lines are printed, without the topic lines, as Kafka does.
+
+The tool runs on L{kafkatw.client.blocking.BlockingAdminClient}: every request
+follows leaders and the controller as they move (docs/clients.md).
 """
 
 from __future__ import annotations
 
 import base64
 import uuid
-
+from typing import Any
 
 import click
 
-from kafkatw.client.wire import WireClient
+from kafkatw.client.admin import RESOURCE_TOPIC, NewPartitions, NewTopic, TopicDescription
 from kafkatw.errors import ErrorCode, KafkaError
 
 from ._common import bootstrap_option, describe_error, fail, parse_properties
 
-__all__ = ["topics", "format_topic_id"]
+__all__ = ["topics", "format_topic_id", "format_topic", "format_partition"]
 
-_RESOURCE_TOPIC = 2
-_SOURCE_DYNAMIC_TOPIC = 1
+_ERROR = "Error while executing topic command : "
 
 
 def format_topic_id(topic_id: uuid.UUID | None) -> str:
@@ -32,125 +41,183 @@ def format_topic_id(topic_id: uuid.UUID | None) -> str:
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
-@click.command(short_help="Create, list, describe, delete topics (kafka-topics.sh).")
+def format_topic(topic: TopicDescription, configs: str) -> str:
+    """The topic line of C{--describe} (Kafka's C{TopicDescription.printDescription})."""
+    rf = len(topic.partitions[0].replicas) if topic.partitions else 0
+    topic_id = f"\tTopicId: {format_topic_id(topic.topic_id)}" if topic.topic_id is not None else ""
+    return (f"Topic: {topic.name}{topic_id}\tPartitionCount: {len(topic.partitions)}\t"
+            f"ReplicationFactor: {rf}\tConfigs: {configs}")
+
+
+def format_partition(topic: str, p: Any) -> str:
+    """A partition line of C{--describe} (Kafka's C{PartitionDescription.printDescription})."""
+    return (f"\tTopic: {topic}\tPartition: {p.partition}\tLeader: {p.leader if p.leader >= 0 else 'none'}\t"
+            f"Replicas: {','.join(map(str, p.replicas))}\tIsr: {','.join(map(str, p.isr))}")
+
+
+_REPORTS = ("under_replicated_partitions", "under_min_isr_partitions", "unavailable_partitions")
+
+
+@click.command(short_help="Create, list, describe, alter, delete topics (kafka-topics.sh).")
 @bootstrap_option
 @click.option("--create", "action", flag_value="create", help="Create a topic.")
 @click.option("--list", "action", flag_value="list", help="List topics.")
 @click.option("--describe", "action", flag_value="describe", help="Describe topics.")
+@click.option("--alter", "action", flag_value="alter", help="Add partitions to a topic (with --partitions).")
 @click.option("--delete", "action", flag_value="delete", help="Delete a topic.")
 @click.option("--topic", help="The topic (for --describe and --list: all topics when absent).")
-@click.option("--partitions", type=click.IntRange(min=1), help="Partition count for --create.")
+@click.option("--partitions", type=click.IntRange(min=1),
+              help="Partition count for --create; the new count for --alter.")
 @click.option("--replication-factor", type=click.IntRange(min=1), help="Replication factor for --create.")
 @click.option("--config", "configs", multiple=True, metavar="KEY=VALUE", help="Topic config override (repeatable).")
 @click.option("--if-not-exists", is_flag=True, help="With --create: do nothing if the topic exists.")
-@click.option("--if-exists", is_flag=True, help="With --delete/--describe: do nothing if the topic is absent.")
+@click.option("--if-exists", is_flag=True,
+              help="With --alter/--delete/--describe: do nothing if the topic is absent.")
+@click.option("--under-replicated-partitions", is_flag=True,
+              help="With --describe: only partitions whose ISR is smaller than their replicas.")
+@click.option("--under-min-isr-partitions", is_flag=True,
+              help="With --describe: only partitions whose ISR is smaller than min.insync.replicas.")
+@click.option("--unavailable-partitions", is_flag=True,
+              help="With --describe: only partitions without a live leader.")
 @click.option("--command-timeout-ms", type=click.IntRange(min=1), default=30000, show_default=True)
 def topics(bootstrap_server: str, action: str | None, topic: str | None, partitions: int | None,
            replication_factor: int | None, configs: tuple[str, ...], if_not_exists: bool,
-           if_exists: bool, command_timeout_ms: int) -> None:
-    """Create, list, describe or delete topics (kafka-topics.sh)."""
+           if_exists: bool, command_timeout_ms: int, under_replicated_partitions: bool = False,
+           under_min_isr_partitions: bool = False, unavailable_partitions: bool = False) -> None:
+    """Create, list, describe, alter or delete topics (kafka-topics.sh)."""
     if action is None:
-        raise click.UsageError("Command must include exactly one action: --list, --describe, --create or --delete")
-    if action in ("create", "delete") and not topic:
+        raise click.UsageError("Command must include exactly one action: --list, --describe, --create, --alter or "
+                               "--delete")
+    if action in ("create", "alter", "delete") and not topic:
         raise click.UsageError(f"--topic is required with --{action}")
-    if action != "create" and (partitions is not None or replication_factor is not None or configs):
-        raise click.UsageError("--partitions, --replication-factor and --config only go with --create")
+    if action == "alter":
+        if partitions is None:
+            raise click.UsageError("Missing required argument \"[partitions]\" with --alter")
+        if replication_factor is not None:
+            raise click.UsageError("Option \"[replication-factor]\" can't be used with option \"[alter]\"")
+        if configs:
+            raise click.UsageError("Option \"[config]\" can't be used with option \"[alter]\" "
+                                   "(kafka-configs.sh alters topic configs)")
+    elif action != "create" and (partitions is not None or replication_factor is not None or configs):
+        raise click.UsageError("--partitions, --replication-factor and --config only go with --create "
+                               "(--partitions also with --alter)")
     if if_not_exists and action != "create":
         raise click.UsageError("--if-not-exists only goes with --create")
+    reports = {name for name, on in zip(_REPORTS, (under_replicated_partitions, under_min_isr_partitions,
+                                                   unavailable_partitions)) if on}
+    if reports and action != "describe":
+        raise click.UsageError("--under-replicated-partitions, --under-min-isr-partitions and "
+                               "--unavailable-partitions only go with --describe")
+    if len(reports) > 1:
+        raise click.UsageError("give only one of --under-replicated-partitions, --under-min-isr-partitions, "
+                               "--unavailable-partitions")
     config_map = parse_properties(configs, "--config")
+    from kafkatw.client.blocking import BlockingAdminClient
+
+    admin = None
     try:
-        with WireClient(bootstrap_server, timeout_ms=command_timeout_ms) as client:
-            if action == "create":
-                _create(client, topic, partitions, replication_factor, config_map, if_not_exists, command_timeout_ms)
-            elif action == "list":
-                _list(client, topic)
-            elif action == "describe":
-                _describe(client, topic, if_exists)
-            else:
-                _delete(client, topic, if_exists, command_timeout_ms)
+        admin = BlockingAdminClient(bootstrap_server, client_id="kafkatw-topics",
+                                    request_timeout_ms=command_timeout_ms, default_api_timeout_ms=command_timeout_ms)
+        if action == "create":
+            _create(admin, topic, partitions, replication_factor, config_map, if_not_exists, command_timeout_ms)
+        elif action == "list":
+            _list(admin, topic)
+        elif action == "describe":
+            _describe(admin, topic, if_exists, next(iter(reports), None))
+        elif action == "alter":
+            _alter(admin, topic, partitions, if_exists, command_timeout_ms)
+        else:
+            _delete(admin, topic, if_exists, command_timeout_ms)
     except (KafkaError, OSError, ValueError) as e:
-        fail(f"Error while executing topic command : {describe_error(e)}")
+        fail(_ERROR + describe_error(e))
+    finally:
+        if admin is not None:
+            admin.close()
 
 
-def _create(client: WireClient, topic: str, partitions: int | None, replication_factor: int | None,
+def _create(admin: Any, topic: str, partitions: int | None, replication_factor: int | None,
             configs: dict[str, str], if_not_exists: bool, timeout_ms: int) -> None:
-    response = client.create_topics([{
-        "name": topic,
-        "num_partitions": partitions if partitions is not None else -1,
-        "replication_factor": replication_factor if replication_factor is not None else -1,
-        "configs": configs,
-    }], timeout_ms=timeout_ms)
-    for result in response.topics:
-        code = ErrorCode(int(result.error_code))
-        if code == ErrorCode.topic_already_exists and if_not_exists:
-            return
-        if code != ErrorCode.none:
-            message = result.error_message or code.name
-            if code == ErrorCode.topic_already_exists:
-                message = f"Topic '{topic}' already exists."
-            fail(f"Error while executing topic command : {message}")
+    new = NewTopic(topic, partitions if partitions is not None else -1,
+                   replication_factor if replication_factor is not None else -1, configs=configs)
+    error = admin.create_topics([new], timeout_ms=timeout_ms)[topic]
+    if error is not None:
+        if error.error_code == ErrorCode.topic_already_exists:
+            if if_not_exists:
+                return
+            fail(f"{_ERROR}Topic '{topic}' already exists.")
+        fail(_ERROR + describe_error(error))
     click.echo(f"Created topic {topic}.")
 
 
-def _list(client: WireClient, topic: str | None) -> None:
-    response = client.metadata(None)
-    names = sorted(t.name for t in response.topics if ErrorCode(int(t.error_code)) == ErrorCode.none and t.name)
-    for name in names:
+def _list(admin: Any, topic: str | None) -> None:
+    for name in admin.list_topics():
         if topic is None or name == topic:
             click.echo(name)
 
 
-def _describe(client: WireClient, topic: str | None, if_exists: bool) -> None:
-    response = client.metadata(None if topic is None else [topic])
-    found = False
-    for t in sorted(response.topics, key=lambda t: t.name or ""):
-        code = ErrorCode(int(t.error_code))
-        if code == ErrorCode.unknown_topic_or_partition:
-            continue
-        if code != ErrorCode.none:
-            fail(f"Error while executing topic command : {t.name}: {code.name}")
-        found = True
-        partitions = sorted(t.partitions, key=lambda p: int(p.partition_index))
-        rf = len(partitions[0].replica_nodes) if partitions else 0
-        configs = _dynamic_configs(client, t.name)
-        topic_id = format_topic_id(getattr(t, "topic_id", None))
-        click.echo(f"Topic: {t.name}\tTopicId: {topic_id}\tPartitionCount: {len(partitions)}\t"
-                   f"ReplicationFactor: {rf}\tConfigs: {configs}")
-        for p in partitions:
-            replicas = ",".join(str(int(r)) for r in p.replica_nodes)
-            isr = ",".join(str(int(r)) for r in p.isr_nodes)
-            leader = int(p.leader_id)
-            click.echo(f"\tTopic: {t.name}\tPartition: {int(p.partition_index)}\t"
-                       f"Leader: {leader if leader >= 0 else 'none'}\tReplicas: {replicas}\tIsr: {isr}")
-    if topic is not None and not found and not if_exists:
-        fail(f"Error while executing topic command : Topic '{topic}' does not exist as expected")
-
-
-def _dynamic_configs(client: WireClient, topic: str) -> str:
+def _existing(admin: Any, topic: str | None, if_exists: bool) -> dict[str, TopicDescription]:
+    """The topics to work on; a named one that is absent fails as Kafka's C{ensureTopicExists} does."""
     try:
-        response = client.describe_configs([(_RESOURCE_TOPIC, topic)])
-    except KafkaError:
-        return ""
-    pairs = []
-    for result in response.results:
-        if ErrorCode(int(result.error_code)) != ErrorCode.none:
-            continue
-        for c in result.configs:
-            if int(c.config_source) == _SOURCE_DYNAMIC_TOPIC:
-                value = "" if c.value is None else ("<sensitive>" if c.is_sensitive else c.value)
-                pairs.append(f"{c.name}={value}")
-    return ",".join(pairs)
+        return admin.describe_topics(None if topic is None else [topic])
+    except KafkaError as e:
+        if e.error_code != ErrorCode.unknown_topic_or_partition:
+            raise
+        if if_exists:
+            return {}
+        fail(f"{_ERROR}Topic '{topic}' does not exist as expected")
 
 
-def _delete(client: WireClient, topic: str, if_exists: bool, timeout_ms: int) -> None:
-    response = client.delete_topics([topic], timeout_ms=timeout_ms)
-    for result in response.responses:
-        code = ErrorCode(int(result.error_code))
-        if code == ErrorCode.unknown_topic_or_partition:
-            if if_exists:
-                return
-            fail(f"Error while executing topic command : Topic '{topic}' does not exist as expected")
-        if code != ErrorCode.none:
-            fail(f"Error while executing topic command : {result.error_message or code.name}")
+def _describe(admin: Any, topic: str | None, if_exists: bool, report: str | None) -> None:
+    described = _existing(admin, topic, if_exists)
+    if not described:
+        return
+    live = set(admin.describe_cluster().nodes) if report == "unavailable_partitions" else set()
+    configs: dict[str, dict] = {}
+    if report in (None, "under_min_isr_partitions"):
+        for name in described:
+            try:
+                configs[name] = admin.describe_configs([(RESOURCE_TOPIC, name)])[(RESOURCE_TOPIC, name)]
+            except KafkaError:
+                configs[name] = {}
+    for name in sorted(described):
+        t = described[name]
+        if report is None:
+            shown = ",".join(f"{c.name}={'' if c.value is None else c.value}" if not c.is_sensitive
+                             else f"{c.name}=<sensitive>"
+                             for c in configs[name].values() if not c.is_default)
+            click.echo(format_topic(t, shown))
+        min_isr_entry = configs.get(name, {}).get("min.insync.replicas")
+        min_isr = int(min_isr_entry.value) if min_isr_entry is not None and min_isr_entry.value else None
+        for p in t.partitions:
+            if report is None \
+                    or (report == "under_replicated_partitions" and len(p.isr) < len(p.replicas)) \
+                    or (report == "under_min_isr_partitions"
+                        and (p.leader < 0 or (min_isr is not None and len(p.isr) < min_isr))) \
+                    or (report == "unavailable_partitions" and (p.leader < 0 or p.leader not in live)):
+                click.echo(format_partition(name, p))
 
 
+def _alter(admin: Any, topic: str, partitions: int, if_exists: bool, timeout_ms: int) -> None:
+    described = _existing(admin, topic, if_exists)
+    if not described:
+        return
+    current = len(described[topic].partitions)
+    # Kafka's messages for a count that would not grow the topic (ZkAdminManager.createPartitions)
+    if partitions < current:
+        fail(f"{_ERROR}Topic currently has {current} partitions, which is higher than the requested {partitions}.")
+    if partitions == current:
+        fail(f"{_ERROR}Topic already has {current} partitions.")
+    error = admin.create_partitions({topic: NewPartitions(partitions)}, timeout_ms=timeout_ms)[topic]
+    if error is not None:
+        fail(_ERROR + describe_error(error))
+
+
+def _delete(admin: Any, topic: str, if_exists: bool, timeout_ms: int) -> None:
+    error = admin.delete_topics([topic], timeout_ms=timeout_ms)[topic]
+    if error is None:
+        return
+    if error.error_code == ErrorCode.unknown_topic_or_partition:
+        if if_exists:
+            return
+        fail(f"{_ERROR}Topic '{topic}' does not exist as expected")
+    fail(_ERROR + describe_error(error))

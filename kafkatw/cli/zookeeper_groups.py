@@ -35,7 +35,7 @@ from typing import Any, Callable, Coroutine
 
 import click
 
-from kafkatw.client.wire import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, WireClient
+from kafkatw.client.admin import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from kafkatw.errors import KafkaError
 from kafkatw.zookeeper.bridge import NoNodeError
 from kafkatw.zookeeper.registry import (
@@ -208,14 +208,13 @@ def log_end_offsets(bootstrap: str | None, partitions: set[TopicPartition],
 def _list_offsets(bootstrap: str | None, wanted: dict[TopicPartition, int], timeout_ms: int) -> dict[TopicPartition, int]:
     if not bootstrap or not wanted:
         return {}
-    result = {}
-    with WireClient(bootstrap, client_id="kafkatw-consumer-groups", timeout_ms=timeout_ms) as client:
-        for (topic, partition), timestamp in sorted(wanted.items()):
-            try:
-                result[(topic, partition)] = client.list_offsets(topic, partition, timestamp)
-            except KafkaError:
-                result[(topic, partition)] = -1
-    return result
+    from kafkatw.client.blocking import BlockingAdminClient
+
+    from .consumer_groups import list_offsets
+
+    with BlockingAdminClient(bootstrap, client_id="kafkatw-consumer-groups", request_timeout_ms=timeout_ms,
+                             default_api_timeout_ms=timeout_ms) as admin:
+        return list_offsets(admin, wanted)
 
 
 def parse_datetime(text: str) -> int:

@@ -7,10 +7,12 @@ The public API, pinned by C{tests/unit/test_exports.py}:
     L{KafkaClient} (metadata and broker connections, shareable),
     L{Producer} (L{Producer.send} fires with a L{RecordMetadata}),
     L{Consumer} (partition-level; L{Consumer.poll} fires with
-    L{ConsumerRecord}s) and L{ZookeeperConsumerGroup} (the paper's
-    ZooKeeper-coordinated consumer group, section 3.2).
+    L{ConsumerRecord}s), L{ZookeeperConsumerGroup} (the paper's
+    ZooKeeper-coordinated consumer group, section 3.2) and L{AdminClient}
+    (topics, partitions, configs, offsets, the controller's requests), with
+    its L{NewTopic} and L{NewPartitions}.
   - Blocking, for code without a reactor (scripts, Spark executors):
-    L{BlockingProducer}, L{BlockingConsumer} and
+    L{BlockingProducer}, L{BlockingConsumer}, L{BlockingAdminClient} and
     L{BlockingZookeeperConsumerGroup}.
 
 The blocking classes are imported on first access: their module imports
@@ -28,13 +30,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from .admin import AdminClient, NewPartitions, NewTopic
 from .client import KafkaClient
 from .consumer import Consumer, ConsumerRecord
 from .producer import Producer, RecordMetadata
 from .zookeeper_group import ZookeeperConsumerGroup
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .blocking import BlockingConsumer, BlockingProducer
+    from .blocking import BlockingAdminClient, BlockingConsumer, BlockingProducer
     from .blocking_group import BlockingZookeeperConsumerGroup
 
 __all__ = [
@@ -44,8 +47,12 @@ __all__ = [
     "Consumer",
     "ConsumerRecord",
     "ZookeeperConsumerGroup",
+    "AdminClient",
+    "NewTopic",
+    "NewPartitions",
     "BlockingProducer",
     "BlockingConsumer",
+    "BlockingAdminClient",
     "BlockingZookeeperConsumerGroup",
 ]
 
@@ -53,6 +60,7 @@ __all__ = [
 _LAZY = {
     "BlockingProducer": "blocking",
     "BlockingConsumer": "blocking",
+    "BlockingAdminClient": "blocking",
     "BlockingZookeeperConsumerGroup": "blocking_group",
 }
 

@@ -1,8 +1,9 @@
 """
-Blocking facade: L{BlockingProducer} and L{BlockingConsumer} for code that has
-no reactor — scripts, the command line, Spark executors (docs/design.md: Clients).
+Blocking facade: L{BlockingProducer}, L{BlockingConsumer} and
+L{BlockingAdminClient} for code that has no reactor — scripts, the command
+line, the Spark driver and executors (docs/design.md: Clients).
 
-They drive the Twisted L{Producer} and L{Consumer} on a reactor that runs in a
+They drive the Twisted L{Producer}, L{Consumer} and L{AdminClient} on a reactor that runs in a
 background thread through crochet's L{crochet.EventLoop}: every call hops into
 the reactor thread and the calling thread waits for the result.
 
@@ -45,10 +46,12 @@ from twisted.internet import defer
 from twisted.python.failure import Failure
 
 from ..errors import KafkaError
+from .admin import AdminClient
 from .consumer import Consumer, ConsumerRecord
 from .producer import KafkaTimeoutError, Producer, RecordMetadata
 
-__all__ = ["BlockingProducer", "BlockingConsumer", "FutureRecordMetadata", "WrongProcessError", "reactor_thread"]
+__all__ = ["BlockingProducer", "BlockingConsumer", "BlockingAdminClient", "FutureRecordMetadata", "WrongProcessError",
+           "reactor_thread"]
 
 
 class WrongProcessError(RuntimeError):
@@ -470,3 +473,108 @@ class BlockingConsumer(_Bound):
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
+
+
+# --- admin client ------------------------------------------------------------------------
+
+
+class BlockingAdminClient(_Bound):
+    """
+    L{AdminClient} for threads without a reactor.  Takes the same options
+    (C{client_id}, C{request_timeout_ms}, C{default_api_timeout_ms},
+    C{retry_backoff_ms}); each method takes the same arguments as the
+    L{AdminClient} method of that name and returns what its Deferred fires
+    with, or raises its error.
+
+        with BlockingAdminClient("localhost:9092") as admin:
+            errors = admin.create_topics([NewTopic("t", 3, 3)])
+            for name, topic in admin.describe_topics(["t"]).items():
+                print(name, [(p.leader, p.isr) for p in topic.partitions])
+
+    @param timeout_s: the longest wait for one call (s; default: the admin
+        client's C{default_api_timeout_ms} plus its C{request_timeout_ms}, so
+        that the operation's own timeout fires first).
+    """
+
+    def __init__(self, bootstrap_servers: str | list[str] | None = None, *, timeout_s: float | None = None,
+                 **options: Any) -> None:
+        super().__init__()
+        thread = self._thread
+        self._admin: AdminClient = thread.call(60.0, lambda: AdminClient(thread.reactor, bootstrap_servers, **options))
+        self.timeout_s = timeout_s if timeout_s is not None else \
+            (self._admin.default_api_timeout_ms + self._admin.request_timeout_ms) / 1000.0 + 5
+        self._closed = False
+
+    def _call(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        thread = self._check_process()
+        timeout_ms = kwargs.get("timeout_ms")
+        timeout_s = self.timeout_s
+        if timeout_ms is not None:
+            timeout_s = max(timeout_s, (timeout_ms + self._admin.request_timeout_ms) / 1000.0 + 5)
+        return thread.call(timeout_s, function, *args, **kwargs)
+
+    def metadata(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call(self._admin.metadata, *args, **kwargs)
+
+    def list_topics(self, *args: Any, **kwargs: Any) -> list[str]:
+        return self._call(self._admin.list_topics, *args, **kwargs)
+
+    def describe_topics(self, *args: Any, **kwargs: Any) -> dict:
+        return self._call(self._admin.describe_topics, *args, **kwargs)
+
+    def describe_cluster(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call(self._admin.describe_cluster, *args, **kwargs)
+
+    def create_topics(self, *args: Any, **kwargs: Any) -> dict:
+        return self._call(self._admin.create_topics, *args, **kwargs)
+
+    def delete_topics(self, *args: Any, **kwargs: Any) -> dict:
+        return self._call(self._admin.delete_topics, *args, **kwargs)
+
+    def create_partitions(self, *args: Any, **kwargs: Any) -> dict:
+        return self._call(self._admin.create_partitions, *args, **kwargs)
+
+    def describe_configs(self, *args: Any, **kwargs: Any) -> dict:
+        return self._call(self._admin.describe_configs, *args, **kwargs)
+
+    def list_offsets(self, *args: Any, **kwargs: Any) -> dict:
+        return self._call(self._admin.list_offsets, *args, **kwargs)
+
+    def elect_leaders(self, *args: Any, **kwargs: Any) -> dict:
+        return self._call(self._admin.elect_leaders, *args, **kwargs)
+
+    def alter_partition_reassignments(self, *args: Any, **kwargs: Any) -> dict:
+        return self._call(self._admin.alter_partition_reassignments, *args, **kwargs)
+
+    def list_partition_reassignments(self, *args: Any, **kwargs: Any) -> dict:
+        return self._call(self._admin.list_partition_reassignments, *args, **kwargs)
+
+    def find_coordinator(self, *args: Any, **kwargs: Any) -> int:
+        return self._call(self._admin.find_coordinator, *args, **kwargs)
+
+    def forget_coordinator(self, group_id: str) -> None:
+        self._call(self._admin.forget_coordinator, group_id)
+
+    def coordinator_request(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call(self._admin.coordinator_request, *args, **kwargs)
+
+    def list_consumer_groups(self, *args: Any, **kwargs: Any) -> list[str]:
+        return self._call(self._admin.list_consumer_groups, *args, **kwargs)
+
+    def send(self, *args: Any, **kwargs: Any) -> Any:
+        """A raw request to one broker; see L{AdminClient.send}."""
+        return self._call(self._admin.send, *args, **kwargs)
+
+    def close(self, timeout_s: float | None = None) -> None:
+        """Close the connections."""
+        thread = self._check_process()
+        if self._closed:
+            return
+        self._closed = True
+        thread.call(timeout_s if timeout_s is not None else 30.0, self._admin.close)
+
+    def __enter__(self) -> "BlockingAdminClient":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

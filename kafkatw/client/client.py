@@ -275,6 +275,16 @@ class KafkaClient:
         self.topics = topics
         self._metadata_at = self.reactor.seconds()
 
+    def note_cluster(self, response: Any) -> None:
+        """
+        Take the brokers, cluster id and controller of a Metadata response
+        asked for by someone else (the admin client's own Metadata requests),
+        leaving the topics and the metadata's age alone.
+        """
+        self.brokers = {int(b.node_id): (b.host, int(b.port)) for b in response.brokers}
+        self.cluster_id = getattr(response, "cluster_id", None)
+        self.controller_id = int(getattr(response, "controller_id", -1))
+
     def partitions_for(self, topic: str) -> list[int]:
         """The topic's partition ids, as last seen (empty when unknown)."""
         return sorted(self.topics.get(topic, {}))

@@ -7,8 +7,9 @@ Where the code runs
 ===================
 
   - On the driver (Spark's Python planner and streaming-source workers):
-    option parsing, topic/partition discovery and offset look-ups through the
-    small blocking L{WireClient} (plain sockets, no reactor).
+    option parsing, topic/partition discovery and offset look-ups through
+    L{BlockingAdminClient} (the Twisted admin client on this process's
+    reactor thread), which follows leaders as they move.
   - On executors (Spark's Python workers): L{_read_range} reads exactly one
     offset range C{[start, end)} of one partition through L{BlockingConsumer},
     which runs its own reactor thread per process (fork-safe).
@@ -90,17 +91,17 @@ def _data_loss(options: SourceOptions, message: str) -> None:
     _warn(message + "; skipping ahead (failOnDataLoss=false)")
 
 
-# --- driver side: metadata and offsets through the small blocking client ----------------
+# --- driver side: metadata and offsets through the blocking admin client ----------------
 
 
 class _Admin:
-    """Topic discovery and offset look-ups for one call (opens and closes its sockets)."""
+    """Topic discovery and offset look-ups for one call (opens and closes its connections)."""
 
     def __init__(self, options: SourceOptions) -> None:
-        from ..client.wire import WireClient
+        from ..client.blocking import BlockingAdminClient
 
         self.options = options
-        self.client = WireClient(options.bootstrap_servers, client_id="kafkatw-spark-driver")
+        self.client = BlockingAdminClient(options.bootstrap_servers, client_id="kafkatw-spark-driver")
 
     def __enter__(self) -> "_Admin":
         return self
@@ -113,24 +114,28 @@ class _Admin:
         o = self.options
         if o.assign is not None:
             return sorted(set(o.assign))
-        if o.subscribe is not None:
-            response = self.client.metadata(list(o.subscribe))
-        else:
-            response = self.client.metadata(None)
+        # subscribe: the topics that exist now (a missing one is not an error)
+        topics = self.client.describe_topics(None)
         pattern = re.compile(o.subscribe_pattern) if o.subscribe_pattern else None
+        wanted = set(o.subscribe) if o.subscribe is not None else None
         out = []
-        for topic in response.topics:
-            if int(topic.error_code) != 0 or topic.name is None:
+        for name, topic in topics.items():
+            if wanted is not None and name not in wanted:
                 continue
-            if pattern is not None and (getattr(topic, "is_internal", False) or topic.name.startswith("__")
-                                        or not pattern.fullmatch(topic.name)):
+            if pattern is not None and (topic.is_internal or name.startswith("__") or not pattern.fullmatch(name)):
                 continue
-            out.extend((topic.name, int(p.partition_index)) for p in topic.partitions)
+            out.extend((name, p.partition) for p in topic.partitions)
         return sorted(out)
 
     def offsets(self, tps: Sequence[TopicPartition], timestamp: int) -> dict[TopicPartition, int]:
         """C{timestamp}: -2 earliest (log start offset), -1 latest (high watermark), else ms (-1: none)."""
-        return {tp: self.client.list_offsets(tp[0], tp[1], timestamp) for tp in tps}
+        return self.lookup({tp: timestamp for tp in tps})
+
+    def lookup(self, timestamps: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
+        """One ListOffsets look-up per leader for C{timestamps} (partition -> timestamp)."""
+        if not timestamps:
+            return {}
+        return {tp: info.offset for tp, info in self.client.list_offsets(timestamps).items()}
 
     def resolve(self, spec: OffsetSpec, tps: Sequence[TopicPartition], what: str) -> dict[TopicPartition, int]:
         """Concrete offsets for C{spec} on C{tps}."""
@@ -143,24 +148,20 @@ class _Admin:
             if missing and self.options.assign is None:
                 raise ValueError(f"{what}Offsets names no offset for {sorted(missing)}: give every partition"
                                  f" of the subscribed topics")
-            out = {}
-            for tp in tps:
-                offset = spec.offsets.get(tp, EARLIEST)
-                out[tp] = self.client.list_offsets(tp[0], tp[1], offset) if offset < 0 else offset
+            out = {tp: spec.offsets.get(tp, EARLIEST) for tp in tps}
+            out.update(self.lookup({tp: offset for tp, offset in out.items() if offset < 0}))
             return out
         timestamps = ({tp: spec.timestamp_ms for tp in tps} if spec.kind == "timestamp" else spec.timestamps)
-        out = {}
         for tp in tps:
             if tp not in timestamps:
                 raise ValueError(f"{what}OffsetsByTimestamp names no timestamp for {tp[0]}-{tp[1]}")
-            offset = self.client.list_offsets(tp[0], tp[1], int(timestamps[tp]))
-            if offset < 0:
-                if what == "starting" and self.options.timestamp_strategy == "error":
-                    raise ValueError(
-                        f"no record of {tp[0]}-{tp[1]} has a timestamp at or after {timestamps[tp]} ms"
-                        f" (set startingOffsetsByTimestampStrategy=latest to start at the end instead)")
-                offset = self.client.list_offsets(tp[0], tp[1], LATEST)
-            out[tp] = offset
+        out = self.lookup({tp: int(timestamps[tp]) for tp in tps})
+        for tp in sorted(tp for tp, offset in out.items() if offset < 0):
+            if what == "starting" and self.options.timestamp_strategy == "error":
+                raise ValueError(
+                    f"no record of {tp[0]}-{tp[1]} has a timestamp at or after {timestamps[tp]} ms"
+                    f" (set startingOffsetsByTimestampStrategy=latest to start at the end instead)")
+        out.update(self.lookup({tp: LATEST for tp, offset in out.items() if offset < 0}))
         return out
 
 

@@ -26,8 +26,8 @@ try:
 except ImportError:  # pragma: no cover - the spark extra is not installed
     pyspark = None
 
-from kafkatw.client.blocking import BlockingProducer
-from kafkatw.client.wire import WireClient
+from kafkatw.client import NewTopic
+from kafkatw.client.blocking import BlockingAdminClient, BlockingProducer
 from kafkatw.testing import ClassFixture, running_cluster
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -49,12 +49,24 @@ def _load_job():
 
 
 def create_topic(bootstrap: str, name: str, partitions: int, configs: dict | None = None) -> None:
-    with WireClient(bootstrap) as client:
-        response = client.create_topics([{"name": name, "num_partitions": partitions, "replication_factor": 1,
-                                          "configs": configs or {}}])
-        for topic in response.topics:
-            assert int(topic.error_code) == 0, (topic.name, topic.error_code)
-        client.partitions_for(name)
+    with BlockingAdminClient(bootstrap) as client:
+        errors = client.create_topics([NewTopic(name, partitions, 1, configs=configs or {})])
+        assert errors == {name: None}, errors
+        deadline = time.monotonic() + 30
+        while True:  # until every broker's metadata has it
+            try:
+                if len(client.describe_topics([name])[name].partitions) == partitions:
+                    return
+            except Exception:
+                pass
+            assert time.monotonic() < deadline, f"topic {name} did not appear"
+            time.sleep(0.1)
+
+
+def log_offset(bootstrap: str, topic: str, partition: int, timestamp: int) -> int:
+    """ListOffsets for one partition (-2: the log start offset, -1: the high watermark)."""
+    with BlockingAdminClient(bootstrap) as client:
+        return client.list_offsets({(topic, partition): timestamp})[(topic, partition)].offset
 
 
 def produce(bootstrap: str, topic: str, partitions: int, count: int, start: int = 0,
@@ -258,18 +270,16 @@ class _DataSourceCases:
         old = int(time.time() * 1000) - 3_600_000
         produce(self.bootstrap, "retained", 1, 300, timestamp_ms=old, flush_every=10)
         deadline = time.monotonic() + 30
-        with WireClient(self.bootstrap) as client:
-            while (log_start := client.list_offsets("retained", 0, -2)) == 0:
-                self.assertLess(time.monotonic(), deadline, "retention did not run")
-                time.sleep(0.2)
-            high = client.list_offsets("retained", 0, -1)
+        while (log_start := log_offset(self.bootstrap, "retained", 0, -2)) == 0:
+            self.assertLess(time.monotonic(), deadline, "retention did not run")
+            time.sleep(0.2)
+        high = log_offset(self.bootstrap, "retained", 0, -1)
         self.assertEqual(high, 300)
         starting = '{"retained":{"0":0}}'
 
         with self.assertRaises(Exception) as caught:
             self.source(subscribe="retained", startingOffsets=starting).collect()
-        with WireClient(self.bootstrap) as client:
-            log_start_after = client.list_offsets("retained", 0, -2)
+        log_start_after = log_offset(self.bootstrap, "retained", 0, -2)
         # retention keeps running: the error names the log start offset of its moment
         missing = re.search(r"retained-0: offsets \[0, (\d+)\)", str(caught.exception))
         self.assertIsNotNone(missing, str(caught.exception))
@@ -279,8 +289,7 @@ class _DataSourceCases:
         log_start = log_start_after
 
         rows = self.source(subscribe="retained", startingOffsets=starting, failOnDataLoss="false").collect()
-        with WireClient(self.bootstrap) as client:
-            log_start_after = client.list_offsets("retained", 0, -2)
+        log_start_after = log_offset(self.bootstrap, "retained", 0, -2)
         # Retention keeps deleting old segments meanwhile: the read starts at the log
         # start offset of its moment, between the two seen around it, and misses nothing after.
         offsets = sorted(r.offset for r in rows)

@@ -41,6 +41,11 @@ USAGE_ERRORS = [
     ["topics", *B, "--create", "--topic", "t", "--config", "novalue"],
     ["topics", *B, "--list", "--partitions", "3"],
     ["topics", *B, "--describe", "--if-not-exists"],
+    ["topics", *B, "--alter", "--topic", "t"],  # no --partitions
+    ["topics", *B, "--alter", "--partitions", "3"],  # no topic
+    ["topics", *B, "--alter", "--topic", "t", "--partitions", "3", "--replication-factor", "2"],
+    ["topics", *B, "--list", "--under-replicated-partitions"],
+    ["topics", *B, "--describe", "--under-replicated-partitions", "--unavailable-partitions"],
     ["topics", *B, "--list", "--bogus"],
     ["console-producer", *B],  # no topic
     ["console-producer", *B, "--topic", "t", "--compression-codec", "brotli"],

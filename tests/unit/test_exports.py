@@ -21,8 +21,12 @@ PUBLIC = [
     "Consumer",
     "ConsumerRecord",
     "ZookeeperConsumerGroup",
+    "AdminClient",
+    "NewTopic",
+    "NewPartitions",
     "BlockingProducer",
     "BlockingConsumer",
+    "BlockingAdminClient",
     "BlockingZookeeperConsumerGroup",
 ]
 
@@ -60,6 +64,7 @@ class PublicSymbolsTests(SynchronousTestCase):
         """
         The Twisted clients are the classes of their modules.
         """
+        from kafkatw.client.admin import AdminClient, NewPartitions, NewTopic
         from kafkatw.client.client import KafkaClient
         from kafkatw.client.consumer import Consumer, ConsumerRecord
         from kafkatw.client.producer import Producer, RecordMetadata
@@ -71,16 +76,20 @@ class PublicSymbolsTests(SynchronousTestCase):
         self.assertIs(kafkatw.client.Consumer, Consumer)
         self.assertIs(kafkatw.client.ConsumerRecord, ConsumerRecord)
         self.assertIs(kafkatw.client.ZookeeperConsumerGroup, ZookeeperConsumerGroup)
+        self.assertIs(kafkatw.client.AdminClient, AdminClient)
+        self.assertIs(kafkatw.client.NewTopic, NewTopic)
+        self.assertIs(kafkatw.client.NewPartitions, NewPartitions)
 
     def test_blocking_clients(self) -> None:
         """
         The blocking clients are the classes of their modules.
         """
-        from kafkatw.client.blocking import BlockingConsumer, BlockingProducer
+        from kafkatw.client.blocking import BlockingAdminClient, BlockingConsumer, BlockingProducer
         from kafkatw.client.blocking_group import BlockingZookeeperConsumerGroup
 
         self.assertIs(kafkatw.client.BlockingProducer, BlockingProducer)
         self.assertIs(kafkatw.client.BlockingConsumer, BlockingConsumer)
+        self.assertIs(kafkatw.client.BlockingAdminClient, BlockingAdminClient)
         self.assertIs(kafkatw.client.BlockingZookeeperConsumerGroup, BlockingZookeeperConsumerGroup)
 
     def test_unknown_name(self) -> None:
@@ -114,7 +123,8 @@ class ImportSideEffectsTests(SynchronousTestCase):
         """
         out = _run("""
             import sys, threading
-            from kafkatw.client import BlockingConsumer, BlockingProducer, BlockingZookeeperConsumerGroup
+            from kafkatw.client import (BlockingAdminClient, BlockingConsumer, BlockingProducer,
+                                        BlockingZookeeperConsumerGroup)
             print("twisted.internet.reactor" in sys.modules, threading.active_count())
         """)
         self.assertEqual(out, "False 1")
