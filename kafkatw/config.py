@@ -196,6 +196,13 @@ BROKER_CONFIG: dict[str, ConfigKey] = {
         ConfigKey("replica.high.watermark.checkpoint.interval.ms", int, 5000,
                   "How often high watermarks are written to replication-offset-checkpoint.", "ms"),
         ConfigKey("replica.socket.timeout.ms", int, 30000, "Request timeout of a follower's fetches.", "ms"),
+        ConfigKey("leader.replication.throttled.rate", int, _LONG_MAX,
+                  "Replication throttle of a leader for reassigned replicas; dynamic (IncrementalAlterConfigs, "
+                  "`reassign-partitions --throttle`). Accepted and stored; kafkatw applies the follower's.",
+                  "bytes/s"),
+        ConfigKey("follower.replication.throttled.rate", int, _LONG_MAX,
+                  "Replication throttle of a follower for the replicas a reassignment adds to it; dynamic "
+                  "(IncrementalAlterConfigs, `reassign-partitions --throttle`).", "bytes/s"),
         ConfigKey("auto.leader.rebalance.enable", _bool, True,
                   "The controller moves leaderships back to preferred replicas (the first assigned) when a "
                   "broker's share of partitions it prefers but does not lead exceeds "

@@ -20,7 +20,11 @@ from ..config import topic_log_config
 from ..errors import ErrorCode, InvalidConfigError, kafka_error
 from .metadata_cache import TopicMetadata
 
-__all__ = ["AdminManager"]
+__all__ = ["AdminManager", "DYNAMIC_BROKER_CONFIGS"]
+
+#: Broker configs that IncrementalAlterConfigs may change while brokers run
+#: (Kafka's replication quotas, set by the reassignment tool's --throttle).
+DYNAMIC_BROKER_CONFIGS = frozenset({"leader.replication.throttled.rate", "follower.replication.throttled.rate"})
 
 _log = Logger()
 
@@ -142,6 +146,43 @@ class AdminManager:
             version = await self.registry.set_partition_state(name, partition, isr[0], 0, isr)
             self.metadata.set_partition_state(name, partition, PartitionState(isr[0], 0, isr, 1, version))
         _log.info("topic {topic} grew from {old} to {new} partitions", topic=name, old=existing, new=count)
+
+    async def alter_broker_config(self, entity: str, operations: list[tuple[str, int, str | None]],
+                                  validate_only: bool = False) -> None:
+        """
+        IncrementalAlterConfigs for a broker (C{entity}: its id) or the cluster
+        default (C{""}): the keys of L{DYNAMIC_BROKER_CONFIGS}, stored in
+        C{/config/brokers/<entity>} where every broker's watch reads them.
+
+        @param operations: C{(name, operation, value)}; operation 0 SET, 1 DELETE.
+        @raise KafkaError: C{INVALID_CONFIG} for another key, operation or value;
+            C{INVALID_REQUEST} for a bad entity.
+        """
+        from ..zookeeper.registry import DEFAULT_BROKER_ENTITY
+
+        if entity and not entity.isdigit():
+            raise kafka_error(ErrorCode.invalid_request, f"broker {entity!r} is not a broker id")
+        entity = entity or DEFAULT_BROKER_ENTITY
+        current = await self.registry.get_broker_config(entity)
+        for name, operation, value in operations:
+            if name not in DYNAMIC_BROKER_CONFIGS:
+                raise InvalidConfigError(
+                    f"{name} cannot be changed while the broker runs in this version (dynamic broker configs: "
+                    f"{', '.join(sorted(DYNAMIC_BROKER_CONFIGS))})")
+            if operation == 1:
+                current.pop(name, None)
+            elif operation == 0:
+                try:
+                    if value is None or int(value) < 0:
+                        raise ValueError
+                except ValueError:
+                    raise InvalidConfigError(f"{name} must be a number of bytes per second, not {value!r}") from None
+                current[name] = str(int(value))
+            else:
+                raise InvalidConfigError(f"{name}: operation {operation} (APPEND/SUBTRACT) applies to lists only")
+        if not validate_only:
+            await self.registry.set_broker_config(entity, current)
+            _log.info("broker config {entity} is now {config}", entity=entity, config=current)
 
     async def delete_topic(self, name: str) -> None:
         """Delete a topic's registry nodes; brokers drop its logs on their watch."""

@@ -65,6 +65,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     43: (0, 2),  # ElectLeaders (KIP-460; answered by the controller)
     45: (0, 0),  # AlterPartitionReassignments (KIP-455; answered by the controller)
     46: (0, 0),  # ListPartitionReassignments (KIP-455; answered by the controller)
+    44: (0, 1),  # IncrementalAlterConfigs (the replication throttles of brokers only, for now)
     60: (0, 1),  # DescribeCluster (KIP-700; v2's fenced brokers are KRaft's)
 }
 
@@ -166,6 +167,7 @@ class KafkaApis:
             43: self.handle_elect_leaders,
             45: self.handle_alter_partition_reassignments,
             46: self.handle_list_partition_reassignments,
+            44: self.handle_incremental_alter_configs,
             60: self.handle_describe_cluster,
         }
         #: The broker's L{kafkatw.broker.controller.KafkaController} (set by the server;
@@ -602,6 +604,37 @@ class KafkaApis:
                     entry.update(error_code=int(ErrorCode.request_timed_out), error_message=f"ZooKeeper: {e}")
                 results.append(entry)
             return self._respond(context, {"throttle_time": 0, "results": results})
+
+        return defer.Deferred.fromCoroutine(go())
+
+    # --- IncrementalAlterConfigs ------------------------------------------------
+
+    def handle_incremental_alter_configs(self, context: RequestContext, request: Any) -> defer.Deferred:
+        """
+        Brokers' dynamic replication throttles (C{leader.replication.throttled.rate},
+        C{follower.replication.throttled.rate}); any other key or resource type
+        is refused (C{INVALID_CONFIG} / C{INVALID_REQUEST}).
+        """
+
+        async def go() -> bytes:
+            responses = []
+            for resource in request.resources:
+                entry: dict[str, Any] = {"error_code": 0, "error_message": None,
+                                         "resource_type": resource.resource_type,
+                                         "resource_name": resource.resource_name}
+                try:
+                    if resource.resource_type != 4:  # BROKER
+                        raise kafka_error(ErrorCode.invalid_request,
+                                          f"resource type {resource.resource_type} cannot be altered in this version")
+                    await self.admin.alter_broker_config(
+                        resource.resource_name, [(c.name, int(c.config_operation), c.value) for c in resource.configs],
+                        request.validate_only)
+                except KafkaError as e:
+                    entry.update(error_code=int(e.error_code), error_message=str(e) or None)
+                except ZooKeeperError as e:
+                    entry.update(error_code=int(ErrorCode.request_timed_out), error_message=f"ZooKeeper: {e}")
+                responses.append(entry)
+            return self._respond(context, {"throttle_time": 0, "responses": responses})
 
         return defer.Deferred.fromCoroutine(go())
 

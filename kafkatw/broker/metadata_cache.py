@@ -37,6 +37,8 @@ class TopicMetadata:
     topic_id: uuid.UUID
     partitions: dict[int, list[int]]
     config: dict[str, str] = field(default_factory=dict)
+    #: partition -> replicas a reassignment is adding (KIP-455; throttled when a throttle is set).
+    adding_replicas: dict[int, list[int]] = field(default_factory=dict)
 
 
 class MetadataCache:

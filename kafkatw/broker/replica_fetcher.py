@@ -40,12 +40,39 @@ from twisted.logger import Logger
 from ..errors import ErrorCode, KafkaError
 from ..storage.leader_epoch import offset_truncation_state
 
-__all__ = ["ReplicaFetcherManager", "ReplicaFetcher"]
+__all__ = ["ReplicaFetcherManager", "ReplicaFetcher", "ReplicationQuota"]
 
 _log = Logger()
 
 _STOP_ON = {ErrorCode.fenced_leader_epoch, ErrorCode.not_leader_or_follower, ErrorCode.unknown_leader_epoch,
             ErrorCode.unknown_topic_or_partition}
+
+
+class ReplicationQuota:
+    """
+    A follower's replication throttle (Kafka's C{follower.replication.throttled.rate},
+    set by C{kafkatw reassign-partitions --throttle}): a token bucket of
+    C{rate_bytes_per_s} that throttled partitions' fetched bytes drain; while
+    it is empty they are left out of fetches.
+    """
+
+    def __init__(self, rate_bytes_per_s: int, now_s: float) -> None:
+        self.rate = max(1, rate_bytes_per_s)
+        self.tokens = float(self.rate)
+        self.at = now_s
+
+    def _refill(self, now_s: float) -> None:
+        self.tokens = min(float(self.rate), self.tokens + (now_s - self.at) * self.rate)
+        self.at = now_s
+
+    def wait_s(self, now_s: float) -> float:
+        """How long until throttled partitions may be fetched again (0: now)."""
+        self._refill(now_s)
+        return 0.0 if self.tokens > 0 else -self.tokens / self.rate + 0.001
+
+    def record(self, size_bytes: int, now_s: float) -> None:
+        self._refill(now_s)
+        self.tokens -= size_bytes
 
 
 class _FetchState:
@@ -179,16 +206,31 @@ class ReplicaFetcher:
     async def _fetch(self, states: dict[tuple[str, int], _FetchState]) -> None:
         manager = self.manager
         config = manager.config
+        quota = manager.quota
+        now = manager.reactor.seconds()
+        throttled = {k for k in states if manager.throttled(*k)} if quota is not None else set()
+        if throttled:
+            wait_s = quota.wait_s(now)
+            if wait_s > 0:
+                for k in throttled:
+                    states[k].delayed_until = now + wait_s
+                states = {k: s for k, s in states.items() if k not in throttled}
+                throttled = set()
+                if not states:
+                    return
         by_topic: dict[str, list] = {}
         for (topic, partition), s in states.items():
             log = s.partition.log
+            max_bytes = config["replica.fetch.max.bytes"]
+            if (topic, partition) in throttled:
+                max_bytes = max(1, min(max_bytes, quota.rate))
             by_topic.setdefault(topic, []).append({
                 "partition": partition,
                 "current_leader_epoch": s.leader_epoch,
                 "fetch_offset": log.log_end_offset,
                 "last_fetched_epoch": -1,
                 "log_start_offset": log.log_start_offset,
-                "partition_max_bytes": config["replica.fetch.max.bytes"],
+                "partition_max_bytes": max_bytes,
             })
         body = {
             "replica_id": manager.broker_id,
@@ -221,6 +263,8 @@ class ReplicaFetcher:
                     continue
                 log = s.partition.log
                 records = p.records
+                if records and key in throttled:
+                    quota.record(len(records), manager.reactor.seconds())
                 if records:
                     try:
                         manager.append(s.partition, records)
@@ -262,13 +306,19 @@ class ReplicaFetcherManager:
 
     def __init__(self, broker_id: int, config: Any, client: Any, reactor: Any,
                  broker_address: Callable[[int], tuple[str, int] | None],
-                 append: Callable[[Any, bytes], Any]) -> None:
+                 append: Callable[[Any, bytes], Any],
+                 throttled: Callable[[str, int], bool] = lambda topic, partition: False) -> None:
         self.broker_id = broker_id
         self.config = config
         self.client = client
         self.reactor = reactor
         self.broker_address = broker_address
         self.append = append
+        #: C{throttled(topic, partition)}: whether the replication throttle applies
+        #: (this broker is a replica being added by a reassignment).
+        self.throttled = throttled
+        #: the L{ReplicationQuota}, or C{None} when no throttle is set.
+        self.quota: ReplicationQuota | None = None
         self.backoff_ms = config["replica.fetch.backoff.ms"]
         self.request_timeout_ms = config["replica.socket.timeout.ms"]
         self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
@@ -306,6 +356,16 @@ class ReplicaFetcherManager:
             if not fetcher.states:
                 del self.fetchers[(fetcher.leader_id, fetcher.index)]
                 fetcher.stop()
+
+    def set_throttle(self, rate_bytes_per_s: int | None) -> None:
+        """Set (or, with C{None}, lift) the follower replication throttle."""
+        if rate_bytes_per_s is None:
+            if self.quota is not None:
+                _log.info("replication throttle lifted")
+            self.quota = None
+        elif self.quota is None or self.quota.rate != rate_bytes_per_s:
+            _log.info("replication throttle: {rate} bytes/s for reassigned replicas", rate=rate_bytes_per_s)
+            self.quota = ReplicationQuota(rate_bytes_per_s, self.reactor.seconds())
 
     def brokers_changed(self, addresses: dict[int, tuple[str, int]]) -> None:
         """New broker addresses (a restarted leader may listen elsewhere)."""

@@ -206,6 +206,7 @@ class KafkaServer(service.MultiService):
         self._loops: dict[str, list[task.LoopingCall]] = {}
         self._zookeeper_connect: str | None = None
         self._fetchers_stopping: defer.Deferred | None = None
+        self._dynamic_configs: dict[str, dict[str, str]] = {}
         self._topic_watches: dict[str, Any] = {}
         self._topic_configs: dict[str, dict[str, str]] = {}
         self.port: int | None = None
@@ -354,7 +355,7 @@ class KafkaServer(service.MultiService):
             request_timeout_ms=self.config["replica.socket.timeout.ms"])
         self.fetcher_manager = ReplicaFetcherManager(
             self.broker_id, self.config, self.inter_broker_client, self.reactor, self._broker_address,
-            self._append_as_follower)
+            self._append_as_follower, self._throttled)
         assert self.replica_manager is not None
         self.replica_manager.fetcher_manager = self.fetcher_manager
 
@@ -391,6 +392,11 @@ class KafkaServer(service.MultiService):
         await self.registry.watch_topics(self._topics_changed)
         await self._register(host, advertised_port)
         await self.registry.watch_controller(self._controller_changed)
+        from ..zookeeper.registry import DEFAULT_BROKER_ENTITY
+
+        for entity in (DEFAULT_BROKER_ENTITY, str(self.broker_id)):
+            await self.registry.watch_broker_config(
+                entity, lambda config, entity=entity: self._broker_config_changed(entity, config))
         _log.info("broker {id} started at {host}:{port} (cluster {cluster})", id=self.broker_id, host=host,
                   port=advertised_port, cluster=self.metadata.cluster_id)
 
@@ -584,6 +590,21 @@ class KafkaServer(service.MultiService):
         if self.controller is not None and self.controller.active:
             self.controller.check_preferred_imbalance(self.config["leader.imbalance.per.broker.percentage"])
 
+    def _throttled(self, topic: str, partition: int) -> bool:
+        meta = self.metadata.topics.get(topic)
+        return meta is not None and self.broker_id in meta.adding_replicas.get(partition, ())
+
+    def _broker_config_changed(self, entity: str, config: dict[str, str]) -> None:
+        """A dynamic broker config (C{/config/brokers/<id>} or C{<default>}) changed."""
+        self._dynamic_configs[entity] = config
+        from ..zookeeper.registry import DEFAULT_BROKER_ENTITY
+
+        own = self._dynamic_configs.get(str(self.broker_id), {})
+        default = self._dynamic_configs.get(DEFAULT_BROKER_ENTITY, {})
+        rate = own.get("follower.replication.throttled.rate", default.get("follower.replication.throttled.rate"))
+        if self.fetcher_manager is not None:
+            self.fetcher_manager.set_throttle(int(rate) if rate is not None else None)
+
     def _shrink_isrs(self) -> None:
         if self.replica_manager is not None:
             self.replica_manager.shrink_isrs(self.config["replica.lag.time.max.ms"])
@@ -693,7 +714,7 @@ class KafkaServer(service.MultiService):
                 self._topic_removed(name)
                 return
             meta = TopicMetadata(name, assignment.topic_id, dict(assignment.partitions),
-                                 dict(self._topic_configs.get(name, {})))
+                                 dict(self._topic_configs.get(name, {})), dict(assignment.adding_replicas))
             self.metadata.set_topic(meta)
             self._topic_added(meta)
             self._watch_partition_states(meta)

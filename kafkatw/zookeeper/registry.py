@@ -74,6 +74,8 @@ __all__ = [
     "BROKER_IDS_PATH",
     "TOPICS_PATH",
     "CONFIG_TOPICS_PATH",
+    "CONFIG_BROKERS_PATH",
+    "DEFAULT_BROKER_ENTITY",
     "CONTROLLER_PATH",
     "CONTROLLER_EPOCH_PATH",
     "PRODUCER_ID_BLOCK_PATH",
@@ -90,6 +92,9 @@ _log = Logger()
 BROKER_IDS_PATH = "/brokers/ids"
 TOPICS_PATH = "/brokers/topics"
 CONFIG_TOPICS_PATH = "/config/topics"
+CONFIG_BROKERS_PATH = "/config/brokers"
+#: The entity name of the cluster-wide broker config (Kafka's ConfigEntityName.Default).
+DEFAULT_BROKER_ENTITY = "<default>"
 CONTROLLER_PATH = "/controller"
 CONTROLLER_EPOCH_PATH = "/controller_epoch"
 PRODUCER_ID_BLOCK_PATH = "/latest_producer_id_block"
@@ -529,6 +534,45 @@ class Registry:
         return self.client.watch_data(
             f"{TOPICS_PATH}/{name}", lambda data: callback(None if data is None else self.decode_topic(name, data))
         )
+
+    # -- dynamic broker configs -------------------------------------------------
+
+    def get_broker_config(self, entity: str) -> Deferred:
+        """
+        A broker's dynamic config overrides, C{/config/brokers/<entity>}
+        (entity: a broker id, or L{DEFAULT_BROKER_ENTITY} for the cluster
+        default), as Kafka's ZooKeeper mode keeps them.
+
+        @return: a Deferred firing with C{{key: value}} ({} when none).
+        """
+
+        async def go() -> dict[str, str]:
+            try:
+                data, _ = await self.client.get(f"{CONFIG_BROKERS_PATH}/{entity}")
+            except NoNodeError:
+                return {}
+            return dict(json.loads(data).get("config") or {}) if data else {}
+
+        return _deferred(go())
+
+    def set_broker_config(self, entity: str, config: dict[str, str]) -> Deferred:
+        """Replace C{/config/brokers/<entity>} (Kafka's v1 JSON)."""
+
+        async def go() -> None:
+            data = _dumps({"version": 1, "config": dict(config)})
+            path = f"{CONFIG_BROKERS_PATH}/{entity}"
+            try:
+                await self.client.set(path, data)
+            except NoNodeError:
+                await self.client.create(path, data, makepath=True)
+
+        return _deferred(go())
+
+    def watch_broker_config(self, entity: str, callback: Callable[[dict[str, str]], object]) -> Deferred:
+        """Call C{callback(config)} now and whenever C{/config/brokers/<entity>} changes."""
+        return self.client.watch_data(
+            f"{CONFIG_BROKERS_PATH}/{entity}",
+            lambda data: callback(dict(json.loads(data).get("config") or {}) if data else {}))
 
     def get_topic_config(self, name: str) -> Deferred:
         """@return: a Deferred firing with the overrides C{{key: value}} ({} when none)."""

@@ -733,3 +733,39 @@ class DescribeClusterTests(unittest.TestCase):
         response = h.call(60, 1, {"include_cluster_authorized_operations": False, "endpoint_type": 2})
         self.assertEqual(response.error_code, ErrorCode.unsupported_endpoint_type)
         self.assertEqual(list(response.brokers), [])
+
+
+class IncrementalAlterConfigsTests(unittest.TestCase):
+    """The brokers' dynamic replication throttles, stored in /config/brokers/<entity>."""
+
+    def alter(self, h: BrokerHarness, resource_type: int, name: str, configs: list, validate_only: bool = False):
+        body = {"resources": [{"resource_type": resource_type, "resource_name": name, "configs": [
+            {"name": k, "config_operation": op, "value": v} for k, op, v in configs]}], "validate_only": validate_only}
+        [response] = h.call(44, 1, body).responses
+        return response.error_code, response.error_message
+
+    def test_throttle_set_and_deleted(self) -> None:
+        h = BrokerHarness(self)
+        self.assertEqual(self.alter(h, 4, "1", [("follower.replication.throttled.rate", 0, "1000"),
+                                                ("leader.replication.throttled.rate", 0, "1000")]), (0, None))
+        config = self.successResultOf(h.registry.get_broker_config("1"))
+        self.assertEqual(config, {"follower.replication.throttled.rate": "1000",
+                                  "leader.replication.throttled.rate": "1000"})
+        self.assertEqual(self.alter(h, 4, "1", [("leader.replication.throttled.rate", 1, None)]), (0, None))
+        self.assertEqual(self.successResultOf(h.registry.get_broker_config("1")),
+                         {"follower.replication.throttled.rate": "1000"})
+        # the cluster default has the entity name ""; validate_only writes nothing
+        self.assertEqual(self.alter(h, 4, "", [("follower.replication.throttled.rate", 0, "5")], True), (0, None))
+        self.assertEqual(self.successResultOf(h.registry.get_broker_config("<default>")), {})
+
+    def test_refusals(self) -> None:
+        h = BrokerHarness(self)
+        code, message = self.alter(h, 4, "1", [("log.retention.ms", 0, "1")])
+        self.assertEqual(code, ErrorCode.invalid_config)
+        self.assertIn("cannot be changed while the broker runs", message)
+        self.assertEqual(self.alter(h, 4, "1", [("follower.replication.throttled.rate", 0, "-1")])[0],
+                         ErrorCode.invalid_config)
+        self.assertEqual(self.alter(h, 4, "x", [("follower.replication.throttled.rate", 0, "1")])[0],
+                         ErrorCode.invalid_request)
+        self.assertEqual(self.alter(h, 2, "t", [("retention.ms", 0, "1")])[0], ErrorCode.invalid_request)
+        self.assertEqual(self.successResultOf(h.registry.get_broker_config("1")), {})

@@ -248,3 +248,46 @@ class FetchTests(unittest.TestCase):
         h.epoch_request()
         h.manager.unfollow(h.partition)
         self.assertEqual(h.manager.fetchers, {})
+
+
+class ThrottleTests(unittest.TestCase):
+    """The follower replication throttle (reassign-partitions --throttle)."""
+
+    def test_quota_is_a_token_bucket(self) -> None:
+        from kafkatw.broker.replica_fetcher import ReplicationQuota
+
+        quota = ReplicationQuota(1000, 0.0)
+        self.assertEqual(quota.wait_s(0.0), 0.0)
+        quota.record(3000, 0.0)
+        self.assertAlmostEqual(quota.wait_s(0.0), 2.001)
+        self.assertAlmostEqual(quota.wait_s(1.0), 1.001)
+        self.assertEqual(quota.wait_s(2.5), 0.0)
+
+    def test_throttled_partition_waits_for_the_quota(self) -> None:
+        h = FetcherHarness(self, [])
+        h.manager.throttled = lambda topic, partition: True
+        h.manager.set_throttle(100)
+        h.epoch_request()
+        h.answer(epochs_response(-1, -1))
+        body = h.request(1)
+        self.assertEqual(body["topics"][0]["partitions"][0]["partition_max_bytes"], 100)
+        data = batch(20, 0, epoch=5)  # a first batch is sent whole even above the limit (KIP-74)
+        self.assertGreater(len(data), 100)
+        h.answer(fetch_response(data, 20))
+        # the bucket is overdrawn: no fetch until it refills
+        self.assertEqual([key for _, key, _, d in h.client.sent if not d.called], [])
+        h.clock.advance((len(data) - 100) / 100.0 + 0.01)
+        self.assertEqual(h.fetch_offset(), 20)
+
+    def test_unthrottled_partitions_are_not_limited(self) -> None:
+        h = FetcherHarness(self, [])
+        h.manager.set_throttle(1000)  # but the partition is not being reassigned
+        h.epoch_request()
+        h.answer(epochs_response(-1, -1))
+        body = h.request(1)
+        self.assertEqual(body["topics"][0]["partitions"][0]["partition_max_bytes"],
+                         h.config["replica.fetch.max.bytes"])
+        h.answer(fetch_response(batch(20, 0, epoch=5), 20))
+        self.assertEqual(h.fetch_offset(), 20)
+        h.manager.set_throttle(None)
+        self.assertIsNone(h.manager.quota)
