@@ -38,9 +38,13 @@ class KafkaError(Exception):
     An error that maps to one Kafka error code.
 
     @cvar error_code: the L{ErrorCode} a response carries for this error.
+    @ivar error_message: the text a response carried with the code (e.g.
+        ElectLeaders' per-partition C{error_message}), when a client made
+        this error from one; None when there was none.
     """
 
     error_code: ErrorCode = ErrorCode.unknown_server_error
+    error_message: str | None = None
 
     @property
     def retriable(self) -> bool:

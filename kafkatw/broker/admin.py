@@ -29,6 +29,11 @@ DYNAMIC_BROKER_CONFIGS = frozenset({"leader.replication.throttled.rate", "follow
 _log = Logger()
 
 
+def _replication_factor_too_large(replication_factor: int, brokers: int) -> str:
+    """Kafka's C{INVALID_REPLICATION_FACTOR} text (C{AdminUtils.assignReplicasToBrokers})."""
+    return f"Replication factor: {replication_factor} larger than available brokers: {brokers}."
+
+
 class AdminManager:
     """
     @param registry: a L{kafkatw.zookeeper.registry.Registry}.
@@ -71,8 +76,7 @@ class AdminManager:
                 raise kafka_error(ErrorCode.invalid_replication_factor, "replication factor must be at least 1")
             if replication_factor > len(live):
                 raise kafka_error(ErrorCode.invalid_replication_factor,
-                                  f"replication factor {replication_factor} is larger than the {len(live)} "
-                                  "live brokers")
+                                  _replication_factor_too_large(replication_factor, len(live)))
             assignment = assign_replicas(num_partitions, replication_factor, live)
         else:
             sizes = {len(replicas) for replicas in assignment.values()}
@@ -119,15 +123,17 @@ class AdminManager:
         if meta is None:
             raise kafka_error(ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist")
         existing = len(meta.partitions)
-        if count <= existing:
+        # Kafka's messages (ZkAdminManager.createPartitions)
+        if count < existing:
             raise kafka_error(ErrorCode.invalid_partitions,
-                              f"topic {name!r} has {existing} partitions; {count} would not add any")
+                              f"Topic currently has {existing} partitions, which is higher than the requested {count}.")
+        if count == existing:
+            raise kafka_error(ErrorCode.invalid_partitions, f"Topic already has {existing} partitions.")
         rf = len(next(iter(meta.partitions.values())))
         live = sorted(self.metadata.brokers)
         if assignment is None:
             if rf > len(live):
-                raise kafka_error(ErrorCode.invalid_replication_factor,
-                                  f"replication factor {rf} is larger than the {len(live)} live brokers")
+                raise kafka_error(ErrorCode.invalid_replication_factor, _replication_factor_too_large(rf, len(live)))
             new = assign_replicas(count - existing, rf, live, start_partition_id=existing)
         else:
             if len(assignment) != count - existing or any(

@@ -2,8 +2,9 @@
 C{kafkatw leader-election}: preferred and unclean leader elections on demand,
 as Kafka's C{kafka-leader-election.sh} (C{LeaderElectionCommand}, KIP-460).
 
-The tool sends one ElectLeaders request to the controller and prints Kafka's
-lines::
+The tool sends one ElectLeaders request to the controller, through
+L{kafkatw.client.blocking.BlockingAdminClient} (which follows the controller
+when it moves), and prints Kafka's lines::
 
     Successfully completed leader election (PREFERRED) for partitions t-0, t-1
     Valid replica already elected for partitions t-2
@@ -98,38 +99,22 @@ def format_election_results(election_type: str, results: dict[tuple[str, int], t
     return lines, len(failed)
 
 
-def elect(bootstrap_server: str, election_type: str, partitions: list[tuple[str, int]] | None,
+def elect(admin: Any, election_type: str, partitions: list[tuple[str, int]] | None,
           timeout_ms: int = _TIMEOUT_MS) -> dict[tuple[str, int], tuple[int, str | None]]:
     """
-    Send ElectLeaders to the controller.
+    ElectLeaders, through the admin client (which finds the controller and
+    follows it when it moves).
 
+    @param admin: a L{kafkatw.client.blocking.BlockingAdminClient}.
     @param partitions: C{None} for every partition of the cluster.
-    @return: C{(topic, partition) -> (error code, message or None)}.
-    @raise KafkaError: the controller cannot be reached in C{timeout_ms}.
+    @param timeout_ms: the election's time, retries included (ms).
+    @return: C{(topic, partition) -> (error code, the controller's message or None)}.
+    @raise KafkaError: the controller cannot be reached in C{timeout_ms}, or
+        refused the whole request.
     """
-    from ._controller import API_ELECT_LEADERS, controller_request, run_admin
-
-    topics: dict[str, list[int]] = {}
-    for topic, partition in partitions or []:
-        topics.setdefault(topic, []).append(partition)
-    body = {"election_type": ELECTION_TYPES[election_type], "timeout": timeout_ms,
-            "topic_partitions": None if partitions is None else [
-                {"topic": t, "partitions": ps} for t, ps in sorted(topics.items())]}
-
-    async def action(client: Any, deadline: float) -> Any:
-        return await controller_request(client, API_ELECT_LEADERS, body, deadline)
-
-    response = run_admin(bootstrap_server, timeout_ms, action, "leader-election-tool")
-    top = int(getattr(response, "error_code", 0))
-    results: dict[tuple[str, int], tuple[int, str | None]] = {}
-    for topic in response.replica_election_results:
-        for p in topic.partition_result:
-            results[(topic.topic, int(p.partition_id))] = (int(p.error_code), p.error_message)
-    if top != ErrorCode.none and not results:
-        from kafkatw.errors import kafka_error
-
-        raise kafka_error(ErrorCode(top), f"ElectLeaders failed: {ErrorCode(top).name.upper()}")
-    return results
+    results = admin.elect_leaders(ELECTION_TYPES[election_type], partitions, timeout_ms=timeout_ms)
+    return {key: (ErrorCode.none, None) if error is None else (int(error.error_code), error.error_message)
+            for key, error in results.items()}
 
 
 @click.command("leader-election", short_help="Elect preferred or unclean leaders (kafka-leader-election.sh).")
@@ -172,10 +157,18 @@ def leader_election(bootstrap_server: str, election_type: str, all_topic_partiti
     elif topic is not None:
         assert partition is not None
         partitions = [(topic, partition)]
+    from kafkatw.client.blocking import BlockingAdminClient
+
+    admin = None
     try:
-        results = elect(bootstrap_server, election_type, partitions)
+        admin = BlockingAdminClient(bootstrap_server, client_id="leader-election-tool", request_timeout_ms=_TIMEOUT_MS,
+                                    default_api_timeout_ms=_TIMEOUT_MS)
+        results = elect(admin, election_type, partitions)
     except (KafkaError, OSError, ValueError) as e:
         fail(f"Error while making request: {describe_error(e)}")
+    finally:
+        if admin is not None:
+            admin.close()
     lines, failures = format_election_results(election_type, results)
     for line in lines:
         click.echo(line)

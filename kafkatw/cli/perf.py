@@ -252,8 +252,10 @@ def producer_perf_test(ctx: click.Context, topic: str, num_records: int, record_
         task_id = bar.add_task("records", total=num_records)
         bar.start()
 
-        def progress(done: int) -> None:
+        def update_bar(done: int) -> None:
             bar.update(task_id, completed=done)
+
+        progress = update_bar
     try:
         task.react(main)
     except SystemExit:

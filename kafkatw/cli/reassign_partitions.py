@@ -26,6 +26,9 @@ The two JSON formats are Kafka's::
 and reassignments are printed compact, partitions sorted by topic then id,
 as Kafka's C{formatAsReassignmentJson} does.
 
+The requests go through L{kafkatw.client.blocking.BlockingAdminClient}, which
+finds the controller and follows it when it moves.
+
 C{--throttle} is accepted but not applied: kafkatw brokers have no
 replication throttle yet (Kafka's C{leader.replication.throttled.rate}); the
 tool says so on stderr.  Moves between log directories (a C{log_dirs} entry
@@ -39,7 +42,7 @@ from typing import Any
 
 import click
 
-from kafkatw.errors import ErrorCode, KafkaError, kafka_error
+from kafkatw.errors import ErrorCode, KafkaError
 
 from ._common import bootstrap_option, describe_error, fail
 
@@ -294,53 +297,18 @@ def _assignments(response: Any, topics: set[str]) -> dict[Partition, list[int]]:
     return found
 
 
-def _ongoing(response: Any) -> dict[Partition, tuple[list[int], list[int], list[int]]]:
-    code = int(response.error_code)
-    if code != ErrorCode.none:
-        raise kafka_error(ErrorCode(code), response.error_message or ErrorCode(code).name.upper())
-    return {(t.name, int(p.partition_index)): ([int(r) for r in p.replicas], [int(r) for r in p.adding_replicas],
-                                               [int(r) for r in p.removing_replicas])
-            for t in response.topics for p in t.partitions}
+def _list(admin: Any, partitions: list[Partition] | None = None
+          ) -> dict[Partition, tuple[list[int], list[int], list[int]]]:
+    """ListPartitionReassignments: C{(topic, partition) -> (replicas, adding, removing)}."""
+    ongoing = admin.list_partition_reassignments(partitions, timeout_ms=_TIMEOUT_MS)
+    return {key: (list(r.replicas), list(r.adding_replicas), list(r.removing_replicas)) for key, r in ongoing.items()}
 
 
-async def _list(client: Any, deadline: float, partitions: list[Partition] | None = None) -> dict:
-    from ._controller import API_LIST_REASSIGNMENTS, controller_request
-
-    topics = None
-    if partitions is not None:
-        by_topic: dict[str, list[int]] = {}
-        for t, p in partitions:
-            by_topic.setdefault(t, []).append(p)
-        topics = [{"name": t, "partition_indexes": ps} for t, ps in sorted(by_topic.items())]
-    response = await controller_request(client, API_LIST_REASSIGNMENTS,
-                                        {"timeout": _TIMEOUT_MS, "topics": topics}, deadline)
-    return _ongoing(response)
-
-
-async def _alter(client: Any, deadline: float, targets: dict[Partition, list[int] | None]) -> dict[Partition, str]:
+def _alter(admin: Any, targets: dict[Partition, list[int] | None]) -> dict[Partition, str]:
     """AlterPartitionReassignments; C{None} cancels.  @return: C{partition -> error text} of the failures."""
-    from ._controller import API_ALTER_REASSIGNMENTS, controller_request
-
-    by_topic: dict[str, list[dict]] = {}
-    for (t, p), replicas in _sorted_items(targets):
-        by_topic.setdefault(t, []).append({"partition_index": p, "replicas": replicas})
-    response = await controller_request(client, API_ALTER_REASSIGNMENTS, {
-        "timeout": _TIMEOUT_MS, "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}, deadline)
-    code = int(response.error_code)
-    if code != ErrorCode.none:
-        raise kafka_error(ErrorCode(code), response.error_message or ErrorCode(code).name.upper())
-    errors = {}
-    answered = set()
-    for t in response.responses:
-        for p in t.partitions:
-            key = (t.name, int(p.partition_index))
-            answered.add(key)
-            if int(p.error_code) != ErrorCode.none:
-                errors[key] = p.error_message or ErrorCode(int(p.error_code)).name.upper()
-    for key in targets:
-        if key not in answered:
-            errors[key] = "no answer from the controller for this partition"
-    return errors
+    results = admin.alter_partition_reassignments(dict(_sorted_items(targets)), timeout_ms=_TIMEOUT_MS)
+    return {key: error.error_message or ErrorCode(int(error.error_code)).name.upper()
+            for key, error in results.items() if error is not None}
 
 
 def _sorted_items(targets: dict[Partition, Any]) -> list[tuple[Partition, Any]]:
@@ -351,10 +319,8 @@ class _Terse(Exception):
     """Kafka's C{TerseException}: its message alone is printed and the tool exits 1."""
 
 
-async def _generate(client: Any, deadline: float, topics: list[str], brokers: list[int]) -> tuple[dict, dict]:
-    from ._controller import metadata
-
-    response = await metadata(client, topics)
+def _generate(admin: Any, topics: list[str], brokers: list[int]) -> tuple[dict, dict]:
+    response = admin.metadata(topics, timeout_ms=_TIMEOUT_MS)
     current = _assignments(response, set(topics))
     for topic in topics:
         if not any(k[0] == topic for k in current):
@@ -368,13 +334,10 @@ async def _generate(client: Any, deadline: float, topics: list[str], brokers: li
     return current, proposed
 
 
-async def _execute(client: Any, deadline: float, targets: dict[Partition, list[int]], additional: bool,
-                   throttle: int, echo: Any) -> None:
-    from ._controller import metadata
-
-    if not additional and await _list(client, deadline):
+def _execute(admin: Any, targets: dict[Partition, list[int]], additional: bool, throttle: int, echo: Any) -> None:
+    if not additional and _list(admin):
         raise _Terse(CANNOT_EXECUTE_BECAUSE_OF_EXISTING_MESSAGE)
-    response = await metadata(client, sorted({t for t, _ in targets}))
+    response = admin.metadata(sorted({t for t, _ in targets}), timeout_ms=_TIMEOUT_MS)
     known = {int(b.node_id) for b in response.brokers}
     for broker in sorted({r for replicas in targets.values() for r in replicas}):
         if broker not in known:
@@ -388,7 +351,7 @@ async def _execute(client: Any, deadline: float, targets: dict[Partition, list[i
          "Save this to use as the --reassignment-json-file option during rollback")
     if throttle >= 0:
         click.echo(THROTTLE_NOT_APPLIED_MESSAGE, err=True)
-    errors = await _alter(client, deadline, dict(targets))
+    errors = _alter(admin, dict(targets))
     if errors:
         raise _Terse("Error reassigning partition(s):\n" + "\n".join(
             f"{_name(k)}: {errors[k]}" for k in _sorted(errors)))
@@ -396,15 +359,13 @@ async def _execute(client: Any, deadline: float, targets: dict[Partition, list[i
          + ",".join(_name(k) for k in _sorted(targets)))
 
 
-async def _verify(client: Any, deadline: float, targets: list[tuple[Partition, list[int]]]) -> list[str]:
-    from ._controller import metadata
-
-    ongoing = await _list(client, deadline)
+def _verify(admin: Any, targets: list[tuple[Partition, list[int]]]) -> list[str]:
+    ongoing = _list(admin)
     states: dict[Partition, tuple[list[int], list[int], bool]] = {}
     rest = [(k, r) for k, r in targets if k not in ongoing]
     current: dict[Partition, list[int]] = {}
     if rest:
-        response = await metadata(client, sorted({k[0] for k, _ in rest}))
+        response = admin.metadata(sorted({k[0] for k, _ in rest}), timeout_ms=_TIMEOUT_MS)
         current = _assignments(response, {k[0] for k, _ in rest})
     for key, target in targets:
         if key in ongoing:
@@ -414,13 +375,13 @@ async def _verify(client: Any, deadline: float, targets: list[tuple[Partition, l
     return format_verify(states)
 
 
-async def _cancel(client: Any, deadline: float, keys: list[Partition]) -> list[str]:
-    ongoing = await _list(client, deadline, keys)
+def _cancel(admin: Any, keys: list[Partition]) -> list[str]:
+    ongoing = _list(admin, keys)
     active = [k for k in _sorted(ongoing) if k in set(keys) and (not ongoing[k][1] or ongoing[k][2])]
     if not active:
         return ["None of the specified partition reassignments are active.",
                 "None of the specified partition moves are active."]
-    errors = await _alter(client, deadline, {k: None for k in active})
+    errors = _alter(admin, {k: None for k in active})
     if errors:
         raise _Terse(f"Error cancelling partition reassignment{'' if len(errors) == 1 else 's'} for:\n"
                      + "\n".join(f"{_name(k)}: {errors[k]}" for k in _sorted(errors)))
@@ -496,35 +457,41 @@ def reassign_partitions(bootstrap_server: str, actions: tuple[str, ...], **optio
 
 
 def _run(bootstrap_server: str, action: str, options: dict[str, Any]) -> None:
-    from ._controller import run_admin
+    from kafkatw.client.blocking import BlockingAdminClient
 
     echo = click.echo
+    admin = None
 
-    def admin(fn: Any, *args: Any) -> Any:
-        return run_admin(bootstrap_server, _TIMEOUT_MS, lambda client, deadline: fn(client, deadline, *args),
-                         "reassign-partitions-tool")
+    def connected() -> Any:
+        nonlocal admin
+        admin = BlockingAdminClient(bootstrap_server, client_id="reassign-partitions-tool",
+                                    request_timeout_ms=_TIMEOUT_MS, default_api_timeout_ms=_TIMEOUT_MS)
+        return admin
 
     try:
         if action == "generate":
             topics = parse_topics_to_move(_read(options["topics_to_move_json_file"], "--topics-to-move-json-file"))
             brokers = parse_broker_list(options["broker_list"])
-            current, proposed = admin(_generate, topics, brokers)
+            current, proposed = _generate(connected(), topics, brokers)
             echo(f"Current partition replica assignment\n{format_reassignment_json(current)}\n")
             echo(f"Proposed partition reassignment configuration\n{format_reassignment_json(proposed)}")
             return
         if action == "list":
-            echo(format_list(admin(_list)))
+            echo(format_list(_list(connected())))
             return
         entries = parse_reassignment(_read(options["reassignment_json_file"], "--reassignment-json-file"))
         if action == "execute":
             targets = validate_for_execute(entries)
-            admin(_execute, targets, bool(options["additional"]),
-                  -1 if options["throttle"] is None else options["throttle"], echo)
+            _execute(connected(), targets, bool(options["additional"]),
+                     -1 if options["throttle"] is None else options["throttle"], echo)
         elif action == "verify":
-            for line in admin(_verify, [(key, replicas) for key, replicas, _ in entries]):
+            for line in _verify(connected(), [(key, replicas) for key, replicas, _ in entries]):
                 echo(line)
         else:
-            for line in admin(_cancel, [key for key, _, _ in entries]):
+            for line in _cancel(connected(), [key for key, _, _ in entries]):
                 echo(line)
     except ReassignmentDataError as e:
         raise _Terse(f"Error: {e}") from None
+    finally:
+        if admin is not None:
+            admin.close()

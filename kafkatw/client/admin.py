@@ -390,20 +390,28 @@ class AdminClient:
             raise kafka_error(ErrorCode.not_controller, "the cluster has no controller now")
         return self.client.controller_id
 
-    async def _to_controller(self, what: str, api_key: int, body_for: Callable[[list], dict], keys: list,
-                             results_of: Callable[[Any], dict], timeout_ms: int | None,
-                             request_timeout_ms: int = 0) -> dict:
+    async def _to_controller(self, what: str, api_key: int, body_for: Callable[[list | None], dict],
+                             keys: list | None, results_of: Callable[[Any], dict], timeout_ms: int | None,
+                             request_timeout_ms: int = 0, noun: str = "topic") -> dict:
         """
         Send C{body_for(keys)} to the controller; keys whose result is
         C{NOT_CONTROLLER} (or the whole request, on a top-level
         C{NOT_CONTROLLER} or a lost connection) are sent again to the
         controller the refreshed metadata names.
 
+        @param keys: None: whatever the controller answers for (ElectLeaders
+            of every partition); a C{NOT_CONTROLLER} anywhere sends the whole
+            request again.
         @param results_of: response -> C{{key: (ErrorCode, message)}}; a key
             C{None} holds the top-level error.
-        @return: C{{key: KafkaError or None}}.
+        @param noun: what a key is (C{"topic"}, C{"partition"}), for the
+            error of a key the response left out.
+        @return: C{{key: KafkaError or None}}; each error's C{error_message}
+            is the text the controller sent with it (None: it sent none).  A
+            key the response left out fails with C{UNKNOWN_SERVER_ERROR}, as
+            Kafka's admin client fails it.
         """
-        remaining = list(keys)
+        remaining = None if keys is None else list(keys)
         done: dict = {}
         refresh = [False]
 
@@ -418,18 +426,21 @@ class AdminClient:
                 raise kafka_error(top[0], f"{what}: broker {node} is not the controller")
             if top[0] != ErrorCode.none and not results:
                 raise kafka_error(top[0], f"{what}: {top[1] or top[0].name}")
-            moved = False
+            moved = any(code == ErrorCode.not_controller for code, _ in results.values())
+            if moved and remaining is None:
+                raise kafka_error(ErrorCode.not_controller, f"{what}: broker {node} is not the controller")
             for key, (code, message) in results.items():
                 if code == ErrorCode.not_controller:
-                    moved = True
                     continue
-                if key in remaining:
-                    remaining.remove(key)
-                    done[key] = None if code == ErrorCode.none else kafka_error(code, message or code.name)
+                if remaining is None or key in remaining:
+                    if remaining is not None:
+                        remaining.remove(key)
+                    done[key] = None if code == ErrorCode.none else _result_error(code, message)
             if moved:
                 raise kafka_error(ErrorCode.not_controller, f"{what}: broker {node} is not the controller")
-            for key in remaining:  # the response left them out
-                done[key] = None if top[0] == ErrorCode.none else kafka_error(top[0], top[1] or top[0].name)
+            for key in remaining or ():  # the response left them out
+                done[key] = _result_error(ErrorCode.unknown_server_error, f"no answer from the controller for this "
+                                          f"{noun}") if top[0] == ErrorCode.none else _result_error(*top)
             return done
 
         return await self._retry(what, attempt, timeout_ms)
@@ -503,8 +514,13 @@ class AdminClient:
 
         @param election_type: L{ELECTION_PREFERRED} or L{ELECTION_UNCLEAN}.
         @param partitions: None: every partition.
+        @param timeout_ms: how long the controller may take, and the
+            operation's timeout, retries included (ms).
         @return: a Deferred firing with C{{(topic, partition): None or KafkaError}}
-            (C{ELECTION_NOT_NEEDED} when the preferred replica already leads).
+            (C{ELECTION_NOT_NEEDED} when the preferred replica already leads);
+            an error's C{error_message} is the controller's text for that
+            partition (None: it sent none).  With C{partitions} None, the
+            partitions are those the controller answered for.
         """
         keys = None if partitions is None else sorted(set(partitions))
 
@@ -526,28 +542,8 @@ class AdminClient:
                     out[(t.topic, int(p.partition_id))] = (ErrorCode(int(p.error_code)), p.error_message)
             return out
 
-        if keys is None:
-            # every partition: the keys are whatever the controller answers for
-            async def all_partitions() -> dict:
-                refresh = [False]
-
-                async def attempt() -> dict:
-                    node = await self._controller(refresh[0])
-                    refresh[0] = True
-                    r = await self.send(node, 43, body(None), timeout_ms=self.request_timeout_ms + timeout_ms)
-                    found = results(r)
-                    top = found.pop(None)
-                    if top[0] != ErrorCode.none or any(c == ErrorCode.not_controller for c, _ in found.values()):
-                        raise kafka_error(top[0] if top[0] != ErrorCode.none else ErrorCode.not_controller,
-                                          f"elect leaders: {top[0].name}")
-                    return {k: None if c == ErrorCode.none else kafka_error(c, m or c.name)
-                            for k, (c, m) in found.items()}
-
-                return await self._retry("elect leaders", attempt, timeout_ms)
-
-            return defer.Deferred.fromCoroutine(all_partitions())
         return defer.Deferred.fromCoroutine(self._to_controller(
-            "elect leaders", 43, body, keys, results, timeout_ms, timeout_ms))
+            "elect leaders", 43, body, keys, results, timeout_ms, timeout_ms, noun="partition"))
 
     def alter_partition_reassignments(self, reassignments: Mapping[TopicPartition, list[int] | None],
                                       timeout_ms: int = 30000) -> defer.Deferred:
@@ -556,7 +552,11 @@ class AdminClient:
 
         @param reassignments: C{(topic, partition)} -> the target replicas, or
             None to cancel an ongoing reassignment.
-        @return: a Deferred firing with C{{(topic, partition): None or KafkaError}}.
+        @param timeout_ms: how long the controller may take, and the
+            operation's timeout, retries included (ms).
+        @return: a Deferred firing with C{{(topic, partition): None or KafkaError}};
+            an error's C{error_message} is the controller's text for that
+            partition (None: it sent none).
         """
         targets = dict(reassignments)
 
@@ -577,7 +577,8 @@ class AdminClient:
             return out
 
         return defer.Deferred.fromCoroutine(self._to_controller(
-            "alter partition reassignments", 45, body, sorted(targets), results, timeout_ms, timeout_ms))
+            "alter partition reassignments", 45, body, sorted(targets), results, timeout_ms, timeout_ms,
+            noun="partition"))
 
     def list_partition_reassignments(self, partitions: Iterable[TopicPartition] | None = None,
                                      timeout_ms: int | None = None) -> defer.Deferred:
@@ -832,6 +833,13 @@ def _create_topic_body(topic: NewTopic) -> dict:
         "assignments": [{"partition_index": p, "broker_ids": list(b)} for p, b in sorted((assignment or {}).items())],
         "configs": [{"name": k, "value": v} for k, v in (topic.configs or {}).items()],
     }
+
+
+def _result_error(code: ErrorCode, message: str | None) -> KafkaError:
+    """The error of one key of a response: C{message} (the broker's text, may be None) as C{error_message}."""
+    error = kafka_error(code, message or code.name)
+    error.error_message = message
+    return error
 
 
 def _topic_description(t: Any) -> TopicDescription:

@@ -251,7 +251,7 @@ def assign_replicas(
     n = len(brokers)
     if replication_factor > n:
         raise InvalidReplicationFactorError(
-            f"replication factor: {replication_factor} larger than available brokers: {n}"
+            f"Replication factor: {replication_factor} larger than available brokers: {n}."
         )
     rng = random or _random.Random()
     first_start = start_index if start_index is not None else rng.randrange(n)

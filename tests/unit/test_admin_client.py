@@ -239,6 +239,76 @@ class ControllerTests(AdminTestCase):
             {"name": "t", "partitions": [{"partition_index": 0, "error_code": 0}]}]}), node=2)
         self.assertEqual(self.successResultOf(d), {("t", 0): None})
 
+    def test_not_controller_then_lost_connection_then_the_new_controller(self) -> None:
+        """
+        NOT_CONTROLLER refreshes the metadata and retries on the controller
+        it names; a connection to that one that is lost is retried there too.
+        """
+        d = self.admin.list_partition_reassignments()
+        self.answer(3, metadata(controller=1))
+        self.answer(46, respond(46, 0, {"error_code": ErrorCode.not_controller, "topics": []}), node=1)
+        self.assertEqual(self.client.pending(), [])
+        self.clock.advance(0.1)
+        self.answer(3, metadata(controller=2))
+        [(node, _, _, sent)] = self.client.pending(46)
+        self.assertEqual(node, 2)
+        sent.errback(BrokerConnectionError("lost"))
+        self.assertNoResult(d)
+        self.clock.advance(0.2)
+        self.answer(3, metadata(controller=2))
+        self.answer(46, respond(46, 0, {"error_code": 0, "topics": []}), node=2)
+        self.assertEqual(self.successResultOf(d), {})
+
+    def test_not_controller_until_the_timeout(self) -> None:
+        """A controller that never settles: the operation fails within its timeout, saying why."""
+        d = self.admin.alter_partition_reassignments({("t", 0): [1, 2]}, timeout_ms=2000)
+        while not d.called:
+            for node, api_key, _, pending in self.client.pending():
+                pending.callback(metadata(controller=1) if api_key == 3 else respond(45, 0, {
+                    "error_code": ErrorCode.not_controller, "error_message": "not the controller", "responses": []}))
+            self.clock.advance(0.05)
+        failure = self.failureResultOf(d, KafkaError)
+        self.assertEqual(failure.value.error_code, ErrorCode.not_controller)
+        self.assertIn("no success within 2000 ms", str(failure.value))
+        self.assertLessEqual(self.clock.seconds(), 2.1)
+
+    def test_elect_every_partition_keeps_the_controller_messages(self) -> None:
+        """
+        ElectLeaders of every partition: a NOT_CONTROLLER partition sends the
+        whole request again; each error carries the controller's text (or None).
+        """
+        d = self.admin.elect_leaders(ELECTION_PREFERRED, None)
+        self.answer(3, metadata(controller=1))
+        self.answer(43, respond(43, 2, {"error_code": 0, "replica_election_results": [
+            {"topic": "t", "partition_result": [
+                {"partition_id": 0, "error_code": ErrorCode.not_controller, "error_message": "moved"}]}]}), node=1)
+        self.clock.advance(0.1)
+        self.answer(3, metadata(controller=2))
+        _, body = self.answer(43, respond(43, 2, {"error_code": 0, "replica_election_results": [
+            {"topic": "t", "partition_result": [
+                {"partition_id": 0, "error_code": 0},
+                {"partition_id": 1, "error_code": ErrorCode.preferred_leader_not_available,
+                 "error_message": "preferred replica 3 is not alive and in sync"},
+                {"partition_id": 2, "error_code": ErrorCode.election_not_needed}]}]}), node=2)
+        self.assertIsNone(body["topic_partitions"])
+        result = self.successResultOf(d)
+        self.assertEqual(sorted(result), [("t", 0), ("t", 1), ("t", 2)])
+        self.assertIsNone(result[("t", 0)])
+        self.assertEqual((result[("t", 1)].error_code, result[("t", 1)].error_message),
+                         (ErrorCode.preferred_leader_not_available, "preferred replica 3 is not alive and in sync"))
+        self.assertEqual((result[("t", 2)].error_code, result[("t", 2)].error_message),
+                         (ErrorCode.election_not_needed, None))
+
+    def test_a_partition_the_answer_left_out_fails(self) -> None:
+        d = self.admin.alter_partition_reassignments({("t", 0): [1, 2], ("t", 1): None})
+        self.answer(3, metadata(controller=1))
+        self.answer(45, respond(45, 0, {"error_code": 0, "responses": [
+            {"name": "t", "partitions": [{"partition_index": 0, "error_code": 0}]}]}))
+        result = self.successResultOf(d)
+        self.assertIsNone(result[("t", 0)])
+        self.assertEqual(result[("t", 1)].error_code, ErrorCode.unknown_server_error)
+        self.assertEqual(result[("t", 1)].error_message, "no answer from the controller for this partition")
+
     def test_list_partition_reassignments(self) -> None:
         d = self.admin.list_partition_reassignments()
         self.answer(3, metadata(controller=1))

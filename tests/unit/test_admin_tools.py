@@ -1,7 +1,8 @@
 """
 C{kafkatw leader-election} and C{kafkatw reassign-partitions} without a
-broker: Kafka's JSON formats, output lines and usage errors, and the requests
-to the controller against a fake client on a L{Clock}.
+broker: Kafka's JSON formats, output lines and usage errors, and the tools'
+requests against a fake admin client (the admin client's own controller
+retries are tested in tests/unit/test_admin_client.py).
 """
 
 from __future__ import annotations
@@ -11,18 +12,16 @@ import random
 
 from click.testing import CliRunner
 from twisted.internet import defer
-from twisted.internet.task import Clock
 from twisted.trial import unittest
 
-from kafkatw.cli import _controller
-from kafkatw.cli.leader_election import ElectionDataError, format_election_results, parse_election_json
+from kafkatw.cli.leader_election import ElectionDataError, elect, format_election_results, parse_election_json
 from kafkatw.cli.main import main
-from kafkatw.cli.reassign_partitions import (ReassignmentDataError, _cancel, _execute, _verify, format_list,
+from kafkatw.cli.reassign_partitions import (ReassignmentDataError, _cancel, _execute, _list, _verify, format_list,
                                              format_reassignment_json, format_verify, parse_broker_list,
                                              parse_reassignment, parse_topics_to_move, propose_assignment,
                                              validate_for_execute)
-from kafkatw.client.connection import BrokerConnectionError
-from kafkatw.errors import ErrorCode, KafkaError
+from kafkatw.client.admin import PartitionReassignment
+from kafkatw.errors import ErrorCode, KafkaError, kafka_error
 from kafkatw.protocol.messages import build, response_schema
 
 B = ["--bootstrap-server", "127.0.0.1:1"]
@@ -197,11 +196,7 @@ class ReassignmentFormatTests(unittest.TestCase):
         self.assertIn("cannot read", result.output)
 
 
-# --- the requests, against a fake client -----------------------------------------------------
-
-
-def _response(api_key: int, version: int, body: dict) -> object:
-    return build(response_schema(api_key, version), body)
+# --- the requests, against a fake admin client -----------------------------------------------
 
 
 def _metadata(assignment: dict, brokers=(0, 1, 2), controller: int = 0) -> object:
@@ -209,147 +204,148 @@ def _metadata(assignment: dict, brokers=(0, 1, 2), controller: int = 0) -> objec
     for (t, p), replicas in sorted(assignment.items()):
         topics.setdefault(t, []).append({"partition_index": p, "leader_id": replicas[0], "replica_nodes": replicas,
                                          "isr_nodes": replicas, "error_code": 0})
-    return _response(3, 12, {"brokers": [{"node_id": b, "host": "h", "port": 9092 + b} for b in brokers],
-                             "controller_id": controller,
-                             "topics": [{"name": t, "error_code": 0, "partitions": ps} for t, ps in topics.items()]})
+    return build(response_schema(3, 12), {
+        "brokers": [{"node_id": b, "host": "h", "port": 9092 + b} for b in brokers], "controller_id": controller,
+        "topics": [{"name": t, "error_code": 0, "partitions": ps} for t, ps in topics.items()]})
 
 
-class FakeClient:
-    """What L{_controller} uses of a L{KafkaClient}: brokers, controller_id, send, metadata refresh."""
+def _error(code: ErrorCode, message: str | None) -> KafkaError:
+    """A per-partition error as the admin client reports it."""
+    error = kafka_error(code, message or code.name)
+    error.error_message = message
+    return error
 
-    def __init__(self, clock: Clock, answers: dict) -> None:
-        self.reactor = clock
-        self.brokers = {0: ("h", 9092), 1: ("h", 9093), 2: ("h", 9094)}
-        self.bootstrap = [("h", 9092)]
-        self.controller_id = 0
-        self.request_timeout_ms = 1000
-        self.answers = answers  # api_key -> list of responses (or exceptions), popped in order
-        self.sent: list = []
-        self.refreshes = 0
 
-    def least_loaded_node(self) -> int:
-        return 1
+class FakeAdmin:
+    """
+    What the tools use of a L{kafkatw.client.blocking.BlockingAdminClient}:
+    each method returns the next answer given for it (or raises it) and
+    records its arguments.
+    """
 
-    def send(self, node: int, api_key: int, body: dict, timeout_ms: int | None = None) -> defer.Deferred:
-        self.sent.append((node, api_key, body))
-        answer = self.answers[api_key].pop(0)
+    def __init__(self, **answers: list) -> None:
+        self.answers = answers  # method name -> answers, popped in order
+        self.calls: list[tuple[str, tuple, dict]] = []
+
+    def _answer(self, name: str, *args: object, **kwargs: object) -> object:
+        self.calls.append((name, args, kwargs))
+        answer = self.answers[name].pop(0)
         if isinstance(answer, Exception):
-            return defer.fail(answer)
-        return defer.succeed(answer)
+            raise answer
+        return answer
 
-    def invalidate(self) -> None:
-        pass
+    def metadata(self, *args: object, **kwargs: object) -> object:
+        return self._answer("metadata", *args, **kwargs)
 
-    def refresh_metadata(self) -> defer.Deferred:
-        self.refreshes += 1
-        self.controller_id = 2
-        return defer.succeed(None)
+    def elect_leaders(self, *args: object, **kwargs: object) -> object:
+        return self._answer("elect_leaders", *args, **kwargs)
 
+    def list_partition_reassignments(self, *args: object, **kwargs: object) -> object:
+        return self._answer("list_partition_reassignments", *args, **kwargs)
 
-def _list_response(ongoing: dict, error: int = 0) -> object:
-    topics: dict = {}
-    for (t, p), (replicas, adding, removing) in sorted(ongoing.items()):
-        topics.setdefault(t, []).append({"partition_index": p, "replicas": replicas, "adding_replicas": adding,
-                                         "removing_replicas": removing})
-    return _response(46, 0, {"error_code": error, "topics": [{"name": t, "partitions": ps}
-                                                             for t, ps in topics.items()]})
+    def alter_partition_reassignments(self, *args: object, **kwargs: object) -> object:
+        return self._answer("alter_partition_reassignments", *args, **kwargs)
 
 
-def _alter_response(results: dict, error: int = 0) -> object:
-    topics: dict = {}
-    for (t, p), code in sorted(results.items()):
-        topics.setdefault(t, []).append({"partition_index": p, "error_code": code,
-                                         "error_message": None if code == 0 else "bad target"})
-    return _response(45, 0, {"error_code": error, "responses": [{"name": t, "partitions": ps}
-                                                                 for t, ps in topics.items()]})
+def _ongoing(ongoing: dict) -> dict:
+    return {key: PartitionReassignment(*lists) for key, lists in ongoing.items()}
 
 
-class ControllerRequestTests(unittest.TestCase):
+def _altered(results: dict) -> dict:
+    return {key: None if code == 0 else _error(ErrorCode(code), "bad target") for key, code in results.items()}
 
-    def test_not_controller_refreshes_and_retries(self) -> None:
-        clock = Clock()
-        client = FakeClient(clock, {46: [_list_response({}, int(ErrorCode.not_controller)),
-                                         BrokerConnectionError("lost"), _list_response({})]})
-        d = defer.ensureDeferred(_controller.controller_request(client, 46, {"topics": None}, deadline=10.0))
-        self.assertNoResult(d)
-        clock.advance(_controller.RETRY_BACKOFF_S)
-        self.assertNoResult(d)  # the new controller (2) is unreachable this time
-        clock.advance(_controller.RETRY_BACKOFF_S)
-        self.assertEqual(int(self.successResultOf(d).error_code), 0)
-        self.assertEqual([node for node, _, _ in client.sent], [0, 2, 2])
-        self.assertEqual(client.refreshes, 2)
 
-    def test_gives_up_at_the_deadline(self) -> None:
-        clock = Clock()
-        client = FakeClient(clock, {46: [_list_response({}, int(ErrorCode.not_controller))] * 50})
-        d = defer.ensureDeferred(_controller.controller_request(client, 46, {"topics": None}, deadline=1.0))
-        clock.pump([_controller.RETRY_BACKOFF_S] * 20)
-        failure = self.failureResultOf(d, KafkaError)
-        self.assertEqual(failure.value.error_code, ErrorCode.request_timed_out)
-        self.assertIn("no longer the controller", str(failure.value))
+class LeaderElectionRequestTests(unittest.TestCase):
+
+    def test_elect_passes_the_controller_messages(self) -> None:
+        admin = FakeAdmin(elect_leaders=[{
+            ("t", 0): None, ("t", 1): _error(ErrorCode.election_not_needed, "the preferred replica leads"),
+            ("t", 2): _error(ErrorCode.preferred_leader_not_available, None)}])
+        results = elect(admin, "PREFERRED", [("t", 0), ("t", 1), ("t", 2)])
+        self.assertEqual(results, {("t", 0): (0, None),
+                                   ("t", 1): (int(ErrorCode.election_not_needed), "the preferred replica leads"),
+                                   ("t", 2): (int(ErrorCode.preferred_leader_not_available), None)})
+        self.assertEqual(admin.calls, [("elect_leaders", (0, [("t", 0), ("t", 1), ("t", 2)]), {"timeout_ms": 30000})])
+        lines, failed = format_election_results("PREFERRED", results)
+        self.assertEqual(lines[-1], "Error completing leader election (PREFERRED) for partition: t-2: "
+                                    "PREFERRED_LEADER_NOT_AVAILABLE")
+        self.assertEqual(failed, 1)
+
+    def test_every_partition_unclean(self) -> None:
+        admin = FakeAdmin(elect_leaders=[{}])
+        self.assertEqual(elect(admin, "UNCLEAN", None), {})
+        self.assertEqual(admin.calls[0][1], (1, None))
 
 
 class ReassignmentRequestTests(unittest.TestCase):
 
     def test_execute(self) -> None:
-        clock = Clock()
-        client = FakeClient(clock, {46: [_list_response({})], 3: [_metadata({("t", 0): [0, 1], ("t", 1): [1, 0]})],
-                                    45: [_alter_response({("t", 0): 0})]})
+        admin = FakeAdmin(list_partition_reassignments=[{}],
+                          metadata=[_metadata({("t", 0): [0, 1], ("t", 1): [1, 0]})],
+                          alter_partition_reassignments=[_altered({("t", 0): 0})])
         printed: list[str] = []
-        d = defer.ensureDeferred(_execute(client, 10.0, {("t", 0): [1, 2]}, False, -1, printed.append))
-        self.successResultOf(d)
+        _execute(admin, {("t", 0): [1, 2]}, False, -1, printed.append)
         self.assertEqual(printed, [
             'Current partition replica assignment\n\n{"version":1,"partitions":[{"topic":"t","partition":0,'
             '"replicas":[0,1],"log_dirs":["any","any"]}]}\n\nSave this to use as the --reassignment-json-file '
             "option during rollback",
             "Successfully started partition reassignment for t-0"])
-        _, api_key, body = client.sent[-1]
-        self.assertEqual(api_key, 45)
-        self.assertEqual(body["topics"], [{"name": "t", "partitions": [{"partition_index": 0, "replicas": [1, 2]}]}])
+        name, args, _ = admin.calls[-1]
+        self.assertEqual((name, args), ("alter_partition_reassignments", ({("t", 0): [1, 2]},)))
 
     def test_execute_refuses_while_others_run_and_unknown_brokers(self) -> None:
         from kafkatw.cli.reassign_partitions import CANNOT_EXECUTE_BECAUSE_OF_EXISTING_MESSAGE, _Terse
 
-        clock = Clock()
-        client = FakeClient(clock, {46: [_list_response({("s", 0): ([0, 1], [1], [0])})]})
-        d = defer.ensureDeferred(_execute(client, 10.0, {("t", 0): [1, 2]}, False, -1, print))
-        self.assertEqual(str(self.failureResultOf(d, _Terse).value), CANNOT_EXECUTE_BECAUSE_OF_EXISTING_MESSAGE)
-        client = FakeClient(clock, {3: [_metadata({("t", 0): [0, 1]})]})
-        d = defer.ensureDeferred(_execute(client, 10.0, {("t", 0): [1, 7]}, True, -1, print))
-        self.assertEqual(str(self.failureResultOf(d, _Terse).value), "Error: Unknown broker id 7")
+        admin = FakeAdmin(list_partition_reassignments=[_ongoing({("s", 0): ([0, 1], [1], [0])})])
+        with self.assertRaises(_Terse) as caught:
+            _execute(admin, {("t", 0): [1, 2]}, False, -1, print)
+        self.assertEqual(str(caught.exception), CANNOT_EXECUTE_BECAUSE_OF_EXISTING_MESSAGE)
+        admin = FakeAdmin(metadata=[_metadata({("t", 0): [0, 1]})])
+        with self.assertRaises(_Terse) as caught:
+            _execute(admin, {("t", 0): [1, 7]}, True, -1, print)
+        self.assertEqual(str(caught.exception), "Error: Unknown broker id 7")
 
     def test_execute_reports_partition_errors(self) -> None:
         from kafkatw.cli.reassign_partitions import _Terse
 
-        clock = Clock()
-        client = FakeClient(clock, {3: [_metadata({("t", 0): [0, 1]})],
-                                    45: [_alter_response({("t", 0): int(ErrorCode.invalid_replica_assignment)})]})
-        d = defer.ensureDeferred(_execute(client, 10.0, {("t", 0): [1, 2]}, True, -1, lambda line: None))
-        self.assertEqual(str(self.failureResultOf(d, _Terse).value), "Error reassigning partition(s):\nt-0: bad target")
+        admin = FakeAdmin(metadata=[_metadata({("t", 0): [0, 1]})],
+                          alter_partition_reassignments=[_altered({("t", 0): int(ErrorCode.invalid_replica_assignment)})])
+        with self.assertRaises(_Terse) as caught:
+            _execute(admin, {("t", 0): [1, 2]}, True, -1, lambda line: None)
+        self.assertEqual(str(caught.exception), "Error reassigning partition(s):\nt-0: bad target")
+
+    def test_error_without_message_is_named(self) -> None:
+        from kafkatw.cli.reassign_partitions import _Terse
+
+        admin = FakeAdmin(metadata=[_metadata({("t", 0): [0, 1]})], alter_partition_reassignments=[
+            {("t", 0): _error(ErrorCode.no_reassignment_in_progress, None)}])
+        with self.assertRaises(_Terse) as caught:
+            _execute(admin, {("t", 0): [1, 2]}, True, -1, lambda line: None)
+        self.assertEqual(str(caught.exception), "Error reassigning partition(s):\nt-0: NO_REASSIGNMENT_IN_PROGRESS")
 
     def test_verify(self) -> None:
-        clock = Clock()
-        client = FakeClient(clock, {46: [_list_response({("t", 0): ([1, 2, 0], [2], [0])})],
-                                    3: [_metadata({("t", 1): [1, 2], ("t", 2): [0, 1]})]})
-        d = defer.ensureDeferred(_verify(client, 10.0, [(("t", 0), [1, 2]), (("t", 1), [1, 2]), (("t", 2), [2, 1])]))
-        self.assertEqual(self.successResultOf(d), [
+        admin = FakeAdmin(list_partition_reassignments=[_ongoing({("t", 0): ([1, 2, 0], [2], [0])})],
+                          metadata=[_metadata({("t", 1): [1, 2], ("t", 2): [0, 1]})])
+        self.assertEqual(_verify(admin, [(("t", 0), [1, 2]), (("t", 1), [1, 2]), (("t", 2), [2, 1])]), [
             "Status of partition reassignment:",
             "Reassignment of partition t-0 is still in progress.",
             "Reassignment of partition t-1 is completed.",
             "There is no active reassignment of partition t-2, but replica set is 0,1 rather than 2,1."])
 
     def test_cancel(self) -> None:
-        clock = Clock()
-        client = FakeClient(clock, {46: [_list_response({("t", 0): ([1, 2, 0], [2], [0])})],
-                                    45: [_alter_response({("t", 0): 0})]})
-        d = defer.ensureDeferred(_cancel(client, 10.0, [("t", 0), ("t", 1)]))
-        self.assertEqual(self.successResultOf(d), ["Successfully cancelled partition reassignment for: t-0",
-                                                   "None of the specified partition moves are active."])
-        self.assertEqual(client.sent[-1][2]["topics"],
-                         [{"name": "t", "partitions": [{"partition_index": 0, "replicas": None}]}])
-        client = FakeClient(clock, {46: [_list_response({})]})
-        d = defer.ensureDeferred(_cancel(client, 10.0, [("t", 0)]))
-        self.assertEqual(self.successResultOf(d)[0], "None of the specified partition reassignments are active.")
+        admin = FakeAdmin(list_partition_reassignments=[_ongoing({("t", 0): ([1, 2, 0], [2], [0])})],
+                          alter_partition_reassignments=[_altered({("t", 0): 0})])
+        self.assertEqual(_cancel(admin, [("t", 0), ("t", 1)]), ["Successfully cancelled partition reassignment for: t-0",
+                                                                "None of the specified partition moves are active."])
+        self.assertEqual(admin.calls[0][1], ([("t", 0), ("t", 1)],))
+        self.assertEqual(admin.calls[-1][1], ({("t", 0): None},))
+        admin = FakeAdmin(list_partition_reassignments=[{}])
+        self.assertEqual(_cancel(admin, [("t", 0)])[0], "None of the specified partition reassignments are active.")
+
+    def test_list(self) -> None:
+        admin = FakeAdmin(list_partition_reassignments=[_ongoing({("t", 0): ([1, 2, 0], [2], [0])})])
+        self.assertEqual(format_list(_list(admin)), "Current partition reassignments:\nt-0: replicas: 1,2,0. "
+                                                    "adding: 2. removing: 0.")
 
 
 class ControllerPreferredElectionTests(unittest.TestCase):
