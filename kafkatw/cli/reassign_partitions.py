@@ -29,9 +29,11 @@ as Kafka's C{formatAsReassignmentJson} does.
 The requests go through L{kafkatw.client.blocking.BlockingAdminClient}, which
 finds the controller and follows it when it moves.
 
-C{--throttle} is accepted but not applied: kafkatw brokers have no
-replication throttle yet (Kafka's C{leader.replication.throttled.rate}); the
-tool says so on stderr.  Moves between log directories (a C{log_dirs} entry
+C{--throttle N} sets C{leader.replication.throttled.rate} and
+C{follower.replication.throttled.rate} to N bytes/s on every broker of the
+reassignment (IncrementalAlterConfigs); the followers apply it to the replicas
+being added.  C{--verify} clears them once every listed reassignment has
+completed (unless C{--preserve-throttles}), as Kafka's tool does.  Moves between log directories (a C{log_dirs} entry
 other than C{"any"}) are refused.
 """
 
@@ -66,9 +68,9 @@ CANNOT_EXECUTE_BECAUSE_OF_EXISTING_MESSAGE = (
     "Cannot execute because there is an existing partition assignment.  Use --additional to override this and "
     "create a new partition assignment in addition to the existing one. The --additional flag can also be used "
     "to change the throttle by resubmitting the current reassignment.")
-THROTTLE_NOT_APPLIED_MESSAGE = (
-    "Warning: --throttle is not applied: kafkatw brokers have no replication throttle yet "
-    "(leader.replication.throttled.rate, follower.replication.throttled.rate); the new replicas copy at full speed.")
+THROTTLE_WARNING = ("Warning: You must run --verify periodically, until the reassignment completes, to ensure "
+                    "the throttle is removed.")
+THROTTLE_KEYS = ("leader.replication.throttled.rate", "follower.replication.throttled.rate")
 
 _ACTIONS = ("generate", "execute", "verify", "cancel", "list")
 _REQUIRED = {"generate": ("topics_to_move_json_file", "broker_list"), "execute": ("reassignment_json_file",),
@@ -350,7 +352,10 @@ def _execute(admin: Any, targets: dict[Partition, list[int]], additional: bool, 
          f"{format_reassignment_json({k: current[k] for k in targets})}\n\n"
          "Save this to use as the --reassignment-json-file option during rollback")
     if throttle >= 0:
-        click.echo(THROTTLE_NOT_APPLIED_MESSAGE, err=True)
+        brokers = sorted({r for k in targets for r in targets[k] + current[k]})
+        _set_throttles(admin, brokers, str(throttle))
+        echo(THROTTLE_WARNING)
+        echo(f"The inter-broker throttle limit was set to {throttle} B/s")
     errors = _alter(admin, dict(targets))
     if errors:
         raise _Terse("Error reassigning partition(s):\n" + "\n".join(
@@ -359,7 +364,18 @@ def _execute(admin: Any, targets: dict[Partition, list[int]], additional: bool, 
          + ",".join(_name(k) for k in _sorted(targets)))
 
 
-def _verify(admin: Any, targets: list[tuple[Partition, list[int]]]) -> list[str]:
+def _set_throttles(admin: Any, brokers: list[int], rate: str | None) -> None:
+    """Set (C{rate}) or clear (C{None}) the replication throttles of C{brokers}."""
+    operation = 0 if rate is not None else 1
+    errors = admin.incremental_alter_configs(
+        {(4, str(b)): [(key, operation, rate) for key in THROTTLE_KEYS] for b in brokers}, timeout_ms=_TIMEOUT_MS)
+    failed = {name: error for (_, name), error in errors.items() if error is not None}
+    if failed:
+        raise _Terse("Error setting the replication throttle: " + "; ".join(
+            f"broker {name}: {error}" for name, error in sorted(failed.items())))
+
+
+def _verify(admin: Any, targets: list[tuple[Partition, list[int]]], preserve_throttles: bool = False) -> list[str]:
     ongoing = _list(admin)
     states: dict[Partition, tuple[list[int], list[int], bool]] = {}
     rest = [(k, r) for k, r in targets if k not in ongoing]
@@ -372,7 +388,12 @@ def _verify(admin: Any, targets: list[tuple[Partition, list[int]]]) -> list[str]
             states[key] = (ongoing[key][0], target, False)
         else:
             states[key] = (current.get(key, []), target, True)
-    return format_verify(states)
+    lines = format_verify(states)
+    if not preserve_throttles and all(state[2] and state[0] == state[1] for state in states.values()):
+        brokers = sorted({int(b.node_id) for b in admin.metadata([], timeout_ms=_TIMEOUT_MS).brokers})
+        _set_throttles(admin, brokers, None)
+        lines.append("Clearing broker-level throttles on brokers " + ",".join(str(b) for b in brokers))
+    return lines
 
 
 def _cancel(admin: Any, keys: list[Partition]) -> list[str]:
@@ -418,15 +439,15 @@ def _read(path: str, flag: str) -> str:
 @click.option("--topics-to-move-json-file", type=click.Path(dir_okay=False),
               help='For --generate: {"version":1,"topics":[{"topic":"foo"}]}.')
 @click.option("--broker-list", metavar="1,2,3", help="For --generate: the brokers to spread the topics over.")
-@click.option("--throttle", type=int, default=None, metavar="BYTES_PER_S",
-              help="For --execute: accepted for compatibility but NOT applied (kafkatw brokers have no "
-                   "replication throttle yet); a warning says so.")
+@click.option("--throttle", type=click.IntRange(min=0), default=None, metavar="BYTES_PER_S",
+              help="For --execute: limit the copy to new replicas to this many bytes/s (cleared by --verify "
+                   "once the reassignment completes).")
 @click.option("--additional", is_flag=True, default=None,
               help="For --execute: start it even though other reassignments are in progress.")
 @click.option("--timeout", type=click.IntRange(min=0), default=None, metavar="MS",
               help="Accepted for compatibility (log directory moves, which kafkatw does not do).")
 @click.option("--preserve-throttles", is_flag=True, default=None,
-              help="Accepted for compatibility (there are no throttles to clear).")
+              help="For --verify: keep the replication throttles after the reassignment completed.")
 @click.option("--disable-rack-aware", is_flag=True, default=None,
               help="Accepted for compatibility (the proposal is always rack-unaware).")
 @click.option("--command-config", type=click.Path(dir_okay=False), default=None,
@@ -485,7 +506,8 @@ def _run(bootstrap_server: str, action: str, options: dict[str, Any]) -> None:
             _execute(connected(), targets, bool(options["additional"]),
                      -1 if options["throttle"] is None else options["throttle"], echo)
         elif action == "verify":
-            for line in _verify(connected(), [(key, replicas) for key, replicas, _ in entries]):
+            for line in _verify(connected(), [(key, replicas) for key, replicas, _ in entries],
+                                bool(options["preserve_throttles"])):
                 echo(line)
         else:
             for line in _cancel(connected(), [key for key, _, _ in entries]):

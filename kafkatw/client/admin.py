@@ -654,6 +654,32 @@ class AdminClient:
 
         return defer.Deferred.fromCoroutine(go())
 
+    def incremental_alter_configs(self, changes: Mapping[tuple[int, str], Iterable[tuple[str, int, str | None]]],
+                                  validate_only: bool = False, timeout_ms: int | None = None) -> defer.Deferred:
+        """
+        IncrementalAlterConfigs (KIP-339): C{(resource type, name)} ->
+        C{(config name, operation, value)} with operation 0 SET, 1 DELETE.
+        (A kafkatw broker alters the brokers' replication throttles only.)
+
+        @return: a Deferred firing with C{{(type, name): None | KafkaError}}.
+        """
+        wanted = {key: list(ops) for key, ops in changes.items()}
+
+        async def attempt() -> dict:
+            r = await self.send(self.client.least_loaded_node(), 44, {
+                "resources": [{"resource_type": rt, "resource_name": n, "configs": [
+                    {"name": k, "config_operation": op, "value": v} for k, op, v in ops]}
+                    for (rt, n), ops in wanted.items()],
+                "validate_only": validate_only})
+            out: dict = {}
+            for result in r.responses:
+                code = ErrorCode(int(result.error_code))
+                out[(int(result.resource_type), result.resource_name)] = None if code == ErrorCode.none else \
+                    kafka_error(code, result.error_message or code.name)
+            return out
+
+        return defer.Deferred.fromCoroutine(self._retry("alter configs", attempt, timeout_ms))
+
     # --- offsets ---------------------------------------------------------------------------
 
     def list_offsets(self, timestamps: Mapping[TopicPartition, int], timeout_ms: int | None = None,

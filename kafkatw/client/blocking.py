@@ -537,6 +537,9 @@ class BlockingAdminClient(_Bound):
     def describe_configs(self, *args: Any, **kwargs: Any) -> dict:
         return self._call(self._admin.describe_configs, *args, **kwargs)
 
+    def incremental_alter_configs(self, *args: Any, **kwargs: Any) -> dict:
+        return self._call(self._admin.incremental_alter_configs, *args, **kwargs)
+
     def list_offsets(self, *args: Any, **kwargs: Any) -> dict:
         return self._call(self._admin.list_offsets, *args, **kwargs)
 

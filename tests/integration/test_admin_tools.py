@@ -195,17 +195,25 @@ class ReassignPartitionsToolTests(unittest.TestCase):
                               '"partition":0,"replicas":[0,1],"log_dirs":["any","any"]}]}\n\nSave this to use as the'
                               ' --reassignment-json-file option during rollback', executed.stdout)
                 self.assertIn("Successfully started partition reassignment for moving-0", executed.stdout)
-                self.assertIn("--throttle is not applied", executed.stderr)
+                self.assertIn("The inter-broker throttle limit was set to 50000000 B/s", executed.stdout)
                 self.assertTrue(writer.is_alive(), "the producer finished before the reassignment started")
+                # the new replica's broker follows the throttle from /config/brokers/2
+                wait_for(lambda: "replication throttle: 50000000 bytes/s" in cluster[2].log_text(),
+                         what="broker 2 to apply the throttle")
+                verified_lines: list[str] = []
 
                 def completed() -> bool:
                     verified = kafkatw("reassign-partitions", "--bootstrap-server", bootstrap, "--verify",
                                        "--reassignment-json-file", plan)
                     self.assertEqual(verified.returncode, 0, verified.stdout + verified.stderr)
                     self.assertEqual(verified.stdout.splitlines()[0], "Status of partition reassignment:")
+                    verified_lines[:] = verified.stdout.splitlines()
                     return "Reassignment of partition moving-0 is completed." in verified.stdout
 
                 wait_for(completed, timeout_s=90, what="the reassignment to complete", interval_s=1.0)
+                self.assertIn("Clearing broker-level throttles on brokers 0,1,2", verified_lines)
+                wait_for(lambda: "replication throttle lifted" in cluster[2].log_text(),
+                         what="broker 2 to lift the throttle")
             except BaseException:
                 stop.set()
                 raise

@@ -246,6 +246,9 @@ class FakeAdmin:
     def alter_partition_reassignments(self, *args: object, **kwargs: object) -> object:
         return self._answer("alter_partition_reassignments", *args, **kwargs)
 
+    def incremental_alter_configs(self, *args: object, **kwargs: object) -> object:
+        return self._answer("incremental_alter_configs", *args, **kwargs)
+
 
 def _ongoing(ongoing: dict) -> dict:
     return {key: PartitionReassignment(*lists) for key, lists in ongoing.items()}
@@ -325,12 +328,43 @@ class ReassignmentRequestTests(unittest.TestCase):
 
     def test_verify(self) -> None:
         admin = FakeAdmin(list_partition_reassignments=[_ongoing({("t", 0): ([1, 2, 0], [2], [0])})],
-                          metadata=[_metadata({("t", 1): [1, 2], ("t", 2): [0, 1]})])
+                          metadata=[_metadata({("t", 1): [1, 2], ("t", 2): [0, 1]})])  # not all done: no clearing
         self.assertEqual(_verify(admin, [(("t", 0), [1, 2]), (("t", 1), [1, 2]), (("t", 2), [2, 1])]), [
             "Status of partition reassignment:",
             "Reassignment of partition t-0 is still in progress.",
             "Reassignment of partition t-1 is completed.",
             "There is no active reassignment of partition t-2, but replica set is 0,1 rather than 2,1."])
+
+    def test_execute_with_throttle_sets_it_on_every_broker_involved(self) -> None:
+        admin = FakeAdmin(list_partition_reassignments=[{}], metadata=[_metadata({("t", 0): [0, 1]})],
+                          incremental_alter_configs=[{(4, "0"): None, (4, "1"): None, (4, "2"): None}],
+                          alter_partition_reassignments=[_altered({("t", 0): 0})])
+        printed: list[str] = []
+        _execute(admin, {("t", 0): [1, 2]}, False, 1000, printed.append)
+        self.assertEqual(printed[1:], [
+            "Warning: You must run --verify periodically, until the reassignment completes, to ensure the throttle "
+            "is removed.",
+            "The inter-broker throttle limit was set to 1000 B/s",
+            "Successfully started partition reassignment for t-0"])
+        [(name, args, _)] = [c for c in admin.calls if c[0] == "incremental_alter_configs"]
+        self.assertEqual(args[0], {(4, str(b)): [("leader.replication.throttled.rate", 0, "1000"),
+                                                 ("follower.replication.throttled.rate", 0, "1000")]
+                                   for b in (0, 1, 2)})
+
+    def test_verify_clears_throttles_once_complete(self) -> None:
+        admin = FakeAdmin(list_partition_reassignments=[{}],
+                          metadata=[_metadata({("t", 0): [1, 2]}), _metadata({})],
+                          incremental_alter_configs=[{(4, "0"): None, (4, "1"): None, (4, "2"): None}])
+        lines = _verify(admin, [(("t", 0), [1, 2])])
+        self.assertEqual(lines[-1], "Clearing broker-level throttles on brokers 0,1,2")
+        [(name, args, _)] = [c for c in admin.calls if c[0] == "incremental_alter_configs"]
+        self.assertEqual(args[0][(4, "1")], [("leader.replication.throttled.rate", 1, None),
+                                              ("follower.replication.throttled.rate", 1, None)])
+        # still in progress, or --preserve-throttles: nothing cleared
+        admin = FakeAdmin(list_partition_reassignments=[_ongoing({("t", 0): ([1, 2, 0], [2], [0])})])
+        self.assertNotIn("Clearing", " ".join(_verify(admin, [(("t", 0), [1, 2])])))
+        admin = FakeAdmin(list_partition_reassignments=[{}], metadata=[_metadata({("t", 0): [1, 2]})])
+        self.assertNotIn("Clearing", " ".join(_verify(admin, [(("t", 0), [1, 2])], preserve_throttles=True)))
 
     def test_cancel(self) -> None:
         admin = FakeAdmin(list_partition_reassignments=[_ongoing({("t", 0): ([1, 2, 0], [2], [0])})],
