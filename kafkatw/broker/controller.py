@@ -40,6 +40,7 @@ from typing import Any, Callable, Iterable
 
 from twisted.internet import defer
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from ..zookeeper.bridge import BadVersionError, ZooKeeperError
 
@@ -156,6 +157,8 @@ class KafkaController:
         self.partition_states = StateMachine(PARTITION_STATES, "NonExistentPartition")
         self.replica_states = StateMachine(REPLICA_STATES, "NonExistentReplica")
         self._shutdown_watch: Any = None
+        self._electing: defer.Deferred | None = None
+        self._election_waiters: list[defer.Deferred] = []
         #: C{(topic, partition)} -> target replicas of a reassignment in progress.
         self.reassignments: dict[tuple[str, int], list[int]] = {}
         self._adding: dict[tuple[str, int], list[int]] = {}
@@ -165,12 +168,36 @@ class KafkaController:
 
     # --- election of the controller ---------------------------------------------------
 
-    async def elect(self) -> bool:
-        """Try to become the controller; on success, act on the cluster as it is."""
+    def elect(self) -> defer.Deferred:
+        """
+        Try to become the controller; on success, act on the cluster as it is.
+        Calls made while an election is under way share its result.
+
+        @return: a Deferred firing with whether this broker is the controller.
+        """
+        waiter: defer.Deferred = defer.Deferred()
+        self._election_waiters.append(waiter)
+        if self._electing is None:
+            self._electing = defer.Deferred.fromCoroutine(self._elect())
+            self._electing.addBoth(self._elected)
+        return waiter
+
+    def _elected(self, result: Any) -> None:
+        self._electing = None
+        waiters, self._election_waiters = self._election_waiters, []
+        for waiter in waiters:
+            if isinstance(result, Failure):
+                waiter.errback(result)
+            else:
+                waiter.callback(result)
+
+    async def _elect(self) -> bool:
         if self.active:
             return True
         if not await self.registry.elect_controller(self.broker_id):
             return False
+        if self.registry.controller_epoch is None:
+            return False  # this session held /controller already, but elected itself elsewhere: not us
         self.epoch, self._epoch_zk_version = self.registry.controller_epoch
         self.active = True
         _log.info("broker {id} is the controller (epoch {epoch})", id=self.broker_id, epoch=self.epoch)

@@ -336,10 +336,15 @@ class Partition:
         return lagging
 
     def maybe_shrink_isr(self, max_lag_ms: int) -> None:
-        """Drop followers lagging longer than C{replica.lag.time.max.ms} from the ISR."""
+        """
+        Drop followers lagging longer than C{replica.lag.time.max.ms} from the
+        ISR, and members no longer assigned at all (a reassignment removed
+        them while an ISR change was in flight): they would hold the high
+        watermark back for ever.
+        """
         if self.role != LEADER or self._pending_isr is not None:
             return
-        lagging = self.out_of_sync_replicas(max_lag_ms)
+        lagging = self.out_of_sync_replicas(max_lag_ms) + [r for r in self.isr if r not in self.replicas]
         if lagging:
             self._change_isr([r for r in self.isr if r not in lagging], "shrink")
 

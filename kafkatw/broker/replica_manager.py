@@ -155,6 +155,8 @@ class ReplicaManager:
         self.now_ms = now_ms or (lambda: int(reactor.seconds() * 1000))
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.fetcher_manager: Any = None
+        #: C{replica.lag.time.max.ms}, set by the broker (the default in unit tests).
+        self.max_lag_ms = 30000
         self._waiting_fetches: dict[tuple[str, int], set[DelayedFetch]] = {}
         self._waiting_produces: dict[tuple[str, int], set[DelayedProduce]] = {}
 
@@ -213,6 +215,8 @@ class ReplicaManager:
             return
         change = p.apply_state(replicas, state.leader, state.leader_epoch, state.isr, state.zk_version,
                                state.controller_epoch)
+        if p.role == LEADER and any(r not in p.replicas for r in p.isr):
+            p.maybe_shrink_isr(self.max_lag_ms)  # drops ISR members no longer assigned
         if change is None:
             if p.role == LEADER:
                 self._check_produces((topic, partition))

@@ -334,6 +334,7 @@ class KafkaServer(service.MultiService):
         self.replica_manager = ReplicaManager(self.broker_id, self.log_manager, self.metadata, self.reactor,
                                               self._topic_config, write_isr=self.registry.set_partition_state,
                                               reload_state=self._reload_partition_state, now_ms=self.now_ms)
+        self.replica_manager.max_lag_ms = config["replica.lag.time.max.ms"]
         self._every("logs", config["log.flush.scheduler.interval.ms"], self._flush)
         self._every("logs", config["log.flush.offset.checkpoint.interval.ms"],
                     self.log_manager.checkpoint_recovery_points)
@@ -676,7 +677,7 @@ class KafkaServer(service.MultiService):
             return
         self.controller.controller_changed(controller_id)
         if controller_id is None or (controller_id == self.broker_id and not self.controller.active):
-            d = defer.Deferred.fromCoroutine(self.controller.elect())
+            d = self.controller.elect()
             d.addErrback(lambda f: _log.failure("controller election failed", f))
 
     def _brokers_changed(self, brokers: dict[int, tuple[str, int, str | None]]) -> None:

@@ -61,6 +61,7 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     43: (0, 2),  # ElectLeaders
     45: (0, 0),  # AlterPartitionReassignments
     46: (0, 0),  # ListPartitionReassignments
+    44: (0, 1),  # IncrementalAlterConfigs
     60: (0, 1),  # DescribeCluster
 }
 

@@ -126,7 +126,7 @@ class ControllerHarness:
         self.controller = KafkaController(broker_id, BrokerConfig({"broker.id": broker_id}), self.registry,
                                           self.metadata, lambda t: self.topic_configs.get(t, {}))
         self.versions = {key: state.zk_version for key, state in self.metadata.partition_states.items()}
-        self.assertTrue(self.wait(defer.Deferred.fromCoroutine(self.controller.elect())))
+        self.assertTrue(self.wait(self.controller.elect()))
         self.testcase.assertTrue(self.controller.active)
 
     def add_topic(self, topic: str, partitions: dict[int, list[int]],
@@ -273,3 +273,15 @@ class ControllerTests(unittest.TestCase):
         # the next event (the broker's state watch calls topics_changed) elects from the fresh ISR
         h.wait(h.controller.topics_changed())
         self.assertEqual(h.summary("t", 0), (2, 1, [2]))  # not 1, which had left the ISR
+
+
+class ControllerElectionTests(unittest.TestCase):
+    def test_concurrent_elections_share_one_result_and_one_epoch(self) -> None:
+        h = ControllerHarness(self, {"t": {0: [1, 2]}})
+        h.controller.resign()
+        h.wait(h.zookeeper.delete("/controller"))
+        first, second = h.controller.elect(), h.controller.elect()
+        self.assertTrue(h.wait(first))
+        self.assertTrue(h.wait(second))
+        self.assertEqual(h.controller.epoch, 2)
+        self.assertEqual(h.wait(h.registry.get_controller_epoch()), 2)

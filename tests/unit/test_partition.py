@@ -368,3 +368,23 @@ class StateTests(unittest.TestCase):
         self.assertEqual(h.partition.log_end_offset, 0)
         h.append(1, 2)
         self.assertEqual(h.partition.log_end_offset, 1)
+
+
+class ReassignmentIsrTests(unittest.TestCase):
+    def test_isr_member_no_longer_assigned_is_dropped_and_the_high_watermark_moves(self) -> None:
+        """
+        A reassignment removed broker 2 while an ISR expansion had put it back
+        (its last fetch raced the controller): the leader drops it once it
+        learns the new assignment, instead of waiting on it for ever.
+        """
+        h = ReplicationHarness(self, replicas=[0, 1, 2])
+        h.write_state(0, 1, [0, 1, 2])
+        h.replicas = [0, 1]  # the reassignment completed: 2 is no longer assigned
+        h.apply(h.state())
+        self.assertEqual(h.isr_writes[-1][0], [0, 1])
+        self.assertEqual(h.partition.isr, [0, 1])
+        h.append(3)
+        h.replica_manager.partitions[(TOPIC, 0)].update_follower(1, 3)
+        self.assertEqual(h.partition.high_watermark, 3)
+        h.partition.update_follower(2, 3)  # a late fetch of the removed replica
+        self.assertEqual(h.partition.isr, [0, 1])
