@@ -373,6 +373,8 @@ class AdminClient:
                 if r.error_code != ErrorCode.none:
                     raise kafka_error(ErrorCode(int(r.error_code)), r.error_message or "DescribeCluster failed")
                 nodes = {int(b.broker_id): Node(int(b.broker_id), b.host, int(b.port), b.rack) for b in r.brokers}
+                self.client.note_brokers({n.id: (n.host, n.port) for n in nodes.values()}, r.cluster_id,
+                                         int(r.controller_id))
                 return ClusterDescription(r.cluster_id, int(r.controller_id), nodes)
             r = await self._metadata([], node)
             nodes = {int(b.node_id): Node(int(b.node_id), b.host, int(b.port), getattr(b, "rack", None))

@@ -257,9 +257,7 @@ class KafkaClient:
         raise last_error or BrokerConnectionError("no broker reachable for metadata")
 
     def _apply_metadata(self, response: Any) -> None:
-        self.brokers = {int(b.node_id): (b.host, int(b.port)) for b in response.brokers}
-        self.cluster_id = getattr(response, "cluster_id", None)
-        self.controller_id = int(getattr(response, "controller_id", -1))
+        self.note_cluster(response)
         topics: dict[str, dict[int, PartitionMetadata]] = {}
         for topic in response.topics:
             if topic.error_code != ErrorCode.none and not topic.partitions:
@@ -281,9 +279,14 @@ class KafkaClient:
         asked for by someone else (the admin client's own Metadata requests),
         leaving the topics and the metadata's age alone.
         """
-        self.brokers = {int(b.node_id): (b.host, int(b.port)) for b in response.brokers}
-        self.cluster_id = getattr(response, "cluster_id", None)
-        self.controller_id = int(getattr(response, "controller_id", -1))
+        self.note_brokers({int(b.node_id): (b.host, int(b.port)) for b in response.brokers},
+                          getattr(response, "cluster_id", None), int(getattr(response, "controller_id", -1)))
+
+    def note_brokers(self, brokers: dict[int, tuple[str, int]], cluster_id: str | None, controller_id: int) -> None:
+        """Take the live brokers, cluster id and controller learnt elsewhere (Metadata, DescribeCluster)."""
+        self.brokers = dict(brokers)
+        self.cluster_id = cluster_id
+        self.controller_id = controller_id
 
     def partitions_for(self, topic: str) -> list[int]:
         """The topic's partition ids, as last seen (empty when unknown)."""

@@ -66,8 +66,12 @@ class FakeClient:
         return self.node
 
     def note_cluster(self, response: Any) -> None:
-        self.brokers = {int(b.node_id): (b.host, int(b.port)) for b in response.brokers}
-        self.controller_id = int(response.controller_id)
+        self.note_brokers({int(b.node_id): (b.host, int(b.port)) for b in response.brokers}, None,
+                          int(response.controller_id))
+
+    def note_brokers(self, brokers: dict, cluster_id: Any, controller_id: int) -> None:
+        self.brokers = dict(brokers)
+        self.controller_id = controller_id
 
     def want(self, topics: Any) -> None:
         pass
@@ -147,6 +151,8 @@ class DescribeTests(AdminTestCase):
         self.answer(60, respond(60, 1, {"error_code": 0, "cluster_id": "c", "controller_id": 3, "endpoint_type": 1,
                                         "brokers": [{"broker_id": 3, "host": "h3", "port": 9003}]}))
         self.assertEqual(self.successResultOf(d).controller_id, 3)
+        # the client learns the brokers too, so that requests to them can follow
+        self.assertEqual((self.client.brokers, self.client.controller_id), ({3: ("h3", 9003)}, 3))
 
     def test_unreachable_bootstrap_fails_fast(self) -> None:
         """A cluster never reached fails after the bootstrap servers were tried twice, not after the timeout."""
