@@ -38,13 +38,13 @@ No I/O happens here but the checkpoint file's; no reactor.
 
 from __future__ import annotations
 
-import os
 from bisect import bisect_left, bisect_right
 from typing import Iterable, NamedTuple
 
 from twisted.logger import Logger
 
 from kafkatw.errors import KafkaStorageError
+from kafkatw.storage.files import write_atomically
 
 __all__ = [
     "EpochEntry",
@@ -144,20 +144,8 @@ class LeaderEpochCache:
             return
         lines = [str(_CURRENT_VERSION), str(len(self._epochs))]
         lines.extend(f"{epoch} {start}" for epoch, start in zip(self._epochs, self._starts))
-        tmp = path + ".tmp"
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                os.write(fd, ("\n".join(lines) + "\n").encode("utf-8"))
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, path)
-            dir_fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
+            write_atomically(path, ("\n".join(lines) + "\n").encode("utf-8"))
         except OSError as e:
             raise KafkaStorageError(f"cannot write {path}: {e}") from e
 

@@ -48,6 +48,7 @@ from twisted.logger import Logger
 
 from kafkatw.errors import KafkaStorageError, OffsetOutOfRangeError
 from kafkatw.protocol.batch import LOG_OVERHEAD, parse_batch_headers
+from kafkatw.storage.files import write_atomically
 from kafkatw.storage.leader_epoch import LEADER_EPOCH_CHECKPOINT_FILE, LeaderEpochCache
 from kafkatw.storage.producer_state import ProducerStateManager
 from kafkatw.storage.segment import FileRegion, LogSegment
@@ -286,12 +287,7 @@ class PartitionLog:
         """Write the idempotent-producer state for the next clean start (atomically)."""
         leo = self.log_end_offset
         path = os.path.join(self.directory, f"{leo:020d}{_SNAPSHOT_SUFFIX}")
-        tmp = path + ".tmp"
-        with open(tmp, "wb") as f:
-            f.write(self.producer_state.snapshot(leo))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        write_atomically(path, self.producer_state.snapshot(leo), sync_directory=False)
 
     @staticmethod
     def _crosses(bases: list[int], base: int, recovery_point: int) -> bool:

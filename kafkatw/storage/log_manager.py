@@ -43,6 +43,7 @@ from typing import Any, Callable, Mapping
 from twisted.logger import Logger
 
 from kafkatw.errors import KafkaStorageError
+from kafkatw.storage.files import write_atomically
 from kafkatw.storage.log import LogConfig, PartitionLog
 
 __all__ = ["LogManager", "CHECKPOINT_FILE", "CLEAN_SHUTDOWN_FILE", "HIGH_WATERMARK_CHECKPOINT_FILE", "read_checkpoint",
@@ -88,19 +89,7 @@ def write_checkpoint(path: str, offsets: Mapping[tuple[str, int], int]) -> None:
     """Write an offset checkpoint file atomically: temporary file, fsync, rename, fsync of the directory."""
     lines = ["0", str(len(offsets))]
     lines.extend(f"{topic} {partition} {offset}" for (topic, partition), offset in sorted(offsets.items()))
-    tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, ("\n".join(lines) + "\n").encode("utf-8"))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    dir_fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    write_atomically(path, ("\n".join(lines) + "\n").encode("utf-8"))
 
 
 def _read_high_watermarks(log_dir: str) -> dict[tuple[str, int], int] | None:

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from kafkatw.config import parse_properties
+from kafkatw.storage.files import write_atomically
 
 __all__ = [
     "META_PROPERTIES_FILE",
@@ -140,19 +141,7 @@ def write_meta_properties(log_dir: str, meta: MetaProperties, now_s: float | Non
     rename, fsync of the directory (as Kafka's C{PropertiesUtils.writePropertiesFile}).
     """
     path = os.path.join(log_dir, META_PROPERTIES_FILE)
-    tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, meta.to_text(now_s).encode("utf-8"))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    dir_fd = os.open(log_dir, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    write_atomically(path, meta.to_text(now_s).encode("utf-8"))
 
 
 def check_log_dirs(log_dirs: Iterable[str], broker_id: int, cluster_id: str) -> list[str]:

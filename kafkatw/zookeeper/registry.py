@@ -270,6 +270,11 @@ def assign_replicas(
     return assignment
 
 
+def _decode_config(data: bytes | None) -> dict[str, str]:
+    """The C{config} of a C{/config/...} znode's v1 JSON ({} when empty or missing)."""
+    return dict(json.loads(data).get("config") or {}) if data else {}
+
+
 def _deferred(coro: Coroutine[Any, Any, Any]) -> Deferred:
     return Deferred.fromCoroutine(coro)
 
@@ -545,59 +550,38 @@ class Registry:
 
         @return: a Deferred firing with C{{key: value}} ({} when none).
         """
-
-        async def go() -> dict[str, str]:
-            try:
-                data, _ = await self.client.get(f"{CONFIG_BROKERS_PATH}/{entity}")
-            except NoNodeError:
-                return {}
-            return dict(json.loads(data).get("config") or {}) if data else {}
-
-        return _deferred(go())
+        return _deferred(self._get_config(f"{CONFIG_BROKERS_PATH}/{entity}"))
 
     def set_broker_config(self, entity: str, config: dict[str, str]) -> Deferred:
         """Replace C{/config/brokers/<entity>} (Kafka's v1 JSON)."""
-
-        async def go() -> None:
-            data = _dumps({"version": 1, "config": dict(config)})
-            path = f"{CONFIG_BROKERS_PATH}/{entity}"
-            try:
-                await self.client.set(path, data)
-            except NoNodeError:
-                await self.client.create(path, data, makepath=True)
-
-        return _deferred(go())
+        return _deferred(self._set_config(f"{CONFIG_BROKERS_PATH}/{entity}", config))
 
     def watch_broker_config(self, entity: str, callback: Callable[[dict[str, str]], object]) -> Deferred:
         """Call C{callback(config)} now and whenever C{/config/brokers/<entity>} changes."""
-        return self.client.watch_data(
-            f"{CONFIG_BROKERS_PATH}/{entity}",
-            lambda data: callback(dict(json.loads(data).get("config") or {}) if data else {}))
+        return self.client.watch_data(f"{CONFIG_BROKERS_PATH}/{entity}",
+                                      lambda data: callback(_decode_config(data)))
+
+    async def _get_config(self, path: str) -> dict[str, str]:
+        try:
+            data, _ = await self.client.get(path)
+        except NoNodeError:
+            return {}
+        return _decode_config(data)
+
+    async def _set_config(self, path: str, config: dict[str, str]) -> None:
+        data = _dumps({"version": 1, "config": dict(config)})
+        try:
+            await self.client.set(path, data)
+        except NoNodeError:
+            await self.client.create(path, data, makepath=True)
 
     def get_topic_config(self, name: str) -> Deferred:
         """@return: a Deferred firing with the overrides C{{key: value}} ({} when none)."""
-
-        async def go() -> dict[str, str]:
-            try:
-                data, _ = await self.client.get(f"{CONFIG_TOPICS_PATH}/{name}")
-            except NoNodeError:
-                return {}
-            return dict(json.loads(data).get("config") or {}) if data else {}
-
-        return _deferred(go())
+        return _deferred(self._get_config(f"{CONFIG_TOPICS_PATH}/{name}"))
 
     def set_topic_config(self, name: str, config: dict[str, str]) -> Deferred:
         """Replace the topic's overrides (Kafka's C{/config/topics/<topic>} v1)."""
-
-        async def go() -> None:
-            data = _dumps({"version": 1, "config": dict(config)})
-            path = f"{CONFIG_TOPICS_PATH}/{name}"
-            try:
-                await self.client.set(path, data)
-            except NoNodeError:
-                await self.client.create(path, data, makepath=True)
-
-        return _deferred(go())
+        return _deferred(self._set_config(f"{CONFIG_TOPICS_PATH}/{name}", config))
 
     def delete_topic(self, name: str) -> Deferred:
         """

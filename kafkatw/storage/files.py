@@ -1,0 +1,39 @@
+"""
+Small files written atomically: checkpoints, C{meta.properties}, snapshots.
+
+A reader after a crash sees either the old file or the new one, never a torn
+one: the bytes go to C{<path>.tmp}, are fsynced, renamed over C{path}, and the
+directory is fsynced so that the rename itself is durable (as Kafka's
+C{Utils.atomicMoveWithFallback} after C{FileChannel.force}).
+"""
+
+from __future__ import annotations
+
+import os
+
+__all__ = ["write_atomically"]
+
+
+def write_atomically(path: str, data: bytes, sync_directory: bool = True) -> None:
+    """
+    Replace C{path} with C{data}: temporary file, fsync, rename, and (with
+    C{sync_directory}) fsync of the directory.
+
+    @raise OSError: the write failed; C{path} is unchanged.
+    """
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    if sync_directory:
+        dir_fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
