@@ -49,7 +49,42 @@ __all__ = [
     "running_cluster",
     "Cluster",
     "snapshot_tree",
+    "wait_until",
+    "wait_for",
 ]
+
+
+# -- polling real processes ----------------------------------------------------
+
+
+def wait_until(predicate: Callable[[], Any], timeout_s: float, interval_s: float = 0.1) -> Any:
+    """
+    Poll C{predicate} (for integration tests with real processes, where no
+    clock can be advanced) until it returns a true value or C{timeout_s}
+    passes; bounded in time.
+
+    @return: its last value (true, or false on the timeout).
+    """
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval_s)
+    return predicate()
+
+
+def wait_for(predicate: Callable[[], Any], timeout_s: float = 30.0, what: str = "condition",
+             interval_s: float = 0.1) -> Any:
+    """
+    L{wait_until}, failing with C{AssertionError} naming C{what} on the timeout.
+
+    @return: the predicate's true value.
+    """
+    value = wait_until(predicate, timeout_s, interval_s)
+    if not value:
+        raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+    return value
 
 
 # -- real ZooKeeper ------------------------------------------------------------

@@ -15,27 +15,19 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 import unittest
 
 from click.testing import CliRunner
 
 from kafkatw.cli.main import main as cli_main
 from kafkatw.client.blocking import BlockingProducer
-from kafkatw.testing import ClassFixture, running_cluster
+from kafkatw.testing import ClassFixture, running_cluster, wait_until
 
 PARTITIONS = 4
 PER_PARTITION = 10
 OVERRIDES = {"group.initial.rebalance.delay.ms": "200", "group.min.session.timeout.ms": "1000"}
 
 
-def wait_until(predicate, timeout_s: float, interval_s: float = 0.1) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval_s)
-    return predicate()
 
 
 class ConsoleConsumer:

@@ -8,7 +8,6 @@ brokers are SIGKILLed, and the admin client following a leader that moved.
 
 from __future__ import annotations
 
-import time
 
 from click.testing import CliRunner
 from twisted.trial import unittest
@@ -17,7 +16,7 @@ from kafkatw.cli.main import main as cli_main
 from kafkatw.cli.topics import format_topic_id
 from kafkatw.client import NewTopic
 from kafkatw.client.blocking import BlockingAdminClient, BlockingProducer
-from kafkatw.testing import running_cluster
+from kafkatw.testing import running_cluster, wait_for
 
 OVERRIDES = {
     "replica.lag.time.max.ms": "3000",
@@ -27,14 +26,6 @@ OVERRIDES = {
 }
 
 
-def wait_for(predicate, timeout_s: float = 30.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
 def cli(*args: str):

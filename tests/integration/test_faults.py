@@ -25,9 +25,9 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 from twisted.trial import unittest
 
-from kafkatw.testing import running_cluster
+from kafkatw.testing import running_cluster, wait_for
 
-from .test_replication import consume_all, create_topic, partition_info, segment_bytes, wait_for
+from .test_replication import consume_all, create_topic, partition_info, segment_bytes
 
 _OVERRIDES = {
     "replica.lag.time.max.ms": "3000",

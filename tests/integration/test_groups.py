@@ -26,7 +26,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from kafkatw.broker.group_coordinator import coordinator_for
 from kafkatw.cli.main import main as cli_main
-from kafkatw.testing import ClassFixture, running_cluster
+from kafkatw.testing import ClassFixture, running_cluster, wait_until
 
 KCAT = shutil.which("kcat") or "/usr/bin/kcat"
 OVERRIDES = {"group.initial.rebalance.delay.ms": "200", "group.min.session.timeout.ms": "1000",
@@ -45,13 +45,6 @@ while True:
 """
 
 
-def wait_until(predicate, timeout_s: float, interval_s: float = 0.1) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval_s)
-    return predicate()
 
 
 class GroupTests(ClassFixture, unittest.TestCase):

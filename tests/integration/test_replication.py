@@ -17,7 +17,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic
 from twisted.trial import unittest
 
-from kafkatw.testing import running_cluster
+from kafkatw.testing import running_cluster, wait_for
 
 _OVERRIDES = {
     "replica.lag.time.max.ms": "4000",
@@ -27,14 +27,6 @@ _OVERRIDES = {
 }
 
 
-def wait_for(predicate, timeout_s: float = 30.0, what: str = "condition", interval_s: float = 0.1):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval_s)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
 def partition_info(bootstrap: str, topic: str, partition: int = 0):

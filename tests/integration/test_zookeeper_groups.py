@@ -25,7 +25,7 @@ import unittest
 
 from click.testing import CliRunner
 
-from kafkatw.testing import running_cluster
+from kafkatw.testing import running_cluster, wait_until
 
 TOPIC = "zk-group-topic"
 GROUP = "zk-group"
@@ -63,13 +63,6 @@ print("CLOSED", flush=True)
 """ % {"auto_commit": AUTO_COMMIT_MS, "session": SESSION_TIMEOUT_MS, "max_poll": MAX_POLL_RECORDS}
 
 
-def wait_until(predicate, timeout_s, interval_s=0.05):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval_s)
-    return predicate()
 
 
 class Member:
