@@ -35,6 +35,7 @@ from twisted.logger import Logger
 
 from ..errors import (
     FencedLeaderEpochError,
+    NotEnoughReplicasAfterAppendError,
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
     UnknownLeaderEpochError,
@@ -156,13 +157,23 @@ class Partition:
     def apply_state(self, replicas: list[int], leader: int, leader_epoch: int, isr: list[int], zk_version: int,
                     controller_epoch: int = 0) -> str | None:
         """
-        Follow a partition state read from ZooKeeper.
+        Follow a partition state read from ZooKeeper, for a partition assigned
+        C{replicas}.  As leader, ISR members no longer assigned (a reassignment
+        removed them while an ISR change was in flight) are dropped at once:
+        they would hold the high watermark back for ever.
 
         @return: C{"leader"} or C{"follower"} when this broker's role or the
             leader epoch changed (the caller starts or restarts fetching),
             C{None} when only the ISR or nothing changed, C{"offline"} when the
             partition lost its leader.
         """
+        change = self._apply_state(replicas, leader, leader_epoch, isr, zk_version, controller_epoch)
+        if self.role == LEADER and self._pending_isr is None and any(r not in self.replicas for r in self.isr):
+            self._change_isr([r for r in self.isr if r in self.replicas], "shrink")
+        return change
+
+    def _apply_state(self, replicas: list[int], leader: int, leader_epoch: int, isr: list[int], zk_version: int,
+                     controller_epoch: int) -> str | None:
         self.replicas = list(replicas)
         if leader_epoch < self.leader_epoch:
             return None  # an older state delivered late
@@ -286,8 +297,6 @@ class Partition:
             (L{NotLeaderOrFollowerError}, or C{NOT_ENOUGH_REPLICAS_AFTER_APPEND}
             when the ISR shrank below C{min.insync.replicas} meanwhile).
         """
-        from ..errors import NotEnoughReplicasAfterAppendError
-
         if self.role != LEADER:
             return True, NotLeaderOrFollowerError(f"{self.name}: leadership moved")
         if self.log.high_watermark >= required_offset:
@@ -336,15 +345,10 @@ class Partition:
         return lagging
 
     def maybe_shrink_isr(self, max_lag_ms: int) -> None:
-        """
-        Drop followers lagging longer than C{replica.lag.time.max.ms} from the
-        ISR, and members no longer assigned at all (a reassignment removed
-        them while an ISR change was in flight): they would hold the high
-        watermark back for ever.
-        """
+        """Drop followers lagging longer than C{replica.lag.time.max.ms} from the ISR."""
         if self.role != LEADER or self._pending_isr is not None:
             return
-        lagging = self.out_of_sync_replicas(max_lag_ms) + [r for r in self.isr if r not in self.replicas]
+        lagging = self.out_of_sync_replicas(max_lag_ms)
         if lagging:
             self._change_isr([r for r in self.isr if r not in lagging], "shrink")
 

@@ -32,37 +32,67 @@ from ..errors import (
     UnknownTopicOrPartitionError,
     kafka_error,
 )
-from .partition import FOLLOWER, LEADER, OFFLINE, Partition
+from .partition import FOLLOWER, LEADER, Partition
 
-__all__ = ["ReplicaManager", "DelayedFetch", "DelayedProduce"]
+__all__ = ["ReplicaManager", "Purgatory", "DelayedOperation", "DelayedFetch", "DelayedProduce"]
 
 _log = Logger()
 
 
-class DelayedFetch:
+class Purgatory:
     """
-    A fetch waiting for C{min_bytes} of new data or for its timeout.
-
-    @ivar replica: a follower's fetch (woken by appends) rather than a
-        consumer's (woken by the high watermark).
-    @ivar deferred: fires with C{None} when the fetch should be answered.
+    Operations waiting on partitions (Kafka's C{DelayedOperationPurgatory}):
+    each L{DelayedOperation} watches the keys it was made for until it completes.
     """
 
-    def __init__(self, manager: "ReplicaManager", partitions: list[tuple[str, int]], min_bytes: int,
-                 accumulated_bytes: int, max_wait_ms: int, reactor: Any, replica: bool = False) -> None:
-        self.manager = manager
-        self.partitions = partitions
-        self.min_bytes = min_bytes
-        self.accumulated_bytes = accumulated_bytes
-        self.replica = replica
-        self.deferred: defer.Deferred[None] = defer.Deferred()
+    def __init__(self) -> None:
+        self._by_key: dict[tuple[str, int], set["DelayedOperation"]] = {}
+
+    def watch(self, operation: "DelayedOperation") -> None:
+        for key in operation.keys:
+            self._by_key.setdefault(key, set()).add(operation)
+
+    def unwatch(self, operation: "DelayedOperation") -> None:
+        for key in operation.keys:
+            waiting = self._by_key.get(key)
+            if waiting is not None:
+                waiting.discard(operation)
+                if not waiting:
+                    del self._by_key[key]
+
+    def watching(self, key: tuple[str, int]) -> list["DelayedOperation"]:
+        """The operations waiting on C{key} (a copy: completing one changes the set)."""
+        waiting = self._by_key.get(key)
+        return list(waiting) if waiting else []
+
+    def operations(self) -> set["DelayedOperation"]:
+        return {operation for waiting in self._by_key.values() for operation in waiting}
+
+    def __len__(self) -> int:
+        return len(self.operations())
+
+
+class DelayedOperation:
+    """
+    A request waiting in a L{Purgatory} (Kafka's C{DelayedOperation}): it
+    completes once, by L{complete} or when C{timeout_ms} expires.
+
+    @ivar deferred: fires with L{result} when it completes.
+    """
+
+    def __init__(self, purgatory: Purgatory, keys: list[tuple[str, int]], timeout_ms: int, reactor: Any) -> None:
+        self.purgatory = purgatory
+        self.keys = list(keys)
+        self.deferred: defer.Deferred = defer.Deferred()
         self.done = False
-        self._timer = reactor.callLater(max_wait_ms / 1000.0, self.complete)
+        self._timer = reactor.callLater(timeout_ms / 1000.0, self.expire)
+        purgatory.watch(self)
 
-    def on_append(self, size_bytes: int) -> None:
-        self.accumulated_bytes += size_bytes
-        if self.accumulated_bytes >= self.min_bytes:
-            self.complete()
+    def expire(self) -> None:
+        self.complete()
+
+    def result(self) -> Any:
+        return None
 
     def complete(self) -> None:
         if self.done:
@@ -70,17 +100,39 @@ class DelayedFetch:
         self.done = True
         if self._timer.active():
             self._timer.cancel()
-        self.manager._unwatch_fetch(self)
-        self.deferred.callback(None)
+        self.purgatory.unwatch(self)
+        self.deferred.callback(self.result())
 
 
-class DelayedProduce:
+class DelayedFetch(DelayedOperation):
+    """
+    A fetch waiting for C{min_bytes} of new data or for its timeout; its
+    Deferred fires with C{None}.
+
+    @ivar replica: a follower's fetch (woken by appends) rather than a
+        consumer's (woken by the high watermark).
+    """
+
+    def __init__(self, purgatory: Purgatory, partitions: list[tuple[str, int]], min_bytes: int,
+                 accumulated_bytes: int, max_wait_ms: int, reactor: Any, replica: bool = False) -> None:
+        self.min_bytes = min_bytes
+        self.accumulated_bytes = accumulated_bytes
+        self.replica = replica
+        super().__init__(purgatory, partitions, max_wait_ms, reactor)
+
+    def on_append(self, size_bytes: int) -> None:
+        self.accumulated_bytes += size_bytes
+        if self.accumulated_bytes >= self.min_bytes:
+            self.complete()
+
+
+class DelayedProduce(DelayedOperation):
     """
     An acks=all produce waiting for its partitions' high watermarks.
 
     @ivar required: C{(topic, partition)} -> the offset the high watermark must reach.
-    @ivar errors: C{(topic, partition)} -> the error it ended with (C{None}: ok).
-    @ivar deferred: fires with L{errors} once every partition is done or at the timeout.
+    @ivar errors: C{(topic, partition)} -> the error it ended with (C{None}: ok);
+        the Deferred fires with it once every partition is done or at the timeout.
     """
 
     def __init__(self, manager: "ReplicaManager", required: dict[tuple[str, int], int], timeout_ms: int,
@@ -88,9 +140,7 @@ class DelayedProduce:
         self.manager = manager
         self.required = dict(required)
         self.errors: dict[tuple[str, int], KafkaError | None] = {}
-        self.deferred: defer.Deferred[dict] = defer.Deferred()
-        self.done = False
-        self._timer = reactor.callLater(timeout_ms / 1000.0, self._expire)
+        super().__init__(manager.produce_purgatory, list(required), timeout_ms, reactor)
 
     def check(self) -> None:
         for tp, offset in self.required.items():
@@ -104,22 +154,16 @@ class DelayedProduce:
             if done:
                 self.errors[tp] = error
         if len(self.errors) == len(self.required):
-            self._complete()
+            self.complete()
 
-    def _expire(self) -> None:
+    def expire(self) -> None:
         for tp in self.required:
             self.errors.setdefault(tp, kafka_error(ErrorCode.request_timed_out,
                                                    "not every in-sync replica acknowledged in time"))
-        self._complete()
+        self.complete()
 
-    def _complete(self) -> None:
-        if self.done:
-            return
-        self.done = True
-        if self._timer.active():
-            self._timer.cancel()
-        self.manager._unwatch_produce(self)
-        self.deferred.callback(self.errors)
+    def result(self) -> dict:
+        return self.errors
 
 
 class ReplicaManager:
@@ -155,10 +199,8 @@ class ReplicaManager:
         self.now_ms = now_ms or (lambda: int(reactor.seconds() * 1000))
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.fetcher_manager: Any = None
-        #: C{replica.lag.time.max.ms}, set by the broker (the default in unit tests).
-        self.max_lag_ms = 30000
-        self._waiting_fetches: dict[tuple[str, int], set[DelayedFetch]] = {}
-        self._waiting_produces: dict[tuple[str, int], set[DelayedProduce]] = {}
+        self.fetch_purgatory = Purgatory()
+        self.produce_purgatory = Purgatory()
 
     # --- partitions ---------------------------------------------------------------
 
@@ -184,10 +226,6 @@ class ReplicaManager:
         if found.role != LEADER:
             raise NotLeaderOrFollowerError()
         return found
-
-    def get_log(self, topic: str, partition: int) -> Any:
-        """The local log of a partition this broker leads (L{leader_partition})."""
-        return self.leader_partition(topic, partition).log
 
     def _partition(self, topic: str, partition: int) -> Partition:
         key = (topic, partition)
@@ -215,8 +253,6 @@ class ReplicaManager:
             return
         change = p.apply_state(replicas, state.leader, state.leader_epoch, state.isr, state.zk_version,
                                state.controller_epoch)
-        if p.role == LEADER and any(r not in p.replicas for r in p.isr):
-            p.maybe_shrink_isr(self.max_lag_ms)  # drops ISR members no longer assigned
         if change is None:
             if p.role == LEADER:
                 self._check_produces((topic, partition))
@@ -227,11 +263,11 @@ class ReplicaManager:
             else:
                 self.fetcher_manager.unfollow(p)
         # waiting requests re-check against the new role
-        self._high_watermark_moved(p)
-        for fetch in list(self._waiting_fetches.get((topic, partition), ())):
+        for fetch in self.fetch_purgatory.watching((topic, partition)):
             fetch.complete()
+        self._check_produces((topic, partition))
 
-    def become_leader(self, topic: str, partition: int) -> None:
+    def host_partition(self, topic: str, partition: int) -> None:
         """Create (or open) the local log of a partition assigned to this broker (before its state is known)."""
         self._partition(topic, partition)
 
@@ -241,9 +277,9 @@ class ReplicaManager:
         p = self.partitions.pop(key, None)
         if p is not None and self.fetcher_manager is not None:
             self.fetcher_manager.unfollow(p)
-        for fetch in list(self._waiting_fetches.get(key, ())):
+        for fetch in self.fetch_purgatory.watching(key):
             fetch.complete()
-        for produce in list(self._waiting_produces.get(key, ())):
+        for produce in self.produce_purgatory.watching(key):
             produce.check()
         if self.log_manager.get(topic, partition) is not None:
             self.log_manager.delete(topic, partition)
@@ -282,28 +318,22 @@ class ReplicaManager:
             p = self.get_partition(topic, partition)
         result = p.append_as_leader(records, min_insync_replicas)
         if not result.duplicate:
-            waiting = self._waiting_fetches.get((topic, partition))
-            if waiting:
-                size = len(records)
-                for fetch in list(waiting):
-                    if fetch.replica:
-                        fetch.on_append(size)
+            size = len(records)
+            for fetch in self.fetch_purgatory.watching((topic, partition)):
+                if fetch.replica:
+                    fetch.on_append(size)
         return result
 
     def _high_watermark_moved(self, p: Partition) -> None:
         key = (p.topic, p.partition)
-        waiting = self._waiting_fetches.get(key)
-        if waiting:
-            for fetch in list(waiting):
-                if not fetch.replica:
-                    fetch.complete()
+        for fetch in self.fetch_purgatory.watching(key):
+            if not fetch.replica:
+                fetch.complete()
         self._check_produces(key)
 
     def _check_produces(self, key: tuple[str, int]) -> None:
-        produces = self._waiting_produces.get(key)
-        if produces:
-            for produce in list(produces):
-                produce.check()
+        for produce in self.produce_purgatory.watching(key):
+            produce.check()
 
     def delay_produce(self, required: dict[tuple[str, int], int], timeout_ms: int) -> defer.Deferred:
         """
@@ -312,18 +342,8 @@ class ReplicaManager:
         @return: a Deferred firing with C{(topic, partition) -> KafkaError | None}.
         """
         produce = DelayedProduce(self, required, timeout_ms, self.reactor)
-        for tp in required:
-            self._waiting_produces.setdefault(tp, set()).add(produce)
         produce.check()
         return produce.deferred
-
-    def _unwatch_produce(self, produce: DelayedProduce) -> None:
-        for tp in produce.required:
-            waiting = self._waiting_produces.get(tp)
-            if waiting is not None:
-                waiting.discard(produce)
-                if not waiting:
-                    del self._waiting_produces[tp]
 
     # --- fetches ------------------------------------------------------------------
 
@@ -333,33 +353,21 @@ class ReplicaManager:
         Wait until C{min_bytes} have arrived on C{partitions} (counting
         C{accumulated_bytes} already available) or C{max_wait_ms} has passed.
         """
-        fetch = DelayedFetch(self, partitions, min_bytes, accumulated_bytes, max_wait_ms, self.reactor, replica)
-        for tp in partitions:
-            self._waiting_fetches.setdefault(tp, set()).add(fetch)
+        fetch = DelayedFetch(self.fetch_purgatory, partitions, min_bytes, accumulated_bytes, max_wait_ms,
+                             self.reactor, replica)
         return fetch.deferred
-
-    def _unwatch_fetch(self, fetch: DelayedFetch) -> None:
-        for tp in fetch.partitions:
-            waiting = self._waiting_fetches.get(tp)
-            if waiting is not None:
-                waiting.discard(fetch)
-                if not waiting:
-                    del self._waiting_fetches[tp]
 
     @property
     def fetch_purgatory_size(self) -> int:
-        return len({f for fetches in self._waiting_fetches.values() for f in fetches})
+        return len(self.fetch_purgatory)
 
     @property
     def produce_purgatory_size(self) -> int:
-        return len({p for produces in self._waiting_produces.values() for p in produces})
+        return len(self.produce_purgatory)
 
     def complete_all_delayed(self) -> None:
         """Answer every waiting fetch and produce now (shutdown)."""
-        for fetch in {f for fetches in self._waiting_fetches.values() for f in fetches}:
+        for fetch in self.fetch_purgatory.operations():
             fetch.complete()
-        for produce in {p for produces in self._waiting_produces.values() for p in produces}:
-            produce._expire()
-
-
-__all__ += ["LEADER", "FOLLOWER", "OFFLINE"]
+        for produce in self.produce_purgatory.operations():
+            produce.expire()

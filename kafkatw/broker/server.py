@@ -39,7 +39,7 @@ from ..storage.log_manager import LogManager
 from ..storage.meta_properties import MetaPropertiesError, ensure_meta_properties
 from ..zookeeper.bridge import NodeExistsError, ZooKeeperClient, ZooKeeperUnavailableError
 from ..zookeeper.embedded import EmbeddedZooKeeperService, ZooKeeperNotInstalledError, ZooKeeperStartError
-from ..zookeeper.registry import BrokerIdInUseError, Registry
+from ..zookeeper.registry import DEFAULT_BROKER_ENTITY, BrokerIdInUseError, Registry
 from .admin import AdminManager
 from .apis import KafkaApis
 from .controller import CONTROLLED_SHUTDOWN_PATH, KafkaController
@@ -334,7 +334,6 @@ class KafkaServer(service.MultiService):
         self.replica_manager = ReplicaManager(self.broker_id, self.log_manager, self.metadata, self.reactor,
                                               self._topic_config, write_isr=self.registry.set_partition_state,
                                               reload_state=self._reload_partition_state, now_ms=self.now_ms)
-        self.replica_manager.max_lag_ms = config["replica.lag.time.max.ms"]
         self._every("logs", config["log.flush.scheduler.interval.ms"], self._flush)
         self._every("logs", config["log.flush.offset.checkpoint.interval.ms"],
                     self.log_manager.checkpoint_recovery_points)
@@ -393,8 +392,6 @@ class KafkaServer(service.MultiService):
         await self.registry.watch_topics(self._topics_changed)
         await self._register(host, advertised_port)
         await self.registry.watch_controller(self._controller_changed)
-        from ..zookeeper.registry import DEFAULT_BROKER_ENTITY
-
         for entity in (DEFAULT_BROKER_ENTITY, str(self.broker_id)):
             await self.registry.watch_broker_config(
                 entity, lambda config, entity=entity: self._broker_config_changed(entity, config))
@@ -598,8 +595,6 @@ class KafkaServer(service.MultiService):
     def _broker_config_changed(self, entity: str, config: dict[str, str]) -> None:
         """A dynamic broker config (C{/config/brokers/<id>} or C{<default>}) changed."""
         self._dynamic_configs[entity] = config
-        from ..zookeeper.registry import DEFAULT_BROKER_ENTITY
-
         own = self._dynamic_configs.get(str(self.broker_id), {})
         default = self._dynamic_configs.get(DEFAULT_BROKER_ENTITY, {})
         rate = own.get("follower.replication.throttled.rate", default.get("follower.replication.throttled.rate"))
@@ -739,7 +734,7 @@ class KafkaServer(service.MultiService):
                 self.replica_manager.remove_partition(topic, partition)
         for partition, replicas in meta.partitions.items():
             if self.broker_id in replicas:
-                self.replica_manager.become_leader(meta.name, partition)
+                self.replica_manager.host_partition(meta.name, partition)
             state = self.metadata.partition_states.get((meta.name, partition))
             if state is not None:
                 self.replica_manager.apply_state(meta.name, partition, replicas, state)
