@@ -18,6 +18,7 @@ from twisted.logger import Logger
 
 from ..config import topic_log_config
 from ..errors import ErrorCode, InvalidConfigError, kafka_error
+from ..zookeeper.registry import DEFAULT_BROKER_ENTITY, PartitionState, TopicAssignment, assign_replicas
 from .metadata_cache import TopicMetadata
 
 __all__ = ["AdminManager", "DYNAMIC_BROKER_CONFIGS"]
@@ -60,8 +61,6 @@ class AdminManager:
         @raise KafkaError: C{TOPIC_ALREADY_EXISTS}, C{INVALID_PARTITIONS},
             C{INVALID_REPLICATION_FACTOR}, C{INVALID_CONFIG}, C{INVALID_REPLICA_ASSIGNMENT}.
         """
-        from ..zookeeper.registry import PartitionState, assign_replicas
-
         try:
             topic_log_config(self.config, configs)
         except ValueError as e:
@@ -117,8 +116,6 @@ class AdminManager:
         @raise KafkaError: C{UNKNOWN_TOPIC_OR_PARTITION}, C{INVALID_PARTITIONS}
             (not more than today), C{INVALID_REPLICA_ASSIGNMENT}.
         """
-        from ..zookeeper.registry import PartitionState, TopicAssignment, assign_replicas
-
         meta = self.metadata.topics.get(name)
         if meta is None:
             raise kafka_error(ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist")
@@ -164,8 +161,6 @@ class AdminManager:
         @raise KafkaError: C{INVALID_CONFIG} for another key, operation or value;
             C{INVALID_REQUEST} for a bad entity.
         """
-        from ..zookeeper.registry import DEFAULT_BROKER_ENTITY
-
         if entity and not entity.isdigit():
             raise kafka_error(ErrorCode.invalid_request, f"broker {entity!r} is not a broker id")
         entity = entity or DEFAULT_BROKER_ENTITY

@@ -42,7 +42,9 @@ from twisted.internet import defer
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from ..errors import ErrorCode
 from ..zookeeper.bridge import BadVersionError, ZooKeeperError
+from ..zookeeper.registry import PartitionState, TopicAssignment
 
 __all__ = ["KafkaController", "PARTITION_STATES", "REPLICA_STATES", "StateMachine", "IllegalStateChange",
            "offline_partition_leader", "controlled_shutdown_leader"]
@@ -392,8 +394,6 @@ class KafkaController:
         @param partitions: C{None} for every partition.
         @return: a Deferred firing with C{(topic, partition) -> (ErrorCode, message | None)}.
         """
-        from ..errors import ErrorCode
-
         results: dict[tuple[str, int], tuple[Any, str | None]] = {}
 
         async def go() -> None:
@@ -480,9 +480,6 @@ class KafkaController:
 
         @return: a Deferred firing with C{(topic, partition) -> (ErrorCode, message | None)}.
         """
-        from ..errors import ErrorCode
-        from ..zookeeper.registry import TopicAssignment
-
         results: dict[tuple[str, int], tuple[Any, str | None]] = {}
 
         async def go() -> None:
@@ -540,8 +537,6 @@ class KafkaController:
 
     async def _continue_reassignments(self) -> None:
         """Finish the reassignments whose target replicas are all in sync."""
-        from ..zookeeper.registry import TopicAssignment
-
         for key, target in list(self.reassignments.items()):
             state = self.metadata.partition_states.get(key)
             if state is None or any(r not in state.isr for r in target):
@@ -605,8 +600,6 @@ class KafkaController:
             if fresh is not None:
                 self.metadata.set_partition_state(topic, partition, fresh)
             return
-        from ..zookeeper.registry import PartitionState
-
         self.metadata.set_partition_state(topic, partition,
                                           PartitionState(leader, epoch, list(isr), self.epoch, version))
         if new_epoch:

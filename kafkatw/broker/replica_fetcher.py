@@ -100,6 +100,7 @@ class ReplicaFetcher:
         self.states: dict[tuple[str, int], _FetchState] = {}
         self._running = False
         self._wakeup: defer.Deferred | None = None
+        self._wake_call: Any = None
         self._loop: defer.Deferred | None = None
         #: the largest lag (leader's high watermark - our log end offset) of the last fetch.
         self.max_lag = 0
@@ -125,6 +126,9 @@ class ReplicaFetcher:
         return self._loop if self._loop is not None else defer.succeed(None)
 
     def _wake(self) -> None:
+        call, self._wake_call = self._wake_call, None
+        if call is not None and call.active():
+            call.cancel()
         wakeup, self._wakeup = self._wakeup, None
         if wakeup is not None:
             wakeup.callback(None)
@@ -139,7 +143,7 @@ class ReplicaFetcher:
                 delays = [s.delayed_until - now for s in self.states.values()]
                 self._wakeup = defer.Deferred()
                 if delays:
-                    reactor.callLater(max(min(delays), 0.001), self._wake)
+                    self._wake_call = reactor.callLater(max(min(delays), 0.001), self._wake)
                 await self._wakeup
                 continue
             try:
