@@ -42,8 +42,8 @@ class Options(usage.Options):
     """Options of C{twistd kafkatw}; validation happens in L{postOptions}."""
 
     synopsis = "[options]"
-    longdesc = ("A Kafka-protocol broker (kafkatw): partitioned logs on disk, coordinated by ZooKeeper "
-                "(one copy of each partition: replication is not implemented).")
+    longdesc = ("A Kafka-protocol broker (kafkatw): partitioned, replicated logs on disk, coordinated by "
+                "ZooKeeper.")
 
     optParameters = [
         ["broker-id", None, None, "broker.id: this broker's id (an integer, unique in the cluster)."],

@@ -621,3 +621,27 @@ class LogManagerTests(TestCase):
         self.assertFalse(os.path.exists(path))
         self.assertIsNone(m.get("t", 0))
         m.close()
+
+
+class CheckpointSkipTests(unittest.TestCase):
+    def test_unchanged_checkpoints_are_not_rewritten(self) -> None:
+        """An idle broker's periodic checkpoints cost no write (and no fsync)."""
+        from kafkatw.storage.log_manager import HIGH_WATERMARK_CHECKPOINT_FILE, LogManager
+
+        directory = tempfile.mkdtemp(prefix="kafkatw-checkpoint-test-")
+        self.addCleanup(shutil.rmtree, directory, True)
+        manager = LogManager([directory], {}, now_ms=lambda: 0)
+        manager.load()
+        log = manager.get_or_create("t", 0)
+        path = os.path.join(directory, HIGH_WATERMARK_CHECKPOINT_FILE)
+        manager.checkpoint_high_watermarks()
+        first = os.stat(path).st_ino
+        manager.checkpoint_high_watermarks()
+        self.assertEqual(os.stat(path).st_ino, first)  # not replaced
+        log.append(build_batch([(None, b"x")]), 0)
+        log.update_high_watermark(1)
+        manager.checkpoint_high_watermarks()
+        self.assertNotEqual(os.stat(path).st_ino, first)
+        with open(path) as f:
+            self.assertEqual(f.read().split("\n")[2], "t 0 1")
+        manager.close()
