@@ -140,10 +140,9 @@ class AdminManager:
             new = {existing + i: list(r) for i, r in enumerate(assignment)}
         if validate_only:
             return
-        current = await self.registry.get_topic(name)
-        partitions = {**current.partitions, **new}
-        await self.registry.set_topic_assignment(TopicAssignment(
-            name, current.topic_id, partitions, current.adding_replicas, current.removing_replicas))
+        await self.registry.update_topic_assignment(name, lambda current: TopicAssignment(
+            name, current.topic_id, {**current.partitions, **new}, current.adding_replicas,
+            current.removing_replicas))
         for partition, replicas in new.items():
             isr = [r for r in replicas if r in self.metadata.brokers] or replicas[:1]
             version = await self.registry.set_partition_state(name, partition, isr[0], 0, isr)

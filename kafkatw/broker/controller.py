@@ -487,40 +487,40 @@ class KafkaController:
             for (topic, partition), target in targets.items():
                 by_topic.setdefault(topic, {})[partition] = target
             for topic, wanted in by_topic.items():
-                current = await self.registry.get_topic(topic)
-                partitions = dict(current.partitions)
-                adding = dict(current.adding_replicas)
-                removing = dict(current.removing_replicas)
-                for partition, target in wanted.items():
-                    key = (topic, partition)
-                    if partition not in partitions:
-                        results[key] = (ErrorCode.unknown_topic_or_partition, "no such partition")
-                        continue
-                    if target is None:
-                        if partition not in adding and partition not in removing:
-                            results[key] = (ErrorCode.no_reassignment_in_progress, "no reassignment in progress")
+                def apply(current: TopicAssignment, topic: str = topic,
+                          wanted: dict[int, list[int] | None] = wanted) -> TopicAssignment:
+                    partitions = dict(current.partitions)
+                    adding = dict(current.adding_replicas)
+                    removing = dict(current.removing_replicas)
+                    for partition, target in wanted.items():
+                        key = (topic, partition)
+                        if partition not in partitions:
+                            results[key] = (ErrorCode.unknown_topic_or_partition, "no such partition")
                             continue
-                        original = [r for r in partitions[partition] if r not in adding.pop(partition, [])]
-                        removing.pop(partition, None)
-                        partitions[partition] = original
+                        if target is None:
+                            if partition not in adding and partition not in removing:
+                                results[key] = (ErrorCode.no_reassignment_in_progress, "no reassignment in progress")
+                                continue
+                            original = [r for r in partitions[partition] if r not in adding.pop(partition, [])]
+                            removing.pop(partition, None)
+                            partitions[partition] = original
+                            results[key] = (ErrorCode.none, None)
+                            continue
+                        if not target or len(set(target)) != len(target) or any(r not in self.live for r in target):
+                            results[key] = (ErrorCode.invalid_replica_assignment,
+                                            f"target {target} must be distinct live brokers")
+                            continue
+                        original = [r for r in partitions[partition] if r not in adding.get(partition, [])]
                         results[key] = (ErrorCode.none, None)
-                        continue
-                    if not target or len(set(target)) != len(target) or any(r not in self.live for r in target):
-                        results[key] = (ErrorCode.invalid_replica_assignment,
-                                        f"target {target} must be distinct live brokers")
-                        continue
-                    original = [r for r in partitions[partition] if r not in adding.get(partition, [])]
-                    if list(target) == original:
-                        results[key] = (ErrorCode.none, None)
-                        continue
-                    partitions[partition] = list(target) + [r for r in original if r not in target]
-                    adding[partition] = [r for r in target if r not in original]
-                    removing[partition] = [r for r in original if r not in target]
-                    results[key] = (ErrorCode.none, None)
-                    _log.info("reassigning {topic}-{partition} from {original} to {target}", topic=topic,
-                              partition=partition, original=original, target=target)
-                await self.registry.set_topic_assignment(
-                    TopicAssignment(topic, current.topic_id, partitions, adding, removing))
+                        if list(target) == original:
+                            continue
+                        partitions[partition] = list(target) + [r for r in original if r not in target]
+                        adding[partition] = [r for r in target if r not in original]
+                        removing[partition] = [r for r in original if r not in target]
+                    return TopicAssignment(topic, current.topic_id, partitions, adding, removing)
+
+                written = await self.registry.update_topic_assignment(topic, apply, self._epoch_zk_version)
+                adding, removing = written.adding_replicas, written.removing_replicas
                 for partition, target in wanted.items():
                     key = (topic, partition)
                     if results.get(key, (None,))[0] != ErrorCode.none:
@@ -531,6 +531,8 @@ class KafkaController:
                     else:
                         self.reassignments[key] = list(target)
                         self._adding[key] = list(adding.get(partition, []))
+                        _log.info("reassigning {topic}-{partition} to {target}", topic=topic, partition=partition,
+                                  target=target)
 
         d = self.run(go)
         return d.addCallback(lambda _: results)
@@ -551,13 +553,11 @@ class KafkaController:
             elif any(r not in target for r in state.isr):
                 await self._write(topic, partition, state, state.leader, [r for r in state.isr if r in target],
                                   new_epoch=False)
-            current = await self.registry.get_topic(topic)
-            partitions = dict(current.partitions)
-            partitions[partition] = list(target)
-            adding = {p: r for p, r in current.adding_replicas.items() if p != partition}
-            removing = {p: r for p, r in current.removing_replicas.items() if p != partition}
-            await self.registry.set_topic_assignment(
-                TopicAssignment(topic, current.topic_id, partitions, adding, removing))
+            await self.registry.update_topic_assignment(topic, lambda current, partition=partition, target=target: (
+                TopicAssignment(topic, current.topic_id, {**current.partitions, partition: list(target)},
+                                {p: r for p, r in current.adding_replicas.items() if p != partition},
+                                {p: r for p, r in current.removing_replicas.items() if p != partition})),
+                self._epoch_zk_version)
             del self.reassignments[key]
             self._adding.pop(key, None)
             _log.info("reassignment of {topic}-{partition} to {target} completed", topic=topic,

@@ -48,7 +48,7 @@ import json
 import random as _random
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Coroutine
 
 from twisted.internet.defer import Deferred
@@ -125,6 +125,8 @@ class TopicAssignment:
     #: partition -> replicas being added / removed by an ongoing reassignment (KIP-455).
     adding_replicas: dict[int, list[int]] = field(default_factory=dict)
     removing_replicas: dict[int, list[int]] = field(default_factory=dict)
+    #: the znode version it was read at (-1: not read from ZooKeeper).
+    zk_version: int = field(default=-1, compare=False)
 
 
 @dataclass(frozen=True)
@@ -441,22 +443,43 @@ class Registry:
             }
         )
 
-    def set_topic_assignment(self, assignment: TopicAssignment) -> Deferred:
+    def update_topic_assignment(self, name: str, change: Callable[[TopicAssignment], TopicAssignment | None],
+                                controller_epoch_zk_version: int | None = None) -> Deferred:
         """
-        Rewrite C{/brokers/topics/<topic>}: new partitions (CreatePartitions) or
-        a reassignment's replicas (with its adding/removing replicas, KIP-455).
+        Rewrite C{/brokers/topics/<name>}: read it, apply C{change} (new
+        partitions for CreatePartitions, a reassignment's replicas with its
+        adding/removing replicas, KIP-455), and write the result conditionally
+        on the version read; a concurrent change makes it read and apply again.
 
+        @param change: C{change(current) -> new assignment}, or C{None} to write nothing.
+        @param controller_epoch_zk_version: when given, the write is fenced by
+            C{/controller_epoch} as the controller's partition-state writes are.
+        @return: a Deferred firing with the assignment written (or C{None}).
         @raise UnknownTopicOrPartitionError: the topic does not exist.
+        @raise BadVersionError: another controller was elected (fenced writes only).
         """
 
-        async def go() -> None:
-            path = f"{TOPICS_PATH}/{assignment.name}"
-            data = self.encode_topic(assignment.topic_id, assignment.partitions, assignment.adding_replicas,
-                                     assignment.removing_replicas)
-            try:
-                await self.client.set(path, data)
-            except NoNodeError:
-                raise UnknownTopicOrPartitionError(f"topic {assignment.name!r} does not exist") from None
+        async def go() -> TopicAssignment | None:
+            path = f"{TOPICS_PATH}/{name}"
+            while True:
+                current = await self.get_topic(name)
+                new = change(current)
+                if new is None:
+                    return None
+                data = self.encode_topic(new.topic_id, new.partitions, new.adding_replicas, new.removing_replicas)
+                try:
+                    if controller_epoch_zk_version is not None:
+                        await self.client.fenced_set(CONTROLLER_EPOCH_PATH, controller_epoch_zk_version, path, data,
+                                                     version=current.zk_version)
+                    else:
+                        await self.client.set(path, data, version=current.zk_version)
+                    return new
+                except NoNodeError:
+                    raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist") from None
+                except BadVersionError as e:
+                    if CONTROLLER_EPOCH_PATH in str(e):
+                        raise
+                    continue  # changed since read: apply the change to the new assignment
 
         return _deferred(go())
 
@@ -512,10 +535,10 @@ class Registry:
 
         async def go() -> TopicAssignment:
             try:
-                data, _ = await self.client.get(f"{TOPICS_PATH}/{name}")
+                data, stat = await self.client.get(f"{TOPICS_PATH}/{name}")
             except NoNodeError:
                 raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
-            return self.decode_topic(name, data)
+            return replace(self.decode_topic(name, data), zk_version=stat.version)
 
         return _deferred(go())
 

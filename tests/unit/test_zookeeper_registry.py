@@ -386,3 +386,38 @@ class FakeMatchesRealTests(SynchronousTestCase):
                 self.assertEqual(
                     list(inspect.signature(member).parameters), list(inspect.signature(fake).parameters), name
                 )
+
+
+class TopicAssignmentUpdateTests(SynchronousTestCase):
+    def test_concurrent_change_is_reapplied_not_lost(self):
+        registry = Registry(started())
+        self.successResultOf(registry.create_topic("t", {0: [1, 2]}))
+        calls = []
+
+        def grow(current):
+            calls.append(dict(current.partitions))
+            if len(calls) == 1:
+                # another writer (a reassignment) changes the topic between our read and write
+                other = TopicAssignment("t", current.topic_id, {0: [2, 3, 1]}, {0: [3]}, {0: [1]})
+                self.successResultOf(registry.client.set(
+                    "/brokers/topics/t", Registry.encode_topic(other.topic_id, other.partitions,
+                                                               other.adding_replicas, other.removing_replicas)))
+            return TopicAssignment("t", current.topic_id, {**current.partitions, 1: [1, 2]},
+                                   current.adding_replicas, current.removing_replicas)
+
+        self.successResultOf(registry.update_topic_assignment("t", grow))
+        self.assertEqual(len(calls), 2)
+        topic = self.successResultOf(registry.get_topic("t"))
+        self.assertEqual(topic.partitions, {0: [2, 3, 1], 1: [1, 2]})  # both changes kept
+        self.assertEqual((topic.adding_replicas, topic.removing_replicas), ({0: [3]}, {0: [1]}))
+
+    def test_fenced_by_the_controller_epoch(self):
+        registry = Registry(started())
+        self.successResultOf(registry.create_topic("t", {0: [1]}))
+        self.assertTrue(self.successResultOf(registry.elect_controller(1)))
+        _, fence = registry.controller_epoch
+        self.successResultOf(registry.client.set("/controller_epoch", b"9"))  # another controller since
+        failure = self.failureResultOf(registry.update_topic_assignment(
+            "t", lambda current: TopicAssignment("t", current.topic_id, {0: [2]}), fence), BadVersionError)
+        self.assertIn("/controller_epoch", str(failure.value))
+        self.assertEqual(self.successResultOf(registry.get_topic("t")).partitions, {0: [1]})
