@@ -27,8 +27,6 @@ _OVERRIDES = {
 }
 
 
-
-
 def partition_info(bootstrap: str, topic: str, partition: int = 0):
     """(leader, replicas, isr) of a partition, as Metadata answers it."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
@@ -41,6 +39,18 @@ def partition_info(bootstrap: str, topic: str, partition: int = 0):
         return None
     p = t.partitions[partition]
     return p.leader, list(p.replicas), sorted(p.isrs)
+
+
+def isr_of(bootstrap: str, topic: str, partition: int = 0) -> list[int]:
+    """A partition's ISR as Metadata answers it ([] while unknown)."""
+    info = partition_info(bootstrap, topic, partition)
+    return info[2] if info is not None else []
+
+
+def new_leader(bootstrap: str, topic: str, old: int, partition: int = 0):
+    """C{partition_info} once the partition has a leader other than C{old}, else C{None}."""
+    info = partition_info(bootstrap, topic, partition)
+    return info if info is not None and info[0] not in (-1, old) else None
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int = 1, rf: int = 3, config: dict | None = None) -> None:
@@ -68,9 +78,18 @@ def consume_all(bootstrap: str, topic: str, partition: int, end: int, timeout_s:
 
 
 def segment_bytes(cluster, broker_id: int, topic: str, partition: int) -> bytes:
-    directory = os.path.join(cluster[broker_id].log_dir, f"data-{broker_id}", f"{topic}-{partition}")
+    """
+    A replica's segment files, concatenated.
+
+    @raise AssertionError: the replica has no segment (so that two missing
+        replicas never compare equal).
+    """
+    directory = os.path.join(cluster[broker_id].data_dir, f"{topic}-{partition}")
+    paths = sorted(glob.glob(os.path.join(directory, "*.log")))
+    if not paths:
+        raise AssertionError(f"broker {broker_id} has no segment of {topic}-{partition} in {directory}")
     data = b""
-    for path in sorted(glob.glob(os.path.join(directory, "*.log"))):
+    for path in paths:
         with open(path, "rb") as f:
             data += f.read()
     return data
@@ -88,8 +107,7 @@ class ReplicationTests(unittest.TestCase):
         with running_cluster(3, overrides=_OVERRIDES) as cluster:
             bootstrap = ",".join(b.bootstrap for b in cluster)
             create_topic(bootstrap, "events", config={"min.insync.replicas": "2"})
-            wait_for(lambda: (partition_info(bootstrap, "events") or (-1, [], []))[2] == [0, 1, 2],
-                     what="a full ISR")
+            wait_for(lambda: isr_of(bootstrap, "events") == [0, 1, 2], what="a full ISR")
             leader, replicas, _ = partition_info(bootstrap, "events")
             acked: dict[int, bytes] = {}
             errors = []
@@ -103,17 +121,21 @@ class ReplicationTests(unittest.TestCase):
             producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
                                  "linger.ms": 5, "message.timeout.ms": 60000, "retry.backoff.ms": 100})
             total = 3000
+            unacknowledged_at_kill = 0
             for i in range(total):
                 producer.produce("events", f"record-{i:05d}".encode(), partition=0, on_delivery=delivered)
-                if i == total // 3:
-                    producer.flush(30)
+                if i == total // 3:  # some records acknowledged before the kill ...
+                    wait_for(lambda: producer.poll(0.01) is not None and len(acked) >= total // 6,
+                             what="acknowledgements before the kill")
+                if i == total // 2:  # ... and the ones sent since still in flight when it comes
                     cluster[leader].kill()
+                    unacknowledged_at_kill = i + 1 - len(acked)
                 producer.poll(0)
             self.assertEqual(producer.flush(90), 0)
+            self.assertGreater(unacknowledged_at_kill, 0, "nothing was in flight when the leader died")
             self.assertEqual(errors, [])
             self.assertEqual(len(acked), total)
-            new = wait_for(lambda: (partition_info(bootstrap, "events") or (-1,))[0] not in (-1, leader)
-                           and partition_info(bootstrap, "events"), what="a new leader")
+            new = wait_for(lambda: new_leader(bootstrap, "events", leader), what="a new leader")
             self.assertIn(new[0], replicas)
             records = consume_all(bootstrap, "events", 0, max(acked) + 1)
             self.assertEqual([offset for offset, _ in records], list(range(len(records))))
@@ -126,19 +148,21 @@ class ReplicationTests(unittest.TestCase):
                      == segment_bytes(cluster, survivors[1], "events", 0), what="identical replica logs")
 
     def test_under_min_isr_refuses_acks_all_and_controlled_shutdown_moves_leadership(self) -> None:
+        """
+        SIGTERM of the leader moves its leadership to another ISR member before
+        it stops; with one replica left of three, acks=all is refused
+        (min.insync.replicas=2) while acks=1 is still accepted.
+        """
         with running_cluster(3, overrides=_OVERRIDES) as cluster:
             bootstrap = ",".join(b.bootstrap for b in cluster)
             create_topic(bootstrap, "audit", config={"min.insync.replicas": "2"})
-            wait_for(lambda: (partition_info(bootstrap, "audit") or (-1, [], []))[2] == [0, 1, 2],
-                     what="a full ISR")
+            wait_for(lambda: isr_of(bootstrap, "audit") == [0, 1, 2], what="a full ISR")
             leader, replicas, _ = partition_info(bootstrap, "audit")
             # SIGTERM: the leadership moves to another ISR member before the broker stops.
             cluster[leader].stop()  # twistd ends by the signal it received: the status is -15
             self.assertIn(f"broker {leader} stopped", cluster[leader].log_text())
             self.assertIn("controlled shutdown: leaderships moved", cluster[leader].log_text())
-            info = wait_for(lambda: partition_info(bootstrap, "audit"), what="metadata")
-            self.assertNotIn(info[0], (-1, leader))
-            second = info[0]
+            second = wait_for(lambda: new_leader(bootstrap, "audit", leader), what="a new leader")[0]
             # Kill the second leader too: one replica left, below min.insync.replicas=2.
             cluster[second].kill()
             last = [b for b in replicas if b not in (leader, second)][0]
@@ -174,20 +198,25 @@ class KafkatwClientFailoverTests(unittest.TestCase):
         with running_cluster(3, overrides=_OVERRIDES) as cluster:
             bootstrap = ",".join(b.bootstrap for b in cluster)
             create_topic(bootstrap, "kt", config={"min.insync.replicas": "2"})
-            wait_for(lambda: (partition_info(bootstrap, "kt") or (-1, [], []))[2] == [0, 1, 2], what="a full ISR")
+            wait_for(lambda: isr_of(bootstrap, "kt") == [0, 1, 2], what="a full ISR")
             leader = partition_info(bootstrap, "kt")[0]
             total = 2000
             with BlockingProducer(bootstrap, acks="all", enable_idempotence=True, linger_ms=2,
                                   retry_backoff_ms=50, timeout_s=90) as producer:
                 futures = []
+                unacknowledged_at_kill = 0
                 for i in range(total):
                     futures.append(producer.send("kt", f"v{i:05d}".encode(), partition=0))
-                    if i == total // 2:
-                        producer.flush()
+                    if i == total // 4:  # some records acknowledged before the kill ...
+                        wait_for(lambda: sum(f.done() for f in futures) >= total // 8,
+                                 what="acknowledgements before the kill", interval_s=0.01)
+                    if i == total // 2:  # ... and the ones sent since still in flight when it comes
                         cluster[leader].kill()
+                        unacknowledged_at_kill = sum(not f.done() for f in futures)
                 producer.flush()
                 offsets = [f.get(60).offset for f in futures]
             self.assertEqual(sorted(offsets), list(range(total)))
+            self.assertGreater(unacknowledged_at_kill, 0, "nothing was in flight when the leader died")
             with BlockingConsumer(bootstrap) as consumer:
                 consumer.assign([("kt", 0)])
                 consumer.seek(("kt", 0), 0)

@@ -25,9 +25,11 @@ def log_bytes(log):
 def replicate(leader, follower, max_bytes=1 << 20):
     """Fetch from C{leader} at the follower's LEO until caught up; @return: the appends' results."""
     results = []
-    while follower.log_end_offset < leader.log_end_offset:
+    for _ in range(10000):  # bounded: a regression that appends nothing fails instead of hanging
+        if follower.log_end_offset >= leader.log_end_offset:
+            return results
         results.append(follower.append_as_follower(log_bytes_from(leader, follower.log_end_offset, max_bytes)))
-    return results
+    raise AssertionError(f"the follower did not catch up: {follower.log_end_offset} < {leader.log_end_offset}")
 
 
 def log_bytes_from(log, offset, max_bytes):
@@ -43,7 +45,7 @@ def truncate_by_epoch(follower, leader):
     @return: the offsets truncated to, in order.
     """
     steps = []
-    while True:
+    for _ in range(100):  # bounded: each round truncates or ends
         leader_epoch, leader_end = leader.end_offset_for_epoch(follower.latest_epoch)
         offset, done = offset_truncation_state(follower.leader_epoch_cache, follower.log_end_offset,
                                                leader_epoch, leader_end, follower.high_watermark)
@@ -51,6 +53,7 @@ def truncate_by_epoch(follower, leader):
         steps.append(offset)
         if done:
             return steps
+    raise AssertionError(f"truncation did not end: {steps}")
 
 
 def values(log):
