@@ -35,6 +35,7 @@ import struct
 import time
 from typing import Any, Callable, Iterable
 
+from kafkatw.client.zookeeper_group import range_assignment
 from kafkatw.errors import ErrorCode, KafkaError, kafka_error
 
 __all__ = ["CoordinatorGroupConsumer", "encode_subscription", "decode_subscription", "encode_assignment",
@@ -102,22 +103,19 @@ def encode_assignment(partitions: Iterable[TopicPartition]) -> bytes:
 
 def range_assign(subscriptions: dict[str, list[str]], partition_counts: dict[str, int]) -> dict[str, list[TopicPartition]]:
     """
-    Kafka's range assignment (see the module docstring).
+    Kafka's range assignment (see the module docstring): the paper groups'
+    L{kafkatw.client.zookeeper_group.range_assignment}, keyed by member.
 
     @param subscriptions: member id -> subscribed topics.
     @param partition_counts: topic -> partition count (topics missing here get no partitions).
     @return: member id -> its sorted C{(topic, partition)}s (every member present).
     """
-    result: dict[str, list[TopicPartition]] = {member: [] for member in subscriptions}
-    topics = sorted({t for ts in subscriptions.values() for t in ts})
-    for topic in topics:
-        members = sorted(m for m, ts in subscriptions.items() if topic in ts)
-        count = partition_counts.get(topic, 0)
-        share, extra = divmod(count, len(members))
-        for j, member in enumerate(members):
-            start = j * share + min(j, extra)
-            result[member].extend((topic, p) for p in range(start, start + share + (j < extra)))
-    return {m: sorted(tps) for m, tps in result.items()}
+    consumers: dict[str, list[str]] = {}
+    for member, topics in subscriptions.items():
+        for topic in topics:
+            consumers.setdefault(topic, []).append(member)
+    owned = range_assignment({t: list(range(partition_counts.get(t, 0))) for t in consumers}, consumers)
+    return {member: sorted(owned.get(member, ())) for member in subscriptions}
 
 
 class CoordinatorGroupConsumer:
@@ -201,9 +199,6 @@ class CoordinatorGroupConsumer:
         if code in _COORDINATOR_MOVED:
             self._forget_coordinator()
         return code
-
-    def _retriable(self, code: ErrorCode) -> bool:
-        return code in _COORDINATOR_MOVED
 
     # --- membership -----------------------------------------------------------------------
 

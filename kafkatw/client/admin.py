@@ -45,7 +45,7 @@ from twisted.logger import Logger
 
 from .. import errors as _errors
 from ..errors import ErrorCode, KafkaError, UnknownTopicOrPartitionError
-from .client import KafkaClient, client_for
+from .client import KafkaClient, client_for, sleep
 from .connection import BrokerConnectionError
 
 __all__ = [
@@ -282,7 +282,7 @@ class AdminClient:
                 _log.debug("{what} failed ({error}); retrying in {backoff_ms} ms", what=what, error=e,
                            backoff_ms=backoff_ms)
             self.client.invalidate()
-            await _sleep(self.reactor, backoff_ms / 1000.0)
+            await sleep(self.reactor, backoff_ms / 1000.0)
 
     async def send(self, node_id: int, api_key: int, body: Any, version: int | None = None,
                    timeout_ms: int | None = None) -> Any:
@@ -884,8 +884,3 @@ def _topic_description(t: Any) -> TopicDescription:
         topic_id = None
     return TopicDescription(t.name, topic_id, bool(getattr(t, "is_internal", False)), partitions)
 
-
-def _sleep(reactor: Any, seconds: float) -> defer.Deferred:
-    from twisted.internet.task import deferLater
-
-    return deferLater(reactor, seconds, lambda: None)

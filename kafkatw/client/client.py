@@ -21,6 +21,7 @@ from typing import Any, Iterable
 
 from twisted.internet import defer
 from twisted.internet.endpoints import HostnameEndpoint, connectProtocol
+from twisted.internet.task import deferLater
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
@@ -144,7 +145,7 @@ class KafkaClient:
             raise BrokerConnectionError("client closed")
         wait = self._retry_at.get(node_id, 0) - self.reactor.seconds()
         if wait > 0:
-            await _sleep(self.reactor, wait)
+            await sleep(self.reactor, wait)
         host, port = self._address(node_id)
         protocol = BrokerConnection(self.reactor, self.client_id, self.request_timeout_ms, node_id)
         try:
@@ -346,7 +347,6 @@ class _Shared:
                 d.callback(result)
 
 
-def _sleep(reactor: Any, seconds: float) -> defer.Deferred:
-    from twisted.internet.task import deferLater
-
+def sleep(reactor: Any, seconds: float) -> defer.Deferred:
+    """A Deferred that fires after C{seconds} on C{reactor} (the clients' back-off waits)."""
     return deferLater(reactor, seconds, lambda: None)

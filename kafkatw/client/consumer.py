@@ -70,7 +70,7 @@ from ..errors import (
     kafka_error,
 )
 from ..protocol.records import decode_fetched, scan_fetched
-from .client import RETRIABLE_METADATA_ERRORS, KafkaClient, client_for
+from .client import RETRIABLE_METADATA_ERRORS, KafkaClient, client_for, sleep
 
 __all__ = [
     "Consumer",
@@ -357,7 +357,7 @@ class Consumer:
             partitions = self.client.partitions_for(topic)
             if partitions:
                 return set(partitions)
-            await _sleep(self.reactor, self.retry_backoff_ms * (attempt + 1) / 1000.0)
+            await sleep(self.reactor, self.retry_backoff_ms * (attempt + 1) / 1000.0)
         raise UnknownTopicOrPartitionError(f"topic {topic!r} does not exist")
 
     def initial_positions(self, partitions: list[TopicPartition]) -> defer.Deferred:
@@ -659,7 +659,7 @@ class Consumer:
         to_reset: list[_PartitionState] = []
         need_metadata = False
         wake_at = None
-        leader_for = self.client.leader_for
+        known = self.client.topics
         fetching = self._fetching
         for state in self._order:
             if state.error is not None:
@@ -676,13 +676,15 @@ class Consumer:
             if state.retry_at > now:
                 wake_at = state.retry_at if wake_at is None else min(wake_at, state.retry_at)
                 continue
-            leader = leader_for(state.topic, state.partition)
+            partitions = known.get(state.topic)
+            meta = partitions.get(state.partition) if partitions else None
+            leader = meta.leader if meta is not None else -1
             if leader < 0:
                 need_metadata = True
                 continue
             if state.validating:
                 continue
-            leader_epoch = self._leader_epoch(state)
+            leader_epoch = meta.leader_epoch
             if leader_epoch > state.validated_leader_epoch:
                 if state.validated_leader_epoch >= 0 and state.last_fetched_epoch >= 0:
                     to_validate.setdefault(leader, []).append((state, leader_epoch))
@@ -701,11 +703,6 @@ class Consumer:
             self._request_metadata_refresh()
         if wake_at is not None:
             self._wake_at(wake_at - now)
-
-    def _leader_epoch(self, state: _PartitionState) -> int:
-        partitions = self.client.topics.get(state.topic)
-        meta = partitions.get(state.partition) if partitions else None
-        return meta.leader_epoch if meta is not None else -1
 
     def _validate_positions(self, node: int, pairs: list[tuple[_PartitionState, int]]) -> None:
         """
@@ -1052,7 +1049,7 @@ class Consumer:
                                     + (f": {last_error}" if last_error else ""))
                 raise error
             self.client.invalidate()
-            await _sleep(self.reactor, self.retry_backoff_ms / 1000.0)
+            await sleep(self.reactor, self.retry_backoff_ms / 1000.0)
         return found
 
     # --- life cycle ---------------------------------------------------------------------
@@ -1086,8 +1083,3 @@ class Consumer:
             return self.client.close()
         return defer.succeed(None)
 
-
-def _sleep(reactor: Any, seconds: float) -> defer.Deferred:
-    from twisted.internet.task import deferLater
-
-    return deferLater(reactor, seconds, lambda: None)

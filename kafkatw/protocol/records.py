@@ -469,24 +469,25 @@ def scan_fetched(data: bytes | memoryview, fetch_offset: int) -> tuple[int, int]
     """
     end = len(data)
     pos = 0
+    last_batch = -1
     next_offset = fetch_offset
-    epoch = -1
     unpack_prefix = _BATCH_PREFIX.unpack_from
-    unpack_delta = _LAST_OFFSET_DELTA.unpack_from
+    unpack_int32 = _INT32.unpack_from
     while pos + _HEADER_SIZE <= end:
         base_offset, batch_length = unpack_prefix(data, pos)
         batch_end = pos + _LOG_OVERHEAD + batch_length
         if batch_end > end or batch_length < _HEADER_SIZE - _LOG_OVERHEAD:
             break
-        last = base_offset + unpack_delta(data, pos + 23)[0]
+        last = base_offset + unpack_int32(data, pos + 23)[0]  # lastOffsetDelta
         if last >= next_offset:
             next_offset = last + 1
-        epoch = unpack_delta(data, pos + 12)[0]
+        last_batch = pos
         pos = batch_end
+    epoch = unpack_int32(data, last_batch + 12)[0] if last_batch >= 0 else -1  # partitionLeaderEpoch
     return next_offset, epoch
 
 
-_LAST_OFFSET_DELTA = struct.Struct(">i")
+_INT32 = struct.Struct(">i")
 
 
 def decode_fetched(data: bytes | bytearray | memoryview, topic: str, partition: int, fetch_offset: int,

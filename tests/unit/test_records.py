@@ -221,3 +221,13 @@ def test_kio_reads_ours():
     assert [r.offset for r in batch.records] == list(range(3, 3 + len(SAMPLE)))
     assert [(r.key, r.value) for r in batch.records] == [(k, v) for k, v, _h, _t in SAMPLE]
     assert [[(h.key.decode(), h.value) for h in r.headers] for r in batch.records] == [h for _k, _v, h, _t in SAMPLE]
+
+
+def test_scan_fetched_gives_the_last_complete_batch_epoch():
+    from kafkatw.protocol.records import encode_batch, scan_fetched
+
+    data = (encode_batch([(None, b"a", [], 1)], base_offset=0, partition_leader_epoch=3)
+            + encode_batch([(None, b"b", [], 1), (None, b"c", [], 1)], base_offset=1, partition_leader_epoch=5))
+    assert scan_fetched(data, 0) == (3, 5)
+    assert scan_fetched(data + data[:20], 0) == (3, 5)  # a partial trailing batch is ignored
+    assert scan_fetched(data[:20], 7) == (7, -1)
