@@ -356,17 +356,9 @@ def _cluster_zookeeper(client: Any) -> tuple[str, str] | None:
 
 def _reachable(connect: str, timeout_s: float = 1.0) -> bool:
     """Whether one server of a ZooKeeper connect string accepts a TCP connection."""
-    import socket
+    from kafkatw.shipper import unreachable
 
-    from kafkatw.client.connection import parse_bootstrap_servers
-
-    for host, port in parse_bootstrap_servers(connect.split("/", 1)[0]):
-        try:
-            socket.create_connection((host, port), timeout=timeout_s).close()
-            return True
-        except OSError:
-            continue
-    return False
+    return unreachable(connect.split("/", 1)[0], timeout_s) is None
 
 
 def _zookeeper_group(client: Any, group_id: str) -> tuple[bool, tuple[str, Any] | None]:
