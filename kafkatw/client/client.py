@@ -27,6 +27,7 @@ from twisted.python.failure import Failure
 
 from ..errors import ErrorCode, KafkaError
 from .connection import BrokerConnection, BrokerConnectionError, parse_bootstrap_servers
+from .security import PLAINTEXT, SecurityConfig
 
 __all__ = ["KafkaClient", "PartitionMetadata", "RETRIABLE_METADATA_ERRORS", "client_for"]
 
@@ -84,13 +85,15 @@ class KafkaClient:
     @param allow_auto_create_topics: ask the broker to create unknown topics
         when fetching their metadata (the broker decides, with
         C{auto.create.topics.enable}), as Kafka's Java clients do by default.
+    @param security: how connections are secured (TLS, SASL); plaintext by default.
     """
 
     def __init__(self, reactor: Any, bootstrap_servers: str | list[str], client_id: str = "kafkatw",
                  request_timeout_ms: int = 30000, metadata_max_age_ms: int = 300000,
                  reconnect_backoff_ms: int = 50, reconnect_backoff_max_ms: int = 1000,
-                 allow_auto_create_topics: bool = True) -> None:
+                 allow_auto_create_topics: bool = True, security: SecurityConfig | None = None) -> None:
         self.reactor = reactor
+        self.security = security or PLAINTEXT
         self.bootstrap = parse_bootstrap_servers(bootstrap_servers)
         self.client_id = client_id
         self.request_timeout_ms = request_timeout_ms
