@@ -174,6 +174,31 @@ BROKER_CONFIG: dict[str, ConfigKey] = {
                   "kafkatw: offset commits are written to ZooKeeper in batches at most this often, the latest "
                   "value per group and partition; a commit is answered once the batch holding it is written.",
                   "ms"),
+        # transactions (Kafka's TransactionLogConfig and TransactionStateManagerConfig; docs/transactions.md)
+        ConfigKey("transaction.state.log.num.partitions", int, 50,
+                  "Partitions of the internal topic `__transaction_state`; a transactional id lives in partition "
+                  "`abs(hashCode(id)) % transaction.state.log.num.partitions`, whose leader is its transaction "
+                  "coordinator. Do not change it once the topic exists.", "partitions"),
+        ConfigKey("transaction.state.log.replication.factor", int, 3,
+                  "Replication factor of `__transaction_state` (capped at the live brokers when it is created).",
+                  "replicas"),
+        ConfigKey("transaction.state.log.min.isr", int, 2,
+                  "`min.insync.replicas` of `__transaction_state`: a transaction state change is acknowledged "
+                  "once this many replicas have it.", "replicas"),
+        ConfigKey("transaction.state.log.segment.bytes", int, 104857600,
+                  "Segment size of `__transaction_state` (small, so that compaction and loading stay quick).",
+                  "bytes"),
+        ConfigKey("transaction.max.timeout.ms", int, 900000,
+                  "Largest `transaction.timeout.ms` a producer may ask for in InitProducerId (else "
+                  "`INVALID_TRANSACTION_TIMEOUT`).", "ms"),
+        ConfigKey("transactional.id.expiration.ms", int, 604800000,
+                  "A transactional id with no open transaction and no update for this long is forgotten "
+                  "(a tombstone in `__transaction_state`).", "ms"),
+        ConfigKey("transaction.abort.timed.out.transaction.cleanup.interval.ms", int, 10000,
+                  "How often the coordinator aborts transactions open longer than their timeout.", "ms"),
+        ConfigKey("transaction.remove.expired.transaction.cleanup.interval.ms", int, 3600000,
+                  "How often the coordinator forgets transactional ids past `transactional.id.expiration.ms`.",
+                  "ms"),
         # replication (docs/replication.md; Kafka's ReplicationConfigs)
         ConfigKey("min.insync.replicas", int, 1,
                   "Fewest in-sync replicas with which an acks=all produce is accepted "
