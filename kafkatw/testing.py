@@ -769,3 +769,125 @@ class ClassFixture:
                 return result
             atexit.register(cls.tearDownClass)
         return super().run(result)  # type: ignore[misc]
+
+
+# -- transactions: fakes of the transaction coordinator's dependencies ----------
+
+__all__ += ["FakeTransactionLog", "FakeMarkerWriter", "MarkerCall", "FakeProducerIdAllocator"]
+
+
+class FakeTransactionLog:
+    """
+    An in-memory ``__transaction_state``
+    (L{kafkatw.broker.transaction_coordinator.TransactionLog}).
+
+    Appends are replicated at once unless C{hold} is set; then they wait in
+    L{pending} until L{replicate} or L{fail_pending}.  L{fail_next} makes the
+    next append fail with a Kafka error code.
+
+    @ivar partitions: partition -> list of (key, value) records written.
+    @ivar appends: every append as (partition, coordinator epoch, records).
+    """
+
+    def __init__(self, hold: bool = False) -> None:
+        self.hold = hold
+        self.partitions: dict[int, list[tuple[bytes, bytes | None]]] = {}
+        self.appends: list[tuple[int, int, list[tuple[bytes, bytes | None]]]] = []
+        self.pending: list[tuple[int, list[tuple[bytes, bytes | None]], Deferred]] = []
+        self._fail_next: list[Any] = []
+
+    def fail_next(self, code: Any) -> None:
+        """The next append fails with L{kafkatw.errors.kafka_error}C{(code)}."""
+        self._fail_next.append(code)
+
+    def append(self, partition: int, coordinator_epoch: int, records: Any) -> Deferred:
+        from kafkatw.errors import kafka_error
+
+        records = list(records)
+        self.appends.append((partition, coordinator_epoch, records))
+        if self._fail_next:
+            return fail(kafka_error(self._fail_next.pop(0), "FakeTransactionLog.fail_next"))
+        if self.hold:
+            d: Deferred = Deferred()
+            self.pending.append((partition, records, d))
+            return d
+        self.partitions.setdefault(partition, []).extend(records)
+        return succeed(None)
+
+    def replicate(self, count: int | None = None) -> None:
+        """Replicate the first C{count} held appends (all when None), in order."""
+        n = len(self.pending) if count is None else count
+        done, self.pending = self.pending[:n], self.pending[n:]
+        for partition, records, d in done:
+            self.partitions.setdefault(partition, []).extend(records)
+            d.callback(None)
+
+    def fail_pending(self, code: Any) -> None:
+        """Fail every held append with C{code}, writing nothing."""
+        from kafkatw.errors import kafka_error
+
+        done, self.pending = self.pending, []
+        for _partition, _records, d in done:
+            d.errback(kafka_error(code, "FakeTransactionLog.fail_pending"))
+
+    def read(self, partition: int) -> Deferred:
+        return succeed(list(self.partitions.get(partition, [])))
+
+
+@dataclass
+class MarkerCall:
+    """One L{FakeMarkerWriter.write_markers} call, with a Deferred per partition."""
+
+    producer_id: int
+    producer_epoch: int
+    coordinator_epoch: int
+    committed: bool
+    partitions: list[tuple[str, int]]
+    deferreds: dict[tuple[str, int], Deferred]
+
+    def complete(self) -> None:
+        """Every marker of this call is written."""
+        for d in self.deferreds.values():
+            if not d.called:
+                d.callback(None)
+
+
+class FakeMarkerWriter:
+    """
+    Records marker writes (L{kafkatw.broker.transaction_coordinator.MarkerWriter});
+    they complete when the test says so (L{MarkerCall.complete}), or at once
+    with C{auto_complete}.
+    """
+
+    def __init__(self, auto_complete: bool = False) -> None:
+        self.auto_complete = auto_complete
+        self.calls: list[MarkerCall] = []
+
+    def write_markers(self, producer_id: int, producer_epoch: int, coordinator_epoch: int, committed: bool,
+                      partitions: Any) -> dict[tuple[str, int], Deferred]:
+        partitions = list(partitions)
+        call = MarkerCall(producer_id, producer_epoch, coordinator_epoch, committed, partitions,
+                          {tp: Deferred() for tp in partitions})
+        self.calls.append(call)
+        if self.auto_complete:
+            call.complete()
+        return dict(call.deferreds)
+
+
+class FakeProducerIdAllocator:
+    """
+    Producer ids from C{first} upwards
+    (L{kafkatw.broker.transaction_coordinator.ProducerIdAllocator}); C{broken}
+    makes allocation fail.
+    """
+
+    def __init__(self, first: int = 1000) -> None:
+        self.next_id = first
+        self.broken = False
+
+    async def allocate_producer_id(self) -> int:
+        if self.broken:
+            raise ZooKeeperUnavailableError("FakeProducerIdAllocator is broken")
+        producer_id = self.next_id
+        self.next_id += 1
+        return producer_id

@@ -93,7 +93,8 @@ class StateTableTests(unittest.TestCase):
         meta.prepare_add_partitions({("b", 0)}, 100)
 
     def test_negative_epoch_or_id_refused(self) -> None:
-        self.assertRaises(InvalidTransition, metadata(S.EMPTY).prepare_transition, transit(S.ONGOING, producer_epoch=-1))
+        self.assertRaises(InvalidTransition, metadata(S.EMPTY).prepare_transition,
+                          transit(S.ONGOING, producer_epoch=-1))
         self.assertRaises(InvalidTransition, metadata(S.EMPTY).prepare_transition, transit(S.ONGOING, producer_id=-1))
 
     def test_a_transaction_round(self) -> None:
