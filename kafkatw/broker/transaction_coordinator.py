@@ -244,6 +244,13 @@ def _now_ms(clock: Any) -> int:
     return int(clock.seconds() * 1000)
 
 
+def _background(coroutine: Any, what: str) -> defer.Deferred:
+    """Run C{coroutine} with nobody waiting for it; a failure is logged (a coordinator bug)."""
+    d = defer.Deferred.fromCoroutine(coroutine)
+    d.addErrback(lambda failure: _log.failure("transaction coordinator: {what}", failure, what=what))
+    return d
+
+
 def _error_code(failure_or_exc: Any) -> ErrorCode:
     exc = getattr(failure_or_exc, "value", failure_or_exc)
     return exc.error_code if isinstance(exc, KafkaError) else _E.unknown_server_error
@@ -400,10 +407,12 @@ class TransactionCoordinator:
     # --- log writes ---------------------------------------------------------------------------
 
     async def _append(self, partition: int, coordinator_epoch: int, meta: TransactionMetadata,
-                      transit: TxnTransitMetadata) -> ErrorCode:
+                      transit: TxnTransitMetadata, retried: bool = False) -> ErrorCode:
         """
         Write C{transit} and complete it on C{meta} once replicated (a Dead
-        transit removes the id instead).
+        transit removes the id instead).  When the write fails the pending
+        transition is dropped, unless C{retried} and the error is
+        C{COORDINATOR_NOT_AVAILABLE}: the caller writes it again.
 
         @return: C{NONE} or the error to answer (L{_APPEND_ERRORS}).
         """
@@ -417,7 +426,8 @@ class TransactionCoordinator:
             _log.warn("writing {state} of transactional id {id!r} to __transaction_state-{partition} failed: "
                       "{error} (answered {answer})", state=transit.state.value, id=meta.transactional_id,
                       partition=partition, error=code.name.upper(), answer=mapped.name.upper())
-            if self._current(partition, coordinator_epoch, meta):
+            if self._current(partition, coordinator_epoch, meta) and not (
+                    retried and mapped == _E.coordinator_not_available):
                 meta.abort_transition()
             return mapped
         if not self._current(partition, coordinator_epoch, meta) or meta.pending_state != transit.state:
@@ -568,12 +578,12 @@ class TransactionCoordinator:
         meta = owned.transactions.get(transactional_id)
         if meta is None:
             return _E.invalid_producer_id_mapping
-        if meta.pending_state is not None:
-            return _E.concurrent_transactions
         if meta.producer_id != producer_id:
             return _E.invalid_producer_id_mapping
         if meta.producer_epoch != producer_epoch:
             return _E.producer_fenced
+        if meta.pending_state is not None:
+            return _E.concurrent_transactions
         if meta.state in (_S.PREPARE_COMMIT, _S.PREPARE_ABORT):
             return _E.concurrent_transactions
         if meta.state == _S.ONGOING and partitions <= meta.topic_partitions:
@@ -662,10 +672,16 @@ class TransactionCoordinator:
 
     def _send_markers(self, partition: int, coordinator_epoch: int, meta: TransactionMetadata,
                       committed: bool) -> None:
-        """Send the markers of C{meta}'s prepared transaction; complete it once all are written."""
+        """
+        Send the markers of C{meta}'s transaction, in PrepareCommit or
+        PrepareAbort; complete it once all are written.  As in Kafka, the
+        completion is prepared first, so the id stays busy
+        (C{CONCURRENT_TRANSACTIONS}) until it is written.
+        """
+        complete = meta.prepare_complete(_now_ms(self.reactor))
         remaining = set(meta.topic_partitions)
         if not remaining:
-            self._complete(partition, coordinator_epoch, meta)
+            self._complete(partition, coordinator_epoch, meta, complete)
             return
         owned = self._partitions[partition]
         deferreds = self.markers.write_markers(meta.producer_id, meta.producer_epoch, coordinator_epoch, committed,
@@ -680,7 +696,7 @@ class TransactionCoordinator:
             remaining.discard(tp)
             if not remaining:
                 owned.markers.pop(meta.transactional_id, None)
-                self._complete(partition, coordinator_epoch, meta)
+                self._complete(partition, coordinator_epoch, meta, complete)
 
         def failed(failure: Any, tp: TopicPartition) -> None:
             if failure.check(defer.CancelledError):
@@ -692,20 +708,23 @@ class TransactionCoordinator:
         for tp, d in deferreds.items():
             d.addCallbacks(written, failed, callbackArgs=(tp,), errbackArgs=(tp,))
 
-    def _complete(self, partition: int, coordinator_epoch: int, meta: TransactionMetadata) -> None:
-        defer.Deferred.fromCoroutine(self._write_complete(partition, coordinator_epoch, meta))
+    def _complete(self, partition: int, coordinator_epoch: int, meta: TransactionMetadata,
+                  transit: TxnTransitMetadata) -> None:
+        _background(self._write_complete(partition, coordinator_epoch, meta, transit), "completing a transaction")
 
-    async def _write_complete(self, partition: int, coordinator_epoch: int, meta: TransactionMetadata) -> None:
-        if not self._current(partition, coordinator_epoch, meta) or meta.pending_state is not None or \
-                meta.state not in (_S.PREPARE_COMMIT, _S.PREPARE_ABORT):
+    async def _write_complete(self, partition: int, coordinator_epoch: int, meta: TransactionMetadata,
+                              transit: TxnTransitMetadata) -> None:
+        if not self._current(partition, coordinator_epoch, meta) or meta.pending_state != transit.state:
             return
-        transit = meta.prepare_complete(_now_ms(self.reactor))
-        code = await self._append(partition, coordinator_epoch, meta, transit)
+        code = await self._append(partition, coordinator_epoch, meta, transit, retried=True)
         if code == _E.coordinator_not_available and self._current(partition, coordinator_epoch, meta):
             self.reactor.callLater(self.retry_backoff_ms / 1000.0, self._complete, partition, coordinator_epoch,
-                                   meta)
+                                   meta, transit)
         elif code == _E.none:
             _log.info("transactional id {id!r}: {state}", id=meta.transactional_id, state=meta.state.value)
+        else:
+            _log.warn("transactional id {id!r}: writing {state} failed with {error}", id=meta.transactional_id,
+                      state=transit.state.value, error=code.name.upper())
 
     # --- timeouts and expiration ----------------------------------------------------------------
 
@@ -728,9 +747,9 @@ class TransactionCoordinator:
                           "open for more than its {timeout} ms timeout", id=meta.transactional_id,
                           pid=meta.producer_id, epoch=meta.producer_epoch, timeout=meta.txn_timeout_ms)
                 aborted.append(meta.transactional_id)
-                defer.Deferred.fromCoroutine(self._end_transaction(
+                _background(self._end_transaction(
                     meta.transactional_id, transit.producer_id, transit.producer_epoch, committed=False,
-                    from_client=False))
+                    from_client=False), "aborting a timed-out transaction")
         return aborted
 
     def remove_expired_transactional_ids(self) -> list[str]:
@@ -750,7 +769,8 @@ class TransactionCoordinator:
                     continue
                 transit = meta.prepare_dead()
                 removed.append(meta.transactional_id)
-                defer.Deferred.fromCoroutine(self._append(partition, owned.coordinator_epoch, meta, transit))
+                _background(self._append(partition, owned.coordinator_epoch, meta, transit),
+                            "expiring a transactional id")
         return removed
 
     # --- DescribeTransactions, ListTransactions ----------------------------------------------------
@@ -767,6 +787,9 @@ class TransactionCoordinator:
             entry: dict[str, Any] = {"transactional_id": transactional_id, "transaction_state": "",
                                      "transaction_timeout": 0, "transaction_start_time": -1, "producer_id": -1,
                                      "producer_epoch": -1, "topics": []}
+            if not transactional_id:
+                out.append({**entry, "error_code": _E.invalid_request})
+                continue
             error, _, owned = self._lookup(transactional_id)
             meta = owned.transactions.get(transactional_id) if owned is not None else None
             if owned is not None and (meta is None or meta.pending_state == _S.DEAD):

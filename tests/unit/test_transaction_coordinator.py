@@ -225,7 +225,7 @@ class TransactionTests(unittest.TestCase):
         r = h.ongoing()
         self.assertEqual(h.end(r.producer_id, r.producer_epoch), E.none)
         self.assertEqual(h.end(r.producer_id, r.producer_epoch), E.concurrent_transactions)  # markers pending
-        self.assertEqual(h.end(r.producer_id, r.producer_epoch, committed=False), E.invalid_txn_state)
+        self.assertEqual(h.end(r.producer_id, r.producer_epoch, committed=False), E.concurrent_transactions)
         self.assertEqual(h.add(r.producer_id, r.producer_epoch, ("orders", 1)),
                          {("orders", 1): E.concurrent_transactions})
         h.markers.calls[0].complete()
@@ -234,6 +234,15 @@ class TransactionTests(unittest.TestCase):
         self.assertEqual(h.end(r.producer_id, r.producer_epoch, committed=False), E.invalid_txn_state)
         self.assertEqual(len(h.log.appends), before)
         self.assertEqual(len(h.markers.calls), 1)
+
+    def test_fenced_producer_is_told_so_while_the_id_is_busy(self) -> None:
+        h = Harness(self)
+        old = h.ongoing()
+        self.assertEqual(h.init().error, E.concurrent_transactions)  # the abort's markers are pending
+        self.assertEqual(h.add(old.producer_id, old.producer_epoch, ("orders", 1)),
+                         {("orders", 1): E.producer_fenced})
+        self.assertEqual(h.add(old.producer_id, old.producer_epoch + 1, ("orders", 1)),
+                         {("orders", 1): E.concurrent_transactions})
 
     def test_end_txn_without_a_transaction(self) -> None:
         h = Harness(self)
@@ -321,6 +330,20 @@ class TimeoutTests(unittest.TestCase):
         self.assertEqual(h.meta().state, S.COMPLETE_ABORT)
         self.assertEqual(h.end(r.producer_id, r.producer_epoch), E.producer_fenced)
         self.assertEqual(h.add(r.producer_id, r.producer_epoch, ("orders", 0)), {("orders", 0): E.producer_fenced})
+
+    def test_failed_fence_is_not_bumped_again(self) -> None:
+        """An abort whose PrepareAbort write failed keeps its bumped epoch; the next attempt reuses it."""
+        h = Harness(self)
+        r = h.ongoing()
+        h.clock.advance(61)
+        h.log.fail_next(E.not_enough_replicas)
+        self.assertEqual(h.coordinator.abort_timed_out_transactions(), ["app"])
+        self.assertEqual((h.meta().state, h.meta().producer_epoch, h.meta().has_failed_epoch_fence),
+                         (S.ONGOING, 1, True))
+        self.assertEqual(h.end(r.producer_id, r.producer_epoch), E.producer_fenced)  # never answered, still fenced
+        self.assertEqual(h.coordinator.abort_timed_out_transactions(), ["app"])
+        self.assertEqual((h.meta().state, h.meta().producer_epoch), (S.PREPARE_ABORT, 1))
+        self.assertEqual(h.markers.calls[0].producer_epoch, 1)
 
     def test_a_busy_transaction_is_not_aborted_twice(self) -> None:
         h = Harness(self)
@@ -443,6 +466,7 @@ class DescribeAndListTests(unittest.TestCase):
             "topics": [{"topic": "orders", "partitions": [0]}, {"topic": "payments", "partitions": [1]}]})
         self.assertEqual((out[1]["error_code"], out[1]["transaction_state"], out[1]["topics"]), (E.none, "Empty", []))
         self.assertEqual(out[2]["error_code"], E.transactional_id_not_found)
+        self.assertEqual(h.coordinator.describe_transactions([""])[0]["error_code"], E.invalid_request)
         h.coordinator.on_resigned(h.coordinator.partition_for("app"))
         self.assertEqual(h.coordinator.describe_transactions(["app"])[0]["error_code"], E.not_coordinator)
 
