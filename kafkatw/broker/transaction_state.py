@@ -84,7 +84,7 @@ import struct
 from dataclasses import dataclass, field, replace
 
 from ..errors import ErrorCode, kafka_error
-from ..protocol.records import encode_uvarint
+from ..protocol.records import decode_batches, encode_batch, encode_uvarint
 
 __all__ = [
     "TopicPartition",
@@ -103,6 +103,8 @@ __all__ = [
     "encode_transaction_log_value",
     "decode_transaction_log_value",
     "is_epoch_exhausted",
+    "encode_transaction_log_batch",
+    "transaction_log_records",
 ]
 
 #: (topic, partition).
@@ -588,3 +590,27 @@ def _skip_tagged(data: bytes, pos: int) -> int:
         size, pos = _read_uvarint(data, pos)
         pos += size
     return pos
+
+
+# --- record batches of __transaction_state ------------------------------------------
+
+
+def encode_transaction_log_batch(records: list[tuple[bytes, bytes | None]], timestamp_ms: int) -> bytes:
+    """
+    One uncompressed RecordBatch v2 of C{records} (key, value or None), as the
+    coordinator appends them (Kafka: C{TransactionLog.EnforcedCompression} none;
+    no producer id).  The log assigns offsets and the leader epoch.
+    """
+    return encode_batch([(key, value, (), timestamp_ms) for key, value in records])
+
+
+def transaction_log_records(data: bytes) -> list[tuple[bytes, bytes | None]]:
+    """
+    The (key, value) records of the batches in C{data} (a segment's bytes, or a
+    read of the partition), control batches skipped, in offset order: what
+    L{kafkatw.broker.transaction_coordinator.TransactionLog.read} returns.
+
+    @raise kafkatw.errors.CorruptRecordError: a batch fails its CRC.
+    """
+    return [(r.key or b"", r.value) for batch in decode_batches(data) if not batch.is_control
+            for r in batch.records]

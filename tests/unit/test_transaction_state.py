@@ -21,10 +21,14 @@ from kafkatw.broker.transaction_state import (
     decode_transaction_log_key,
     decode_transaction_log_value,
     encode_transaction_log_key,
+    encode_transaction_log_batch,
     encode_transaction_log_value,
     java_string_hash,
     partition_for,
+    transaction_log_records,
 )
+from kafkatw.broker.transaction_markers import encode_marker_batch
+from kafkatw.protocol.records import decode_batches
 from kafkatw.errors import ErrorCode, KafkaError
 
 S = TransactionState
@@ -253,6 +257,17 @@ class TransactionLogRecordTests(unittest.TestCase):
         empty_with_partitions = self.ongoing()
         empty_with_partitions.state = S.EMPTY
         self.assertRaises(ValueError, encode_transaction_log_value, empty_with_partitions)
+
+
+class TransactionLogBatchTests(unittest.TestCase):
+    def test_batches_round_trip_and_skip_markers(self) -> None:
+        first = [(KEY, VALUE_V0), (encode_transaction_log_key("other"), VALUE_V0_EMPTY)]
+        second = [(KEY, None)]  # a tombstone
+        data = (encode_transaction_log_batch(first, 1_700_000_000_000) + encode_marker_batch(5, 0, 1, True, 0)
+                + encode_transaction_log_batch(second, 1_700_000_000_001))
+        self.assertEqual(transaction_log_records(data), first + second)
+        header = decode_batches(data)[0]
+        self.assertEqual((header.compression, header.producer_id, header.is_transactional), (0, -1, False))
 
 
 class PartitioningTests(unittest.TestCase):
