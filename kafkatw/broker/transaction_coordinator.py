@@ -391,7 +391,9 @@ class TransactionCoordinator:
         C{coordinator_epoch}, only state loaded at that epoch or an older one is
         dropped.
         """
-        self._loading.pop(partition, None)
+        loading = self._loading.get(partition)
+        if loading is not None and (coordinator_epoch is None or loading <= coordinator_epoch):
+            del self._loading[partition]
         owned = self._partitions.get(partition)
         if owned is None or (coordinator_epoch is not None and owned.coordinator_epoch > coordinator_epoch):
             return
@@ -401,7 +403,12 @@ class TransactionCoordinator:
                 d.cancel()
         _log.info("unloaded __transaction_state-{partition}", partition=partition)
 
+    def owned_partitions(self) -> dict[int, int]:
+        """The ``__transaction_state`` partitions this coordinator serves -> their coordinator epochs."""
+        return {p: owned.coordinator_epoch for p, owned in self._partitions.items()}
+
     def is_loading(self) -> bool:
+        """Whether a partition is being loaded."""
         return bool(self._loading)
 
     # --- log writes ---------------------------------------------------------------------------
@@ -813,9 +820,11 @@ class TransactionCoordinator:
                           transactional_id_pattern: str | None = None) -> dict[str, Any]:
         """
         ListTransactions (KIP-664; v1's duration filter, KIP-994; v2's id
-        pattern, KIP-1152) over this coordinator's partitions, in the response's
-        field names.  C{COORDINATOR_LOAD_IN_PROGRESS} while a partition loads;
-        unknown state names are returned in C{unknown_state_filters}.
+        pattern, KIP-1152: the whole id must match; C{INVALID_REGULAR_EXPRESSION}
+        when it does not compile) over this coordinator's partitions, in the
+        response's field names.  C{COORDINATOR_LOAD_IN_PROGRESS} while a
+        partition loads; unknown state names are returned in
+        C{unknown_state_filters}.
         """
         if self._loading:
             return {"error_code": _E.coordinator_load_in_progress, "unknown_state_filters": [],
@@ -825,7 +834,11 @@ class TransactionCoordinator:
         states = {by_name[n] for n in names if n in by_name}
         unknown = [n for n in names if n not in by_name]
         producer_ids = set(producer_id_filters)
-        pattern = re.compile(transactional_id_pattern) if transactional_id_pattern else None
+        try:
+            pattern = re.compile(transactional_id_pattern) if transactional_id_pattern else None
+        except re.error:
+            return {"error_code": _E.invalid_regular_expression, "unknown_state_filters": [],
+                    "transaction_states": []}
         now = _now_ms(self.reactor)
         listed = []
         for owned in self._partitions.values():
@@ -833,7 +846,7 @@ class TransactionCoordinator:
                 if meta.pending_state == _S.DEAD or (producer_ids and meta.producer_id not in producer_ids) or \
                         (names and meta.state not in states) or \
                         (duration_filter_ms >= 0 and now - meta.txn_start_timestamp_ms <= duration_filter_ms) or \
-                        (pattern is not None and not pattern.match(meta.transactional_id)):
+                        (pattern is not None and not pattern.fullmatch(meta.transactional_id)):
                     continue
                 listed.append({"transactional_id": meta.transactional_id, "producer_id": meta.producer_id,
                                "transaction_state": meta.state.value})

@@ -394,6 +394,22 @@ class FailoverTests(unittest.TestCase):
         self.assertEqual(self.successResultOf(loaded), 0)
         self.assertEqual(h.init().error, E.none)
         self.assertEqual(h.log.appends[-1][1], 7)
+        self.assertEqual(h.coordinator.owned_partitions(), {h.coordinator.partition_for("app"): 7})
+
+    def test_resignation_of_an_older_epoch_keeps_a_newer_load(self) -> None:
+        log = FakeTransactionLog()
+        reading: defer.Deferred = defer.Deferred()
+        log.read = lambda partition: reading  # type: ignore[method-assign]
+        h = Harness(self, log=log, load=False)
+        loaded = h.coordinator.on_became_leader(0, 8)
+        h.coordinator.on_resigned(0, 7)
+        self.assertTrue(h.coordinator.is_loading())
+        reading.callback([])
+        self.assertEqual(self.successResultOf(loaded), 0)
+        h.coordinator.on_resigned(0, 7)
+        self.assertEqual(h.coordinator.owned_partitions(), {0: 8})
+        h.coordinator.on_resigned(0, 8)
+        self.assertEqual(h.coordinator.owned_partitions(), {})
 
     def test_prepare_commit_is_completed_by_the_next_leader(self) -> None:
         """The old coordinator wrote PrepareCommit and died before the markers; the new one sends them."""
@@ -487,6 +503,8 @@ class DescribeAndListTests(unittest.TestCase):
         self.assertEqual([t["producer_id"] for t in longer["transaction_states"]], [a.producer_id])
         pattern = h.coordinator.list_transactions(transactional_id_pattern="[ab]")
         self.assertEqual(sorted(t["transactional_id"] for t in pattern["transaction_states"]), ["a", "b"])
+        self.assertEqual(h.coordinator.list_transactions(transactional_id_pattern="(")["error_code"],
+                         E.invalid_regular_expression)
 
 
 class WithMarkerChannelTests(unittest.TestCase):
