@@ -63,6 +63,8 @@ class ZkAclAuthorizer(AclCache):
         self.now_ms = now_ms
         #: change store -> the notifications already processed.
         self._seen: dict[str, set[str]] = {}
+        #: change store -> notification -> its creation time (ms), until purged.
+        self._ctimes: dict[str, dict[str, int]] = {}
         self._tail: Deferred | None = None
 
     async def start(self) -> None:
@@ -92,23 +94,25 @@ class ZkAclAuthorizer(AclCache):
             self._tail = self._tail.addCallback(run)
 
     async def _process(self, store: str, children: list[str]) -> None:
+        """Re-read the patterns C{children} name, then purge this store's expired notifications."""
         patterns: dict[ResourcePattern, None] = {}
-        expired = []
-        now = self.now_ms() if self.now_ms is not None else None
+        ctimes = self._ctimes.setdefault(store, {})
         for child in children:
             found = await self.registry.get_acl_change(store, child)
             if found is None:
                 continue
-            pattern, ctime_ms = found
+            pattern, ctimes[child] = found
             patterns[pattern] = None
-            if now is not None and now - ctime_ms > ACL_CHANGE_EXPIRATION_MS:
-                expired.append(child)
         for pattern in patterns:
             entries, _version = await self.registry.get_acls(pattern)
             self.set(pattern, entries)
-            _log.info("ACLs of {pattern} now {count} entries", pattern=str(pattern), count=len(entries))
-        for child in expired:
-            await self.registry.delete_acl_change(store, child)
+            _log.info("ACLs of {pattern}: {count} entries", pattern=str(pattern), count=len(entries))
+        if self.now_ms is not None:
+            cutoff = self.now_ms() - ACL_CHANGE_EXPIRATION_MS
+            for child, ctime_ms in sorted(ctimes.items()):
+                if ctime_ms < cutoff:
+                    del ctimes[child]
+                    await self.registry.delete_acl_change(store, child)
 
     # -- CreateAcls / DeleteAcls ---------------------------------------------------------------
 
