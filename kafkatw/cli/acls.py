@@ -320,6 +320,8 @@ def _list(backend: Any, resources: list[tuple[ResourceType, str]], pattern_type:
     else:
         found = backend.describe(AclBindingFilter(pattern_type=PatternType.ANY if pattern_type == PatternType.LITERAL
                                                   else pattern_type))
+    for principal in principals:
+        click.echo(f"ACLs for principal `{principal}`")
     for pattern, entries in sorted(found.items()):
         if principals:
             entries = [e for e in entries if e.principal in principals]
