@@ -148,3 +148,36 @@ class AclIntegrationTests(unittest.TestCase):
                           "User:ANONYMOUS", "--operation", "Read", "--topic", "t")
             self.assertEqual(result.exit_code, 0, result.output)
             wait_for(lambda: all(fetch_error(b, "t") != TAF for b in brokers), timeout_s=5, what="Deny removed")
+
+    def test_admin_clients_manage_acls(self) -> None:
+        """confluent-kafka's and kafka-python's admin clients create, describe and delete ACLs."""
+        from confluent_kafka import admin as ck
+        from kafka import admin as kp
+
+        with running_cluster(1, overrides=OVERRIDES, before_brokers=bootstrap_acls) as cluster:
+            bootstrap = cluster[0].bootstrap
+            client = ck.AdminClient({"bootstrap.servers": bootstrap})
+            binding = ck.AclBinding(ck.ResourceType.TOPIC, "ck-", ck.ResourcePatternType.PREFIXED, "User:alice", "*",
+                                    ck.AclOperation.READ, ck.AclPermissionType.ALLOW)
+            for future in client.create_acls([binding]).values():
+                self.assertIsNone(future.result(15))
+            everything = ck.AclBindingFilter(ck.ResourceType.ANY, None, ck.ResourcePatternType.ANY, None, None,
+                                             ck.AclOperation.ANY, ck.AclPermissionType.ANY)
+            self.assertIn(binding, client.describe_acls(everything).result(15))
+            prefixed = ck.AclBindingFilter(ck.ResourceType.TOPIC, "ck-", ck.ResourcePatternType.PREFIXED, None, None,
+                                           ck.AclOperation.ANY, ck.AclPermissionType.ANY)
+            for future in client.delete_acls([prefixed]).values():
+                self.assertEqual(future.result(15), [binding])
+
+            legacy = kp.KafkaAdminClient(bootstrap_servers=bootstrap)
+            try:
+                acl = kp.ACL("User:bob", "*", kp.ACLOperation.WRITE, kp.ACLPermissionType.ALLOW,
+                             kp.ResourcePattern(kp.ResourceType.TOPIC, "kp"))
+                self.assertEqual(legacy.create_acls([acl])["failed"], [])
+                found, error = legacy.describe_acls(kp.ACLFilter(
+                    "User:bob", None, kp.ACLOperation.ANY, kp.ACLPermissionType.ANY,
+                    kp.ResourcePatternFilter(kp.ResourceType.ANY, None, kp.ACLResourcePatternType.ANY)))
+                self.assertEqual([(a.principal, a.resource_pattern.resource_name, a.operation) for a in found],
+                                 [("User:bob", "kp", kp.ACLOperation.WRITE)])
+            finally:
+                legacy.close()
