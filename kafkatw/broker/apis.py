@@ -341,13 +341,17 @@ class KafkaApis:
         """Fill C{topic_authorized_operations} / C{cluster_authorized_operations} when asked (KIP-430)."""
         if getattr(request, "include_topic_authorized_operations", False):
             for topic in body["topics"]:
-                if topic["error_code"] == 0:
-                    topic["topic_authorized_operations"] = self._authorized_operations(
-                        context, ResourceType.TOPIC, topic["name"])
+                topic["topic_authorized_operations"] = self._authorized_operations(
+                    context, ResourceType.TOPIC, topic["name"])
         if getattr(request, "include_cluster_authorized_operations", False):
-            body["cluster_authorized_operations"] = self._authorized_operations(context, ResourceType.CLUSTER,
-                                                                                CLUSTER_NAME)
+            body["cluster_authorized_operations"] = self._cluster_operations(context)
         return body
+
+    def _cluster_operations(self, context: RequestContext) -> int:
+        """The cluster's bit set, 0 without Describe on it (Kafka's C{computeDescribeClusterResponse})."""
+        if not self._allowed(context, AclOperation.DESCRIBE, ResourceType.CLUSTER):
+            return 0
+        return self._authorized_operations(context, ResourceType.CLUSTER, CLUSTER_NAME)
 
     def handle_metadata(self, context: RequestContext, request: Any) -> Any:
         """
@@ -647,6 +651,8 @@ class KafkaApis:
                      "config_source": 1 if k in configs else 5, "is_sensitive": False}
                     for k, v in sorted(self._effective_topic_config(topic.name, configs).items())
                 ]
+                if not self._allowed(context, AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, topic.name):
+                    entry.update(configs=None, topic_config_error_code=int(ErrorCode.topic_authorization_failed))
             except KafkaError as e:
                 entry["error_code"] = int(e.error_code)
                 entry["error_message"] = str(e) or None
@@ -669,7 +675,9 @@ class KafkaApis:
         for name in names:
             entry = {"name": name, "error_code": 0, "error_message": None}
             try:
-                if not self._allowed(context, AclOperation.DELETE, ResourceType.TOPIC, name):
+                if not self._allowed(context, AclOperation.DELETE, ResourceType.TOPIC, name) and (
+                        name in self.metadata.topics
+                        or not self._allowed(context, AclOperation.DESCRIBE, ResourceType.TOPIC, name)):
                     raise kafka_error(ErrorCode.topic_authorization_failed, "")
                 if not self.config["delete.topic.enable"]:
                     raise kafka_error(ErrorCode.topic_deletion_disabled, "delete.topic.enable=false")
@@ -698,7 +706,7 @@ class KafkaApis:
         denied: set[str] | None = None
         if self.authorizer is not None:
             names = [t.topic for t in request.topics]
-            if getattr(request, "replica_id", -1) >= 0:  # a follower: ClusterAction, as Kafka's
+            if getattr(request, "replica_id", -1) != -1:  # a follower (or -2, debug): ClusterAction, as Kafka's
                 denied = set() if self._allowed(context, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER) \
                     else set(names)
             else:
@@ -708,7 +716,7 @@ class KafkaApis:
             for p in topic.partitions:
                 entry = {"partition": p.partition, "error_code": 0, "leader_epoch": -1, "end_offset": -1}
                 if denied and topic.topic in denied:
-                    code = ErrorCode.topic_authorization_failed if getattr(request, "replica_id", -1) < 0 \
+                    code = ErrorCode.topic_authorization_failed if getattr(request, "replica_id", -1) == -1 \
                         else ErrorCode.cluster_authorization_failed
                     entry["error_code"] = int(code)
                     partitions.append(entry)
@@ -861,12 +869,8 @@ class KafkaApis:
             "cluster_authorized_operations": OPERATIONS_NOT_REQUESTED,
         }
         if getattr(request, "include_cluster_authorized_operations", False):
-            body["cluster_authorized_operations"] = self._authorized_operations(context, ResourceType.CLUSTER,
-                                                                                CLUSTER_NAME)
-        if not self._allowed(context, AclOperation.DESCRIBE, ResourceType.CLUSTER):
-            body.update(error_code=int(ErrorCode.cluster_authorization_failed), brokers=[], controller_id=-1,
-                        cluster_authorized_operations=OPERATIONS_NOT_REQUESTED)
-        elif getattr(request, "endpoint_type", 1) != 1:
+            body["cluster_authorized_operations"] = self._cluster_operations(context)
+        if getattr(request, "endpoint_type", 1) != 1:
             body.update(error_code=int(ErrorCode.unsupported_endpoint_type), brokers=[], controller_id=-1,
                         endpoint_type=request.endpoint_type,
                         error_message="this broker describes only broker endpoints (endpoint_type 1)")
@@ -1154,7 +1158,7 @@ class KafkaApis:
         def answer(groups: list) -> bytes:
             for g in groups:
                 g["authorized_operations"] = OPERATIONS_NOT_REQUESTED
-                if include and g["error_code"] == 0:
+                if include and g["error_code"] != ErrorCode.group_authorization_failed:
                     g["authorized_operations"] = self._authorized_operations(context, ResourceType.GROUP,
                                                                              g["group_id"])
             return self._respond(context, {"throttle_time": 0, "groups": groups})

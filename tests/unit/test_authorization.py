@@ -262,13 +262,21 @@ class AdminApisTests(unittest.TestCase):
     def test_create_topics(self) -> None:
         self.h.grant(ALICE, O.CREATE, T, "a-", PatternType.PREFIXED)
         body = {"topics": [{"name": "a-1", "num_partitions": 1, "replication_factor": 1}], "timeout": 1000}
-        self.assertEqual(self.h.as_(ALICE, 19, 7, body).topics[0].error_code, ErrorCode.none)
+        created = self.h.as_(ALICE, 19, 7, body).topics[0]
+        self.assertEqual(created.error_code, ErrorCode.none)
+        # no DescribeConfigs: the configs are withheld, as Kafka does
+        self.assertEqual((created.topic_config_error_code, created.configs), (TAF, None))
         body["topics"][0]["name"] = "b-1"
         self.assertEqual(self.h.as_(ALICE, 19, 7, body).topics[0].error_code, TAF)
         self.h.grant(BOB, O.CREATE, C, CLUSTER_NAME)
         self.assertEqual(self.h.as_(BOB, 19, 7, body).topics[0].error_code, ErrorCode.none)
 
     def test_delete_topics(self) -> None:
+        self.assertEqual(self.h.as_(BOB, 20, 6, {"topics": [{"name": "t"}], "timeout": 1000}).responses[0].error_code,
+                         TAF)
+        self.h.grant(BOB, O.DESCRIBE, T, "*")  # Describe without Delete: unknown topics are named as such
+        self.assertEqual(self.h.as_(BOB, 20, 6, {"topics": [{"name": "u"}], "timeout": 1000}).responses[0]
+                         .error_code, ErrorCode.unknown_topic_or_partition)
         self.assertEqual(self.h.as_(BOB, 20, 6, {"topics": [{"name": "t"}], "timeout": 1000}).responses[0].error_code,
                          TAF)
         self.h.grant(ALICE, O.DELETE, T, "t")
@@ -322,8 +330,10 @@ class AdminApisTests(unittest.TestCase):
                          ErrorCode.not_controller)
 
     def test_describe_cluster(self) -> None:
+        """Anyone may describe the cluster (as from Metadata); its operations need Describe on it."""
         body = {"include_cluster_authorized_operations": True}
-        self.assertEqual(self.h.as_(BOB, 60, 0, body).error_code, CAF)
+        response = self.h.as_(BOB, 60, 0, body)
+        self.assertEqual((response.error_code, response.cluster_authorized_operations), (ErrorCode.none, 0))
         self.h.grant(ALICE, O.DESCRIBE, C, CLUSTER_NAME)
         response = self.h.as_(ALICE, 60, 0, body)
         self.assertEqual(response.error_code, ErrorCode.none)
