@@ -50,3 +50,23 @@ class UsageTests(unittest.TestCase):
         self.assertUsage(acls(*ZK, "--list", "--producer", "--topic", "t"), "--producer and --consumer")
         self.assertUsage(acls(*ZK, "--add", "--allow-principal", "User:a", "--idempotent", "--topic", "t"),
                          "--idempotent goes with --producer")
+
+
+class CommandConfigTests(unittest.TestCase):
+    def test_client_properties_become_the_security_config(self) -> None:
+        from kafkatw.cli.acls import _security_from_file
+
+        path = self.mktemp()
+        with open(path, "w", encoding="utf-8") as f:
+            f.write("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-256\n"
+                    "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
+                    'username="admin" password="admin-secret";\n')
+        security = _security_from_file(path)
+        self.assertEqual((security.security_protocol, security.sasl_mechanism, security.sasl_plain_username),
+                         ("SASL_PLAINTEXT", "SCRAM-SHA-256", "admin"))
+        self.assertIsNone(_security_from_file(None))
+
+    def test_unreadable_file(self) -> None:
+        result = acls("--bootstrap-server", "127.0.0.1:1", "--command-config", self.mktemp(), "--list")
+        self.assertEqual(result.exit_code, 2, result.output)
+        self.assertIn("cannot read", result.output)

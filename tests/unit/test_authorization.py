@@ -13,8 +13,10 @@ from typing import Any
 from twisted.internet import defer
 from twisted.trial import unittest
 
+from kafkatw.broker.apis import SUPPORTED_VERSIONS
 from kafkatw.broker.authorizer import ZkAclAuthorizer
 from kafkatw.broker.request_context import ConnectionContext
+from kafkatw.client.admin import AdminClient
 from kafkatw.errors import ErrorCode
 from kafkatw.protocol.batch import build_batch
 from kafkatw.protocol.messages import encode_request, parse_request_header
@@ -22,6 +24,8 @@ from kafkatw.security.acl import (
     CLUSTER_NAME,
     OPERATIONS_NOT_REQUESTED,
     AccessControlEntry,
+    AclBinding,
+    AclBindingFilter,
     AclOperation,
     AclPermissionType,
     PatternType,
@@ -383,3 +387,65 @@ class AclApisTests(unittest.TestCase):
             self.assertFalse(self.h.authorizer.authorize(ALICE, "h", O.READ, T, "p-x"))
             self.h.as_("User:admin", 31, version, {"filters": [dict(describe, resource_type_filter=2)]})
             self.assertEqual(list(self.h.authorizer.acls), [ResourcePattern(C, CLUSTER_NAME)])
+
+
+class _BrokerConnection:
+    """A client connection served by an in-process broker, as one principal (bytes both ways)."""
+
+    def __init__(self, broker: AuthorizedBroker, principal: str) -> None:
+        self.broker = broker
+        self.principal = principal
+        self.versions = {key: high for key, (_low, high) in SUPPORTED_VERSIONS.items()}
+
+    def request(self, api_key: int, body: Any, version: int | None = None, timeout_ms: int | None = None) -> Any:
+        return defer.succeed(self.broker.as_(self.principal, api_key, version or self.versions[api_key], body))
+
+
+class _Client:
+    """The part of L{kafkatw.client.client.KafkaClient} the admin client uses for ACLs."""
+
+    def __init__(self, connection: _BrokerConnection) -> None:
+        self._connection = connection
+        self.bootstrap = [("in-process", 0)]
+        self.brokers = {0: ("in-process", 0)}
+
+    def least_loaded_node(self) -> int:
+        return 0
+
+    def connection(self, node: int) -> defer.Deferred:
+        return defer.succeed(self._connection)
+
+    def invalidate(self) -> None:
+        pass
+
+    def close(self) -> defer.Deferred:
+        return defer.succeed(None)
+
+
+class AdminClientAclTests(unittest.TestCase):
+    """L{kafkatw.client.admin.AdminClient}'s ACL methods against the in-process broker."""
+
+    def admin(self, principal: str) -> AdminClient:
+        return AdminClient(self.h.clock, client=_Client(_BrokerConnection(self.h, principal)))
+
+    def setUp(self) -> None:
+        self.h = AuthorizedBroker(self, super_users=("User:admin",))
+
+    def test_create_describe_delete(self) -> None:
+        admin = self.admin("User:admin")
+        binding = AclBinding(ResourcePattern(T, "orders-", PatternType.PREFIXED),
+                             AccessControlEntry(ALICE, "*", O.WRITE, AclPermissionType.ALLOW))
+        bad = AclBinding(ResourcePattern(C, "other"), AccessControlEntry(ALICE, "*", O.ALTER, AclPermissionType.ALLOW))
+        results = self.successResultOf(admin.create_acls([binding, bad]))
+        self.assertIsNone(results[binding])
+        self.assertEqual(results[bad].error_code, ErrorCode.invalid_request)
+        self.assertEqual(self.successResultOf(admin.describe_acls(AclBindingFilter())), [binding])
+        deleted = self.successResultOf(admin.delete_acls([AclBindingFilter(T, "orders-", PatternType.PREFIXED)]))
+        self.assertEqual(list(deleted.values()), [[binding]])
+
+    def test_refused(self) -> None:
+        admin = self.admin(BOB)
+        failure = self.failureResultOf(admin.describe_acls(AclBindingFilter()))
+        self.assertEqual(failure.value.error_code, CAF)
+        binding = AclBinding(ResourcePattern(T, "t"), AccessControlEntry(BOB, "*", O.READ, AclPermissionType.ALLOW))
+        self.assertEqual(self.successResultOf(admin.create_acls([binding]))[binding].error_code, CAF)
