@@ -357,6 +357,8 @@ def _markdown_value(value: Any) -> str:
         return f"`{str(value).lower()}`"
     if isinstance(value, list):
         return f"`{','.join(value)}`" if value else "(empty)"
+    if value == "":
+        return "(empty)"
     return f"`{value}`"
 
 
