@@ -84,6 +84,16 @@ def _timestamp_type(value: str) -> str:
     return value
 
 
+def _authorizer_class(value: str) -> str:
+    from .security.acl import AUTHORIZER_CLASS_NAMES
+
+    name = str(value).strip()
+    if name and name not in AUTHORIZER_CLASS_NAMES:
+        raise ValueError("kafkatw has Kafka's ZooKeeper ACL authorizer only: "
+                         + ", ".join(sorted(AUTHORIZER_CLASS_NAMES)))
+    return name
+
+
 _LONG_MAX = 2**63 - 1
 
 BROKER_CONFIG: dict[str, ConfigKey] = {
@@ -237,6 +247,18 @@ BROKER_CONFIG: dict[str, ConfigKey] = {
         ConfigKey("leader.imbalance.per.broker.percentage", int, 10,
                   "Share of a broker's preferred partitions led elsewhere that triggers a preferred election.",
                   "%"),
+        # -- authorization (ACLs): docs/security.md --
+        ConfigKey("authorizer.class.name", _authorizer_class, "",
+                  "The authorizer: `kafka.security.authorizer.AclAuthorizer` (or Kafka's older "
+                  "`kafka.security.auth.SimpleAclAuthorizer`, or `kafkatw.security.AclAuthorizer`, the same "
+                  "authorizer) checks every request against the ACLs kept in ZooKeeper under `/kafka-acl`; "
+                  "empty: no authorization, every request is allowed."),
+        ConfigKey("super.users", str, "",
+                  "Principals allowed everything, separated by semicolons (`User:admin;User:ANONYMOUS`). With "
+                  "an authorizer, list the brokers' own principal here (on a plaintext inter-broker listener: "
+                  "`User:ANONYMOUS`), or grant it `ClusterAction` on the cluster, or replication stops."),
+        ConfigKey("allow.everyone.if.no.acl.found", _bool, False,
+                  "With an authorizer: allow an operation on a resource that no ACL names (false: deny it)."),
     ]
 }
 
@@ -360,6 +382,8 @@ def _markdown_value(value: Any) -> str:
         return f"`{str(value).lower()}`"
     if isinstance(value, list):
         return f"`{','.join(value)}`" if value else "(empty)"
+    if value == "":
+        return "(empty)"
     return f"`{value}`"
 
 

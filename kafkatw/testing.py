@@ -48,6 +48,7 @@ __all__ = [
     "BrokerProcess",
     "running_cluster",
     "Cluster",
+    "create_acls_in_zookeeper",
     "snapshot_tree",
     "wait_until",
     "wait_for",
@@ -661,10 +662,16 @@ class Cluster(list):
 
 @contextlib.contextmanager
 def running_cluster(brokers: int = 1, overrides: dict[str, str] | None = None,
-                    tmpdir: str | None = None) -> Iterator[Cluster]:
+                    tmpdir: str | None = None,
+                    before_brokers: Callable[[str], object] | None = None) -> Iterator[Cluster]:
     """
     A real ZooKeeper and C{brokers} real broker processes on free loopback
     ports; everything is stopped and removed on exit.
+
+    @param before_brokers: called with the brokers' C{zookeeper.connect}
+        (chroot included) once ZooKeeper runs and before any broker starts:
+        to write what the brokers need from their first request, e.g. ACLs
+        (L{create_acls_in_zookeeper}) when C{authorizer.class.name} is set.
 
     @return: a L{Cluster}: the started L{BrokerProcess}es (their C{bootstrap}
         addresses) and the ZooKeeper fixture.
@@ -675,6 +682,8 @@ def running_cluster(brokers: int = 1, overrides: dict[str, str] | None = None,
         cluster.zookeeper = ZooKeeperFixture(os.path.join(base, "zookeeper"))
         with cluster.zookeeper as connect:
             try:
+                if before_brokers is not None:
+                    before_brokers(connect + "/kafkatw")
                 for broker_id in range(brokers):
                     cluster.append(BrokerProcess(broker_id, connect + "/kafkatw", base, overrides).start())
                 yield cluster
@@ -684,6 +693,31 @@ def running_cluster(brokers: int = 1, overrides: dict[str, str] | None = None,
     finally:
         if tmpdir is None:
             shutil.rmtree(base, ignore_errors=True)
+
+
+def create_acls_in_zookeeper(zookeeper_connect: str, bindings: Any, timeout_s: float = 30.0) -> None:
+    """
+    Write ACLs straight into ZooKeeper, with their change notifications, as
+    C{kafkatw acls --authorizer-properties zookeeper.connect=...} does: the
+    first ACLs of a cluster whose brokers run C{authorizer.class.name}
+    (the brokers' own principal with C{ClusterAction}, an admin with
+    C{Alter} on the cluster), before or while the brokers run.
+
+    @param bindings: L{kafkatw.security.acl.AclBinding}s.
+    @raise kafkatw.security.acl.InvalidAclError: a binding Kafka refuses.
+    """
+    from kafkatw.broker.authorizer import ZkAclAuthorizer
+    from kafkatw.cli.zookeeper_groups import _in_reactor
+    from kafkatw.zookeeper.registry import Registry
+
+    wanted = list(bindings)
+
+    async def write(zk: Any) -> None:
+        for error in await ZkAclAuthorizer(Registry(zk)).create_acls(wanted):
+            if error is not None:
+                raise error
+
+    _in_reactor(write, zookeeper_connect, timeout_s)
 
 
 def snapshot_tree(path: str | os.PathLike) -> dict[str, tuple]:

@@ -29,6 +29,21 @@ from ..config import BROKER_CONFIG, TOPIC_CONFIG_KEYS, BrokerConfig
 from ..errors import CorruptRecordError, ErrorCode, KafkaError, kafka_error
 from ..protocol.fetch import FETCH_MAX_VERSION, FETCH_MIN_VERSION, PartitionFetchData, encode_fetch_response
 from ..protocol.messages import RequestHeader, UnsupportedVersion, decode_request, encode_response
+from ..security.acl import (
+    CLUSTER_NAME,
+    OPERATIONS_NOT_REQUESTED,
+    AccessControlEntry,
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    InvalidAclError,
+    PatternType,
+    ResourcePattern,
+    ResourceType,
+    operations_bit_field,
+    supported_operations,
+)
 from ..zookeeper.bridge import ZooKeeperError
 from ..zookeeper.registry import CommittedOffset
 from .group_coordinator import GroupCoordinator, OffsetStore
@@ -67,6 +82,9 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     46: (0, 0),  # ListPartitionReassignments (KIP-455; answered by the controller)
     44: (0, 1),  # IncrementalAlterConfigs (the replication throttles of brokers only, for now)
     60: (0, 1),  # DescribeCluster (KIP-700; v2's fenced brokers are KRaft's)
+    29: (1, 3),  # DescribeAcls (KIP-11, KIP-290 patterns; v2+ flexible)
+    30: (1, 3),  # CreateAcls
+    31: (1, 3),  # DeleteAcls
 }
 
 #: The transactional APIs (KIP-98, KIP-664): AddPartitionsToTxn, AddOffsetsToTxn,
@@ -169,7 +187,13 @@ class KafkaApis:
             46: self.handle_list_partition_reassignments,
             44: self.handle_incremental_alter_configs,
             60: self.handle_describe_cluster,
+            29: self.handle_describe_acls,
+            30: self.handle_create_acls,
+            31: self.handle_delete_acls,
         }
+        #: The L{kafkatw.broker.authorizer.ZkAclAuthorizer} (set by the server when
+        #: C{authorizer.class.name} is set; C{None}: every request is allowed).
+        self.authorizer: Any = None
         #: The broker's L{kafkatw.broker.controller.KafkaController} (set by the server;
         #: C{None}: this broker answers controller requests C{NOT_CONTROLLER}).
         self.controller: Any = None
@@ -222,6 +246,29 @@ class KafkaApis:
 
     def _respond(self, context: RequestContext, body: Any) -> bytes:
         return encode_response(context.api_key, context.api_version, context.correlation_id, body)
+
+    # --- authorization (docs/security.md) ------------------------------------
+
+    def _allowed(self, context: RequestContext, operation: AclOperation, resource_type: ResourceType,
+                 name: str = CLUSTER_NAME) -> bool:
+        """Whether the request's principal may do C{operation} on the resource (always, without an authorizer)."""
+        authorizer = self.authorizer
+        if authorizer is None:
+            return True
+        connection = context.connection
+        return authorizer.authorize(connection.principal, connection.client_host, operation, resource_type, name)
+
+    def _denied_topics(self, context: RequestContext, operation: AclOperation, names: Any) -> set[str]:
+        """The topics of C{names} the principal may not C{operation} (call only with an authorizer)."""
+        return {name for name in set(names) if not self._allowed(context, operation, ResourceType.TOPIC, name)}
+
+    def _authorized_operations(self, context: RequestContext, resource_type: ResourceType, name: str) -> int:
+        """The C{authorized_operations} bit set (every supported operation without an authorizer, as Kafka)."""
+        authorizer = self.authorizer
+        if authorizer is None:
+            return operations_bit_field(supported_operations(resource_type))
+        connection = context.connection
+        return authorizer.authorized_operations(connection.principal, connection.client_host, resource_type, name)
 
     # --- ApiVersions ---------------------------------------------------------
 
@@ -290,28 +337,67 @@ class KafkaApis:
             "cluster_authorized_operations": -2147483648,
         }
 
+    def _metadata_operations(self, context: RequestContext, request: Any, body: dict) -> dict:
+        """Fill C{topic_authorized_operations} / C{cluster_authorized_operations} when asked (KIP-430)."""
+        if getattr(request, "include_topic_authorized_operations", False):
+            for topic in body["topics"]:
+                topic["topic_authorized_operations"] = self._authorized_operations(
+                    context, ResourceType.TOPIC, topic["name"])
+        if getattr(request, "include_cluster_authorized_operations", False):
+            body["cluster_authorized_operations"] = self._cluster_operations(context)
+        return body
+
+    def _cluster_operations(self, context: RequestContext) -> int:
+        """The cluster's bit set, 0 without Describe on it (Kafka's C{computeDescribeClusterResponse})."""
+        if not self._allowed(context, AclOperation.DESCRIBE, ResourceType.CLUSTER):
+            return 0
+        return self._authorized_operations(context, ResourceType.CLUSTER, CLUSTER_NAME)
+
     def handle_metadata(self, context: RequestContext, request: Any) -> Any:
+        """
+        With an authorizer: all-topics requests list only the topics the
+        principal may Describe; a named topic it may not Describe, or may not
+        auto-create (Create on the cluster or the topic), gets
+        C{TOPIC_AUTHORIZATION_FAILED}, whether it exists or not (Kafka's
+        C{handleTopicMetadataRequest}).
+        """
+        authorizer = self.authorizer
         if request.topics is None or (context.api_version == 0 and not request.topics):
             names = sorted(self.metadata.topics)
-            return self._respond(context, self._metadata_body(names, {}))
+            if authorizer is not None:
+                denied = self._denied_topics(context, AclOperation.DESCRIBE, names)
+                names = [name for name in names if name not in denied]
+            return self._respond(context, self._metadata_operations(context, request,
+                                                                    self._metadata_body(names, {})))
         names = [t.name for t in request.topics]
         allow_auto = getattr(request, "allow_auto_topic_creation", True) and self.config["auto.create.topics.enable"]
         errors: dict[str, ErrorCode] = {}
         creating = []
         for name in names:
+            if authorizer is not None and not self._allowed(context, AclOperation.DESCRIBE, ResourceType.TOPIC, name):
+                errors[name] = ErrorCode.topic_authorization_failed
+                continue
             if name in self.metadata.topics:
                 continue
             invalid = validate_topic_name(name)
             if invalid:
                 errors[name] = invalid
             elif allow_auto:
-                creating.append(name)
+                if authorizer is not None and not (
+                        self._allowed(context, AclOperation.CREATE, ResourceType.CLUSTER)
+                        or self._allowed(context, AclOperation.CREATE, ResourceType.TOPIC, name)):
+                    errors[name] = ErrorCode.topic_authorization_failed
+                else:
+                    creating.append(name)
         if not creating:
-            return self._respond(context, self._metadata_body(names, errors))
-        return defer.Deferred.fromCoroutine(self._auto_create_then_metadata(context, names, errors, creating))
+            return self._respond(context, self._metadata_operations(context, request,
+                                                                    self._metadata_body(names, errors)))
+        return defer.Deferred.fromCoroutine(self._auto_create_then_metadata(context, names, errors, creating,
+                                                                            request))
 
     async def _auto_create_then_metadata(self, context: RequestContext, names: list[str],
-                                         errors: dict[str, ErrorCode], creating: list[str]) -> bytes:
+                                         errors: dict[str, ErrorCode], creating: list[str],
+                                         request: Any = None) -> bytes:
         for name in creating:
             try:
                 await self.admin.create_topic(
@@ -323,7 +409,7 @@ class KafkaApis:
             except ZooKeeperError as e:
                 _log.warn("auto-creating topic {topic} failed: ZooKeeper unavailable ({error})", topic=name, error=e)
                 errors[name] = ErrorCode.leader_not_available
-        return self._respond(context, self._metadata_body(names, errors))
+        return self._respond(context, self._metadata_operations(context, request, self._metadata_body(names, errors)))
 
     # --- Produce -------------------------------------------------------------
 
@@ -348,8 +434,15 @@ class KafkaApis:
             append = self.replica_manager.append
             min_isr = self.replica_manager.min_insync_replicas if acks == -1 else None
             required: dict[tuple[str, int], int] = {}
+            denied = None if self.authorizer is None else \
+                self._denied_topics(context, AclOperation.WRITE, (t.name for t in request.topic_data))
             for topic in request.topic_data:
                 name = topic.name
+                if denied and name in denied:
+                    results.append((name, [{"index": p.index, "error_code": int(ErrorCode.topic_authorization_failed),
+                                            "base_offset": -1, "log_append_time": -1, "log_start_offset": -1}
+                                           for p in topic.partition_data]))
+                    continue
                 partitions = []
                 for p in topic.partition_data:
                     try:
@@ -400,7 +493,8 @@ class KafkaApis:
 
     # --- Fetch ---------------------------------------------------------------
 
-    def _read_partitions(self, request: Any) -> tuple[list[tuple[str, list[PartitionFetchData]]], int, bool]:
+    def _read_partitions(self, request: Any, denied: set[str] | None = None
+                         ) -> tuple[list[tuple[str, list[PartitionFetchData]]], int, bool]:
         """
         Read every requested partition once, on its leader.  A consumer reads
         below the high watermark; a follower (C{replica_id} >= 0) reads up to
@@ -417,6 +511,11 @@ class KafkaApis:
         any_error = False
         for topic in request.topics:
             name = topic.topic
+            if denied and name in denied:
+                any_error = True
+                topics.append((name, [PartitionFetchData(p.partition, int(ErrorCode.topic_authorization_failed), -1,
+                                                         -1, -1, (), 0) for p in topic.partitions]))
+                continue
             partitions = []
             for p in topic.partitions:
                 try:
@@ -450,7 +549,21 @@ class KafkaApis:
         return topics, total, any_error
 
     def handle_fetch(self, context: RequestContext, request: Any) -> Any:
-        topics, total, any_error = self._read_partitions(request)
+        """
+        With an authorizer, a consumer needs Read on each topic and a
+        follower (C{replica_id} >= 0) ClusterAction on the cluster; the
+        partitions of the others get C{TOPIC_AUTHORIZATION_FAILED}, as Kafka's
+        C{handleFetchRequest} answers.
+        """
+        denied = None
+        if self.authorizer is not None:
+            names = [t.topic for t in request.topics]
+            if getattr(request, "replica_id", -1) >= 0:
+                denied = set() if self._allowed(context, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER) \
+                    else set(names)
+            else:
+                denied = self._denied_topics(context, AclOperation.READ, names)
+        topics, total, any_error = self._read_partitions(request, denied)
         max_wait_ms = int(request.max_wait.total_seconds() * 1000)
         if any_error or total >= request.min_bytes or max_wait_ms <= 0 or total >= request.max_bytes:
             return self._fetch_response(context, topics)
@@ -459,7 +572,7 @@ class KafkaApis:
             return self._fetch_response(context, topics)
         d = self.replica_manager.delay_fetch(tps, request.min_bytes, total, max_wait_ms,
                                              replica=getattr(request, "replica_id", -1) >= 0)
-        d.addCallback(lambda _: self._fetch_response(context, self._read_partitions(request)[0]))
+        d.addCallback(lambda _: self._fetch_response(context, self._read_partitions(request, denied)[0]))
         return d
 
     def _fetch_response(self, context: RequestContext, topics: list) -> tuple[list, int]:
@@ -470,11 +583,17 @@ class KafkaApis:
 
     def handle_list_offsets(self, context: RequestContext, request: Any) -> bytes:
         topics = []
+        denied = None if self.authorizer is None else \
+            self._denied_topics(context, AclOperation.DESCRIBE, (t.name for t in request.topics))
         for topic in request.topics:
             partitions = []
             for p in topic.partitions:
                 entry = {"partition_index": p.partition_index, "error_code": 0, "timestamp": -1, "offset": -1,
                          "leader_epoch": -1}
+                if denied and topic.name in denied:
+                    entry["error_code"] = int(ErrorCode.topic_authorization_failed)
+                    partitions.append(entry)
+                    continue
                 try:
                     partition = self.replica_manager.leader_partition(topic.name, p.partition_index)
                     partition.check_leader_epoch(getattr(p, "current_leader_epoch", -1))
@@ -504,9 +623,14 @@ class KafkaApis:
 
     async def _create_topics(self, context: RequestContext, request: Any) -> bytes:
         results = []
+        cluster_create = self._allowed(context, AclOperation.CREATE, ResourceType.CLUSTER)
         for topic in request.topics:
             entry: dict[str, Any] = {"name": topic.name, "error_code": 0, "error_message": None,
                                      "num_partitions": -1, "replication_factor": -1, "configs": None}
+            if not cluster_create and not self._allowed(context, AclOperation.CREATE, ResourceType.TOPIC, topic.name):
+                entry["error_code"] = int(ErrorCode.topic_authorization_failed)
+                results.append(entry)
+                continue
             try:
                 invalid = validate_topic_name(topic.name)
                 if invalid:
@@ -527,6 +651,8 @@ class KafkaApis:
                      "config_source": 1 if k in configs else 5, "is_sensitive": False}
                     for k, v in sorted(self._effective_topic_config(topic.name, configs).items())
                 ]
+                if not self._allowed(context, AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, topic.name):
+                    entry.update(configs=None, topic_config_error_code=int(ErrorCode.topic_authorization_failed))
             except KafkaError as e:
                 entry["error_code"] = int(e.error_code)
                 entry["error_message"] = str(e) or None
@@ -549,6 +675,10 @@ class KafkaApis:
         for name in names:
             entry = {"name": name, "error_code": 0, "error_message": None}
             try:
+                if not self._allowed(context, AclOperation.DELETE, ResourceType.TOPIC, name) and (
+                        name in self.metadata.topics
+                        or not self._allowed(context, AclOperation.DESCRIBE, ResourceType.TOPIC, name)):
+                    raise kafka_error(ErrorCode.topic_authorization_failed, "")
                 if not self.config["delete.topic.enable"]:
                     raise kafka_error(ErrorCode.topic_deletion_disabled, "delete.topic.enable=false")
                 if name not in self.metadata.topics:
@@ -573,10 +703,24 @@ class KafkaApis:
         to it, a KIP-320 consumer validates its position with it.
         """
         topics = []
+        denied: set[str] | None = None
+        if self.authorizer is not None:
+            names = [t.topic for t in request.topics]
+            if getattr(request, "replica_id", -1) != -1:  # a follower (or -2, debug): ClusterAction, as Kafka's
+                denied = set() if self._allowed(context, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER) \
+                    else set(names)
+            else:
+                denied = self._denied_topics(context, AclOperation.DESCRIBE, names)
         for topic in request.topics:
             partitions = []
             for p in topic.partitions:
                 entry = {"partition": p.partition, "error_code": 0, "leader_epoch": -1, "end_offset": -1}
+                if denied and topic.topic in denied:
+                    code = ErrorCode.topic_authorization_failed if getattr(request, "replica_id", -1) == -1 \
+                        else ErrorCode.cluster_authorization_failed
+                    entry["error_code"] = int(code)
+                    partitions.append(entry)
+                    continue
                 try:
                     partition = self.replica_manager.leader_partition(topic.topic, p.partition)
                     partition.check_leader_epoch(p.current_leader_epoch)
@@ -595,6 +739,8 @@ class KafkaApis:
             for topic in request.topics:
                 entry: dict[str, Any] = {"name": topic.name, "error_code": 0, "error_message": None}
                 try:
+                    if not self._allowed(context, AclOperation.ALTER, ResourceType.TOPIC, topic.name):
+                        raise kafka_error(ErrorCode.topic_authorization_failed, "")
                     assignment = None if topic.assignments is None else [list(a.broker_ids)
                                                                            for a in topic.assignments]
                     await self.admin.create_partitions(topic.name, topic.count, assignment, request.validate_only)
@@ -623,6 +769,10 @@ class KafkaApis:
                                          "resource_type": resource.resource_type,
                                          "resource_name": resource.resource_name}
                 try:
+                    denied = self._config_denied(context, AclOperation.ALTER_CONFIGS, resource.resource_type,
+                                                 resource.resource_name)
+                    if denied:
+                        raise kafka_error(denied, "")
                     if resource.resource_type != 4:  # BROKER
                         raise kafka_error(ErrorCode.invalid_request,
                                           f"resource type {resource.resource_type} cannot be altered in this version")
@@ -657,6 +807,9 @@ class KafkaApis:
             return self._respond(context, {"throttle_time": 0, "error_code": int(top), "replica_election_results": [
                 {"topic": topic, "partition_result": partitions} for topic, partitions in topics.items()]})
 
+        if not self._allowed(context, AclOperation.ALTER, ResourceType.CLUSTER):
+            return answer({k: (ErrorCode.cluster_authorization_failed, None) for k in wanted or []},
+                          ErrorCode.cluster_authorization_failed)
         if self._not_controller():
             return answer({k: (ErrorCode.not_controller, "not the controller") for k in wanted or []},
                           ErrorCode.not_controller)
@@ -672,14 +825,21 @@ class KafkaApis:
                 topics.setdefault(topic, []).append({"partition_index": partition, "error_code": int(code),
                                                      "error_message": message})
             return self._respond(context, {"throttle_time": 0, "error_code": int(top),
-                                           "error_message": None if top == ErrorCode.none else "not the controller",
+                                           "error_message": None if top in (ErrorCode.none,
+                                                                            ErrorCode.cluster_authorization_failed)
+                                           else "not the controller",
                                            "responses": [{"name": t, "partitions": ps} for t, ps in topics.items()]})
 
+        if not self._allowed(context, AclOperation.ALTER, ResourceType.CLUSTER):
+            return answer({}, ErrorCode.cluster_authorization_failed)
         if self._not_controller():
             return answer({}, ErrorCode.not_controller)
         return self.controller.reassign(targets).addCallback(answer)
 
     def handle_list_partition_reassignments(self, context: RequestContext, request: Any) -> bytes:
+        if not self._allowed(context, AclOperation.DESCRIBE, ResourceType.CLUSTER):
+            return self._respond(context, {"throttle_time": 0, "error_code": int(ErrorCode.cluster_authorization_failed),
+                                           "error_message": None, "topics": []})
         if self._not_controller():
             return self._respond(context, {"throttle_time": 0, "error_code": int(ErrorCode.not_controller),
                                            "error_message": "not the controller", "topics": []})
@@ -706,8 +866,10 @@ class KafkaApis:
             "cluster_id": self.metadata.cluster_id, "controller_id": self.metadata.controller_id,
             "brokers": [{"broker_id": b["node_id"], "host": b["host"], "port": b["port"], "rack": b["rack"]}
                         for b in self._broker_list()],
-            "cluster_authorized_operations": -2147483648,
+            "cluster_authorized_operations": OPERATIONS_NOT_REQUESTED,
         }
+        if getattr(request, "include_cluster_authorized_operations", False):
+            body["cluster_authorized_operations"] = self._cluster_operations(context)
         if getattr(request, "endpoint_type", 1) != 1:
             body.update(error_code=int(ErrorCode.unsupported_endpoint_type), brokers=[], controller_id=-1,
                         endpoint_type=request.endpoint_type,
@@ -725,13 +887,33 @@ class KafkaApis:
             result[key] = overrides.get(key, self.config[broker_key])
         return result
 
+    def _config_denied(self, context: RequestContext, operation: AclOperation, resource_type: int,
+                       name: str) -> ErrorCode:
+        """
+        DescribeConfigs / AlterConfigs of a topic need that operation on the
+        topic, of a broker on the cluster (Kafka's C{ConfigHelper}).
+
+        @return: C{TOPIC_AUTHORIZATION_FAILED}, C{CLUSTER_AUTHORIZATION_FAILED} or C{NONE}.
+        """
+        if self.authorizer is None:
+            return ErrorCode.none
+        if resource_type == 2 and not self._allowed(context, operation, ResourceType.TOPIC, name):
+            return ErrorCode.topic_authorization_failed
+        if resource_type in (4, 8) and not self._allowed(context, operation, ResourceType.CLUSTER):
+            return ErrorCode.cluster_authorization_failed
+        return ErrorCode.none
+
     def handle_describe_configs(self, context: RequestContext, request: Any) -> bytes:
         results = []
         for resource in request.resources:
             entry: dict[str, Any] = {"error_code": 0, "error_message": None, "resource_type": resource.resource_type,
                                      "resource_name": resource.resource_name, "configs": []}
             keys = set(resource.configuration_keys) if resource.configuration_keys is not None else None
-            if resource.resource_type == 2:  # TOPIC
+            denied = self._config_denied(context, AclOperation.DESCRIBE_CONFIGS, resource.resource_type,
+                                         resource.resource_name)
+            if denied:
+                entry["error_code"] = int(denied)
+            elif resource.resource_type == 2:  # TOPIC
                 meta = self.metadata.topics.get(resource.resource_name)
                 if meta is None:
                     entry["error_code"] = int(ErrorCode.unknown_topic_or_partition)
@@ -775,6 +957,11 @@ class KafkaApis:
         if key_type != 0:
             self._refuse_transactions("FindCoordinator", context, ",".join(keys))
         coordinators = [self._find_coordinator(key, key_type) for key in keys]
+        if self.authorizer is not None and key_type == 0:
+            for entry in coordinators:
+                if not self._allowed(context, AclOperation.DESCRIBE, ResourceType.GROUP, entry["key"]):
+                    entry.update(error_code=int(ErrorCode.group_authorization_failed), error_message=None,
+                                 node_id=-1, host="", port=-1)
         body = {"throttle_time": 0, "coordinators": coordinators, **coordinators[0]}
         return self._respond(context, body)
 
@@ -809,8 +996,17 @@ class KafkaApis:
         meta = self.metadata.topics.get(topic)
         return meta is not None and partition in meta.partitions
 
-    def handle_join_group(self, context: RequestContext, request: Any) -> defer.Deferred:
+    def _group_denied(self, context: RequestContext, group_id: str, operation: AclOperation = AclOperation.READ
+                      ) -> bool:
+        return self.authorizer is not None and not self._allowed(context, operation, ResourceType.GROUP, group_id)
+
+    def handle_join_group(self, context: RequestContext, request: Any) -> defer.Deferred | bytes:
         version = context.api_version
+        if self._group_denied(context, request.group_id):
+            return self._respond(context, {
+                "throttle_time": 0, "error_code": int(ErrorCode.group_authorization_failed), "generation_id": -1,
+                "protocol_type": None, "protocol_name": None if version >= 7 else "", "leader": "", "member_id": "",
+                "members": []})
         session_timeout_ms = int(request.session_timeout.total_seconds() * 1000)
         rebalance = getattr(request, "rebalance_timeout", None)
         rebalance_timeout_ms = int(rebalance.total_seconds() * 1000) if rebalance is not None else session_timeout_ms
@@ -831,7 +1027,10 @@ class KafkaApis:
 
         return d.addCallback(answer)
 
-    def handle_sync_group(self, context: RequestContext, request: Any) -> defer.Deferred:
+    def handle_sync_group(self, context: RequestContext, request: Any) -> defer.Deferred | bytes:
+        if self._group_denied(context, request.group_id):
+            return self._respond(context, {"throttle_time": 0, "error_code": int(ErrorCode.group_authorization_failed),
+                                           "protocol_type": None, "protocol_name": None, "assignment": b""})
         d = self.group_coordinator.sync_group(
             request.group_id, request.generation_id, request.member_id, getattr(request, "group_instance_id", None),
             getattr(request, "protocol_type", None), getattr(request, "protocol_name", None),
@@ -845,12 +1044,18 @@ class KafkaApis:
 
         return d.addCallback(answer)
 
-    def handle_heartbeat(self, context: RequestContext, request: Any) -> defer.Deferred:
+    def handle_heartbeat(self, context: RequestContext, request: Any) -> defer.Deferred | bytes:
+        if self._group_denied(context, request.group_id):
+            return self._respond(context, {"throttle_time": 0,
+                                           "error_code": int(ErrorCode.group_authorization_failed)})
         d = self.group_coordinator.heartbeat(request.group_id, request.member_id,
                                              getattr(request, "group_instance_id", None), request.generation_id)
         return d.addCallback(lambda code: self._respond(context, {"throttle_time": 0, "error_code": int(code)}))
 
-    def handle_leave_group(self, context: RequestContext, request: Any) -> defer.Deferred:
+    def handle_leave_group(self, context: RequestContext, request: Any) -> defer.Deferred | bytes:
+        if self._group_denied(context, request.group_id):
+            return self._respond(context, {"throttle_time": 0,
+                                           "error_code": int(ErrorCode.group_authorization_failed), "members": []})
         if context.api_version >= 3:
             leaving = [(m.member_id, m.group_instance_id) for m in request.members]
         else:
@@ -870,19 +1075,33 @@ class KafkaApis:
         return d.addCallback(answer)
 
     def handle_offset_commit(self, context: RequestContext, request: Any) -> defer.Deferred:
+        """Read on the group (else every partition C{GROUP_AUTHORIZATION_FAILED}) and on each topic."""
         offsets = {}
         order = []
+        refused: dict[tuple[str, int], ErrorCode] = {}
+        group_denied = self._group_denied(context, request.group_id)
+        denied = None if self.authorizer is None or group_denied else \
+            self._denied_topics(context, AclOperation.READ, (t.name for t in request.topics))
         for topic in request.topics:
             for p in topic.partitions:
                 key = (topic.name, p.partition_index)
                 order.append(key)
-                offsets[key] = CommittedOffset(p.committed_offset, getattr(p, "committed_leader_epoch", -1),
-                                               p.committed_metadata or "")
-        d = self.group_coordinator.commit_offsets(
-            request.group_id, request.generation_id_or_member_epoch, request.member_id,
-            getattr(request, "group_instance_id", None), offsets)
+                if group_denied:
+                    refused[key] = ErrorCode.group_authorization_failed
+                elif denied and topic.name in denied:
+                    refused[key] = ErrorCode.topic_authorization_failed
+                else:
+                    offsets[key] = CommittedOffset(p.committed_offset, getattr(p, "committed_leader_epoch", -1),
+                                                   p.committed_metadata or "")
+        if refused and not offsets:
+            d: defer.Deferred = defer.succeed({})
+        else:
+            d = self.group_coordinator.commit_offsets(
+                request.group_id, request.generation_id_or_member_epoch, request.member_id,
+                getattr(request, "group_instance_id", None), offsets)
 
         def answer(codes: dict) -> bytes:
+            codes = {**codes, **refused}
             topics: dict[str, list] = {}
             for name, partition in order:
                 topics.setdefault(name, []).append({"partition_index": partition,
@@ -895,11 +1114,21 @@ class KafkaApis:
     def handle_offset_fetch(self, context: RequestContext, request: Any) -> defer.Deferred:
         wanted = None if request.topics is None else [
             (t.name, p) for t in request.topics for p in t.partition_indexes]
-        d = self.group_coordinator.fetch_offsets(request.group_id, wanted)
+        if self._group_denied(context, request.group_id):
+            d: defer.Deferred = defer.succeed((ErrorCode.group_authorization_failed, {}))
+        else:
+            d = self.group_coordinator.fetch_offsets(request.group_id, wanted)
 
         def answer(result: tuple) -> bytes:
             error, found = result
             keys = wanted if wanted is not None else sorted(found)
+            denied: set[str] = set()
+            if self.authorizer is not None and not error:
+                denied = self._denied_topics(context, AclOperation.READ, (name for name, _ in keys))
+                if wanted is None:
+                    keys = [k for k in keys if k[0] not in denied]
+                else:
+                    found = {k: v for k, v in found.items() if k[0] not in denied}
             partition_error = int(error) if context.api_version < 2 else 0
             topics: dict[str, list] = {}
             for name, partition in keys:
@@ -909,19 +1138,29 @@ class KafkaApis:
                     "committed_offset": committed.offset if committed else -1,
                     "committed_leader_epoch": committed.leader_epoch if committed else -1,
                     "metadata": committed.metadata if committed else "",
-                    "error_code": partition_error,
+                    "error_code": int(ErrorCode.topic_authorization_failed) if name in denied else partition_error,
                 })
             return self._respond(context, {"throttle_time": 0, "error_code": int(error), "topics": [
                 {"name": name, "partitions": partitions} for name, partitions in topics.items()]})
 
         return d.addCallback(answer)
 
+    def _denied_group(self, group_id: str) -> defer.Deferred:
+        return defer.succeed({"error_code": int(ErrorCode.group_authorization_failed), "group_id": group_id,
+                              "group_state": "", "protocol_type": "", "protocol_data": "", "members": []})
+
     def handle_describe_groups(self, context: RequestContext, request: Any) -> defer.Deferred:
-        d = defer.gatherResults([self.group_coordinator.describe_group(g) for g in request.groups])
+        d = defer.gatherResults([
+            self._denied_group(g) if self._group_denied(context, g, AclOperation.DESCRIBE)
+            else self.group_coordinator.describe_group(g) for g in request.groups])
+        include = getattr(request, "include_authorized_operations", False)
 
         def answer(groups: list) -> bytes:
             for g in groups:
-                g["authorized_operations"] = -2147483648
+                g["authorized_operations"] = OPERATIONS_NOT_REQUESTED
+                if include and g["error_code"] != ErrorCode.group_authorization_failed:
+                    g["authorized_operations"] = self._authorized_operations(context, ResourceType.GROUP,
+                                                                             g["group_id"])
             return self._respond(context, {"throttle_time": 0, "groups": groups})
 
         return d.addCallback(answer)
@@ -933,6 +1172,9 @@ class KafkaApis:
         def answer(groups: list) -> bytes:
             listed = [{"group_id": g, "protocol_type": t, "group_state": s} for g, t, s in groups
                       if not states or s.lower() in states]
+            if self.authorizer is not None and not self._allowed(context, AclOperation.DESCRIBE,
+                                                                 ResourceType.CLUSTER):
+                listed = [g for g in listed if not self._group_denied(context, g["group_id"], AclOperation.DESCRIBE)]
             return self._respond(context, {"throttle_time": 0, "error_code": 0, "groups": listed})
 
         def failed(failure: Any) -> bytes:
@@ -944,7 +1186,9 @@ class KafkaApis:
 
     def handle_delete_groups(self, context: RequestContext, request: Any) -> defer.Deferred:
         names = list(request.groups_names)
-        d = defer.gatherResults([self.group_coordinator.delete_group(g) for g in names])
+        d = defer.gatherResults([
+            defer.succeed(ErrorCode.group_authorization_failed) if self._group_denied(context, g, AclOperation.DELETE)
+            else self.group_coordinator.delete_group(g) for g in names])
         return d.addCallback(lambda codes: self._respond(context, {"throttle_time": 0, "results": [
             {"group_id": g, "error_code": int(c)} for g, c in zip(names, codes)]}))
 
@@ -961,6 +1205,13 @@ class KafkaApis:
         with its epoch bumped, KIP-360).  A transactional id is refused with
         L{TRANSACTIONS_UNSUPPORTED}.
         """
+        if request.transactional_id is None and self.authorizer is not None and not (
+                self._allowed(context, AclOperation.IDEMPOTENT_WRITE, ResourceType.CLUSTER)
+                or self.authorizer.authorize_any(context.connection.principal, context.connection.client_host,
+                                                 AclOperation.WRITE, ResourceType.TOPIC)):
+            # KIP-679: IdempotentWrite on the cluster, or Write on some topic.
+            return self._respond(context, {"throttle_time": 0, "error_code": int(ErrorCode.cluster_authorization_failed),
+                                          "producer_id": -1, "producer_epoch": -1})
         if request.transactional_id is not None:
             self._refuse_transactions("InitProducerId", context, request.transactional_id)
             return self._respond(context, {"throttle_time": 0, "error_code": int(TRANSACTIONS_UNSUPPORTED),
@@ -985,3 +1236,116 @@ class KafkaApis:
 
         return d.addCallbacks(answer, failed)
 
+
+    # --- ACLs: CreateAcls, DescribeAcls, DeleteAcls (KIP-11, KIP-290) ---------------
+
+    def _acls_refused(self, context: RequestContext, operation: AclOperation) -> ErrorCode:
+        """C{SECURITY_DISABLED} without an authorizer; C{CLUSTER_AUTHORIZATION_FAILED} without C{operation} on the cluster."""
+        if self.authorizer is None:
+            return ErrorCode.security_disabled
+        if not self._allowed(context, operation, ResourceType.CLUSTER):
+            return ErrorCode.cluster_authorization_failed
+        return ErrorCode.none
+
+    @staticmethod
+    def _acl_filter(f: Any) -> AclBindingFilter:
+        """@raise InvalidAclError: a code Kafka does not define."""
+        try:
+            return AclBindingFilter(ResourceType(f.resource_type_filter), f.resource_name_filter,
+                                    PatternType(f.pattern_type_filter), f.principal_filter, f.host_filter,
+                                    AclOperation(f.operation), AclPermissionType(f.permission_type))
+        except ValueError as e:
+            raise InvalidAclError(str(e)) from None
+
+    def handle_create_acls(self, context: RequestContext, request: Any) -> defer.Deferred | bytes:
+        """Alter on the cluster is needed; each creation is answered on its own (C{INVALID_REQUEST} for a bad one)."""
+        refused = self._acls_refused(context, AclOperation.ALTER)
+        if refused:
+            return self._respond(context, {"throttle_time": 0, "results": [
+                {"error_code": int(refused), "error_message": None} for _ in request.creations]})
+        bindings: list[AclBinding | None] = []
+        for c in request.creations:
+            try:
+                bindings.append(AclBinding(
+                    ResourcePattern(ResourceType(c.resource_type), c.resource_name, PatternType(c.resource_pattern_type)),
+                    AccessControlEntry(c.principal, c.host, AclOperation(c.operation),
+                                       AclPermissionType(c.permission_type))))
+            except ValueError:
+                bindings.append(None)
+
+        async def go() -> bytes:
+            valid = [b for b in bindings if b is not None]
+            outcome = iter(await self.authorizer.create_acls(valid))
+            results = []
+            for binding in bindings:
+                error = next(outcome) if binding is not None else InvalidAclError("unknown code in the ACL")
+                if error is None:
+                    results.append({"error_code": 0, "error_message": None})
+                    _log.info("ACL created by {principal}: {pattern} {entry}", principal=context.connection.principal,
+                              pattern=str(binding.pattern), entry=str(binding.entry))
+                elif isinstance(error, InvalidAclError):
+                    results.append({"error_code": int(ErrorCode.invalid_request), "error_message": str(error)})
+                else:
+                    results.append({"error_code": int(ErrorCode.unknown_server_error), "error_message": str(error)})
+            return self._respond(context, {"throttle_time": 0, "results": results})
+
+        return defer.Deferred.fromCoroutine(go())
+
+    def handle_describe_acls(self, context: RequestContext, request: Any) -> bytes:
+        """Describe on the cluster is needed; a filter with an unknown code gets C{INVALID_REQUEST}."""
+        body: dict[str, Any] = {"throttle_time": 0, "error_code": 0, "error_message": None, "resources": []}
+        refused = self._acls_refused(context, AclOperation.DESCRIBE)
+        if refused:
+            body["error_code"] = int(refused)
+            return self._respond(context, body)
+        try:
+            acl_filter = self._acl_filter(request)
+            acl_filter.validate()
+        except InvalidAclError as e:
+            body.update(error_code=int(ErrorCode.invalid_request), error_message=str(e))
+            return self._respond(context, body)
+        for pattern, entries in sorted(self.authorizer.describe_acls(acl_filter).items(), key=lambda kv: kv[0]):
+            body["resources"].append({
+                "resource_type": int(pattern.resource_type), "resource_name": pattern.name,
+                "pattern_type": int(pattern.pattern_type),
+                "acls": [{"principal": e.principal, "host": e.host, "operation": int(e.operation),
+                          "permission_type": int(e.permission_type)} for e in entries]})
+        return self._respond(context, body)
+
+    def handle_delete_acls(self, context: RequestContext, request: Any) -> defer.Deferred | bytes:
+        """Alter on the cluster is needed; each filter is answered with the ACLs it deleted."""
+        refused = self._acls_refused(context, AclOperation.ALTER)
+        if refused:
+            return self._respond(context, {"throttle_time": 0, "filter_results": [
+                {"error_code": int(refused), "error_message": None, "matching_acls": []} for _ in request.filters]})
+        filters: list[AclBindingFilter | InvalidAclError] = []
+        for f in request.filters:
+            try:
+                filters.append(self._acl_filter(f))
+            except InvalidAclError as e:
+                filters.append(e)
+
+        async def go() -> bytes:
+            valid = [f for f in filters if isinstance(f, AclBindingFilter)]
+            outcome = iter(await self.authorizer.delete_acls(valid))
+            results = []
+            for f in filters:
+                result: Any = next(outcome) if isinstance(f, AclBindingFilter) else f
+                if isinstance(result, InvalidAclError):
+                    results.append({"error_code": int(ErrorCode.invalid_request), "error_message": str(result),
+                                    "matching_acls": []})
+                elif isinstance(result, Exception):
+                    results.append({"error_code": int(ErrorCode.unknown_server_error), "error_message": str(result),
+                                    "matching_acls": []})
+                else:
+                    for b in result:
+                        _log.info("ACL deleted by {principal}: {pattern} {entry}",
+                                  principal=context.connection.principal, pattern=str(b.pattern), entry=str(b.entry))
+                    results.append({"error_code": 0, "error_message": None, "matching_acls": [
+                        {"error_code": 0, "error_message": None, "resource_type": int(b.pattern.resource_type),
+                         "resource_name": b.pattern.name, "pattern_type": int(b.pattern.pattern_type),
+                         "principal": b.entry.principal, "host": b.entry.host, "operation": int(b.entry.operation),
+                         "permission_type": int(b.entry.permission_type)} for b in result]})
+            return self._respond(context, {"throttle_time": 0, "filter_results": results})
+
+        return defer.Deferred.fromCoroutine(go())

@@ -42,6 +42,7 @@ from ..zookeeper.embedded import EmbeddedZooKeeperService, ZooKeeperNotInstalled
 from ..zookeeper.registry import DEFAULT_BROKER_ENTITY, BrokerIdInUseError, Registry
 from .admin import AdminManager
 from .apis import KafkaApis
+from .authorizer import authorizer_from_config
 from .controller import CONTROLLED_SHUTDOWN_PATH, KafkaController
 from .replica_fetcher import ReplicaFetcherManager
 from .metadata_cache import BrokerEndpoint, MetadataCache, TopicMetadata
@@ -384,6 +385,9 @@ class KafkaServer(service.MultiService):
         self.apis = KafkaApis(config, self.replica_manager, self.metadata, self.admin, self.reactor,
                               now_ms=self.now_ms)
         self.apis.controller = self.controller
+        self.apis.authorizer = authorizer_from_config(config, self.registry, now_ms=self.now_ms)
+        if self.apis.authorizer is not None:
+            await self.apis.authorizer.start()  # every ACL cached before the first request
         host, advertised_port = self._advertised()
         # Serve before registering: a broker in /brokers/ids answers its peers' fetches.
         self._factory.serving = KafkaServerFactory(self.apis, config["socket.request.max.bytes"])

@@ -6,6 +6,7 @@ The C{kafkatw} command: Kafka's command-line tools under Kafka's names and flags
     kafkatw console-consumer --bootstrap-server localhost:9092 --topic t --from-beginning
     kafkatw consumer-perf-test --bootstrap-server localhost:9092 --topic t --messages 1000000
     kafkatw consumer-groups --bootstrap-server localhost:9092 --describe --group g
+    kafkatw acls --bootstrap-server localhost:9092 --add --allow-principal User:alice --operation Read --topic t
     kafkatw leader-election --bootstrap-server localhost:9092 --election-type PREFERRED --all-topic-partitions
     kafkatw reassign-partitions --bootstrap-server localhost:9092 --reassignment-json-file r.json --execute
     kafkatw zookeeper --port 2181 --data-dir /var/lib/zookeeper
@@ -23,6 +24,7 @@ import click
 
 from kafkatw._version import __version__
 
+from .acls import acls
 from .console import console_consumer, console_producer
 from .perf import producer_perf_test
 from .ship import ship
@@ -108,6 +110,7 @@ main.add_command(consumer_groups)
 main.add_command(ship)
 main.add_command(leader_election)
 main.add_command(reassign_partitions)
+main.add_command(acls)
 
 
 if __name__ == "__main__":  # pragma: no cover

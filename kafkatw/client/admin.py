@@ -6,8 +6,9 @@ Topics (Metadata, CreateTopics, DeleteTopics, CreatePartitions), configs
 Metadata's C{controller_id} from a broker that does not serve it), the
 controller's requests (ElectLeaders, AlterPartitionReassignments,
 ListPartitionReassignments) and raw requests to a group's coordinator
-(FindCoordinator), under the names of Kafka's Java C{Admin} interface in
-snake case.
+(FindCoordinator), and ACLs (CreateAcls, DescribeAcls, DeleteAcls, with
+L{kafkatw.security.acl.AclBinding} and L{kafkatw.security.acl.AclBindingFilter}),
+under the names of Kafka's Java C{Admin} interface in snake case.
 
 Every operation retries within its timeout (C{default_api_timeout_ms}, as
 Kafka's C{default.api.timeout.ms}) when the cluster moved under it:
@@ -46,7 +47,18 @@ from twisted.logger import Logger
 from .. import errors as _errors
 from ..errors import ErrorCode, KafkaError, UnknownTopicOrPartitionError
 from .client import KafkaClient, client_for, sleep
+from ..security.acl import (
+    AccessControlEntry,
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourcePattern,
+    ResourceType,
+)
 from .connection import BrokerConnectionError
+from .security import SecurityConfig
 
 __all__ = [
     "AdminClient",
@@ -238,12 +250,13 @@ class AdminClient:
     def __init__(self, reactor: Any, bootstrap_servers: str | list[str] | None = None, *,
                  client: KafkaClient | None = None, client_id: str = "kafkatw-admin",
                  request_timeout_ms: int = 30000, default_api_timeout_ms: int = 60000,
-                 retry_backoff_ms: int = 100) -> None:
+                 retry_backoff_ms: int = 100, security: SecurityConfig | None = None) -> None:
         self.reactor = reactor
         if client is None and bootstrap_servers is not None:
             # An admin client never creates a topic by asking for its metadata.
             client = KafkaClient(reactor, bootstrap_servers, client_id=client_id,
-                                 request_timeout_ms=request_timeout_ms, allow_auto_create_topics=False)
+                                 request_timeout_ms=request_timeout_ms, allow_auto_create_topics=False,
+                                 security=security)
             self._own_client = True
         else:
             client, self._own_client = client_for(reactor, bootstrap_servers, client, client_id, request_timeout_ms)
@@ -842,6 +855,76 @@ class AdminClient:
 
         return defer.Deferred.fromCoroutine(go())
 
+    # --- ACLs (KIP-11, KIP-290) -----------------------------------------------------------------
+
+    def create_acls(self, bindings: Iterable[AclBinding], timeout_ms: int | None = None) -> defer.Deferred:
+        """
+        CreateAcls.
+
+        @return: a Deferred firing with C{{binding: None | KafkaError}} (e.g.
+            C{CLUSTER_AUTHORIZATION_FAILED} without Alter on the cluster,
+            C{SECURITY_DISABLED} from a broker without an authorizer).
+        """
+        wanted = list(bindings)
+
+        async def attempt() -> dict:
+            r = await self.send(self.client.least_loaded_node(), 30, {"creations": [
+                {"resource_type": int(b.pattern.resource_type), "resource_name": b.pattern.name,
+                 "resource_pattern_type": int(b.pattern.pattern_type), "principal": b.entry.principal,
+                 "host": b.entry.host, "operation": int(b.entry.operation),
+                 "permission_type": int(b.entry.permission_type)} for b in wanted]})
+            out: dict = {}
+            for binding, result in zip(wanted, r.results):
+                code = ErrorCode(int(result.error_code))
+                out[binding] = None if code == ErrorCode.none else _result_error(code, result.error_message)
+            return out
+
+        return defer.Deferred.fromCoroutine(self._retry("create ACLs", attempt, timeout_ms))
+
+    def describe_acls(self, acl_filter: AclBindingFilter, timeout_ms: int | None = None) -> defer.Deferred:
+        """
+        DescribeAcls.
+
+        @return: a Deferred firing with the matching L{AclBinding}s.
+        @raise KafkaError: (as failure) the response's error.
+        """
+        async def attempt() -> list[AclBinding]:
+            r = await self.send(self.client.least_loaded_node(), 29, _acl_filter_body(acl_filter))
+            code = ErrorCode(int(r.error_code))
+            if code != ErrorCode.none:
+                raise _result_error(code, r.error_message)
+            return [AclBinding(
+                ResourcePattern(ResourceType(res.resource_type), res.resource_name, PatternType(res.pattern_type)),
+                AccessControlEntry(a.principal, a.host, AclOperation(a.operation), AclPermissionType(a.permission_type)))
+                for res in r.resources for a in res.acls]
+
+        return defer.Deferred.fromCoroutine(self._retry("describe ACLs", attempt, timeout_ms))
+
+    def delete_acls(self, filters: Iterable[AclBindingFilter], timeout_ms: int | None = None) -> defer.Deferred:
+        """
+        DeleteAcls.
+
+        @return: a Deferred firing with C{{filter: [deleted AclBinding] | KafkaError}}.
+        """
+        wanted = list(filters)
+
+        async def attempt() -> dict:
+            r = await self.send(self.client.least_loaded_node(), 31,
+                                {"filters": [_acl_filter_body(f) for f in wanted]})
+            out: dict = {}
+            for acl_filter, result in zip(wanted, r.filter_results):
+                code = ErrorCode(int(result.error_code))
+                if code != ErrorCode.none:
+                    out[acl_filter] = _result_error(code, result.error_message)
+                    continue
+                out[acl_filter] = [AclBinding(
+                    ResourcePattern(ResourceType(m.resource_type), m.resource_name, PatternType(m.pattern_type)),
+                    AccessControlEntry(m.principal, m.host, AclOperation(m.operation),
+                                       AclPermissionType(m.permission_type))) for m in result.matching_acls]
+            return out
+
+        return defer.Deferred.fromCoroutine(self._retry("delete ACLs", attempt, timeout_ms))
+
     # --- life cycle -----------------------------------------------------------------------------
 
     def close(self) -> defer.Deferred:
@@ -861,6 +944,12 @@ def _create_topic_body(topic: NewTopic) -> dict:
         "assignments": [{"partition_index": p, "broker_ids": list(b)} for p, b in sorted((assignment or {}).items())],
         "configs": [{"name": k, "value": v} for k, v in (topic.configs or {}).items()],
     }
+
+
+def _acl_filter_body(f: AclBindingFilter) -> dict:
+    return {"resource_type_filter": int(f.resource_type), "resource_name_filter": f.name,
+            "pattern_type_filter": int(f.pattern_type), "principal_filter": f.principal, "host_filter": f.host,
+            "operation": int(f.operation), "permission_type": int(f.permission_type)}
 
 
 def _result_error(code: ErrorCode, message: str | None) -> KafkaError:

@@ -540,6 +540,15 @@ class BlockingAdminClient(_Bound):
     def incremental_alter_configs(self, *args: Any, **kwargs: Any) -> dict:
         return self._call(self._admin.incremental_alter_configs, *args, **kwargs)
 
+    def create_acls(self, *args: Any, **kwargs: Any) -> dict:
+        return self._call(self._admin.create_acls, *args, **kwargs)
+
+    def describe_acls(self, *args: Any, **kwargs: Any) -> list:
+        return self._call(self._admin.describe_acls, *args, **kwargs)
+
+    def delete_acls(self, *args: Any, **kwargs: Any) -> dict:
+        return self._call(self._admin.delete_acls, *args, **kwargs)
+
     def list_offsets(self, *args: Any, **kwargs: Any) -> dict:
         return self._call(self._admin.list_offsets, *args, **kwargs)
 

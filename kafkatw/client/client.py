@@ -104,6 +104,8 @@ class KafkaClient:
         self.brokers: dict[int, tuple[str, int]] = {}
         self.topics: dict[str, dict[int, PartitionMetadata]] = {}
         self.topic_ids: dict[str, Any] = {}
+        #: Topics the last Metadata refused with C{TOPIC_AUTHORIZATION_FAILED} (an ACL): not retried.
+        self.topic_errors: dict[str, ErrorCode] = {}
         self.cluster_id: str | None = None
         self.controller_id = -1
         self._metadata_at = -1.0
@@ -263,6 +265,8 @@ class KafkaClient:
     def _apply_metadata(self, response: Any) -> None:
         self.note_cluster(response)
         topics: dict[str, dict[int, PartitionMetadata]] = {}
+        self.topic_errors = {topic.name: ErrorCode.topic_authorization_failed for topic in response.topics
+                             if topic.error_code == ErrorCode.topic_authorization_failed}
         for topic in response.topics:
             if topic.error_code != ErrorCode.none and not topic.partitions:
                 continue

@@ -63,6 +63,9 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     46: (0, 0),  # ListPartitionReassignments
     44: (0, 1),  # IncrementalAlterConfigs
     60: (0, 1),  # DescribeCluster
+    29: (1, 3),  # DescribeAcls
+    30: (1, 3),  # CreateAcls
+    31: (1, 3),  # DeleteAcls
 }
 
 

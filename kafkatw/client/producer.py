@@ -513,6 +513,11 @@ class Producer:
         now = self.reactor.seconds()
         while waiting:
             topic, value, key, partition, headers, ts, d, since = waiting[0]
+            refused = self.client.topic_errors.get(topic) if topic not in self._topics else None
+            if refused is not None:  # an ACL: fail now, as Kafka's TopicAuthorizationException
+                waiting.popleft()
+                d.errback(kafka_error(refused, f"{topic}: {refused.name} (not authorized to write it)"))
+                continue
             if self._append(topic, value, key, partition, headers, ts, d):
                 waiting.popleft()
                 continue

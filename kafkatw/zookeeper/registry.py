@@ -10,6 +10,21 @@ The paper's registries in ZooKeeper, laid out as Kafka 0.8-2.x lays them out
     /controller_epoch                          persistent controller epoch (decimal)
     /latest_producer_id_block                  persistent last producer-id block handed out
     /consumers/<group>/offsets/<topic>/<p>     persistent committed offset (JSON v1, see below)
+    /kafka-acl/<ResourceType>/<name>           persistent literal ACLs (JSON v1, see below)
+    /kafka-acl-extended/prefixed/<ResourceType>/<name>  persistent prefixed ACLs (JSON v1)
+    /kafka-acl-changes/acl_changes_<seq>       persistent literal ACL change: C{TOPIC:<name>}
+    /kafka-acl-extended-changes/acl_changes_<seq>  persistent prefixed ACL change (JSON v1)
+
+ACLs are where Kafka's ZooKeeper authorizer keeps them (C{kafka.zk.ZkAclStore},
+KIP-290), one znode per resource pattern; C{<ResourceType>} is C{Topic},
+C{Group}, C{Cluster} or C{TransactionalId} and the value lists its entries::
+
+    {"version":1,"acls":[{"principal":"User:alice","permissionType":"Allow","operation":"Read","host":"*"}]}
+
+It is rewritten conditionally on the version read (L{Registry.update_acls}), then
+a sequential change node names the pattern -- C{TOPIC:orders} for a literal
+one, C{{"version":1,"resourceType":"TOPIC","name":"orders-","patternType":"PREFIXED"}}
+for a prefixed one -- and every broker re-reads that pattern (L{Registry.watch_acl_changes}).
 
 A committed offset (L{encode_committed_offset}) is the I{next offset to
 consume}, as both Kafka's OffsetCommit and the paper's consumers mean it::
@@ -60,6 +75,14 @@ from kafkatw.errors import (
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
+from kafkatw.security.acl import (
+    AccessControlEntry,
+    PatternType,
+    ResourcePattern,
+    ResourceType,
+    decode_acls,
+    encode_acls,
+)
 from kafkatw.zookeeper.bridge import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError, ZooKeeperError
 
 __all__ = [
@@ -85,6 +108,10 @@ __all__ = [
     "consumer_offset_path",
     "encode_committed_offset",
     "decode_committed_offset",
+    "ACL_CHANGE_PATHS",
+    "acl_path",
+    "encode_acl_change",
+    "decode_acl_change",
 ]
 
 _log = Logger()
@@ -99,6 +126,13 @@ CONTROLLER_PATH = "/controller"
 CONTROLLER_EPOCH_PATH = "/controller_epoch"
 PRODUCER_ID_BLOCK_PATH = "/latest_producer_id_block"
 CONSUMERS_PATH = "/consumers"
+LITERAL_ACL_PATH = "/kafka-acl"
+PREFIXED_ACL_PATH = "/kafka-acl-extended/prefixed"
+LITERAL_ACL_CHANGES_PATH = "/kafka-acl-changes"
+EXTENDED_ACL_CHANGES_PATH = "/kafka-acl-extended-changes"
+#: The change-notification paths, literal first.
+ACL_CHANGE_PATHS = (LITERAL_ACL_CHANGES_PATH, EXTENDED_ACL_CHANGES_PATH)
+ACL_CHANGE_PREFIX = "acl_changes_"
 
 
 class BrokerIdInUseError(ZooKeeperError):
@@ -281,7 +315,158 @@ def _deferred(coro: Coroutine[Any, Any, Any]) -> Deferred:
     return Deferred.fromCoroutine(coro)
 
 
-class Registry:
+def acl_path(pattern: ResourcePattern) -> str:
+    """The znode of a pattern's ACLs (Kafka's C{ResourceZNode.path})."""
+    root = LITERAL_ACL_PATH if pattern.pattern_type == PatternType.LITERAL else PREFIXED_ACL_PATH
+    return f"{root}/{pattern.resource_type.kafka_name}/{pattern.name}"
+
+
+def encode_acl_change(pattern: ResourcePattern) -> tuple[str, bytes]:
+    """
+    The change store and value of a notification about C{pattern} (Kafka's
+    C{LiteralAclChangeStore} and C{ExtendedAclChangeStore}).
+    """
+    if pattern.pattern_type == PatternType.LITERAL:
+        return LITERAL_ACL_CHANGES_PATH, f"{pattern.resource_type.name}:{pattern.name}".encode()
+    return EXTENDED_ACL_CHANGES_PATH, _dumps({"version": 1, "resourceType": pattern.resource_type.name,
+                                              "name": pattern.name, "patternType": pattern.pattern_type.name})
+
+
+def decode_acl_change(store: str, data: bytes) -> ResourcePattern:
+    """
+    The pattern a change notification names.
+
+    @raise ValueError: a value neither format reads.
+    """
+    if store == LITERAL_ACL_CHANGES_PATH:
+        kind, sep, name = data.decode().partition(":")
+        if not sep:
+            raise ValueError(f"expected ResourceType:ResourceName, got {data!r}")
+        return ResourcePattern(ResourceType.parse(kind), name, PatternType.LITERAL)  # type: ignore[arg-type]
+    body = json.loads(data)
+    return ResourcePattern(ResourceType.parse(body["resourceType"]), body["name"],  # type: ignore[arg-type]
+                           PatternType.parse(body["patternType"]))  # type: ignore[arg-type]
+
+
+class _AclMethods:
+    """The ACL part of L{Registry} (Kafka's C{KafkaZkClient} ACL methods)."""
+
+    client: Any
+
+    def get_acls(self, pattern: ResourcePattern) -> Deferred:
+        """@return: a Deferred firing with C{(entries, znode version)}; C{(frozenset(), -1)} when absent."""
+        async def go() -> tuple[frozenset[AccessControlEntry], int]:
+            try:
+                data, stat = await self.client.get(acl_path(pattern))
+            except NoNodeError:
+                return frozenset(), -1
+            return decode_acls(data), stat.version
+
+        return _deferred(go())
+
+    def list_acls(self) -> Deferred:
+        """@return: a Deferred firing with C{{ResourcePattern: entries}}, every stored ACL."""
+        async def go() -> dict[ResourcePattern, frozenset[AccessControlEntry]]:
+            found: dict[ResourcePattern, frozenset[AccessControlEntry]] = {}
+            for root, pattern_type in ((LITERAL_ACL_PATH, PatternType.LITERAL),
+                                       (PREFIXED_ACL_PATH, PatternType.PREFIXED)):
+                try:
+                    kinds = await self.client.get_children(root)
+                except NoNodeError:
+                    continue
+                for kind in kinds:
+                    try:
+                        resource_type = ResourceType.parse(kind)
+                    except ValueError:
+                        _log.warn("ignoring ACLs of unknown resource type {path}", path=f"{root}/{kind}")
+                        continue
+                    try:
+                        names = await self.client.get_children(f"{root}/{kind}")
+                    except NoNodeError:
+                        continue
+                    for name in names:
+                        pattern = ResourcePattern(resource_type, name, pattern_type)  # type: ignore[arg-type]
+                        entries, _version = await self.get_acls(pattern)
+                        if entries:
+                            found[pattern] = entries
+            return found
+
+        return _deferred(go())
+
+    def update_acls(self, pattern: ResourcePattern,
+                    change: Callable[[frozenset[AccessControlEntry]], frozenset[AccessControlEntry]]) -> Deferred:
+        """
+        Rewrite a pattern's ACLs: read them, apply C{change}, and write the
+        result conditionally on the version read (create the znode when it
+        was absent, delete it when nothing is left), reading again after a
+        concurrent change, as Kafka's C{AclAuthorizer.updateResourceAcls};
+        then notify every broker (L{notify_acl_change}).
+
+        @return: a Deferred firing with C{(entries before, entries after)}.
+        """
+        async def go() -> tuple[frozenset[AccessControlEntry], frozenset[AccessControlEntry]]:
+            path = acl_path(pattern)
+            while True:
+                current, version = await self.get_acls(pattern)
+                new = frozenset(change(current))
+                if new == current:
+                    return current, new
+                try:
+                    if not new:
+                        await self.client.delete(path, version=version)
+                    elif version < 0:
+                        await self.client.create(path, encode_acls(new), makepath=True)
+                    else:
+                        await self.client.set(path, encode_acls(new), version=version)
+                except (BadVersionError, NodeExistsError, NoNodeError):
+                    continue
+                await self.notify_acl_change(pattern)
+                return current, new
+
+        return _deferred(go())
+
+    def notify_acl_change(self, pattern: ResourcePattern) -> Deferred:
+        """Create the sequential change node naming C{pattern} (L{encode_acl_change})."""
+        store, value = encode_acl_change(pattern)
+        return self.client.create(f"{store}/{ACL_CHANGE_PREFIX}", value, sequence=True, makepath=True)
+
+    def watch_acl_changes(self, callback: Callable[[str, list[str]], object]) -> Deferred:
+        """
+        Call C{callback(store, children)} for both change stores
+        (L{ACL_CHANGE_PATHS}) now and whenever a notification is added.
+
+        @return: a Deferred firing with the two L{Watch}es.
+        """
+        from twisted.internet.defer import gatherResults
+
+        return gatherResults([
+            self.client.watch_children(store, lambda children, store=store: callback(store, children))
+            for store in ACL_CHANGE_PATHS])
+
+    def get_acl_change(self, store: str, child: str) -> Deferred:
+        """
+        @return: a Deferred firing with C{(pattern, ctime in ms)} of a
+            notification, or C{None} when it is gone or unreadable.
+        """
+        async def go() -> tuple[ResourcePattern, int] | None:
+            try:
+                data, stat = await self.client.get(f"{store}/{child}")
+            except NoNodeError:
+                return None
+            try:
+                return decode_acl_change(store, data), stat.ctime
+            except (ValueError, KeyError) as e:
+                _log.warn("ignoring unreadable ACL change {path}: {error}", path=f"{store}/{child}", error=e)
+                return None
+
+        return _deferred(go())
+
+    def delete_acl_change(self, store: str, child: str) -> Deferred:
+        """Delete one notification (gone already: no error)."""
+        return self.client.delete(f"{store}/{child}").addErrback(lambda f: f.trap(NoNodeError) and None)
+
+
+class Registry(_AclMethods):
     """
     Kafka's ZooKeeper registries over one ZooKeeper session.
 

@@ -53,6 +53,7 @@ class FakeClient:
         self.invalidations = 0
         self.next_leaders: dict[tuple[str, int], int] | None = None
         self.closed = False
+        self.topic_errors: dict = {}
 
     def leader_for(self, topic: str, partition: int) -> int:
         if topic not in self.known:
@@ -662,3 +663,16 @@ class IdempotenceTests(ProducerTestCase):
 
     def test_idempotence_needs_acks_all(self) -> None:
         self.assertRaises(ValueError, Producer, self.clock, client=FakeClient({}), acks=1, enable_idempotence=True)
+
+
+class TopicAuthorizationTests(SynchronousTestCase):
+    def test_a_topic_refused_by_an_acl_fails_at_once(self) -> None:
+        """Metadata's TOPIC_AUTHORIZATION_FAILED fails the waiting records, as Kafka's TopicAuthorizationException."""
+        clock = Clock()
+        client = FakeClient({"t": 1})
+        client.topic_errors = {"secret": ErrorCode.topic_authorization_failed}
+        producer = Producer(clock, client=client, max_block_ms=500, retry_backoff_ms=100)
+        d = producer.send("secret", b"v")
+        clock.pump([0.1] * 2)
+        failure = self.failureResultOf(d, KafkaError)
+        self.assertEqual(failure.value.error_code, ErrorCode.topic_authorization_failed)
