@@ -67,6 +67,8 @@ __all__ = [
     "decode_varint",
     "compress",
     "decompress",
+    "COMPRESSION_TYPE_CODECS",
+    "rewrite_batches",
 ]
 
 COMPRESSION_NONE = 0
@@ -263,6 +265,57 @@ def decompress(codec: int, data: bytes) -> bytes:
     except Exception as e:  # cramjam raises DecompressionError (and others)
         raise CorruptRecordError(f"cannot decompress records (codec {codec}): {e}") from e
     raise InvalidRecordError(f"unknown compression codec {codec}")
+
+
+# --- broker-side rewriting -------------------------------------------------------------
+
+#: Kafka's topic C{compression.type} -> codec (C{producer}: keep the producer's).
+COMPRESSION_TYPE_CODECS = {"uncompressed": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+
+
+def rewrite_batches(data: bytes | bytearray | memoryview, headers: Sequence, codec: int | None,
+                    log_append_time_ms: int | None) -> bytes:
+    """
+    The batches of C{data} as the broker writes them for a topic whose
+    C{compression.type} is not C{producer} or whose C{message.timestamp.type}
+    is C{LogAppendTime} (Kafka's C{LogValidator}).
+
+    A batch whose codec differs from C{codec} has its records region
+    decompressed and compressed again with C{codec} (0: left uncompressed);
+    the records themselves are not parsed (the region is the same bytes
+    under any codec).  Control batches keep their codec.  With
+    C{log_append_time_ms}, every batch gets the LogAppendTime attribute bit
+    and that time as its maxTimestamp, which Kafka's consumers give every
+    record of the batch.  Every rewritten batch gets a new length and
+    CRC-32C; producer id, epoch, sequence, base timestamp and offsets are
+    kept.
+
+    @param headers: the batches' L{kafkatw.protocol.batch.BatchHeader}s,
+        validated (CRC checked) by the caller.
+    @param codec: the target codec (L{COMPRESSION_TYPE_CODECS}), or C{None}
+        to keep each batch's.
+    @return: the rewritten batches, concatenated (a copy: these topics leave
+        the no-copy append path).
+    @raise CorruptRecordError: a records region does not decompress.
+    """
+    view = memoryview(data)
+    out: list[bytes] = []
+    for h in headers:
+        attributes = h.attributes
+        region: bytes | memoryview = view[h.position + _HEADER_SIZE:h.position + h.size]
+        current = attributes & _ATTR_COMPRESSION_MASK
+        if codec is not None and codec != current and not attributes & _ATTR_CONTROL:
+            region = compress(codec, decompress(current, bytes(region)))
+            attributes = (attributes & ~_ATTR_COMPRESSION_MASK) | codec
+        max_timestamp = h.max_timestamp
+        if log_append_time_ms is not None:
+            attributes |= _ATTR_TIMESTAMP_TYPE
+            max_timestamp = log_append_time_ms
+        post = _POST_CRC.pack(attributes, h.last_offset_delta, h.base_timestamp, max_timestamp, h.producer_id,
+                              h.producer_epoch, h.base_sequence, h.record_count) + bytes(region)
+        out.append(_PRE_CRC.pack(h.base_offset, len(post) + 9, h.partition_leader_epoch, 2, crc32c(post)))
+        out.append(post)
+    return b"".join(out)
 
 
 # --- encoding -------------------------------------------------------------------------
