@@ -566,6 +566,10 @@ class BrokerConfig:
         """C{name}'s static value (default, properties file or override)."""
         return self._values[name]
 
+    def is_static(self, name: str) -> bool:
+        """Whether C{name} was set statically (properties file or override), not left at its default."""
+        return name in self._static_keys
+
     def source(self, name: str) -> int:
         """Where C{name}'s value comes from: one of Kafka's ConfigSource codes."""
         for source in (DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG):
@@ -633,13 +637,26 @@ def parse_broker_value(name: str, value: Any) -> Any:
     return parsed
 
 
-def topic_log_config(broker: BrokerConfig, overrides: Mapping[str, str]) -> dict[str, Any]:
+def topic_log_config(broker: BrokerConfig, overrides: Mapping[str, str], strict: bool = True) -> dict[str, Any]:
     """
-    The effective topic-level configuration: every key of L{TOPIC_CONFIG_KEYS}
-    from the broker defaults, replaced by the topic's overrides.
+    The effective topic-level configuration: every key of L{TOPIC_CONFIG}
+    from the broker's current values of their synonyms (dynamic, static or
+    default), replaced by the topic's overrides.
 
-    @raise ValueError: for an unknown topic key or an unparsable value.
+    @param strict: raise for a bad override; C{False} leaves it out (a znode
+        written by another tool must not stop a broker).
+    @raise ValueError: for an unknown topic key or an invalid value, in
+        Kafka's words (C{Unknown topic config name: k},
+        C{Invalid value v for configuration k: ...}).
     """
+    if not strict:
+        result = topic_log_config(broker, {})
+        for name, value in overrides.items():
+            try:
+                result[name] = parse_topic_config(name, value)
+            except (KeyError, ValueError):
+                pass
+        return result
     result = {topic_key: key.default for topic_key, key in TOPIC_CONFIG.items()}
     result.update({topic_key: broker[broker_key] for topic_key, broker_key in TOPIC_CONFIG_KEYS.items()})
     for name, value in overrides.items():
