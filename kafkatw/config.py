@@ -439,13 +439,16 @@ def parse_topic_config(name: str, value: Any) -> Any:
     kind = config_type(key)
     if value is None:
         raise ValueError("a value is required")
+    if kind == "BOOLEAN":
+        try:
+            _bool(value)
+        except ValueError:
+            raise ValueError("Expected value to be either true or false") from None
     try:
         parsed = key.parse(value)
     except (TypeError, ValueError) as e:
         if kind in ("INT", "LONG", "SHORT"):
             raise ValueError(f"Not a number of type {kind}") from None
-        if kind == "BOOLEAN":
-            raise ValueError("Expected value to be either true or false") from None
         raise ValueError(str(e)) from None
     if kind == "INT" and isinstance(parsed, int) and not -2**31 <= parsed <= _INT_MAX:
         raise ValueError("Not a number of type INT")

@@ -115,7 +115,9 @@ class ConfigChangeListener:
     def _children_changed(self, children: list[str]) -> None:
         self._pending = list(children)
         if self._running is None:
-            self._running = Deferred.fromCoroutine(self._handle_pending())
+            running = Deferred.fromCoroutine(self._handle_pending())
+            # (it may have finished already: the fake ZooKeeper answers at once)
+            self._running = None if running.called else running
 
     async def _handle_pending(self) -> None:
         try:
@@ -126,6 +128,8 @@ class ConfigChangeListener:
                 except ZooKeeperError as e:
                     _log.warn("config change notifications not handled ({error}); retried at the next change",
                               error=e)
+                except Exception:
+                    _log.failure("handling config change notifications failed")
         finally:
             self._running = None
 
