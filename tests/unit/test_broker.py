@@ -736,7 +736,7 @@ class DescribeClusterTests(unittest.TestCase):
 
 
 class IncrementalAlterConfigsTests(unittest.TestCase):
-    """The brokers' dynamic replication throttles, stored in /config/brokers/<entity> (tests/unit/test_live_config.py has the rest)."""
+    """The brokers' dynamic replication throttles in /config/brokers/<entity> (more in test_live_config.py)."""
 
     def alter(self, h: BrokerHarness, resource_type: int, name: str, configs: list, validate_only: bool = False):
         body = {"resources": [{"resource_type": resource_type, "resource_name": name, "configs": [

@@ -87,8 +87,8 @@ class ConfigTableTests(unittest.TestCase):
         self.assertEqual((lenient["retention.ms"], lenient["segment.ms"]), (604800000, 5))
 
     def test_dynamic_and_sensitive(self) -> None:
-        for name in ("log.retention.ms", "log.retention.bytes", "log.segment.bytes", "log.roll.ms", "log.cleanup.policy",
-                     "min.insync.replicas", "message.max.bytes", "log.flush.interval.ms",
+        for name in ("log.retention.ms", "log.retention.bytes", "log.segment.bytes", "log.roll.ms",
+                     "log.cleanup.policy", "min.insync.replicas", "message.max.bytes", "log.flush.interval.ms",
                      "log.flush.interval.messages", "unclean.leader.election.enable", "compression.type",
                      "follower.replication.throttled.rate", "leader.replication.throttled.rate"):
             self.assertTrue(is_dynamic_broker_config(name), name)
