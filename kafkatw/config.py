@@ -690,8 +690,9 @@ def _markdown_value(value: Any) -> str:
 def config_markdown() -> str:
     """
     The Markdown tables of every broker key (L{BROKER_CONFIG}: name, default,
-    unit, documentation) and every topic key (L{TOPIC_CONFIG_KEYS}), in
-    definition order, for docs/configuration.md.
+    unit, documentation) and every topic key (L{TOPIC_CONFIG}: type, broker
+    synonym, default), in definition order, and the list of dynamic broker
+    keys, for docs/configuration.md.
     """
     lines = [
         "### Broker keys (`BROKER_CONFIG`)",
@@ -704,13 +705,22 @@ def config_markdown() -> str:
                      f"{key.doc.replace('|', '&#124;')} |")
     lines += [
         "",
-        "### Topic keys (`TOPIC_CONFIG_KEYS`)",
+        "### Topic keys (`TOPIC_CONFIG`)",
         "",
-        "| topic key | overrides broker key | broker default |",
-        "|---|---|---|",
+        "| topic key | type | broker synonym | default | notes |",
+        "|---|---|---|---|---|",
     ]
-    for topic_key, broker_key in TOPIC_CONFIG_KEYS.items():
-        lines.append(f"| `{topic_key}` | `{broker_key}` | {_markdown_value(BROKER_CONFIG[broker_key].default)} |")
+    for name, key in TOPIC_CONFIG.items():
+        broker_key = TOPIC_CONFIG_KEYS.get(name)
+        synonym = f"`{broker_key}`" if broker_key else "—"
+        notes = "—" if broker_key else key.doc.replace("|", "&#124;")
+        lines.append(f"| `{name}` | {config_type(key)} | {synonym} | {_markdown_value(key.default)} | {notes} |")
+    lines += [
+        "",
+        "Dynamic broker keys (AlterConfigs / IncrementalAlterConfigs on a BROKER resource, "
+        "docs/operations.md): " + ", ".join(f"`{name}`" for name in sorted(DYNAMIC_BROKER_CONFIGS))
+        + ", and every `log.cleaner.*` key.",
+    ]
     return "\n".join(lines) + "\n"
 
 

@@ -631,6 +631,7 @@ class KafkaServer(service.MultiService):
             self.log_manager.set_default_config(topic_log_config(self.config, {}))
             for topic in {log.topic for log in self.log_manager.all_logs()}:
                 self.log_manager.update_config(topic, self._topic_config(topic))
+        self._recheck_offline_partitions()
 
     def _apply_throttle(self) -> None:
         rate = self.config["follower.replication.throttled.rate"]
@@ -647,6 +648,17 @@ class KafkaServer(service.MultiService):
         if self.log_manager is not None:
             self.log_manager.update_config(name, self._topic_config(name))
         _log.info("topic {topic} config is now {config}", topic=name, config=config)
+        self._recheck_offline_partitions()
+
+    def _recheck_offline_partitions(self) -> None:
+        """
+        The controller looks again for partitions without a live leader: an
+        C{unclean.leader.election.enable} just turned on may elect one (as
+        Kafka's controller does on that change).
+        """
+        if self.controller is not None and self.controller.active:
+            self.controller.topics_changed().addErrback(
+                lambda f: _log.failure("re-electing offline partitions failed", f))
 
     def _shrink_isrs(self) -> None:
         if self.replica_manager is not None:
