@@ -640,6 +640,8 @@ class KafkaServer(service.MultiService):
 
     def _topic_config_changed(self, name: str, config: dict[str, str]) -> None:
         """C{/config/topics/<name>} changed (a config change notification): apply it to the topic's logs."""
+        if name not in self._topic_watches and name not in self.metadata.topics:
+            return  # not (or no longer) a topic here; its config is read when the topic is seen
         self._topic_configs[name] = dict(config)
         self._effective_topic_configs.pop(name, None)
         meta = self.metadata.topics.get(name)

@@ -9,11 +9,15 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+import uuid
 
 from twisted.internet.task import Clock
 from twisted.trial import unittest
 
+from kafkatw.broker.metadata_cache import TopicMetadata
 from kafkatw.broker.server import KafkaServer
+from kafkatw import config as config_module
+from kafkatw.broker import config_helper
 from kafkatw.config import (
     BROKER_CONFIG,
     CONFIG_TYPE_CODES,
@@ -24,6 +28,7 @@ from kafkatw.config import (
     STATIC_BROKER_CONFIG,
     TOPIC_CONFIG,
     BrokerConfig,
+    ConfigKey,
     config_type,
     is_dynamic_broker_config,
     is_sensitive,
@@ -216,6 +221,7 @@ class BrokerPropagationTests(unittest.TestCase):
         server.config_changes.on_entity_change("topics", server._topic_config_changed)
         server.config_changes.on_entity_change("brokers", server._broker_config_changed)
         self.successResultOf(server.config_changes.start())
+        server.metadata.set_topic(TopicMetadata("t", uuid.uuid4(), {0: [1]}))
         return server
 
     def settle(self, clock: Clock, *servers: KafkaServer) -> None:
@@ -246,6 +252,10 @@ class BrokerPropagationTests(unittest.TestCase):
         self.settle(clock, *brokers)
         self.assertEqual([log.config.retention_ms for log in logs], [30, 30])
         self.assertEqual(brokers[0].config.source("log.retention.ms"), DYNAMIC_BROKER_CONFIG)
+        # a topic this broker does not know is read when it appears, not from the notification
+        self.successResultOf(a.set_topic_config("unknown", {"retention.ms": "1"}))
+        self.settle(clock, *brokers)
+        self.assertNotIn("unknown", brokers[0]._topic_configs)
 
     def test_retention_applies_at_once(self) -> None:
         clock, (a, b) = _two_brokers(self)
@@ -382,6 +392,18 @@ class DescribeConfigsTests(unittest.TestCase):
         result = self.describe(h, 2, "t", ["retention.ms", "no.such"], version=1, synonyms=False)
         self.assertEqual([(c.name, c.value, list(c.synonyms)) for c in result.configs], [("retention.ms", "5000", [])])
         self.assertEqual(self.describe(h, 2, "absent").error_code, ErrorCode.unknown_topic_or_partition)
+
+    def test_sensitive_values_are_never_returned(self) -> None:
+        name = "listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config"
+        jaas = ConfigKey(name, str, "", "JAAS", type="PASSWORD")
+        self.patch(config_module, "BROKER_CONFIG", {**BROKER_CONFIG, name: jaas})
+        self.patch(config_helper, "BROKER_CONFIG", config_module.BROKER_CONFIG)
+        h = BrokerHarness(self, **{name: "org.apache.kafka.common.security.scram.ScramLoginModule required;"})
+        [entry] = self.describe(h, 4, "0", [name]).configs
+        self.assertEqual((entry.value, entry.is_sensitive, entry.config_type),
+                         (None, True, CONFIG_TYPE_CODES["PASSWORD"]))
+        self.assertEqual([(s.value, s.source) for s in entry.synonyms],
+                         [(None, STATIC_BROKER_CONFIG), (None, DEFAULT_CONFIG)])
 
     def test_broker_entities(self) -> None:
         h = BrokerHarness(self, **{"message.max.bytes": "2000"})
