@@ -123,16 +123,18 @@ class LiveConfigTests(ClassFixture, unittest.TestCase):
         for broker in (0, 1):
             entry = wait_for(lambda: described(broker), 5, f"broker {broker} has the new default")
             self.assertEqual(entry.source, 3)  # DYNAMIC_DEFAULT_BROKER_CONFIG
-        # kafka-python reads the same, with Kafka's type (KIP-569 clients show LONG)
+        # kafka-python reads the same, with Kafka's type (KIP-569) and every synonym
         from kafka.admin import ConfigResource as KafkaPythonResource, ConfigResourceType, KafkaAdminClient
 
         client = KafkaAdminClient(bootstrap_servers=self.cluster[1].bootstrap)
         try:
-            described = client.describe_configs([KafkaPythonResource(ConfigResourceType.BROKER, "1")],
-                                                config_filter="all")
-            entry = described["broker"]["1"]["log.retention.bytes"]
-            self.assertEqual(entry["value"], "123456789")
-            self.assertIn(entry.get("config_type"), ("LONG", 5, None))
+            answer = client.describe_configs([KafkaPythonResource(ConfigResourceType.BROKER, "1")],
+                                             config_filter="all", include_synonyms=True)
+            entry = answer["broker"]["1"]["log.retention.bytes"]
+            self.assertEqual((entry["value"], entry["config_source"], entry["config_type"]),
+                             ("123456789", "DYNAMIC_DEFAULT_BROKER_CONFIG", "LONG"))
+            self.assertEqual([(s["value"], s["source"]) for s in entry["synonyms"]],
+                             [("123456789", "DYNAMIC_DEFAULT_BROKER_CONFIG"), ("-1", "DEFAULT_CONFIG")])
         finally:
             client.close()
         # a static-only config cannot change dynamically
