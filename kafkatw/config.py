@@ -256,8 +256,8 @@ BROKER_CONFIG: dict[str, ConfigKey] = {
                   "How far in the future a CreateTime batch's timestamps may be (KIP-937; else "
                   "`INVALID_TIMESTAMP`). Checked on each batch's first and largest timestamps.", "ms"),
         ConfigKey("log.segment.delete.delay.ms", int, 60000,
-                  "Accepted for compatibility; kafkatw keeps the descriptors of deleted segments open for "
-                  "a fixed 60 s so that regions being sent stay valid.", "ms"),
+                  "How long the files of a segment deleted by retention stay open, so that fetch responses "
+                  "being sent from them stay valid.", "ms"),
         ConfigKey("log.roll.jitter.ms", int, 0,
                   "Largest random jitter subtracted from `log.roll.ms` per segment, so that the partitions "
                   "of a topic do not all roll at once.", "ms"),

@@ -66,8 +66,8 @@ _LONG_MAX = 2**63 - 1
 #: baseOffset int64, batchLength int32, partitionLeaderEpoch int32: the batch prefix the broker rewrites.
 _PATCH = struct.Struct(">qii")
 _SNAPSHOT_SUFFIX = ".snapshot"
-#: Kafka's C{file.delete.delay.ms}: descriptors of deleted segments stay open
-#: this long so that regions being sent remain valid.
+#: Kafka's default C{file.delete.delay.ms}: descriptors of deleted segments stay
+#: open this long so that regions being sent remain valid.
 FILE_DELETE_DELAY_MS = 60000
 
 
@@ -94,6 +94,8 @@ class LogConfig:
     message_timestamp_before_max_ms: int = _LONG_MAX
     message_timestamp_after_max_ms: int = _LONG_MAX
     segment_jitter_ms: int = 0
+    #: how long the files of a segment deleted by retention stay open (regions being sent stay valid)
+    file_delete_delay_ms: int = FILE_DELETE_DELAY_MS
 
     _KEYS = {
         "segment.bytes": "segment_bytes",
@@ -111,6 +113,7 @@ class LogConfig:
         "message.timestamp.before.max.ms": "message_timestamp_before_max_ms",
         "message.timestamp.after.max.ms": "message_timestamp_after_max_ms",
         "segment.jitter.ms": "segment_jitter_ms",
+        "file.delete.delay.ms": "file_delete_delay_ms",
     }
     _STRINGS = frozenset({"message_timestamp_type", "compression_type"})
 
@@ -721,7 +724,7 @@ class PartitionLog:
     def _close_graveyard(self, now_ms: int | None) -> None:
         keep = []
         for deleted_ms, segment in self._graveyard:
-            if now_ms is None or now_ms - deleted_ms >= FILE_DELETE_DELAY_MS:
+            if now_ms is None or now_ms - deleted_ms >= self.config.file_delete_delay_ms:
                 segment.close_log()
             else:
                 keep.append((deleted_ms, segment))

@@ -401,6 +401,19 @@ class RetentionTests(LogTestMixin, TestCase):
         self.assertEqual(log._graveyard, [])
         log.close()
 
+    def test_file_delete_delay_ms(self):
+        one = batch(1, size=100)
+        log = self.make_log(segment_bytes=len(one), retention_bytes=0, retention_ms=-1, file_delete_delay_ms=10)
+        log.append(one, 0)
+        log.append(one, 0)
+        log.apply_retention(0)
+        self.assertEqual(len(log._graveyard), 1)
+        log.apply_retention(9)
+        self.assertEqual(len(log._graveyard), 1)
+        log.apply_retention(10)
+        self.assertEqual(log._graveyard, [])
+        log.close()
+
 
 class RecoveryTests(LogTestMixin, TestCase):
     def fill(self, **config):
