@@ -326,10 +326,11 @@ def _remote_storage_enable(value: str | bool) -> bool:
 _TOPIC_ONLY_CONFIG: list[ConfigKey] = [
     ConfigKey("leader.replication.throttled.replicas", _list, [],
               "Replicas (`partition:broker`, or `*`) whose replication the leader throttles. Accepted and "
-              "stored; kafkatw throttles the replicas a reassignment adds, whatever this list says.", type="LIST"),
+              "stored; no effect: kafkatw applies the follower's throttle only.", type="LIST"),
     ConfigKey("follower.replication.throttled.replicas", _list, [],
-              "Replicas (`partition:broker`, or `*`) whose replication the follower throttles. Accepted and "
-              "stored; kafkatw throttles the replicas a reassignment adds, whatever this list says.", type="LIST"),
+              "Replicas (`partition:broker`, or `*` for all) whose fetches from the leader share the "
+              "follower's `follower.replication.throttled.rate`, besides the replicas a reassignment adds "
+              "(which are always throttled).", type="LIST"),
     ConfigKey("remote.storage.enable", _remote_storage_enable, False,
               "Tiered storage (KIP-405). Only `false`: kafkatw has no remote storage, and `true` is "
               "`INVALID_CONFIG`."),

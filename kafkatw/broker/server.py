@@ -605,8 +605,19 @@ class KafkaServer(service.MultiService):
             self.controller.check_preferred_imbalance(self.config["leader.imbalance.per.broker.percentage"])
 
     def _throttled(self, topic: str, partition: int) -> bool:
+        """
+        Whether this broker's fetches of C{topic-partition} are throttled: a
+        replica a reassignment is adding here, or one the topic's
+        C{follower.replication.throttled.replicas} names (C{partition:broker}
+        or C{*}, as Kafka's reassignment tool writes it).
+        """
         meta = self.metadata.topics.get(topic)
-        return meta is not None and self.broker_id in meta.adding_replicas.get(partition, ())
+        if meta is None:
+            return False
+        if self.broker_id in meta.adding_replicas.get(partition, ()):
+            return True
+        named = self._topic_config(topic).get("follower.replication.throttled.replicas") or ()
+        return "*" in named or f"{partition}:{self.broker_id}" in named
 
     def _broker_config_changed(self, entity: str, config: dict[str, str]) -> None:
         """

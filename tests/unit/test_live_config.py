@@ -252,6 +252,14 @@ class BrokerPropagationTests(unittest.TestCase):
         self.settle(clock, *brokers)
         self.assertEqual([log.config.retention_ms for log in logs], [30, 30])
         self.assertEqual(brokers[0].config.source("log.retention.ms"), DYNAMIC_BROKER_CONFIG)
+        # follower.replication.throttled.replicas names the replicas this broker's fetches throttle
+        self.assertEqual([s._throttled("t", 0) for s in brokers], [False, False])
+        self.successResultOf(a.set_topic_config("t", {"follower.replication.throttled.replicas": "1:2,0:1"}))
+        self.settle(clock, *brokers)
+        self.assertEqual([s._throttled("t", 0) for s in brokers], [True, True])
+        self.successResultOf(a.set_topic_config("t", {"follower.replication.throttled.replicas": "*"}))
+        self.settle(clock, *brokers)
+        self.assertTrue(brokers[0]._throttled("t", 0))
         # a topic this broker does not know is read when it appears, not from the notification
         self.successResultOf(a.set_topic_config("unknown", {"retention.ms": "1"}))
         self.settle(clock, *brokers)
