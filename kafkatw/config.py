@@ -276,11 +276,11 @@ BROKER_CONFIG: dict[str, ConfigKey] = {
                   "Tiered storage's local retention (KIP-405); no effect: kafkatw has no remote storage.",
                   "bytes"),
         ConfigKey("compression.gzip.level", int, -1,
-                  "Accepted (KIP-390); kafkatw recompresses at the codec's default level."),
+                  "The gzip level of the batches the broker recompresses (KIP-390; `compression.type=gzip`)."),
         ConfigKey("compression.lz4.level", int, 9,
-                  "Accepted (KIP-390); kafkatw recompresses at the codec's default level."),
+                  "The lz4 level of the batches the broker recompresses (KIP-390; `compression.type=lz4`)."),
         ConfigKey("compression.zstd.level", int, 3,
-                  "Accepted (KIP-390); kafkatw recompresses at the codec's default level."),
+                  "The zstd level of the batches the broker recompresses (KIP-390; `compression.type=zstd`)."),
     ]
 }
 

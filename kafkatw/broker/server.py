@@ -38,8 +38,8 @@ from twisted.logger import Logger
 from ..config import DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG, BrokerConfig, topic_log_config
 from ..storage.log_manager import LogManager
 from ..storage.meta_properties import MetaPropertiesError, ensure_meta_properties
-from ..zookeeper.config_changes import ConfigChangeListener
 from ..zookeeper.bridge import NodeExistsError, ZooKeeperClient, ZooKeeperUnavailableError
+from ..zookeeper.config_changes import ConfigChangeListener
 from ..zookeeper.embedded import EmbeddedZooKeeperService, ZooKeeperNotInstalledError, ZooKeeperStartError
 from ..zookeeper.registry import DEFAULT_BROKER_ENTITY, BrokerIdInUseError, Registry
 from .admin import AdminManager

@@ -214,18 +214,24 @@ def decode_varint(data: bytes, pos: int = 0) -> tuple[int, int]:
 # --- compression ----------------------------------------------------------------------
 
 
-def compress(codec: int, data: bytes) -> bytes:
-    """Compress a records region with Kafka's framing for C{codec} (see module doc)."""
+def compress(codec: int, data: bytes, level: int | None = None) -> bytes:
+    """
+    Compress a records region with Kafka's framing for C{codec} (see module doc).
+
+    @param level: the codec's compression level (KIP-390's
+        C{compression.gzip.level}, C{lz4.level}, C{zstd.level}); C{None}: the
+        library's default.  Snappy has none.
+    """
     if codec == 0:
         return data
     if codec == 1:
-        return bytes(cramjam.gzip.compress(data))
+        return bytes(cramjam.gzip.compress(data) if level is None else cramjam.gzip.compress(data, level=level))
     if codec == 2:
         return bytes(cramjam.snappy.compress_raw(data))
     if codec == 3:
-        return bytes(cramjam.lz4.compress(data))
+        return bytes(cramjam.lz4.compress(data) if level is None else cramjam.lz4.compress(data, level=level))
     if codec == 4:
-        return bytes(cramjam.zstd.compress(data))
+        return bytes(cramjam.zstd.compress(data) if level is None else cramjam.zstd.compress(data, level=level))
     raise ValueError(f"unknown compression codec {codec}")
 
 
@@ -274,7 +280,7 @@ COMPRESSION_TYPE_CODECS = {"uncompressed": 0, "gzip": 1, "snappy": 2, "lz4": 3, 
 
 
 def rewrite_batches(data: bytes | bytearray | memoryview, headers: Sequence, codec: int | None,
-                    log_append_time_ms: int | None) -> bytes:
+                    log_append_time_ms: int | None, level: int | None = None) -> bytes:
     """
     The batches of C{data} as the broker writes them for a topic whose
     C{compression.type} is not C{producer} or whose C{message.timestamp.type}
@@ -294,6 +300,7 @@ def rewrite_batches(data: bytes | bytearray | memoryview, headers: Sequence, cod
         validated (CRC checked) by the caller.
     @param codec: the target codec (L{COMPRESSION_TYPE_CODECS}), or C{None}
         to keep each batch's.
+    @param level: the target codec's compression level (see L{compress}).
     @return: the rewritten batches, concatenated (a copy: these topics leave
         the no-copy append path).
     @raise CorruptRecordError: a records region does not decompress.
@@ -305,7 +312,7 @@ def rewrite_batches(data: bytes | bytearray | memoryview, headers: Sequence, cod
         region: bytes | memoryview = view[h.position + _HEADER_SIZE:h.position + h.size]
         current = attributes & _ATTR_COMPRESSION_MASK
         if codec is not None and codec != current and not attributes & _ATTR_CONTROL:
-            region = compress(codec, decompress(current, bytes(region)))
+            region = compress(codec, decompress(current, bytes(region)), level)
             attributes = (attributes & ~_ATTR_COMPRESSION_MASK) | codec
         max_timestamp = h.max_timestamp
         if log_append_time_ms is not None:

@@ -96,6 +96,10 @@ class LogConfig:
     segment_jitter_ms: int = 0
     #: how long the files of a segment deleted by retention stay open (regions being sent stay valid)
     file_delete_delay_ms: int = FILE_DELETE_DELAY_MS
+    #: KIP-390's levels, used when the broker recompresses (gzip -1: the library's default)
+    compression_gzip_level: int = -1
+    compression_lz4_level: int = 9
+    compression_zstd_level: int = 3
 
     _KEYS = {
         "segment.bytes": "segment_bytes",
@@ -114,6 +118,9 @@ class LogConfig:
         "message.timestamp.after.max.ms": "message_timestamp_after_max_ms",
         "segment.jitter.ms": "segment_jitter_ms",
         "file.delete.delay.ms": "file_delete_delay_ms",
+        "compression.gzip.level": "compression_gzip_level",
+        "compression.lz4.level": "compression_lz4_level",
+        "compression.zstd.level": "compression_zstd_level",
     }
     _STRINGS = frozenset({"message_timestamp_type", "compression_type"})
 
@@ -139,6 +146,13 @@ class LogConfig:
     def target_codec(self) -> int | None:
         """The codec batches are written with (C{None}: the producer's)."""
         return COMPRESSION_TYPE_CODECS.get(self.compression_type)
+
+    @property
+    def compression_level(self) -> int | None:
+        """The level the broker recompresses with (C{None}: the codec's default)."""
+        level = {"gzip": self.compression_gzip_level, "lz4": self.compression_lz4_level,
+                 "zstd": self.compression_zstd_level}.get(self.compression_type)
+        return None if level is None or level == -1 and self.compression_type == "gzip" else level
 
     @property
     def timestamp_before_max_ms(self) -> int:
@@ -432,7 +446,8 @@ class PartitionLog:
             # Off the no-copy path: Kafka's LogValidator recompresses the
             # batches of a topic with its own compression.type and stamps
             # LogAppendTime batches; both are inside the CRC.
-            records = rewrite_batches(records, headers, codec, append_time if append_time >= 0 else None)
+            records = rewrite_batches(records, headers, codec, append_time if append_time >= 0 else None,
+                                      config.compression_level)
             headers = parse_batch_headers(records, False)
         # The batches go to disk as sent, but for the 16 bytes that carry the
         # base offset, the length and the partition leader epoch, which the

@@ -291,6 +291,21 @@ class AppendReadTests(LogTestMixin, TestCase):
         [d] = decode_batches(region_bytes(plain.read(0, 1 << 20)))
         self.assertEqual((d.compression, d.records[0].value), (0, b"v"))
 
+    def test_compression_levels(self):
+        records = [(b"k%d" % i, b"value %d " % i * 20, [], 1000 + i) for i in range(50)]
+        sizes = {}
+        for codec, levels in (("gzip", (1, 9)), ("lz4", (1, 17)), ("zstd", (-5, 19))):
+            for level in levels:
+                log = self.make_log(path=self.mktemp(), compression_type=codec,
+                                    **{f"compression_{codec}_level": level})
+                log.append(encode_batch(records), 0)
+                data = region_bytes(log.read(0, 1 << 20))
+                [d] = decode_batches(data)
+                self.assertEqual([r.value for r in d.records], [r[1] for r in records])
+                sizes[codec, level] = len(data)
+        self.assertGreater(sizes["gzip", 1], sizes["gzip", 9])
+        self.assertGreater(sizes["zstd", -5], sizes["zstd", 19])
+
     def test_producer_compression_type_keeps_the_bytes(self):
         log = self.make_log(compression_type="producer")
         sent = encode_batch([(b"a", b"v", [], 1000)], compression=1)
