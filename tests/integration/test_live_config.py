@@ -17,7 +17,7 @@ import os
 import subprocess
 import time
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 from twisted.trial import unittest
 
@@ -172,3 +172,30 @@ class LiveConfigTests(ClassFixture, unittest.TestCase):
         out = subprocess.run(["kcat", "-C", "-b", self.bootstrap, "-t", topic, "-p", "0", "-o", "beginning", "-e",
                               "-q"], capture_output=True, timeout=60, check=True).stdout
         self.assertEqual(out.split(b"\n")[:21], values + [b"gz"])
+
+    def test_log_append_time_topic_answers_the_brokers_time(self) -> None:
+        topic = "live-append-time"
+        self.create(topic, {"message.timestamp.type": "LogAppendTime"}, rf=1)
+        before = int(time.time() * 1000)
+        self.assertEqual(self.produce(topic, [b"a", b"b"], timestamp_ms=1_000_000), [None, None])
+        after = int(time.time() * 1000)
+        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "live-append-time",
+                             "enable.auto.commit": False})
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        stamps: list = []
+        deadline = time.monotonic() + 20
+        try:
+            while len(stamps) < 2 and time.monotonic() < deadline:
+                message = consumer.poll(0.5)
+                if message is not None and not message.error():
+                    stamps.append(message.timestamp())
+        finally:
+            consumer.close()
+        self.assertEqual([kind for kind, _ in stamps], [TIMESTAMP_LOG_APPEND_TIME] * 2)
+        self.assertTrue(all(before <= ts <= after + 1000 for _, ts in stamps), (before, stamps, after))
+        # kcat prints the timestamps it reads (%T), and they are the broker's too
+        out = subprocess.run(["kcat", "-C", "-b", self.bootstrap, "-t", topic, "-p", "0", "-o", "beginning", "-e",
+                              "-q", "-f", "%T %s\\n"], capture_output=True, timeout=60, check=True).stdout
+        lines = out.decode().split()
+        self.assertEqual(lines[1::2], ["a", "b"])
+        self.assertTrue(all(before <= int(ts) <= after + 1000 for ts in lines[0::2]), lines)

@@ -363,6 +363,25 @@ class AlterConfigsTests(unittest.TestCase):
         self.assertIn("no tiered storage", topic.error_message)
 
 
+class ProduceTests(unittest.TestCase):
+    """A topic's config as Produce answers it."""
+
+    def test_invalid_timestamp_and_record_too_large(self) -> None:
+        h = BrokerHarness(self)
+        h.create_topic("t")
+        h.produce("t", 0, build_batch([(None, b"first")]))  # hosts the log
+        h.clock.advance(1_700_000_000)
+        h.log_manager.update_config("t", topic_log_config(h.config, {"message.timestamp.before.max.ms": "1000",
+                                                                      "max.message.bytes": "200"}))
+        now_ms = int(h.clock.seconds() * 1000)
+        self.assertEqual(h.produce("t", 0, build_batch([(None, b"old")], timestamp_ms=now_ms - 5000)).error_code,
+                         ErrorCode.invalid_timestamp)
+        self.assertEqual(h.produce("t", 0, build_batch([(None, b"x" * 300)], timestamp_ms=now_ms)).error_code,
+                         ErrorCode.message_too_large)
+        self.assertEqual(h.produce("t", 0, build_batch([(None, b"ok")], timestamp_ms=now_ms)).error_code,
+                         ErrorCode.none)
+
+
 class DescribeConfigsTests(unittest.TestCase):
     def describe(self, h: BrokerHarness, resource_type: int, name: str, keys: list | None = None,
                  version: int = 4, synonyms: bool = True, documentation: bool = True):
