@@ -44,17 +44,25 @@ CHANGE_EXPIRATION_MS = 15 * 60 * 1000
 
 def parse_entity_path(data: bytes) -> tuple[str, str]:
     """
-    C{(entity_type, entity_name)} of a notification's C{entity_path}
-    (C{"topics/t"} -> C{("topics", "t")}; C{"users/u/clients/c"} ->
-    C{("users", "u/clients/c")}).
+    C{(entity_type, entity_name)} of a notification: version 2's
+    C{entity_path} (C{"topics/t"} -> C{("topics", "t")};
+    C{"users/u/clients/c"} -> C{("users", "u/clients/c")}), or version 1's
+    C{entity_type} and C{entity_name} (older Kafka tools), as Kafka's
+    C{ConfigChangedNotificationHandler} reads both.
 
-    @raise ValueError: not a version-2 notification.
+    @raise ValueError: neither.
     """
-    body = json.loads(data)
-    if not isinstance(body, dict) or body.get("version") != 2 or "/" not in str(body.get("entity_path", "")):
-        raise ValueError(f"not a version 2 config change notification: {data!r}")
-    entity_type, _, name = body["entity_path"].partition("/")
-    return entity_type, name
+    try:
+        body = json.loads(data)
+    except ValueError:
+        body = None
+    if isinstance(body, dict) and body.get("version") == 2 and "/" in str(body.get("entity_path", "")):
+        entity_type, _, name = body["entity_path"].partition("/")
+        return entity_type, name
+    if isinstance(body, dict) and body.get("version") == 1 and body.get("entity_type") in ("topics", "clients") \
+            and body.get("entity_name"):
+        return body["entity_type"], str(body["entity_name"])
+    raise ValueError(f"not a config change notification: {data!r}")
 
 
 class ConfigChangeListener:

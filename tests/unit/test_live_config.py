@@ -147,7 +147,9 @@ class ConfigChangeListenerTests(unittest.TestCase):
         self.assertEqual(json.loads(data), {"version": 1, "config": {"retention.ms": "5"}})
         self.assertEqual(parse_entity_path(b'{"version":2,"entity_path":"users/u/clients/c"}'),
                          ("users", "u/clients/c"))
+        self.assertEqual(parse_entity_path(b'{"version":1,"entity_type":"topics","entity_name":"t"}'), ("topics", "t"))
         self.assertRaises(ValueError, parse_entity_path, b'{"version":1,"entity_path":"topics/t"}')
+        self.assertRaises(ValueError, parse_entity_path, b'garbage')
 
     def test_every_broker_follows_in_order(self) -> None:
         clock, (a, b) = _two_brokers(self)
