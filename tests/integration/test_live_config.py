@@ -97,6 +97,17 @@ class LiveConfigTests(ClassFixture, unittest.TestCase):
         self.assertEqual(config["retention.ms"].value, "60000")
         self.assertEqual(config["retention.ms"].source, 1)  # DYNAMIC_TOPIC_CONFIG
         self.assertEqual(config["segment.ms"].source, 5)  # DEFAULT_CONFIG
+        # the legacy AlterConfigs replaces the whole set
+        legacy = ConfigResource("topic", topic, set_config={"segment.bytes": "2048"})
+        admin.alter_configs([legacy])[legacy].result(20)
+
+        def replaced():
+            entries = admin.describe_configs([ConfigResource("topic", topic)])
+            [config] = [f.result(20) for f in entries.values()]
+            return config if config["segment.bytes"].value == "2048" else None
+
+        config = wait_for(replaced, 5, "the legacy AlterConfigs applied")
+        self.assertEqual((config["retention.ms"].value, config["retention.ms"].source), ("604800000", 5))
 
     def test_max_message_bytes_lowered_refuses_larger_records(self) -> None:
         topic = "live-max-message"
