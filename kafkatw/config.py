@@ -25,9 +25,23 @@ __all__ = [
     "ConfigKey",
     "BROKER_CONFIG",
     "TOPIC_CONFIG_KEYS",
+    "TOPIC_CONFIG",
+    "CONFIG_TYPE_CODES",
+    "DYNAMIC_BROKER_CONFIGS",
+    "config_type",
+    "is_sensitive",
+    "is_dynamic_broker_config",
+    "topic_config_key",
+    "parse_topic_config",
     "BrokerConfig",
     "parse_properties",
+    "parse_broker_value",
     "topic_log_config",
+    "DYNAMIC_TOPIC_CONFIG",
+    "DYNAMIC_BROKER_CONFIG",
+    "DYNAMIC_DEFAULT_BROKER_CONFIG",
+    "STATIC_BROKER_CONFIG",
+    "DEFAULT_CONFIG",
     "config_markdown",
     "splice_config_markdown",
 ]
@@ -66,6 +80,9 @@ class ConfigKey:
     default: Any
     doc: str
     unit: str = ""
+    #: Kafka's type (KIP-569): BOOLEAN, STRING, INT, SHORT, LONG, DOUBLE, LIST,
+    #: CLASS or PASSWORD; ``""``: derived by L{config_type}.
+    type: str = ""
 
 
 def _cleanup_policy(value: str) -> str:
@@ -76,6 +93,17 @@ def _cleanup_policy(value: str) -> str:
     if policies != ["delete"]:
         raise ValueError("kafkatw has no log compaction; only 'delete' is supported")
     return "delete"
+
+
+#: Kafka's compression.type values (BrokerCompressionType).
+COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
+
+
+def _compression_type(value: str) -> str:
+    value = str(value).strip().lower()
+    if value not in COMPRESSION_TYPES:
+        raise ValueError(f"String must be one of: {', '.join(COMPRESSION_TYPES)}")
+    return value
 
 
 def _timestamp_type(value: str) -> str:
@@ -259,6 +287,47 @@ BROKER_CONFIG: dict[str, ConfigKey] = {
                   "`User:ANONYMOUS`), or grant it `ClusterAction` on the cluster, or replication stops."),
         ConfigKey("allow.everyone.if.no.acl.found", _bool, False,
                   "With an authorizer: allow an operation on a resource that no ACL names (false: deny it)."),
+        # broker synonyms of topic configs (Kafka's ServerTopicConfigSynonyms; docs/operations.md)
+        ConfigKey("compression.type", _compression_type, "producer",
+                  "Codec of the batches written: `producer` keeps the producer's; `uncompressed`, `gzip`, "
+                  "`snappy`, `lz4` or `zstd` makes the broker recompress every batch whose codec differs "
+                  "(those topics leave the no-copy append path)."),
+        ConfigKey("log.message.timestamp.difference.max.ms", int, _LONG_MAX,
+                  "Deprecated by the two below: the largest difference between a CreateTime batch's "
+                  "timestamps and the broker's clock (else `INVALID_TIMESTAMP`); used for either bound "
+                  "left at its default.", "ms"),
+        ConfigKey("log.message.timestamp.before.max.ms", int, _LONG_MAX,
+                  "How far in the past a CreateTime batch's timestamps may be (KIP-937; else "
+                  "`INVALID_TIMESTAMP`). Checked on each batch's first and largest timestamps.", "ms"),
+        ConfigKey("log.message.timestamp.after.max.ms", int, _LONG_MAX,
+                  "How far in the future a CreateTime batch's timestamps may be (KIP-937; else "
+                  "`INVALID_TIMESTAMP`). Checked on each batch's first and largest timestamps.", "ms"),
+        ConfigKey("log.segment.delete.delay.ms", int, 60000,
+                  "How long the files of a segment deleted by retention stay open, so that fetch responses "
+                  "being sent from them stay valid.", "ms"),
+        ConfigKey("log.roll.jitter.ms", int, 0,
+                  "Largest random jitter subtracted from `log.roll.ms` per segment, so that the partitions "
+                  "of a topic do not all roll at once.", "ms"),
+        ConfigKey("log.preallocate", _bool, False,
+                  "Accepted; no effect: kafkatw does not preallocate segment files."),
+        ConfigKey("log.message.downconversion.enable", _bool, True,
+                  "Accepted; no effect: kafkatw serves message format v2 only (Fetch v4 and later), so "
+                  "nothing is ever down-converted."),
+        ConfigKey("log.message.format.version", str, "3.0-IV1",
+                  "Accepted; no effect (deprecated by Kafka 3.0): batches are written in message format "
+                  "v2."),
+        ConfigKey("log.local.retention.ms", int, -2,
+                  "Tiered storage's local retention (KIP-405); no effect: kafkatw has no remote storage.",
+                  "ms"),
+        ConfigKey("log.local.retention.bytes", int, -2,
+                  "Tiered storage's local retention (KIP-405); no effect: kafkatw has no remote storage.",
+                  "bytes"),
+        ConfigKey("compression.gzip.level", int, -1,
+                  "The gzip level of the batches the broker recompresses (KIP-390; `compression.type=gzip`)."),
+        ConfigKey("compression.lz4.level", int, 9,
+                  "The lz4 level of the batches the broker recompresses (KIP-390; `compression.type=lz4`)."),
+        ConfigKey("compression.zstd.level", int, 3,
+                  "The zstd level of the batches the broker recompresses (KIP-390; `compression.type=zstd`)."),
     ]
 }
 
@@ -277,7 +346,187 @@ TOPIC_CONFIG_KEYS: dict[str, str] = {
     "message.timestamp.type": "log.message.timestamp.type",
     "min.insync.replicas": "min.insync.replicas",
     "unclean.leader.election.enable": "unclean.leader.election.enable",
+    "compression.type": "compression.type",
+    "message.timestamp.difference.max.ms": "log.message.timestamp.difference.max.ms",
+    "message.timestamp.before.max.ms": "log.message.timestamp.before.max.ms",
+    "message.timestamp.after.max.ms": "log.message.timestamp.after.max.ms",
+    "file.delete.delay.ms": "log.segment.delete.delay.ms",
+    "segment.jitter.ms": "log.roll.jitter.ms",
+    "preallocate": "log.preallocate",
+    "message.downconversion.enable": "log.message.downconversion.enable",
+    "message.format.version": "log.message.format.version",
+    "local.retention.ms": "log.local.retention.ms",
+    "local.retention.bytes": "log.local.retention.bytes",
+    "compression.gzip.level": "compression.gzip.level",
+    "compression.lz4.level": "compression.lz4.level",
+    "compression.zstd.level": "compression.zstd.level",
 }
+
+
+def _remote_storage_enable(value: str | bool) -> bool:
+    if _bool(value):
+        raise ValueError("kafkatw has no tiered storage (KIP-405): remote.storage.enable must be false")
+    return False
+
+
+#: Topic configs without a broker synonym (Kafka's TopicConfig).
+_TOPIC_ONLY_CONFIG: list[ConfigKey] = [
+    ConfigKey("leader.replication.throttled.replicas", _list, [],
+              "Replicas (`partition:broker`, or `*`) whose replication the leader throttles. Accepted and "
+              "stored; no effect: kafkatw applies the follower's throttle only.", type="LIST"),
+    ConfigKey("follower.replication.throttled.replicas", _list, [],
+              "Replicas (`partition:broker`, or `*` for all) whose fetches from the leader share the "
+              "follower's `follower.replication.throttled.rate`, besides the replicas a reassignment adds "
+              "(which are always throttled).", type="LIST"),
+    ConfigKey("remote.storage.enable", _remote_storage_enable, False,
+              "Tiered storage (KIP-405). Only `false`: kafkatw has no remote storage, and `true` is "
+              "`INVALID_CONFIG`."),
+    ConfigKey("remote.log.copy.disable", _bool, False, "Tiered storage (KIP-950); no effect here."),
+    ConfigKey("remote.log.delete.on.disable", _bool, False, "Tiered storage (KIP-950); no effect here."),
+]
+
+#: Kafka's types where L{config_type} cannot derive them from the parser.
+_TYPES: dict[str, str] = {
+    **{name: "LONG" for name in (
+        "log.roll.ms", "log.retention.ms", "log.retention.bytes", "log.flush.interval.messages",
+        "log.flush.interval.ms", "log.flush.scheduler.interval.ms", "log.flush.offset.checkpoint.interval.ms",
+        "log.retention.check.interval.ms", "leader.replication.throttled.rate",
+        "follower.replication.throttled.rate", "replica.lag.time.max.ms", "leader.imbalance.check.interval.seconds",
+        "log.message.timestamp.difference.max.ms", "log.message.timestamp.before.max.ms",
+        "log.message.timestamp.after.max.ms", "log.segment.delete.delay.ms", "log.roll.jitter.ms",
+        "log.local.retention.ms", "log.local.retention.bytes", "log.cleaner.delete.retention.ms",
+        "log.cleaner.min.compaction.lag.ms", "log.cleaner.max.compaction.lag.ms", "log.cleaner.backoff.ms",
+        "log.cleaner.dedupe.buffer.size", "log.cleaner.io.max.bytes.per.second")},
+    "log.cleanup.policy": "LIST",
+    "log.cleaner.min.cleanable.ratio": "DOUBLE",
+    "log.cleaner.io.buffer.load.factor": "DOUBLE",
+}
+
+#: KIP-569's ConfigType codes of DescribeConfigs v3+.
+CONFIG_TYPE_CODES: dict[str, int] = {
+    "UNKNOWN": 0, "BOOLEAN": 1, "STRING": 2, "INT": 3, "SHORT": 4, "LONG": 5, "DOUBLE": 6, "LIST": 7,
+    "CLASS": 8, "PASSWORD": 9,
+}
+
+
+def config_type(key: ConfigKey) -> str:
+    """
+    Kafka's type of C{key} (KIP-569): its own C{type}, else the known Kafka
+    type of its name (or of its broker synonym, for a topic key), else derived
+    from its parser (C{int} INT, C{float} DOUBLE, booleans BOOLEAN, lists LIST,
+    the rest STRING).
+    """
+    if key.type:
+        return key.type
+    name = TOPIC_CONFIG_KEYS.get(key.name, key.name)
+    if name in _TYPES:
+        return _TYPES[name]
+    if key.parse is int:
+        return "INT"
+    if key.parse is float:
+        return "DOUBLE"
+    if key.parse is _bool or isinstance(key.default, bool):
+        return "BOOLEAN"
+    if key.parse is _list or isinstance(key.default, list):
+        return "LIST"
+    return "STRING"
+
+
+def is_sensitive(name: str, key: ConfigKey | None = None) -> bool:
+    """
+    Whether a config's value is secret (Kafka's PASSWORD type and
+    C{*.sasl.jaas.config}): DescribeConfigs answers its value as null.
+    """
+    if key is None:
+        key = BROKER_CONFIG.get(name) or TOPIC_CONFIG.get(name)
+    return (key is not None and config_type(key) == "PASSWORD") or name.endswith("sasl.jaas.config") \
+        or name.endswith(".password")
+
+
+#: Topic key -> its L{ConfigKey}: every topic config Kafka defines, under the
+#: topic name, with the broker synonym's parser and default where it has one.
+TOPIC_CONFIG: dict[str, ConfigKey] = {
+    **{topic_key: ConfigKey(topic_key, BROKER_CONFIG[broker_key].parse, BROKER_CONFIG[broker_key].default,
+                            BROKER_CONFIG[broker_key].doc, BROKER_CONFIG[broker_key].unit,
+                            config_type(BROKER_CONFIG[broker_key]))
+       for topic_key, broker_key in TOPIC_CONFIG_KEYS.items() if broker_key in BROKER_CONFIG},
+    **{key.name: key for key in _TOPIC_ONLY_CONFIG},
+}
+
+#: Kafka's validators of topic configs (LogConfig's ConfigDef): key -> smallest value.
+_AT_LEAST: dict[str, int] = {
+    "segment.bytes": 14, "segment.ms": 1, "segment.jitter.ms": 0, "segment.index.bytes": 4,
+    "flush.messages": 1, "flush.ms": 0, "retention.ms": -1, "max.message.bytes": 0,
+    "index.interval.bytes": 0, "file.delete.delay.ms": 0, "min.insync.replicas": 1,
+    "message.timestamp.difference.max.ms": 0, "message.timestamp.before.max.ms": 0,
+    "message.timestamp.after.max.ms": 0, "local.retention.ms": -2, "local.retention.bytes": -2,
+}
+#: KIP-390's ranges of the compression levels.
+_BETWEEN: dict[str, tuple[int, int, set[int]]] = {
+    "compression.gzip.level": (1, 9, {-1}), "compression.lz4.level": (1, 17, set()),
+    "compression.zstd.level": (-131072, 22, set()),
+}
+_INT_MAX = 2**31 - 1
+
+
+def topic_config_key(name: str) -> ConfigKey | None:
+    """The L{ConfigKey} of topic config C{name}, C{None} for an unknown one."""
+    return TOPIC_CONFIG.get(name)
+
+
+def parse_topic_config(name: str, value: Any) -> Any:
+    """
+    Parse and validate one topic config value as Kafka's LogConfig does
+    (type, range, allowed values).
+
+    @raise KeyError: C{name} is not a topic config.
+    @raise ValueError: the value is invalid; the message says why, in Kafka's
+        words where it has them (C{Value must be at least 1}).
+    """
+    key = TOPIC_CONFIG[name]
+    kind = config_type(key)
+    if value is None:
+        raise ValueError("a value is required")
+    if kind == "BOOLEAN":
+        try:
+            _bool(value)
+        except ValueError:
+            raise ValueError("Expected value to be either true or false") from None
+    try:
+        parsed = key.parse(value)
+    except (TypeError, ValueError) as e:
+        if kind in ("INT", "LONG", "SHORT"):
+            raise ValueError(f"Not a number of type {kind}") from None
+        raise ValueError(str(e)) from None
+    if kind == "INT" and isinstance(parsed, int) and not -2**31 <= parsed <= _INT_MAX:
+        raise ValueError("Not a number of type INT")
+    if kind == "LONG" and isinstance(parsed, int) and not -2**63 <= parsed <= _LONG_MAX:
+        raise ValueError("Not a number of type LONG")
+    if name in _AT_LEAST and parsed < _AT_LEAST[name]:
+        raise ValueError(f"Value must be at least {_AT_LEAST[name]}")
+    if name in _BETWEEN:
+        low, high, extra = _BETWEEN[name]
+        if parsed not in extra and not low <= parsed <= high:
+            raise ValueError(f"Value must be between {low} and {high}")
+    return parsed
+
+
+def _dynamic_broker_configs() -> frozenset[str]:
+    # Kafka's DynamicBrokerConfig: DynamicLogConfig's reconfigurable configs (the broker
+    # synonyms of topic configs, but the deprecated log.message.format.version), the
+    # replication quotas (DynamicReplicationConfigs); log.cleaner.* are matched by prefix.
+    synonyms = set(TOPIC_CONFIG_KEYS.values()) - {"log.message.format.version"}
+    return frozenset(synonyms | {"leader.replication.throttled.rate", "follower.replication.throttled.rate"})
+
+
+#: Broker configs that AlterConfigs/IncrementalAlterConfigs may change while
+#: brokers run (besides every C{log.cleaner.*} key): L{is_dynamic_broker_config}.
+DYNAMIC_BROKER_CONFIGS: frozenset[str] = _dynamic_broker_configs()
+
+
+def is_dynamic_broker_config(name: str) -> bool:
+    """Whether broker config C{name} can be updated dynamically (Kafka's DynamicBrokerConfig)."""
+    return name in DYNAMIC_BROKER_CONFIGS or (name.startswith("log.cleaner.") and name in BROKER_CONFIG)
 
 
 def parse_properties(text: str) -> dict[str, str]:
@@ -308,17 +557,76 @@ def parse_properties(text: str) -> dict[str, str]:
     return result
 
 
+#: Kafka's ConfigSource codes (DescribeConfigs v1+).
+DYNAMIC_TOPIC_CONFIG = 1
+DYNAMIC_BROKER_CONFIG = 2
+DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+STATIC_BROKER_CONFIG = 4
+DEFAULT_CONFIG = 5
+
+
 class BrokerConfig:
     """
     A broker's configuration: Kafka key -> parsed value.
+
+    Three layers, looked up in Kafka's order of precedence: this broker's
+    dynamic configs (C{/config/brokers/<id>}), the cluster-wide dynamic
+    defaults (C{/config/brokers/<default>}), then the static configuration
+    (defaults, C{server.properties}, C{--override}).  The dynamic layers are
+    replaced whole by L{set_dynamic}, so every reader of C{config[key]} sees
+    the new value at once.
 
     @raise ValueError: for an unknown key or a value that does not parse.
     """
 
     def __init__(self, values: Mapping[str, Any] | None = None) -> None:
         self._values: dict[str, Any] = {name: key.default for name, key in BROKER_CONFIG.items()}
+        self._static_keys: set[str] = set()
+        self._dynamic: dict[int, dict[str, Any]] = {DYNAMIC_BROKER_CONFIG: {}, DYNAMIC_DEFAULT_BROKER_CONFIG: {}}
         for name, value in (values or {}).items():
             self.set(name, value)
+
+    def set_dynamic(self, source: int, values: Mapping[str, str]) -> dict[str, str]:
+        """
+        Replace the dynamic layer C{source} (L{DYNAMIC_BROKER_CONFIG} or
+        L{DYNAMIC_DEFAULT_BROKER_CONFIG}) with C{values} (raw strings, as
+        stored in ZooKeeper).  Keys that are unknown, not dynamic or do not
+        parse are left out.
+
+        @return: the keys left out, with the reason.
+        """
+        layer: dict[str, Any] = {}
+        skipped: dict[str, str] = {}
+        for name, value in values.items():
+            key = BROKER_CONFIG.get(name)
+            if key is None or not is_dynamic_broker_config(name):
+                skipped[name] = "not a dynamic broker config"
+                continue
+            try:
+                layer[name] = parse_broker_value(name, value)
+            except ValueError as e:
+                skipped[name] = str(e)
+        self._dynamic[source] = layer
+        return skipped
+
+    def dynamic(self, source: int) -> dict[str, Any]:
+        """The dynamic layer C{source}: key -> parsed value."""
+        return dict(self._dynamic[source])
+
+    def static(self, name: str) -> Any:
+        """C{name}'s static value (default, properties file or override)."""
+        return self._values[name]
+
+    def is_static(self, name: str) -> bool:
+        """Whether C{name} was set statically (properties file or override), not left at its default."""
+        return name in self._static_keys
+
+    def source(self, name: str) -> int:
+        """Where C{name}'s value comes from: one of Kafka's ConfigSource codes."""
+        for source in (DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG):
+            if name in self._dynamic[source]:
+                return source
+        return STATIC_BROKER_CONFIG if name in self._static_keys else DEFAULT_CONFIG
 
     _ALIASES = ("log.dir", "log.roll.hours", "log.retention.hours", "log.retention.minutes")
 
@@ -344,29 +652,71 @@ class BrokerConfig:
             self._values[name] = key.parse(value)
         except (TypeError, ValueError) as e:
             raise ValueError(f"bad value for {name}: {value!r} ({e})") from None
+        self._static_keys.add(name)
 
     def __getitem__(self, name: str) -> Any:
+        dynamic = self._dynamic
+        if name in dynamic[DYNAMIC_BROKER_CONFIG]:
+            return dynamic[DYNAMIC_BROKER_CONFIG][name]
+        if name in dynamic[DYNAMIC_DEFAULT_BROKER_CONFIG]:
+            return dynamic[DYNAMIC_DEFAULT_BROKER_CONFIG][name]
         return self._values[name]
 
     def as_dict(self) -> dict[str, Any]:
-        return dict(self._values)
+        return {name: self[name] for name in self._values}
 
 
-def topic_log_config(broker: BrokerConfig, overrides: Mapping[str, str]) -> dict[str, Any]:
+def parse_broker_value(name: str, value: Any) -> Any:
     """
-    The effective topic-level configuration: every key of L{TOPIC_CONFIG_KEYS}
-    from the broker defaults, replaced by the topic's overrides.
+    Parse and validate a broker config value; a broker synonym of a topic
+    config gets the topic config's validation (L{parse_topic_config}).
 
-    @raise ValueError: for an unknown topic key or an unparsable value.
+    @raise ValueError: unknown key or invalid value.
     """
-    result = {topic_key: broker[broker_key] for topic_key, broker_key in TOPIC_CONFIG_KEYS.items()}
+    key = BROKER_CONFIG.get(name)
+    if key is None:
+        raise ValueError(f"unknown broker config {name!r}")
+    for topic_key, broker_key in TOPIC_CONFIG_KEYS.items():
+        if broker_key == name and topic_key in TOPIC_CONFIG:
+            return parse_topic_config(topic_key, value)
+    try:
+        parsed = key.parse(value)
+    except (TypeError, ValueError) as e:
+        raise ValueError(str(e)) from None
+    if name.endswith("throttled.rate") and parsed < 0:
+        raise ValueError("Value must be at least 0")
+    return parsed
+
+
+def topic_log_config(broker: BrokerConfig, overrides: Mapping[str, str], strict: bool = True) -> dict[str, Any]:
+    """
+    The effective topic-level configuration: every key of L{TOPIC_CONFIG}
+    from the broker's current values of their synonyms (dynamic, static or
+    default), replaced by the topic's overrides.
+
+    @param strict: raise for a bad override; C{False} leaves it out (a znode
+        written by another tool must not stop a broker).
+    @raise ValueError: for an unknown topic key or an invalid value, in
+        Kafka's words (C{Unknown topic config name: k},
+        C{Invalid value v for configuration k: ...}).
+    """
+    if not strict:
+        result = topic_log_config(broker, {})
+        for name, value in overrides.items():
+            try:
+                result[name] = parse_topic_config(name, value)
+            except (KeyError, ValueError):
+                pass
+        return result
+    result = {topic_key: key.default for topic_key, key in TOPIC_CONFIG.items()}
+    result.update({topic_key: broker[broker_key] for topic_key, broker_key in TOPIC_CONFIG_KEYS.items()})
     for name, value in overrides.items():
-        if name not in TOPIC_CONFIG_KEYS:
-            raise ValueError(f"unknown topic config {name!r}")
+        if name not in TOPIC_CONFIG:
+            raise ValueError(f"Unknown topic config name: {name}")
         try:
-            result[name] = BROKER_CONFIG[TOPIC_CONFIG_KEYS[name]].parse(value)
-        except (TypeError, ValueError) as e:
-            raise ValueError(f"bad value for {name}: {value!r} ({e})") from None
+            result[name] = parse_topic_config(name, value)
+        except ValueError as e:
+            raise ValueError(f"Invalid value {value} for configuration {name}: {e}") from None
     return result
 
 
@@ -390,8 +740,9 @@ def _markdown_value(value: Any) -> str:
 def config_markdown() -> str:
     """
     The Markdown tables of every broker key (L{BROKER_CONFIG}: name, default,
-    unit, documentation) and every topic key (L{TOPIC_CONFIG_KEYS}), in
-    definition order, for docs/configuration.md.
+    unit, documentation) and every topic key (L{TOPIC_CONFIG}: type, broker
+    synonym, default), in definition order, and the list of dynamic broker
+    keys, for docs/configuration.md.
     """
     lines = [
         "### Broker keys (`BROKER_CONFIG`)",
@@ -404,13 +755,22 @@ def config_markdown() -> str:
                      f"{key.doc.replace('|', '&#124;')} |")
     lines += [
         "",
-        "### Topic keys (`TOPIC_CONFIG_KEYS`)",
+        "### Topic keys (`TOPIC_CONFIG`)",
         "",
-        "| topic key | overrides broker key | broker default |",
-        "|---|---|---|",
+        "| topic key | type | broker synonym | default | notes |",
+        "|---|---|---|---|---|",
     ]
-    for topic_key, broker_key in TOPIC_CONFIG_KEYS.items():
-        lines.append(f"| `{topic_key}` | `{broker_key}` | {_markdown_value(BROKER_CONFIG[broker_key].default)} |")
+    for name, key in TOPIC_CONFIG.items():
+        broker_key = TOPIC_CONFIG_KEYS.get(name)
+        synonym = f"`{broker_key}`" if broker_key else "—"
+        notes = "—" if broker_key else key.doc.replace("|", "&#124;")
+        lines.append(f"| `{name}` | {config_type(key)} | {synonym} | {_markdown_value(key.default)} | {notes} |")
+    lines += [
+        "",
+        "Dynamic broker keys (AlterConfigs / IncrementalAlterConfigs on a BROKER resource, "
+        "docs/operations.md): " + ", ".join(f"`{name}`" for name in sorted(DYNAMIC_BROKER_CONFIGS))
+        + ", and every `log.cleaner.*` key.",
+    ]
     return "\n".join(lines) + "\n"
 
 

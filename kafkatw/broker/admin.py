@@ -16,16 +16,40 @@ from typing import Any
 
 from twisted.logger import Logger
 
-from ..config import topic_log_config
+from ..config import (
+    BROKER_CONFIG,
+    DYNAMIC_BROKER_CONFIGS,
+    TOPIC_CONFIG,
+    config_type,
+    is_dynamic_broker_config,
+    parse_broker_value,
+    parse_topic_config,
+    topic_log_config,
+)
 from ..errors import ErrorCode, InvalidConfigError, kafka_error
-from ..zookeeper.registry import DEFAULT_BROKER_ENTITY, PartitionState, TopicAssignment, assign_replicas
+from ..zookeeper.registry import (
+    DEFAULT_BROKER_ENTITY,
+    TOPICS_PATH,
+    PartitionState,
+    TopicAssignment,
+    assign_replicas,
+)
+from .config_helper import format_config_value
 from .metadata_cache import TopicMetadata
 
-__all__ = ["AdminManager", "DYNAMIC_BROKER_CONFIGS"]
+__all__ = ["AdminManager", "DYNAMIC_BROKER_CONFIGS", "RESOURCE_TOPIC", "RESOURCE_BROKER"]
 
-#: Broker configs that IncrementalAlterConfigs may change while brokers run
-#: (Kafka's replication quotas, set by the reassignment tool's --throttle).
-DYNAMIC_BROKER_CONFIGS = frozenset({"leader.replication.throttled.rate", "follower.replication.throttled.rate"})
+#: Kafka's ConfigResource.Type codes.
+RESOURCE_TOPIC = 2
+RESOURCE_BROKER = 4
+_RESOURCE_TYPES = {0: "UNKNOWN", 1: "ANY", 2: "TOPIC", 3: "GROUP", 4: "BROKER", 8: "BROKER_LOGGER",
+                   16: "CLIENT_METRICS"}
+#: IncrementalAlterConfigs operations (KIP-339's AlterConfigOp.OpType).
+OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
+
+
+def _split(value: str) -> list[str]:
+    return [part.strip() for part in value.split(",") if part.strip()]
 
 _log = Logger()
 
@@ -149,40 +173,103 @@ class AdminManager:
             self.metadata.set_partition_state(name, partition, PartitionState(isr[0], 0, isr, 1, version))
         _log.info("topic {topic} grew from {old} to {new} partitions", topic=name, old=existing, new=count)
 
-    async def alter_broker_config(self, entity: str, operations: list[tuple[str, int, str | None]],
-                                  validate_only: bool = False) -> None:
+    async def alter_configs(self, resource_type: int, resource_name: str,
+                            operations: list[tuple[str, int, str | None]], incremental: bool = True,
+                            validate_only: bool = False) -> dict[str, str]:
         """
-        IncrementalAlterConfigs for a broker (C{entity}: its id) or the cluster
-        default (C{""}): the keys of L{DYNAMIC_BROKER_CONFIGS}, stored in
-        C{/config/brokers/<entity>} where every broker's watch reads them.
+        AlterConfigs (legacy, C{incremental=False}: C{operations} are the
+        resource's whole new set, all SET) or IncrementalAlterConfigs (KIP-339:
+        SET 0, DELETE 1, APPEND 2 and SUBTRACT 3, the last two for LIST
+        configs only) of a topic (type 2) or of a broker (type 4: its id, or
+        C{""} for the cluster-wide default).  The result is validated whole,
+        then written to C{/config/topics/<topic>} or C{/config/brokers/<entity>}
+        with a change notification that every broker follows
+        (L{kafkatw.zookeeper.config_changes}).
 
-        @param operations: C{(name, operation, value)}; operation 0 SET, 1 DELETE.
-        @raise KafkaError: C{INVALID_CONFIG} for another key, operation or value;
-            C{INVALID_REQUEST} for a bad entity.
+        Errors are Kafka's in ZooKeeper mode (C{ZkAdminManager}): an unknown
+        topic config is C{INVALID_CONFIG}; a bad value, a broker config that
+        cannot change dynamically, a bad broker id, a duplicate key or an
+        APPEND to a non-list is C{INVALID_REQUEST} ("Invalid config value for
+        resource ConfigResource(type=TOPIC, name='t'): ...").
+
+        @return: the resource's new config (written unless C{validate_only}).
+        @raise KafkaError: as above; C{UNKNOWN_TOPIC_OR_PARTITION} for a topic
+            that does not exist.
         """
-        if entity and not entity.isdigit():
-            raise kafka_error(ErrorCode.invalid_request, f"broker {entity!r} is not a broker id")
-        entity = entity or DEFAULT_BROKER_ENTITY
-        current = await self.registry.get_broker_config(entity)
+        type_name = _RESOURCE_TYPES.get(resource_type, str(resource_type))
+        resource = f"ConfigResource(type={type_name}, name='{resource_name}')"
+        if resource_type not in (RESOURCE_TOPIC, RESOURCE_BROKER):
+            raise kafka_error(ErrorCode.invalid_request,
+                              f"AlterConfigs is only supported for topics and brokers, but resource type is "
+                              f"{type_name}")
+        names = [name for name, _, _ in operations]
+        if len(set(names)) != len(names):
+            raise kafka_error(ErrorCode.invalid_request, f"Error due to duplicate config keys in {resource}")
+        if resource_type == RESOURCE_TOPIC:
+            if resource_name not in self.metadata.topics and \
+                    await self.registry.client.exists(f"{TOPICS_PATH}/{resource_name}") is None:
+                raise kafka_error(ErrorCode.unknown_topic_or_partition, f"Topic {resource_name} does not exist")
+            for name in names:
+                if name not in TOPIC_CONFIG:
+                    raise InvalidConfigError(f"Unknown topic config name: {name}")
+            keys = TOPIC_CONFIG
+            current = await self.registry.get_topic_config(resource_name) if incremental else {}
+        else:
+            if resource_name and not resource_name.isdigit():
+                raise kafka_error(ErrorCode.invalid_request,
+                                  f"Broker id must be an integer, but it is: {resource_name}")
+            entity = resource_name or DEFAULT_BROKER_ENTITY
+            unknown = sorted(name for name in names if name not in BROKER_CONFIG)
+            if unknown:
+                raise kafka_error(ErrorCode.invalid_request,
+                                  f"Invalid config value for resource {resource}: Unknown broker configs: "
+                                  f"{', '.join(unknown)}")
+            static = sorted(name for name in names if not is_dynamic_broker_config(name))
+            if static:
+                raise kafka_error(ErrorCode.invalid_request,
+                                  f"Invalid config value for resource {resource}: Cannot update these configs "
+                                  f"dynamically: {', '.join(static)}")
+            keys = BROKER_CONFIG
+            current = await self.registry.get_broker_config(entity) if incremental else {}
+        new = dict(current)
         for name, operation, value in operations:
-            if name not in DYNAMIC_BROKER_CONFIGS:
-                raise InvalidConfigError(
-                    f"{name} cannot be changed while the broker runs in this version (dynamic broker configs: "
-                    f"{', '.join(sorted(DYNAMIC_BROKER_CONFIGS))})")
-            if operation == 1:
-                current.pop(name, None)
-            elif operation == 0:
-                try:
-                    if value is None or int(value) < 0:
-                        raise ValueError
-                except ValueError:
-                    raise InvalidConfigError(f"{name} must be a number of bytes per second, not {value!r}") from None
-                current[name] = str(int(value))
+            key = keys[name]
+            is_list = config_type(key) == "LIST"
+            if operation == OP_SET:
+                if value is None:
+                    raise kafka_error(ErrorCode.invalid_request, f"Null value not supported for : SET:{name}")
+                new[name] = value
+            elif operation == OP_DELETE:
+                new.pop(name, None)
+            elif operation in (OP_APPEND, OP_SUBTRACT):
+                verb = "append" if operation == OP_APPEND else "subtract"
+                if not is_list:
+                    raise kafka_error(ErrorCode.invalid_request,
+                                      f"Config value {verb} is not allowed for config key: {name}")
+                old = _split(new[name]) if name in new else _split(format_config_value(key.default) or "")
+                given = _split(value or "")
+                result = list(dict.fromkeys(old + given)) if operation == OP_APPEND else \
+                    [v for v in old if v not in given]
+                new[name] = ",".join(result)
             else:
-                raise InvalidConfigError(f"{name}: operation {operation} (APPEND/SUBTRACT) applies to lists only")
+                raise kafka_error(ErrorCode.invalid_request, f"Unknown operation {operation} for config {name}")
+        for name, value in new.items():
+            try:
+                if resource_type == RESOURCE_TOPIC:
+                    parse_topic_config(name, value)
+                else:
+                    parse_broker_value(name, value)
+            except (KeyError, ValueError) as e:
+                raise kafka_error(ErrorCode.invalid_request,
+                                  f"Invalid config value for resource {resource}: Invalid value {value} for "
+                                  f"configuration {name}: {e}") from None
         if not validate_only:
-            await self.registry.set_broker_config(entity, current)
-            _log.info("broker config {entity} is now {config}", entity=entity, config=current)
+            if resource_type == RESOURCE_TOPIC:
+                await self.registry.set_topic_config(resource_name, new)
+            else:
+                await self.registry.set_broker_config(entity, new)
+            _log.info("{resource} config is now {config}", resource=resource, config=new)
+        return new
 
     async def delete_topic(self, name: str) -> None:
         """Delete a topic's registry nodes; brokers drop its logs on their watch."""

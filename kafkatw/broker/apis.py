@@ -25,7 +25,7 @@ from typing import Any, Callable
 from twisted.internet import defer
 from twisted.logger import Logger
 
-from ..config import BROKER_CONFIG, TOPIC_CONFIG_KEYS, BrokerConfig
+from ..config import BrokerConfig
 from ..errors import CorruptRecordError, ErrorCode, KafkaError, kafka_error
 from ..protocol.fetch import FETCH_MAX_VERSION, FETCH_MIN_VERSION, PartitionFetchData, encode_fetch_response
 from ..protocol.messages import RequestHeader, UnsupportedVersion, decode_request, encode_response
@@ -46,6 +46,7 @@ from ..security.acl import (
 )
 from ..zookeeper.bridge import ZooKeeperError
 from ..zookeeper.registry import CommittedOffset
+from .config_helper import describe_broker_configs, describe_topic_configs
 from .group_coordinator import GroupCoordinator, OffsetStore
 from .request_context import NO_CONNECTION, ConnectionContext, RequestContext
 
@@ -80,7 +81,8 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     43: (0, 2),  # ElectLeaders (KIP-460; answered by the controller)
     45: (0, 0),  # AlterPartitionReassignments (KIP-455; answered by the controller)
     46: (0, 0),  # ListPartitionReassignments (KIP-455; answered by the controller)
-    44: (0, 1),  # IncrementalAlterConfigs (the replication throttles of brokers only, for now)
+    33: (0, 2),  # AlterConfigs (legacy: replaces a resource's whole set)
+    44: (0, 1),  # IncrementalAlterConfigs (KIP-339)
     60: (0, 1),  # DescribeCluster (KIP-700; v2's fenced brokers are KRaft's)
     29: (1, 3),  # DescribeAcls (KIP-11, KIP-290 patterns; v2+ flexible)
     30: (1, 3),  # CreateAcls
@@ -185,6 +187,7 @@ class KafkaApis:
             43: self.handle_elect_leaders,
             45: self.handle_alter_partition_reassignments,
             46: self.handle_list_partition_reassignments,
+            33: self.handle_alter_configs,
             44: self.handle_incremental_alter_configs,
             60: self.handle_describe_cluster,
             29: self.handle_describe_acls,
@@ -647,9 +650,8 @@ class KafkaApis:
                 entry["replication_factor"] = len(next(iter(meta.partitions.values())))
                 entry["topic_id"] = meta.topic_id
                 entry["configs"] = [
-                    {"name": k, "value": str(v), "read_only": False,
-                     "config_source": 1 if k in configs else 5, "is_sensitive": False}
-                    for k, v in sorted(self._effective_topic_config(topic.name, configs).items())
+                    {k: c[k] for k in ("name", "value", "read_only", "config_source", "is_sensitive")}
+                    for c in describe_topic_configs(self.config, configs)
                 ]
                 if not self._allowed(context, AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, topic.name):
                     entry.update(configs=None, topic_config_error_code=int(ErrorCode.topic_authorization_failed))
@@ -753,32 +755,40 @@ class KafkaApis:
 
         return defer.Deferred.fromCoroutine(go())
 
-    # --- IncrementalAlterConfigs ------------------------------------------------
+    # --- AlterConfigs / IncrementalAlterConfigs -----------------------------------
+
+    def handle_alter_configs(self, context: RequestContext, request: Any) -> defer.Deferred:
+        """
+        AlterConfigs (legacy): each resource's configs are replaced by the
+        given set (L{kafkatw.broker.admin.AdminManager.alter_configs}).
+        """
+        return self._alter_configs(context, request, incremental=False)
 
     def handle_incremental_alter_configs(self, context: RequestContext, request: Any) -> defer.Deferred:
         """
-        Brokers' dynamic replication throttles (C{leader.replication.throttled.rate},
-        C{follower.replication.throttled.rate}); any other key or resource type
-        is refused (C{INVALID_CONFIG} / C{INVALID_REQUEST}).
+        IncrementalAlterConfigs (KIP-339): SET, DELETE, APPEND, SUBTRACT of
+        topic and broker configs (L{kafkatw.broker.admin.AdminManager.alter_configs}).
         """
+        return self._alter_configs(context, request, incremental=True)
 
+    def _alter_configs(self, context: RequestContext, request: Any, incremental: bool) -> defer.Deferred:
         async def go() -> bytes:
             responses = []
             for resource in request.resources:
                 entry: dict[str, Any] = {"error_code": 0, "error_message": None,
                                          "resource_type": resource.resource_type,
                                          "resource_name": resource.resource_name}
+                if incremental:
+                    operations = [(c.name, int(c.config_operation), c.value) for c in resource.configs]
+                else:
+                    operations = [(c.name, 0, c.value) for c in resource.configs if c.value is not None]
                 try:
                     denied = self._config_denied(context, AclOperation.ALTER_CONFIGS, resource.resource_type,
                                                  resource.resource_name)
                     if denied:
                         raise kafka_error(denied, "")
-                    if resource.resource_type != 4:  # BROKER
-                        raise kafka_error(ErrorCode.invalid_request,
-                                          f"resource type {resource.resource_type} cannot be altered in this version")
-                    await self.admin.alter_broker_config(
-                        resource.resource_name, [(c.name, int(c.config_operation), c.value) for c in resource.configs],
-                        request.validate_only)
+                    await self.admin.alter_configs(int(resource.resource_type), resource.resource_name, operations,
+                                                   incremental, request.validate_only)
                 except KafkaError as e:
                     entry.update(error_code=int(e.error_code), error_message=str(e) or None)
                 except ZooKeeperError as e:
@@ -878,15 +888,6 @@ class KafkaApis:
 
     # --- DescribeConfigs -----------------------------------------------------
 
-    def _effective_topic_config(self, topic: str, overrides: dict[str, str] | None = None) -> dict[str, Any]:
-        if overrides is None:
-            meta = self.metadata.topics.get(topic)
-            overrides = meta.config if meta is not None else {}
-        result: dict[str, Any] = {}
-        for key, broker_key in TOPIC_CONFIG_KEYS.items():
-            result[key] = overrides.get(key, self.config[broker_key])
-        return result
-
     def _config_denied(self, context: RequestContext, operation: AclOperation, resource_type: int,
                        name: str) -> ErrorCode:
         """
@@ -904,11 +905,19 @@ class KafkaApis:
         return ErrorCode.none
 
     def handle_describe_configs(self, context: RequestContext, request: Any) -> bytes:
+        """
+        DescribeConfigs v1-v4 (L{kafkatw.broker.config_helper}): a topic's
+        configs, this broker's (its id), or the cluster-wide dynamic defaults
+        (resource name C{""}); another broker's id is C{INVALID_REQUEST}, as
+        Kafka answers (clients ask each broker for its own).
+        """
+        include_synonyms = bool(getattr(request, "include_synonyms", False))
+        include_documentation = bool(getattr(request, "include_documentation", False))
         results = []
         for resource in request.resources:
             entry: dict[str, Any] = {"error_code": 0, "error_message": None, "resource_type": resource.resource_type,
                                      "resource_name": resource.resource_name, "configs": []}
-            keys = set(resource.configuration_keys) if resource.configuration_keys is not None else None
+            keys = list(resource.configuration_keys) if resource.configuration_keys is not None else None
             denied = self._config_denied(context, AclOperation.DESCRIBE_CONFIGS, resource.resource_type,
                                          resource.resource_name)
             if denied:
@@ -917,25 +926,19 @@ class KafkaApis:
                 meta = self.metadata.topics.get(resource.resource_name)
                 if meta is None:
                     entry["error_code"] = int(ErrorCode.unknown_topic_or_partition)
+                    entry["error_message"] = f"Topic {resource.resource_name} does not exist"
                 else:
-                    for key, value in sorted(self._effective_topic_config(meta.name).items()):
-                        if keys is None or key in keys:
-                            entry["configs"].append({
-                                "name": key, "value": str(value), "read_only": False,
-                                "config_source": 1 if key in meta.config else 5,
-                                "is_sensitive": False, "synonyms": [], "config_type": 0, "documentation": None,
-                            })
+                    entry["configs"] = describe_topic_configs(self.config, meta.config, keys, include_synonyms,
+                                                              include_documentation)
             elif resource.resource_type == 4:  # BROKER
-                for key in sorted(BROKER_CONFIG):
-                    if keys is None or key in keys:
-                        value = self.config[key]
-                        if isinstance(value, list):
-                            value = ",".join(value)
-                        entry["configs"].append({
-                            "name": key, "value": str(value), "read_only": True, "config_source": 4,
-                            "is_sensitive": False, "synonyms": [], "config_type": 0,
-                            "documentation": BROKER_CONFIG[key].doc,
-                        })
+                name = resource.resource_name
+                if name and name != str(self.broker_id):
+                    entry["error_code"] = int(ErrorCode.invalid_request)
+                    entry["error_message"] = (f"Unexpected broker id, expected {self.broker_id} or empty string, "
+                                              f"but received {name}")
+                else:
+                    entry["configs"] = describe_broker_configs(self.config, bool(name), keys, include_synonyms,
+                                                               include_documentation)
             else:
                 entry["error_code"] = int(ErrorCode.invalid_request)
                 entry["error_message"] = f"resource type {resource.resource_type} is not supported"

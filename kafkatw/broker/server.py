@@ -22,6 +22,7 @@ it), and stop an embedded ZooKeeper last.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -34,10 +35,11 @@ from twisted.internet.error import CannotListenError
 from twisted.internet.protocol import Factory
 from twisted.logger import Logger
 
-from ..config import BrokerConfig, topic_log_config
+from ..config import DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG, BrokerConfig, topic_log_config
 from ..storage.log_manager import LogManager
 from ..storage.meta_properties import MetaPropertiesError, ensure_meta_properties
 from ..zookeeper.bridge import NodeExistsError, ZooKeeperClient, ZooKeeperUnavailableError
+from ..zookeeper.config_changes import ConfigChangeListener
 from ..zookeeper.embedded import EmbeddedZooKeeperService, ZooKeeperNotInstalledError, ZooKeeperStartError
 from ..zookeeper.registry import DEFAULT_BROKER_ENTITY, BrokerIdInUseError, Registry
 from .admin import AdminManager
@@ -207,9 +209,14 @@ class KafkaServer(service.MultiService):
         self._loops: dict[str, list[task.LoopingCall]] = {}
         self._zookeeper_connect: str | None = None
         self._fetchers_stopping: defer.Deferred | None = None
-        self._dynamic_configs: dict[str, dict[str, str]] = {}
         self._topic_watches: dict[str, Any] = {}
         self._topic_configs: dict[str, dict[str, str]] = {}
+        #: topic -> its effective config (L{topic_log_config}), dropped whenever an input changes.
+        self._effective_topic_configs: dict[str, dict] = {}
+        #: Follows /config/changes (created with the ZooKeeper session, started
+        #: once the broker serves); other parts add their handlers with
+        #: C{config_changes.on_entity_change("users", ...)}.
+        self.config_changes: ConfigChangeListener | None = None
         self.port: int | None = None
         self.metrics_port: int | None = None
         self.ready: defer.Deferred[None] = defer.Deferred()
@@ -312,6 +319,9 @@ class KafkaServer(service.MultiService):
         self.zookeeper.add_state_listener(self._zookeeper_state)
         self.registry = Registry(self.zookeeper)
         self.metadata.cluster_id = await self._cluster_id()
+        self.config_changes = ConfigChangeListener(self.registry, self.reactor)
+        self.config_changes.on_entity_change("topics", self._topic_config_changed)
+        self.config_changes.on_entity_change("brokers", self._broker_config_changed)
 
     async def _stop_zookeeper_session(self) -> None:
         if self.zookeeper is not None:
@@ -326,6 +336,10 @@ class KafkaServer(service.MultiService):
         for written in ensure_meta_properties(log_dirs, self.broker_id, self.metadata.cluster_id):
             _log.info("wrote {path}: broker.id={id} cluster.id={cluster}", path=os.path.join(written, "meta.properties"),
                       id=self.broker_id, cluster=self.metadata.cluster_id)
+        assert self.registry is not None
+        # Kafka's DynamicConfigManager reads every entity's config before following the notifications.
+        for entity in (DEFAULT_BROKER_ENTITY, str(self.broker_id)):
+            self._broker_config_changed(entity, await self.registry.get_broker_config(entity))
         self.log_manager = LogManager(log_dirs, topic_log_config(config, {}), now_ms=self.now_ms)
         started = time.monotonic()
         self.log_manager.load()
@@ -359,6 +373,7 @@ class KafkaServer(service.MultiService):
             self._append_as_follower, self._throttled)
         assert self.replica_manager is not None
         self.replica_manager.fetcher_manager = self.fetcher_manager
+        self._apply_throttle()
 
     async def _stop_fetchers(self) -> None:
         if self.fetcher_manager is not None:
@@ -396,13 +411,14 @@ class KafkaServer(service.MultiService):
         await self.registry.watch_topics(self._topics_changed)
         await self._register(host, advertised_port)
         await self.registry.watch_controller(self._controller_changed)
-        for entity in (DEFAULT_BROKER_ENTITY, str(self.broker_id)):
-            await self.registry.watch_broker_config(
-                entity, lambda config, entity=entity: self._broker_config_changed(entity, config))
+        assert self.config_changes is not None
+        await self.config_changes.start()
         _log.info("broker {id} started at {host}:{port} (cluster {cluster})", id=self.broker_id, host=host,
                   port=advertised_port, cluster=self.metadata.cluster_id)
 
     async def _stop_serving(self) -> None:
+        if self.config_changes is not None:
+            self.config_changes.stop()
         await self._controlled_shutdown()
         self._factory.serving = None  # new connections are closed from now on
         if self.replica_manager is not None:
@@ -593,17 +609,73 @@ class KafkaServer(service.MultiService):
             self.controller.check_preferred_imbalance(self.config["leader.imbalance.per.broker.percentage"])
 
     def _throttled(self, topic: str, partition: int) -> bool:
+        """
+        Whether this broker's fetches of C{topic-partition} are throttled: a
+        replica a reassignment is adding here, or one the topic's
+        C{follower.replication.throttled.replicas} names (C{partition:broker}
+        or C{*}, as Kafka's reassignment tool writes it).
+        """
         meta = self.metadata.topics.get(topic)
-        return meta is not None and self.broker_id in meta.adding_replicas.get(partition, ())
+        if meta is None:
+            return False
+        if self.broker_id in meta.adding_replicas.get(partition, ()):
+            return True
+        named = self._topic_config(topic).get("follower.replication.throttled.replicas") or ()
+        return "*" in named or f"{partition}:{self.broker_id}" in named
 
     def _broker_config_changed(self, entity: str, config: dict[str, str]) -> None:
-        """A dynamic broker config (C{/config/brokers/<id>} or C{<default>}) changed."""
-        self._dynamic_configs[entity] = config
-        own = self._dynamic_configs.get(str(self.broker_id), {})
-        default = self._dynamic_configs.get(DEFAULT_BROKER_ENTITY, {})
-        rate = own.get("follower.replication.throttled.rate", default.get("follower.replication.throttled.rate"))
+        """
+        A dynamic broker config (C{/config/brokers/<id>} or C{<default>})
+        changed: swap the layer in L{config}, then apply what depends on it
+        (the follower's replication throttle, every log's config).
+        """
+        if entity == DEFAULT_BROKER_ENTITY:
+            source = DYNAMIC_DEFAULT_BROKER_CONFIG
+        elif entity == str(self.broker_id):
+            source = DYNAMIC_BROKER_CONFIG
+        else:
+            return  # another broker's
+        skipped = self.config.set_dynamic(source, config)
+        for name, reason in skipped.items():
+            _log.warn("dynamic broker config {entity} {name} ignored: {reason}", entity=entity, name=name,
+                      reason=reason)
+        _log.info("dynamic broker config {entity} is now {config}", entity=entity, config=config)
+        self._apply_throttle()
+        self._effective_topic_configs.clear()
+        if self.log_manager is not None:
+            self.log_manager.set_default_config(topic_log_config(self.config, {}))
+            for topic in {log.topic for log in self.log_manager.all_logs()}:
+                self.log_manager.update_config(topic, self._topic_config(topic))
+        self._recheck_offline_partitions()
+
+    def _apply_throttle(self) -> None:
+        rate = self.config["follower.replication.throttled.rate"]
         if self.fetcher_manager is not None:
-            self.fetcher_manager.set_throttle(int(rate) if rate is not None else None)
+            self.fetcher_manager.set_throttle(rate if rate < 2**63 - 1 else None)
+
+    def _topic_config_changed(self, name: str, config: dict[str, str]) -> None:
+        """C{/config/topics/<name>} changed (a config change notification): apply it to the topic's logs."""
+        if name not in self._topic_watches and name not in self.metadata.topics:
+            return  # not (or no longer) a topic here; its config is read when the topic is seen
+        self._topic_configs[name] = dict(config)
+        self._effective_topic_configs.pop(name, None)
+        meta = self.metadata.topics.get(name)
+        if meta is not None:
+            self.metadata.set_topic(dataclasses.replace(meta, config=dict(config)))
+        if self.log_manager is not None:
+            self.log_manager.update_config(name, self._topic_config(name))
+        _log.info("topic {topic} config is now {config}", topic=name, config=config)
+        self._recheck_offline_partitions()
+
+    def _recheck_offline_partitions(self) -> None:
+        """
+        The controller looks again for partitions without a live leader: an
+        C{unclean.leader.election.enable} just turned on may elect one (as
+        Kafka's controller does on that change).
+        """
+        if self.controller is not None and self.controller.active:
+            self.controller.topics_changed().addErrback(
+                lambda f: _log.failure("re-electing offline partitions failed", f))
 
     def _shrink_isrs(self) -> None:
         if self.replica_manager is not None:
@@ -708,6 +780,7 @@ class KafkaServer(service.MultiService):
     def _watch_topic(self, config: dict[str, str], name: str) -> Any:
         assert self.registry is not None
         self._topic_configs[name] = config
+        self._effective_topic_configs.pop(name, None)
 
         def changed(assignment: Any) -> None:
             if assignment is None:
@@ -722,12 +795,16 @@ class KafkaServer(service.MultiService):
         return self.registry.watch_topic(name, changed)
 
     def _topic_config(self, topic: str) -> dict:
-        meta = self.metadata.topics.get(topic)
-        overrides = meta.config if meta is not None else self._topic_configs.get(topic, {})
-        return topic_log_config(self.config, overrides)
+        effective = self._effective_topic_configs.get(topic)
+        if effective is None:
+            meta = self.metadata.topics.get(topic)
+            overrides = meta.config if meta is not None else self._topic_configs.get(topic, {})
+            effective = self._effective_topic_configs[topic] = topic_log_config(self.config, overrides, strict=False)
+        return effective
 
     def _topic_added(self, meta: TopicMetadata) -> None:
         self._topic_configs.setdefault(meta.name, dict(meta.config))
+        self._effective_topic_configs.pop(meta.name, None)
         if self.replica_manager is None or self.log_manager is None:
             return
         self.log_manager.update_config(meta.name, self._topic_config(meta.name))
@@ -748,6 +825,7 @@ class KafkaServer(service.MultiService):
         self._unwatch_partition_states(name)
         self.metadata.remove_topic(name)
         self._topic_configs.pop(name, None)
+        self._effective_topic_configs.pop(name, None)
         if meta is not None and self.replica_manager is not None:
             for partition in meta.partitions:
                 self.replica_manager.remove_partition(name, partition)

@@ -673,8 +673,9 @@ class AdminClient:
                                   validate_only: bool = False, timeout_ms: int | None = None) -> defer.Deferred:
         """
         IncrementalAlterConfigs (KIP-339): C{(resource type, name)} ->
-        C{(config name, operation, value)} with operation 0 SET, 1 DELETE.
-        (A kafkatw broker alters the brokers' replication throttles only.)
+        C{(config name, operation, value)} with operation 0 SET, 1 DELETE,
+        2 APPEND, 3 SUBTRACT (list configs).  A broker resource named C{""} is
+        the cluster-wide default.
 
         @return: a Deferred firing with C{{(type, name): None | KafkaError}}.
         """

@@ -31,10 +31,10 @@ integers big-endian (Kafka protocol guide, "Record Batch")::
 
 A batch occupies C{12 + batchLength} bytes, both on the wire and on disk.
 
-LogAppendTime is not applied by rewriting batches here: that changes
-C{attributes} and C{maxTimestamp}, which are inside the CRC, so the CRC would
-have to be recomputed.  The storage layer records the append time in its
-indexes instead (see L{kafkatw.storage.log}).
+LogAppendTime and a topic's own C{compression.type} change C{attributes},
+C{maxTimestamp} or the records region, which are inside the CRC: such batches
+are rebuilt with a new CRC by L{kafkatw.protocol.records.rewrite_batches}, off
+the no-copy path, and only for those topics (see L{kafkatw.storage.log}).
 
 L{build_batch} is a small, correct, uncompressed batch builder for tests;
 the fast full codec belongs in C{protocol/records.py}.

@@ -67,6 +67,8 @@ __all__ = [
     "decode_varint",
     "compress",
     "decompress",
+    "COMPRESSION_TYPE_CODECS",
+    "rewrite_batches",
 ]
 
 COMPRESSION_NONE = 0
@@ -212,18 +214,24 @@ def decode_varint(data: bytes, pos: int = 0) -> tuple[int, int]:
 # --- compression ----------------------------------------------------------------------
 
 
-def compress(codec: int, data: bytes) -> bytes:
-    """Compress a records region with Kafka's framing for C{codec} (see module doc)."""
+def compress(codec: int, data: bytes, level: int | None = None) -> bytes:
+    """
+    Compress a records region with Kafka's framing for C{codec} (see module doc).
+
+    @param level: the codec's compression level (KIP-390's
+        C{compression.gzip.level}, C{lz4.level}, C{zstd.level}); C{None}: the
+        library's default.  Snappy has none.
+    """
     if codec == 0:
         return data
     if codec == 1:
-        return bytes(cramjam.gzip.compress(data))
+        return bytes(cramjam.gzip.compress(data) if level is None else cramjam.gzip.compress(data, level=level))
     if codec == 2:
         return bytes(cramjam.snappy.compress_raw(data))
     if codec == 3:
-        return bytes(cramjam.lz4.compress(data))
+        return bytes(cramjam.lz4.compress(data) if level is None else cramjam.lz4.compress(data, level=level))
     if codec == 4:
-        return bytes(cramjam.zstd.compress(data))
+        return bytes(cramjam.zstd.compress(data) if level is None else cramjam.zstd.compress(data, level=level))
     raise ValueError(f"unknown compression codec {codec}")
 
 
@@ -263,6 +271,58 @@ def decompress(codec: int, data: bytes) -> bytes:
     except Exception as e:  # cramjam raises DecompressionError (and others)
         raise CorruptRecordError(f"cannot decompress records (codec {codec}): {e}") from e
     raise InvalidRecordError(f"unknown compression codec {codec}")
+
+
+# --- broker-side rewriting -------------------------------------------------------------
+
+#: Kafka's topic C{compression.type} -> codec (C{producer}: keep the producer's).
+COMPRESSION_TYPE_CODECS = {"uncompressed": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+
+
+def rewrite_batches(data: bytes | bytearray | memoryview, headers: Sequence, codec: int | None,
+                    log_append_time_ms: int | None, level: int | None = None) -> bytes:
+    """
+    The batches of C{data} as the broker writes them for a topic whose
+    C{compression.type} is not C{producer} or whose C{message.timestamp.type}
+    is C{LogAppendTime} (Kafka's C{LogValidator}).
+
+    A batch whose codec differs from C{codec} has its records region
+    decompressed and compressed again with C{codec} (0: left uncompressed);
+    the records themselves are not parsed (the region is the same bytes
+    under any codec).  Control batches keep their codec.  With
+    C{log_append_time_ms}, every batch gets the LogAppendTime attribute bit
+    and that time as its maxTimestamp, which Kafka's consumers give every
+    record of the batch.  Every rewritten batch gets a new length and
+    CRC-32C; producer id, epoch, sequence, base timestamp and offsets are
+    kept.
+
+    @param headers: the batches' L{kafkatw.protocol.batch.BatchHeader}s,
+        validated (CRC checked) by the caller.
+    @param codec: the target codec (L{COMPRESSION_TYPE_CODECS}), or C{None}
+        to keep each batch's.
+    @param level: the target codec's compression level (see L{compress}).
+    @return: the rewritten batches, concatenated (a copy: these topics leave
+        the no-copy append path).
+    @raise CorruptRecordError: a records region does not decompress.
+    """
+    view = memoryview(data)
+    out: list[bytes] = []
+    for h in headers:
+        attributes = h.attributes
+        region: bytes | memoryview = view[h.position + _HEADER_SIZE:h.position + h.size]
+        current = attributes & _ATTR_COMPRESSION_MASK
+        if codec is not None and codec != current and not attributes & _ATTR_CONTROL:
+            region = compress(codec, decompress(current, bytes(region)), level)
+            attributes = (attributes & ~_ATTR_COMPRESSION_MASK) | codec
+        max_timestamp = h.max_timestamp
+        if log_append_time_ms is not None:
+            attributes |= _ATTR_TIMESTAMP_TYPE
+            max_timestamp = log_append_time_ms
+        post = _POST_CRC.pack(attributes, h.last_offset_delta, h.base_timestamp, max_timestamp, h.producer_id,
+                              h.producer_epoch, h.base_sequence, h.record_count) + bytes(region)
+        out.append(_PRE_CRC.pack(h.base_offset, len(post) + 9, h.partition_leader_epoch, 2, crc32c(post)))
+        out.append(post)
+    return b"".join(out)
 
 
 # --- encoding -------------------------------------------------------------------------

@@ -28,11 +28,14 @@ epoch newer than the cache's latest is assigned its first offset before the
 batches are written, as Kafka does, so that the checkpoint never misses an
 epoch present in the log.  Reads return L{FileRegion}s, never data (D4).
 
-Timestamps: with C{message.timestamp.type=LogAppendTime} the append time is
-answered and used for the time index and retention of the appended batches,
-but the batches themselves are not rewritten (their C{attributes} and
-C{maxTimestamp} lie inside the CRC); after a rebuild from the log the indexes
-hold the producers' timestamps again.
+Timestamps and codecs: with C{message.timestamp.type=LogAppendTime} the
+leader stamps each batch (the timestamp-type attribute bit and the append time
+as C{maxTimestamp}, with a new CRC), and with a C{compression.type} other than
+C{producer} it recompresses batches of another codec
+(L{kafkatw.protocol.records.rewrite_batches}); such batches are copied, the
+others keep the no-copy path.  Followers write the leader's bytes as they are.
+CreateTime batches outside C{message.timestamp.before.max.ms} /
+C{after.max.ms} are refused with C{INVALID_TIMESTAMP}.
 """
 
 from __future__ import annotations
@@ -46,8 +49,9 @@ from typing import Any, Callable, Mapping, NamedTuple
 
 from twisted.logger import Logger
 
-from kafkatw.errors import KafkaStorageError, OffsetOutOfRangeError
+from kafkatw.errors import ErrorCode, KafkaStorageError, OffsetOutOfRangeError, kafka_error
 from kafkatw.protocol.batch import LOG_OVERHEAD, parse_batch_headers
+from kafkatw.protocol.records import COMPRESSION_TYPE_CODECS, rewrite_batches
 from kafkatw.storage.files import write_atomically
 from kafkatw.storage.leader_epoch import LEADER_EPOCH_CHECKPOINT_FILE, LeaderEpochCache
 from kafkatw.storage.producer_state import ProducerStateManager
@@ -62,8 +66,8 @@ _LONG_MAX = 2**63 - 1
 #: baseOffset int64, batchLength int32, partitionLeaderEpoch int32: the batch prefix the broker rewrites.
 _PATCH = struct.Struct(">qii")
 _SNAPSHOT_SUFFIX = ".snapshot"
-#: Kafka's C{file.delete.delay.ms}: descriptors of deleted segments stay open
-#: this long so that regions being sent remain valid.
+#: Kafka's default C{file.delete.delay.ms}: descriptors of deleted segments stay
+#: open this long so that regions being sent remain valid.
 FILE_DELETE_DELAY_MS = 60000
 
 
@@ -84,6 +88,18 @@ class LogConfig:
     retention_bytes: int = -1
     max_message_bytes: int = 1048588
     message_timestamp_type: str = "CreateTime"
+    #: Kafka's topic C{compression.type}: C{producer} keeps each batch's codec.
+    compression_type: str = "producer"
+    message_timestamp_difference_max_ms: int = _LONG_MAX
+    message_timestamp_before_max_ms: int = _LONG_MAX
+    message_timestamp_after_max_ms: int = _LONG_MAX
+    segment_jitter_ms: int = 0
+    #: how long the files of a segment deleted by retention stay open (regions being sent stay valid)
+    file_delete_delay_ms: int = FILE_DELETE_DELAY_MS
+    #: KIP-390's levels, used when the broker recompresses (gzip -1: the library's default)
+    compression_gzip_level: int = -1
+    compression_lz4_level: int = 9
+    compression_zstd_level: int = 3
 
     _KEYS = {
         "segment.bytes": "segment_bytes",
@@ -96,7 +112,17 @@ class LogConfig:
         "retention.bytes": "retention_bytes",
         "max.message.bytes": "max_message_bytes",
         "message.timestamp.type": "message_timestamp_type",
+        "compression.type": "compression_type",
+        "message.timestamp.difference.max.ms": "message_timestamp_difference_max_ms",
+        "message.timestamp.before.max.ms": "message_timestamp_before_max_ms",
+        "message.timestamp.after.max.ms": "message_timestamp_after_max_ms",
+        "segment.jitter.ms": "segment_jitter_ms",
+        "file.delete.delay.ms": "file_delete_delay_ms",
+        "compression.gzip.level": "compression_gzip_level",
+        "compression.lz4.level": "compression_lz4_level",
+        "compression.zstd.level": "compression_zstd_level",
     }
+    _STRINGS = frozenset({"message_timestamp_type", "compression_type"})
 
     @classmethod
     def from_topic_config(cls, config: Mapping[str, Any]) -> "LogConfig":
@@ -109,12 +135,36 @@ class LogConfig:
         for key, attr in cls._KEYS.items():
             if key in config:
                 value = config[key]
-                values[attr] = str(value) if attr == "message_timestamp_type" else int(value)
+                values[attr] = str(value) if attr in cls._STRINGS else int(value)
         return cls(**values)
 
     @property
     def log_append_time(self) -> bool:
         return self.message_timestamp_type == "LogAppendTime"
+
+    @property
+    def target_codec(self) -> int | None:
+        """The codec batches are written with (C{None}: the producer's)."""
+        return COMPRESSION_TYPE_CODECS.get(self.compression_type)
+
+    @property
+    def compression_level(self) -> int | None:
+        """The level the broker recompresses with (C{None}: the codec's default)."""
+        level = {"gzip": self.compression_gzip_level, "lz4": self.compression_lz4_level,
+                 "zstd": self.compression_zstd_level}.get(self.compression_type)
+        return None if level is None or level == -1 and self.compression_type == "gzip" else level
+
+    @property
+    def timestamp_before_max_ms(self) -> int:
+        """C{message.timestamp.before.max.ms}, or the deprecated difference when left at its default (Kafka 3.6)."""
+        before = self.message_timestamp_before_max_ms
+        return before if before != _LONG_MAX else self.message_timestamp_difference_max_ms
+
+    @property
+    def timestamp_after_max_ms(self) -> int:
+        """C{message.timestamp.after.max.ms}, or the deprecated difference when left at its default (Kafka 3.6)."""
+        after = self.message_timestamp_after_max_ms
+        return after if after != _LONG_MAX else self.message_timestamp_difference_max_ms
 
 
 
@@ -386,15 +436,25 @@ class PartitionLog:
         if duplicate is not None:
             return AppendResult(duplicate.base_offset, duplicate.last_offset, -1, self.log_start_offset,
                                 duplicate.last_offset - duplicate.base_offset + 1, True)
+        append_time = -1
+        if config.log_append_time:
+            append_time = self.now_ms()
+        else:
+            self._check_timestamps(headers, config)
+        codec = config.target_codec
+        if append_time >= 0 or (codec is not None and any(h.compression != codec for h in headers)):
+            # Off the no-copy path: Kafka's LogValidator recompresses the
+            # batches of a topic with its own compression.type and stamps
+            # LogAppendTime batches; both are inside the CRC.
+            records = rewrite_batches(records, headers, codec, append_time if append_time >= 0 else None,
+                                      config.compression_level)
+            headers = parse_batch_headers(records, False)
         # The batches go to disk as sent, but for the 16 bytes that carry the
         # base offset, the length and the partition leader epoch, which the
         # CRC does not cover: one small patched prefix per batch, the rest a
         # view of the request (no copy), written with one writev.
         view = memoryview(records)
         first_offset = next_offset = self.log_end_offset
-        append_time = -1
-        if config.log_append_time:
-            append_time = self.now_ms()
         chunks: list = []
         add_chunk = chunks.append
         patched = []
@@ -405,8 +465,6 @@ class PartitionLog:
             add_chunk(pack(next_offset, size - LOG_OVERHEAD, leader_epoch))
             add_chunk(view[position + _PATCH.size:position + size])
             h = h._replace(base_offset=next_offset, partition_leader_epoch=leader_epoch)
-            if append_time >= 0:
-                h = h._replace(max_timestamp=append_time)
             add(h)
             next_offset += h.last_offset_delta + 1
         total = headers[-1].position + headers[-1].size - headers[0].position
@@ -431,6 +489,32 @@ class PartitionLog:
             self.flush()
         return AppendResult(first_offset, next_offset - 1, append_time, self.log_start_offset, record_count, False,
                             len(headers), total)
+
+    def _check_timestamps(self, headers: list, config: LogConfig) -> None:
+        """
+        Kafka's CreateTime bounds (C{message.timestamp.before.max.ms},
+        C{after.max.ms}, KIP-937), checked on each batch's first and largest
+        timestamps (the records are not parsed); -1 (no timestamp) passes.
+
+        @raise KafkaError: C{INVALID_TIMESTAMP}; nothing is written.
+        """
+        before, after = config.timestamp_before_max_ms, config.timestamp_after_max_ms
+        if before == _LONG_MAX and after == _LONG_MAX:
+            return
+        now = self.now_ms()
+        for h in headers:
+            for timestamp in (h.base_timestamp, h.max_timestamp):
+                if timestamp < 0:
+                    continue
+                if now - timestamp > before:
+                    raise kafka_error(ErrorCode.invalid_timestamp,
+                                      f"Timestamp {timestamp} of a record is out of range: it is more than "
+                                      f"{before} ms before the broker's time {now} "
+                                      f"(message.timestamp.before.max.ms)")
+                if timestamp - now > after:
+                    raise kafka_error(ErrorCode.invalid_timestamp,
+                                      f"Timestamp {timestamp} of a record is out of range: it is more than "
+                                      f"{after} ms after the broker's time {now} (message.timestamp.after.max.ms)")
 
     def append_as_follower(self, records: bytes | bytearray | memoryview) -> AppendResult:
         """
@@ -504,11 +588,16 @@ class PartitionLog:
             return segment
         config = self.config
         if (segment.size_bytes + size_bytes > config.segment_bytes
-                or self.now_ms() - segment.created_ms > config.segment_ms
+                or self.now_ms() - segment.created_ms > config.segment_ms - self._roll_jitter(segment)
                 or segment.index_full
                 or not segment.relative_offset_fits(last_offset)):
             return self.roll()
         return segment
+
+    def _roll_jitter(self, segment: LogSegment) -> int:
+        """C{segment.jitter.ms}: a per-segment amount in [0, jitter], fixed by the base offset (Kafka draws it)."""
+        jitter = self.config.segment_jitter_ms
+        return (segment.base_offset * 2654435761 + self.partition * 40503) % (jitter + 1) if jitter > 0 else 0
 
     def roll(self) -> LogSegment:
         """Start a new active segment at the LEO (flushing the old one's indexes)."""
@@ -650,7 +739,7 @@ class PartitionLog:
     def _close_graveyard(self, now_ms: int | None) -> None:
         keep = []
         for deleted_ms, segment in self._graveyard:
-            if now_ms is None or now_ms - deleted_ms >= FILE_DELETE_DELAY_MS:
+            if now_ms is None or now_ms - deleted_ms >= self.config.file_delete_delay_ms:
                 segment.close_log()
             else:
                 keep.append((deleted_ms, segment))

@@ -188,6 +188,20 @@ class LogManager:
     def all_logs(self) -> list[PartitionLog]:
         return list(self._logs.values())
 
+    def set_default_config(self, default_config: Mapping[str, Any]) -> None:
+        """
+        Replace the broker's topic-level defaults (a dynamic broker config
+        changed) and give every log its new L{LogConfig}.  Each log's config is
+        one immutable object swapped whole, so an append or a retention pass
+        sees either the old or the new settings, never a mix.
+        """
+        self.default_config = dict(default_config)
+        configs: dict[str, LogConfig] = {}
+        for (topic, _), log in self._logs.items():
+            if topic not in configs:
+                configs[topic] = self._config_for(topic)
+            log.config = configs[topic]
+
     def update_config(self, topic: str, topic_config: Mapping[str, Any]) -> None:
         """Apply a topic's new config (overrides of the defaults) to all its partitions."""
         self._topic_configs[topic] = dict(topic_config)

@@ -6,6 +6,8 @@ The paper's registries in ZooKeeper, laid out as Kafka 0.8-2.x lays them out
     /brokers/topics/<topic>                    persistent partition -> replicas (JSON v3, topic_id)
     /brokers/topics/<topic>/partitions/<p>/state  persistent leader, leader_epoch, isr
     /config/topics/<topic>                     persistent topic config overrides
+    /config/brokers/<id> and /config/brokers/<default>  dynamic broker configs
+    /config/changes/config_change_NNNNNNNNNN   persistent sequential change notifications
     /controller                                ephemeral  controller's broker id
     /controller_epoch                          persistent controller epoch (decimal)
     /latest_producer_id_block                  persistent last producer-id block handed out
@@ -99,6 +101,8 @@ __all__ = [
     "CONFIG_TOPICS_PATH",
     "CONFIG_BROKERS_PATH",
     "DEFAULT_BROKER_ENTITY",
+    "CONFIG_CHANGES_PATH",
+    "CONFIG_CHANGE_PREFIX",
     "CONTROLLER_PATH",
     "CONTROLLER_EPOCH_PATH",
     "PRODUCER_ID_BLOCK_PATH",
@@ -122,6 +126,9 @@ CONFIG_TOPICS_PATH = "/config/topics"
 CONFIG_BROKERS_PATH = "/config/brokers"
 #: The entity name of the cluster-wide broker config (Kafka's ConfigEntityName.Default).
 DEFAULT_BROKER_ENTITY = "<default>"
+#: Sequential config change notifications (Kafka's ConfigEntityChangeNotificationZNode).
+CONFIG_CHANGES_PATH = "/config/changes"
+CONFIG_CHANGE_PREFIX = "config_change_"
 CONTROLLER_PATH = "/controller"
 CONTROLLER_EPOCH_PATH = "/controller_epoch"
 PRODUCER_ID_BLOCK_PATH = "/latest_producer_id_block"
@@ -761,13 +768,38 @@ class Registry(_AclMethods):
         return _deferred(self._get_config(f"{CONFIG_BROKERS_PATH}/{entity}"))
 
     def set_broker_config(self, entity: str, config: dict[str, str]) -> Deferred:
-        """Replace C{/config/brokers/<entity>} (Kafka's v1 JSON)."""
-        return _deferred(self._set_config(f"{CONFIG_BROKERS_PATH}/{entity}", config))
+        """Replace C{/config/brokers/<entity>} (Kafka's v1 JSON) and notify every broker (L{change_entity_config})."""
+        return self.change_entity_config("brokers", entity, config)
 
-    def watch_broker_config(self, entity: str, callback: Callable[[dict[str, str]], object]) -> Deferred:
-        """Call C{callback(config)} now and whenever C{/config/brokers/<entity>} changes."""
-        return self.client.watch_data(f"{CONFIG_BROKERS_PATH}/{entity}",
-                                      lambda data: callback(_decode_config(data)))
+    # -- config change notifications ----------------------------------------------
+
+    def get_entity_config(self, entity_type: str, name: str) -> Deferred:
+        """
+        The config of C{/config/<entity_type>/<name>} (C{topics}, C{brokers},
+        C{users}, C{clients}; a nested entity as C{users/<u>/clients/<c>}).
+
+        @return: a Deferred firing with C{{key: value}} ({} when none).
+        """
+        return _deferred(self._get_config(f"/config/{entity_type}/{name}"))
+
+    def change_entity_config(self, entity_type: str, name: str, config: dict[str, str]) -> Deferred:
+        """
+        Replace C{/config/<entity_type>/<name>} and create the sequential
+        notification C{/config/changes/config_change_NNNNNNNNNN} holding
+        C{{"version":2,"entity_path":"<entity_type>/<name>"}}, as Kafka's
+        C{AdminZkClient.changeEntityConfig} does; every broker's
+        L{kafkatw.zookeeper.config_changes.ConfigChangeListener} then re-reads
+        the entity.  Entity names are used as given (Kafka sanitizes user and
+        client names with C{Sanitizer.sanitize} before calling it).
+        """
+
+        async def go() -> None:
+            await self._set_config(f"/config/{entity_type}/{name}", config)
+            await self.client.create(f"{CONFIG_CHANGES_PATH}/{CONFIG_CHANGE_PREFIX}",
+                                     _dumps({"version": 2, "entity_path": f"{entity_type}/{name}"}),
+                                     sequence=True, makepath=True)
+
+        return _deferred(go())
 
     async def _get_config(self, path: str) -> dict[str, str]:
         try:
@@ -788,8 +820,11 @@ class Registry(_AclMethods):
         return _deferred(self._get_config(f"{CONFIG_TOPICS_PATH}/{name}"))
 
     def set_topic_config(self, name: str, config: dict[str, str]) -> Deferred:
-        """Replace the topic's overrides (Kafka's C{/config/topics/<topic>} v1)."""
-        return _deferred(self._set_config(f"{CONFIG_TOPICS_PATH}/{name}", config))
+        """
+        Replace the topic's overrides (Kafka's C{/config/topics/<topic>} v1)
+        and notify every broker (L{change_entity_config}).
+        """
+        return self.change_entity_config("topics", name, config)
 
     def delete_topic(self, name: str) -> Deferred:
         """

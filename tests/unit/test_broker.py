@@ -736,7 +736,7 @@ class DescribeClusterTests(unittest.TestCase):
 
 
 class IncrementalAlterConfigsTests(unittest.TestCase):
-    """The brokers' dynamic replication throttles, stored in /config/brokers/<entity>."""
+    """The brokers' dynamic replication throttles in /config/brokers/<entity> (more in test_live_config.py)."""
 
     def alter(self, h: BrokerHarness, resource_type: int, name: str, configs: list, validate_only: bool = False):
         body = {"resources": [{"resource_type": resource_type, "resource_name": name, "configs": [
@@ -760,12 +760,12 @@ class IncrementalAlterConfigsTests(unittest.TestCase):
 
     def test_refusals(self) -> None:
         h = BrokerHarness(self)
-        code, message = self.alter(h, 4, "1", [("log.retention.ms", 0, "1")])
-        self.assertEqual(code, ErrorCode.invalid_config)
-        self.assertIn("cannot be changed while the broker runs", message)
+        code, message = self.alter(h, 4, "1", [("zookeeper.connect", 0, "x:1")])
+        self.assertEqual(code, ErrorCode.invalid_request)
+        self.assertIn("Cannot update these configs dynamically: zookeeper.connect", message)
         self.assertEqual(self.alter(h, 4, "1", [("follower.replication.throttled.rate", 0, "-1")])[0],
-                         ErrorCode.invalid_config)
+                         ErrorCode.invalid_request)
         self.assertEqual(self.alter(h, 4, "x", [("follower.replication.throttled.rate", 0, "1")])[0],
                          ErrorCode.invalid_request)
-        self.assertEqual(self.alter(h, 2, "t", [("retention.ms", 0, "1")])[0], ErrorCode.invalid_request)
+        self.assertEqual(self.alter(h, 2, "t", [("retention.ms", 0, "1")])[0], ErrorCode.unknown_topic_or_partition)
         self.assertEqual(self.successResultOf(h.registry.get_broker_config("1")), {})

@@ -1,6 +1,6 @@
 """
 docs/configuration.md against the code: its key tables are generated from
-L{kafkatw.config.BROKER_CONFIG} and L{kafkatw.config.TOPIC_CONFIG_KEYS}
+L{kafkatw.config.BROKER_CONFIG} and L{kafkatw.config.TOPIC_CONFIG}
 (C{python -m kafkatw.config --update docs/configuration.md}), so that no key
 goes undocumented, none is listed twice, and no default or unit drifts.
 """
@@ -20,7 +20,7 @@ from kafkatw.config import (
     BROKER_CONFIG,
     MARKDOWN_BEGIN,
     MARKDOWN_END,
-    TOPIC_CONFIG_KEYS,
+    TOPIC_CONFIG,
     config_markdown,
     main,
     splice_config_markdown,
@@ -60,7 +60,7 @@ class ConfigDocsTests(unittest.TestCase):
         document = _read_doc()
         begin, end = document.index(MARKDOWN_BEGIN), document.index(MARKDOWN_END)
         generated = _row_keys(document[begin:end])
-        self.assertEqual(generated, list(BROKER_CONFIG) + list(TOPIC_CONFIG_KEYS))
+        self.assertEqual(generated, list(BROKER_CONFIG) + list(TOPIC_CONFIG))
         elsewhere = set(_row_keys(document[:begin] + document[end:]))
         self.assertEqual(elsewhere & set(generated), set(), "a key has a second row outside the generated tables")
 
@@ -70,8 +70,9 @@ class ConfigDocsTests(unittest.TestCase):
                       "(-1: never). |", markdown)
         self.assertIn("| `advertised.listeners` | (empty) | — |", markdown)
         self.assertIn("| `auto.create.topics.enable` | `true` | — |", markdown)
-        self.assertIn("| `retention.ms` | `log.retention.ms` | `604800000` |", markdown)
-        self.assertEqual(_row_keys(markdown), list(BROKER_CONFIG) + list(TOPIC_CONFIG_KEYS))
+        self.assertIn("| `retention.ms` | LONG | `log.retention.ms` | `604800000` | — |", markdown)
+        self.assertIn("| `remote.storage.enable` | BOOLEAN | — | `false` | Tiered storage", markdown)
+        self.assertEqual(_row_keys(markdown), list(BROKER_CONFIG) + list(TOPIC_CONFIG))
 
     def test_splice_replaces_only_between_the_markers(self) -> None:
         document = f"# title\n\n{MARKDOWN_BEGIN}\nstale\n{MARKDOWN_END}\n\ntail\n"

@@ -14,12 +14,15 @@ from twisted.trial import unittest
 
 from kafkatw.errors import (
     CorruptRecordError,
+    ErrorCode,
     InvalidProducerEpochError,
+    KafkaError,
     OffsetOutOfRangeError,
     OutOfOrderSequenceError,
     RecordTooLargeError,
 )
 from kafkatw.protocol.batch import build_batch, parse_batch_headers
+from kafkatw.protocol.records import decode_batches, encode_batch
 from kafkatw.storage.index import OffsetIndex, TimeIndex
 from kafkatw.storage.log import FILE_DELETE_DELAY_MS, LogConfig, PartitionLog
 from kafkatw.storage.log_manager import (
@@ -263,6 +266,70 @@ class AppendReadTests(LogTestMixin, TestCase):
         self.assertEqual(result.log_append_time_ms, 777_000)
         self.assertEqual(log.offset_for_timestamp(700_000), (0, 777_000))
 
+    def test_log_append_time_stamps_the_batches(self):
+        """Kafka's LogValidator: the attribute bit and maxTimestamp, with a CRC that still checks."""
+        log = self.make_log(message_timestamp_type="LogAppendTime")
+        self.clock.now = 777_000
+        log.append(batch(3, ts=5, producer_id=7, producer_epoch=1, base_sequence=0), 0)
+        [decoded] = decode_batches(region_bytes(log.read(0, 1 << 20)), verify_crc=True)
+        self.assertEqual((decoded.timestamp_type, decoded.max_timestamp), (1, 777_000))
+        self.assertEqual([r.timestamp_ms for r in decoded.records], [777_000] * 3)
+        self.assertEqual((decoded.producer_id, decoded.producer_epoch, decoded.base_sequence), (7, 1, 0))
+        self.assertEqual([r.key for r in decoded.records], [b"k0", b"k1", b"k2"])
+
+    def test_compression_type_recompresses_other_codecs(self):
+        log = self.make_log(compression_type="lz4")
+        log.append(encode_batch([(b"a", b"x" * 100, [], 1000), (b"b", None, [("h", b"1")], 1001)],
+                                compression=1), 0)
+        log.append(encode_batch([(b"c", b"y", [], 1002)], compression=3), 0)  # lz4 already: kept
+        decoded = decode_batches(region_bytes(log.read(0, 1 << 20)), verify_crc=True)
+        self.assertEqual([d.compression for d in decoded], [3, 3])
+        self.assertEqual([(r.offset, r.key, r.value, r.headers) for d in decoded for r in d.records],
+                         [(0, b"a", b"x" * 100, []), (1, b"b", None, [("h", b"1")]), (2, b"c", b"y", [])])
+        plain = self.make_log(path=self.mktemp(), compression_type="uncompressed")
+        plain.append(encode_batch([(b"a", b"v", [], 1000)], compression=4), 0)
+        [d] = decode_batches(region_bytes(plain.read(0, 1 << 20)))
+        self.assertEqual((d.compression, d.records[0].value), (0, b"v"))
+
+    def test_compression_levels(self):
+        records = [(b"k%d" % i, b"value %d " % i * 20, [], 1000 + i) for i in range(50)]
+        sizes = {}
+        for codec, levels in (("gzip", (1, 9)), ("lz4", (1, 17)), ("zstd", (-5, 19))):
+            for level in levels:
+                log = self.make_log(path=self.mktemp(), compression_type=codec,
+                                    **{f"compression_{codec}_level": level})
+                log.append(encode_batch(records), 0)
+                data = region_bytes(log.read(0, 1 << 20))
+                [d] = decode_batches(data)
+                self.assertEqual([r.value for r in d.records], [r[1] for r in records])
+                sizes[codec, level] = len(data)
+        self.assertGreater(sizes["gzip", 1], sizes["gzip", 9])
+        self.assertGreater(sizes["zstd", -5], sizes["zstd", 19])
+
+    def test_producer_compression_type_keeps_the_bytes(self):
+        log = self.make_log(compression_type="producer")
+        sent = encode_batch([(b"a", b"v", [], 1000)], compression=1)
+        log.append(sent, 0)
+        self.assertEqual(region_bytes(log.read(0, 1 << 20))[16:], sent[16:])
+
+    def test_timestamp_bounds(self):
+        log = self.make_log(message_timestamp_before_max_ms=1000, message_timestamp_after_max_ms=500)
+        self.clock.now = 10_000
+        for ts in (8_999, 10_501):
+            with self.assertRaises(KafkaError) as raised:
+                log.append(batch(1, ts=ts), 0)
+            self.assertEqual(raised.exception.error_code, ErrorCode.invalid_timestamp)
+        self.assertEqual(log.log_end_offset, 0)
+        log.append(batch(1, ts=9_000), 0)
+        log.append(batch(1, ts=10_500), 0)
+        # the deprecated difference applies to a bound left at its default
+        old = self.make_log(path=self.mktemp(), message_timestamp_difference_max_ms=100)
+        self.assertRaises(KafkaError, old.append, batch(1, ts=10_101), 0)
+        # LogAppendTime topics are not checked
+        stamped = self.make_log(path=self.mktemp(), message_timestamp_type="LogAppendTime",
+                                message_timestamp_before_max_ms=0)
+        stamped.append(batch(1, ts=1), 0)
+
     def test_flush_messages(self):
         log = self.make_log(flush_messages=3)
         log.append(batch(2), 0)
@@ -346,6 +413,19 @@ class RetentionTests(LogTestMixin, TestCase):
         self.assertEqual(len(region_bytes(regions[:1])), len(one))
         self.assertEqual(len(log._graveyard), 1)
         log.apply_retention(FILE_DELETE_DELAY_MS)
+        self.assertEqual(log._graveyard, [])
+        log.close()
+
+    def test_file_delete_delay_ms(self):
+        one = batch(1, size=100)
+        log = self.make_log(segment_bytes=len(one), retention_bytes=0, retention_ms=-1, file_delete_delay_ms=10)
+        log.append(one, 0)
+        log.append(one, 0)
+        log.apply_retention(0)
+        self.assertEqual(len(log._graveyard), 1)
+        log.apply_retention(9)
+        self.assertEqual(len(log._graveyard), 1)
+        log.apply_retention(10)
         self.assertEqual(log._graveyard, [])
         log.close()
 

@@ -174,5 +174,6 @@ class ConfigTests(unittest.TestCase):
         self.assertEqual((effective["retention.ms"], effective["segment.bytes"]), (1000, 4096))
         with self.assertRaises(ValueError) as raised:
             topic_log_config(broker, {"cleanup.policy": "compact"})
-        self.assertIn("bad value for cleanup.policy: 'compact' (kafkatw has no log compaction", str(raised.exception))
+        self.assertIn("Invalid value compact for configuration cleanup.policy: kafkatw has no log compaction",
+                      str(raised.exception))
         self.assertRaises(ValueError, topic_log_config, broker, {"unknown.key": "1"})
