@@ -42,6 +42,7 @@ from ..zookeeper.embedded import EmbeddedZooKeeperService, ZooKeeperNotInstalled
 from ..zookeeper.registry import DEFAULT_BROKER_ENTITY, BrokerIdInUseError, Registry
 from .admin import AdminManager
 from .apis import KafkaApis
+from .authenticator import SaslServerAuthenticator, listener_sasl_settings
 from .controller import CONTROLLED_SHUTDOWN_PATH, KafkaController
 from .replica_fetcher import ReplicaFetcherManager
 from .metadata_cache import BrokerEndpoint, MetadataCache, TopicMetadata
@@ -53,6 +54,7 @@ __all__ = [
     "BrokerStartupError",
     "EXPECTED_START_FAILURES",
     "listener_endpoint",
+    "listener_security_protocol",
     "embedded_zookeeper_port",
     "EMBEDDED_ZOOKEEPER_PORT",
     "EMBEDDED_ZOOKEEPER_PORT_ENV",
@@ -121,8 +123,22 @@ class _StartingFactory(Factory):
 
     serving: Factory | None = None
 
+    def __init__(self, listener_name: str = "PLAINTEXT", security_protocol: str = "PLAINTEXT") -> None:
+        self.listener_name = listener_name
+        self.security_protocol = security_protocol
+
     def buildProtocol(self, addr: Any) -> Any:
         return None if self.serving is None else self.serving.buildProtocol(addr)
+
+
+#: The security protocols a C{NAME://host:port} listener may name (its name is its protocol).
+_LISTENER_PROTOCOLS = ("PLAINTEXT", "SASL_PLAINTEXT")
+
+
+def listener_security_protocol(listener: str) -> str:
+    """C{SASL_PLAINTEXT} for C{SASL_PLAINTEXT://host:port}, else C{PLAINTEXT}."""
+    scheme, sep, _ = listener.partition("://")
+    return scheme.upper() if sep and scheme.upper() in _LISTENER_PROTOCOLS else "PLAINTEXT"
 
 
 def listener_endpoint(listener: str) -> str:
@@ -134,8 +150,9 @@ def listener_endpoint(listener: str) -> str:
     """
     if "://" in listener:
         scheme, _, address = listener.partition("://")
-        if scheme.upper() != "PLAINTEXT":
-            raise ValueError(f"listener {listener!r}: only PLAINTEXT:// (or a Twisted endpoint string) is supported")
+        if scheme.upper() not in _LISTENER_PROTOCOLS:
+            raise ValueError(f"listener {listener!r}: only PLAINTEXT:// and SASL_PLAINTEXT:// (or a Twisted endpoint"
+                             " string) are supported")
         host, _, port = address.rpartition(":")
         host = host.strip("[]")
         return f"tcp:{int(port)}:interface={host}" if host else f"tcp:{int(port)}"
@@ -215,7 +232,7 @@ class KafkaServer(service.MultiService):
         self.start_error: str | None = None
         self._starting: defer.Deferred | None = None
         self._stopping = False
-        self._factory = _StartingFactory()
+        self._factories: list[_StartingFactory] = []
 
     # --- life cycle ----------------------------------------------------------
 
@@ -386,7 +403,14 @@ class KafkaServer(service.MultiService):
         self.apis.controller = self.controller
         host, advertised_port = self._advertised()
         # Serve before registering: a broker in /brokers/ids answers its peers' fetches.
-        self._factory.serving = KafkaServerFactory(self.apis, config["socket.request.max.bytes"])
+        for factory in self._factories:
+            authenticator = None
+            if factory.security_protocol.startswith("SASL_"):
+                settings = listener_sasl_settings(config, factory.listener_name, self.registry)
+                authenticator = (lambda connection, settings=settings:
+                                 SaslServerAuthenticator(connection, self.apis, settings, self.reactor))
+            factory.serving = KafkaServerFactory(self.apis, config["socket.request.max.bytes"],
+                                                 factory.listener_name, factory.security_protocol, authenticator)
 
         await self.registry.watch_brokers(self._brokers_changed)
         await self.registry.watch_topics(self._topics_changed)
@@ -400,7 +424,8 @@ class KafkaServer(service.MultiService):
 
     async def _stop_serving(self) -> None:
         await self._controlled_shutdown()
-        self._factory.serving = None  # new connections are closed from now on
+        for factory in self._factories:
+            factory.serving = None  # new connections are closed from now on
         if self.replica_manager is not None:
             self.replica_manager.complete_all_delayed()
         if self.apis is not None:
@@ -427,8 +452,11 @@ class KafkaServer(service.MultiService):
         """
         for listener in self.config["listeners"]:
             endpoint = endpoints.serverFromString(self.reactor, listener_endpoint(listener))
+            protocol = listener_security_protocol(listener)
+            factory = _StartingFactory(protocol, protocol)
+            self._factories.append(factory)
             try:
-                port = await endpoint.listen(self._factory)
+                port = await endpoint.listen(factory)
             except CannotListenError as e:
                 raise BrokerStartupError(
                     f"cannot listen on {listener}: {_socket_error(e)}; stop what holds the port or change"
