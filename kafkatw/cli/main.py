@@ -8,6 +8,7 @@ The C{kafkatw} command: Kafka's command-line tools under Kafka's names and flags
     kafkatw consumer-groups --bootstrap-server localhost:9092 --describe --group g
     kafkatw leader-election --bootstrap-server localhost:9092 --election-type PREFERRED --all-topic-partitions
     kafkatw reassign-partitions --bootstrap-server localhost:9092 --reassignment-json-file r.json --execute
+    kafkatw configs --bootstrap-server localhost:9092 --entity-type users --entity-name alice --describe
     kafkatw zookeeper --port 2181 --data-dir /var/lib/zookeeper
     kafkatw broker --broker-id 0 --listeners tcp:9092 --log-dirs /var/lib/kafkatw --zookeeper embedded
 """
@@ -23,6 +24,7 @@ import click
 
 from kafkatw._version import __version__
 
+from .configs import configs
 from .console import console_consumer, console_producer
 from .perf import producer_perf_test
 from .ship import ship
@@ -108,6 +110,7 @@ main.add_command(consumer_groups)
 main.add_command(ship)
 main.add_command(leader_election)
 main.add_command(reassign_partitions)
+main.add_command(configs)
 
 
 if __name__ == "__main__":  # pragma: no cover
