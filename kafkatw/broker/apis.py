@@ -865,8 +865,10 @@ class KafkaApis:
                     problem = ErrorCode.unacceptable_credential, "Too few iterations"
                 if problem is None and int(u.iterations) > MAX_ITERATIONS:
                     problem = ErrorCode.unacceptable_credential, "Too many iterations"
-                if problem is None and (not u.salt or not u.salted_password):
-                    problem = ErrorCode.unacceptable_credential, "Salt and salted password must not be empty"
+                if problem is None and (len(u.salt) < 12 or not u.salted_password):
+                    # scramp (RFC 5802 leaves it open) refuses salts under 12 bytes at authentication.
+                    problem = ErrorCode.unacceptable_credential, "Salt must be 12 bytes or more and the salted " \
+                                                                 "password not empty"
                 if problem:
                     errors.setdefault(u.name, problem)
                 else:
