@@ -155,6 +155,27 @@ class ScramTests(unittest.TestCase):
             server.evaluate(forged.encode())
         self.assertIn("nonce", str(caught.exception))
 
+    def test_final_nonce_may_carry_a_prefix_as_kafka_allows(self) -> None:
+        """librdkafka 2.0 (Debian's kcat) repeats its client nonce; Kafka checks endsWith."""
+        credential = make_scram_credential("SCRAM-SHA-256", "pw", 4096)
+        server = ScramServer("SCRAM-SHA-256", lambda name: credential)
+        client_nonce = "fyko+d2lbbFgONRv9qkxdawL"
+        server_first = server.evaluate(f"n,,n=alice,r={client_nonce}".encode()).decode()
+        nonce = server_first.split(",")[0][2:]
+        # A final message with the repeated nonce passes the nonce check and
+        # reaches the proof (here signed over another server-first, so it fails
+        # as a wrong password would, not as a wrong nonce; kcat's interop test
+        # shows the whole exchange succeeding).
+        import scramp
+
+        client = scramp.ScramClient(["SCRAM-SHA-256"], "alice", "pw", c_nonce=client_nonce)
+        client.get_client_first()
+        client.set_server_first(server_first.replace(f"r={nonce}", f"r={client_nonce}{nonce}"))
+        final = client.get_client_final()
+        self.assertIn(f"r={client_nonce}{nonce}", final)
+        with self.assertRaises(SaslAuthenticationFailed):
+            server.evaluate(final.encode())
+
     def test_replayed_final_message_fails_on_another_exchange(self) -> None:
         credential = make_scram_credential("SCRAM-SHA-256", "pw", 4096)
         first = ScramServer("SCRAM-SHA-256", lambda name: credential)
