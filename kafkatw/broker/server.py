@@ -42,7 +42,7 @@ from ..zookeeper.embedded import EmbeddedZooKeeperService, ZooKeeperNotInstalled
 from ..zookeeper.registry import DEFAULT_BROKER_ENTITY, BrokerIdInUseError, Registry
 from .admin import AdminManager
 from .apis import KafkaApis
-from .authenticator import SaslServerAuthenticator, listener_sasl_settings
+from .authenticator import SaslServerAuthenticator, inter_broker_security, listener_sasl_settings
 from .controller import CONTROLLED_SHUTDOWN_PATH, KafkaController
 from .replica_fetcher import ReplicaFetcherManager
 from .metadata_cache import BrokerEndpoint, MetadataCache, TopicMetadata
@@ -367,9 +367,11 @@ class KafkaServer(service.MultiService):
     async def _start_fetchers(self) -> None:
         from ..client.client import KafkaClient
 
+        protocol = listener_security_protocol(self.config["listeners"][0])  # the advertised listener
         self.inter_broker_client = KafkaClient(
             self.reactor, "127.0.0.1:1", client_id=f"broker-{self.broker_id}-fetcher",
-            request_timeout_ms=self.config["replica.socket.timeout.ms"])
+            request_timeout_ms=self.config["replica.socket.timeout.ms"],
+            security=inter_broker_security(self.config, protocol, protocol))
         self.fetcher_manager = ReplicaFetcherManager(
             self.broker_id, self.config, self.inter_broker_client, self.reactor, self._broker_address,
             self._append_as_follower, self._throttled)
