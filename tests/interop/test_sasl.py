@@ -239,6 +239,27 @@ class SaslInteropTests(ClassFixture, unittest.TestCase):
                           "--add-config", "SCRAM-SHA-256=[iterations=100,password=bob-secret]")
         self.assertEqual(refused.returncode, 1)
         self.assertIn("Too few iterations", refused.stderr)
+        # A wrong password: the broker's message, at once (not retried).
+        wrong = os.path.join(self.directory, "wrong.properties")
+        with open(self.admin_properties) as f, open(wrong, "w") as out:
+            out.write(f.read().replace("admin-secret", "wrong-secret"))
+        started = time.monotonic()
+        refused = kafkatw("configs", "--bootstrap-server", self.bootstrap, "--command-config", wrong,
+                          "--entity-type", "users", "--describe")
+        self.assertEqual(refused.returncode, 1)
+        self.assertIn("Authentication failed: Invalid username or password", refused.stderr)
+        self.assertNotIn("wrong-secret", refused.stderr)
+        self.assertLess(time.monotonic() - started, 20)
+        # Topics through DescribeConfigs, on the same authenticated connection type.
+        self.check("kafka-python", "SCRAM-SHA-256", "-configs")
+        topic = kafkatw("configs", "--bootstrap-server", self.bootstrap, "--command-config", self.admin_properties,
+                        "--entity-type", "topics", "--entity-name", "sasl-kafka-python-scram-sha-256-configs",
+                        "--describe", "--all")
+        self.assertEqual(topic.returncode, 0, topic.stderr)
+        lines = topic.stdout.splitlines()
+        self.assertEqual(lines[0], "All configs for topic sasl-kafka-python-scram-sha-256-configs are:")
+        self.assertIn("  retention.ms=604800000 sensitive=false synonyms={DEFAULT_CONFIG:retention.ms=604800000}",
+                      lines)
         # Without --command-config the tool cannot authenticate: refused at once, not retried forever.
         started = time.monotonic()
         anonymous = kafkatw("configs", "--bootstrap-server", self.bootstrap, "--entity-type", "users", "--describe")

@@ -629,3 +629,70 @@ class SaslConfigTests(unittest.TestCase):
         entry = response.results[0].configs[0]
         self.assertTrue(entry.is_sensitive)
         self.assertIsNone(entry.value)
+
+
+# --- kafkatw configs: parsing and usage ------------------------------------------------------------
+
+
+class ConfigsCommandTests(unittest.TestCase):
+    def invoke(self, *args: str) -> Any:
+        from click.testing import CliRunner
+
+        from kafkatw.cli.main import main
+
+        return CliRunner().invoke(main, ["configs", *args], prog_name="kafkatw")
+
+    def test_add_config_lists(self) -> None:
+        from kafkatw.cli.configs import parse_config_list, parse_scram_value
+
+        self.assertEqual(parse_config_list("SCRAM-SHA-256=[iterations=8192,password=alice-secret],"
+                                           "SCRAM-SHA-512=[password=a,b]"),
+                         {"SCRAM-SHA-256": "iterations=8192,password=alice-secret", "SCRAM-SHA-512": "password=a,b"})
+        self.assertEqual(parse_config_list("retention.ms=1000,cleanup.policy=[delete]"),
+                         {"retention.ms": "1000", "cleanup.policy": "delete"})
+        for bad in ("x", "a=[b", "a=b]"):
+            with self.assertRaises(ValueError):
+                parse_config_list(bad)
+        self.assertEqual(parse_scram_value("SCRAM-SHA-256", "password=p"), (4096, "p"))
+        self.assertEqual(parse_scram_value("SCRAM-SHA-256", "iterations=8192,password=p=q"), (8192, "p=q"))
+        for bad in ("iterations=8192", "password=p,salt=x", "iterations=x,password=p"):
+            with self.assertRaises(ValueError) as caught:
+                parse_scram_value("SCRAM-SHA-256", bad)
+            self.assertNotIn("=p", str(caught.exception))
+
+    def test_usage_errors(self) -> None:
+        b = ["--bootstrap-server", "127.0.0.1:1"]
+        cases = [
+            [*b, "--describe"],  # no entity type
+            [*b, "--entity-type", "users"],  # no action
+            ["--entity-type", "users", "--describe"],  # no server
+            [*b, "--zookeeper", "127.0.0.1:1", "--entity-type", "users", "--describe"],
+            [*b, "--entity-type", "users", "--alter"],  # no name
+            [*b, "--entity-type", "users", "--entity-name", "a", "--alter"],  # nothing to change
+            [*b, "--entity-type", "users", "--entity-name", "a", "--alter", "--add-config", "quota=1"],
+            [*b, "--entity-type", "users", "--entity-name", "a", "--alter", "--add-config",
+             "SCRAM-SHA-256=[iterations=8192]"],
+            [*b, "--entity-type", "topics", "--entity-default", "--describe"],
+            ["--zookeeper", "127.0.0.1:1", "--entity-type", "topics", "--entity-name", "t", "--describe"],
+        ]
+        for args in cases:
+            result = self.invoke(*args)
+            self.assertEqual(result.exit_code, 2, (args, result.output))
+        result = self.invoke(*b, "--entity-type", "clients", "--describe")
+        self.assertEqual(result.exit_code, 1)
+        self.assertIn("client quotas", result.output)
+
+    def test_inter_broker_security(self) -> None:
+        from kafkatw.broker.authenticator import inter_broker_security
+
+        config = BrokerConfig({"listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS})
+        security = inter_broker_security(config, "SASL_PLAINTEXT", "SASL_PLAINTEXT")
+        self.assertEqual((security.security_protocol, security.sasl_mechanism, security.sasl_plain_username,
+                          security.sasl_plain_password), ("SASL_PLAINTEXT", "PLAIN", "admin", "admin-secret"))
+        self.assertNotIn("admin-secret", repr(security))
+        self.assertEqual(inter_broker_security(config, "PLAINTEXT", "PLAINTEXT").security_protocol, "PLAINTEXT")
+        config = BrokerConfig({"sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512", "sasl.jaas.config":
+                               'org.apache.kafka.common.security.scram.ScramLoginModule required username="b" '
+                               'password="bob-secret";'})
+        security = inter_broker_security(config, "SASL_PLAINTEXT", "SASL_PLAINTEXT")
+        self.assertEqual((security.sasl_mechanism, security.sasl_plain_username), ("SCRAM-SHA-512", "b"))
