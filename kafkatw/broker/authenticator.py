@@ -47,6 +47,7 @@ from ..client.security import SecurityConfig
 from ..errors import ErrorCode
 from ..protocol.messages import API_NAMES, MalformedRequest, decode_request, encode_response, parse_request_header
 from ..security.jaas import parse_jaas_config
+from ..zookeeper.bridge import ZooKeeperError
 from ..security.sasl import (
     SCRAM_MECHANISMS,
     PlainServer,
@@ -319,7 +320,7 @@ class SaslServerAuthenticator:
         if server.complete:
             self._move(Event.SUCCESS)
             principal = f"User:{server.username}"
-            _log.info("authenticated {principal} from {peer} with {mechanism}",
+            _log.debug("authenticated {principal} from {peer} with {mechanism}",
                       principal=principal, peer=self.connection.peer, mechanism=self.mechanism)
             self.connection.authenticated(principal)
         else:
@@ -335,6 +336,8 @@ class SaslServerAuthenticator:
         elif isinstance(error, SaslException):
             message = ("Authentication failed during authentication due to invalid credentials with SASL "
                        f"mechanism {self.mechanism}")
+        elif isinstance(error, ZooKeeperError):
+            message = f"Authentication failed: the {self.mechanism} credentials could not be read"
         else:
             _log.failure("SASL {mechanism} exchange with {peer} failed", failure, mechanism=self.mechanism,
                          peer=self.connection.peer)

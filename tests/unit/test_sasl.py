@@ -441,6 +441,21 @@ class AuthenticatorTests(unittest.TestCase):
         _, response = decode_response(36, 2, _frames(transport.value())[0])
         self.assertEqual(response.error_code, ErrorCode.sasl_authentication_failed)
 
+    def test_zookeeper_unavailable_during_a_scram_lookup(self) -> None:
+        from kafkatw.zookeeper.bridge import ZooKeeperError
+
+        settings = SaslServerSettings(["SCRAM-SHA-256"], {},
+                                      lambda mechanism, user: defer.fail(ZooKeeperError("connection lost")))
+        connection, transport = self.connect(settings)
+        self.handshake(connection, transport, "SCRAM-SHA-256")
+        self.authenticate(connection, transport, ScramClientExchange("SCRAM-SHA-256", "bob", "x").first())
+        self.h.clock.advance(0.1)
+        _, response = decode_response(36, 2, _frames(transport.value())[0])
+        self.assertEqual(response.error_code, ErrorCode.sasl_authentication_failed)
+        self.assertEqual(response.error_message,
+                         "Authentication failed: the SCRAM-SHA-256 credentials could not be read")
+        self.assertFalse([e for e in self.events.events if "log_failure" in e])  # a warning, no traceback
+
     def test_sasl_apis_on_a_plaintext_listener(self) -> None:
         response = self.h.call(17, 1, {"mechanism": "PLAIN"})
         self.assertEqual(response.error_code, ErrorCode.illegal_sasl_state)
