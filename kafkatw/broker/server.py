@@ -444,6 +444,7 @@ class KafkaServer(service.MultiService):
     async def _unbind(self) -> None:
         for port in self._listening_ports:
             await port.stopListening()
+        self._factories.clear()
 
     async def _listen(self) -> None:
         """

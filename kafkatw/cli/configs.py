@@ -30,7 +30,7 @@ from typing import Any
 import click
 
 from kafkatw.errors import KafkaError
-from kafkatw.security.sasl import MIN_ITERATIONS, SCRAM_MECHANISMS
+from kafkatw.security.sasl import MAX_ITERATIONS, MIN_ITERATIONS, SCRAM_MECHANISMS
 
 from ._common import describe_error, fail
 
@@ -253,9 +253,9 @@ def _users_zookeeper(zookeeper_connect: str, action: str, user: str | None,
         await Registry(zk).alter_user_scram_credentials(user, credentials, delete)
 
     for mechanism, (iterations, _password) in upserts.items():
-        if not 4096 <= iterations <= 16384:
+        if not MIN_ITERATIONS <= iterations <= MAX_ITERATIONS:
             fail(f"Error while executing config command with args: {mechanism}: iterations must be in "
-                 f"4096..16384, not {iterations}")
+                 f"{MIN_ITERATIONS}..{MAX_ITERATIONS}, not {iterations}")
     try:
         if action == "describe":
             for name, found in sorted(_in_reactor(describe, zookeeper_connect, 30.0).items()):
