@@ -219,8 +219,10 @@ def _users_admin(bootstrap_server: str, security: Any, action: str, user: str | 
             if action == "describe":
                 found = admin.describe_user_scram_credentials(None if user is None else [user])
                 for name, infos in sorted(found.items()):
-                    if isinstance(infos, KafkaError):
-                        continue  # Kafka prints nothing for a user without credentials
+                    if isinstance(infos, KafkaError):  # as Kafka: e.g. a user without credentials
+                        click.echo(f"Error retrieving SCRAM credential configs for user-principal '{name}': "
+                                   f"{describe_error(infos)}")
+                        continue
                     _print_credentials(name, [(i.mechanism, i.iterations) for i in infos])
                 return
             assert user is not None

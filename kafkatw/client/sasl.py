@@ -63,7 +63,7 @@ async def authenticate(connection: Any, security: SecurityConfig) -> None:
     code = ErrorCode(int(response.error_code))
     if code == ErrorCode.unsupported_sasl_mechanism:
         raise _failed(code, f"Client SASL mechanism '{mechanism}' not enabled in the server, enabled mechanisms "
-                            f"are {list(response.mechanisms)}")
+                            f"are [{', '.join(response.mechanisms)}]")
     if code != ErrorCode.none:
         raise _failed(code, f"SaslHandshake with broker {node} failed: {code.name}")
 

@@ -233,6 +233,11 @@ class SaslInteropTests(ClassFixture, unittest.TestCase):
             "SCRAM-SHA-512=iterations=4096",
             "SCRAM credential configs for user-principal 'bob' are SCRAM-SHA-512=iterations=4096",
         ])
+        nobody = kafkatw("configs", "--bootstrap-server", self.bootstrap, "--command-config",
+                         self.admin_properties, "--entity-type", "users", "--entity-name", "nobody", "--describe")
+        self.assertEqual(nobody.stdout.strip(), "Error retrieving SCRAM credential configs for user-principal "
+                                                "'nobody': Attempt to describe a user credential that does not "
+                                                "exist: nobody")
         refused = kafkatw("configs", "--bootstrap-server", self.bootstrap, "--command-config",
                           self.admin_properties, "--entity-type", "users", "--entity-name", "bob", "--alter",
                           "--add-config", "SCRAM-SHA-256=[iterations=100,password=bob-secret]")

@@ -591,7 +591,7 @@ class ClientExchangeTests(unittest.TestCase):
         failure = self.failureResultOf(self.run_exchange("SCRAM-SHA-256", "bob", "bob-secret"),
                                        client_sasl.AuthenticationFailedError)
         self.assertEqual(failure.value.error_code, ErrorCode.unsupported_sasl_mechanism)
-        self.assertIn("enabled mechanisms are ['PLAIN', 'SCRAM-SHA-512']", str(failure.value))
+        self.assertIn("enabled mechanisms are [PLAIN, SCRAM-SHA-512]", str(failure.value))
         failure = self.failureResultOf(self.run_exchange("SCRAM-SHA-512", "bob", "wrong-secret"),
                                        client_sasl.AuthenticationFailedError)
         self.assertNotIn("wrong-secret", str(failure.value))
