@@ -21,7 +21,8 @@ API, a frame that is not a request, a token while a SCRAM credential is being
 read -- closes the connection with a log line and no answer, as Kafka does.
 
   - An unknown mechanism: SaslHandshake answers C{UNSUPPORTED_SASL_MECHANISM}
-    with the enabled list, then the connection is closed.
+    with the enabled list, then the connection is closed (both after the
+    failed-authentication delay, as Kafka's C{buildResponseOnAuthenticateFailure}).
   - Wrong credentials: SaslAuthenticate answers C{SASL_AUTHENTICATION_FAILED}
     with Kafka's message after C{connection.failed.authentication.delay.ms},
     then the connection is closed.  A malformed exchange (PLAIN's fields, a
@@ -286,10 +287,9 @@ class SaslServerAuthenticator:
             self._move(Event.UNSUPPORTED_MECHANISM)
             _log.warn("closing connection from {peer}: SASL mechanism {mechanism!r} is not enabled ({enabled})",
                       peer=self.connection.peer, mechanism=mechanism[:64], enabled=",".join(enabled))
-            self.connection.write_frame(encode_response(
+            self._answer_failure(encode_response(
                 SASL_HANDSHAKE, header.api_version, header.correlation_id,
                 {"error_code": int(ErrorCode.unsupported_sasl_mechanism), "mechanisms": enabled}))
-            self.connection.close()
             return
         self._move(Event.HANDSHAKE_V1 if header.api_version >= 1 else Event.HANDSHAKE_V0)
         self.mechanism = mechanism
@@ -346,11 +346,19 @@ class SaslServerAuthenticator:
                   "{delay_ms} ms", peer=self.connection.peer, mechanism=self.mechanism, reason=str(error),
                   delay_ms=self.settings.failed_delay_ms)
 
+        response = None
+        if header is not None:  # raw (v0) tokens: no way to say why, the connection just closes
+            response = encode_response(SASL_AUTHENTICATE, header.api_version, header.correlation_id, {
+                "error_code": int(ErrorCode.sasl_authentication_failed), "error_message": message,
+                "auth_bytes": b"", "session_lifetime": 0})
+        self._answer_failure(response)
+
+    def _answer_failure(self, response: bytes | None) -> None:
+        """Send C{response} and close, after C{connection.failed.authentication.delay.ms} (as Kafka)."""
         def answer() -> None:
             self._delayed = None
-            if header is not None:  # raw (v0) tokens: no way to say why, the connection just closes
-                self._respond(header, {"error_code": int(ErrorCode.sasl_authentication_failed),
-                                       "error_message": message, "auth_bytes": b""})
+            if response is not None:
+                self.connection.write_frame(response)
             self.connection.close()
 
         self._delayed = self.reactor.callLater(self.settings.failed_delay_ms / 1000.0, answer)
