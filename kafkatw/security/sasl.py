@@ -246,6 +246,7 @@ class ScramServer:
         self._server: Any = None
         self._state = "first"
         self._username: str | None = None
+        self._client_nonce = ""
         self.username: str | None = None
         self.complete = False
 
@@ -256,10 +257,11 @@ class ScramServer:
         @return: the server-first message after client-first (a Deferred of it
             when the lookup returns one), the server-final message after
             client-final.
-        @raise SaslAuthenticationFailed: an unknown user, a wrong proof
-            (password) or nonce, an authorization id other than the user.
-        @raise SaslException: malformed messages, channel binding, or a
-            message after the exchange ended.
+        @raise SaslAuthenticationFailed: an authorization id other than the user.
+        @raise SaslException: an unknown user, a wrong proof (password) or
+            nonce, malformed messages, channel binding, or a message after the
+            exchange ended -- all answered with Kafka's generic message, which
+            does not tell an unknown user from a wrong password.
         """
         try:
             text = bytes(token).decode("utf-8")
@@ -285,6 +287,7 @@ class ScramServer:
             if parts[0].startswith("p="):
                 raise SaslException("Invalid SCRAM client first message: channel binding is not supported")
             raise SaslException("Invalid SCRAM client first message")
+        self._client_nonce = parts[3][2:]
         username = _saslname(parts[2][2:])
         if not username:
             raise SaslException("Invalid SCRAM client first message: empty user name")
@@ -296,8 +299,8 @@ class ScramServer:
         return username
 
     def _server_first(self, credential: ScramCredential | None, text: str) -> bytes:
-        if credential is None:
-            raise SaslAuthenticationFailed("Authentication failed: Invalid user credentials")
+        if credential is None:  # Kafka's SaslException: the client is not told the user is unknown
+            raise SaslException("Authentication failed: Invalid user credentials")
         value = (credential.salt, credential.stored_key, credential.server_key, credential.iterations)
         self._server = scramp.ScramMechanism(self.mechanism).make_server(lambda _name: value)
         try:
@@ -311,10 +314,12 @@ class ScramServer:
     def _server_final(self, text: str) -> bytes:
         nonce = next((p[2:] for p in text.split(",") if p.startswith("r=")), "")
         expected = str(self._server.nonce)
-        # Kafka's check (ScramSaslServer): the client's nonce must *end* with the
-        # server-first nonce.  librdkafka 2.0 (Debian's kcat) sends its client
-        # nonce twice; the proof covers the message as sent, so nothing is lost.
-        if not nonce.endswith(expected):
+        # RFC 5802 and Kafka since CVE-2024-56128 want the server-first nonce
+        # exactly.  librdkafka 2.0 (Debian's kcat) sends its own client nonce
+        # in front of it, which Kafka's older endsWith check let through; that
+        # one shape is accepted too (the proof covers the message as sent, and
+        # the server's fresh nonce is still required), nothing else.
+        if nonce != expected and nonce != self._client_nonce + expected:
             raise SaslException("Invalid client nonce in the final client message.")
         if nonce != expected:
             self._server.nonce = type(self._server.nonce)(nonce)
@@ -322,8 +327,7 @@ class ScramServer:
             self._server.set_client_final(text)
             final = self._server.get_server_final()
         except scramp.ScramException as e:
-            if e.server_error == scramp.core.ServerError.INVALID_PROOF:
-                raise SaslAuthenticationFailed("Authentication failed: Invalid user credentials") from None
+            # A wrong password is scramp's "invalid-proof" (Kafka: "Invalid client credentials").
             raise SaslException(f"Invalid SCRAM client final message ({_scram_reason(e)})") from None
         self.username = self._username
         self.complete = True

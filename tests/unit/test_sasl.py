@@ -126,12 +126,15 @@ class ScramTests(unittest.TestCase):
             self.assertTrue(server.complete)
             self.assertEqual(server.username, "alice")
 
-    def test_wrong_password_and_unknown_user(self) -> None:
-        with self.assertRaises(SaslAuthenticationFailed) as caught:
+    def test_wrong_password_and_unknown_user_are_alike_to_the_client(self) -> None:
+        """Kafka's SaslExceptions: the client gets the generic message for both (no user enumeration)."""
+        with self.assertRaises(SaslException) as caught:
             self.exchange("SCRAM-SHA-256", "alice-secret", "wrong-secret")
-        self.assertEqual(str(caught.exception), "Authentication failed: Invalid user credentials")
-        with self.assertRaises(SaslAuthenticationFailed):
+        self.assertNotIsInstance(caught.exception, SaslAuthenticationFailed)
+        self.assertIn("invalid-proof", str(caught.exception))
+        with self.assertRaises(SaslException) as caught:
             self.exchange("SCRAM-SHA-256", "alice-secret", "alice-secret", user="mallory")
+        self.assertNotIsInstance(caught.exception, SaslAuthenticationFailed)
 
     def test_deferred_lookup(self) -> None:
         credential = make_scram_credential("SCRAM-SHA-512", "pw", 4096)
@@ -173,8 +176,16 @@ class ScramTests(unittest.TestCase):
         client.set_server_first(server_first.replace(f"r={nonce}", f"r={client_nonce}{nonce}"))
         final = client.get_client_final()
         self.assertIn(f"r={client_nonce}{nonce}", final)
-        with self.assertRaises(SaslAuthenticationFailed):
+        with self.assertRaises(SaslException) as caught:
             server.evaluate(final.encode())
+        self.assertIn("invalid-proof", str(caught.exception))
+        # Any other prefix is a wrong nonce (RFC 5802; Kafka since CVE-2024-56128).
+        server = ScramServer("SCRAM-SHA-256", lambda name: credential)
+        server_first = server.evaluate(f"n,,n=alice,r={client_nonce}".encode()).decode()
+        nonce = server_first.split(",")[0][2:]
+        with self.assertRaises(SaslException) as caught:
+            server.evaluate(f"c=biws,r=XYZ{nonce},p=AAAA".encode())
+        self.assertIn("nonce", str(caught.exception))
 
     def test_replayed_final_message_fails_on_another_exchange(self) -> None:
         credential = make_scram_credential("SCRAM-SHA-256", "pw", 4096)
@@ -434,7 +445,8 @@ class AuthenticatorTests(unittest.TestCase):
         self.authenticate(wrong, wrong_transport, client.final(first.auth_bytes))
         self.h.clock.advance(0.1)
         _, response = decode_response(36, 2, _frames(wrong_transport.value())[0])
-        self.assertEqual(response.error_message, "Authentication failed: Invalid user credentials")
+        self.assertEqual(response.error_message, "Authentication failed during authentication due to invalid "
+                                                 "credentials with SASL mechanism SCRAM-SHA-256")
         self.assertNoSecretsLogged()
 
     def test_scram_unknown_user(self) -> None:
@@ -563,7 +575,7 @@ class _FakeBrokerConnection:
             return build(response_schema(36, 2), {"error_code": 0, "auth_bytes": token})
 
         def refuse(failure: Any) -> Any:
-            failure.trap(SaslAuthenticationFailed)
+            failure.trap(SaslException)
             return build(response_schema(36, 2), {"error_code": int(ErrorCode.sasl_authentication_failed),
                                                   "error_message": str(failure.value), "auth_bytes": b""})
 
