@@ -449,7 +449,7 @@ def _markdown_value(value: Any) -> str:
         return f"`{str(value).lower()}`"
     if isinstance(value, list):
         return f"`{','.join(value)}`" if value else "(empty)"
-    return f"`{value}`"
+    return f"`{value}`" if value != "" else "(empty)"
 
 
 def config_markdown() -> str:
