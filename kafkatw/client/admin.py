@@ -668,6 +668,8 @@ class AdminClient:
         async def ask(node: int | None, group: list[tuple[int, str]]) -> dict:
             if node is None:
                 node = self.client.least_loaded_node()
+            elif node not in self.client.brokers:  # a broker's address comes from metadata
+                await self.client.refresh_metadata()
             r = await self.send(node, 32, {
                 "resources": [{"resource_type": rt, "resource_name": n, "configuration_keys": names} for rt, n in group],
                 "include_synonyms": False, "include_documentation": False})
