@@ -727,3 +727,18 @@ class ConfigsCommandTests(unittest.TestCase):
                                'password="bob-secret";'})
         security = inter_broker_security(config, "SASL_PLAINTEXT", "SASL_PLAINTEXT")
         self.assertEqual((security.sasl_mechanism, security.sasl_plain_username), ("SCRAM-SHA-512", "b"))
+
+
+class SaslListenerTests(unittest.TestCase):
+    def test_sasl_plaintext_listener_strings(self) -> None:
+        from kafkatw.broker.server import listener_endpoint, listener_security_protocol
+        from kafkatw.tap import Options
+
+        self.assertEqual(listener_endpoint("SASL_PLAINTEXT://127.0.0.1:9095"), "tcp:9095:interface=127.0.0.1")
+        self.assertEqual(listener_security_protocol("sasl_plaintext://127.0.0.1:9095"), "SASL_PLAINTEXT")
+        self.assertEqual(listener_security_protocol("PLAINTEXT://:9092"), "PLAINTEXT")
+        self.assertEqual(listener_security_protocol("tcp:9092"), "PLAINTEXT")
+        options = Options()
+        options.parseOptions(["--listeners", "SASL_PLAINTEXT://127.0.0.1:9095", "--override",
+                              f"listener.name.sasl_plaintext.plain.sasl.jaas.config={JAAS}"])
+        self.assertEqual(options.broker_config.listener_value("SASL_PLAINTEXT", "sasl.jaas.config", "PLAIN"), JAAS)
