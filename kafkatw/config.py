@@ -83,6 +83,8 @@ class ConfigKey:
     #: Kafka's type (KIP-569): BOOLEAN, STRING, INT, SHORT, LONG, DOUBLE, LIST,
     #: CLASS or PASSWORD; ``""``: derived by L{config_type}.
     type: str = ""
+    #: A secret (Kafka's PASSWORD type): DescribeConfigs shows no value.
+    sensitive: bool = False
 
 
 def _cleanup_policy(value: str) -> str:
@@ -104,6 +106,32 @@ def _compression_type(value: str) -> str:
     if value not in COMPRESSION_TYPES:
         raise ValueError(f"String must be one of: {', '.join(COMPRESSION_TYPES)}")
     return value
+def _sasl_mechanisms(value: str | list) -> list[str]:
+    from .security.sasl import MECHANISMS
+
+    mechanisms = [m.upper() for m in _list(value)]
+    unknown = [m for m in mechanisms if m not in MECHANISMS]
+    if unknown:
+        raise ValueError(f"kafkatw's SASL mechanisms are {', '.join(MECHANISMS)}, not {', '.join(unknown)}")
+    return mechanisms
+
+
+def _sasl_mechanism(value: str) -> str:
+    return _sasl_mechanisms(value)[0] if str(value).strip() else ""
+
+
+def _jaas(value: str) -> str:
+    from .security.jaas import parse_jaas_config
+
+    if str(value).strip():
+        parse_jaas_config(str(value))  # ValueError without the text, which holds passwords
+    return str(value)
+
+
+def _reauth_ms(value: str | int) -> int:
+    if int(value) != 0:
+        raise ValueError("kafkatw does not re-authenticate connections (KIP-368); only 0 is supported")
+    return 0
 
 
 def _timestamp_type(value: str) -> str:
@@ -328,8 +356,45 @@ BROKER_CONFIG: dict[str, ConfigKey] = {
                   "The lz4 level of the batches the broker recompresses (KIP-390; `compression.type=lz4`)."),
         ConfigKey("compression.zstd.level", int, 3,
                   "The zstd level of the batches the broker recompresses (KIP-390; `compression.type=zstd`)."),
+        # security: SASL (docs/security.md; Kafka's BrokerSecurityConfigs)
+        ConfigKey("sasl.enabled.mechanisms", _sasl_mechanisms, ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"],
+                  "SASL mechanisms a `SASL_PLAINTEXT` or `SASL_SSL` listener offers: `PLAIN`, `SCRAM-SHA-256`, "
+                  "`SCRAM-SHA-512`; a listener may set its own with "
+                  "`listener.name.<listener>.sasl.enabled.mechanisms`. Kafka's default, `GSSAPI` (Kerberos), "
+                  "is not available in kafkatw, so all three are enabled by default; a mechanism without users "
+                  "(no `user_` entries for PLAIN, no credentials for SCRAM) lets nobody in."),
+        ConfigKey("sasl.mechanism.inter.broker.protocol", _sasl_mechanism, "PLAIN",
+                  "SASL mechanism of the broker's own connections to other brokers over a SASL listener "
+                  "(Kafka's default is `GSSAPI`). Its user name and password are the `username` and "
+                  "`password` of `listener.name.<listener>.<mechanism>.sasl.jaas.config`, else of "
+                  "`sasl.jaas.config`."),
+        ConfigKey("sasl.jaas.config", _jaas, "",
+                  "JAAS entry of the broker's own client side (`username` and `password` of a "
+                  "`PlainLoginModule` or `ScramLoginModule`). A listener's users are given with the "
+                  "listener and mechanism prefix instead: "
+                  "`listener.name.<listener>.plain.sasl.jaas.config=...PlainLoginModule required "
+                  "username=... password=... user_<name>=\"<password>\";`. Never shown by DescribeConfigs.",
+                  sensitive=True),
+        ConfigKey("connection.failed.authentication.delay.ms", int, 100,
+                  "A failed SASL authentication is answered (`SASL_AUTHENTICATION_FAILED`) and the connection "
+                  "closed only after this delay, which slows down password guessing.", "ms"),
+        ConfigKey("connections.max.reauth.ms", _reauth_ms, 0,
+                  "Kafka's re-authentication interval (KIP-368). kafkatw does not re-authenticate: 0, the "
+                  "default, is the only value accepted, and a connection stays authenticated until closed."
+                  , "ms"),
+        ConfigKey("sasl.server.max.receive.size", int, 524288,
+                  "Largest frame a client may send before it has authenticated; a larger one closes the "
+                  "connection.", "bytes"),
     ]
 }
+
+#: Keys a listener may set for itself as ``listener.name.<listener>.<key>``
+#: (Kafka's listener prefix, the listener name in lower case).
+LISTENER_CONFIG_KEYS: set[str] = {"sasl.enabled.mechanisms"}
+#: Keys a listener sets per SASL mechanism as
+#: ``listener.name.<listener>.<mechanism>.<key>`` (mechanism in lower case).
+MECHANISM_CONFIG_KEYS: dict[str, Callable[[Any], Any]] = {"sasl.jaas.config": _jaas}
+_LISTENER_PREFIX = "listener.name."
 
 #: Topic-level key -> broker-level key whose default it overrides.
 TOPIC_CONFIG_KEYS: dict[str, str] = {
@@ -418,6 +483,8 @@ def config_type(key: ConfigKey) -> str:
     """
     if key.type:
         return key.type
+    if key.sensitive:
+        return "PASSWORD"
     name = TOPIC_CONFIG_KEYS.get(key.name, key.name)
     if name in _TYPES:
         return _TYPES[name]
@@ -583,6 +650,7 @@ class BrokerConfig:
         self._values: dict[str, Any] = {name: key.default for name, key in BROKER_CONFIG.items()}
         self._static_keys: set[str] = set()
         self._dynamic: dict[int, dict[str, Any]] = {DYNAMIC_BROKER_CONFIG: {}, DYNAMIC_DEFAULT_BROKER_CONFIG: {}}
+        self._listener_values: dict[str, Any] = {}
         for name, value in (values or {}).items():
             self.set(name, value)
 
@@ -633,9 +701,53 @@ class BrokerConfig:
     @classmethod
     def knows(cls, name: str) -> bool:
         """Whether C{name} is a key (or an alias of one) kafkatw understands."""
-        return name in BROKER_CONFIG or name in cls._ALIASES
+        return name in BROKER_CONFIG or name in cls._ALIASES or cls._listener_key(name) is not None
+
+    @staticmethod
+    def _listener_key(name: str) -> tuple[str, str | None, str] | None:
+        """
+        C{(listener, mechanism or None, key)} of a listener-prefixed key
+        (L{LISTENER_CONFIG_KEYS}, L{MECHANISM_CONFIG_KEYS}), else C{None}.
+        """
+        if not name.startswith(_LISTENER_PREFIX):
+            return None
+        listener, _, rest = name[len(_LISTENER_PREFIX):].partition(".")
+        if not listener:
+            return None
+        if rest in LISTENER_CONFIG_KEYS:
+            return listener, None, rest
+        mechanism, _, key = rest.partition(".")
+        from .security.sasl import MECHANISMS
+
+        if mechanism.upper() in MECHANISMS and key in MECHANISM_CONFIG_KEYS:
+            return listener, mechanism.upper(), key
+        return None
+
+    def listener_value(self, listener: str, key: str, mechanism: str | None = None, inherit: bool = True) -> Any:
+        """
+        C{key} as listener C{listener} sees it: C{listener.name.<listener>.<mechanism>.<key>},
+        else C{listener.name.<listener>.<key>}, else (when C{inherit}) the
+        broker-wide C{key}, else C{None} (listener and mechanism names in any case).
+        """
+        prefix = f"{_LISTENER_PREFIX}{listener.lower()}."
+        if mechanism is not None and f"{prefix}{mechanism.lower()}.{key}" in self._listener_values:
+            return self._listener_values[f"{prefix}{mechanism.lower()}.{key}"]
+        if f"{prefix}{key}" in self._listener_values:
+            return self._listener_values[f"{prefix}{key}"]
+        return self._values.get(key) if inherit else None
 
     def set(self, name: str, value: Any) -> None:
+        prefixed = self._listener_key(name)
+        if prefixed is not None:
+            listener, mechanism, key = prefixed
+            parse = MECHANISM_CONFIG_KEYS[key] if mechanism else BROKER_CONFIG[key].parse
+            try:
+                parsed = parse(value)
+            except (TypeError, ValueError) as e:
+                raise ValueError(f"bad value for {name}: {e}") from None
+            canonical = f"{_LISTENER_PREFIX}{listener.lower()}." + (f"{mechanism.lower()}." if mechanism else "")
+            self._listener_values[canonical + key] = parsed
+            return
         if name == "log.dir":
             name = "log.dirs"
         if name == "log.roll.hours":
@@ -651,6 +763,8 @@ class BrokerConfig:
         try:
             self._values[name] = key.parse(value)
         except (TypeError, ValueError) as e:
+            if key.sensitive:  # the value is a secret: never in a message
+                raise ValueError(f"bad value for {name}: {e}") from None
             raise ValueError(f"bad value for {name}: {value!r} ({e})") from None
         self._static_keys.add(name)
 
@@ -732,9 +846,7 @@ def _markdown_value(value: Any) -> str:
         return f"`{str(value).lower()}`"
     if isinstance(value, list):
         return f"`{','.join(value)}`" if value else "(empty)"
-    if value == "":
-        return "(empty)"
-    return f"`{value}`"
+    return f"`{value}`" if value != "" else "(empty)"
 
 
 def config_markdown() -> str:

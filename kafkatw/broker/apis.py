@@ -44,6 +44,7 @@ from ..security.acl import (
     operations_bit_field,
     supported_operations,
 )
+from ..security.sasl import MAX_ITERATIONS, MIN_ITERATIONS, SCRAM_MECHANISM_TYPES, credential_from_salted_password
 from ..zookeeper.bridge import ZooKeeperError
 from ..zookeeper.registry import CommittedOffset
 from .config_helper import describe_broker_configs, describe_topic_configs
@@ -87,6 +88,10 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     29: (1, 3),  # DescribeAcls (KIP-11, KIP-290 patterns; v2+ flexible)
     30: (1, 3),  # CreateAcls
     31: (1, 3),  # DeleteAcls
+    17: (0, 1),  # SaslHandshake (before authentication: kafkatw.broker.authenticator)
+    36: (0, 2),  # SaslAuthenticate (KIP-152; likewise)
+    50: (0, 0),  # DescribeUserScramCredentials (KIP-554)
+    51: (0, 0),  # AlterUserScramCredentials (KIP-554)
 }
 
 #: The transactional APIs (KIP-98, KIP-664): AddPartitionsToTxn, AddOffsetsToTxn,
@@ -193,6 +198,10 @@ class KafkaApis:
             29: self.handle_describe_acls,
             30: self.handle_create_acls,
             31: self.handle_delete_acls,
+            17: self.handle_sasl_handshake,
+            36: self.handle_sasl_authenticate,
+            50: self.handle_describe_user_scram_credentials,
+            51: self.handle_alter_user_scram_credentials,
         }
         #: The L{kafkatw.broker.authorizer.ZkAclAuthorizer} (set by the server when
         #: C{authorizer.class.name} is set; C{None}: every request is allowed).
@@ -944,6 +953,135 @@ class KafkaApis:
                 entry["error_message"] = f"resource type {resource.resource_type} is not supported"
             results.append(entry)
         return self._respond(context, {"throttle_time": 0, "results": results})
+
+    # --- SASL and SCRAM credentials ---------------------------------------------
+
+    def handle_sasl_handshake(self, context: RequestContext, request: Any) -> bytes:
+        """
+        Reached only after authentication, or on a listener without SASL
+        (L{kafkatw.broker.authenticator} answers it before): C{ILLEGAL_SASL_STATE},
+        as Kafka's C{KafkaApis}.
+        """
+        return self._respond(context, {"error_code": int(ErrorCode.illegal_sasl_state), "mechanisms": []})
+
+    def handle_sasl_authenticate(self, context: RequestContext, request: Any) -> bytes:
+        """Likewise: no re-authentication (C{connections.max.reauth.ms=0})."""
+        return self._respond(context, {
+            "error_code": int(ErrorCode.illegal_sasl_state), "auth_bytes": b"", "session_lifetime": 0,
+            "error_message": "SaslAuthenticate request received after successful authentication"
+            if context.connection.security_protocol.startswith("SASL_") else
+            f"SaslAuthenticate on a {context.connection.security_protocol} listener"})
+
+    def handle_describe_user_scram_credentials(self, context: RequestContext, request: Any) -> defer.Deferred:
+        """
+        The mechanisms and iteration counts of users' SCRAM credentials (never
+        salts or keys); every user having one when C{users} is null or empty.
+        Kafka's errors per user: C{RESOURCE_NOT_FOUND} (no credential),
+        C{DUPLICATE_RESOURCE} (named twice).
+        """
+        async def go() -> bytes:
+            try:
+                everyone = await self.admin.registry.list_scram_users()
+            except ZooKeeperError as e:
+                _log.warn("DescribeUserScramCredentials: ZooKeeper unavailable ({error})", error=e)
+                return self._respond(context, {"error_code": int(ErrorCode.unknown_server_error),
+                                               "error_message": "ZooKeeper is unavailable", "results": []})
+            results = []
+            names = [u.name for u in request.users] if request.users else sorted(everyone)
+            for name in dict.fromkeys(names):
+                entry: dict[str, Any] = {"user": name, "error_code": 0, "error_message": None, "credential_infos": []}
+                if names.count(name) > 1:
+                    entry.update(error_code=int(ErrorCode.duplicate_resource),
+                                 error_message="Cannot describe SCRAM credentials for the same user twice in a "
+                                               f"single request: {name}")
+                elif name not in everyone:
+                    entry.update(error_code=int(ErrorCode.resource_not_found),
+                                 error_message=f"Attempt to describe a user credential that does not exist: {name}")
+                else:
+                    entry["credential_infos"] = [
+                        {"mechanism": SCRAM_MECHANISM_TYPES[m], "iterations": c.iterations}
+                        for m, c in sorted(everyone[name].items())]
+                results.append(entry)
+            return self._respond(context, {"error_code": 0, "error_message": None, "results": results})
+
+        return defer.Deferred.fromCoroutine(go())
+
+    def handle_alter_user_scram_credentials(self, context: RequestContext, request: Any) -> defer.Deferred:
+        """
+        Upsert and delete SCRAM credentials in C{/config/users/<user>}, with
+        Kafka's checks per user: C{UNSUPPORTED_SASL_MECHANISM} (mechanism type
+        not 1 or 2), C{UNACCEPTABLE_CREDENTIAL} (iterations outside
+        4096..16384, an empty name or salted password), C{DUPLICATE_RESOURCE}
+        (a mechanism of a user altered twice), C{RESOURCE_NOT_FOUND} (deleting
+        a credential that does not exist).  A user with any error is left
+        unchanged.  The broker stores the salted password's keys (KIP-554):
+        the password itself never reaches it.
+        """
+        mechanisms = {t: m for m, t in SCRAM_MECHANISM_TYPES.items()}
+
+        def check(name: str, mechanism_type: int, seen: set) -> tuple[ErrorCode, str] | None:
+            if not name:
+                return ErrorCode.unacceptable_credential, "Username must not be empty"
+            if mechanism_type not in mechanisms:
+                return ErrorCode.unsupported_sasl_mechanism, "Unknown SCRAM mechanism"
+            if (name, mechanism_type) in seen:
+                return ErrorCode.duplicate_resource, "A user credential cannot be altered twice in the same request"
+            seen.add((name, mechanism_type))
+            return None
+
+        async def go() -> bytes:
+            errors: dict[str, tuple[ErrorCode, str]] = {}
+            order: list[str] = []
+            seen: set = set()
+            upserts: dict[str, dict[str, Any]] = {}
+            deletes: dict[str, list[str]] = {}
+            for d in request.deletions:
+                order.append(d.name)
+                problem = check(d.name, int(d.mechanism), seen)
+                if problem:
+                    errors.setdefault(d.name, problem)
+                else:
+                    deletes.setdefault(d.name, []).append(mechanisms[int(d.mechanism)])
+            for u in request.upsertions:
+                order.append(u.name)
+                problem = check(u.name, int(u.mechanism), seen)
+                if problem is None and int(u.iterations) < MIN_ITERATIONS:
+                    problem = ErrorCode.unacceptable_credential, "Too few iterations"
+                if problem is None and int(u.iterations) > MAX_ITERATIONS:
+                    problem = ErrorCode.unacceptable_credential, "Too many iterations"
+                if problem is None and (len(u.salt) < 12 or not u.salted_password):
+                    # scramp (RFC 5802 leaves it open) refuses salts under 12 bytes at authentication.
+                    problem = ErrorCode.unacceptable_credential, "Salt must be 12 bytes or more and the salted " \
+                                                                 "password not empty"
+                if problem:
+                    errors.setdefault(u.name, problem)
+                else:
+                    mechanism = mechanisms[int(u.mechanism)]
+                    upserts.setdefault(u.name, {})[mechanism] = credential_from_salted_password(
+                        mechanism, bytes(u.salt), bytes(u.salted_password), int(u.iterations))
+            results = []
+            for name in dict.fromkeys(order):
+                if name not in errors:
+                    try:
+                        existing = await self.admin.registry.get_user_scram_credentials(name)
+                        missing = [m for m in deletes.get(name, []) if m not in existing]
+                        if missing:
+                            errors[name] = (ErrorCode.resource_not_found,
+                                            "Attempt to delete a user credential that does not exist")
+                        else:
+                            await self.admin.registry.alter_user_scram_credentials(
+                                name, upserts.get(name, {}), deletes.get(name, []))
+                            _log.info("SCRAM credentials of user {user}: set {set}, deleted {deleted}", user=name,
+                                      set=sorted(upserts.get(name, {})), deleted=deletes.get(name, []))
+                    except ZooKeeperError as e:
+                        _log.warn("AlterUserScramCredentials of {user}: ZooKeeper unavailable ({error})",
+                                  user=name, error=e)
+                        errors[name] = (ErrorCode.unknown_server_error, "ZooKeeper is unavailable")
+                code, message = errors.get(name, (ErrorCode.none, None))
+                results.append({"user": name, "error_code": int(code), "error_message": message})
+            return self._respond(context, {"throttle_time": 0, "results": results})
+
+        return defer.Deferred.fromCoroutine(go())
 
     # --- FindCoordinator -----------------------------------------------------
 

@@ -173,7 +173,7 @@ class KafkaConnection(Int32StringReceiver):
     """
 
     def __init__(self, apis: Any, max_request_bytes: int, listener_name: str = "PLAINTEXT",
-                 security_protocol: str = "PLAINTEXT") -> None:
+                 security_protocol: str = "PLAINTEXT", authenticator: Any = None) -> None:
         self.apis = apis
         self.MAX_LENGTH = max_request_bytes
         self.listener_name = listener_name
@@ -184,6 +184,12 @@ class KafkaConnection(Int32StringReceiver):
         self._closed = False
         self.peer = "?"
         self._frames = FrameBuffer(max_request_bytes)
+        #: The L{kafkatw.broker.authenticator.SaslServerAuthenticator} of a SASL
+        #: listener's connection (made by C{authenticator(connection)}), which
+        #: takes every frame until the client has authenticated; else C{None}.
+        self.authenticator = authenticator(self) if authenticator is not None else None
+        if self.authenticator is not None:
+            self._frames.max_size = min(max_request_bytes, self.authenticator.max_receive_size)
 
     def connectionMade(self) -> None:
         # Responses go out as several writes (header, then file regions): without
@@ -200,6 +206,8 @@ class KafkaConnection(Int32StringReceiver):
 
     def connectionLost(self, reason: Any = None) -> None:
         self._closed = True
+        if self.authenticator is not None:
+            self.authenticator.connection_lost()
         self._slots.clear()
         self.apis.connection_closed(self)
 
@@ -217,15 +225,21 @@ class KafkaConnection(Int32StringReceiver):
             self.lengthLimitExceeded(e.size)
 
     def lengthLimitExceeded(self, length: int) -> None:
+        setting = "socket.request.max.bytes"
+        if self.authenticator is not None and not self.authenticator.complete:
+            setting = "sasl.server.max.receive.size before authentication"
         _log.warn(
-            "closing connection from {peer}: request size {length} is outside 0..socket.request.max.bytes={limit}",
-            peer=self.peer, length=length, limit=self.MAX_LENGTH,
+            "closing connection from {peer}: request size {length} is outside 0..{setting}={limit}",
+            peer=self.peer, length=length, setting=setting, limit=self._frames.max_size,
         )
         self._closed = True
         self.transport.abortConnection()
 
     def stringReceived(self, frame: bytes) -> None:
         if self._closed:
+            return
+        if self.authenticator is not None and not self.authenticator.complete:
+            self.authenticator.frame_received(frame)
             return
         try:
             header = parse_request_header(frame)
@@ -285,6 +299,28 @@ class KafkaConnection(Int32StringReceiver):
                 chunks, total = response
                 writer.write_chunks([_SIZE.pack(total), *chunks])
 
+    # --- what the SASL authenticator uses --------------------------------------
+
+    def write_frame(self, data: bytes) -> None:
+        """Write one frame (a response, or a bare SASL token) now."""
+        if not self._closed:
+            self.transport.write(_SIZE.pack(len(data)) + data)
+
+    def close(self, abort: bool = False) -> None:
+        """Close once what was written is sent (at once with C{abort})."""
+        if self._closed:
+            return
+        self._closed = True
+        if abort:
+            self.transport.abortConnection()
+        else:
+            self.transport.loseConnection()
+
+    def authenticated(self, principal: str) -> None:
+        """The client authenticated as C{principal}: serve its requests from now on."""
+        self.context = self.context._replace(principal=principal)
+        self._frames.max_size = self.MAX_LENGTH
+
     @property
     def idle(self) -> bool:
         """No request in progress and nothing left to write."""
@@ -295,13 +331,16 @@ class KafkaServerFactory(Factory):
     """Makes L{KafkaConnection}s sharing one L{KafkaApis}."""
 
     def __init__(self, apis: Any, max_request_bytes: int, listener_name: str = "PLAINTEXT",
-                 security_protocol: str = "PLAINTEXT") -> None:
+                 security_protocol: str = "PLAINTEXT", authenticator: Any = None) -> None:
         self.apis = apis
         self.max_request_bytes = max_request_bytes
         self.listener_name = listener_name
         self.security_protocol = security_protocol
+        #: C{authenticator(connection)} makes a connection's SASL authenticator (SASL listeners).
+        self.authenticator = authenticator
 
     def buildProtocol(self, addr: Any) -> KafkaConnection:
-        connection = KafkaConnection(self.apis, self.max_request_bytes, self.listener_name, self.security_protocol)
+        connection = KafkaConnection(self.apis, self.max_request_bytes, self.listener_name, self.security_protocol,
+                                     self.authenticator)
         connection.factory = self
         return connection

@@ -45,6 +45,7 @@ from ..zookeeper.registry import DEFAULT_BROKER_ENTITY, BrokerIdInUseError, Regi
 from .admin import AdminManager
 from .apis import KafkaApis
 from .authorizer import authorizer_from_config
+from .authenticator import SaslServerAuthenticator, inter_broker_security, listener_sasl_settings
 from .controller import CONTROLLED_SHUTDOWN_PATH, KafkaController
 from .replica_fetcher import ReplicaFetcherManager
 from .metadata_cache import BrokerEndpoint, MetadataCache, TopicMetadata
@@ -56,6 +57,7 @@ __all__ = [
     "BrokerStartupError",
     "EXPECTED_START_FAILURES",
     "listener_endpoint",
+    "listener_security_protocol",
     "embedded_zookeeper_port",
     "EMBEDDED_ZOOKEEPER_PORT",
     "EMBEDDED_ZOOKEEPER_PORT_ENV",
@@ -124,8 +126,22 @@ class _StartingFactory(Factory):
 
     serving: Factory | None = None
 
+    def __init__(self, listener_name: str = "PLAINTEXT", security_protocol: str = "PLAINTEXT") -> None:
+        self.listener_name = listener_name
+        self.security_protocol = security_protocol
+
     def buildProtocol(self, addr: Any) -> Any:
         return None if self.serving is None else self.serving.buildProtocol(addr)
+
+
+#: The security protocols a C{NAME://host:port} listener may name (its name is its protocol).
+_LISTENER_PROTOCOLS = ("PLAINTEXT", "SASL_PLAINTEXT")
+
+
+def listener_security_protocol(listener: str) -> str:
+    """C{SASL_PLAINTEXT} for C{SASL_PLAINTEXT://host:port}, else C{PLAINTEXT}."""
+    scheme, sep, _ = listener.partition("://")
+    return scheme.upper() if sep and scheme.upper() in _LISTENER_PROTOCOLS else "PLAINTEXT"
 
 
 def listener_endpoint(listener: str) -> str:
@@ -137,8 +153,9 @@ def listener_endpoint(listener: str) -> str:
     """
     if "://" in listener:
         scheme, _, address = listener.partition("://")
-        if scheme.upper() != "PLAINTEXT":
-            raise ValueError(f"listener {listener!r}: only PLAINTEXT:// (or a Twisted endpoint string) is supported")
+        if scheme.upper() not in _LISTENER_PROTOCOLS:
+            raise ValueError(f"listener {listener!r}: only PLAINTEXT:// and SASL_PLAINTEXT:// (or a Twisted endpoint"
+                             " string) are supported")
         host, _, port = address.rpartition(":")
         host = host.strip("[]")
         return f"tcp:{int(port)}:interface={host}" if host else f"tcp:{int(port)}"
@@ -223,7 +240,7 @@ class KafkaServer(service.MultiService):
         self.start_error: str | None = None
         self._starting: defer.Deferred | None = None
         self._stopping = False
-        self._factory = _StartingFactory()
+        self._factories: list[_StartingFactory] = []
 
     # --- life cycle ----------------------------------------------------------
 
@@ -365,9 +382,11 @@ class KafkaServer(service.MultiService):
     async def _start_fetchers(self) -> None:
         from ..client.client import KafkaClient
 
+        protocol = listener_security_protocol(self.config["listeners"][0])  # the advertised listener
         self.inter_broker_client = KafkaClient(
             self.reactor, "127.0.0.1:1", client_id=f"broker-{self.broker_id}-fetcher",
-            request_timeout_ms=self.config["replica.socket.timeout.ms"])
+            request_timeout_ms=self.config["replica.socket.timeout.ms"],
+            security=inter_broker_security(self.config, protocol, protocol))
         self.fetcher_manager = ReplicaFetcherManager(
             self.broker_id, self.config, self.inter_broker_client, self.reactor, self._broker_address,
             self._append_as_follower, self._throttled)
@@ -405,7 +424,14 @@ class KafkaServer(service.MultiService):
             await self.apis.authorizer.start()  # every ACL cached before the first request
         host, advertised_port = self._advertised()
         # Serve before registering: a broker in /brokers/ids answers its peers' fetches.
-        self._factory.serving = KafkaServerFactory(self.apis, config["socket.request.max.bytes"])
+        for factory in self._factories:
+            authenticator = None
+            if factory.security_protocol.startswith("SASL_"):
+                settings = listener_sasl_settings(config, factory.listener_name, self.registry)
+                authenticator = (lambda connection, settings=settings:
+                                 SaslServerAuthenticator(connection, self.apis, settings, self.reactor))
+            factory.serving = KafkaServerFactory(self.apis, config["socket.request.max.bytes"],
+                                                 factory.listener_name, factory.security_protocol, authenticator)
 
         await self.registry.watch_brokers(self._brokers_changed)
         await self.registry.watch_topics(self._topics_changed)
@@ -420,7 +446,8 @@ class KafkaServer(service.MultiService):
         if self.config_changes is not None:
             self.config_changes.stop()
         await self._controlled_shutdown()
-        self._factory.serving = None  # new connections are closed from now on
+        for factory in self._factories:
+            factory.serving = None  # new connections are closed from now on
         if self.replica_manager is not None:
             self.replica_manager.complete_all_delayed()
         if self.apis is not None:
@@ -437,6 +464,7 @@ class KafkaServer(service.MultiService):
     async def _unbind(self) -> None:
         for port in self._listening_ports:
             await port.stopListening()
+        self._factories.clear()
 
     async def _listen(self) -> None:
         """
@@ -447,8 +475,11 @@ class KafkaServer(service.MultiService):
         """
         for listener in self.config["listeners"]:
             endpoint = endpoints.serverFromString(self.reactor, listener_endpoint(listener))
+            protocol = listener_security_protocol(listener)
+            factory = _StartingFactory(protocol, protocol)
+            self._factories.append(factory)
             try:
-                port = await endpoint.listen(self._factory)
+                port = await endpoint.listen(factory)
             except CannotListenError as e:
                 raise BrokerStartupError(
                     f"cannot listen on {listener}: {_socket_error(e)}; stop what holds the port or change"

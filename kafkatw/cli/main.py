@@ -9,6 +9,7 @@ The C{kafkatw} command: Kafka's command-line tools under Kafka's names and flags
     kafkatw acls --bootstrap-server localhost:9092 --add --allow-principal User:alice --operation Read --topic t
     kafkatw leader-election --bootstrap-server localhost:9092 --election-type PREFERRED --all-topic-partitions
     kafkatw reassign-partitions --bootstrap-server localhost:9092 --reassignment-json-file r.json --execute
+    kafkatw configs --bootstrap-server localhost:9092 --entity-type users --entity-name alice --describe
     kafkatw zookeeper --port 2181 --data-dir /var/lib/zookeeper
     kafkatw broker --broker-id 0 --listeners tcp:9092 --log-dirs /var/lib/kafkatw --zookeeper embedded
 """
@@ -25,6 +26,7 @@ import click
 from kafkatw._version import __version__
 
 from .acls import acls
+from .configs import configs
 from .console import console_consumer, console_producer
 from .perf import producer_perf_test
 from .ship import ship
@@ -111,6 +113,7 @@ main.add_command(ship)
 main.add_command(leader_election)
 main.add_command(reassign_partitions)
 main.add_command(acls)
+main.add_command(configs)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -37,6 +37,7 @@ KIP-455 (reassignments); KIP-460 (ElectLeaders); KIP-700 (DescribeCluster).
 
 from __future__ import annotations
 
+import os
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Iterable, Mapping, TypeVar
@@ -46,6 +47,7 @@ from twisted.logger import Logger
 
 from .. import errors as _errors
 from ..errors import ErrorCode, KafkaError, UnknownTopicOrPartitionError
+from ..security.sasl import SCRAM_MECHANISM_TYPES, salted_password
 from .client import KafkaClient, client_for, sleep
 from ..security.acl import (
     AccessControlEntry,
@@ -71,6 +73,9 @@ __all__ = [
     "ConfigEntry",
     "ListOffsetsResultInfo",
     "PartitionReassignment",
+    "ScramCredentialInfo",
+    "UserScramCredentialUpsertion",
+    "UserScramCredentialDeletion",
     "EARLIEST_TIMESTAMP",
     "LATEST_TIMESTAMP",
     "RESOURCE_TOPIC",
@@ -235,6 +240,36 @@ class PartitionReassignment:
     removing_replicas: list[int]
 
 
+@dataclass(frozen=True)
+class ScramCredentialInfo:
+    """A user's SCRAM credential as DescribeUserScramCredentials shows it (no salt, no keys)."""
+
+    mechanism: str
+    iterations: int
+
+
+@dataclass(frozen=True)
+class UserScramCredentialUpsertion:
+    """
+    Set C{user}'s credential for C{mechanism} (C{SCRAM-SHA-256}, C{SCRAM-SHA-512}).
+    Only the salted password is sent (KIP-554); C{salt} defaults to 32 random bytes.
+    """
+
+    user: str
+    mechanism: str
+    password: str = field(repr=False)
+    iterations: int = 4096
+    salt: bytes | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True)
+class UserScramCredentialDeletion:
+    """Delete C{user}'s credential for C{mechanism}."""
+
+    user: str
+    mechanism: str
+
+
 class AdminClient:
     """
     Kafka's admin operations (see the module docstring).
@@ -245,6 +280,7 @@ class AdminClient:
     @param request_timeout_ms: per request (ms).
     @param default_api_timeout_ms: per operation, retries included (ms).
     @param retry_backoff_ms: the first wait between attempts (ms).
+    @param security: TLS and SASL settings of the client made for C{bootstrap_servers}.
     """
 
     def __init__(self, reactor: Any, bootstrap_servers: str | list[str] | None = None, *,
@@ -643,6 +679,8 @@ class AdminClient:
         async def ask(node: int | None, group: list[tuple[int, str]]) -> dict:
             if node is None:
                 node = self.client.least_loaded_node()
+            elif node not in self.client.brokers:  # a broker's address comes from metadata
+                await self.client.refresh_metadata()
             r = await self.send(node, 32, {
                 "resources": [{"resource_type": rt, "resource_name": n, "configuration_keys": names} for rt, n in group],
                 "include_synonyms": False, "include_documentation": False})
@@ -658,11 +696,12 @@ class AdminClient:
 
         async def go() -> dict:
             out: dict = {}
-            topics = [r for r in wanted if r[0] != RESOURCE_BROKER]
+            # A broker's configs are asked of that broker; the cluster default ("") of any.
+            topics = [r for r in wanted if r[0] != RESOURCE_BROKER or r[1] == ""]
             if topics:
                 out.update(await self._retry("describe configs", lambda: ask(None, topics), timeout_ms))
             for resource in wanted:
-                if resource[0] == RESOURCE_BROKER:
+                if resource[0] == RESOURCE_BROKER and resource[1] != "":
                     broker = int(resource[1])
                     out.update(await self._retry("describe configs", lambda: ask(broker, [resource]), timeout_ms))
             return out
@@ -695,6 +734,73 @@ class AdminClient:
             return out
 
         return defer.Deferred.fromCoroutine(self._retry("alter configs", attempt, timeout_ms))
+
+    # --- SCRAM credentials (KIP-554) ------------------------------------------------------
+
+    def describe_user_scram_credentials(self, users: Iterable[str] | None = None,
+                                        timeout_ms: int | None = None) -> defer.Deferred:
+        """
+        DescribeUserScramCredentials: the mechanisms and iteration counts of
+        C{users}' credentials (None: of every user having one).
+
+        @return: a Deferred firing with C{{user: [ScramCredentialInfo] | KafkaError}}
+            (e.g. C{RESOURCE_NOT_FOUND} for a user without credentials).
+        @raise KafkaError: (as failure) the request's own error.
+        """
+        names = None if users is None else list(users)
+        kinds = {t: m for m, t in SCRAM_MECHANISM_TYPES.items()}
+
+        async def attempt() -> dict:
+            r = await self.send(self.client.least_loaded_node(), 50,
+                                {"users": None if names is None else [{"name": n} for n in names]})
+            code = ErrorCode(int(r.error_code))
+            if code != ErrorCode.none:
+                raise _result_error(code, r.error_message)
+            out: dict = {}
+            for result in r.results:
+                code = ErrorCode(int(result.error_code))
+                out[result.user] = _result_error(code, result.error_message) if code != ErrorCode.none else [
+                    ScramCredentialInfo(kinds.get(int(c.mechanism), f"UNKNOWN({int(c.mechanism)})"),
+                                        int(c.iterations)) for c in result.credential_infos]
+            return out
+
+        return defer.Deferred.fromCoroutine(self._retry("describe SCRAM credentials", attempt, timeout_ms))
+
+    def alter_user_scram_credentials(self, alterations: Iterable[UserScramCredentialUpsertion
+                                                                 | UserScramCredentialDeletion],
+                                     timeout_ms: int | None = None) -> defer.Deferred:
+        """
+        AlterUserScramCredentials: upsertions carry the salted password
+        (L{kafkatw.security.sasl.salted_password}), never the password.
+
+        @return: a Deferred firing with C{{user: None | KafkaError}} (Kafka's
+            C{UNACCEPTABLE_CREDENTIAL}, C{UNSUPPORTED_SASL_MECHANISM},
+            C{RESOURCE_NOT_FOUND}, C{DUPLICATE_RESOURCE}).
+        @raise ValueError: an unknown mechanism name.
+        """
+        deletions, upsertions = [], []
+        for a in alterations:
+            if a.mechanism not in SCRAM_MECHANISM_TYPES:
+                raise ValueError(f"unknown SCRAM mechanism {a.mechanism!r}")
+            kind = SCRAM_MECHANISM_TYPES[a.mechanism]
+            if isinstance(a, UserScramCredentialDeletion):
+                deletions.append({"name": a.user, "mechanism": kind})
+            else:
+                salt = a.salt if a.salt is not None else os.urandom(32)
+                upsertions.append({"name": a.user, "mechanism": kind, "iterations": a.iterations, "salt": salt,
+                                   "salted_password": salted_password(a.mechanism, a.password, salt, a.iterations)
+                                   if a.iterations > 0 else b""})
+
+        async def attempt() -> dict:
+            r = await self.send(self.client.least_loaded_node(), 51,
+                                {"deletions": deletions, "upsertions": upsertions})
+            out: dict = {}
+            for result in r.results:
+                code = ErrorCode(int(result.error_code))
+                out[result.user] = None if code == ErrorCode.none else _result_error(code, result.error_message)
+            return out
+
+        return defer.Deferred.fromCoroutine(self._retry("alter SCRAM credentials", attempt, timeout_ms))
 
     # --- offsets ---------------------------------------------------------------------------
 

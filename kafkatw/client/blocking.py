@@ -552,6 +552,12 @@ class BlockingAdminClient(_Bound):
     def list_offsets(self, *args: Any, **kwargs: Any) -> dict:
         return self._call(self._admin.list_offsets, *args, **kwargs)
 
+    def describe_user_scram_credentials(self, *args: Any, **kwargs: Any) -> dict:
+        return self._call(self._admin.describe_user_scram_credentials, *args, **kwargs)
+
+    def alter_user_scram_credentials(self, *args: Any, **kwargs: Any) -> dict:
+        return self._call(self._admin.alter_user_scram_credentials, *args, **kwargs)
+
     def elect_leaders(self, *args: Any, **kwargs: Any) -> dict:
         return self._call(self._admin.elect_leaders, *args, **kwargs)
 

@@ -26,6 +26,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from ..errors import ErrorCode, KafkaError
+from . import sasl
 from .connection import BrokerConnection, BrokerConnectionError, parse_bootstrap_servers
 from .security import PLAINTEXT, SecurityConfig
 
@@ -157,6 +158,8 @@ class KafkaClient:
             endpoint = HostnameEndpoint(self.reactor, host, port, timeout=self.request_timeout_ms / 1000.0)
             await connectProtocol(endpoint, protocol)
             await protocol.negotiate()
+            if self.security.sasl:
+                await sasl.authenticate(protocol, self.security)
         except Exception as e:
             failures = self._failures.get(node_id, 0) + 1
             self._failures[node_id] = failures

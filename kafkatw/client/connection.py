@@ -66,6 +66,10 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     29: (1, 3),  # DescribeAcls
     30: (1, 3),  # CreateAcls
     31: (1, 3),  # DeleteAcls
+    17: (1, 1),  # SaslHandshake (v1: tokens in SaslAuthenticate, KIP-152)
+    36: (0, 2),  # SaslAuthenticate
+    50: (0, 0),  # DescribeUserScramCredentials
+    51: (0, 0),  # AlterUserScramCredentials
 }
 
 

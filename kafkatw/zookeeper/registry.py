@@ -7,6 +7,7 @@ The paper's registries in ZooKeeper, laid out as Kafka 0.8-2.x lays them out
     /brokers/topics/<topic>/partitions/<p>/state  persistent leader, leader_epoch, isr
     /config/topics/<topic>                     persistent topic config overrides
     /config/brokers/<id> and /config/brokers/<default>  dynamic broker configs
+    /config/users/<user>                       persistent SCRAM credentials (never passwords)
     /config/changes/config_change_NNNNNNNNNN   persistent sequential change notifications
     /controller                                ephemeral  controller's broker id
     /controller_epoch                          persistent controller epoch (decimal)
@@ -67,6 +68,7 @@ import time
 import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Coroutine
+from urllib.parse import quote, unquote
 
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
@@ -85,6 +87,7 @@ from kafkatw.security.acl import (
     decode_acls,
     encode_acls,
 )
+from kafkatw.security.sasl import SCRAM_MECHANISMS, ScramCredential
 from kafkatw.zookeeper.bridge import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError, ZooKeeperError
 
 __all__ = [
@@ -100,6 +103,8 @@ __all__ = [
     "TOPICS_PATH",
     "CONFIG_TOPICS_PATH",
     "CONFIG_BROKERS_PATH",
+    "CONFIG_USERS_PATH",
+    "user_entity_name",
     "DEFAULT_BROKER_ENTITY",
     "CONFIG_CHANGES_PATH",
     "CONFIG_CHANGE_PREFIX",
@@ -124,6 +129,7 @@ BROKER_IDS_PATH = "/brokers/ids"
 TOPICS_PATH = "/brokers/topics"
 CONFIG_TOPICS_PATH = "/config/topics"
 CONFIG_BROKERS_PATH = "/config/brokers"
+CONFIG_USERS_PATH = "/config/users"
 #: The entity name of the cluster-wide broker config (Kafka's ConfigEntityName.Default).
 DEFAULT_BROKER_ENTITY = "<default>"
 #: Sequential config change notifications (Kafka's ConfigEntityChangeNotificationZNode).
@@ -311,6 +317,15 @@ def assign_replicas(
         assignment[partition] = replicas
         partition += 1
     return assignment
+
+
+def user_entity_name(user: str) -> str:
+    """
+    The znode name of a user, as Kafka's C{Sanitizer.sanitize} writes it: URL
+    encoding with C{%20} for a space and C{%2A} for C{*} (C{alice} stays
+    C{alice}).
+    """
+    return quote(user, safe="-._").replace("~", "%7E")
 
 
 def _decode_config(data: bytes | None) -> dict[str, str]:
@@ -795,9 +810,7 @@ class Registry(_AclMethods):
 
         async def go() -> None:
             await self._set_config(f"/config/{entity_type}/{name}", config)
-            await self.client.create(f"{CONFIG_CHANGES_PATH}/{CONFIG_CHANGE_PREFIX}",
-                                     _dumps({"version": 2, "entity_path": f"{entity_type}/{name}"}),
-                                     sequence=True, makepath=True)
+            await self.notify_config_change(f"{entity_type}/{name}")
 
         return _deferred(go())
 
@@ -825,6 +838,88 @@ class Registry(_AclMethods):
         and notify every broker (L{change_entity_config}).
         """
         return self.change_entity_config("topics", name, config)
+
+    # -- users: SCRAM credentials (KIP-554) ------------------------------------------
+
+    def get_user_scram_credentials(self, user: str) -> Deferred:
+        """
+        The SCRAM credentials of C{user} in C{/config/users/<user>}: Kafka's
+        v1 JSON, each mechanism's value the text of
+        L{kafkatw.security.sasl.ScramCredential.to_kafka}::
+
+            {"version":1,"config":{"SCRAM-SHA-256":"salt=...,stored_key=...,server_key=...,iterations=8192"}}
+
+        @return: a Deferred firing with C{{mechanism: ScramCredential}} ({} when none;
+            an unparseable entry is left out with a log line).
+        """
+        async def go() -> dict[str, Any]:
+            config = await self._get_config(f"{CONFIG_USERS_PATH}/{user_entity_name(user)}")
+            return _scram_credentials(user, config)
+
+        return _deferred(go())
+
+    def list_scram_users(self) -> Deferred:
+        """@return: a Deferred firing with C{{user: {mechanism: ScramCredential}}} of every user having one."""
+        async def go() -> dict[str, dict[str, Any]]:
+            try:
+                names = await self.client.get_children(CONFIG_USERS_PATH)
+            except NoNodeError:
+                return {}
+            result = {}
+            for name in names:
+                user = unquote(name)
+                credentials = _scram_credentials(user, await self._get_config(f"{CONFIG_USERS_PATH}/{name}"))
+                if credentials:
+                    result[user] = credentials
+            return result
+
+        return _deferred(go())
+
+    def alter_user_scram_credentials(self, user: str, upsertions: dict[str, Any], deletions: list[str]) -> Deferred:
+        """
+        Set (C{upsertions}: mechanism -> L{kafkatw.security.sasl.ScramCredential})
+        and delete (C{deletions}: mechanisms) credentials of C{user}, keeping the
+        znode's other keys, then write the change notification
+        (L{notify_config_change}) as Kafka's C{AdminZkClient} does.  The
+        znode's write is conditional on the version read (retried on a race).
+
+        @return: a Deferred firing with C{None}.
+        """
+        path = f"{CONFIG_USERS_PATH}/{user_entity_name(user)}"
+
+        async def go() -> None:
+            while True:
+                try:
+                    data, stat = await self.client.get(path)
+                    version = stat.version
+                except NoNodeError:
+                    data, version = None, None
+                config = _decode_config(data)
+                for mechanism in deletions:
+                    config.pop(mechanism, None)
+                for mechanism, credential in upsertions.items():
+                    config[mechanism] = credential.to_kafka()
+                encoded = _dumps({"version": 1, "config": config})
+                try:
+                    if version is None:
+                        await self.client.create(path, encoded, makepath=True)
+                    else:
+                        await self.client.set(path, encoded, version=version)
+                    break
+                except (NodeExistsError, BadVersionError):
+                    continue
+            await self.notify_config_change(f"users/{user_entity_name(user)}")
+
+        return _deferred(go())
+
+    def notify_config_change(self, entity_path: str) -> Deferred:
+        """
+        Write Kafka's config change notification,
+        C{/config/changes/config_change_<10-digit sequence>} holding
+        C{{"version":2,"entity_path":"users/alice"}}.
+        """
+        return self.client.create(f"{CONFIG_CHANGES_PATH}/{CONFIG_CHANGE_PREFIX}",
+                                  _dumps({"version": 2, "entity_path": entity_path}), sequence=True, makepath=True)
 
     def delete_topic(self, name: str) -> Deferred:
         """
@@ -1133,6 +1228,18 @@ class Registry(_AclMethods):
                 pass
 
         return _deferred(go())
+
+
+def _scram_credentials(user: str, config: dict[str, str]) -> dict[str, Any]:
+    result = {}
+    for mechanism in SCRAM_MECHANISMS:
+        if mechanism in config:
+            try:
+                result[mechanism] = ScramCredential.from_kafka(config[mechanism])
+            except ValueError as e:
+                _log.warn("ignoring the {mechanism} credential of user {user}: {error}", mechanism=mechanism,
+                          user=user, error=e)
+    return result
 
 
 async def _none() -> None:

@@ -1,0 +1,86 @@
+"""
+The client's side of SASL: SaslHandshake v1, then SaslAuthenticate requests
+carrying the mechanism's tokens (KIP-152), on a freshly negotiated connection.
+
+PLAIN sends one message; SCRAM-SHA-256/512 (with C{scramp}) sends
+client-first and client-final and checks the server's signature, so that a
+broker that does not hold the credential is not trusted.  Any failure is an
+L{AuthenticationFailedError} -- not retriable, carrying the broker's message
+(Kafka's C{SaslAuthenticationException}) -- and the connection is dropped.
+
+Source: Kafka's C{SaslClientAuthenticator}; KIP-43, KIP-152; RFC 4616,
+RFC 5802, RFC 7677.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import ErrorCode, KafkaError
+from ..security.sasl import SaslException, ScramClientExchange, plain_client_token
+from .security import SecurityConfig
+
+__all__ = ["AuthenticationFailedError", "authenticate"]
+
+SASL_HANDSHAKE = 17
+SASL_AUTHENTICATE = 36
+
+
+class AuthenticationFailedError(KafkaError):
+    """SASL authentication failed (Kafka's C{SASL_AUTHENTICATION_FAILED}); not retriable."""
+
+    error_code = ErrorCode.sasl_authentication_failed
+
+
+def _failed(code: ErrorCode, message: str) -> AuthenticationFailedError:
+    error = AuthenticationFailedError(message)
+    error.error_code = code
+    return error
+
+
+async def authenticate(connection: Any, security: SecurityConfig) -> None:
+    """
+    Authenticate C{connection} (a negotiated
+    L{kafkatw.client.connection.BrokerConnection}) with C{security}'s
+    mechanism, user name and password.
+
+    @raise AuthenticationFailedError: the broker refused the mechanism
+        (C{UNSUPPORTED_SASL_MECHANISM}, with its enabled list), the
+        credentials (C{SASL_AUTHENTICATION_FAILED}, with its message), or did
+        not prove that it holds the SCRAM credential; or the broker has no
+        SASL (C{ILLEGAL_SASL_STATE}).
+    """
+    mechanism = security.sasl_mechanism
+    username, password = security.sasl_plain_username, security.sasl_plain_password
+    node = connection.node_id
+    if not username or password is None:
+        raise _failed(ErrorCode.sasl_authentication_failed,
+                      f"SASL {mechanism}: no user name or password (sasl_plain_username, sasl_plain_password)")
+    if SASL_HANDSHAKE not in connection.versions or SASL_AUTHENTICATE not in connection.versions:
+        raise _failed(ErrorCode.illegal_sasl_state, f"broker {node} does not offer SaslHandshake v1 and "
+                                                    "SaslAuthenticate")
+    response = await connection.request(SASL_HANDSHAKE, {"mechanism": mechanism})
+    code = ErrorCode(int(response.error_code))
+    if code == ErrorCode.unsupported_sasl_mechanism:
+        raise _failed(code, f"Client SASL mechanism '{mechanism}' not enabled in the server, enabled mechanisms "
+                            f"are [{', '.join(response.mechanisms)}]")
+    if code != ErrorCode.none:
+        raise _failed(code, f"SaslHandshake with broker {node} failed: {code.name}")
+
+    async def exchange(token: bytes) -> bytes:
+        answer = await connection.request(SASL_AUTHENTICATE, {"auth_bytes": token})
+        code = ErrorCode(int(answer.error_code))
+        if code != ErrorCode.none:
+            raise _failed(code, answer.error_message or f"SASL {mechanism} authentication failed: {code.name}")
+        return bytes(answer.auth_bytes)
+
+    if mechanism == "PLAIN":
+        await exchange(plain_client_token(username, password))
+        return
+    scram = ScramClientExchange(mechanism, username, password)
+    try:
+        server_first = await exchange(scram.first())
+        server_final = await exchange(scram.final(server_first))
+        scram.verify(server_final)
+    except SaslException as e:
+        raise _failed(ErrorCode.sasl_authentication_failed, f"SASL {mechanism} with broker {node}: {e}") from None

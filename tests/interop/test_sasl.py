@@ -1,0 +1,336 @@
+"""
+SASL over a real broker's C{SASL_PLAINTEXT} listener: kcat, confluent-kafka,
+kafka-python, aiokafka and kafkatw's own clients with PLAIN, SCRAM-SHA-256
+and SCRAM-SHA-512.
+
+One ZooKeeper and one broker serve the module.  Before the broker starts,
+C{kafkatw configs --zookeeper} creates alice's SCRAM credentials (both
+mechanisms), as an operator creates the first admin; the broker's listener
+has PLAIN users admin and carol from its JAAS option; once it runs,
+C{kafkatw configs --bootstrap-server --command-config admin.properties}
+creates bob's SCRAM-SHA-512 credential through AlterUserScramCredentials.
+Every client produces records to its own topic and reads them back.  Bad
+input (a wrong password, a request before authentication) is refused while
+the broker goes on serving the others, and no password reaches the broker's
+log or ZooKeeper.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+from twisted.trial import unittest
+
+from kafkatw.testing import BrokerProcess, ClassFixture, ZooKeeperFixture, find_free_port
+
+KCAT = shutil.which("kcat") or "/usr/bin/kcat"
+TIMEOUT_S = 30.0
+JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
+        'password="admin-secret" user_admin="admin-secret" user_carol="carol-secret";')
+#: mechanism -> (user, password)
+USERS = {"PLAIN": ("carol", "carol-secret"), "SCRAM-SHA-256": ("alice", "alice-secret"),
+         "SCRAM-SHA-512": ("bob", "bob-secret")}
+PASSWORDS = ("admin-secret", "carol-secret", "alice-secret", "bob-secret", "wrong-secret")
+RECORDS = [f"record-{i}".encode() for i in range(5)]
+
+
+def kafkatw(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kafkatw.cli.main", *args], capture_output=True, text=True,
+                          timeout=90)
+
+
+def produce_consume_kcat(bootstrap: str, topic: str, mechanism: str, user: str, password: str) -> list[bytes]:
+    sasl = ["-X", "security.protocol=SASL_PLAINTEXT", "-X", f"sasl.mechanisms={mechanism}",
+            "-X", f"sasl.username={user}", "-X", f"sasl.password={password}"]
+    subprocess.run([KCAT, "-b", bootstrap, *sasl, "-P", "-t", topic, "-p", "0"], input=b"\n".join(RECORDS) + b"\n",
+                   check=True, timeout=TIMEOUT_S, capture_output=True)
+    out = subprocess.run([KCAT, "-b", bootstrap, *sasl, "-C", "-t", topic, "-p", "0", "-o", "beginning", "-e",
+                          "-c", str(len(RECORDS)), "-f", "%s\n"], check=True, timeout=TIMEOUT_S, capture_output=True)
+    return out.stdout.splitlines()
+
+
+def produce_consume_confluent(bootstrap: str, topic: str, mechanism: str, user: str, password: str) -> list[bytes]:
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+
+    conf = {"bootstrap.servers": bootstrap, "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": mechanism,
+            "sasl.username": user, "sasl.password": password}
+    producer = Producer(conf)
+    for value in RECORDS:
+        producer.produce(topic, value, partition=0)
+    assert producer.flush(TIMEOUT_S) == 0
+    consumer = Consumer({**conf, "group.id": "sasl-assign-only", "enable.auto.commit": False})
+    values: list[bytes] = []
+    try:
+        consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        deadline = time.monotonic() + TIMEOUT_S
+        while len(values) < len(RECORDS) and time.monotonic() < deadline:
+            for msg in consumer.consume(num_messages=10, timeout=1.0):
+                assert msg.error() is None, msg.error()
+                values.append(msg.value())
+    finally:
+        consumer.close()
+    return values
+
+
+def produce_consume_kafka_python(bootstrap: str, topic: str, mechanism: str, user: str,
+                                 password: str) -> list[bytes]:
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+    sasl = {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": mechanism, "sasl_plain_username": user,
+            "sasl_plain_password": password}
+    producer = KafkaProducer(bootstrap_servers=bootstrap, **sasl)
+    for value in RECORDS:
+        producer.send(topic, value, partition=0).get(timeout=TIMEOUT_S)
+    producer.close()
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False, **sasl)
+    values: list[bytes] = []
+    try:
+        partition = TopicPartition(topic, 0)
+        consumer.assign([partition])
+        consumer.seek_to_beginning(partition)
+        deadline = time.monotonic() + TIMEOUT_S
+        while len(values) < len(RECORDS) and time.monotonic() < deadline:
+            for batch in consumer.poll(timeout_ms=1000).values():
+                values.extend(msg.value for msg in batch)
+    finally:
+        consumer.close()
+    return values
+
+
+def produce_consume_aiokafka(bootstrap: str, topic: str, mechanism: str, user: str, password: str) -> list[bytes]:
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+    sasl = {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": mechanism, "sasl_plain_username": user,
+            "sasl_plain_password": password}
+
+    async def go() -> list[bytes]:
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, **sasl)
+        await producer.start()
+        try:
+            for value in RECORDS:
+                await producer.send_and_wait(topic, value, partition=0)
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False, **sasl)
+        await consumer.start()
+        values: list[bytes] = []
+        try:
+            partition = TopicPartition(topic, 0)
+            consumer.assign([partition])
+            await consumer.seek_to_beginning(partition)
+            deadline = time.monotonic() + TIMEOUT_S
+            while len(values) < len(RECORDS) and time.monotonic() < deadline:
+                for batch in (await consumer.getmany(partition, timeout_ms=1000)).values():
+                    values.extend(msg.value for msg in batch)
+        finally:
+            await consumer.stop()
+        return values
+
+    return asyncio.run(go())
+
+
+def produce_consume_kafkatw(bootstrap: str, topic: str, mechanism: str, user: str, password: str) -> list[bytes]:
+    from kafkatw.client.blocking import BlockingAdminClient, BlockingConsumer, BlockingProducer, reactor_thread
+    from kafkatw.client.client import KafkaClient
+    from kafkatw.client.security import SecurityConfig
+
+    security = SecurityConfig(security_protocol="SASL_PLAINTEXT", sasl_mechanism=mechanism,
+                              sasl_plain_username=user, sasl_plain_password=password)
+    with BlockingAdminClient(bootstrap, security=security) as admin:
+        from kafkatw.client.admin import NewTopic
+
+        assert admin.create_topics([NewTopic(topic, 1, 1)])[topic] is None
+    reactor = reactor_thread().reactor
+    producer = BlockingProducer(client=KafkaClient(reactor, bootstrap, security=security))
+    for value in RECORDS:
+        producer.send(topic, value, partition=0).get(TIMEOUT_S)
+    producer.close()
+    consumer = BlockingConsumer(client=KafkaClient(reactor, bootstrap, security=security))
+    values: list[bytes] = []
+    try:
+        consumer.assign([(topic, 0)])
+        consumer.seek_to_beginning()
+        deadline = time.monotonic() + TIMEOUT_S
+        while len(values) < len(RECORDS) and time.monotonic() < deadline:
+            values.extend(r.value for r in consumer.poll(timeout_ms=1000))
+    finally:
+        consumer.close()
+    return values
+
+
+CLIENTS = {
+    "kcat": produce_consume_kcat,
+    "confluent": produce_consume_confluent,
+    "kafka-python": produce_consume_kafka_python,
+    "aiokafka": produce_consume_aiokafka,
+    "kafkatw": produce_consume_kafkatw,
+}
+
+
+class SaslInteropTests(ClassFixture, unittest.TestCase):
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.directory = tempfile.mkdtemp(prefix="kafkatw-sasl-")
+        cls.zookeeper = ZooKeeperFixture(os.path.join(cls.directory, "zookeeper"))
+        cls.connect = cls.zookeeper.start()
+        try:
+            created = kafkatw("configs", "--zookeeper", cls.connect, "--entity-type", "users", "--entity-name",
+                              "alice", "--alter", "--add-config",
+                              "SCRAM-SHA-256=[iterations=8192,password=alice-secret],"
+                              "SCRAM-SHA-512=[password=alice-secret]")
+            assert created.returncode == 0, created.stderr
+            cls.zookeeper_output = created.stdout
+            port = find_free_port()
+            cls.broker = BrokerProcess(0, cls.connect + "/kafkatw", cls.directory, {
+                "listeners": f"SASL_PLAINTEXT://127.0.0.1:{port}",
+                "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
+            }, port=port).start()
+            cls.bootstrap = cls.broker.bootstrap
+            cls.admin_properties = os.path.join(cls.directory, "admin.properties")
+            with open(cls.admin_properties, "w") as f:
+                f.write("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
+                        "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required "
+                        'username="admin" password="admin-secret";\n')
+            created = kafkatw("configs", "--bootstrap-server", cls.bootstrap, "--command-config",
+                              cls.admin_properties, "--entity-type", "users", "--entity-name", "bob", "--alter",
+                              "--add-config", "SCRAM-SHA-512=[iterations=4096,password=bob-secret]")
+            assert created.returncode == 0, created.stderr
+            cls.bootstrap_output = created.stdout
+        except BaseException:
+            cls.tearDownClass()
+            raise
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        broker = getattr(cls, "broker", None)
+        if broker is not None:
+            broker.stop()
+        cls.zookeeper.stop()
+        shutil.rmtree(cls.directory, ignore_errors=True)
+
+    def check(self, client: str, mechanism: str, suffix: str = "") -> None:
+        user, password = USERS[mechanism]
+        topic = f"sasl-{client}-{mechanism.lower()}{suffix}"
+        self.assertEqual(CLIENTS[client](self.bootstrap, topic, mechanism, user, password), RECORDS)
+
+    def test_configs_tool_output(self) -> None:
+        self.assertEqual(self.zookeeper_output.strip(),
+                         "Completed updating config for entity: user-principal 'alice'.")
+        self.assertEqual(self.bootstrap_output.strip(), "Completed updating config for user bob.")
+        described = kafkatw("configs", "--bootstrap-server", self.bootstrap, "--command-config",
+                            self.admin_properties, "--entity-type", "users", "--describe")
+        self.assertEqual(described.stdout.splitlines(), [
+            "SCRAM credential configs for user-principal 'alice' are SCRAM-SHA-256=iterations=8192, "
+            "SCRAM-SHA-512=iterations=4096",
+            "SCRAM credential configs for user-principal 'bob' are SCRAM-SHA-512=iterations=4096",
+        ])
+        nobody = kafkatw("configs", "--bootstrap-server", self.bootstrap, "--command-config",
+                         self.admin_properties, "--entity-type", "users", "--entity-name", "nobody", "--describe")
+        self.assertEqual(nobody.stdout.strip(), "Error retrieving SCRAM credential configs for user-principal "
+                                                "'nobody': Attempt to describe a user credential that does not "
+                                                "exist: nobody")
+        refused = kafkatw("configs", "--bootstrap-server", self.bootstrap, "--command-config",
+                          self.admin_properties, "--entity-type", "users", "--entity-name", "bob", "--alter",
+                          "--add-config", "SCRAM-SHA-256=[iterations=100,password=bob-secret]")
+        self.assertEqual(refused.returncode, 1)
+        self.assertIn("Too few iterations", refused.stderr)
+        # A wrong password: the broker's message, at once (not retried).
+        wrong = os.path.join(self.directory, "wrong.properties")
+        with open(self.admin_properties) as f, open(wrong, "w") as out:
+            out.write(f.read().replace("admin-secret", "wrong-secret"))
+        started = time.monotonic()
+        refused = kafkatw("configs", "--bootstrap-server", self.bootstrap, "--command-config", wrong,
+                          "--entity-type", "users", "--describe")
+        self.assertEqual(refused.returncode, 1)
+        self.assertIn("Authentication failed: Invalid username or password", refused.stderr)
+        self.assertNotIn("wrong-secret", refused.stderr)
+        self.assertLess(time.monotonic() - started, 20)
+        # Topics through DescribeConfigs, on the same authenticated connection type.
+        self.check("kafka-python", "SCRAM-SHA-256", "-configs")
+        topic = kafkatw("configs", "--bootstrap-server", self.bootstrap, "--command-config", self.admin_properties,
+                        "--entity-type", "topics", "--entity-name", "sasl-kafka-python-scram-sha-256-configs",
+                        "--describe", "--all")
+        self.assertEqual(topic.returncode, 0, topic.stderr)
+        lines = topic.stdout.splitlines()
+        self.assertEqual(lines[0], "All configs for topic sasl-kafka-python-scram-sha-256-configs are:")
+        self.assertIn("  retention.ms=604800000 sensitive=false synonyms={DEFAULT_CONFIG:retention.ms=604800000}",
+                      lines)
+        # Without --command-config the tool cannot authenticate: refused at once, not retried forever.
+        started = time.monotonic()
+        anonymous = kafkatw("configs", "--bootstrap-server", self.bootstrap, "--entity-type", "users", "--describe")
+        self.assertNotEqual(anonymous.returncode, 0)
+        self.assertLess(time.monotonic() - started, 60)
+
+    def test_credentials_in_zookeeper_never_hold_passwords(self) -> None:
+        from kazoo.client import KazooClient
+
+        zk = KazooClient(hosts=self.connect + "/kafkatw")
+        zk.start(timeout=TIMEOUT_S)
+        try:
+            for user in ("alice", "bob"):
+                data, _ = zk.get(f"/config/users/{user}")
+                stored = json.loads(data)
+                self.assertEqual(stored["version"], 1)
+                for value in stored["config"].values():
+                    self.assertRegex(value, r"^salt=.+,stored_key=.+,server_key=.+,iterations=\d+$")
+                for password in PASSWORDS:
+                    self.assertNotIn(password.encode(), data)
+            notes = [json.loads(zk.get(f"/config/changes/{n}")[0]) for n in sorted(zk.get_children("/config/changes"))]
+            self.assertEqual(notes, [{"version": 2, "entity_path": "users/alice"},
+                                     {"version": 2, "entity_path": "users/bob"}])
+        finally:
+            zk.stop()
+            zk.close()
+
+    def test_wrong_password_is_refused_and_others_are_served(self) -> None:
+        result = subprocess.run([KCAT, "-b", self.bootstrap, "-X", "security.protocol=SASL_PLAINTEXT",
+                                 "-X", "sasl.mechanisms=SCRAM-SHA-256", "-X", "sasl.username=alice",
+                                 "-X", "sasl.password=wrong-secret", "-L", "-m", "5"],
+                                capture_output=True, timeout=TIMEOUT_S)
+        self.assertNotEqual(result.returncode, 0)
+        self.assertIn(b"Authentication failed", result.stderr + result.stdout)
+        self.check("kafka-python", "PLAIN", "-after-a-failure")
+
+    def test_request_before_authentication_closes_the_connection(self) -> None:
+        metadata_v1 = struct.pack(">hhih", 3, 1, 1, 1) + b"x" + struct.pack(">i", -1)
+        for data in (struct.pack(">i", len(metadata_v1)) + metadata_v1,  # no answer: closed
+                     struct.pack(">i", 1 << 20)):  # an oversized SASL token
+            with socket.create_connection(("127.0.0.1", self.broker.port), timeout=TIMEOUT_S) as s:
+                s.sendall(data)
+                try:
+                    self.assertEqual(s.recv(100), b"")
+                except ConnectionResetError:
+                    pass  # aborted: as closed
+        self.check("confluent", "SCRAM-SHA-512", "-after-bad-input")
+        log = self.broker.log_text()
+        self.assertIn("unexpected Metadata request before authentication", log)
+        self.assertIn("sasl.server.max.receive.size", log)
+
+    def test_zz_no_password_in_the_broker_log(self) -> None:
+        log = self.broker.log_text()
+        self.assertIn("authenticated User:", log)
+        for password in PASSWORDS:
+            self.assertNotIn(password, log)
+
+
+def _add_checks() -> None:
+    for client in CLIENTS:
+        for mechanism in USERS:
+            def test(self: SaslInteropTests, client: str = client, mechanism: str = mechanism) -> None:
+                self.check(client, mechanism)
+
+            name = f"test_{client.replace('-', '_')}_{mechanism.replace('-', '_').lower()}"
+            test.__name__ = name
+            setattr(SaslInteropTests, name, test)
+
+
+_add_checks()
