@@ -258,6 +258,9 @@ class PartitionLog:
         self._graveyard: list[tuple[int, LogSegment]] = []
         self._unflushed_messages = 0
         self._last_flush_ms = now_ms()
+        #: the lowest offset the log was truncated to since the log cleaner
+        #: last looked (it lowers its checkpoint to it), C{None} when not truncated
+        self.truncated_to: int | None = None
         try:
             os.makedirs(directory, exist_ok=True)
         except OSError as e:
@@ -843,6 +846,9 @@ class PartitionLog:
                 keep.append((deleted_ms, segment))
         self._graveyard = keep
 
+    def _note_truncation(self, offset: int) -> None:
+        self.truncated_to = offset if self.truncated_to is None else min(self.truncated_to, offset)
+
     def truncate_to(self, offset: int) -> None:
         """
         Remove every batch whose last offset is C{>= offset} (follower
@@ -856,6 +862,7 @@ class PartitionLog:
         if offset >= self.log_end_offset:
             self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
             return
+        self._note_truncation(offset)
         if offset <= self._segments[0].base_offset:
             self.truncate_fully_and_start_at(offset)
             return
@@ -880,6 +887,7 @@ class PartitionLog:
         watermark and recovery point all become C{offset}; the epoch cache
         and the producer state are emptied.
         """
+        self._note_truncation(offset)
         for segment in self._segments:
             segment.delete()
         self._segments = [self._new_segment(offset)]

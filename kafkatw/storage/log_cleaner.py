@@ -651,7 +651,16 @@ class LogCleaner:
         path = self._checkpoint_path(log)
         if path not in self._checkpoints:
             self._checkpoints[path] = read_checkpoint(path)
-        return self._checkpoints[path].get((log.topic, log.partition))
+        tp = (log.topic, log.partition)
+        offset = self._checkpoints[path].get(tp)
+        if log.truncated_to is not None and (log.topic, log.partition) not in self._in_progress:
+            # a truncated log's new records past the truncation point are dirty
+            # (Kafka's LogCleanerManager.maybeTruncateCheckpoint)
+            if offset is not None and offset > log.truncated_to:
+                offset = log.truncated_to
+                self._checkpoints[path][tp] = offset
+            log.truncated_to = None
+        return offset
 
     def _update_checkpoint(self, log: PartitionLog, offset: int) -> None:
         from kafkatw.storage.log_manager import write_checkpoint
@@ -737,7 +746,10 @@ class LogCleaner:
     def _finish(self, task: CleanTask, stats: CleanerStats) -> None:
         log = task.log
         if self.log_manager.get(log.topic, log.partition) is log:
-            self._update_checkpoint(log, stats.end_offset)
+            end = stats.end_offset
+            if log.truncated_to is not None:
+                end = min(end, log.truncated_to)
+            self._update_checkpoint(log, end)
         self.passes += 1
         self.last_stats = stats
         mb = stats.bytes_read / 1048576

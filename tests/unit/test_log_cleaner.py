@@ -363,6 +363,17 @@ class SchedulingTests(CleanerTestCase):
         to_clean = cleanable_range(log, None, NOW)
         self.assertLessEqual(to_clean.first_uncleanable_offset, 10)
 
+    def test_truncation_lowers_the_checkpoint(self):
+        log = self.make_log()
+        cleaner = self.make_cleaner(log)
+        self.fill(log, 120)
+        stats = cleaner.clean_log(log)
+        self.assertGreater(stats.end_offset, 60)
+        log.truncate_to(50)  # a follower truncating: what comes next at 50.. was never cleaned
+        self.fill(log, 100)
+        self.assertEqual(cleaner.checkpoint_offset(log), 50)
+        self.assertIsNone(log.truncated_to)
+
     def test_dedupe_buffer_limits_a_pass(self):
         log = self.make_log()
         written = self.fill(log, 200, keys=200)
