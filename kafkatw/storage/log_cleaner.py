@@ -329,23 +329,41 @@ def _parse_records(data: bytes, count: int) -> list[_RawRecord]:
     The records of a (decompressed) records section, each with its byte span,
     so that kept records are copied as they are (Kafka protocol guide,
     "Record": length, attributes, timestampDelta, offsetDelta, key, value,
-    headers).
+    headers).  One-byte varints (the common case) are decoded inline.
     """
-    out = []
+    out: list[_RawRecord] = []
+    append = out.append
+    slow = decode_varint
+    new = tuple.__new__
     pos = 0
     for _ in range(count):
-        length, body = decode_varint(data, pos)
+        b = data[pos]
+        if b < 0x80:
+            body, length = pos + 1, (b >> 1) ^ -(b & 1)
+        else:
+            length, body = slow(data, pos)
         end = body + length
         p = body + 1  # attributes
-        ts_delta, p = decode_varint(data, p)
-        offset_delta, p = decode_varint(data, p)
-        key_len, p = decode_varint(data, p)
+        b = data[p]
+        if b < 0x80:
+            ts_delta, p = (b >> 1) ^ -(b & 1), p + 1
+        else:
+            ts_delta, p = slow(data, p)
+        b = data[p]
+        if b < 0x80:
+            offset_delta, p = (b >> 1) ^ -(b & 1), p + 1
+        else:
+            offset_delta, p = slow(data, p)
+        b = data[p]
+        if b < 0x80:
+            key_len, p = (b >> 1) ^ -(b & 1), p + 1
+        else:
+            key_len, p = slow(data, p)
         key = None
         if key_len >= 0:
-            key = bytes(data[p:p + key_len])
+            key = data[p:p + key_len]
             p += key_len
-        value_len, p = decode_varint(data, p)
-        out.append(_RawRecord(pos, end, offset_delta, ts_delta, key, value_len >= 0))
+        append(new(_RawRecord, (pos, end, offset_delta, ts_delta, key, data[p] != 1)))  # zigzag(-1) == 1: null
         pos = end
     return out
 
