@@ -79,7 +79,7 @@ def produce(bootstrap: str, topic: str, n: int, keys: int, value: bytes, cap_s: 
             failed[0] += 1
 
     p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": False, "acks": 1, "linger.ms": 5,
-                  "queue.buffering.max.messages": 1_000_000, "queue.buffering.max.kbytes": 1_048_576,
+                  "queue.buffering.max.messages": 100_000, "queue.buffering.max.kbytes": 65_536,
                   "delivery.report.only.error": True, "on_delivery": on_delivery})
     encoded = [b"key-%08d" % k for k in range(keys)] if keys else None
     started = time.perf_counter()
