@@ -490,10 +490,11 @@ class Cleaner:
                 stats.map_bytes_read += h.size
                 if h.is_control or h.record_count == 0:
                     continue
-                for record in _parse_records(_records_of(batch, h), h.record_count):
-                    if record.key is not None:
-                        offsets[record.key] = h.base_offset + record.offset_delta
-                        stats.map_records += 1
+                base = h.base_offset
+                for _, _, offset_delta, _, key, _ in _parse_records(_records_of(batch, h), h.record_count):
+                    if key is not None:
+                        offsets[key] = base + offset_delta
+                stats.map_records += h.record_count
                 if len(offsets) > offset_map.capacity:
                     if view.base_offset == start:
                         raise DedupeBufferTooSmallError(
