@@ -74,7 +74,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping, NamedTuple
 
 from crc32c import crc32c
-from twisted.internet import threads
+from twisted.internet import defer, threads
 from twisted.logger import Logger
 from twisted.python.threadpool import ThreadPool
 
@@ -316,6 +316,17 @@ def _iter_batches(fd: int, size: int) -> Iterator[tuple[BatchHeader, memoryview]
         position += end
 
 
+def _with_last(batches: Iterator[tuple[BatchHeader, memoryview]]) -> Iterator[tuple[BatchHeader, memoryview, bool]]:
+    """The batches with a flag set on the last one, reading one ahead (a segment is never held whole)."""
+    previous = None
+    for item in batches:
+        if previous is not None:
+            yield previous[0], previous[1], False
+        previous = item
+    if previous is not None:
+        yield previous[0], previous[1], True
+
+
 class _RawRecord(NamedTuple):
     start: int
     end: int
@@ -486,6 +497,8 @@ class Cleaner:
             if task.aborted.is_set():
                 raise CleanerAbortedError("stopped")
             for h, batch in _iter_batches(view.fd, view.size_bytes):
+                if task.aborted.is_set():
+                    raise CleanerAbortedError("stopped")
                 self._throttle(h.size)
                 stats.map_bytes_read += h.size
                 if h.is_control or h.record_count == 0:
@@ -555,11 +568,12 @@ class Cleaner:
                 if task.aborted.is_set():
                     raise CleanerAbortedError("stopped")
                 retain_deletes = view.mtime_ns // 1_000_000 > delete_horizon_ms
-                batches = list(_iter_batches(view.fd, view.size_bytes))
-                for n, (h, batch) in enumerate(batches):
+                for h, batch, last_in_segment in _with_last(_iter_batches(view.fd, view.size_bytes)):
+                    if task.aborted.is_set():
+                        raise CleanerAbortedError("stopped")
                     self._throttle(h.size)
                     stats.bytes_read += h.size
-                    is_last = view is last_view and n == len(batches) - 1
+                    is_last = view is last_view and last_in_segment
                     out = self._filter_batch(task, h, batch, offset_map, retain_deletes, is_last, stats)
                     if out is None:
                         continue
@@ -654,8 +668,14 @@ class LogCleaner:
     @param now_ms: wall clock (ms).
     """
 
-    def __init__(self, log_manager: Any, config: Mapping[str, Any], reactor: Any, now_ms: Callable[[], int]) -> None:
+    def __init__(self, log_manager: Any, config: Mapping[str, Any], reactor: Any, now_ms: Callable[[], int],
+                 in_thread: Callable[..., Any] | None = None, from_thread: Callable[..., Any] | None = None) -> None:
         self.log_manager = log_manager
+        #: run a function on a cleaner thread (a Deferred of its result), and,
+        #: from there, one on the reactor thread (its result); tests pass
+        #: synchronous ones
+        self._in_thread = in_thread or self._in_pool
+        self._from_thread = from_thread or (lambda f, *a: threads.blockingCallFromThread(self.reactor, f, *a))
         self.reactor = reactor
         self.now_ms = now_ms
         self.thread_count = max(1, int(config["log.cleaner.threads"]))
@@ -670,6 +690,7 @@ class LogCleaner:
         self._timers: list[Any] = []
         self._running: list[Any] = []
         self._stopping = False
+        self._trigger: Any = None
         #: passes completed, and their stats (the last 100), for tests and metrics
         self.passes = 0
         self.last_stats: CleanerStats | None = None
@@ -800,11 +821,17 @@ class LogCleaner:
     # -- the service --------------------------------------------------------
 
     def start(self) -> None:
-        """Start the thread pool and one slot per C{log.cleaner.threads}."""
-        self._pool = ThreadPool(0, self.thread_count, name="log-cleaner")
-        self._pool.start()
+        """Start one slot per C{log.cleaner.threads} (the thread pool starts with the first pass)."""
+        self._trigger = self.reactor.addSystemEventTrigger(
+            "before", "shutdown", lambda: defer.Deferred.fromCoroutine(self.stop()))
         for _ in range(self.thread_count):
             self._schedule(0)
+
+    def _in_pool(self, function: Callable[..., Any], *args: Any) -> defer.Deferred:
+        if self._pool is None:
+            self._pool = ThreadPool(0, self.thread_count, name="log-cleaner")
+            self._pool.start()
+        return threads.deferToThreadPool(self.reactor, self._pool, function, *args)
 
     def _schedule(self, delay_ms: int) -> None:
         if self._stopping:
@@ -828,13 +855,11 @@ class LogCleaner:
         log = task.log
         tp = (log.topic, log.partition)
         self._in_progress[tp] = task
-        reactor = self.reactor
 
         def swap(old: list[LogSegment], base: int) -> None:
-            threads.blockingCallFromThread(reactor, self._swap, task, old, base)
+            self._from_thread(self._swap, task, old, base)
 
-        assert self._pool is not None
-        d = threads.deferToThreadPool(reactor, self._pool, self.cleaner.clean, task, swap)
+        d = self._in_thread(self.cleaner.clean, task, swap)
 
         def done(stats: CleanerStats) -> None:
             self._finish(task, stats)
@@ -861,16 +886,17 @@ class LogCleaner:
     async def stop(self) -> None:
         """Abort the passes under way (at their next group), wait for them, stop the pool."""
         self._stopping = True
+        if self._trigger is not None:
+            self.reactor.removeSystemEventTrigger(self._trigger)
+            self._trigger = None
         for timer in self._timers:
             if timer.active():
                 timer.cancel()
         self._timers = []
         for task in self._in_progress.values():
             task.aborted.set()
-        from twisted.internet.defer import DeferredList
-
         if self._running:
-            await DeferredList(list(self._running), consumeErrors=True)
+            await defer.DeferredList(list(self._running), consumeErrors=True)
         if self._pool is not None:
             self._pool.stop()
             self._pool = None

@@ -9,6 +9,8 @@ import tempfile
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from twisted.internet import defer
+from twisted.internet.testing import MemoryReactorClock
 from twisted.trial import unittest
 
 from kafkatw.config import BrokerConfig, topic_log_config
@@ -461,6 +463,64 @@ class CrashRecoveryTests(CleanerTestCase):
                           lambda old, base: cleaner._swap(task, old, base))
         self.assertFalse([n for n in os.listdir(log.directory) if n.endswith(CLEANED_SUFFIX)])
         self.assertEqual(log.log_end_offset, 120)
+
+
+class ServiceTests(CleanerTestCase):
+    """The service's slots on a fake reactor, its "threads" run synchronously."""
+
+    def make_service(self, *logs, **config):
+        self.reactor = MemoryReactorClock()
+        return LogCleaner(Manager(*logs), {**CLEANER_CONFIG, "log.cleaner.backoff.ms": 1000, **config}, self.reactor,
+                          self.clock, in_thread=lambda f, *a: defer.maybeDeferred(f, *a),
+                          from_thread=lambda f, *a: f(*a))
+
+    def test_slots_clean_then_back_off(self):
+        log = self.make_log()
+        written = self.fill(log, 120)
+        service = self.make_service(log)
+        service.start()
+        self.assertEqual(len(self.reactor.triggers["before"]["shutdown"]), 1)
+        self.reactor.advance(0)
+        self.assertEqual(service.passes, 1)
+        self.assert_compacted(log, written)
+        self.reactor.advance(0)  # it looks again at once, finds nothing, backs off
+        self.assertEqual(service.passes, 1)
+        [call] = [c for c in self.reactor.getDelayedCalls() if c.active()]
+        self.assertEqual(call.getTime() - self.reactor.seconds(), 1.0)
+        written.update(self.fill(log, 120))
+        self.reactor.advance(1)
+        self.assertEqual(service.passes, 2)
+        self.assert_compacted(log, written)
+        self.successResultOf(defer.Deferred.fromCoroutine(service.stop()))
+        self.assertFalse([c for c in self.reactor.getDelayedCalls() if c.active()])
+
+    def test_a_failed_pass_is_logged_and_backs_off(self):
+        log = self.make_log()
+        self.fill(log, 120)
+        service = self.make_service(log)
+        service.cleaner.map_capacity = 1  # DedupeBufferTooSmallError
+        service.start()
+        self.reactor.advance(0)
+        self.assertEqual(len(self.flushLoggedErrors(DedupeBufferTooSmallError)), 1)
+        self.assertEqual(service.passes, 0)
+        self.assertEqual(os.listdir(self.log_dir).count(CLEANER_CHECKPOINT_FILE), 0)
+        self.successResultOf(defer.Deferred.fromCoroutine(service.stop()))
+
+    def test_a_deleted_log_aborts_its_pass(self):
+        log = self.make_log()
+        self.fill(log, 120)
+        manager = Manager(log)
+        service = self.make_service(log)
+        service.log_manager = manager
+        to_clean = service.grab_filthiest_log()
+        task = Cleaner.prepare(to_clean, NOW)
+        self.addCleanup(task.close)
+        manager.logs.clear()  # the topic is deleted while the pass runs
+        from kafkatw.storage.log_cleaner import CleanerAbortedError
+
+        self.assertRaises(CleanerAbortedError, service.cleaner.clean, task,
+                          lambda old, base: service._swap(task, old, base))
+        self.assertEqual(read_records(log)[0][0][0], 0)  # untouched
 
 
 class ProducerStateAndReadsTests(CleanerTestCase):
