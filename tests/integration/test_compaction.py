@@ -127,6 +127,21 @@ class CompactionTests(unittest.TestCase):
                 keys = [k for _, k in on_disk]
                 self.assertEqual(len(keys), len(set(keys)), f"broker {process.broker_id}")
 
+            # kafkatw's own consumer too
+            from kafkatw.client.blocking import BlockingConsumer
+
+            with BlockingConsumer(bootstrap) as consumer:
+                tp = (topic, 0)
+                consumer.assign([tp])
+                consumer.seek_to_beginning(tp)
+                own = []
+                deadline = time.monotonic() + 60
+                while consumer.position(tp) < end and time.monotonic() < deadline:
+                    own.extend((r.offset, r.key, r.value) for r in consumer.poll(timeout_ms=1000))
+            own_offsets = [o for o, _, _ in own]
+            self.assertEqual(own_offsets, sorted(set(own_offsets)))
+            self.assertEqual({k: v for _, k, v in own}, latest)
+
             # kcat reads the compacted log too (the cleaner may have gone further meanwhile)
             kcat = shutil.which("kcat") or shutil.which("kafkacat")
             if kcat is not None:
