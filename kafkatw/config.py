@@ -158,8 +158,9 @@ BROKER_CONFIG: dict[str, ConfigKey] = {
                   "I/O of all cleaner threads together (bytes read plus written) is throttled to this rate.",
                   "bytes/s"),
         ConfigKey("log.cleaner.dedupe.buffer.size", int, 134217728,
-                  "Memory for the key-to-offset maps of all cleaner threads; at 24 bytes an entry (as Kafka's "
-                  "`SkimpyOffsetMap`) it bounds how many keys one pass deduplicates.", "bytes"),
+                  "Memory for the key-to-offset maps of all cleaner threads; at about 160 bytes an entry (whole "
+                  "keys in a Python dict; Kafka's `SkimpyOffsetMap` takes 24) it bounds how many keys one pass "
+                  "deduplicates.", "bytes"),
         ConfigKey("log.cleaner.backoff.ms", int, 15000, "Pause of a cleaner thread that found no log to clean.",
                   "ms"),
         ConfigKey("log.cleaner.delete.retention.ms", int, 86400000,

@@ -15,9 +15,9 @@ watermark)::
 One pass over a log:
 
   1. The dirty range is read and a map C{key -> last offset} built (Kafka's
-     C{OffsetMap}; at most C{log.cleaner.dedupe.buffer.size} / 24 bytes
-     entries, shared by the threads; a pass that fills it stops at a
-     segment boundary and the next pass continues from there).
+     C{OffsetMap}, whole keys in a dict; at most C{log.cleaner.dedupe.buffer.size}
+     / 160 bytes entries, shared by the threads; a pass that fills it stops at
+     a segment boundary and the next pass continues from there).
   2. Every segment from the log start to the end of that range is rewritten,
      in groups of consecutive segments whose sizes add up to at most
      C{segment.bytes}, keeping a record when no later record of its key is in
@@ -93,8 +93,13 @@ _log = Logger()
 
 #: Kafka's C{LogCleanerManager.offsetCheckpointFile}.
 CLEANER_CHECKPOINT_FILE = "cleaner-offset-checkpoint"
-#: Bytes per offset-map entry in Kafka's C{SkimpyOffsetMap} (16-byte MD5 + 8-byte offset).
-OFFSET_MAP_ENTRY_BYTES = 24
+#: Memory of one offset-map entry: the key as a C{bytes} object (33 bytes of
+#: header and the key), the offset as an C{int} (32) and the dict slot (about
+#: 50), for keys of a few tens of bytes.  Kafka's C{SkimpyOffsetMap} takes 24
+#: (a 16-byte MD5 of the key and an 8-byte offset), so the same
+#: C{log.cleaner.dedupe.buffer.size} holds about 7 times fewer keys here, but
+#: no two keys ever collide.
+OFFSET_MAP_ENTRY_BYTES = 160
 #: Kafka's C{log.cleaner.io.buffer.load.factor}.
 OFFSET_MAP_LOAD_FACTOR = 0.9
 _READ_CHUNK_BYTES = 1024 * 1024
@@ -822,10 +827,13 @@ class LogCleaner:
 
     def start(self) -> None:
         """Start one slot per C{log.cleaner.threads} (the thread pool starts with the first pass)."""
-        self._trigger = self.reactor.addSystemEventTrigger(
-            "before", "shutdown", lambda: defer.Deferred.fromCoroutine(self.stop()))
+        self._trigger = self.reactor.addSystemEventTrigger("before", "shutdown", self._shutdown)
         for _ in range(self.thread_count):
             self._schedule(0)
+
+    def _shutdown(self) -> defer.Deferred:
+        self._trigger = None  # fired: not to be removed
+        return defer.Deferred.fromCoroutine(self.stop())
 
     def _in_pool(self, function: Callable[..., Any], *args: Any) -> defer.Deferred:
         if self._pool is None:
