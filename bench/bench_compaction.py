@@ -70,7 +70,8 @@ def create_topic(bootstrap: str, name: str, config: dict, cap_s: float = 30.0) -
     raise RuntimeError(f"topic {name} has no leader after {cap_s} s")
 
 
-def produce(bootstrap: str, topic: str, n: int, keys: int, value: bytes, cap_s: float, start: int = 0) -> tuple[int, float]:
+def produce(bootstrap: str, topic: str, n: int, keys: int, value: bytes, cap_s: float,
+            start: int = 0) -> tuple[int, float]:
     """Produce up to C{n} records (key C{i % keys}) or for C{cap_s}; @return: (delivered, seconds)."""
     failed = [0]
 
@@ -170,7 +171,8 @@ def main() -> None:
         with ZooKeeperFixture(os.path.join(base, "zookeeper")) as connect:
             broker = BrokerProcess(0, connect + "/kafkatw", base, overrides).start()
             try:
-                create_topic(broker.bootstrap, "compacted", {"cleanup.policy": "compact", "segment.bytes": str(32 << 20)})
+                create_topic(broker.bootstrap, "compacted",
+                             {"cleanup.policy": "compact", "segment.bytes": str(32 << 20)})
                 create_topic(broker.bootstrap, "plain", {})
                 t0 = time.perf_counter()
                 filled, _ = produce(broker.bootstrap, "compacted", args.records, args.keys, value, 600)

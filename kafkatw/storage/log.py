@@ -28,6 +28,11 @@ epoch newer than the cache's latest is assigned its first offset before the
 batches are written, as Kafka does, so that the checkpoint never misses an
 epoch present in the log.  Reads return L{FileRegion}s, never data (D4).
 
+Compaction (C{cleanup.policy=compact}): L{kafkatw.storage.log_cleaner}
+rewrites segments below the active one beside the old ones and swaps them in
+with L{PartitionLog.replace_segments}; loading completes or undoes a swap that
+a crash cut short (C{.cleaned}, C{.swap}, C{.deleted} files, docs/storage.md).
+
 Timestamps: with C{message.timestamp.type=LogAppendTime} the append time is
 answered and used for the time index and retention of the appended batches,
 but the batches themselves are not rewritten (their C{attributes} and
@@ -47,7 +52,7 @@ from typing import Any, Callable, Mapping, NamedTuple
 from twisted.logger import Logger
 
 from kafkatw.errors import InvalidRecordError, KafkaStorageError, OffsetOutOfRangeError
-from kafkatw.protocol.batch import LOG_OVERHEAD, parse_batch_headers, unpack_header
+from kafkatw.protocol.batch import BATCH_HEADER_SIZE, LOG_OVERHEAD, parse_batch_headers, unpack_header
 from kafkatw.protocol.records import decode_batches
 from kafkatw.storage.files import write_atomically
 from kafkatw.storage.leader_epoch import LEADER_EPOCH_CHECKPOINT_FILE, LeaderEpochCache
@@ -159,7 +164,6 @@ class LogConfig:
         if self.compact and self.max_compaction_lag_ms > 0:
             return min(self.segment_ms, self.max_compaction_lag_ms)
         return self.segment_ms
-
 
 
 def _check_keys(records: bytes | bytearray | memoryview, partition: str) -> None:
@@ -305,18 +309,18 @@ class PartitionLog:
             try:
                 size = os.fstat(fd).st_size
                 position = 0
-                while position + 61 <= size:
-                    header = unpack_header(os.pread(fd, 61, position))
-                    if header.size < 61 or position + header.size > size:
+                while position + BATCH_HEADER_SIZE <= size:
+                    header = unpack_header(os.pread(fd, BATCH_HEADER_SIZE, position))
+                    if header.size < BATCH_HEADER_SIZE or position + header.size > size:
                         break
                     end = header.next_offset
                     position += header.size
             finally:
                 os.close(fd)
             for name in os.listdir(directory):
-                stem = name.split(".")[0]
-                if stem.isdigit() and "." in name and name.split(".", 1)[1] in ("log", "index", "timeindex") \
-                        and (base <= int(stem) < end or int(stem) == base):
+                stem, _, suffix = name.partition(".")
+                covered = stem.isdigit() and base <= int(stem) <= max(base, end - 1)
+                if covered and suffix in ("log", "index", "timeindex"):
                     os.unlink(os.path.join(directory, name))
             os.replace(swap_path, swap_path[:-len(SWAP_SUFFIX)])
             _log.info("completed the segment swap of {partition} at offset {offset} (up to {end})",

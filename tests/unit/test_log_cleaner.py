@@ -204,7 +204,8 @@ class CompactionTests(CleanerTestCase):
         # batches of three records, the same three keys: only the last batch survives whole
         for i in range(12):
             base = log.log_end_offset
-            log.append(build_batch([(b"a", b"v%d" % base), (b"b", b"v%d" % (base + 1)), (b"x%d" % i, b"v%d" % (base + 2))],
+            log.append(build_batch([(b"a", b"v%d" % base), (b"b", b"v%d" % (base + 1)),
+                                    (b"x%d" % i, b"v%d" % (base + 2))],
                                    timestamp_ms=NOW), 0)
         log.update_high_watermark(log.log_end_offset)
         self.make_cleaner(log).clean_log(log)
@@ -219,7 +220,8 @@ class CompactionTests(CleanerTestCase):
         log = self.make_log(segment_bytes=2000)
         for i in range(20):
             base = log.log_end_offset
-            recs = [(b"k%d" % j, b"v%d" % (base + j), [], NOW) for j in range(3)] + [(b"u%d" % i, b"v%d" % (base + 3), [], NOW)]
+            recs = [(b"k%d" % j, b"v%d" % (base + j), [], NOW) for j in range(3)]
+            recs.append((b"u%d" % i, b"v%d" % (base + 3), [], NOW))
             log.append(encode_batch(recs, compression=1), 0)
         log.update_high_watermark(log.log_end_offset)
         self.make_cleaner(log).clean_log(log)
