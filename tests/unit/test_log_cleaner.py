@@ -395,7 +395,7 @@ class SchedulingTests(CleanerTestCase):
 
 
 class CrashRecoveryTests(CleanerTestCase):
-    def crash_at(self, step):
+    def crash_at(self, step, then=None):
         log = self.make_log()
         written = self.fill(log, 120)
         original = read_records(log)[0]
@@ -412,6 +412,8 @@ class CrashRecoveryTests(CleanerTestCase):
             log.replace_segments(old, base, crash_after=crash_after)
 
         self.assertRaises(Crash, cleaner.clean_log, log, False, swap)
+        if then is not None:
+            then(log.directory)
         suffixes = {n.rsplit(".", 1)[-1] for n in os.listdir(log.directory)}
         # the process dies: descriptors closed, nothing flushed or snapshotted
         log._test_closed = True
@@ -444,6 +446,28 @@ class CrashRecoveryTests(CleanerTestCase):
     def test_crash_after_delete(self):
         original, records, suffixes = self.crash_at("delete")
         self.assertIn("deleted", suffixes)
+        self.assertLess(len(records), len(original))
+
+    def test_crash_during_delete(self):
+        # the first old segment renamed .deleted, its indexes gone, the others untouched
+        def partly_deleted(directory):
+            first = sorted(n for n in os.listdir(directory) if n.endswith(".log"))[0]
+            os.replace(os.path.join(directory, first), os.path.join(directory, first + DELETED_SUFFIX))
+            for suffix in (".index", ".timeindex"):
+                os.unlink(os.path.join(directory, first[:-4] + suffix))
+
+        original, records, suffixes = self.crash_at("swap", partly_deleted)
+        self.assertEqual({"swap", "deleted"} - suffixes, set())
+        self.assertLess(len(records), len(original))
+
+    def test_crash_during_live(self):
+        # the .log renamed into place, its indexes still .swap
+        def log_live(directory):
+            [swap] = [n for n in os.listdir(directory) if n.endswith(".log" + SWAP_SUFFIX)]
+            os.replace(os.path.join(directory, swap), os.path.join(directory, swap[:-len(SWAP_SUFFIX)]))
+
+        original, records, suffixes = self.crash_at("delete", log_live)
+        self.assertIn("swap", suffixes)
         self.assertLess(len(records), len(original))
 
     def test_crash_after_live(self):
