@@ -696,6 +696,10 @@ class LogCleaner:
         self._running: list[Any] = []
         self._stopping = False
         self._trigger: Any = None
+        #: logs whose pass failed (not stopped): skipped until the broker
+        #: restarts or the log is recreated, so that they do not starve the
+        #: others (Kafka's C{uncleanablePartitions})
+        self.uncleanable: dict[tuple[str, int], PartitionLog] = {}
         #: passes completed, and their stats (the last 100), for tests and metrics
         self.passes = 0
         self.last_stats: CleanerStats | None = None
@@ -746,7 +750,8 @@ class LogCleaner:
         now = self.now_ms()
         best = None
         for log in self.log_manager.all_logs():
-            if not log.config.compact or (log.topic, log.partition) in self._in_progress:
+            tp = (log.topic, log.partition)
+            if not log.config.compact or tp in self._in_progress or self.uncleanable.get(tp) is log:
                 continue
             candidate = cleanable_range(log, self.checkpoint_offset(log), now)
             if not candidate.needs_cleaning:
@@ -878,7 +883,9 @@ class LogCleaner:
                 _log.info("cleaning of {partition} stopped: {why}", partition=f"{tp[0]}-{tp[1]}",
                           why=f.getErrorMessage())
             else:
-                _log.failure("cleaning of {partition} failed", f, partition=f"{tp[0]}-{tp[1]}")
+                self.uncleanable[tp] = log
+                _log.failure("cleaning of {partition} failed; it is not cleaned again until the broker restarts",
+                             f, partition=f"{tp[0]}-{tp[1]}")
             self._schedule(self.backoff_ms)
 
         def always(result: Any) -> Any:

@@ -529,6 +529,8 @@ class ServiceTests(CleanerTestCase):
         self.reactor.advance(0)
         self.assertEqual(len(self.flushLoggedErrors(DedupeBufferTooSmallError)), 1)
         self.assertEqual(service.passes, 0)
+        self.assertIs(service.uncleanable[("t", 0)], log)
+        self.assertIsNone(service.grab_filthiest_log())  # not chosen again
         self.assertEqual(os.listdir(self.log_dir).count(CLEANER_CHECKPOINT_FILE), 0)
         self.successResultOf(defer.Deferred.fromCoroutine(service.stop()))
 
