@@ -84,6 +84,7 @@ from kafkatw.protocol.batch import BATCH_HEADER_SIZE, CRC_START, HEADER_STRUCT, 
 from kafkatw.protocol.records import compress, decode_varint, decompress
 from kafkatw.storage.index import OffsetIndex, TimeIndex
 from kafkatw.storage.log import CLEANED_SUFFIX, PartitionLog
+from kafkatw.storage.log_manager import read_checkpoint, write_checkpoint
 from kafkatw.storage.segment import LogSegment, segment_file_name
 
 __all__ = ["CLEANER_CHECKPOINT_FILE", "LogCleaner", "Cleaner", "CleanerStats", "LogToClean", "OffsetMap",
@@ -691,6 +692,7 @@ class LogCleaner:
         self.cleaner = Cleaner(entries, self.throttler)
         self._in_progress: dict[tuple[str, int], CleanTask] = {}
         self._checkpoints: dict[str, dict[tuple[str, int], int]] = {}
+        self._log_of: dict[tuple[str, int], PartitionLog] = {}
         self._pool: ThreadPool | None = None
         self._timers: list[Any] = []
         self._running: list[Any] = []
@@ -710,13 +712,18 @@ class LogCleaner:
         return os.path.join(os.path.dirname(log.directory), CLEANER_CHECKPOINT_FILE)
 
     def checkpoint_offset(self, log: PartitionLog) -> int | None:
-        """The log's C{cleaner-offset-checkpoint} entry, C{None} when it has none."""
-        from kafkatw.storage.log_manager import read_checkpoint
-
+        """
+        The log's C{cleaner-offset-checkpoint} entry, C{None} when it has
+        none.  An entry of a log deleted and created again since (another
+        L{PartitionLog} under the same name) is dropped.
+        """
         path = self._checkpoint_path(log)
         if path not in self._checkpoints:
             self._checkpoints[path] = read_checkpoint(path)
         tp = (log.topic, log.partition)
+        if self._log_of.setdefault(tp, log) is not log:
+            self._log_of[tp] = log
+            self._checkpoints[path].pop(tp, None)
         offset = self._checkpoints[path].get(tp)
         if log.truncated_to is not None and (log.topic, log.partition) not in self._in_progress:
             # a truncated log's new records past the truncation point are dirty
@@ -728,8 +735,6 @@ class LogCleaner:
         return offset
 
     def _update_checkpoint(self, log: PartitionLog, offset: int) -> None:
-        from kafkatw.storage.log_manager import write_checkpoint
-
         path = self._checkpoint_path(log)
         self.checkpoint_offset(log)
         live = {(lg.topic, lg.partition) for lg in self.log_manager.all_logs()

@@ -378,6 +378,17 @@ class SchedulingTests(CleanerTestCase):
         self.assertEqual(cleaner.checkpoint_offset(log), 50)
         self.assertIsNone(log.truncated_to)
 
+    def test_a_recreated_log_loses_its_checkpoint(self):
+        log = self.make_log()
+        cleaner = self.make_cleaner(log)
+        self.fill(log, 120)
+        self.assertGreater(cleaner.clean_log(log).end_offset, 0)
+        log.delete()
+        log._test_closed = True
+        again = self.make_log()
+        cleaner.log_manager.logs[:] = [again]
+        self.assertIsNone(cleaner.checkpoint_offset(again))
+
     def test_dedupe_buffer_limits_a_pass(self):
         log = self.make_log()
         written = self.fill(log, 200, keys=200)
