@@ -386,6 +386,37 @@ def _parse_records(data: bytes, count: int) -> list[_RawRecord]:
     return out
 
 
+def _map_keys(data: bytes, count: int, base_offset: int, offsets: dict[bytes, int]) -> None:
+    """
+    Put each keyed record of a records section in C{offsets} (key -> its
+    offset): L{_parse_records} without building the records, for the offset map.
+    """
+    slow = decode_varint
+    pos = 0
+    for _ in range(count):
+        b = data[pos]
+        if b < 0x80:
+            body, length = pos + 1, (b >> 1) ^ -(b & 1)
+        else:
+            length, body = slow(data, pos)
+        p = body + 1  # attributes
+        b = data[p]
+        p = p + 1 if b < 0x80 else slow(data, p)[1]  # timestampDelta
+        b = data[p]
+        if b < 0x80:
+            offset_delta, p = (b >> 1) ^ -(b & 1), p + 1
+        else:
+            offset_delta, p = slow(data, p)
+        b = data[p]
+        if b < 0x80:
+            key_len, p = (b >> 1) ^ -(b & 1), p + 1
+        else:
+            key_len, p = slow(data, p)
+        if key_len >= 0:
+            offsets[data[p:p + key_len]] = base_offset + offset_delta
+        pos = body + length
+
+
 def _records_of(batch: memoryview, h: BatchHeader) -> bytes:
     body = bytes(batch[BATCH_HEADER_SIZE:])
     return decompress(h.compression, body) if h.compression else body
@@ -509,10 +540,7 @@ class Cleaner:
                 stats.map_bytes_read += h.size
                 if h.is_control or h.record_count == 0:
                     continue
-                base = h.base_offset
-                for _, _, offset_delta, _, key, _ in _parse_records(_records_of(batch, h), h.record_count):
-                    if key is not None:
-                        offsets[key] = base + offset_delta
+                _map_keys(_records_of(batch, h), h.record_count, h.base_offset, offsets)
                 stats.map_records += h.record_count
                 if len(offsets) > offset_map.capacity:
                     if view.base_offset == start:
