@@ -232,6 +232,33 @@ class CompactionTests(CleanerTestCase):
         for offset, _, value in records:
             self.assertEqual(value, b"v%d" % offset)
 
+    def test_long_keys_values_and_timestamp_deltas(self):
+        """Multi-byte varints everywhere: 300-byte keys, 1000-byte values, timestamps hours apart."""
+        log = self.make_log(segment_bytes=20000)
+        written = {}
+        for i in range(40):
+            base = log.log_end_offset
+            recs = []
+            for j in range(3):
+                key = (b"%d" % ((i + j) % 4)) * 300
+                value = b"v%d:" % (base + j) + b"x" * 1000
+                recs.append((key, value, [("h", b"%d" % j)], NOW - 7_200_000 * ((i + j) % 5)))
+                written[key] = value
+            log.append(encode_batch(recs, compression=3 if i % 2 else 0), 0)
+        log.update_high_watermark(log.log_end_offset)
+        before = {r.offset: r.timestamp_ms for b in decode_batches(
+            b"".join(os.pread(x.fileno, x.length, x.position) for x in log.read(0, 1 << 30))) for r in b.records}
+        self.make_cleaner(log).clean_log(log)
+        data = b"".join(os.pread(x.fileno, x.length, x.position) for x in log.read(0, 1 << 30))
+        records = [r for b in decode_batches(data) for r in b.records]
+        self.assertEqual({r.key: r.value for r in records}, written)
+        for r in records:
+            self.assertEqual(r.timestamp_ms, before[r.offset])
+            self.assertEqual(r.value[:r.value.index(b":")], b"v%d" % r.offset)
+            self.assertEqual(len(r.headers), 1)
+        keys = [r.key for r in records if r.offset < log.active_segment.base_offset]
+        self.assertEqual(len(keys), len(set(keys)))
+
     def test_tombstones_kept_then_removed_after_delete_retention(self):
         log = self.make_log(segment_bytes=700, delete_retention_ms=5000)
         cleaner = self.make_cleaner(log)
