@@ -87,14 +87,20 @@ class ConfigKey:
     sensitive: bool = False
 
 
-def _cleanup_policy(value: str) -> str:
-    # Kafka's values are "delete", "compact" and "compact,delete"; kafkatw has no
-    # log cleaner, and a broker that accepted "compact" would delete by retention
-    # what the user meant to keep by key.
-    policies = [part.strip() for part in str(value).split(",") if part.strip()]
-    if policies != ["delete"]:
-        raise ValueError("kafkatw has no log compaction; only 'delete' is supported")
-    return "delete"
+def _cleanup_policy(value: str | list) -> str:
+    # Kafka's values: "delete", "compact", or both ("compact,delete" in either order).
+    parts = value if isinstance(value, list) else str(value).split(",")
+    policies = {str(part).strip() for part in parts if str(part).strip()}
+    if not policies or not policies <= {"delete", "compact"}:
+        raise ValueError("must be delete, compact or compact,delete")
+    return ",".join(sorted(policies))
+
+
+def _ratio(value: str | float) -> float:
+    ratio = float(value)
+    if not 0.0 <= ratio <= 1.0:
+        raise ValueError("must be between 0 and 1")
+    return ratio
 
 
 #: Kafka's compression.type values (BrokerCompressionType).
@@ -207,9 +213,33 @@ BROKER_CONFIG: dict[str, ConfigKey] = {
                   "Partition size above which old segments are deleted (-1: never).", "bytes"),
         ConfigKey("log.retention.check.interval.ms", int, 300000, "How often retention runs.", "ms"),
         ConfigKey("log.cleanup.policy", _cleanup_policy, "delete",
-                  "Only `delete` is supported: kafkatw has no log compaction. `compact` (or `compact,delete`) "
-                  "is refused when the options are parsed (the broker does not start, exit status 2), and is "
-                  "`INVALID_CONFIG` on a topic."),
+                  "`delete` (old segments are deleted by retention), `compact` (the log cleaner keeps the last "
+                  "record of each key, see docs/operations.md) or `compact,delete` (both). Any other value is "
+                  "refused when the options are parsed, and is `INVALID_CONFIG` on a topic."),
+        # log compaction (Kafka's CleanerConfig; docs/operations.md, "Log compaction")
+        ConfigKey("log.cleaner.enable", _bool, True,
+                  "Run the log cleaner, which compacts the logs of topics with `cleanup.policy` `compact`."),
+        ConfigKey("log.cleaner.threads", int, 1, "Threads cleaning logs, one log each at a time.", "threads"),
+        ConfigKey("log.cleaner.io.max.bytes.per.second", float, 1.7976931348623157e308,
+                  "I/O of all cleaner threads together (bytes read plus written) is throttled to this rate.",
+                  "bytes/s"),
+        ConfigKey("log.cleaner.dedupe.buffer.size", int, 134217728,
+                  "Memory for the key-to-offset maps of all cleaner threads; at about 160 bytes an entry (whole "
+                  "keys in a Python dict; Kafka's `SkimpyOffsetMap` takes 24) it bounds how many keys one pass "
+                  "deduplicates.", "bytes"),
+        ConfigKey("log.cleaner.backoff.ms", int, 15000, "Pause of a cleaner thread that found no log to clean.",
+                  "ms"),
+        ConfigKey("log.cleaner.delete.retention.ms", int, 86400000,
+                  "How long a tombstone (a record with a null value) is kept in the cleaned part of a "
+                  "compacted log, counted from the last modification of the newest cleaned segment.", "ms"),
+        ConfigKey("log.cleaner.min.cleanable.ratio", _ratio, 0.5,
+                  "A compacted log is cleaned once its dirty (never cleaned) bytes make up this share of its "
+                  "cleanable bytes."),
+        ConfigKey("log.cleaner.min.compaction.lag.ms", int, 0,
+                  "Segments whose newest record is younger than this are not cleaned.", "ms"),
+        ConfigKey("log.cleaner.max.compaction.lag.ms", int, _LONG_MAX,
+                  "A record older than this is cleaned whatever the dirty ratio; the active segment of a "
+                  "compacted log also rolls at this age.", "ms"),
         ConfigKey("log.message.timestamp.type", _timestamp_type, "CreateTime",
                   "`CreateTime` or `LogAppendTime` (see docs/storage.md); any other value is "
                   "refused when the options are parsed."),
@@ -425,6 +455,10 @@ TOPIC_CONFIG_KEYS: dict[str, str] = {
     "compression.gzip.level": "compression.gzip.level",
     "compression.lz4.level": "compression.lz4.level",
     "compression.zstd.level": "compression.zstd.level",
+    "delete.retention.ms": "log.cleaner.delete.retention.ms",
+    "min.cleanable.dirty.ratio": "log.cleaner.min.cleanable.ratio",
+    "min.compaction.lag.ms": "log.cleaner.min.compaction.lag.ms",
+    "max.compaction.lag.ms": "log.cleaner.max.compaction.lag.ms",
 }
 
 

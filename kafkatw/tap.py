@@ -12,7 +12,7 @@ Failures are loud, for a person and for a supervisor (systemd's
 C{Restart=on-failure}):
 
   - a usage error (an unknown flag, a value the broker cannot honour such as
-    C{log.cleanup.policy=compact}) prints one line and a pointer to C{--help}
+    C{log.cleanup.policy=shred}) prints one line and a pointer to C{--help}
     on stderr and exits 2, before anything is touched;
   - a failure to start (a taken port, ZooKeeper unreachable, log directories
     of another cluster: L{kafkatw.broker.server.KafkaServer.start_error}) is

@@ -36,6 +36,7 @@ from twisted.internet.protocol import Factory
 from twisted.logger import Logger
 
 from ..config import DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG, BrokerConfig, topic_log_config
+from ..storage.log_cleaner import LogCleaner
 from ..storage.log_manager import LogManager
 from ..storage.meta_properties import MetaPropertiesError, ensure_meta_properties
 from ..zookeeper.bridge import NodeExistsError, ZooKeeperClient, ZooKeeperUnavailableError
@@ -215,6 +216,7 @@ class KafkaServer(service.MultiService):
         self.zookeeper: ZooKeeperClient | None = None
         self.registry: Registry | None = None
         self.log_manager: LogManager | None = None
+        self.log_cleaner: LogCleaner | None = None
         self.replica_manager: ReplicaManager | None = None
         self.controller: KafkaController | None = None
         self.fetcher_manager: ReplicaFetcherManager | None = None
@@ -373,9 +375,15 @@ class KafkaServer(service.MultiService):
         self._every("logs", max(config["replica.lag.time.max.ms"] // 2, 10), self._shrink_isrs)
         self._every("logs", config["replica.high.watermark.checkpoint.interval.ms"],
                     self.log_manager.checkpoint_high_watermarks)
+        if config["log.cleaner.enable"]:
+            self.log_cleaner = LogCleaner(self.log_manager, config.as_dict(), self.reactor, self.now_ms)
+            self.log_cleaner.start()
 
     async def _stop_logs(self) -> None:
         self._stop_loops("logs")
+        if self.log_cleaner is not None:
+            await self.log_cleaner.stop()
+            self.log_cleaner = None
         if self.log_manager is not None:
             self.log_manager.close()
 

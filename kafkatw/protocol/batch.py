@@ -149,6 +149,7 @@ def parse_batch_headers(
     verify_crc: bool = True,
     max_batch_bytes: int | None = None,
     allow_partial_tail: bool = False,
+    allow_compacted: bool = False,
 ) -> list[BatchHeader]:
     """
     Parse the headers of the consecutive record batches making up C{data}, as
@@ -165,6 +166,10 @@ def parse_batch_headers(
         is cut short (its header or body runs past the end of C{data}), and
         accept empty input: a Fetch response may end in the middle of a batch
         (the protocol guide, "Fetch API"), and a follower ignores that tail.
+    @param allow_compacted: accept batches the log cleaner rewrote, whose
+        C{recordCount} is below C{lastOffsetDelta + 1} (records removed, the
+        last offset kept), down to 0 (an empty batch kept for a producer's
+        last sequence); a follower fetching a compacted log gets them.
     @return: one L{BatchHeader} per batch, in order; never empty unless
         C{allow_partial_tail}.
     @raise CorruptRecordError: empty input, truncated header or body,
@@ -201,7 +206,8 @@ def parse_batch_headers(
             raise RecordTooLargeError(f"record batch of {size} bytes exceeds max.message.bytes {max_batch_bytes}")
         if verify_crc and crc32c(view[pos + CRC_START:end]) != crc:
             raise CorruptRecordError(f"record batch at byte {pos} fails its CRC-32C check")
-        if count <= 0 or last_delta < 0 or count != last_delta + 1:
+        if last_delta < 0 or (count > last_delta + 1 or count < 0 if allow_compacted
+                               else count <= 0 or count != last_delta + 1):
             raise InvalidRecordError(
                 f"record batch at byte {pos}: record count {count} inconsistent with last offset delta {last_delta}")
         append(BatchHeader(pos, size, base_offset, epoch, magic, crc, attributes, last_delta, base_ts, max_ts,

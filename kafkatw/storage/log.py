@@ -28,6 +28,11 @@ epoch newer than the cache's latest is assigned its first offset before the
 batches are written, as Kafka does, so that the checkpoint never misses an
 epoch present in the log.  Reads return L{FileRegion}s, never data (D4).
 
+Compaction (C{cleanup.policy=compact}): L{kafkatw.storage.log_cleaner}
+rewrites segments below the active one beside the old ones and swaps them in
+with L{PartitionLog.replace_segments}; loading completes or undoes a swap that
+a crash cut short (C{.cleaned}, C{.swap}, C{.deleted} files, docs/storage.md).
+
 Timestamps and codecs: with C{message.timestamp.type=LogAppendTime} the
 leader stamps each batch (the timestamp-type attribute bit and the append time
 as C{maxTimestamp}, with a new CRC), and with a C{compression.type} other than
@@ -49,16 +54,16 @@ from typing import Any, Callable, Mapping, NamedTuple
 
 from twisted.logger import Logger
 
-from kafkatw.errors import ErrorCode, KafkaStorageError, OffsetOutOfRangeError, kafka_error
-from kafkatw.protocol.batch import LOG_OVERHEAD, parse_batch_headers
-from kafkatw.protocol.records import COMPRESSION_TYPE_CODECS, rewrite_batches
+from kafkatw.errors import ErrorCode, InvalidRecordError, KafkaStorageError, OffsetOutOfRangeError, kafka_error
+from kafkatw.protocol.batch import BATCH_HEADER_SIZE, LOG_OVERHEAD, parse_batch_headers, unpack_header
+from kafkatw.protocol.records import COMPRESSION_TYPE_CODECS, decode_batches, rewrite_batches
 from kafkatw.storage.files import write_atomically
 from kafkatw.storage.leader_epoch import LEADER_EPOCH_CHECKPOINT_FILE, LeaderEpochCache
 from kafkatw.storage.producer_state import ProducerStateManager
 from kafkatw.storage.segment import FileRegion, LogSegment
 
 __all__ = ["FileRegion", "LogConfig", "AppendResult", "PartitionLog", "FILE_DELETE_DELAY_MS",
-           "UnexpectedAppendOffsetError"]
+           "UnexpectedAppendOffsetError", "CLEANED_SUFFIX", "SWAP_SUFFIX", "DELETED_SUFFIX"]
 
 _log = Logger()
 
@@ -69,6 +74,12 @@ _SNAPSHOT_SUFFIX = ".snapshot"
 #: Kafka's default C{file.delete.delay.ms}: descriptors of deleted segments stay
 #: open this long so that regions being sent remain valid.
 FILE_DELETE_DELAY_MS = 60000
+#: Suffixes of the log cleaner's files (Kafka's C{LogFileUtils}): a cleaned
+#: segment being written, one ready to replace the old ones, an old one
+#: replaced (its descriptor still open for in-flight reads).
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
+DELETED_SUFFIX = ".deleted"
 
 
 @dataclass
@@ -100,6 +111,11 @@ class LogConfig:
     compression_gzip_level: int = -1
     compression_lz4_level: int = 9
     compression_zstd_level: int = 3
+    cleanup_policy: str = "delete"
+    delete_retention_ms: int = 86400000
+    min_cleanable_dirty_ratio: float = 0.5
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = _LONG_MAX
 
     _KEYS = {
         "segment.bytes": "segment_bytes",
@@ -121,21 +137,31 @@ class LogConfig:
         "compression.gzip.level": "compression_gzip_level",
         "compression.lz4.level": "compression_lz4_level",
         "compression.zstd.level": "compression_zstd_level",
+        "cleanup.policy": "cleanup_policy",
+        "delete.retention.ms": "delete_retention_ms",
+        "min.cleanable.dirty.ratio": "min_cleanable_dirty_ratio",
+        "min.compaction.lag.ms": "min_compaction_lag_ms",
+        "max.compaction.lag.ms": "max_compaction_lag_ms",
     }
-    _STRINGS = frozenset({"message_timestamp_type", "compression_type"})
+    _TYPES = {
+        "message_timestamp_type": str,
+        "compression_type": str,
+        "cleanup_policy": lambda v: ",".join(sorted(p.strip() for p in (v if isinstance(v, list) else str(v).split(","))
+                                                    if p.strip())),
+        "min_cleanable_dirty_ratio": float,
+    }
 
     @classmethod
     def from_topic_config(cls, config: Mapping[str, Any]) -> "LogConfig":
         """
         Build from a topic config dict (as L{kafkatw.config.topic_log_config}
         returns); missing keys take Kafka's defaults, unknown keys
-        (C{cleanup.policy} ...) are ignored, string values are parsed.
+        are ignored, string values are parsed.
         """
         values: dict[str, Any] = {}
         for key, attr in cls._KEYS.items():
             if key in config:
-                value = config[key]
-                values[attr] = str(value) if attr in cls._STRINGS else int(value)
+                values[attr] = cls._TYPES.get(attr, int)(config[key])
         return cls(**values)
 
     @property
@@ -166,6 +192,52 @@ class LogConfig:
         after = self.message_timestamp_after_max_ms
         return after if after != _LONG_MAX else self.message_timestamp_difference_max_ms
 
+    @property
+    def compact(self) -> bool:
+        """C{cleanup.policy} holds C{compact}: the log cleaner compacts this log."""
+        return "compact" in self.cleanup_policy.split(",")
+
+    @property
+    def delete(self) -> bool:
+        """C{cleanup.policy} holds C{delete}: retention deletes old segments."""
+        return "delete" in self.cleanup_policy.split(",")
+
+    @property
+    def max_segment_ms(self) -> int:
+        """
+        Age at which the active segment rolls: C{segment.ms}, or
+        C{max.compaction.lag.ms} when smaller on a compacted log (Kafka's
+        C{LogConfig.maxSegmentMs}, KIP-354), so that old records leave the
+        active segment and become cleanable.
+        """
+        if self.compact and self.max_compaction_lag_ms > 0:
+            return min(self.segment_ms, self.max_compaction_lag_ms)
+        return self.segment_ms
+
+
+def _check_keys(records: bytes | bytearray | memoryview, partition: str) -> None:
+    """
+    Refuse records without a key, for a compacted log (the records are decoded,
+    decompressed if need be, as Kafka's C{LogValidator} does for such topics).
+
+    @raise InvalidRecordError: a data record has a null key.
+    """
+    for batch in decode_batches(records, verify_crc=False):
+        if batch.is_control:
+            continue
+        for record in batch.records:
+            if record.key is None:
+                raise InvalidRecordError(
+                    f"Compacted topic cannot accept message without key in topic partition {partition}")
+
+
+def _sync_directory(directory: str) -> None:
+    """C{fsync} a directory, so that renames in it are durable."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 class UnexpectedAppendOffsetError(OffsetOutOfRangeError):
@@ -239,6 +311,9 @@ class PartitionLog:
         self._graveyard: list[tuple[int, LogSegment]] = []
         self._unflushed_messages = 0
         self._last_flush_ms = now_ms()
+        #: the lowest offset the log was truncated to since the log cleaner
+        #: last looked (it lowers its checkpoint to it), C{None} when not truncated
+        self.truncated_to: int | None = None
         try:
             os.makedirs(directory, exist_ok=True)
         except OSError as e:
@@ -260,7 +335,48 @@ class PartitionLog:
         return LogSegment(self.directory, base_offset, self.config.index_interval_bytes,
                           self.config.segment_index_bytes, created_ms=self.now_ms())
 
+    def _complete_swaps(self) -> None:
+        """
+        Finish or undo a log cleaner's segment swap cut short by a crash, as
+        Kafka's C{LogLoader} does (docs/storage.md, "Log compaction"):
+        C{.cleaned} and C{.deleted} files are removed; each C{<base>.log.swap}
+        replaces the C{.log} segments whose base offsets lie in
+        C{[base, swap's next offset)} and is renamed into place, and its
+        indexes are rebuilt when the segment is loaded.
+        """
+        directory = self.directory
+        names = os.listdir(directory)
+        for name in names:
+            if name.endswith((CLEANED_SUFFIX, DELETED_SUFFIX)) or (
+                    name.endswith(SWAP_SUFFIX) and not name.endswith(".log" + SWAP_SUFFIX)):
+                os.unlink(os.path.join(directory, name))
+        swaps = sorted(int(name.split(".")[0]) for name in names if name.endswith(".log" + SWAP_SUFFIX))
+        for base in swaps:
+            swap_path = os.path.join(directory, f"{base:020d}.log{SWAP_SUFFIX}")
+            end = base
+            fd = os.open(swap_path, os.O_RDONLY)
+            try:
+                size = os.fstat(fd).st_size
+                position = 0
+                while position + BATCH_HEADER_SIZE <= size:
+                    header = unpack_header(os.pread(fd, BATCH_HEADER_SIZE, position))
+                    if header.size < BATCH_HEADER_SIZE or position + header.size > size:
+                        break
+                    end = header.next_offset
+                    position += header.size
+            finally:
+                os.close(fd)
+            for name in os.listdir(directory):
+                stem, _, suffix = name.partition(".")
+                covered = stem.isdigit() and base <= int(stem) <= max(base, end - 1)
+                if covered and suffix in ("log", "index", "timeindex"):
+                    os.unlink(os.path.join(directory, name))
+            os.replace(swap_path, swap_path[:-len(SWAP_SUFFIX)])
+            _log.info("completed the segment swap of {partition} at offset {offset} (up to {end})",
+                      partition=f"{self.topic}-{self.partition}", offset=base, end=end)
+
     def _load(self, recovery_point: int, clean_shutdown: bool) -> None:
+        self._complete_swaps()
         bases = []
         for name in os.listdir(self.directory):
             if name.endswith(".log") and name[:-4].isdigit():
@@ -425,13 +541,17 @@ class PartitionLog:
             a negative epoch is written but never assigned in the cache.
         @raise CorruptRecordError: see L{parse_batch_headers}; nothing is written.
         @raise RecordTooLargeError: a batch above C{max.message.bytes}.
-        @raise InvalidRecordError: inconsistent batch counts.
+        @raise InvalidRecordError: inconsistent batch counts; on a compacted
+            log, a record without a key (Kafka's C{LogValidator}: "Compacted
+            topic cannot accept message without key").
         @raise InvalidProducerEpochError, OutOfOrderSequenceError: idempotence
             checks; nothing is written.
         @raise KafkaStorageError: the write failed.
         """
         config = self.config
         headers = parse_batch_headers(records, True, config.max_message_bytes)
+        if config.compact:
+            _check_keys(records, f"{self.topic}-{self.partition}")
         duplicate = self.producer_state.validate(headers)
         if duplicate is not None:
             return AppendResult(duplicate.base_offset, duplicate.last_offset, -1, self.log_start_offset,
@@ -537,14 +657,16 @@ class PartitionLog:
             C{base_offset == log_end_offset}.
         @raise UnexpectedAppendOffsetError: the first batch does not start at
             the log end offset, or a batch does not start where the previous
-            one ended (kafkatw has no compaction, so a follower's log has no
-            offset gaps); nothing is written.
+            one ended; on a compacted log (C{cleanup.policy} with C{compact})
+            batches may start past the expected offset (the leader's cleaner
+            removed the offsets between), never before it.  Nothing is written.
         @raise CorruptRecordError: a whole batch fails its CRC-32C check or is
             not magic 2; nothing is written.
         @raise InvalidRecordError: inconsistent batch counts; nothing is written.
         @raise KafkaStorageError: the write failed.
         """
-        headers = parse_batch_headers(records, True, None, allow_partial_tail=True)
+        compacted = self.config.compact
+        headers = parse_batch_headers(records, True, None, allow_partial_tail=True, allow_compacted=compacted)
         leo = self.log_end_offset
         if not headers:
             return AppendResult(leo, leo - 1, -1, self.log_start_offset, 0, False, 0, 0)
@@ -553,7 +675,7 @@ class PartitionLog:
         new_epochs = []
         expected = leo
         for h in headers:
-            if h.base_offset != expected:
+            if h.base_offset != expected and not (compacted and h.base_offset > expected):
                 what = "first batch" if expected == leo else f"batch at byte {h.position}"
                 raise UnexpectedAppendOffsetError(
                     f"follower append to {self.topic}-{self.partition}: {what} starts at offset {h.base_offset},"
@@ -576,7 +698,7 @@ class PartitionLog:
         for h in headers:
             if h.producer_id >= 0:
                 load_batch(h)
-        record_count = expected - leo
+        record_count = expected - leo if not compacted else sum(h.record_count for h in headers)
         self._unflushed_messages += record_count
         if self._unflushed_messages >= self.config.flush_messages:
             self.flush()
@@ -588,7 +710,7 @@ class PartitionLog:
             return segment
         config = self.config
         if (segment.size_bytes + size_bytes > config.segment_bytes
-                or self.now_ms() - segment.created_ms > config.segment_ms - self._roll_jitter(segment)
+                or self.now_ms() - segment.created_ms > config.max_segment_ms - self._roll_jitter(segment)
                 or segment.index_full
                 or not segment.relative_offset_fits(last_offset)):
             return self.roll()
@@ -696,13 +818,16 @@ class PartitionLog:
     def apply_retention(self, now_ms: int) -> int:
         """
         Delete old segments by C{retention.ms} (segment's largest timestamp)
-        and C{retention.bytes} (total size); never the active segment.
+        and C{retention.bytes} (total size); never the active segment.  Only
+        when C{cleanup.policy} holds C{delete} (C{delete} or C{compact,delete}).
         Advances the log start offset.
 
         @return: the number of segments deleted.
         """
         self._close_graveyard(now_ms)
         config = self.config
+        if not config.delete:
+            return 0  # cleanup.policy=compact: the log cleaner's job
         deletable = 0
         candidates = self._segments[:-1]
         if config.retention_ms >= 0:
@@ -736,14 +861,85 @@ class PartitionLog:
                   count=deletable, partition=f"{self.topic}-{self.partition}", offset=self.log_start_offset)
         return deletable
 
+    def replace_segments(self, old: list[LogSegment], base_offset: int,
+                         crash_after: Callable[[str], None] | None = None) -> LogSegment:
+        """
+        Put the log cleaner's C{<base_offset>.log.cleaned} (and its
+        C{.index.cleaned}, C{.timeindex.cleaned}) in place of the consecutive
+        segments C{old}, in one step on the reactor thread (Kafka's
+        C{UnifiedLog.replaceSegments}):
+
+          1. the cleaned files are renamed C{.swap} (indexes first, the log last);
+          2. each old segment's indexes are removed and its C{.log} renamed
+             C{.deleted}; its descriptor stays open (in the graveyard) for
+             L{FILE_DELETE_DELAY_MS} so that regions already handed to
+             fetches still read the old bytes, then the file is removed;
+          3. the C{.swap} files are renamed into place (the log first) and the
+             new segment replaces C{old} in the segment list.
+
+        A crash at any point is completed or undone by the next load
+        (L{_complete_swaps}).
+
+        @param crash_after: test hook, called with C{"swap"}, C{"delete"} and
+            C{"live"} after each step (it raises to simulate a crash).
+        @return: the new segment.
+        @raise ValueError: C{old} is not a run of the log's segments below the
+            active one (the log changed while it was being cleaned); no file
+            was touched.
+        """
+        segments = self._segments
+        try:
+            first = next(i for i, seg in enumerate(segments) if seg is old[0])
+        except StopIteration:
+            raise ValueError("the segments to replace are no longer in the log") from None
+        if segments[first:first + len(old)] != old or first + len(old) >= len(segments) \
+                or old[0].base_offset != base_offset:
+            raise ValueError("the segments to replace are no longer in the log")
+        directory = self.directory
+        names = [f"{base_offset:020d}{suffix}" for suffix in (".index", ".timeindex", ".log")]
+        for name in names:
+            os.replace(os.path.join(directory, name + CLEANED_SUFFIX), os.path.join(directory, name + SWAP_SUFFIX))
+        _sync_directory(directory)
+        if crash_after is not None:
+            crash_after("swap")
+        now_ms = self.now_ms()
+        for segment in old:
+            segment.offset_index.delete()
+            segment.time_index.delete()
+            deleted = segment.path + DELETED_SUFFIX
+            os.replace(segment.path, deleted)
+            segment.path = deleted
+            self._graveyard.append((now_ms, segment))
+        if crash_after is not None:
+            crash_after("delete")
+        for name in reversed(names):
+            os.replace(os.path.join(directory, name + SWAP_SUFFIX), os.path.join(directory, name))
+        _sync_directory(directory)
+        if crash_after is not None:
+            crash_after("live")
+        segment = LogSegment(directory, base_offset, self.config.index_interval_bytes,
+                             self.config.segment_index_bytes)
+        segment.load()
+        segments[first:first + len(old)] = [segment]
+        self._bases = [s.base_offset for s in segments]
+        return segment
+
     def _close_graveyard(self, now_ms: int | None) -> None:
         keep = []
         for deleted_ms, segment in self._graveyard:
             if now_ms is None or now_ms - deleted_ms >= self.config.file_delete_delay_ms:
                 segment.close_log()
+                if segment.path.endswith(DELETED_SUFFIX):  # replaced by the log cleaner
+                    try:
+                        os.unlink(segment.path)
+                    except FileNotFoundError:
+                        pass
             else:
                 keep.append((deleted_ms, segment))
         self._graveyard = keep
+
+    def _note_truncation(self, offset: int) -> None:
+        self.truncated_to = offset if self.truncated_to is None else min(self.truncated_to, offset)
 
     def truncate_to(self, offset: int) -> None:
         """
@@ -758,6 +954,7 @@ class PartitionLog:
         if offset >= self.log_end_offset:
             self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
             return
+        self._note_truncation(offset)
         if offset <= self._segments[0].base_offset:
             self.truncate_fully_and_start_at(offset)
             return
@@ -782,6 +979,7 @@ class PartitionLog:
         watermark and recovery point all become C{offset}; the epoch cache
         and the producer state are emptied.
         """
+        self._note_truncation(offset)
         for segment in self._segments:
             segment.delete()
         self._segments = [self._new_segment(offset)]

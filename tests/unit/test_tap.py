@@ -62,8 +62,8 @@ class OptionsTests(unittest.TestCase):
 
     def test_values_the_broker_cannot_honour_are_refused(self) -> None:
         for args, says in [
-            (["--override", "log.cleanup.policy=compact"], "no log compaction"),
-            (["--override", "log.cleanup.policy=compact,delete"], "no log compaction"),
+            (["--override", "log.cleanup.policy=shred"], "must be delete, compact or compact,delete"),
+            (["--override", "log.cleanup.policy=compact,shred"], "must be delete, compact or compact,delete"),
             (["--override", "log.message.timestamp.type=WallClock"], "CreateTime or LogAppendTime"),
             (["--zookeeper", "embedded:0"], "1..65535"),
             (["--zookeeper", "embedded:two"], "1..65535"),
@@ -72,6 +72,8 @@ class OptionsTests(unittest.TestCase):
                 parse(*args)
             self.assertIn(says, str(raised.exception))
         self.assertEqual(parse("--override", "log.cleanup.policy=delete").broker_config["log.cleanup.policy"], "delete")
+        self.assertEqual(parse("--override", "log.cleanup.policy=delete,compact").broker_config["log.cleanup.policy"],
+                         "compact,delete")
         self.assertEqual(parse("--zookeeper", "embedded:2182").broker_config["zookeeper.connect"], "embedded:2182")
 
     def test_embedded_zookeeper_port(self) -> None:
@@ -89,11 +91,11 @@ class OptionsTests(unittest.TestCase):
         options = Options()
         options.parent = usage.Options()  # as twistd's ServerOptions sets it for its subcommand
         with self.assertRaises(SystemExit) as raised:
-            options.parseOptions(["--override", "log.cleanup.policy=compact"])
+            options.parseOptions(["--override", "log.cleanup.policy=shred"])
         self.assertEqual(raised.exception.code, 2)
         first, pointer = stderr.getvalue().splitlines()
-        self.assertEqual(first, "twistd kafkatw: bad value for log.cleanup.policy: 'compact'"
-                                " (kafkatw has no log compaction; only 'delete' is supported)")
+        self.assertEqual(first, "twistd kafkatw: bad value for log.cleanup.policy: 'shred'"
+                                " (must be delete, compact or compact,delete)")
         self.assertIn("--help", pointer)
 
     def test_kafka_listener_syntax(self) -> None:
@@ -173,7 +175,7 @@ class ConfigTests(unittest.TestCase):
         effective = topic_log_config(broker, {"segment.bytes": "4096"})
         self.assertEqual((effective["retention.ms"], effective["segment.bytes"]), (1000, 4096))
         with self.assertRaises(ValueError) as raised:
-            topic_log_config(broker, {"cleanup.policy": "compact"})
-        self.assertIn("Invalid value compact for configuration cleanup.policy: kafkatw has no log compaction",
+            topic_log_config(broker, {"cleanup.policy": "shred"})
+        self.assertIn("Invalid value shred for configuration cleanup.policy: must be delete, compact or compact,delete",
                       str(raised.exception))
         self.assertRaises(ValueError, topic_log_config, broker, {"unknown.key": "1"})
