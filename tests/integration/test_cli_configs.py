@@ -37,7 +37,7 @@ class ConfigsToolTests(unittest.TestCase):
             lines = shown.stdout.splitlines()
             self.assertEqual(lines[0], "All configs for broker 0 are:")
             self.assertTrue(any(line.startswith("  follower.replication.throttled.rate=") for line in lines))
-            self.assertIn("  sasl.jaas.config=null sensitive=true synonyms={STATIC_BROKER_CONFIG:sasl.jaas.config=null}",
+            self.assertIn("  sasl.jaas.config=null sensitive=true synonyms={DEFAULT_CONFIG:sasl.jaas.config=null}",
                           lines)
             done = configs(*b, "--broker", "0", "--alter", "--delete-config", "follower.replication.throttled.rate")
             self.assertEqual(done.returncode, 0, done.stderr)

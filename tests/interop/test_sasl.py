@@ -51,7 +51,8 @@ def kafkatw(*args: str) -> subprocess.CompletedProcess:
 def produce_consume_kcat(bootstrap: str, topic: str, mechanism: str, user: str, password: str) -> list[bytes]:
     sasl = ["-X", "security.protocol=SASL_PLAINTEXT", "-X", f"sasl.mechanisms={mechanism}",
             "-X", f"sasl.username={user}", "-X", f"sasl.password={password}"]
-    subprocess.run([KCAT, "-b", bootstrap, *sasl, "-P", "-t", topic, "-p", "0"], input=b"\n".join(RECORDS) + b"\n",
+    # idempotent, so that a first send refused while the topic is auto-created is retried in order
+    subprocess.run([KCAT, "-b", bootstrap, *sasl, "-X", "enable.idempotence=true", "-P", "-t", topic, "-p", "0"], input=b"\n".join(RECORDS) + b"\n",
                    check=True, timeout=TIMEOUT_S, capture_output=True)
     out = subprocess.run([KCAT, "-b", bootstrap, *sasl, "-C", "-t", topic, "-p", "0", "-o", "beginning", "-e",
                           "-c", str(len(RECORDS)), "-f", "%s\n"], check=True, timeout=TIMEOUT_S, capture_output=True)
