@@ -32,7 +32,7 @@ from ..errors import (
     UnknownTopicOrPartitionError,
     kafka_error,
 )
-from .partition import FOLLOWER, LEADER, Partition
+from .partition import FOLLOWER, LEADER, OFFLINE, Partition
 
 __all__ = ["ReplicaManager", "Purgatory", "DelayedOperation", "DelayedFetch", "DelayedProduce"]
 
@@ -201,6 +201,11 @@ class ReplicaManager:
         self.fetcher_manager: Any = None
         self.fetch_purgatory = Purgatory()
         self.produce_purgatory = Purgatory()
+        #: C{listener(topic, partition, role, leader_epoch)} after this broker's
+        #: role of a partition changed (role C{"leader"}, C{"follower"} or
+        #: C{"offline"}; leader epoch None when the partition is no longer
+        #: hosted): the transaction coordinator follows its partitions so.
+        self.leadership_listeners: list[Callable[[str, int, str, int | None], None]] = []
 
     # --- partitions ---------------------------------------------------------------
 
@@ -266,6 +271,8 @@ class ReplicaManager:
         for fetch in self.fetch_purgatory.watching((topic, partition)):
             fetch.complete()
         self._check_produces((topic, partition))
+        for listener in list(self.leadership_listeners):
+            listener(topic, partition, change, state.leader_epoch)
 
     def host_partition(self, topic: str, partition: int) -> None:
         """Create (or open) the local log of a partition assigned to this broker (before its state is known)."""
@@ -281,6 +288,9 @@ class ReplicaManager:
             fetch.complete()
         for produce in self.produce_purgatory.watching(key):
             produce.check()
+        if p is not None:
+            for listener in list(self.leadership_listeners):
+                listener(topic, partition, OFFLINE, None)
         if self.log_manager.get(topic, partition) is not None:
             self.log_manager.delete(topic, partition)
 

@@ -42,6 +42,7 @@ from ..zookeeper.embedded import EmbeddedZooKeeperService, ZooKeeperNotInstalled
 from ..zookeeper.registry import DEFAULT_BROKER_ENTITY, BrokerIdInUseError, Registry
 from .admin import AdminManager
 from .apis import KafkaApis
+from .transaction_apis import TransactionWiring
 from .controller import CONTROLLED_SHUTDOWN_PATH, KafkaController
 from .replica_fetcher import ReplicaFetcherManager
 from .metadata_cache import BrokerEndpoint, MetadataCache, TopicMetadata
@@ -202,6 +203,7 @@ class KafkaServer(service.MultiService):
         self._state_watches: dict[tuple[str, int], Any] = {}
         self.apis: KafkaApis | None = None
         self.admin: AdminManager | None = None
+        self.transactions: TransactionWiring | None = None
         self._listening_ports: list[Any] = []
         self._loops: dict[str, list[task.LoopingCall]] = {}
         self._zookeeper_connect: str | None = None
@@ -384,6 +386,13 @@ class KafkaServer(service.MultiService):
         self.apis = KafkaApis(config, self.replica_manager, self.metadata, self.admin, self.reactor,
                               now_ms=self.now_ms)
         self.apis.controller = self.controller
+        client = self.inter_broker_client
+        self.transactions = TransactionWiring(
+            config, self.replica_manager, self.metadata, self.admin, self.registry,
+            lambda broker, api_key, body: defer.Deferred.fromCoroutine(client.send(broker, api_key, body)),
+            self.reactor, self.now_ms)
+        self.apis.transactions = self.transactions
+        self.transactions.start()
         host, advertised_port = self._advertised()
         # Serve before registering: a broker in /brokers/ids answers its peers' fetches.
         self._factory.serving = KafkaServerFactory(self.apis, config["socket.request.max.bytes"])
@@ -401,6 +410,8 @@ class KafkaServer(service.MultiService):
     async def _stop_serving(self) -> None:
         await self._controlled_shutdown()
         self._factory.serving = None  # new connections are closed from now on
+        if self.transactions is not None:
+            self.transactions.stop()
         if self.replica_manager is not None:
             self.replica_manager.complete_all_delayed()
         if self.apis is not None:
