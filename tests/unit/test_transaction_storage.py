@@ -16,7 +16,7 @@ from kafkatw.protocol.batch import build_batch
 from kafkatw.storage.producer_state import Marker, ProducerStateManager, read_marker
 from kafkatw.storage.transaction_index import ABORTED_TXN_SIZE, AbortedTxn, TransactionIndex
 
-from .test_storage import Clock, LogTestMixin, TestCase
+from .test_storage import LogTestMixin, TestCase
 
 TXN = 0x10
 
