@@ -449,7 +449,8 @@ class KafkaApis(TransactionApis):
         if not tps:
             return self._fetch_response(context, topics)
         d = self.replica_manager.delay_fetch(tps, request.min_bytes, total, max_wait_ms,
-                                             replica=getattr(request, "replica_id", -1) >= 0)
+                                             replica=getattr(request, "replica_id", -1) >= 0,
+                                             stable_offsets=self._stable_offsets(request, topics))
         d.addCallback(lambda _: self._fetch_response(context, self._read_partitions(request)[0]))
         return d
 

@@ -108,6 +108,7 @@ class TransactionWiring:
         self.coordinator = TransactionCoordinator(config, reactor, self.log, self.markers, admin,
                                                   self.partition_exists)
         self._creating: defer.Deferred | None = None
+        self._short_of = -1  # live brokers when the topic last could not be created (logged once per count)
         self.started = False
 
     def leader_for(self, topic: str, partition: int) -> int | None:
@@ -159,9 +160,11 @@ class TransactionWiring:
         if self._creating is None:
             replication_factor = self.config["transaction.state.log.replication.factor"]
             if len(self.metadata.brokers) < replication_factor:
-                _log.warn("{topic} not created: {alive} live brokers, transaction.state.log.replication.factor "
-                          "is {rf}", topic=TRANSACTION_STATE_TOPIC, alive=len(self.metadata.brokers),
-                          rf=replication_factor)
+                if self._short_of != len(self.metadata.brokers):
+                    self._short_of = len(self.metadata.brokers)
+                    _log.warn("{topic} not created: {alive} live brokers, transaction.state.log.replication.factor "
+                              "is {rf}", topic=TRANSACTION_STATE_TOPIC, alive=len(self.metadata.brokers),
+                              rf=replication_factor)
                 return False
             self._creating = defer.ensureDeferred(self.admin.create_topic(
                 TRANSACTION_STATE_TOPIC, self.config["transaction.state.log.num.partitions"], replication_factor,
@@ -220,6 +223,16 @@ class TransactionApis:
         on the id (Kafka's WRITE on TRANSACTIONAL_ID); none today.
         """
         return False
+
+    @staticmethod
+    def _stable_offsets(request: Any, topics: list) -> dict[tuple[str, int], int] | None:
+        """
+        For a consumer's read-committed Fetch about to wait: each partition's
+        last stable offset as read (the wait ends when one passes it).
+        """
+        if getattr(request, "replica_id", -1) >= 0 or getattr(request, "isolation_level", 0) != 1:
+            return None
+        return {(name, p.partition_index): p.last_stable_offset for name, partitions in topics for p in partitions}
 
     # --- FindCoordinator key type 1 ----------------------------------------------------------
 

@@ -167,6 +167,23 @@ class TransactionFlowTests(unittest.TestCase):
         self.assertEqual(list(after.aborted_transactions), [])
         self.assertEqual(self._latest("t", 1, 1), 3)
 
+    def test_read_committed_fetch_waits_for_the_lso(self) -> None:
+        """A waiting read-committed fetch is not woken by uncommitted data, but by the commit."""
+        h = self.h
+        h.add(self.pid, self.epoch, ("t", 0))
+        body = h.fetch_request("t", 0, 0, max_wait_ms=5000)
+        body["isolation_level"] = 1
+        waiting = h.request(1, 12, body)
+        self.assertNoResult(waiting)
+        h.txn_produce("t", 0, self.pid, self.epoch, 0)  # the high watermark moves, the LSO does not
+        self.assertNoResult(waiting)
+        h.end(self.pid, self.epoch, True)
+        h.clock.advance(0)
+        h.clock.advance(0)
+        response = h.decode(1, 12, self.successResultOf(waiting)).responses[0].partitions[0]
+        self.assertEqual(response.last_stable_offset, 3)
+        self.assertLess(h.clock.seconds(), 5)
+
     def test_abort_lists_the_aborted_transaction(self) -> None:
         h = self.h
         h.add(self.pid, self.epoch, ("t", 0))
