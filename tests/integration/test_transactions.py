@@ -20,7 +20,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from twisted.trial import unittest
 
-from kafkatw.testing import running_cluster, wait_for
+from kafkatw.testing import ClassFixture, running_cluster, wait_for
 
 _SINGLE = {
     "transaction.state.log.replication.factor": "1",
@@ -79,7 +79,7 @@ def transactional_producer(bootstrap: str, transactional_id: str, **config: obje
     return producer
 
 
-class InteropTests(unittest.TestCase):
+class InteropTests(ClassFixture, unittest.TestCase):
     timeout = 180
 
     @classmethod
