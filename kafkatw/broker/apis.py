@@ -888,10 +888,10 @@ class KafkaApis(TransactionApis):
     def handle_offset_fetch(self, context: RequestContext, request: Any) -> defer.Deferred:
         wanted = None if request.topics is None else [
             (t.name, p) for t in request.topics for p in t.partition_indexes]
-        d = self.group_coordinator.fetch_offsets(request.group_id, wanted)
+        d = self._require_stable(self.group_coordinator.fetch_offsets(request.group_id, wanted), request)
 
         def answer(result: tuple) -> bytes:
-            error, found = result
+            error, found, *unstable = result
             keys = wanted if wanted is not None else sorted(found)
             partition_error = int(error) if context.api_version < 2 else 0
             topics: dict[str, list] = {}
@@ -904,6 +904,8 @@ class KafkaApis(TransactionApis):
                     "metadata": committed.metadata if committed else "",
                     "error_code": partition_error,
                 })
+                if unstable and (name, partition) in unstable[0]:  # KIP-447 require_stable
+                    topics[name][-1].update(committed_offset=-1, error_code=int(ErrorCode.unstable_offset_commit))
             return self._respond(context, {"throttle_time": 0, "error_code": int(error), "topics": [
                 {"name": name, "partitions": partitions} for name, partitions in topics.items()]})
 

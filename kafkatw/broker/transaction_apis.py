@@ -234,6 +234,27 @@ class TransactionApis:
             return None
         return {(name, p.partition_index): p.last_stable_offset for name, partitions in topics for p in partitions}
 
+    def _require_stable(self, d: defer.Deferred, request: Any) -> defer.Deferred:
+        """
+        OffsetFetch v7+ with C{require_stable} (KIP-447): C{d}'s C{(error,
+        found)} gets a third element, the partitions whose transactional
+        offsets are pending (answered C{UNSTABLE_OFFSET_COMMIT}).
+        """
+        if not getattr(request, "require_stable", False) or self.transactions is None:
+            return d
+        pending = self.transactions.pending_offsets
+
+        async def add(result: tuple) -> tuple:
+            try:
+                unstable = await pending.unstable(request.group_id)
+            except Exception as e:
+                _log.warn("reading the pending offsets of group {group} failed: {error}", group=request.group_id,
+                          error=e)
+                return (ErrorCode.coordinator_not_available, {})
+            return (*result, unstable)
+
+        return d.addCallback(lambda result: defer.Deferred.fromCoroutine(add(result)))
+
     # --- FindCoordinator key type 1 ----------------------------------------------------------
 
     def _find_transaction_coordinator(self, key: str) -> dict:

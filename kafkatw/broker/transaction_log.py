@@ -27,7 +27,7 @@ broker leads a ``__consumer_offsets`` partition, so:
     I{pending} in ZooKeeper, keyed by producer id and group (durable: a
     committed transaction's offsets survive the death of any broker)::
 
-        /transactions/pending_offsets/<producer id>/<group, percent-encoded>
+        /transactions/pending_offsets/<group, percent-encoded>/<producer id>
         {"version":1,"producer_epoch":3,
          "offsets":[["topic",0,42,-1,"metadata"], ...]}   (topic, partition, offset, leader epoch, metadata)
 
@@ -37,6 +37,9 @@ broker leads a ``__consumer_offsets`` partition, so:
     pending offsets of that producer's groups hashing to that partition into
     their committed offsets, then deletes them; ABORT deletes them.  Either is
     idempotent, so the coordinator's retries after a failover are safe.
+  - OffsetFetch with C{require_stable} (KIP-447) answers
+    C{UNSTABLE_OFFSET_COMMIT} for a partition with offsets pending
+    (L{PendingOffsetStore.unstable}), which clients retry.
 
 Source: Apache Kafka C{TransactionStateManager}, C{KafkaApis.handleWriteTxnMarkersRequest},
 C{GroupMetadata} (pending transactional offsets); KIP-98.
@@ -221,9 +224,9 @@ class PendingOffsetStore:
         self.offsets_topic_partitions = offsets_topic_partitions
 
     @staticmethod
-    def path(producer_id: int, group_id: str = "") -> str:
-        base = f"{PENDING_OFFSETS_PATH}/{producer_id}"
-        return f"{base}/{quote(group_id, safe='')}" if group_id else base
+    def path(group_id: str, producer_id: int | None = None) -> str:
+        base = f"{PENDING_OFFSETS_PATH}/{quote(group_id, safe='')}"
+        return base if producer_id is None else f"{base}/{producer_id}"
 
     def add(self, group_id: str, producer_id: int, producer_epoch: int,
             offsets: dict[tuple[str, int], CommittedOffset]) -> defer.Deferred:
@@ -231,18 +234,18 @@ class PendingOffsetStore:
         Add C{offsets} to the pending offsets of C{producer_id} for C{group_id}
         (a later value of a partition replaces the earlier).
 
-        @return: a Deferred firing once written.
-        @raise KafkaError: C{INVALID_PRODUCER_EPOCH} (via the Deferred), the
-            pending offsets belong to a newer epoch.
+        @return: a Deferred firing once written; failing with a L{KafkaError}
+            C{INVALID_PRODUCER_EPOCH} when the pending offsets belong to a
+            newer epoch.
         """
         client = self.registry.client
-        path = self.path(producer_id, group_id)
+        path = self.path(group_id, producer_id)
 
         async def go() -> None:
             for _ in range(10):
                 try:
                     data, stat = await client.get(path)
-                    version = stat.version if hasattr(stat, "version") else stat
+                    version = stat.version
                     body = json.loads(data)
                 except NoNodeError:
                     body, version = None, None
@@ -268,26 +271,38 @@ class PendingOffsetStore:
 
         return defer.Deferred.fromCoroutine(go())
 
-    def pending(self, producer_id: int) -> defer.Deferred:
-        """@return: a Deferred firing with C{{group: {(topic, partition): CommittedOffset}}} of C{producer_id}."""
+    def pending(self, group_id: str) -> defer.Deferred:
+        """
+        @return: a Deferred firing with C{{producer id: {(topic, partition):
+            CommittedOffset}}} pending for C{group_id}.
+        """
         client = self.registry.client
 
-        async def go() -> dict[str, dict[tuple[str, int], CommittedOffset]]:
+        async def go() -> dict[int, dict[tuple[str, int], CommittedOffset]]:
             try:
-                children = await client.get_children(self.path(producer_id))
+                children = await client.get_children(self.path(group_id))
             except NoNodeError:
                 return {}
             out = {}
             for child in children:
                 try:
-                    data, _ = await client.get(f"{self.path(producer_id)}/{child}")
+                    data, _ = await client.get(f"{self.path(group_id)}/{child}")
                 except NoNodeError:
                     continue
                 body = json.loads(data)
-                out[unquote(child)] = {(t, p): CommittedOffset(o, e, m or "") for t, p, o, e, m in body["offsets"]}
+                out[int(child)] = {(t, p): CommittedOffset(o, e, m or "") for t, p, o, e, m in body["offsets"]}
             return out
 
         return defer.Deferred.fromCoroutine(go())
+
+    def unstable(self, group_id: str) -> defer.Deferred:
+        """
+        @return: a Deferred firing with the C{(topic, partition)}s of
+            C{group_id} with offsets pending (OffsetFetch's C{require_stable},
+            KIP-447).
+        """
+        d = self.pending(group_id)
+        return d.addCallback(lambda by_producer: {tp for offsets in by_producer.values() for tp in offsets})
 
     def complete(self, producer_id: int, partition: int, committed: bool) -> defer.Deferred:
         """
@@ -298,23 +313,32 @@ class PendingOffsetStore:
         client = self.registry.client
 
         async def go() -> None:
-            groups = await self.pending(producer_id)
-            for group, offsets in groups.items():
+            try:
+                groups = [unquote(g) for g in await client.get_children(PENDING_OFFSETS_PATH)]
+            except NoNodeError:
+                return
+            for group in groups:
                 if offsets_partition_for(group, self.offsets_topic_partitions)[1] != partition:
                     continue
-                if committed:
-                    for (topic, p), c in sorted(offsets.items()):
-                        await self.registry.set_committed_offset(group, topic, p, c)
+                path = self.path(group, producer_id)
                 try:
-                    await client.delete(self.path(producer_id, group))
+                    data, _ = await client.get(path)
+                except NoNodeError:
+                    continue
+                body = json.loads(data)
+                if committed:
+                    for t, p, o, e, m in body["offsets"]:
+                        await self.registry.set_committed_offset(group, t, p, CommittedOffset(o, e, m or ""))
+                try:
+                    await client.delete(path)
                 except NoNodeError:
                     pass
+                try:
+                    await client.delete(self.path(group))
+                except Exception:
+                    pass  # other producers' offsets still pending
                 _log.info("{result} the transactional offsets of producer {pid} for group {group}",
                           result="committed" if committed else "dropped", pid=producer_id, group=group)
-            try:
-                await client.delete(self.path(producer_id))
-            except Exception:
-                pass  # other groups still pending, or already gone
 
         return defer.Deferred.fromCoroutine(go())
 

@@ -234,10 +234,13 @@ class TransactionFlowTests(unittest.TestCase):
                                      "committed_metadata": "m"}]}]})
         self.assertEqual(commit.topics[0].partitions[0].error_code, ErrorCode.none)
         self.assertEqual(self._committed(group), -1)  # pending until the marker
+        self.assertEqual(self._fetch_offset(group, require_stable=False), (ErrorCode.none, -1))
+        self.assertEqual(self._fetch_offset(group, require_stable=True), (ErrorCode.unstable_offset_commit, -1))
         h.end(self.pid, self.epoch, True)
         h.settle()
         self.assertEqual(self._committed(group), 7)
-        self.assertEqual(self.successResultOf(PendingOffsetStore(h.registry).pending(self.pid)), {})
+        self.assertEqual(self._fetch_offset(group, require_stable=True), (ErrorCode.none, 7))
+        self.assertEqual(self.successResultOf(PendingOffsetStore(h.registry).pending(group)), {})
         # an aborted transaction's offsets vanish
         h.call(25, 3, {"transactional_id": "tx", "producer_id": self.pid, "producer_epoch": self.epoch,
                        "group_id": group})
@@ -249,7 +252,7 @@ class TransactionFlowTests(unittest.TestCase):
         h.end(self.pid, self.epoch, False)
         h.settle()
         self.assertEqual(self._committed(group), 7)
-        self.assertEqual(self.successResultOf(PendingOffsetStore(h.registry).pending(self.pid)), {})
+        self.assertEqual(self.successResultOf(PendingOffsetStore(h.registry).pending(group)), {})
 
     def test_txn_offset_commit_elsewhere_is_not_coordinator(self) -> None:
         response = self.h.call(28, 3, {"transactional_id": "tx", "group_id": group_led_by(1),
@@ -303,6 +306,12 @@ class TransactionFlowTests(unittest.TestCase):
         body = {"replica_id": -1, "isolation_level": isolation, "topics": [{"name": topic, "partitions": [
             {"partition_index": partition, "timestamp": -1, "current_leader_epoch": -1}]}]}
         return self.h.call(2, 4, body).topics[0].partitions[0].offset
+
+    def _fetch_offset(self, group: str, require_stable: bool) -> tuple[ErrorCode, int]:
+        response = self.h.call(9, 7, {"group_id": group, "require_stable": require_stable,
+                                      "topics": [{"name": "t", "partition_indexes": [0]}]})
+        p = response.topics[0].partitions[0]
+        return p.error_code, p.committed_offset
 
     def _committed(self, group: str) -> int:
         found = self.successResultOf(self.h.registry.get_committed_offsets(group, [("t", 0)]))
