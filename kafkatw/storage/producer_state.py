@@ -258,6 +258,8 @@ class ProducerStateManager:
         @raise InvalidProducerEpochError: an epoch older than the current one.
         @raise OutOfOrderSequenceError: a sequence gap, or a new epoch not
             starting at sequence 0.
+        @raise KafkaError: C{INVALID_TXN_STATE}, a non-transactional batch of a
+            producer whose transaction is open (Kafka's C{ProducerAppendInfo}).
         """
         pending: dict[int, tuple[int, int | None]] = {}
         for h in headers:
@@ -271,6 +273,10 @@ class ProducerStateManager:
                 epoch, last_seq = entry.epoch, entry.last_seq
             else:
                 epoch, last_seq = -1, None
+            if entry is not None and entry.current_txn_first_offset is not None and not h.attributes & 0x10 \
+                    and h.producer_epoch == entry.epoch:
+                raise kafka_error(ErrorCode.invalid_txn_state,
+                                  f"producer {pid}: a non-transactional write while its transaction is open")
             first_seq = h.base_sequence
             batch_last_seq = increment_sequence(first_seq, h.last_offset_delta)
             if entry is not None and h.producer_epoch == entry.epoch and pid not in pending:

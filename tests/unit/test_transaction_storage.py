@@ -168,6 +168,17 @@ class LogTransactionTests(LogTestMixin, TestCase):
         self.assertEqual(log.collect_aborted_transactions(5, 6), [AbortedTxn(2, 2, 5, 6)])
         self.assertTrue(os.path.exists(log.active_segment.txn_index.path))
 
+    def test_non_transactional_write_during_a_transaction_refused(self):
+        log = self.make_log()
+        log.append(txn_batch(1, 0), 0)
+        idempotent = build_batch([(b"k", b"v")], producer_id=1, producer_epoch=0, base_sequence=2,
+                                 timestamp_ms=1_000_000)
+        with self.assertRaises(KafkaError) as e:
+            log.append(idempotent, 0)
+        self.assertEqual(e.exception.error_code, ErrorCode.invalid_txn_state)
+        log.append_marker(1, 0, 0, True, 0, 1_000_000)
+        log.append(idempotent, 0)
+
     def test_client_control_batch_refused(self):
         log = self.make_log()
         self.assertRaises(InvalidRecordError, log.append, encode_marker_batch(1, 0, 0, True, 0), 0)
