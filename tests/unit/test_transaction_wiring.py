@@ -317,3 +317,56 @@ class TransactionFlowTests(unittest.TestCase):
         found = self.successResultOf(self.h.registry.get_committed_offsets(group, [("t", 0)]))
         committed = found.get(("t", 0))
         return committed.offset if committed is not None else -1
+
+
+class WiringPartsTests(unittest.TestCase):
+    def test_state_log_refuses_another_epoch_and_follows_leadership(self) -> None:
+        """The state log appends only as leader at the coordinator epoch; losing leadership unloads."""
+        h = TxnHarness(self)
+        h.create_topic(TRANSACTION_STATE_TOPIC, 1, [0])
+        epoch = h.metadata.leader_epoch(TRANSACTION_STATE_TOPIC, 0)
+        self.assertEqual(h.wiring.coordinator.owned_partitions(), {0: epoch})
+        failure = self.failureResultOf(h.wiring.log.append(0, epoch + 1, [(b"k", b"v")]))
+        self.assertEqual(failure.value.error_code, ErrorCode.not_leader_or_follower)
+        self.successResultOf(h.wiring.log.append(0, epoch, [(b"k", b"v")]))
+        self.assertEqual(self.successResultOf(h.wiring.log.read(0)), [(b"k", b"v")])
+        h.write_state(TRANSACTION_STATE_TOPIC, 0, 1, epoch + 1, [0, 1])  # broker 1 leads now
+        self.assertEqual(h.wiring.coordinator.owned_partitions(), {})
+        failure = self.failureResultOf(h.wiring.log.read(0))
+        self.assertEqual(failure.value.error_code, ErrorCode.not_leader_or_follower)
+        h.write_state(TRANSACTION_STATE_TOPIC, 0, 0, epoch + 2, [0, 1])  # and back
+        self.assertEqual(h.wiring.coordinator.owned_partitions(), {0: epoch + 2})
+
+    def test_group_offsets_marker_retried_until_zookeeper_answers(self) -> None:
+        from kafkatw.broker.transaction_log import GroupOffsetsMarkerWriter
+
+        class FlakyStore:
+            def __init__(self) -> None:
+                self.calls = 0
+
+            def complete(self, producer_id: int, partition: int, committed: bool) -> defer.Deferred:
+                self.calls += 1
+                return defer.fail(RuntimeError("ZooKeeper away")) if self.calls < 3 else defer.succeed(None)
+
+        class NoChannel:
+            def write_markers(self, *args: Any) -> dict:
+                return {}
+
+        h = TxnHarness(self)
+        store = FlakyStore()
+        writer = GroupOffsetsMarkerWriter(NoChannel(), store, h.clock, retry_backoff_ms=100)
+        out = writer.write_markers(1, 0, 0, True, [("__consumer_offsets", 7)])
+        d = out[("__consumer_offsets", 7)]
+        self.assertNoResult(d)
+        h.clock.advance(0.1)
+        self.assertNoResult(d)
+        h.clock.advance(0.1)
+        self.successResultOf(d)
+        self.assertEqual(store.calls, 3)
+        # a cancelled one stops retrying
+        store.calls = -10
+        d = writer.write_markers(1, 0, 0, True, [("__consumer_offsets", 7)])[("__consumer_offsets", 7)]
+        d.cancel()
+        self.failureResultOf(d, defer.CancelledError)
+        h.clock.advance(1)
+        self.assertEqual(store.calls, -9)
