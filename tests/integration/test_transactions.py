@@ -27,6 +27,7 @@ _SINGLE = {
     "transaction.state.log.min.isr": "1",
     "transaction.state.log.num.partitions": "4",
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": "500",
+    "group.initial.rebalance.delay.ms": "0",
 }
 
 
@@ -127,6 +128,54 @@ class InteropTests(ClassFixture, unittest.TestCase):
                                   "-X", "isolation.level=read_committed", "-f", "%s\n"],
                                  capture_output=True, text=True, timeout=60)
             self.assertEqual(sorted(out.stdout.split()), sorted(v.decode() for v in committed))
+
+    def test_librdkafka_consume_transform_produce(self) -> None:
+        """
+        A read-process-write loop (subscribe with read_committed, produce,
+        send_offsets_to_transaction, commit); the first instance abandons its
+        last transaction half-way and a second instance with the same
+        transactional id takes over: the output holds every input once.
+        """
+        bootstrap = self.bootstrap
+        create_topic(bootstrap, "eos-in", partitions=1)
+        create_topic(bootstrap, "eos-out", partitions=1)
+        source = Producer({"bootstrap.servers": bootstrap})
+        for i in range(300):
+            source.produce("eos-in", str(i).encode(), partition=0)
+        source.flush(10)
+
+        def instance(batches: int, abandon_last: bool) -> None:
+            consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "eos-group",
+                                 "isolation.level": "read_committed", "enable.auto.commit": False,
+                                 "auto.offset.reset": "earliest"})
+            consumer.subscribe(["eos-in"])
+            producer = transactional_producer(bootstrap, "eos-1")
+            try:
+                for batch in range(batches):
+                    messages = []
+                    deadline = time.monotonic() + 20
+                    while len(messages) < 50 and time.monotonic() < deadline:
+                        messages += [m for m in consumer.consume(50 - len(messages), 0.5) if not m.error()]
+                    if not messages:
+                        break
+                    producer.begin_transaction()
+                    for m in messages:
+                        producer.produce("eos-out", b"out-" + m.value(), partition=0)
+                    if abandon_last and batch == batches - 1:
+                        producer.flush(10)
+                        return  # dies with its transaction open: the next instance's init aborts it
+                    producer.send_offsets_to_transaction(consumer.position(consumer.assignment()),
+                                                         consumer.consumer_group_metadata(), 30)
+                    producer.commit_transaction(30)
+            finally:
+                consumer.close()
+
+        instance(3, abandon_last=True)  # commits 100, leaves 50 uncommitted
+        instance(4, abandon_last=False)  # resumes at the committed offset 100: 4 batches of 50 left
+        values = read_values(bootstrap, "eos-out", "read_committed", partitions=1, expect=300)
+        self.assertEqual(values, sorted(b"out-%d" % i for i in range(300)))
+        self.assertEqual(committed_offsets(bootstrap, "eos-group", "eos-in", 1), [300])
+        self.assertEqual(len(read_values(bootstrap, "eos-out", "read_uncommitted", partitions=1, expect=350)), 350)
 
     def test_zombie_fencing(self) -> None:
         bootstrap = self.bootstrap
