@@ -286,14 +286,62 @@ class CoordinatorFailoverTests(unittest.TestCase):
                 second_committed = True
             except KafkaException:
                 second_committed = False
-            values = wait_for(lambda: read_values(bootstrap, "ha-out", "read_committed", expect=20,
-                                                  timeout_s=5) or None, timeout_s=60, what="committed records")
-            first = [v for v in values if v.startswith(b"first-")]
+            alive = ",".join(b.bootstrap for i, b in enumerate(cluster) if i != coordinator)
+
+            def settled() -> list[bytes] | None:
+                # a partition's records become visible when its marker is written: wait for the end state
+                values = read_values(alive, "ha-out", "read_committed", expect=20, timeout_s=5)
+                first = sum(v.startswith(b"first-") for v in values)
+                second = sum(v.startswith(b"second-") for v in values)
+                done = first == 20 and second in (0, 20) and (second == 20 or not second_committed)
+                return values if done else None
+
+            values = wait_for(settled, timeout_s=120, what="both transactions decided")
             second = [v for v in values if v.startswith(b"second-")]
-            self.assertEqual(len(first), 20)
             self.assertIn(len(second), (0, 20))  # never half
             if second_committed:
                 self.assertEqual(len(second), 20)
+
+    def test_partition_leader_sigkill_while_markers_are_written(self) -> None:
+        """
+        The leader of an output partition is SIGKILLed between the produce and
+        commit_transaction: the markers are retried through the new leader and
+        the transaction ends committed (or, if EndTxn failed, aborted) as a whole.
+        """
+        overrides = {"transaction.state.log.num.partitions": "3", "replica.lag.time.max.ms": "4000",
+                     "replica.fetch.wait.max.ms": "200", "zookeeper.session.timeout.ms": "3000"}
+        with running_cluster(3, overrides=overrides) as cluster:
+            bootstrap = ",".join(b.bootstrap for b in cluster)
+            create_topic(bootstrap, "lk-out", partitions=2, rf=3, config={"min.insync.replicas": "2"})
+            producer = transactional_producer(bootstrap, "lk-1", **{"transaction.timeout.ms": 20000})
+            coordinator = self._coordinator(bootstrap, "lk-1")
+            admin = AdminClient({"bootstrap.servers": bootstrap})
+            leaders = {p.id: p.leader for p in admin.list_topics("lk-out", timeout=10).topics["lk-out"]
+                       .partitions.values()}
+            victim = next((b for b in leaders.values() if b != coordinator), None)
+            if victim is None:
+                raise unittest.SkipTest("both partitions are led by the coordinator's broker")
+            producer.begin_transaction()
+            for i in range(20):
+                producer.produce("lk-out", f"lk-{i}".encode(), partition=i % 2)
+            producer.flush(30)
+            cluster[victim].kill()
+            try:
+                producer.commit_transaction(60)
+                committed = True
+            except KafkaException:
+                committed = False
+            alive = ",".join(b.bootstrap for i, b in enumerate(cluster) if i != victim)
+            if committed:
+                # each partition's records become visible once its marker is written (by the new leader)
+                values = wait_for(lambda: [v for v in [read_values(alive, "lk-out", "read_committed", expect=20,
+                                                                   timeout_s=5)] if len(v) == 20],
+                                  timeout_s=90, what="every committed record")[0]
+                self.assertEqual(values, sorted(f"lk-{i}".encode() for i in range(20)))
+            else:
+                wait_for(lambda: len(read_values(alive, "lk-out", "read_uncommitted", expect=20, timeout_s=5)) == 20,
+                         timeout_s=90, what="the records")
+                self.assertEqual(read_values(alive, "lk-out", "read_committed", timeout_s=5), [])
 
     @staticmethod
     def _coordinator(bootstrap: str, transactional_id: str) -> int:
