@@ -133,12 +133,23 @@ class ReplicatedTransactionLog:
         return d.addCallback(replicated)
 
     def read(self, partition: int) -> defer.Deferred:
-        """See L{kafkatw.broker.transaction_coordinator.TransactionLog.read} (to the log end offset)."""
+        """
+        See L{kafkatw.broker.transaction_coordinator.TransactionLog.read}: to
+        the log end offset, and only each key's last record (in the order of
+        those last records), which loads the same state as every record.
+        """
         try:
             log = self._leader(partition).log
             regions = log.read(log.log_start_offset, 1 << 62, log.log_end_offset)
-            data = b"".join(os.pread(r.fileno, r.length, r.position) for r in regions)
-            return defer.succeed(transaction_log_records(data))
+            # Only the last record of each key matters (the coordinator's load
+            # keeps the last value, as compaction would): one segment in
+            # memory at a time, a key's records replaced as they come.
+            latest: dict[bytes, bytes | None] = {}
+            for r in regions:
+                for key, value in transaction_log_records(os.pread(r.fileno, r.length, r.position)):
+                    latest.pop(key, None)
+                    latest[key] = value
+            return defer.succeed(list(latest.items()))
         except Exception as e:
             return defer.fail(e)
 

@@ -329,7 +329,9 @@ class WiringPartsTests(unittest.TestCase):
         failure = self.failureResultOf(h.wiring.log.append(0, epoch + 1, [(b"k", b"v")]))
         self.assertEqual(failure.value.error_code, ErrorCode.not_leader_or_follower)
         self.successResultOf(h.wiring.log.append(0, epoch, [(b"k", b"v")]))
-        self.assertEqual(self.successResultOf(h.wiring.log.read(0)), [(b"k", b"v")])
+        self.successResultOf(h.wiring.log.append(0, epoch, [(b"j", b"1"), (b"k", b"w")]))
+        # each key's last record, in the order of those
+        self.assertEqual(self.successResultOf(h.wiring.log.read(0)), [(b"j", b"1"), (b"k", b"w")])
         h.write_state(TRANSACTION_STATE_TOPIC, 0, 1, epoch + 1, [0, 1])  # broker 1 leads now
         self.assertEqual(h.wiring.coordinator.owned_partitions(), {})
         failure = self.failureResultOf(h.wiring.log.read(0))
