@@ -276,7 +276,9 @@ BROKER_CONFIG: dict[str, ConfigKey] = {
                   "`abs(hashCode(id)) % transaction.state.log.num.partitions`, whose leader is its transaction "
                   "coordinator. Do not change it once the topic exists.", "partitions"),
         ConfigKey("transaction.state.log.replication.factor", int, 3,
-                  "Replication factor of `__transaction_state` (capped at the live brokers when it is created).",
+                  "Replication factor of `__transaction_state`. As in Kafka, the topic is created only once this "
+                  "many brokers are alive (clients get `COORDINATOR_NOT_AVAILABLE` until then): set 1 on a "
+                  "single broker.",
                   "replicas"),
         ConfigKey("transaction.state.log.min.isr", int, 2,
                   "`min.insync.replicas` of `__transaction_state`: a transaction state change is acknowledged "

@@ -50,9 +50,9 @@ from ..zookeeper.registry import CommittedOffset
 from .config_helper import describe_broker_configs, describe_topic_configs
 from .group_coordinator import GroupCoordinator, OffsetStore
 from .request_context import NO_CONNECTION, ConnectionContext, RequestContext
+from .transaction_apis import TRANSACTION_VERSIONS, TransactionApis
 
-__all__ = ["SUPPORTED_VERSIONS", "ADVERTISED_VERSIONS", "TRANSACTIONAL_API_KEYS", "TRANSACTIONS_UNSUPPORTED",
-           "TRANSACTIONS_UNSUPPORTED_MESSAGE", "KafkaApis", "validate_topic_name"]
+__all__ = ["SUPPORTED_VERSIONS", "ADVERTISED_VERSIONS", "KafkaApis", "validate_topic_name"]
 
 _log = Logger()
 
@@ -67,7 +67,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     20: (1, 6),  # DeleteTopics
     8: (2, 8),  # OffsetCommit (v9+ carry KIP-848 member epochs: not served)
     9: (1, 7),  # OffsetFetch (v8 batches groups, v9 adds member epochs: not served)
-    10: (0, 4),  # FindCoordinator (group keys; transaction keys: TRANSACTIONS_UNSUPPORTED)
+    10: (0, 4),  # FindCoordinator (key type 0 groups, 1 transactions)
     11: (0, 8),  # JoinGroup (v9's KIP-814 skip_assignment: not served)
     12: (0, 4),  # Heartbeat
     13: (0, 5),  # LeaveGroup
@@ -75,7 +75,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     15: (0, 5),  # DescribeGroups
     16: (0, 4),  # ListGroups (v5 filters by group type, KIP-848: not served)
     42: (0, 2),  # DeleteGroups
-    22: (0, 4),  # InitProducerId (idempotent producers; a transactional id: TRANSACTIONS_UNSUPPORTED)
+    22: (0, 4),  # InitProducerId (idempotent and transactional producers)
     32: (1, 4),  # DescribeConfigs
     23: (2, 4),  # OffsetForLeaderEpoch (KIP-101, KIP-279; followers and KIP-320 clients)
     37: (0, 3),  # CreatePartitions
@@ -92,27 +92,8 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     36: (0, 2),  # SaslAuthenticate (KIP-152; likewise)
     50: (0, 0),  # DescribeUserScramCredentials (KIP-554)
     51: (0, 0),  # AlterUserScramCredentials (KIP-554)
+    **TRANSACTION_VERSIONS,  # AddPartitionsToTxn ... ListTransactions: kafkatw/broker/transaction_apis.py
 }
-
-#: The transactional APIs (KIP-98, KIP-664): AddPartitionsToTxn, AddOffsetsToTxn,
-#: EndTxn, WriteTxnMarkers, TxnOffsetCommit, DescribeTransactions,
-#: ListTransactions.  None is served, so none is advertised (a unit test pins it).
-TRANSACTIONAL_API_KEYS = frozenset({24, 25, 26, 27, 28, 65, 66})
-
-#: The answer to a transactional producer until transactions exist: FindCoordinator
-#: for a transactional id (key type 1), InitProducerId with a transactional id and
-#: a transactional Produce get this code.  It is the one error every client treats
-#: as fatal on the way into a transaction -- librdkafka fails C{init_transactions}
-#: at once only for it (or CLUSTER_AUTHORIZATION_FAILED) and shows FindCoordinator's
-#: error message with it; Kafka's Java client, kafka-python and aiokafka raise
-#: their TransactionalIdAuthorization errors -- whereas UNSUPPORTED_VERSION,
-#: INVALID_REQUEST and COORDINATOR_NOT_AVAILABLE are retried by librdkafka until
-#: the application's timeout.  docs/protocol.md shows what each client reports.
-TRANSACTIONS_UNSUPPORTED = ErrorCode.transactional_id_authorization_failed
-TRANSACTIONS_UNSUPPORTED_MESSAGE = (
-    "kafkatw does not support transactions: unset transactional.id "
-    "(the idempotent producer, enable.idempotence, is supported)"
-)
 
 #: What ApiVersions advertises where it differs from L{SUPPORTED_VERSIONS}.
 #: librdkafka before 2.8 enables gzip/snappy/lz4 only when Produce v0 is
@@ -123,6 +104,8 @@ ADVERTISED_VERSIONS: dict[int, tuple[int, int]] = {**SUPPORTED_VERSIONS, 0: (0, 
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 
 LATEST_TIMESTAMP = -1
+#: Fetch and ListOffsets C{isolation_level} of read-committed consumers (KIP-98).
+READ_COMMITTED = 1
 EARLIEST_TIMESTAMP = -2
 
 
@@ -138,7 +121,7 @@ def validate_topic_name(name: str | None) -> ErrorCode:
     return ErrorCode.none
 
 
-class KafkaApis:
+class KafkaApis(TransactionApis):
     """
     Serves the Kafka APIs of one broker.
 
@@ -202,6 +185,7 @@ class KafkaApis:
             36: self.handle_sasl_authenticate,
             50: self.handle_describe_user_scram_credentials,
             51: self.handle_alter_user_scram_credentials,
+            **self.transaction_handlers(),
         }
         #: The L{kafkatw.broker.authorizer.ZkAclAuthorizer} (set by the server when
         #: C{authorizer.class.name} is set; C{None}: every request is allowed).
@@ -434,9 +418,8 @@ class KafkaApis:
         (C{NOT_ENOUGH_REPLICAS}).
         """
         acks = request.acks
-        if request.transactional_id is not None:
-            self._refuse_transactions("Produce", context, request.transactional_id)
-            code = TRANSACTIONS_UNSUPPORTED
+        if request.transactional_id is not None and self._refuse_transactional_produce(context, request):
+            code = ErrorCode.transactional_id_authorization_failed
             results = [
                 (t.name, [{"index": p.index, "error_code": int(code), "base_offset": -1} for p in t.partition_data])
                 for t in request.topic_data
@@ -517,6 +500,7 @@ class KafkaApis:
             had an error).
         """
         replica_id = getattr(request, "replica_id", -1)
+        read_committed = replica_id < 0 and getattr(request, "isolation_level", 0) == READ_COMMITTED
         remaining = request.max_bytes if getattr(request, "max_bytes", None) is not None else 0x7FFFFFFF
         topics = []
         total = 0
@@ -540,6 +524,9 @@ class KafkaApis:
                     else:
                         max_offset = log.high_watermark
                     high_watermark = log.high_watermark
+                    last_stable_offset = log.last_stable_offset
+                    if read_committed:
+                        max_offset = last_stable_offset
                     regions: list[Any] = []
                     size = 0
                     if remaining > 0:
@@ -549,9 +536,13 @@ class KafkaApis:
                         remaining -= size
                     elif not log.log_start_offset <= p.fetch_offset <= log.log_end_offset:
                         log.read(p.fetch_offset, 1, max_offset)  # raises OffsetOutOfRange
+                    aborted = None
+                    if read_committed:
+                        aborted = [(t.producer_id, t.first_offset) for t in
+                                   log.collect_aborted_transactions(p.fetch_offset, max_offset)] if size else []
                     partitions.append(PartitionFetchData(
-                        p.partition, 0, high_watermark, high_watermark, log.log_start_offset, regions, size
-                    ))
+                        p.partition, 0, high_watermark, last_stable_offset, log.log_start_offset, regions, size,
+                        aborted))
                     total += size
                 except KafkaError as e:
                     any_error = True
@@ -583,7 +574,8 @@ class KafkaApis:
         if not tps:
             return self._fetch_response(context, topics)
         d = self.replica_manager.delay_fetch(tps, request.min_bytes, total, max_wait_ms,
-                                             replica=getattr(request, "replica_id", -1) >= 0)
+                                             replica=getattr(request, "replica_id", -1) >= 0,
+                                             stable_offsets=self._stable_offsets(request, topics))
         d.addCallback(lambda _: self._fetch_response(context, self._read_partitions(request, denied)[0]))
         return d
 
@@ -612,7 +604,9 @@ class KafkaApis:
                     log = partition.log
                     ts = p.timestamp
                     if ts == LATEST_TIMESTAMP:
-                        entry["offset"] = log.high_watermark
+                        entry["offset"] = (log.last_stable_offset
+                                           if getattr(request, "isolation_level", 0) == READ_COMMITTED
+                                           else log.high_watermark)
                     elif ts == EARLIEST_TIMESTAMP:
                         entry["offset"] = log.log_start_offset
                     elif ts < 0:
@@ -1089,14 +1083,11 @@ class KafkaApis:
         """
         A group's coordinator is the broker L{kafkatw.broker.group_coordinator.coordinator_for}
         picks from the live brokers in ``/brokers/ids``, so every broker answers
-        the same.  Transactions are not served: transaction keys (key type 1)
-        get L{TRANSACTIONS_UNSUPPORTED} with L{TRANSACTIONS_UNSUPPORTED_MESSAGE},
-        which clients treat as fatal.
+        the same.  A transactional id's (key type 1) is the leader of its
+        ``__transaction_state`` partition (L{TransactionApis}).
         """
         key_type = getattr(request, "key_type", 0)
         keys = list(request.coordinator_keys) if hasattr(request, "coordinator_keys") else [request.key]
-        if key_type != 0:
-            self._refuse_transactions("FindCoordinator", context, ",".join(keys))
         coordinators = [self._find_coordinator(key, key_type) for key in keys]
         if self.authorizer is not None and key_type == 0:
             for entry in coordinators:
@@ -1109,9 +1100,11 @@ class KafkaApis:
     def _find_coordinator(self, key: str, key_type: int) -> dict:
         entry: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": 0,
                                  "error_message": None}
+        if key_type == 1:
+            return self._find_transaction_coordinator(key)
         if key_type != 0:
-            entry["error_code"] = int(TRANSACTIONS_UNSUPPORTED)
-            entry["error_message"] = TRANSACTIONS_UNSUPPORTED_MESSAGE
+            entry["error_code"] = int(ErrorCode.invalid_request)
+            entry["error_message"] = f"unknown key type {key_type}"
             return entry
         if not key:
             entry["error_code"] = int(ErrorCode.invalid_request)
@@ -1258,10 +1251,10 @@ class KafkaApis:
         if self._group_denied(context, request.group_id):
             d: defer.Deferred = defer.succeed((ErrorCode.group_authorization_failed, {}))
         else:
-            d = self.group_coordinator.fetch_offsets(request.group_id, wanted)
+            d = self._require_stable(self.group_coordinator.fetch_offsets(request.group_id, wanted), request)
 
         def answer(result: tuple) -> bytes:
-            error, found = result
+            error, found, *unstable = result
             keys = wanted if wanted is not None else sorted(found)
             denied: set[str] = set()
             if self.authorizer is not None and not error:
@@ -1281,6 +1274,8 @@ class KafkaApis:
                     "metadata": committed.metadata if committed else "",
                     "error_code": int(ErrorCode.topic_authorization_failed) if name in denied else partition_error,
                 })
+                if unstable and (name, partition) in unstable[0]:  # KIP-447 require_stable
+                    topics[name][-1].update(committed_offset=-1, error_code=int(ErrorCode.unstable_offset_commit))
             return self._respond(context, {"throttle_time": 0, "error_code": int(error), "topics": [
                 {"name": name, "partitions": partitions} for name, partitions in topics.items()]})
 
@@ -1335,16 +1330,11 @@ class KafkaApis:
 
     # --- InitProducerId ------------------------------------------------------
 
-    def _refuse_transactions(self, api: str, context: RequestContext, transactional_id: str) -> None:
-        _log.warn("refused {api} for transactional id {transactional_id!r} from client {client!r}: "
-                  "{message}", api=api, transactional_id=transactional_id, client=context.client_id or "",
-                  message=TRANSACTIONS_UNSUPPORTED_MESSAGE)
-
     def handle_init_producer_id(self, context: RequestContext, request: Any) -> defer.Deferred | bytes:
         """
         A producer id for an idempotent producer (a new id, or the same id
-        with its epoch bumped, KIP-360).  A transactional id is refused with
-        L{TRANSACTIONS_UNSUPPORTED}.
+        with its epoch bumped, KIP-360).  A transactional id goes to the
+        transaction coordinator (L{TransactionApis}).
         """
         if request.transactional_id is None and self.authorizer is not None and not (
                 self._allowed(context, AclOperation.IDEMPOTENT_WRITE, ResourceType.CLUSTER)
@@ -1354,9 +1344,7 @@ class KafkaApis:
             return self._respond(context, {"throttle_time": 0, "error_code": int(ErrorCode.cluster_authorization_failed),
                                           "producer_id": -1, "producer_epoch": -1})
         if request.transactional_id is not None:
-            self._refuse_transactions("InitProducerId", context, request.transactional_id)
-            return self._respond(context, {"throttle_time": 0, "error_code": int(TRANSACTIONS_UNSUPPORTED),
-                                          "producer_id": -1, "producer_epoch": -1})
+            return self._init_transactional_producer_id(context, request)
         producer_id = getattr(request, "producer_id", -1)
         epoch = getattr(request, "producer_epoch", -1)
         if producer_id >= 0 and 0 <= epoch < 32766:

@@ -32,7 +32,7 @@ from ..errors import (
     UnknownTopicOrPartitionError,
     kafka_error,
 )
-from .partition import FOLLOWER, LEADER, Partition
+from .partition import FOLLOWER, LEADER, OFFLINE, Partition
 
 __all__ = ["ReplicaManager", "Purgatory", "DelayedOperation", "DelayedFetch", "DelayedProduce"]
 
@@ -111,13 +111,18 @@ class DelayedFetch(DelayedOperation):
 
     @ivar replica: a follower's fetch (woken by appends) rather than a
         consumer's (woken by the high watermark).
+    @ivar stable_offsets: a read-committed consumer's fetch: C{(topic,
+        partition)} -> the last stable offset it read up to; it is woken only
+        when a partition's LSO passes that (not by uncommitted data).
     """
 
     def __init__(self, purgatory: Purgatory, partitions: list[tuple[str, int]], min_bytes: int,
-                 accumulated_bytes: int, max_wait_ms: int, reactor: Any, replica: bool = False) -> None:
+                 accumulated_bytes: int, max_wait_ms: int, reactor: Any, replica: bool = False,
+                 stable_offsets: dict[tuple[str, int], int] | None = None) -> None:
         self.min_bytes = min_bytes
         self.accumulated_bytes = accumulated_bytes
         self.replica = replica
+        self.stable_offsets = stable_offsets
         super().__init__(purgatory, partitions, max_wait_ms, reactor)
 
     def on_append(self, size_bytes: int) -> None:
@@ -201,6 +206,11 @@ class ReplicaManager:
         self.fetcher_manager: Any = None
         self.fetch_purgatory = Purgatory()
         self.produce_purgatory = Purgatory()
+        #: C{listener(topic, partition, role, leader_epoch)} after this broker's
+        #: role of a partition changed (role C{"leader"}, C{"follower"} or
+        #: C{"offline"}; leader epoch None when the partition is no longer
+        #: hosted): the transaction coordinator follows its partitions so.
+        self.leadership_listeners: list[Callable[[str, int, str, int | None], None]] = []
 
     # --- partitions ---------------------------------------------------------------
 
@@ -266,6 +276,8 @@ class ReplicaManager:
         for fetch in self.fetch_purgatory.watching((topic, partition)):
             fetch.complete()
         self._check_produces((topic, partition))
+        for listener in list(self.leadership_listeners):
+            listener(topic, partition, change, state.leader_epoch)
 
     def host_partition(self, topic: str, partition: int) -> None:
         """Create (or open) the local log of a partition assigned to this broker (before its state is known)."""
@@ -281,6 +293,9 @@ class ReplicaManager:
             fetch.complete()
         for produce in self.produce_purgatory.watching(key):
             produce.check()
+        if p is not None:
+            for listener in list(self.leadership_listeners):
+                listener(topic, partition, OFFLINE, None)
         if self.log_manager.get(topic, partition) is not None:
             self.log_manager.delete(topic, partition)
 
@@ -326,9 +341,16 @@ class ReplicaManager:
 
     def _high_watermark_moved(self, p: Partition) -> None:
         key = (p.topic, p.partition)
+        lso = None
         for fetch in self.fetch_purgatory.watching(key):
-            if not fetch.replica:
-                fetch.complete()
+            if fetch.replica:
+                continue
+            if fetch.stable_offsets is not None:
+                if lso is None:
+                    lso = p.log.last_stable_offset
+                if lso <= fetch.stable_offsets.get(key, -1):
+                    continue  # only uncommitted data arrived
+            fetch.complete()
         self._check_produces(key)
 
     def _check_produces(self, key: tuple[str, int]) -> None:
@@ -348,13 +370,17 @@ class ReplicaManager:
     # --- fetches ------------------------------------------------------------------
 
     def delay_fetch(self, partitions: list[tuple[str, int]], min_bytes: int, accumulated_bytes: int,
-                    max_wait_ms: int, replica: bool = False) -> defer.Deferred[None]:
+                    max_wait_ms: int, replica: bool = False,
+                    stable_offsets: dict[tuple[str, int], int] | None = None) -> defer.Deferred[None]:
         """
         Wait until C{min_bytes} have arrived on C{partitions} (counting
         C{accumulated_bytes} already available) or C{max_wait_ms} has passed.
+
+        @param stable_offsets: for a read-committed fetch, each partition's
+            last stable offset when it was read (see L{DelayedFetch}).
         """
         fetch = DelayedFetch(self.fetch_purgatory, partitions, min_bytes, accumulated_bytes, max_wait_ms,
-                             self.reactor, replica)
+                             self.reactor, replica, stable_offsets)
         return fetch.deferred
 
     @property

@@ -45,8 +45,9 @@ from ..zookeeper.embedded import EmbeddedZooKeeperService, ZooKeeperNotInstalled
 from ..zookeeper.registry import DEFAULT_BROKER_ENTITY, BrokerIdInUseError, Registry
 from .admin import AdminManager
 from .apis import KafkaApis
-from .authorizer import authorizer_from_config
 from .authenticator import SaslServerAuthenticator, inter_broker_security, listener_sasl_settings
+from .authorizer import authorizer_from_config
+from .transaction_apis import TransactionWiring
 from .controller import CONTROLLED_SHUTDOWN_PATH, KafkaController
 from .replica_fetcher import ReplicaFetcherManager
 from .metadata_cache import BrokerEndpoint, MetadataCache, TopicMetadata
@@ -224,6 +225,7 @@ class KafkaServer(service.MultiService):
         self._state_watches: dict[tuple[str, int], Any] = {}
         self.apis: KafkaApis | None = None
         self.admin: AdminManager | None = None
+        self.transactions: TransactionWiring | None = None
         self._listening_ports: list[Any] = []
         self._loops: dict[str, list[task.LoopingCall]] = {}
         self._zookeeper_connect: str | None = None
@@ -430,6 +432,13 @@ class KafkaServer(service.MultiService):
         self.apis.authorizer = authorizer_from_config(config, self.registry, now_ms=self.now_ms)
         if self.apis.authorizer is not None:
             await self.apis.authorizer.start()  # every ACL cached before the first request
+        client = self.inter_broker_client
+        self.transactions = TransactionWiring(
+            config, self.replica_manager, self.metadata, self.admin, self.registry,
+            lambda broker, api_key, body: defer.Deferred.fromCoroutine(client.send(broker, api_key, body)),
+            self.reactor, self.now_ms)
+        self.apis.transactions = self.transactions
+        self.transactions.start()
         host, advertised_port = self._advertised()
         # Serve before registering: a broker in /brokers/ids answers its peers' fetches.
         for factory in self._factories:
@@ -456,6 +465,8 @@ class KafkaServer(service.MultiService):
         await self._controlled_shutdown()
         for factory in self._factories:
             factory.serving = None  # new connections are closed from now on
+        if self.transactions is not None:
+            self.transactions.stop()
         if self.replica_manager is not None:
             self.replica_manager.complete_all_delayed()
         if self.apis is not None:

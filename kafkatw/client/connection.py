@@ -55,6 +55,7 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     19: (2, 7),  # CreateTopics
     20: (1, 6),  # DeleteTopics
     22: (0, 4),  # InitProducerId
+    27: (1, 1),  # WriteTxnMarkers (the transaction coordinator's, broker to broker)
     32: (1, 4),  # DescribeConfigs
     23: (2, 4),  # OffsetForLeaderEpoch
     37: (0, 3),  # CreatePartitions

@@ -42,6 +42,7 @@ _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _PARTITION = struct.Struct(">ihqqq")  # index, error, high watermark, LSO, log start
 _PARTITION_V4 = struct.Struct(">ihqq")
+_ABORTED = struct.Struct(">qq")  # producer id, first offset
 
 
 class PartitionFetchData(NamedTuple):
@@ -51,6 +52,8 @@ class PartitionFetchData(NamedTuple):
     @ivar regions: record data as a sequence of chunks (region objects with a
         C{length} attribute, or C{bytes}); empty for no records.
     @ivar records_bytes: the total length of C{regions} in bytes.
+    @ivar aborted_transactions: C{(producer_id, first_offset)} pairs for a
+        read-committed fetch, C{None} (a null array) otherwise.
     """
 
     partition_index: int
@@ -60,6 +63,7 @@ class PartitionFetchData(NamedTuple):
     log_start_offset: int
     regions: Sequence[Any]
     records_bytes: int
+    aborted_transactions: Sequence[tuple[int, int]] | None = None
 
 
 def _string(value: str, flexible: bool) -> bytes:
@@ -110,7 +114,15 @@ def encode_fetch_response(
                 )
             else:
                 pending += _PARTITION_V4.pack(p.partition_index, p.error_code, p.high_watermark, p.last_stable_offset)
-            pending += no_aborted
+            aborted = p.aborted_transactions
+            if aborted is None:
+                pending += no_aborted
+            else:
+                pending += _array_length(len(aborted), flexible)
+                for producer_id, first_offset in aborted:
+                    pending += _ABORTED.pack(producer_id, first_offset)
+                    if flexible:
+                        pending += b"\x00"
             if version >= 11:
                 pending += _I32.pack(-1)
             size = p.records_bytes

@@ -59,8 +59,9 @@ from kafkatw.protocol.batch import BATCH_HEADER_SIZE, LOG_OVERHEAD, parse_batch_
 from kafkatw.protocol.records import COMPRESSION_TYPE_CODECS, decode_batches, rewrite_batches
 from kafkatw.storage.files import write_atomically
 from kafkatw.storage.leader_epoch import LEADER_EPOCH_CHECKPOINT_FILE, LeaderEpochCache
-from kafkatw.storage.producer_state import ProducerStateManager
+from kafkatw.storage.producer_state import ProducerStateManager, read_marker
 from kafkatw.storage.segment import FileRegion, LogSegment
+from kafkatw.storage.transaction_index import AbortedTxn
 
 __all__ = ["FileRegion", "LogConfig", "AppendResult", "PartitionLog", "FILE_DELETE_DELAY_MS",
            "UnexpectedAppendOffsetError", "CLEANED_SUFFIX", "SWAP_SUFFIX", "DELETED_SUFFIX"]
@@ -381,7 +382,7 @@ class PartitionLog:
         for name in os.listdir(self.directory):
             if name.endswith(".log") and name[:-4].isdigit():
                 bases.append(int(name[:-4]))
-            elif name.endswith((".index", ".timeindex")):
+            elif name.endswith((".index", ".timeindex", ".txnindex")):
                 stem = name.rsplit(".", 1)[0]
                 if stem.isdigit() and not os.path.exists(os.path.join(self.directory, stem + ".log")):
                     os.unlink(os.path.join(self.directory, name))  # orphan index
@@ -413,11 +414,65 @@ class PartitionLog:
             os.unlink(os.path.join(self.directory, name))
         if loaded:
             self.producer_state_source = "snapshot"
+            for segment in self._segments:
+                segment.txn_index.load()
             return
         self.producer_state_source = "scan"
+        self._rebuild_producer_state(rebuild_txn_index=True)
+
+    def _rebuild_producer_state(self, rebuild_txn_index: bool) -> None:
+        """
+        Rebuild the producer state from every batch header, reading the
+        record of each control batch (recovery: the open transactions, and
+        with C{rebuild_txn_index} every segment's aborted-transaction index).
+        """
+        state = self.producer_state
+        state.clear()
+        load_batch = state.load_batch
         for segment in self._segments:
+            aborted = []
             for h in segment.iter_headers(0):
-                self.producer_state.load_batch(h)
+                if h.producer_id < 0:
+                    continue
+                if not h.is_control:
+                    load_batch(h)
+                    continue
+                data = os.pread(segment.fileno, min(h.size, BATCH_HEADER_SIZE + 64), h.position)
+                try:
+                    marker = read_marker(data)
+                except InvalidRecordError:
+                    marker = None
+                completed = load_batch(h, marker)
+                if completed is not None and completed.aborted:
+                    aborted.append(self._aborted_entry(completed))
+            if rebuild_txn_index:
+                segment.txn_index.reset(aborted)
+
+    def _aborted_entry(self, completed: Any) -> AbortedTxn:
+        """The C{.txnindex} entry of an aborted transaction just completed (its LSO: Kafka's)."""
+        first_open = self.producer_state.first_ongoing_offset()
+        lso = first_open if first_open is not None else completed.last_offset + 1
+        return AbortedTxn(completed.producer_id, completed.first_offset, completed.last_offset, lso)
+
+    def _load_transactional(self, headers: list, data: Any, segment: LogSegment) -> None:
+        """
+        Load appended batches into the producer state; the ABORT markers among
+        them go to C{segment}'s aborted-transaction index.
+        """
+        load_batch = self.producer_state.load_batch
+        for h in headers:
+            if h.producer_id < 0:
+                continue
+            if not h.is_control:
+                load_batch(h)
+                continue
+            try:
+                marker = read_marker(data, h.position)
+            except InvalidRecordError:
+                marker = None
+            completed = load_batch(h, marker)
+            if completed is not None and completed.aborted:
+                segment.txn_index.append(self._aborted_entry(completed))
 
     def _load_leader_epochs(self, recovery_point: int, clean_shutdown: bool) -> None:
         """
@@ -524,9 +579,61 @@ class PartitionLog:
         """The leader epoch that wrote C{offset}, -1 when unknown."""
         return self.leader_epoch_cache.epoch_for_offset(offset)
 
+    # -- transactions --------------------------------------------------------------
+
+    @property
+    def last_stable_offset(self) -> int:
+        """
+        The last stable offset (LSO): C{min(first unstable offset, high
+        watermark)} (Kafka's C{UnifiedLog.lastStableOffset}); read-committed
+        consumers read below it.
+        """
+        hw = self.high_watermark
+        first = self.producer_state.first_unstable_offset(hw)
+        return hw if first is None or first >= hw else max(first, self.log_start_offset)
+
+    def collect_aborted_transactions(self, fetch_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
+        """
+        The aborted transactions a read-committed fetch of
+        C{[fetch_offset, upper_bound_offset)} must be told about, from the
+        C{.txnindex} of the segment holding C{fetch_offset} and of the
+        segments after it (Kafka's C{UnifiedLog.collectAbortedTransactions}).
+        """
+        if upper_bound_offset <= fetch_offset:
+            return []
+        found: list[AbortedTxn] = []
+        segments = self._segments
+        i = max(bisect_right(self._bases, fetch_offset) - 1, 0)
+        for segment in segments[i:]:
+            if not segment.txn_index.entries:
+                continue
+            entries, complete = segment.txn_index.collect(fetch_offset, upper_bound_offset)
+            found.extend(entries)
+            if complete:
+                break
+        return found
+
+    def append_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int, committed: bool,
+                      leader_epoch: int, timestamp_ms: int) -> AppendResult:
+        """
+        Append a COMMIT or ABORT marker for a producer's transaction, as the
+        partition's leader (WriteTxnMarkers; Kafka's
+        C{UnifiedLog.appendAsLeader} with C{AppendOrigin.COORDINATOR}).
+
+        @raise InvalidProducerEpochError: an older producer epoch.
+        @raise KafkaError: C{TRANSACTION_COORDINATOR_FENCED}.
+        @raise KafkaStorageError: the write failed.
+        """
+        from kafkatw.broker.transaction_markers import encode_marker_batch
+
+        self.producer_state.validate_marker(producer_id, producer_epoch, coordinator_epoch)
+        batch = encode_marker_batch(producer_id, producer_epoch, coordinator_epoch, committed, timestamp_ms)
+        return self.append(batch, leader_epoch, allow_control=True)
+
     # -- append ------------------------------------------------------------------
 
-    def append(self, records: bytes | bytearray | memoryview, leader_epoch: int) -> AppendResult:
+    def append(self, records: bytes | bytearray | memoryview, leader_epoch: int,
+               allow_control: bool = False) -> AppendResult:
         """
         Append the record batches of a Produce request (leader path).
 
@@ -547,11 +654,18 @@ class PartitionLog:
         @raise InvalidProducerEpochError, OutOfOrderSequenceError: idempotence
             checks; nothing is written.
         @raise KafkaStorageError: the write failed.
+        @param allow_control: the batches may be control batches (the broker's
+            transaction markers, L{append_marker}); a client's are refused
+            (C{INVALID_RECORD}).
         """
         config = self.config
         headers = parse_batch_headers(records, True, config.max_message_bytes)
         if config.compact:
             _check_keys(records, f"{self.topic}-{self.partition}")
+        if not allow_control:
+            for h in headers:
+                if h.attributes & 0x20:
+                    raise InvalidRecordError("a client may not write control batches")
         duplicate = self.producer_state.validate(headers)
         if duplicate is not None:
             return AppendResult(duplicate.base_offset, duplicate.last_offset, -1, self.log_start_offset,
@@ -600,10 +714,7 @@ class PartitionLog:
                 cache.truncate_from_end(first_offset)
             raise
         record_count = next_offset - first_offset
-        load_batch = self.producer_state.load_batch
-        for h in patched:
-            if h.producer_id >= 0:
-                load_batch(h)
+        self._load_transactional(patched, view, segment)
         self._unflushed_messages += record_count
         if self._unflushed_messages >= config.flush_messages:
             self.flush()
@@ -694,10 +805,7 @@ class PartitionLog:
             if new_epochs:
                 cache.truncate_from_end(leo)
             raise
-        load_batch = self.producer_state.load_batch
-        for h in headers:
-            if h.producer_id >= 0:
-                load_batch(h)
+        self._load_transactional(headers, records, segment)
         record_count = expected - leo if not compacted else sum(h.record_count for h in headers)
         self._unflushed_messages += record_count
         if self._unflushed_messages >= self.config.flush_messages:
@@ -966,10 +1074,7 @@ class PartitionLog:
         self.leader_epoch_cache.truncate_from_end(leo)
         self.high_watermark = min(self.high_watermark, leo)
         self.recovery_point = min(self.recovery_point, leo)
-        self.producer_state.clear()
-        for segment in self._segments:
-            for h in segment.iter_headers(0):
-                self.producer_state.load_batch(h)
+        self._rebuild_producer_state(rebuild_txn_index=False)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """

@@ -30,18 +30,46 @@ start whose snapshot matches the log end offset loads it and reads no batch.
 Otherwise (an unclean shutdown, or no snapshot) the log rebuilds the state from
 the batch headers of all its segments (L{ProducerStateManager.load_batch}).
 The snapshot is removed once loaded, so a later crash never trusts a stale one.
+
+Transactions (KIP-98; Kafka's C{ProducerStateEntry.currentTxnFirstOffset},
+C{ProducerStateManager.ongoingTxns}/C{unreplicatedTxns}):
+
+  - a transactional batch of a producer with no open transaction opens one at
+    its base offset;
+  - a control batch (a COMMIT or ABORT marker, L{read_marker}) closes it: the
+    transaction is completed, but stays I{unstable} until the high watermark
+    passes its marker; an ABORT is returned to the log, which adds it to the
+    segment's aborted-transaction index
+    (L{kafkatw.storage.transaction_index});
+  - a marker carries the coordinator epoch; a marker of an older producer
+    epoch (C{INVALID_PRODUCER_EPOCH}) or of an older coordinator epoch
+    (C{TRANSACTION_COORDINATOR_FENCED}) is refused (L{validate_marker});
+  - the first unstable offset is the smallest first offset of the open and
+    the unstable transactions; the partition's last stable offset (LSO) is
+    C{min(first unstable offset, high watermark)}
+    (L{ProducerStateManager.first_unstable_offset}).
+
+Followers load the same batches, so every replica computes the same LSO.
 """
 
 from __future__ import annotations
 
 import json
+import struct
 from collections import deque
 from typing import Iterable, NamedTuple
 
-from kafkatw.errors import InvalidProducerEpochError, OutOfOrderSequenceError
-from kafkatw.protocol.batch import BatchHeader
+from kafkatw.errors import (
+    ErrorCode,
+    InvalidProducerEpochError,
+    InvalidRecordError,
+    OutOfOrderSequenceError,
+    kafka_error,
+)
+from kafkatw.protocol.batch import BATCH_HEADER_SIZE, BatchHeader
 
-__all__ = ["BatchMetadata", "ProducerEntry", "ProducerStateManager", "increment_sequence", "NUM_BATCHES_TO_RETAIN"]
+__all__ = ["BatchMetadata", "ProducerEntry", "ProducerStateManager", "increment_sequence", "NUM_BATCHES_TO_RETAIN",
+           "Marker", "read_marker", "CompletedTxn"]
 
 NUM_BATCHES_TO_RETAIN = 5
 _INT32_MAX = 2**31 - 1
@@ -54,6 +82,68 @@ def increment_sequence(sequence: int, increment: int) -> int:
     return sequence + increment
 
 
+class Marker(NamedTuple):
+    """A transaction marker: COMMIT or ABORT, and the coordinator epoch that wrote it."""
+
+    committed: bool
+    coordinator_epoch: int
+
+
+class CompletedTxn(NamedTuple):
+    """A transaction closed by a marker: C{aborted} ones go to the C{.txnindex}."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    aborted: bool
+
+
+_MARKER_KEY = struct.Struct(">hh")
+_MARKER_VALUE = struct.Struct(">hi")
+
+
+def _varint(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
+    """A zigzag varint at C{pos}: (value, next position)."""
+    shift = result = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return (result >> 1) ^ -(result & 1), pos
+        shift += 7
+        if shift > 63:
+            raise InvalidRecordError("varint too long")
+
+
+def read_marker(batch: bytes | bytearray | memoryview, position: int = 0) -> Marker:
+    """
+    The marker of the control batch at C{position} (uncompressed, one control
+    record: key version int16, type int16 (0 ABORT, 1 COMMIT); value version
+    int16, coordinator epoch int32 -- Kafka's C{EndTransactionMarker}).
+
+    @raise InvalidRecordError: not a COMMIT or ABORT control record.
+    """
+    try:
+        pos = position + BATCH_HEADER_SIZE
+        _length, pos = _varint(batch, pos)
+        pos += 1  # attributes
+        _ts, pos = _varint(batch, pos)
+        _delta, pos = _varint(batch, pos)
+        key_length, pos = _varint(batch, pos)
+        if key_length < 4:
+            raise InvalidRecordError("a control record key shorter than 4 bytes")
+        _version, kind = _MARKER_KEY.unpack_from(batch, pos)
+        pos += key_length
+        value_length, pos = _varint(batch, pos)
+        if kind not in (0, 1):
+            raise InvalidRecordError(f"control record type {kind} is not a transaction marker")
+        coordinator_epoch = _MARKER_VALUE.unpack_from(batch, pos)[1] if value_length >= 6 else -1
+    except (IndexError, struct.error) as e:
+        raise InvalidRecordError(f"a truncated control record: {e}") from e
+    return Marker(kind == 1, coordinator_epoch)
+
+
 class BatchMetadata(NamedTuple):
     first_seq: int
     last_seq: int
@@ -64,12 +154,16 @@ class BatchMetadata(NamedTuple):
 class ProducerEntry:
     """State of one producer id."""
 
-    __slots__ = ("producer_id", "epoch", "batches")
+    __slots__ = ("producer_id", "epoch", "batches", "current_txn_first_offset", "coordinator_epoch")
 
     def __init__(self, producer_id: int, epoch: int) -> None:
         self.producer_id = producer_id
         self.epoch = epoch
         self.batches: deque[BatchMetadata] = deque(maxlen=NUM_BATCHES_TO_RETAIN)
+        #: the first offset of the producer's open transaction (None: none open)
+        self.current_txn_first_offset: int | None = None
+        #: the coordinator epoch of the last marker (-1: none)
+        self.coordinator_epoch = -1
 
     @property
     def last_seq(self) -> int | None:
@@ -84,6 +178,8 @@ class ProducerEntry:
     def copy(self) -> "ProducerEntry":
         other = ProducerEntry(self.producer_id, self.epoch)
         other.batches.extend(self.batches)
+        other.current_txn_first_offset = self.current_txn_first_offset
+        other.coordinator_epoch = self.coordinator_epoch
         return other
 
 
@@ -92,20 +188,31 @@ class ProducerStateManager:
 
     def __init__(self) -> None:
         self.producers: dict[int, ProducerEntry] = {}
+        #: producer id -> first offset of its open transaction
+        self.ongoing: dict[int, int] = {}
+        #: completed transactions whose marker the high watermark has not passed yet, in log order
+        self.unreplicated: deque[CompletedTxn] = deque()
 
     def __len__(self) -> int:
         return len(self.producers)
 
     def clear(self) -> None:
         self.producers.clear()
+        self.ongoing.clear()
+        self.unreplicated.clear()
 
     def snapshot(self, offset: int) -> bytes:
         """
-        The state as JSON: C{{"version": 1, "offset": <LEO>, "producers":
-        [[producer id, epoch, [[first_seq, last_seq, base_offset, last_offset], ...]], ...]}}.
+        The state as JSON: C{{"version": 2, "offset": <LEO>, "producers":
+        [[producer id, epoch, [[first_seq, last_seq, base_offset, last_offset], ...],
+        open transaction's first offset or null, coordinator epoch], ...],
+        "unreplicated": [[producer id, first offset, marker offset, aborted], ...]}}.
+        Version 1 (no transactions) is still read.
         """
-        producers = [[e.producer_id, e.epoch, [list(b) for b in e.batches]] for e in self.producers.values()]
-        return json.dumps({"version": 1, "offset": offset, "producers": producers}, separators=(",", ":")).encode()
+        producers = [[e.producer_id, e.epoch, [list(b) for b in e.batches], e.current_txn_first_offset,
+                      e.coordinator_epoch] for e in self.producers.values()]
+        return json.dumps({"version": 2, "offset": offset, "producers": producers,
+                           "unreplicated": [list(t) for t in self.unreplicated]}, separators=(",", ":")).encode()
 
     def restore(self, data: bytes, offset: int) -> bool:
         """
@@ -116,16 +223,25 @@ class ProducerStateManager:
         """
         try:
             body = json.loads(data)
-            if body.get("version") != 1 or body.get("offset") != offset:
+            if body.get("version") not in (1, 2) or body.get("offset") != offset:
                 return False
             producers = {}
-            for producer_id, epoch, batches in body["producers"]:
+            ongoing = {}
+            for producer_id, epoch, batches, *txn in body["producers"]:
                 entry = ProducerEntry(int(producer_id), int(epoch))
                 entry.batches.extend(BatchMetadata(*map(int, b)) for b in batches)
+                if txn:
+                    first, entry.coordinator_epoch = txn[0], int(txn[1])
+                    if first is not None:
+                        entry.current_txn_first_offset = ongoing[entry.producer_id] = int(first)
                 producers[entry.producer_id] = entry
+            unreplicated = deque(CompletedTxn(int(p), int(f), int(last), bool(a))
+                                 for p, f, last, a in body.get("unreplicated", ()))
         except (ValueError, TypeError, KeyError):
             return False
         self.producers = producers
+        self.ongoing = ongoing
+        self.unreplicated = unreplicated
         return True
 
     def get(self, producer_id: int) -> ProducerEntry | None:
@@ -142,6 +258,8 @@ class ProducerStateManager:
         @raise InvalidProducerEpochError: an epoch older than the current one.
         @raise OutOfOrderSequenceError: a sequence gap, or a new epoch not
             starting at sequence 0.
+        @raise KafkaError: C{INVALID_TXN_STATE}, a non-transactional batch of a
+            producer whose transaction is open (Kafka's C{ProducerAppendInfo}).
         """
         pending: dict[int, tuple[int, int | None]] = {}
         for h in headers:
@@ -155,6 +273,10 @@ class ProducerStateManager:
                 epoch, last_seq = entry.epoch, entry.last_seq
             else:
                 epoch, last_seq = -1, None
+            if entry is not None and entry.current_txn_first_offset is not None and not h.attributes & 0x10 \
+                    and h.producer_epoch == entry.epoch:
+                raise kafka_error(ErrorCode.invalid_txn_state,
+                                  f"producer {pid}: a non-transactional write while its transaction is open")
             first_seq = h.base_sequence
             batch_last_seq = increment_sequence(first_seq, h.last_offset_delta)
             if entry is not None and h.producer_epoch == entry.epoch and pid not in pending:
@@ -174,30 +296,100 @@ class ProducerStateManager:
             pending[pid] = (h.producer_epoch, batch_last_seq)
         return None
 
-    def load_batch(self, h: BatchHeader) -> None:
+    def validate_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int) -> None:
+        """
+        Check a marker before the leader appends it (Kafka's
+        C{ProducerAppendInfo.appendEndTxnMarker}).
+
+        @raise InvalidProducerEpochError: the producer has a newer epoch.
+        @raise KafkaError: C{TRANSACTION_COORDINATOR_FENCED}, a newer
+            coordinator epoch wrote a marker for this producer.
+        """
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            return
+        if producer_epoch < entry.epoch:
+            raise InvalidProducerEpochError(
+                f"producer {producer_id}: marker epoch {producer_epoch} is older than the current epoch {entry.epoch}")
+        if coordinator_epoch < entry.coordinator_epoch:
+            raise kafka_error(ErrorCode.transaction_coordinator_fenced,
+                              f"producer {producer_id}: coordinator epoch {coordinator_epoch} is older than "
+                              f"{entry.coordinator_epoch}")
+
+    def load_batch(self, h: BatchHeader, marker: Marker | None = None) -> CompletedTxn | None:
         """
         Record an appended batch (offsets already assigned), without checks:
         used after a validated append and when rebuilding from the log.
+
+        @param marker: the marker of a control batch (L{read_marker}).
+        @return: the transaction a control batch completed, if one was open.
         """
         pid = h.producer_id
-        if pid < 0 or h.is_control:
-            return
+        if pid < 0:
+            return None
         entry = self.producers.get(pid)
+        if h.is_control:
+            if entry is None:
+                entry = self.producers[pid] = ProducerEntry(pid, h.producer_epoch)
+            elif h.producer_epoch > entry.epoch:
+                entry.epoch = h.producer_epoch  # a fencing abort bumps the epoch: sequences restart
+                entry.batches.clear()
+            if marker is not None:
+                entry.coordinator_epoch = marker.coordinator_epoch
+            first = entry.current_txn_first_offset
+            if first is None:
+                return None
+            entry.current_txn_first_offset = None
+            self.ongoing.pop(pid, None)
+            completed = CompletedTxn(pid, first, h.base_offset, marker is not None and not marker.committed)
+            self.unreplicated.append(completed)
+            return completed
         if entry is None or h.producer_epoch != entry.epoch:
             if entry is not None and h.producer_epoch < entry.epoch:
-                return
+                return None
+            old = entry
             entry = self.producers[pid] = ProducerEntry(pid, h.producer_epoch)
+            if old is not None:
+                entry.current_txn_first_offset = old.current_txn_first_offset
+                entry.coordinator_epoch = old.coordinator_epoch
         entry.batches.append(BatchMetadata(
             h.base_sequence, increment_sequence(h.base_sequence, h.last_offset_delta),
             h.base_offset, h.base_offset + h.last_offset_delta))
+        if h.attributes & 0x10 and entry.current_txn_first_offset is None:
+            entry.current_txn_first_offset = self.ongoing[pid] = h.base_offset
+        return None
+
+    def first_unstable_offset(self, high_watermark: int) -> int | None:
+        """
+        The first offset of the oldest transaction that is open, or completed
+        with its marker at or above C{high_watermark} (Kafka's
+        C{ProducerStateManager.firstUnstableOffset}); None when there is none.
+        Completed transactions the high watermark has passed are forgotten.
+        """
+        unreplicated = self.unreplicated
+        while unreplicated and unreplicated[0].last_offset < high_watermark:
+            unreplicated.popleft()
+        first = min(self.ongoing.values()) if self.ongoing else None
+        for txn in unreplicated:
+            if first is None or txn.first_offset < first:
+                first = txn.first_offset
+        return first
+
+    def first_ongoing_offset(self) -> int | None:
+        """The first offset of the oldest open transaction, None when none is open."""
+        return min(self.ongoing.values()) if self.ongoing else None
 
     def truncate_to(self, offset: int) -> None:
         """Forget batches at or above C{offset} (log truncation)."""
         for pid in list(self.producers):
             entry = self.producers[pid]
             kept = [b for b in entry.batches if b.last_offset < offset]
+            if entry.current_txn_first_offset is not None and entry.current_txn_first_offset >= offset:
+                entry.current_txn_first_offset = None
+                self.ongoing.pop(pid, None)
             if not kept:
                 del self.producers[pid]
+                self.ongoing.pop(pid, None)
             elif len(kept) != len(entry.batches):
                 entry.batches.clear()
                 entry.batches.extend(kept)

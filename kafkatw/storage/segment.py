@@ -7,6 +7,8 @@ the files numerically", as Kafka's C{LogFileUtils})::
     00000000000000368769.log        RecordBatch v2, exactly as on the wire
     00000000000000368769.index      see L{kafkatw.storage.index.OffsetIndex}
     00000000000000368769.timeindex  see L{kafkatw.storage.index.TimeIndex}
+    00000000000000368769.txnindex   aborted transactions, if any: see
+                                    L{kafkatw.storage.transaction_index}
 
 The C{.log} is a plain concatenation of batches::
 
@@ -36,6 +38,7 @@ from kafkatw.protocol.batch import (
     unpack_header,
 )
 from kafkatw.storage.index import IndexCorruptError, OffsetIndex, TimeIndex
+from kafkatw.storage.transaction_index import TransactionIndex
 
 __all__ = ["FileRegion", "LogSegment", "segment_file_name"]
 
@@ -102,6 +105,8 @@ class LogSegment:
                                             base_offset, max_index_bytes)
             self.time_index = TimeIndex(os.path.join(directory, segment_file_name(base_offset, ".timeindex")),
                                         base_offset, max_index_bytes)
+            #: the aborted transactions whose ABORT marker is in this segment
+            self.txn_index = TransactionIndex(os.path.join(directory, segment_file_name(base_offset, ".txnindex")))
         except OSError as e:
             raise KafkaStorageError(f"cannot open segment {self.path}: {e}") from e
         self.next_offset = base_offset
@@ -425,6 +430,7 @@ class LogSegment:
         os.ftruncate(self._fd, position)
         self.size_bytes = position
         self.offset_index.truncate_to(offset)
+        self.txn_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
         # recompute next offset and largest timestamp from the index tail
         _, index_position = self.offset_index.last_entry
@@ -446,12 +452,14 @@ class LogSegment:
             os.fsync(self._fd)
             self.offset_index.flush()
             self.time_index.flush()
+            self.txn_index.flush()
         except OSError as e:
             raise KafkaStorageError(f"flush of {self.path} failed: {e}") from e
 
     def close(self) -> None:
         self.offset_index.close()
         self.time_index.close()
+        self.txn_index.close()
         self.close_log()
 
     def close_log(self) -> None:
@@ -466,6 +474,7 @@ class LogSegment:
         """
         self.offset_index.delete()
         self.time_index.delete()
+        self.txn_index.delete()
         try:
             os.unlink(self.path)
         except FileNotFoundError:

@@ -1,18 +1,12 @@
 """
-Real clients against a real broker at its coordinators: the group coordinator
-when a member leaves and rejoins, and the answer a transactional producer gets
-until transactions exist.
+Real clients against a real broker at its group coordinator, when a member
+leaves and rejoins (transactional producers: tests/integration/test_transactions.py).
 
   - A LeaveGroup of a group's last member and a JoinGroup written back to back
     on one connection (as raw frames, so that the broker reads both at once)
     answer 0 and MEMBER_ID_REQUIRED, never INCONSISTENT_GROUP_PROTOCOL; an
     aiokafka consumer unsubscribes and subscribes again, three times, and gets
     its partitions each time.
-  - A transactional producer of confluent-kafka (librdkafka), kafka-python and
-    aiokafka fails within L{FAIL_FAST_S} with an error the client treats as
-    fatal; librdkafka's carries the broker's explanation ("kafkatw does not
-    support transactions"), and the broker logs the refusal with the
-    transactional id for the others, which do not show a broker's message.
 
 One ZooKeeper and one broker serve the whole module.
 """
@@ -30,9 +24,6 @@ from twisted.trial import unittest
 from kafkatw.errors import ErrorCode
 from kafkatw.protocol.messages import decode_response, encode_request
 from kafkatw.testing import ClassFixture, running_cluster
-
-#: A transactional producer must have failed within this long (s).
-FAIL_FAST_S = 5.0
 
 #: Clients' own timeouts: long, so that a retrying client would be seen failing slowly (s).
 CLIENT_TIMEOUT_S = 30.0
@@ -105,77 +96,6 @@ def check_aiokafka_leaves_and_rejoins(broker: Any) -> None:
     assert "INCONSISTENT_GROUP_PROTOCOL" not in broker.log_text()
 
 
-def _assert_refusal_logged(broker: Any, transactional_id: str) -> None:
-    lines = [line for line in broker.log_text().splitlines()
-             if f"refused FindCoordinator for transactional id {transactional_id!r}" in line]
-    assert lines and "does not support transactions" in lines[0], lines
-
-
-def check_confluent_init_transactions_fails_fast(broker: Any) -> None:
-    """confluent-kafka: C{init_transactions} raises a fatal KafkaError whose text says why."""
-    from confluent_kafka import KafkaException, Producer
-
-    producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "txn-confluent",
-                         "log_level": 0})
-    started = time.monotonic()
-    try:
-        producer.init_transactions(CLIENT_TIMEOUT_S)
-    except KafkaException as exc:
-        error = exc.args[0]
-    else:
-        raise AssertionError("init_transactions succeeded")
-    took = time.monotonic() - started
-    assert took < FAIL_FAST_S, took
-    assert error.fatal() and not error.retriable(), error
-    assert error.code() == ErrorCode.transactional_id_authorization_failed, error
-    assert "kafkatw does not support transactions" in error.str(), error.str()
-    _assert_refusal_logged(broker, "txn-confluent")
-
-
-def check_kafka_python_init_transactions_fails_fast(broker: Any) -> None:
-    """kafka-python: C{init_transactions} raises TransactionalIdAuthorizationFailedError at once."""
-    from kafka import KafkaProducer
-    from kafka.errors import TransactionalIdAuthorizationFailedError
-
-    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id="txn-kafka-python",
-                             max_block_ms=int(CLIENT_TIMEOUT_S * 1000))
-    try:
-        started = time.monotonic()
-        try:
-            producer.init_transactions()
-        except TransactionalIdAuthorizationFailedError:
-            pass
-        else:
-            raise AssertionError("init_transactions succeeded")
-        took = time.monotonic() - started
-    finally:
-        producer.close(5)
-    assert took < FAIL_FAST_S, took
-    _assert_refusal_logged(broker, "txn-kafka-python")
-
-
-def check_aiokafka_transactional_start_fails_fast(broker: Any) -> None:
-    """aiokafka: a transactional producer's C{start()} raises TransactionalIdAuthorizationFailed at once."""
-    from aiokafka import AIOKafkaProducer
-    from aiokafka.errors import TransactionalIdAuthorizationFailed
-
-    async def go() -> float:
-        producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id="txn-aiokafka",
-                                    request_timeout_ms=int(CLIENT_TIMEOUT_S * 1000))
-        started = time.monotonic()
-        try:
-            await producer.start()
-        except TransactionalIdAuthorizationFailed:
-            return time.monotonic() - started
-        finally:
-            await producer.stop()
-        raise AssertionError("start() succeeded")
-
-    took = asyncio.run(go())
-    assert took < FAIL_FAST_S, took
-    _assert_refusal_logged(broker, "txn-aiokafka")
-
-
 class CoordinatorInteropTests(ClassFixture, unittest.TestCase):
     """The checks above against one real broker (and its ZooKeeper)."""
 
@@ -200,12 +120,3 @@ class CoordinatorInteropTests(ClassFixture, unittest.TestCase):
 
     def test_aiokafka_leaves_and_rejoins(self) -> None:
         check_aiokafka_leaves_and_rejoins(self.broker)
-
-    def test_confluent_init_transactions_fails_fast(self) -> None:
-        check_confluent_init_transactions_fails_fast(self.broker)
-
-    def test_kafka_python_init_transactions_fails_fast(self) -> None:
-        check_kafka_python_init_transactions_fails_fast(self.broker)
-
-    def test_aiokafka_transactional_start_fails_fast(self) -> None:
-        check_aiokafka_transactional_start_fails_fast(self.broker)

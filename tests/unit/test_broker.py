@@ -13,17 +13,13 @@ import tempfile
 from typing import Any
 
 from twisted.internet import defer
-from twisted.internet.testing import EventLoggingObserver, MemoryReactorClock, StringTransport
-from twisted.logger import formatEvent, globalLogPublisher
+from twisted.internet.testing import MemoryReactorClock, StringTransport
 from twisted.trial import unittest
 
 from kafkatw.broker.admin import AdminManager
 from kafkatw.broker.apis import (
     ADVERTISED_VERSIONS,
     SUPPORTED_VERSIONS,
-    TRANSACTIONAL_API_KEYS,
-    TRANSACTIONS_UNSUPPORTED,
-    TRANSACTIONS_UNSUPPORTED_MESSAGE,
     KafkaApis,
     validate_topic_name,
 )
@@ -161,7 +157,7 @@ class ApiVersionsTests(unittest.TestCase):
         connection.dataReceived(_frame(struct.pack(">hhih", 0, 2, 1, -1) + b"\x00" * 12))
         self.assertTrue(transport.disconnecting)
 
-    def test_find_coordinator_answers_group_keys_and_refuses_transaction_keys(self) -> None:
+    def test_find_coordinator_answers_group_keys(self) -> None:
         from kafkatw.broker.group_coordinator import coordinator_for
 
         h = BrokerHarness(self)
@@ -176,8 +172,8 @@ class ApiVersionsTests(unittest.TestCase):
             else:
                 self.assertEqual([c.error_code for c in response.coordinators], [ErrorCode.none] * 2)
                 self.assertEqual([c.node_id for c in response.coordinators], [expected["g"], expected["h"]])
-        response = h.call(10, 3, {"key": "txn", "key_type": 1})
-        self.assertEqual(response.error_code, ErrorCode.transactional_id_authorization_failed)
+        response = h.call(10, 3, {"key": "g", "key_type": 2})
+        self.assertEqual(response.error_code, ErrorCode.invalid_request)
 
     def test_unsupported_api_versions_version_answers_v0_with_error(self) -> None:
         """KIP-511: an ApiVersions version the broker lacks gets a v0 response with UNSUPPORTED_VERSION."""
@@ -308,65 +304,6 @@ class ProduceFetchTests(unittest.TestCase):
         self.assertEqual(offset(1500), (ErrorCode.none, 1))
         self.assertEqual(offset(3000), (ErrorCode.none, -1))
         self.assertEqual(offset(-5), (ErrorCode.invalid_request, -1))
-
-
-class TransactionsRefusedTests(unittest.TestCase):
-    """
-    Until transactions exist, every step into one is refused with an error
-    clients treat as fatal (TRANSACTIONS_UNSUPPORTED), explained where the
-    response has room for a message, logged, and ApiVersions does not list
-    the transactional APIs.
-    """
-
-    def setUp(self) -> None:
-        self.observer = EventLoggingObserver.createWithCleanup(self, globalLogPublisher)
-        self.h = BrokerHarness(self)
-
-    def refusals(self) -> list[str]:
-        return [formatEvent(e) for e in self.observer if "refused" in e.get("log_format", "")]
-
-    def test_transactional_apis_are_not_advertised(self) -> None:
-        response = self.h.call(18, 3, {"client_software_name": "t", "client_software_version": "1"})
-        advertised = {k.api_key for k in response.api_keys}
-        self.assertEqual(advertised & TRANSACTIONAL_API_KEYS, set())
-        self.assertEqual(set(SUPPORTED_VERSIONS) & TRANSACTIONAL_API_KEYS, set())
-        self.assertIn(22, advertised)  # InitProducerId: idempotent producers need it
-
-    def test_find_coordinator_for_a_transactional_id(self) -> None:
-        for version, body in [(1, {"key": "txn", "key_type": 1}), (2, {"key": "txn", "key_type": 1}),
-                              (3, {"key": "txn", "key_type": 1}),
-                              (4, {"key_type": 1, "coordinator_keys": ["txn", "other"]})]:
-            response = self.h.call(10, version, body)
-            entries = response.coordinators if version >= 4 else [response]
-            for entry in entries:
-                self.assertEqual((entry.error_code, entry.node_id), (TRANSACTIONS_UNSUPPORTED, -1))
-                self.assertEqual(entry.error_message, TRANSACTIONS_UNSUPPORTED_MESSAGE)
-        self.assertIn("does not support transactions", TRANSACTIONS_UNSUPPORTED_MESSAGE)
-        self.assertEqual(TRANSACTIONS_UNSUPPORTED, ErrorCode.transactional_id_authorization_failed)
-        refusals = self.refusals()
-        self.assertEqual(len(refusals), 4)
-        self.assertIn("refused FindCoordinator for transactional id 'txn' from client 'test'", refusals[0])
-        self.assertIn("'txn,other'", refusals[3])
-
-    def test_init_producer_id_with_a_transactional_id(self) -> None:
-        for version in range(5):
-            body = {"transactional_id": "txn", "transaction_timeout": 60000, "producer_id": -1,
-                    "producer_epoch": -1}
-            response = self.h.call(22, version, body)
-            self.assertEqual((response.error_code, response.producer_id, response.producer_epoch),
-                             (TRANSACTIONS_UNSUPPORTED, -1, -1))
-        self.assertEqual(len(self.refusals()), 5)
-        self.assertIn("refused InitProducerId for transactional id 'txn'", self.refusals()[0])
-
-    def test_transactional_produce(self) -> None:
-        self.h.create_topic("t")
-        body = {"transactional_id": "txn", "acks": -1, "timeout": 1000, "topic_data": [
-            {"name": "t", "partition_data": [{"index": 0, "records": build_batch([(b"k", b"v")])}]}]}
-        response = self.h.call(0, 9, body)
-        self.assertEqual(response.responses[0].partition_responses[0].error_code, TRANSACTIONS_UNSUPPORTED)
-        log = self.h.log_manager.get("t", 0)
-        self.assertEqual(log.log_end_offset if log is not None else 0, 0)
-        self.assertIn("refused Produce for transactional id 'txn'", self.refusals()[0])
 
 
 class IdempotenceTests(unittest.TestCase):

@@ -631,11 +631,11 @@ class ProducerStateAndReadsTests(CleanerTestCase):
     def test_control_batches_are_kept(self):
         log = self.make_log()
         self.fill(log, 30)
-        # a control batch (kept until transactions exist)
+        # a control batch (an ABORT marker, appended as WriteTxnMarkers does)
         marker = build_batch([(b"\x00\x00\x00\x00", b"\x00\x00\x00\x00\x00\x00")], timestamp_ms=NOW,
                              attributes=0x30, producer_id=9, producer_epoch=0)
         offset = log.log_end_offset
-        log.append(marker, 0)
+        log.append(marker, 0, allow_control=True)
         self.fill(log, 60)
         self.make_cleaner(log).clean_log(log)
         _, batches = read_records(log)

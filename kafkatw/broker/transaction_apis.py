@@ -1,0 +1,431 @@
+"""
+The transactional request handlers (KIP-98, KIP-664), mixed into
+L{kafkatw.broker.apis.KafkaApis}, and the broker's transaction wiring.
+
+L{TransactionWiring} builds the transaction coordinator
+(L{kafkatw.broker.transaction_coordinator.TransactionCoordinator}) over the
+broker: its state log is the broker's ``__transaction_state`` partitions
+(L{kafkatw.broker.transaction_log.ReplicatedTransactionLog}), its markers go
+through the inter-broker client (WriteTxnMarkers) or, for group offsets, to
+ZooKeeper (L{kafkatw.broker.transaction_log.GroupOffsetsMarkerWriter}), its
+producer ids come from the broker's C{AdminManager}, and it follows the
+leadership of the ``__transaction_state`` partitions (the replica manager's
+leadership listeners).
+
+``__transaction_state`` is created at the first FindCoordinator for a
+transactional id (or InitProducerId with one), as Kafka does: with
+C{transaction.state.log.num.partitions} partitions and
+C{transaction.state.log.replication.factor} replicas; while fewer brokers are
+alive than that factor the creation waits and clients are answered
+C{COORDINATOR_NOT_AVAILABLE} (Kafka's rule since 0.11, KAFKA-3959).
+
+Handlers (versions: L{TRANSACTION_VERSIONS}): FindCoordinator key type 1,
+InitProducerId with a transactional id, AddPartitionsToTxn, AddOffsetsToTxn,
+EndTxn, WriteTxnMarkers (the partition leader's side), TxnOffsetCommit (the
+group coordinator's side: pending offsets in ZooKeeper), DescribeTransactions,
+ListTransactions, DescribeProducers.
+
+Source: Apache Kafka C{KafkaApis} (C{handleFindCoordinatorRequest},
+C{handleInitProducerIdRequest}, C{handleAddPartitionsToTxnRequest},
+C{handleAddOffsetsToTxnRequest}, C{handleEndTxnRequest},
+C{handleWriteTxnMarkersRequest}, C{handleTxnOffsetCommitRequest},
+C{handleDescribeTransactionsRequest}, C{handleListTransactionsRequest},
+C{handleDescribeProducersRequest}); KIP-98, KIP-664.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any, Callable
+
+from twisted.internet import defer
+from twisted.logger import Logger
+
+from ..errors import ErrorCode, KafkaError
+from ..zookeeper.registry import CommittedOffset
+from .transaction_coordinator import TransactionCoordinator, fenced_error
+from .transaction_log import (
+    GroupOffsetsMarkerWriter,
+    PendingOffsetStore,
+    ReplicatedTransactionLog,
+    append_markers,
+    transaction_state_create_configs,
+)
+from .transaction_markers import TransactionMarkerChannel
+from .transaction_state import TRANSACTION_STATE_TOPIC
+
+__all__ = ["TransactionApis", "TransactionWiring", "TRANSACTION_VERSIONS"]
+
+_log = Logger()
+_E = ErrorCode
+
+#: API key -> (min, max) version served for transactions (transactions v1;
+#: KIP-890's v2 versions are not served).
+TRANSACTION_VERSIONS: dict[int, tuple[int, int]] = {
+    24: (0, 3),  # AddPartitionsToTxn (v4+: KIP-890's broker-side verification)
+    25: (0, 3),  # AddOffsetsToTxn
+    26: (0, 3),  # EndTxn (v4: KIP-890's TRANSACTION_ABORTABLE, v5: transactions v2)
+    27: (1, 1),  # WriteTxnMarkers (v0 is gone from Kafka 4's definitions; v2: KIP-1228)
+    28: (0, 3),  # TxnOffsetCommit (v4+: KIP-890)
+    61: (0, 0),  # DescribeProducers (KIP-664)
+    65: (0, 0),  # DescribeTransactions (KIP-664)
+    66: (0, 1),  # ListTransactions (KIP-664; v1: KIP-994's duration filter)
+}
+
+_NO_TIME = datetime.datetime.fromtimestamp(-0.001, tz=datetime.timezone.utc)
+
+
+def _ms(value: Any) -> int:
+    return int(value.total_seconds() * 1000) if hasattr(value, "total_seconds") else int(value)
+
+
+class TransactionWiring:
+    """
+    The transaction coordinator of one broker and what it runs on.
+
+    @param replica_manager: the broker's replica manager.
+    @param metadata: the broker's metadata cache.
+    @param admin: the broker's C{AdminManager} (producer ids, topic creation).
+    @param send: C{send(broker_id, api_key, body) -> Deferred} of the response
+        (the inter-broker client's C{send}).
+    @param reactor: C{IReactorTime}.
+    """
+
+    def __init__(self, config: Any, replica_manager: Any, metadata: Any, admin: Any, registry: Any,
+                 send: Callable[[int, int, Any], defer.Deferred], reactor: Any,
+                 now_ms: Callable[[], int]) -> None:
+        self.config = config
+        self.replica_manager = replica_manager
+        self.metadata = metadata
+        self.admin = admin
+        self.reactor = reactor
+        self.now_ms = now_ms
+        self.log = ReplicatedTransactionLog(replica_manager, now_ms, config["offsets.commit.timeout.ms"] * 6)
+        self.channel = TransactionMarkerChannel(reactor, lambda broker, body: send(broker, 27, body),
+                                                self.leader_for)
+        self.pending_offsets = PendingOffsetStore(registry)
+        self.markers = GroupOffsetsMarkerWriter(self.channel, self.pending_offsets, reactor)
+        self.coordinator = TransactionCoordinator(config, reactor, self.log, self.markers, admin,
+                                                  self.partition_exists)
+        self._creating: defer.Deferred | None = None
+        self._short_of = -1  # live brokers when the topic last could not be created (logged once per count)
+        self.started = False
+
+    def leader_for(self, topic: str, partition: int) -> int | None:
+        meta = self.metadata.topics.get(topic)
+        if meta is None or partition not in meta.partitions:
+            return None
+        return self.metadata.leader(topic, partition)
+
+    def partition_exists(self, topic: str, partition: int) -> bool:
+        meta = self.metadata.topics.get(topic)
+        return meta is not None and partition in meta.partitions
+
+    def start(self) -> None:
+        """Start the coordinator's timers and follow the leadership of ``__transaction_state``."""
+        self.started = True
+        self.coordinator.start()
+        self.replica_manager.leadership_listeners.append(self.leadership_changed)
+        for p in self.replica_manager.led_partitions():
+            if p.topic == TRANSACTION_STATE_TOPIC:
+                self.leadership_changed(p.topic, p.partition, "leader", p.leader_epoch)
+
+    def stop(self) -> None:
+        if not self.started:
+            return
+        self.started = False
+        if self.leadership_changed in self.replica_manager.leadership_listeners:
+            self.replica_manager.leadership_listeners.remove(self.leadership_changed)
+        self.coordinator.stop()
+        self.markers.close()
+
+    def leadership_changed(self, topic: str, partition: int, role: str, leader_epoch: int | None) -> None:
+        """A replica manager leadership listener: load or unload a coordinator partition."""
+        if topic != TRANSACTION_STATE_TOPIC:
+            return
+        if role == "leader":
+            d = self.coordinator.on_became_leader(partition, leader_epoch)
+            d.addErrback(lambda f: _log.failure("loading {topic}-{partition} failed", f, topic=topic,
+                                                partition=partition))
+        else:
+            self.coordinator.on_resigned(partition, leader_epoch)
+
+    def ensure_topic(self) -> bool:
+        """
+        Whether ``__transaction_state`` exists; if not, start creating it (once
+        enough brokers are alive).
+        """
+        if TRANSACTION_STATE_TOPIC in self.metadata.topics:
+            return True
+        if self._creating is None:
+            replication_factor = self.config["transaction.state.log.replication.factor"]
+            if len(self.metadata.brokers) < replication_factor:
+                if self._short_of != len(self.metadata.brokers):
+                    self._short_of = len(self.metadata.brokers)
+                    _log.warn("{topic} not created: {alive} live brokers, transaction.state.log.replication.factor "
+                              "is {rf}", topic=TRANSACTION_STATE_TOPIC, alive=len(self.metadata.brokers),
+                              rf=replication_factor)
+                return False
+            self._creating = defer.ensureDeferred(self.admin.create_topic(
+                TRANSACTION_STATE_TOPIC, self.config["transaction.state.log.num.partitions"], replication_factor,
+                None, transaction_state_create_configs(self.config)))
+
+            def done(result: Any) -> None:
+                self._creating = None
+                if isinstance(result, Exception) or hasattr(result, "value"):
+                    error = getattr(result, "value", result)
+                    if not (isinstance(error, KafkaError) and error.error_code == _E.topic_already_exists):
+                        _log.warn("creating {topic} failed: {error}", topic=TRANSACTION_STATE_TOPIC, error=error)
+
+            self._creating.addBoth(done)
+        return False
+
+
+class TransactionApis:
+    """
+    The transactional handlers of L{kafkatw.broker.apis.KafkaApis}.
+
+    @ivar transactions: the broker's L{TransactionWiring} (set by the server;
+        C{None}: transactional requests are answered C{COORDINATOR_NOT_AVAILABLE}).
+    """
+
+    transactions: TransactionWiring | None = None
+    # provided by KafkaApis
+    broker_id: int
+    replica_manager: Any
+    metadata: Any
+    group_coordinator: Any
+    now_ms: Callable[[], int]
+
+    def transaction_handlers(self) -> dict[int, Callable[..., Any]]:
+        return {
+            24: self.handle_add_partitions_to_txn,
+            25: self.handle_add_offsets_to_txn,
+            26: self.handle_end_txn,
+            27: self.handle_write_txn_markers,
+            28: self.handle_txn_offset_commit,
+            61: self.handle_describe_producers,
+            65: self.handle_describe_transactions,
+            66: self.handle_list_transactions,
+        }
+
+    def _respond(self, context: Any, body: Any) -> bytes:  # pragma: no cover - KafkaApis's
+        raise NotImplementedError
+
+    @property
+    def _coordinator(self) -> TransactionCoordinator | None:
+        return self.transactions.coordinator if self.transactions is not None else None
+
+    def _refuse_transactional_produce(self, context: Any, request: Any) -> bool:
+        """
+        Whether a Produce with a transactional id is refused
+        (C{TRANSACTIONAL_ID_AUTHORIZATION_FAILED}): the place for an ACL check
+        on the id (Kafka's WRITE on TRANSACTIONAL_ID); none today.
+        """
+        return False
+
+    @staticmethod
+    def _stable_offsets(request: Any, topics: list) -> dict[tuple[str, int], int] | None:
+        """
+        For a consumer's read-committed Fetch about to wait: each partition's
+        last stable offset as read (the wait ends when one passes it).
+        """
+        if getattr(request, "replica_id", -1) >= 0 or getattr(request, "isolation_level", 0) != 1:
+            return None
+        return {(name, p.partition_index): p.last_stable_offset for name, partitions in topics for p in partitions}
+
+    def _require_stable(self, d: defer.Deferred, request: Any) -> defer.Deferred:
+        """
+        OffsetFetch v7+ with C{require_stable} (KIP-447): C{d}'s C{(error,
+        found)} gets a third element, the partitions whose transactional
+        offsets are pending (answered C{UNSTABLE_OFFSET_COMMIT}).
+        """
+        if not getattr(request, "require_stable", False) or self.transactions is None:
+            return d
+        pending = self.transactions.pending_offsets
+
+        async def add(result: tuple) -> tuple:
+            try:
+                unstable = await pending.unstable(request.group_id)
+            except Exception as e:
+                _log.warn("reading the pending offsets of group {group} failed: {error}", group=request.group_id,
+                          error=e)
+                return (ErrorCode.coordinator_not_available, {})
+            return (*result, unstable)
+
+        return d.addCallback(lambda result: defer.Deferred.fromCoroutine(add(result)))
+
+    # --- FindCoordinator key type 1 ----------------------------------------------------------
+
+    def _find_transaction_coordinator(self, key: str) -> dict:
+        entry: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": 0,
+                                 "error_message": None}
+        wiring = self.transactions
+        if not key:
+            entry.update(error_code=int(_E.invalid_request), error_message="empty transactional id")
+            return entry
+        if wiring is None or not wiring.ensure_topic():
+            entry.update(error_code=int(_E.coordinator_not_available),
+                         error_message=f"{TRANSACTION_STATE_TOPIC} is not available yet")
+            return entry
+        partition = wiring.coordinator.partition_for(key)
+        leader = self.metadata.leader(TRANSACTION_STATE_TOPIC, partition)
+        broker = self.metadata.brokers.get(leader)
+        if broker is None:
+            entry.update(error_code=int(_E.coordinator_not_available),
+                         error_message=f"{TRANSACTION_STATE_TOPIC}-{partition} has no leader")
+            return entry
+        entry.update(node_id=broker.broker_id, host=broker.host, port=broker.port)
+        return entry
+
+    # --- InitProducerId ----------------------------------------------------------------------
+
+    def _init_transactional_producer_id(self, context: Any, request: Any) -> Any:
+        def answer(code: ErrorCode, producer_id: int = -1, epoch: int = -1) -> bytes:
+            return self._respond(context, {"throttle_time": 0,
+                                           "error_code": int(fenced_error(22, context.api_version, code)),
+                                           "producer_id": producer_id, "producer_epoch": epoch})
+
+        wiring = self.transactions
+        if wiring is None or not wiring.ensure_topic():
+            return answer(_E.coordinator_not_available)
+        d = wiring.coordinator.init_producer_id(
+            request.transactional_id, _ms(request.transaction_timeout), getattr(request, "producer_id", -1),
+            getattr(request, "producer_epoch", -1))
+        return d.addCallback(lambda r: answer(r.error, r.producer_id, r.producer_epoch))
+
+    # --- AddPartitionsToTxn, AddOffsetsToTxn, EndTxn -----------------------------------------
+
+    def handle_add_partitions_to_txn(self, context: Any, request: Any) -> Any:
+        version = context.api_version
+        topics = request.v3_and_below_topics
+        wanted = [(t.name, int(p)) for t in topics for p in t.partitions]
+
+        def answer(codes: dict) -> bytes:
+            by_topic: dict[str, list] = {}
+            for (name, p) in wanted:
+                by_topic.setdefault(name, []).append(
+                    {"partition_index": p, "partition_error_code": int(fenced_error(24, version, codes[(name, p)]))})
+            return self._respond(context, {"throttle_time": 0, "results_by_topic_v3_and_below": [
+                {"name": name, "results_by_partition": results} for name, results in by_topic.items()]})
+
+        coordinator = self._coordinator
+        if coordinator is None:
+            return answer({tp: _E.coordinator_not_available for tp in wanted})
+        d = coordinator.add_partitions_to_txn(request.v3_and_below_transactional_id,
+                                              request.v3_and_below_producer_id,
+                                              request.v3_and_below_producer_epoch, wanted)
+        return d.addCallback(answer)
+
+    def _simple(self, context: Any, api_key: int, d: defer.Deferred | None) -> Any:
+        def answer(code: ErrorCode) -> bytes:
+            return self._respond(context, {"throttle_time": 0,
+                                           "error_code": int(fenced_error(api_key, context.api_version, code))})
+
+        if d is None:
+            return answer(_E.coordinator_not_available)
+        return d.addCallback(answer)
+
+    def handle_add_offsets_to_txn(self, context: Any, request: Any) -> Any:
+        coordinator = self._coordinator
+        d = None if coordinator is None else coordinator.add_offsets_to_txn(
+            request.transactional_id, request.producer_id, request.producer_epoch, request.group_id)
+        return self._simple(context, 25, d)
+
+    def handle_end_txn(self, context: Any, request: Any) -> Any:
+        coordinator = self._coordinator
+        d = None if coordinator is None else coordinator.end_txn(
+            request.transactional_id, request.producer_id, request.producer_epoch, bool(request.committed))
+        return self._simple(context, 26, d)
+
+    # --- WriteTxnMarkers ---------------------------------------------------------------------
+
+    def handle_write_txn_markers(self, context: Any, request: Any) -> Any:
+        pending = self.transactions.pending_offsets if self.transactions is not None else None
+        d = append_markers(self.replica_manager, request.markers, self.now_ms(), 30000, pending)
+        return d.addCallback(lambda body: self._respond(context, body))
+
+    # --- TxnOffsetCommit ---------------------------------------------------------------------
+
+    def handle_txn_offset_commit(self, context: Any, request: Any) -> Any:
+        version = context.api_version
+        order = [(t.name, int(p.partition_index)) for t in request.topics for p in t.partitions]
+
+        def answer(code: ErrorCode) -> bytes:
+            code = fenced_error(28, version, code)
+            topics: dict[str, list] = {}
+            for name, p in order:
+                topics.setdefault(name, []).append({"partition_index": p, "error_code": int(code)})
+            return self._respond(context, {"throttle_time": 0, "topics": [
+                {"name": name, "partitions": ps} for name, ps in topics.items()]})
+
+        if self.transactions is None:
+            return answer(_E.coordinator_not_available)
+        if self.group_coordinator.coordinator(request.group_id) != self.broker_id:
+            return answer(_E.not_coordinator)
+        offsets = {(t.name, int(p.partition_index)): CommittedOffset(
+            int(p.committed_offset), int(getattr(p, "committed_leader_epoch", -1)), p.committed_metadata or "")
+            for t in request.topics for p in t.partitions}
+        d = self.transactions.pending_offsets.add(request.group_id, int(request.producer_id),
+                                                  int(request.producer_epoch), offsets)
+
+        def failed(failure: Any) -> ErrorCode:
+            if failure.check(KafkaError):
+                return failure.value.error_code
+            _log.warn("TxnOffsetCommit of group {group} failed: {error}", group=request.group_id,
+                      error=failure.value)
+            return _E.coordinator_not_available
+
+        d.addCallbacks(lambda _: _E.none, failed)
+        return d.addCallback(answer)
+
+    # --- DescribeTransactions, ListTransactions, DescribeProducers ----------------------------
+
+    def handle_describe_transactions(self, context: Any, request: Any) -> bytes:
+        coordinator = self._coordinator
+        ids = list(request.transactional_ids)
+        if coordinator is None:
+            states = [{"transactional_id": t, "error_code": int(_E.coordinator_not_available),
+                       "transaction_state": "", "transaction_timeout": 0, "transaction_start_time": _NO_TIME,
+                       "producer_id": -1, "producer_epoch": -1, "topics": []} for t in ids]
+        else:
+            states = coordinator.describe_transactions(ids)
+            for s in states:
+                s["error_code"] = int(s["error_code"])
+                start = s["transaction_start_time"]
+                s["transaction_start_time"] = _NO_TIME if start < 0 else start
+        return self._respond(context, {"throttle_time": 0, "transaction_states": states})
+
+    def handle_list_transactions(self, context: Any, request: Any) -> bytes:
+        coordinator = self._coordinator
+        if coordinator is None:
+            body: dict[str, Any] = {"error_code": _E.coordinator_not_available, "unknown_state_filters": [],
+                                    "transaction_states": []}
+        else:
+            body = coordinator.list_transactions(list(request.state_filters), list(request.producer_id_filters),
+                                                 int(getattr(request, "duration_filter", -1)),
+                                                 getattr(request, "transactional_id_pattern", None))
+        body["error_code"] = int(body["error_code"])
+        return self._respond(context, {"throttle_time": 0, **body})
+
+    def handle_describe_producers(self, context: Any, request: Any) -> bytes:
+        topics = []
+        for topic in request.topics:
+            partitions = []
+            for index in topic.partition_indexes:
+                entry: dict[str, Any] = {"partition_index": int(index), "error_code": 0, "error_message": None,
+                                         "active_producers": []}
+                try:
+                    log = self.replica_manager.leader_partition(topic.name, int(index)).log
+                    for e in log.producer_state.producers.values():
+                        entry["active_producers"].append({
+                            "producer_id": e.producer_id, "producer_epoch": e.epoch,
+                            "last_sequence": e.last_seq if e.last_seq is not None else -1,
+                            "last_timestamp": -1, "coordinator_epoch": e.coordinator_epoch,
+                            "current_txn_start_offset": (e.current_txn_first_offset
+                                                         if e.current_txn_first_offset is not None else -1)})
+                except KafkaError as e:
+                    entry.update(error_code=int(e.error_code), error_message=str(e) or None)
+                partitions.append(entry)
+            topics.append({"name": topic.name, "partitions": partitions})
+        return self._respond(context, {"throttle_time": 0, "topics": topics})
