@@ -241,11 +241,14 @@ class KafkaApis:
 
     # --- Metadata ------------------------------------------------------------
 
-    def _broker_list(self) -> list[dict]:
-        return [
-            {"node_id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack}
-            for b in sorted(self.metadata.brokers.values(), key=lambda b: b.broker_id)
-        ]
+    def _broker_list(self, listener: str = "PLAINTEXT") -> list[dict]:
+        """The live brokers as clients of C{listener} reach them (brokers without it are left out, as Kafka does)."""
+        brokers = []
+        for b in sorted(self.metadata.brokers.values(), key=lambda b: b.broker_id):
+            address = b.address(listener)
+            if address is not None:
+                brokers.append({"node_id": b.broker_id, "host": address[0], "port": address[1], "rack": b.rack})
+        return brokers
 
     def _topic_metadata(self, name: str) -> dict:
         meta = self.metadata.topics.get(name)
@@ -273,7 +276,7 @@ class KafkaApis:
             "topic_authorized_operations": -2147483648,
         }
 
-    def _metadata_body(self, names: list[str], errors: dict[str, ErrorCode]) -> dict:
+    def _metadata_body(self, names: list[str], errors: dict[str, ErrorCode], listener: str = "PLAINTEXT") -> dict:
         topics = []
         for name in names:
             if name in errors:
@@ -283,7 +286,7 @@ class KafkaApis:
                 topics.append(self._topic_metadata(name))
         return {
             "throttle_time": 0,
-            "brokers": self._broker_list(),
+            "brokers": self._broker_list(listener),
             "cluster_id": self.metadata.cluster_id,
             "controller_id": self.metadata.controller_id,
             "topics": topics,
@@ -293,7 +296,7 @@ class KafkaApis:
     def handle_metadata(self, context: RequestContext, request: Any) -> Any:
         if request.topics is None or (context.api_version == 0 and not request.topics):
             names = sorted(self.metadata.topics)
-            return self._respond(context, self._metadata_body(names, {}))
+            return self._respond(context, self._metadata_body(names, {}, context.connection.listener_name))
         names = [t.name for t in request.topics]
         allow_auto = getattr(request, "allow_auto_topic_creation", True) and self.config["auto.create.topics.enable"]
         errors: dict[str, ErrorCode] = {}
@@ -307,7 +310,7 @@ class KafkaApis:
             elif allow_auto:
                 creating.append(name)
         if not creating:
-            return self._respond(context, self._metadata_body(names, errors))
+            return self._respond(context, self._metadata_body(names, errors, context.connection.listener_name))
         return defer.Deferred.fromCoroutine(self._auto_create_then_metadata(context, names, errors, creating))
 
     async def _auto_create_then_metadata(self, context: RequestContext, names: list[str],
@@ -323,7 +326,7 @@ class KafkaApis:
             except ZooKeeperError as e:
                 _log.warn("auto-creating topic {topic} failed: ZooKeeper unavailable ({error})", topic=name, error=e)
                 errors[name] = ErrorCode.leader_not_available
-        return self._respond(context, self._metadata_body(names, errors))
+        return self._respond(context, self._metadata_body(names, errors, context.connection.listener_name))
 
     # --- Produce -------------------------------------------------------------
 
@@ -705,7 +708,7 @@ class KafkaApis:
             "throttle_time": 0, "error_code": 0, "error_message": None, "endpoint_type": 1,
             "cluster_id": self.metadata.cluster_id, "controller_id": self.metadata.controller_id,
             "brokers": [{"broker_id": b["node_id"], "host": b["host"], "port": b["port"], "rack": b["rack"]}
-                        for b in self._broker_list()],
+                        for b in self._broker_list(context.connection.listener_name)],
             "cluster_authorized_operations": -2147483648,
         }
         if getattr(request, "endpoint_type", 1) != 1:
@@ -774,11 +777,11 @@ class KafkaApis:
         keys = list(request.coordinator_keys) if hasattr(request, "coordinator_keys") else [request.key]
         if key_type != 0:
             self._refuse_transactions("FindCoordinator", context, ",".join(keys))
-        coordinators = [self._find_coordinator(key, key_type) for key in keys]
+        coordinators = [self._find_coordinator(key, key_type, context.connection.listener_name) for key in keys]
         body = {"throttle_time": 0, "coordinators": coordinators, **coordinators[0]}
         return self._respond(context, body)
 
-    def _find_coordinator(self, key: str, key_type: int) -> dict:
+    def _find_coordinator(self, key: str, key_type: int, listener: str = "PLAINTEXT") -> dict:
         entry: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": 0,
                                  "error_message": None}
         if key_type != 0:
@@ -791,11 +794,12 @@ class KafkaApis:
             return entry
         broker_id = self.group_coordinator.coordinator(key)
         broker = self.metadata.brokers.get(broker_id) if broker_id is not None else None
-        if broker is None:
+        address = broker.address(listener) if broker is not None else None
+        if broker is None or address is None:
             entry["error_code"] = int(ErrorCode.coordinator_not_available)
-            entry["error_message"] = "no live broker"
+            entry["error_message"] = "no live broker" if broker is None else f"the coordinator has no listener {listener}"
             return entry
-        entry.update(node_id=broker.broker_id, host=broker.host, port=broker.port)
+        entry.update(node_id=broker.broker_id, host=address[0], port=address[1])
         return entry
 
     # --- consumer groups -----------------------------------------------------

@@ -33,8 +33,11 @@ from twisted.internet import defer, endpoints, task
 from twisted.internet.error import CannotListenError
 from twisted.internet.protocol import Factory
 from twisted.logger import Logger
+from twisted.protocols.tls import TLSMemoryBIOFactory
 
+from ..client.security import SecurityConfig
 from ..config import BrokerConfig, topic_log_config
+from ..security.tls import PrincipalMapper, TLSConfigError, server_options
 from ..storage.log_manager import LogManager
 from ..storage.meta_properties import MetaPropertiesError, ensure_meta_properties
 from ..zookeeper.bridge import NodeExistsError, ZooKeeperClient, ZooKeeperUnavailableError
@@ -43,9 +46,10 @@ from ..zookeeper.registry import DEFAULT_BROKER_ENTITY, BrokerIdInUseError, Regi
 from .admin import AdminManager
 from .apis import KafkaApis
 from .controller import CONTROLLED_SHUTDOWN_PATH, KafkaController
+from .listeners import DEFAULT_PROTOCOL_MAP, ListenerConfig, ListenerConfigError, listener_config, parse_listener
 from .replica_fetcher import ReplicaFetcherManager
 from .metadata_cache import BrokerEndpoint, MetadataCache, TopicMetadata
-from .network import KafkaServerFactory
+from .network import KafkaServerFactory, TLSListenerPolicy
 from .replica_manager import ReplicaManager
 
 __all__ = [
@@ -82,6 +86,7 @@ EXPECTED_START_FAILURES: tuple[type[BaseException], ...] = (
     ZooKeeperNotInstalledError,
     MetaPropertiesError,
     BrokerIdInUseError,
+    ListenerConfigError,
 )
 
 
@@ -127,19 +132,13 @@ class _StartingFactory(Factory):
 
 def listener_endpoint(listener: str) -> str:
     """
-    A Twisted server endpoint string for a listener.
+    A Twisted server endpoint string for a listener: Kafka's
+    C{NAME://host:port} (under Kafka's default protocol map), or a Twisted
+    endpoint string (a plaintext listener; not C{ssl:}).
 
-    Kafka's C{PLAINTEXT://host:port} form is accepted as well as endpoint
-    strings (C{tcp:9092:interface=127.0.0.1}, C{ssl:...}).
+    @raise ValueError: a listener that does not parse (L{ListenerConfigError}).
     """
-    if "://" in listener:
-        scheme, _, address = listener.partition("://")
-        if scheme.upper() != "PLAINTEXT":
-            raise ValueError(f"listener {listener!r}: only PLAINTEXT:// (or a Twisted endpoint string) is supported")
-        host, _, port = address.rpartition(":")
-        host = host.strip("[]")
-        return f"tcp:{int(port)}:interface={host}" if host else f"tcp:{int(port)}"
-    return listener
+    return parse_listener(listener, DEFAULT_PROTOCOL_MAP).endpoint
 
 
 class BrokerPart(service.Service):
@@ -215,7 +214,13 @@ class KafkaServer(service.MultiService):
         self.start_error: str | None = None
         self._starting: defer.Deferred | None = None
         self._stopping = False
-        self._factory = _StartingFactory()
+        #: listener name -> the factory of its bound port (closing connections until the broker serves).
+        self._listener_factories: dict[str, _StartingFactory] = {}
+        #: listener name -> its TLS options (TLS listeners only).
+        self._tls_options: dict[str, Any] = {}
+        #: listener name -> its bound port.
+        self.bound: dict[str, Any] = {}
+        self.listeners: ListenerConfig | None = None
 
     # --- life cycle ----------------------------------------------------------
 
@@ -352,7 +357,7 @@ class KafkaServer(service.MultiService):
 
         self.inter_broker_client = KafkaClient(
             self.reactor, "127.0.0.1:1", client_id=f"broker-{self.broker_id}-fetcher",
-            request_timeout_ms=self.config["replica.socket.timeout.ms"])
+            request_timeout_ms=self.config["replica.socket.timeout.ms"], security=self.inter_broker_security())
         self.fetcher_manager = ReplicaFetcherManager(
             self.broker_id, self.config, self.inter_broker_client, self.reactor, self._broker_address,
             self._append_as_follower, self._throttled)
@@ -384,23 +389,36 @@ class KafkaServer(service.MultiService):
         self.apis = KafkaApis(config, self.replica_manager, self.metadata, self.admin, self.reactor,
                               now_ms=self.now_ms)
         self.apis.controller = self.controller
-        host, advertised_port = self._advertised()
+        advertised = self._advertised_endpoints()
+        assert self.listeners is not None
         # Serve before registering: a broker in /brokers/ids answers its peers' fetches.
-        self._factory.serving = KafkaServerFactory(self.apis, config["socket.request.max.bytes"])
+        for listener in self.listeners.listeners:
+            tls = None
+            if listener.tls:
+                mapper = PrincipalMapper.parse(config.for_listener(listener.name, "ssl.principal.mapping.rules"))
+                tls = TLSListenerPolicy(self.reactor, config["ssl.handshake.timeout.ms"], mapper.name)
+            factory: Any = KafkaServerFactory(self.apis, config["socket.request.max.bytes"], listener.name,
+                                              listener.security_protocol, tls)
+            if listener.tls:
+                factory = TLSMemoryBIOFactory(self._tls_options[listener.name], False, factory)
+            self._listener_factories[listener.name].serving = factory
 
-        await self.registry.watch_brokers(self._brokers_changed)
+        await self.registry.watch_brokers(self._brokers_changed, detailed=True)
         await self.registry.watch_topics(self._topics_changed)
-        await self._register(host, advertised_port)
+        inter_broker = self.listeners.inter_broker_listener
+        host, advertised_port = next((h, p) for name, h, p in advertised if name == inter_broker)
+        await self._register(host, advertised_port, advertised)
         await self.registry.watch_controller(self._controller_changed)
         for entity in (DEFAULT_BROKER_ENTITY, str(self.broker_id)):
             await self.registry.watch_broker_config(
                 entity, lambda config, entity=entity: self._broker_config_changed(entity, config))
-        _log.info("broker {id} started at {host}:{port} (cluster {cluster})", id=self.broker_id, host=host,
-                  port=advertised_port, cluster=self.metadata.cluster_id)
+        _log.info("broker {id} started at {endpoints} (cluster {cluster})", id=self.broker_id,
+                  endpoints=",".join(f"{n}://{h}:{p}" for n, h, p in advertised), cluster=self.metadata.cluster_id)
 
     async def _stop_serving(self) -> None:
         await self._controlled_shutdown()
-        self._factory.serving = None  # new connections are closed from now on
+        for factory in self._listener_factories.values():
+            factory.serving = None  # new connections are closed from now on
         if self.replica_manager is not None:
             self.replica_manager.complete_all_delayed()
         if self.apis is not None:
@@ -423,19 +441,33 @@ class KafkaServer(service.MultiService):
         Bind every listener (and the metrics port).  They close each connection
         until the broker has started (L{_StartingFactory}).
 
-        @raise BrokerStartupError: a port is taken or cannot be bound.
+        @raise BrokerStartupError: a port is taken or cannot be bound, a
+            listener setting is wrong, a TLS listener's files cannot be used.
         """
-        for listener in self.config["listeners"]:
-            endpoint = endpoints.serverFromString(self.reactor, listener_endpoint(listener))
+        try:
+            self.listeners = listener_config(self.config)
+        except ListenerConfigError as e:
+            raise BrokerStartupError(str(e)) from None
+        for listener in self.listeners.listeners:
+            if listener.tls:
+                try:
+                    self._tls_options[listener.name] = self._listener_tls_options(listener.name)
+                except TLSConfigError as e:
+                    raise BrokerStartupError(f"listener {listener.name}: {e}") from None
+        for listener in self.listeners.listeners:
+            endpoint = endpoints.serverFromString(self.reactor, listener.endpoint)
+            factory = self._listener_factories[listener.name] = _StartingFactory()
             try:
-                port = await endpoint.listen(self._factory)
+                port = await endpoint.listen(factory)
             except CannotListenError as e:
                 raise BrokerStartupError(
-                    f"cannot listen on {listener}: {_socket_error(e)}; stop what holds the port or change"
-                    " listeners (--listeners)"
+                    f"cannot listen on {listener.name} ({listener.endpoint}): {_socket_error(e)}; stop what holds"
+                    " the port or change listeners (--listeners)"
                 ) from None
             self._listening_ports.append(port)
-            _log.info("bound listener {address} (connections are closed until the broker has started)",
+            self.bound[listener.name] = port
+            _log.info("bound listener {name} ({protocol}) at {address} (connections are closed until the broker"
+                      " has started)", name=listener.name, protocol=listener.security_protocol,
                       address=port.getHost())
         self.port = self._listening_ports[0].getHost().port
         if self.config["metrics.port"] >= 0:
@@ -461,7 +493,7 @@ class KafkaServer(service.MultiService):
         self.metrics_port = listening.getHost().port
         _log.info("metrics at http://127.0.0.1:{port}/metrics", port=self.metrics_port)
 
-    async def _register(self, host: str, port: int) -> None:
+    async def _register(self, host: str, port: int, advertised: list[tuple[str, str, int]] | None = None) -> None:
         """
         Register in C{/brokers/ids}.  After a crash the previous process's
         ephemeral node lives on until its ZooKeeper session expires: wait for
@@ -474,7 +506,10 @@ class KafkaServer(service.MultiService):
         deadline = self.reactor.seconds() + self.config["zookeeper.session.timeout.ms"] / 1000.0 + 5
         while True:
             try:
-                await self.registry.register_broker(self.broker_id, host, port)
+                await self.registry.register_broker(
+                    self.broker_id, host, port, endpoints=advertised,
+                    protocol_map={name: self.listeners.protocol_map[name] for name, _, _ in advertised}
+                    if advertised and self.listeners is not None else None)
                 return
             except BrokerIdInUseError as e:
                 if self.reactor.seconds() > deadline:
@@ -496,17 +531,62 @@ class KafkaServer(service.MultiService):
             if loop.running:
                 loop.stop()
 
-    def _advertised(self) -> tuple[str, int]:
-        advertised = self.config["advertised.listeners"]
-        if advertised:
-            address = advertised[0].partition("://")[2] or advertised[0]
-            host, _, port = address.rpartition(":")
-            return host.strip("[]") or "127.0.0.1", int(port)
-        address = self._listening_ports[0].getHost()
-        host = address.host
-        if host in ("0.0.0.0", "::", ""):
-            host = "127.0.0.1"
-        return host, address.port
+    def _advertised_endpoints(self) -> list[tuple[str, str, int]]:
+        """
+        C{(listener, host, port)} to register, per listener: its
+        C{advertised.listeners} entry, else the address it is bound to
+        (C{0.0.0.0}, C{::} and an empty host become C{127.0.0.1}; port 0 the bound port).
+        """
+        assert self.listeners is not None
+        result = []
+        for listener in self.listeners.listeners:
+            bound = self.bound[listener.name].getHost()
+            host, port = self.listeners.advertised.get(listener.name, (bound.host, bound.port))
+            if host in ("0.0.0.0", "::", ""):
+                host = "127.0.0.1"
+            result.append((listener.name, host, port or bound.port))
+        return result
+
+    def _listener_tls_options(self, listener: str) -> Any:
+        """The TLS options of a TLS listener from its C{ssl.*} settings (C{listener.name.<name>.ssl.*} first)."""
+        config = self.config
+
+        def get(key: str) -> Any:
+            return config.for_listener(listener, key)
+
+        for key in ("ssl.keystore.type", "ssl.truststore.type"):
+            if get(key).upper() != "PEM":
+                raise TLSConfigError(f"{key}={get(key)}: kafkatw reads PEM stores only (KIP-651)")
+        PrincipalMapper.parse(get("ssl.principal.mapping.rules"))  # fail the start on bad rules
+        return server_options(get("ssl.keystore.location"), get("ssl.key.password") or None,
+                              get("ssl.truststore.location") or None, get("ssl.client.auth"),
+                              get("ssl.enabled.protocols"), get("ssl.cipher.suites"))
+
+    def inter_broker_security(self) -> SecurityConfig:
+        """
+        The L{SecurityConfig} of this broker's own connections to other
+        brokers, for the inter-broker listener: its protocol, the trust store
+        (C{ssl.truststore.location}), the key store as client certificate, and
+        C{ssl.endpoint.identification.algorithm}.  (SASL settings: see docs/security.md.)
+        """
+        listeners = self.listeners or listener_config(self.config)
+        name = listeners.inter_broker_listener
+        protocol = listeners.protocol_map[name]
+        config = self.config
+
+        def get(key: str) -> Any:
+            return config.for_listener(name, key)
+
+        if protocol not in ("SSL", "SASL_SSL"):
+            return SecurityConfig(security_protocol=protocol)
+        return SecurityConfig(
+            security_protocol=protocol,
+            ssl_cafile=get("ssl.truststore.location") or None,
+            ssl_certfile=get("ssl.keystore.location") or None,
+            ssl_password=get("ssl.key.password") or None,
+            ssl_check_hostname=get("ssl.endpoint.identification.algorithm").strip().lower() == "https",
+            ssl_ciphers=":".join(get("ssl.cipher.suites")) or None,
+        )
 
     async def _cluster_id(self) -> str:
         assert self.zookeeper is not None
@@ -675,9 +755,17 @@ class KafkaServer(service.MultiService):
             d = self.controller.elect()
             d.addErrback(lambda f: _log.failure("controller election failed", f))
 
-    def _brokers_changed(self, brokers: dict[int, tuple[str, int, str | None]]) -> None:
+    def _brokers_changed(self, infos: dict[int, Any]) -> None:
+        # Brokers reach each other through the inter-broker listener (a broker
+        # registered without it is reached at its PLAINTEXT, else first, endpoint).
+        inter_broker = self.listeners.inter_broker_listener if self.listeners is not None else "PLAINTEXT"
+        brokers: dict[int, tuple[str, int, str | None]] = {}
+        for broker_id, info in infos.items():
+            host, port = info.address(inter_broker) or (info.host, info.port)
+            brokers[broker_id] = (host, port, info.rack)
         self.metadata.set_brokers({
-            broker_id: BrokerEndpoint(broker_id, host, port, rack) for broker_id, (host, port, rack) in brokers.items()
+            broker_id: BrokerEndpoint(broker_id, host, port, rack, infos[broker_id].endpoints)
+            for broker_id, (host, port, rack) in brokers.items()
         })
         if self.apis is not None:
             # Groups whose coordinator (a function of the live brokers) is no longer this broker move away.
