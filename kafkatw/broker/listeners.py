@@ -25,6 +25,8 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping, NamedTuple
 
+from twisted.internet import endpoints
+
 __all__ = [
     "DEFAULT_PROTOCOL_MAP",
     "Listener",
@@ -148,6 +150,11 @@ def parse_listener(value: str, protocol_map: Mapping[str, str], setting: str = "
                 " not a Twisted ssl: endpoint")
         if setting != "listeners" or not kind:
             raise ListenerConfigError(f"{setting}: {value!r} is not NAME://host:port")
+        try:
+            endpoints.serverFromString(object(), value)  # parses only: nothing is bound
+        except Exception as e:
+            raise ListenerConfigError(f"{setting}: {value!r} is not NAME://host:port nor a Twisted endpoint"
+                                      f" ({e})") from None
         port = -1
         for part in value.split(":")[1:2]:
             port = int(part) if part.isdigit() else -1

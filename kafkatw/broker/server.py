@@ -400,7 +400,7 @@ class KafkaServer(service.MultiService):
             factory: Any = KafkaServerFactory(self.apis, config["socket.request.max.bytes"], listener.name,
                                               listener.security_protocol, tls)
             if listener.tls:
-                factory = TLSMemoryBIOFactory(self._tls_options[listener.name], False, factory)
+                factory = TLSMemoryBIOFactory(self._tls_options[listener.name], False, factory, clock=self.reactor)
             self._listener_factories[listener.name].serving = factory
 
         await self.registry.watch_brokers(self._brokers_changed, detailed=True)

@@ -46,7 +46,7 @@ import click
 
 from kafkatw.errors import ErrorCode, KafkaError
 
-from ._common import bootstrap_option, describe_error, fail
+from ._common import bootstrap_option, client_security, command_config_option, describe_error, fail
 
 __all__ = [
     "reassign_partitions",
@@ -424,6 +424,7 @@ def _read(path: str, flag: str) -> str:
 
 @click.command("reassign-partitions", short_help="Move partitions between brokers (kafka-reassign-partitions.sh).")
 @bootstrap_option
+@command_config_option
 @click.option("--generate", "actions", flag_value="generate", multiple=True,
               help="Propose an assignment of the topics of --topics-to-move-json-file over --broker-list.")
 @click.option("--execute", "actions", flag_value="execute", multiple=True,
@@ -485,7 +486,7 @@ def _run(bootstrap_server: str, action: str, options: dict[str, Any]) -> None:
 
     def connected() -> Any:
         nonlocal admin
-        admin = BlockingAdminClient(bootstrap_server, client_id="reassign-partitions-tool",
+        admin = BlockingAdminClient(bootstrap_server, **client_security(), client_id="reassign-partitions-tool",
                                     request_timeout_ms=_TIMEOUT_MS, default_api_timeout_ms=_TIMEOUT_MS)
         return admin
 

@@ -46,6 +46,7 @@ from twisted.logger import Logger
 from .. import errors as _errors
 from ..errors import ErrorCode, KafkaError, UnknownTopicOrPartitionError
 from .client import KafkaClient, client_for, sleep
+from .security import SecurityConfig, security_from
 from .connection import BrokerConnectionError
 
 __all__ = [
@@ -233,17 +234,22 @@ class AdminClient:
     @param request_timeout_ms: per request (ms).
     @param default_api_timeout_ms: per operation, retries included (ms).
     @param retry_backoff_ms: the first wait between attempts (ms).
+    @param security: a L{kafkatw.client.security.SecurityConfig}; kafka-python's
+        keyword options (C{security_protocol}, C{ssl_cafile} ...) set its fields.
     """
 
     def __init__(self, reactor: Any, bootstrap_servers: str | list[str] | None = None, *,
                  client: KafkaClient | None = None, client_id: str = "kafkatw-admin",
                  request_timeout_ms: int = 30000, default_api_timeout_ms: int = 60000,
-                 retry_backoff_ms: int = 100) -> None:
+                 retry_backoff_ms: int = 100, security: SecurityConfig | None = None,
+                 **security_options: Any) -> None:
         self.reactor = reactor
+        security = security_from(security, security_options, "AdminClient")
         if client is None and bootstrap_servers is not None:
             # An admin client never creates a topic by asking for its metadata.
             client = KafkaClient(reactor, bootstrap_servers, client_id=client_id,
-                                 request_timeout_ms=request_timeout_ms, allow_auto_create_topics=False)
+                                 request_timeout_ms=request_timeout_ms, allow_auto_create_topics=False,
+                                 security=security)
             self._own_client = True
         else:
             client, self._own_client = client_for(reactor, bootstrap_servers, client, client_id, request_timeout_ms)

@@ -183,16 +183,18 @@ def server_options(keystore: str, key_password: str | None = None, truststore: s
     store = load_key_store(keystore, key_password)
     options: dict[str, Any] = {**_versions(enabled_protocols), **_ciphers(cipher_suites)}
     if client_auth != "none":
-        options["verify"] = True
         options["requireCertificate"] = client_auth == "required"
         if truststore:
+            options["verify"] = True
             options["caCerts"] = load_trust_store(truststore)
         else:
-            options["trustRoot"] = tssl.platformTrust()
+            options["trustRoot"] = tssl.platformTrust()  # implies verify
     try:
         return tssl.CertificateOptions(privateKey=store.key, certificate=store.chain[0],
                                        extraCertChain=store.chain[1:], **options)
     except ValueError as e:
+        if cipher_suites and "cipher" in str(e).lower():
+            raise TLSConfigError(f"ssl.cipher.suites: no usable suite in {','.join(cipher_suites)}") from None
         raise TLSConfigError(f"TLS settings cannot be used: {e}") from None
 
 
@@ -231,7 +233,7 @@ def client_options(hostname: str, cafile: str | None = None, certfile: str | Non
                                         extraCertificateOptions=extra)
     if client_cert is not None:
         extra.update(privateKey=client_cert.privateKey.original, certificate=client_cert.original)
-    return tssl.CertificateOptions(verify=True, trustRoot=trust or tssl.platformTrust(), **extra)
+    return tssl.CertificateOptions(trustRoot=trust or tssl.platformTrust(), **extra)
 
 
 def distinguished_name(certificate: crypto.X509) -> str:
