@@ -20,9 +20,11 @@ import random
 from typing import Any, Iterable
 
 from twisted.internet import defer
-from twisted.internet.endpoints import HostnameEndpoint, connectProtocol, wrapClientTLS
+from twisted.internet.endpoints import HostnameEndpoint, connectProtocol
+from twisted.internet.protocol import Factory
 from twisted.internet.task import deferLater
 from twisted.logger import Logger
+from twisted.protocols.tls import TLSMemoryBIOFactory
 from twisted.python.failure import Failure
 
 from ..errors import ErrorCode, KafkaError
@@ -156,10 +158,13 @@ class KafkaClient:
         host, port = self._address(node_id)
         protocol = BrokerConnection(self.reactor, self.client_id, self.request_timeout_ms, node_id)
         try:
-            endpoint: Any = HostnameEndpoint(self.reactor, host, port, timeout=self.request_timeout_ms / 1000.0)
+            endpoint = HostnameEndpoint(self.reactor, host, port, timeout=self.request_timeout_ms / 1000.0)
             if self.security.tls:
-                endpoint = wrapClientTLS(self._tls_options(host), endpoint)
-            await connectProtocol(endpoint, protocol)
+                # Twisted's TLS transport batches small writes on a clock: ours, not the global reactor.
+                await endpoint.connect(TLSMemoryBIOFactory(self._tls_options(host), True,
+                                                           Factory.forProtocol(lambda: protocol), clock=self.reactor))
+            else:
+                await connectProtocol(endpoint, protocol)
             # The first request waits for the TLS handshake (which checks the
             # certificate and host name); a failed handshake fails it.
             await protocol.negotiate()
