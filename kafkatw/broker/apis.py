@@ -752,9 +752,10 @@ class KafkaApis:
                         value = self.config[key]
                         if isinstance(value, list):
                             value = ",".join(value)
+                        sensitive = "password" in key  # Kafka answers a PASSWORD config's value as null
                         entry["configs"].append({
-                            "name": key, "value": str(value), "read_only": True, "config_source": 4,
-                            "is_sensitive": False, "synonyms": [], "config_type": 0,
+                            "name": key, "value": None if sensitive else str(value), "read_only": True,
+                            "config_source": 4, "is_sensitive": sensitive, "synonyms": [], "config_type": 0,
                             "documentation": BROKER_CONFIG[key].doc,
                         })
             else:

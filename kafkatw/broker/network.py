@@ -38,6 +38,7 @@ from collections import deque
 from typing import Any, NamedTuple
 
 from twisted.internet import defer, tcp
+from twisted.internet.error import ConnectionDone
 from twisted.internet.interfaces import IHandshakeListener, IPullProducer
 from twisted.internet.protocol import Factory
 from twisted.logger import Logger
@@ -272,8 +273,13 @@ class KafkaConnection(Int32StringReceiver):
         if self._handshake_timer is not None and self._handshake_timer.active():
             self._handshake_timer.cancel()
         if self.tls is not None and not self.handshake_done and not self._closed:
-            _log.warn("TLS handshake from {peer} on listener {listener} failed: {reason}", peer=self.peer,
-                      listener=self.listener_name, reason=reason.getErrorMessage() if reason is not None else "?")
+            if reason is not None and reason.check(ConnectionDone):  # a port probe, say
+                _log.info("connection from {peer} on listener {listener} closed before its TLS handshake",
+                          peer=self.peer, listener=self.listener_name)
+            else:
+                _log.warn("TLS handshake from {peer} on listener {listener} failed: {reason}", peer=self.peer,
+                          listener=self.listener_name,
+                          reason=reason.getErrorMessage() if reason is not None else "?")
         self._closed = True
         self._slots.clear()
         self.apis.connection_closed(self)

@@ -174,3 +174,16 @@ class ClientListenerTests(unittest.TestCase):
             self.assertNotEqual(response.error_code, 0)
         else:
             self.assertEqual((response.node_id, response.host), (coordinator, f"b{coordinator}.example"))
+
+
+class SensitiveConfigTests(unittest.TestCase):
+    def test_describe_configs_hides_passwords(self) -> None:
+        h = BrokerHarness(self, **{"ssl.key.password": "key-secret", "ssl.keystore.location": "/etc/k.pem"})
+        response = h.call(32, 1, {"resources": [{"resource_type": 4, "resource_name": "0",
+                                                 "configuration_keys": None}], "include_synonyms": False})
+        configs = {c.name: c for c in response.results[0].configs}
+        self.assertEqual((configs["ssl.key.password"].value, configs["ssl.key.password"].is_sensitive), (None, True))
+        self.assertEqual(configs["ssl.keystore.location"].value, "/etc/k.pem")
+        self.assertNotIn(b"key-secret", h.request(32, 1, {"resources": [{"resource_type": 4, "resource_name": "0",
+                                                                          "configuration_keys": None}],
+                                                          "include_synonyms": False}))
