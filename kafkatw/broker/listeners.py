@@ -60,6 +60,7 @@ class Listener(NamedTuple):
     @ivar host: the host to bind or advertise (C{""}: every interface).
     @ivar port: the port (0: any free port).
     @ivar endpoint: the Twisted server endpoint string to bind.
+    @ivar source: the entry as configured.
     """
 
     name: str
@@ -67,6 +68,7 @@ class Listener(NamedTuple):
     host: str
     port: int
     endpoint: str
+    source: str = ""
 
     @property
     def tls(self) -> bool:
@@ -160,7 +162,7 @@ def parse_listener(value: str, protocol_map: Mapping[str, str], setting: str = "
             port = int(part) if part.isdigit() else -1
         interface = re.search(r"interface=((?:[^:\\]|\\.)*)", value)
         return Listener("PLAINTEXT", "PLAINTEXT", interface.group(1).replace("\\:", ":") if interface else "",
-                        port, value)
+                        port, value, value)
     match = _URI.match(value)
     if match is None:
         raise ListenerConfigError(f"{setting}: {value!r} is not NAME://host:port")
@@ -172,7 +174,7 @@ def parse_listener(value: str, protocol_map: Mapping[str, str], setting: str = "
         raise ListenerConfigError(
             f"{setting}: no security protocol for listener {name}; add {name}:<PROTOCOL> to"
             " listener.security.protocol.map")
-    return Listener(name, protocol_map[name], host, port, _endpoint_string(host, port))
+    return Listener(name, protocol_map[name], host, port, _endpoint_string(host, port), value)
 
 
 def listener_config(config: Any) -> ListenerConfig:

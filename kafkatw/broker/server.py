@@ -461,7 +461,7 @@ class KafkaServer(service.MultiService):
                 port = await endpoint.listen(factory)
             except CannotListenError as e:
                 raise BrokerStartupError(
-                    f"cannot listen on {listener.name} ({listener.endpoint}): {_socket_error(e)}; stop what holds"
+                    f"cannot listen on {listener.source}: {_socket_error(e)}; stop what holds"
                     " the port or change listeners (--listeners)"
                 ) from None
             self._listening_ports.append(port)
