@@ -75,11 +75,11 @@ THROTTLE_KEYS = ("leader.replication.throttled.rate", "follower.replication.thro
 _ACTIONS = ("generate", "execute", "verify", "cancel", "list")
 _REQUIRED = {"generate": ("topics_to_move_json_file", "broker_list"), "execute": ("reassignment_json_file",),
              "verify": ("reassignment_json_file",), "cancel": ("reassignment_json_file",), "list": ()}
-_PERMITTED = {"generate": {"disable_rack_aware", "command_config"},
-              "execute": {"additional", "throttle", "timeout", "command_config"},
-              "verify": {"preserve_throttles", "command_config"},
-              "cancel": {"preserve_throttles", "timeout", "command_config"},
-              "list": {"command_config"}}
+_PERMITTED = {"generate": {"disable_rack_aware"},
+              "execute": {"additional", "throttle", "timeout"},
+              "verify": {"preserve_throttles"},
+              "cancel": {"preserve_throttles", "timeout"},
+              "list": set()}
 _TIMEOUT_MS = 30000
 
 
@@ -451,8 +451,6 @@ def _read(path: str, flag: str) -> str:
               help="For --verify: keep the replication throttles after the reassignment completed.")
 @click.option("--disable-rack-aware", is_flag=True, default=None,
               help="Accepted for compatibility (the proposal is always rack-unaware).")
-@click.option("--command-config", type=click.Path(dir_okay=False), default=None,
-              help="Accepted for compatibility; its settings are not used.")
 def reassign_partitions(bootstrap_server: str, actions: tuple[str, ...], **options: Any) -> None:
     """Move partitions between brokers (kafka-reassign-partitions.sh).
 
