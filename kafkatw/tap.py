@@ -47,7 +47,8 @@ class Options(usage.Options):
 
     optParameters = [
         ["broker-id", None, None, "broker.id: this broker's id (an integer, unique in the cluster)."],
-        ["listeners", None, None, "listeners: comma-separated NAME://host:port (PLAINTEXT, SSL, ... or names in listener.security.protocol.map), or Twisted endpoint strings (plaintext)."],
+        ["listeners", None, None, "listeners: comma-separated NAME://host:port (PLAINTEXT, SSL, ... or names in"
+         " listener.security.protocol.map), or Twisted endpoint strings (plaintext)."],
         ["log-dirs", None, None, "log.dirs: comma-separated directories for partition logs."],
         ["zookeeper", None, None, "zookeeper.connect: HOST:PORT[,HOST:PORT][/chroot], or 'embedded[:PORT]' "
                                   "(a child ZooKeeper on 127.0.0.1:PORT, default 2181 or "

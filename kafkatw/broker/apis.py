@@ -798,7 +798,8 @@ class KafkaApis:
         address = broker.address(listener) if broker is not None else None
         if broker is None or address is None:
             entry["error_code"] = int(ErrorCode.coordinator_not_available)
-            entry["error_message"] = "no live broker" if broker is None else f"the coordinator has no listener {listener}"
+            entry["error_message"] = ("no live broker" if broker is None
+                                      else f"the coordinator has no listener {listener}")
             return entry
         entry.update(node_id=broker.broker_id, host=address[0], port=address[1])
         return entry

@@ -96,7 +96,8 @@ def console_producer(bootstrap_server: str, topic: str, properties: tuple[str, .
     line_number = 0
     pending: collections.deque = collections.deque()  # futures not yet known to have succeeded
     try:
-        with BlockingProducer(bootstrap_server, **client_security(), client_id=pprops.get("client.id", "kafkatw-console-producer"),
+        with BlockingProducer(bootstrap_server, **client_security(),
+                              client_id=pprops.get("client.id", "kafkatw-console-producer"),
                               acks=_ACKS[acks_text],
                               compression_type=None if codec_name == "none" else codec_name,
                               batch_size=batch_bytes, linger_ms=linger * 1000) as producer:

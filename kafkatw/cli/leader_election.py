@@ -162,7 +162,8 @@ def leader_election(bootstrap_server: str, election_type: str, all_topic_partiti
 
     admin = None
     try:
-        admin = BlockingAdminClient(bootstrap_server, **client_security(), client_id="leader-election-tool", request_timeout_ms=_TIMEOUT_MS,
+        admin = BlockingAdminClient(bootstrap_server, **client_security(), client_id="leader-election-tool",
+                                    request_timeout_ms=_TIMEOUT_MS,
                                     default_api_timeout_ms=_TIMEOUT_MS)
         results = elect(admin, election_type, partitions)
     except (KafkaError, OSError, ValueError) as e:

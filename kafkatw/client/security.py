@@ -137,7 +137,8 @@ class SecurityConfig:
 PLAINTEXT = SecurityConfig()
 
 
-def security_from(security: SecurityConfig | None, options: Mapping[str, Any], owner: str = "the client") -> SecurityConfig:
+def security_from(security: SecurityConfig | None, options: Mapping[str, Any],
+                  owner: str = "the client") -> SecurityConfig:
     """
     The L{SecurityConfig} of a producer, consumer or admin client given
     C{security} and/or kafka-python's keyword options (C{security_protocol},

@@ -248,7 +248,8 @@ class HandshakeTests(SynchronousTestCase):
     def test_anonymous_without_a_client_certificate(self) -> None:
         files = tls_files()
         for auth in ("none", "requested"):
-            pair = TLSPair(self, server_options(files.server, None, files.ca, auth), client_options("localhost", files.ca))
+            pair = TLSPair(self, server_options(files.server, None, files.ca, auth),
+                           client_options("localhost", files.ca))
             self.assertEqual(pair.connection.context.principal, "User:ANONYMOUS", auth)
 
     def test_client_certificate_refused(self) -> None:
@@ -316,7 +317,10 @@ class HandshakeTests(SynchronousTestCase):
 
 
 class TLSFetchTests(SynchronousTestCase):
-    """A fetch response's file region goes out over TLS in slices, as the transport drains: no sendfile, no whole copy."""
+    """
+    A fetch response's file region goes out over TLS in slices, as the
+    transport drains: no sendfile, no whole copy.
+    """
 
     def test_region_streams_in_slices(self) -> None:
         files = tls_files()
@@ -380,8 +384,6 @@ class ClientOptionTests(SynchronousTestCase):
 
     def test_client_connects_with_tls(self) -> None:
         """KafkaClient wraps its connections in TLS, checking the host name it dials."""
-        from twisted.internet.endpoints import HostnameEndpoint  # noqa: F401  (what _connect uses)
-
         from kafkatw.client.client import KafkaClient
 
         files = tls_files()
