@@ -13,7 +13,12 @@ Per row, one JSON line per figure:
     each file region in 256 KiB slices and encrypts them (docs/security.md);
   - connection set-up: TCP connect, TLS handshake (TLS rows), and one
     ApiVersions round trip, from Python's socket and ssl modules, median and
-    99th percentile of --connections sequential connections.
+    99th percentile of --connections sequential connections;
+  - large fetches: --large-mb of 1 MB records consumed with 50 MB fetches
+    (fetch.max.bytes, max.partition.fetch.bytes): MB/s, and the broker's
+    resident memory above its level before the phase (VmRSS sampled every
+    10 ms), which stays flat when a fetch response is streamed rather than
+    copied whole.
 
 The certificates are made by trustme (ECDSA P-256, a one-level CA) in a
 temporary directory.  MB is 10**6 bytes of record values.  Every loop is
@@ -36,6 +41,7 @@ import statistics
 import struct
 import sys
 import tempfile
+import threading
 import time
 from typing import Any, NamedTuple
 
@@ -137,12 +143,43 @@ def connect_once(port: int, context: ssl.SSLContext | None) -> float:
         sock.close()
 
 
+def rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+class PeakRSS:
+    """The peak VmRSS of a process while the block runs, sampled every 10 ms."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.before = self.peak = rss_mb(pid)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.01):
+            self.peak = max(self.peak, rss_mb(self.pid))
+
+    def __enter__(self) -> "PeakRSS":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--records", type=int, default=500_000)
     ap.add_argument("--record-size", type=int, default=200)
     ap.add_argument("--connections", type=int, default=200)
     ap.add_argument("--duration-cap-s", type=float, default=60.0)
+    ap.add_argument("--large-mb", type=int, default=200, help="MB of 1 MB records for the large-fetch phase")
     args = ap.parse_args()
 
     base = tempfile.mkdtemp(prefix="kafkatw-bench-security-")
@@ -195,6 +232,24 @@ def main() -> None:
             emit("connection_setup_ms_median", round(statistics.median(times) * 1000, 2), "ms",
                  p99_ms=round(times[min(len(times) - 1, int(len(times) * 0.99))] * 1000, 2),
                  connections=len(times), includes="connect+handshake+ApiVersions", protocol=row.protocol)
+
+            large = f"{topic}-large"
+            admin = AdminClient({"bootstrap.servers": bootstrap, **row.conf})
+            admin.create_topics([NewTopic(large, 1, 1, config={"max.message.bytes": str(2 << 20)})])[large].result(30)
+            admin = None
+            big = os.urandom(1 << 20)
+            sent, failed = produce(bootstrap, large, args.large_mb, big, args.duration_cap_s,
+                                   {**row.conf, "message.max.bytes": 2 << 20})
+            fetch_conf = {**row.conf, "fetch.max.bytes": 50 << 20, "max.partition.fetch.bytes": 50 << 20,
+                          "receive.message.max.bytes": 60 << 20}
+            t0 = time.perf_counter()
+            with PeakRSS(pid) as memory:
+                got, nbytes = consume(bootstrap, large, sent - failed, args.duration_cap_s, fetch_conf)
+            elapsed = time.perf_counter() - t0
+            emit("large_fetch_mb_per_s", round(nbytes / elapsed / 1e6, 1), "MB/s", consumed=got,
+                 record_bytes=len(big), fetch_max_bytes=50 << 20, protocol=row.protocol)
+            emit("large_fetch_broker_rss_growth_mb", round(memory.peak - memory.before, 1), "MiB",
+                 rss_before_mib=round(memory.before, 1), protocol=row.protocol)
     finally:
         if broker is not None:
             broker.stop()
