@@ -186,11 +186,14 @@ class TLSListenerPolicy(NamedTuple):
     @ivar principal_name: distinguished name (RFC 2253) -> principal name
         (L{kafkatw.security.tls.PrincipalMapper.name}; raises C{ValueError}
         when no rule matches).
+    @ivar verify_log: the listener's L{kafkatw.security.tls.VerifyLog} (why a
+        client certificate was refused), or C{None}.
     """
 
     reactor: Any
     handshake_timeout_ms: int
     principal_name: Any
+    verify_log: Any = None
 
 
 @implementer(IHandshakeListener)
@@ -269,6 +272,15 @@ class KafkaConnection(Int32StringReceiver):
         _log.info("TLS connection from {peer} on listener {listener}: principal {principal}", peer=self.peer,
                   listener=self.listener_name, principal=principal)
 
+    def _refused_certificate(self) -> str:
+        """Why the client's certificate was refused (C{TLSListenerPolicy.verify_log}), else C{""}."""
+        verify_log = self.tls.verify_log if self.tls is not None else None
+        get_handle = getattr(self.transport, "getHandle", None)
+        if verify_log is None or get_handle is None:
+            return ""
+        why = verify_log.why(get_handle())
+        return f" ({why})" if why else ""
+
     def connectionLost(self, reason: Any = None) -> None:
         if self._handshake_timer is not None and self._handshake_timer.active():
             self._handshake_timer.cancel()
@@ -277,9 +289,10 @@ class KafkaConnection(Int32StringReceiver):
                 _log.info("connection from {peer} on listener {listener} closed before its TLS handshake",
                           peer=self.peer, listener=self.listener_name)
             else:
-                _log.warn("TLS handshake from {peer} on listener {listener} failed: {reason}", peer=self.peer,
+                _log.warn("TLS handshake from {peer} on listener {listener} failed: {reason}{detail}", peer=self.peer,
                           listener=self.listener_name,
-                          reason=reason.getErrorMessage() if reason is not None else "?")
+                          reason=reason.getErrorMessage() if reason is not None else "?",
+                          detail=self._refused_certificate())
         self._closed = True
         self._slots.clear()
         self.apis.connection_closed(self)

@@ -37,7 +37,7 @@ from twisted.protocols.tls import TLSMemoryBIOFactory
 
 from ..client.security import SecurityConfig
 from ..config import BrokerConfig, topic_log_config
-from ..security.tls import PrincipalMapper, TLSConfigError, server_options
+from ..security.tls import PrincipalMapper, TLSConfigError, VerifyLog, server_options
 from ..storage.log_manager import LogManager
 from ..storage.meta_properties import MetaPropertiesError, ensure_meta_properties
 from ..zookeeper.bridge import NodeExistsError, ZooKeeperClient, ZooKeeperUnavailableError
@@ -218,6 +218,8 @@ class KafkaServer(service.MultiService):
         self._listener_factories: dict[str, _StartingFactory] = {}
         #: listener name -> its TLS options (TLS listeners only).
         self._tls_options: dict[str, Any] = {}
+        #: listener name -> why client certificates were refused (listeners asking for them).
+        self._verify_logs: dict[str, VerifyLog] = {}
         #: listener name -> its bound port.
         self.bound: dict[str, Any] = {}
         self.listeners: ListenerConfig | None = None
@@ -396,7 +398,8 @@ class KafkaServer(service.MultiService):
             tls = None
             if listener.tls:
                 mapper = PrincipalMapper.parse(config.for_listener(listener.name, "ssl.principal.mapping.rules"))
-                tls = TLSListenerPolicy(self.reactor, config["ssl.handshake.timeout.ms"], mapper.name)
+                tls = TLSListenerPolicy(self.reactor, config["ssl.handshake.timeout.ms"], mapper.name,
+                                        self._verify_logs.get(listener.name))
             factory: Any = KafkaServerFactory(self.apis, config["socket.request.max.bytes"], listener.name,
                                               listener.security_protocol, tls)
             if listener.tls:
@@ -451,7 +454,10 @@ class KafkaServer(service.MultiService):
         for listener in self.listeners.listeners:
             if listener.tls:
                 try:
-                    self._tls_options[listener.name] = self._listener_tls_options(listener.name)
+                    options = self._tls_options[listener.name] = self._listener_tls_options(listener.name)
+                    if self.config.for_listener(listener.name, "ssl.client.auth").strip().lower() != "none":
+                        self._verify_logs[listener.name] = VerifyLog()
+                        self._verify_logs[listener.name].install(options)
                 except TLSConfigError as e:
                     raise BrokerStartupError(f"listener {listener.name}: {e}") from None
         for listener in self.listeners.listeners:

@@ -22,11 +22,12 @@ KIP-651), C{SslPrincipalMapper} (KIP-371); RFC 2253, RFC 6125.
 from __future__ import annotations
 
 import re
+import weakref
 from typing import Any, NamedTuple, Sequence
 
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
-from OpenSSL import crypto
+from OpenSSL import SSL, crypto
 from twisted.internet import ssl as tssl
 
 __all__ = [
@@ -39,6 +40,7 @@ __all__ = [
     "distinguished_name",
     "PrincipalMapper",
     "CLIENT_AUTH",
+    "VerifyLog",
 ]
 
 #: C{ssl.client.auth}'s values.
@@ -234,6 +236,53 @@ def client_options(hostname: str, cafile: str | None = None, certfile: str | Non
     if client_cert is not None:
         extra.update(privateKey=client_cert.privateKey.original, certificate=client_cert.original)
     return tssl.CertificateOptions(trustRoot=trust or tssl.platformTrust(), **extra)
+
+
+# The X509_V_ERR_* codes a refused peer certificate most often gets (OpenSSL's x509_vfy.h).
+_VERIFY_ERRORS = {
+    2: "its issuer's certificate is not in the trust store",
+    7: "its signature does not verify",
+    9: "it is not valid yet",
+    10: "it has expired",
+    18: "it is self-signed and not in the trust store",
+    19: "its chain has a self-signed certificate not in the trust store",
+    20: "it is not signed by a CA in the trust store",
+    21: "its chain does not reach a CA in the trust store",
+    23: "it has been revoked",
+    26: "its key usage does not allow this purpose",
+}
+
+
+class VerifyLog:
+    """
+    Records why OpenSSL refused a peer's certificate, per TLS connection, so
+    that the connection can log it (OpenSSL's own error only says
+    C{certificate verify failed}).
+
+    Installed on the context of a L{CertificateOptions} with C{verify}
+    (L{install}); the verdict is OpenSSL's, unchanged.
+    """
+
+    def __init__(self) -> None:
+        self._failures: "weakref.WeakKeyDictionary[SSL.Connection, str]" = weakref.WeakKeyDictionary()
+
+    def install(self, options: tssl.CertificateOptions) -> None:
+        context = options.getContext()
+        context.set_verify(context.get_verify_mode(), self._verify)
+
+    def _verify(self, connection: SSL.Connection, certificate: crypto.X509, errno: int, depth: int,
+                ok: int) -> bool:
+        if not ok and connection not in self._failures:
+            why = _VERIFY_ERRORS.get(errno, f"X509 verify error {errno}")
+            self._failures[connection] = f"certificate {distinguished_name(certificate)} (depth {depth}): {why}"
+        return bool(ok)
+
+    def why(self, connection: Any) -> str | None:
+        """Why the certificate of C{connection} (an C{SSL.Connection}) was refused, or C{None}."""
+        try:
+            return self._failures.get(connection)
+        except TypeError:
+            return None
 
 
 def distinguished_name(certificate: crypto.X509) -> str:

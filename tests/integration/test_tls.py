@@ -44,11 +44,14 @@ class SingleBrokerTLSTests(ClassFixture, unittest.TestCase):
         cls.broker = None
         try:
             connect = cls.zookeeper.start() + "/kafkatw"
-            plain, ssl = find_free_port(), find_free_port()
-            cls.ssl_port = ssl
+            plain, ssl, other = find_free_port(), find_free_port(), find_free_port()
+            cls.ssl_port, cls.other_port = ssl, other
             cls.broker = BrokerProcess(0, connect, cls.base, port=plain, env={"PYTHONPATH": child_env()["PYTHONPATH"]},
                                        overrides={
-                "listeners": f"PLAINTEXT://127.0.0.1:{plain},SSL://127.0.0.1:{ssl}",
+                "listeners": f"PLAINTEXT://127.0.0.1:{plain},SSL://127.0.0.1:{ssl},OTHER://127.0.0.1:{other}",
+                "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SSL:SSL,OTHER:SSL",
+                # a listener whose certificate names another host (per-listener ssl.* keys)
+                "listener.name.other.ssl.keystore.location": cls.tls.other_host,
                 "ssl.keystore.location": cls.tls.server,
                 "ssl.truststore.location": cls.tls.ca,
                 "ssl.client.auth": "requested",
@@ -219,6 +222,44 @@ class SingleBrokerTLSTests(ClassFixture, unittest.TestCase):
         self.assertIn("on listener SSL failed", log)
         self.assertIn("is outside 0..socket.request.max.bytes", log)
         self.assertEqual(len(self.round_trip_confluent("after-bad-input")), 50)
+
+
+    def test_hostname_mismatch_and_refused_client_certificates(self) -> None:
+        from kafkatw.client.blocking import BlockingAdminClient
+        from kafkatw.errors import KafkaError
+
+        bootstrap = f"localhost:{self.other_port}"
+        with self.assertRaises(KafkaError):
+            admin = BlockingAdminClient(bootstrap, security_protocol="SSL", ssl_cafile=self.tls.ca,
+                                        request_timeout_ms=5000, default_api_timeout_ms=8000)
+            try:
+                admin.list_topics()
+            finally:
+                admin.close()
+        with BlockingAdminClient(bootstrap, security_protocol="SSL", ssl_cafile=self.tls.ca,
+                                 ssl_check_hostname=False) as admin:
+            self.assertIsInstance(admin.list_topics(), list)
+        import ssl
+
+        for certfile in (self.tls.expired_client, self.tls.untrusted_client):
+            context = ssl.create_default_context(cafile=self.tls.ca)
+            context.load_cert_chain(certfile)
+            with socket.create_connection(("127.0.0.1", self.ssl_port)) as raw:
+                with self.assertRaises((ssl.SSLError, OSError)):
+                    with context.wrap_socket(raw, server_hostname="localhost") as tls:
+                        tls.sendall(b"\x00\x00\x00\x00")
+                        tls.recv(10)
+        def refused() -> list[str]:
+            return [line for line in self.broker.log_text().splitlines()
+                    if "on listener SSL failed" in line and "certificate" in line]
+
+        self.assertTrue(wait_until(lambda: len(refused()) >= 2, 10), self.broker.log_text()[-3000:])
+        reasons = "\n".join(refused())
+        self.assertIn("CN=expired", reasons)
+        self.assertIn("it has expired", reasons)
+        self.assertIn("CN=mallory", reasons)
+        self.assertIn("it is not signed by a CA in the trust store", reasons)
+        self.assertEqual(len(self.round_trip_confluent("after-bad-certificates")), 50)
 
 
 class ReplicationOverTLSTests(unittest.TestCase):

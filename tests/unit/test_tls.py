@@ -30,6 +30,7 @@ from kafkatw.security.tls import (
     NoMatchingRule,
     PrincipalMapper,
     TLSConfigError,
+    VerifyLog,
     client_options,
     load_key_store,
     server_options,
@@ -93,7 +94,9 @@ class TLSPair:
                  rules: str = "DEFAULT", timeout_ms: int = 5000) -> None:
         self.clock = MemoryReactorClock()
         self.apis = FakeApis()
-        policy = TLSListenerPolicy(self.clock, timeout_ms, PrincipalMapper.parse(rules).name)
+        verify_log = VerifyLog()
+        verify_log.install(server)
+        policy = TLSListenerPolicy(self.clock, timeout_ms, PrincipalMapper.parse(rules).name, verify_log)
         self.server_factory = TLSMemoryBIOFactory(server, False, KafkaServerFactory(self.apis, 1 << 20, "SSL", "SSL",
                                                                                    policy), clock=self.clock)
         self.client_protocol = Received()
@@ -255,7 +258,9 @@ class HandshakeTests(SynchronousTestCase):
     def test_client_certificate_refused(self) -> None:
         """ssl.client.auth=required: none, an expired one, or one of another CA fails the handshake."""
         files = tls_files()
-        for certfile in (None, files.expired_client, files.untrusted_client):
+        for certfile, why in [(None, ""), (files.expired_client, "CN=expired,"),
+                              (files.expired_client, "it has expired"),
+                              (files.untrusted_client, "it is not signed by a CA in the trust store")]:
             observer = observe(self)
             pair = TLSPair(self, server_options(files.server, None, files.ca, "required"),
                            client_options("localhost", files.ca, certfile))
@@ -264,6 +269,7 @@ class HandshakeTests(SynchronousTestCase):
             logged = "\n".join(messages(observer))
             self.assertIn("TLS handshake from", logged)
             self.assertIn("on listener SSL failed", logged)
+            self.assertIn(why, logged)
 
     def test_hostname_mismatch_fails_in_the_client(self) -> None:
         files = tls_files()
