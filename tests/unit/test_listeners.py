@@ -187,3 +187,50 @@ class SensitiveConfigTests(unittest.TestCase):
         self.assertNotIn(b"key-secret", h.request(32, 1, {"resources": [{"resource_type": 4, "resource_name": "0",
                                                                           "configuration_keys": None}],
                                                           "include_synonyms": False}))
+
+
+class ContextTests(unittest.TestCase):
+    """Each connection's context carries its listener and security protocol."""
+
+    def test_plaintext_and_sasl_listeners(self) -> None:
+        from twisted.internet.address import IPv4Address
+        from twisted.internet.testing import StringTransport
+
+        from kafkatw.broker.network import KafkaServerFactory
+
+        class Apis:
+            def connection_opened(self, connection: object) -> None:
+                pass
+
+        for name, protocol in [("PLAINTEXT", "PLAINTEXT"), ("CLIENTS", "SASL_PLAINTEXT")]:
+            connection = KafkaServerFactory(Apis(), 1024, name, protocol).buildProtocol(None)
+            connection.makeConnection(StringTransport(peerAddress=IPv4Address("TCP", "10.1.2.3", 5555)))
+            context = connection.context
+            self.assertEqual((context.listener_name, context.security_protocol, context.client_host,
+                              context.client_port, context.principal),
+                             (name, protocol, "10.1.2.3", 5555, "User:ANONYMOUS"))
+            self.assertIsNone(connection.tls)
+
+
+class InterBrokerSecurityTests(unittest.TestCase):
+    def test_the_inter_broker_listener_settings(self) -> None:
+        from twisted.internet.testing import MemoryReactorClock
+
+        from kafkatw.broker.server import KafkaServer
+
+        server = KafkaServer(BrokerConfig({
+            "listeners": "EXTERNAL://:9092,INTERNAL://:9093",
+            "listener.security.protocol.map": "EXTERNAL:PLAINTEXT,INTERNAL:SSL",
+            "inter.broker.listener.name": "INTERNAL",
+            "ssl.truststore.location": "/etc/ca.pem",
+            "listener.name.internal.ssl.keystore.location": "/etc/broker.pem",
+            "ssl.key.password": "key-secret",
+            "ssl.endpoint.identification.algorithm": "",
+        }), MemoryReactorClock())
+        security = server.inter_broker_security()
+        self.assertEqual((security.security_protocol, security.ssl_cafile, security.ssl_certfile,
+                          security.ssl_password, security.ssl_check_hostname),
+                         ("SSL", "/etc/ca.pem", "/etc/broker.pem", "key-secret", False))
+        self.assertNotIn("key-secret", repr(security))
+        plain = KafkaServer(BrokerConfig({"listeners": "PLAINTEXT://:9092,SSL://:9093"}), MemoryReactorClock())
+        self.assertEqual(plain.inter_broker_security().security_protocol, "PLAINTEXT")
