@@ -273,8 +273,10 @@ class ReplicationOverTLSTests(unittest.TestCase):
         connect = zookeeper.start() + "/kafkatw"
         self.addCleanup(zookeeper.stop)
         brokers = []
+        internal_ports = []
         for broker_id in (0, 1):
             external, internal = find_free_port(), find_free_port()
+            internal_ports.append(internal)
             broker = BrokerProcess(broker_id, connect, base, port=external, overrides={
                 "listeners": f"EXTERNAL://127.0.0.1:{external},INTERNAL://127.0.0.1:{internal}",
                 "advertised.listeners": f"EXTERNAL://127.0.0.1:{external},INTERNAL://localhost:{internal}",
@@ -303,6 +305,13 @@ class ReplicationOverTLSTests(unittest.TestCase):
         # Clients of the EXTERNAL listener are given EXTERNAL addresses.
         meta = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=5)
         self.assertEqual(sorted(b.port for b in meta.brokers.values()), sorted(b.port for b in brokers))
+        # ... and clients of the INTERNAL (SSL, client certificate required) listener INTERNAL ones.
+        alice = tls.clients["alice"]
+        internal = AdminClient({"bootstrap.servers": f"localhost:{internal_ports[0]}", "security.protocol": "SSL",
+                                "ssl.ca.location": tls.ca, "ssl.certificate.location": alice,
+                                "ssl.key.location": alice}).list_topics(timeout=10)
+        self.assertEqual(sorted((b.host, b.port) for b in internal.brokers.values()),
+                         sorted(("localhost", port) for port in internal_ports))
         for broker in brokers:  # each follower fetched over TLS with the broker's own certificate
             self.assertIn("on listener INTERNAL: principal User:CN=localhost", broker.log_text())
 
