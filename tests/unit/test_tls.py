@@ -271,6 +271,15 @@ class HandshakeTests(SynchronousTestCase):
             self.assertIn("on listener SSL failed", logged)
             self.assertIn(why, logged)
 
+    def test_enabled_protocols(self) -> None:
+        files = tls_files()
+        pair = TLSPair(self, server_options(files.server, enabled_protocols=["TLSv1.3"]),
+                       client_options("localhost", files.ca, enabled_protocols=["TLSv1.2"]))
+        self.assertEqual(pair.apis.connections, [])
+        pair = TLSPair(self, server_options(files.server, enabled_protocols=["TLSv1.2"]),
+                       client_options("localhost", files.ca))
+        self.assertEqual(pair.server.getHandle().get_protocol_version_name(), "TLSv1.2")
+
     def test_hostname_mismatch_fails_in_the_client(self) -> None:
         files = tls_files()
         pair = TLSPair(self, server_options(files.other_host), client_options("localhost", files.ca))
