@@ -189,6 +189,21 @@ class SingleBrokerTLSTests(ClassFixture, unittest.TestCase):
                                  capture_output=True, text=True, timeout=90, env=child_env())
         self.assertNotEqual(refused.returncode, 0)
 
+    def test_ship_with_command_config(self) -> None:
+        properties = os.path.join(self.base, "ship.properties")
+        with open(properties, "w") as f:
+            f.write(f"security.protocol=SSL\nssl.truststore.location={self.tls.ca}\n")
+        log = os.path.join(self.base, "app.log")
+        with open(log, "w") as f:
+            f.write("login alice\nlogout alice\n")
+        shipped = subprocess.run([sys.executable, "-m", "kafkatw.cli.main", "ship", "--bootstrap-server",
+                                  self.ssl_bootstrap, "--command-config", properties, "--topic", "ship-ssl", "--once",
+                                  "--no-state", log], capture_output=True, text=True, timeout=60, env=child_env())
+        self.assertEqual(shipped.returncode, 0, shipped.stderr)
+        consumed = subprocess.run(["kcat", "-b", self.broker.bootstrap, "-C", "-t", "ship-ssl", "-e", "-q"],
+                                  capture_output=True, text=True, timeout=60)
+        self.assertEqual(consumed.stdout.splitlines(), ["login alice", "logout alice"])
+
     def test_bad_input_leaves_others_served(self) -> None:
         """Plaintext bytes on the TLS port, a stalled handshake, a ClientHello on the plaintext port."""
         with socket.create_connection(("127.0.0.1", self.ssl_port)) as s:
