@@ -285,12 +285,56 @@ class VerifyLog:
             return None
 
 
+# The attribute types RFC 2253 (section 2.3) writes by keyword; any other is written
+# as its dotted OID and "#" with the hex of its value's DER encoding, as Java does.
+_RFC2253_KEYWORDS = {"2.5.4.3", "2.5.4.6", "2.5.4.7", "2.5.4.8", "2.5.4.10", "2.5.4.11", "2.5.4.9",
+                     "0.9.2342.19200300.100.1.25", "0.9.2342.19200300.100.1.1"}
+
+
+def _der_items(data: bytes) -> list[bytes]:
+    """The DER encodings (tag, length, content) of the elements inside one constructed value's content."""
+    items, i = [], 0
+    while i < len(data):
+        start = i
+        i += 1
+        length = data[i]
+        i += 1
+        if length & 0x80:
+            count = length & 0x7F
+            length = int.from_bytes(data[i:i + count], "big")
+            i += count
+        i += length
+        items.append(data[start:i])
+    return items
+
+
+def _content(der: bytes) -> bytes:
+    """The content of one DER value (after its tag and length)."""
+    return der[2 + (der[1] & 0x7F if der[1] & 0x80 else 0):]
+
+
 def distinguished_name(certificate: crypto.X509) -> str:
     """
     The subject of C{certificate} as an RFC 2253 string (C{CN=alice,O=Example}),
-    as Java's C{X500Principal.getName()} writes it: the certificate's last RDN first.
+    as Java's C{X500Principal.getName()} writes it (Kafka's principal): the
+    certificate's last RDN first, the keywords of RFC 2253 section 2.3, and other
+    attribute types as C{<OID>=#<hex of the value's DER>}
+    (C{1.2.840.113549.1.9.1=#1611616c696365406578616d706c652e636f6d}).
     """
-    return certificate.to_cryptography().subject.rfc4514_string()
+    subject = certificate.to_cryptography().subject
+    # The DER of each attribute value, in the order of subject.rdns (both follow the encoding).
+    values = [[_der_items(_content(pair))[1] for pair in _der_items(_content(rdn))]
+              for rdn in _der_items(_content(subject.public_bytes()))]
+    rdns = []
+    for rdn, rdn_values in zip(subject.rdns, values):
+        parts = []
+        for attribute, value_der in zip(rdn, rdn_values):
+            if attribute.oid.dotted_string in _RFC2253_KEYWORDS:
+                parts.append(attribute.rfc4514_string())
+            else:
+                parts.append(f"{attribute.oid.dotted_string}=#{value_der.hex()}")
+        rdns.append("+".join(parts))
+    return ",".join(reversed(rdns))
 
 
 # Kafka's SslPrincipalMapper.RULE_PARSER: DEFAULT, or RULE:pattern/replacement/[LU].

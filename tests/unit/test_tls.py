@@ -164,6 +164,35 @@ class PrincipalMapperTests(SynchronousTestCase):
             self.assertRaises(TLSConfigError, PrincipalMapper.parse, bad)
 
 
+class DistinguishedNameTests(SynchronousTestCase):
+    def test_rfc2253_as_java_writes_it(self) -> None:
+        """Last RDN first, RFC 2253 keywords, other types as OID=#hex(DER), multi-valued RDNs with +."""
+        import datetime
+
+        from cryptography import x509
+        from cryptography.hazmat.primitives import hashes
+        from cryptography.hazmat.primitives.asymmetric import ec
+        from cryptography.x509.oid import NameOID
+        from OpenSSL import crypto
+
+        from kafkatw.security.tls import distinguished_name
+
+        def rdn(*attributes: tuple) -> x509.RelativeDistinguishedName:
+            return x509.RelativeDistinguishedName([x509.NameAttribute(oid, value) for oid, value in attributes])
+
+        name = x509.Name([rdn((NameOID.COUNTRY_NAME, "US")), rdn((NameOID.ORGANIZATION_NAME, "Ex, Inc")),
+                          rdn((NameOID.COMMON_NAME, "alice"), (NameOID.USER_ID, "a1")),
+                          rdn((NameOID.EMAIL_ADDRESS, "alice@example.com"))])
+        key = ec.generate_private_key(ec.SECP256R1())
+        now = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
+        certificate = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+                       .serial_number(1).not_valid_before(now).not_valid_after(now + datetime.timedelta(days=1))
+                       .sign(key, hashes.SHA256()))
+        self.assertEqual(distinguished_name(crypto.X509.from_cryptography(certificate)),
+                         "1.2.840.113549.1.9.1=#1611616c696365406578616d706c652e636f6d,CN=alice+UID=a1,"
+                         "O=Ex\\, Inc,C=US")
+
+
 class StoreTests(SynchronousTestCase):
     def test_key_store_and_errors(self) -> None:
         files = tls_files()
