@@ -583,6 +583,9 @@ class KafkaServer(service.MultiService):
         def get(key: str) -> Any:
             return config.for_listener(name, key)
 
+        # SASL_* inter-broker listeners: the SASL part adds sasl_mechanism
+        # (sasl.mechanism.inter.broker.protocol) and the credentials of the
+        # listener's sasl.jaas.config to both returns below.
         if protocol not in ("SSL", "SASL_SSL"):
             return SecurityConfig(security_protocol=protocol)
         return SecurityConfig(
