@@ -11,7 +11,8 @@ addresses registered in C{/brokers/ids/<id>} (by default those bound).  The
 broker's own connections to other brokers (replica fetchers, controller) go
 through C{inter.broker.listener.name}, or the listener named after
 C{security.inter.broker.protocol} (default C{PLAINTEXT}); setting both is an
-error, as in Kafka.
+error, as in Kafka.  Unlike Kafka, a broker with one listener and neither key
+uses that listener between brokers (Kafka refuses an C{SSL}-only broker then).
 
 kafkatw also accepts Twisted server endpoint strings (C{tcp:9092:interface=127.0.0.1})
 as listeners: they are the C{PLAINTEXT} listener.

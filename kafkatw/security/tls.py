@@ -39,6 +39,7 @@ __all__ = [
     "client_options",
     "distinguished_name",
     "PrincipalMapper",
+    "NoMatchingRule",
     "CLIENT_AUTH",
     "VerifyLog",
 ]
