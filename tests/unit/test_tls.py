@@ -10,6 +10,7 @@ memory (L{twisted.test.iosim}) on a L{MemoryReactorClock}.
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import struct
@@ -45,14 +46,9 @@ def tls_files() -> object:
     """One set of test certificates for the module (trustme is slow-ish: ECDSA keys)."""
     if "files" not in _FILES:
         directory = tempfile.mkdtemp(prefix="kafkatw-tls-test-")
-        _FILES["dir"] = directory
+        atexit.register(shutil.rmtree, directory, True)  # trial has no tearDownModule
         _FILES["files"] = make_tls_files(directory)
     return _FILES["files"]
-
-
-def tearDownModule() -> None:
-    if "dir" in _FILES:
-        shutil.rmtree(_FILES["dir"], True)  # type: ignore[arg-type]
 
 
 class FakeApis:
