@@ -166,11 +166,14 @@ BROKER_CONFIG: dict[str, ConfigKey] = {
                   "Comma-separated directories holding partition logs. A new partition goes to the directory "
                   "holding the fewest partitions."),
         ConfigKey("listeners", _list, ["tcp:9092:interface=127.0.0.1"],
-                  "Twisted server endpoint strings to listen on (Kafka's `PLAINTEXT://host:port` is accepted "
-                  "too)."),
+                  "Comma-separated `NAME://host:port` listeners (`PLAINTEXT://127.0.0.1:9092,SSL://127.0.0.1:9093`; "
+                  "an empty host binds every interface), each with the security protocol "
+                  "`listener.security.protocol.map` gives its name. A Twisted server endpoint string "
+                  "(`tcp:9092:interface=127.0.0.1`) is the `PLAINTEXT` listener."),
         ConfigKey("advertised.listeners", _list, [],
-                  "`host:port` (or `NAME://host:port`) given to clients in Metadata; default: the address of the "
-                  "first listener (`0.0.0.0`/`::` become `127.0.0.1`). Only the first entry is used."),
+                  "`NAME://host:port` addresses registered in `/brokers/ids/<id>` and given to clients in "
+                  "Metadata, per listener; a listener not named here advertises the address it is bound to "
+                  "(`0.0.0.0`/`::` become `127.0.0.1`). A bare `host:port` is the first listener's."),
         ConfigKey("zookeeper.connect", str, "embedded",
                   "`HOST:PORT[,HOST:PORT][/chroot]` (without a chroot, `/kafkatw` is used), or "
                   "`embedded[:PORT]` to start a child ZooKeeper on 127.0.0.1:PORT (default 2181, or "
@@ -417,6 +420,49 @@ BROKER_CONFIG: dict[str, ConfigKey] = {
         ConfigKey("sasl.server.max.receive.size", int, 524288,
                   "Largest frame a client may send before it has authenticated; a larger one closes the "
                   "connection.", "bytes"),
+        # --- listeners and TLS (issue 11; docs/security.md) ---
+        ConfigKey("listener.security.protocol.map", str, "",
+                  "`NAME:PROTOCOL` pairs giving each listener's security protocol (`PLAINTEXT`, `SSL`, "
+                  "`SASL_PLAINTEXT`, `SASL_SSL`), e.g. `INTERNAL:SSL,EXTERNAL:SASL_SSL`. Empty: Kafka's default "
+                  "map, `PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL`."),
+        ConfigKey("inter.broker.listener.name", str, "",
+                  "The listener other brokers (replica fetchers, the controller) connect through. Exclusive "
+                  "with `security.inter.broker.protocol`. Neither set: the `PLAINTEXT` listener, or the only "
+                  "listener when there is one."),
+        ConfigKey("security.inter.broker.protocol", str, "",
+                  "Security protocol between brokers: the listener named after it is the inter-broker listener "
+                  "(Kafka's default is `PLAINTEXT`). Exclusive with `inter.broker.listener.name`."),
+        ConfigKey("ssl.keystore.type", str, "PEM",
+                  "Format of `ssl.keystore.location`; only `PEM` (KIP-651)."),
+        ConfigKey("ssl.keystore.location", str, "",
+                  "PEM file with this broker's certificate chain and private key, for `SSL` and `SASL_SSL` "
+                  "listeners (and the client certificate of its own inter-broker connections). Per listener: "
+                  "`listener.name.<name>.ssl.keystore.location`, as for every `ssl.*` key."),
+        ConfigKey("ssl.key.password", str, "",
+                  "Password of the private key in `ssl.keystore.location`, when it is encrypted."),
+        ConfigKey("ssl.truststore.type", str, "PEM",
+                  "Format of `ssl.truststore.location`; only `PEM` (KIP-651)."),
+        ConfigKey("ssl.truststore.location", str, "",
+                  "PEM file of the certificate authorities trusted to sign client certificates (mutual TLS) "
+                  "and other brokers' certificates; empty: the system's trust store."),
+        ConfigKey("ssl.client.auth", str, "none",
+                  "Client certificates on TLS listeners: `required` (a handshake without a trusted one fails), "
+                  "`requested` (asked for, checked when given), or `none`."),
+        ConfigKey("ssl.enabled.protocols", _list, ["TLSv1.2", "TLSv1.3"],
+                  "TLS versions accepted (`TLSv1.2`, `TLSv1.3`)."),
+        ConfigKey("ssl.cipher.suites", _list, [],
+                  "Cipher suites allowed for TLS 1.2 (OpenSSL or IANA names); empty: OpenSSL's defaults. "
+                  "TLS 1.3 suites are OpenSSL's."),
+        ConfigKey("ssl.endpoint.identification.algorithm", str, "https",
+                  "`https`: the broker's own client connections check that the other broker's certificate "
+                  "names the host connected to (RFC 6125, with service-identity); empty: no check."),
+        ConfigKey("ssl.principal.mapping.rules", str, "DEFAULT",
+                  "Rules turning a client certificate's distinguished name (RFC 2253) into the principal's "
+                  "name: `RULE:pattern/replacement/[LU]` entries, comma-separated, first match wins, and "
+                  "`DEFAULT` (the whole name)."),
+        ConfigKey("ssl.handshake.timeout.ms", int, 10000,
+                  "A TLS handshake not finished in this time closes the connection (kafkatw's; Kafka bounds "
+                  "it by `connections.max.idle.ms`).", "ms"),
     ]
 }
 
@@ -743,14 +789,14 @@ class BrokerConfig:
     def _listener_key(name: str) -> tuple[str, str | None, str] | None:
         """
         C{(listener, mechanism or None, key)} of a listener-prefixed key
-        (L{LISTENER_CONFIG_KEYS}, L{MECHANISM_CONFIG_KEYS}), else C{None}.
+        (L{LISTENER_CONFIG_KEYS}, every C{ssl.*} key, L{MECHANISM_CONFIG_KEYS}), else C{None}.
         """
         if not name.startswith(_LISTENER_PREFIX):
             return None
         listener, _, rest = name[len(_LISTENER_PREFIX):].partition(".")
         if not listener:
             return None
-        if rest in LISTENER_CONFIG_KEYS:
+        if rest in LISTENER_CONFIG_KEYS or (rest.startswith("ssl.") and rest in BROKER_CONFIG):
             return listener, None, rest
         mechanism, _, key = rest.partition(".")
         from .security.sasl import MECHANISMS
@@ -771,6 +817,13 @@ class BrokerConfig:
         if f"{prefix}{key}" in self._listener_values:
             return self._listener_values[f"{prefix}{key}"]
         return self._values.get(key) if inherit else None
+
+    def for_listener(self, listener: str, name: str) -> Any:
+        """
+        The value of C{name} for one listener: C{listener.name.<listener>.<name>}
+        (listener name in any case, as Kafka reads it) when set, else C{name}.
+        """
+        return self.listener_value(listener, name)
 
     def set(self, name: str, value: Any) -> None:
         prefixed = self._listener_key(name)

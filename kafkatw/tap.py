@@ -47,7 +47,8 @@ class Options(usage.Options):
 
     optParameters = [
         ["broker-id", None, None, "broker.id: this broker's id (an integer, unique in the cluster)."],
-        ["listeners", None, None, "listeners: comma-separated Twisted endpoint strings or PLAINTEXT://host:port."],
+        ["listeners", None, None, "listeners: comma-separated NAME://host:port (PLAINTEXT, SSL, ... or names in"
+         " listener.security.protocol.map), or Twisted endpoint strings (plaintext)."],
         ["log-dirs", None, None, "log.dirs: comma-separated directories for partition logs."],
         ["zookeeper", None, None, "zookeeper.connect: HOST:PORT[,HOST:PORT][/chroot], or 'embedded[:PORT]' "
                                   "(a child ZooKeeper on 127.0.0.1:PORT, default 2181 or "
@@ -117,13 +118,23 @@ class Options(usage.Options):
             raise usage.UsageError("log.dirs must name at least one directory")
         if not config["listeners"]:
             raise usage.UsageError("listeners must name at least one listener")
-        from .broker.server import embedded_zookeeper_port, listener_endpoint
+        from .broker.listeners import listener_config
+        from .broker.server import embedded_zookeeper_port
 
-        for listener in config["listeners"]:
-            try:
-                listener_endpoint(listener)
-            except ValueError as e:
-                raise usage.UsageError(str(e)) from None
+        from .security.tls import CLIENT_AUTH, PrincipalMapper
+
+        try:
+            for listener in listener_config(config).listeners:
+                if not listener.tls:
+                    continue
+                if not config.for_listener(listener.name, "ssl.keystore.location"):
+                    raise ValueError(f"listener {listener.name} ({listener.security_protocol}) needs"
+                                     " ssl.keystore.location (a PEM certificate chain and private key)")
+                if config.for_listener(listener.name, "ssl.client.auth").lower() not in CLIENT_AUTH:
+                    raise ValueError(f"ssl.client.auth must be one of {', '.join(CLIENT_AUTH)}")
+                PrincipalMapper.parse(config.for_listener(listener.name, "ssl.principal.mapping.rules"))
+        except ValueError as e:
+            raise usage.UsageError(str(e)) from None
         try:
             embedded_zookeeper_port(config["zookeeper.connect"])
         except ValueError as e:

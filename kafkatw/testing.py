@@ -52,6 +52,8 @@ __all__ = [
     "snapshot_tree",
     "wait_until",
     "wait_for",
+    "TLSFiles",
+    "make_tls_files",
 ]
 
 
@@ -545,6 +547,69 @@ class FakeZooKeeperClient:
         self._watches.add(watch)
         watch._refresh()
         return succeed(watch)
+
+
+# -- TLS certificates ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TLSFiles:
+    """
+    PEM files made by L{make_tls_files}.
+
+    @ivar ca: the CA certificate (a trust store: C{ssl.truststore.location}, C{ssl_cafile}).
+    @ivar server: the broker's certificate chain and key (C{ssl.keystore.location}),
+        for C{localhost} and C{127.0.0.1}.
+    @ivar clients: client name -> its certificate chain and key (C{ssl_certfile}),
+        subject C{CN=<name>,OU=<ou>,O=kafkatw-test}.
+    @ivar expired_client: a client certificate of the same CA that expired.
+    @ivar untrusted_client: a client certificate of another CA.
+    @ivar other_host: a server certificate of the same CA for C{other.example} only.
+    """
+
+    ca: str
+    server: str
+    clients: dict[str, str]
+    expired_client: str
+    untrusted_client: str
+    other_host: str
+
+
+def make_tls_files(directory: str, clients: tuple[str, ...] = ("alice", "bob"), ou: str = "eng") -> TLSFiles:
+    """
+    Make a test CA and certificates with C{trustme} (a test dependency) in C{directory}.
+    """
+    import datetime
+
+    import trustme
+
+    os.makedirs(directory, exist_ok=True)
+
+    def path(name: str) -> str:
+        return os.path.join(directory, name)
+
+    ca = trustme.CA(organization_name="kafkatw-test")
+    ca.cert_pem.write_to_path(path("ca.pem"))
+    # Kafka's PEM key store order: the certificate chain, then the key (KIP-651).
+    def write(leaf: Any, name: str) -> str:
+        with open(path(name), "wb") as f:
+            for blob in leaf.cert_chain_pems:
+                f.write(blob.bytes())
+            f.write(leaf.private_key_pem.bytes())
+        return path(name)
+
+    server = write(ca.issue_cert("localhost", "127.0.0.1", common_name="localhost"), "server.pem")
+    client_files = {
+        name: write(ca.issue_cert(f"{name}.example", common_name=name, organization_name="kafkatw-test",
+                                  organization_unit_name=ou), f"client-{name}.pem")
+        for name in clients
+    }
+    past = datetime.datetime(2020, 1, 1, tzinfo=datetime.timezone.utc)
+    expired = write(ca.issue_cert("expired.example", common_name="expired", not_before=past,
+                                  not_after=past + datetime.timedelta(days=1)), "client-expired.pem")
+    untrusted = write(trustme.CA().issue_cert("mallory.example", common_name="mallory"), "client-untrusted.pem")
+    other_host = write(ca.issue_cert("other.example", common_name="other.example"), "server-other.pem")
+    return TLSFiles(path("ca.pem"), server, client_files, expired, untrusted, other_host)
 
 
 # -- real brokers --------------------------------------------------------------

@@ -284,11 +284,14 @@ class KafkaApis(TransactionApis):
 
     # --- Metadata ------------------------------------------------------------
 
-    def _broker_list(self) -> list[dict]:
-        return [
-            {"node_id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack}
-            for b in sorted(self.metadata.brokers.values(), key=lambda b: b.broker_id)
-        ]
+    def _broker_list(self, listener: str = "PLAINTEXT") -> list[dict]:
+        """The live brokers as clients of C{listener} reach them (brokers without it are left out, as Kafka does)."""
+        brokers = []
+        for b in sorted(self.metadata.brokers.values(), key=lambda b: b.broker_id):
+            address = b.address(listener)
+            if address is not None:
+                brokers.append({"node_id": b.broker_id, "host": address[0], "port": address[1], "rack": b.rack})
+        return brokers
 
     def _topic_metadata(self, name: str) -> dict:
         meta = self.metadata.topics.get(name)
@@ -316,7 +319,7 @@ class KafkaApis(TransactionApis):
             "topic_authorized_operations": -2147483648,
         }
 
-    def _metadata_body(self, names: list[str], errors: dict[str, ErrorCode]) -> dict:
+    def _metadata_body(self, names: list[str], errors: dict[str, ErrorCode], listener: str = "PLAINTEXT") -> dict:
         topics = []
         for name in names:
             if name in errors:
@@ -326,7 +329,7 @@ class KafkaApis(TransactionApis):
                 topics.append(self._topic_metadata(name))
         return {
             "throttle_time": 0,
-            "brokers": self._broker_list(),
+            "brokers": self._broker_list(listener),
             "cluster_id": self.metadata.cluster_id,
             "controller_id": self.metadata.controller_id,
             "topics": topics,
@@ -363,8 +366,8 @@ class KafkaApis(TransactionApis):
             if authorizer is not None:
                 denied = self._denied_topics(context, AclOperation.DESCRIBE, names)
                 names = [name for name in names if name not in denied]
-            return self._respond(context, self._metadata_operations(context, request,
-                                                                    self._metadata_body(names, {})))
+            return self._respond(context, self._metadata_operations(
+                context, request, self._metadata_body(names, {}, context.connection.listener_name)))
         names = [t.name for t in request.topics]
         allow_auto = getattr(request, "allow_auto_topic_creation", True) and self.config["auto.create.topics.enable"]
         errors: dict[str, ErrorCode] = {}
@@ -386,8 +389,8 @@ class KafkaApis(TransactionApis):
                 else:
                     creating.append(name)
         if not creating:
-            return self._respond(context, self._metadata_operations(context, request,
-                                                                    self._metadata_body(names, errors)))
+            return self._respond(context, self._metadata_operations(
+                context, request, self._metadata_body(names, errors, context.connection.listener_name)))
         return defer.Deferred.fromCoroutine(self._auto_create_then_metadata(context, names, errors, creating,
                                                                             request))
 
@@ -405,7 +408,8 @@ class KafkaApis(TransactionApis):
             except ZooKeeperError as e:
                 _log.warn("auto-creating topic {topic} failed: ZooKeeper unavailable ({error})", topic=name, error=e)
                 errors[name] = ErrorCode.leader_not_available
-        return self._respond(context, self._metadata_operations(context, request, self._metadata_body(names, errors)))
+        return self._respond(context, self._metadata_operations(
+            context, request, self._metadata_body(names, errors, context.connection.listener_name)))
 
     # --- Produce -------------------------------------------------------------
 
@@ -878,7 +882,7 @@ class KafkaApis(TransactionApis):
             "throttle_time": 0, "error_code": 0, "error_message": None, "endpoint_type": 1,
             "cluster_id": self.metadata.cluster_id, "controller_id": self.metadata.controller_id,
             "brokers": [{"broker_id": b["node_id"], "host": b["host"], "port": b["port"], "rack": b["rack"]}
-                        for b in self._broker_list()],
+                        for b in self._broker_list(context.connection.listener_name)],
             "cluster_authorized_operations": OPERATIONS_NOT_REQUESTED,
         }
         if getattr(request, "include_cluster_authorized_operations", False):
@@ -1088,7 +1092,7 @@ class KafkaApis(TransactionApis):
         """
         key_type = getattr(request, "key_type", 0)
         keys = list(request.coordinator_keys) if hasattr(request, "coordinator_keys") else [request.key]
-        coordinators = [self._find_coordinator(key, key_type) for key in keys]
+        coordinators = [self._find_coordinator(key, key_type, context.connection.listener_name) for key in keys]
         if self.authorizer is not None and key_type == 0:
             for entry in coordinators:
                 if not self._allowed(context, AclOperation.DESCRIBE, ResourceType.GROUP, entry["key"]):
@@ -1097,11 +1101,11 @@ class KafkaApis(TransactionApis):
         body = {"throttle_time": 0, "coordinators": coordinators, **coordinators[0]}
         return self._respond(context, body)
 
-    def _find_coordinator(self, key: str, key_type: int) -> dict:
+    def _find_coordinator(self, key: str, key_type: int, listener: str = "PLAINTEXT") -> dict:
         entry: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": 0,
                                  "error_message": None}
         if key_type == 1:
-            return self._find_transaction_coordinator(key)
+            return self._find_transaction_coordinator(key, listener)
         if key_type != 0:
             entry["error_code"] = int(ErrorCode.invalid_request)
             entry["error_message"] = f"unknown key type {key_type}"
@@ -1112,11 +1116,13 @@ class KafkaApis(TransactionApis):
             return entry
         broker_id = self.group_coordinator.coordinator(key)
         broker = self.metadata.brokers.get(broker_id) if broker_id is not None else None
-        if broker is None:
+        address = broker.address(listener) if broker is not None else None
+        if broker is None or address is None:
             entry["error_code"] = int(ErrorCode.coordinator_not_available)
-            entry["error_message"] = "no live broker"
+            entry["error_message"] = ("no live broker" if broker is None
+                                      else f"the coordinator has no listener {listener}")
             return entry
-        entry.update(node_id=broker.broker_id, host=broker.host, port=broker.port)
+        entry.update(node_id=broker.broker_id, host=address[0], port=address[1])
         return entry
 
     # --- consumer groups -----------------------------------------------------

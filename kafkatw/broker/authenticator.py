@@ -44,7 +44,6 @@ from typing import Any, Callable, Mapping
 from twisted.internet import defer
 from twisted.logger import Logger
 
-from ..client.security import SecurityConfig
 from ..errors import ErrorCode
 from ..protocol.messages import API_NAMES, MalformedRequest, decode_request, encode_response, parse_request_header
 from ..security.jaas import parse_jaas_config
@@ -58,7 +57,7 @@ from ..security.sasl import (
 )
 
 __all__ = ["SaslServerAuthenticator", "SaslServerSettings", "TRANSITIONS", "State", "Event",
-           "listener_sasl_settings", "inter_broker_security"]
+           "listener_sasl_settings", "sasl_client_settings"]
 
 _log = Logger()
 
@@ -182,23 +181,20 @@ def listener_sasl_settings(config: Any, listener_name: str, registry: Any) -> Sa
                               config["sasl.server.max.receive.size"])
 
 
-def inter_broker_security(config: Any, listener_name: str, security_protocol: str) -> SecurityConfig:
+def sasl_client_settings(config: Any, listener_name: str) -> dict[str, Any]:
     """
-    The security of the broker's own connections to other brokers through
-    listener C{listener_name}: on a SASL listener, the mechanism
-    C{sasl.mechanism.inter.broker.protocol} with the C{username} and
-    C{password} of C{listener.name.<listener>.<mechanism>.sasl.jaas.config},
-    else of C{sasl.jaas.config} (as Kafka's broker logs in with its listener's
-    JAAS entry).  Plaintext otherwise.
+    The SASL part of the broker's own connections to other brokers through
+    the SASL listener C{listener_name}, as L{SecurityConfig} fields: the
+    mechanism C{sasl.mechanism.inter.broker.protocol} with the C{username}
+    and C{password} of C{listener.name.<listener>.<mechanism>.sasl.jaas.config},
+    else of C{sasl.jaas.config} (as Kafka's broker logs in with its
+    listener's JAAS entry).
     """
-    if not security_protocol.startswith("SASL_"):
-        return SecurityConfig()
     mechanism = config["sasl.mechanism.inter.broker.protocol"]
     jaas = config.listener_value(listener_name, "sasl.jaas.config", mechanism)
     entry = parse_jaas_config(jaas) if jaas else None
-    return SecurityConfig(security_protocol=security_protocol, sasl_mechanism=mechanism,
-                          sasl_plain_username=entry.username if entry else None,
-                          sasl_plain_password=entry.password if entry else None)
+    return {"sasl_mechanism": mechanism, "sasl_plain_username": entry.username if entry else None,
+            "sasl_plain_password": entry.password if entry else None}
 
 
 class SaslServerAuthenticator:

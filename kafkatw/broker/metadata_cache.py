@@ -20,10 +20,26 @@ __all__ = ["BrokerEndpoint", "TopicMetadata", "MetadataCache"]
 
 @dataclass(frozen=True)
 class BrokerEndpoint:
+    """
+    A live broker.  C{host:port} is its inter-broker listener's address;
+    C{endpoints} holds every listener's, C{(name, host, port)} (empty: only
+    C{PLAINTEXT} at C{host:port}).
+    """
+
     broker_id: int
     host: str
     port: int
     rack: str | None = None
+    endpoints: tuple[tuple[str, str, int], ...] = ()
+
+    def address(self, listener: str) -> tuple[str, int] | None:
+        """The C{(host, port)} clients of C{listener} reach it at, or C{None} (no such listener)."""
+        if not self.endpoints:
+            return self.host, self.port
+        for name, host, port in self.endpoints:
+            if name == listener:
+                return host, port
+        return None
 
 
 @dataclass

@@ -18,6 +18,16 @@ copied into Python memory on the sendfile path.
 
 Bad frames: a frame over C{MAX_LENGTH} or one whose header does not parse closes
 that connection with a log line; other connections carry on.
+
+TLS listeners (C{SSL}, C{SASL_SSL}) wrap each connection in Twisted's
+C{TLSMemoryBIOProtocol}; the connection learns of the finished handshake through
+C{IHandshakeListener}, takes the principal C{User:<distinguished name>} of the
+client certificate (mapped by C{ssl.principal.mapping.rules}; C{User:ANONYMOUS}
+without one) and closes connections whose handshake takes longer than
+C{ssl.handshake.timeout.ms} or fails (plaintext bytes, an untrusted or expired
+certificate), with a log line saying why.  Fetch responses over TLS cannot use
+C{sendfile}: L{ResponseWriter} reads each region in slices of C{_READ_SLICE}
+bytes, one slice at a time as the TLS transport drains (docs/security.md).
 """
 
 from __future__ import annotations
@@ -25,10 +35,11 @@ from __future__ import annotations
 import os
 import struct
 from collections import deque
-from typing import Any
+from typing import Any, NamedTuple
 
 from twisted.internet import defer, tcp
-from twisted.internet.interfaces import IPullProducer
+from twisted.internet.error import ConnectionDone
+from twisted.internet.interfaces import IHandshakeListener, IPullProducer
 from twisted.internet.protocol import Factory
 from twisted.logger import Logger
 from twisted.protocols.basic import Int32StringReceiver
@@ -36,9 +47,10 @@ from zope.interface import implementer
 
 from ..protocol.framing import FrameBuffer, FrameSizeError
 from ..protocol.messages import API_NAMES, MalformedRequest, UnsupportedVersion, parse_request_header
-from .request_context import ConnectionContext
+from ..security.tls import distinguished_name
+from .request_context import ANONYMOUS, ConnectionContext
 
-__all__ = ["KafkaConnection", "KafkaServerFactory", "ResponseWriter"]
+__all__ = ["KafkaConnection", "KafkaServerFactory", "ResponseWriter", "TLSListenerPolicy"]
 
 _log = Logger()
 _SIZE = struct.Struct(">i")
@@ -165,20 +177,45 @@ class _Slot:
         self.done = False
 
 
+class TLSListenerPolicy(NamedTuple):
+    """
+    What a TLS listener's connections do around the handshake.
+
+    @ivar reactor: schedules the handshake timeout.
+    @ivar handshake_timeout_ms: C{ssl.handshake.timeout.ms}.
+    @ivar principal_name: distinguished name (RFC 2253) -> principal name
+        (L{kafkatw.security.tls.PrincipalMapper.name}; raises C{ValueError}
+        when no rule matches).
+    @ivar verify_log: the listener's L{kafkatw.security.tls.VerifyLog} (why a
+        client certificate was refused), or C{None}.
+    """
+
+    reactor: Any
+    handshake_timeout_ms: int
+    principal_name: Any
+    verify_log: Any = None
+
+
+@implementer(IHandshakeListener)
 class KafkaConnection(Int32StringReceiver):
     """
     One client connection to the broker.
 
     @ivar apis: the L{kafkatw.broker.apis.KafkaApis} serving requests.
+    @ivar tls: the L{TLSListenerPolicy} of a TLS listener's connection, else C{None}.
     """
 
     def __init__(self, apis: Any, max_request_bytes: int, listener_name: str = "PLAINTEXT",
-                 security_protocol: str = "PLAINTEXT", authenticator: Any = None) -> None:
+                 security_protocol: str = "PLAINTEXT", tls: TLSListenerPolicy | None = None,
+                 authenticator: Any = None) -> None:
         self.apis = apis
         self.MAX_LENGTH = max_request_bytes
         self.listener_name = listener_name
         self.security_protocol = security_protocol
         self.context = ConnectionContext(listener_name, security_protocol, connection=self)
+        self.tls = tls
+        self.handshake_done = False
+        self._handshake_timer: Any = None
         self._slots: deque[_Slot] = deque()
         self._writer: ResponseWriter | None = None
         self._closed = False
@@ -202,9 +239,67 @@ class KafkaConnection(Int32StringReceiver):
         self.context = self.context._replace(client_host=getattr(peer, "host", ""),
                                              client_port=getattr(peer, "port", -1))
         self._writer = ResponseWriter(self.transport, self._flush)
+        if self.tls is not None:
+            self._handshake_timer = self.tls.reactor.callLater(self.tls.handshake_timeout_ms / 1000.0,
+                                                               self._handshake_timed_out)
         self.apis.connection_opened(self)
 
+    def _handshake_timed_out(self) -> None:
+        self._handshake_timer = None
+        _log.warn("closing connection from {peer} on listener {listener}: no TLS handshake within"
+                  " ssl.handshake.timeout.ms={timeout}", peer=self.peer, listener=self.listener_name,
+                  timeout=self.tls.handshake_timeout_ms if self.tls else 0)
+        self._closed = True
+        self.transport.abortConnection()
+
+    def handshakeCompleted(self) -> None:
+        """
+        The TLS handshake is done (C{IHandshakeListener}): the principal is the
+        client certificate's mapped distinguished name, or C{User:ANONYMOUS}.
+        """
+        self.handshake_done = True
+        if self._handshake_timer is not None and self._handshake_timer.active():
+            self._handshake_timer.cancel()
+        self._handshake_timer = None
+        certificate = self.transport.getPeerCertificate()
+        if certificate is None or self.tls is None:
+            principal = ANONYMOUS
+        else:
+            dn = distinguished_name(certificate)
+            try:
+                principal = f"User:{self.tls.principal_name(dn)}"
+            except ValueError as e:
+                _log.warn("closing connection from {peer} on listener {listener}: {error}", peer=self.peer,
+                          listener=self.listener_name, error=e)
+                self._closed = True
+                self.transport.abortConnection()
+                return
+        if self.security_protocol == "SSL":  # SASL_SSL: the SASL exchange names the principal
+            self.context = self.context._replace(principal=principal)
+        _log.info("TLS connection from {peer} on listener {listener}: principal {principal}", peer=self.peer,
+                  listener=self.listener_name, principal=principal)
+
+    def _refused_certificate(self) -> str:
+        """Why the client's certificate was refused (C{TLSListenerPolicy.verify_log}), else C{""}."""
+        verify_log = self.tls.verify_log if self.tls is not None else None
+        get_handle = getattr(self.transport, "getHandle", None)
+        if verify_log is None or get_handle is None:
+            return ""
+        why = verify_log.why(get_handle())
+        return f" ({why})" if why else ""
+
     def connectionLost(self, reason: Any = None) -> None:
+        if self._handshake_timer is not None and self._handshake_timer.active():
+            self._handshake_timer.cancel()
+        if self.tls is not None and not self.handshake_done and not self._closed:
+            if reason is not None and reason.check(ConnectionDone):  # a port probe, say
+                _log.info("connection from {peer} on listener {listener} closed before its TLS handshake",
+                          peer=self.peer, listener=self.listener_name)
+            else:
+                _log.warn("TLS handshake from {peer} on listener {listener} failed: {reason}{detail}", peer=self.peer,
+                          listener=self.listener_name,
+                          reason=reason.getErrorMessage() if reason is not None else "?",
+                          detail=self._refused_certificate())
         self._closed = True
         if self.authenticator is not None:
             self.authenticator.connection_lost()
@@ -331,16 +426,18 @@ class KafkaServerFactory(Factory):
     """Makes L{KafkaConnection}s sharing one L{KafkaApis}."""
 
     def __init__(self, apis: Any, max_request_bytes: int, listener_name: str = "PLAINTEXT",
-                 security_protocol: str = "PLAINTEXT", authenticator: Any = None) -> None:
+                 security_protocol: str = "PLAINTEXT", tls: TLSListenerPolicy | None = None,
+                 authenticator: Any = None) -> None:
         self.apis = apis
         self.max_request_bytes = max_request_bytes
         self.listener_name = listener_name
         self.security_protocol = security_protocol
+        self.tls = tls
         #: C{authenticator(connection)} makes a connection's SASL authenticator (SASL listeners).
         self.authenticator = authenticator
 
     def buildProtocol(self, addr: Any) -> KafkaConnection:
         connection = KafkaConnection(self.apis, self.max_request_bytes, self.listener_name, self.security_protocol,
-                                     self.authenticator)
+                                     self.tls, self.authenticator)
         connection.factory = self
         return connection

@@ -34,8 +34,11 @@ from twisted.internet import defer, endpoints, task
 from twisted.internet.error import CannotListenError
 from twisted.internet.protocol import Factory
 from twisted.logger import Logger
+from twisted.protocols.tls import TLSMemoryBIOFactory
 
+from ..client.security import SecurityConfig
 from ..config import DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG, BrokerConfig, topic_log_config
+from ..security.tls import PrincipalMapper, TLSConfigError, VerifyLog, server_options
 from ..storage.log_cleaner import LogCleaner
 from ..storage.log_manager import LogManager
 from ..storage.meta_properties import MetaPropertiesError, ensure_meta_properties
@@ -45,13 +48,14 @@ from ..zookeeper.embedded import EmbeddedZooKeeperService, ZooKeeperNotInstalled
 from ..zookeeper.registry import DEFAULT_BROKER_ENTITY, BrokerIdInUseError, Registry
 from .admin import AdminManager
 from .apis import KafkaApis
-from .authenticator import SaslServerAuthenticator, inter_broker_security, listener_sasl_settings
+from .authenticator import SaslServerAuthenticator, listener_sasl_settings, sasl_client_settings
 from .authorizer import authorizer_from_config
 from .transaction_apis import TransactionWiring
 from .controller import CONTROLLED_SHUTDOWN_PATH, KafkaController
+from .listeners import DEFAULT_PROTOCOL_MAP, ListenerConfig, ListenerConfigError, listener_config, parse_listener
 from .replica_fetcher import ReplicaFetcherManager
 from .metadata_cache import BrokerEndpoint, MetadataCache, TopicMetadata
-from .network import KafkaServerFactory
+from .network import KafkaServerFactory, TLSListenerPolicy
 from .replica_manager import ReplicaManager
 
 __all__ = [
@@ -59,7 +63,6 @@ __all__ = [
     "BrokerStartupError",
     "EXPECTED_START_FAILURES",
     "listener_endpoint",
-    "listener_security_protocol",
     "embedded_zookeeper_port",
     "EMBEDDED_ZOOKEEPER_PORT",
     "EMBEDDED_ZOOKEEPER_PORT_ENV",
@@ -89,6 +92,7 @@ EXPECTED_START_FAILURES: tuple[type[BaseException], ...] = (
     ZooKeeperNotInstalledError,
     MetaPropertiesError,
     BrokerIdInUseError,
+    ListenerConfigError,
 )
 
 
@@ -128,40 +132,19 @@ class _StartingFactory(Factory):
 
     serving: Factory | None = None
 
-    def __init__(self, listener_name: str = "PLAINTEXT", security_protocol: str = "PLAINTEXT") -> None:
-        self.listener_name = listener_name
-        self.security_protocol = security_protocol
-
     def buildProtocol(self, addr: Any) -> Any:
         return None if self.serving is None else self.serving.buildProtocol(addr)
 
 
-#: The security protocols a C{NAME://host:port} listener may name (its name is its protocol).
-_LISTENER_PROTOCOLS = ("PLAINTEXT", "SASL_PLAINTEXT")
-
-
-def listener_security_protocol(listener: str) -> str:
-    """C{SASL_PLAINTEXT} for C{SASL_PLAINTEXT://host:port}, else C{PLAINTEXT}."""
-    scheme, sep, _ = listener.partition("://")
-    return scheme.upper() if sep and scheme.upper() in _LISTENER_PROTOCOLS else "PLAINTEXT"
-
-
 def listener_endpoint(listener: str) -> str:
     """
-    A Twisted server endpoint string for a listener.
+    A Twisted server endpoint string for a listener: Kafka's
+    C{NAME://host:port} (under Kafka's default protocol map), or a Twisted
+    endpoint string (a plaintext listener; not C{ssl:}).
 
-    Kafka's C{PLAINTEXT://host:port} form is accepted as well as endpoint
-    strings (C{tcp:9092:interface=127.0.0.1}, C{ssl:...}).
+    @raise ValueError: a listener that does not parse (L{ListenerConfigError}).
     """
-    if "://" in listener:
-        scheme, _, address = listener.partition("://")
-        if scheme.upper() not in _LISTENER_PROTOCOLS:
-            raise ValueError(f"listener {listener!r}: only PLAINTEXT:// and SASL_PLAINTEXT:// (or a Twisted endpoint"
-                             " string) are supported")
-        host, _, port = address.rpartition(":")
-        host = host.strip("[]")
-        return f"tcp:{int(port)}:interface={host}" if host else f"tcp:{int(port)}"
-    return listener
+    return parse_listener(listener, DEFAULT_PROTOCOL_MAP).endpoint
 
 
 class BrokerPart(service.Service):
@@ -244,7 +227,15 @@ class KafkaServer(service.MultiService):
         self.start_error: str | None = None
         self._starting: defer.Deferred | None = None
         self._stopping = False
-        self._factories: list[_StartingFactory] = []
+        #: listener name -> the factory of its bound port (closing connections until the broker serves).
+        self._listener_factories: dict[str, _StartingFactory] = {}
+        #: listener name -> its TLS options (TLS listeners only).
+        self._tls_options: dict[str, Any] = {}
+        #: listener name -> why client certificates were refused (listeners asking for them).
+        self._verify_logs: dict[str, VerifyLog] = {}
+        #: listener name -> its bound port.
+        self.bound: dict[str, Any] = {}
+        self.listeners: ListenerConfig | None = None
 
     # --- life cycle ----------------------------------------------------------
 
@@ -392,11 +383,9 @@ class KafkaServer(service.MultiService):
     async def _start_fetchers(self) -> None:
         from ..client.client import KafkaClient
 
-        protocol = listener_security_protocol(self.config["listeners"][0])  # the advertised listener
         self.inter_broker_client = KafkaClient(
             self.reactor, "127.0.0.1:1", client_id=f"broker-{self.broker_id}-fetcher",
-            request_timeout_ms=self.config["replica.socket.timeout.ms"],
-            security=inter_broker_security(self.config, protocol, protocol))
+            request_timeout_ms=self.config["replica.socket.timeout.ms"], security=self.inter_broker_security())
         self.fetcher_manager = ReplicaFetcherManager(
             self.broker_id, self.config, self.inter_broker_client, self.reactor, self._broker_address,
             self._append_as_follower, self._throttled)
@@ -439,31 +428,42 @@ class KafkaServer(service.MultiService):
             self.reactor, self.now_ms)
         self.apis.transactions = self.transactions
         self.transactions.start()
-        host, advertised_port = self._advertised()
+        advertised = self._advertised_endpoints()
+        assert self.listeners is not None
         # Serve before registering: a broker in /brokers/ids answers its peers' fetches.
-        for factory in self._factories:
+        for listener in self.listeners.listeners:
+            tls = None
+            if listener.tls:
+                mapper = PrincipalMapper.parse(config.for_listener(listener.name, "ssl.principal.mapping.rules"))
+                tls = TLSListenerPolicy(self.reactor, config["ssl.handshake.timeout.ms"], mapper.name,
+                                        self._verify_logs.get(listener.name))
             authenticator = None
-            if factory.security_protocol.startswith("SASL_"):
-                settings = listener_sasl_settings(config, factory.listener_name, self.registry)
+            if listener.security_protocol.startswith("SASL_"):
+                settings = listener_sasl_settings(config, listener.name, self.registry)
                 authenticator = (lambda connection, settings=settings:
                                  SaslServerAuthenticator(connection, self.apis, settings, self.reactor))
-            factory.serving = KafkaServerFactory(self.apis, config["socket.request.max.bytes"],
-                                                 factory.listener_name, factory.security_protocol, authenticator)
+            factory: Any = KafkaServerFactory(self.apis, config["socket.request.max.bytes"], listener.name,
+                                              listener.security_protocol, tls, authenticator)
+            if listener.tls:
+                factory = TLSMemoryBIOFactory(self._tls_options[listener.name], False, factory, clock=self.reactor)
+            self._listener_factories[listener.name].serving = factory
 
-        await self.registry.watch_brokers(self._brokers_changed)
+        await self.registry.watch_brokers(self._brokers_changed, detailed=True)
         await self.registry.watch_topics(self._topics_changed)
-        await self._register(host, advertised_port)
+        inter_broker = self.listeners.inter_broker_listener
+        host, advertised_port = next((h, p) for name, h, p in advertised if name == inter_broker)
+        await self._register(host, advertised_port, advertised)
         await self.registry.watch_controller(self._controller_changed)
         assert self.config_changes is not None
         await self.config_changes.start()
-        _log.info("broker {id} started at {host}:{port} (cluster {cluster})", id=self.broker_id, host=host,
-                  port=advertised_port, cluster=self.metadata.cluster_id)
+        _log.info("broker {id} started at {endpoints} (cluster {cluster})", id=self.broker_id,
+                  endpoints=",".join(f"{n}://{h}:{p}" for n, h, p in advertised), cluster=self.metadata.cluster_id)
 
     async def _stop_serving(self) -> None:
         if self.config_changes is not None:
             self.config_changes.stop()
         await self._controlled_shutdown()
-        for factory in self._factories:
+        for factory in self._listener_factories.values():
             factory.serving = None  # new connections are closed from now on
         if self.transactions is not None:
             self.transactions.stop()
@@ -490,22 +490,36 @@ class KafkaServer(service.MultiService):
         Bind every listener (and the metrics port).  They close each connection
         until the broker has started (L{_StartingFactory}).
 
-        @raise BrokerStartupError: a port is taken or cannot be bound.
+        @raise BrokerStartupError: a port is taken or cannot be bound, a
+            listener setting is wrong, a TLS listener's files cannot be used.
         """
-        for listener in self.config["listeners"]:
-            endpoint = endpoints.serverFromString(self.reactor, listener_endpoint(listener))
-            protocol = listener_security_protocol(listener)
-            factory = _StartingFactory(protocol, protocol)
-            self._factories.append(factory)
+        try:
+            self.listeners = listener_config(self.config)
+        except ListenerConfigError as e:
+            raise BrokerStartupError(str(e)) from None
+        for listener in self.listeners.listeners:
+            if listener.tls:
+                try:
+                    options = self._tls_options[listener.name] = self._listener_tls_options(listener.name)
+                    if self.config.for_listener(listener.name, "ssl.client.auth").strip().lower() != "none":
+                        self._verify_logs[listener.name] = VerifyLog()
+                        self._verify_logs[listener.name].install(options)
+                except TLSConfigError as e:
+                    raise BrokerStartupError(f"listener {listener.name}: {e}") from None
+        for listener in self.listeners.listeners:
+            endpoint = endpoints.serverFromString(self.reactor, listener.endpoint)
+            factory = self._listener_factories[listener.name] = _StartingFactory()
             try:
                 port = await endpoint.listen(factory)
             except CannotListenError as e:
                 raise BrokerStartupError(
-                    f"cannot listen on {listener}: {_socket_error(e)}; stop what holds the port or change"
-                    " listeners (--listeners)"
+                    f"cannot listen on {listener.source}: {_socket_error(e)}; stop what holds"
+                    " the port or change listeners (--listeners)"
                 ) from None
             self._listening_ports.append(port)
-            _log.info("bound listener {address} (connections are closed until the broker has started)",
+            self.bound[listener.name] = port
+            _log.info("bound listener {name} ({protocol}) at {address} (connections are closed until the broker"
+                      " has started)", name=listener.name, protocol=listener.security_protocol,
                       address=port.getHost())
         self.port = self._listening_ports[0].getHost().port
         if self.config["metrics.port"] >= 0:
@@ -531,7 +545,7 @@ class KafkaServer(service.MultiService):
         self.metrics_port = listening.getHost().port
         _log.info("metrics at http://127.0.0.1:{port}/metrics", port=self.metrics_port)
 
-    async def _register(self, host: str, port: int) -> None:
+    async def _register(self, host: str, port: int, advertised: list[tuple[str, str, int]] | None = None) -> None:
         """
         Register in C{/brokers/ids}.  After a crash the previous process's
         ephemeral node lives on until its ZooKeeper session expires: wait for
@@ -544,7 +558,10 @@ class KafkaServer(service.MultiService):
         deadline = self.reactor.seconds() + self.config["zookeeper.session.timeout.ms"] / 1000.0 + 5
         while True:
             try:
-                await self.registry.register_broker(self.broker_id, host, port)
+                await self.registry.register_broker(
+                    self.broker_id, host, port, endpoints=advertised,
+                    protocol_map={name: self.listeners.protocol_map[name] for name, _, _ in advertised}
+                    if advertised and self.listeners is not None else None)
                 return
             except BrokerIdInUseError as e:
                 if self.reactor.seconds() > deadline:
@@ -566,17 +583,66 @@ class KafkaServer(service.MultiService):
             if loop.running:
                 loop.stop()
 
-    def _advertised(self) -> tuple[str, int]:
-        advertised = self.config["advertised.listeners"]
-        if advertised:
-            address = advertised[0].partition("://")[2] or advertised[0]
-            host, _, port = address.rpartition(":")
-            return host.strip("[]") or "127.0.0.1", int(port)
-        address = self._listening_ports[0].getHost()
-        host = address.host
-        if host in ("0.0.0.0", "::", ""):
-            host = "127.0.0.1"
-        return host, address.port
+    def _advertised_endpoints(self) -> list[tuple[str, str, int]]:
+        """
+        C{(listener, host, port)} to register, per listener: its
+        C{advertised.listeners} entry, else the address it is bound to
+        (C{0.0.0.0}, C{::} and an empty host become C{127.0.0.1}; port 0 the bound port).
+        """
+        assert self.listeners is not None
+        result = []
+        for listener in self.listeners.listeners:
+            bound = self.bound[listener.name].getHost()
+            host, port = self.listeners.advertised.get(listener.name, (bound.host, bound.port))
+            if host in ("0.0.0.0", "::", ""):
+                host = "127.0.0.1"
+            result.append((listener.name, host, port or bound.port))
+        return result
+
+    def _listener_tls_options(self, listener: str) -> Any:
+        """The TLS options of a TLS listener from its C{ssl.*} settings (C{listener.name.<name>.ssl.*} first)."""
+        config = self.config
+
+        def get(key: str) -> Any:
+            return config.for_listener(listener, key)
+
+        for key in ("ssl.keystore.type", "ssl.truststore.type"):
+            if get(key).upper() != "PEM":
+                raise TLSConfigError(f"{key}={get(key)}: kafkatw reads PEM stores only (KIP-651)")
+        PrincipalMapper.parse(get("ssl.principal.mapping.rules"))  # fail the start on bad rules
+        return server_options(get("ssl.keystore.location"), get("ssl.key.password") or None,
+                              get("ssl.truststore.location") or None, get("ssl.client.auth"),
+                              get("ssl.enabled.protocols"), get("ssl.cipher.suites"))
+
+    def inter_broker_security(self) -> SecurityConfig:
+        """
+        The L{SecurityConfig} of this broker's own connections to other
+        brokers, for the inter-broker listener: its protocol; on TLS the trust
+        store (C{ssl.truststore.location}), the key store as client
+        certificate, and C{ssl.endpoint.identification.algorithm}; on SASL the
+        mechanism C{sasl.mechanism.inter.broker.protocol} and the credentials
+        of the listener's JAAS entry (L{sasl_client_settings}).
+        """
+        listeners = self.listeners or listener_config(self.config)
+        name = listeners.inter_broker_listener
+        protocol = listeners.protocol_map[name]
+        config = self.config
+
+        def get(key: str) -> Any:
+            return config.for_listener(name, key)
+
+        settings: dict[str, Any] = {"security_protocol": protocol}
+        if protocol.startswith("SASL_"):
+            settings.update(sasl_client_settings(config, name))
+        if protocol in ("SSL", "SASL_SSL"):
+            settings.update(
+                ssl_cafile=get("ssl.truststore.location") or None,
+                ssl_certfile=get("ssl.keystore.location") or None,
+                ssl_password=get("ssl.key.password") or None,
+                ssl_check_hostname=get("ssl.endpoint.identification.algorithm").strip().lower() == "https",
+                ssl_ciphers=":".join(get("ssl.cipher.suites")) or None,
+            )
+        return SecurityConfig(**settings)
 
     async def _cluster_id(self) -> str:
         assert self.zookeeper is not None
@@ -801,9 +867,17 @@ class KafkaServer(service.MultiService):
             d = self.controller.elect()
             d.addErrback(lambda f: _log.failure("controller election failed", f))
 
-    def _brokers_changed(self, brokers: dict[int, tuple[str, int, str | None]]) -> None:
+    def _brokers_changed(self, infos: dict[int, Any]) -> None:
+        # Brokers reach each other through the inter-broker listener (a broker
+        # registered without it is reached at its PLAINTEXT, else first, endpoint).
+        inter_broker = self.listeners.inter_broker_listener if self.listeners is not None else "PLAINTEXT"
+        brokers: dict[int, tuple[str, int, str | None]] = {}
+        for broker_id, info in infos.items():
+            host, port = info.address(inter_broker) or (info.host, info.port)
+            brokers[broker_id] = (host, port, info.rack)
         self.metadata.set_brokers({
-            broker_id: BrokerEndpoint(broker_id, host, port, rack) for broker_id, (host, port, rack) in brokers.items()
+            broker_id: BrokerEndpoint(broker_id, host, port, rack, infos[broker_id].endpoints)
+            for broker_id, (host, port, rack) in brokers.items()
         })
         if self.apis is not None:
             # Groups whose coordinator (a function of the live brokers) is no longer this broker move away.

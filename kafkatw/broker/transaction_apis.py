@@ -257,7 +257,7 @@ class TransactionApis:
 
     # --- FindCoordinator key type 1 ----------------------------------------------------------
 
-    def _find_transaction_coordinator(self, key: str) -> dict:
+    def _find_transaction_coordinator(self, key: str, listener: str = "PLAINTEXT") -> dict:
         entry: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": 0,
                                  "error_message": None}
         wiring = self.transactions
@@ -271,11 +271,13 @@ class TransactionApis:
         partition = wiring.coordinator.partition_for(key)
         leader = self.metadata.leader(TRANSACTION_STATE_TOPIC, partition)
         broker = self.metadata.brokers.get(leader)
-        if broker is None:
+        address = broker.address(listener) if broker is not None else None
+        if broker is None or address is None:
             entry.update(error_code=int(_E.coordinator_not_available),
-                         error_message=f"{TRANSACTION_STATE_TOPIC}-{partition} has no leader")
+                         error_message=f"{TRANSACTION_STATE_TOPIC}-{partition} has no leader" if broker is None
+                         else f"the coordinator has no listener {listener}")
             return entry
-        entry.update(node_id=broker.broker_id, host=broker.host, port=broker.port)
+        entry.update(node_id=broker.broker_id, host=address[0], port=address[1])
         return entry
 
     # --- InitProducerId ----------------------------------------------------------------------

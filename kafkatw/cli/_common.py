@@ -3,17 +3,58 @@
 from __future__ import annotations
 
 import sys
-from typing import Iterable, NoReturn
+from typing import Any, Iterable, NoReturn
 
 import click
 
 from kafkatw.errors import KafkaError
 
-__all__ = ["bootstrap_option", "parse_properties", "read_properties_file", "fail"]
+__all__ = ["bootstrap_option", "command_config_option", "client_security", "parse_properties",
+           "read_properties_file", "fail"]
 
 bootstrap_option = click.option(
     "--bootstrap-server", "bootstrap_server", required=True, metavar="HOST:PORT[,HOST:PORT]",
     help="The broker(s) to connect to.")
+
+
+_SECURITY_META = "kafkatw.security"
+
+
+def _read_command_config(ctx: click.Context, param: click.Parameter, path: str | None) -> None:
+    if path is None:
+        return
+    from kafkatw.client.security import SecurityConfig
+    from kafkatw.config import parse_properties as parse_text
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            properties = parse_text(f.read())
+    except OSError as e:
+        raise click.BadParameter(f"cannot read {path}: {e.strerror}", param_hint="--command-config") from None
+    try:
+        ctx.meta[_SECURITY_META] = SecurityConfig.from_properties(properties)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--command-config") from None
+
+
+#: Kafka's C{--command-config client.properties}: the client's security settings
+#: (C{security.protocol}, C{ssl.truststore.location}, C{ssl.keystore.location},
+#: C{ssl.key.password}, C{ssl.endpoint.identification.algorithm}, C{sasl.mechanism},
+#: C{sasl.jaas.config}); a command passes L{client_security} to its clients.
+command_config_option = click.option(
+    "--command-config", metavar="FILE", expose_value=False, callback=_read_command_config,
+    help="A client.properties file: security.protocol, ssl.truststore.location, ssl.keystore.location, "
+         "ssl.key.password, sasl.mechanism, sasl.jaas.config (PEM files only).")
+
+
+def client_security() -> dict[str, Any]:
+    """
+    The keyword arguments that secure a command's clients as its
+    C{--command-config} says (C{{"security": SecurityConfig}}), or C{{}}.
+    """
+    ctx = click.get_current_context(silent=True)
+    security = ctx.meta.get(_SECURITY_META) if ctx is not None else None
+    return {} if security is None else {"security": security}
 
 
 def parse_properties(values: Iterable[str], flag: str) -> dict[str, str]:

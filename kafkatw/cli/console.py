@@ -24,7 +24,8 @@ from kafkatw.client.blocking import BlockingConsumer, BlockingProducer
 from kafkatw.errors import KafkaError
 from kafkatw.protocol.records import COMPRESSION_CODECS
 
-from ._common import bootstrap_option, describe_error, fail, parse_properties, read_properties_file
+from ._common import (bootstrap_option, client_security, command_config_option, describe_error, fail,
+                      parse_properties, read_properties_file)
 
 __all__ = ["console_producer", "console_consumer", "format_record"]
 
@@ -51,6 +52,7 @@ def _truthy(value: str | None) -> bool:
 
 @click.command("console-producer", short_help="Send lines to a topic (kafka-console-producer.sh).")
 @bootstrap_option
+@command_config_option
 @click.option("--topic", required=True, help="The topic to produce to.")
 @click.option("--property", "properties", multiple=True, metavar="KEY=VALUE",
               help="parse.key=true, key.separator=SEP (default tab), ignore.error=true.")
@@ -94,7 +96,8 @@ def console_producer(bootstrap_server: str, topic: str, properties: tuple[str, .
     line_number = 0
     pending: collections.deque = collections.deque()  # futures not yet known to have succeeded
     try:
-        with BlockingProducer(bootstrap_server, client_id=pprops.get("client.id", "kafkatw-console-producer"),
+        with BlockingProducer(bootstrap_server, **client_security(),
+                              client_id=pprops.get("client.id", "kafkatw-console-producer"),
                               acks=_ACKS[acks_text],
                               compression_type=None if codec_name == "none" else codec_name,
                               batch_size=batch_bytes, linger_ms=linger * 1000) as producer:
@@ -159,6 +162,7 @@ def format_record(record: Any, partition: int, timestamp_type: int, opts: dict[s
 
 @click.command("console-consumer", short_help="Print a topic's records (kafka-console-consumer.sh).")
 @bootstrap_option
+@command_config_option
 @click.option("--topic", required=True, help="The topic to consume.")
 @click.option("--from-beginning", is_flag=True, help="Start at the earliest offset instead of the latest.")
 @click.option("--partition", type=click.IntRange(min=0), help="Consume only this partition.")
@@ -219,7 +223,7 @@ def console_consumer(bootstrap_server: str, topic: str, from_beginning: bool, pa
     processed = 0
     _consume.processed = 0  # type: ignore[attr-defined]
     try:
-        with BlockingConsumer(bootstrap_server, client_id=client_id,
+        with BlockingConsumer(bootstrap_server, **client_security(), client_id=client_id,
                               auto_offset_reset="earliest" if from_beginning else "latest",
                               fetch_max_wait_ms=max_wait_ms) as consumer:
             processed = _consume(consumer, out, topic, from_beginning, partition, offset_spec, max_messages,
@@ -292,7 +296,7 @@ def _console_coordinator_group(bootstrap_server: str, group_id: str, topic: str,
     processed = 0
     group = None
     try:
-        group = CoordinatorGroupConsumer(bootstrap_server, group_id, [topic],
+        group = CoordinatorGroupConsumer(bootstrap_server, group_id, [topic], **client_security(),
                                          auto_offset_reset="earliest" if from_beginning else "latest",
                                          client_id=client_id, fetch_max_wait_ms=max_wait_ms)
         group.partitions_for(topic)  # an unknown topic fails here, as without --group

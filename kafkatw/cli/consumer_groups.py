@@ -31,7 +31,7 @@ import click
 from kafkatw.client.admin import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, RESOURCE_BROKER
 from kafkatw.errors import ErrorCode, KafkaError, kafka_error
 
-from ._common import describe_error, fail
+from ._common import client_security, command_config_option, describe_error, fail
 
 __all__ = ["consumer_groups", "GroupSource", "BrokerGroupSource", "GroupDescription", "MemberDescription",
            "decode_consumer_assignment", "format_describe"]
@@ -228,6 +228,7 @@ def _log_end_offsets(admin: Any, partitions: set[tuple[str, int]]) -> dict[tuple
 @click.command("consumer-groups", short_help="Consumer groups and offsets (kafka-consumer-groups.sh).")
 @click.option("--bootstrap-server", "bootstrap_server", metavar="HOST:PORT[,HOST:PORT]",
               help="The broker(s) to connect to (with --zookeeper: only for log end offsets).")
+@command_config_option
 @click.option("--zookeeper", "zookeeper_connect", metavar="HOST:PORT[,...][/chroot]",
               help="The groups of ZooKeeper-coordinated consumers (the paper's; docs/consumer-groups.md).")
 @click.option("--to-datetime", help="With --zookeeper --reset-offsets: to the first offset at or after "
@@ -280,7 +281,7 @@ def consumer_groups(bootstrap_server: str | None, action: str | None, group_id: 
     from kafkatw.client.blocking import BlockingAdminClient
 
     try:
-        with BlockingAdminClient(bootstrap_server, client_id="kafkatw-consumer-groups",
+        with BlockingAdminClient(bootstrap_server, **client_security(), client_id="kafkatw-consumer-groups",
                                  request_timeout_ms=command_timeout_ms,
                                  default_api_timeout_ms=command_timeout_ms) as client:
             source = BrokerGroupSource(client)

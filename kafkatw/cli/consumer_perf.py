@@ -23,7 +23,7 @@ import click
 from kafkatw.client.blocking import BlockingConsumer
 from kafkatw.errors import KafkaError
 
-from ._common import bootstrap_option, describe_error, fail
+from ._common import bootstrap_option, client_security, command_config_option, describe_error, fail
 
 __all__ = ["consumer_perf_test"]
 
@@ -51,6 +51,7 @@ def format_result(start_s: float, end_s: float, joined_s: float, total_bytes: in
 
 @click.command("consumer-perf-test", short_help="Consumer throughput (kafka-consumer-perf-test.sh).")
 @bootstrap_option
+@command_config_option
 @click.option("--topic", required=True, help="The topic to consume.")
 @click.option("--messages", required=True, type=click.IntRange(min=1), help="The number of messages to consume.")
 @click.option("--fetch-size", type=click.IntRange(min=1), default=1048576, show_default=True,
@@ -71,7 +72,7 @@ def consumer_perf_test(bootstrap_server: str, topic: str, messages: int, fetch_s
     total_messages = 0
     try:
         start = time.time()
-        with BlockingConsumer(bootstrap_server, client_id="kafkatw-perf-consumer",
+        with BlockingConsumer(bootstrap_server, **client_security(), client_id="kafkatw-perf-consumer",
                               auto_offset_reset="latest" if from_latest else "earliest",
                               max_partition_fetch_bytes=fetch_size, max_poll_records=max_poll_records) as consumer:
             tps = [(topic, p) for p in sorted(consumer.partitions_for(topic))]

@@ -169,6 +169,7 @@ class CoordinatorGroupConsumer:
         from kafkatw.client.blocking import BlockingAdminClient
 
         self._admin = BlockingAdminClient(bootstrap_servers, client_id=client_id,
+                                          security=consumer_options.get("security"),
                                           request_timeout_ms=request_timeout_ms,
                                           default_api_timeout_ms=request_timeout_ms)
         try:

@@ -25,7 +25,7 @@ import click
 
 from kafkatw.errors import ErrorCode, KafkaError
 
-from ._common import bootstrap_option, describe_error, fail
+from ._common import bootstrap_option, client_security, command_config_option, describe_error, fail
 
 __all__ = ["leader_election", "parse_election_json", "format_election_results", "ELECTION_TYPES"]
 
@@ -119,6 +119,7 @@ def elect(admin: Any, election_type: str, partitions: list[tuple[str, int]] | No
 
 @click.command("leader-election", short_help="Elect preferred or unclean leaders (kafka-leader-election.sh).")
 @bootstrap_option
+@command_config_option
 @click.option("--election-type", required=True, metavar="PREFERRED|UNCLEAN",
               type=click.Choice(sorted(ELECTION_TYPES), case_sensitive=False),
               help="PREFERRED elects the preferred replica (the first assigned) where it does not lead and is in "
@@ -161,7 +162,8 @@ def leader_election(bootstrap_server: str, election_type: str, all_topic_partiti
 
     admin = None
     try:
-        admin = BlockingAdminClient(bootstrap_server, client_id="leader-election-tool", request_timeout_ms=_TIMEOUT_MS,
+        admin = BlockingAdminClient(bootstrap_server, **client_security(), client_id="leader-election-tool",
+                                    request_timeout_ms=_TIMEOUT_MS,
                                     default_api_timeout_ms=_TIMEOUT_MS)
         results = elect(admin, election_type, partitions)
     except (KafkaError, OSError, ValueError) as e:

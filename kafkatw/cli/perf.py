@@ -30,7 +30,7 @@ import click
 from kafkatw.client.producer import Producer
 from kafkatw.errors import KafkaError
 
-from ._common import describe_error, fail, parse_properties
+from ._common import client_security, command_config_option, describe_error, fail, parse_properties
 
 __all__ = ["producer_perf_test", "producer_options"]
 
@@ -192,6 +192,7 @@ async def _run(reactor: Any, topic: str, num_records: int, payload: bytes, throu
 @click.option("--producer.config", "producer_config", type=click.Path(exists=True, dir_okay=False),
               help="A producer config properties file.")
 @click.option("--bootstrap-server", "bootstrap_server", metavar="HOST:PORT", help="Overrides bootstrap.servers.")
+@command_config_option
 @click.pass_context
 def producer_perf_test(ctx: click.Context, topic: str, num_records: int, record_size: int | None,
                        payload_file: str | None, throughput: float, producer_props: tuple[str, ...],
@@ -216,7 +217,7 @@ def producer_perf_test(ctx: click.Context, topic: str, num_records: int, record_
         props["bootstrap.servers"] = bootstrap_server
     if "bootstrap.servers" not in props:
         raise click.UsageError("give --bootstrap-server or bootstrap.servers in --producer-props")
-    options = producer_options(props)
+    options = {**producer_options(props), **client_security()}
     if payload_file:
         with open(payload_file, "rb") as f:
             lines = [line.rstrip(b"\n") for line in f if line.strip()]

@@ -46,7 +46,7 @@ import click
 
 from kafkatw.errors import ErrorCode, KafkaError
 
-from ._common import bootstrap_option, describe_error, fail
+from ._common import bootstrap_option, client_security, command_config_option, describe_error, fail
 
 __all__ = [
     "reassign_partitions",
@@ -75,11 +75,11 @@ THROTTLE_KEYS = ("leader.replication.throttled.rate", "follower.replication.thro
 _ACTIONS = ("generate", "execute", "verify", "cancel", "list")
 _REQUIRED = {"generate": ("topics_to_move_json_file", "broker_list"), "execute": ("reassignment_json_file",),
              "verify": ("reassignment_json_file",), "cancel": ("reassignment_json_file",), "list": ()}
-_PERMITTED = {"generate": {"disable_rack_aware", "command_config"},
-              "execute": {"additional", "throttle", "timeout", "command_config"},
-              "verify": {"preserve_throttles", "command_config"},
-              "cancel": {"preserve_throttles", "timeout", "command_config"},
-              "list": {"command_config"}}
+_PERMITTED = {"generate": {"disable_rack_aware"},
+              "execute": {"additional", "throttle", "timeout"},
+              "verify": {"preserve_throttles"},
+              "cancel": {"preserve_throttles", "timeout"},
+              "list": set()}
 _TIMEOUT_MS = 30000
 
 
@@ -424,6 +424,7 @@ def _read(path: str, flag: str) -> str:
 
 @click.command("reassign-partitions", short_help="Move partitions between brokers (kafka-reassign-partitions.sh).")
 @bootstrap_option
+@command_config_option
 @click.option("--generate", "actions", flag_value="generate", multiple=True,
               help="Propose an assignment of the topics of --topics-to-move-json-file over --broker-list.")
 @click.option("--execute", "actions", flag_value="execute", multiple=True,
@@ -450,8 +451,6 @@ def _read(path: str, flag: str) -> str:
               help="For --verify: keep the replication throttles after the reassignment completed.")
 @click.option("--disable-rack-aware", is_flag=True, default=None,
               help="Accepted for compatibility (the proposal is always rack-unaware).")
-@click.option("--command-config", type=click.Path(dir_okay=False), default=None,
-              help="Accepted for compatibility; its settings are not used.")
 def reassign_partitions(bootstrap_server: str, actions: tuple[str, ...], **options: Any) -> None:
     """Move partitions between brokers (kafka-reassign-partitions.sh).
 
@@ -485,7 +484,7 @@ def _run(bootstrap_server: str, action: str, options: dict[str, Any]) -> None:
 
     def connected() -> Any:
         nonlocal admin
-        admin = BlockingAdminClient(bootstrap_server, client_id="reassign-partitions-tool",
+        admin = BlockingAdminClient(bootstrap_server, **client_security(), client_id="reassign-partitions-tool",
                                     request_timeout_ms=_TIMEOUT_MS, default_api_timeout_ms=_TIMEOUT_MS)
         return admin
 

@@ -23,7 +23,7 @@ import click
 
 from kafkatw.shipper import DEFAULT_MAX_LINE_BYTES, ProducerSink, Shipper, ShipStats, unreachable
 
-from ._common import bootstrap_option, describe_error, fail
+from ._common import bootstrap_option, client_security, command_config_option, describe_error, fail
 
 __all__ = ["ship", "default_state_file"]
 
@@ -93,6 +93,7 @@ class _Progress:
 
 @click.command("ship", short_help="Follow log files and send each line to a topic.")
 @bootstrap_option
+@command_config_option
 @click.option("--topic", required=True, help="The topic to send the lines to.")
 @click.argument("paths", nargs=-1, required=True)
 @click.option("--once", is_flag=True, help="Ship what is there now (unterminated last lines too) and exit.")
@@ -134,7 +135,7 @@ def ship(bootstrap_server: str, topic: str, paths: tuple[str, ...], once: bool, 
         warn(f"{why}; will keep trying")
 
     try:
-        sink = ProducerSink(bootstrap_server, topic,
+        sink = ProducerSink(bootstrap_server, topic, **client_security(),
                             compression_type=None if compression_codec == "none" else compression_codec)
     except Exception as e:
         fail(f"ERROR cannot start the producer: {describe_error(e)}")

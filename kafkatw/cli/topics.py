@@ -28,7 +28,7 @@ import click
 from kafkatw.client.admin import RESOURCE_TOPIC, NewPartitions, NewTopic, TopicDescription
 from kafkatw.errors import ErrorCode, KafkaError
 
-from ._common import bootstrap_option, describe_error, fail, parse_properties
+from ._common import bootstrap_option, client_security, command_config_option, describe_error, fail, parse_properties
 
 __all__ = ["topics", "format_topic_id", "format_topic", "format_partition"]
 
@@ -60,6 +60,7 @@ _REPORTS = ("under_replicated_partitions", "under_min_isr_partitions", "unavaila
 
 @click.command(short_help="Create, list, describe, alter, delete topics (kafka-topics.sh).")
 @bootstrap_option
+@command_config_option
 @click.option("--create", "action", flag_value="create", help="Create a topic.")
 @click.option("--list", "action", flag_value="list", help="List topics.")
 @click.option("--describe", "action", flag_value="describe", help="Describe topics.")
@@ -116,7 +117,7 @@ def topics(bootstrap_server: str, action: str | None, topic: str | None, partiti
 
     admin = None
     try:
-        admin = BlockingAdminClient(bootstrap_server, client_id="kafkatw-topics",
+        admin = BlockingAdminClient(bootstrap_server, **client_security(), client_id="kafkatw-topics",
                                     request_timeout_ms=command_timeout_ms, default_api_timeout_ms=command_timeout_ms)
         if action == "create":
             _create(admin, topic, partitions, replication_factor, config_map, if_not_exists, command_timeout_ms)

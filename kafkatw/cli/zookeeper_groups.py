@@ -37,6 +37,8 @@ import click
 
 from kafkatw.client.admin import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from kafkatw.errors import KafkaError
+
+from ._common import client_security
 from kafkatw.zookeeper.bridge import NoNodeError
 from kafkatw.zookeeper.registry import (
     TOPICS_PATH,
@@ -212,8 +214,8 @@ def _list_offsets(bootstrap: str | None, wanted: dict[TopicPartition, int], time
 
     from .consumer_groups import list_offsets
 
-    with BlockingAdminClient(bootstrap, client_id="kafkatw-consumer-groups", request_timeout_ms=timeout_ms,
-                             default_api_timeout_ms=timeout_ms) as admin:
+    with BlockingAdminClient(bootstrap, **client_security(), client_id="kafkatw-consumer-groups",
+                             request_timeout_ms=timeout_ms, default_api_timeout_ms=timeout_ms) as admin:
         return list_offsets(admin, wanted)
 
 
@@ -379,6 +381,7 @@ def console_group_consumer(bootstrap_server: str, zookeeper_connect: str, group_
     try:
         group = BlockingZookeeperConsumerGroup(
             group_id, [topic], zookeeper_connect=zookeeper_connect, bootstrap_servers=bootstrap_server,
+            **client_security(),
             auto_offset_reset="smallest" if from_beginning else "largest", fetch_max_wait_ms=max_wait_ms)
         last_message = time.monotonic()
         while True:

@@ -60,7 +60,7 @@ from ..security.acl import (
     ResourceType,
 )
 from .connection import BrokerConnectionError
-from .security import SecurityConfig
+from .security import SecurityConfig, security_from
 
 __all__ = [
     "AdminClient",
@@ -280,14 +280,17 @@ class AdminClient:
     @param request_timeout_ms: per request (ms).
     @param default_api_timeout_ms: per operation, retries included (ms).
     @param retry_backoff_ms: the first wait between attempts (ms).
-    @param security: TLS and SASL settings of the client made for C{bootstrap_servers}.
+    @param security: a L{kafkatw.client.security.SecurityConfig}; kafka-python's
+        keyword options (C{security_protocol}, C{ssl_cafile} ...) set its fields.
     """
 
     def __init__(self, reactor: Any, bootstrap_servers: str | list[str] | None = None, *,
                  client: KafkaClient | None = None, client_id: str = "kafkatw-admin",
                  request_timeout_ms: int = 30000, default_api_timeout_ms: int = 60000,
-                 retry_backoff_ms: int = 100, security: SecurityConfig | None = None) -> None:
+                 retry_backoff_ms: int = 100, security: SecurityConfig | None = None,
+                 **security_options: Any) -> None:
         self.reactor = reactor
+        security = security_from(security, security_options, "AdminClient")
         if client is None and bootstrap_servers is not None:
             # An admin client never creates a topic by asking for its metadata.
             client = KafkaClient(reactor, bootstrap_servers, client_id=client_id,

@@ -21,12 +21,15 @@ from typing import Any, Iterable
 
 from twisted.internet import defer
 from twisted.internet.endpoints import HostnameEndpoint, connectProtocol
+from twisted.internet.protocol import Factory
 from twisted.internet.task import deferLater
 from twisted.logger import Logger
+from twisted.protocols.tls import TLSMemoryBIOFactory
 from twisted.python.failure import Failure
 
 from ..errors import ErrorCode, KafkaError
 from . import sasl
+from ..security.tls import TLSConfigError, client_options
 from .connection import BrokerConnection, BrokerConnectionError, parse_bootstrap_servers
 from .security import PLAINTEXT, SecurityConfig
 
@@ -49,10 +52,11 @@ RETRIABLE_METADATA_ERRORS = frozenset({
 
 
 def client_for(reactor: Any, bootstrap_servers: str | list[str] | None, client: "KafkaClient | None",
-               client_id: str, request_timeout_ms: int) -> tuple["KafkaClient", bool]:
+               client_id: str, request_timeout_ms: int,
+               security: SecurityConfig | None = None) -> tuple["KafkaClient", bool]:
     """
     The client a producer or consumer uses: C{client} when given, else a new
-    one for C{bootstrap_servers}.
+    one for C{bootstrap_servers} (secured by C{security}).
 
     @return: (client, whether the caller created it and so must close it).
     @raise ValueError: neither C{bootstrap_servers} nor C{client} given.
@@ -61,7 +65,8 @@ def client_for(reactor: Any, bootstrap_servers: str | list[str] | None, client: 
         return client, False
     if bootstrap_servers is None:
         raise ValueError("give bootstrap_servers or client")
-    return KafkaClient(reactor, bootstrap_servers, client_id=client_id, request_timeout_ms=request_timeout_ms), True
+    return KafkaClient(reactor, bootstrap_servers, client_id=client_id, request_timeout_ms=request_timeout_ms,
+                       security=security), True
 
 
 class PartitionMetadata:
@@ -118,6 +123,7 @@ class KafkaClient:
         self._refreshing: _Shared | None = None
         self._closed = False
         self._random = random.Random()
+        self._tls_by_host: dict[str, Any] = {}
 
     # --- connections ---------------------------------------------------------
 
@@ -156,10 +162,19 @@ class KafkaClient:
         protocol = BrokerConnection(self.reactor, self.client_id, self.request_timeout_ms, node_id)
         try:
             endpoint = HostnameEndpoint(self.reactor, host, port, timeout=self.request_timeout_ms / 1000.0)
-            await connectProtocol(endpoint, protocol)
+            if self.security.tls:
+                # Twisted's TLS transport batches small writes on a clock: ours, not the global reactor.
+                await endpoint.connect(TLSMemoryBIOFactory(self._tls_options(host), True,
+                                                           Factory.forProtocol(lambda: protocol), clock=self.reactor))
+            else:
+                await connectProtocol(endpoint, protocol)
+            # The first request waits for the TLS handshake (which checks the
+            # certificate and host name); a failed handshake fails it.
             await protocol.negotiate()
             if self.security.sasl:
                 await sasl.authenticate(protocol, self.security)
+        except TLSConfigError:
+            raise
         except Exception as e:
             failures = self._failures.get(node_id, 0) + 1
             self._failures[node_id] = failures
@@ -176,6 +191,19 @@ class KafkaClient:
         self._connections[node_id] = protocol
         protocol.lost.addCallback(lambda _: self._lost(node_id, protocol))
         return protocol
+
+    def _tls_options(self, host: str) -> Any:
+        """
+        TLS options for a connection to C{host}, made once per host (the files are read once).
+
+        @raise TLSConfigError: an unusable C{ssl_cafile}, C{ssl_certfile} or C{ssl_keyfile}.
+        """
+        cache = self._tls_by_host
+        if host not in cache:
+            s = self.security
+            cache[host] = client_options(host, s.ssl_cafile, s.ssl_certfile, s.ssl_keyfile, s.ssl_password,
+                                         s.ssl_check_hostname, s.ssl_ciphers)
+        return cache[host]
 
     def _lost(self, node_id: int, protocol: BrokerConnection) -> None:
         if self._connections.get(node_id) is protocol:

@@ -21,6 +21,7 @@ import struct
 from typing import Any
 
 from twisted.internet import defer
+from twisted.internet.error import ConnectionDone
 from twisted.internet.protocol import Protocol
 from twisted.logger import Logger
 
@@ -205,7 +206,7 @@ class BrokerConnection(Protocol):
         for p in pending.values():
             if p.timer is not None and p.timer.active():
                 p.timer.cancel()
-            p.deferred.errback(BrokerConnectionError(f"connection to broker {self.node_id} lost"))
+            p.deferred.errback(BrokerConnectionError(f"connection to broker {self.node_id} lost{_why(reason)}"))
         if not self.lost.called:
             self.lost.callback(None)
 
@@ -270,6 +271,13 @@ class BrokerConnection(Protocol):
             raise kafka_error(ErrorCode(int(response.error_code)), "ApiVersions failed")
         self.versions = common_versions(response.api_keys, CLIENT_VERSIONS)
         return self.versions
+
+
+def _why(reason: Any) -> str:
+    """C{": <reason>"} for a connection lost to an error (a failed TLS handshake, say), else C{""}."""
+    if reason is None or reason.check(ConnectionDone):
+        return ""
+    return f": {reason.getErrorMessage()}"
 
 
 def _client_version() -> str:

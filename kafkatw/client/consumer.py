@@ -71,6 +71,7 @@ from ..errors import (
 )
 from ..protocol.records import decode_fetched, scan_fetched
 from .client import RETRIABLE_METADATA_ERRORS, KafkaClient, client_for, sleep
+from .security import SecurityConfig, security_from
 
 __all__ = [
     "Consumer",
@@ -260,6 +261,11 @@ class Consumer:
         share; see the module docstring).
     @param retry_backoff_ms: wait after a retriable error (ms).
     @param default_api_timeout_ms: how long offset look-ups keep retrying (ms).
+    @param security: a L{kafkatw.client.security.SecurityConfig} (TLS, SASL) for the
+        client made from C{bootstrap_servers}; kafka-python's keyword options
+        (C{security_protocol}, C{ssl_cafile}, C{ssl_certfile}, C{ssl_keyfile},
+        C{ssl_password}, C{ssl_check_hostname}, C{sasl_mechanism},
+        C{sasl_plain_username}, C{sasl_plain_password}) set or replace its fields.
     """
 
     def __init__(self, reactor: Any, bootstrap_servers: str | list[str] | None = None,
@@ -268,14 +274,16 @@ class Consumer:
                  max_partition_fetch_bytes: int = 1048576, max_poll_records: int = 500,
                  auto_offset_reset: str = "latest", check_crcs: bool = True, request_timeout_ms: int = 30000,
                  isolation_level: str = "read_uncommitted", max_buffered_bytes: int = 8 * 1024 * 1024,
-                 retry_backoff_ms: int = 100, default_api_timeout_ms: int = 60000) -> None:
+                 retry_backoff_ms: int = 100, default_api_timeout_ms: int = 60000,
+                 security: SecurityConfig | None = None, **security_options: Any) -> None:
         if auto_offset_reset not in _RESETS:
             raise ValueError(f"auto_offset_reset must be earliest, latest or none, not {auto_offset_reset!r}")
         if isolation_level not in _ISOLATION:
             raise ValueError(f"isolation_level must be read_uncommitted or read_committed, not {isolation_level!r}")
         if max_poll_records < 1:
             raise ValueError("max_poll_records must be at least 1")
-        client, self._own_client = client_for(reactor, bootstrap_servers, client, client_id, request_timeout_ms)
+        client, self._own_client = client_for(reactor, bootstrap_servers, client, client_id, request_timeout_ms,
+                                              security_from(security, security_options, "Consumer"))
         self.reactor = reactor
         self.client = client
         self.fetch_min_bytes = fetch_min_bytes

@@ -67,6 +67,7 @@ from ..errors import ErrorCode, KafkaError, RecordTooLargeError, UnknownTopicOrP
 from ..protocol.records import COMPRESSION_CODECS, encode_batch
 from ..protocol.messages import encode_uvarint
 from .client import RETRIABLE_METADATA_ERRORS, KafkaClient, client_for
+from .security import SecurityConfig, security_from
 from .connection import BrokerConnectionError, RequestTimedOutError
 from .partitioner import murmur2
 
@@ -243,6 +244,11 @@ class Producer:
         kafka-python's); None: the Java client's default.
     @param enable_idempotence: producer id, epoch and sequence numbers (KIP-98).
     @param max_block_ms: how long a send may wait for metadata or buffer room (ms).
+    @param security: a L{kafkatw.client.security.SecurityConfig} (TLS, SASL) for the
+        client made from C{bootstrap_servers}; kafka-python's keyword options
+        (C{security_protocol}, C{ssl_cafile}, C{ssl_certfile}, C{ssl_keyfile},
+        C{ssl_password}, C{ssl_check_hostname}, C{sasl_mechanism},
+        C{sasl_plain_username}, C{sasl_plain_password}) set or replace its fields.
     """
 
     def __init__(self, reactor: Any, bootstrap_servers: str | None = None, client: KafkaClient | None = None, *,
@@ -251,7 +257,8 @@ class Producer:
                  retry_backoff_ms: int = 100, delivery_timeout_ms: int = 120000, request_timeout_ms: int = 30000,
                  max_in_flight_requests_per_connection: int = 5, buffer_memory: int = 33554432,
                  max_request_size: int = 1048576, partitioner: Callable[..., int] | None = None,
-                 enable_idempotence: bool = False, max_block_ms: int = 60000) -> None:
+                 enable_idempotence: bool = False, max_block_ms: int = 60000,
+                 security: SecurityConfig | None = None, **security_options: Any) -> None:
         if acks not in _ACKS:
             raise ValueError(f"acks must be 0, 1 or 'all', not {acks!r}")
         codec = COMPRESSION_CODECS.get(compression_type or "none")
@@ -259,7 +266,8 @@ class Producer:
             raise ValueError(f"unknown compression_type {compression_type!r}")
         if max_in_flight_requests_per_connection < 1:
             raise ValueError("max_in_flight_requests_per_connection must be at least 1")
-        client, self._owns_client = client_for(reactor, bootstrap_servers, client, client_id, request_timeout_ms)
+        client, self._owns_client = client_for(reactor, bootstrap_servers, client, client_id, request_timeout_ms,
+                                               security_from(security, security_options, "Producer"))
         self.reactor = reactor
         self.client = client
         self.acks = _ACKS[acks]

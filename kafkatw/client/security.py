@@ -18,7 +18,7 @@ from typing import Any, Mapping
 
 from ..security.jaas import parse_jaas_config
 
-__all__ = ["SecurityConfig", "SECURITY_PROTOCOLS", "SASL_MECHANISMS"]
+__all__ = ["SecurityConfig", "SECURITY_PROTOCOLS", "SASL_MECHANISMS", "security_from"]
 
 #: Kafka's security protocols (C{SecurityProtocol}).
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
@@ -135,3 +135,21 @@ class SecurityConfig:
 
 #: Plaintext, no authentication: the default.
 PLAINTEXT = SecurityConfig()
+
+
+def security_from(security: SecurityConfig | None, options: Mapping[str, Any],
+                  owner: str = "the client") -> SecurityConfig:
+    """
+    The L{SecurityConfig} of a producer, consumer or admin client given
+    C{security} and/or kafka-python's keyword options (C{security_protocol},
+    C{ssl_cafile} ...), which replace C{security}'s fields.
+
+    @raise TypeError: an option that is not a L{SecurityConfig} field (a typo).
+    @raise ValueError: an unknown protocol or mechanism.
+    """
+    names = {f.name for f in fields(SecurityConfig)}
+    unknown = sorted(set(options) - names)
+    if unknown:
+        raise TypeError(f"{owner} got unexpected keyword arguments: {', '.join(unknown)}")
+    base = security or PLAINTEXT
+    return replace(base, **options) if options else base

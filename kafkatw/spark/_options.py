@@ -60,6 +60,9 @@ class SourceOptions:
     max_records_per_partition: int
     min_partitions: int | None
     poll_timeout_ms: int
+    #: the L{kafkatw.client.security.SecurityConfig} of C{kafka.security.protocol},
+    #: C{kafka.ssl.*}, C{kafka.sasl.mechanism}, C{kafka.sasl.jaas.config}.
+    security: Any = None
 
 
 def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
@@ -205,7 +208,26 @@ def parse_options(raw: Mapping[str, Any], streaming: bool) -> SourceOptions:
         max_records_per_partition=_positive_int(options, "maxRecordsPerPartition") or DEFAULT_MAX_RECORDS_PER_PARTITION,
         min_partitions=_positive_int(options, "minPartitions"),
         poll_timeout_ms=_positive_int(options, "kafkaConsumer.pollTimeoutMs") or 120_000,
+        security=_security(options),
     )
+
+
+def _security(options: Mapping[str, Any]) -> Any:
+    """
+    The client security of the C{kafka.}-prefixed options, passed through as
+    Spark's Kafka source passes them to its consumers (C{kafka.security.protocol},
+    C{kafka.ssl.truststore.location}, C{kafka.ssl.keystore.location} (PEM),
+    C{kafka.ssl.key.password}, C{kafka.ssl.endpoint.identification.algorithm},
+    C{kafka.sasl.mechanism}, C{kafka.sasl.jaas.config}).
+    """
+    from ..client.security import SecurityConfig
+
+    properties = {k[len("kafka."):]: str(v) for k, v in options.items()
+                  if k.startswith(("kafka.security.", "kafka.ssl.", "kafka.sasl."))}
+    try:
+        return SecurityConfig.from_properties(properties)
+    except ValueError as e:
+        raise ValueError(f"kafka.security.protocol / kafka.ssl.* / kafka.sasl.* options: {e}") from None
 
 
 # --- offsets ---------------------------------------------------------------------------

@@ -101,7 +101,8 @@ class _Admin:
         from ..client.blocking import BlockingAdminClient
 
         self.options = options
-        self.client = BlockingAdminClient(options.bootstrap_servers, client_id="kafkatw-spark-driver")
+        self.client = BlockingAdminClient(options.bootstrap_servers, client_id="kafkatw-spark-driver",
+                                          security=options.security)
 
     def __enter__(self) -> "_Admin":
         return self
@@ -269,7 +270,7 @@ def _read_range(options: SourceOptions, part: KafkaInputPartition) -> Iterator[A
         return
     headers = options.include_headers
     consumer = BlockingConsumer(options.bootstrap_servers, client_id="kafkatw-spark-executor",
-                                auto_offset_reset="none", max_poll_records=5000)
+                                auto_offset_reset="none", max_poll_records=5000, security=options.security)
     try:
         consumer.assign([tp])
         consumer.seek(tp, start)

@@ -154,12 +154,30 @@ class BrokerIdInUseError(ZooKeeperError):
 
 @dataclass(frozen=True)
 class BrokerInfo:
-    """A registered broker: its PLAINTEXT endpoint and rack."""
+    """
+    A registered broker: its PLAINTEXT endpoint (else its first), its rack,
+    and every listener's endpoint.
+
+    @ivar endpoints: C{(listener name, host, port)} per listener; empty means
+        the one C{PLAINTEXT} listener at C{host:port}.
+    @ivar protocol_map: C{(listener name, security protocol)} pairs.
+    """
 
     broker_id: int
     host: str
     port: int
     rack: str | None = None
+    endpoints: tuple[tuple[str, str, int], ...] = ()
+    protocol_map: tuple[tuple[str, str], ...] = ()
+
+    def address(self, listener: str) -> tuple[str, int] | None:
+        """The C{(host, port)} of C{listener}, or C{None} when the broker has no such listener."""
+        if not self.endpoints:
+            return (self.host, self.port) if listener == "PLAINTEXT" else None
+        for name, host, port in self.endpoints:
+            if name == listener:
+                return host, port
+        return None
 
 
 @dataclass(frozen=True)
@@ -507,14 +525,32 @@ class Registry(_AclMethods):
     # -- brokers --------------------------------------------------------------
 
     @staticmethod
-    def encode_broker(host: str, port: int, rack: str | None = None, timestamp_ms: str | None = None) -> bytes:
-        """The v5 JSON of C{/brokers/ids/<id>} (Kafka's C{BrokerIdZNode.encode})."""
+    def encode_broker(host: str, port: int, rack: str | None = None, timestamp_ms: str | None = None,
+                      endpoints: Any = None, protocol_map: Any = None) -> bytes:
+        """
+        The v5 JSON of C{/brokers/ids/<id>} (Kafka's C{BrokerIdZNode.encode}).
+
+        @param endpoints: C{(listener, host, port)} per listener (default: one
+            C{PLAINTEXT} listener at C{host:port}); C{host} and C{port} are
+            then the PLAINTEXT listener's, or C{null} and -1 without one, as Kafka writes.
+        @param protocol_map: listener -> security protocol (default: each listener's name).
+        """
+        if endpoints:
+            plaintext = [(h, p) for name, h, p in endpoints if name == "PLAINTEXT"]
+            host, port = plaintext[0] if plaintext else (None, -1)  # type: ignore[assignment]
+        else:
+            endpoints = [("PLAINTEXT", host, port)]
+        protocols = dict(protocol_map or {name: name for name, _, _ in endpoints})
+
+        def uri(name: str, h: str, p: int) -> str:
+            return f"{name}://[{h}]:{p}" if ":" in h else f"{name}://{h}:{p}"
+
         body: dict[str, Any] = {
             "version": 5,
             "host": host,
             "port": port,
-            "endpoints": [f"PLAINTEXT://{host}:{port}"],
-            "listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"},
+            "endpoints": [uri(name, h, p) for name, h, p in endpoints],
+            "listener_security_protocol_map": {name: protocols[name] for name, _, _ in endpoints},
             "jmx_port": -1,
             "features": {},
             "timestamp": timestamp_ms or _now_ms(),
@@ -525,19 +561,24 @@ class Registry(_AclMethods):
 
     @staticmethod
     def decode_broker(broker_id: int, data: bytes) -> BrokerInfo:
-        """Read any broker JSON version 1-5; the PLAINTEXT endpoint wins."""
+        """Read any broker JSON version 1-5; the PLAINTEXT endpoint (else the first) is C{host:port}."""
         body = json.loads(data)
         host, port = body.get("host"), body.get("port")
+        endpoints = []
         for endpoint in body.get("endpoints") or []:
             listener, _, address = endpoint.partition("://")
-            if listener == "PLAINTEXT":
-                h, _, p = address.rpartition(":")
-                host, port = h.strip("[]"), int(p)
-                break
-        return BrokerInfo(broker_id, host, int(port), body.get("rack"))
+            h, _, p = address.rpartition(":")
+            endpoints.append((listener, h.strip("[]"), int(p)))
+        plaintext = [e for e in endpoints if e[0] == "PLAINTEXT"]
+        if plaintext or (endpoints and (host is None or port in (None, -1))):
+            _, host, port = (plaintext or endpoints)[0]
+        protocols = body.get("listener_security_protocol_map") or {}
+        return BrokerInfo(broker_id, host, int(port), body.get("rack"), tuple(endpoints),
+                          tuple(sorted(protocols.items())))
 
     def register_broker(
-        self, broker_id: int, host: str, port: int, rack: str | None = None, reregister: bool = True
+        self, broker_id: int, host: str, port: int, rack: str | None = None, reregister: bool = True,
+        endpoints: Any = None, protocol_map: Any = None,
     ) -> Deferred:
         """
         Create the ephemeral C{/brokers/ids/<broker_id>}.
@@ -545,10 +586,13 @@ class Registry(_AclMethods):
         With C{reregister}, the node is created again after each new ZooKeeper
         session (after the old one expired), as Kafka's C{KafkaZkClient} does.
 
+        @param endpoints: C{(listener, host, port)} per listener (L{encode_broker}).
+        @param protocol_map: listener -> security protocol.
         @return: a Deferred firing with the znode's L{ZnodeStat}.
         @raise BrokerIdInUseError: another live session holds the id.
         """
-        info = BrokerInfo(broker_id, host, port, rack)
+        info = BrokerInfo(broker_id, host, port, rack, tuple(endpoints or ()),
+                          tuple(sorted((protocol_map or {}).items())))
         if reregister:
             self._registration = info
             if not self._watching_sessions:
@@ -565,7 +609,8 @@ class Registry(_AclMethods):
     async def _register(self, info: BrokerInfo) -> Any:
         path = f"{BROKER_IDS_PATH}/{info.broker_id}"
         await self.client.ensure_path(BROKER_IDS_PATH)
-        data = self.encode_broker(info.host, info.port, info.rack)
+        data = self.encode_broker(info.host, info.port, info.rack, endpoints=info.endpoints,
+                                  protocol_map=dict(info.protocol_map) or None)
         try:
             await self.client.create(path, data, ephemeral=True)
         except NodeExistsError:
@@ -596,28 +641,30 @@ class Registry(_AclMethods):
         """@return: a Deferred firing with C{{broker_id: (host, port, rack)}}."""
         return _deferred(self._list_brokers())
 
-    async def _list_brokers(self, ids: list[str] | None = None) -> dict[int, tuple[str, int, str | None]]:
+    async def _list_brokers(self, ids: list[str] | None = None, detailed: bool = False) -> dict[int, Any]:
         if ids is None:
             try:
                 ids = await self.client.get_children(BROKER_IDS_PATH)
             except NoNodeError:
                 return {}
-        brokers: dict[int, tuple[str, int, str | None]] = {}
+        brokers: dict[int, Any] = {}
         for name in ids:
             try:
                 data, _ = await self.client.get(f"{BROKER_IDS_PATH}/{name}")
             except NoNodeError:
                 continue  # went away meanwhile
             info = self.decode_broker(int(name), data)
-            brokers[info.broker_id] = (info.host, info.port, info.rack)
+            brokers[info.broker_id] = info if detailed else (info.host, info.port, info.rack)
         return dict(sorted(brokers.items()))
 
-    def watch_brokers(self, callback: Callable[[dict[int, tuple[str, int, str | None]]], object]) -> Deferred:
+    def watch_brokers(self, callback: Callable[[dict[int, Any]], object], detailed: bool = False) -> Deferred:
         """
-        Call C{callback(brokers)} (as L{list_brokers}) now and whenever a broker
-        registers or goes away.  @return: a Deferred firing with the L{Watch}.
+        Call C{callback(brokers)} (as L{list_brokers}; with C{detailed}, broker
+        id -> L{BrokerInfo}) now and whenever a broker registers or goes away.
+        @return: a Deferred firing with the L{Watch}.
         """
-        return self.client.watch_children(BROKER_IDS_PATH, self._chain(lambda ids: self._list_brokers(ids), callback))
+        return self.client.watch_children(
+            BROKER_IDS_PATH, self._chain(lambda ids: self._list_brokers(ids, detailed), callback))
 
     def _chain(self, fetch: Callable[[Any], Coroutine[Any, Any, Any]], callback: Callable[[Any], object]) -> Callable[[Any], None]:
         """Run C{fetch(value)} per notification, delivering results in order."""

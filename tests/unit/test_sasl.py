@@ -247,7 +247,7 @@ class AuthenticatorTests(unittest.TestCase):
         settings = settings or self.settings
         connection = KafkaConnection(
             self.h.apis, self.h.config["socket.request.max.bytes"], "SASL_PLAINTEXT", "SASL_PLAINTEXT",
-            lambda c: SaslServerAuthenticator(c, self.h.apis, settings, self.h.clock))
+            authenticator=lambda c: SaslServerAuthenticator(c, self.h.apis, settings, self.h.clock))
         transport = StringTransport()
         connection.makeConnection(transport)
         return connection, transport
@@ -714,30 +714,39 @@ class ConfigsCommandTests(unittest.TestCase):
         self.assertIn("client quotas", result.output)
 
     def test_inter_broker_security(self) -> None:
-        from kafkatw.broker.authenticator import inter_broker_security
+        from twisted.internet.testing import MemoryReactorClock
 
-        config = BrokerConfig({"listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS})
-        security = inter_broker_security(config, "SASL_PLAINTEXT", "SASL_PLAINTEXT")
-        self.assertEqual((security.security_protocol, security.sasl_mechanism, security.sasl_plain_username,
-                          security.sasl_plain_password), ("SASL_PLAINTEXT", "PLAIN", "admin", "admin-secret"))
-        self.assertNotIn("admin-secret", repr(security))
-        self.assertEqual(inter_broker_security(config, "PLAINTEXT", "PLAINTEXT").security_protocol, "PLAINTEXT")
-        config = BrokerConfig({"sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512", "sasl.jaas.config":
-                               'org.apache.kafka.common.security.scram.ScramLoginModule required username="b" '
-                               'password="bob-secret";'})
-        security = inter_broker_security(config, "SASL_PLAINTEXT", "SASL_PLAINTEXT")
-        self.assertEqual((security.sasl_mechanism, security.sasl_plain_username), ("SCRAM-SHA-512", "b"))
+        from kafkatw.broker.server import KafkaServer
+
+        def security(**config: str) -> Any:
+            return KafkaServer(BrokerConfig(config), MemoryReactorClock()).inter_broker_security()
+
+        found = security(**{"listeners": "SASL_PLAINTEXT://:9095",
+                            "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS})
+        self.assertEqual((found.security_protocol, found.sasl_mechanism, found.sasl_plain_username,
+                          found.sasl_plain_password), ("SASL_PLAINTEXT", "PLAIN", "admin", "admin-secret"))
+        self.assertNotIn("admin-secret", repr(found))
+        self.assertEqual(security(**{"listeners": "PLAINTEXT://:9092,SASL_PLAINTEXT://:9095",
+                                     "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS}
+                                  ).security_protocol, "PLAINTEXT")
+        found = security(**{"listeners": "SASL_SSL://:9094", "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
+                            "ssl.truststore.location": "/etc/ca.pem", "sasl.jaas.config":
+                            'org.apache.kafka.common.security.scram.ScramLoginModule required username="b" '
+                            'password="bob-secret";'})
+        self.assertEqual((found.security_protocol, found.sasl_mechanism, found.sasl_plain_username, found.ssl_cafile),
+                         ("SASL_SSL", "SCRAM-SHA-512", "b", "/etc/ca.pem"))
 
 
 class SaslListenerTests(unittest.TestCase):
     def test_sasl_plaintext_listener_strings(self) -> None:
-        from kafkatw.broker.server import listener_endpoint, listener_security_protocol
+        from kafkatw.broker.listeners import DEFAULT_PROTOCOL_MAP, parse_listener
+        from kafkatw.broker.server import listener_endpoint
         from kafkatw.tap import Options
 
         self.assertEqual(listener_endpoint("SASL_PLAINTEXT://127.0.0.1:9095"), "tcp:9095:interface=127.0.0.1")
-        self.assertEqual(listener_security_protocol("sasl_plaintext://127.0.0.1:9095"), "SASL_PLAINTEXT")
-        self.assertEqual(listener_security_protocol("PLAINTEXT://:9092"), "PLAINTEXT")
-        self.assertEqual(listener_security_protocol("tcp:9092"), "PLAINTEXT")
+        self.assertEqual(parse_listener("sasl_plaintext://127.0.0.1:9095", DEFAULT_PROTOCOL_MAP).security_protocol,
+                         "SASL_PLAINTEXT")
+        self.assertEqual(parse_listener("tcp:9092", DEFAULT_PROTOCOL_MAP).security_protocol, "PLAINTEXT")
         options = Options()
         options.parseOptions(["--listeners", "SASL_PLAINTEXT://127.0.0.1:9095", "--override",
                               f"listener.name.sasl_plaintext.plain.sasl.jaas.config={JAAS}"])

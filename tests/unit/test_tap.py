@@ -103,7 +103,10 @@ class OptionsTests(unittest.TestCase):
 
         self.assertEqual(listener_endpoint("PLAINTEXT://127.0.0.1:9092"), "tcp:9092:interface=127.0.0.1")
         self.assertEqual(listener_endpoint("PLAINTEXT://:9092"), "tcp:9092")
-        self.assertEqual(listener_endpoint("ssl:9093:privateKey=k.pem"), "ssl:9093:privateKey=k.pem")
+        self.assertEqual(listener_endpoint("SSL://127.0.0.1:9093"), "tcp:9093:interface=127.0.0.1")
+        self.assertEqual(listener_endpoint("tcp:9094:interface=127.0.0.1"), "tcp:9094:interface=127.0.0.1")
+        with self.assertRaises(ValueError):  # a TLS port would be registered as PLAINTEXT
+            listener_endpoint("ssl:9093:privateKey=k.pem")
 
 
 class _FakeTwistdOptions(dict):
