@@ -483,7 +483,8 @@ class KafkaServer(service.MultiService):
     async def _unbind(self) -> None:
         for port in self._listening_ports:
             await port.stopListening()
-        self._factories.clear()
+        self._listener_factories.clear()
+        self._listening_ports.clear()
 
     async def _listen(self) -> None:
         """
