@@ -92,6 +92,7 @@ TRANSACTION_VERSIONS: dict[int, tuple[int, int]] = {
 }
 
 _NO_TIME = datetime.datetime.fromtimestamp(-0.001, tz=datetime.timezone.utc)
+_EPOCH = datetime.datetime.fromtimestamp(0, tz=datetime.timezone.utc)
 
 
 def _ms(value: Any) -> int:
@@ -475,19 +476,21 @@ class TransactionApis:
         coordinator = self._coordinator
         ids = list(request.transactional_ids)
 
-        def failed(transactional_id: str, code: ErrorCode) -> dict:
-            return {"transactional_id": transactional_id, "error_code": int(code), "transaction_state": "",
-                    "transaction_timeout": 0, "transaction_start_time": _NO_TIME, "producer_id": -1,
-                    "producer_epoch": -1, "topics": []}
+        def refused_state(transactional_id: str) -> dict:
+            # Kafka's answer: only the id and the error, the other fields their defaults
+            return {"transactional_id": transactional_id, "error_code": int(_E.transactional_id_authorization_failed),
+                    "transaction_state": "", "transaction_timeout": 0, "transaction_start_time": _EPOCH,
+                    "producer_id": 0, "producer_epoch": 0, "topics": []}
 
         refused = set() if self.authorizer is None else {t for t in ids if self._txn_id_denied(context, t, _O.DESCRIBE)}
         if coordinator is None:
-            states = [failed(t, _E.transactional_id_authorization_failed if t in refused
-                             else _E.coordinator_not_available) for t in ids]
+            states = [refused_state(t) if t in refused else {
+                "transactional_id": t, "error_code": int(_E.coordinator_not_available), "transaction_state": "",
+                "transaction_timeout": 0, "transaction_start_time": _NO_TIME, "producer_id": -1, "producer_epoch": -1,
+                "topics": []} for t in ids]
         else:
             described = iter(coordinator.describe_transactions([t for t in ids if t not in refused]))
-            states = [failed(t, _E.transactional_id_authorization_failed) if t in refused else next(described)
-                      for t in ids]
+            states = [refused_state(t) if t in refused else next(described) for t in ids]
             for s in states:
                 s["error_code"] = int(s["error_code"])
                 start = s["transaction_start_time"]
