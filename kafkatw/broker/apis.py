@@ -1088,11 +1088,14 @@ class KafkaApis(TransactionApis):
         A group's coordinator is the broker L{kafkatw.broker.group_coordinator.coordinator_for}
         picks from the live brokers in ``/brokers/ids``, so every broker answers
         the same.  A transactional id's (key type 1) is the leader of its
-        ``__transaction_state`` partition (L{TransactionApis}).
+        ``__transaction_state`` partition (L{TransactionApis}).  With an
+        authorizer: Describe on the group (else C{GROUP_AUTHORIZATION_FAILED})
+        or on the TransactionalId (else C{TRANSACTIONAL_ID_AUTHORIZATION_FAILED}).
         """
         key_type = getattr(request, "key_type", 0)
         keys = list(request.coordinator_keys) if hasattr(request, "coordinator_keys") else [request.key]
-        coordinators = [self._find_coordinator(key, key_type, context.connection.listener_name) for key in keys]
+        coordinators = [self._find_coordinator(key, key_type, context.connection.listener_name, context)
+                        for key in keys]
         if self.authorizer is not None and key_type == 0:
             for entry in coordinators:
                 if not self._allowed(context, AclOperation.DESCRIBE, ResourceType.GROUP, entry["key"]):
@@ -1101,11 +1104,12 @@ class KafkaApis(TransactionApis):
         body = {"throttle_time": 0, "coordinators": coordinators, **coordinators[0]}
         return self._respond(context, body)
 
-    def _find_coordinator(self, key: str, key_type: int, listener: str = "PLAINTEXT") -> dict:
+    def _find_coordinator(self, key: str, key_type: int, listener: str = "PLAINTEXT",
+                          context: RequestContext | None = None) -> dict:
         entry: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": 0,
                                  "error_message": None}
         if key_type == 1:
-            return self._find_transaction_coordinator(key, listener)
+            return self._find_transaction_coordinator(key, listener, context)
         if key_type != 0:
             entry["error_code"] = int(ErrorCode.invalid_request)
             entry["error_message"] = f"unknown key type {key_type}"

@@ -31,6 +31,19 @@ C{handleAddOffsetsToTxnRequest}, C{handleEndTxnRequest},
 C{handleWriteTxnMarkersRequest}, C{handleTxnOffsetCommitRequest},
 C{handleDescribeTransactionsRequest}, C{handleListTransactionsRequest},
 C{handleDescribeProducersRequest}); KIP-98, KIP-664.
+
+Authorization (with an authorizer only; docs/security.md): the checks of
+Kafka's C{KafkaApis} for each handler, with its error codes -- Write on the
+TransactionalId for InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn,
+TxnOffsetCommit and a transactional Produce
+(C{TRANSACTIONAL_ID_AUTHORIZATION_FAILED}); Write on each topic added to a
+transaction (C{TOPIC_AUTHORIZATION_FAILED}, the other partitions
+C{OPERATION_NOT_ATTEMPTED}); Read on the group for AddOffsetsToTxn and
+TxnOffsetCommit (C{GROUP_AUTHORIZATION_FAILED}) and on each committed topic;
+ClusterAction on the cluster for WriteTxnMarkers
+(C{CLUSTER_AUTHORIZATION_FAILED}); Describe on the TransactionalId for
+FindCoordinator and DescribeTransactions, which ListTransactions uses as its
+filter; Read on each topic for DescribeProducers.
 """
 
 from __future__ import annotations
@@ -42,8 +55,9 @@ from twisted.internet import defer
 from twisted.logger import Logger
 
 from ..errors import ErrorCode, KafkaError
+from ..security.acl import AclOperation, ResourceType
 from ..zookeeper.registry import CommittedOffset
-from .transaction_coordinator import TransactionCoordinator, fenced_error
+from .transaction_coordinator import OFFSETS_TOPIC, TransactionCoordinator, fenced_error
 from .transaction_log import (
     GroupOffsetsMarkerWriter,
     PendingOffsetStore,
@@ -58,6 +72,11 @@ __all__ = ["TransactionApis", "TransactionWiring", "TRANSACTION_VERSIONS"]
 
 _log = Logger()
 _E = ErrorCode
+_O = AclOperation
+_TXN_ID = ResourceType.TRANSACTIONAL_ID
+
+#: Kafka's C{Topic.isInternal}: AddPartitionsToTxn refuses these as unauthorized.
+_INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
 
 #: API key -> (min, max) version served for transactions (transactions v1;
 #: KIP-890's v2 versions are not served).
@@ -73,6 +92,7 @@ TRANSACTION_VERSIONS: dict[int, tuple[int, int]] = {
 }
 
 _NO_TIME = datetime.datetime.fromtimestamp(-0.001, tz=datetime.timezone.utc)
+_EPOCH = datetime.datetime.fromtimestamp(0, tz=datetime.timezone.utc)
 
 
 def _ms(value: Any) -> int:
@@ -196,6 +216,11 @@ class TransactionApis:
     metadata: Any
     group_coordinator: Any
     now_ms: Callable[[], int]
+    authorizer: Any
+    _allowed: Callable[..., bool]
+    _denied_topics: Callable[..., set]
+    _group_denied: Callable[..., bool]
+    _partition_exists: Callable[[str, int], bool]
 
     def transaction_handlers(self) -> dict[int, Callable[..., Any]]:
         return {
@@ -218,11 +243,16 @@ class TransactionApis:
 
     def _refuse_transactional_produce(self, context: Any, request: Any) -> bool:
         """
-        Whether a Produce with a transactional id is refused
-        (C{TRANSACTIONAL_ID_AUTHORIZATION_FAILED}): the place for an ACL check
-        on the id (Kafka's WRITE on TRANSACTIONAL_ID); none today.
+        Whether a Produce with a transactional id is refused, every partition
+        C{TRANSACTIONAL_ID_AUTHORIZATION_FAILED}: the principal lacks Write on
+        the TransactionalId (Kafka's C{handleProduceRequest}).
         """
-        return False
+        return self.authorizer is not None and not self._allowed(context, _O.WRITE, _TXN_ID,
+                                                                 request.transactional_id)
+
+    def _txn_id_denied(self, context: Any, transactional_id: str, operation: AclOperation = _O.WRITE) -> bool:
+        """Whether an authorizer refuses C{operation} on the TransactionalId (never without one)."""
+        return self.authorizer is not None and not self._allowed(context, operation, _TXN_ID, transactional_id)
 
     @staticmethod
     def _stable_offsets(request: Any, topics: list) -> dict[tuple[str, int], int] | None:
@@ -257,9 +287,18 @@ class TransactionApis:
 
     # --- FindCoordinator key type 1 ----------------------------------------------------------
 
-    def _find_transaction_coordinator(self, key: str, listener: str = "PLAINTEXT") -> dict:
+    def _find_transaction_coordinator(self, key: str, listener: str = "PLAINTEXT", context: Any = None) -> dict:
+        """
+        The coordinator of transactional id C{key}, at its C{listener} address:
+        with an authorizer, Describe on the TransactionalId is checked first
+        (else C{TRANSACTIONAL_ID_AUTHORIZATION_FAILED}, and
+        ``__transaction_state`` is not created), as Kafka's C{getCoordinator} does.
+        """
         entry: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": 0,
                                  "error_message": None}
+        if context is not None and self._txn_id_denied(context, key, _O.DESCRIBE):
+            entry["error_code"] = int(_E.transactional_id_authorization_failed)
+            return entry
         wiring = self.transactions
         if not key:
             entry.update(error_code=int(_E.invalid_request), error_message="empty transactional id")
@@ -288,6 +327,8 @@ class TransactionApis:
                                            "error_code": int(fenced_error(22, context.api_version, code)),
                                            "producer_id": producer_id, "producer_epoch": epoch})
 
+        if self._txn_id_denied(context, request.transactional_id):
+            return answer(_E.transactional_id_authorization_failed)
         wiring = self.transactions
         if wiring is None or not wiring.ensure_topic():
             return answer(_E.coordinator_not_available)
@@ -311,6 +352,18 @@ class TransactionApis:
             return self._respond(context, {"throttle_time": 0, "results_by_topic_v3_and_below": [
                 {"name": name, "results_by_partition": results} for name, results in by_topic.items()]})
 
+        if self.authorizer is not None:
+            if self._txn_id_denied(context, request.v3_and_below_transactional_id):
+                return answer({tp: _E.transactional_id_authorization_failed for tp in wanted})
+            names = {name for name, _ in wanted}
+            denied = (self._denied_topics(context, _O.WRITE, names - _INTERNAL_TOPICS)
+                      | (names & _INTERNAL_TOPICS))
+            if denied:
+                # Kafka: nothing is added; the others did not fail a check themselves
+                exists = self._partition_exists
+                return answer({(name, p): (_E.topic_authorization_failed if name in denied
+                                           else _E.operation_not_attempted if exists(name, p)
+                                           else _E.unknown_topic_or_partition) for name, p in wanted})
         coordinator = self._coordinator
         if coordinator is None:
             return answer({tp: _E.coordinator_not_available for tp in wanted})
@@ -329,12 +382,19 @@ class TransactionApis:
         return d.addCallback(answer)
 
     def handle_add_offsets_to_txn(self, context: Any, request: Any) -> Any:
+        """Write on the TransactionalId, then Read on the group (Kafka's order)."""
+        if self._txn_id_denied(context, request.transactional_id):
+            return self._simple(context, 25, defer.succeed(_E.transactional_id_authorization_failed))
+        if self._group_denied(context, request.group_id):
+            return self._simple(context, 25, defer.succeed(_E.group_authorization_failed))
         coordinator = self._coordinator
         d = None if coordinator is None else coordinator.add_offsets_to_txn(
             request.transactional_id, request.producer_id, request.producer_epoch, request.group_id)
         return self._simple(context, 25, d)
 
     def handle_end_txn(self, context: Any, request: Any) -> Any:
+        if self._txn_id_denied(context, request.transactional_id):
+            return self._simple(context, 26, defer.succeed(_E.transactional_id_authorization_failed))
         coordinator = self._coordinator
         d = None if coordinator is None else coordinator.end_txn(
             request.transactional_id, request.producer_id, request.producer_epoch, bool(request.committed))
@@ -343,6 +403,15 @@ class TransactionApis:
     # --- WriteTxnMarkers ---------------------------------------------------------------------
 
     def handle_write_txn_markers(self, context: Any, request: Any) -> Any:
+        """Sent by transaction coordinators: ClusterAction on the cluster, else every partition
+        C{CLUSTER_AUTHORIZATION_FAILED} (Kafka's C{authorizeClusterOperation})."""
+        if self.authorizer is not None and not self._allowed(context, _O.CLUSTER_ACTION, ResourceType.CLUSTER):
+            code = int(_E.cluster_authorization_failed)
+            return self._respond(context, {"markers": [
+                {"producer_id": int(m.producer_id), "topics": [
+                    {"name": t.name, "partitions": [{"partition_index": int(p), "error_code": code}
+                                                    for p in t.partition_indexes]} for t in m.topics]}
+                for m in request.markers]})
         pending = self.transactions.pending_offsets if self.transactions is not None else None
         d = append_markers(self.replica_manager, request.markers, self.now_ms(), 30000, pending)
         return d.addCallback(lambda body: self._respond(context, body))
@@ -350,24 +419,41 @@ class TransactionApis:
     # --- TxnOffsetCommit ---------------------------------------------------------------------
 
     def handle_txn_offset_commit(self, context: Any, request: Any) -> Any:
+        """
+        With an authorizer, as Kafka: Write on the TransactionalId (else every
+        partition C{TRANSACTIONAL_ID_AUTHORIZATION_FAILED}), Read on the group
+        (else C{GROUP_AUTHORIZATION_FAILED}), and Read on each topic: the
+        partitions of the others get C{TOPIC_AUTHORIZATION_FAILED}, the rest
+        are committed.
+        """
         version = context.api_version
         order = [(t.name, int(p.partition_index)) for t in request.topics for p in t.partitions]
+        denied: set[str] = set()
 
         def answer(code: ErrorCode) -> bytes:
             code = fenced_error(28, version, code)
             topics: dict[str, list] = {}
             for name, p in order:
-                topics.setdefault(name, []).append({"partition_index": p, "error_code": int(code)})
+                topics.setdefault(name, []).append({"partition_index": p, "error_code": int(
+                    _E.topic_authorization_failed if name in denied else code)})
             return self._respond(context, {"throttle_time": 0, "topics": [
                 {"name": name, "partitions": ps} for name, ps in topics.items()]})
 
+        if self.authorizer is not None:
+            if self._txn_id_denied(context, request.transactional_id):
+                return answer(_E.transactional_id_authorization_failed)
+            if self._group_denied(context, request.group_id):
+                return answer(_E.group_authorization_failed)
+            denied = self._denied_topics(context, _O.READ, (name for name, _ in order))
+            if denied and all(name in denied for name, _ in order):
+                return answer(_E.none)
         if self.transactions is None:
             return answer(_E.coordinator_not_available)
         if self.group_coordinator.coordinator(request.group_id) != self.broker_id:
             return answer(_E.not_coordinator)
         offsets = {(t.name, int(p.partition_index)): CommittedOffset(
             int(p.committed_offset), int(getattr(p, "committed_leader_epoch", -1)), p.committed_metadata or "")
-            for t in request.topics for p in t.partitions}
+            for t in request.topics if t.name not in denied for p in t.partitions}
         d = self.transactions.pending_offsets.add(request.group_id, int(request.producer_id),
                                                   int(request.producer_epoch), offsets)
 
@@ -384,18 +470,36 @@ class TransactionApis:
     # --- DescribeTransactions, ListTransactions, DescribeProducers ----------------------------
 
     def handle_describe_transactions(self, context: Any, request: Any) -> bytes:
+        """
+        With an authorizer, as Kafka: an id without Describe on it is answered
+        C{TRANSACTIONAL_ID_AUTHORIZATION_FAILED}, and a state lists only the
+        topics the principal may Describe.
+        """
         coordinator = self._coordinator
         ids = list(request.transactional_ids)
+
+        def refused_state(transactional_id: str) -> dict:
+            # Kafka's answer: only the id and the error, the other fields their defaults
+            return {"transactional_id": transactional_id, "error_code": int(_E.transactional_id_authorization_failed),
+                    "transaction_state": "", "transaction_timeout": 0, "transaction_start_time": _EPOCH,
+                    "producer_id": 0, "producer_epoch": 0, "topics": []}
+
+        refused = set() if self.authorizer is None else {t for t in ids if self._txn_id_denied(context, t, _O.DESCRIBE)}
         if coordinator is None:
-            states = [{"transactional_id": t, "error_code": int(_E.coordinator_not_available),
-                       "transaction_state": "", "transaction_timeout": 0, "transaction_start_time": _NO_TIME,
-                       "producer_id": -1, "producer_epoch": -1, "topics": []} for t in ids]
+            states = [refused_state(t) if t in refused else {
+                "transactional_id": t, "error_code": int(_E.coordinator_not_available), "transaction_state": "",
+                "transaction_timeout": 0, "transaction_start_time": _NO_TIME, "producer_id": -1, "producer_epoch": -1,
+                "topics": []} for t in ids]
         else:
-            states = coordinator.describe_transactions(ids)
+            described = iter(coordinator.describe_transactions([t for t in ids if t not in refused]))
+            states = [refused_state(t) if t in refused else next(described) for t in ids]
             for s in states:
                 s["error_code"] = int(s["error_code"])
                 start = s["transaction_start_time"]
-                s["transaction_start_time"] = _NO_TIME if start < 0 else start
+                s["transaction_start_time"] = _NO_TIME if isinstance(start, int) and start < 0 else start
+                if self.authorizer is not None and s["topics"]:
+                    hidden = self._denied_topics(context, _O.DESCRIBE, (t["topic"] for t in s["topics"]))
+                    s["topics"] = [t for t in s["topics"] if t["topic"] not in hidden]
         return self._respond(context, {"throttle_time": 0, "transaction_states": states})
 
     def handle_list_transactions(self, context: Any, request: Any) -> bytes:
@@ -407,16 +511,27 @@ class TransactionApis:
             body = coordinator.list_transactions(list(request.state_filters), list(request.producer_id_filters),
                                                  int(getattr(request, "duration_filter", -1)),
                                                  getattr(request, "transactional_id_pattern", None))
+            if self.authorizer is not None:
+                # Kafka: only the ids the principal may Describe
+                body["transaction_states"] = [s for s in body["transaction_states"] if not self._txn_id_denied(
+                    context, s["transactional_id"], _O.DESCRIBE)]
         body["error_code"] = int(body["error_code"])
         return self._respond(context, {"throttle_time": 0, **body})
 
     def handle_describe_producers(self, context: Any, request: Any) -> bytes:
+        """With an authorizer, Read on each topic (else C{TOPIC_AUTHORIZATION_FAILED}), as Kafka."""
+        denied = set() if self.authorizer is None else \
+            self._denied_topics(context, _O.READ, (t.name for t in request.topics))
         topics = []
         for topic in request.topics:
             partitions = []
             for index in topic.partition_indexes:
                 entry: dict[str, Any] = {"partition_index": int(index), "error_code": 0, "error_message": None,
                                          "active_producers": []}
+                if topic.name in denied:
+                    entry["error_code"] = int(_E.topic_authorization_failed)
+                    partitions.append(entry)
+                    continue
                 try:
                     log = self.replica_manager.leader_partition(topic.name, int(index)).log
                     for e in log.producer_state.producers.values():

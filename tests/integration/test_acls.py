@@ -181,3 +181,48 @@ class AclIntegrationTests(unittest.TestCase):
                                  [("User:bob", "kp", kp.ACLOperation.WRITE)])
             finally:
                 legacy.close()
+
+    def test_transactions_under_acls(self) -> None:
+        """
+        A librdkafka transactional producer needs Write on its transactional
+        id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED without it); with
+        C{kafkatw acls --producer --transactional-id} it commits, and the
+        markers the coordinator sends (ClusterAction) make the records visible
+        to a read-committed consumer.
+        """
+        from confluent_kafka import KafkaError, KafkaException
+
+        from .test_transactions import read_values
+
+        overrides = {**OVERRIDES, "transaction.state.log.replication.factor": "1",
+                     "transaction.state.log.min.isr": "1", "transaction.state.log.num.partitions": "2"}
+        with running_cluster(1, overrides=overrides, before_brokers=bootstrap_acls) as cluster:
+            bootstrap = cluster[0].bootstrap
+            with BlockingAdminClient(bootstrap) as admin:
+                self.assertEqual(admin.create_topics([NewTopic("t", 1, 1)]), {"t": None})
+            result = acls("--bootstrap-server", bootstrap, "--add", "--allow-principal", "User:ANONYMOUS",
+                          "--producer", "--topic", "t")
+            self.assertEqual(result.exit_code, 0, result.output)
+
+            refused = Producer({"bootstrap.servers": bootstrap, "transactional.id": "tx"})
+            with self.assertRaises(KafkaException) as caught:
+                refused.init_transactions(20)
+            self.assertEqual(caught.exception.args[0].code(), KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+
+            result = acls("--bootstrap-server", bootstrap, "--add", "--allow-principal", "User:ANONYMOUS",
+                          "--producer", "--topic", "t", "--transactional-id", "tx")
+            self.assertEqual(result.exit_code, 0, result.output)
+            self.assertIn("ResourcePattern(resourceType=TRANSACTIONAL_ID, name=tx, patternType=LITERAL)",
+                          result.output)
+            producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "tx", "linger.ms": 5})
+            producer.init_transactions(30)
+            producer.begin_transaction()
+            for i in range(3):
+                producer.produce("t", f"v{i}".encode(), partition=0)
+            producer.commit_transaction(30)
+
+            result = acls("--bootstrap-server", bootstrap, "--add", "--allow-principal", "User:ANONYMOUS",
+                          "--consumer", "--topic", "t", "--group", "check-", "--resource-pattern-type", "prefixed")
+            self.assertEqual(result.exit_code, 0, result.output)
+            self.assertEqual(read_values(bootstrap, "t", "read_committed", partitions=1, expect=3),
+                             [b"v0", b"v1", b"v2"])

@@ -15,7 +15,8 @@ from twisted.trial import unittest
 
 from kafkatw.broker.apis import SUPPORTED_VERSIONS
 from kafkatw.broker.authorizer import ZkAclAuthorizer
-from kafkatw.broker.request_context import ConnectionContext
+from kafkatw.broker.request_context import ANONYMOUS, ConnectionContext
+from kafkatw.broker.transaction_state import TRANSACTION_STATE_TOPIC
 from kafkatw.client.admin import AdminClient
 from kafkatw.errors import ErrorCode
 from kafkatw.protocol.batch import build_batch
@@ -36,13 +37,15 @@ from kafkatw.security.acl import (
 )
 
 from .test_broker import BrokerHarness
+from .test_transaction_wiring import TxnHarness, group_led_by
 
 O = AclOperation
 T, G, C, X = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER, ResourceType.TRANSACTIONAL_ID
 TAF = ErrorCode.topic_authorization_failed
 GAF = ErrorCode.group_authorization_failed
 CAF = ErrorCode.cluster_authorization_failed
-ALICE, BOB = "User:alice", "User:bob"
+TIAF = ErrorCode.transactional_id_authorization_failed
+ALICE, BOB, CAROL = "User:alice", "User:bob", "User:carol"
 GROUP = "g1"  # coordinated by broker 0 of BrokerHarness's two
 
 
@@ -342,6 +345,191 @@ class AdminApisTests(unittest.TestCase):
         response = self.h.as_(ALICE, 60, 0, body)
         self.assertEqual(response.error_code, ErrorCode.none)
         self.assertEqual(response.cluster_authorized_operations, operations_bit_field([O.DESCRIBE]))
+
+
+class AuthorizedTxnBroker(AuthorizedBroker, TxnHarness):
+    """
+    L{AuthorizedBroker} with the transaction wiring: the harness's own
+    (anonymous) requests and the WriteTxnMarkers it loops back are a super
+    user's, so a test sets a transaction up and then asks as a principal.
+    """
+
+    def __init__(self, testcase: unittest.TestCase) -> None:
+        super().__init__(testcase, super_users=(ANONYMOUS,))
+
+
+def txn_produce_body(tid: str, topic: str, pid: int, epoch: int, seq: int) -> dict:
+    records = build_batch([(b"k", b"v")], producer_id=pid, producer_epoch=epoch, base_sequence=seq,
+                          attributes=0x10)
+    return {"transactional_id": tid, "acks": 1, "timeout": 1000,
+            "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": records}]}]}
+
+
+class TransactionApisTests(unittest.TestCase):
+    """Kafka's checks for each transactional API (docs/security.md), an allowed and a denied principal each."""
+
+    def setUp(self) -> None:
+        self.h = h = AuthorizedTxnBroker(self)
+        h.create_topic("t")
+        h.create_topic("u")
+        h.create_topic(TRANSACTION_STATE_TOPIC, 1, [0])
+        response = h.init()
+        self.assertEqual(response.error_code, ErrorCode.none)
+        self.pid, self.epoch = response.producer_id, response.producer_epoch
+        self.group = group_led_by(0)
+
+    def add_body(self, *topics: str, tid: str = "tx") -> dict:
+        return {"v3_and_below_transactional_id": tid, "v3_and_below_producer_id": self.pid,
+                "v3_and_below_producer_epoch": self.epoch,
+                "v3_and_below_topics": [{"name": t, "partitions": [0]} for t in topics]}
+
+    def codes(self, response: Any) -> dict:
+        return {(t.name, p.partition_index): p.partition_error_code for t in response.results_by_topic_v3_and_below
+                for p in t.results_by_partition}
+
+    def test_init_producer_id_needs_write_on_the_transactional_id(self) -> None:
+        body = {"transactional_id": "tx", "transaction_timeout": 60000, "producer_id": -1, "producer_epoch": -1}
+        self.h.grant(BOB, O.DESCRIBE, X, "tx")  # Describe is not enough
+        self.assertEqual(self.h.as_(BOB, 22, 4, body).error_code, TIAF)
+        self.h.grant(ALICE, O.WRITE, X, "tx")
+        self.assertEqual(self.h.as_(ALICE, 22, 4, body).error_code, ErrorCode.none)
+
+    def test_find_coordinator_needs_describe_on_the_transactional_id(self) -> None:
+        self.h.grant(ALICE, O.WRITE, X, "tx")  # implies Describe
+        body = {"key_type": 1, "coordinator_keys": ["tx", "other"]}
+        found = self.h.as_(ALICE, 10, 4, body).coordinators
+        self.assertEqual([(c.error_code, c.node_id) for c in found], [(ErrorCode.none, 0), (TIAF, -1)])
+        self.assertEqual(self.h.as_(BOB, 10, 3, {"key": "tx", "key_type": 1}).error_code, TIAF)
+
+    def test_a_refused_find_coordinator_does_not_create_the_state_topic(self) -> None:
+        h = AuthorizedTxnBroker(self)
+        self.assertEqual(h.as_(BOB, 10, 3, {"key": "tx", "key_type": 1}).error_code, TIAF)
+        h.settle()
+        self.assertNotIn(TRANSACTION_STATE_TOPIC, h.metadata.topics)
+        h.grant(ALICE, O.DESCRIBE, X, "tx")
+        self.assertEqual(h.as_(ALICE, 10, 3, {"key": "tx", "key_type": 1}).error_code,
+                         ErrorCode.coordinator_not_available)
+        h.settle()
+        self.assertIn(TRANSACTION_STATE_TOPIC, h.metadata.topics)
+
+    def test_add_partitions_to_txn(self) -> None:
+        h = self.h
+        h.grant(BOB, O.WRITE, T, "t")
+        self.assertEqual(self.codes(h.as_(BOB, 24, 3, self.add_body("t"))), {("t", 0): TIAF})
+        h.grant(ALICE, O.WRITE, X, "tx")
+        h.grant(ALICE, O.WRITE, T, "t")
+        h.grant(ALICE, O.WRITE, T, "nope")
+        h.grant(ALICE, O.WRITE, T, "__", PatternType.PREFIXED)  # internal topics are refused all the same
+        self.assertEqual(self.codes(h.as_(ALICE, 24, 3, self.add_body("t", "u", "nope"))),
+                         {("t", 0): ErrorCode.operation_not_attempted, ("u", 0): TAF,
+                          ("nope", 0): ErrorCode.unknown_topic_or_partition})
+        self.assertEqual(self.codes(h.as_(ALICE, 24, 3, self.add_body("t", "__consumer_offsets"))),
+                         {("t", 0): ErrorCode.operation_not_attempted, ("__consumer_offsets", 0): TAF})
+        self.assertEqual(h.wiring.coordinator.transactions()["tx"].topic_partitions, set())
+        self.assertEqual(self.codes(h.as_(ALICE, 24, 3, self.add_body("t"))), {("t", 0): ErrorCode.none})
+
+    def test_add_offsets_to_txn(self) -> None:
+        h = self.h
+        body = {"transactional_id": "tx", "producer_id": self.pid, "producer_epoch": self.epoch,
+                "group_id": self.group}
+        h.grant(BOB, O.READ, G, self.group)
+        self.assertEqual(h.as_(BOB, 25, 3, body).error_code, TIAF)
+        h.grant(CAROL, O.WRITE, X, "tx")
+        self.assertEqual(h.as_(CAROL, 25, 3, body).error_code, GAF)
+        h.grant(ALICE, O.WRITE, X, "tx")
+        h.grant(ALICE, O.READ, G, self.group)
+        self.assertEqual(h.as_(ALICE, 25, 3, body).error_code, ErrorCode.none)
+
+    def test_end_txn(self) -> None:
+        h = self.h
+        h.add(self.pid, self.epoch, ("t", 0))
+        body = {"transactional_id": "tx", "producer_id": self.pid, "producer_epoch": self.epoch, "committed": True}
+        h.grant(BOB, O.DESCRIBE, X, "tx")
+        self.assertEqual(h.as_(BOB, 26, 3, body).error_code, TIAF)
+        h.grant(ALICE, O.WRITE, X, "tx")
+        self.assertEqual(h.as_(ALICE, 26, 3, body).error_code, ErrorCode.none)
+
+    def test_write_txn_markers_needs_cluster_action(self) -> None:
+        body = {"markers": [{"producer_id": self.pid, "producer_epoch": self.epoch, "transaction_result": True,
+                             "coordinator_epoch": 0, "topics": [{"name": "t", "partition_indexes": [0]},
+                                                                {"name": "u", "partition_indexes": [0]}]}]}
+        self.h.grant(ALICE, O.WRITE, T, "*")
+        refused = self.h.as_(ALICE, 27, 1, body).markers[0]
+        self.assertEqual(refused.producer_id, self.pid)
+        self.assertEqual({(t.name, p.partition_index): p.error_code for t in refused.topics for p in t.partitions},
+                         {("t", 0): CAF, ("u", 0): CAF})
+        self.assertEqual(self.h.log_manager.get("t", 0).log_end_offset, 0)
+        self.h.grant("User:broker", O.CLUSTER_ACTION, C, CLUSTER_NAME)
+        done = self.h.as_("User:broker", 27, 1, body).markers[0]
+        self.assertEqual({p.error_code for t in done.topics for p in t.partitions}, {ErrorCode.none})
+
+    def test_txn_offset_commit(self) -> None:
+        h = self.h
+        h.call(25, 3, {"transactional_id": "tx", "producer_id": self.pid, "producer_epoch": self.epoch,
+                       "group_id": self.group})
+        body = {"transactional_id": "tx", "group_id": self.group, "producer_id": self.pid,
+                "producer_epoch": self.epoch, "generation_id": -1, "member_id": "", "group_instance_id": None,
+                "topics": [{"name": t, "partitions": [{"partition_index": 0, "committed_offset": 7,
+                                                        "committed_leader_epoch": -1, "committed_metadata": ""}]}
+                           for t in ("t", "u")]}
+
+        def codes(principal: str) -> dict:
+            response = h.as_(principal, 28, 3, body)
+            return {(t.name, p.partition_index): p.error_code for t in response.topics for p in t.partitions}
+
+        h.grant(BOB, O.READ, G, self.group)
+        h.grant(BOB, O.READ, T, "*")
+        self.assertEqual(codes(BOB), {("t", 0): TIAF, ("u", 0): TIAF})
+        h.grant(CAROL, O.WRITE, X, "tx")
+        h.grant(CAROL, O.READ, T, "*")
+        self.assertEqual(codes(CAROL), {("t", 0): GAF, ("u", 0): GAF})
+        h.grant(ALICE, O.WRITE, X, "tx")
+        h.grant(ALICE, O.READ, G, self.group)
+        h.grant(ALICE, O.READ, T, "t")
+        self.assertEqual(codes(ALICE), {("t", 0): ErrorCode.none, ("u", 0): TAF})
+        pending = self.successResultOf(h.wiring.pending_offsets.pending(self.group))
+        self.assertEqual({tp for offsets in pending.values() for tp in offsets}, {("t", 0)})
+
+    def test_describe_producers_needs_read(self) -> None:
+        body = {"topics": [{"name": "t", "partition_indexes": [0]}]}
+        self.h.grant(BOB, O.DESCRIBE, T, "t")
+        self.assertEqual(self.h.as_(BOB, 61, 0, body).topics[0].partitions[0].error_code, TAF)
+        self.h.grant(ALICE, O.READ, T, "t")
+        self.assertEqual(self.h.as_(ALICE, 61, 0, body).topics[0].partitions[0].error_code, ErrorCode.none)
+
+    def test_describe_transactions(self) -> None:
+        h = self.h
+        h.add(self.pid, self.epoch, ("t", 0), ("u", 0))
+        body = {"transactional_ids": ["tx"]}
+        h.grant(BOB, O.DESCRIBE, T, "*")
+        self.assertEqual(h.as_(BOB, 65, 0, body).transaction_states[0].error_code, TIAF)
+        h.grant(ALICE, O.DESCRIBE, X, "tx")
+        h.grant(ALICE, O.DESCRIBE, T, "t")
+        state = h.as_(ALICE, 65, 0, body).transaction_states[0]
+        self.assertEqual((state.error_code, state.transaction_state, state.producer_id),
+                         (ErrorCode.none, "Ongoing", self.pid))
+        self.assertEqual([t.topic for t in state.topics], ["t"])  # only the topics Alice may Describe
+
+    def test_list_transactions_lists_the_describable(self) -> None:
+        h = self.h
+        h.add(self.pid, self.epoch, ("t", 0))
+        body = {"state_filters": [], "producer_id_filters": [], "duration_filter": -1}
+        listed = h.as_(BOB, 66, 1, body)
+        self.assertEqual((listed.error_code, list(listed.transaction_states)), (ErrorCode.none, []))
+        h.grant(ALICE, O.DESCRIBE, X, "tx")
+        self.assertEqual([s.transactional_id for s in h.as_(ALICE, 66, 1, body).transaction_states], ["tx"])
+
+    def test_transactional_produce_needs_write_on_the_transactional_id(self) -> None:
+        h = self.h
+        h.add(self.pid, self.epoch, ("t", 0))
+        body = txn_produce_body("tx", "t", self.pid, self.epoch, 0)
+        h.grant(BOB, O.WRITE, T, "t")
+        refused = h.as_(BOB, 0, 9, body).responses[0].partition_responses[0]
+        self.assertEqual(refused.error_code, TIAF)
+        self.assertEqual(h.log_manager.get("t", 0).log_end_offset, 0)
+        h.grant(ALICE, O.WRITE, T, "t")
+        h.grant(ALICE, O.WRITE, X, "tx")
+        self.assertEqual(h.as_(ALICE, 0, 9, body).responses[0].partition_responses[0].error_code, ErrorCode.none)
 
 
 class AclApisTests(unittest.TestCase):
