@@ -7,6 +7,7 @@ import struct
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from twisted.trial.unittest import SynchronousTestCase
 
 from kafkatw.errors import CorruptRecordError, InvalidRecordError
 from kafkatw.protocol import records as R
@@ -231,3 +232,34 @@ def test_scan_fetched_gives_the_last_complete_batch_epoch():
     assert scan_fetched(data, 0) == (3, 5)
     assert scan_fetched(data + data[:20], 0) == (3, 5)  # a partial trailing batch is ignored
     assert scan_fetched(data[:20], 7) == (7, -1)
+
+
+class EncodeValueBatchTests(SynchronousTestCase):
+    """L{R.encode_value_batch}: byte for byte what L{encode_batch} makes of the same values."""
+
+    @settings(max_examples=200, deadline=None)
+    @given(values=st.one_of(
+        st.lists(st.binary(max_size=300), min_size=1, max_size=200),
+        st.integers(min_value=0, max_value=20000).flatmap(
+            lambda n: st.lists(st.just(b"v" * n), min_size=1, max_size=100))),
+        timestamp_ms=st.integers(min_value=0, max_value=2**42), compression=st.sampled_from([0, 2, 4]),
+        sequence=st.sampled_from([(-1, -1, -1), (7, 2, 100)]))
+    def test_same_bytes_as_encode_batch(self, values: list, timestamp_ms: int, compression: int,
+                                        sequence: tuple) -> None:
+        pid, epoch, base_sequence = sequence
+        expected = encode_batch([(None, v, None, timestamp_ms) for v in values], compression=compression,
+                                producer_id=pid, producer_epoch=epoch, base_sequence=base_sequence)
+        self.assertEqual(R.encode_value_batch(values, timestamp_ms, compression, pid, epoch, base_sequence),
+                         expected)
+
+    def test_more_records_than_cached(self) -> None:
+        values = [b"x" * 3] * (R._VALUE_PREFIXES_MAX_RECORDS + 10)
+        expected = encode_batch([(None, v, None, 5) for v in values])
+        self.assertEqual(R.encode_value_batch(values, 5), expected)
+        self.assertEqual(R.encode_value_batch(values, 5), expected)
+        (batch,) = decode_batches(expected)
+        self.assertEqual(len(batch.records), len(values))
+
+    def test_no_values(self) -> None:
+        with self.assertRaises(ValueError):
+            R.encode_value_batch([], 0)
