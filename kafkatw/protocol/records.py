@@ -38,8 +38,10 @@ read inline and small varints served from a precomputed table.
 
 from __future__ import annotations
 
+import re
 import struct
 import time
+from itertools import repeat
 from typing import Iterable, Iterator, NamedTuple, Sequence
 
 import cramjam
@@ -605,6 +607,109 @@ def decode_fetched(data: bytes | bytearray | memoryview, topic: str, partition: 
 _ZIGZAG: list[int] = [(i >> 1) ^ -(i & 1) for i in range(1 << 14)]  # 1- and 2-byte varints, decoded
 
 
+# Batches whose records all have attributes 0, a null key, no headers and
+# values of one length (what most producers send): one regular expression
+# (C code) splits the records, and the consumer records are built with
+# map/zip, without a Python loop per record.  A record is then
+#   length (1-2 byte varint), 0x00, timestampDelta (1-2 bytes),
+#   offsetDelta (1-2 bytes), 0x01 (null key), valueLength, value, 0x00.
+# The matches must tile the records region exactly (their lengths add up to
+# it, so there is no gap), which makes them the records' one parse; else the
+# loop below decodes the batch.
+_UNIFORM_MIN_RECORDS = 8
+_VARINT12 = rb"([\x00-\x7f]|[\x80-\xff][\x00-\x7f])"
+_UNIFORM_PATTERNS: dict[int, tuple[re.Pattern, int, bool]] = {}
+# every 1- and 2-byte varint (canonical or not) -> its zig-zag decoded value
+_VARINT12_VALUES: dict[bytes, int] = {bytes([b]): (b >> 1) ^ -(b & 1) for b in range(0x80)}
+_VARINT12_VALUES.update({bytes([b, c]): (((b & 0x7F) | (c << 7)) >> 1) ^ -(((b & 0x7F) | (c << 7)) & 1)
+                         for b in range(0x80, 0x100) for c in range(0x80)})
+
+
+def _uniform_pattern(length: int) -> tuple[re.Pattern, int, bool]:
+    """
+    The pattern of a record with a value of C{length} bytes, the bytes of a
+    record besides its timestamp and offset deltas (and besides its length
+    varint when that is captured), and whether it is captured: it is not when
+    its size is the same whatever the deltas' sizes.
+    """
+    found = _UNIFORM_PATTERNS.get(length)
+    if found is None:
+        if len(_UNIFORM_PATTERNS) >= 64:
+            _UNIFORM_PATTERNS.clear()
+        value_length = encode_varint(length)
+        fixed = 3 + len(value_length) + length
+        smallest, largest = fixed + 3, fixed + 5  # attributes, deltas, headers count: the record's length
+        sizes = {len(encode_varint(smallest)), len(encode_varint(largest))}
+        if len(sizes) == 1 and largest < (1 << 13):
+            length_part = rb"[\x00-\x7f]" if sizes == {1} else rb"[\x80-\xff][\x00-\x7f]"
+            fixed += sizes.pop()
+            captured = False
+        else:
+            length_part = _VARINT12
+            captured = True
+        pattern = re.compile(rb"(?s)" + length_part + rb"\x00" + _VARINT12 + _VARINT12 + rb"\x01"
+                             + re.escape(value_length) + rb"(.{%d})\x00" % length)
+        found = _UNIFORM_PATTERNS[length] = (pattern, fixed, captured)
+    return found
+
+
+# offset deltas 0, 1, 2, ... as varints: what nearly every batch has
+_OFFSET_DELTAS: tuple[bytes, ...] = tuple(encode_varint(i) for i in range(1 << 13))
+
+
+def _decode_uniform(d: bytes, pos: int, end: int, header: tuple, out: list, topic: str, partition: int,
+                    cls: type) -> bool:
+    """Decode the batch's records as uniform ones (see above); False, with nothing added, if they are not."""
+    # the first record: its value length (null key, no headers assumed; checked by the match)
+    b = d[pos]
+    p = pos + (1 if b < 0x80 else 2)
+    if p + 4 > end or d[p] != 0:
+        return False
+    p += 1
+    for _ in range(2):  # timestampDelta, offsetDelta
+        p += 1 if d[p] < 0x80 else 2
+    if p + 2 > end or d[p] != 1:
+        return False
+    b = d[p + 1]
+    if b < 0x80:
+        length = _ZIGZAG[b]
+    elif p + 2 < end and d[p + 2] < 0x80:
+        length = _ZIGZAG[b - 128 + (d[p + 2] << 7)]
+    else:
+        return False
+    if length < 0:
+        return False
+    pattern, fixed, captured = _uniform_pattern(length)
+    matches = pattern.findall(d, pos, end)
+    count = header[12]
+    if len(matches) != count or count > len(_OFFSET_DELTAS):
+        return False
+    if captured:
+        lengths, deltas, offsets, values = zip(*matches)
+        size = sum(map(len, lengths))
+    else:
+        deltas, offsets, values = zip(*matches)
+        size = 0
+    if size + sum(map(len, deltas)) + sum(map(len, offsets)) + count * fixed != end - pos:
+        return False
+    value_of = _VARINT12_VALUES.__getitem__
+    base_offset = header[0]
+    if offsets == _OFFSET_DELTAS[:count]:
+        absolute: Iterable[int] = range(base_offset, base_offset + count)
+    else:
+        absolute = map(base_offset.__add__, map(value_of, offsets))
+    if header[5] & _ATTR_TIMESTAMP_TYPE:
+        timestamps: Iterable[int] = repeat(header[8])
+        ts_type = 1
+    else:
+        timestamps = map(header[7].__add__, map(value_of, deltas))
+        ts_type = 0
+    out.extend(map(_tuple_new, repeat(cls), zip(
+        repeat(topic), repeat(partition), absolute, timestamps, repeat(ts_type), repeat(None), values,
+        repeat(_EMPTY_HEADERS))))
+    return True
+
+
 def _decode_consumer_records(d: bytes, pos: int, end: int, header: tuple, out: list, topic: str,
                              partition: int, cls: type) -> None:
     # The consumer's hot loop.  Varints of one and two bytes (all but the rare
@@ -623,6 +728,8 @@ def _decode_consumer_records(d: bytes, pos: int, end: int, header: tuple, out: l
     slow = decode_varint
     empty = _EMPTY_HEADERS
     z = _ZIGZAG
+    if count >= _UNIFORM_MIN_RECORDS and _decode_uniform(d, pos, end, header, out, topic, partition, cls):
+        return
     try:
         for _ in range(count):
             # length, then the attributes byte
