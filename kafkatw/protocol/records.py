@@ -42,6 +42,7 @@ import re
 import struct
 import time
 from itertools import repeat
+from operator import itemgetter
 from typing import Iterable, Iterator, NamedTuple, Sequence
 
 import cramjam
@@ -654,7 +655,7 @@ def _uniform_pattern(length: int) -> tuple[re.Pattern, int, bool]:
 
 
 # offset deltas 0, 1, 2, ... as varints: what nearly every batch has
-_OFFSET_DELTAS: tuple[bytes, ...] = tuple(encode_varint(i) for i in range(1 << 13))
+_OFFSET_DELTAS: list[bytes] = [encode_varint(i) for i in range(1 << 13)]
 
 
 def _decode_uniform(d: bytes, pos: int, end: int, header: tuple, out: list, topic: str, partition: int,
@@ -684,14 +685,13 @@ def _decode_uniform(d: bytes, pos: int, end: int, header: tuple, out: list, topi
     count = header[12]
     if len(matches) != count or count > len(_OFFSET_DELTAS):
         return False
-    if captured:
-        lengths, deltas, offsets, values = zip(*matches)
-        size = sum(map(len, lengths))
-    else:
-        deltas, offsets, values = zip(*matches)
-        size = 0
+    first = 1 if captured else 0
+    deltas = list(map(itemgetter(first), matches))
+    offsets = list(map(itemgetter(first + 1), matches))
+    size = sum(map(len, map(itemgetter(0), matches))) if captured else 0
     if size + sum(map(len, deltas)) + sum(map(len, offsets)) + count * fixed != end - pos:
         return False
+    values = map(itemgetter(first + 2), matches)
     value_of = _VARINT12_VALUES.__getitem__
     base_offset = header[0]
     if offsets == _OFFSET_DELTAS[:count]:
