@@ -299,6 +299,8 @@ class Producer:
         # topic -> the open batch of its sticky partition while it holds only
         # values and no send waits: send's hot path
         self._hot: dict[str, _Batch] = {}
+        # partitions whose open batch outlived linger_ms while it could not be sent
+        self._lingered: set[_PartitionState] = set()
         self._in_flight: dict[int, int] = {}  # broker -> Produce requests in flight
         self._batch_number = 0
         self._linger_call: Any = None
@@ -480,6 +482,7 @@ class Producer:
     def _seal(self, state: _PartitionState, batch: _Batch) -> None:
         if self._hot.get(state.topic) is batch:
             del self._hot[state.topic]
+        self._lingered.discard(state)
         state.open = None
         del self._open[state]
         state.ready.append(batch)
@@ -508,7 +511,13 @@ class Producer:
         linger = self.linger_ms / 1000.0
         for state, batch in list(self._open.items()):
             if batch.created + linger <= now + 1e-9:
-                self._seal(state, batch)
+                if self._cannot_send(state):
+                    # As Java's accumulator: a batch whose linger is over but
+                    # that could not be sent now keeps taking records (up to
+                    # batch_size) until a request slot frees.
+                    self._lingered.add(state)
+                else:
+                    self._seal(state, batch)
             else:
                 self._linger_call = self.reactor.callLater(batch.created + linger - now, self._linger_expired)
                 break  # _open is oldest first
@@ -622,6 +631,8 @@ class Producer:
         if self.enable_idempotence and (self.producer_id < 0 or self._bump_epoch):
             self._init_producer_id()
             return
+        if self._lingered:
+            self._seal_lingered()
         now = self.reactor.seconds()
         by_node: dict[int, list[_PartitionState]] = {}
         wakeup = None
@@ -752,10 +763,26 @@ class Producer:
         d.addErrback(self._log_bug)
         return left
 
+    def _cannot_send(self, state: _PartitionState) -> bool:
+        """Whether a batch of C{state} sealed now would wait: sealed batches ahead of it, or no request slot."""
+        if state.ready or (self._hold_partitions and state.in_flight):
+            return True
+        leader = self.client.leader_for(state.topic, state.partition)
+        return leader >= 0 and self._in_flight.get(leader, 0) >= self.max_in_flight
+
     def _request_done(self, node: int) -> None:
         self._in_flight[node] -= 1
-        if self._ready:
+        if self._ready or self._lingered:  # (the drain seals lingered batches that can go)
             self._drain_soon()
+
+    def _seal_lingered(self) -> None:
+        """Seal the lingered batches that can be sent now."""
+        for state in list(self._lingered):
+            batch = state.open
+            if batch is None:
+                self._lingered.discard(state)
+            elif not self._cannot_send(state):
+                self._seal(state, batch)
 
     def _handle_response(self, response: Any, node: int, batches: dict[tuple[str, int], _Batch]) -> None:
         self._request_done(node)

@@ -773,3 +773,64 @@ class HotPathTests(ProducerTestCase):
         self.failureResultOf(producer.send("t", b"late"), ProducerClosedError)
         respond(client.produce_requests()[0])
         self.successResultOf(d)
+
+
+class LingerWhileBusyTests(ProducerTestCase):
+    """
+    As Java's accumulator: a batch whose linger_ms is over while it could not
+    be sent (every request slot taken) keeps taking records until a slot frees.
+    """
+
+    def test_batch_fills_while_the_slots_are_taken(self) -> None:
+        producer, client = self.producer(linger_ms=5, max_in_flight_requests_per_connection=1)
+        self.start(producer, "t")
+        first = producer.send("t", b"a")
+        self.clock.advance(0.005)
+        self.clock.advance(0)
+        (request,) = client.produce_requests()
+        later = [producer.send("t", b"b")]
+        self.clock.advance(0.005)  # linger over, but the one slot is taken
+        self.clock.advance(0)
+        later.append(producer.send("t", b"c"))
+        self.clock.advance(0.010)
+        self.assertEqual(len(client.produce_requests()), 1)
+        respond(request)
+        self.successResultOf(first)
+        self.clock.advance(0)
+        requests = client.produce_requests()
+        self.assertEqual(len(requests), 2)
+        self.assertEqual(requests[1].values(), {("t", 0): [b"b", b"c"]})
+        respond(requests[1], base_offsets={("t", 0): 1})
+        self.assertEqual([self.successResultOf(d).offset for d in later], [1, 2])
+
+    def test_full_batch_still_sealed(self) -> None:
+        producer, client = self.producer(linger_ms=5, batch_size=61 + 2 * 111, max_in_flight_requests_per_connection=1)
+        self.start(producer, "t")
+        producer.send("t", VALUE)
+        self.clock.advance(0.005)
+        self.clock.advance(0)
+        (request,) = client.produce_requests()
+        for _ in range(4):
+            producer.send("t", VALUE)
+        self.clock.advance(0.010)
+        respond(request)
+        self.clock.advance(0)
+        requests = client.produce_requests()
+        self.assertEqual(len(requests), 2)
+        self.assertEqual(len(requests[1].values()[("t", 0)]), 2)
+
+    def test_flush_sends_a_lingered_batch(self) -> None:
+        producer, client = self.producer(linger_ms=5, max_in_flight_requests_per_connection=1)
+        self.start(producer, "t")
+        producer.send("t", b"a")
+        self.clock.advance(0.005)
+        self.clock.advance(0)
+        (request,) = client.produce_requests()
+        d = producer.send("t", b"b")
+        self.clock.advance(0.005)
+        flushed = producer.flush()
+        respond(request)
+        self.clock.advance(0)
+        respond(client.produce_requests()[1])
+        self.successResultOf(flushed)
+        self.assertEqual(self.successResultOf(d).offset, 0)
