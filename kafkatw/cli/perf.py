@@ -12,13 +12,15 @@ latency, M ms max latency, p50 ms 50th, p95 ms 95th, p99 ms 99th, p999 ms
 the record's acknowledgement (the send time is read once per chunk of about
 one batch's worth of records, a fraction of a millisecond).  On a terminal a C{rich} progress bar runs on stderr.
 
-The producer runs on the reactor (L{twisted.internet.task.react}); records are
+The producer runs on the reactor (L{twisted.internet.task.react}), after
+C{gc.freeze()} (see docs/clients.md, "Throughput"); records are
 sent in chunks between which the reactor runs, and the loop pauses while
 C{buffer.memory} is more than half used (L{Producer.ready}).
 """
 
 from __future__ import annotations
 
+import gc
 import os
 import random
 import sys
@@ -152,6 +154,10 @@ async def _run(reactor: Any, topic: str, num_records: int, payload: bytes, throu
                options: dict[str, Any], progress: Any) -> str:
     from twisted.internet import task
 
+    # What start-up made (modules, classes: most of the process's objects) moves
+    # out of the garbage collector's sight: its full collections, which the
+    # records in flight trigger, then walk only those (docs/clients.md).
+    gc.freeze()
     producer = Producer(reactor, **options)
     stats = _Stats(num_records, len(payload))
     errors = stats.errors
