@@ -4,7 +4,10 @@ L{Producer}: the Twisted Kafka producer (docs/design.md: Clients).
 C{send} appends a record to the open batch of its partition — a plain
 C{(key, value, headers, timestamp_ms)} tuple in a list, no per-record object —
 and returns a Deferred.  A batch is sealed when it reaches C{batch_size} bytes or
-C{linger_ms} after it was opened (one timer for the whole producer), then encoded
+C{linger_ms} after it was opened (one timer for the whole producer) — or, when
+it could not be sent then (every request slot to its leader taken, batches of its
+partition ahead of it), once it can: meanwhile it keeps taking records, as Java's
+C{RecordAccumulator} keeps appending to a batch the sender has not drained — then encoded
 once (L{kafkatw.protocol.records.encode_batch}, compressed as a whole).  Sealed
 batches whose partitions share a leader travel in ONE Produce request (one batch
 per partition per request, as Kafka's brokers require for magic 2), at most
