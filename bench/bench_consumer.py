@@ -40,7 +40,8 @@ def _report(impl: str, label: str, n: int, wall_s: float, cpu_s: float, extra: d
                       "records_per_cpu_s": round(n / cpu_s), **(extra or {})}), flush=True)
 
 
-def child_kafkatw(bootstrap: str, n: int, fetch_bytes: int | None, label: str, partitions: int) -> None:
+def child_kafkatw(bootstrap: str, n: int, fetch_bytes: int | None, label: str, partitions: int,
+                  impl: str = "kafkatw") -> None:
     from twisted.internet import defer, reactor
 
     from kafkatw.client.consumer import Consumer
@@ -60,12 +61,24 @@ def child_kafkatw(bootstrap: str, n: int, fetch_bytes: int | None, label: str, p
             count += len(await consumer.poll(timeout_ms=2000))
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         await consumer.close()
-        _report("kafkatw", label, count, wall, cpu)
+        _report(impl, label, count, wall, cpu)
 
     d = defer.Deferred.fromCoroutine(run())
     d.addErrback(lambda f: (f.printTraceback(), os._exit(1)))
     d.addBoth(lambda _: reactor.stop())
     reactor.run()
+
+
+def child_kafkatw_gc_freeze(bootstrap: str, n: int, fetch_bytes: int | None, label: str, partitions: int) -> None:
+    """kafkatw's Consumer after C{gc.freeze()} (docs/clients.md, Throughput)."""
+    import gc
+
+    import importlib
+
+    for module in ("twisted.internet.reactor", "kafkatw.client.consumer"):  # start-up, then the freeze
+        importlib.import_module(module)
+    gc.freeze()
+    child_kafkatw(bootstrap, n, fetch_bytes, label, partitions, impl="kafkatw-gc-freeze")
 
 
 def child_kafkatw_blocking(bootstrap: str, n: int, fetch_bytes: int | None, label: str, partitions: int) -> None:
@@ -191,6 +204,7 @@ def child_latency(bootstrap: str, n: int, _fetch: int | None, label: str, _parti
 CHILDREN = {
     "kafkatw": child_kafkatw,
     "kafkatw-blocking": child_kafkatw_blocking,
+    "kafkatw-gc-freeze": child_kafkatw_gc_freeze,
     "kafka-python": child_kafka_python,
     "aiokafka": child_aiokafka,
     "confluent-kafka": child_confluent,
@@ -270,7 +284,8 @@ def main() -> None:
     p.add_argument("--messages", type=int, default=500_000)
     p.add_argument("--record-size", type=int, default=200)
     p.add_argument("--partitions", type=int, default=1)
-    p.add_argument("--clients", default="kafkatw,kafkatw-blocking,kafka-python,aiokafka,confluent-kafka")
+    p.add_argument("--clients", default="kafkatw,kafkatw-gc-freeze,kafkatw-blocking,kafka-python,aiokafka,"
+                                        "confluent-kafka")
     p.add_argument("--latency-rate", type=int, default=10_000)
     p.add_argument("--latency-seconds", type=float, default=5.0)
     p.add_argument("--no-latency", action="store_true")

@@ -24,7 +24,7 @@ machine's cores.
 
 Usage:
   python bench/bench_producer.py [--records 300000] [--batch1-records 20000]
-      [--clients kafkatw,kafka-python,aiokafka,confluent] [--settings batch1,batch50,default]
+      [--clients kafkatw,kafkatw-gc-freeze,kafka-python,aiokafka,confluent] [--settings batch1,batch50,default]
       [--kafkatw-options JSON] [--py-spy-dir DIR]
 
 --kafkatw-options adds Producer keywords to kafkatw's runs, e.g.
@@ -85,6 +85,18 @@ def run_kafkatw(bootstrap: str, topic: str, n: int, setting: str) -> dict:
     except SystemExit:
         pass
     return out
+
+
+def run_kafkatw_gc_freeze(bootstrap: str, topic: str, n: int, setting: str) -> dict:
+    """kafkatw's Producer after C{gc.freeze()} (docs/clients.md, Throughput)."""
+    import gc
+
+    import importlib
+
+    for module in ("twisted.internet.task", "kafkatw.client.producer"):  # start-up, then the freeze
+        importlib.import_module(module)
+    gc.freeze()
+    return run_kafkatw(bootstrap, topic, n, setting)
 
 
 def run_kafka_python(bootstrap: str, topic: str, n: int, setting: str) -> dict:
@@ -152,7 +164,8 @@ def run_confluent(bootstrap: str, topic: str, n: int, setting: str) -> dict:
     return {"seconds": time.perf_counter() - t0, "cpu_s": time.process_time() - c0}
 
 
-CLIENTS = {"kafkatw": run_kafkatw, "kafka-python": run_kafka_python, "aiokafka": run_aiokafka,
+CLIENTS = {"kafkatw": run_kafkatw, "kafkatw-gc-freeze": run_kafkatw_gc_freeze, "kafka-python": run_kafka_python,
+           "aiokafka": run_aiokafka,
            "confluent": run_confluent}
 
 
@@ -168,7 +181,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=300_000)
     parser.add_argument("--batch1-records", type=int, default=20_000)
-    parser.add_argument("--clients", default="kafkatw,kafka-python,aiokafka,confluent")
+    parser.add_argument("--clients", default="kafkatw,kafkatw-gc-freeze,kafka-python,aiokafka,confluent")
     parser.add_argument("--settings", default="batch1,batch50,default")
     parser.add_argument("--kafkatw-options", default="{}")
     parser.add_argument("--py-spy-dir")
@@ -198,7 +211,7 @@ def main() -> None:
                 admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(15)
                 command = [sys.executable, os.path.abspath(__file__), "--child", "--client", client,
                            "--bootstrap", bootstrap, "--topic", topic, "--n", str(n), "--setting", setting]
-                if args.py_spy_dir and client == "kafkatw" and setting != "batch1":
+                if args.py_spy_dir and client.startswith("kafkatw") and setting != "batch1":
                     os.makedirs(args.py_spy_dir, exist_ok=True)
                     command = ["py-spy", "record", "-r", "250", "-f", "raw", "-o",
                                os.path.join(args.py_spy_dir, f"{client}-{setting}.txt"), "--", *command]
@@ -211,7 +224,7 @@ def main() -> None:
                     continue
                 result = json.loads(lines[-1][len("RESULT "):])
                 rate = n / result["seconds"]
-                extra = {"options": json.loads(args.kafkatw_options)} if client == "kafkatw" and \
+                extra = {"options": json.loads(args.kafkatw_options)} if client.startswith("kafkatw") and \
                     args.kafkatw_options != "{}" else {}
                 emit("produce_records_per_s", round(rate), "records/s", client=client, setting=setting, **extra,
                      records=n, record_size=RECORD_SIZE, seconds=round(result["seconds"], 3),

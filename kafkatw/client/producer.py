@@ -4,7 +4,10 @@ L{Producer}: the Twisted Kafka producer (docs/design.md: Clients).
 C{send} appends a record to the open batch of its partition — a plain
 C{(key, value, headers, timestamp_ms)} tuple in a list, no per-record object —
 and returns a Deferred.  A batch is sealed when it reaches C{batch_size} bytes or
-C{linger_ms} after it was opened (one timer for the whole producer), then encoded
+C{linger_ms} after it was opened (one timer for the whole producer) — or, when
+it could not be sent then (every request slot to its leader taken, batches of its
+partition ahead of it), once it can: meanwhile it keeps taking records, as Java's
+C{RecordAccumulator} keeps appending to a batch the sender has not drained — then encoded
 once (L{kafkatw.protocol.records.encode_batch}, compressed as a whole).  Sealed
 batches whose partitions share a leader travel in ONE Produce request (one batch
 per partition per request, as Kafka's brokers require for magic 2), at most
@@ -64,7 +67,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from ..errors import ErrorCode, KafkaError, RecordTooLargeError, UnknownTopicOrPartitionError, kafka_error
-from ..protocol.records import COMPRESSION_CODECS, encode_batch
+from ..protocol.records import COMPRESSION_CODECS, encode_batch, encode_value_batch
 from ..protocol.messages import encode_uvarint
 from .client import RETRIABLE_METADATA_ERRORS, KafkaClient, client_for
 from .security import SecurityConfig, security_from
@@ -156,7 +159,7 @@ class _Batch:
     """The records of one partition that travel together; C{size} in bytes (estimate, with header)."""
 
     __slots__ = ("topic", "partition", "state", "records", "simple", "deferreds", "size", "created", "base_ts",
-                 "number", "attempts", "retry_at", "encoded", "epoch", "waiters", "done")
+                 "number", "attempts", "retry_at", "encoded", "epoch", "waiters", "done", "callbacks")
 
     def __init__(self, state: _PartitionState, now: float, number: int) -> None:
         self.topic = state.topic
@@ -167,6 +170,8 @@ class _Batch:
         self.records: list[Any] = []
         self.simple = True
         self.deferreds: list[Deferred] = []
+        # on_delivery callables, parallel to deferreds (None: no record has one)
+        self.callbacks: list[Any] | None = None
         self.size = _BATCH_OVERHEAD
         self.created = now
         self.base_ts = int(now * 1000)
@@ -302,6 +307,11 @@ class Producer:
         self._ready: set[_PartitionState] = set()  # partitions with sealed batches to send
         self._incomplete: set[_Batch] = set()
         self._open: dict[_PartitionState, _Batch] = {}  # open batches, oldest first
+        # topic -> the open batch of its sticky partition while it holds only
+        # values and no send waits: send's hot path
+        self._hot: dict[str, _Batch] = {}
+        # partitions whose open batch outlived linger_ms while it could not be sent
+        self._lingered: set[_PartitionState] = set()
         self._in_flight: dict[int, int] = {}  # broker -> Produce requests in flight
         self._batch_number = 0
         self._linger_call: Any = None
@@ -323,7 +333,8 @@ class Producer:
     # --- sending ---------------------------------------------------------------------------
 
     def send(self, topic: str, value: bytes | None, key: bytes | None = None, partition: int | None = None,
-             headers: list[tuple[str, bytes | None]] | None = None, timestamp_ms: int | None = None) -> Deferred:
+             headers: list[tuple[str, bytes | None]] | None = None, timestamp_ms: int | None = None,
+             on_delivery: Callable[[RecordMetadata | None, Exception | None], object] | None = None) -> Deferred:
         """
         Send one record.
 
@@ -333,6 +344,12 @@ class Producer:
         @param headers: C{[(str, bytes | None)]}.
         @param timestamp_ms: create time (ms since the epoch); None: the time
             the record's batch was opened.
+        @param on_delivery: called as C{on_delivery(metadata, None)} when the
+            record is acknowledged, or C{on_delivery(None, error)} when it
+            fails, just before the returned Deferred fires (as the Java
+            client's C{send(record, callback)}).  A callback per record costs
+            a fraction of a callback on the Deferred (no Deferred machinery
+            runs); an exception it raises is logged and ignored.
         @return: a Deferred firing with L{RecordMetadata}, or failing with a
             L{KafkaError} (L{KafkaTimeoutError} after C{delivery_timeout_ms};
             the broker's error for a non-retriable one; L{RecordTooLargeError};
@@ -340,37 +357,41 @@ class Producer:
             While C{buffer_memory} is exhausted the Deferred also waits for room.
         """
         d = Deferred()
+        batch = self._hot.get(topic)
+        if (batch is not None and key is None and partition is None and headers is None and timestamp_ms is None
+                and value.__class__ is bytes):
+            # The hot path: an unkeyed record for the open batch of the sticky
+            # partition (the batch is in _hot only while no send waits).
+            size = _RECORD_OVERHEAD + len(value)
+            new_size = batch.size + size
+            batch_size = self.batch_size
+            if new_size <= batch_size and self._buffered + size <= self.buffer_memory:
+                batch.records.append(value)
+                batch.deferreds.append(d)
+                callbacks = batch.callbacks
+                if callbacks is not None:
+                    callbacks.append(on_delivery)
+                elif on_delivery is not None:
+                    _add_callback(batch, on_delivery)
+                batch.size = new_size
+                self._buffered += size
+                if new_size >= batch_size:
+                    self._seal(batch.state, batch)
+                return d
         if self._closing:
-            d.errback(ProducerClosedError("producer closed"))
+            _fail_one(d, on_delivery, ProducerClosedError("producer closed"))
             return d
         if value.__class__ is not bytes and value is not None:
             value = _as_bytes(value)
-        if key is None:
-            if partition is None and headers is None and timestamp_ms is None and not self._waiting:
-                # The hot path: an unkeyed record for the open batch of the sticky partition.
-                tstate = self._topics.get(topic)
-                if tstate is not None and tstate.sticky >= 0:
-                    state = tstate.partitions[tstate.sticky]
-                    batch = state.open
-                    if batch is not None and batch.simple:
-                        size = _RECORD_OVERHEAD + len(value) if value is not None else _RECORD_OVERHEAD
-                        new_size = batch.size + size
-                        batch_size = self.batch_size
-                        if new_size <= batch_size and self._buffered + size <= self.buffer_memory:
-                            batch.records.append(value)
-                            batch.deferreds.append(d)
-                            batch.size = new_size
-                            self._buffered += size
-                            if new_size >= batch_size:
-                                self._seal(state, batch)
-                            return d
-        elif key.__class__ is not bytes:
+        if key is not None and key.__class__ is not bytes:
             key = _as_bytes(key)
-        if self._waiting or not self._append(topic, value, key, partition, headers, timestamp_ms, d):
+        if self._waiting or not self._append(topic, value, key, partition, headers, timestamp_ms, d, on_delivery):
             if self._closed:
-                d.errback(ProducerClosedError("producer closed"))
+                _fail_one(d, on_delivery, ProducerClosedError("producer closed"))
                 return d
-            self._waiting.append((topic, value, key, partition, headers, timestamp_ms, d, self.reactor.seconds()))
+            self._hot.clear()
+            self._waiting.append((topic, value, key, partition, headers, timestamp_ms, d, self.reactor.seconds(),
+                                  on_delivery))
             if topic not in self._topics:
                 self._refresh_metadata()
             if self._block_timer is None:
@@ -386,7 +407,7 @@ class Producer:
             self._block_timer = self.reactor.callLater(delay, self._block_expired)
 
     def _append(self, topic: str, value: bytes | None, key: bytes | None, partition: int | None,
-                headers: Any, timestamp_ms: int | None, d: Deferred) -> bool:
+                headers: Any, timestamp_ms: int | None, d: Deferred, on_delivery: Any = None) -> bool:
         """Append a record to its partition's open batch; False when it must wait (metadata, buffer)."""
         tstate = self._topics.get(topic)
         if tstate is None or self._closed:
@@ -400,13 +421,13 @@ class Producer:
             size += sum(len(k) + (len(v) if v is not None else 0) + 4 for k, v in headers)
         if self._buffered + size > self.buffer_memory:
             if size + _BATCH_OVERHEAD > self.buffer_memory or size + _BATCH_OVERHEAD > self.max_request_size:
-                d.errback(RecordTooLargeError(
+                _fail_one(d, on_delivery, RecordTooLargeError(
                     f"a record of about {size} bytes exceeds buffer_memory or max_request_size"))
                 return True
             return False
         if size + _BATCH_OVERHEAD > self.max_request_size:
-            d.errback(RecordTooLargeError(f"a record of about {size} bytes exceeds max_request_size"
-                                          f" ({self.max_request_size})"))
+            _fail_one(d, on_delivery, RecordTooLargeError(f"a record of about {size} bytes exceeds max_request_size"
+                                                         f" ({self.max_request_size})"))
             return True
         partitions = tstate.partitions
         sticky = False
@@ -422,8 +443,8 @@ class Producer:
                 if partition < 0:
                     partition = self._next_sticky(tstate)
         elif not 0 <= partition < len(partitions):
-            d.errback(UnknownTopicOrPartitionError(f"{topic} has no partition {partition}"
-                                                   f" ({len(partitions)} partitions)"))
+            _fail_one(d, on_delivery, UnknownTopicOrPartitionError(f"{topic} has no partition {partition}"
+                                                                  f" ({len(partitions)} partitions)"))
             return True
         state = partitions[partition]
         batch = state.open
@@ -437,13 +458,22 @@ class Producer:
             else:
                 batch = self._new_batch(state)
         if key is None and not headers and timestamp_ms is None:
-            batch.records.append(value if batch.simple else (None, value, None, None))
+            if batch.simple:
+                batch.records.append(value)
+                if sticky and value is not None and not self._waiting and not self._closing:
+                    self._hot[topic] = batch
+            else:
+                batch.records.append((None, value, None, None))
         else:
             if batch.simple:
+                if self._hot.get(topic) is batch:
+                    del self._hot[topic]
                 batch.records = [(None, v, None, None) for v in batch.records]
                 batch.simple = False
             batch.records.append((key, value, headers, timestamp_ms))
         batch.deferreds.append(d)
+        if on_delivery is not None or batch.callbacks is not None:
+            _add_callback(batch, on_delivery)
         batch.size += size
         self._buffered += size
         if batch.size >= self.batch_size:
@@ -461,6 +491,9 @@ class Producer:
         return batch
 
     def _seal(self, state: _PartitionState, batch: _Batch) -> None:
+        if self._hot.get(state.topic) is batch:
+            del self._hot[state.topic]
+        self._lingered.discard(state)
         state.open = None
         del self._open[state]
         state.ready.append(batch)
@@ -489,7 +522,13 @@ class Producer:
         linger = self.linger_ms / 1000.0
         for state, batch in list(self._open.items()):
             if batch.created + linger <= now + 1e-9:
-                self._seal(state, batch)
+                if self._cannot_send(state):
+                    # As Java's accumulator: a batch whose linger is over but
+                    # that could not be sent now keeps taking records (up to
+                    # batch_size) until a request slot frees.
+                    self._lingered.add(state)
+                else:
+                    self._seal(state, batch)
             else:
                 self._linger_call = self.reactor.callLater(batch.created + linger - now, self._linger_expired)
                 break  # _open is oldest first
@@ -520,19 +559,19 @@ class Producer:
         waiting = self._waiting
         now = self.reactor.seconds()
         while waiting:
-            topic, value, key, partition, headers, ts, d, since = waiting[0]
+            topic, value, key, partition, headers, ts, d, since, on_delivery = waiting[0]
             refused = self.client.topic_errors.get(topic) if topic not in self._topics else None
             if refused is not None:  # an ACL: fail now, as Kafka's TopicAuthorizationException
                 waiting.popleft()
-                d.errback(kafka_error(refused, f"{topic}: {refused.name} (not authorized to write it)"))
+                _fail_one(d, on_delivery, kafka_error(refused, f"{topic}: {refused.name} (not authorized to write it)"))
                 continue
-            if self._append(topic, value, key, partition, headers, ts, d):
+            if self._append(topic, value, key, partition, headers, ts, d, on_delivery):
                 waiting.popleft()
                 continue
             if (now - since) * 1000 >= self.max_block_ms:
                 waiting.popleft()
                 what = "metadata" if topic not in self._topics else "buffer memory"
-                d.errback(KafkaTimeoutError(f"waited {self.max_block_ms} ms for {what} ({topic})"))
+                _fail_one(d, on_delivery, KafkaTimeoutError(f"waited {self.max_block_ms} ms for {what} ({topic})"))
                 continue
             break
         self._fire_ready()
@@ -576,6 +615,7 @@ class Producer:
 
     async def _close(self) -> None:
         self._closing = True  # sends from now on fail: they would miss the final flush
+        self._hot.clear()
         await self.flush()
         self._closed = True
         for call in (self._linger_call, self._drain_call, self._block_timer):
@@ -607,6 +647,8 @@ class Producer:
         if self.enable_idempotence and (self.producer_id < 0 or self._bump_epoch):
             self._init_producer_id()
             return
+        if self._lingered:
+            self._seal_lingered()
         now = self.reactor.seconds()
         by_node: dict[int, list[_PartitionState]] = {}
         wakeup = None
@@ -661,8 +703,20 @@ class Producer:
         encoded = batch.encoded
         if encoded is None or (self.enable_idempotence and batch.epoch != self.producer_epoch):
             if batch.simple:
+                records = batch.records
+                if None not in records:
+                    if self.enable_idempotence:
+                        state = batch.state
+                        encoded = encode_value_batch(records, batch.base_ts, self.compression, self.producer_id,
+                                                     self.producer_epoch, state.next_sequence)
+                        state.next_sequence = (state.next_sequence + len(records)) & 0x7FFFFFFF
+                        batch.epoch = self.producer_epoch
+                    else:
+                        encoded = encode_value_batch(records, batch.base_ts, self.compression)
+                    batch.encoded = encoded
+                    return encoded
                 base_ts = batch.base_ts
-                records = [(None, v, None, base_ts) for v in batch.records]
+                records = [(None, v, None, base_ts) for v in records]
             else:
                 records = batch.records
                 if records[0][3] is None:
@@ -725,10 +779,26 @@ class Producer:
         d.addErrback(self._log_bug)
         return left
 
+    def _cannot_send(self, state: _PartitionState) -> bool:
+        """Whether a batch of C{state} sealed now would wait: sealed batches ahead of it, or no request slot."""
+        if state.ready or (self._hold_partitions and state.in_flight):
+            return True
+        leader = self.client.leader_for(state.topic, state.partition)
+        return leader >= 0 and self._in_flight.get(leader, 0) >= self.max_in_flight
+
     def _request_done(self, node: int) -> None:
         self._in_flight[node] -= 1
-        if self._ready:
+        if self._ready or self._lingered:  # (the drain seals lingered batches that can go)
             self._drain_soon()
+
+    def _seal_lingered(self) -> None:
+        """Seal the lingered batches that can be sent now."""
+        for state in list(self._lingered):
+            batch = state.open
+            if batch is None:
+                self._lingered.discard(state)
+            elif not self._cannot_send(state):
+                self._seal(state, batch)
 
     def _handle_response(self, response: Any, node: int, batches: dict[tuple[str, int], _Batch]) -> None:
         self._request_done(node)
@@ -811,7 +881,9 @@ class Producer:
         metadata = RecordMetadata
         offset = base_offset
         step = 1 if base_offset >= 0 else 0
-        if log_append_time_ms >= 0 or batch.simple:
+        if batch.callbacks is not None:
+            self._complete_with_callbacks(batch, offset, step, log_append_time_ms)
+        elif log_append_time_ms >= 0 or batch.simple:
             ts = log_append_time_ms if log_append_time_ms >= 0 else batch.base_ts
             for d in batch.deferreds:
                 if d._callbacks or d.called:  # (called: cancelled by its owner)
@@ -831,10 +903,43 @@ class Producer:
                 offset += step
         self._fire_waiters(batch)
 
+    def _complete_with_callbacks(self, batch: _Batch, offset: int, step: int, log_append_time_ms: int) -> None:
+        topic = batch.topic
+        partition = batch.partition
+        new = _tuple_new
+        metadata = RecordMetadata
+        if log_append_time_ms >= 0 or batch.simple:
+            ts = log_append_time_ms if log_append_time_ms >= 0 else batch.base_ts
+            stamps: Any = None
+        else:
+            base_ts = batch.base_ts
+            stamps = [base_ts if r[3] is None else r[3] for r in batch.records]
+        for i, (d, on_delivery) in enumerate(zip(batch.deferreds, batch.callbacks)):
+            if stamps is not None:
+                ts = stamps[i]
+            m = new(metadata, (topic, partition, offset, ts))
+            if on_delivery is not None:
+                try:
+                    on_delivery(m, None)
+                except Exception:
+                    _log.failure("on_delivery callback of a record to {topic}-{partition} failed",
+                                 topic=topic, partition=partition)
+            if d._callbacks or d.called:
+                d.callback(m)
+            else:
+                d.called = True
+                d._canceller = None
+                d.result = m
+            offset += step
+
     def _fail(self, batch: _Batch, error: Exception) -> None:
         self._finish(batch)
         if self.enable_idempotence and batch.encoded is not None:
             self._bump_epoch = True  # the partition's sequence has a gap now
+        if batch.callbacks is not None:
+            for on_delivery in batch.callbacks:
+                if on_delivery is not None:
+                    _call_on_delivery(on_delivery, None, error)
         failure = Failure(error)
         for d in batch.deferreds:
             d.errback(failure)
@@ -919,6 +1024,28 @@ class Producer:
         self.producer_id, self.producer_epoch = new_epoch
         self._bump_epoch = False
         self._drain_soon()
+
+
+def _add_callback(batch: _Batch, on_delivery: Any) -> None:
+    """Record the on_delivery callable of the record just appended to C{batch} (None: it has none)."""
+    callbacks = batch.callbacks
+    if callbacks is None:
+        callbacks = batch.callbacks = [None] * (len(batch.deferreds) - 1)
+    callbacks.append(on_delivery)
+
+
+def _call_on_delivery(on_delivery: Any, metadata: Any, error: Exception | None) -> None:
+    try:
+        on_delivery(metadata, error)
+    except Exception:
+        _log.failure("on_delivery callback failed")
+
+
+def _fail_one(d: Deferred, on_delivery: Any, error: Exception) -> None:
+    """Fail one record that never reached a batch."""
+    if on_delivery is not None:
+        _call_on_delivery(on_delivery, None, error)
+    d.errback(error)
 
 
 def _as_bytes(value: Any) -> bytes:

@@ -38,8 +38,11 @@ read inline and small varints served from a precomputed table.
 
 from __future__ import annotations
 
+import re
 import struct
 import time
+from itertools import repeat
+from operator import itemgetter
 from typing import Iterable, Iterator, NamedTuple, Sequence
 
 import cramjam
@@ -59,6 +62,7 @@ __all__ = [
     "Record",
     "DecodedBatch",
     "encode_batch",
+    "encode_value_batch",
     "decode_batches",
     "decode_fetched",
     "scan_next_offset",
@@ -428,6 +432,71 @@ def encode_batch(
     return _PRE_CRC.pack(base_offset, len(post) + 9, partition_leader_epoch, 2, crc32c(post)) + post
 
 
+# Record prefixes (length, attributes, timestampDelta 0, offsetDelta, null key,
+# valueLength) by value length, then by offset delta; the first record's has no
+# leading byte, the others start with the previous record's headersCount (0).
+_VALUE_PREFIXES: dict[int, list[bytes]] = {}
+_VALUE_PREFIXES_MAX_LENGTHS = 256
+_VALUE_PREFIXES_MAX_RECORDS = 1 << 14
+
+
+def _value_prefixes(length: int, n: int) -> list[bytes]:
+    prefixes = _VALUE_PREFIXES.get(length)
+    if prefixes is None:
+        if len(_VALUE_PREFIXES) >= _VALUE_PREFIXES_MAX_LENGTHS:
+            _VALUE_PREFIXES.clear()
+        prefixes = _VALUE_PREFIXES[length] = []
+    have = len(prefixes)
+    if have < n:
+        value_v = encode_varint(length)
+        for i in range(have, n):
+            off_v = encode_varint(i)
+            size = 4 + len(off_v) + len(value_v) + length
+            prefix = encode_varint(size) + b"\x00\x00" + off_v + b"\x01" + value_v
+            prefixes.append(b"\x00" + prefix if i else prefix)
+        if n > _VALUE_PREFIXES_MAX_RECORDS:
+            # use them once, keep only the first ones
+            result = prefixes[:n]
+            del prefixes[_VALUE_PREFIXES_MAX_RECORDS:]
+            return result
+    return prefixes
+
+
+def encode_value_batch(values: Sequence[bytes], timestamp_ms: int, compression: int = 0, producer_id: int = -1,
+                       producer_epoch: int = -1, base_sequence: int = -1) -> bytes:
+    """
+    Encode one RecordBatch v2 of records with a value, no key, no headers and
+    one timestamp: the producer's common case, byte for byte what
+    L{encode_batch} makes of C{[(None, v, None, timestamp_ms) for v in values]},
+    without a Python loop per record when the values share a length.
+
+    @param values: the records' values (C{bytes}, not None).
+    @param timestamp_ms: every record's create time (ms since the epoch).
+    @return: the batch, CRC-32C filled in.
+    @raise ValueError: no values, or an unknown codec.
+    """
+    n = len(values)
+    if n == 0:
+        raise ValueError("a record batch holds at least one record")
+    first = len(values[0])
+    lengths = set(map(len, values))
+    parts: list = [b""] * (2 * n)
+    if len(lengths) == 1:
+        prefixes = _value_prefixes(first, n)
+        parts[0::2] = prefixes[:n] if len(prefixes) != n else prefixes
+    else:
+        by_length = {length: _value_prefixes(length, n) for length in lengths}
+        parts[0::2] = [by_length[length][i] for i, length in enumerate(map(len, values))]
+    parts[1::2] = values
+    parts.append(b"\x00")
+    body = b"".join(parts)
+    if compression:
+        body = compress(compression, body)
+    post = _POST_CRC.pack(compression & _ATTR_COMPRESSION_MASK, n - 1, timestamp_ms, timestamp_ms, producer_id,
+                          producer_epoch, base_sequence, n) + body
+    return _PRE_CRC.pack(0, len(post) + 9, -1, 2, crc32c(post)) + post
+
+
 # --- decoding -------------------------------------------------------------------------
 
 
@@ -599,6 +668,108 @@ def decode_fetched(data: bytes | bytearray | memoryview, topic: str, partition: 
 _ZIGZAG: list[int] = [(i >> 1) ^ -(i & 1) for i in range(1 << 14)]  # 1- and 2-byte varints, decoded
 
 
+# Batches whose records all have attributes 0, a null key, no headers and
+# values of one length (what most producers send): one regular expression
+# (C code) splits the records, and the consumer records are built with
+# map/zip, without a Python loop per record.  A record is then
+#   length (1-2 byte varint), 0x00, timestampDelta (1-2 bytes),
+#   offsetDelta (1-2 bytes), 0x01 (null key), valueLength, value, 0x00.
+# The matches must tile the records region exactly (their lengths add up to
+# it, so there is no gap), which makes them the records' one parse; else the
+# loop below decodes the batch.
+_UNIFORM_MIN_RECORDS = 8
+_VARINT12 = rb"([\x00-\x7f]|[\x80-\xff][\x00-\x7f])"
+_UNIFORM_PATTERNS: dict[int, tuple[re.Pattern, int, bool]] = {}
+# every 1- and 2-byte varint (canonical or not) -> its zig-zag decoded value
+_VARINT12_VALUES: dict[bytes, int] = {bytes([b]): (b >> 1) ^ -(b & 1) for b in range(0x80)}
+_VARINT12_VALUES.update({bytes([b, c]): (((b & 0x7F) | (c << 7)) >> 1) ^ -(((b & 0x7F) | (c << 7)) & 1)
+                         for b in range(0x80, 0x100) for c in range(0x80)})
+
+
+def _uniform_pattern(length: int) -> tuple[re.Pattern, int, bool]:
+    """
+    The pattern of a record with a value of C{length} bytes, the bytes of a
+    record besides its timestamp and offset deltas (and besides its length
+    varint when that is captured), and whether it is captured: it is not when
+    its size is the same whatever the deltas' sizes.
+    """
+    found = _UNIFORM_PATTERNS.get(length)
+    if found is None:
+        if len(_UNIFORM_PATTERNS) >= 64:
+            _UNIFORM_PATTERNS.clear()
+        value_length = encode_varint(length)
+        fixed = 3 + len(value_length) + length
+        smallest, largest = fixed + 3, fixed + 5  # attributes, deltas, headers count: the record's length
+        sizes = {len(encode_varint(smallest)), len(encode_varint(largest))}
+        if len(sizes) == 1 and largest < (1 << 13):
+            length_part = rb"[\x00-\x7f]" if sizes == {1} else rb"[\x80-\xff][\x00-\x7f]"
+            fixed += sizes.pop()
+            captured = False
+        else:
+            length_part = _VARINT12
+            captured = True
+        pattern = re.compile(rb"(?s)" + length_part + rb"\x00" + _VARINT12 + _VARINT12 + rb"\x01"
+                             + re.escape(value_length) + rb"(.{%d})\x00" % length)
+        found = _UNIFORM_PATTERNS[length] = (pattern, fixed, captured)
+    return found
+
+
+# offset deltas 0, 1, 2, ... as varints: what nearly every batch has
+_OFFSET_DELTAS: list[bytes] = [encode_varint(i) for i in range(1 << 13)]
+
+
+def _decode_uniform(d: bytes, pos: int, end: int, header: tuple, out: list, topic: str, partition: int,
+                    cls: type) -> bool:
+    """Decode the batch's records as uniform ones (see above); False, with nothing added, if they are not."""
+    # the first record: its value length (null key, no headers assumed; checked by the match)
+    b = d[pos]
+    p = pos + (1 if b < 0x80 else 2)
+    if p + 4 > end or d[p] != 0:
+        return False
+    p += 1
+    for _ in range(2):  # timestampDelta, offsetDelta
+        p += 1 if d[p] < 0x80 else 2
+    if p + 2 > end or d[p] != 1:
+        return False
+    b = d[p + 1]
+    if b < 0x80:
+        length = _ZIGZAG[b]
+    elif p + 2 < end and d[p + 2] < 0x80:
+        length = _ZIGZAG[b - 128 + (d[p + 2] << 7)]
+    else:
+        return False
+    if length < 0:
+        return False
+    pattern, fixed, captured = _uniform_pattern(length)
+    matches = pattern.findall(d, pos, end)
+    count = header[12]
+    if len(matches) != count or count > len(_OFFSET_DELTAS):
+        return False
+    first = 1 if captured else 0
+    deltas = list(map(itemgetter(first), matches))
+    offsets = list(map(itemgetter(first + 1), matches))
+    size = sum(map(len, map(itemgetter(0), matches))) if captured else 0
+    if size + sum(map(len, deltas)) + sum(map(len, offsets)) + count * fixed != end - pos:
+        return False
+    values = map(itemgetter(first + 2), matches)
+    value_of = _VARINT12_VALUES.__getitem__
+    base_offset = header[0]
+    if offsets == _OFFSET_DELTAS[:count]:
+        absolute: Iterable[int] = range(base_offset, base_offset + count)
+    else:
+        absolute = map(base_offset.__add__, map(value_of, offsets))
+    if header[5] & _ATTR_TIMESTAMP_TYPE:
+        timestamps: Iterable[int] = repeat(header[8])
+        ts_type = 1
+    else:
+        timestamps = map(header[7].__add__, map(value_of, deltas))
+        ts_type = 0
+    out.extend(map(_tuple_new, repeat(cls), zip(
+        repeat(topic), repeat(partition), absolute, timestamps, repeat(ts_type), repeat(None), values,
+        repeat(_EMPTY_HEADERS))))
+    return True
+
+
 def _decode_consumer_records(d: bytes, pos: int, end: int, header: tuple, out: list, topic: str,
                              partition: int, cls: type) -> None:
     # The consumer's hot loop.  Varints of one and two bytes (all but the rare
@@ -617,6 +788,8 @@ def _decode_consumer_records(d: bytes, pos: int, end: int, header: tuple, out: l
     slow = decode_varint
     empty = _EMPTY_HEADERS
     z = _ZIGZAG
+    if count >= _UNIFORM_MIN_RECORDS and _decode_uniform(d, pos, end, header, out, topic, partition, cls):
+        return
     try:
         for _ in range(count):
             # length, then the attributes byte

@@ -676,3 +676,175 @@ class TopicAuthorizationTests(SynchronousTestCase):
         clock.pump([0.1] * 2)
         failure = self.failureResultOf(d, KafkaError)
         self.assertEqual(failure.value.error_code, ErrorCode.topic_authorization_failed)
+
+
+class OnDeliveryTests(ProducerTestCase):
+    """C{send(..., on_delivery=f)}: f(metadata, None) or f(None, error), before the Deferred fires."""
+
+    def test_acknowledged(self) -> None:
+        producer, client = self.producer()
+        self.start(producer, "t")
+        seen: list = []
+        d1 = producer.send("t", b"a", on_delivery=lambda md, err: seen.append((md, err)))
+        d2 = producer.send("t", b"b")
+        d3 = producer.send("t", b"c", key=b"k", on_delivery=lambda md, err: seen.append((md, err)))
+        producer.flush()
+        respond(client.produce_requests()[0], base_offsets={("t", 0): 10})
+        self.assertEqual([(md.offset, err) for md, err in seen], [(10, None), (12, None)])
+        self.assertEqual([self.successResultOf(d).offset for d in (d1, d2, d3)], [10, 11, 12])
+
+    def test_callbacks_on_the_deferred_still_run(self) -> None:
+        producer, client = self.producer()
+        self.start(producer, "t")
+        order: list = []
+        d = producer.send("t", b"a", on_delivery=lambda md, err: order.append("on_delivery"))
+        d.addCallback(lambda md: order.append("deferred"))
+        producer.flush()
+        respond(client.produce_requests()[0])
+        self.assertEqual(order, ["on_delivery", "deferred"])
+
+    def test_failed(self) -> None:
+        producer, client = self.producer(retries=0)
+        self.start(producer, "t")
+        seen: list = []
+        d = producer.send("t", b"a", on_delivery=lambda md, err: seen.append((md, err)))
+        producer.flush()
+        respond(client.produce_requests()[0], errors={("t", 0): ErrorCode.invalid_record})
+        self.failureResultOf(d, KafkaError)
+        self.assertEqual(len(seen), 1)
+        self.assertIsNone(seen[0][0])
+        self.assertIsInstance(seen[0][1], KafkaError)
+
+    def test_failed_before_a_batch(self) -> None:
+        producer, client = self.producer(max_request_size=100)
+        self.start(producer, "t")
+        seen: list = []
+        d = producer.send("t", b"x" * 200, on_delivery=lambda md, err: seen.append(err))
+        self.failureResultOf(d, RecordTooLargeError)
+        self.assertIsInstance(seen[0], RecordTooLargeError)
+
+    def test_raising_callback_is_logged(self) -> None:
+        producer, client = self.producer()
+        self.start(producer, "t")
+
+        def boom(md: Any, err: Any) -> None:
+            raise RuntimeError("boom")
+
+        d = producer.send("t", b"a", on_delivery=boom)
+        producer.flush()
+        respond(client.produce_requests()[0])
+        self.assertEqual(self.successResultOf(d).offset, 0)
+        self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 1)
+
+
+class HotPathTests(ProducerTestCase):
+    """The cached open batch of send's hot path never outlives the conditions it relies on."""
+
+    def test_keyed_record_after_values(self) -> None:
+        producer, client = self.producer()
+        self.start(producer, "t")
+        producer.send("t", b"a")
+        producer.send("t", b"b")
+        self.assertEqual(len(producer._hot), 1)
+        producer.send("t", b"c", key=b"k", partition=0)
+        self.assertEqual(producer._hot, {})
+        producer.send("t", b"d")
+        producer.flush()
+        (request,) = client.produce_requests()
+        records = request.batches()[("t", 0)].records
+        self.assertEqual([(r.key, r.value) for r in records], [(None, b"a"), (None, b"b"), (b"k", b"c"), (None, b"d")])
+
+    def test_sealed_batch_leaves(self) -> None:
+        producer, client = self.producer(batch_size=61 + 3 * (11 + 100))
+        self.start(producer, "t")
+        for _ in range(4):
+            producer.send("t", VALUE)
+        producer.flush()
+        requests = client.produce_requests()
+        counts = [len(b.records) for r in requests for b in r.batches().values()]
+        self.assertEqual(sum(counts), 4)
+        self.assertEqual(max(counts), 3)
+
+    def test_waiting_sends_keep_their_order(self) -> None:
+        producer, client = self.producer(buffer_memory=3 * 111 + 10, batch_size=100000)
+        self.start(producer, "t")
+        ds = [producer.send("t", VALUE[:-1] + bytes([i])) for i in range(6)]
+        self.assertEqual(producer._hot, {})
+        producer.flush()
+        respond(client.produce_requests()[0])
+        producer.flush()
+        respond(client.produce_requests()[1])
+        self.assertEqual([self.successResultOf(d).offset for d in ds], [0, 1, 2, 0, 1, 2])
+        values = [r.value[-1] for req in client.produce_requests() for b in req.batches().values() for r in b.records]
+        self.assertEqual(values, list(range(6)))
+
+    def test_closing_clears(self) -> None:
+        producer, client = self.producer()
+        self.start(producer, "t")
+        producer.send("t", b"a")
+        d = producer.close()
+        self.assertEqual(producer._hot, {})
+        self.failureResultOf(producer.send("t", b"late"), ProducerClosedError)
+        respond(client.produce_requests()[0])
+        self.successResultOf(d)
+
+
+class LingerWhileBusyTests(ProducerTestCase):
+    """
+    As Java's accumulator: a batch whose linger_ms is over while it could not
+    be sent (every request slot taken) keeps taking records until a slot frees.
+    """
+
+    def test_batch_fills_while_the_slots_are_taken(self) -> None:
+        producer, client = self.producer(linger_ms=5, max_in_flight_requests_per_connection=1)
+        self.start(producer, "t")
+        first = producer.send("t", b"a")
+        self.clock.advance(0.005)
+        self.clock.advance(0)
+        (request,) = client.produce_requests()
+        later = [producer.send("t", b"b")]
+        self.clock.advance(0.005)  # linger over, but the one slot is taken
+        self.clock.advance(0)
+        later.append(producer.send("t", b"c"))
+        self.clock.advance(0.010)
+        self.assertEqual(len(client.produce_requests()), 1)
+        respond(request)
+        self.successResultOf(first)
+        self.clock.advance(0)
+        requests = client.produce_requests()
+        self.assertEqual(len(requests), 2)
+        self.assertEqual(requests[1].values(), {("t", 0): [b"b", b"c"]})
+        respond(requests[1], base_offsets={("t", 0): 1})
+        self.assertEqual([self.successResultOf(d).offset for d in later], [1, 2])
+
+    def test_full_batch_still_sealed(self) -> None:
+        producer, client = self.producer(linger_ms=5, batch_size=61 + 2 * 111, max_in_flight_requests_per_connection=1)
+        self.start(producer, "t")
+        producer.send("t", VALUE)
+        self.clock.advance(0.005)
+        self.clock.advance(0)
+        (request,) = client.produce_requests()
+        for _ in range(4):
+            producer.send("t", VALUE)
+        self.clock.advance(0.010)
+        respond(request)
+        self.clock.advance(0)
+        requests = client.produce_requests()
+        self.assertEqual(len(requests), 2)
+        self.assertEqual(len(requests[1].values()[("t", 0)]), 2)
+
+    def test_flush_sends_a_lingered_batch(self) -> None:
+        producer, client = self.producer(linger_ms=5, max_in_flight_requests_per_connection=1)
+        self.start(producer, "t")
+        producer.send("t", b"a")
+        self.clock.advance(0.005)
+        self.clock.advance(0)
+        (request,) = client.produce_requests()
+        d = producer.send("t", b"b")
+        self.clock.advance(0.005)
+        flushed = producer.flush()
+        respond(request)
+        self.clock.advance(0)
+        respond(client.produce_requests()[1])
+        self.successResultOf(flushed)
+        self.assertEqual(self.successResultOf(d).offset, 0)

@@ -7,6 +7,7 @@ import struct
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from twisted.trial.unittest import SynchronousTestCase
 
 from kafkatw.errors import CorruptRecordError, InvalidRecordError
 from kafkatw.protocol import records as R
@@ -231,3 +232,120 @@ def test_scan_fetched_gives_the_last_complete_batch_epoch():
     assert scan_fetched(data, 0) == (3, 5)
     assert scan_fetched(data + data[:20], 0) == (3, 5)  # a partial trailing batch is ignored
     assert scan_fetched(data[:20], 7) == (7, -1)
+
+
+class EncodeValueBatchTests(SynchronousTestCase):
+    """L{R.encode_value_batch}: byte for byte what L{encode_batch} makes of the same values."""
+
+    @settings(max_examples=200, deadline=None)
+    @given(values=st.one_of(
+        st.lists(st.binary(max_size=300), min_size=1, max_size=200),
+        st.integers(min_value=0, max_value=20000).flatmap(
+            lambda n: st.lists(st.just(b"v" * n), min_size=1, max_size=100))),
+        timestamp_ms=st.integers(min_value=0, max_value=2**42), compression=st.sampled_from([0, 2, 4]),
+        sequence=st.sampled_from([(-1, -1, -1), (7, 2, 100)]))
+    def test_same_bytes_as_encode_batch(self, values: list, timestamp_ms: int, compression: int,
+                                        sequence: tuple) -> None:
+        pid, epoch, base_sequence = sequence
+        expected = encode_batch([(None, v, None, timestamp_ms) for v in values], compression=compression,
+                                producer_id=pid, producer_epoch=epoch, base_sequence=base_sequence)
+        self.assertEqual(R.encode_value_batch(values, timestamp_ms, compression, pid, epoch, base_sequence),
+                         expected)
+
+    def test_more_records_than_cached(self) -> None:
+        values = [b"x" * 3] * (R._VALUE_PREFIXES_MAX_RECORDS + 10)
+        expected = encode_batch([(None, v, None, 5) for v in values])
+        self.assertEqual(R.encode_value_batch(values, 5), expected)
+        self.assertEqual(R.encode_value_batch(values, 5), expected)
+        (batch,) = decode_batches(expected)
+        self.assertEqual(len(batch.records), len(values))
+
+    def test_no_values(self) -> None:
+        with self.assertRaises(ValueError):
+            R.encode_value_batch([], 0)
+
+
+class UniformDecodingTests(SynchronousTestCase):
+    """
+    L{R.decode_fetched}'s path for batches of uniform records (null key, no
+    headers, one value length) gives what the general loop gives, and leaves
+    every other batch to it.
+    """
+
+    def decode_both(self, data: bytes, fetch_offset: int = 0) -> tuple:
+        used = []
+        uniform = R._decode_uniform
+
+        def spy(*args: object) -> bool:
+            used.append(uniform(*args))
+            return used[-1]
+
+        self.patch(R, "_decode_uniform", spy)
+        fast = R.decode_fetched(data, "t", 3, fetch_offset, tuple)
+        self.patch(R, "_UNIFORM_MIN_RECORDS", 10**9)
+        try:
+            slow = R.decode_fetched(data, "t", 3, fetch_offset, tuple)
+        finally:
+            R._UNIFORM_MIN_RECORDS = 8
+        self.used = used
+        return fast, slow
+
+    @settings(max_examples=200, deadline=None)
+    @given(length=st.one_of(st.integers(min_value=0, max_value=300), st.sampled_from([118, 119, 120, 121, 122, 123,
+                                                                                     124, 125, 126, 8180, 9000])),
+           count=st.integers(min_value=1, max_value=80), data=st.data(),
+           log_append=st.booleans(), base_offset=st.integers(min_value=0, max_value=2**40))
+    def test_same_as_the_loop(self, length: int, count: int, data: st.DataObject, log_append: bool,
+                              base_offset: int) -> None:
+        base_ts = 1_700_000_000_000
+        deltas = data.draw(st.lists(st.integers(min_value=-20000, max_value=20000), min_size=count, max_size=count))
+        values = [bytes([i % 256]) * length for i in range(count)]
+        # a record unlike the others (a key, headers, a null value or another length) now and then
+        odd = data.draw(st.sampled_from([None, "key", "headers", "null", "length"]))
+        records = [(None, v, None, base_ts + dt) for v, dt in zip(values, deltas)]
+        if odd is not None:
+            at = data.draw(st.integers(min_value=0, max_value=count - 1))
+            key, value, headers, ts = records[at]
+            records[at] = {"key": (b"k", value, None, ts), "headers": (None, value, [("h", b"v")], ts),
+                           "null": (None, None, None, ts), "length": (None, value + b"+", None, ts)}[odd]
+        batch = encode_batch(records, base_offset=base_offset, timestamp_type=1 if log_append else 0)
+        fast, slow = self.decode_both(batch, base_offset)
+        self.assertEqual(fast, slow)
+        self.assertEqual(len(fast[0]), count)
+        if odd is None and count >= 8 and all(-8192 <= dt <= 8191 for dt in deltas) and length < 8180:
+            self.assertEqual(self.used, [True])
+        if odd in ("key", "headers", "null", "length") and count >= 8:
+            self.assertEqual(self.used, [False])
+
+    def test_offset_gaps(self) -> None:
+        """Offset deltas that are not 0, 1, 2, ... (a compacted batch) decode to their offsets."""
+        batch = bytearray(encode_batch([(None, b"v" * 50, None, 5)] * 20))
+        (body,) = R.decode_batches(bytes(batch))
+        # rewrite the batch with offset deltas 0, 2, 4, ... by hand
+        parts = []
+        for i in range(20):
+            rec = b"\x00" + R.encode_varint(0) + R.encode_varint(2 * i) + b"\x01" + R.encode_varint(50) + b"v" * 50 \
+                + b"\x00"
+            parts.append(R.encode_varint(len(rec)) + rec)
+        region = b"".join(parts)
+        header = list(R._HEADER.unpack_from(bytes(batch), 0))
+        header[6] = 38  # lastOffsetDelta
+        post = R._POST_CRC.pack(header[5], 38, header[7], header[8], header[9], header[10], header[11], 20) + region
+        data = R._PRE_CRC.pack(0, len(post) + 9, -1, 2, R.crc32c(post)) + post
+        fast, slow = self.decode_both(data)
+        self.assertEqual(fast, slow)
+        self.assertEqual(self.used, [True])
+        self.assertEqual([r[2] for r in fast[0]], list(range(0, 40, 2)))
+        self.assertEqual(body.records[0].value, b"v" * 50)
+
+    def test_corrupt_left_to_the_loop(self) -> None:
+        """Bytes after the last record: the uniform path declines, the loop reports it."""
+        records = [(None, b"v" * 10, None, 5)] * 10
+        good = encode_batch(records)
+        header = list(R._HEADER.unpack_from(good, 0))
+        region = good[61:] + b"\x00"
+        post = R._POST_CRC.pack(header[5], header[6], header[7], header[8], header[9], header[10], header[11],
+                                header[12]) + region
+        data = R._PRE_CRC.pack(0, len(post) + 9, -1, 2, R.crc32c(post)) + post
+        with self.assertRaises(CorruptRecordError):
+            R.decode_fetched(data, "t", 0, 0, tuple)

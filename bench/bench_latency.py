@@ -1,0 +1,306 @@
+"""
+End-to-end latency: from C{send} to the consumer's C{poll} returning the
+record, 200-byte records at a fixed rate (default 10,000/s), acks=1,
+linger 0, one partition, against ONE kafkatw broker started here.
+
+Pairs, each a producer process and a consumer process started fresh:
+
+  - C{kafkatw}: kafkatw's L{Producer} (linger_ms=0) and L{Consumer}
+    (fetch_min_bytes=1, default fetch_max_wait_ms), polling what is there;
+  - C{librdkafka}: confluent-kafka's Producer (linger.ms=0) and Consumer
+    (fetch.wait.max.ms default, polling one record at a time).
+
+Every value starts with its send time (C{time.monotonic_ns}, one clock for
+every process of this machine); the consumer takes the time when poll returns.
+Prints one JSON line per pair: p50, p99, p99.9 and max in ms.
+
+C{--timeline} adds, for kafkatw's pair, the median of each stage of a
+record's trip, measured in the two client processes (broker stages are
+inside "request written -> acknowledged" and "fetch sent -> fetch answered"):
+
+  send -> Produce request written (the producer's batching and drain)
+  request written -> acknowledged (broker append and response)
+  fetch response received -> poll returned (consumer decode and hand-off)
+  send -> fetch response received (everything before the consumer's decode)
+
+Usage:
+  python bench/bench_latency.py [--rate 10000] [--seconds 10] [--pairs kafkatw,librdkafka]
+      [--acks 1] [--runs 3] [--timeline]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import struct
+import subprocess
+import sys
+import time
+
+RECORD_SIZE = 200
+_STAMP = struct.Struct(">q")
+
+
+def _percentiles(values: list[float]) -> dict:
+    values = sorted(values)
+    if not values:
+        return {}
+
+    def pct(q: float) -> float:
+        return round(values[min(len(values) - 1, int(q * len(values)))], 3)
+
+    return {"p50_ms": pct(0.5), "p99_ms": pct(0.99), "p999_ms": pct(0.999), "max_ms": round(values[-1], 3)}
+
+
+# --- children --------------------------------------------------------------------------
+
+
+def producer_kafkatw(bootstrap: str, topic: str, rate: float, seconds: float, acks: str, timeline: str) -> None:
+    from twisted.internet import defer, task
+
+    from kafkatw.client.producer import Producer
+
+    written: list[tuple[int, int]] = []  # (records in the request's batch, write ns)
+    acked: list[int] = []
+
+    async def main(reactor) -> None:
+        producer = Producer(reactor, bootstrap, acks="all" if acks == "all" else int(acks), linger_ms=0)
+        await producer.send(topic, b"warm-up")
+        if timeline:
+            # bench instrumentation: when each Produce request is handed to the transport
+            send_request = producer.client.send
+
+            def timed_send(node, api_key, body, *a, **kw):
+                if api_key == 0:
+                    for _name, partitions in body.topics:
+                        for _p, data in partitions:
+                            count = struct.unpack_from(">i", data, 57)[0]  # the batch's recordCount
+                            written.append((count, time.monotonic_ns()))
+                return send_request(node, api_key, body, *a, **kw)
+
+            producer.client.send = timed_send
+        n = int(rate * seconds)
+        pad = b"x" * (RECORD_SIZE - _STAMP.size)
+        start = time.monotonic()
+        sends = []
+        for i in range(n):
+            due = start + i / rate
+            delay = due - time.monotonic()
+            if delay > 0.0002:
+                await task.deferLater(reactor, delay, lambda: None)
+            now = time.monotonic_ns()
+            if timeline:
+                sends.append(now)
+                producer.send(topic, _STAMP.pack(now) + pad,
+                              on_delivery=lambda m, e: acked.append(time.monotonic_ns()))
+            else:
+                producer.send(topic, _STAMP.pack(now) + pad)
+        await producer.flush()
+        await producer.close()
+        if timeline:
+            json.dump({"sends": sends, "written": written, "acked": acked}, open(timeline, "w"))
+
+    task.react(lambda reactor: defer.ensureDeferred(main(reactor)))
+
+
+def consumer_kafkatw(bootstrap: str, topic: str, n: int, out: str, timeline: str) -> None:
+    from twisted.internet import defer, task
+
+    from kafkatw.client.consumer import Consumer
+
+    latencies: list[float] = []
+    received: list[int] = []
+
+    async def main(reactor) -> None:
+        consumer = Consumer(reactor, bootstrap, auto_offset_reset="latest", fetch_min_bytes=1)
+        consumer.assign([(topic, 0)])
+        await consumer.position((topic, 0))
+        if timeline:
+            fetch_done = consumer._fetch_done  # bench instrumentation: when a fetch response arrives
+
+            def timed(response, *a):
+                received.append(time.monotonic_ns())
+                return fetch_done(response, *a)
+
+            consumer._fetch_done = timed
+        print("ready", flush=True)
+        unpack = _STAMP.unpack_from
+        stamps: list[tuple[int, int]] = []
+        while len(latencies) < n:
+            records = await consumer.poll(timeout_ms=10000)
+            now = time.monotonic_ns()
+            if not records:
+                break
+            for r in records:
+                if len(r.value) != RECORD_SIZE:
+                    continue  # the producer's warm-up record
+                sent = unpack(r.value)[0]
+                latencies.append((now - sent) / 1e6)
+                if timeline:
+                    stamps.append((sent, now, received[-1] if received else now))
+        await consumer.close()
+        json.dump({"latencies": latencies, "stamps": stamps}, open(out, "w"))
+
+    task.react(lambda reactor: defer.ensureDeferred(main(reactor)))
+
+
+def producer_librdkafka(bootstrap: str, topic: str, rate: float, seconds: float, acks: str, _timeline: str) -> None:
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": -1 if acks == "all" else int(acks),
+                         "linger.ms": 0, "enable.idempotence": False})
+    producer.produce(topic, b"warm-up")
+    producer.flush(10)
+    n = int(rate * seconds)
+    pad = b"x" * (RECORD_SIZE - _STAMP.size)
+    start = time.monotonic()
+    for i in range(n):
+        due = start + i / rate
+        while True:
+            delay = due - time.monotonic()
+            if delay <= 0:
+                break
+            producer.poll(min(delay, 0.001))
+        producer.produce(topic, _STAMP.pack(time.monotonic_ns()) + pad)
+        producer.poll(0)
+    producer.flush(30)
+
+
+def consumer_librdkafka(bootstrap: str, topic: str, n: int, out: str, _timeline: str) -> None:
+    from confluent_kafka import OFFSET_END, Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-latency", "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, 0, OFFSET_END)])
+    # the assignment takes effect on the first poll: wait until it is fetching
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        consumer.poll(0.05)
+        if consumer.position([TopicPartition(topic, 0)])[0].offset >= 0:
+            break
+    print("ready", flush=True)
+    latencies: list[float] = []
+    unpack = _STAMP.unpack_from
+    idle_since = time.monotonic()
+    while len(latencies) < n and time.monotonic() - idle_since < 10:
+        m = consumer.poll(0.1)
+        if m is None or m.error() or len(m.value()) != RECORD_SIZE:
+            continue
+        now = time.monotonic_ns()
+        latencies.append((now - unpack(m.value())[0]) / 1e6)
+        idle_since = time.monotonic()
+    consumer.close()
+    json.dump({"latencies": latencies, "stamps": []}, open(out, "w"))
+
+
+PRODUCERS = {"kafkatw": producer_kafkatw, "librdkafka": producer_librdkafka}
+CONSUMERS = {"kafkatw": consumer_kafkatw, "librdkafka": consumer_librdkafka}
+
+
+def _timeline(producer_file: str, consumer: dict) -> dict:
+    with open(producer_file) as f:
+        p = json.load(f)
+    sends, written, acked = p["sends"], p["written"], p["acked"]
+    # Records and requests are in order on one partition: each record's request write time.
+    per_record_write = [at for count, at in written for _ in range(count)]
+    n = min(len(sends), len(per_record_write), len(acked))
+    to_write = [(per_record_write[i] - sends[i]) / 1e6 for i in range(n)]
+    to_ack = [(acked[i] - per_record_write[i]) / 1e6 for i in range(n)]
+    stamps = consumer["stamps"]
+    decode = [(now - got) / 1e6 for sent, now, got in stamps]
+    to_fetched = [(got - sent) / 1e6 for sent, now, got in stamps]
+
+    def med(values: list[float]) -> float | None:
+        return round(statistics.median(values), 3) if values else None
+
+    return {"send_to_request_written_ms": med(to_write), "request_written_to_acked_ms": med(to_ack),
+            "send_to_fetch_response_ms": med(to_fetched), "fetch_response_to_poll_return_ms": med(decode),
+            "records_per_request": round(len(sends) / len(written), 2) if written else None}
+
+
+def child(args: argparse.Namespace) -> None:
+    if args.role == "producer":
+        PRODUCERS[args.pair](args.bootstrap, args.topic, args.rate, args.seconds, args.acks, args.timeline_file)
+    else:
+        CONSUMERS[args.pair](args.bootstrap, args.topic, args.n, args.out, args.timeline_file)
+
+
+def run_pair(pair: str, bootstrap: str, topic: str, args: argparse.Namespace, run: int) -> dict:
+    out = f"/tmp/kafkatw-latency-{os.getpid()}-{pair}-{run}.json"
+    tl = f"/tmp/kafkatw-latency-{os.getpid()}-{pair}-{run}-producer.json" if args.timeline and pair == "kafkatw" \
+        else ""
+    n = int(args.rate * args.seconds)
+    base = [sys.executable, os.path.abspath(__file__), "--child", "--pair", pair, "--bootstrap", bootstrap,
+            "--topic", topic, "--rate", str(args.rate), "--seconds", str(args.seconds), "--acks", args.acks,
+            "--timeline-file", tl]
+    consumer = subprocess.Popen([*base, "--role", "consumer", "--n", str(n), "--out", out],
+                                stdout=subprocess.PIPE, text=True)
+    try:
+        line = consumer.stdout.readline()
+        if line.strip() != "ready":
+            raise RuntimeError(f"{pair} consumer did not start")
+        subprocess.run([*base, "--role", "producer"], check=True, timeout=args.seconds * 3 + 60)
+        consumer.wait(timeout=60)
+    finally:
+        if consumer.poll() is None:
+            consumer.kill()
+    with open(out) as f:
+        result = json.load(f)
+    os.unlink(out)
+    figure = {"bench": "latency", "pair": pair, "run": run, "rate": args.rate, "acks": args.acks,
+              "records": len(result["latencies"]), **_percentiles(result["latencies"])}
+    if tl:
+        figure["timeline"] = _timeline(tl, result)
+        os.unlink(tl)
+    return figure
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rate", type=float, default=10000)
+    parser.add_argument("--seconds", type=float, default=10)
+    parser.add_argument("--pairs", default="kafkatw,librdkafka")
+    parser.add_argument("--acks", default="1")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--timeline", action="store_true")
+    parser.add_argument("--brokers", type=int, default=1, help="brokers (and the topic's replication factor)")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--role", help=argparse.SUPPRESS)
+    parser.add_argument("--pair", help=argparse.SUPPRESS)
+    parser.add_argument("--bootstrap", help=argparse.SUPPRESS)
+    parser.add_argument("--topic", help=argparse.SUPPRESS)
+    parser.add_argument("--n", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    parser.add_argument("--timeline-file", default="", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args)
+        return
+
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from kafkatw.testing import running_cluster
+
+    with running_cluster(brokers=args.brokers) as cluster:
+        bootstrap = ",".join(b.bootstrap for b in cluster)
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        results: dict[str, list[dict]] = {}
+        for run in range(args.runs):
+            for pair in args.pairs.split(","):
+                topic = f"latency-{pair}-{run}"
+                admin.create_topics([NewTopic(topic, 1, args.brokers)])[topic].result(15)
+                time.sleep(0.5)
+                figure = run_pair(pair, bootstrap, topic, args, run)
+                figure["load_avg_1m"] = os.getloadavg()[0]
+                print(json.dumps(figure), flush=True)
+                results.setdefault(pair, []).append(figure)
+        for pair, figures in results.items():
+            summary = {key: round(statistics.median(f[key] for f in figures), 3)
+                       for key in ("p50_ms", "p99_ms", "p999_ms", "max_ms") if all(key in f for f in figures)}
+            print(json.dumps({"bench": "latency", "pair": pair, "summary": "median of runs", "runs": len(figures),
+                              "rate": args.rate, "acks": args.acks, **summary}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

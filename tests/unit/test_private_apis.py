@@ -1,0 +1,81 @@
+"""
+The private parts of libraries that kafkatw's hot paths rely on (listed in
+docs/design.md, "Private APIs", and pinned in setup.cfg): these tests fail
+loudly when a new version of the library changes them.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+from twisted.internet import abstract, defer
+from twisted.trial.unittest import SynchronousTestCase
+
+from kafkatw.client.producer import RecordMetadata
+
+
+class DeferredInternalsTests(SynchronousTestCase):
+    """
+    L{kafkatw.client.producer.Producer} fires a Deferred without callbacks by
+    setting C{called}, C{_canceller} and C{result}, and tells it apart by
+    C{_callbacks} (C{Producer._complete}, C{Producer._complete_with_callbacks}).
+    """
+
+    def test_fresh_deferred(self) -> None:
+        d: defer.Deferred = defer.Deferred()
+        self.assertEqual(d._callbacks, [])
+        self.assertFalse(d.called)
+        self.assertIsNone(d._canceller)
+        d.addCallback(lambda r: r)
+        self.assertTrue(d._callbacks)
+
+    def test_fired_by_hand_is_fired(self) -> None:
+        """A Deferred fired the producer's way behaves as one fired with callback()."""
+        metadata = RecordMetadata("t", 0, 7, 1)
+        d: defer.Deferred = defer.Deferred(lambda _d: None)
+        d.called = True
+        d._canceller = None
+        d.result = metadata
+        seen = []
+        d.addCallback(seen.append)
+        self.assertEqual(seen, [metadata])
+        d.cancel()  # a no-op on a fired Deferred
+        self.assertTrue(d.called)
+        with self.assertRaises(defer.AlreadyCalledError):
+            d.callback(None)
+
+    def test_chained_and_paused_are_seen(self) -> None:
+        """The producer calls callback() when C{called} is already set (cancelled by its owner)."""
+        d: defer.Deferred = defer.Deferred()
+        d.cancel()
+        self.assertTrue(d.called)
+        self.failureResultOf(d, defer.CancelledError)
+        d.callback("late")  # ignored after a cancel, as the producer expects
+
+
+class TransportBufferTests(SynchronousTestCase):
+    """
+    L{kafkatw.broker.network.ResponseWriter} reads C{_tempDataLen},
+    C{dataBuffer} and C{offset} of Twisted's file descriptors to know whether
+    the transport's buffer is empty before an C{os.sendfile}.
+    """
+
+    def test_fields(self) -> None:
+        fd = abstract.FileDescriptor()
+        self.assertEqual(fd._tempDataLen, 0)
+        self.assertEqual(len(fd.dataBuffer), 0)
+        self.assertEqual(fd.offset, 0)
+
+
+class CrochetTests(SynchronousTestCase):
+    """
+    L{kafkatw.client.blocking} builds crochet's C{EventLoop} itself (a
+    private reactor per process) with its positional arguments.
+    """
+
+    def test_event_loop_signature(self) -> None:
+        import crochet
+
+        names = list(inspect.signature(crochet.EventLoop.__init__).parameters)[1:6]
+        self.assertEqual(names, ["reactorFactory", "atexit_register", "startLoggingWithObserver", "watchdog_thread",
+                                 "reapAllProcesses"])
