@@ -266,3 +266,38 @@ class ClientQuotaApiTests(unittest.TestCase):
                               [{"key": "request_percentage", "value": 50.0, "remove": False}], validate_only=True)
         self.assertEqual(response.entries[0].error_code, ErrorCode.none)
         self.assertEqual(self.describe(h, []).entries, ())
+
+
+class ConfigsCommandQuotaTests(unittest.TestCase):
+    """C{kafkatw configs} quota forms: entity pairing and usage errors (no broker needed)."""
+
+    def invoke(self, *args: str) -> object:
+        from click.testing import CliRunner
+
+        from kafkatw.cli.main import main
+
+        return CliRunner().invoke(main, ["configs", *args], prog_name="kafkatw")
+
+    def test_entity_pairing(self) -> None:
+        import click
+
+        from kafkatw.cli.configs import quota_entity
+
+        self.assertEqual(quota_entity(["users", "clients"], ["alice", ""]), (("user", "alice"), ("client-id", None)))
+        self.assertEqual(quota_entity(["clients", "users"], ["c", "u"]), (("user", "u"), ("client-id", "c")))
+        self.assertEqual(quota_entity(["clients"], [""]), (("client-id", None),))
+        self.assertRaises(click.UsageError, quota_entity, ["users", "topics"], ["a", "t"])
+        self.assertRaises(click.UsageError, quota_entity, ["users", "clients"], ["a"])
+
+    def test_usage_errors(self) -> None:
+        b = ["--bootstrap-server", "127.0.0.1:1"]
+        for args in [
+            [*b, "--entity-type", "clients", "--entity-name", "c", "--alter", "--add-config", "bogus=1"],
+            [*b, "--entity-type", "clients", "--entity-name", "c", "--alter", "--add-config", "producer_byte_rate=x"],
+            [*b, "--entity-type", "clients", "--entity-name", "c", "--alter"],
+            [*b, "--entity-type", "users", "--entity-name", "u", "--entity-type", "clients", "--alter",
+             "--add-config", "producer_byte_rate=1"],
+            ["--zookeeper", "127.0.0.1:1", "--entity-type", "clients", "--entity-default", "--describe"],
+        ]:
+            result = self.invoke(*args)
+            self.assertEqual(result.exit_code, 2, (args, result.output))
