@@ -328,6 +328,32 @@ class ClientQuotas:
         else:
             self.entities.pop(entity, None)
 
+    def metric_families(self) -> Iterable[Any]:
+        """
+        Prometheus families of every rate with a quota, under the names the
+        JMX exporter gives Kafka's C{kafka.server:type=Produce|Fetch|Request,user=,client-id=}
+        sensors: C{kafka_server_produce_byte_rate}, C{kafka_server_fetch_byte_rate}
+        (bytes/s), C{kafka_server_request_request_time} (percent of a
+        handler), and C{kafka_server_<type>_throttle_time_ms_total} (ms of throttle given).
+        """
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        now_ms = self.now_ms()
+        for kind, manager, rate_name, rate_doc in (
+            ("produce", self.produce, "byte_rate", "Produce bytes/s of a quota entity."),
+            ("fetch", self.fetch, "byte_rate", "Fetch response bytes/s of a quota entity."),
+            ("request", self.request, "request_time", "Request handler time of a quota entity, percent."),
+        ):
+            rate = GaugeMetricFamily(f"kafka_server_{kind}_{rate_name}", rate_doc, labels=["user", "client_id"])
+            throttle = CounterMetricFamily(f"kafka_server_{kind}_throttle_time_ms",
+                                           f"Throttle time given to {kind} requests of a quota entity (ms).",
+                                           labels=["user", "client_id"])
+            for (user, client_id), value, throttle_ms in manager.rates(now_ms):
+                rate.add_metric([user, client_id], value)
+                throttle.add_metric([user, client_id], throttle_ms)
+            yield rate
+            yield throttle
+
     def entity_changed(self, entity_type: str, name: str, config: dict[str, str]) -> None:
         """A L{kafkatw.zookeeper.config_changes.ConfigChangeListener} callback for C{users} and C{clients}."""
         self.update(QuotaEntity.from_entity_path(entity_type, name), config)

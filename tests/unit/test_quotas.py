@@ -301,3 +301,21 @@ class ConfigsCommandQuotaTests(unittest.TestCase):
         ]:
             result = self.invoke(*args)
             self.assertEqual(result.exit_code, 2, (args, result.output))
+
+
+class QuotaMetricsTests(unittest.TestCase):
+    def test_rates_and_throttle_times_under_kafkas_names(self) -> None:
+        from types import SimpleNamespace
+
+        from prometheus_client import generate_latest
+
+        from kafkatw.broker.metrics import metrics_registry
+
+        quotas = ClientQuotas(Clock())
+        quotas.update(QuotaEntity("alice", None), {"producer_byte_rate": "100"})
+        quotas.produce.record_and_get_throttle_time_ms("alice", "c1", 1210, 0)
+        apis = SimpleNamespace(messages_in=0, bytes_in=0, bytes_out=0, failed_produce_requests=0,
+                               failed_fetch_requests=0, request_counts={}, connections=set(), quotas=quotas)
+        text = generate_latest(metrics_registry(SimpleNamespace(apis=apis, log_manager=None))).decode()
+        self.assertIn('kafka_server_produce_byte_rate{client_id="",user="alice"} 121.0', text)
+        self.assertIn('kafka_server_produce_throttle_time_ms_total{client_id="",user="alice"} 2100.0', text)
