@@ -6,7 +6,7 @@ keeps them (kafkatw/broker/quota_manager.py draws the layout).
 An entity on the wire is a list of components C{(entity_type, entity_name)}
 with C{entity_type} C{user} or C{client-id} and C{entity_name} C{None} for the
 default.  A describe filter component matches a name exactly (match type 0),
-the default (1) or any non-default name (2); with C{strict}, an entity with a
+the default (1) or any entity having that component (2); with C{strict}, an entity with a
 component type the filter does not name is left out.  Describe needs
 DescribeConfigs on the cluster, alter AlterConfigs, as in Kafka.
 
@@ -79,9 +79,6 @@ def _matches(entity: QuotaEntity, components: Any, strict: bool) -> bool:
                 return False
         elif c.match_type == _MATCH_DEFAULT:
             if name != DEFAULT:
-                return False
-        elif c.match_type == _MATCH_SPECIFIED:
-            if name == DEFAULT:
                 return False
     if strict and any(name is not None and t not in named for t, name in names.items()):
         return False

@@ -212,9 +212,10 @@ def configs(bootstrap_server: str | None, zookeeper_connect: str | None, command
             delete_config: str | None, show_all: bool) -> None:
     """Describe and alter configs, as kafka-configs.sh."""
     names: list[str | None] = list(click.get_current_context().meta.get("kafkatw.entity_names", []))
-    if len(entity_types) > 1 or client is not None or (
-            entity_types[:1] == ("users",) and len(names) == 1 and _quota_keys_only(add_config, delete_config)
-            and action == "alter") or entity_types[:1] == ("clients",):
+    if len(entity_types) > 1 or client is not None or entity_types[:1] == ("clients",) or (
+            entity_types[:1] == ("users",) and names == [""]) or (
+            entity_types[:1] == ("users",) and len(names) == 1 and action == "alter"
+            and _quota_keys_only(add_config, delete_config)):
         types = list(entity_types)
         for shortcut, kind in ((user, "users"), (client, "clients")):
             if shortcut is not None:
@@ -254,6 +255,8 @@ def configs(bootstrap_server: str | None, zookeeper_connect: str | None, command
     delete = [k.strip() for k in (delete_config or "").split(",") if k.strip()]
     if action == "alter" and not add and not delete:
         raise click.UsageError("--alter needs --add-config or --delete-config")
+    if entity_type == "users" and action == "describe" and bootstrap_server is not None:
+        _describe_quotas(bootstrap_server, command_config, ["users"], [] if entity_name is None else [entity_name])
     if entity_type == "users":
         upserts, delete = _user_changes(add, delete) if action == "alter" else ({}, [])
         if zookeeper_connect is not None:
@@ -284,34 +287,14 @@ def _quotas(bootstrap_server: str | None, zookeeper_connect: str | None, command
             entity_types: list[str], names: list[str | None], action: str | None, add_config: str | None,
             delete_config: str | None) -> None:
     """Client quotas: AlterClientQuotas and DescribeClientQuotas (KIP-546), as Kafka's C{ConfigCommand}."""
-    from kafkatw.client.admin import ClientQuotaAlteration, ClientQuotaFilterComponent
+    from kafkatw.client.admin import ClientQuotaAlteration
 
     if action is None:
         raise click.UsageError("give --alter or --describe")
     if bootstrap_server is None or zookeeper_connect is not None:
         raise click.UsageError("client quotas need --bootstrap-server (not --zookeeper)")
     if action == "describe":
-        if len(names) > len(entity_types):
-            raise click.UsageError("give --entity-name or --entity-default for each --entity-type")
-        components = []
-        for i, entity_type in enumerate(entity_types):
-            if entity_type not in _QUOTA_ENTITY_TYPES:
-                raise click.UsageError("only '--entity-type users --entity-type clients' may be combined")
-            kind = _QUOTA_ENTITY_TYPES[entity_type]
-            if i >= len(names):
-                components.append(ClientQuotaFilterComponent(kind, None, 2))  # every named entity of the type
-            elif names[i]:
-                components.append(ClientQuotaFilterComponent(kind, names[i], 0))
-            else:
-                components.append(ClientQuotaFilterComponent(kind, None, 1))
-        try:
-            with _admin(bootstrap_server, _security(command_config)) as admin:
-                found = admin.describe_client_quotas(components, strict=True)
-        except KafkaError as e:
-            fail(f"Error while executing config command with args: {describe_error(e)}")
-        for entity, values in sorted(found.items(), key=lambda item: str(item[0])):
-            shown = ", ".join(f"{k}={v}" for k, v in sorted(values.items()))
-            click.echo(f"Quota configs for {_describe_entity(entity)} are {shown}")
+        _describe_quotas(bootstrap_server, command_config, entity_types, names)
         return
     entity = quota_entity(entity_types, names)
     try:
@@ -346,6 +329,34 @@ def _quotas(bootstrap_server: str | None, zookeeper_connect: str | None, command
         click.echo(f"Completed updating default config for {singular}s in the cluster.")
     else:
         click.echo(f"Completed updating config for {singular} {name}.")
+
+
+def _describe_quotas(bootstrap_server: str, command_config: str | None, entity_types: list[str],
+                     names: list[str | None]) -> None:
+    """Kafka's C{describeQuotaConfigs}: a strict filter, a type without a name matching each of its entities."""
+    from kafkatw.client.admin import ClientQuotaFilterComponent
+
+    if len(names) > len(entity_types):
+        raise click.UsageError("give --entity-name or --entity-default for each --entity-type")
+    components = []
+    for i, entity_type in enumerate(entity_types):
+        if entity_type not in _QUOTA_ENTITY_TYPES:
+            raise click.UsageError("only '--entity-type users --entity-type clients' may be combined")
+        kind = _QUOTA_ENTITY_TYPES[entity_type]
+        if i >= len(names):
+            components.append(ClientQuotaFilterComponent(kind, None, 2))  # every entity of the type
+        elif names[i]:
+            components.append(ClientQuotaFilterComponent(kind, names[i], 0))
+        else:
+            components.append(ClientQuotaFilterComponent(kind, None, 1))
+    try:
+        with _admin(bootstrap_server, _security(command_config)) as admin:
+            found = admin.describe_client_quotas(components, strict=True)
+    except KafkaError as e:
+        fail(f"Error while executing config command with args: {describe_error(e)}")
+    for entity, values in sorted(found.items(), key=lambda item: str(item[0])):
+        shown = ", ".join(f"{k}={v}" for k, v in sorted(values.items()))
+        click.echo(f"Quota configs for {_describe_entity(entity)} are {shown}")
 
 
 def _admin(bootstrap_server: str, security: Any) -> Any:

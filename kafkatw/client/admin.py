@@ -278,7 +278,7 @@ class ClientQuotaFilterComponent:
     One component of a DescribeClientQuotas filter (KIP-546): C{entity_type}
     C{user} or C{client-id}; C{match_type} 0 matches the name C{match}
     exactly (C{None}: the default entity), 1 the default entity, 2 any
-    non-default name (Kafka's C{ClientQuotaFilterComponent.ofEntity},
+    entity of the type, the default included (Kafka's C{ClientQuotaFilterComponent.ofEntity},
     C{ofDefaultEntity}, C{ofEntityType}).
     """
 
