@@ -263,7 +263,7 @@ class KafkaApis(TransactionApis, QuotaApis):
         return result
 
     def _respond(self, context: RequestContext, body: Any) -> bytes:
-        if self.quotas.enabled and isinstance(body, dict) and "throttle_time" in body:
+        if self.quotas.enabled and isinstance(body, dict) and "throttle_time" in body and context.api_key != 27:
             throttle_ms = max(int(body["throttle_time"] or 0), self._request_throttle_ms(context))
             body["throttle_time"] = throttle_ms
             self._throttle(context, throttle_ms)
@@ -278,8 +278,11 @@ class KafkaApis(TransactionApis, QuotaApis):
 
     @staticmethod
     def _quota_exempt(context: RequestContext, request: Any) -> bool:
-        """A follower's fetch (C{replica_id} >= 0) is replication, not a client's: no client quota."""
-        return context.api_key == 1 and getattr(request, "replica_id", -1) >= 0
+        """
+        A follower's fetch (C{replica_id} >= 0) and WriteTxnMarkers are
+        broker-to-broker requests, not a client's: no client quota.
+        """
+        return (context.api_key == 1 and getattr(request, "replica_id", -1) >= 0) or context.api_key == 27
 
     def _request_throttle_ms(self, context: RequestContext) -> int:
         """
@@ -563,7 +566,7 @@ class KafkaApis(TransactionApis, QuotaApis):
 
     # --- Fetch ---------------------------------------------------------------
 
-    def _read_partitions(self, request: Any, denied: set[str] | None = None
+    def _read_partitions(self, request: Any, denied: set[str] | None = None, quota_max_bytes: int | None = None
                          ) -> tuple[list[tuple[str, list[PartitionFetchData]]], int, bool]:
         """
         Read every requested partition once, on its leader.  A consumer reads
@@ -577,6 +580,8 @@ class KafkaApis(TransactionApis, QuotaApis):
         replica_id = getattr(request, "replica_id", -1)
         read_committed = replica_id < 0 and getattr(request, "isolation_level", 0) == READ_COMMITTED
         remaining = request.max_bytes if getattr(request, "max_bytes", None) is not None else 0x7FFFFFFF
+        if quota_max_bytes is not None:  # Kafka's getMaxValueInQuotaWindow bound
+            remaining = min(remaining, quota_max_bytes)
         topics = []
         total = 0
         any_error = False
@@ -641,7 +646,11 @@ class KafkaApis(TransactionApis, QuotaApis):
                     else set(names)
             else:
                 denied = self._denied_topics(context, AclOperation.READ, names)
-        topics, total, any_error = self._read_partitions(request, denied)
+        quota_max_bytes = None
+        if self.quotas.enabled and not self._quota_exempt(context, request):
+            bound = self.quotas.fetch.max_value_in_window(*self._quota_client(context))
+            quota_max_bytes = None if bound is None else max(1, int(bound))
+        topics, total, any_error = self._read_partitions(request, denied, quota_max_bytes)
         max_wait_ms = int(request.max_wait.total_seconds() * 1000)
         if any_error or total >= request.min_bytes or max_wait_ms <= 0 or total >= request.max_bytes:
             return self._fetch_response(context, topics, request)
@@ -651,7 +660,8 @@ class KafkaApis(TransactionApis, QuotaApis):
         d = self.replica_manager.delay_fetch(tps, request.min_bytes, total, max_wait_ms,
                                              replica=getattr(request, "replica_id", -1) >= 0,
                                              stable_offsets=self._stable_offsets(request, topics))
-        d.addCallback(lambda _: self._fetch_response(context, self._read_partitions(request, denied)[0], request))
+        d.addCallback(lambda _: self._fetch_response(
+            context, self._read_partitions(request, denied, quota_max_bytes)[0], request))
         return d
 
     def _fetch_response(self, context: RequestContext, topics: list, request: Any = None) -> tuple[list, int]:

@@ -315,12 +315,16 @@ class KafkaConnection(Int32StringReceiver):
         """
         Split the stream into frames with L{FrameBuffer}, which replaces
         L{Int32StringReceiver.dataReceived} (quadratic for large requests).
+        Once a request's response throttles the connection (L{throttle}),
+        the requests already received after it stay buffered until it is unmuted.
         """
         try:
             for frame in self._frames.feed(data):
                 if self._closed:
                     break
                 self.stringReceived(frame)
+                if self._unmute_call is not None:
+                    break  # throttled: the frames after it wait in the buffer until unmuted
         except FrameSizeError as e:
             self.lengthLimitExceeded(e.size)
 
@@ -426,6 +430,7 @@ class KafkaConnection(Int32StringReceiver):
         self._unmute_call = None
         if not self._closed:
             self.transport.resumeProducing()
+            self.dataReceived(b"")  # the requests that arrived with the throttled one
 
     @property
     def muted(self) -> bool:

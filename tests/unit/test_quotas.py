@@ -319,3 +319,43 @@ class QuotaMetricsTests(unittest.TestCase):
         text = generate_latest(metrics_registry(SimpleNamespace(apis=apis, log_manager=None))).decode()
         self.assertIn('kafka_server_produce_byte_rate{client_id="",user="alice"} 121.0', text)
         self.assertIn('kafka_server_produce_throttle_time_ms_total{client_id="",user="alice"} 2100.0', text)
+
+
+class PipelinedMuteTests(unittest.TestCase):
+    def test_requests_behind_a_throttled_one_wait_until_unmuted(self) -> None:
+        h = BrokerHarness(self)
+        connection = KafkaConnection(h.apis, h.config["socket.request.max.bytes"])
+        transport = StringTransport()
+        connection.makeConnection(transport)
+        h.create_topic("t")
+        h.apis.quotas.update(QuotaEntity(None, "slow"), {"producer_byte_rate": "1000"})
+        frames = b""
+        for correlation_id in (1, 2):
+            frame = encode_request(0, 9, correlation_id, "slow", {"acks": 1, "timeout": 1000, "topic_data": [
+                {"name": "t", "partition_data": [{"index": 0, "records": build_batch([(None, b"x" * 10500)])}]}]})
+            frames += struct.pack(">i", len(frame)) + frame
+        connection.dataReceived(frames)
+        first = transport.value()
+        self.assertEqual(struct.unpack_from(">i", first, 4)[0], 1)
+        self.assertEqual(len(first), 4 + struct.unpack_from(">i", first)[0])  # only the first answer
+        _, response = decode_response(0, 9, first[4:])
+        throttle_s = response.throttle_time.total_seconds()
+        self.assertGreater(throttle_s, 0)
+        transport.clear()
+        h.clock.advance(throttle_s)
+        self.assertEqual(struct.unpack_from(">i", transport.value(), 4)[0], 2)
+
+
+class FetchBoundTests(unittest.TestCase):
+    def test_fetch_size_is_bounded_by_the_quota_window(self) -> None:
+        h = BrokerHarness(self)
+        h.create_topic("t")
+        for _ in range(3):
+            h.produce("t", 0, build_batch([(None, b"z" * 6000)]))
+        unbounded = h.fetch("t", 0, 0)
+        # 1000 B/s over quota.window.num - 1 = 10 windows: 10,000 bytes, so one 6 kB batch.
+        h.apis.quotas.update(QuotaEntity(None, "test"), {"consumer_byte_rate": "1000"})
+        bounded = h.fetch("t", 0, 0)
+        self.assertGreater(len(unbounded.records), 3 * 6000)
+        self.assertLess(len(bounded.records), 7000)
+        self.assertGreater(len(bounded.records), 6000)
