@@ -329,6 +329,14 @@ BROKER_CONFIG: dict[str, ConfigKey] = {
         ConfigKey("follower.replication.throttled.rate", int, _LONG_MAX,
                   "Replication throttle of a follower for the replicas a reassignment adds to it; dynamic "
                   "(IncrementalAlterConfigs, `reassign-partitions --throttle`).", "bytes/s"),
+        ConfigKey("quota.window.num", int, 11,
+                  "Samples kept of each client's byte and request-time rates for client quotas "
+                  "(`producer_byte_rate`, `consumer_byte_rate`, `request_percentage` of `/config/users` and "
+                  "`/config/clients`); a rate is measured over all of them, and a throttle lasts at most "
+                  "all of them.", "samples"),
+        ConfigKey("quota.window.size.seconds", int, 1,
+                  "Length of one sample of the client quota rates; a throttled client waits at most "
+                  "`quota.window.num` times this.", "s"),
         ConfigKey("auto.leader.rebalance.enable", _bool, True,
                   "The controller moves leaderships back to preferred replicas (the first assigned) when a "
                   "broker's share of partitions it prefers but does not lead exceeds "

@@ -49,6 +49,8 @@ from ..zookeeper.bridge import ZooKeeperError
 from ..zookeeper.registry import CommittedOffset
 from .config_helper import describe_broker_configs, describe_topic_configs
 from .group_coordinator import GroupCoordinator, OffsetStore
+from .quota_apis import QUOTA_VERSIONS, QuotaApis
+from .quota_manager import ClientQuotas, user_of_principal
 from .request_context import NO_CONNECTION, ConnectionContext, RequestContext
 from .transaction_apis import TRANSACTION_VERSIONS, TransactionApis
 
@@ -93,6 +95,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     50: (0, 0),  # DescribeUserScramCredentials (KIP-554)
     51: (0, 0),  # AlterUserScramCredentials (KIP-554)
     **TRANSACTION_VERSIONS,  # AddPartitionsToTxn ... ListTransactions: kafkatw/broker/transaction_apis.py
+    **QUOTA_VERSIONS,  # DescribeClientQuotas, AlterClientQuotas: kafkatw/broker/quota_apis.py
 }
 
 #: What ApiVersions advertises where it differs from L{SUPPORTED_VERSIONS}.
@@ -121,7 +124,7 @@ def validate_topic_name(name: str | None) -> ErrorCode:
     return ErrorCode.none
 
 
-class KafkaApis(TransactionApis):
+class KafkaApis(TransactionApis, QuotaApis):
     """
     Serves the Kafka APIs of one broker.
 
@@ -186,6 +189,7 @@ class KafkaApis(TransactionApis):
             50: self.handle_describe_user_scram_credentials,
             51: self.handle_alter_user_scram_credentials,
             **self.transaction_handlers(),
+            **self.quota_handlers(),
         }
         #: The L{kafkatw.broker.authorizer.ZkAclAuthorizer} (set by the server when
         #: C{authorizer.class.name} is set; C{None}: every request is allowed).
@@ -200,6 +204,11 @@ class KafkaApis(TransactionApis):
         self.bytes_out = 0
         self.failed_produce_requests = 0
         self.failed_fetch_requests = 0
+        #: Client quotas (kafkatw/broker/quota_manager.py), filled from ZooKeeper by the server.
+        self.quotas = ClientQuotas(reactor, config["quota.window.num"], config["quota.window.size.seconds"])
+        #: Seconds of a monotonic clock, for request handler time (C{request_percentage}).
+        self.handler_timer: Callable[[], float] = time.perf_counter
+        self._handling: tuple[RequestContext, float] | None = None
 
     # --- connections ---------------------------------------------------------
 
@@ -229,7 +238,20 @@ class KafkaApis(TransactionApis):
             raise UnsupportedVersion(f"version {version} outside {served[0]}-{served[1]}")
         request = decode_request(frame, header)
         self.request_counts[api_key] = self.request_counts.get(api_key, 0) + 1
-        result = self._handlers[api_key](RequestContext(header, connection), request)
+        context = RequestContext(header, connection)
+        if not self.quotas.enabled:
+            result = self._handlers[api_key](context, request)
+        else:
+            self._handling = (context, self.handler_timer())
+            try:
+                result = self._handlers[api_key](context, request)
+            finally:
+                handling, self._handling = self._handling, None
+            if handling is not None and not self._quota_exempt(context, request):
+                # Answered later (or not through _respond): the handler's time counts now.
+                user, client_id = self._quota_client(context)
+                self.quotas.request.record((self.handler_timer() - handling[1]) * 100.0, user, client_id,
+                                           self.quotas.now_ms())
         if isinstance(result, defer.Deferred):
             self.in_flight.add(result)
 
@@ -241,7 +263,47 @@ class KafkaApis(TransactionApis):
         return result
 
     def _respond(self, context: RequestContext, body: Any) -> bytes:
+        if self.quotas.enabled and isinstance(body, dict) and "throttle_time" in body and context.api_key != 27:
+            throttle_ms = max(int(body["throttle_time"] or 0), self._request_throttle_ms(context))
+            body["throttle_time"] = throttle_ms
+            self._throttle(context, throttle_ms)
         return encode_response(context.api_key, context.api_version, context.correlation_id, body)
+
+    # --- client quotas (kafkatw/broker/quota_manager.py, KIP-219) ------------
+
+    @staticmethod
+    def _quota_client(context: RequestContext) -> tuple[str, str]:
+        """The (user, client id) a request's quotas are looked up by."""
+        return user_of_principal(context.connection.principal), context.client_id or ""
+
+    @staticmethod
+    def _quota_exempt(context: RequestContext, request: Any) -> bool:
+        """
+        A follower's fetch (C{replica_id} >= 0) and WriteTxnMarkers are
+        broker-to-broker requests, not a client's: no client quota.
+        """
+        return (context.api_key == 1 and getattr(request, "replica_id", -1) >= 0) or context.api_key == 27
+
+    def _request_throttle_ms(self, context: RequestContext) -> int:
+        """
+        Record the handler time of C{context}'s request if it is being
+        handled now (C{request_percentage}) and return the request throttle.
+        """
+        quotas = self.quotas
+        elapsed_s = 0.0
+        handling = self._handling
+        if handling is not None and handling[0] is context:
+            self._handling = None
+            elapsed_s = self.handler_timer() - handling[1]
+        user, client_id = self._quota_client(context)
+        return quotas.request.record_and_get_throttle_time_ms(user, client_id, elapsed_s * 100.0, quotas.now_ms())
+
+    @staticmethod
+    def _throttle(context: RequestContext, throttle_ms: int) -> None:
+        """Mute the request's connection for C{throttle_ms} once it is answered (KIP-219)."""
+        connection = context.connection.connection
+        if throttle_ms > 0 and connection is not None:
+            connection.throttle(throttle_ms)
 
     # --- authorization (docs/security.md) ------------------------------------
 
@@ -422,6 +484,8 @@ class KafkaApis(TransactionApis):
         (C{NOT_ENOUGH_REPLICAS}).
         """
         acks = request.acks
+        produce_bytes = sum(len(p.records or b"") for t in request.topic_data for p in t.partition_data) \
+            if self.quotas.enabled else 0
         if request.transactional_id is not None and self._refuse_transactional_produce(context, request):
             code = ErrorCode.transactional_id_authorization_failed
             results = [
@@ -469,30 +533,40 @@ class KafkaApis(TransactionApis):
                 timeout = request.timeout
                 timeout_ms = int(timeout.total_seconds() * 1000) if hasattr(timeout, "total_seconds") else int(timeout)
                 d = self.replica_manager.delay_produce(required, max(timeout_ms, 0))
-                return d.addCallback(self._produce_acknowledged, context, results)
+                return d.addCallback(self._produce_acknowledged, context, results, produce_bytes)
         if acks == 0:
+            if produce_bytes:
+                self._throttle(context, max(self._produce_throttle_ms(context, produce_bytes),
+                                            self._request_throttle_ms(context)))
             return None
-        return self._produce_response(context, results)
+        return self._produce_response(context, results, produce_bytes)
 
-    def _produce_acknowledged(self, errors: dict, context: RequestContext, results: list) -> bytes:
+    def _produce_acknowledged(self, errors: dict, context: RequestContext, results: list,
+                              produce_bytes: int = 0) -> bytes:
         for name, partitions in results:
             for entry in partitions:
                 error = errors.get((name, entry["index"]))
                 if error is not None and entry["error_code"] == 0:
                     self.failed_produce_requests += 1
                     entry.update(error_code=int(error.error_code), error_message=str(error) or None)
-        return self._produce_response(context, results)
+        return self._produce_response(context, results, produce_bytes)
 
-    def _produce_response(self, context: RequestContext, results: list) -> bytes:
+    def _produce_throttle_ms(self, context: RequestContext, produce_bytes: int) -> int:
+        """Record a produce request's bytes (C{producer_byte_rate}) and return its bandwidth throttle."""
+        quotas = self.quotas
+        user, client_id = self._quota_client(context)
+        return quotas.produce.record_and_get_throttle_time_ms(user, client_id, produce_bytes, quotas.now_ms())
+
+    def _produce_response(self, context: RequestContext, results: list, produce_bytes: int = 0) -> bytes:
         body = {
             "responses": [{"name": name, "partition_responses": partitions} for name, partitions in results],
-            "throttle_time": 0,
+            "throttle_time": self._produce_throttle_ms(context, produce_bytes) if produce_bytes else 0,
         }
         return self._respond(context, body)
 
     # --- Fetch ---------------------------------------------------------------
 
-    def _read_partitions(self, request: Any, denied: set[str] | None = None
+    def _read_partitions(self, request: Any, denied: set[str] | None = None, quota_max_bytes: int | None = None
                          ) -> tuple[list[tuple[str, list[PartitionFetchData]]], int, bool]:
         """
         Read every requested partition once, on its leader.  A consumer reads
@@ -506,6 +580,8 @@ class KafkaApis(TransactionApis):
         replica_id = getattr(request, "replica_id", -1)
         read_committed = replica_id < 0 and getattr(request, "isolation_level", 0) == READ_COMMITTED
         remaining = request.max_bytes if getattr(request, "max_bytes", None) is not None else 0x7FFFFFFF
+        if quota_max_bytes is not None:  # Kafka's getMaxValueInQuotaWindow bound
+            remaining = min(remaining, quota_max_bytes)
         topics = []
         total = 0
         any_error = False
@@ -570,22 +646,41 @@ class KafkaApis(TransactionApis):
                     else set(names)
             else:
                 denied = self._denied_topics(context, AclOperation.READ, names)
-        topics, total, any_error = self._read_partitions(request, denied)
+        quota_max_bytes = None
+        if self.quotas.enabled and not self._quota_exempt(context, request):
+            bound = self.quotas.fetch.max_value_in_window(*self._quota_client(context))
+            quota_max_bytes = None if bound is None else max(1, int(bound))
+        topics, total, any_error = self._read_partitions(request, denied, quota_max_bytes)
         max_wait_ms = int(request.max_wait.total_seconds() * 1000)
         if any_error or total >= request.min_bytes or max_wait_ms <= 0 or total >= request.max_bytes:
-            return self._fetch_response(context, topics)
+            return self._fetch_response(context, topics, request)
         tps = [(t.topic, p.partition) for t in request.topics for p in t.partitions]
         if not tps:
-            return self._fetch_response(context, topics)
+            return self._fetch_response(context, topics, request)
         d = self.replica_manager.delay_fetch(tps, request.min_bytes, total, max_wait_ms,
                                              replica=getattr(request, "replica_id", -1) >= 0,
                                              stable_offsets=self._stable_offsets(request, topics))
-        d.addCallback(lambda _: self._fetch_response(context, self._read_partitions(request, denied)[0]))
+        d.addCallback(lambda _: self._fetch_response(
+            context, self._read_partitions(request, denied, quota_max_bytes)[0], request))
         return d
 
-    def _fetch_response(self, context: RequestContext, topics: list) -> tuple[list, int]:
-        self.bytes_out += sum(p.records_bytes for _, partitions in topics for p in partitions)
-        return encode_fetch_response(context.api_version, context.correlation_id, topics)
+    def _fetch_response(self, context: RequestContext, topics: list, request: Any = None) -> tuple[list, int]:
+        size = sum(p.records_bytes for _, partitions in topics for p in partitions)
+        throttle_ms = 0
+        if self.quotas.enabled and not self._quota_exempt(context, request):
+            # Kafka's handleFetchRequest: a consumer over its consumer_byte_rate or
+            # request_percentage gets an empty response carrying the throttle.
+            quotas = self.quotas
+            user, client_id = self._quota_client(context)
+            now_ms = quotas.now_ms()
+            bandwidth_ms = quotas.fetch.record_and_get_throttle_time_ms(user, client_id, size, now_ms)
+            throttle_ms = max(bandwidth_ms, self._request_throttle_ms(context))
+            if throttle_ms > 0:
+                quotas.fetch.unrecord(user, client_id, size, now_ms)
+                topics, size = [], 0
+                self._throttle(context, throttle_ms)
+        self.bytes_out += size
+        return encode_fetch_response(context.api_version, context.correlation_id, topics, throttle_ms)
 
     # --- ListOffsets ---------------------------------------------------------
 

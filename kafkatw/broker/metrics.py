@@ -57,6 +57,9 @@ class BrokerCollector:
         connections = GaugeMetricFamily("kafka_server_socketservermetrics_connection_count", "Open connections.")
         connections.add_metric([], len(apis.connections))
         yield connections
+        quotas = getattr(apis, "quotas", None)
+        if quotas is not None:  # per user and client id (kafkatw/broker/quota_manager.py)
+            yield from quotas.metric_families()
         yield from self._replication()
         log_manager = self.server.log_manager
         if log_manager is None:

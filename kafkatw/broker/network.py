@@ -221,6 +221,8 @@ class KafkaConnection(Int32StringReceiver):
         self._closed = False
         self.peer = "?"
         self._frames = FrameBuffer(max_request_bytes)
+        #: The call that unmutes a throttled connection (KIP-219), else C{None}.
+        self._unmute_call: Any = None
         #: The L{kafkatw.broker.authenticator.SaslServerAuthenticator} of a SASL
         #: listener's connection (made by C{authenticator(connection)}), which
         #: takes every frame until the client has authenticated; else C{None}.
@@ -289,6 +291,9 @@ class KafkaConnection(Int32StringReceiver):
         return f" ({why})" if why else ""
 
     def connectionLost(self, reason: Any = None) -> None:
+        if self._unmute_call is not None and self._unmute_call.active():
+            self._unmute_call.cancel()
+        self._unmute_call = None
         if self._handshake_timer is not None and self._handshake_timer.active():
             self._handshake_timer.cancel()
         if self.tls is not None and not self.handshake_done and not self._closed:
@@ -310,12 +315,16 @@ class KafkaConnection(Int32StringReceiver):
         """
         Split the stream into frames with L{FrameBuffer}, which replaces
         L{Int32StringReceiver.dataReceived} (quadratic for large requests).
+        Once a request's response throttles the connection (L{throttle}),
+        the requests already received after it stay buffered until it is unmuted.
         """
         try:
             for frame in self._frames.feed(data):
                 if self._closed:
                     break
                 self.stringReceived(frame)
+                if self._unmute_call is not None:
+                    break  # throttled: the frames after it wait in the buffer until unmuted
         except FrameSizeError as e:
             self.lengthLimitExceeded(e.size)
 
@@ -393,6 +402,40 @@ class KafkaConnection(Int32StringReceiver):
             else:
                 chunks, total = response
                 writer.write_chunks([_SIZE.pack(total), *chunks])
+
+    # --- client quotas (KIP-219) ----------------------------------------------
+
+    def throttle(self, throttle_time_ms: int) -> None:
+        """
+        Mute the connection for C{throttle_time_ms} (ms), as Kafka's broker
+        does after a response whose C{throttle_time_ms} it set (KIP-219): no
+        more requests are read from it (C{pauseProducing} on the transport;
+        responses still go out) until the time has passed.  A longer throttle
+        while muted extends it; a shorter one changes nothing.
+        """
+        if throttle_time_ms <= 0 or self._closed or self.transport is None:
+            return
+        clock = self.apis.reactor
+        delay = throttle_time_ms / 1000.0
+        call = self._unmute_call
+        if call is not None and call.active():
+            if call.getTime() >= clock.seconds() + delay:
+                return
+            call.reset(delay)
+            return
+        self.transport.pauseProducing()
+        self._unmute_call = clock.callLater(delay, self._unmute)
+
+    def _unmute(self) -> None:
+        self._unmute_call = None
+        if not self._closed:
+            self.transport.resumeProducing()
+            self.dataReceived(b"")  # the requests that arrived with the throttled one
+
+    @property
+    def muted(self) -> bool:
+        """Whether the connection is muted by a quota throttle."""
+        return self._unmute_call is not None and self._unmute_call.active()
 
     # --- what the SASL authenticator uses --------------------------------------
 

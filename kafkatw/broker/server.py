@@ -334,6 +334,13 @@ class KafkaServer(service.MultiService):
         self.config_changes = ConfigChangeListener(self.registry, self.reactor)
         self.config_changes.on_entity_change("topics", self._topic_config_changed)
         self.config_changes.on_entity_change("brokers", self._broker_config_changed)
+        for entity_type in ("users", "clients"):  # client quotas (kafkatw/broker/quota_manager.py)
+            self.config_changes.on_entity_change(
+                entity_type, lambda name, config, kind=entity_type: self._quota_config_changed(kind, name, config))
+
+    def _quota_config_changed(self, entity_type: str, name: str, config: dict[str, str]) -> None:
+        if self.apis is not None:
+            self.apis.quotas.entity_changed(entity_type, name, config)
 
     async def _stop_zookeeper_session(self) -> None:
         if self.zookeeper is not None:
@@ -455,6 +462,8 @@ class KafkaServer(service.MultiService):
         await self._register(host, advertised_port, advertised)
         await self.registry.watch_controller(self._controller_changed)
         assert self.config_changes is not None
+        for entity_type, name, entity_config in await self.registry.list_quota_entity_configs():
+            self._quota_config_changed(entity_type, name, entity_config)
         await self.config_changes.start()
         _log.info("broker {id} started at {endpoints} (cluster {cluster})", id=self.broker_id,
                   endpoints=",".join(f"{n}://{h}:{p}" for n, h, p in advertised), cluster=self.metadata.cluster_id)

@@ -76,6 +76,8 @@ __all__ = [
     "ScramCredentialInfo",
     "UserScramCredentialUpsertion",
     "UserScramCredentialDeletion",
+    "ClientQuotaFilterComponent",
+    "ClientQuotaAlteration",
     "EARLIEST_TIMESTAMP",
     "LATEST_TIMESTAMP",
     "RESOURCE_TOPIC",
@@ -268,6 +270,34 @@ class UserScramCredentialDeletion:
 
     user: str
     mechanism: str
+
+
+@dataclass(frozen=True)
+class ClientQuotaFilterComponent:
+    """
+    One component of a DescribeClientQuotas filter (KIP-546): C{entity_type}
+    C{user} or C{client-id}; C{match_type} 0 matches the name C{match}
+    exactly (C{None}: the default entity), 1 the default entity, 2 any
+    entity of the type, the default included (Kafka's C{ClientQuotaFilterComponent.ofEntity},
+    C{ofDefaultEntity}, C{ofEntityType}).
+    """
+
+    entity_type: str
+    match: str | None = None
+    match_type: int = 0
+
+
+@dataclass(frozen=True)
+class ClientQuotaAlteration:
+    """
+    Changes of one quota entity (KIP-546): C{entity} is
+    C{(("user", "alice"), ("client-id", None))}-style pairs (C{None}: the
+    default), C{ops} C{(key, value)} pairs, a C{None} value removing the key
+    (C{producer_byte_rate}, C{consumer_byte_rate}, C{request_percentage}).
+    """
+
+    entity: tuple[tuple[str, str | None], ...]
+    ops: tuple[tuple[str, float | None], ...]
 
 
 class AdminClient:
@@ -737,6 +767,57 @@ class AdminClient:
             return out
 
         return defer.Deferred.fromCoroutine(self._retry("alter configs", attempt, timeout_ms))
+
+    # --- client quotas (KIP-546) -----------------------------------------------------------
+
+    def describe_client_quotas(self, components: Iterable[ClientQuotaFilterComponent] = (), strict: bool = False,
+                               timeout_ms: int | None = None) -> defer.Deferred:
+        """
+        DescribeClientQuotas: the quotas of the entities matching every
+        component (no components: all; C{strict}: only entities without other
+        component types).
+
+        @return: a Deferred firing with C{{entity: {key: value}}}, each entity
+            a tuple of C{(entity_type, name or None)} pairs as the broker lists them.
+        @raise KafkaError: (as failure) the request's error (e.g. C{CLUSTER_AUTHORIZATION_FAILED}).
+        """
+        body = {"components": [{"entity_type": c.entity_type, "match_type": c.match_type, "match": c.match}
+                               for c in components], "strict": strict}
+
+        async def attempt() -> dict:
+            r = await self.send(self.client.least_loaded_node(), 48, body)
+            code = ErrorCode(int(r.error_code))
+            if code != ErrorCode.none:
+                raise _result_error(code, r.error_message)
+            return {tuple((e.entity_type, e.entity_name) for e in entry.entity):
+                    {v.key: float(v.value) for v in entry.values} for entry in r.entries or ()}
+
+        return defer.Deferred.fromCoroutine(self._retry("describe client quotas", attempt, timeout_ms))
+
+    def alter_client_quotas(self, alterations: Iterable[ClientQuotaAlteration], validate_only: bool = False,
+                            timeout_ms: int | None = None) -> defer.Deferred:
+        """
+        AlterClientQuotas: set and remove quotas of entities, stored by the
+        broker in ZooKeeper (C{/config/users}, C{/config/clients}).
+
+        @return: a Deferred firing with C{{entity: None | KafkaError}} (e.g.
+            C{INVALID_REQUEST} for an unknown key or a fractional byte rate).
+        """
+        entries = [{"entity": [{"entity_type": t, "entity_name": n} for t, n in a.entity],
+                    "ops": [{"key": k, "value": 0.0 if v is None else float(v), "remove": v is None}
+                            for k, v in a.ops]} for a in alterations]
+
+        async def attempt() -> dict:
+            r = await self.send(self.client.least_loaded_node(), 49, {"entries": entries,
+                                                                      "validate_only": validate_only})
+            out: dict = {}
+            for entry in r.entries:
+                code = ErrorCode(int(entry.error_code))
+                out[tuple((e.entity_type, e.entity_name) for e in entry.entity)] = \
+                    _result_error(code, entry.error_message) if code != ErrorCode.none else None
+            return out
+
+        return defer.Deferred.fromCoroutine(self._retry("alter client quotas", attempt, timeout_ms))
 
     # --- SCRAM credentials (KIP-554) ------------------------------------------------------
 

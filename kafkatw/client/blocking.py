@@ -558,6 +558,12 @@ class BlockingAdminClient(_Bound):
     def alter_user_scram_credentials(self, *args: Any, **kwargs: Any) -> dict:
         return self._call(self._admin.alter_user_scram_credentials, *args, **kwargs)
 
+    def describe_client_quotas(self, *args: Any, **kwargs: Any) -> dict:
+        return self._call(self._admin.describe_client_quotas, *args, **kwargs)
+
+    def alter_client_quotas(self, *args: Any, **kwargs: Any) -> dict:
+        return self._call(self._admin.alter_client_quotas, *args, **kwargs)
+
     def elect_leaders(self, *args: Any, **kwargs: Any) -> dict:
         return self._call(self._admin.elect_leaders, *args, **kwargs)
 

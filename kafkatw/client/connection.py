@@ -70,6 +70,8 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     31: (1, 3),  # DeleteAcls
     17: (1, 1),  # SaslHandshake (v1: tokens in SaslAuthenticate, KIP-152)
     36: (0, 2),  # SaslAuthenticate
+    48: (0, 1),  # DescribeClientQuotas (KIP-546)
+    49: (0, 1),  # AlterClientQuotas
     50: (0, 0),  # DescribeUserScramCredentials
     51: (0, 0),  # AlterUserScramCredentials
 }

@@ -7,7 +7,9 @@ The paper's registries in ZooKeeper, laid out as Kafka 0.8-2.x lays them out
     /brokers/topics/<topic>/partitions/<p>/state  persistent leader, leader_epoch, isr
     /config/topics/<topic>                     persistent topic config overrides
     /config/brokers/<id> and /config/brokers/<default>  dynamic broker configs
-    /config/users/<user>                       persistent SCRAM credentials (never passwords)
+    /config/users/<user>                       persistent SCRAM credentials (never passwords) and quotas
+    /config/users/<user>/clients/<client-id>   persistent client quotas (kafkatw/broker/quota_manager.py)
+    /config/clients/<client-id>                persistent client quotas
     /config/changes/config_change_NNNNNNNNNN   persistent sequential change notifications
     /controller                                ephemeral  controller's broker id
     /controller_epoch                          persistent controller epoch (decimal)
@@ -956,6 +958,72 @@ class Registry(_AclMethods):
                 except (NodeExistsError, BadVersionError):
                     continue
             await self.notify_config_change(f"users/{user_entity_name(user)}")
+
+        return _deferred(go())
+
+    # -- client quotas (KIP-55, KIP-546) -------------------------------------------
+
+    def alter_entity_config(self, entity_path: str, upserts: dict[str, str], deletions: list[str]) -> Deferred:
+        """
+        Set C{upserts} and delete C{deletions} in the config of
+        C{/config/<entity_path>} (C{users/alice}, C{users/alice/clients/c1},
+        C{clients/<default>}), keeping its other keys (a user's SCRAM
+        credentials), then write the change notification, as Kafka's
+        C{AdminZkClient.changeConfigs} does for quotas.  The write is
+        conditional on the version read (retried on a race).
+
+        @return: a Deferred firing with C{None}.
+        """
+        path = f"/config/{entity_path}"
+
+        async def go() -> None:
+            while True:
+                try:
+                    data, stat = await self.client.get(path)
+                    version = stat.version
+                except NoNodeError:
+                    data, version = None, None
+                config = _decode_config(data)
+                for key in deletions:
+                    config.pop(key, None)
+                config.update(upserts)
+                encoded = _dumps({"version": 1, "config": config})
+                try:
+                    if version is None:
+                        await self.client.create(path, encoded, makepath=True)
+                    else:
+                        await self.client.set(path, encoded, version=version)
+                    break
+                except (NodeExistsError, BadVersionError):
+                    continue
+            await self.notify_config_change(entity_path)
+
+        return _deferred(go())
+
+    def list_quota_entity_configs(self) -> Deferred:
+        """
+        The configs of every user, user-and-client and client entity (Kafka's
+        ZooKeeper layout, names as stored: sanitized, or C{<default>}).
+
+        @return: a Deferred firing with C{[(entity_type, name, config)]}, a
+            nested entity as C{("users", "alice/clients/c1", config)}.
+        """
+        async def children(path: str) -> list[str]:
+            try:
+                return sorted(await self.client.get_children(path))
+            except NoNodeError:
+                return []
+
+        async def go() -> list[tuple[str, str, dict[str, str]]]:
+            found = []
+            for user in await children(CONFIG_USERS_PATH):
+                found.append(("users", user, await self._get_config(f"{CONFIG_USERS_PATH}/{user}")))
+                for client in await children(f"{CONFIG_USERS_PATH}/{user}/clients"):
+                    name = f"{user}/clients/{client}"
+                    found.append(("users", name, await self._get_config(f"{CONFIG_USERS_PATH}/{name}")))
+            for client in await children("/config/clients"):
+                found.append(("clients", client, await self._get_config(f"/config/clients/{client}")))
+            return found
 
         return _deferred(go())
 
