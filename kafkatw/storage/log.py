@@ -5,6 +5,8 @@ The log of one partition: a directory of segments (docs/design.md: On disk as on
         00000000000000000000.log  .index  .timeindex    oldest segment
         00000000000000368769.log  .index  .timeindex
         00000000000000737337.log  .index  .timeindex    active segment (appends go here)
+        (and a .txnindex beside a segment holding ABORT markers: see
+        L{kafkatw.storage.transaction_index})
 
         leader-epoch-checkpoint                                  see L{kafkatw.storage.leader_epoch}
 
@@ -29,9 +31,11 @@ batches are written, as Kafka does, so that the checkpoint never misses an
 epoch present in the log.  Reads return L{FileRegion}s, never data (D4).
 
 Compaction (C{cleanup.policy=compact}): L{kafkatw.storage.log_cleaner}
-rewrites segments below the active one beside the old ones and swaps them in
-with L{PartitionLog.replace_segments}; loading completes or undoes a swap that
-a crash cut short (C{.cleaned}, C{.swap}, C{.deleted} files, docs/storage.md).
+rewrites segments below the active one and below the last stable offset
+beside the old ones (with their C{.txnindex} when they keep aborted
+transactions) and swaps them in with L{PartitionLog.replace_segments}; loading
+completes or undoes a swap that a crash cut short (C{.cleaned}, C{.swap},
+C{.deleted} files, docs/storage.md).
 
 Timestamps and codecs: with C{message.timestamp.type=LogAppendTime} the
 leader stamps each batch (the timestamp-type attribute bit and the append time
