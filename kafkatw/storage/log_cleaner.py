@@ -527,6 +527,12 @@ class CleanedTransactions:
             if self.cleaned_index is not None:
                 self.cleaned_index.append(ongoing[0])
             return False
+        if h.producer_id in self._ongoing_committed:
+            # a batch of this transaction was met but no .txnindex entry names it (an index
+            # lost or damaged): the marker stays, or a reload would take the batch's
+            # transaction for an open one (a safeguard Kafka's cleaner does not have)
+            self._ongoing_committed.discard(h.producer_id)
+            return False
         return True
 
 

@@ -986,6 +986,28 @@ class TransactionTests(CleanerTestCase):
         self.make_cleaner(clean).clean_log(clean, force=True)
         self.assertNotIn(b"open", [v for _, _, v in read_records(clean)[0]])
 
+    def test_an_abort_marker_stays_with_its_data_even_without_its_index_entry(self):
+        log = self.make_log(delete_retention_ms=0)
+        cleaner = self.make_cleaner(log)
+        for i in range(30):
+            self.put(log, b"u%03d" % i, b"v")
+        cleaner.clean_log(log, force=True)  # a clean part: the next pass has a delete horizon
+        self.txn(log, 2, [(b"x", b"a")])
+        abort = self.end(log, 2, False)
+        self.put(log, b"p2", b"later", producer_id=2, producer_epoch=0, base_sequence=1)
+        for i in range(30, 60):
+            self.put(log, b"u%03d" % i, b"v")
+        for segment in log.segments:  # the .txnindex lost (a log written before it was kept at swaps)
+            segment.txn_index.reset([])
+        old = os.stat(log.active_segment.path).st_mtime_ns - 10_000 * 1_000_000
+        for segment in log.segments[:-1]:
+            os.utime(segment.path, ns=(old, old))
+        cleaner.clean_log(log, force=True)
+        self.assertIn(abort, markers(log))  # the aborted batch was met (taken for committed): its marker stays
+        again = self.reopen(log)
+        self.assertEqual(again.producer_state.ongoing, {})
+        self.assertEqual(again.last_stable_offset, again.log_end_offset)
+
     def test_an_empty_marker_closes_nothing(self):
         """The header the cleaner leaves of a marker whose transaction is gone (Kafka's ProducerAppendInfo)."""
         state = ProducerStateManager()
