@@ -687,8 +687,8 @@ def producer_view(log):
             dict(state.ongoing), log.last_stable_offset)
 
 
-class TransactionTests(CleanerTestCase):
-    """Compaction of logs with transactions (Kafka's Cleaner with CleanedTransactionMetadata)."""
+class TransactionTestCase(CleanerTestCase):
+    """Helpers to write transactions (the tests are in the subclasses)."""
 
     def setUp(self):
         super().setUp()
@@ -738,6 +738,10 @@ class TransactionTests(CleanerTestCase):
             self.assertEqual(os.path.exists(segment.txn_index.path), bool(segment.txn_index.entries))
             for entry in segment.txn_index.entries:
                 self.assertTrue(segment.base_offset <= entry.last_offset < segment.next_offset, entry)
+
+
+class TransactionTests(TransactionTestCase):
+    """Compaction of logs with transactions (Kafka's Cleaner with CleanedTransactionMetadata)."""
 
     def test_aborted_records_removed_committed_ones_compacted(self):
         log = self.make_log()
@@ -1065,6 +1069,76 @@ class PropertyTests(CleanerTestCase):
         self.assertEqual(read_records(again)[0], records)
         if idempotent:
             self.assertEqual(again.producer_state.producers[11].last_seq, last_seq)
+        self.close(again)
+
+
+_txn_op = st.one_of(
+    st.tuples(st.just("put"), st.integers(0, 3), st.one_of(st.none(), st.binary(min_size=0, max_size=8))),
+    st.tuples(st.just("txn"), st.integers(1, 2), st.integers(0, 3)),
+    st.tuples(st.sampled_from(["commit", "abort"]), st.integers(1, 2), st.just(0)),
+    st.tuples(st.just("clean"), st.just(0), st.just(0)),
+)
+
+
+def visible_state(records):
+    """Key -> last value read, deleted keys left out."""
+    return {k: v for k, v in last_values(records).items() if v is not None}
+
+
+class TransactionPropertyTests(TransactionTestCase):
+    @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(st.lists(_txn_op, min_size=1, max_size=60))
+    def test_read_committed_state_survives_cleaning_and_reload(self, ops):
+        """
+        Plain writes and tombstones, transactions of two producers committed,
+        aborted or left open, and cleaning passes in any order: what a
+        read-committed consumer reads keeps the same last value of every key
+        after each pass and after a reload, no aborted record stays below the
+        cleaned offset, and a reload rebuilds the same producer state and LSO.
+        """
+        self.log_dir = self.mktemp()
+        os.makedirs(self.log_dir)
+        self.seqs = {}
+        # delete.retention.ms=0: tombstones and markers go as soon as the rules let them
+        log = self.make_log(segment_bytes=300, delete_retention_ms=0)
+        cleaner = self.make_cleaner(log)
+        open_txns = set()
+        for op, a, b in ops:
+            if op == "put":
+                self.put(log, b"k%d" % a, b)
+            elif op == "txn":
+                self.txn(log, a, [(b"k%d" % b, b"t%d@%d" % (a, log.log_end_offset))])
+                open_txns.add(a)
+            elif op in ("commit", "abort") and a in open_txns:
+                self.end(log, a, op == "commit")
+                open_txns.discard(a)
+            elif op == "clean":
+                before = visible_state(read_committed(log))
+                cleaner.clean_log(log, force=True)
+                self.assertEqual(visible_state(read_committed(log)), before)
+        for pid in sorted(open_txns):  # producer 1 commits, producer 2 aborts what is left open
+            self.end(log, pid, pid == 1)
+        for _ in range(12):  # push everything out of the active segment
+            self.put(log, b"z", b"z")
+        expected = visible_state(read_committed(log))
+        view = producer_view(log)
+        cleaner.clean_log(log, force=True)
+        self.assertEqual(visible_state(read_committed(log)), expected)
+        for _ in range(12):  # a second pass, with a clean part: markers whose data went may go
+            self.put(log, b"z", b"z")
+        view = producer_view(log)
+        stats = cleaner.clean_log(log, force=True)
+        self.assertEqual(visible_state(read_committed(log)), expected)
+        self.assertEqual(producer_view(log), view)
+        if stats is not None:
+            cleaned = [v for o, _, v in read_records(log)[0] if o < stats.end_offset and v]
+            committed = {v for _, _, v in read_committed(log)}
+            self.assertFalse([v for v in cleaned if v.startswith(b"t") and v not in committed])
+        self.assert_txn_indexes(log)
+        again = self.reopen(log)
+        self.assertEqual(producer_view(again), view)
+        self.assertEqual(visible_state(read_committed(again)), expected)
+        self.assert_txn_indexes(again)
         self.close(again)
 
 
