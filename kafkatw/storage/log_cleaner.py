@@ -555,7 +555,9 @@ class Cleaner:
         Snapshot what the pass reads: the segments from the log start to the
         end of the dirty range, each with a duplicated descriptor (so that a
         segment deleted meanwhile by retention stays readable), its size and
-        modification time; the last offset of each active producer.
+        modification time; the last offset of each active producer; the
+        aborted transactions overlapping the segments (from the C{.txnindex}
+        files, L{PartitionLog.collect_aborted_transactions}).
         """
         log = to_clean.log
         views = []
