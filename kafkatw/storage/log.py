@@ -5,6 +5,8 @@ The log of one partition: a directory of segments (docs/design.md: On disk as on
         00000000000000000000.log  .index  .timeindex    oldest segment
         00000000000000368769.log  .index  .timeindex
         00000000000000737337.log  .index  .timeindex    active segment (appends go here)
+        (and a .txnindex beside a segment holding ABORT markers: see
+        L{kafkatw.storage.transaction_index})
 
         leader-epoch-checkpoint                                  see L{kafkatw.storage.leader_epoch}
 
@@ -29,9 +31,11 @@ batches are written, as Kafka does, so that the checkpoint never misses an
 epoch present in the log.  Reads return L{FileRegion}s, never data (D4).
 
 Compaction (C{cleanup.policy=compact}): L{kafkatw.storage.log_cleaner}
-rewrites segments below the active one beside the old ones and swaps them in
-with L{PartitionLog.replace_segments}; loading completes or undoes a swap that
-a crash cut short (C{.cleaned}, C{.swap}, C{.deleted} files, docs/storage.md).
+rewrites segments below the active one and below the last stable offset
+beside the old ones (with their C{.txnindex} when they keep aborted
+transactions) and swaps them in with L{PartitionLog.replace_segments}; loading
+completes or undoes a swap that a crash cut short (C{.cleaned}, C{.swap},
+C{.deleted} files, docs/storage.md).
 
 Timestamps and codecs: with C{message.timestamp.type=LogAppendTime} the
 leader stamps each batch (the timestamp-type attribute bit and the append time
@@ -336,22 +340,31 @@ class PartitionLog:
         return LogSegment(self.directory, base_offset, self.config.index_interval_bytes,
                           self.config.segment_index_bytes, created_ms=self.now_ms())
 
-    def _complete_swaps(self) -> None:
+    def _complete_swaps(self) -> bool:
         """
         Finish or undo a log cleaner's segment swap cut short by a crash, as
         Kafka's C{LogLoader} does (docs/storage.md, "Log compaction"):
         C{.cleaned} and C{.deleted} files are removed; each C{<base>.log.swap}
-        replaces the C{.log} segments whose base offsets lie in
-        C{[base, swap's next offset)} and is renamed into place, and its
-        indexes are rebuilt when the segment is loaded.
+        replaces the C{.log} segments (and their C{.index}, C{.timeindex},
+        C{.txnindex}) whose base offsets lie in C{[base, swap's next offset)}
+        and is renamed into place, with its C{.txnindex.swap} if any; its
+        other indexes are rebuilt when the segment is loaded.  A
+        C{.txnindex.swap} left by a crash after its C{.log.swap} was renamed
+        goes into place too.
+
+        @return: whether a swap was completed (the producer state and the
+            C{.txnindex} files are then rebuilt from the log, not taken from a
+            snapshot).
         """
         directory = self.directory
         names = os.listdir(directory)
+        txn_swap = ".txnindex" + SWAP_SUFFIX
         for name in names:
             if name.endswith((CLEANED_SUFFIX, DELETED_SUFFIX)) or (
-                    name.endswith(SWAP_SUFFIX) and not name.endswith(".log" + SWAP_SUFFIX)):
+                    name.endswith(SWAP_SUFFIX) and not name.endswith((".log" + SWAP_SUFFIX, txn_swap))):
                 os.unlink(os.path.join(directory, name))
         swaps = sorted(int(name.split(".")[0]) for name in names if name.endswith(".log" + SWAP_SUFFIX))
+        completed = False
         for base in swaps:
             swap_path = os.path.join(directory, f"{base:020d}.log{SWAP_SUFFIX}")
             end = base
@@ -370,14 +383,28 @@ class PartitionLog:
             for name in os.listdir(directory):
                 stem, _, suffix = name.partition(".")
                 covered = stem.isdigit() and base <= int(stem) <= max(base, end - 1)
-                if covered and suffix in ("log", "index", "timeindex"):
+                if covered and suffix in ("log", "index", "timeindex", "txnindex"):
                     os.unlink(os.path.join(directory, name))
             os.replace(swap_path, swap_path[:-len(SWAP_SUFFIX)])
+            completed = True
             _log.info("completed the segment swap of {partition} at offset {offset} (up to {end})",
                       partition=f"{self.topic}-{self.partition}", offset=base, end=end)
+        # a .txnindex.swap whose log is live: the crash came while step 3 renamed the files into
+        # place (with the log still .cleaned, it came during step 1: the old segments stand)
+        uncommitted = {name[:-len(".log" + CLEANED_SUFFIX)] for name in names if name.endswith(".log" + CLEANED_SUFFIX)}
+        for name in os.listdir(directory):
+            if name.endswith(txn_swap):
+                path = os.path.join(directory, name)
+                stem = name[:-len(txn_swap)]
+                if stem not in uncommitted and os.path.exists(os.path.join(directory, stem + ".log")):
+                    os.replace(path, path[:-len(SWAP_SUFFIX)])
+                    completed = True
+                else:
+                    os.unlink(path)
+        return completed
 
     def _load(self, recovery_point: int, clean_shutdown: bool) -> None:
-        self._complete_swaps()
+        swapped = self._complete_swaps()
         bases = []
         for name in os.listdir(self.directory):
             if name.endswith(".log") and name[:-4].isdigit():
@@ -406,7 +433,7 @@ class PartitionLog:
         self._bases = [s.base_offset for s in self._segments]
         snapshots = sorted(name for name in os.listdir(self.directory) if name.endswith(_SNAPSHOT_SUFFIX))
         loaded = False
-        if clean_shutdown and snapshots:
+        if clean_shutdown and snapshots and not swapped:
             path = os.path.join(self.directory, snapshots[-1])
             with open(path, "rb") as f:
                 loaded = self.producer_state.restore(f.read(), self.log_end_offset)
@@ -973,17 +1000,20 @@ class PartitionLog:
                          crash_after: Callable[[str], None] | None = None) -> LogSegment:
         """
         Put the log cleaner's C{<base_offset>.log.cleaned} (and its
-        C{.index.cleaned}, C{.timeindex.cleaned}) in place of the consecutive
-        segments C{old}, in one step on the reactor thread (Kafka's
-        C{UnifiedLog.replaceSegments}):
+        C{.index.cleaned}, C{.timeindex.cleaned}, and C{.txnindex.cleaned}
+        when the cleaned segment keeps aborted transactions) in place of the
+        consecutive segments C{old}, in one step on the reactor thread
+        (Kafka's C{UnifiedLog.replaceSegments}):
 
           1. the cleaned files are renamed C{.swap} (indexes first, the log last);
-          2. each old segment's indexes are removed and its C{.log} renamed
-             C{.deleted}; its descriptor stays open (in the graveyard) for
-             L{FILE_DELETE_DELAY_MS} so that regions already handed to
-             fetches still read the old bytes, then the file is removed;
+          2. each old segment's indexes (C{.txnindex} included) are removed
+             and its C{.log} renamed C{.deleted}; its descriptor stays open
+             (in the graveyard) for L{FILE_DELETE_DELAY_MS} so that regions
+             already handed to fetches still read the old bytes, then the
+             file is removed;
           3. the C{.swap} files are renamed into place (the log first) and the
-             new segment replaces C{old} in the segment list.
+             new segment, its aborted-transaction index loaded, replaces
+             C{old} in the segment list.
 
         A crash at any point is completed or undone by the next load
         (L{_complete_swaps}).
@@ -1004,7 +1034,9 @@ class PartitionLog:
                 or old[0].base_offset != base_offset:
             raise ValueError("the segments to replace are no longer in the log")
         directory = self.directory
-        names = [f"{base_offset:020d}{suffix}" for suffix in (".index", ".timeindex", ".log")]
+        names = [f"{base_offset:020d}{suffix}" for suffix in (".index", ".timeindex", ".txnindex", ".log")]
+        if not os.path.exists(os.path.join(directory, names[2] + CLEANED_SUFFIX)):
+            del names[2]  # no aborted transaction kept: no .txnindex
         for name in names:
             os.replace(os.path.join(directory, name + CLEANED_SUFFIX), os.path.join(directory, name + SWAP_SUFFIX))
         _sync_directory(directory)
@@ -1014,6 +1046,7 @@ class PartitionLog:
         for segment in old:
             segment.offset_index.delete()
             segment.time_index.delete()
+            segment.txn_index.delete()
             deleted = segment.path + DELETED_SUFFIX
             os.replace(segment.path, deleted)
             segment.path = deleted
@@ -1028,6 +1061,7 @@ class PartitionLog:
         segment = LogSegment(directory, base_offset, self.config.index_interval_bytes,
                              self.config.segment_index_bytes)
         segment.load()
+        segment.txn_index.load()
         segments[first:first + len(old)] = [segment]
         self._bases = [s.base_offset for s in segments]
         return segment

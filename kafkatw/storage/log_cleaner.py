@@ -5,16 +5,18 @@ documentation's "Log Compaction" section; KIP-58 for
 C{min.compaction.lag.ms}, KIP-354 for C{max.compaction.lag.ms}).
 
 A compacted log keeps at least the last record of every key.  The cleaner
-looks only below the active segment (and below the segment holding the high
-watermark)::
+looks only below the active segment and below the segment holding the last
+stable offset (the LSO, at or below the high watermark: no batch of an open or
+undecided transaction is ever cleaned, Kafka's C{LogCleanerManager})::
 
     log start                first dirty offset            first uncleanable offset    LEO
-    |  clean (cleaned before)  |  dirty (never cleaned)        |  active segment, ...      |
+    |  clean (cleaned before)  |  dirty (never cleaned)        |  LSO's segment, ...       |
     [seg 0][seg 1]             [seg 2][seg 3][seg 4]           [seg 5: appends go here]
 
 One pass over a log:
 
-  1. The dirty range is read and a map C{key -> last offset} built (Kafka's
+  1. The dirty range is read and a map C{key -> last offset} built from its
+     records, those of aborted transactions left out (Kafka's
      C{OffsetMap}, whole keys in a dict; at most C{log.cleaner.dedupe.buffer.size}
      / 160 bytes entries, shared by the threads; a pass that fills it stops at
      a segment boundary and the next pass continues from there).
@@ -32,12 +34,22 @@ One pass over a log:
      keeps a rewritten segment's offset range, which crash recovery relies on).
      Batches whose records are all kept are copied byte for byte; a rewritten
      batch keeps its codec, attributes, producer fields and base timestamp.
-     Control batches (transaction markers) are kept as they are.
-  4. Each group is written to C{<base>.log.cleaned} (with C{.index.cleaned}
-     and C{.timeindex.cleaned}, rebuilt), fsynced, and handed to the reactor
+  4. Transactions (Kafka's C{Cleaner.cleanInto} and
+     C{CleanedTransactionMetadata}, before KIP-534; the aborted transactions
+     come from the C{.txnindex} files, L{PartitionLog.collect_aborted_transactions}):
+     every record of an aborted transaction is removed (read-committed
+     consumers never see it; its batches go as in 3).  A transaction's COMMIT
+     or ABORT marker stays while a batch of the transaction (even an empty
+     header) was met in the pass; once none is, the marker is removed like a
+     tombstone, when its segment is older than the delete horizon.  An ABORT
+     marker that stays keeps its entry in the cleaned segment's C{.txnindex};
+     the entries of the others go.
+  5. Each group is written to C{<base>.log.cleaned} (with C{.index.cleaned}
+     and C{.timeindex.cleaned}, rebuilt, and C{.txnindex.cleaned} when an
+     aborted transaction's marker stays), fsynced, and handed to the reactor
      thread, which swaps it in (L{PartitionLog.replace_segments}:
      C{.cleaned} -> C{.swap} -> live, old files C{.deleted}).
-  5. The end of the range is written to the log directory's
+  6. The end of the range is written to the log directory's
      C{cleaner-offset-checkpoint} (Kafka's format, the same as
      C{recovery-point-offset-checkpoint})::
 
@@ -78,17 +90,19 @@ from twisted.internet import defer, threads
 from twisted.logger import Logger
 from twisted.python.threadpool import ThreadPool
 
-from kafkatw.errors import KafkaStorageError
+from kafkatw.errors import InvalidRecordError, KafkaStorageError
 from kafkatw.protocol.batch import BATCH_HEADER_SIZE, CRC_START, HEADER_STRUCT, LOG_OVERHEAD, BatchHeader, \
     scan_valid_prefix
 from kafkatw.protocol.records import compress, decode_varint, decompress
 from kafkatw.storage.index import OffsetIndex, TimeIndex
 from kafkatw.storage.log import CLEANED_SUFFIX, PartitionLog
 from kafkatw.storage.log_manager import read_checkpoint, write_checkpoint
+from kafkatw.storage.producer_state import read_marker
 from kafkatw.storage.segment import LogSegment, segment_file_name
+from kafkatw.storage.transaction_index import AbortedTxn, TransactionIndex
 
 __all__ = ["CLEANER_CHECKPOINT_FILE", "LogCleaner", "Cleaner", "CleanerStats", "LogToClean", "OffsetMap",
-           "Throttler", "cleanable_range", "DedupeBufferTooSmallError"]
+           "Throttler", "cleanable_range", "DedupeBufferTooSmallError", "CleanedTransactions"]
 
 _log = Logger()
 
@@ -215,8 +229,10 @@ def cleanable_range(log: PartitionLog, checkpoint_offset: int | None, now_ms: in
     The dirty range of C{log} (Kafka's C{LogCleanerManager.cleanableOffsets}
     and C{maxCompactionDelay}): from the checkpointed offset (the log start
     offset when there is none or it is out of the log) to the first of the
-    active segment, the segment holding the high watermark, and the first
-    segment whose newest record is younger than C{min.compaction.lag.ms}.
+    active segment, the segment holding the last stable offset (never beyond
+    the first unstable offset, nor the high watermark, which bounds it), and
+    the first segment whose newest record is younger than
+    C{min.compaction.lag.ms}.
     Runs on the reactor thread.
 
     @param checkpoint_offset: the log's C{cleaner-offset-checkpoint} entry.
@@ -227,8 +243,9 @@ def cleanable_range(log: PartitionLog, checkpoint_offset: int | None, now_ms: in
     if first_dirty is None or first_dirty < log.log_start_offset or first_dirty > log.log_end_offset:
         first_dirty = log.log_start_offset
     uncleanable = segments[-1].base_offset
+    stable = log.last_stable_offset  # <= the high watermark
     for segment in segments[:-1]:
-        if segment.next_offset > log.high_watermark:
+        if segment.next_offset > stable:
             uncleanable = min(uncleanable, segment.base_offset)
             break
     min_lag = config.min_compaction_lag_ms
@@ -264,6 +281,9 @@ class CleanerStats:
     records_read: int = 0
     records_kept: int = 0
     map_records: int = 0
+    #: records of aborted transactions removed, transaction markers removed
+    aborted_records_removed: int = 0
+    markers_removed: int = 0
     groups: int = 0
     end_offset: int = 0
     elapsed_s: float = 0.0
@@ -293,6 +313,8 @@ class CleanTask:
     active_producer_last_offsets: dict[int, int]
     config: Any
     aborted: threading.Event = field(default_factory=threading.Event)
+    #: the aborted transactions overlapping the segments read, from their C{.txnindex} files
+    aborted_txns: list[AbortedTxn] = field(default_factory=list)
 
     def close(self) -> None:
         for view in self.views:
@@ -437,6 +459,83 @@ def _empty_batch(h: BatchHeader) -> bytes:
     return _build_batch(h, b"", 0, h.max_timestamp, h.max_timestamp, h.attributes & _ATTR_KEEP_EMPTY)
 
 
+class CleanedTransactions:
+    """
+    What a pass knows of the transactions of the batches it reads, in log
+    order (Kafka's C{CleanedTransactionMetadata}).
+
+    An aborted transaction (from the C{.txnindex} files) becomes I{ongoing}
+    when the pass reaches its first offset; the producer's transactional
+    batches until its ABORT marker are then aborted.  The other transactional
+    batches are committed (the cleaned range is below the last stable
+    offset, so every transaction in it is decided).  A marker can be
+    discarded when the pass met no batch of its transaction: the
+    transaction's data is gone from the log.
+
+    @ivar cleaned_index: the C{.txnindex} of the segment being written: an
+        ABORT marker that stays adds its transaction to it.
+    """
+
+    def __init__(self, aborted: list[AbortedTxn]) -> None:
+        self._aborted = sorted(aborted, key=lambda t: t.first_offset)
+        self._next = 0
+        #: producer id -> [its aborted transaction, whether a batch of it was met]
+        self._ongoing_aborted: dict[int, list[Any]] = {}
+        self._ongoing_committed: set[int] = set()
+        self.cleaned_index: TransactionIndex | None = None
+
+    def _consume_up_to(self, offset: int) -> None:
+        aborted = self._aborted
+        while self._next < len(aborted) and aborted[self._next].first_offset <= offset:
+            txn = aborted[self._next]
+            self._next += 1
+            self._ongoing_aborted.setdefault(txn.producer_id, [txn, False])
+
+    def on_batch(self, h: BatchHeader) -> bool:
+        """A data batch read: C{True} when it belongs to an aborted transaction (its records go)."""
+        self._consume_up_to(h.last_offset)
+        if not h.is_transactional:
+            return False
+        ongoing = self._ongoing_aborted.get(h.producer_id)
+        if ongoing is not None:
+            ongoing[1] = True
+            return True
+        self._ongoing_committed.add(h.producer_id)
+        return False
+
+    def on_control_batch(self, h: BatchHeader, batch: memoryview | bytes) -> bool:
+        """
+        A control batch read: C{True} when it may be discarded (no batch of
+        its transaction was met; an empty control batch, already cleaned; not
+        a marker of a transaction it closed).  An ABORT marker that must stay
+        adds its transaction to L{cleaned_index}.
+        """
+        self._consume_up_to(h.last_offset)
+        if h.record_count == 0:
+            return True
+        try:
+            marker = read_marker(batch)
+        except InvalidRecordError:
+            return False  # not a COMMIT or ABORT marker: kept (Kafka)
+        if marker.committed:
+            if h.producer_id in self._ongoing_committed:
+                self._ongoing_committed.discard(h.producer_id)
+                return False
+            return True
+        ongoing = self._ongoing_aborted.pop(h.producer_id, None)
+        if ongoing is not None and ongoing[1]:
+            if self.cleaned_index is not None:
+                self.cleaned_index.append(ongoing[0])
+            return False
+        if h.producer_id in self._ongoing_committed:
+            # a batch of this transaction was met but no .txnindex entry names it (an index
+            # lost or damaged): the marker stays, or a reload would take the batch's
+            # transaction for an open one (a safeguard Kafka's cleaner does not have)
+            self._ongoing_committed.discard(h.producer_id)
+            return False
+        return True
+
+
 class Cleaner:
     """
     One pass over one log (Kafka's C{Cleaner}).  L{prepare} and the swap run
@@ -456,7 +555,9 @@ class Cleaner:
         Snapshot what the pass reads: the segments from the log start to the
         end of the dirty range, each with a duplicated descriptor (so that a
         segment deleted meanwhile by retention stays readable), its size and
-        modification time; the last offset of each active producer.
+        modification time; the last offset of each active producer; the
+        aborted transactions overlapping the segments (from the C{.txnindex}
+        files, L{PartitionLog.collect_aborted_transactions}).
         """
         log = to_clean.log
         views = []
@@ -474,7 +575,8 @@ class Cleaner:
             raise
         producers = {pid: entry.batches[-1].last_offset
                      for pid, entry in log.producer_state.producers.items() if entry.batches}
-        return CleanTask(log, to_clean, views, now_ms, producers, log.config)
+        aborted_txns = log.collect_aborted_transactions(log.log_start_offset, to_clean.first_uncleanable_offset)
+        return CleanTask(log, to_clean, views, now_ms, producers, log.config, aborted_txns=aborted_txns)
 
     def clean(self, task: CleanTask, swap: Callable[[list[LogSegment], int], Any]) -> CleanerStats:
         """
@@ -502,10 +604,11 @@ class Cleaner:
         clean_views = [v for v in task.views if v.base_offset < first_dirty]
         # Kafka's delete horizon: tombstones in segments last modified before it go
         delete_horizon_ms = (clean_views[-1].mtime_ns // 1_000_000 - config.delete_retention_ms) if clean_views else 0
+        txns = CleanedTransactions(task.aborted_txns)  # one for the pass: a transaction may span groups
         for group in self._group(views, config):
             if task.aborted.is_set():
                 raise CleanerAbortedError("stopped")
-            self._clean_group(task, group, offset_map, delete_horizon_ms, stats)
+            self._clean_group(task, group, offset_map, delete_horizon_ms, txns, stats)
             swap([v.segment for v in group], group[0].base_offset)
             stats.groups += 1
         stats.elapsed_s = time.monotonic() - started
@@ -528,6 +631,10 @@ class Cleaner:
         start = task.to_clean.first_dirty_offset
         end = task.to_clean.first_uncleanable_offset
         offsets = offset_map.offsets
+        # records of aborted transactions do not go in the map (they must not
+        # remove the committed records of their keys); the transactions whose
+        # marker is below the dirty range are not met again
+        txns = CleanedTransactions([t for t in task.aborted_txns if t.last_offset >= start])
         for view in task.views:
             if view.base_offset < start or view.base_offset >= end:
                 continue
@@ -538,7 +645,10 @@ class Cleaner:
                     raise CleanerAbortedError("stopped")
                 self._throttle(h.size)
                 stats.map_bytes_read += h.size
-                if h.is_control or h.record_count == 0:
+                if h.is_control:
+                    txns.on_control_batch(h, batch)
+                    continue
+                if txns.on_batch(h) or h.record_count == 0:
                     continue
                 _map_keys(_records_of(batch, h), h.record_count, h.base_offset, offsets)
                 stats.map_records += h.record_count
@@ -578,19 +688,24 @@ class Cleaner:
         return groups
 
     def _clean_group(self, task: CleanTask, group: list[_SegmentView], offset_map: OffsetMap,
-                     delete_horizon_ms: int, stats: CleanerStats) -> None:
-        """Write the kept batches of C{group} to C{<base>.log.cleaned} with rebuilt indexes."""
+                     delete_horizon_ms: int, txns: "CleanedTransactions", stats: CleanerStats) -> None:
+        """
+        Write the kept batches of C{group} to C{<base>.log.cleaned} with
+        rebuilt indexes, and the aborted transactions whose marker stays to
+        C{<base>.txnindex.cleaned} (no file when none does).
+        """
         config = task.config
         directory = task.log.directory
         base = group[0].base_offset
         paths = [os.path.join(directory, segment_file_name(base, suffix) + CLEANED_SUFFIX)
-                 for suffix in (".log", ".index", ".timeindex")]
+                 for suffix in (".log", ".index", ".timeindex", ".txnindex")]
         for path in paths:
             if os.path.exists(path):
                 os.unlink(path)
         fd = os.open(paths[0], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         offset_index = OffsetIndex(paths[1], base, config.segment_index_bytes)
         time_index = TimeIndex(paths[2], base, config.segment_index_bytes)
+        txns.cleaned_index = txn_index = TransactionIndex(paths[3])
         try:
             position = 0
             since_index = 0
@@ -608,7 +723,7 @@ class Cleaner:
                     self._throttle(h.size)
                     stats.bytes_read += h.size
                     is_last = view is last_view and last_in_segment
-                    out = self._filter_batch(task, h, batch, offset_map, retain_deletes, is_last, stats)
+                    out = self._filter_batch(task, h, batch, offset_map, retain_deletes, is_last, txns, stats)
                     if out is None:
                         continue
                     if since_index >= config.index_interval_bytes:
@@ -633,17 +748,22 @@ class Cleaner:
             os.fsync(fd)
             offset_index.flush()
             time_index.flush()
+            txn_index.flush()
         except BaseException:
             os.close(fd)
             offset_index.close()
             time_index.close()
+            txn_index.close()
             for path in paths:
                 if os.path.exists(path):
                     os.unlink(path)
             raise
+        finally:
+            txns.cleaned_index = None
         os.close(fd)
         offset_index.close()
         time_index.close()
+        txn_index.close()
         # Kafka: the cleaned segment takes the last modification time of the group's last segment
         os.utime(paths[0], ns=(last_view.mtime_ns, last_view.mtime_ns))
 
@@ -657,13 +777,26 @@ class Cleaner:
 
     @staticmethod
     def _filter_batch(task: CleanTask, h: BatchHeader, batch: memoryview, offset_map: OffsetMap,
-                      retain_deletes: bool, is_last: bool, stats: CleanerStats) -> bytes | None:
-        """The batch as kept: its own bytes, rewritten with fewer records, an empty header, or C{None}."""
+                      retain_deletes: bool, is_last: bool, txns: "CleanedTransactions",
+                      stats: CleanerStats) -> bytes | None:
+        """
+        The batch as kept: its own bytes, rewritten with fewer records, an
+        empty header, or C{None} (Kafka's C{cleanInto} record filter).
+        C{retain_deletes}: the batch's segment is newer than the delete
+        horizon (its tombstones and its discardable markers stay).
+        """
         if h.is_control:
-            # transaction markers stay until transactions are supported (they are refused today)
-            return bytes(batch)
-        records = _parse_records(_records_of(batch, h), h.record_count) if h.record_count else []
-        stats.records_read += len(records)
+            if not txns.on_control_batch(h, batch) or retain_deletes:
+                return bytes(batch)
+            stats.markers_removed += 1
+            return _empty_batch(h) if is_last else None
+        if txns.on_batch(h):  # a batch of an aborted transaction: none of its records stays
+            stats.records_read += h.record_count
+            stats.aborted_records_removed += h.record_count
+            records = []
+        else:
+            records = _parse_records(_records_of(batch, h), h.record_count) if h.record_count else []
+            stats.records_read += len(records)
         get = offset_map.offsets.get
         kept = [r for r in records
                 if r.key is not None
@@ -835,7 +968,7 @@ class LogCleaner:
 
     @staticmethod
     def _remove_cleaned(log: PartitionLog, base_offset: int) -> None:
-        for suffix in (".log", ".index", ".timeindex"):
+        for suffix in (".log", ".index", ".timeindex", ".txnindex"):
             path = os.path.join(log.directory, segment_file_name(base_offset, suffix) + CLEANED_SUFFIX)
             try:
                 os.unlink(path)

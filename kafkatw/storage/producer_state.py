@@ -40,7 +40,9 @@ C{ProducerStateManager.ongoingTxns}/C{unreplicatedTxns}):
     transaction is completed, but stays I{unstable} until the high watermark
     passes its marker; an ABORT is returned to the log, which adds it to the
     segment's aborted-transaction index
-    (L{kafkatw.storage.transaction_index});
+    (L{kafkatw.storage.transaction_index}); a control batch without records
+    (the header the log cleaner leaves of a marker whose transaction is gone)
+    closes nothing;
   - a marker carries the coordinator epoch; a marker of an older producer
     epoch (C{INVALID_PRODUCER_EPOCH}) or of an older coordinator epoch
     (C{TRANSACTION_COORDINATOR_FENCED}) is refused (L{validate_marker});
@@ -326,6 +328,10 @@ class ProducerStateManager:
         """
         pid = h.producer_id
         if pid < 0:
+            return None
+        if h.is_control and h.record_count == 0:
+            # the empty header the log cleaner leaves of a marker whose transaction is gone from
+            # the log: nothing to close (Kafka's ProducerAppendInfo.append)
             return None
         entry = self.producers.get(pid)
         if h.is_control:

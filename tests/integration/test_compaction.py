@@ -7,6 +7,10 @@ Many updates of a few keys are produced; once both brokers' cleaners have
 passed, a consumer reading from the beginning sees one record per key below
 the active segment, each key's latest value, and offsets with gaps; kcat reads
 the same; the follower's log is compacted by its own cleaner.
+
+A librdkafka transactional producer's aborted records leave the compacted
+log, and a read-committed consumer still reads each key's last committed
+value.
 """
 
 from __future__ import annotations
@@ -155,3 +159,76 @@ class CompactionTests(unittest.TestCase):
                 self.assertEqual({k: v for _, k, v in kcat_records}, latest)
                 for offset, _, value in kcat_records:
                     self.assertEqual(int(value[:6]), int(offset))
+
+
+class TransactionalCompactionTests(unittest.TestCase):
+    timeout = 300
+
+    def test_aborted_transactions_removed_committed_ones_compacted(self) -> None:
+        """
+        A librdkafka transactional producer commits every other transaction
+        and aborts the others, over the same keys; once the cleaner has
+        passed, the segment files below its checkpoint hold no aborted record
+        and a read-committed consumer still reads each key's last committed
+        value (an aborted write never removed a committed record).
+        """
+        topic = "txn-state"
+        overrides = {**_OVERRIDES, "transaction.state.log.replication.factor": "1",
+                     "transaction.state.log.min.isr": "1", "transaction.state.log.num.partitions": "2"}
+        with running_cluster(1, overrides) as cluster:
+            bootstrap = cluster[0].bootstrap
+            admin = AdminClient({"bootstrap.servers": bootstrap})
+            admin.create_topics([NewTopic(topic, 1, 1, config=_TOPIC_CONFIG)])[topic].result(30)
+            producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "compacting", "linger.ms": 5})
+            producer.init_transactions(30)
+            committed = {}
+            sequence = 0
+            for txn in range(40):
+                producer.begin_transaction()
+                outcome = b"commit" if txn % 2 == 0 else b"abort"
+                written = {}
+                for i in range(25):
+                    key = b"key-%d" % (i % KEYS)
+                    value = b"%06d:%s:" % (sequence, outcome) + b"x" * 150
+                    sequence += 1
+                    producer.produce(topic, key=key, value=value)
+                    written[key] = value
+                if txn % 2 == 0:
+                    producer.commit_transaction(30)
+                    committed.update(written)
+                else:
+                    self.assertEqual(producer.flush(30), 0)  # on the broker, not purged by the abort
+                    producer.abort_transaction(30)
+
+            process = cluster[0]
+            wait_for(lambda: cleaned_offset(process, topic) > 700, 120, f"the cleaner to clean {topic}")
+            cleaned = cleaned_offset(process, topic)
+            below = []
+            for path in sorted(glob.glob(os.path.join(process.data_dir, f"{topic}-0", "*.log"))):
+                with open(path, "rb") as f:
+                    for batch in decode_batches(f.read()):
+                        if not batch.is_control:
+                            below.extend(r.value for r in batch.records if r.offset < cleaned)
+            self.assertTrue(below)
+            self.assertFalse([v for v in below if b":abort:" in v])
+
+            consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "check-txn", "enable.auto.commit": False,
+                                 "isolation.level": "read_committed", "fetch.wait.max.ms": 100,
+                                 "enable.partition.eof": True})
+            consumer.assign([TopicPartition(topic, 0, 0)])
+            last = {}
+            deadline = time.monotonic() + 60
+            try:
+                while time.monotonic() < deadline:
+                    message = consumer.poll(0.2)
+                    if message is None:
+                        continue
+                    if message.error():
+                        if message.error().code() == KafkaError._PARTITION_EOF:
+                            break
+                        continue
+                    self.assertNotIn(b":abort:", message.value())
+                    last[message.key()] = message.value()
+            finally:
+                consumer.close()
+            self.assertEqual(last, committed)

@@ -34,6 +34,8 @@ from kafkatw.storage.log_cleaner import (
     cleanable_range,
 )
 from kafkatw.storage.log_manager import read_checkpoint
+from kafkatw.storage.producer_state import ProducerStateManager
+from kafkatw.storage.transaction_index import TransactionIndex
 
 NOW = 1_000_000_000
 
@@ -642,6 +644,387 @@ class ProducerStateAndReadsTests(CleanerTestCase):
         self.assertIn(offset, [b.base_offset for b in batches if b.is_control])
 
 
+
+TXN = 0x10
+
+
+def read_committed(log):
+    """
+    (offset, key, value) of the records a read-committed consumer gets from
+    the log start: below the LSO, the aborted transactions of
+    L{PartitionLog.collect_aborted_transactions} dropped as Kafka's consumer
+    drops them (an aborted producer's batches from the transaction's first
+    offset to its ABORT marker), control batches skipped.
+    """
+    start, lso = log.log_start_offset, log.last_stable_offset
+    data = b"".join(os.pread(r.fileno, r.length, r.position) for r in log.read(start, 1 << 30, max_offset=lso))
+    aborted = sorted(log.collect_aborted_transactions(start, lso), key=lambda t: t.first_offset)
+    ongoing = set()
+    visible = []
+    for batch in decode_batches(data):
+        while aborted and aborted[0].first_offset <= batch.last_offset:
+            ongoing.add(aborted.pop(0).producer_id)
+        if batch.is_control:
+            if batch.records and batch.records[0].key[2:4] == b"\x00\x00":  # ABORT
+                ongoing.discard(batch.producer_id)
+            continue
+        if batch.is_transactional and batch.producer_id in ongoing:
+            continue
+        visible.extend((r.offset, r.key, r.value) for r in batch.records if r.offset < lso)
+    return visible
+
+
+def markers(log):
+    """Offsets of the markers (control batches with their record) in the log."""
+    return {b.base_offset for b in read_records(log)[1] if b.is_control and b.records}
+
+
+def producer_view(log):
+    """What the producer state decides: per producer its epoch, last sequence, last offset, open transaction."""
+    state = log.producer_state
+    return ({pid: (e.epoch, e.last_seq, e.batches[-1].last_offset if e.batches else None,
+                   e.current_txn_first_offset) for pid, e in state.producers.items()},
+            dict(state.ongoing), log.last_stable_offset)
+
+
+class TransactionTestCase(CleanerTestCase):
+    """Helpers to write transactions (the tests are in the subclasses)."""
+
+    def setUp(self):
+        super().setUp()
+        self.seqs = {}
+
+    def txn(self, log, pid, records):
+        seq = self.seqs.get(pid, 0)
+        log.append(build_batch(records, timestamp_ms=self.clock.now, producer_id=pid, producer_epoch=0,
+                               base_sequence=seq, attributes=TXN), 0)
+        self.seqs[pid] = seq + len(records)
+        log.update_high_watermark(log.log_end_offset)
+        return log.log_end_offset - len(records)
+
+    def end(self, log, pid, committed):
+        offset = log.append_marker(pid, 0, 0, committed, 0, self.clock.now).base_offset
+        log.update_high_watermark(log.log_end_offset)
+        return offset
+
+    def mixed(self, log, rounds=6):
+        """
+        Rounds of a committed transaction of producer 1 and an aborted one of
+        producer 2 over the same keys c0-c2 (interleaved, so that each is open
+        while the other completes), and plain updates of k0-k2; then 30 plain
+        updates that push them below the active segment.
+        """
+        for r in range(rounds):
+            self.txn(log, 1, [(b"c%d" % (r % 3), b"commit%d" % r)])
+            self.txn(log, 2, [(b"c%d" % ((r + 1) % 3), b"abort%d" % r), (b"k0", b"abort%d" % r)])
+            self.fill(log, 4)
+            self.txn(log, 1, [(b"c%d" % ((r + 2) % 3), b"commit%d'" % r)])
+            self.end(log, 1, True)
+            self.txn(log, 2, [(b"c%d" % r, b"abort%d'" % r)])
+            self.fill(log, 2)
+            self.end(log, 2, False)
+        self.fill(log, 30)
+
+    def assert_txn_indexes(self, log):
+        """Each segment's .txnindex: on disk as in memory, its markers' entries only, no file without entries."""
+        bases = {s.base_offset for s in log.segments}
+        for name in os.listdir(log.directory):
+            if name.endswith(".txnindex"):
+                self.assertIn(int(name[:-len(".txnindex")]), bases, name)
+        for segment in log.segments:
+            on_disk = TransactionIndex(segment.txn_index.path)
+            on_disk.load()
+            self.assertEqual(on_disk.entries, segment.txn_index.entries)
+            self.assertEqual(os.path.exists(segment.txn_index.path), bool(segment.txn_index.entries))
+            for entry in segment.txn_index.entries:
+                self.assertTrue(segment.base_offset <= entry.last_offset < segment.next_offset, entry)
+
+
+class TransactionTests(TransactionTestCase):
+    """Compaction of logs with transactions (Kafka's Cleaner with CleanedTransactionMetadata)."""
+
+    def test_aborted_records_removed_committed_ones_compacted(self):
+        log = self.make_log()
+        self.mixed(log)
+        before = read_committed(log)
+        self.assertTrue([v for _, _, v in read_records(log)[0] if v.startswith(b"abort")])
+        stats = self.make_cleaner(log).clean_log(log, force=True)
+        self.assertEqual(stats.aborted_records_removed, 18)
+        _, batches = read_records(log)
+        records = [(r.offset, r.key, r.value) for b in batches if not b.is_control for r in b.records]
+        self.assertFalse([v for _, _, v in records if v.startswith(b"abort")])
+        after = read_committed(log)
+        # the aborted records never shadow the committed ones: the latest committed value of every key stays
+        self.assertEqual(last_values(after), last_values(before))
+        self.assertEqual(last_values(after)[b"c0"][:6], b"commit")
+        self.assertLess(set(after), set(before))
+        # committed records are compacted like the others
+        keys = [k for o, k, _ in after if o < log.active_segment.base_offset]
+        self.assertEqual(len(keys), len(set(keys)))
+        self.assertEqual(records, after)  # without aborted records, every reader sees the same
+        self.assert_txn_indexes(log)
+
+    def test_markers_kept_while_their_data_remains_then_removed_after_delete_retention(self):
+        log = self.make_log(delete_retention_ms=5000)
+        cleaner = self.make_cleaner(log)
+        self.txn(log, 1, [(b"gone", b"c")])  # 0: committed, overwritten at 6
+        self.assertEqual(self.end(log, 1, True), 1)
+        self.txn(log, 2, [(b"x", b"a")])  # 2: aborted
+        self.assertEqual(self.end(log, 2, False), 3)
+        self.txn(log, 3, [(b"stays", b"c")])  # 4: committed, its key's last record
+        self.assertEqual(self.end(log, 3, True), 5)
+        self.put(log, b"gone", b"new")
+        # producers 1 and 2 write again: their batches 0 and 2 are not their last (kept empty otherwise)
+        for pid in (1, 2):
+            self.put(log, b"p%d" % pid, b"later", producer_id=pid, producer_epoch=0, base_sequence=1)
+        for i in range(30):  # unique keys: the cleaned segments stay full and are not merged
+            self.put(log, b"u%03d" % i, b"v")
+        old = os.stat(log.active_segment.path).st_mtime_ns - 10_000 * 1_000_000
+        os.utime(log.segments[0].path, ns=(old, old))
+        stats = cleaner.clean_log(log, force=True)
+        records = read_records(log)[0]
+        self.assertNotIn((0, b"gone", b"c"), records)
+        self.assertNotIn((2, b"x", b"a"), records)
+        self.assertIn((4, b"stays", b"c"), records)
+        # the pass met each transaction's batch: every marker stays, the ABORT's with its .txnindex entry
+        self.assertEqual(markers(log), {1, 3, 5})
+        self.assertEqual(stats.markers_removed, 0)
+        self.assertEqual([e[:3] for e in log.segments[0].txn_index.entries], [(2, 2, 3)])
+        self.assert_txn_indexes(log)
+
+        # the data of transactions 1 and 2 is gone: their markers may go, but their segment
+        # (10 s older than the newest clean one) is within delete.retention.ms = 20 s
+        for i in range(30, 60):
+            self.put(log, b"u%03d" % i, b"v")
+        log.config.delete_retention_ms = 20000
+        cleaner.clean_log(log, force=True)
+        self.assertEqual(markers(log), {1, 3, 5})
+        self.assertEqual(log.segments[0].txn_index.entries, [])  # no aborted record left to filter
+        self.assert_txn_indexes(log)
+
+        # past delete.retention.ms = 5 s they go; the marker of the transaction whose record stays does not
+        for i in range(60, 90):
+            self.put(log, b"u%03d" % i, b"v")
+        log.config.delete_retention_ms = 5000
+        stats = cleaner.clean_log(log, force=True)
+        self.assertEqual(stats.markers_removed, 2)
+        self.assertEqual(markers(log), {5})
+        self.assertIn((4, b"stays", b"c"), read_records(log)[0])
+        again = self.reopen(log)
+        self.assertEqual(again.producer_state.ongoing, {})
+        self.assertEqual(again.last_stable_offset, again.log_end_offset)
+        self.assertEqual(markers(again), {5})
+
+    def test_txn_index_of_a_cleaned_group_holds_the_surviving_aborted_transactions(self):
+        log = self.make_log()
+        cleaner = self.make_cleaner(log)
+        for r in range(6):
+            pid = 2 + r % 2
+            self.txn(log, pid, [(b"a%d" % r, b"abort%d" % r)])
+            self.fill(log, 4)
+            self.txn(log, pid, [(b"b%d" % r, b"abort%d" % r)])
+            self.end(log, pid, False)
+            self.fill(log, 3)
+        self.fill(log, 30)
+        with_entries = [s.base_offset for s in log.segments if s.txn_index.entries]
+        self.assertGreater(len(with_entries), 2)
+
+        def surviving():
+            # the aborted transactions with a batch in the log (what the next pass meets)
+            _, batches = read_records(log)
+            entries = log.collect_aborted_transactions(log.log_start_offset, log.last_stable_offset)
+            return [e for e in entries
+                    if any(b.is_transactional and not b.is_control and b.producer_id == e.producer_id
+                           and e.first_offset <= b.base_offset < e.last_offset for b in batches)]
+
+        def indexed():
+            return [e for s in log.segments for e in s.txn_index.entries]
+
+        expected = surviving()
+        self.assertEqual(len(expected), 6)
+        cleaner.clean_log(log, force=True)
+        self.assertEqual(indexed(), expected)
+        self.assert_txn_indexes(log)
+        # the next pass merges the small cleaned segments: the entries of the aborted
+        # transactions whose batches are gone go, those with a batch left (a producer's
+        # last batch, kept empty) move to the merged segment's .txnindex
+        expected = surviving()
+        self.assertTrue(0 < len(expected) < 6, expected)
+        where = {e: s.base_offset for s in log.segments for e in s.txn_index.entries}
+        self.fill(log, 30)
+        cleaner.clean_log(log, force=True)
+        self.assertTrue([e for s in log.segments for e in s.txn_index.entries if where[e] != s.base_offset])
+        self.assertEqual(indexed(), expected)
+        self.assert_txn_indexes(log)
+        self.assertFalse([v for _, _, v in read_records(log)[0] if v.startswith(b"abort")])
+
+    def txn_crash_at(self, step, then=None):
+        log = self.make_log()
+        self.mixed(log)
+        expected = last_values(read_committed(log))
+        end = log.log_end_offset
+        cleaner = self.make_cleaner(log)
+
+        def swap(old, base):
+            # the first group whose cleaned segment keeps an aborted transaction
+            if not os.path.exists(os.path.join(log.directory, "%020d.txnindex%s" % (base, CLEANED_SUFFIX))):
+                log.replace_segments(old, base)
+                return
+            if step == "cleaned":
+                raise Crash(step)
+
+            def crash_after(done):
+                if done == step:
+                    raise Crash(step)
+
+            log.replace_segments(old, base, crash_after=crash_after)
+
+        self.assertRaises(Crash, cleaner.clean_log, log, True, swap)
+        if then is not None:
+            then(log.directory)
+        suffixes = {n.split(".", 1)[1] for n in os.listdir(log.directory) if "." in n}
+        log._test_closed = True
+        for segment in log.segments:
+            segment.close()
+        self.addCleanup(log.apply_retention, 10**15)
+        again = PartitionLog(log.directory, "t", 0, log.config, clean_shutdown=False, now_ms=self.clock)
+        self.addCleanup(self.close, again)
+        self.assertFalse([n for n in os.listdir(again.directory) if n.endswith((CLEANED_SUFFIX, SWAP_SUFFIX,
+                                                                                  DELETED_SUFFIX))])
+        self.assertEqual(again.log_end_offset, end)
+        self.assertEqual(again.producer_state.ongoing, {})
+        self.assertEqual(again.last_stable_offset, end)
+        visible = read_committed(again)
+        self.assertEqual(last_values(visible), expected)
+        self.assertFalse([v for _, _, v in visible if v.startswith(b"abort")])
+        self.assert_txn_indexes(again)
+        return suffixes
+
+    def test_crash_after_cleaned_with_txn_index(self):
+        self.assertIn("txnindex.cleaned", self.txn_crash_at("cleaned"))
+
+    def test_crash_after_swap_with_txn_index(self):
+        self.assertIn("txnindex.swap", self.txn_crash_at("swap"))
+
+    def test_crash_during_swap_with_txn_index(self):
+        # the indexes renamed .swap, the log still .cleaned: the old segments stand
+        def log_not_renamed(directory):
+            [swap] = [n for n in os.listdir(directory) if n.endswith(".log" + SWAP_SUFFIX)]
+            os.replace(os.path.join(directory, swap),
+                       os.path.join(directory, swap[:-len(SWAP_SUFFIX)] + CLEANED_SUFFIX))
+
+        self.assertIn("txnindex.swap", self.txn_crash_at("swap", log_not_renamed))
+
+    def test_crash_after_delete_with_txn_index(self):
+        self.assertIn("txnindex.swap", self.txn_crash_at("delete"))
+
+    def test_crash_during_live_with_txn_index(self):
+        # the .log renamed into place, the .txnindex still .swap
+        def log_live(directory):
+            [swap] = [n for n in os.listdir(directory) if n.endswith(".log" + SWAP_SUFFIX)]
+            os.replace(os.path.join(directory, swap), os.path.join(directory, swap[:-len(SWAP_SUFFIX)]))
+
+        self.assertIn("txnindex.swap", self.txn_crash_at("delete", log_live))
+
+    def test_crash_after_live_with_txn_index(self):
+        suffixes = self.txn_crash_at("live")
+        self.assertNotIn("txnindex.swap", suffixes)
+
+    def test_a_swap_completed_at_load_rebuilds_the_producer_state(self):
+        log = self.make_log()
+        self.mixed(log)
+        cleaner = self.make_cleaner(log)
+
+        def swap(old, base):
+            def crash_after(done):
+                if done == "swap":
+                    raise Crash(done)
+
+            log.replace_segments(old, base, crash_after=crash_after)
+
+        self.assertRaises(Crash, cleaner.clean_log, log, True, swap)
+        log._test_closed = True
+        for segment in log.segments:
+            segment.close()
+        log._write_producer_snapshot()
+        self.addCleanup(log.apply_retention, 10**15)
+        again = PartitionLog(log.directory, "t", 0, log.config, clean_shutdown=True, now_ms=self.clock)
+        self.addCleanup(self.close, again)
+        self.assertEqual(again.producer_state_source, "scan")
+        self.assert_txn_indexes(again)
+
+    def test_open_transaction_untouched_and_state_reloaded(self):
+        log = self.make_log()
+        self.mixed(log, rounds=4)
+        first_open = self.txn(log, 3, [(b"c0", b"open")])
+        self.fill(log, 40)
+        self.assertEqual(log.last_stable_offset, first_open)
+        to_clean = cleanable_range(log, None, NOW)
+        holding = [s for s in log.segments if s.base_offset <= first_open < s.next_offset][0]
+        self.assertEqual(to_clean.first_uncleanable_offset, holding.base_offset)
+
+        def raw(from_offset):
+            return b"".join(os.pread(r.fileno, r.length, r.position) for r in log.read(from_offset, 1 << 30))
+
+        untouched = raw(holding.base_offset)
+        before = producer_view(log)
+        visible = read_committed(log)
+        self.make_cleaner(log).clean_log(log, force=True)
+        self.assertEqual(raw(holding.base_offset), untouched)
+        self.assertEqual(producer_view(log), before)
+        self.assertEqual(last_values(read_committed(log)), last_values(visible))
+        again = self.reopen(log)  # unclean: the state is rebuilt from the cleaned log
+        self.assertEqual(again.producer_state_source, "scan")
+        self.assertEqual(producer_view(again), before)
+        self.assertEqual(last_values(read_committed(again)), last_values(visible))
+        self.assert_txn_indexes(again)
+        self.close(again)
+        clean = PartitionLog(log.directory, "t", 0, log.config, clean_shutdown=True, now_ms=self.clock)
+        self.addCleanup(self.close, clean)
+        self.assertEqual(clean.producer_state_source, "snapshot")
+        self.assertEqual(producer_view(clean), before)
+        self.assertEqual(last_values(read_committed(clean)), last_values(visible))
+        # the transaction completes after the reload, and is then cleanable
+        self.end(clean, 3, False)
+        self.fill(clean, 30)
+        self.make_cleaner(clean).clean_log(clean, force=True)
+        self.assertNotIn(b"open", [v for _, _, v in read_records(clean)[0]])
+
+    def test_an_abort_marker_stays_with_its_data_even_without_its_index_entry(self):
+        log = self.make_log(delete_retention_ms=0)
+        cleaner = self.make_cleaner(log)
+        for i in range(30):
+            self.put(log, b"u%03d" % i, b"v")
+        cleaner.clean_log(log, force=True)  # a clean part: the next pass has a delete horizon
+        self.txn(log, 2, [(b"x", b"a")])
+        abort = self.end(log, 2, False)
+        self.put(log, b"p2", b"later", producer_id=2, producer_epoch=0, base_sequence=1)
+        for i in range(30, 60):
+            self.put(log, b"u%03d" % i, b"v")
+        for segment in log.segments:  # the .txnindex lost (a log written before it was kept at swaps)
+            segment.txn_index.reset([])
+        old = os.stat(log.active_segment.path).st_mtime_ns - 10_000 * 1_000_000
+        for segment in log.segments[:-1]:
+            os.utime(segment.path, ns=(old, old))
+        cleaner.clean_log(log, force=True)
+        self.assertIn(abort, markers(log))  # the aborted batch was met (taken for committed): its marker stays
+        again = self.reopen(log)
+        self.assertEqual(again.producer_state.ongoing, {})
+        self.assertEqual(again.last_stable_offset, again.log_end_offset)
+
+    def test_an_empty_marker_closes_nothing(self):
+        """The header the cleaner leaves of a marker whose transaction is gone (Kafka's ProducerAppendInfo)."""
+        state = ProducerStateManager()
+        [data] = parse_batch_headers(build_batch([(b"k", b"v")], producer_id=5, producer_epoch=0, base_sequence=0,
+                                                 attributes=TXN, timestamp_ms=NOW), False)
+        state.load_batch(data)
+        [control] = parse_batch_headers(build_batch([(b"\x00\x00\x00\x00", b"")], base_offset=1, producer_id=5,
+                                                    producer_epoch=0, attributes=TXN | 0x20,
+                                                    timestamp_ms=NOW), False)
+        self.assertIsNone(state.load_batch(control._replace(record_count=0)))
+        self.assertEqual(state.ongoing, {5: 0})
+
+
 _record = st.tuples(st.integers(0, 5), st.one_of(st.none(), st.binary(min_size=0, max_size=40)))
 
 
@@ -686,6 +1069,76 @@ class PropertyTests(CleanerTestCase):
         self.assertEqual(read_records(again)[0], records)
         if idempotent:
             self.assertEqual(again.producer_state.producers[11].last_seq, last_seq)
+        self.close(again)
+
+
+_txn_op = st.one_of(
+    st.tuples(st.just("put"), st.integers(0, 3), st.one_of(st.none(), st.binary(min_size=0, max_size=8))),
+    st.tuples(st.just("txn"), st.integers(1, 2), st.integers(0, 3)),
+    st.tuples(st.sampled_from(["commit", "abort"]), st.integers(1, 2), st.just(0)),
+    st.tuples(st.just("clean"), st.just(0), st.just(0)),
+)
+
+
+def visible_state(records):
+    """Key -> last value read, deleted keys left out."""
+    return {k: v for k, v in last_values(records).items() if v is not None}
+
+
+class TransactionPropertyTests(TransactionTestCase):
+    @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(st.lists(_txn_op, min_size=1, max_size=60))
+    def test_read_committed_state_survives_cleaning_and_reload(self, ops):
+        """
+        Plain writes and tombstones, transactions of two producers committed,
+        aborted or left open, and cleaning passes in any order: what a
+        read-committed consumer reads keeps the same last value of every key
+        after each pass and after a reload, no aborted record stays below the
+        cleaned offset, and a reload rebuilds the same producer state and LSO.
+        """
+        self.log_dir = self.mktemp()
+        os.makedirs(self.log_dir)
+        self.seqs = {}
+        # delete.retention.ms=0: tombstones and markers go as soon as the rules let them
+        log = self.make_log(segment_bytes=300, delete_retention_ms=0)
+        cleaner = self.make_cleaner(log)
+        open_txns = set()
+        for op, a, b in ops:
+            if op == "put":
+                self.put(log, b"k%d" % a, b)
+            elif op == "txn":
+                self.txn(log, a, [(b"k%d" % b, b"t%d@%d" % (a, log.log_end_offset))])
+                open_txns.add(a)
+            elif op in ("commit", "abort") and a in open_txns:
+                self.end(log, a, op == "commit")
+                open_txns.discard(a)
+            elif op == "clean":
+                before = visible_state(read_committed(log))
+                cleaner.clean_log(log, force=True)
+                self.assertEqual(visible_state(read_committed(log)), before)
+        for pid in sorted(open_txns):  # producer 1 commits, producer 2 aborts what is left open
+            self.end(log, pid, pid == 1)
+        for _ in range(12):  # push everything out of the active segment
+            self.put(log, b"z", b"z")
+        expected = visible_state(read_committed(log))
+        view = producer_view(log)
+        cleaner.clean_log(log, force=True)
+        self.assertEqual(visible_state(read_committed(log)), expected)
+        for _ in range(12):  # a second pass, with a clean part: markers whose data went may go
+            self.put(log, b"z", b"z")
+        view = producer_view(log)
+        stats = cleaner.clean_log(log, force=True)
+        self.assertEqual(visible_state(read_committed(log)), expected)
+        self.assertEqual(producer_view(log), view)
+        if stats is not None:
+            cleaned = [v for o, _, v in read_records(log)[0] if o < stats.end_offset and v]
+            committed = {v for _, _, v in read_committed(log)}
+            self.assertFalse([v for v in cleaned if v.startswith(b"t") and v not in committed])
+        self.assert_txn_indexes(log)
+        again = self.reopen(log)
+        self.assertEqual(producer_view(again), view)
+        self.assertEqual(visible_state(read_committed(again)), expected)
+        self.assert_txn_indexes(again)
         self.close(again)
 
 
