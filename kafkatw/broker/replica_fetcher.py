@@ -278,6 +278,8 @@ class ReplicaFetcher:
                         self._delay([s])
                         continue
                 log.update_high_watermark(min(p.high_watermark, log.log_end_offset))
+                if p.log_start_offset > log.log_start_offset:  # the leader's DeleteRecords or retention
+                    log.maybe_increment_log_start_offset(min(p.log_start_offset, log.high_watermark))
                 max_lag = max(max_lag, p.high_watermark - log.log_end_offset)
         self.max_lag = max_lag
 
