@@ -121,7 +121,7 @@ def format_record(header: BatchHeader, record: Any, print_data: bool,
     return "".join(out)
 
 
-def dump_log_file(path: str, echo: Echo, err: Echo, deep: bool = False, print_data: bool = False,
+def dump_log_file(path: str, echo: Echo, deep: bool = False, print_data: bool = False,
                   parser: Callable[[Any], tuple[str | None, str | None]] | None = None,
                   skip_metadata: bool = False, max_bytes: int = 0x7FFFFFFF) -> list[tuple[int, int]]:
     """
@@ -383,7 +383,7 @@ def dump_log(files: str, print_data_log: bool, deep_iteration: bool, verify_inde
         suffix = os.path.splitext(path)[1]
         try:
             if suffix == ".log":
-                found = dump_log_file(path, click.echo, err, deep_iteration, print_data_log, parser,
+                found = dump_log_file(path, click.echo, deep_iteration, print_data_log, parser,
                                       skip_record_metadata, max_bytes)
                 if found:
                     gaps[os.path.abspath(path)] = found

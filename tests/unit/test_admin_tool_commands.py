@@ -152,9 +152,9 @@ class DumpLogTests(unittest.TestCase):
         lines = out.splitlines()
         self.assertEqual(lines[0], f"Dumping {self.base}.log")
         self.assertEqual(lines[1], "Log starting offset: 0")
-        first = (f"baseOffset: 0 lastOffset: 1 count: 2 baseSequence: -1 lastSequence: -1 producerId: -1 "
-                 f"producerEpoch: -1 partitionLeaderEpoch: 3 isTransactional: false isControl: false "
-                 f"deleteHorizonMs: OptionalLong.empty position: 0 CreateTime: 1005 size: ")
+        first = ("baseOffset: 0 lastOffset: 1 count: 2 baseSequence: -1 lastSequence: -1 producerId: -1 "
+                 "producerEpoch: -1 partitionLeaderEpoch: 3 isTransactional: false isControl: false "
+                 "deleteHorizonMs: OptionalLong.empty position: 0 CreateTime: 1005 size: ")
         self.assertTrue(lines[2].startswith(first), lines[2])
         size = int(lines[2][len(first):].split()[0])
         self.assertTrue(lines[2].endswith(f"size: {size} magic: 2 compresscodec: none crc: {self.crc(0)} "
