@@ -93,8 +93,8 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     36: (0, 2),  # SaslAuthenticate (KIP-152; likewise)
     50: (0, 0),  # DescribeUserScramCredentials (KIP-554)
     51: (0, 0),  # AlterUserScramCredentials (KIP-554)
-    **TRANSACTION_VERSIONS,  # AddPartitionsToTxn ... ListTransactions: kafkatw/broker/transaction_apis.py
     **ADMIN_TOOL_VERSIONS,  # DeleteRecords, DescribeLogDirs, OffsetDelete: kafkatw/broker/admin_tool_apis.py
+    **TRANSACTION_VERSIONS,  # AddPartitionsToTxn ... ListTransactions: kafkatw/broker/transaction_apis.py
 }
 
 #: What ApiVersions advertises where it differs from L{SUPPORTED_VERSIONS}.
@@ -191,8 +191,8 @@ class KafkaApis(TransactionApis, AdminToolApis):
             36: self.handle_sasl_authenticate,
             50: self.handle_describe_user_scram_credentials,
             51: self.handle_alter_user_scram_credentials,
-            **self.transaction_handlers(),
             **self.admin_tool_handlers(),
+            **self.transaction_handlers(),
         }
         #: The L{kafkatw.broker.authorizer.ZkAclAuthorizer} (set by the server when
         #: C{authorizer.class.name} is set; C{None}: every request is allowed).
