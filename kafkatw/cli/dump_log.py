@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import os
 import struct
+import sys
 from typing import Any, Callable
 
 import click
@@ -398,6 +399,9 @@ def dump_log(files: str, print_data_log: bool, deep_iteration: bool, verify_inde
                 dump_txn_index(path, click.echo)
             else:
                 err(f"Ignoring unknown file {path}")
+        except BrokenPipeError:  # the reader went away (`| head`): stop quietly, as Kafka's tool does
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            sys.exit(1)
         except (OSError, IndexCorrupt, KafkaError, ValueError) as e:
             fail(f"Error: {path}: {getattr(e, 'strerror', None) or e}")
     for name, pairs in index_mismatches.items():
