@@ -52,6 +52,7 @@ from .group_coordinator import GroupCoordinator, OffsetStore
 from .quota_apis import QUOTA_VERSIONS, QuotaApis
 from .quota_manager import ClientQuotas, user_of_principal
 from .request_context import NO_CONNECTION, ConnectionContext, RequestContext
+from .admin_tool_apis import ADMIN_TOOL_VERSIONS, AdminToolApis
 from .transaction_apis import TRANSACTION_VERSIONS, TransactionApis
 
 __all__ = ["SUPPORTED_VERSIONS", "ADVERTISED_VERSIONS", "KafkaApis", "validate_topic_name"]
@@ -62,7 +63,7 @@ _log = Logger()
 SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     0: (3, 9),  # Produce (message format v2 only: v3+)
     1: (FETCH_MIN_VERSION, FETCH_MAX_VERSION),  # Fetch (v13+ use topic ids)
-    2: (1, 6),  # ListOffsets (v7 adds MAX_TIMESTAMP, not served)
+    2: (1, 8),  # ListOffsets (v7: MAX_TIMESTAMP, KIP-734; v8: EARLIEST_LOCAL, KIP-405)
     3: (0, 12),  # Metadata
     18: (0, 3),  # ApiVersions
     19: (2, 7),  # CreateTopics
@@ -94,6 +95,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     36: (0, 2),  # SaslAuthenticate (KIP-152; likewise)
     50: (0, 0),  # DescribeUserScramCredentials (KIP-554)
     51: (0, 0),  # AlterUserScramCredentials (KIP-554)
+    **ADMIN_TOOL_VERSIONS,  # DeleteRecords, DescribeLogDirs, OffsetDelete: kafkatw/broker/admin_tool_apis.py
     **TRANSACTION_VERSIONS,  # AddPartitionsToTxn ... ListTransactions: kafkatw/broker/transaction_apis.py
     **QUOTA_VERSIONS,  # DescribeClientQuotas, AlterClientQuotas: kafkatw/broker/quota_apis.py
 }
@@ -110,6 +112,10 @@ LATEST_TIMESTAMP = -1
 #: Fetch and ListOffsets C{isolation_level} of read-committed consumers (KIP-98).
 READ_COMMITTED = 1
 EARLIEST_TIMESTAMP = -2
+#: ListOffsets v7+: the record with the largest timestamp (KIP-734).
+MAX_TIMESTAMP = -3
+#: ListOffsets v8+: the earliest offset in local storage (KIP-405; no tiered storage: the log start).
+EARLIEST_LOCAL_TIMESTAMP = -4
 
 
 def validate_topic_name(name: str | None) -> ErrorCode:
@@ -124,7 +130,7 @@ def validate_topic_name(name: str | None) -> ErrorCode:
     return ErrorCode.none
 
 
-class KafkaApis(TransactionApis, QuotaApis):
+class KafkaApis(TransactionApis, QuotaApis, AdminToolApis):
     """
     Serves the Kafka APIs of one broker.
 
@@ -188,6 +194,7 @@ class KafkaApis(TransactionApis, QuotaApis):
             36: self.handle_sasl_authenticate,
             50: self.handle_describe_user_scram_credentials,
             51: self.handle_alter_user_scram_credentials,
+            **self.admin_tool_handlers(),
             **self.transaction_handlers(),
             **self.quota_handlers(),
         }
@@ -599,7 +606,7 @@ class KafkaApis(TransactionApis, QuotaApis):
                     partition.check_leader_epoch(getattr(p, "current_leader_epoch", -1))
                     log = partition.log
                     if replica_id >= 0:
-                        partition.update_follower(replica_id, p.fetch_offset)
+                        partition.update_follower(replica_id, p.fetch_offset, getattr(p, "log_start_offset", -1))
                         max_offset = log.log_end_offset
                     else:
                         max_offset = log.high_watermark
@@ -706,8 +713,14 @@ class KafkaApis(TransactionApis, QuotaApis):
                         entry["offset"] = (log.last_stable_offset
                                            if getattr(request, "isolation_level", 0) == READ_COMMITTED
                                            else log.high_watermark)
-                    elif ts == EARLIEST_TIMESTAMP:
+                    elif ts == EARLIEST_TIMESTAMP or ts == EARLIEST_LOCAL_TIMESTAMP and context.api_version >= 8:
                         entry["offset"] = log.log_start_offset
+                    elif ts == MAX_TIMESTAMP and context.api_version >= 7:
+                        found = log.max_timestamp_and_offset(
+                            log.last_stable_offset if getattr(request, "isolation_level", 0) == READ_COMMITTED
+                            else None)
+                        if found is not None:
+                            entry["offset"], entry["timestamp"] = found
                     elif ts < 0:
                         raise kafka_error(ErrorCode.invalid_request, f"timestamp {ts}")
                     else:

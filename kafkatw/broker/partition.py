@@ -60,10 +60,12 @@ class FollowerState:
         C{lastCaughtUpTimeMs}).
     """
 
-    __slots__ = ("log_end_offset", "last_caught_up_ms", "last_fetch_leader_leo", "last_fetch_ms")
+    __slots__ = ("log_end_offset", "last_caught_up_ms", "last_fetch_leader_leo", "last_fetch_ms", "log_start_offset")
 
     def __init__(self, now_ms: int) -> None:
         self.log_end_offset = -1
+        #: the follower's log start offset from its last fetch (-1: not known yet)
+        self.log_start_offset = -1
         self.last_caught_up_ms = now_ms
         self.last_fetch_leader_leo = -1
         self.last_fetch_ms = now_ms
@@ -124,6 +126,8 @@ class Partition:
         #: Counters read by the metrics (Kafka's IsrShrinksPerSec / IsrExpandsPerSec).
         self.isr_shrinks = 0
         self.isr_expands = 0
+        #: DeleteRecords waiting for the low watermark: C{(offset, Deferred)} (Kafka's DelayedDeleteRecords)
+        self.low_watermark_waiters: list[tuple[int, defer.Deferred]] = []
 
     def __repr__(self) -> str:
         return (f"<Partition {self.topic}-{self.partition} {self.role} leader={self.leader_id} "
@@ -170,6 +174,7 @@ class Partition:
         change = self._apply_state(replicas, leader, leader_epoch, isr, zk_version, controller_epoch)
         if self.role == LEADER and self._pending_isr is None and any(r not in self.replicas for r in self.isr):
             self._change_isr([r for r in self.isr if r in self.replicas], "shrink")
+        self._check_low_watermark()  # an ISR shrink may complete a DeleteRecords; lost leadership fails it
         return change
 
     def _apply_state(self, replicas: list[int], leader: int, leader_epoch: int, isr: list[int], zk_version: int,
@@ -308,10 +313,57 @@ class Partition:
 
     # --- leader: followers' fetches and the ISR -----------------------------------
 
-    def update_follower(self, replica_id: int, fetch_offset: int) -> None:
+    @property
+    def low_watermark(self) -> int:
+        """
+        The lowest log start offset of this leader's replica and of the
+        followers in the ISR, as they last reported it in a fetch (Kafka's
+        C{lowWatermarkIfLeader}; -1 while a follower has not reported one).
+        """
+        starts = [self.log.log_start_offset]
+        for replica in self.isr:
+            if replica != self.broker_id:
+                state = self.followers.get(replica)
+                starts.append(state.log_start_offset if state is not None else -1)
+        return min(starts)
+
+    def wait_for_low_watermark(self, offset: int) -> defer.Deferred:
+        """
+        A Deferred firing with the low watermark once it reaches C{offset}
+        (at once when it has), or failing with L{NotLeaderOrFollowerError}
+        when leadership moves first.  The caller adds its own timeout.
+        """
+        low = self.low_watermark
+        if low >= offset:
+            return defer.succeed(low)
+        d: defer.Deferred = defer.Deferred(lambda d: self._drop_waiter(d))
+        self.low_watermark_waiters.append((offset, d))
+        return d
+
+    def _drop_waiter(self, d: defer.Deferred) -> None:
+        self.low_watermark_waiters = [w for w in self.low_watermark_waiters if w[1] is not d]
+
+    def _check_low_watermark(self) -> None:
+        waiters = self.low_watermark_waiters
+        if not waiters:
+            return
+        if self.role != LEADER:
+            self.low_watermark_waiters = []
+            for _, d in waiters:
+                d.errback(NotLeaderOrFollowerError(f"{self.name}: leadership moved"))
+            return
+        low = self.low_watermark
+        self.low_watermark_waiters = [w for w in waiters if w[0] > low]
+        for offset, d in waiters:
+            if offset <= low:
+                d.callback(low)
+
+    def update_follower(self, replica_id: int, fetch_offset: int, log_start_offset: int = -1) -> None:
         """
         A follower fetched from C{fetch_offset}: it holds everything below it.
-        May expand the ISR and advance the high watermark.
+        May expand the ISR and advance the high watermark.  Its
+        C{log_start_offset} (fetch v5+) moves the low watermark that
+        DeleteRecords waits for.
         """
         if self.role != LEADER:
             return
@@ -323,6 +375,9 @@ class Partition:
         if state is None:
             state = self.followers[replica_id] = FollowerState(self.now_ms())
         state.update(fetch_offset, self.log.log_end_offset, self.now_ms())
+        if log_start_offset >= 0:
+            state.log_start_offset = log_start_offset
+            self._check_low_watermark()
         if replica_id not in self.isr and self._pending_isr is None and \
                 fetch_offset >= self.log.high_watermark and \
                 fetch_offset >= self.epoch_start_offset:

@@ -278,6 +278,9 @@ class ReplicaFetcher:
                         self._delay([s])
                         continue
                 log.update_high_watermark(min(p.high_watermark, log.log_end_offset))
+                leader_start = getattr(p, "log_start_offset", -1)  # Fetch v5+
+                if leader_start > log.log_start_offset:  # the leader's DeleteRecords or retention
+                    log.maybe_increment_log_start_offset(min(leader_start, log.high_watermark))
                 max_lag = max(max_lag, p.high_watermark - log.log_end_offset)
         self.max_lag = max_lag
 

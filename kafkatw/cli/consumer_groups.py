@@ -5,6 +5,7 @@ their offsets, as Apache Kafka's C{kafka-consumer-groups.sh}.
     kafkatw consumer-groups --bootstrap-server localhost:9092 --list
     kafkatw consumer-groups --bootstrap-server localhost:9092 --describe --group g
     kafkatw consumer-groups --bootstrap-server localhost:9092 --delete --group g
+    kafkatw consumer-groups --bootstrap-server localhost:9092 --delete-offsets --group g --topic t:0,1
     kafkatw consumer-groups --bootstrap-server localhost:9092 --reset-offsets --group g \\
         --topic t --to-earliest --execute
 
@@ -237,10 +238,13 @@ def _log_end_offsets(admin: Any, partitions: set[tuple[str, int]]) -> dict[tuple
 @click.option("--describe", "action", flag_value="describe",
               help="Describe a group: members, assignment, committed offsets and lag.")
 @click.option("--delete", "action", flag_value="delete", help="Delete a group without active members.")
+@click.option("--delete-offsets", "action", flag_value="delete-offsets",
+              help="Delete a group's committed offsets of --topic T[:P1,P2] (KIP-496).")
 @click.option("--reset-offsets", "action", flag_value="reset-offsets",
               help="Reset a group's committed offsets (the group must have no active members).")
 @click.option("--group", "group_id", help="The consumer group.")
-@click.option("--topic", help="With --reset-offsets: TOPIC or TOPIC:P1,P2 (default: the group's committed topics).")
+@click.option("--topic", help="With --reset-offsets (default: the group's committed topics) or --delete-offsets: "
+                             "TOPIC or TOPIC:P1,P2.")
 @click.option("--to-earliest", "to", flag_value="earliest", help="Reset to the log start offset.")
 @click.option("--to-latest", "to", flag_value="latest", help="Reset to the log end offset.")
 @click.option("--to-offset", type=int, help="Reset to this offset.")
@@ -252,6 +256,8 @@ def consumer_groups(bootstrap_server: str | None, action: str | None, group_id: 
                     command_timeout_ms: int, zookeeper_connect: str | None = None,
                     to_datetime: str | None = None) -> None:
     """List, describe, delete consumer groups and reset their offsets (kafka-consumer-groups.sh)."""
+    if zookeeper_connect is not None and action == "delete-offsets":
+        raise click.UsageError("--delete-offsets is supported with --bootstrap-server only")
     if zookeeper_connect is not None:
         from .zookeeper_groups import run as run_zookeeper
 
@@ -270,9 +276,12 @@ def consumer_groups(bootstrap_server: str | None, action: str | None, group_id: 
     if to_datetime is not None:
         raise click.UsageError("--to-datetime is supported with --zookeeper only")
     if action is None:
-        raise click.UsageError("Command must include exactly one action: --list, --describe, --delete, --reset-offsets")
+        raise click.UsageError("Command must include exactly one action: --list, --describe, --delete, "
+                               "--reset-offsets, --delete-offsets")
     if action != "list" and not group_id:
         raise click.UsageError(f"--group is required with --{action}")
+    if action == "delete-offsets" and not topic:
+        raise click.UsageError("--topic is required with --delete-offsets")
     if action == "reset-offsets":
         if (to is None) == (to_offset is None):
             raise click.UsageError("--reset-offsets needs one of --to-earliest, --to-latest, --to-offset")
@@ -290,6 +299,8 @@ def consumer_groups(bootstrap_server: str | None, action: str | None, group_id: 
                     click.echo(name)
             elif action == "describe":
                 _describe(client, source, group_id, command_timeout_ms)
+            elif action == "delete-offsets":
+                _delete_offsets(client, group_id, topic)
             elif action == "delete":
                 source.delete(group_id)
                 click.echo(f"Deletion of requested consumer groups ('{group_id}') was successful.")
@@ -297,6 +308,89 @@ def consumer_groups(bootstrap_server: str | None, action: str | None, group_id: 
                 _reset(client, source, group_id, topic, to, to_offset, execute)
     except (KafkaError, OSError, ValueError) as e:
         fail(f"Error: Executing consumer group command failed due to {describe_error(e)}")
+
+
+#: Kafka's C{deleteOffsets} messages for the request's top-level error
+_DELETE_OFFSETS_ERRORS = {
+    ErrorCode.invalid_group_id: "'{group}' is not valid.",
+    ErrorCode.group_id_not_found: "'{group}' does not exist.",
+    ErrorCode.group_authorization_failed: "Access to '{group}' is not authorized.",
+    ErrorCode.non_empty_group: "Deleting offsets of a consumer group '{group}' is forbidden if the group is not "
+                               "empty.",
+    ErrorCode.group_subscribed_to_topic: "Encounter some partition level error, see the follow-up details:",
+    ErrorCode.topic_authorization_failed: "Encounter some partition level error, see the follow-up details:",
+    ErrorCode.unknown_topic_or_partition: "Encounter some partition level error, see the follow-up details:",
+}
+
+
+def format_delete_offsets(group_id: str, topics: list[str], top_error: ErrorCode,
+                          results: dict[tuple[str, int], ErrorCode | None]) -> tuple[list[str], list[str]]:
+    """
+    Kafka's C{ConsumerGroupCommand.deleteOffsets} output: the top-level line
+    and the C{TOPIC PARTITION STATUS} table (partition C{-1}: the topic's
+    partitions could not be listed, C{Not Provided}).
+
+    @return: (stdout lines, stderr lines).
+    """
+    from .delete_records import java_exception
+
+    out: list[str] = []
+    err: list[str] = []
+    if top_error == ErrorCode.none:
+        out.append(f"Request succeed for deleting offsets with topic {', '.join(topics)} group {group_id}")
+    else:
+        message = _DELETE_OFFSETS_ERRORS.get(top_error, "Encounter some unknown error: {error}")
+        err.extend(["", "Error: " + message.format(group=group_id, error=top_error.name.upper())])
+    row = "{:<30} {:<15} {:<15}"
+    out.append("")
+    out.append(row.format("TOPIC", "PARTITION", "STATUS"))
+    for (topic, partition), code in sorted(results.items(), key=lambda kv: kv[0][0] + str(kv[0][1])):
+        status = "Successful" if code is None or code == ErrorCode.none else f"Error: {java_exception(code)}"
+        out.append(row.format(topic, partition if partition >= 0 else "Not Provided", status))
+    return out, err
+
+
+def parse_topic_partitions(topic: str) -> tuple[str, list[int] | None]:
+    """C{T} or C{T:P1,P2} of C{--topic}. @raise click.BadParameter: malformed partitions."""
+    name, sep, rest = topic.partition(":")
+    if not sep:
+        return name, None
+    try:
+        return name, [int(p) for p in rest.split(",") if p.strip()]
+    except ValueError:
+        raise click.BadParameter(f"expected TOPIC or TOPIC:P1,P2, got {topic!r}", param_hint="--topic") from None
+
+
+def _delete_offsets(client: Any, group_id: str, topic: str) -> None:
+    name, partitions = parse_topic_partitions(topic)
+    results: dict[tuple[str, int], ErrorCode | None] = {}
+    wanted: list[tuple[str, int]] = []
+    if partitions is not None:
+        wanted = [(name, p) for p in partitions]
+    else:
+        try:
+            described = client.describe_topics([name])
+            wanted = [(name, p.partition) for p in described[name].partitions]
+        except KafkaError as e:
+            results[(name, -1)] = e.error_code
+    top = ErrorCode.none
+    if wanted:
+        try:
+            codes = client.delete_consumer_group_offsets(group_id, wanted)
+            for key in wanted:
+                results[key] = codes.get(key, ErrorCode.none)
+            failed = [c for c in codes.values() if c != ErrorCode.none]
+            if failed:
+                top = failed[0]
+        except KafkaError as e:
+            top = e.error_code
+            for key in wanted:
+                results[key] = e.error_code
+    out, err = format_delete_offsets(group_id, [name], top, results)
+    for line in err:
+        click.echo(line, err=True)
+    for line in out:
+        click.echo(line)
 
 
 def _describe(client: Any, source: GroupSource, group_id: str, timeout_ms: int = 30000) -> None:

@@ -10,6 +10,10 @@ The C{kafkatw} command: Kafka's command-line tools under Kafka's names and flags
     kafkatw leader-election --bootstrap-server localhost:9092 --election-type PREFERRED --all-topic-partitions
     kafkatw reassign-partitions --bootstrap-server localhost:9092 --reassignment-json-file r.json --execute
     kafkatw configs --bootstrap-server localhost:9092 --entity-type users --entity-name alice --describe
+    kafkatw delete-records --bootstrap-server localhost:9092 --offset-json-file offsets.json
+    kafkatw log-dirs --bootstrap-server localhost:9092 --describe --topic-list t
+    kafkatw get-offsets --bootstrap-server localhost:9092 --topic t --time -1
+    kafkatw dump-log --files /var/lib/kafkatw/t-0/00000000000000000000.log --print-data-log
     kafkatw zookeeper --port 2181 --data-dir /var/lib/zookeeper
     kafkatw broker --broker-id 0 --listeners tcp:9092 --log-dirs /var/lib/kafkatw --zookeeper embedded
 """
@@ -32,6 +36,10 @@ from .perf import producer_perf_test
 from .ship import ship
 from .consumer_perf import consumer_perf_test
 from .consumer_groups import consumer_groups
+from .delete_records import delete_records
+from .dump_log import dump_log
+from .get_offsets import get_offsets
+from .log_dirs import log_dirs
 from .leader_election import leader_election
 from .reassign_partitions import reassign_partitions
 from .topics import topics
@@ -114,6 +122,10 @@ main.add_command(leader_election)
 main.add_command(reassign_partitions)
 main.add_command(acls)
 main.add_command(configs)
+main.add_command(delete_records)
+main.add_command(log_dirs)
+main.add_command(get_offsets)
+main.add_command(dump_log)
 
 
 if __name__ == "__main__":  # pragma: no cover

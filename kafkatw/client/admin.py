@@ -956,6 +956,138 @@ class AdminClient:
 
         return defer.Deferred.fromCoroutine(self._retry("list offsets", attempt, timeout_ms))
 
+    def delete_records(self, offsets: Mapping[TopicPartition, int], timeout_ms: int = 30000) -> defer.Deferred:
+        """
+        DeleteRecords (KIP-107): move each partition's log start offset up to
+        its offset (C{-1}: the high watermark), one request per leader; the
+        leaders answer once their in-sync followers have it too, within
+        C{timeout_ms}.  Leadership changes are followed until the timeout.
+
+        @return: a Deferred firing with C{{(topic, partition): (low_watermark,
+            KafkaError or None)}}.
+        @raise UnknownTopicOrPartitionError: (as failure) a partition stays
+            missing from the metadata.
+        """
+        remaining = dict(offsets)
+        results: dict[TopicPartition, tuple[int, KafkaError | None]] = {}
+
+        async def attempt() -> dict:
+            topics = sorted({t for t, _ in remaining})
+            self.client.want(topics)
+            await self.client.ensure_metadata(topics)
+            by_node: dict[int, dict[str, list[dict]]] = {}
+            for (topic, partition), offset in remaining.items():
+                meta = self.client.topics.get(topic, {}).get(partition)
+                if meta is None:
+                    if topic in self.client.topics:
+                        results[(topic, partition)] = (-1, UnknownTopicOrPartitionError(f"{topic}-{partition}"))
+                    continue
+                if meta.leader >= 0:
+                    by_node.setdefault(meta.leader, {}).setdefault(topic, []).append(
+                        {"partition_index": partition, "offset": offset})
+            for tp in results:
+                remaining.pop(tp, None)
+            requests = [defer.ensureDeferred(self.send(node, 21, {
+                "topics": [{"name": t, "partitions": ps} for t, ps in topics_.items()], "timeout": timeout_ms},
+                timeout_ms=timeout_ms + self.request_timeout_ms)) for node, topics_ in by_node.items()]
+            error: KafkaError | None = None
+            for ok, response in (await defer.DeferredList(requests, consumeErrors=True)) if requests else []:
+                if not ok:
+                    error = response.value if isinstance(response.value, KafkaError) else \
+                        BrokerConnectionError(str(response.value))
+                    continue
+                for topic in response.topics:
+                    for p in topic.partitions:
+                        tp = (topic.name, int(p.partition_index))
+                        code = ErrorCode(int(p.error_code))
+                        if code in _RETRY and code != ErrorCode.request_timed_out:
+                            error = kafka_error(code, f"delete records of {tp[0]}-{tp[1]}: {code.name}")
+                            continue
+                        results[tp] = (int(p.low_watermark), None if code == ErrorCode.none else
+                                       kafka_error(code, f"{tp[0]}-{tp[1]}: {code.name}"))
+                        remaining.pop(tp, None)
+            if remaining:
+                if error is None:
+                    t, p = next(iter(remaining))
+                    if t not in self.client.topics:
+                        raise UnknownTopicOrPartitionError(f"{t}-{p} does not exist")
+                    error = kafka_error(ErrorCode.leader_not_available, f"no leader for {t}-{p}")
+                raise error
+            return results
+
+        async def go() -> dict:
+            try:
+                return await self._retry("delete records", attempt, timeout_ms)
+            except KafkaError as e:
+                if not results and not isinstance(e, UnknownTopicOrPartitionError):
+                    raise
+                for tp in remaining:
+                    results[tp] = (-1, e)
+                return results
+
+        return defer.Deferred.fromCoroutine(go())
+
+    def describe_log_dirs(self, brokers: Iterable[int] | None = None, topics: Iterable[TopicPartition] | None = None,
+                          timeout_ms: int | None = None) -> defer.Deferred:
+        """
+        DescribeLogDirs (KIP-113) on each of C{brokers} (default: every broker).
+
+        @param topics: the partitions to describe (default: every one).
+        @return: a Deferred firing with C{{broker id: [DescribeLogDirsResult]}}
+            (kio entities: C{log_dir}, C{error_code}, C{topics} of C{name}
+            and C{partitions} with C{partition_index}, C{partition_size},
+            C{offset_lag}, C{is_future_key}).
+        @raise KafkaError: (as failure) a broker answered a top-level error
+            (C{CLUSTER_AUTHORIZATION_FAILED}) or cannot be reached.
+        """
+        wanted = None
+        if topics is not None:
+            by_topic: dict[str, list[int]] = {}
+            for topic, partition in topics:
+                by_topic.setdefault(topic, []).append(partition)
+            wanted = [{"topic": t, "partitions": sorted(ps)} for t, ps in sorted(by_topic.items())]
+
+        async def attempt() -> dict:
+            await self._metadata([])
+            nodes = sorted(self.client.brokers) if brokers is None else sorted(set(brokers))
+            answers = {}
+            for node in nodes:
+                if node not in self.client.brokers:
+                    raise kafka_error(ErrorCode.broker_not_available, f"broker {node} is not in the cluster")
+                response = await self.send(node, 35, {"topics": wanted})
+                code = ErrorCode(int(getattr(response, "error_code", 0)))
+                if code != ErrorCode.none:
+                    raise kafka_error(code, f"describe log dirs of broker {node}: {code.name}")
+                answers[node] = list(response.results)
+            return answers
+
+        return defer.Deferred.fromCoroutine(self._retry("describe log dirs", attempt, timeout_ms))
+
+    def delete_consumer_group_offsets(self, group_id: str, partitions: Iterable[TopicPartition],
+                                      timeout_ms: int | None = None) -> defer.Deferred:
+        """
+        OffsetDelete (KIP-496) on the group's coordinator.
+
+        @return: a Deferred firing with C{{(topic, partition): ErrorCode}}.
+        @raise KafkaError: (as failure) the request's top-level error
+            (C{GROUP_ID_NOT_FOUND}, C{NON_EMPTY_GROUP}, C{GROUP_AUTHORIZATION_FAILED} ...).
+        """
+        by_topic: dict[str, list[dict]] = {}
+        for topic, partition in partitions:
+            by_topic.setdefault(topic, []).append({"partition_index": partition})
+        body = {"group_id": group_id, "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}
+        d = self.coordinator_request(group_id, 47, body, version=0, timeout_ms=timeout_ms,
+                                     error_of=lambda r: r.error_code)
+
+        def results(response: Any) -> dict:
+            code = ErrorCode(int(response.error_code))
+            if code != ErrorCode.none:
+                raise kafka_error(code, f"delete offsets of group {group_id!r}: {code.name}")
+            return {(t.name, int(p.partition_index)): ErrorCode(int(p.error_code))
+                    for t in response.topics for p in t.partitions}
+
+        return d.addCallback(results)
+
     # --- groups --------------------------------------------------------------------------------
 
     async def _find_coordinator(self, group_id: str) -> int:

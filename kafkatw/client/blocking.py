@@ -585,6 +585,15 @@ class BlockingAdminClient(_Bound):
     def list_consumer_groups(self, *args: Any, **kwargs: Any) -> list[str]:
         return self._call(self._admin.list_consumer_groups, *args, **kwargs)
 
+    def delete_records(self, *args: Any, **kwargs: Any) -> dict:
+        return self._call(self._admin.delete_records, *args, **kwargs)
+
+    def describe_log_dirs(self, *args: Any, **kwargs: Any) -> dict:
+        return self._call(self._admin.describe_log_dirs, *args, **kwargs)
+
+    def delete_consumer_group_offsets(self, *args: Any, **kwargs: Any) -> dict:
+        return self._call(self._admin.delete_consumer_group_offsets, *args, **kwargs)
+
     def send(self, *args: Any, **kwargs: Any) -> Any:
         """A raw request to one broker; see L{AdminClient.send}."""
         return self._call(self._admin.send, *args, **kwargs)

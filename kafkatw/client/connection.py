@@ -74,6 +74,9 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     49: (0, 1),  # AlterClientQuotas
     50: (0, 0),  # DescribeUserScramCredentials
     51: (0, 0),  # AlterUserScramCredentials
+    21: (0, 2),  # DeleteRecords
+    35: (1, 4),  # DescribeLogDirs
+    47: (0, 0),  # OffsetDelete
 }
 
 

@@ -925,6 +925,41 @@ class PartitionLog:
                     return max(found[0], self.log_start_offset), found[1]
         return None
 
+    def max_timestamp_and_offset(self, upper_offset: int | None = None) -> tuple[int, int] | None:
+        """
+        The record with the largest timestamp below C{upper_offset} (default:
+        the high watermark), the first one when several share it: ListOffsets
+        v7's C{MAX_TIMESTAMP} (KIP-734).  Batch headers locate the batch; only
+        that batch is decoded, for the record's own offset.
+
+        @return: C{(offset, timestamp_ms)}, or C{None} for an empty log.
+        """
+        upper = self.high_watermark if upper_offset is None else upper_offset
+        best: tuple[int, Any, Any] | None = None  # (timestamp, segment, header)
+        for segment in self._segments:
+            if segment.base_offset >= upper:
+                break
+            if best is not None and segment.largest_timestamp_ms <= best[0]:
+                continue
+            for header in segment.iter_headers():
+                if header.base_offset >= upper:
+                    break
+                if header.next_offset <= self.log_start_offset or header.is_control:
+                    continue
+                if best is None or header.max_timestamp > best[0]:
+                    best = (header.max_timestamp, segment, header)
+        if best is None:
+            return None
+        timestamp, segment, header = best
+        if header.timestamp_type == 1:  # LogAppendTime: every record carries the batch's time
+            return max(header.base_offset, self.log_start_offset), timestamp
+        data = os.pread(segment.fileno, header.size, header.position)
+        for batch in decode_batches(data, verify_crc=False):
+            for record in batch.records:
+                if record.timestamp_ms == timestamp and self.log_start_offset <= record.offset < upper:
+                    return record.offset, timestamp
+        return max(header.base_offset, self.log_start_offset), timestamp
+
     # -- flush, retention, truncation ---------------------------------------------
 
     def flush(self, up_to: int | None = None) -> None:
@@ -995,6 +1030,46 @@ class PartitionLog:
         _log.info("retention deleted {count} segments of {partition}, log start offset {offset}",
                   count=deletable, partition=f"{self.topic}-{self.partition}", offset=self.log_start_offset)
         return deletable
+
+    def maybe_increment_log_start_offset(self, offset: int, now_ms: int | None = None) -> bool:
+        """
+        Move the log start offset up to C{offset}, inside a segment if need be
+        (Kafka's C{UnifiedLog.maybeIncrementLogStartOffset}: DeleteRecords on
+        the leader, the leader's log start offset on a follower).  Offsets
+        below it are no longer readable (OFFSET_OUT_OF_RANGE); segments lying
+        wholly below it are deleted now, never the active one (Kafka's
+        C{deleteLogStartOffsetBreachedSegments}).  The new start is kept
+        across restarts by the log manager's C{log-start-offset-checkpoint}.
+
+        @param offset: the new log start offset; at most the high watermark.
+        @raise OffsetOutOfRangeError: C{offset} above the high watermark.
+        @return: whether the log start offset moved.
+        """
+        if offset > self.high_watermark:
+            raise OffsetOutOfRangeError(
+                f"cannot delete records of {self.topic}-{self.partition} below {offset}: "
+                f"above the high watermark {self.high_watermark}")
+        if offset <= self.log_start_offset:
+            return False
+        self.log_start_offset = offset
+        when = self.now_ms() if now_ms is None else now_ms
+        deletable = 0
+        for i in range(len(self._segments) - 1):
+            if self._segments[i + 1].base_offset <= offset:
+                deletable += 1
+            else:
+                break
+        if deletable:
+            doomed = self._segments[:deletable]
+            del self._segments[:deletable]
+            del self._bases[:deletable]
+            for segment in doomed:
+                segment.delete(close_log=False)
+                self._graveyard.append((when, segment))
+        self.leader_epoch_cache.truncate_from_start(offset)
+        _log.info("log start offset of {partition} moved to {offset} ({count} segments deleted)",
+                  partition=f"{self.topic}-{self.partition}", offset=offset, count=deletable)
+        return True
 
     def replace_segments(self, old: list[LogSegment], base_offset: int,
                          crash_after: Callable[[str], None] | None = None) -> LogSegment:

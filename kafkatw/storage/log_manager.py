@@ -55,6 +55,9 @@ CHECKPOINT_FILE = "recovery-point-offset-checkpoint"
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 #: Kafka's high-watermark checkpoint file (C{ReplicaManager.HighWatermarkFilename}).
 HIGH_WATERMARK_CHECKPOINT_FILE = "replication-offset-checkpoint"
+#: Kafka's log start offset checkpoint (C{LogManager.LogStartOffsetCheckpointFile}):
+#: a log start offset moved inside a segment by DeleteRecords survives a restart.
+LOG_START_OFFSET_CHECKPOINT_FILE = "log-start-offset-checkpoint"
 _PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
 
 
@@ -130,6 +133,8 @@ class LogManager:
             clean = os.path.exists(marker)
             recovery_points = read_checkpoint(os.path.join(log_dir, CHECKPOINT_FILE))
             high_watermarks = _read_high_watermarks(log_dir)
+            start_path = os.path.join(log_dir, LOG_START_OFFSET_CHECKPOINT_FILE)
+            log_starts = read_checkpoint(start_path) if os.path.exists(start_path) else {}
             for name in sorted(os.listdir(log_dir)):
                 path = os.path.join(log_dir, name)
                 match = _PARTITION_DIR.match(name)
@@ -143,6 +148,8 @@ class LogManager:
                                    now_ms=self.now_ms)
                 if high_watermarks is not None:
                     log.update_high_watermark(high_watermarks.get(tp, log.log_start_offset))
+                if log_starts.get(tp, -1) > log.log_start_offset:
+                    log.maybe_increment_log_start_offset(min(log_starts[tp], log.high_watermark))
                 self._logs[tp] = log
                 self._log_dir_of[tp] = log_dir
                 _log.info("loaded {partition} [{start}, {end}) clean={clean} recovered={recovered}"
@@ -151,6 +158,10 @@ class LogManager:
                           recovered=log.recovered_segments, source=log.producer_state_source)
             if clean:
                 os.unlink(marker)
+
+    def log_dir_of(self, topic: str, partition: int) -> str | None:
+        """The log directory holding C{topic-partition}'s log (C{None}: no such log here)."""
+        return self._log_dir_of.get((topic, partition))
 
     def get(self, topic: str, partition: int) -> PartitionLog | None:
         return self._logs.get((topic, partition))
@@ -221,6 +232,7 @@ class LogManager:
     def checkpoint_recovery_points(self) -> None:
         """Write each log directory's recovery-point checkpoint (when it changed)."""
         self._checkpoint(CHECKPOINT_FILE, lambda log: log.recovery_point)
+        self._checkpoint(LOG_START_OFFSET_CHECKPOINT_FILE, lambda log: log.log_start_offset)
 
     def checkpoint_high_watermarks(self) -> None:
         """Write each log directory's C{replication-offset-checkpoint} (every log's high watermark, when it changed)."""

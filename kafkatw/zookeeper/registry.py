@@ -1329,6 +1329,24 @@ class Registry(_AclMethods):
 
         return _deferred(go())
 
+    def delete_committed_offset(self, group: str, topic: str, partition: int) -> Deferred:
+        """
+        Delete one committed offset (OffsetDelete), then the topic's znode
+        when no partition is left under it; a missing offset is no error.
+        """
+
+        async def go() -> None:
+            try:
+                await self.client.delete(consumer_offset_path(group, topic, partition))
+            except NoNodeError:
+                return
+            try:
+                await self.client.delete(f"{group_path(group)}/offsets/{topic}")
+            except (NoNodeError, NotEmptyError):
+                pass
+
+        return _deferred(go())
+
     def delete_committed_offsets(self, group: str) -> Deferred:
         """
         Delete C{/consumers/<group>/offsets}, then C{/consumers/<group>} when

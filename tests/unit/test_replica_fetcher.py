@@ -291,3 +291,21 @@ class ThrottleTests(unittest.TestCase):
         self.assertEqual(h.fetch_offset(), 20)
         h.manager.set_throttle(None)
         self.assertIsNone(h.manager.quota)
+
+
+class LogStartOffsetTests(unittest.TestCase):
+    def test_follower_applies_the_leaders_log_start_offset(self) -> None:
+        """DeleteRecords on the leader: the follower's log start follows, bounded by its high watermark."""
+        h = FetcherHarness(self, [])
+        h.epoch_request()
+        h.answer(epochs_response(-1, -1))
+        h.fetch_offset()
+        response = fetch_response(batch(6, 0, epoch=5), 4)
+        response.responses[0].partitions[0].log_start_offset = 5
+        h.answer(response)
+        self.assertEqual((h.log.log_start_offset, h.log.high_watermark), (4, 4))
+        self.assertEqual(h.request(1)["topics"][0]["partitions"][0]["log_start_offset"], 4)
+        response = fetch_response(None, 6)
+        response.responses[0].partitions[0].log_start_offset = 5
+        h.answer(response)
+        self.assertEqual(h.log.log_start_offset, 5)

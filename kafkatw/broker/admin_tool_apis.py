@@ -1,0 +1,305 @@
+"""
+The handlers behind Kafka's admin tools, mixed into
+L{kafkatw.broker.apis.KafkaApis}: DeleteRecords (C{kafka-delete-records.sh},
+KIP-107), DescribeLogDirs (C{kafka-log-dirs.sh}, KIP-113) and OffsetDelete
+(C{kafka-consumer-groups.sh --delete-offsets}, KIP-496).
+
+With an authorizer each checks what Kafka's C{KafkaApis} checks: DeleteRecords
+needs Delete on each topic; DescribeLogDirs needs Describe on the cluster;
+OffsetDelete needs Delete on the group and Read on each topic.
+
+Source: Apache Kafka C{KafkaApis} (C{handleDeleteRecordsRequest},
+C{handleDescribeLogDirsRequest}, C{handleOffsetDeleteRequest}),
+C{ReplicaManager.deleteRecords}, C{DelayedDeleteRecords},
+C{GroupCoordinator.handleDeleteOffsets}; KIP-107, KIP-113, KIP-496.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from typing import Any
+
+from twisted.internet import defer
+from twisted.logger import Logger
+
+from ..errors import ErrorCode, KafkaError, kafka_error
+from ..security.acl import AclOperation, ResourceType
+from ..zookeeper.bridge import ZooKeeperError
+from .group_coordinator import GroupState
+from .request_context import RequestContext
+
+__all__ = ["ADMIN_TOOL_VERSIONS", "AdminToolApis", "subscribed_topics"]
+
+_log = Logger()
+_E = ErrorCode
+
+#: API key -> (min, max) version served.
+ADMIN_TOOL_VERSIONS: dict[int, tuple[int, int]] = {
+    21: (0, 2),  # DeleteRecords (KIP-107; v2 flexible)
+    35: (1, 4),  # DescribeLogDirs (KIP-113; v3 top-level error, v4 total/usable bytes)
+    47: (0, 0),  # OffsetDelete (KIP-496)
+}
+
+#: Topics whose records DeleteRecords refuses to delete (Kafka's C{Topic.isInternal}).
+_INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+#: The consumer protocol type whose members' subscriptions OffsetDelete checks.
+_CONSUMER_PROTOCOL = "consumer"
+
+
+def subscribed_topics(metadata: bytes) -> set[str] | None:
+    """
+    The topics of a consumer protocol subscription (C{ConsumerProtocolSubscription}:
+    int16 version, then an array of strings; the rest is ignored).
+
+    @return: the topic names, or C{None} when C{metadata} does not parse.
+    """
+    try:
+        (count,) = struct.unpack_from(">i", metadata, 2)
+        position = 6
+        topics = set()
+        for _ in range(max(count, 0)):
+            (length,) = struct.unpack_from(">h", metadata, position)
+            position += 2
+            if length < 0 or position + length > len(metadata):
+                return None
+            topics.add(bytes(metadata[position:position + length]).decode("utf-8"))
+            position += length
+        return topics
+    except (struct.error, UnicodeDecodeError):
+        return None
+
+
+class AdminToolApis:
+    """
+    DeleteRecords, DescribeLogDirs and OffsetDelete; a mixin of
+    L{kafkatw.broker.apis.KafkaApis}, whose attributes (C{replica_manager},
+    C{metadata}, C{group_coordinator}, C{reactor}, C{config}, C{authorizer})
+    and helpers (C{_allowed}, C{_denied_topics}, C{_respond}) it uses.
+    """
+
+    def admin_tool_handlers(self) -> dict[int, Any]:
+        """The API key -> handler entries for L{ADMIN_TOOL_VERSIONS}."""
+        return {21: self.handle_delete_records, 35: self.handle_describe_log_dirs, 47: self.handle_offset_delete}
+
+    # --- DeleteRecords -------------------------------------------------------------
+
+    def handle_delete_records(self, context: RequestContext, request: Any) -> defer.Deferred:
+        """
+        Move each partition's log start offset up to the requested offset on
+        its leader (C{-1}: the high watermark), then wait, up to the request's
+        C{timeout}, until every in-sync follower reports the new log start
+        offset in its fetches (Kafka's C{DelayedDeleteRecords}).  Each
+        partition's C{low_watermark} is the lowest log start offset of its
+        in-sync replicas.
+
+        Errors per partition: C{TOPIC_AUTHORIZATION_FAILED} (no Delete on the
+        topic), C{UNKNOWN_TOPIC_OR_PARTITION}, C{NOT_LEADER_OR_FOLLOWER},
+        C{INVALID_TOPIC_EXCEPTION} (an internal topic), C{POLICY_VIOLATION}
+        (C{cleanup.policy} without C{delete}), C{OFFSET_OUT_OF_RANGE} (above
+        the high watermark or below -1), C{REQUEST_TIMED_OUT} (the followers
+        did not catch up in time; the leader's log has moved).
+        """
+        denied = set() if self.authorizer is None else \
+            self._denied_topics(context, AclOperation.DELETE, (t.name for t in request.topics))
+        timeout_ms = _ms(request.timeout)
+        waits: list[defer.Deferred] = []
+        topics = []
+        for topic in request.topics:
+            partitions = []
+            for p in topic.partitions:
+                entry = {"partition_index": p.partition_index, "low_watermark": -1, "error_code": 0}
+                partitions.append(entry)
+                if topic.name in denied:
+                    entry["error_code"] = int(_E.topic_authorization_failed)
+                    continue
+                try:
+                    partition, offset = self._delete_records(topic.name, p.partition_index, p.offset)
+                except KafkaError as e:
+                    entry["error_code"] = int(e.error_code)
+                    continue
+                entry["low_watermark"] = partition.low_watermark
+                if entry["low_watermark"] < offset:
+                    waits.append(self._await_low_watermark(partition, offset, timeout_ms, entry))
+            topics.append({"name": topic.name, "partitions": partitions})
+
+        def answer(_: Any) -> bytes:
+            return self._respond(context, {"throttle_time": 0, "topics": topics})
+
+        return defer.gatherResults(waits, consumeErrors=True).addCallback(answer)
+
+    def _delete_records(self, topic: str, index: int, offset: int) -> tuple[Any, int]:
+        if topic in _INTERNAL_TOPICS:
+            raise kafka_error(_E.invalid_topic_exception, f"cannot delete records of internal topic {topic}")
+        partition = self.replica_manager.leader_partition(topic, index)
+        log = partition.log
+        if not log.config.delete:
+            raise kafka_error(_E.policy_violation,
+                              f"records of {topic}-{index} cannot be deleted: cleanup.policy has no delete")
+        target = log.high_watermark if offset == -1 else offset
+        if target < 0 or target > log.high_watermark:
+            raise kafka_error(_E.offset_out_of_range, f"cannot delete records of {topic}-{index} below {offset}: "
+                                                       f"the high watermark is {log.high_watermark}")
+        if log.maybe_increment_log_start_offset(target, self.now_ms()):
+            _log.info("DeleteRecords: {topic}-{partition} starts at {offset}", topic=topic, partition=index,
+                      offset=target)
+        return partition, max(target, log.log_start_offset)
+
+    def _await_low_watermark(self, partition: Any, offset: int, timeout_ms: int, entry: dict) -> defer.Deferred:
+        d = partition.wait_for_low_watermark(offset)
+        d.addTimeout(max(timeout_ms, 0) / 1000.0, self.reactor)
+
+        def reached(low: int) -> None:
+            entry["low_watermark"] = low
+
+        def failed(failure: Any) -> None:
+            if failure.check(defer.TimeoutError, defer.CancelledError):
+                entry["error_code"] = int(_E.request_timed_out)
+            elif failure.check(KafkaError):
+                entry["error_code"] = int(failure.value.error_code)
+                entry["low_watermark"] = -1
+            else:
+                _log.failure("DeleteRecords on {partition}", failure, partition=partition.name)
+                entry["error_code"] = int(_E.unknown_server_error)
+
+        return d.addCallbacks(reached, failed)
+
+    # --- DescribeLogDirs -----------------------------------------------------------
+
+    def handle_describe_log_dirs(self, context: RequestContext, request: Any) -> bytes:
+        """
+        Each log directory of this broker with the partitions it holds (every
+        one, or those of C{request.topics}): size in bytes, offset lag
+        (C{max(high watermark - log end offset, 0)}, Kafka's
+        C{getLogEndOffsetLag} of a current replica) and C{is_future_key}
+        false (no replica moves between directories).  v4 adds the file
+        system's total and usable bytes.  Without Describe on the cluster:
+        C{CLUSTER_AUTHORIZATION_FAILED} and no directories.
+        """
+        if not self._allowed(context, AclOperation.DESCRIBE, ResourceType.CLUSTER):
+            return self._respond(context, {"throttle_time": 0,
+                                           "error_code": int(_E.cluster_authorization_failed), "results": []})
+        log_manager = self.replica_manager.log_manager
+        wanted: dict[str, set[int]] | None = None
+        if request.topics is not None:
+            wanted = {}
+            for t in request.topics:
+                wanted.setdefault(t.topic, set()).update(t.partitions)
+        by_dir: dict[str, dict[str, list]] = {d: {} for d in log_manager.log_dirs}
+        for log in sorted(log_manager.all_logs(), key=lambda log: (log.topic, log.partition)):
+            if wanted is not None and log.partition not in wanted.get(log.topic, ()):
+                continue
+            log_dir = log_manager.log_dir_of(log.topic, log.partition)
+            if log_dir is None:
+                continue
+            by_dir.setdefault(log_dir, {}).setdefault(log.topic, []).append({
+                "partition_index": log.partition, "partition_size": log.size_bytes,
+                "offset_lag": max(log.high_watermark - log.log_end_offset, 0), "is_future_key": False})
+        results = []
+        for log_dir, topics in by_dir.items():
+            total = usable = -1
+            try:
+                stat = os.statvfs(log_dir)
+                total, usable = stat.f_blocks * stat.f_frsize, stat.f_bavail * stat.f_frsize
+            except OSError:
+                pass
+            results.append({"error_code": 0, "log_dir": log_dir, "total_bytes": total, "usable_bytes": usable,
+                            "topics": [{"name": name, "partitions": ps} for name, ps in topics.items()]})
+        return self._respond(context, {"throttle_time": 0, "error_code": 0, "results": results})
+
+    # --- OffsetDelete --------------------------------------------------------------
+
+    def handle_offset_delete(self, context: RequestContext, request: Any) -> defer.Deferred:
+        """
+        Delete a group's committed offsets of the given partitions (Kafka's
+        C{GroupCoordinator.handleDeleteOffsets}); the offsets live in
+        ZooKeeper (C{/consumers/<group>/offsets/<topic>/<partition>}).
+
+          - an Empty group, or one only known by its committed offsets: every
+            requested offset is deleted;
+          - a group of the C{consumer} protocol with members: partitions of
+            topics a member subscribes to get C{GROUP_SUBSCRIBED_TO_TOPIC},
+            the others are deleted;
+          - any other group with members: C{NON_EMPTY_GROUP} for the request.
+
+        Top-level errors: C{GROUP_AUTHORIZATION_FAILED} (no Delete on the
+        group), C{INVALID_GROUP_ID}, C{NOT_COORDINATOR},
+        C{GROUP_ID_NOT_FOUND}, C{COORDINATOR_NOT_AVAILABLE} (ZooKeeper
+        failed).  Per partition: C{TOPIC_AUTHORIZATION_FAILED} (no Read on
+        the topic), C{UNKNOWN_TOPIC_OR_PARTITION}.
+        """
+        group_id = request.group_id
+
+        def respond(error: ErrorCode, codes: dict[tuple[str, int], ErrorCode]) -> bytes:
+            topics: dict[str, list] = {}
+            if not error:
+                for t in request.topics:
+                    for p in t.partitions:
+                        topics.setdefault(t.name, []).append({
+                            "partition_index": p.partition_index,
+                            "error_code": int(codes.get((t.name, p.partition_index), _E.none))})
+            return self._respond(context, {"error_code": int(error), "throttle_time": 0, "topics": [
+                {"name": name, "partitions": ps} for name, ps in topics.items()]})
+
+        if not self._allowed(context, AclOperation.DELETE, ResourceType.GROUP, group_id):
+            return defer.succeed(respond(_E.group_authorization_failed, {}))
+        coordinator = self.group_coordinator
+        if not group_id:
+            return defer.succeed(respond(_E.invalid_group_id, {}))
+        if not coordinator.owns(group_id):
+            return defer.succeed(respond(_E.not_coordinator, {}))
+        denied = set() if self.authorizer is None else \
+            self._denied_topics(context, AclOperation.READ, (t.name for t in request.topics))
+        codes: dict[tuple[str, int], ErrorCode] = {}
+        candidates: list[tuple[str, int]] = []
+        for t in request.topics:
+            for p in t.partitions:
+                key = (t.name, p.partition_index)
+                if t.name in denied:
+                    codes[key] = _E.topic_authorization_failed
+                elif not self._partition_exists(*key):
+                    codes[key] = _E.unknown_topic_or_partition
+                else:
+                    candidates.append(key)
+
+        async def go() -> bytes:
+            registry = coordinator.offsets.registry
+            group = coordinator.groups.get(group_id)
+            if group is None or group.is_(GroupState.DEAD):
+                if not await registry.has_committed_offsets(group_id):
+                    return respond(_E.group_id_not_found, {})
+                group = None
+            deletable = candidates
+            if group is not None and group.members:
+                if group.protocol_type != _CONSUMER_PROTOCOL:
+                    return respond(_E.non_empty_group, {})
+                subscribed: set[str] = set()
+                for member in group.members.values():
+                    topics = subscribed_topics(member.metadata(group.protocol_name))
+                    if topics is None:  # unreadable subscription: assume every topic (Kafka's forall on None)
+                        subscribed = {name for name, _ in candidates}
+                        break
+                    subscribed |= topics
+                deletable = [k for k in candidates if k[0] not in subscribed]
+                for key in candidates:
+                    if key[0] in subscribed:
+                        codes[key] = _E.group_subscribed_to_topic
+            coordinator.offsets.flush_now()
+            await defer.gatherResults([registry.delete_committed_offset(group_id, topic, partition)
+                                       for topic, partition in deletable], consumeErrors=True)
+            if deletable:
+                _log.info("deleted the committed offsets of group {group} for {partitions}", group=group_id,
+                          partitions=", ".join(f"{t}-{p}" for t, p in deletable))
+            return respond(_E.none, codes)
+
+        def failed(failure: Any) -> bytes:
+            if failure.check(defer.FirstError):
+                failure = failure.value.subFailure
+            failure.trap(ZooKeeperError)
+            return respond(_E.coordinator_not_available, {})
+
+        return defer.Deferred.fromCoroutine(go()).addErrback(failed)
+
+
+def _ms(value: Any) -> int:
+    return int(value.total_seconds() * 1000) if hasattr(value, "total_seconds") else int(value)
