@@ -198,6 +198,10 @@ class KafkaApis(TransactionApis):
         self.messages_in = 0
         self.bytes_in = 0
         self.bytes_out = 0
+        #: topic -> the same counters per topic (C{BrokerTopicMetrics,topic=T}).
+        self.topic_messages_in: dict[str, int] = {}
+        self.topic_bytes_in: dict[str, int] = {}
+        self.topic_bytes_out: dict[str, int] = {}
         self.failed_produce_requests = 0
         self.failed_fetch_requests = 0
 
@@ -458,6 +462,8 @@ class KafkaApis(TransactionApis):
                     if not result.duplicate:
                         self.messages_in += result.record_count
                         self.bytes_in += len(p.records)
+                        self.topic_messages_in[name] = self.topic_messages_in.get(name, 0) + result.record_count
+                        self.topic_bytes_in[name] = self.topic_bytes_in.get(name, 0) + len(p.records)
                     if min_isr is not None:
                         required[(name, p.index)] = result.last_offset + 1
                     partitions.append({
@@ -584,7 +590,11 @@ class KafkaApis(TransactionApis):
         return d
 
     def _fetch_response(self, context: RequestContext, topics: list) -> tuple[list, int]:
-        self.bytes_out += sum(p.records_bytes for _, partitions in topics for p in partitions)
+        for name, partitions in topics:
+            sent = sum(p.records_bytes for p in partitions)
+            if sent:
+                self.bytes_out += sent
+                self.topic_bytes_out[name] = self.topic_bytes_out.get(name, 0) + sent
         return encode_fetch_response(context.api_version, context.correlation_id, topics)
 
     # --- ListOffsets ---------------------------------------------------------

@@ -1,0 +1,85 @@
+"""
+The broker's HTTP port (C{metrics.port}): Prometheus metrics, health probes,
+consumer lag and the web console (docs/operations.md, "Health, lag and the
+console").
+
+    /metrics        Prometheus text format (L{kafkatw.broker.metrics})
+    /healthz        200 while the process serves (L{kafkatw.web.health})
+    /readyz         200 when ready, else 503 with the reasons
+    /console/       the read-only console (L{kafkatw.web.console}), unless refused
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from twisted.logger import Logger
+from twisted.web.resource import Resource
+
+from .health import HealthResource, ReadyResource
+from .lag import LagMonitor, local_high_watermarks
+
+__all__ = ["http_root", "start_lag_monitor", "stop_lag_monitor"]
+
+_log = Logger()
+
+
+def http_root(server: Any, metrics: Resource) -> Resource:
+    """
+    The resource tree of the HTTP port of C{server} (a
+    L{kafkatw.broker.server.KafkaServer}), C{metrics} at C{/metrics}.
+    """
+    from .console import ConsoleResource, console_refusal
+
+    root = Resource()
+    root.putChild(b"metrics", metrics)
+    root.putChild(b"healthz", HealthResource())
+    root.putChild(b"readyz", ReadyResource(server))
+    refusal = console_refusal(server.config)
+    if refusal is None:
+        root.putChild(b"console", ConsoleResource(server))
+    elif server.config["metrics.console.enable"]:
+        _log.warn("web console disabled: {reason}", reason=refusal)
+    return root
+
+
+async def _end_offsets(server: Any, partitions: set[tuple[str, int]]) -> dict[tuple[str, int], int]:
+    """
+    High watermarks: this broker's own for the partitions it leads, a
+    ListOffsets (latest) through an admin client to the cluster for the rest.
+    """
+    led = {tp for tp in partitions if server.metadata.leader(*tp) == server.broker_id}
+    found = local_high_watermarks(server.log_manager, led)
+    rest = {tp for tp in partitions if tp not in found and tp[0] in server.metadata.topics}
+    if rest:
+        from ..client.admin import LATEST_TIMESTAMP, AdminClient
+
+        if getattr(server, "_lag_admin", None) is None:
+            host, port = next((h, p) for name, h, p in server._advertised_endpoints()
+                              if name == server.listeners.inter_broker_listener)
+            server._lag_admin = AdminClient(server.reactor, f"{host}:{port}", client_id=f"broker-{server.broker_id}-lag",
+                                            request_timeout_ms=5000, default_api_timeout_ms=10000,
+                                            security=server.inter_broker_security())
+        try:
+            answers = await server._lag_admin.list_offsets({tp: LATEST_TIMESTAMP for tp in rest})
+            found.update({tp: info.offset for tp, info in answers.items()})
+        except Exception as e:
+            _log.warn("consumer lag: reading end offsets failed: {error}", error=e)
+    return found
+
+
+async def start_lag_monitor(server: Any) -> None:
+    """Start C{server.lag_monitor} (when the HTTP port is on)."""
+    server.lag_monitor = LagMonitor(server.registry, lambda tps: _end_offsets(server, tps), server.reactor,
+                                    server.config["metrics.lag.interval.ms"])
+    server.lag_monitor.start()
+
+
+async def stop_lag_monitor(server: Any) -> None:
+    monitor = getattr(server, "lag_monitor", None)
+    if monitor is not None:
+        monitor.stop()
+    admin = getattr(server, "_lag_admin", None)
+    if admin is not None:
+        server._lag_admin = None
+        await admin.close()
