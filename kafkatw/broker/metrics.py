@@ -62,6 +62,7 @@ class BrokerCollector:
         connections.add_metric([], len(apis.connections))
         yield connections
         yield from self._replication()
+        yield from self._health_and_lag()
         log_manager = self.server.log_manager
         if log_manager is None:
             return
@@ -76,7 +77,6 @@ class BrokerCollector:
             size.add_metric(labels, log.size_bytes)
             segments.add_metric(labels, len(log.segments))
         yield from (end, start, size, segments)
-        yield from self._health_and_lag()
 
     # --- health and lag (issue 12; docs/operations.md "Health, lag and the console") ---
 

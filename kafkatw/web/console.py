@@ -31,6 +31,7 @@ from __future__ import annotations
 import binascii
 import json
 import os
+import re
 from typing import Any, Callable
 
 from twisted.internet import defer
@@ -54,6 +55,7 @@ _log = Logger()
 STATIC_DIR = os.path.join(os.path.dirname(__file__), "static")
 #: Most bytes of log the message browser reads for one page.
 MAX_READ_BYTES = 1024 * 1024
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 #: Most records on one page of the message browser.
 MAX_RECORDS = 500
 
@@ -78,13 +80,16 @@ def render_value(data: bytes | None) -> dict:
     """
     A key or value for the browser: C{{"text": ...}} for UTF-8,
     C{{"json": ...}} for UTF-8 that parses as a JSON object or array,
-    C{{"hex": ...}} otherwise, C{{"null": true}} for C{None}.
+    C{{"hex": ...}} otherwise (not UTF-8, or control characters other than
+    tab and line breaks), C{{"null": true}} for C{None}.
     """
     if data is None:
         return {"null": True}
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
+        text = None
+    if text is None or _CONTROL.search(text):
         return {"hex": binascii.hexlify(data).decode("ascii"), "size": len(data)}
     stripped = text.lstrip()
     if stripped[:1] in ("{", "["):
