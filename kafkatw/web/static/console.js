@@ -145,8 +145,9 @@ pages.topic = function (main, name) {
   });
 };
 
-function renderValue(v) {
+function renderValue(v, inline) {
   if (v.null) return '<span class="tag">null</span>';
+  if (inline && v.text !== undefined) return "<span>" + esc(v.text) + "</span>";
   if (v.json !== undefined) return '<span class="tag">json</span><pre>' + esc(JSON.stringify(v.json, null, 1)) + "</pre>";
   if (v.hex !== undefined) return '<span class="tag">hex</span><pre>' + esc(v.hex) + "</pre>";
   return "<pre>" + esc(v.text) + "</pre>";
@@ -169,7 +170,7 @@ pages.messages = function (main, topic, partition) {
     return Promise.resolve();
   }
   var query = "messages?topic=" + encodeURIComponent(topic) + "&partition=" + encodeURIComponent(partition) +
-    "&limit=100";
+    "&limit=50";
   if (timestamp) {
     var ms = /^\d+$/.test(timestamp) ? timestamp : String(Date.parse(timestamp));
     query += "&timestamp=" + encodeURIComponent(ms);
@@ -185,7 +186,9 @@ pages.messages = function (main, topic, partition) {
                 "<td>" + esc(new Date(r.timestamp_ms).toISOString()) + '<br><span class="tag">' +
                 esc(r.timestamp_type) + "</span></td>",
                 "<td>" + renderValue(r.key) + "</td>", '<td class="record-value">' + renderValue(r.value) + "</td>",
-                "<td>" + r.headers.map(function (h) { return esc(h.key) + ": " + renderValue(h.value); }).join("") +
+                "<td>" + r.headers.map(function (h) {
+                  return '<div class="header">' + esc(h.key) + ": " + renderValue(h.value, true) + "</div>";
+                }).join("") +
                 "</td>"];
       })) + "</div>";
     bindBrowse();

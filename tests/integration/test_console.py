@@ -1,0 +1,225 @@
+"""
+Integration tests of the broker's HTTP port with real ZooKeeper and broker
+processes: C{/healthz} and C{/readyz} before and after the broker started,
+C{kafka_consumergroup_lag} going to zero once a consumer caught up, and the
+web console in a real headless chromium (selenium and Debian's
+C{chromium-driver}, installed by scripts/setup.sh): its pages load, its charts
+draw, its message browser shows the records the test produced, and a group's
+lag goes to zero after its consumer catches up.
+
+Set C{KAFKATW_CONSOLE_SCREENSHOTS} to a directory to keep the console's
+screenshots (docs/console-*.png were taken so).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import unittest
+import urllib.error
+import urllib.request
+
+from confluent_kafka import Consumer, Producer
+
+from kafkatw.testing import BrokerProcess, find_free_port, running_cluster, wait_for
+
+CHROMIUM = shutil.which("chromium")
+CHROMEDRIVER = shutil.which("chromedriver")
+
+
+def http_get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+    except OSError:
+        return 0, ""
+
+
+def lag_metric(port: int, group: str, topic: str) -> float | None:
+    _, text = http_get(f"http://127.0.0.1:{port}/metrics")
+    found = re.search(rf'kafka_consumergroup_lag\{{consumergroup="{group}",partition="0",topic="{topic}"\}} (\S+)',
+                      text)
+    return None if found is None else float(found[1])
+
+
+def produce(bootstrap: str, topic: str, start: int, count: int) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+    for i in range(start, start + count):
+        producer.produce(topic, key=f"order-{i}".encode(), value=json.dumps({"order": i, "item": "tea"}).encode(),
+                         headers=[("source", b"test_console")])
+    assert producer.flush(15) == 0
+
+
+def consume_and_commit(bootstrap: str, group: str, topic: str, count: int) -> None:
+    """Read C{count} records with a group member of C{group} and commit synchronously."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                         "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    read = 0
+    deadline = time.monotonic() + 60
+    try:
+        while read < count and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is None or message.error():
+                continue
+            read += 1
+            if read == count:
+                consumer.commit(message=message, asynchronous=False)
+        assert read == count, f"read {read} of {count}"
+    finally:
+        consumer.close()
+
+
+class HealthTests(unittest.TestCase):
+    def test_healthz_and_readyz_before_and_after_start(self) -> None:
+        port = find_free_port()
+        with running_cluster(brokers=0) as cluster:
+            zookeeper = cluster.zookeeper
+            base = tempfile.mkdtemp(prefix="kafkatw-health-")
+            self.addCleanup(shutil.rmtree, base, True)
+            broker = BrokerProcess(0, zookeeper.connect_string + "/kafkatw", base,
+                                   {"metrics.port": str(port), "zookeeper.connection.timeout.ms": "60000"})
+            zookeeper.popen.send_signal(signal.SIGSTOP)  # no session until it is continued
+            try:
+                broker.popen = subprocess.Popen(broker.command(), stdin=subprocess.DEVNULL,
+                                                stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+                self.addCleanup(broker.stop)
+                wait_for(lambda: http_get(f"http://127.0.0.1:{port}/healthz")[0] == 200, 30, "/healthz")
+                self.assertEqual(http_get(f"http://127.0.0.1:{port}/healthz"), (200, "ok\n"))
+                code, body = http_get(f"http://127.0.0.1:{port}/readyz")
+                self.assertEqual(code, 503)
+                self.assertIn("no ZooKeeper session", body)
+                self.assertIn("the logs are not loaded yet", body)
+                self.assertIn("broker 0 is not registered in /brokers/ids yet", body)
+            finally:
+                zookeeper.popen.send_signal(signal.SIGCONT)
+            wait_for(lambda: http_get(f"http://127.0.0.1:{port}/readyz")[0] == 200, 60, "/readyz 200")
+            self.assertEqual(http_get(f"http://127.0.0.1:{port}/readyz"), (200, "ready\n"))
+
+
+class LagTests(unittest.TestCase):
+    def test_lag_goes_to_zero_when_the_consumer_catches_up(self) -> None:
+        port = find_free_port()
+        with running_cluster(brokers=1, overrides={"metrics.port": str(port), "metrics.lag.interval.ms": "300"}) \
+                as [broker]:
+            produce(broker.bootstrap, "lagged", 0, 30)
+            consume_and_commit(broker.bootstrap, "lag-group", "lagged", 10)
+            wait_for(lambda: lag_metric(port, "lag-group", "lagged") == 20, 30, "lag 20")
+            _, text = http_get(f"http://127.0.0.1:{port}/metrics")
+            self.assertIn('kafka_topic_partition_current_offset{partition="0",topic="lagged"} 30.0', text)
+            self.assertIn('kafka_consumergroup_current_offset{consumergroup="lag-group",partition="0",topic="lagged"}'
+                          ' 10.0', text)
+            self.assertRegex(text, r'kafka_network_requestmetrics_totaltimems_count\{request="Produce"\} [1-9]')
+            self.assertIn('kafka_server_brokertopicmetrics_messagesin_total{topic="lagged"} 30.0', text)
+            consume_and_commit(broker.bootstrap, "lag-group", "lagged", 20)
+            wait_for(lambda: lag_metric(port, "lag-group", "lagged") == 0, 30, "lag 0")
+
+
+@unittest.skipIf(CHROMIUM is None or CHROMEDRIVER is None,
+                 "chromium and chromedriver are not installed (scripts/setup.sh installs Debian's chromium and"
+                 " chromium-driver)")
+class ConsoleBrowserTests(unittest.TestCase):
+    def setUp(self) -> None:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+
+        options = webdriver.ChromeOptions()
+        options.binary_location = CHROMIUM
+        for argument in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                         "--window-size=1280,1000"):
+            options.add_argument(argument)
+        self.driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+        self.addCleanup(self.driver.quit)
+        self.screenshots = os.environ.get("KAFKATW_CONSOLE_SCREENSHOTS")
+
+    def screenshot(self, name: str) -> None:
+        if self.screenshots:
+            self.driver.save_screenshot(os.path.join(self.screenshots, f"console-{name}.png"))
+
+    def open(self, url: str, page: str) -> None:
+        self.driver.get(url)
+        self.wait_js(f"return document.body.dataset.page === '{page}' && !!document.body.dataset.loaded", page)
+
+    def wait_js(self, script: str, what: str, timeout_s: float = 30) -> object:
+        return wait_for(lambda: self.driver.execute_script(script), timeout_s, what)
+
+    def chart_points(self, canvas_id: str) -> list:
+        data = self.driver.execute_script(f"var c = document.getElementById('{canvas_id}');"
+                                          " return c && c.dataset.points;")
+        return json.loads(data) if data else []
+
+    def canvas_has_ink(self, canvas_id: str) -> bool:
+        """Whether the canvas has pixels other than white (lines, grid, labels)."""
+        return self.driver.execute_script(
+            f"var c = document.getElementById('{canvas_id}'); if (!c) return false;"
+            " var d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;"
+            " for (var i = 0; i < d.length; i += 4) { if (d[i] < 200 || d[i + 1] < 200 || d[i + 2] < 200) return true; }"
+            " return false;")
+
+    def test_console_pages(self) -> None:
+        port = find_free_port()
+        with running_cluster(brokers=1, overrides={"metrics.port": str(port), "metrics.lag.interval.ms": "500"}) \
+                as [broker]:
+            base = f"http://127.0.0.1:{port}/console/"
+            produce(broker.bootstrap, "orders", 0, 40)
+            consume_and_commit(broker.bootstrap, "billing", "orders", 15)
+
+            # overview: health, counts, and the produce rate chart once records flow
+            self.open(base + "#/overview", "overview")
+            for round_ in range(4):  # records flow for a few of the console's 2 s refreshes
+                produce(broker.bootstrap, "orders", 40 + 10 * round_, 10)
+                time.sleep(1.5)
+            self.wait_js("var c = document.getElementById('cluster-messages');"
+                         " if (!c || !c.dataset.points) return false; var p = JSON.parse(c.dataset.points)[0].points;"
+                         " return p.length >= 3 && p.some(function (x) { return x[1] > 0; });",
+                         "a non-zero produce rate drawn")
+            self.assertTrue(self.canvas_has_ink("cluster-messages"))
+            self.assertTrue(self.canvas_has_ink("cluster-bytes"))
+            text = self.driver.find_element("tag name", "main").text
+            self.assertIn("ready", text)
+            self.assertIn("Under-replicated", text)
+            self.screenshot("overview")
+
+            # topics and a topic
+            self.open(base + "#/topics", "topics")
+            self.assertIn("orders", self.driver.find_element("tag name", "table").text)
+            self.open(base + "#/topic/orders", "topic")
+            topic_text = self.driver.find_element("tag name", "main").text
+            self.assertIn("cleanup.policy", topic_text)
+            self.assertIn("80", topic_text)  # the high watermark
+            self.screenshot("topic")
+
+            # the message browser shows what was produced
+            self.open(base + "#/messages?topic=orders&partition=0&offset=5", "messages")
+            self.wait_js("return document.querySelectorAll('.record-offset').length > 0", "records")
+            offsets = [e.text for e in self.driver.find_elements("css selector", ".record-offset")]
+            self.assertEqual(offsets[:3], ["5", "6", "7"])
+            values = self.driver.find_elements("css selector", ".record-value")
+            self.assertIn('"order": 5', values[0].text)
+            self.assertIn("order-5", self.driver.find_element("id", "records").text)
+            self.assertIn("source: test_console", self.driver.find_element("id", "records").text)
+            self.screenshot("messages")
+
+            # the group: lag 65, then 0 once the consumer caught up, drawn over time
+            self.open(base + "#/groups", "groups")
+            self.wait_js("return document.body.innerText.indexOf('billing') >= 0", "the group listed")
+            self.open(base + "#/group/billing", "group")
+            self.wait_js("var e = document.getElementById('group-total-lag'); return e && e.textContent === '65';",
+                         "lag 65")
+            consume_and_commit(broker.bootstrap, "billing", "orders", 65)  # from its committed 15
+            self.wait_js("var e = document.getElementById('group-total-lag'); return e && e.textContent === '0';",
+                         "lag 0", timeout_s=60)
+            self.wait_js("var c = document.getElementById('lag-chart'); if (!c || !c.dataset.points) return false;"
+                         " var p = JSON.parse(c.dataset.points)[0].points;"
+                         " return p.length > 1 && p[p.length - 1][1] === 0 && p.some(function (x) { return x[1] > 0; });",
+                         "the lag chart from 65 to 0")
+            self.assertTrue(self.canvas_has_ink("lag-chart"))
+            self.screenshot("group")
