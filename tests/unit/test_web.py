@@ -292,3 +292,25 @@ class ConsoleApiTests(unittest.TestCase):
         self.assertEqual(body["partitions"], [{"topic": "t", "partition": 0, "current_offset": 1,
                                                "log_end_offset": 4, "lag": 3}])
         self.assertEqual((body["state"], body["lag"], body["history"]), ("Stable", 3, [{"time_ms": 999000, "lag": 3}]))
+
+
+class GrafanaDashboardTests(unittest.SynchronousTestCase):
+    def test_every_metric_is_exported(self) -> None:
+        """docs/grafana-dashboard.json is valid JSON and asks only for metrics the broker exports."""
+        import os
+        import re
+
+        import kafkatw.broker.metrics
+
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        with open(os.path.join(root, "docs", "grafana-dashboard.json")) as f:
+            dashboard = json.load(f)
+        with open(kafkatw.broker.metrics.__file__) as f:
+            source = f.read()
+        source += "".join(f'"kafka_network_requestmetrics_{kind}"' for kind in RequestMetrics.KINDS)
+        exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+        self.assertGreater(len(exprs), 10)
+        names = {re.sub(r"_(total|bucket|sum|count)$", "", n) for e in exprs for n in re.findall(r"\bkafka_\w+", e)}
+        self.assertIn("kafka_consumergroup_lag", names)
+        for name in names:
+            self.assertIn(f'"{name}', source, f"{name} is not exported by kafkatw.broker.metrics")
