@@ -122,6 +122,65 @@ class LagTests(unittest.TestCase):
             consume_and_commit(broker.bootstrap, "lag-group", "lagged", 20)
             wait_for(lambda: lag_metric(port, "lag-group", "lagged") == 0, 30, "lag 0")
 
+    def test_lag_exported_once_by_the_controller(self) -> None:
+        """Two brokers: only the controller exports lag, with the other broker's partitions' end offsets."""
+        with running_cluster(brokers=2, overrides={"metrics.port": "0", "metrics.lag.interval.ms": "300"}) \
+                as brokers:
+            ports = [int(re.search(r"metrics at http://127.0.0.1:(\d+)/metrics", b.log_text())[1]) for b in brokers]
+            from kafkatw.client import BlockingAdminClient, NewTopic
+
+            with BlockingAdminClient(brokers[0].bootstrap) as admin:  # one partition led by each broker
+                admin.create_topics([NewTopic("spread", replica_assignment={0: [0], 1: [1]})])
+            producer = Producer({"bootstrap.servers": brokers[0].bootstrap})
+            for i in range(20):
+                producer.produce("spread", value=b"v", partition=i % 2)
+            self.assertEqual(producer.flush(15), 0)
+            consumer = Consumer({"bootstrap.servers": brokers[0].bootstrap, "group.id": "spread-group"})
+            from confluent_kafka import TopicPartition
+
+            consumer.commit(offsets=[TopicPartition("spread", 0, 4), TopicPartition("spread", 1, 6)],
+                            asynchronous=False)
+            consumer.close()
+
+            def exported() -> list:
+                found = []
+                for port in ports:
+                    _, text = http_get(f"http://127.0.0.1:{port}/metrics")
+                    found.append(sorted(re.findall(r'kafka_consumergroup_lag\{consumergroup="spread-group",'
+                                                   r'partition="(\d)",topic="spread"\} (\S+)', text)))
+                return found
+
+            wait_for(lambda: sorted(exported()) == [[], [("0", "6.0"), ("1", "4.0")]], 30,
+                     "lag of both partitions on exactly one broker")
+
+    def test_lag_of_a_zookeeper_group(self) -> None:
+        """The paper's ZooKeeper-coordinated group: offsets in /consumers, lag on the same metric."""
+        from kafkatw.client import BlockingZookeeperConsumerGroup
+
+        port = find_free_port()
+        with running_cluster(brokers=1, overrides={"metrics.port": str(port), "metrics.lag.interval.ms": "300"}) \
+                as cluster:
+            [broker] = cluster
+            produce(broker.bootstrap, "paper", 0, 12)
+            with BlockingZookeeperConsumerGroup("paper-group", ["paper"], zookeeper_connect=broker.zookeeper_connect,
+                                                bootstrap_servers=broker.bootstrap, auto_offset_reset="smallest",
+                                                enable_auto_commit=False) as group:
+                records = []
+                deadline = time.monotonic() + 30
+                while len(records) < 5 and time.monotonic() < deadline:
+                    records += group.poll(500, max_records=5 - len(records))
+                self.assertEqual(len(records), 5)
+                group.commit({("paper", 0): 5})
+                wait_for(lambda: lag_metric(port, "paper-group", "paper") == 7, 30, "lag 7")
+                _, body = http_get(f"http://127.0.0.1:{port}/console/api/groups")
+                self.assertIn({"group": "paper-group", "kind": "zookeeper", "lag": 7, "partitions": 1,
+                               "coordinator": None}, json.loads(body)["groups"])
+                while len(records) < 12 and time.monotonic() < deadline + 30:
+                    records += group.poll(500)
+                self.assertEqual(len(records), 12)
+                group.commit({("paper", 0): 12})
+                wait_for(lambda: lag_metric(port, "paper-group", "paper") == 0, 30, "lag 0")
+
 
 @unittest.skipIf(CHROMIUM is None or CHROMEDRIVER is None,
                  "chromium and chromedriver are not installed (scripts/setup.sh installs Debian's chromium and"
