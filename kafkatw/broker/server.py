@@ -544,14 +544,14 @@ class KafkaServer(service.MultiService):
 
     async def _start_metrics(self, port: int) -> None:
         from prometheus_client.twisted import MetricsResource
-        from twisted.web.server import Site
 
-        from ..web import http_root
+        from ..web import HttpSite, http_root
         from .metrics import RequestMetrics, metrics_registry
 
         self.request_metrics = RequestMetrics(self.reactor.seconds)
         root = http_root(self, MetricsResource(registry=metrics_registry(self)))
-        listening = await endpoints.TCP4ServerEndpoint(self.reactor, port, interface="127.0.0.1").listen(Site(root))
+        listening = await endpoints.TCP4ServerEndpoint(self.reactor, port, interface="127.0.0.1").listen(
+            HttpSite(root, reactor=self.reactor))
         self._listening_ports.append(listening)
         self.metrics_port = listening.getHost().port
         _log.info("metrics at http://127.0.0.1:{port}/metrics (health at /healthz and /readyz{console})",

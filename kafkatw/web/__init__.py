@@ -15,13 +15,28 @@ from typing import Any
 
 from twisted.logger import Logger
 from twisted.web.resource import Resource
+from twisted.web.server import Site
 
 from .health import HealthResource, ReadyResource
 from .lag import LagMonitor, local_high_watermarks
 
-__all__ = ["http_root", "start_lag_monitor", "stop_lag_monitor"]
+__all__ = ["HttpSite", "http_root", "start_lag_monitor", "stop_lag_monitor"]
 
 _log = Logger()
+
+
+class HttpSite(Site):
+    """
+    The HTTP port's site: requests are logged as Twisted Web logs them,
+    except the console's JSON polls and the probes (an open console asks
+    every 2 s; a Kubernetes probe every few seconds).
+    """
+
+    _QUIET = (b"/console/api/", b"/healthz", b"/readyz")
+
+    def log(self, request: Any) -> None:
+        if not request.uri.startswith(self._QUIET):
+            super().log(request)
 
 
 def http_root(server: Any, metrics: Resource) -> Resource:
