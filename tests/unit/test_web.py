@@ -314,3 +314,41 @@ class GrafanaDashboardTests(unittest.SynchronousTestCase):
         self.assertIn("kafka_consumergroup_lag", names)
         for name in names:
             self.assertIn(f'"{name}', source, f"{name} is not exported by kafkatw.broker.metrics")
+
+
+class RequestAndTopicMetricsOnTheBrokerTests(unittest.TestCase):
+    """RequestMetrics timed by the connection, BrokerTopicMetrics counted by the handlers, on a MemoryReactorClock."""
+
+    def test_pipelined_latency_and_topic_counters(self) -> None:
+        from twisted.internet.testing import StringTransport
+
+        from kafkatw.broker.network import KafkaConnection
+        from kafkatw.protocol.messages import encode_request
+        from tests.unit.test_broker import BrokerHarness, _frame
+
+        h = BrokerHarness(self)
+        h.create_topic("t")
+        h.apis.request_metrics = metrics = RequestMetrics(h.clock.seconds)
+        h.produce("t", 0, encode_batch([(b"k", b"12345", [], None)] * 3))
+        self.assertEqual((h.apis.topic_messages_in, h.apis.topic_bytes_in["t"] > 0), ({"t": 3}, True))
+        connection = KafkaConnection(h.apis, h.config["socket.request.max.bytes"])
+        transport = StringTransport()
+        connection.makeConnection(transport)
+        slow = encode_request(1, 12, 1, "c", h.fetch_request("t", 0, 3, max_wait_ms=100, min_bytes=1))
+        fast = encode_request(18, 3, 2, "c", {"client_software_name": "t", "client_software_version": "1"})
+        connection.dataReceived(_frame(slow) + _frame(fast))
+        h.clock.advance(0.2)  # the fetch waits its 100 ms; ApiVersions waits behind it
+        while transport.producer is not None:
+            transport.producer.resumeProducing()
+        self.assertTrue(transport.value())
+        value = metrics_registry(SimpleNamespace(apis=h.apis, request_metrics=metrics, lag_monitor=None,
+                                                 controller=None, log_manager=None)).get_sample_value
+        self.assertIsNone(value("kafka_network_requestmetrics_totaltimems_count", {"request": "Produce"}))
+        for api in ("Fetch", "ApiVersions"):
+            self.assertEqual(value("kafka_network_requestmetrics_totaltimems_bucket", {"request": api, "le": "100.0"}),
+                             0, api)
+            self.assertEqual(value("kafka_network_requestmetrics_totaltimems_bucket", {"request": api, "le": "250.0"}),
+                             1, api)
+            self.assertEqual(value("kafka_network_requestmetrics_requestqueuetimems_count", {"request": api}), 1)
+            self.assertEqual(value("kafka_network_requestmetrics_responsesendtimems_bucket",
+                                   {"request": api, "le": "0.5"}), 1)
