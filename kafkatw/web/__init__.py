@@ -44,17 +44,35 @@ def http_root(server: Any, metrics: Resource) -> Resource:
     The resource tree of the HTTP port of C{server} (a
     L{kafkatw.broker.server.KafkaServer}), C{metrics} at C{/metrics}.
     """
+    from .auth import BrokerUserChecker, console_guard, sasl_listener
     from .console import ConsoleResource, console_refusal
 
     root = Resource()
     root.putChild(b"metrics", metrics)
     root.putChild(b"healthz", HealthResource())
     root.putChild(b"readyz", ReadyResource(server))
-    refusal = console_refusal(server.config)
-    if refusal is None:
+    config = server.config
+    listener = sasl_listener(server) if config["authorizer.class.name"] else None
+    refusal = console_refusal(config, listener)
+    if refusal is not None:
+        if config["metrics.console.enable"]:
+            _log.warn("web console disabled: {reason}", reason=refusal)
+    elif listener is None:
         root.putChild(b"console", ConsoleResource(server))
-    elif server.config["metrics.console.enable"]:
-        _log.warn("web console disabled: {reason}", reason=refusal)
+    else:
+        from ..broker.authenticator import listener_sasl_settings
+
+        settings: list[Any] = []
+
+        def listener_settings() -> Any:
+            if not settings and server.registry is not None:
+                settings.append(listener_sasl_settings(config, listener, server.registry))
+            return settings[0] if settings else None
+
+        checker = BrokerUserChecker(listener_settings, server.reactor)
+        root.putChild(b"console", console_guard(lambda principal: ConsoleResource(server, principal), checker))
+        _log.info("web console: HTTP basic authentication against the SASL users of listener {listener};"
+                  " each user sees what the ACLs let it Describe", listener=listener)
     return root
 
 

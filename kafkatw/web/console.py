@@ -22,8 +22,12 @@ a log on this broker (the leader's or a follower's replica, up to its high
 watermark); for another partition it answers which broker leads it.
 
 Read-only: no page changes anything.  When an authorizer is configured
-(C{authorizer.class.name}), the console is not served at all (see
-L{console_refusal}), so it never shows what a principal may not Describe.
+(C{authorizer.class.name}), the console asks for HTTP basic authentication
+against the users of the broker's SASL listener (L{kafkatw.web.auth}) and
+shows each principal only what the ACLs let it see: topics it may Describe
+(their configs with DescribeConfigs, their records with Read) and groups it
+may Describe; without a SASL PLAIN or SCRAM listener it is not served at all
+(L{console_refusal}).
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from twisted.web.static import File
 from .. import __version__
 from ..errors import KafkaError
 from ..protocol.records import decode_batches
+from ..security.acl import AclOperation, ResourceType
 from ..zookeeper.bridge import NoNodeError
 from ..zookeeper.registry import group_path
 from .health import readiness_problems
@@ -60,19 +65,21 @@ _CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 MAX_RECORDS = 500
 
 
-def console_refusal(config: Any) -> str | None:
+def console_refusal(config: Any, sasl_listener: str | None = None) -> str | None:
     """
     Why the console must not be served with C{config}, or C{None}.
 
-    The console has no login of its own; with an authorizer configured the
-    cluster's data is protected per principal, so the console stays off
-    rather than show everything to whoever reaches the HTTP port.
+    With an authorizer configured, the cluster's data is protected per
+    principal: the console then authenticates its users against the SASL
+    listener C{sasl_listener}, and stays off when there is none rather than
+    show everything to whoever reaches the HTTP port.
     """
     if not config["metrics.console.enable"]:
         return "metrics.console.enable=false"
-    if config["authorizer.class.name"]:
-        return ("an authorizer is configured (authorizer.class.name) and the console has no authentication;"
-                " it would show every topic and record to anyone reaching the metrics port")
+    if config["authorizer.class.name"] and sasl_listener is None:
+        return ("an authorizer is configured (authorizer.class.name) and no listener has SASL PLAIN or SCRAM"
+                " users for the console's HTTP basic authentication; it would show every topic and record to"
+                " anyone reaching the metrics port")
     return None
 
 
@@ -160,7 +167,7 @@ class _ApiResource(Resource):
                 request.setResponseCode(400)
                 write({"error": failure.getErrorMessage()})
             else:
-                _log.failure("console request {path} failed", failure, path=request.path)
+                _log.failure("console request {path} failed", failure, path=getattr(request, "path", b""))
                 request.setResponseCode(500)
                 write({"error": "internal error (see the broker's log)"})
 
@@ -179,9 +186,11 @@ class ConsoleResource(Resource):
     C{metadata}, C{log_manager}, C{replica_manager}, C{apis}, C{lag_monitor}).
     """
 
-    def __init__(self, server: Any) -> None:
+    def __init__(self, server: Any, principal: str | None = None) -> None:
         super().__init__()
         self.broker = server
+        #: C{User:<name>} when the console authenticates (an authorizer is configured), else C{None}.
+        self.principal = principal
         api = Resource()
         for name in ("overview", "topics", "topic", "messages", "groups", "group"):
             api.putChild(name.encode(), _ApiResource(getattr(self, f"api_{name}")))
@@ -189,9 +198,27 @@ class ConsoleResource(Resource):
         self.putChild(b"static", File(STATIC_DIR))
         self.putChild(b"", File(os.path.join(STATIC_DIR, "index.html")))
 
+    # --- what the principal may see ------------------------------------------------
+
+    def _may(self, request: Any, operation: AclOperation, resource_type: ResourceType, name: str) -> bool:
+        """Whether the console's principal may do C{operation} on the resource (always, without authorizer)."""
+        if self.principal is None:
+            return True
+        apis = self.broker.apis
+        authorizer = None if apis is None else apis.authorizer
+        if authorizer is None:
+            return False  # not serving yet
+        return authorizer.authorize(self.principal, request.getClientAddress().host, operation, resource_type, name)
+
+    def _topics(self, request: Any) -> dict[str, Any]:
+        """name -> TopicMetadata of the topics the principal may Describe."""
+        return {name: meta for name, meta in list(self.broker.metadata.topics.items())
+                if self._may(request, AclOperation.DESCRIBE, ResourceType.TOPIC, name)}
+
     # --- the JSON API ------------------------------------------------------------
 
-    def _counters(self) -> dict:
+    def _counters(self, visible: dict[str, Any]) -> dict:
+        """The broker's counters: all topics' sums, and per topic for the C{visible} topics."""
         apis = self.broker.apis
         if apis is None:
             return {"messages_in": 0, "bytes_in": 0, "bytes_out": 0, "topics": {}}
@@ -199,14 +226,15 @@ class ConsoleResource(Resource):
         for key, per_topic in (("messages_in", apis.topic_messages_in), ("bytes_in", apis.topic_bytes_in),
                                ("bytes_out", apis.topic_bytes_out)):
             for topic, value in per_topic.items():
-                topics.setdefault(topic, {"messages_in": 0, "bytes_in": 0, "bytes_out": 0})[key] = value
+                if topic in visible:
+                    topics.setdefault(topic, {"messages_in": 0, "bytes_in": 0, "bytes_out": 0})[key] = value
         return {"messages_in": apis.messages_in, "bytes_in": apis.bytes_in, "bytes_out": apis.bytes_out,
                 "topics": topics}
 
-    def _partition_counts(self) -> tuple[int, int, int]:
+    def _partition_counts(self, visible: dict[str, Any]) -> tuple[int, int, int]:
         metadata = self.broker.metadata
         total = under = offline = 0
-        for name, meta in list(metadata.topics.items()):
+        for name, meta in visible.items():
             for p, replicas in meta.partitions.items():
                 total += 1
                 if metadata.leader(name, p) < 0:
@@ -218,7 +246,8 @@ class ConsoleResource(Resource):
     def api_overview(self, request: Any) -> dict:
         server = self.broker
         metadata = server.metadata
-        total, under, offline = self._partition_counts()
+        visible = self._topics(request)
+        total, under, offline = self._partition_counts(visible)
         problems = readiness_problems(server)
         return {
             "cluster_id": metadata.cluster_id, "version": __version__, "broker_id": server.broker_id,
@@ -227,9 +256,10 @@ class ConsoleResource(Resource):
                          "endpoints": [f"{n}://{h}:{p}" for n, h, p in b.endpoints]}
                         for b in sorted(metadata.brokers.values(), key=lambda b: b.broker_id)],
             "ready": not problems, "problems": problems,
-            "topics": len(metadata.topics), "partitions": total,
+            "topics": len(visible), "partitions": total,
             "under_replicated_partitions": under, "offline_partitions": offline,
-            "counters": self._counters(), "time_ms": int(server.reactor.seconds() * 1000),
+            "counters": self._counters(visible), "time_ms": int(server.reactor.seconds() * 1000),
+            "principal": self.principal,
         }
 
     def _local_size(self, topic: str, partition: int) -> int | None:
@@ -239,8 +269,9 @@ class ConsoleResource(Resource):
 
     def api_topics(self, request: Any) -> dict:
         metadata = self.broker.metadata
+        visible = self._topics(request)
         topics = []
-        for name, meta in sorted(metadata.topics.items()):
+        for name, meta in sorted(visible.items()):
             sizes = [self._local_size(name, p) for p in meta.partitions]
             topics.append({
                 "name": name, "partitions": len(meta.partitions),
@@ -250,13 +281,14 @@ class ConsoleResource(Resource):
                 "offline": sum(1 for p in meta.partitions if metadata.leader(name, p) < 0),
                 "size_bytes": sum(s for s in sizes if s is not None),
             })
-        return {"topics": topics, "counters": self._counters(), "time_ms": int(self.broker.reactor.seconds() * 1000)}
+        return {"topics": topics, "counters": self._counters(visible),
+                "time_ms": int(self.broker.reactor.seconds() * 1000)}
 
     def api_topic(self, request: Any) -> dict:
         name = _arg(request, "name")
         metadata = self.broker.metadata
         meta = metadata.topics.get(name or "")
-        if meta is None:
+        if meta is None or not self._may(request, AclOperation.DESCRIBE, ResourceType.TOPIC, name or ""):
             raise _BadRequest(f"unknown topic {name!r}")
         partitions = []
         log_manager = self.broker.log_manager
@@ -271,11 +303,13 @@ class ConsoleResource(Resource):
                 "size_bytes": None if log is None else log.size_bytes,
                 "segments": None if log is None else len(log.segments),
             })
-        effective = self.broker._topic_config(name)
-        configs = [{"name": k, "value": str(v), "override": k in meta.config}
-                   for k, v in sorted(effective.items())]
+        configs = None
+        if self._may(request, AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, name):
+            effective = self.broker._topic_config(name)
+            configs = [{"name": k, "value": str(v), "override": k in meta.config}
+                       for k, v in sorted(effective.items())]
         return {"name": name, "topic_id": str(meta.topic_id), "partitions": partitions, "configs": configs,
-                "counters": self._counters()["topics"].get(name, {}),
+                "counters": self._counters({name: meta})["topics"].get(name, {}),
                 "time_ms": int(self.broker.reactor.seconds() * 1000)}
 
     def api_messages(self, request: Any) -> dict:
@@ -283,8 +317,11 @@ class ConsoleResource(Resource):
         partition = int(_arg(request, "partition", "0") or 0)
         limit = max(1, min(int(_arg(request, "limit", "50") or 50), MAX_RECORDS))
         meta = self.broker.metadata.topics.get(topic)
-        if meta is None or partition not in meta.partitions:
+        if meta is None or partition not in meta.partitions or \
+                not self._may(request, AclOperation.DESCRIBE, ResourceType.TOPIC, topic):
             raise _BadRequest(f"unknown partition {topic}-{partition}")
+        if not self._may(request, AclOperation.READ, ResourceType.TOPIC, topic):
+            raise _BadRequest(f"{self.principal} may not Read topic {topic}")
         log_manager = self.broker.log_manager
         log = log_manager.get(topic, partition) if log_manager is not None else None
         if log is None:
@@ -314,15 +351,19 @@ class ConsoleResource(Resource):
         snapshot = self._snapshot()
         if snapshot is None:
             return {"groups": [], "computed_ms": None}
-        totals = snapshot.group_lag()
+        visible = self._topics(request)
+        totals: dict[str, int] = {}
         partitions: dict[str, int] = {}
         for row in snapshot.rows:
-            partitions[row.group] = partitions.get(row.group, 0) + 1
+            if row.topic in visible:
+                partitions[row.group] = partitions.get(row.group, 0) + 1
+                totals[row.group] = totals.get(row.group, 0) + (row.lag or 0)
         coordinator = self._coordinator()
         groups = [{"group": g, "kind": kind, "lag": totals.get(g, 0), "partitions": partitions.get(g, 0),
                    "coordinator": coordinator.coordinator(g) if coordinator is not None and kind == "coordinator"
                    else None}
-                  for g, kind in sorted(snapshot.kinds.items())]
+                  for g, kind in sorted(snapshot.kinds.items())
+                  if self._may(request, AclOperation.DESCRIBE, ResourceType.GROUP, g)]
         return {"groups": groups, "computed_ms": snapshot.time_ms}
 
     def _coordinator(self) -> Any:
@@ -380,15 +421,19 @@ class ConsoleResource(Resource):
     async def _group(self, request: Any) -> dict:
         group = _arg(request, "id") or ""
         snapshot = self._snapshot()
-        if snapshot is None or group not in snapshot.kinds:
+        if snapshot is None or group not in snapshot.kinds or \
+                not self._may(request, AclOperation.DESCRIBE, ResourceType.GROUP, group):
             raise _BadRequest(f"unknown group {group!r} (groups are read every metrics.lag.interval.ms)")
         kind = snapshot.kinds[group]
         state, members = await self._members(group, kind)
+        visible = self._topics(request)
         rows = [{"topic": r.topic, "partition": r.partition, "current_offset": r.committed,
-                 "log_end_offset": r.end_offset, "lag": r.lag} for r in snapshot.rows if r.group == group]
+                 "log_end_offset": r.end_offset, "lag": r.lag} for r in snapshot.rows
+                if r.group == group and r.topic in visible]
         monitor = self.broker.lag_monitor
-        history = [{"time_ms": t, "lag": totals.get(group, 0)} for t, totals, _ in monitor.history
-                   if group in totals]
+        history = [{"time_ms": t, "lag": sum(lag for (topic, _), lag in parts.get(group, {}).items()
+                                             if topic in visible)}
+                   for t, totals, parts in monitor.history if group in totals]
         return {"group": group, "kind": kind, "state": state, "members": members, "partitions": rows,
                 "lag": sum(r["lag"] or 0 for r in rows), "history": history, "computed_ms": snapshot.time_ms}
 

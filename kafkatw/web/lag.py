@@ -115,7 +115,7 @@ class LagMonitor:
     @param interval_ms: time between two computations (ms).
     @param history: how many snapshots the console's chart keeps.
     @ivar latest: the last snapshot, C{None} before the first.
-    @ivar history: the last snapshots' C{(time_ms, {group: total lag})}.
+    @ivar history: the last snapshots' C{(time_ms, {group: total lag}, {group: {partition: lag}})}.
     """
 
     def __init__(self, registry: Any, end_offsets: Callable[[set[TopicPartition]], Awaitable[dict]],
@@ -125,7 +125,7 @@ class LagMonitor:
         self.reactor = reactor
         self.interval_ms = interval_ms
         self.latest: LagSnapshot | None = None
-        self.history: deque[tuple[int, dict[str, int], dict[str, dict[str, int]]]] = deque(maxlen=history)
+        self.history: deque[tuple[int, dict[str, int], dict[str, dict[TopicPartition, int]]]] = deque(maxlen=history)
         self._loop: task.LoopingCall | None = None
         self._running: defer.Deferred | None = None
 
@@ -164,10 +164,10 @@ class LagMonitor:
         ends = dict(await self.end_offsets(wanted)) if wanted else {}
         snapshot = compute_lag(int(self.reactor.seconds() * 1000), committed, kinds, ends)
         self.latest = snapshot
-        per_partition: dict[str, dict[str, int]] = {}
+        per_partition: dict[str, dict[TopicPartition, int]] = {}
         for row in snapshot.rows:
             if row.lag is not None:
-                per_partition.setdefault(row.group, {})[f"{row.topic}-{row.partition}"] = row.lag
+                per_partition.setdefault(row.group, {})[(row.topic, row.partition)] = row.lag
         self.history.append((snapshot.time_ms, snapshot.group_lag(), per_partition))
         return snapshot
 

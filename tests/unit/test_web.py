@@ -13,6 +13,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from twisted.internet import defer
+from twisted.internet.address import IPv4Address
 from twisted.internet.task import Clock
 from twisted.trial import unittest
 from twisted.web.server import NOT_DONE_YET
@@ -196,7 +197,9 @@ class ConsoleRefusalTests(unittest.SynchronousTestCase):
         self.assertIn("authorizer", refusal)
 
 
-class ConsoleApiTests(unittest.TestCase):
+class _ConsoleFixture:
+    """A console over a fake broker with real logs: topic t (partition 0 here), group g (ZooKeeper)."""
+
     def setUp(self) -> None:
         self.clock = Clock()
         self.clock.advance(1000)
@@ -226,12 +229,13 @@ class ConsoleApiTests(unittest.TestCase):
         self.broker = SimpleNamespace(
             config=config, broker_id=0, metadata=metadata, log_manager=self.log_manager, reactor=self.clock,
             apis=apis, registry=Registry(zk), zookeeper=zk, ready=ready, start_error=None, _stopping=False,
-            lag_monitor=SimpleNamespace(latest=snapshot, history=[(999000, {"g": 3}, {})]),
+            lag_monitor=SimpleNamespace(latest=snapshot, history=[(999000, {"g": 3}, {"g": {("t", 0): 3}})]),
             _topic_config=lambda name: topic_log_config(config, metadata.topics[name].config, strict=False))
         self.console = ConsoleResource(self.broker)
 
     def get(self, api: str, **args: str) -> defer.Deferred:
         request = DummyRequest([])
+        request.client = IPv4Address("TCP", "127.0.0.1", 50000)
         request.args = {k.encode(): [v.encode()] for k, v in args.items()}
         d = request.notifyFinish()
         result = self.console.children[b"api"].children[api.encode()].render(request)
@@ -239,6 +243,8 @@ class ConsoleApiTests(unittest.TestCase):
         d.addCallback(lambda _: (request.responseCode or 200, json.loads(b"".join(request.written))))
         return d
 
+
+class ConsoleApiTests(_ConsoleFixture, unittest.TestCase):
     def test_overview(self) -> None:
         code, body = self.successResultOf(self.get("overview"))
         self.assertEqual(code, 200)
@@ -352,3 +358,109 @@ class RequestAndTopicMetricsOnTheBrokerTests(unittest.TestCase):
             self.assertEqual(value("kafka_network_requestmetrics_requestqueuetimems_count", {"request": api}), 1)
             self.assertEqual(value("kafka_network_requestmetrics_responsesendtimems_bucket",
                                    {"request": api, "le": "0.5"}), 1)
+
+
+class BrokerUserCheckerTests(unittest.SynchronousTestCase):
+    def checker(self, settings: Any) -> tuple[Any, Clock]:
+        from kafkatw.web.auth import BrokerUserChecker
+
+        clock = Clock()
+        return BrokerUserChecker(lambda: settings, clock), clock
+
+    def check(self, checker: Any, user: bytes, password: bytes) -> Any:
+        from twisted.cred.credentials import UsernamePassword
+
+        return checker.requestAvatarId(UsernamePassword(user, password))
+
+    def test_plain_users(self) -> None:
+        from twisted.cred.error import UnauthorizedLogin
+
+        from kafkatw.broker.authenticator import SaslServerSettings
+
+        checker, _ = self.checker(SaslServerSettings(["PLAIN"], {"alice": "alice-secret"}))
+        self.assertEqual(self.successResultOf(self.check(checker, b"alice", b"alice-secret")), b"alice")
+        self.failureResultOf(self.check(checker, b"alice", b"wrong"), UnauthorizedLogin)
+        self.failureResultOf(self.check(checker, b"mallory", b"alice-secret"), UnauthorizedLogin)
+
+    def test_scram_users_and_the_cache(self) -> None:
+        from twisted.cred.error import UnauthorizedLogin
+
+        from kafkatw.broker.authenticator import SaslServerSettings
+        from kafkatw.security.sasl import make_scram_credential
+
+        credentials = {"bob": make_scram_credential("SCRAM-SHA-512", "bob-secret")}
+        lookups = []
+
+        def scram_credential(mechanism: str, user: str) -> defer.Deferred:
+            lookups.append((mechanism, user))
+            return defer.succeed(credentials.get(user) if mechanism == "SCRAM-SHA-512" else None)
+
+        checker, clock = self.checker(SaslServerSettings(["SCRAM-SHA-256", "SCRAM-SHA-512"],
+                                                         scram_credential=scram_credential))
+        self.failureResultOf(self.check(checker, b"bob", b"wrong"), UnauthorizedLogin)
+        self.assertEqual(self.successResultOf(self.check(checker, b"bob", b"bob-secret")), b"bob")
+        del credentials["bob"]  # deleted: still accepted until the cache forgets it
+        lookups.clear()
+        self.assertEqual(self.successResultOf(self.check(checker, b"bob", b"bob-secret")), b"bob")
+        self.assertEqual(lookups, [])
+        clock.advance(61)
+        self.failureResultOf(self.check(checker, b"bob", b"bob-secret"), UnauthorizedLogin)
+
+    def test_not_started(self) -> None:
+        from twisted.cred.error import UnauthorizedLogin
+
+        checker, _ = self.checker(None)
+        self.failureResultOf(self.check(checker, b"alice", b"x"), UnauthorizedLogin)
+
+
+class FakeAuthorizer:
+    """Allows exactly the C{(principal, operation, resource type, name)} in C{allowed}."""
+
+    def __init__(self, allowed: set) -> None:
+        self.allowed = allowed
+
+    def authorize(self, principal: str, host: str, operation: Any, resource_type: Any, name: str) -> bool:
+        return (principal, operation, resource_type, name) in self.allowed
+
+
+class ConsoleAclTests(_ConsoleFixture, unittest.TestCase):
+    """The console of an authenticated principal shows only what the ACLs let it Describe (and Read)."""
+
+    def setUp(self) -> None:
+        from kafkatw.security.acl import AclOperation, ResourceType
+
+        super().setUp()
+        self.broker.metadata.set_topic(TopicMetadata("secret", uuid.uuid4(), {0: [0]}))
+        self.broker.apis.authorizer = FakeAuthorizer({
+            ("User:alice", AclOperation.DESCRIBE, ResourceType.TOPIC, "t"),
+            ("User:alice", AclOperation.DESCRIBE, ResourceType.GROUP, "g"),
+        })
+        self.console = ConsoleResource(self.broker, "User:alice")
+
+    def test_only_described_topics(self) -> None:
+        _, body = self.successResultOf(self.get("topics"))
+        self.assertEqual([t["name"] for t in body["topics"]], ["t"])
+        _, body = self.successResultOf(self.get("overview"))
+        self.assertEqual((body["topics"], body["partitions"], body["principal"]), (1, 2, "User:alice"))
+        code, body = self.successResultOf(self.get("topic", name="secret"))
+        self.assertEqual((code, body["error"]), (400, "unknown topic 'secret'"))
+        _, body = self.successResultOf(self.get("topic", name="t"))
+        self.assertIsNone(body["configs"])  # no DescribeConfigs
+
+    def test_records_need_read(self) -> None:
+        from kafkatw.security.acl import AclOperation, ResourceType
+
+        code, body = self.successResultOf(self.get("messages", topic="t", partition="0"))
+        self.assertEqual((code, body["error"]), (400, "User:alice may not Read topic t"))
+        self.broker.apis.authorizer.allowed.add(("User:alice", AclOperation.READ, ResourceType.TOPIC, "t"))
+        code, body = self.successResultOf(self.get("messages", topic="t", partition="0"))
+        self.assertEqual((code, len(body["records"])), (200, 4))
+
+    def test_groups_need_describe(self) -> None:
+        from kafkatw.security.acl import AclOperation, ResourceType
+
+        self.broker.apis.authorizer.allowed.discard(("User:alice", AclOperation.DESCRIBE, ResourceType.GROUP, "g"))
+        _, body = self.successResultOf(self.get("groups"))
+        self.assertEqual(body["groups"], [])
+        code, _ = self.successResultOf(self.get("group", id="g"))
+        self.assertEqual(code, 400)

@@ -67,7 +67,8 @@ function sample(overview) {
   status.textContent = overview.ready ? "ready" : "not ready";
   status.className = "status " + (overview.ready ? "ok" : "bad");
   status.title = overview.problems.join("\n");
-  document.getElementById("broker-id").textContent = overview.broker_id;
+  document.getElementById("broker-id").textContent = overview.broker_id +
+    (overview.principal ? " to " + overview.principal : "");
 }
 
 function last(series) { return series.length ? series[series.length - 1][1] : 0; }
@@ -138,9 +139,10 @@ pages.topic = function (main, name) {
                   num(p.log_start_offset), num(p.high_watermark), num(p.log_end_offset), num(bytes(p.size_bytes)),
                   num(p.segments)];
         })) +
-      "<h2>Configs</h2>" + table(["Name", "Value", "Source"], t.configs.map(function (c) {
-        return [td(c.name), td(c.value), td(c.override ? "topic override" : "default")];
-      }));
+      "<h2>Configs</h2>" + (t.configs === null ? "<p>Not shown: DescribeConfigs on this topic is not allowed.</p>" :
+        table(["Name", "Value", "Source"], t.configs.map(function (c) {
+          return [td(c.name), td(c.value), td(c.override ? "topic override" : "default")];
+        })));
     drawRates(r, "topic");
   });
 };
