@@ -182,6 +182,79 @@ class LagTests(unittest.TestCase):
                 wait_for(lambda: lag_metric(port, "paper-group", "paper") == 0, 30, "lag 0")
 
 
+JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="broker" '
+        'password="broker-secret" user_broker="broker-secret" user_alice="alice-secret" user_bob="bob-secret";')
+
+
+class ConsoleSecurityTests(unittest.TestCase):
+    def test_basic_authentication_and_describe_acls(self) -> None:
+        """Under an authorizer: HTTP basic against the SASL users; alice sees the topic she may Describe."""
+        import base64
+
+        from kafkatw.client import BlockingAdminClient, NewTopic
+        from kafkatw.client.security import SecurityConfig
+        from kafkatw.security.acl import (
+            AccessControlEntry,
+            AclBinding,
+            AclOperation,
+            AclPermissionType,
+            ResourcePattern,
+            ResourceType,
+        )
+
+        http_port, port = find_free_port(), find_free_port()
+        overrides = {"metrics.port": str(http_port), "listeners": f"SASL_PLAINTEXT://127.0.0.1:{port}",
+                     "sasl.enabled.mechanisms": "PLAIN", "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
+                     "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+                     "super.users": "User:broker"}
+        with running_cluster(brokers=0) as cluster:
+            base = tempfile.mkdtemp(prefix="kafkatw-console-security-")
+            self.addCleanup(shutil.rmtree, base, True)
+            broker = BrokerProcess(0, cluster.zookeeper.connect_string + "/kafkatw", base, overrides, port=port)
+            self.addCleanup(broker.stop)
+            broker.start()
+            self.assertIn("web console: HTTP basic authentication against the SASL users of listener"
+                          " SASL_PLAINTEXT", broker.log_text())
+            security = SecurityConfig(security_protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN",
+                                      sasl_plain_username="broker", sasl_plain_password="broker-secret")
+            with BlockingAdminClient(broker.bootstrap, security=security) as admin:
+                admin.create_topics([NewTopic("visible", 1, 1), NewTopic("hidden", 1, 1)])
+                admin.create_acls([AclBinding(ResourcePattern(ResourceType.TOPIC, "visible"),
+                                              AccessControlEntry("User:alice", "*", AclOperation.DESCRIBE,
+                                                                 AclPermissionType.ALLOW))])
+
+            def get(path: str, user: str | None, password: str = "") -> tuple[int, str]:
+                request = urllib.request.Request(f"http://127.0.0.1:{http_port}/{path}")
+                if user is not None:
+                    token = base64.b64encode(f"{user}:{password}".encode()).decode()
+                    request.add_header("Authorization", f"Basic {token}")
+                try:
+                    with urllib.request.urlopen(request, timeout=10) as response:
+                        return response.status, response.read().decode()
+                except urllib.error.HTTPError as e:
+                    return e.code, e.read().decode()
+
+            self.assertEqual(get("console/", None)[0], 401)
+            self.assertEqual(get("console/api/topics", None)[0], 401)
+            self.assertEqual(get("console/api/topics", "alice", "wrong")[0], 401)
+            self.assertEqual(get("metrics", None)[0], 200)
+            self.assertEqual(get("readyz", None), (200, "ready\n"))
+            code, page = get("console/", "alice", "alice-secret")
+            self.assertEqual(code, 200)
+            self.assertIn("kafkatw console", page)
+
+            def names(user: str, password: str) -> list[str]:
+                code, body = get("console/api/topics", user, password)
+                self.assertEqual(code, 200)
+                return [t["name"] for t in json.loads(body)["topics"]]
+
+            wait_for(lambda: names("alice", "alice-secret") == ["visible"], 30, "alice sees the topic she may Describe")
+            self.assertEqual(names("bob", "bob-secret"), [])
+            self.assertEqual(names("broker", "broker-secret"), ["hidden", "visible"])  # a super user
+            code, body = get("console/api/messages?topic=visible&partition=0", "alice", "alice-secret")
+            self.assertEqual((code, json.loads(body)["error"]), (400, "User:alice may not Read topic visible"))
+
+
 @unittest.skipIf(CHROMIUM is None or CHROMEDRIVER is None,
                  "chromium and chromedriver are not installed (scripts/setup.sh installs Debian's chromium and"
                  " chromium-driver)")
