@@ -90,9 +90,9 @@ async def _end_offsets(server: Any, partitions: set[tuple[str, int]]) -> dict[tu
         if getattr(server, "_lag_admin", None) is None:
             host, port = next((h, p) for name, h, p in server._advertised_endpoints()
                               if name == server.listeners.inter_broker_listener)
-            server._lag_admin = AdminClient(server.reactor, f"{host}:{port}", client_id=f"broker-{server.broker_id}-lag",
-                                            request_timeout_ms=5000, default_api_timeout_ms=10000,
-                                            security=server.inter_broker_security())
+            server._lag_admin = AdminClient(server.reactor, f"{host}:{port}",
+                                            client_id=f"broker-{server.broker_id}-lag", request_timeout_ms=5000,
+                                            default_api_timeout_ms=10000, security=server.inter_broker_security())
         try:
             answers = await server._lag_admin.list_offsets({tp: LATEST_TIMESTAMP for tp in rest})
             found.update({tp: info.offset for tp, info in answers.items()})

@@ -293,7 +293,8 @@ class ConsoleBrowserTests(unittest.TestCase):
         return self.driver.execute_script(
             f"var c = document.getElementById('{canvas_id}'); if (!c) return false;"
             " var d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;"
-            " for (var i = 0; i < d.length; i += 4) { if (d[i] < 200 || d[i + 1] < 200 || d[i + 2] < 200) return true; }"
+            " for (var i = 0; i < d.length; i += 4) {"
+            "   if (d[i] < 200 || d[i + 1] < 200 || d[i + 2] < 200) return true; }"
             " return false;")
 
     def test_console_pages(self) -> None:
@@ -351,7 +352,8 @@ class ConsoleBrowserTests(unittest.TestCase):
                          "lag 0", timeout_s=60)
             self.wait_js("var c = document.getElementById('lag-chart'); if (!c || !c.dataset.points) return false;"
                          " var p = JSON.parse(c.dataset.points)[0].points;"
-                         " return p.length > 1 && p[p.length - 1][1] === 0 && p.some(function (x) { return x[1] > 0; });",
+                         " return p.length > 1 && p[p.length - 1][1] === 0"
+                         "   && p.some(function (x) { return x[1] > 0; });",
                          "the lag chart from 65 to 0")
             self.assertTrue(self.canvas_has_ink("lag-chart"))
             self.screenshot("group")

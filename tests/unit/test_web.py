@@ -464,3 +464,18 @@ class ConsoleAclTests(_ConsoleFixture, unittest.TestCase):
         self.assertEqual(body["groups"], [])
         code, _ = self.successResultOf(self.get("group", id="g"))
         self.assertEqual(code, 400)
+
+
+class HttpSiteTests(unittest.SynchronousTestCase):
+    def test_polls_and_probes_are_not_logged(self) -> None:
+        from twisted.web import http
+        from twisted.web.resource import Resource
+
+        from kafkatw.web import HttpSite
+
+        logged = []
+        self.patch(http.HTTPFactory, "log", lambda site, request: logged.append(request.uri))
+        site = HttpSite(Resource(), reactor=Clock())
+        for uri in (b"/console/api/overview", b"/healthz", b"/readyz", b"/metrics", b"/console/"):
+            site.log(SimpleNamespace(uri=uri))
+        self.assertEqual(logged, [b"/metrics", b"/console/"])
