@@ -20,7 +20,7 @@ from twisted.web.server import Site
 from .health import HealthResource, ReadyResource
 from .lag import LagMonitor, local_high_watermarks
 
-__all__ = ["HttpSite", "http_root", "start_lag_monitor", "stop_lag_monitor"]
+__all__ = ["HttpSite", "cluster_admin", "http_root", "start_lag_monitor", "stop_lag_monitor"]
 
 _log = Logger()
 
@@ -76,6 +76,23 @@ def http_root(server: Any, metrics: Resource) -> Resource:
     return root
 
 
+def cluster_admin(server: Any) -> Any:
+    """
+    The admin client of the lag computation and the console, to this
+    broker's inter-broker listener with its own credentials (made on first
+    use, closed by L{stop_lag_monitor}).
+    """
+    if getattr(server, "_lag_admin", None) is None:
+        from ..client.admin import AdminClient
+
+        host, port = next((h, p) for name, h, p in server._advertised_endpoints()
+                          if name == server.listeners.inter_broker_listener)
+        server._lag_admin = AdminClient(server.reactor, f"{host}:{port}", client_id=f"broker-{server.broker_id}-lag",
+                                        request_timeout_ms=5000, default_api_timeout_ms=10000,
+                                        security=server.inter_broker_security())
+    return server._lag_admin
+
+
 async def _end_offsets(server: Any, partitions: set[tuple[str, int]]) -> dict[tuple[str, int], int]:
     """
     High watermarks: this broker's own for the partitions it leads, a
@@ -85,16 +102,10 @@ async def _end_offsets(server: Any, partitions: set[tuple[str, int]]) -> dict[tu
     found = local_high_watermarks(server.log_manager, led)
     rest = {tp for tp in partitions if tp not in found and tp[0] in server.metadata.topics}
     if rest:
-        from ..client.admin import LATEST_TIMESTAMP, AdminClient
+        from ..client.admin import LATEST_TIMESTAMP
 
-        if getattr(server, "_lag_admin", None) is None:
-            host, port = next((h, p) for name, h, p in server._advertised_endpoints()
-                              if name == server.listeners.inter_broker_listener)
-            server._lag_admin = AdminClient(server.reactor, f"{host}:{port}",
-                                            client_id=f"broker-{server.broker_id}-lag", request_timeout_ms=5000,
-                                            default_api_timeout_ms=10000, security=server.inter_broker_security())
         try:
-            answers = await server._lag_admin.list_offsets({tp: LATEST_TIMESTAMP for tp in rest})
+            answers = await cluster_admin(server).list_offsets({tp: LATEST_TIMESTAMP for tp in rest})
             found.update({tp: info.offset for tp, info in answers.items()})
         except Exception as e:
             _log.warn("consumer lag: reading end offsets failed: {error}", error=e)

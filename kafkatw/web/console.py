@@ -16,8 +16,9 @@ draw pages from JSON answered under C{/console/api/}:
     group?id=G                   its members, assignments, lag per partition and lag over time
 
 Every answer is computed from what the broker holds in memory, a log read of
-at most L{MAX_READ_BYTES}, or ZooKeeper reads for a group's registrations —
-never a request to another broker.  The message browser reads partitions with
+at most L{MAX_READ_BYTES}, ZooKeeper reads for a group's registrations, or (a
+group of Kafka clients coordinated by another broker) one DescribeGroups to
+its coordinator.  The message browser reads partitions with
 a log on this broker (the leader's or a follower's replica, up to its high
 watermark); for another partition it answers which broker leads it.
 
@@ -403,20 +404,31 @@ class ConsoleResource(Resource):
         coordinator = self._coordinator()
         if coordinator is None:
             return "", []
-        if not coordinator.owns(group):
-            return f"(coordinated by broker {coordinator.coordinator(group)})", []
         from ..cli.consumer_groups import decode_consumer_assignment
 
-        described = await coordinator.describe_group(group)
+        if coordinator.owns(group):
+            described = await coordinator.describe_group(group)
+            state, protocol_type = described.get("group_state", ""), described.get("protocol_type", "")
+            found = [(m["member_id"], m["client_id"], m["client_host"], m["member_assignment"])
+                     for m in described.get("members", [])]
+        else:  # DescribeGroups v4 to its coordinator
+            from . import cluster_admin
+
+            response = await cluster_admin(self.broker).coordinator_request(
+                group, 15, {"groups": [group], "include_authorized_operations": False}, version=4,
+                error_of=lambda r: r.groups[0].error_code)
+            described = response.groups[0]
+            if described.error_code:
+                raise _BadRequest(f"describing group {group!r} failed: error {described.error_code}")
+            state, protocol_type = described.group_state, described.protocol_type
+            found = [(m.member_id, m.client_id, m.client_host, bytes(m.member_assignment or b""))
+                     for m in described.members]
         members = []
-        for m in described.get("members", []):
-            try:
-                assignment = [f"{t}-{p}" for t, p in decode_consumer_assignment(m["member_assignment"])]
-            except Exception:
-                assignment = []
-            members.append({"member_id": m["member_id"], "client_id": m["client_id"], "host": m["client_host"],
-                            "assignment": sorted(assignment)})
-        return described.get("group_state", ""), members
+        for member_id, client_id, host, assignment in found:
+            partitions = decode_consumer_assignment(assignment) if protocol_type == "consumer" else []
+            members.append({"member_id": member_id, "client_id": client_id, "host": host,
+                            "assignment": sorted(f"{t}-{p}" for t, p in partitions)})
+        return state, members
 
     async def _group(self, request: Any) -> dict:
         group = _arg(request, "id") or ""

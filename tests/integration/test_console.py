@@ -25,7 +25,7 @@ import unittest
 import urllib.error
 import urllib.request
 
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from kafkatw.testing import BrokerProcess, find_free_port, running_cluster, wait_for
 
@@ -136,8 +136,6 @@ class LagTests(unittest.TestCase):
                 producer.produce("spread", value=b"v", partition=i % 2)
             self.assertEqual(producer.flush(15), 0)
             consumer = Consumer({"bootstrap.servers": brokers[0].bootstrap, "group.id": "spread-group"})
-            from confluent_kafka import TopicPartition
-
             consumer.commit(offsets=[TopicPartition("spread", 0, 4), TopicPartition("spread", 1, 6)],
                             asynchronous=False)
             consumer.close()
@@ -152,6 +150,28 @@ class LagTests(unittest.TestCase):
 
             wait_for(lambda: sorted(exported()) == [[], [("0", "6.0"), ("1", "4.0")]], 30,
                      "lag of both partitions on exactly one broker")
+
+            # a live member, described by both brokers' consoles (one asks the other, its coordinator)
+            member = Consumer({"bootstrap.servers": brokers[0].bootstrap, "group.id": "live-group",
+                               "client.id": "live-client", "auto.offset.reset": "earliest"})
+            self.addCleanup(member.close)
+            member.subscribe(["spread"])
+            deadline = time.monotonic() + 60
+            while len(member.assignment()) < 2 and time.monotonic() < deadline:
+                member.poll(0.2)
+            member.commit(offsets=[TopicPartition("spread", 0, 1), TopicPartition("spread", 1, 1)],
+                          asynchronous=False)
+
+            def described(port: int) -> object:
+                code, body = http_get(f"http://127.0.0.1:{port}/console/api/group?id=live-group")
+                if code != 200:
+                    return None
+                group = json.loads(body)
+                return group["state"], [(m["client_id"], m["assignment"]) for m in group["members"]]
+
+            for port in ports:
+                wait_for(lambda port=port: described(port) == ("Stable", [("live-client", ["spread-0", "spread-1"])]),
+                         30, f"the member described by the console at {port}")
 
     def test_lag_of_a_zookeeper_group(self) -> None:
         """The paper's ZooKeeper-coordinated group: offsets in /consumers, lag on the same metric."""
