@@ -443,11 +443,18 @@ class ConsoleResource(Resource):
                  "log_end_offset": r.end_offset, "lag": r.lag} for r in snapshot.rows
                 if r.group == group and r.topic in visible]
         monitor = self.broker.lag_monitor
-        history = [{"time_ms": t, "lag": sum(lag for (topic, _), lag in parts.get(group, {}).items()
-                                             if topic in visible)}
-                   for t, totals, parts in monitor.history if group in totals]
+        history = []
+        partition_history: dict[str, list[list[int]]] = {}
+        for t, totals, parts in monitor.history:
+            if group not in totals:
+                continue
+            lags = {tp: lag for tp, lag in parts.get(group, {}).items() if tp[0] in visible}
+            history.append({"time_ms": t, "lag": sum(lags.values())})
+            for (topic, partition), lag in lags.items():
+                partition_history.setdefault(f"{topic}-{partition}", []).append([t, lag])
         return {"group": group, "kind": kind, "state": state, "members": members, "partitions": rows,
-                "lag": sum(r["lag"] or 0 for r in rows), "history": history, "computed_ms": snapshot.time_ms}
+                "lag": sum(r["lag"] or 0 for r in rows), "history": history,
+                "partition_history": partition_history, "computed_ms": snapshot.time_ms}
 
     def api_group(self, request: Any) -> defer.Deferred:
         return defer.Deferred.fromCoroutine(self._group(request))

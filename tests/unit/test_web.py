@@ -298,6 +298,7 @@ class ConsoleApiTests(_ConsoleFixture, unittest.TestCase):
         self.assertEqual(body["partitions"], [{"topic": "t", "partition": 0, "current_offset": 1,
                                                "log_end_offset": 4, "lag": 3}])
         self.assertEqual((body["state"], body["lag"], body["history"]), ("Stable", 3, [{"time_ms": 999000, "lag": 3}]))
+        self.assertEqual(body["partition_history"], {"t-0": [[999000, 3]]})
 
 
 class GrafanaDashboardTests(unittest.SynchronousTestCase):

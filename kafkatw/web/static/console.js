@@ -238,9 +238,21 @@ pages.group = function (main, id) {
           return [td(p.topic), num(p.partition), num(p.current_offset), num(p.log_end_offset),
                   '<td class="num partition-lag">' + esc(p.lag === null ? "–" : p.lag) + "</td>"];
         }));
-    lineChart(document.getElementById("lag-chart"),
-              [{name: "lag (records)", color: "#c0392b", points: g.history.map(function (h) { return [h.time_ms, h.lag]; })}],
-              {unit: "records"});
+    // the group's total, then its partitions (the 6 with the most lag now)
+    var palette = ["#2b7bd6", "#2e8b57", "#d68a2b", "#8e44ad", "#16a085", "#7f8c8d"];
+    var series = [{name: "total", color: "#c0392b",
+                   points: g.history.map(function (h) { return [h.time_ms, h.lag]; })}];
+    var names = Object.keys(g.partition_history);
+    if (names.length > 1) {
+      names.sort(function (a, b) {
+        var pa = g.partition_history[a], pb = g.partition_history[b];
+        return pb[pb.length - 1][1] - pa[pa.length - 1][1];
+      });
+      names.slice(0, palette.length).forEach(function (name, i) {
+        series.push({name: name, color: palette[i], points: g.partition_history[name]});
+      });
+    }
+    lineChart(document.getElementById("lag-chart"), series, {unit: "records"});
   });
 };
 
