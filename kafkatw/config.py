@@ -252,6 +252,14 @@ BROKER_CONFIG: dict[str, ConfigKey] = {
                   "follow the JMX exporter's rendering of Kafka's MBeans, e.g. "
                   "`kafka_server_brokertopicmetrics_messagesin_total`, "
                   "`kafka_log_log_logendoffset{topic,partition}`.", "port"),
+        ConfigKey("metrics.console.enable", _bool, True,
+                  "Serve the read-only web console at `http://127.0.0.1:<metrics.port>/console/` (with "
+                  "`/healthz` and `/readyz`, always served). With `authorizer.class.name` set it asks for HTTP "
+                  "basic authentication against the SASL PLAIN and SCRAM users and is not served without a SASL "
+                  "listener (see docs/operations.md)."),
+        ConfigKey("metrics.lag.interval.ms", int, 10000,
+                  "How often the broker computes consumer lag (`kafka_consumergroup_lag`, exported by the "
+                  "active controller; the console's group pages).", "ms"),
         # consumer groups (Kafka's group coordinator configs; docs/consumer-groups.md)
         ConfigKey("group.initial.rebalance.delay.ms", int, 3000,
                   "How long the coordinator waits for more members to join a new (empty) group before its "

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything kafkatw needs on a fresh Debian 12 machine: ZooKeeper, kcat, Java (for
-# ZooKeeper and Spark), and a virtual environment at .venv with kafkatw and its test and spark extras.
+# ZooKeeper and Spark), chromium and chromedriver (the console's browser tests), and a virtual
+# environment at .venv with kafkatw and its test and spark extras.
 # Safe to run again: it skips what is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -8,6 +9,9 @@ need_apt=()
 [ -f /usr/share/java/zookeeper.jar ] || need_apt+=(zookeeper)
 command -v kcat >/dev/null 2>&1 || need_apt+=(kcat)
 command -v java >/dev/null 2>&1 || need_apt+=(default-jre-headless)
+# the web console's browser tests (tests/integration/test_console.py)
+command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || need_apt+=(chromium-driver)
 if [ ${#need_apt[@]} -gt 0 ]; then
   SUDO=""
   [ "$(id -u)" = 0 ] || SUDO=sudo

@@ -209,6 +209,10 @@ class KafkaApis(TransactionApis, QuotaApis, AdminToolApis):
         self.messages_in = 0
         self.bytes_in = 0
         self.bytes_out = 0
+        #: topic -> the same counters per topic (C{BrokerTopicMetrics,topic=T}).
+        self.topic_messages_in: dict[str, int] = {}
+        self.topic_bytes_in: dict[str, int] = {}
+        self.topic_bytes_out: dict[str, int] = {}
         self.failed_produce_requests = 0
         self.failed_fetch_requests = 0
         #: Client quotas (kafkatw/broker/quota_manager.py), filled from ZooKeeper by the server.
@@ -529,6 +533,8 @@ class KafkaApis(TransactionApis, QuotaApis, AdminToolApis):
                     if not result.duplicate:
                         self.messages_in += result.record_count
                         self.bytes_in += len(p.records)
+                        self.topic_messages_in[name] = self.topic_messages_in.get(name, 0) + result.record_count
+                        self.topic_bytes_in[name] = self.topic_bytes_in.get(name, 0) + len(p.records)
                     if min_isr is not None:
                         required[(name, p.index)] = result.last_offset + 1
                     partitions.append({
@@ -686,7 +692,13 @@ class KafkaApis(TransactionApis, QuotaApis, AdminToolApis):
                 quotas.fetch.unrecord(user, client_id, size, now_ms)
                 topics, size = [], 0
                 self._throttle(context, throttle_ms)
-        self.bytes_out += size
+        if size:
+            self.bytes_out += size
+            topic_bytes_out = self.topic_bytes_out
+            for name, partitions in topics:
+                sent = sum(p.records_bytes for p in partitions)
+                if sent:
+                    topic_bytes_out[name] = topic_bytes_out.get(name, 0) + sent
         return encode_fetch_response(context.api_version, context.correlation_id, topics, throttle_ms)
 
     # --- ListOffsets ---------------------------------------------------------

@@ -12,14 +12,16 @@ Enabled with C{metrics.port} (served on 127.0.0.1 at C{/metrics}).
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from bisect import bisect_left
+from typing import Any, Callable, Iterator
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.samples import Sample
 
 from ..protocol.messages import API_NAMES
 
-__all__ = ["BrokerCollector", "metrics_registry"]
+__all__ = ["BrokerCollector", "RequestMetrics", "metrics_registry"]
 
 
 class BrokerCollector:
@@ -41,7 +43,9 @@ class BrokerCollector:
             ("kafka_server_brokertopicmetrics_failedfetchrequests", apis.failed_fetch_requests,
              "Partitions of fetch requests that failed."),
         ]:
-            yield CounterMetricFamily(name, doc, value=value)
+            family = CounterMetricFamily(name, doc, value=value)
+            _add_per_topic(family, apis)
+            yield family
         from .network import ResponseWriter
 
         fetched = CounterMetricFamily("kafkatw_fetch_record_bytes", "Record bytes written to fetch responses, by path.",
@@ -61,6 +65,7 @@ class BrokerCollector:
         if quotas is not None:  # per user and client id (kafkatw/broker/quota_manager.py)
             yield from quotas.metric_families()
         yield from self._replication()
+        yield from self._health_and_lag()
         log_manager = self.server.log_manager
         if log_manager is None:
             return
@@ -75,6 +80,40 @@ class BrokerCollector:
             size.add_metric(labels, log.size_bytes)
             segments.add_metric(labels, len(log.segments))
         yield from (end, start, size, segments)
+
+    # --- health and lag (issue 12; docs/operations.md "Health, lag and the console") ---
+
+    def _health_and_lag(self) -> Iterator[Any]:
+        """
+        RequestMetrics histograms and consumer
+        lag (kafka_exporter's names) on the active controller only, so a
+        cluster exports each group's lag once.
+        """
+        request_metrics = getattr(self.server, "request_metrics", None)
+        if request_metrics is not None:
+            yield from request_metrics.families()
+        lag_monitor = getattr(self.server, "lag_monitor", None)
+        controller = getattr(self.server, "controller", None)
+        if lag_monitor is None or controller is None or not controller.active:
+            return
+        snapshot = lag_monitor.latest
+        if snapshot is None:
+            return
+        lag = GaugeMetricFamily("kafka_consumergroup_lag", "Records produced and not yet consumed by the group.",
+                                labels=["consumergroup", "topic", "partition"])
+        current = GaugeMetricFamily("kafka_consumergroup_current_offset", "The group's committed offset.",
+                                    labels=["consumergroup", "topic", "partition"])
+        for row in snapshot.rows:
+            labels = [row.group, row.topic, str(row.partition)]
+            current.add_metric(labels, row.committed)
+            if row.lag is not None:
+                lag.add_metric(labels, row.lag)
+        ends = GaugeMetricFamily("kafka_topic_partition_current_offset", "The partition's high watermark.",
+                                 labels=["topic", "partition"])
+        for (topic, partition), offset in sorted(snapshot.end_offsets.items()):
+            if offset >= 0:
+                ends.add_metric([topic, str(partition)], offset)
+        yield from (lag, current, ends)
 
     def _replication(self) -> Iterator[Any]:
         """
@@ -123,6 +162,74 @@ class BrokerCollector:
                                     "Largest lag in records of a partition this broker follows.", labels=["clientId"])
             lag.add_metric(["Replica"], fetcher_manager.max_lag)
             yield lag
+
+
+#: Per-topic counters of L{kafkatw.broker.apis.KafkaApis}, as the JMX exporter renders
+#: C{BrokerTopicMetrics,topic=T}: samples with a C{topic} label beside the all-topics one.
+_PER_TOPIC = {
+    "kafka_server_brokertopicmetrics_messagesin": "topic_messages_in",
+    "kafka_server_brokertopicmetrics_bytesin": "topic_bytes_in",
+    "kafka_server_brokertopicmetrics_bytesout": "topic_bytes_out",
+}
+
+
+def _add_per_topic(family: Any, apis: Any) -> None:
+    attribute = _PER_TOPIC.get(family.name)
+    if attribute is None:
+        return
+    for topic, value in sorted(getattr(apis, attribute, {}).items()):
+        family.samples.append(Sample(family.name + "_total", {"topic": topic}, value))
+
+
+#: Upper bounds of the request latency buckets (ms), as the Prometheus JMX exporter's histograms would be.
+LATENCY_BUCKETS_MS = (0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0, 10000.0)
+
+
+class RequestMetrics:
+    """
+    Kafka's C{kafka.network:type=RequestMetrics} TotalTimeMs,
+    RequestQueueTimeMs and ResponseSendTimeMs as Prometheus histograms by
+    API (C{kafka_network_requestmetrics_totaltimems_bucket{request="Fetch"}}).
+
+    Recording is one bisect and two additions; the families are built when
+    scraped.  In kafkatw a request is handled as soon as its frame is read
+    (one event loop, no request queue), so RequestQueueTimeMs is the time
+    from the frame's arrival to its handler's call; TotalTimeMs runs to the
+    response's hand-over to the transport (a response waiting behind an
+    earlier one of the same connection counts); ResponseSendTimeMs is that
+    hand-over.
+
+    @param clock: returns seconds (a reactor's C{seconds}).
+    """
+
+    KINDS = ("totaltimems", "requestqueuetimems", "responsesendtimems")
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self.clock = clock
+        #: (kind, API key) -> [bucket counts..., +Inf count, sum in ms]
+        self._data: dict[tuple[str, int], list[float]] = {}
+
+    def record(self, kind: str, api_key: int, ms: float) -> None:
+        """Count one observation of C{kind} (one of L{KINDS}) for C{api_key}, in ms."""
+        data = self._data.get((kind, api_key))
+        if data is None:
+            data = self._data[(kind, api_key)] = [0.0] * (len(LATENCY_BUCKETS_MS) + 2)
+        data[bisect_left(LATENCY_BUCKETS_MS, ms)] += 1
+        data[-1] += ms
+
+    def families(self) -> Iterator[Any]:
+        for kind in self.KINDS:
+            family = HistogramMetricFamily(f"kafka_network_requestmetrics_{kind}",
+                                           f"Kafka's RequestMetrics {kind} by API (ms).", labels=["request"])
+            for (k, api_key), data in sorted(self._data.items()):
+                if k != kind:
+                    continue
+                buckets, running = [], 0.0
+                for bound, count in zip((*map(str, LATENCY_BUCKETS_MS), "+Inf"), data[:-1]):
+                    running += count
+                    buckets.append((bound, running))
+                family.add_metric([API_NAMES.get(api_key, str(api_key))], buckets, data[-1])
+            yield family
 
 
 def metrics_registry(server: Any) -> CollectorRegistry:

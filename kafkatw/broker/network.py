@@ -170,11 +170,14 @@ class ResponseWriter:
 
 
 class _Slot:
-    __slots__ = ("response", "done")
+    __slots__ = ("response", "done", "api_key", "received")
 
-    def __init__(self) -> None:
+    def __init__(self, api_key: int = -1, received: float = 0.0) -> None:
         self.response: Any = None
         self.done = False
+        #: For RequestMetrics (L{kafkatw.broker.metrics.RequestMetrics}): the API and the frame's arrival (s).
+        self.api_key = api_key
+        self.received = received
 
 
 class TLSListenerPolicy(NamedTuple):
@@ -352,6 +355,8 @@ class KafkaConnection(Int32StringReceiver):
             self._closed = True
             self.transport.abortConnection()
             return
+        request_metrics = getattr(self.apis, "request_metrics", None)
+        received = request_metrics.clock() if request_metrics is not None else 0.0
         try:
             result = self.apis.handle(header, frame, self.context)
         except (MalformedRequest, UnsupportedVersion) as e:
@@ -365,7 +370,9 @@ class KafkaConnection(Int32StringReceiver):
             return
         if result is None:  # e.g. Produce with acks=0: no response at all
             return
-        slot = _Slot()
+        slot = _Slot(header.api_key, received)
+        if request_metrics is not None:
+            request_metrics.record("requestqueuetimems", header.api_key, 0.0)
         self._slots.append(slot)
         if isinstance(result, defer.Deferred):
             result.addCallback(self._complete, slot)
@@ -392,8 +399,12 @@ class KafkaConnection(Int32StringReceiver):
         if writer is None or self._closed:
             return
         slots = self._slots
+        request_metrics = getattr(self.apis, "request_metrics", None)
         while slots and slots[0].done:
-            response = slots.popleft().response
+            slot = slots.popleft()
+            response = slot.response
+            if request_metrics is not None:
+                handed = request_metrics.clock()
             if isinstance(response, bytes):
                 if writer.registered:
                     writer.write_chunks([_SIZE.pack(len(response)), response])
@@ -402,6 +413,10 @@ class KafkaConnection(Int32StringReceiver):
             else:
                 chunks, total = response
                 writer.write_chunks([_SIZE.pack(total), *chunks])
+            if request_metrics is not None:
+                sent = request_metrics.clock()
+                request_metrics.record("responsesendtimems", slot.api_key, (sent - handed) * 1000.0)
+                request_metrics.record("totaltimems", slot.api_key, (sent - slot.received) * 1000.0)
 
     # --- client quotas (KIP-219) ----------------------------------------------
 

@@ -223,6 +223,11 @@ class KafkaServer(service.MultiService):
         self.config_changes: ConfigChangeListener | None = None
         self.port: int | None = None
         self.metrics_port: int | None = None
+        #: With the HTTP port (C{metrics.port}): RequestMetrics histograms and the consumer lag
+        #: (L{kafkatw.broker.metrics.RequestMetrics}, L{kafkatw.web.lag.LagMonitor}).
+        self.request_metrics: Any = None
+        self.lag_monitor: Any = None
+        self._lag_admin: Any = None
         self.ready: defer.Deferred[None] = defer.Deferred()
         self.start_error: str | None = None
         self._starting: defer.Deferred | None = None
@@ -297,6 +302,11 @@ class KafkaServer(service.MultiService):
             BrokerPart("controller", self._start_controller, self._stop_controller),
             BrokerPart("requests", self._start_serving, self._stop_serving),
         ]
+        if self.config["metrics.port"] >= 0:
+            from ..web import start_lag_monitor, stop_lag_monitor
+
+            parts.append(BrokerPart("consumer-lag", lambda: start_lag_monitor(self),
+                                    lambda: stop_lag_monitor(self)))
         return parts
 
     # --- the parts' starts and stops ---------------------------------------------
@@ -425,6 +435,7 @@ class KafkaServer(service.MultiService):
         self.apis = KafkaApis(config, self.replica_manager, self.metadata, self.admin, self.reactor,
                               now_ms=self.now_ms)
         self.apis.controller = self.controller
+        self.apis.request_metrics = self.request_metrics
         self.apis.authorizer = authorizer_from_config(config, self.registry, now_ms=self.now_ms)
         if self.apis.authorizer is not None:
             await self.apis.authorizer.start()  # every ACL cached before the first request
@@ -543,17 +554,18 @@ class KafkaServer(service.MultiService):
 
     async def _start_metrics(self, port: int) -> None:
         from prometheus_client.twisted import MetricsResource
-        from twisted.web.resource import Resource
-        from twisted.web.server import Site
 
-        from .metrics import metrics_registry
+        from ..web import HttpSite, http_root
+        from .metrics import RequestMetrics, metrics_registry
 
-        root = Resource()
-        root.putChild(b"metrics", MetricsResource(registry=metrics_registry(self)))
-        listening = await endpoints.TCP4ServerEndpoint(self.reactor, port, interface="127.0.0.1").listen(Site(root))
+        self.request_metrics = RequestMetrics(self.reactor.seconds)
+        root = http_root(self, MetricsResource(registry=metrics_registry(self)))
+        listening = await endpoints.TCP4ServerEndpoint(self.reactor, port, interface="127.0.0.1").listen(
+            HttpSite(root, reactor=self.reactor))
         self._listening_ports.append(listening)
         self.metrics_port = listening.getHost().port
-        _log.info("metrics at http://127.0.0.1:{port}/metrics", port=self.metrics_port)
+        _log.info("metrics at http://127.0.0.1:{port}/metrics (health at /healthz and /readyz{console})",
+                  port=self.metrics_port, console=", console at /console/" if root.children.get(b"console") else "")
 
     async def _register(self, host: str, port: int, advertised: list[tuple[str, str, int]] | None = None) -> None:
         """

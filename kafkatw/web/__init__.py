@@ -1,0 +1,129 @@
+"""
+The broker's HTTP port (C{metrics.port}): Prometheus metrics, health probes,
+consumer lag and the web console (docs/operations.md, "Health, lag and the
+console").
+
+    /metrics        Prometheus text format (L{kafkatw.broker.metrics})
+    /healthz        200 while the process serves (L{kafkatw.web.health})
+    /readyz         200 when ready, else 503 with the reasons
+    /console/       the read-only console (L{kafkatw.web.console}), unless refused
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from twisted.logger import Logger
+from twisted.web.resource import Resource
+from twisted.web.server import Site
+
+from .health import HealthResource, ReadyResource
+from .lag import LagMonitor, local_high_watermarks
+
+__all__ = ["HttpSite", "cluster_admin", "http_root", "start_lag_monitor", "stop_lag_monitor"]
+
+_log = Logger()
+
+
+class HttpSite(Site):
+    """
+    The HTTP port's site: requests are logged as Twisted Web logs them,
+    except the console's JSON polls and the probes (an open console asks
+    every 2 s; a Kubernetes probe every few seconds).
+    """
+
+    _QUIET = (b"/console/api/", b"/healthz", b"/readyz")
+
+    def log(self, request: Any) -> None:
+        if not request.uri.startswith(self._QUIET):
+            super().log(request)
+
+
+def http_root(server: Any, metrics: Resource) -> Resource:
+    """
+    The resource tree of the HTTP port of C{server} (a
+    L{kafkatw.broker.server.KafkaServer}), C{metrics} at C{/metrics}.
+    """
+    from .auth import BrokerUserChecker, console_guard, sasl_listener
+    from .console import ConsoleResource, console_refusal
+
+    root = Resource()
+    root.putChild(b"metrics", metrics)
+    root.putChild(b"healthz", HealthResource())
+    root.putChild(b"readyz", ReadyResource(server))
+    config = server.config
+    listener = sasl_listener(server) if config["authorizer.class.name"] else None
+    refusal = console_refusal(config, listener)
+    if refusal is not None:
+        if config["metrics.console.enable"]:
+            _log.warn("web console disabled: {reason}", reason=refusal)
+    elif listener is None:
+        root.putChild(b"console", ConsoleResource(server))
+    else:
+        from ..broker.authenticator import listener_sasl_settings
+
+        settings: list[Any] = []
+
+        def listener_settings() -> Any:
+            if not settings and server.registry is not None:
+                settings.append(listener_sasl_settings(config, listener, server.registry))
+            return settings[0] if settings else None
+
+        checker = BrokerUserChecker(listener_settings, server.reactor)
+        root.putChild(b"console", console_guard(lambda principal: ConsoleResource(server, principal), checker))
+        _log.info("web console: HTTP basic authentication against the SASL users of listener {listener};"
+                  " each user sees what the ACLs let it Describe", listener=listener)
+    return root
+
+
+def cluster_admin(server: Any) -> Any:
+    """
+    The admin client of the lag computation and the console, to this
+    broker's inter-broker listener with its own credentials (made on first
+    use, closed by L{stop_lag_monitor}).
+    """
+    if getattr(server, "_lag_admin", None) is None:
+        from ..client.admin import AdminClient
+
+        host, port = next((h, p) for name, h, p in server._advertised_endpoints()
+                          if name == server.listeners.inter_broker_listener)
+        server._lag_admin = AdminClient(server.reactor, f"{host}:{port}", client_id=f"broker-{server.broker_id}-lag",
+                                        request_timeout_ms=5000, default_api_timeout_ms=10000,
+                                        security=server.inter_broker_security())
+    return server._lag_admin
+
+
+async def _end_offsets(server: Any, partitions: set[tuple[str, int]]) -> dict[tuple[str, int], int]:
+    """
+    High watermarks: this broker's own for the partitions it leads, a
+    ListOffsets (latest) through an admin client to the cluster for the rest.
+    """
+    led = {tp for tp in partitions if server.metadata.leader(*tp) == server.broker_id}
+    found = local_high_watermarks(server.log_manager, led)
+    rest = {tp for tp in partitions if tp not in found and tp[0] in server.metadata.topics}
+    if rest:
+        from ..client.admin import LATEST_TIMESTAMP
+
+        try:
+            answers = await cluster_admin(server).list_offsets({tp: LATEST_TIMESTAMP for tp in rest})
+            found.update({tp: info.offset for tp, info in answers.items()})
+        except Exception as e:
+            _log.warn("consumer lag: reading end offsets failed: {error}", error=e)
+    return found
+
+
+async def start_lag_monitor(server: Any) -> None:
+    """Start C{server.lag_monitor} (when the HTTP port is on)."""
+    server.lag_monitor = LagMonitor(server.registry, lambda tps: _end_offsets(server, tps), server.reactor,
+                                    server.config["metrics.lag.interval.ms"])
+    server.lag_monitor.start()
+
+
+async def stop_lag_monitor(server: Any) -> None:
+    monitor = getattr(server, "lag_monitor", None)
+    if monitor is not None:
+        monitor.stop()
+    admin = getattr(server, "_lag_admin", None)
+    if admin is not None:
+        server._lag_admin = None
+        await admin.close()

@@ -1,0 +1,460 @@
+"""
+The web console: a read-only view of the cluster served by the broker at
+C{http://127.0.0.1:<metrics.port>/console/} (docs/operations.md, "Health,
+lag and the console").
+
+Static files (one HTML page, its script and stylesheet, shipped as package
+data in C{kafkatw/web/static/}; no CDN, nothing fetched from the network)
+draw pages from JSON answered under C{/console/api/}:
+
+    overview                     brokers, controller, version, health, partition counts, counters
+    topics                       every topic: partitions, replication, size on this broker's disk
+    topic?name=T                 its partitions (leader, replicas, ISR, offsets, size) and configs
+    messages?topic=T&partition=P&offset=O | &timestamp=MS [&limit=N]
+                                 records read through this broker's log (key, value, headers, timestamp)
+    groups                       consumer groups of both kinds with their lag
+    group?id=G                   its members, assignments, lag per partition and lag over time
+
+Every answer is computed from what the broker holds in memory, a log read of
+at most L{MAX_READ_BYTES}, ZooKeeper reads for a group's registrations, or (a
+group of Kafka clients coordinated by another broker) one DescribeGroups to
+its coordinator.  The message browser reads partitions with
+a log on this broker (the leader's or a follower's replica, up to its high
+watermark); for another partition it answers which broker leads it.
+
+Read-only: no page changes anything.  When an authorizer is configured
+(C{authorizer.class.name}), the console asks for HTTP basic authentication
+against the users of the broker's SASL listener (L{kafkatw.web.auth}) and
+shows each principal only what the ACLs let it see: topics it may Describe
+(their configs with DescribeConfigs, their records with Read) and groups it
+may Describe; without a SASL PLAIN or SCRAM listener it is not served at all
+(L{console_refusal}).
+"""
+
+from __future__ import annotations
+
+import binascii
+import json
+import os
+import re
+from typing import Any, Callable
+
+from twisted.internet import defer
+from twisted.logger import Logger
+from twisted.web.resource import Resource
+from twisted.web.server import NOT_DONE_YET
+from twisted.web.static import File
+
+from .. import __version__
+from ..errors import KafkaError
+from ..protocol.records import decode_batches
+from ..security.acl import AclOperation, ResourceType
+from ..zookeeper.bridge import NoNodeError
+from ..zookeeper.registry import group_path
+from .health import readiness_problems
+
+__all__ = ["ConsoleResource", "console_refusal", "render_value", "read_records", "STATIC_DIR"]
+
+_log = Logger()
+
+#: The console's page, script and stylesheet (package data).
+STATIC_DIR = os.path.join(os.path.dirname(__file__), "static")
+#: Most bytes of log the message browser reads for one page.
+MAX_READ_BYTES = 1024 * 1024
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+#: Most records on one page of the message browser.
+MAX_RECORDS = 500
+
+
+def console_refusal(config: Any, sasl_listener: str | None = None) -> str | None:
+    """
+    Why the console must not be served with C{config}, or C{None}.
+
+    With an authorizer configured, the cluster's data is protected per
+    principal: the console then authenticates its users against the SASL
+    listener C{sasl_listener}, and stays off when there is none rather than
+    show everything to whoever reaches the HTTP port.
+    """
+    if not config["metrics.console.enable"]:
+        return "metrics.console.enable=false"
+    if config["authorizer.class.name"] and sasl_listener is None:
+        return ("an authorizer is configured (authorizer.class.name) and no listener has SASL PLAIN or SCRAM"
+                " users for the console's HTTP basic authentication; it would show every topic and record to"
+                " anyone reaching the metrics port")
+    return None
+
+
+def render_value(data: bytes | None) -> dict:
+    """
+    A key or value for the browser: C{{"text": ...}} for UTF-8,
+    C{{"json": ...}} for UTF-8 that parses as a JSON object or array,
+    C{{"hex": ...}} otherwise (not UTF-8, or control characters other than
+    tab and line breaks), C{{"null": true}} for C{None}.
+    """
+    if data is None:
+        return {"null": True}
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    if text is None or _CONTROL.search(text):
+        return {"hex": binascii.hexlify(data).decode("ascii"), "size": len(data)}
+    stripped = text.lstrip()
+    if stripped[:1] in ("{", "["):
+        try:
+            return {"json": json.loads(text), "size": len(data)}
+        except ValueError:
+            pass
+    return {"text": text, "size": len(data)}
+
+
+def read_records(log: Any, offset: int, limit: int) -> list[dict]:
+    """
+    Up to C{limit} records of C{log} (a L{kafkatw.storage.log.PartitionLog})
+    from C{offset}, below its high watermark, control batches skipped.
+
+    @raise kafkatw.errors.OffsetOutOfRangeError: C{offset} outside the log.
+    """
+    offset = max(offset, log.log_start_offset)
+    regions = log.read(offset, MAX_READ_BYTES, max_offset=log.high_watermark)
+    records: list[dict] = []
+    for region in regions:
+        data = os.pread(region.fileno, region.length, region.position)
+        for batch in decode_batches(data, verify_crc=False):
+            if batch.is_control:
+                continue
+            for record in batch.records:
+                if record.offset < offset:
+                    continue
+                records.append({
+                    "offset": record.offset, "timestamp_ms": record.timestamp_ms,
+                    "timestamp_type": "LogAppendTime" if batch.timestamp_type else "CreateTime",
+                    "key": render_value(record.key), "value": render_value(record.value),
+                    "headers": [{"key": k, "value": render_value(v)} for k, v in record.headers],
+                })
+                if len(records) >= limit:
+                    return records
+    return records
+
+
+def _arg(request: Any, name: str, default: str | None = None) -> str | None:
+    values = request.args.get(name.encode())
+    return values[0].decode("utf-8") if values else default
+
+
+class _BadRequest(Exception):
+    pass
+
+
+class _ApiResource(Resource):
+    """C{/console/api/<name>}: JSON from the L{ConsoleResource}'s C{api_<name>} method."""
+
+    isLeaf = True
+
+    def __init__(self, handler: Callable[[Any], Any]) -> None:
+        super().__init__()
+        self.handler = handler
+
+    def render_GET(self, request: Any) -> Any:
+        request.setHeader(b"content-type", b"application/json")
+        request.setHeader(b"cache-control", b"no-store")
+        d = defer.maybeDeferred(self.handler, request)
+
+        def write(body: Any) -> None:
+            request.write(json.dumps(body, separators=(",", ":"), default=str).encode("utf-8"))
+
+        def failed(failure: Any) -> None:
+            if failure.check(_BadRequest, KafkaError, ValueError):
+                request.setResponseCode(400)
+                write({"error": failure.getErrorMessage()})
+            else:
+                _log.failure("console request {path} failed", failure, path=getattr(request, "path", b""))
+                request.setResponseCode(500)
+                write({"error": "internal error (see the broker's log)"})
+
+        def finish(_: Any) -> None:
+            if not request.finished and not getattr(request, "_disconnected", False):
+                request.finish()
+
+        d.addCallbacks(write, failed).addBoth(finish)
+        return NOT_DONE_YET
+
+
+class ConsoleResource(Resource):
+    """
+    C{/console/}: the static page and its JSON API over C{server} (a
+    L{kafkatw.broker.server.KafkaServer}; the API methods read its
+    C{metadata}, C{log_manager}, C{replica_manager}, C{apis}, C{lag_monitor}).
+    """
+
+    def __init__(self, server: Any, principal: str | None = None) -> None:
+        super().__init__()
+        self.broker = server
+        #: C{User:<name>} when the console authenticates (an authorizer is configured), else C{None}.
+        self.principal = principal
+        api = Resource()
+        for name in ("overview", "topics", "topic", "messages", "groups", "group"):
+            api.putChild(name.encode(), _ApiResource(getattr(self, f"api_{name}")))
+        self.putChild(b"api", api)
+        self.putChild(b"static", File(STATIC_DIR))
+        self.putChild(b"", File(os.path.join(STATIC_DIR, "index.html")))
+
+    # --- what the principal may see ------------------------------------------------
+
+    def _may(self, request: Any, operation: AclOperation, resource_type: ResourceType, name: str) -> bool:
+        """Whether the console's principal may do C{operation} on the resource (always, without authorizer)."""
+        if self.principal is None:
+            return True
+        apis = self.broker.apis
+        authorizer = None if apis is None else apis.authorizer
+        if authorizer is None:
+            return False  # not serving yet
+        return authorizer.authorize(self.principal, request.getClientAddress().host, operation, resource_type, name)
+
+    def _topics(self, request: Any) -> dict[str, Any]:
+        """name -> TopicMetadata of the topics the principal may Describe."""
+        return {name: meta for name, meta in list(self.broker.metadata.topics.items())
+                if self._may(request, AclOperation.DESCRIBE, ResourceType.TOPIC, name)}
+
+    # --- the JSON API ------------------------------------------------------------
+
+    def _counters(self, visible: dict[str, Any]) -> dict:
+        """The broker's counters: all topics' sums, and per topic for the C{visible} topics."""
+        apis = self.broker.apis
+        if apis is None:
+            return {"messages_in": 0, "bytes_in": 0, "bytes_out": 0, "topics": {}}
+        topics: dict[str, dict[str, int]] = {}
+        for key, per_topic in (("messages_in", apis.topic_messages_in), ("bytes_in", apis.topic_bytes_in),
+                               ("bytes_out", apis.topic_bytes_out)):
+            for topic, value in per_topic.items():
+                if topic in visible:
+                    topics.setdefault(topic, {"messages_in": 0, "bytes_in": 0, "bytes_out": 0})[key] = value
+        return {"messages_in": apis.messages_in, "bytes_in": apis.bytes_in, "bytes_out": apis.bytes_out,
+                "topics": topics}
+
+    def _partition_counts(self, visible: dict[str, Any]) -> tuple[int, int, int]:
+        metadata = self.broker.metadata
+        total = under = offline = 0
+        for name, meta in visible.items():
+            for p, replicas in meta.partitions.items():
+                total += 1
+                if metadata.leader(name, p) < 0:
+                    offline += 1
+                elif len(metadata.isr(name, p)) < len(replicas):
+                    under += 1
+        return total, under, offline
+
+    def api_overview(self, request: Any) -> dict:
+        server = self.broker
+        metadata = server.metadata
+        visible = self._topics(request)
+        total, under, offline = self._partition_counts(visible)
+        problems = readiness_problems(server)
+        return {
+            "cluster_id": metadata.cluster_id, "version": __version__, "broker_id": server.broker_id,
+            "controller_id": metadata.controller_id,
+            "brokers": [{"id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack,
+                         "endpoints": [f"{n}://{h}:{p}" for n, h, p in b.endpoints]}
+                        for b in sorted(metadata.brokers.values(), key=lambda b: b.broker_id)],
+            "ready": not problems, "problems": problems,
+            "topics": len(visible), "partitions": total,
+            "under_replicated_partitions": under, "offline_partitions": offline,
+            "counters": self._counters(visible), "time_ms": int(server.reactor.seconds() * 1000),
+            "principal": self.principal,
+        }
+
+    def _local_size(self, topic: str, partition: int) -> int | None:
+        log_manager = self.broker.log_manager
+        log = log_manager.get(topic, partition) if log_manager is not None else None
+        return None if log is None else log.size_bytes
+
+    def api_topics(self, request: Any) -> dict:
+        metadata = self.broker.metadata
+        visible = self._topics(request)
+        topics = []
+        for name, meta in sorted(visible.items()):
+            sizes = [self._local_size(name, p) for p in meta.partitions]
+            topics.append({
+                "name": name, "partitions": len(meta.partitions),
+                "replication_factor": max((len(r) for r in meta.partitions.values()), default=0),
+                "under_replicated": sum(1 for p, r in meta.partitions.items()
+                                        if metadata.leader(name, p) >= 0 and len(metadata.isr(name, p)) < len(r)),
+                "offline": sum(1 for p in meta.partitions if metadata.leader(name, p) < 0),
+                "size_bytes": sum(s for s in sizes if s is not None),
+            })
+        return {"topics": topics, "counters": self._counters(visible),
+                "time_ms": int(self.broker.reactor.seconds() * 1000)}
+
+    def api_topic(self, request: Any) -> dict:
+        name = _arg(request, "name")
+        metadata = self.broker.metadata
+        meta = metadata.topics.get(name or "")
+        if meta is None or not self._may(request, AclOperation.DESCRIBE, ResourceType.TOPIC, name or ""):
+            raise _BadRequest(f"unknown topic {name!r}")
+        partitions = []
+        log_manager = self.broker.log_manager
+        for p, replicas in sorted(meta.partitions.items()):
+            log = log_manager.get(name, p) if log_manager is not None else None
+            partitions.append({
+                "partition": p, "leader": metadata.leader(name, p), "replicas": list(replicas),
+                "isr": metadata.isr(name, p),
+                "log_start_offset": None if log is None else log.log_start_offset,
+                "high_watermark": None if log is None else log.high_watermark,
+                "log_end_offset": None if log is None else log.log_end_offset,
+                "size_bytes": None if log is None else log.size_bytes,
+                "segments": None if log is None else len(log.segments),
+            })
+        configs = None
+        if self._may(request, AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, name):
+            effective = self.broker._topic_config(name)
+            configs = [{"name": k, "value": str(v), "override": k in meta.config}
+                       for k, v in sorted(effective.items())]
+        return {"name": name, "topic_id": str(meta.topic_id), "partitions": partitions, "configs": configs,
+                "counters": self._counters({name: meta})["topics"].get(name, {}),
+                "time_ms": int(self.broker.reactor.seconds() * 1000)}
+
+    def api_messages(self, request: Any) -> dict:
+        topic = _arg(request, "topic") or ""
+        partition = int(_arg(request, "partition", "0") or 0)
+        limit = max(1, min(int(_arg(request, "limit", "50") or 50), MAX_RECORDS))
+        meta = self.broker.metadata.topics.get(topic)
+        if meta is None or partition not in meta.partitions or \
+                not self._may(request, AclOperation.DESCRIBE, ResourceType.TOPIC, topic):
+            raise _BadRequest(f"unknown partition {topic}-{partition}")
+        if not self._may(request, AclOperation.READ, ResourceType.TOPIC, topic):
+            raise _BadRequest(f"{self.principal} may not Read topic {topic}")
+        log_manager = self.broker.log_manager
+        log = log_manager.get(topic, partition) if log_manager is not None else None
+        if log is None:
+            leader = self.broker.metadata.leader(topic, partition)
+            raise _BadRequest(f"{topic}-{partition} has no replica on broker {self.broker.broker_id};"
+                              f" open the console of broker {leader} (its leader)")
+        timestamp = _arg(request, "timestamp")
+        if timestamp not in (None, ""):
+            found = log.offset_for_timestamp(int(timestamp))
+            offset = found[0] if found is not None else log.high_watermark
+        else:
+            offset = int(_arg(request, "offset", "-2") or -2)
+            if offset == -2:  # earliest
+                offset = log.log_start_offset
+            elif offset < 0:  # the last `limit` records
+                offset = max(log.log_start_offset, log.high_watermark - limit)
+        records = read_records(log, offset, limit) if offset < log.high_watermark else []
+        return {"topic": topic, "partition": partition, "from_offset": offset,
+                "log_start_offset": log.log_start_offset, "high_watermark": log.high_watermark,
+                "records": records}
+
+    def _snapshot(self) -> Any:
+        monitor = getattr(self.broker, "lag_monitor", None)
+        return None if monitor is None else monitor.latest
+
+    def api_groups(self, request: Any) -> dict:
+        snapshot = self._snapshot()
+        if snapshot is None:
+            return {"groups": [], "computed_ms": None}
+        visible = self._topics(request)
+        totals: dict[str, int] = {}
+        partitions: dict[str, int] = {}
+        for row in snapshot.rows:
+            if row.topic in visible:
+                partitions[row.group] = partitions.get(row.group, 0) + 1
+                totals[row.group] = totals.get(row.group, 0) + (row.lag or 0)
+        coordinator = self._coordinator()
+        groups = [{"group": g, "kind": kind, "lag": totals.get(g, 0), "partitions": partitions.get(g, 0),
+                   "coordinator": coordinator.coordinator(g) if coordinator is not None and kind == "coordinator"
+                   else None}
+                  for g, kind in sorted(snapshot.kinds.items())
+                  if self._may(request, AclOperation.DESCRIBE, ResourceType.GROUP, g)]
+        return {"groups": groups, "computed_ms": snapshot.time_ms}
+
+    def _coordinator(self) -> Any:
+        apis = self.broker.apis
+        return None if apis is None else getattr(apis, "group_coordinator", None)
+
+    async def _members(self, group: str, kind: str) -> tuple[str, list[dict]]:
+        """The group's state and members (with their partitions) as far as this broker knows."""
+        registry = self.broker.registry
+        if kind == "zookeeper":
+            base = group_path(group)
+            members = []
+            owners: dict[str, list[str]] = {}
+            try:
+                topics = await registry.client.get_children(f"{base}/owners")
+            except NoNodeError:
+                topics = []
+            for topic in topics:
+                try:
+                    children = await registry.client.get_children(f"{base}/owners/{topic}")
+                except NoNodeError:
+                    continue
+                for p in children:
+                    try:
+                        data, _ = await registry.client.get(f"{base}/owners/{topic}/{p}")
+                    except NoNodeError:
+                        continue
+                    owners.setdefault(data.decode("utf-8", "replace"), []).append(f"{topic}-{p}")
+            try:
+                ids = await registry.client.get_children(f"{base}/ids")
+            except NoNodeError:
+                ids = []
+            for member in sorted(ids):
+                members.append({"member_id": member, "client_id": "", "host": "",
+                                "assignment": sorted(owners.get(member, []))})
+            return ("Stable" if members else "Empty"), members
+        coordinator = self._coordinator()
+        if coordinator is None:
+            return "", []
+        from ..cli.consumer_groups import decode_consumer_assignment
+
+        if coordinator.owns(group):
+            described = await coordinator.describe_group(group)
+            state, protocol_type = described.get("group_state", ""), described.get("protocol_type", "")
+            found = [(m["member_id"], m["client_id"], m["client_host"], m["member_assignment"])
+                     for m in described.get("members", [])]
+        else:  # DescribeGroups v4 to its coordinator
+            from . import cluster_admin
+
+            response = await cluster_admin(self.broker).coordinator_request(
+                group, 15, {"groups": [group], "include_authorized_operations": False}, version=4,
+                error_of=lambda r: r.groups[0].error_code)
+            described = response.groups[0]
+            if described.error_code:
+                raise _BadRequest(f"describing group {group!r} failed: error {described.error_code}")
+            state, protocol_type = described.group_state, described.protocol_type
+            found = [(m.member_id, m.client_id, m.client_host, bytes(m.member_assignment or b""))
+                     for m in described.members]
+        members = []
+        for member_id, client_id, host, assignment in found:
+            partitions = decode_consumer_assignment(assignment) if protocol_type == "consumer" else []
+            members.append({"member_id": member_id, "client_id": client_id, "host": host,
+                            "assignment": sorted(f"{t}-{p}" for t, p in partitions)})
+        return state, members
+
+    async def _group(self, request: Any) -> dict:
+        group = _arg(request, "id") or ""
+        snapshot = self._snapshot()
+        if snapshot is None or group not in snapshot.kinds or \
+                not self._may(request, AclOperation.DESCRIBE, ResourceType.GROUP, group):
+            raise _BadRequest(f"unknown group {group!r} (groups are read every metrics.lag.interval.ms)")
+        kind = snapshot.kinds[group]
+        state, members = await self._members(group, kind)
+        visible = self._topics(request)
+        rows = [{"topic": r.topic, "partition": r.partition, "current_offset": r.committed,
+                 "log_end_offset": r.end_offset, "lag": r.lag} for r in snapshot.rows
+                if r.group == group and r.topic in visible]
+        monitor = self.broker.lag_monitor
+        history = []
+        partition_history: dict[str, list[list[int]]] = {}
+        for t, totals, parts in monitor.history:
+            if group not in totals:
+                continue
+            lags = {tp: lag for tp, lag in parts.get(group, {}).items() if tp[0] in visible}
+            history.append({"time_ms": t, "lag": sum(lags.values())})
+            for (topic, partition), lag in lags.items():
+                partition_history.setdefault(f"{topic}-{partition}", []).append([t, lag])
+        return {"group": group, "kind": kind, "state": state, "members": members, "partitions": rows,
+                "lag": sum(r["lag"] or 0 for r in rows), "history": history,
+                "partition_history": partition_history, "computed_ms": snapshot.time_ms}
+
+    def api_group(self, request: Any) -> defer.Deferred:
+        return defer.Deferred.fromCoroutine(self._group(request))

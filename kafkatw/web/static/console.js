@@ -1,0 +1,293 @@
+// The kafkatw console: pages drawn from /console/api/* (see kafkatw/web/console.py).
+"use strict";
+
+var API = "/console/api/";
+var REFRESH_MS = 2000;
+var HISTORY = 150;  // rate samples kept (5 minutes at 2 s)
+var rates = {time: [], messagesIn: [], bytesIn: [], bytesOut: [], topics: {}};
+var lastCounters = null;
+var timer = null;
+
+function esc(s) {
+  return String(s === null || s === undefined ? "" : s).replace(/[&<>"']/g, function (c) {
+    return {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}[c];
+  });
+}
+
+function bytes(n) {
+  if (n === null || n === undefined) return "–";
+  var units = ["B", "KiB", "MiB", "GiB", "TiB"], i = 0;
+  while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+  return (i ? n.toFixed(1) : n) + " " + units[i];
+}
+
+function get(path) {
+  return fetch(API + path, {cache: "no-store"}).then(function (r) {
+    return r.json().then(function (body) {
+      if (!r.ok) throw new Error(body.error || r.statusText);
+      return body;
+    });
+  });
+}
+
+function table(headers, rows) {
+  return "<table><tr>" + headers.map(function (h) { return "<th>" + esc(h) + "</th>"; }).join("") + "</tr>" +
+    rows.map(function (r) { return "<tr>" + r.join("") + "</tr>"; }).join("") + "</table>";
+}
+function td(v) { return "<td>" + esc(v) + "</td>"; }
+function num(v) { return '<td class="num">' + esc(v === null || v === undefined ? "–" : v) + "</td>"; }
+
+function card(label, value, warn) {
+  return '<div class="card' + (warn ? " warn" : "") + '"><div class="label">' + esc(label) +
+    '</div><div class="value">' + esc(value) + "</div></div>";
+}
+
+// --- rates from the broker's cumulative counters -------------------------------------------
+
+function push(list, value) { list.push(value); if (list.length > HISTORY) list.shift(); }
+
+function sample(overview) {
+  var c = overview.counters, t = overview.time_ms;
+  if (lastCounters && t > lastCounters.time) {
+    var dt = (t - lastCounters.time) / 1000, prev = lastCounters.c;
+    push(rates.time, t);
+    push(rates.messagesIn, [t, Math.max(0, (c.messages_in - prev.messages_in) / dt)]);
+    push(rates.bytesIn, [t, Math.max(0, (c.bytes_in - prev.bytes_in) / dt)]);
+    push(rates.bytesOut, [t, Math.max(0, (c.bytes_out - prev.bytes_out) / dt)]);
+    Object.keys(c.topics).forEach(function (topic) {
+      var now = c.topics[topic], before = prev.topics[topic] || {messages_in: 0, bytes_in: 0, bytes_out: 0};
+      var r = rates.topics[topic] = rates.topics[topic] || {messagesIn: [], bytesIn: [], bytesOut: []};
+      push(r.messagesIn, [t, Math.max(0, (now.messages_in - before.messages_in) / dt)]);
+      push(r.bytesIn, [t, Math.max(0, (now.bytes_in - before.bytes_in) / dt)]);
+      push(r.bytesOut, [t, Math.max(0, (now.bytes_out - before.bytes_out) / dt)]);
+    });
+  }
+  if (!lastCounters || t > lastCounters.time) lastCounters = {time: t, c: c};
+  var status = document.getElementById("status");
+  status.textContent = overview.ready ? "ready" : "not ready";
+  status.className = "status " + (overview.ready ? "ok" : "bad");
+  status.title = overview.problems.join("\n");
+  document.getElementById("broker-id").textContent = overview.broker_id +
+    (overview.principal ? " to " + overview.principal : "");
+}
+
+function last(series) { return series.length ? series[series.length - 1][1] : 0; }
+
+function rateCharts(r, id) {
+  return '<div class="charts">' +
+    '<figure><figcaption>Produce: records in per second</figcaption><canvas class="chart" id="' + id +
+    '-messages" width="420" height="180"></canvas></figure>' +
+    '<figure><figcaption>Produce and consume: bytes per second</figcaption><canvas class="chart" id="' + id +
+    '-bytes" width="420" height="180"></canvas></figure></div>';
+}
+
+function drawRates(r, id) {
+  var m = document.getElementById(id + "-messages"), b = document.getElementById(id + "-bytes");
+  if (m) lineChart(m, [{name: "records in/s", color: "#2b7bd6", points: r.messagesIn}], {unit: "records/s"});
+  if (b) lineChart(b, [{name: "bytes in/s", color: "#2e8b57", points: r.bytesIn},
+                       {name: "bytes out/s", color: "#d68a2b", points: r.bytesOut}], {unit: "bytes/s"});
+}
+
+// --- pages ------------------------------------------------------------------------------
+
+var pages = {};
+
+pages.overview = function (main) {
+  return get("overview").then(function (o) {
+    sample(o);
+    main.innerHTML = "<h1>Cluster " + esc(o.cluster_id) + "</h1>" +
+      '<div class="cards">' +
+      card("Health", o.ready ? "ready" : "not ready", !o.ready) +
+      card("Brokers", o.brokers.length) + card("Controller", o.controller_id) +
+      card("Version", o.version) + card("Topics", o.topics) + card("Partitions", o.partitions) +
+      card("Under-replicated", o.under_replicated_partitions, o.under_replicated_partitions > 0) +
+      card("Offline", o.offline_partitions, o.offline_partitions > 0) +
+      card("Records in/s", last(rates.messagesIn).toFixed(1)) + "</div>" +
+      (o.problems.length ? '<p class="error" id="problems">' + o.problems.map(esc).join("<br>") + "</p>" : "") +
+      "<h2>Throughput</h2>" + rateCharts(rates, "cluster") +
+      "<h2>Brokers</h2>" + table(["Id", "Host", "Port", "Rack", "Listeners", "Role"], o.brokers.map(function (b) {
+        return [num(b.id), td(b.host), num(b.port), td(b.rack || "–"), td(b.endpoints.join(" ")),
+                td(b.id === o.controller_id ? "controller" : "")];
+      }));
+    drawRates(rates, "cluster");
+  });
+};
+
+pages.topics = function (main) {
+  return get("topics").then(function (t) {
+    main.innerHTML = "<h1>Topics</h1>" + table(
+      ["Topic", "Partitions", "Replication", "Under-replicated", "Offline", "Size here", "Records in/s", "Bytes out/s"],
+      t.topics.map(function (x) {
+        var r = rates.topics[x.name] || {messagesIn: [], bytesOut: []};
+        return ['<td><a href="#/topic/' + encodeURIComponent(x.name) + '">' + esc(x.name) + "</a></td>",
+                num(x.partitions), num(x.replication_factor), num(x.under_replicated), num(x.offline),
+                num(bytes(x.size_bytes)), num(last(r.messagesIn).toFixed(1)), num(bytes(last(r.bytesOut)) + "/s")];
+      }));
+  });
+};
+
+pages.topic = function (main, name) {
+  return get("topic?name=" + encodeURIComponent(name)).then(function (t) {
+    var r = rates.topics[name] || {messagesIn: [], bytesIn: [], bytesOut: []};
+    main.innerHTML = "<h1>Topic " + esc(t.name) + "</h1><p>Topic id " + esc(t.topic_id) +
+      ' · <a href="#/messages/' + encodeURIComponent(name) + '/0">browse messages</a></p>' +
+      rateCharts(r, "topic") +
+      "<h2>Partitions</h2>" + table(["Partition", "Leader", "Replicas", "ISR", "Log start", "High watermark",
+                                     "Log end", "Size here", "Segments"],
+        t.partitions.map(function (p) {
+          return [num(p.partition), num(p.leader), td(p.replicas.join(",")), td(p.isr.join(",")),
+                  num(p.log_start_offset), num(p.high_watermark), num(p.log_end_offset), num(bytes(p.size_bytes)),
+                  num(p.segments)];
+        })) +
+      "<h2>Configs</h2>" + (t.configs === null ? "<p>Not shown: DescribeConfigs on this topic is not allowed.</p>" :
+        table(["Name", "Value", "Source"], t.configs.map(function (c) {
+          return [td(c.name), td(c.value), td(c.override ? "topic override" : "default")];
+        })));
+    drawRates(r, "topic");
+  });
+};
+
+function renderValue(v, inline) {
+  if (v.null) return '<span class="tag">null</span>';
+  if (inline && v.text !== undefined) return "<span>" + esc(v.text) + "</span>";
+  if (v.json !== undefined) return '<span class="tag">json</span><pre>' + esc(JSON.stringify(v.json, null, 1)) + "</pre>";
+  if (v.hex !== undefined) return '<span class="tag">hex</span><pre>' + esc(v.hex) + "</pre>";
+  return "<pre>" + esc(v.text) + "</pre>";
+}
+
+pages.messages = function (main, topic, partition) {
+  var params = new URLSearchParams(location.hash.split("?")[1] || "");
+  topic = topic || params.get("topic") || "";
+  partition = partition || params.get("partition") || "0";
+  var offset = params.get("offset") || "", timestamp = params.get("timestamp") || "";
+  var form = '<form class="browse" id="browse">' +
+    '<label>Topic<input name="topic" value="' + esc(topic) + '"></label>' +
+    '<label>Partition<input name="partition" size="4" value="' + esc(partition) + '"></label>' +
+    '<label>From offset (-2 earliest, -1 latest)<input name="offset" size="10" value="' + esc(offset) + '"></label>' +
+    '<label>or from time (ISO or ms)<input name="timestamp" size="24" value="' + esc(timestamp) + '"></label>' +
+    '<button type="submit">Show</button></form>';
+  if (!topic) {
+    main.innerHTML = "<h1>Messages</h1>" + form;
+    bindBrowse();
+    return Promise.resolve();
+  }
+  var query = "messages?topic=" + encodeURIComponent(topic) + "&partition=" + encodeURIComponent(partition) +
+    "&limit=50";
+  if (timestamp) {
+    var ms = /^\d+$/.test(timestamp) ? timestamp : String(Date.parse(timestamp));
+    query += "&timestamp=" + encodeURIComponent(ms);
+  } else if (offset) {
+    query += "&offset=" + encodeURIComponent(offset);
+  }
+  return get(query).then(function (m) {
+    main.innerHTML = "<h1>Messages of " + esc(topic) + "-" + esc(partition) + "</h1>" + form +
+      "<p>Offsets " + m.log_start_offset + " to " + (m.high_watermark - 1) + " readable; showing " +
+      m.records.length + " from " + m.from_offset + ".</p>" +
+      '<div id="records">' + table(["Offset", "Timestamp", "Key", "Value", "Headers"], m.records.map(function (r) {
+        return ['<td class="num record-offset">' + r.offset + "</td>",
+                "<td>" + esc(new Date(r.timestamp_ms).toISOString()) + '<br><span class="tag">' +
+                esc(r.timestamp_type) + "</span></td>",
+                "<td>" + renderValue(r.key) + "</td>", '<td class="record-value">' + renderValue(r.value) + "</td>",
+                "<td>" + r.headers.map(function (h) {
+                  return '<div class="header">' + esc(h.key) + ": " + renderValue(h.value, true) + "</div>";
+                }).join("") +
+                "</td>"];
+      })) + "</div>";
+    bindBrowse();
+  }, function (e) {
+    main.innerHTML = "<h1>Messages</h1>" + form + '<p class="error">' + esc(e.message) + "</p>";
+    bindBrowse();
+  });
+};
+
+function bindBrowse() {
+  var f = document.getElementById("browse");
+  f.addEventListener("submit", function (ev) {
+    ev.preventDefault();
+    var p = new URLSearchParams();
+    ["topic", "partition", "offset", "timestamp"].forEach(function (k) { if (f[k].value) p.set(k, f[k].value); });
+    location.hash = "#/messages?" + p.toString();
+  });
+}
+
+pages.groups = function (main) {
+  return get("groups").then(function (g) {
+    main.innerHTML = "<h1>Consumer groups</h1>" +
+      (g.computed_ms ? "<p>Lag computed " + esc(new Date(g.computed_ms).toISOString()) + ".</p>" :
+       "<p>Lag not computed yet.</p>") +
+      table(["Group", "Kind", "Partitions", "Lag", "Coordinator"], g.groups.map(function (x) {
+        return ['<td><a href="#/group/' + encodeURIComponent(x.group) + '">' + esc(x.group) + "</a></td>",
+                td(x.kind === "zookeeper" ? "ZooKeeper (paper)" : "group coordinator"), num(x.partitions),
+                '<td class="num group-lag">' + esc(x.lag) + "</td>", num(x.coordinator)];
+      }));
+  });
+};
+
+pages.group = function (main, id) {
+  return get("group?id=" + encodeURIComponent(id)).then(function (g) {
+    main.innerHTML = "<h1>Group " + esc(g.group) + "</h1>" +
+      '<div class="cards">' + card("Kind", g.kind) + card("State", g.state || "–") +
+      card("Members", g.members.length) + '<div class="card"><div class="label">Lag</div><div class="value" ' +
+      'id="group-total-lag">' + esc(g.lag) + "</div></div></div>" +
+      "<h2>Lag over time</h2><canvas class=\"chart\" id=\"lag-chart\" width=\"860\" height=\"200\"></canvas>" +
+      "<h2>Members</h2>" + table(["Member", "Client id", "Host", "Assignment"], g.members.map(function (m) {
+        return [td(m.member_id), td(m.client_id), td(m.host), td(m.assignment.join(", "))];
+      })) +
+      "<h2>Partitions</h2>" + table(["Topic", "Partition", "Current offset", "Log end offset", "Lag"],
+        g.partitions.map(function (p) {
+          return [td(p.topic), num(p.partition), num(p.current_offset), num(p.log_end_offset),
+                  '<td class="num partition-lag">' + esc(p.lag === null ? "–" : p.lag) + "</td>"];
+        }));
+    // the group's total, then its partitions (the 6 with the most lag now)
+    var palette = ["#2b7bd6", "#2e8b57", "#d68a2b", "#8e44ad", "#16a085", "#7f8c8d"];
+    var series = [{name: "total", color: "#c0392b",
+                   points: g.history.map(function (h) { return [h.time_ms, h.lag]; })}];
+    var names = Object.keys(g.partition_history);
+    if (names.length > 1) {
+      names.sort(function (a, b) {
+        var pa = g.partition_history[a], pb = g.partition_history[b];
+        return pb[pb.length - 1][1] - pa[pa.length - 1][1];
+      });
+      names.slice(0, palette.length).forEach(function (name, i) {
+        series.push({name: name, color: palette[i], points: g.partition_history[name]});
+      });
+    }
+    lineChart(document.getElementById("lag-chart"), series, {unit: "records"});
+  });
+};
+
+// --- routing and refresh -------------------------------------------------------------------
+
+function route() {
+  var hash = location.hash.replace(/^#\/?/, "") || "overview";
+  var parts = hash.split("?")[0].split("/").map(decodeURIComponent);
+  var page = pages[parts[0]] ? parts[0] : "overview";
+  document.querySelectorAll("header nav a").forEach(function (a) {
+    var p = a.dataset.page;
+    a.className = (p === page || (p === "topics" && page === "topic") || (p === "groups" && page === "group")) ?
+      "active" : "";
+  });
+  return {page: page, args: parts.slice(1)};
+}
+
+function render() {
+  var r = route(), main = document.getElementById("main");
+  document.body.dataset.page = r.page;
+  return pages[r.page].apply(null, [main].concat(r.args)).then(function () {
+    document.body.dataset.loaded = String(Date.now());
+  }, function (e) {
+    main.innerHTML = '<p class="error">' + esc(e.message) + "</p>";
+  });
+}
+
+function tick() {
+  var r = route();
+  var poll = r.page === "overview" ? Promise.resolve() : get("overview").then(sample);
+  poll.then(function () {
+    // the message browser keeps its form; other pages redraw with fresh data
+    return r.page === "messages" ? null : render();
+  }).catch(function () {}).then(function () { timer = setTimeout(tick, REFRESH_MS); });
+}
+
+window.addEventListener("hashchange", function () { render(); });
+render().then(function () { timer = setTimeout(tick, REFRESH_MS); });
