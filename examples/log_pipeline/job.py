@@ -32,10 +32,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
-import parsing  # noqa: E402
+import parsing_sql  # noqa: E402
 
 OUTPUT_SCHEMA = "source string, minute timestamp, level string, status int, count long"
-#: the rows of L{parsing.parse_arrow_batches}
+#: the rows of L{parsing_sql.parse} (and of its reference, L{parsing.parse_arrow_batches})
 PARSED_SCHEMA = "source string, minute timestamp, level string, status int, error boolean, message string"
 
 
@@ -69,10 +69,13 @@ class Summary:
 
 
 def process_batch(batch_df: Any, batch_id: int, output: str, summary: Summary) -> None:
-    """The C{foreachBatch} function: parse, count, write C{<output>/batch-<id>}, summarise."""
+    """
+    The C{foreachBatch} function: parse (Spark SQL expressions, in the JVM),
+    count, write C{<output>/batch-<id>}, summarise.
+    """
     from pyspark.sql import functions as F
 
-    parsed = batch_df.select("key", "value", "timestamp", "headers").mapInArrow(parsing.parse_arrow_batches, PARSED_SCHEMA)
+    parsed = parsing_sql.parse(batch_df.select("key", "value", "timestamp", "headers"))
     parsed = parsed.persist()
     try:
         counts = (parsed.groupBy("source", "minute", "level", "status")
@@ -102,7 +105,6 @@ def run(spark: Any, bootstrap: str, topic: str, output: str, checkpoint: str, av
     import kafkatw.spark
 
     kafkatw.spark.register(spark)
-    spark.sparkContext.addPyFile(os.path.join(HERE, "parsing.py"))
     reader = (spark.readStream.format("kafkatw").option("kafka.bootstrap.servers", bootstrap)
               .option("subscribe", topic).option("startingOffsets", starting_offsets)
               .option("includeHeaders", "true"))
