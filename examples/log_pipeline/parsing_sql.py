@@ -137,14 +137,18 @@ def _patterns() -> dict[str, str]:
     }
 
 
+def _fields_text(F: Any, text: Any, pattern: str, groups: list[int]) -> Any:
+    """C{text} rewritten to the groups C{groups} of C{pattern}'s match joined by U+0001 (C{text} if none)."""
+    return F.regexp_replace(text, pattern + "(?s:.*)", _SEP.join(f"${g}" for g in groups))
+
+
 def _fields(F: Any, text: Any, pattern: str, groups: list[int]) -> Any:
     """
     The groups C{groups} of C{pattern}'s match of C{text} as an array of
     strings (an empty string for a group that did not take part); only the
     last group may contain U+0001.
     """
-    replacement = _SEP.join(f"${g}" for g in groups)
-    return F.split(F.regexp_replace(text, pattern + "(?s:.*)", replacement), _SEP, len(groups))
+    return F.split(_fields_text(F, text, pattern, groups), _SEP, len(groups))
 
 
 def _ascii_digits(F: Any, text: Any) -> Any:
@@ -236,29 +240,35 @@ def _build(df: Any) -> Any:
               .when(F.instr(key, ":") > 0, F.expr("substring(k_, instr(k_, ':') + 1)"))
               .otherwise(key))
     line = col("line")
-    # 2. the format: the first that matches, in parsing.parse_line's order
+    # 2. the format: the first that matches, in parsing.parse_line's order.  Access lines (the
+    #    most common) with one match: the groups of a match are always shorter than the line
+    #    (the line also holds the separators the pattern requires), so a rewritten line matched.
+    access_groups = _fields_text(F, line, p["access"], [1, 2, 3, 4, 5, 6, 7, 9, 8])  # request last: may hold U+0001
+    df = df.select("line", "record_ms", source.alias("source"), access_groups.alias("access_groups"))
+    line = col("line")
     fmt = F.lit("unparsed")
-    for name in reversed(["access", "twistd", "dpkg", "apt", "iso", "rfc3164"]):
+    for name in reversed(["twistd", "dpkg", "apt", "iso", "rfc3164"]):
         fmt = F.when(line.rlike(p[name]), name).otherwise(fmt)
-    df = df.select("line", "record_ms", source.alias("source"), fmt.alias("fmt"))
+    fmt = F.when(col("access_groups") != line, "access").otherwise(fmt)
+    df = df.select("line", "record_ms", "source", "access_groups", fmt.alias("fmt"))
     fmt = col("fmt")
     # 3. its groups, with one match
     groups = {
-        "access": [1, 2, 3, 4, 5, 6, 7, 9, 8],  # request last: it may hold U+0001
         "twistd": [1, 2, 3, 4, 5, 6, 7, 8, 10, 11],
         "dpkg": [1, 2, 3, 4, 5, 6],
         "apt": [1, 2, 3, 4, 5, 6],
         "iso": [1, 2, 3, 4, 5, 6, 7, 8, 9],
         "rfc3164": [1, 2, 3, 4, 5],  # program and message: rfc_tail
     }
-    g: Any = F
+    g: Any = F.when(fmt == "access", F.split(col("access_groups"), _SEP, 9))
     for name, numbers in groups.items():
         g = g.when(fmt == name, _fields(F, line, p[name], numbers))
     rfc_tail = F.when(fmt == "rfc3164", F.regexp_replace(line, p["rfc3164"] + "(?s:.*)", "$7 $8"))
     df = df.select("line", "record_ms", "source", "fmt", g.alias("g"), rfc_tail.alias("rfc_tail"))
     g = col("g")
+    ascii_only = F.length(col("line")) == F.octet_length(col("line"))  # (length counts characters)
     df = df.select("line", "record_ms", "source", "fmt", "g", "rfc_tail",
-                   F.transform(g, lambda x: _ascii_digits(F, x)).alias("n"))
+                   F.when(ascii_only, g).otherwise(F.transform(g, lambda x: _ascii_digits(F, x))).alias("n"))
 
     def field(i: int) -> Any:
         return F.coalesce(F.get(col("n"), i), F.lit(""))
