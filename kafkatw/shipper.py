@@ -54,6 +54,7 @@ least once): at most one poll's worth of lines (C{max_poll_bytes}).
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import glob
 import json
@@ -62,10 +63,15 @@ import socket
 import stat as stat_module
 import sys
 import tempfile
+import threading
 import time
 from typing import Any, Callable, Iterable, Protocol
 
+from twisted.internet.defer import Deferred
 from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from kafkatw.client.partitioner import murmur2
 
 __all__ = [
     "DEFAULT_MAX_LINE_BYTES",
@@ -120,39 +126,189 @@ class LineSink(Protocol):
         """Wait until every queued record is acknowledged; raise if one failed."""
 
 
+class _ChunkSender:
+    """
+    The reactor-thread half of L{ProducerSink}: sends chunks of records
+    through a L{kafkatw.client.producer.Producer}, pausing while the producer
+    is not L{ready<kafkatw.client.producer.Producer.ready>} (buffer memory or
+    metadata), and finds the records that failed when flushed.
+
+    Each record goes to the partition Kafka's default partitioner picks for
+    its key (murmur2, as C{BuiltInPartitioner.partitionForKey}), computed here
+    once per key and partition count: the shipper's keys are one per file.
+
+    @param on_chunk_sent: called (in the reactor thread) after each chunk is
+        handed to the producer (the other thread's back-pressure).
+    """
+
+    _READY_EVERY = 256
+
+    def __init__(self, producer: Any, topic: str, on_chunk_sent: Callable[[], None] = lambda: None,
+                 partition_by_key: bool = True) -> None:
+        self.producer = producer
+        self.partition_by_key = partition_by_key
+        self.topic = topic
+        self.on_chunk_sent = on_chunk_sent
+        self._chunks: collections.deque = collections.deque()
+        self._position = 0  # records of _chunks[0] already sent
+        self._blocked = False
+        self._sent: list[Any] = []  # the records' Deferreds since the last flush
+        self._error: BaseException | None = None
+        self._idle_waiters: list[Deferred] = []
+        self._hashes: dict[bytes, int] = {}
+
+    def _partitioner(self) -> Callable[[bytes], int | None]:
+        """
+        key -> partition for the topic's partitions now (None: unknown yet, or
+        a C{partitioner} was given: the producer picks).
+        """
+        count = len(self.producer.client.partitions_for(self.topic)) if self.partition_by_key else 0
+        if not count:
+            return lambda key: None
+        hashes = self._hashes
+        if len(hashes) > 4096:
+            hashes.clear()
+
+        def partition(key: bytes) -> int:
+            h = hashes.get(key)
+            if h is None:
+                h = hashes[key] = murmur2(key) & 0x7FFFFFFF
+            return h % count
+
+        return partition
+
+    def add(self, chunk: list[tuple[bytes, bytes, list[tuple[str, bytes]]]]) -> None:
+        """Send C{chunk}: C{(value, key, headers)} records."""
+        self._chunks.append(chunk)
+        if not self._blocked:
+            self._drain()
+
+    def _drain(self) -> None:
+        chunks = self._chunks
+        producer = self.producer
+        send = producer.send
+        topic = self.topic
+        sent = self._sent
+        every = self._READY_EVERY
+        while chunks:
+            chunk = chunks[0]
+            position = self._position
+            size = len(chunk)
+            partition_for = self._partitioner()
+            while position < size:
+                stop = min(size, position + every)
+                for i in range(position, stop):
+                    value, key, headers = chunk[i]
+                    try:
+                        sent.append(send(topic, value, key, partition_for(key), headers))
+                    except Exception as e:  # the producer raised instead of failing the Deferred
+                        if self._error is None:
+                            self._error = e
+                position = stop
+                ready = producer.ready()
+                if not ready.called:
+                    self._position = position
+                    self._blocked = True
+                    ready.addBoth(self._unblock)
+                    return
+            chunks.popleft()
+            self._position = 0
+            self.on_chunk_sent()
+        waiters, self._idle_waiters = self._idle_waiters, []
+        for d in waiters:
+            d.callback(None)
+
+    def _unblock(self, _: Any) -> None:
+        self._blocked = False
+        self._drain()
+
+    async def flush(self) -> None:
+        """
+        Send every chunk, wait until every record is acknowledged or failed.
+
+        @raise Exception: the error of the first record that failed since the
+            last flush.
+        """
+        if self._chunks:
+            idle: Deferred = Deferred()
+            self._idle_waiters.append(idle)
+            await idle
+        await self.producer.flush()
+        sent, self._sent = self._sent, []
+        error, self._error = self._error, None
+        # The producer fires a Deferred without callbacks cheaply (no
+        # callback per record here): look at the outcomes once, at the end.
+        for d in sent:
+            if isinstance(d.result, Failure):
+                if error is None:
+                    error = d.result.value
+                d.addErrback(lambda _: None)  # handled: reported below
+        if error is not None:
+            raise error
+
+
 class ProducerSink:
     """
-    A L{LineSink} on a L{kafkatw.client.blocking.BlockingProducer}: acks=all,
-    retries on, one request in flight per broker (a file's lines stay in order
-    through retries).
+    A L{LineSink} on a L{kafkatw.client.producer.Producer} running on this
+    process's reactor thread (L{kafkatw.client.blocking.reactor_thread}):
+    acks=all, retries on, one request in flight per broker (a file's lines
+    stay in order through retries).
+
+    Lines are handed to the reactor thread in chunks of C{chunk_lines} (one
+    wake-up per chunk, no object per record on this side); at most
+    C{max_chunks} chunks wait there, then L{send} blocks.
 
     @param options: more L{Producer} options (they override the defaults above).
     """
 
-    def __init__(self, bootstrap_servers: str, topic: str, **options: Any) -> None:
-        from kafkatw.client.blocking import BlockingProducer
+    def __init__(self, bootstrap_servers: str, topic: str, *, chunk_lines: int = 2000, max_chunks: int = 8,
+                 **options: Any) -> None:
+        from kafkatw.client.blocking import reactor_thread
+        from kafkatw.client.producer import Producer
 
         settings: dict[str, Any] = dict(client_id="kafkatw-ship", acks="all", retries=2147483647,
                                         linger_ms=20, batch_size=262144,
                                         max_in_flight_requests_per_connection=1)
         settings.update(options)
         self.topic = topic
-        self._producer = BlockingProducer(bootstrap_servers, **settings)
-        self._futures: list[Any] = []
+        self.chunk_lines = chunk_lines
+        thread = self._thread = reactor_thread()
+        self._producer = thread.call(60.0, lambda: Producer(thread.reactor, bootstrap_servers, **settings))
+        self._room = threading.Semaphore(max_chunks)
+        self._sender = _ChunkSender(self._producer, topic, on_chunk_sent=self._room.release,
+                                    partition_by_key="partitioner" not in options)
+        self._chunk: list[tuple[bytes, bytes, list[tuple[str, bytes]]]] = []
+        self._closed = False
 
     def send(self, value: bytes, key: bytes, headers: list[tuple[str, bytes]]) -> None:
-        self._futures.append(self._producer.send(self.topic, value, key=key, headers=headers))
+        chunk = self._chunk
+        chunk.append((value, key, headers))
+        if len(chunk) >= self.chunk_lines:
+            self._hand_off()
+
+    def _hand_off(self) -> None:
+        chunk, self._chunk = self._chunk, []
+        if chunk:
+            self._room.acquire()
+            self._thread.call_soon(self._sender.add, chunk)
 
     def flush(self) -> None:
-        futures, self._futures = self._futures, []
-        self._producer.flush()
-        for future in futures:
-            error = future.exception()
-            if error is not None:
-                raise error
+        self._hand_off()
+        self._thread.call(None, self._sender.flush)
 
     def close(self) -> None:
-        self._producer.close()
+        if self._closed:
+            return
+        self._closed = True
+        self._hand_off()
+
+        async def close() -> None:
+            try:
+                await self._sender.flush()
+            finally:
+                await self._producer.close()
+
+        self._thread.call(None, close)
 
 
 # --- state file ---------------------------------------------------------------------

@@ -33,9 +33,10 @@ if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
 import parsing  # noqa: E402
+import parsing_sql  # noqa: E402
 
 OUTPUT_SCHEMA = "source string, minute timestamp, level string, status int, count long"
-#: the rows of L{parsing.parse_arrow_batches}
+#: the rows of L{parsing_sql.parse} (and of its reference, L{parsing.parse_arrow_batches})
 PARSED_SCHEMA = "source string, minute timestamp, level string, status int, error boolean, message string"
 
 
@@ -68,11 +69,22 @@ class Summary:
         self.out.flush()
 
 
-def process_batch(batch_df: Any, batch_id: int, output: str, summary: Summary) -> None:
-    """The C{foreachBatch} function: parse, count, write C{<output>/batch-<id>}, summarise."""
+def process_batch(batch_df: Any, batch_id: int, output: str, summary: Summary, parser: str = "sql") -> None:
+    """
+    The C{foreachBatch} function: parse, count, write C{<output>/batch-<id>},
+    summarise.
+
+    @param parser: C{"sql"}: Spark SQL expressions, in the JVM
+        (L{parsing_sql.parse}); C{"python"}: the reference parser, per line in
+        Python workers (L{parsing.parse_arrow_batches}).  Same rows.
+    """
     from pyspark.sql import functions as F
 
-    parsed = batch_df.select("key", "value", "timestamp", "headers").mapInArrow(parsing.parse_arrow_batches, PARSED_SCHEMA)
+    rows = batch_df.select("key", "value", "timestamp", "headers")
+    if parser == "python":
+        parsed = rows.mapInArrow(parsing.parse_arrow_batches, PARSED_SCHEMA)
+    else:
+        parsed = parsing_sql.parse(rows)
     parsed = parsed.persist()
     try:
         counts = (parsed.groupBy("source", "minute", "level", "status")
@@ -92,7 +104,7 @@ def process_batch(batch_df: Any, batch_id: int, output: str, summary: Summary) -
 
 def run(spark: Any, bootstrap: str, topic: str, output: str, checkpoint: str, available_now: bool = True,
         trigger_seconds: float = 10.0, starting_offsets: str = "earliest", max_offsets_per_trigger: int | None = None,
-        out: TextIO = sys.stdout) -> Any:
+        out: TextIO = sys.stdout, parser: str = "sql") -> Any:
     """
     Start the job on C{spark}; with C{available_now}, wait until it has
     processed everything in the topic when it started.
@@ -102,7 +114,8 @@ def run(spark: Any, bootstrap: str, topic: str, output: str, checkpoint: str, av
     import kafkatw.spark
 
     kafkatw.spark.register(spark)
-    spark.sparkContext.addPyFile(os.path.join(HERE, "parsing.py"))
+    if parser == "python":
+        spark.sparkContext.addPyFile(os.path.join(HERE, "parsing.py"))
     reader = (spark.readStream.format("kafkatw").option("kafka.bootstrap.servers", bootstrap)
               .option("subscribe", topic).option("startingOffsets", starting_offsets)
               .option("includeHeaders", "true"))
@@ -111,7 +124,7 @@ def run(spark: Any, bootstrap: str, topic: str, output: str, checkpoint: str, av
     summary = Summary(out)
     writer = (reader.load().writeStream.queryName(f"log-pipeline-{topic}")
               .option("checkpointLocation", checkpoint)
-              .foreachBatch(lambda df, batch_id: process_batch(df, batch_id, output, summary)))
+              .foreachBatch(lambda df, batch_id: process_batch(df, batch_id, output, summary, parser)))
     if available_now:
         writer = writer.trigger(availableNow=True)
     else:
@@ -154,12 +167,15 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--trigger-seconds", type=float, default=10.0, help="micro-batch interval when following (s)")
     parser.add_argument("--starting-offsets", default="earliest", help="earliest, latest or JSON (first run only)")
     parser.add_argument("--max-offsets-per-trigger", type=int, default=None, help="records per micro-batch at most")
+    parser.add_argument("--parser", choices=["sql", "python"], default="sql",
+                        help="sql: Spark SQL expressions (parsing_sql.py); python: the reference parser (parsing.py)")
     args = parser.parse_args(argv)
     spark = session()
     try:
         query = run(spark, args.bootstrap_server, args.topic, args.output, args.checkpoint,
                     available_now=args.available_now, trigger_seconds=args.trigger_seconds,
-                    starting_offsets=args.starting_offsets, max_offsets_per_trigger=args.max_offsets_per_trigger)
+                    starting_offsets=args.starting_offsets, max_offsets_per_trigger=args.max_offsets_per_trigger,
+                    parser=args.parser)
         if not args.available_now:
             try:
                 query.awaitTermination()

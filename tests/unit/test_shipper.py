@@ -496,3 +496,127 @@ class ShipperTests(unittest.TestCase):
 
 
 add_checks(ShipperTests, dict(globals()), {"sink": FakeSink})
+
+
+# --- the producer sink's reactor-thread half -------------------------------------------
+
+
+class FakeClient:
+    def __init__(self, partitions: int) -> None:
+        self.partitions = partitions
+
+    def partitions_for(self, topic: str) -> list[int]:
+        return list(range(self.partitions))
+
+
+class FakeProducer:
+    """Enough of L{kafkatw.client.producer.Producer} for L{_ChunkSender}: sends are kept, Deferreds fired by hand."""
+
+    def __init__(self, partitions: int = 3) -> None:
+        from twisted.internet.defer import Deferred
+
+        self.client = FakeClient(partitions)
+        self.sent: list[tuple] = []
+        self.not_ready: Deferred | None = None
+        self.flushes: list[Deferred] = []
+        self._deferred = Deferred
+
+    def send(self, topic, value, key=None, partition=None, headers=None, timestamp_ms=None):
+        d = self._deferred()
+        self.sent.append((topic, value, key, partition, headers, d))
+        return d
+
+    def ready(self):
+        from twisted.internet.defer import succeed
+
+        return self.not_ready if self.not_ready is not None else succeed(None)
+
+    def flush(self):
+        d = self._deferred()
+        self.flushes.append(d)
+        return d
+
+
+def _chunk(count: int, key: bytes = b"h:/var/log/a.log") -> list[tuple]:
+    return [(b"line %d" % i, key, [("line_no", str(i + 1).encode())]) for i in range(count)]
+
+
+class ChunkSenderTests(unittest.SynchronousTestCase):
+    def sender(self, partitions: int = 3):
+        from kafkatw.shipper import _ChunkSender
+
+        producer = FakeProducer(partitions)
+        done: list[int] = []
+        return producer, _ChunkSender(producer, "logs", on_chunk_sent=lambda: done.append(1)), done
+
+    def test_partition_of_the_key_as_kafka(self) -> None:
+        """Each record goes where Kafka's default partitioner puts its key (murmur2), computed once per key."""
+        from kafkatw.client.partitioner import murmur2
+
+        producer, sender, done = self.sender(partitions=7)
+        sender.add(_chunk(3, b"web1:/var/log/syslog") + _chunk(2, b"web1:/var/log/auth.log"))
+        self.assertEqual(done, [1])
+        self.assertEqual([s[3] for s in producer.sent],
+                         [(murmur2(b"web1:/var/log/syslog") & 0x7FFFFFFF) % 7] * 3
+                         + [(murmur2(b"web1:/var/log/auth.log") & 0x7FFFFFFF) % 7] * 2)
+        self.assertEqual(producer.sent[0][:3], ("logs", b"line 0", b"web1:/var/log/syslog"))
+        self.assertEqual(producer.sent[0][4], [("line_no", b"1")])
+
+    def test_no_metadata_yet(self) -> None:
+        """Before the producer knows the topic's partitions, it picks them itself (by the key)."""
+        producer, sender, _ = self.sender(partitions=0)
+        sender.add(_chunk(2))
+        self.assertEqual([s[3] for s in producer.sent], [None, None])
+
+    def test_waits_while_the_producer_is_not_ready(self) -> None:
+        """Sends pause (every 256 records) while the producer is not ready, and go on when it is."""
+        from twisted.internet.defer import Deferred
+
+        producer, sender, done = self.sender()
+        producer.not_ready = Deferred()
+        sender.add(_chunk(600))
+        sender.add(_chunk(10))
+        self.assertEqual((len(producer.sent), done), (256, []))
+        ready, producer.not_ready = producer.not_ready, None
+        ready.callback(None)
+        self.assertEqual((len(producer.sent), done), (610, [1, 1]))
+        self.assertEqual([s[1] for s in producer.sent][:2] + [producer.sent[600][1]], [b"line 0", b"line 1", b"line 0"])
+
+    def test_flush_waits_for_queued_chunks(self) -> None:
+        from twisted.internet.defer import Deferred
+
+        producer, sender, _ = self.sender()
+        producer.not_ready = Deferred()
+        sender.add(_chunk(300))
+        flushed = Deferred.fromCoroutine(sender.flush())
+        self.assertEqual(producer.flushes, [])
+        ready, producer.not_ready = producer.not_ready, None
+        ready.callback(None)
+        self.assertEqual(len(producer.flushes), 1)
+        for s in producer.sent:
+            s[5].callback(None)
+        self.assertNoResult(flushed)
+        producer.flushes[0].callback(None)
+        self.assertIsNone(self.successResultOf(flushed))
+
+    def test_flush_raises_the_first_failure(self) -> None:
+        """A record that failed fails the flush with its error (handled: nothing is logged as unhandled)."""
+        from twisted.internet.defer import Deferred
+
+        from kafkatw.errors import KafkaError
+
+        producer, sender, _ = self.sender()
+        sender.add(_chunk(4))
+        producer.sent[0][5].callback(None)
+        producer.sent[1][5].errback(KafkaError("first"))
+        producer.sent[2][5].errback(KafkaError("second"))
+        producer.sent[3][5].callback(None)
+        flushed = Deferred.fromCoroutine(sender.flush())
+        producer.flushes[0].callback(None)
+        self.assertEqual(str(self.failureResultOf(flushed, KafkaError).value), "first")
+        # the next flush starts clean
+        sender.add(_chunk(1))
+        producer.sent[4][5].callback(None)
+        flushed = Deferred.fromCoroutine(sender.flush())
+        producer.flushes[1].callback(None)
+        self.assertIsNone(self.successResultOf(flushed))

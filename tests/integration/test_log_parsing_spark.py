@@ -1,0 +1,273 @@
+"""
+The log pipeline's Spark SQL parsing (examples/log_pipeline/parsing_sql.py)
+against its pure-Python reference (examples/log_pipeline/parsing.py) on the
+same lines, through a C{local[1]} SparkSession (no broker).
+
+The lines are the parsing unit tests' (tests/unit/test_log_parsing.py) and a
+seeded random corpus: lines of every format, with fields out of range,
+digits and spaces other than ASCII's, control characters, level words in
+brackets and cases, and random edits of such lines.
+
+Skipped when pyspark (the C{spark} extra) is not installed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import random
+import sys
+
+from twisted.trial import unittest
+
+try:
+    import pyspark  # noqa: F401
+    import pyarrow  # noqa: F401
+except ImportError:  # pragma: no cover - the spark extra is not installed
+    pyspark = None
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+EXAMPLE = os.path.join(ROOT, "examples", "log_pipeline")
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(f"log_pipeline_{name}", os.path.join(EXAMPLE, f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+parsing = _load("parsing")
+parsing_sql = _load("parsing_sql")
+
+#: 2026-11-22T04:01:00Z
+RECORD_MS = 1_795_320_060_000
+
+UNIT_TEST_LINES = [
+    "Nov 22 04:00:41 web1 sshd[1234]: Accepted publickey for root",
+    "Nov  2 04:00:41 web1 kernel: EXT4-fs error (device sda1): bad block",
+    "Nov 22 04:00:41 web1 CRON[9]: warning: low disk",
+    "Dec 31 23:59:59 h prog: x",
+    "2026-11-22T04:00:41.123456+00:00 web1 systemd[1]: Started Session 5 of user root.",
+    "2026-11-22T05:00:41+01:00 web1 app: connection failed",
+    "2026-11-22T04:00:41+0000 [kafkatw.broker.server#info] listening on 9092",
+    "2026-11-22T04:00:41-0100 [-#error] boom",
+    "2026-11-22T04:00:41+0000 [x#warn] careful",
+    "2026-11-22 04:00:41,123 ERROR Something broke",
+    "2026-11-22 04:00:41,123 - myapp - WARNING - disk at 91%",
+    "2026-11-22T04:00:41Z [INFO] ready",
+    "2026-11-22 04:00:41 user info updated",
+    "2026-11-22 04:00:41 status installed libc-bin:amd64 2.36-9",
+    "2026-11-22 04:00:41 upgrade curl:amd64 7.88.1-10 7.88.1-10+deb12u5",
+    "Start-Date: 2026-11-22  04:00:41",
+    '127.0.0.1 - - [22/Nov/2026:04:00:41 +0000] "GET /index.html?x=1 HTTP/1.1" 200 612 "-" "curl/7.88"',
+    '10.0.0.1 - bob [22/Nov/2026:05:00:41 +0100] "POST /api HTTP/2.0" 503 0',
+    "", "just some text", "\x00\x01binary", "Nov 99 04:00:41 h p: x", "Foo 22 04:00:41 h p: x",
+    "  Commandline: apt-get install foo",
+    "2026-13-45 99:99:99 ERROR x", "2026-02-30T04:00:41Z [-#info] x",
+    '1.1.1.1 - - [31/Feb/2026:04:00:41 +0000] "GET / HTTP/1.1" 200 1',
+    "took 123 ms at 0xdeadBEEF", "(Reading 5%\r(Reading 10%\r",
+]
+
+_MONTHS = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
+_ODD = ["\u0663", "\uff11", "\U0001d7ce", "\u00a0", "\u2003", "\x1c", "\t", "\r", "\n", "\x00", "\x01", "\x7f",
+        "\u0130", "\u0131", "\u017f", "\u212a", "\u00e9", "\ufffd", "#", "[", "]", ":", "?", "\"", "-", " ", "  "]
+_ACCESS_MONTHS = _MONTHS + ["nov", "Foo", "N\u00e9v"]
+_TARGETS = ["", " /a?b=1", " /x y z", "\u2003/p\u2003HTTP/1.1", " /q?x"]
+_STATUSES = ["200", "404", "500", "503", "\u0665\u0660\u0660"]
+_TWISTD_LEVELS = ["info", "ERROR", "warn", "odd", "Debug", "\u00e9"]
+_SPACES = [" ", "  ", "\u2003", "\t", "\u00a0"]
+_HOSTS = ["web1", "h\u00e9"]
+_PROGRAMS = ["sshd[1]", "kernel", "a\x01b", "CRON[12]", "x[y"]
+_DAYS = ["1", " 1", "29", "31", "99", "\u0663"]
+_WORDS = ["error", "ERROR", "Errors", "failed", "fail", "FATAL", "panic", "denied", "segfault", "exception",
+          "warn", "WARNING", "warnings", "info", "INFO", "[INFO]", "(warn)", "<crit>", "debug:", "Notice",
+          "err", "emerg", "trace", "ok", "xerror", "error_x", "é-error", "error2", "\u017fegfault", "fa\u0131l"]
+
+
+def _digits(rng: random.Random, n: int, low: int = 0, high: int | None = None) -> str:
+    high = 10 ** n - 1 if high is None else high
+    text = str(rng.randint(low, high)).zfill(n)
+    if rng.random() < 0.05:  # a digit that is not ASCII's (Python's \d and int() take it)
+        i = rng.randrange(len(text))
+        text = text[:i] + {"0": "\u0660", "1": "\uff11", "2": "\U0001d7d0"}.get(text[i], text[i]) + text[i + 1:]
+    return text
+
+
+def _date(rng: random.Random, sep: str = "-") -> str:
+    year = rng.choice(["2026", "2024", "0000", "0001", "9999", "1969", "1600"])
+    month = rng.choice(["01", "02", "12", "13", "00", _digits(rng, 2, 1, 12)])
+    day = rng.choice(["01", "29", "30", "31", "00", _digits(rng, 2, 1, 28)])
+    return f"{year}{sep}{month}{sep}{day}"
+
+
+def _time(rng: random.Random) -> str:
+    return (f"{rng.choice(['00', '23', '24', _digits(rng, 2, 0, 23)])}:{rng.choice(['00', '59', '60', _digits(rng, 2, 0, 59)])}"
+            f":{rng.choice(['00', '59', '60', _digits(rng, 2, 0, 59)])}")
+
+
+def _zone(rng: random.Random) -> str:
+    return rng.choice(["", "Z", "+00:00", "+0000", "-0100", "+05:30", "+2359", "-2400", "+9999", "+0199"])
+
+
+def _text(rng: random.Random) -> str:
+    parts = []
+    for _ in range(rng.randint(0, 8)):
+        r = rng.random()
+        if r < 0.3:
+            parts.append(rng.choice(_WORDS))
+        elif r < 0.5:
+            parts.append(str(rng.randint(0, 10 ** 6)))
+        elif r < 0.6:
+            parts.append(f"0x{rng.randint(0, 1 << 32):x}")
+        elif r < 0.7:
+            parts.append(rng.choice(_ODD))
+        else:
+            parts.append(rng.choice(["the", "disk", "user", "ssh", "Started", "session", "GET", "a:b"]))
+    return rng.choice([" ", "  ", " - ", ": "]).join(parts)
+
+
+def corpus(count: int, seed: int = 14) -> list[str]:
+    """C{count} lines of every format, with edits; the same every time."""
+    rng = random.Random(seed)
+    lines = list(UNIT_TEST_LINES)
+    makers = [
+        lambda: (f'{rng.choice(["1.2.3.4", "::1", "h"])} - {rng.choice(["-", "bob"])} [{_digits(rng, 2, 1, 31)}/'
+                 f'{rng.choice(_ACCESS_MONTHS)}/{rng.choice(["2026", "2024", "0000"])}:{_time(rng)}'
+                 f' {rng.choice(["+0000", "-0130", "+9999", "+2400"])}] "{rng.choice(["GET", "", " ", "POST"])}'
+                 f'{rng.choice(_TARGETS)}"'
+                 f' {rng.choice(_STATUSES)} {rng.randint(0, 9999)} "-"'),
+        lambda: (f"{_date(rng)}{rng.choice(['T', ' '])}{_time(rng)}{rng.choice(['', '.1', ',123', '.123456789'])}"
+                 f"{_zone(rng)} [{rng.choice(['-', 'ns.x', ''])}#{rng.choice(_TWISTD_LEVELS)}]"
+                 f"{rng.choice(['', ' '])}{_text(rng)}"),
+        lambda: (f"{_date(rng)} {_time(rng)} {rng.choice(['status', 'install', 'configure', 'conffile', 'other'])}"
+                 f" {_text(rng)}"),
+        lambda: (f"{rng.choice(['Start-Date', 'End-Date', 'Log started', 'Commandline'])}: {_date(rng)}"
+                 f"{rng.choice(_SPACES)}{_time(rng)}"),
+        lambda: (f"{rng.choice(['', '['])}{_date(rng)}{rng.choice(['T', ' '])}{_time(rng)}"
+                 f"{rng.choice(['', '.5', ',250'])}{_zone(rng)}{rng.choice(['', ']'])}{rng.choice(_SPACES)}"
+                 f"{_text(rng)}"),
+        lambda: (f"{rng.choice(['', '['])}{_date(rng)} {_time(rng)} {rng.choice(_HOSTS)}"
+                 f" {rng.choice(_PROGRAMS)}:{rng.choice(['', ' '])}{_text(rng)}"),
+        lambda: (f"{rng.choice(_MONTHS + ['Foo', 'nov'])} {rng.choice(_DAYS)}"
+                 f" {_time(rng)} {rng.choice(['web1', 'h'])} {rng.choice(['sshd[1234]', 'kernel', 'p'])}:"
+                 f"{rng.choice(['', ' '])}{_text(rng)}"),
+        lambda: _text(rng),
+    ]
+    while len(lines) < count:
+        line = rng.choice(makers)()
+        if rng.random() < 0.15:  # a random edit
+            i = rng.randrange(len(line) + 1)
+            line = line[:i] + rng.choice(_ODD) + line[i + rng.choice([0, 0, 1]):]
+        if rng.random() < 0.05:
+            line += rng.choice(["\r", "\r\n", "\n", "\r\r"])
+        lines.append(line)
+    return lines
+
+
+def record_times(rng: random.Random) -> int:
+    return rng.choice([RECORD_MS, 1_767_225_605_000, 1_767_225_605_000 + 3 * 86_400_000, 0, 951_782_400_000,
+                       -86_400_000 * 400])
+
+
+def reference(rows: list[tuple]) -> list[tuple]:
+    """The rows parsing.parse_arrow_batches gives (minute in ms), computed per line in Python."""
+    out = []
+    for key, value, record_ms, headers in rows:
+        path = None
+        for h_key, h_value in headers or ():
+            if h_key == "path":
+                path = h_value
+                break
+        line = (value or b"").decode("utf-8", "replace")
+        parsed = parsing.parse_line(line, record_ms)
+        out.append((parsing.source_of(path, key), parsing.minute_ms(parsed, record_ms), parsed.level, parsed.status,
+                    parsing.is_error(parsed.level, parsed.status), parsing.template(parsed.message)))
+    return out
+
+
+class SparkParsingTests(unittest.SynchronousTestCase):
+    spark = None
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        if pyspark is None:
+            raise unittest.SkipTest("pyspark is not installed (pip install kafkatw[spark])")
+        os.environ["PYSPARK_PYTHON"] = sys.executable
+        os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+        os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+        from pyspark.sql import SparkSession
+
+        cls.spark = (SparkSession.builder.master("local[1]").appName("kafkatw-parsing-tests")
+                     .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+                     .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "1")
+                     .config("spark.sql.session.timeZone", "America/Los_Angeles")  # not UTC: must not matter
+                     .getOrCreate())
+        cls.spark.sparkContext.setLogLevel("ERROR")
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        if cls.spark is not None:
+            cls.spark.stop()
+
+    def parse_in_spark(self, rows: list[tuple]) -> list[tuple]:
+        from pyspark.sql import functions as F
+
+        df = self.spark.createDataFrame(
+            [(i, *row) for i, row in enumerate(rows)],
+            "i long, key binary, value binary, record_ms long, headers array<struct<key: string, value: binary>>")
+        df = df.select("i", "key", "value", F.timestamp_millis("record_ms").alias("timestamp"), "headers")
+        parsed = parsing_sql.parse(df.select("key", "value", "timestamp", "headers", "i"))
+        self.assertEqual(parsed.columns, parsing_sql.PARSED_COLUMNS)
+        # the row order is kept by these projections
+        out = parsed.select("source", F.unix_millis("minute"), "level", "status", "error", "message").collect()
+        return [tuple(r) for r in out]
+
+    def check(self, rows: list[tuple]) -> None:
+        got = self.parse_in_spark(rows)
+        want = reference(rows)
+        differences = [(rows[i][1], want[i], got[i]) for i in range(len(rows)) if want[i] != got[i]]
+        self.assertEqual(differences[:10], [], f"{len(differences)} of {len(rows)} lines differ")
+
+    def test_unit_test_lines(self) -> None:
+        rows = [(b"h:/var/log/x", line.encode(), RECORD_MS, [("host", b"h"), ("path", b"/var/log/x")])
+                for line in UNIT_TEST_LINES]
+        self.check(rows)
+
+    def test_year_rollover(self) -> None:
+        jan_1 = 1_767_225_605_000  # 2026-01-01T00:00:05Z
+        rows = [(b"h:/l", line.encode(), ms, None) for line, ms in [
+            ("Dec 31 23:59:59 h prog: x", jan_1), ("Jan  1 00:00:01 h prog: x", jan_1),
+            ("Jan  3 00:00:06 h prog: x", jan_1), ("Jan  3 00:00:04 h prog: x", jan_1),
+            ("Feb 29 00:00:00 h prog: x", jan_1), ("Feb 29 00:00:00 h prog: x", 1_709_251_200_000)]]
+        self.check(rows)
+
+    def test_sources(self) -> None:
+        line = b"x"
+        rows = [(b"h:/a", line, RECORD_MS, [("path", b"/b")]), (b"h:/a", line, RECORD_MS, [("path", b"")]),
+                (b"h:/a", line, RECORD_MS, [("path", None), ("path", b"/c")]), (None, line, RECORD_MS, None),
+                (b"", line, RECORD_MS, []), (b"no-colon", line, RECORD_MS, []), (b"h:", line, RECORD_MS, []),
+                (b"h:/x:y", line, RECORD_MS, [("host", b"h")]), (b"\xff:/\xfe", line, RECORD_MS, []),
+                (b"h:/a", None, RECORD_MS, None)]
+        self.check(rows)
+
+    def test_random_corpus(self) -> None:
+        rng = random.Random(7)
+        rows = [(b"h:/var/log/x", line.encode("utf-8", "surrogatepass"), record_times(rng), [("path", b"/var/log/x")])
+                for line in corpus(4000)]
+        self.check(rows)
+
+
+class ClassTests(unittest.SynchronousTestCase):
+    """The Java classes parsing_sql uses for Python's \\d and \\w are the same sets in Python's tables."""
+
+    def test_python_classes(self) -> None:
+        import re
+        import unicodedata
+
+        word, digit = re.compile(r"\w"), re.compile(r"\d")
+        for code in range(sys.maxunicode + 1):
+            char = chr(code)
+            category = unicodedata.category(char)
+            self.assertEqual(bool(word.match(char)), category[0] in "LN" or char == "_", hex(code))
+            self.assertEqual(bool(digit.match(char)), category == "Nd", hex(code))
