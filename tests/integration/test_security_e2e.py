@@ -101,6 +101,9 @@ class SecuredClusterTests(ClassFixture, unittest.TestCase):
                     "replica.lag.time.max.ms": "3000",
                     "replica.fetch.wait.max.ms": "200",
                     "connection.failed.authentication.delay.ms": "100",
+                    "transaction.state.log.replication.factor": "2",
+                    "transaction.state.log.min.isr": "1",
+                    "transaction.state.log.num.partitions": "2",
                 }).start())
             cls.sasl_ssl = [f"localhost:{sasl_ssl}" for sasl_ssl, _ in ports]
             cls.ssl = [f"localhost:{ssl}" for _, ssl in ports]
@@ -340,6 +343,43 @@ class SecuredClusterTests(ClassFixture, unittest.TestCase):
         wait_for(in_sync, 30, "both replicas in sync")
         logs = "".join(b.log_text() for b in self.brokers)
         self.assertIn("authenticated User:admin", logs)
+
+    def test_transactions_with_acls(self) -> None:
+        """
+        A transactional producer needs Write on its transactional id: alice's commits (the markers
+        go from broker to broker over SASL_SSL as User:admin), bob's is refused.
+        """
+        from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
+
+        self.create_topic("e2e-tx", replication_factor=2)
+        added = self.acls("--add", "--allow-principal", "User:alice", "--producer", "--topic", "e2e-tx",
+                          "--transactional-id", "e2e-tx-alice")
+        self.assertEqual(added.returncode, 0, added.stderr)
+        producer = Producer(self.confluent("SCRAM-SHA-512", **{"transactional.id": "e2e-tx-alice"}))
+        producer.init_transactions(60)
+        producer.begin_transaction()
+        for value in RECORDS:
+            producer.produce("e2e-tx", value, partition=0)
+        producer.commit_transaction(60)
+        consumer = Consumer(self.confluent("SCRAM-SHA-512", **{"group.id": "e2e-tx-reader",
+                                                               "isolation.level": "read_committed",
+                                                               "enable.auto.commit": False}))
+        values: list[bytes] = []
+        try:
+            consumer.assign([TopicPartition("e2e-tx", 0, OFFSET_BEGINNING)])
+            deadline = time.monotonic() + TIMEOUT_S
+            while len(values) < len(RECORDS) and time.monotonic() < deadline:
+                for msg in consumer.consume(num_messages=10, timeout=1.0):
+                    if msg.error() is None:
+                        values.append(msg.value())
+        finally:
+            consumer.close()
+        self.assertEqual(values, RECORDS)
+
+        refused = Producer(self.confluent("SCRAM-SHA-512", "bob", **{"transactional.id": "e2e-tx-bob"}))
+        with self.assertRaises(KafkaException) as raised:
+            refused.init_transactions(30)
+        self.assertEqual(raised.exception.args[0].name(), "TRANSACTIONAL_ID_AUTHORIZATION_FAILED")
 
     def test_mutual_tls_principal_and_acls(self) -> None:
         """On the SSL listener the client certificate is the principal: alice's is allowed, bob's is not."""
