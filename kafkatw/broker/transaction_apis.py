@@ -42,7 +42,6 @@ from twisted.internet import defer
 from twisted.logger import Logger
 
 from ..errors import ErrorCode, KafkaError
-from ..security.acl import AclOperation, ResourceType
 from ..zookeeper.registry import CommittedOffset
 from .transaction_coordinator import TransactionCoordinator, fenced_error
 from .transaction_log import (
@@ -217,20 +216,13 @@ class TransactionApis:
     def _coordinator(self) -> TransactionCoordinator | None:
         return self.transactions.coordinator if self.transactions is not None else None
 
-    def _allowed(self, context: Any, operation: AclOperation, resource_type: ResourceType,
-                 name: str = ...) -> bool:  # pragma: no cover - KafkaApis's
-        raise NotImplementedError
-
-    def _may_write_transaction(self, context: Any, transactional_id: str) -> bool:
-        """Write on the transactional id: what every transactional request needs (Kafka's C{KafkaApis})."""
-        return self._allowed(context, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
-
     def _refuse_transactional_produce(self, context: Any, request: Any) -> bool:
         """
         Whether a Produce with a transactional id is refused
-        (C{TRANSACTIONAL_ID_AUTHORIZATION_FAILED}): without Write on the id.
+        (C{TRANSACTIONAL_ID_AUTHORIZATION_FAILED}): the place for an ACL check
+        on the id (Kafka's WRITE on TRANSACTIONAL_ID); none today.
         """
-        return not self._may_write_transaction(context, request.transactional_id)
+        return False
 
     @staticmethod
     def _stable_offsets(request: Any, topics: list) -> dict[tuple[str, int], int] | None:
@@ -296,8 +288,6 @@ class TransactionApis:
                                            "error_code": int(fenced_error(22, context.api_version, code)),
                                            "producer_id": producer_id, "producer_epoch": epoch})
 
-        if not self._may_write_transaction(context, request.transactional_id):
-            return answer(_E.transactional_id_authorization_failed)
         wiring = self.transactions
         if wiring is None or not wiring.ensure_topic():
             return answer(_E.coordinator_not_available)
@@ -321,13 +311,6 @@ class TransactionApis:
             return self._respond(context, {"throttle_time": 0, "results_by_topic_v3_and_below": [
                 {"name": name, "results_by_partition": results} for name, results in by_topic.items()]})
 
-        if not self._may_write_transaction(context, request.v3_and_below_transactional_id):
-            return answer({tp: _E.transactional_id_authorization_failed for tp in wanted})
-        denied = {name for name, _p in wanted if not self._allowed(context, AclOperation.WRITE, ResourceType.TOPIC,
-                                                                   name)}
-        if denied:  # none is added (Kafka's KafkaApis)
-            return answer({tp: _E.topic_authorization_failed if tp[0] in denied else _E.operation_not_attempted
-                           for tp in wanted})
         coordinator = self._coordinator
         if coordinator is None:
             return answer({tp: _E.coordinator_not_available for tp in wanted})
@@ -346,18 +329,12 @@ class TransactionApis:
         return d.addCallback(answer)
 
     def handle_add_offsets_to_txn(self, context: Any, request: Any) -> Any:
-        if not self._may_write_transaction(context, request.transactional_id):
-            return self._simple(context, 25, defer.succeed(_E.transactional_id_authorization_failed))
-        if not self._allowed(context, AclOperation.READ, ResourceType.GROUP, request.group_id):
-            return self._simple(context, 25, defer.succeed(_E.group_authorization_failed))
         coordinator = self._coordinator
         d = None if coordinator is None else coordinator.add_offsets_to_txn(
             request.transactional_id, request.producer_id, request.producer_epoch, request.group_id)
         return self._simple(context, 25, d)
 
     def handle_end_txn(self, context: Any, request: Any) -> Any:
-        if not self._may_write_transaction(context, request.transactional_id):
-            return self._simple(context, 26, defer.succeed(_E.transactional_id_authorization_failed))
         coordinator = self._coordinator
         d = None if coordinator is None else coordinator.end_txn(
             request.transactional_id, request.producer_id, request.producer_epoch, bool(request.committed))
@@ -366,14 +343,6 @@ class TransactionApis:
     # --- WriteTxnMarkers ---------------------------------------------------------------------
 
     def handle_write_txn_markers(self, context: Any, request: Any) -> Any:
-        if not self._allowed(context, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER):
-            # only brokers write markers: every partition is refused
-            code = int(_E.cluster_authorization_failed)
-            return self._respond(context, {"markers": [
-                {"producer_id": m.producer_id, "topics": [
-                    {"name": t.name, "partitions": [{"partition_index": int(p), "error_code": code}
-                                                    for p in t.partition_indexes]} for t in m.topics]}
-                for m in request.markers]})
         pending = self.transactions.pending_offsets if self.transactions is not None else None
         d = append_markers(self.replica_manager, request.markers, self.now_ms(), 30000, pending)
         return d.addCallback(lambda body: self._respond(context, body))
@@ -392,12 +361,6 @@ class TransactionApis:
             return self._respond(context, {"throttle_time": 0, "topics": [
                 {"name": name, "partitions": ps} for name, ps in topics.items()]})
 
-        if not self._may_write_transaction(context, request.transactional_id):
-            return answer(_E.transactional_id_authorization_failed)
-        if not self._allowed(context, AclOperation.READ, ResourceType.GROUP, request.group_id):
-            return answer(_E.group_authorization_failed)
-        if any(not self._allowed(context, AclOperation.READ, ResourceType.TOPIC, name) for name, _p in order):
-            return answer(_E.topic_authorization_failed)
         if self.transactions is None:
             return answer(_E.coordinator_not_available)
         if self.group_coordinator.coordinator(request.group_id) != self.broker_id:

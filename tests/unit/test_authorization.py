@@ -99,15 +99,6 @@ class DataApisTests(unittest.TestCase):
         denied = self.h.as_(BOB, 0, 9, produce_body("t")).responses[0].partition_responses[0]
         self.assertEqual(denied.error_code, TAF)
 
-    def test_transactional_produce_needs_write_on_the_transactional_id(self) -> None:
-        self.h.grant(ALICE, O.WRITE, T, "t")
-        body = dict(produce_body("t"), transactional_id="tx")
-        denied = self.h.as_(ALICE, 0, 9, body).responses[0].partition_responses[0]
-        self.assertEqual(denied.error_code, ErrorCode.transactional_id_authorization_failed)
-        self.h.grant(ALICE, O.WRITE, X, "tx")
-        allowed = self.h.as_(ALICE, 0, 9, body).responses[0].partition_responses[0]
-        self.assertNotEqual(allowed.error_code, ErrorCode.transactional_id_authorization_failed)
-
     def test_fetch_needs_read_and_followers_cluster_action(self) -> None:
         self.h.grant(ALICE, O.READ, T, "t")
         body = self.h.fetch_request("t", 0, 0)
@@ -327,46 +318,6 @@ class AdminApisTests(unittest.TestCase):
         transactional = dict(body, transactional_id="tx")
         self.assertEqual(self.h.as_(ALICE, 22, 4, transactional).error_code,
                          ErrorCode.transactional_id_authorization_failed)
-
-    def test_transactional_apis_need_write_on_the_transactional_id(self) -> None:
-        """Kafka's KafkaApis: Write on the transactional id, then Write/Read on the topics and Read on the group."""
-        tiaf = ErrorCode.transactional_id_authorization_failed
-        init = {"transactional_id": "tx", "transaction_timeout": 60000, "producer_id": -1, "producer_epoch": -1}
-        end = {"transactional_id": "tx", "producer_id": 1, "producer_epoch": 0, "committed": True}
-        add_offsets = {"transactional_id": "tx", "producer_id": 1, "producer_epoch": 0, "group_id": GROUP}
-        add_partitions = {"v3_and_below_transactional_id": "tx", "v3_and_below_producer_id": 1,
-                          "v3_and_below_producer_epoch": 0, "v3_and_below_topics": [{"name": "t", "partitions": [0]}]}
-        commit = {"transactional_id": "tx", "group_id": GROUP, "producer_id": 1, "producer_epoch": 0,
-                  "generation_id": -1, "member_id": "", "group_instance_id": None,
-                  "topics": [{"name": "t", "partitions": [{"partition_index": 0, "committed_offset": 5,
-                                                           "committed_leader_epoch": -1, "committed_metadata": ""}]}]}
-
-        def partition_codes() -> list:
-            added = self.h.as_(BOB, 24, 3, add_partitions)
-            committed = self.h.as_(BOB, 28, 3, commit)
-            return [[p.partition_error_code for t in added.results_by_topic_v3_and_below for p in t.results_by_partition],
-                    [p.error_code for t in committed.topics for p in t.partitions]]
-
-        self.assertEqual(self.h.as_(BOB, 22, 4, init).error_code, tiaf)
-        self.assertEqual(self.h.as_(BOB, 26, 3, end).error_code, tiaf)
-        self.assertEqual(self.h.as_(BOB, 25, 3, add_offsets).error_code, tiaf)
-        self.assertEqual(partition_codes(), [[tiaf], [tiaf]])
-        self.h.grant(BOB, O.WRITE, X, "tx")
-        self.assertNotEqual(self.h.as_(BOB, 22, 4, init).error_code, tiaf)
-        self.assertNotEqual(self.h.as_(BOB, 26, 3, end).error_code, tiaf)
-        self.assertEqual(self.h.as_(BOB, 25, 3, add_offsets).error_code, GAF)
-        self.assertEqual(partition_codes(), [[TAF], [GAF]])
-        self.h.grant(BOB, O.READ, G, GROUP)
-        self.assertNotIn(self.h.as_(BOB, 25, 3, add_offsets).error_code, (tiaf, GAF))
-        self.assertEqual(partition_codes()[1], [TAF])
-        self.h.grant(BOB, O.WRITE, T, "t")
-        self.h.grant(BOB, O.READ, T, "t")
-        self.assertTrue(all(code not in (tiaf, TAF, GAF) for codes in partition_codes() for code in codes))
-
-        markers = {"markers": [{"producer_id": 1, "producer_epoch": 0, "transaction_result": True,
-                                "topics": [{"name": "t", "partition_indexes": [0]}], "coordinator_epoch": 0}]}
-        refused = self.h.as_(BOB, 27, 1, markers)
-        self.assertEqual([p.error_code for m in refused.markers for t in m.topics for p in t.partitions], [CAF])
 
     def test_controller_apis_need_alter_or_describe_on_the_cluster(self) -> None:
         elect = {"election_type": 0, "topic_partitions": [{"topic": "t", "partitions": [0]}], "timeout": 1000}
