@@ -1,7 +1,9 @@
 """
 Security benchmark: the same workload over each listener of ONE kafkatw broker
 started here (its own ZooKeeper, 127.0.0.1 only), in the same run, so that the
-rows compare: PLAINTEXT and SSL (and room for SASL_SSL rows: add a L{Row}).
+rows compare: PLAINTEXT, SSL and SASL_SSL with SCRAM-SHA-512 (a user created
+with C{kafkatw configs --zookeeper} before the broker starts, 4096 iterations,
+Kafka's default).
 
 Per row, one JSON line per figure:
 
@@ -11,9 +13,11 @@ Per row, one JSON line per figure:
   - the broker process's CPU seconds per phase and per million records
     (/proc/<pid>/stat): over SSL a fetch cannot use sendfile, the broker reads
     each file region in 256 KiB slices and encrypts them (docs/security.md);
-  - connection set-up: TCP connect, TLS handshake (TLS rows), and one
-    ApiVersions round trip, from Python's socket and ssl modules, median and
-    99th percentile of --connections sequential connections;
+  - connection set-up: TCP connect, TLS handshake (TLS rows), the SASL
+    exchange (SASL_SSL: SaslHandshake v1 and the two SaslAuthenticate round
+    trips of SCRAM, computed by scramp) and one ApiVersions round trip, from
+    Python's socket and ssl modules, median and 99th percentile of
+    --connections sequential connections;
   - large fetches: --large-mb of 1 MB records consumed with 50 MB fetches
     (fetch.max.bytes, max.partition.fetch.bytes): MB/s, and the broker's
     resident memory above its level before the phase (VmRSS sampled every
@@ -39,6 +43,7 @@ import socket
 import ssl
 import statistics
 import struct
+import subprocess
 import sys
 import tempfile
 import threading
@@ -64,12 +69,16 @@ def cpu_seconds(pid: int) -> float:
 
 
 class Row(NamedTuple):
-    """One listener to measure: its name, the port, librdkafka's settings, and the ssl context (TLS rows)."""
+    """
+    One listener to measure: its name, the port, librdkafka's settings, the
+    ssl context (TLS rows) and the SCRAM mechanism, user and password (SASL rows).
+    """
 
     protocol: str
     port: int
     conf: dict
     tls: ssl.SSLContext | None
+    scram: tuple[str, str, str] | None = None
 
 
 def produce(bootstrap: str, topic: str, n: int, value: bytes, cap_s: float, conf: dict) -> tuple[int, int]:
@@ -124,20 +133,63 @@ _API_VERSIONS = struct.pack(">hhih", 18, 0, 1, 5) + b"bench"
 _API_VERSIONS = struct.pack(">i", len(_API_VERSIONS)) + _API_VERSIONS
 
 
-def connect_once(port: int, context: ssl.SSLContext | None) -> float:
-    """Seconds from connect() to an ApiVersions response (TLS: the handshake included)."""
+def _request(api_key: int, api_version: int, body: bytes) -> bytes:
+    """A size-prefixed request with header v1 (correlation id 1, client id "bench")."""
+    frame = struct.pack(">hhih", api_key, api_version, 1, 5) + b"bench" + body
+    return struct.pack(">i", len(frame)) + frame
+
+
+def _response(sock: Any) -> bytes:
+    """One response's body (after the size and the correlation id)."""
+    def read(n: int) -> bytes:
+        data = b""
+        while len(data) < n:
+            chunk = sock.recv(n - len(data))
+            if not chunk:
+                raise ConnectionError("the broker closed the connection")
+            data += chunk
+        return data
+
+    return read(struct.unpack(">i", read(4))[0])[4:]
+
+
+def _scram_login(sock: Any, mechanism: str, user: str, password: str) -> None:
+    """SaslHandshake v1 and SaslAuthenticate v0 round trips of a SCRAM exchange (KIP-152), client side by scramp."""
+    from scramp import ScramClient
+
+    name = mechanism.encode()
+    sock.sendall(_request(17, 1, struct.pack(">h", len(name)) + name))
+    if struct.unpack(">h", _response(sock)[:2])[0] != 0:
+        raise RuntimeError(f"SaslHandshake refused {mechanism}")
+    client = ScramClient([mechanism], user, password)
+
+    def authenticate(token: str) -> str:
+        data = token.encode()
+        sock.sendall(_request(36, 0, struct.pack(">i", len(data)) + data))
+        body = _response(sock)
+        error, message_length = struct.unpack(">hh", body[:4])
+        if error != 0:
+            raise RuntimeError(f"SaslAuthenticate failed with error {error}")
+        rest = body[4 + max(message_length, 0):]
+        return rest[4:4 + struct.unpack(">i", rest[:4])[0]].decode()
+
+    client.set_server_first(authenticate(client.get_client_first()))
+    client.set_server_final(authenticate(client.get_client_final()))
+
+
+def connect_once(row: Row) -> float:
+    """
+    Seconds from connect() to an ApiVersions response: the TLS handshake
+    (TLS rows) and the SCRAM exchange (SASL rows) included.
+    """
     started = time.perf_counter()
-    raw = socket.create_connection(("127.0.0.1", port), timeout=10)
-    sock: Any = context.wrap_socket(raw, server_hostname="localhost") if context is not None else raw
+    raw = socket.create_connection(("127.0.0.1", row.port), timeout=10)
+    sock: Any = row.tls.wrap_socket(raw, server_hostname="localhost") if row.tls is not None else raw
     try:
+        if row.scram is not None:
+            _scram_login(sock, *row.scram)
         sock.sendall(_API_VERSIONS)
-        header = b""
-        while len(header) < 4:
-            header += sock.recv(4 - len(header))
-        size = struct.unpack(">i", header)[0]
-        body = b""
-        while len(body) < size:
-            body += sock.recv(size - len(body))
+        _response(sock)
         return time.perf_counter() - started
     finally:
         sock.close()
@@ -188,16 +240,25 @@ def main() -> None:
     try:
         files = make_tls_files(os.path.join(base, "certs"))
         connect = zookeeper.start() + "/kafkatw"
-        plain, tls = find_free_port(), find_free_port()
+        user, password = "bench", "bench-secret"
+        created = subprocess.run([sys.executable, "-m", "kafkatw.cli.main", "configs", "--zookeeper", connect,
+                                  "--alter", "--add-config", f"SCRAM-SHA-512=[iterations=4096,password={password}]",
+                                  "--entity-type", "users", "--entity-name", user], capture_output=True, text=True)
+        if created.returncode != 0:
+            raise SystemExit(f"creating the SCRAM user failed: {created.stderr.strip()}")
+        plain, tls, sasl_ssl = find_free_port(), find_free_port(), find_free_port()
         broker = BrokerProcess(0, connect, base, port=plain, overrides={
-            "listeners": f"PLAINTEXT://127.0.0.1:{plain},SSL://127.0.0.1:{tls}",
+            "listeners": f"PLAINTEXT://127.0.0.1:{plain},SSL://127.0.0.1:{tls},SASL_SSL://127.0.0.1:{sasl_ssl}",
             "ssl.keystore.location": files.server, "ssl.truststore.location": files.ca,
+            "sasl.enabled.mechanisms": "SCRAM-SHA-512",
         }).start()
         context = ssl.create_default_context(cafile=files.ca)
         rows = [
             Row("PLAINTEXT", plain, {}, None),
             Row("SSL", tls, {"security.protocol": "SSL", "ssl.ca.location": files.ca}, context),
-            # SASL_SSL rows go here: Row("SASL_SSL", port, {...sasl.* ...}, context).
+            Row("SASL_SSL", sasl_ssl, {"security.protocol": "SASL_SSL", "ssl.ca.location": files.ca,
+                                       "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": user,
+                                       "sasl.password": password}, context, ("SCRAM-SHA-512", user, password)),
         ]
         pid = broker.popen.pid
         value = os.urandom(args.record_size)
@@ -228,10 +289,12 @@ def main() -> None:
             emit("consume_broker_cpu_s_per_million", round(cpu / max(got, 1) * 1e6, 2), "s", cpu_s=round(cpu, 2),
                  **common)
 
-            times = sorted(connect_once(row.port, row.tls) for _ in range(args.connections))
+            times = sorted(connect_once(row) for _ in range(args.connections))
+            includes = {"PLAINTEXT": "connect+ApiVersions", "SSL": "connect+TLS+ApiVersions",
+                        "SASL_SSL": "connect+TLS+SCRAM-SHA-512+ApiVersions"}[row.protocol]
             emit("connection_setup_ms_median", round(statistics.median(times) * 1000, 2), "ms",
                  p99_ms=round(times[min(len(times) - 1, int(len(times) * 0.99))] * 1000, 2),
-                 connections=len(times), includes="connect+handshake+ApiVersions", protocol=row.protocol)
+                 connections=len(times), includes=includes, protocol=row.protocol)
 
             large = f"{topic}-large"
             admin = AdminClient({"bootstrap.servers": bootstrap, **row.conf})

@@ -259,13 +259,20 @@ class KafkaConnection(Int32StringReceiver):
 
     def handshakeCompleted(self) -> None:
         """
-        The TLS handshake is done (C{IHandshakeListener}): the principal is the
-        client certificate's mapped distinguished name, or C{User:ANONYMOUS}.
+        The TLS handshake is done (C{IHandshakeListener}).  On C{SSL} the
+        principal is the client certificate's distinguished name mapped by
+        C{ssl.principal.mapping.rules}, or C{User:ANONYMOUS}; on C{SASL_SSL}
+        the SASL exchange names it, and a client certificate (checked by the
+        handshake) is not mapped, as Kafka's C{SaslServerAuthenticator} does.
         """
         self.handshake_done = True
         if self._handshake_timer is not None and self._handshake_timer.active():
             self._handshake_timer.cancel()
         self._handshake_timer = None
+        if self.security_protocol != "SSL":
+            _log.info("TLS connection from {peer} on listener {listener}: SASL authentication follows",
+                      peer=self.peer, listener=self.listener_name)
+            return
         certificate = self.transport.getPeerCertificate()
         if certificate is None or self.tls is None:
             principal = ANONYMOUS
@@ -279,8 +286,7 @@ class KafkaConnection(Int32StringReceiver):
                 self._closed = True
                 self.transport.abortConnection()
                 return
-        if self.security_protocol == "SSL":  # SASL_SSL: the SASL exchange names the principal
-            self.context = self.context._replace(principal=principal)
+        self.context = self.context._replace(principal=principal)
         _log.info("TLS connection from {peer} on listener {listener}: principal {principal}", peer=self.peer,
                   listener=self.listener_name, principal=principal)
 

@@ -87,14 +87,14 @@ class TLSPair:
     """A broker TLS listener's connection and a client, connected in memory."""
 
     def __init__(self, testcase: SynchronousTestCase, server: object, client: object | None,
-                 rules: str = "DEFAULT", timeout_ms: int = 5000) -> None:
+                 rules: str = "DEFAULT", timeout_ms: int = 5000, security_protocol: str = "SSL") -> None:
         self.clock = MemoryReactorClock()
         self.apis = FakeApis()
         verify_log = VerifyLog()
         verify_log.install(server)
         policy = TLSListenerPolicy(self.clock, timeout_ms, PrincipalMapper.parse(rules).name, verify_log)
-        self.server_factory = TLSMemoryBIOFactory(server, False, KafkaServerFactory(self.apis, 1 << 20, "SSL", "SSL",
-                                                                                   policy), clock=self.clock)
+        self.server_factory = TLSMemoryBIOFactory(server, False, KafkaServerFactory(
+            self.apis, 1 << 20, security_protocol, security_protocol, policy), clock=self.clock)
         self.client_protocol = Received()
         if client is None:  # a peer that speaks no TLS
             make_client = lambda: self.client_protocol  # noqa: E731
@@ -272,6 +272,25 @@ class HandshakeTests(SynchronousTestCase):
                        client_options("localhost", files.ca, files.clients["bob"]), rules="RULE:^CN=admin,.*$/admin/")
         self.assertEqual(pair.apis.connections, [])
         self.assertIn("no ssl.principal.mapping.rules rule matches", "\n".join(messages(observer)))
+
+    def test_sasl_ssl_leaves_the_principal_to_sasl(self) -> None:
+        """
+        On SASL_SSL a client certificate is checked by the handshake but not
+        mapped: a name no rule matches does not close the connection, and the
+        principal stays User:ANONYMOUS until the SASL exchange names one.
+        """
+        files = tls_files()
+        observer = observe(self)
+        pair = TLSPair(self, server_options(files.server, None, files.ca, "requested"),
+                       client_options("localhost", files.ca, files.clients["bob"]), rules="RULE:^CN=admin,.*$/admin/",
+                       security_protocol="SASL_SSL")
+        connection = pair.connection
+        self.assertTrue(connection.handshake_done)
+        self.assertEqual(pair.apis.connections, [connection])
+        self.assertEqual(connection.context.principal, "User:ANONYMOUS")
+        logged = "\n".join(messages(observer))
+        self.assertIn("on listener SASL_SSL: SASL authentication follows", logged)
+        self.assertNotIn("no ssl.principal.mapping.rules rule matches", logged)
 
     def test_anonymous_without_a_client_certificate(self) -> None:
         files = tls_files()
