@@ -488,7 +488,7 @@ class TransactionApis:
         if coordinator is None:
             states = [refused_state(t) if t in refused else {
                 "transactional_id": t, "error_code": int(_E.coordinator_not_available), "transaction_state": "",
-                "transaction_timeout": 0, "transaction_start_time": _NO_TIME, "producer_id": -1, "producer_epoch": -1,
+                "transaction_timeout": 0, "transaction_start_time": _EPOCH, "producer_id": -1, "producer_epoch": -1,
                 "topics": []} for t in ids]
         else:
             described = iter(coordinator.describe_transactions([t for t in ids if t not in refused]))

@@ -791,8 +791,9 @@ class TransactionCoordinator:
         """
         out = []
         for transactional_id in transactional_ids:
+            # an error entry carries the schema's defaults (start time 0), as Kafka's
             entry: dict[str, Any] = {"transactional_id": transactional_id, "transaction_state": "",
-                                     "transaction_timeout": 0, "transaction_start_time": -1, "producer_id": -1,
+                                     "transaction_timeout": 0, "transaction_start_time": 0, "producer_id": -1,
                                      "producer_epoch": -1, "topics": []}
             if not transactional_id:
                 out.append({**entry, "error_code": _E.invalid_request})

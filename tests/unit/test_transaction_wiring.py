@@ -272,6 +272,10 @@ class TransactionFlowTests(unittest.TestCase):
                          (ErrorCode.none, "Ongoing", self.pid))
         self.assertIsInstance(described.transaction_start_time, datetime.datetime)
         self.assertEqual([(t.topic, list(t.partitions)) for t in described.topics], [("t", [1])])
+        # an unknown id is an error entry whose start time decodes (the schema's default, 0)
+        unknown = h.call(65, 0, {"transactional_ids": ["nobody"]}).transaction_states[0]
+        self.assertNotEqual(unknown.error_code, ErrorCode.none)
+        self.assertEqual(unknown.transaction_start_time.timestamp(), 0)
         listed = h.call(66, 1, {"state_filters": [], "producer_id_filters": [], "duration_filter": -1})
         self.assertEqual([(t.transactional_id, t.transaction_state) for t in listed.transaction_states],
                          [("tx", "Ongoing")])
