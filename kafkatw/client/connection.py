@@ -56,6 +56,10 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     19: (2, 7),  # CreateTopics
     20: (1, 6),  # DeleteTopics
     22: (0, 4),  # InitProducerId
+    24: (0, 3),  # AddPartitionsToTxn
+    25: (0, 3),  # AddOffsetsToTxn
+    26: (0, 3),  # EndTxn
+    28: (0, 3),  # TxnOffsetCommit
     27: (1, 1),  # WriteTxnMarkers (the transaction coordinator's, broker to broker)
     32: (1, 4),  # DescribeConfigs
     23: (2, 4),  # OffsetForLeaderEpoch
@@ -74,6 +78,9 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     49: (0, 1),  # AlterClientQuotas
     50: (0, 0),  # DescribeUserScramCredentials
     51: (0, 0),  # AlterUserScramCredentials
+    61: (0, 0),  # DescribeProducers
+    65: (0, 0),  # DescribeTransactions
+    66: (0, 1),  # ListTransactions
 }
 
 

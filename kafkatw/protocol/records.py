@@ -463,7 +463,7 @@ def _value_prefixes(length: int, n: int) -> list[bytes]:
 
 
 def encode_value_batch(values: Sequence[bytes], timestamp_ms: int, compression: int = 0, producer_id: int = -1,
-                       producer_epoch: int = -1, base_sequence: int = -1) -> bytes:
+                       producer_epoch: int = -1, base_sequence: int = -1, is_transactional: bool = False) -> bytes:
     """
     Encode one RecordBatch v2 of records with a value, no key, no headers and
     one timestamp: the producer's common case, byte for byte what
@@ -472,6 +472,7 @@ def encode_value_batch(values: Sequence[bytes], timestamp_ms: int, compression: 
 
     @param values: the records' values (C{bytes}, not None).
     @param timestamp_ms: every record's create time (ms since the epoch).
+    @param is_transactional: set the transactional attribute bit (KIP-98).
     @return: the batch, CRC-32C filled in.
     @raise ValueError: no values, or an unknown codec.
     """
@@ -492,7 +493,10 @@ def encode_value_batch(values: Sequence[bytes], timestamp_ms: int, compression: 
     body = b"".join(parts)
     if compression:
         body = compress(compression, body)
-    post = _POST_CRC.pack(compression & _ATTR_COMPRESSION_MASK, n - 1, timestamp_ms, timestamp_ms, producer_id,
+    attributes = compression & _ATTR_COMPRESSION_MASK
+    if is_transactional:
+        attributes |= _ATTR_TRANSACTIONAL
+    post = _POST_CRC.pack(attributes, n - 1, timestamp_ms, timestamp_ms, producer_id,
                           producer_epoch, base_sequence, n) + body
     return _PRE_CRC.pack(0, len(post) + 9, -1, 2, crc32c(post)) + post
 
