@@ -294,6 +294,18 @@ class CoordinatorGroupConsumer:
         self._next_heartbeat = now + self.heartbeat_interval_ms / 1000.0
         self._next_commit = now + self.auto_commit_interval_ms / 1000.0
 
+    def group_metadata(self) -> Any:
+        """
+        This member's group id, generation id and member id, for
+        L{kafkatw.client.producer.Producer.send_offsets_to_transaction}
+        (Java's C{ConsumerGroupMetadata}, KIP-447).
+
+        @rtype: L{kafkatw.client.transaction_manager.GroupMetadata}
+        """
+        from kafkatw.client.transaction_manager import GroupMetadata
+
+        return GroupMetadata(self.group_id, self.generation_id, self.member_id, None)
+
     def committed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         """The group's committed offsets of C{partitions} (-1: none)."""
         by_topic: dict[str, list[int]] = {}

@@ -7,7 +7,6 @@ L{Clock}, the request sequence and the state table; no sockets, no sleeps.
 from __future__ import annotations
 
 from types import SimpleNamespace as NS
-from typing import Any
 
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
