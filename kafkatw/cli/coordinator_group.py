@@ -133,6 +133,11 @@ class CoordinatorGroupConsumer:
     @param rebalance_timeout_ms: how long the coordinator waits for members
         to rejoin during a rebalance (ms).
     @param auto_commit_interval_ms: commit the positions this often (ms).
+    @param enable_auto_commit: False: never commit the positions (not between
+        polls, before a rejoin nor on close): for an application that commits
+        its offsets itself, e.g. with
+        L{kafkatw.client.producer.Producer.send_offsets_to_transaction} and
+        L{group_metadata}.
     @param retry_backoff_ms: wait before retrying a failed group request (ms).
     @param consumer_options: passed to L{BlockingConsumer}.
     @raise KafkaError: a group request failed for a reason that retrying does
@@ -145,6 +150,7 @@ class CoordinatorGroupConsumer:
                  auto_offset_reset: str = "latest", client_id: str = "kafkatw-console-consumer",
                  session_timeout_ms: int = 10000, heartbeat_interval_ms: int = 3000,
                  rebalance_timeout_ms: int = 60000, auto_commit_interval_ms: int = 5000,
+                 enable_auto_commit: bool = True,
                  retry_backoff_ms: int = 200, request_timeout_ms: int = 30000,
                  clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], Any] = time.sleep,
                  **consumer_options: Any) -> None:
@@ -159,6 +165,7 @@ class CoordinatorGroupConsumer:
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.rebalance_timeout_ms = rebalance_timeout_ms
         self.auto_commit_interval_ms = auto_commit_interval_ms
+        self.enable_auto_commit = enable_auto_commit
         self.retry_backoff_ms = retry_backoff_ms
         self.request_timeout_ms = request_timeout_ms
         self._clock = clock
@@ -370,7 +377,8 @@ class CoordinatorGroupConsumer:
         if code == ErrorCode.none or code in _COORDINATOR_MOVED:
             return
         if code == ErrorCode.rebalance_in_progress:
-            self.commit()  # our generation is still valid: keep the progress before partitions move
+            if self.enable_auto_commit:
+                self.commit()  # our generation is still valid: keep the progress before partitions move
         elif code == ErrorCode.unknown_member_id:
             self.member_id = ""
         elif code != ErrorCode.illegal_generation:
@@ -395,7 +403,10 @@ class CoordinatorGroupConsumer:
             if now >= self._next_heartbeat:
                 self._heartbeat()
             if now >= self._next_commit:
-                self.commit()
+                if self.enable_auto_commit:
+                    self.commit()
+                else:
+                    self._next_commit = now + self.auto_commit_interval_ms / 1000.0
             wait_s = max(0.0, min(deadline, self._next_heartbeat, self._next_commit) - self._clock())
             if self.assignment:
                 records = self._consumer.poll(int(wait_s * 1000), max_records)
@@ -413,7 +424,8 @@ class CoordinatorGroupConsumer:
         try:
             if self.member_id:
                 try:
-                    self.commit()
+                    if self.enable_auto_commit:
+                        self.commit()
                 finally:
                     self._send(13, _LEAVE_GROUP_V, {"group_id": self.group_id, "members": [
                         {"member_id": self.member_id, "group_instance_id": None}]})

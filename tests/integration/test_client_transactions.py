@@ -1,0 +1,161 @@
+"""
+kafkatw's own clients in transactions, against a real ZooKeeper and a kafkatw
+broker: the transactional L{kafkatw.client.producer.Producer} (through its
+blocking facade), the read-committed L{kafkatw.client.consumer.Consumer}
+(librdkafka's read-committed consumer agrees), consume-transform-produce
+with a broker-coordinated group, and zombie fencing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+from twisted.trial import unittest
+
+from kafkatw.cli.coordinator_group import CoordinatorGroupConsumer
+from kafkatw.client.blocking import BlockingConsumer, BlockingProducer
+from kafkatw.errors import ErrorCode, KafkaError
+from kafkatw.testing import ClassFixture, running_cluster
+
+from .test_transactions import _SINGLE, create_topic, read_values
+
+
+def kafkatw_values(bootstrap: str, topic: str, isolation_level: str, partitions: int = 2,
+                   expect: int = 0, timeout_s: float = 15.0) -> list[bytes]:
+    """Every value of C{topic} up to its end offsets (the LSO with read_committed), kafkatw's consumer."""
+    consumer = BlockingConsumer(bootstrap, isolation_level=isolation_level, auto_offset_reset="earliest",
+                                fetch_max_wait_ms=100)
+    try:
+        tps = [(topic, p) for p in range(partitions)]
+        consumer.assign(tps)
+        consumer.seek_to_beginning(*tps)
+        ends = consumer.end_offsets(tps)
+        values: list[bytes] = []
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            values.extend(r.value for r in consumer.poll(200))
+            if len(values) >= expect and all(consumer.position(tp) >= ends[tp] for tp in tps):
+                break
+        return sorted(values)
+    finally:
+        consumer.close()
+
+
+class ClientTransactionTests(ClassFixture, unittest.TestCase):
+    timeout = 180
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls._stack = contextlib.ExitStack()
+        cls.cluster = cls._stack.enter_context(running_cluster(1, overrides=_SINGLE))
+        cls.bootstrap = cls.cluster[0].bootstrap
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        cls._stack.close()
+
+    def producer(self, transactional_id: str | None = None, **options: object) -> BlockingProducer:
+        if transactional_id is not None:
+            options["transactional_id"] = transactional_id
+        producer = BlockingProducer(self.bootstrap, timeout_s=60, linger_ms=5, **options)
+        self.addCleanup(producer.close, 30)
+        if transactional_id is not None:
+            producer.init_transactions()
+        return producer
+
+    def test_commit_and_abort(self) -> None:
+        """Commit, abort, commit: read_committed consumers (kafkatw's, librdkafka's) see the committed ones only."""
+        create_topic(self.bootstrap, "tw-out")
+        producer = self.producer("tw-1")
+        expected = []
+        for round_, commit in enumerate([True, False, True]):
+            producer.begin_transaction()
+            for i in range(10):
+                producer.send("tw-out", f"{round_}-{i}".encode(), partition=i % 2)
+            if commit:
+                producer.commit_transaction()
+                expected += [f"{round_}-{i}".encode() for i in range(10)]
+            else:
+                producer.flush()  # written, then aborted: read_uncommitted consumers see them
+                producer.abort_transaction()
+        expected.sort()
+        self.assertEqual(kafkatw_values(self.bootstrap, "tw-out", "read_committed", expect=20), expected)
+        self.assertEqual(read_values(self.bootstrap, "tw-out", "read_committed", expect=20), expected)
+        self.assertEqual(len(kafkatw_values(self.bootstrap, "tw-out", "read_uncommitted", expect=30)), 30)
+
+    def test_open_transaction_is_invisible_until_committed(self) -> None:
+        create_topic(self.bootstrap, "tw-open", partitions=1)
+        producer = self.producer("tw-open-1")
+        producer.begin_transaction()
+        producer.send("tw-open", b"pending", partition=0)
+        producer.flush()
+        self.assertEqual(kafkatw_values(self.bootstrap, "tw-open", "read_committed", partitions=1, timeout_s=3), [])
+        self.assertEqual(kafkatw_values(self.bootstrap, "tw-open", "read_uncommitted", partitions=1, expect=1),
+                         [b"pending"])
+        producer.commit_transaction()
+        self.assertEqual(kafkatw_values(self.bootstrap, "tw-open", "read_committed", partitions=1, expect=1),
+                         [b"pending"])
+
+    def test_consume_transform_produce(self) -> None:
+        """
+        A coordinator-group member reads an input topic read_committed; each
+        poll's output and offsets commit as one transaction; one transaction
+        with bogus offsets is aborted: the output holds every input once and
+        the group's offsets are the committed transactions' only.
+        """
+        create_topic(self.bootstrap, "ctp-in")
+        create_topic(self.bootstrap, "ctp-out")
+        plain = self.producer()
+        inputs = [f"r{i}".encode() for i in range(40)]
+        for i, value in enumerate(inputs):
+            plain.send("ctp-in", value, partition=i % 2)
+        plain.flush()
+        producer = self.producer("ctp-1")
+        group = CoordinatorGroupConsumer(self.bootstrap, "ctp-group", ["ctp-in"], auto_offset_reset="earliest",
+                                         enable_auto_commit=False, isolation_level="read_committed",
+                                         session_timeout_ms=30000)
+        self.addCleanup(group.close)
+        group.join()
+        seen = 0
+        deadline = time.monotonic() + 60
+        while seen < len(inputs) and time.monotonic() < deadline:
+            records = group.poll(500)
+            if not records:
+                continue
+            producer.begin_transaction()
+            offsets = {}
+            for record in records:
+                producer.send("ctp-out", record.value.upper(), partition=record.partition)
+                offsets[(record.topic, record.partition)] = record.offset + 1
+            producer.send_offsets_to_transaction(offsets, group.group_metadata())
+            producer.commit_transaction()
+            seen += len(records)
+        self.assertEqual(seen, len(inputs))
+        # an aborted transaction's output and offsets vanish
+        producer.begin_transaction()
+        producer.send("ctp-out", b"NEVER", partition=0)
+        producer.send_offsets_to_transaction({("ctp-in", 0): 999, ("ctp-in", 1): 999}, group.group_metadata())
+        producer.abort_transaction()
+        self.assertEqual(group.committed([("ctp-in", 0), ("ctp-in", 1)]), {("ctp-in", 0): 20, ("ctp-in", 1): 20})
+        self.assertEqual(kafkatw_values(self.bootstrap, "ctp-out", "read_committed", expect=40),
+                         sorted(v.upper() for v in inputs))
+
+    def test_zombie_fencing(self) -> None:
+        """A second instance with the same transactional id fences the first: its commit fails, its records vanish."""
+        create_topic(self.bootstrap, "tw-zombie", partitions=1)
+        zombie = self.producer("tw-z")
+        zombie.begin_transaction()
+        zombie.send("tw-zombie", b"zombie", partition=0)
+        zombie.flush()
+        successor = self.producer("tw-z")  # fences the zombie, aborts its open transaction
+        with self.assertRaises(KafkaError) as raised:
+            zombie.commit_transaction()
+        self.assertIn(raised.exception.error_code, (ErrorCode.producer_fenced, ErrorCode.invalid_producer_epoch))
+        with self.assertRaises(KafkaError):
+            zombie.begin_transaction()  # fatal: only close remains
+        successor.begin_transaction()
+        successor.send("tw-zombie", b"successor", partition=0)
+        successor.commit_transaction()
+        self.assertEqual(kafkatw_values(self.bootstrap, "tw-zombie", "read_committed", partitions=1, expect=1),
+                         [b"successor"])
