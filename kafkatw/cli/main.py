@@ -10,6 +10,7 @@ The C{kafkatw} command: Kafka's command-line tools under Kafka's names and flags
     kafkatw leader-election --bootstrap-server localhost:9092 --election-type PREFERRED --all-topic-partitions
     kafkatw reassign-partitions --bootstrap-server localhost:9092 --reassignment-json-file r.json --execute
     kafkatw configs --bootstrap-server localhost:9092 --entity-type users --entity-name alice --describe
+    kafkatw transactions --bootstrap-server localhost:9092 describe --transactional-id shop
     kafkatw zookeeper --port 2181 --data-dir /var/lib/zookeeper
     kafkatw broker --broker-id 0 --listeners tcp:9092 --log-dirs /var/lib/kafkatw --zookeeper embedded
 """
@@ -35,6 +36,7 @@ from .consumer_groups import consumer_groups
 from .leader_election import leader_election
 from .reassign_partitions import reassign_partitions
 from .topics import topics
+from .transactions import transactions
 from .zookeeper import zookeeper
 
 __all__ = ["main"]
@@ -114,6 +116,7 @@ main.add_command(leader_election)
 main.add_command(reassign_partitions)
 main.add_command(acls)
 main.add_command(configs)
+main.add_command(transactions)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -622,6 +622,18 @@ class BlockingAdminClient(_Bound):
     def list_consumer_groups(self, *args: Any, **kwargs: Any) -> list[str]:
         return self._call(self._admin.list_consumer_groups, *args, **kwargs)
 
+    def list_transactions(self, *args: Any, **kwargs: Any) -> list:
+        return self._call(self._admin.list_transactions, *args, **kwargs)
+
+    def describe_transactions(self, *args: Any, **kwargs: Any) -> dict:
+        return self._call(self._admin.describe_transactions, *args, **kwargs)
+
+    def describe_producers(self, *args: Any, **kwargs: Any) -> dict:
+        return self._call(self._admin.describe_producers, *args, **kwargs)
+
+    def abort_transaction(self, *args: Any, **kwargs: Any) -> None:
+        return self._call(self._admin.abort_transaction, *args, **kwargs)
+
     def send(self, *args: Any, **kwargs: Any) -> Any:
         """A raw request to one broker; see L{AdminClient.send}."""
         return self._call(self._admin.send, *args, **kwargs)

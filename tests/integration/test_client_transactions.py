@@ -9,6 +9,8 @@ with a broker-coordinated group, and zombie fencing.
 from __future__ import annotations
 
 import contextlib
+import subprocess
+import sys
 import time
 
 from twisted.trial import unittest
@@ -19,6 +21,11 @@ from kafkatw.errors import ErrorCode, KafkaError
 from kafkatw.testing import ClassFixture, running_cluster
 
 from .test_transactions import _SINGLE, create_topic, read_values
+
+
+def tool(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kafkatw.cli.main", "transactions", *args],
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
 
 
 def kafkatw_values(bootstrap: str, topic: str, isolation_level: str, partitions: int = 2,
@@ -159,3 +166,40 @@ class ClientTransactionTests(ClassFixture, unittest.TestCase):
         successor.commit_transaction()
         self.assertEqual(kafkatw_values(self.bootstrap, "tw-zombie", "read_committed", partitions=1, expect=1),
                          [b"successor"])
+
+    def test_transactions_tool(self) -> None:
+        """kafkatw transactions list / describe / describe-producers on an open transaction, then abort it."""
+        create_topic(self.bootstrap, "tw-tool", partitions=1)
+        producer = self.producer("tw-tool-1")
+        producer.begin_transaction()
+        producer.send("tw-tool", b"open", partition=0)
+        producer.flush()
+        listed = tool("--bootstrap-server", self.bootstrap, "list")
+        self.assertEqual(listed.returncode, 0, listed.stderr)
+        lines = listed.stdout.splitlines()
+        self.assertEqual(lines[0].split(), ["TransactionalId", "Coordinator", "ProducerId", "TransactionState"])
+        row = next(line.split() for line in lines[1:] if line.split()[0] == "tw-tool-1")
+        self.assertEqual(row[3], "Ongoing")
+        described = tool("--bootstrap-server", self.bootstrap, "describe", "--transactional-id", "tw-tool-1")
+        self.assertEqual(described.returncode, 0, described.stderr)
+        header, values = (line.split("\t") for line in described.stdout.splitlines())
+        fields = dict(zip((h.strip() for h in header), (v.strip() for v in values)))
+        self.assertEqual((fields["TransactionState"], fields["TopicPartitions"], fields["TransactionTimeoutMs"]),
+                         ("Ongoing", "tw-tool-0", "60000"))
+        producers = tool("--bootstrap-server", self.bootstrap, "describe-producers", "--topic", "tw-tool",
+                         "--partition", "0")
+        self.assertEqual(producers.returncode, 0, producers.stderr)
+        header, values = (line.split("\t") for line in producers.stdout.splitlines())
+        fields = dict(zip((h.strip() for h in header), (v.strip() for v in values)))
+        self.assertEqual((fields["ProducerId"], fields["CurrentTransactionStartOffset"]), (row[2], "0"))
+        # abort it by its start offset, as for a hanging transaction: the LSO moves on
+        aborted = tool("--bootstrap-server", self.bootstrap, "abort", "--topic", "tw-tool", "--partition", "0",
+                       "--start-offset", "0")
+        self.assertEqual(aborted.returncode, 0, aborted.stderr)
+        self.assertEqual(kafkatw_values(self.bootstrap, "tw-tool", "read_committed", partitions=1, timeout_s=5), [])
+        consumer = BlockingConsumer(self.bootstrap, isolation_level="read_committed")
+        self.addCleanup(consumer.close)
+        self.assertEqual(consumer.end_offsets([("tw-tool", 0)]), {("tw-tool", 0): 2})  # the record and the marker
+        unknown = tool("--bootstrap-server", self.bootstrap, "describe", "--transactional-id", "nope")
+        self.assertEqual(unknown.returncode, 1)
+        self.assertIn("TRANSACTIONAL_ID_NOT_FOUND", unknown.stderr.upper())
