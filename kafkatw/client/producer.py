@@ -653,6 +653,11 @@ class Producer:
     async def _close(self) -> None:
         self._closing = True  # sends from now on fail: they would miss the final flush
         self._hot.clear()
+        txn = self._txn
+        if txn is not None and txn.state not in (TransactionState.IN_TRANSACTION,
+                                                 TransactionState.COMMITTING_TRANSACTION):
+            # an aborted or failed transaction: records whose partition never joined it cannot go
+            self._fail_unadded(ProducerClosedError(f"producer closed in transaction state {txn.state.value}"))
         await self.flush()
         self._closed = True
         for call in (self._linger_call, self._drain_call, self._block_timer):

@@ -11,7 +11,7 @@ from types import SimpleNamespace as NS
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
-from kafkatw.client.producer import Producer
+from kafkatw.client.producer import Producer, ProducerClosedError
 from kafkatw.client.transaction_manager import (
     VALID_PREVIOUS_STATES,
     GroupMetadata,
@@ -210,6 +210,22 @@ class TransactionalProducerTests(SynchronousTestCase):
         self.assertEqual(failure.value.error_code, ErrorCode.producer_fenced)
         self.failureResultOf(self.producer.abort_transaction(), KafkaError)
         self.assertEqual(self.client.of(26), [])
+
+    def test_close_after_an_abortable_error_does_not_wait_for_unadded_partitions(self) -> None:
+        self.init()
+        self.producer.begin_transaction()
+        first = self.producer.send("t", b"a", partition=0)
+        self.clock.advance(0.005)
+        self.client.last(24).deferred.callback(NS(results_by_topic_v3_and_below=[]))
+        self.clock.advance(0)
+        second = self.producer.send("t", b"b", partition=1)  # a new partition, not yet in the transaction
+        respond(self.client.produce_requests()[-1], errors={("t", 0): ErrorCode.invalid_record})
+        self.failureResultOf(first, KafkaError)
+        self.assertIs(self.producer._txn.state, S.ABORTABLE_ERROR)
+        self.clock.advance(0.005)
+        self.assertEqual(len(self.client.of(24)), 1)  # no AddPartitionsToTxn in an abortable state
+        self.successResultOf(self.producer.close())
+        self.failureResultOf(second, ProducerClosedError)
 
     def test_fenced_produce_is_fatal(self) -> None:
         self.init()
