@@ -48,6 +48,7 @@ _SYNC_GROUP_V = 3
 _HEARTBEAT_V = 3
 _LEAVE_GROUP_V = 3
 _OFFSET_FETCH_V = 5
+_OFFSET_FETCH_STABLE_V = 7  # require_stable (KIP-447)
 _OFFSET_COMMIT_V = 7
 
 #: Errors after which the coordinator is looked up again.
@@ -166,6 +167,7 @@ class CoordinatorGroupConsumer:
         self.rebalance_timeout_ms = rebalance_timeout_ms
         self.auto_commit_interval_ms = auto_commit_interval_ms
         self.enable_auto_commit = enable_auto_commit
+        self._read_committed = consumer_options.get("isolation_level") == "read_committed"
         self.retry_backoff_ms = retry_backoff_ms
         self.request_timeout_ms = request_timeout_ms
         self._clock = clock
@@ -314,21 +316,40 @@ class CoordinatorGroupConsumer:
         return GroupMetadata(self.group_id, self.generation_id, self.member_id, None)
 
     def committed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        """The group's committed offsets of C{partitions} (-1: none)."""
+        """
+        The group's committed offsets of C{partitions} (-1: none).  A
+        read_committed member asks for stable offsets (OffsetFetch v7
+        C{require_stable}, KIP-447) and waits, retrying for up to
+        C{request_timeout_ms}, while a transaction's offsets of a partition
+        are pending: it must not start before a commit that is being decided.
+        """
         by_topic: dict[str, list[int]] = {}
         for topic, partition in sorted(partitions):
             by_topic.setdefault(topic, []).append(partition)
-        response = self._send(9, _OFFSET_FETCH_V, {"group_id": self.group_id, "require_stable": False, "topics": [
-            {"name": t, "partition_indexes": ps} for t, ps in by_topic.items()]})
-        code = self._code(response)
-        if code != ErrorCode.none:
-            raise kafka_error(code, f"fetching the offsets of group {self.group_id!r}: {code.name}")
-        result = {}
-        for t in response.topics:
-            for p in t.partitions:
-                if ErrorCode(int(p.error_code)) == ErrorCode.none:
-                    result[(t.name, int(p.partition_index))] = int(p.committed_offset)
-        return result
+        deadline = self._clock() + self.request_timeout_ms / 1000.0
+        while True:
+            response = self._send(9, _OFFSET_FETCH_STABLE_V if self._read_committed else _OFFSET_FETCH_V, {
+                "group_id": self.group_id, "require_stable": self._read_committed, "topics": [
+                    {"name": t, "partition_indexes": ps} for t, ps in by_topic.items()]})
+            code = self._code(response)
+            if code != ErrorCode.none:
+                raise kafka_error(code, f"fetching the offsets of group {self.group_id!r}: {code.name}")
+            result = {}
+            unstable = False
+            for t in response.topics:
+                for p in t.partitions:
+                    partition_code = ErrorCode(int(p.error_code))
+                    if partition_code == ErrorCode.none:
+                        result[(t.name, int(p.partition_index))] = int(p.committed_offset)
+                    elif partition_code == ErrorCode.unstable_offset_commit:
+                        unstable = True
+            if not unstable:
+                return result
+            if self._clock() >= deadline:
+                raise kafka_error(ErrorCode.unstable_offset_commit,
+                                  f"group {self.group_id!r}: offsets still pending in a transaction after"
+                                  f" {self.request_timeout_ms} ms")
+            self._sleep(self.retry_backoff_ms / 1000.0)
 
     def commit(self) -> dict[TopicPartition, int]:
         """

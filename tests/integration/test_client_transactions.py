@@ -203,3 +203,21 @@ class ClientTransactionTests(ClassFixture, unittest.TestCase):
         unknown = tool("--bootstrap-server", self.bootstrap, "describe", "--transactional-id", "nope")
         self.assertEqual(unknown.returncode, 1)
         self.assertIn("TRANSACTIONAL_ID_NOT_FOUND", unknown.stderr.upper())
+
+    def test_read_committed_member_waits_for_pending_offsets(self) -> None:
+        """Offsets pending in an open transaction: a read_committed group member waits (KIP-447 require_stable)."""
+        create_topic(self.bootstrap, "st-in", partitions=1)
+        producer = self.producer("st-1")
+        producer.begin_transaction()
+        producer.send_offsets_to_transaction({("st-in", 0): 5}, "st-group")
+        stable = CoordinatorGroupConsumer(self.bootstrap, "st-group", ["st-in"], isolation_level="read_committed",
+                                          enable_auto_commit=False, request_timeout_ms=2000)
+        self.addCleanup(stable.close)
+        plain = CoordinatorGroupConsumer(self.bootstrap, "st-group", ["st-in"], enable_auto_commit=False)
+        self.addCleanup(plain.close)
+        self.assertEqual(plain.committed([("st-in", 0)]), {("st-in", 0): -1})
+        with self.assertRaises(KafkaError) as raised:
+            stable.committed([("st-in", 0)])
+        self.assertEqual(raised.exception.error_code, ErrorCode.unstable_offset_commit)
+        producer.commit_transaction()
+        self.assertEqual(stable.committed([("st-in", 0)]), {("st-in", 0): 5})
