@@ -144,7 +144,8 @@ class ProduceBody:
         pack_int32 = _INT32.pack
         tid = None if self.transactional_id is None else self.transactional_id.encode("utf-8")
         if flexible:
-            parts = [b"\x00" if tid is None else encode_uvarint(len(tid) + 1) + tid, _ACKS_TIMEOUT.pack(self.acks, self.timeout_ms), encode_uvarint(len(self.topics) + 1)]
+            parts = [b"\x00" if tid is None else encode_uvarint(len(tid) + 1) + tid,
+                     _ACKS_TIMEOUT.pack(self.acks, self.timeout_ms), encode_uvarint(len(self.topics) + 1)]
             for name, partitions in self.topics:
                 encoded = name.encode("utf-8")
                 parts += (encode_uvarint(len(encoded) + 1), encoded, encode_uvarint(len(partitions) + 1))
@@ -153,7 +154,8 @@ class ProduceBody:
                 parts.append(b"\x00")
             parts.append(b"\x00")
         else:
-            parts = [b"\xff\xff" if tid is None else _INT16.pack(len(tid)) + tid, _ACKS_TIMEOUT.pack(self.acks, self.timeout_ms), pack_int32(len(self.topics))]
+            parts = [b"\xff\xff" if tid is None else _INT16.pack(len(tid)) + tid,
+                     _ACKS_TIMEOUT.pack(self.acks, self.timeout_ms), pack_int32(len(self.topics))]
             for name, partitions in self.topics:
                 encoded = name.encode("utf-8")
                 parts += (_INT16.pack(len(encoded)), encoded, pack_int32(len(partitions)))
@@ -262,7 +264,7 @@ class Producer:
         also how long a transactional call retries the coordinator.
     @param transactional_id: makes the producer transactional (KIP-98; see
         L{init_transactions}): implies C{enable_idempotence} and C{acks="all"}
-        (an explicit C{acks} of 0 or 1 is refused).
+        (the default C{acks=1} becomes C{"all"}; C{acks=0} is refused).
     @param transaction_timeout_ms: how long the coordinator lets a transaction
         stay open before aborting it (ms; at most the broker's
         C{transaction.max.timeout.ms}).
@@ -783,8 +785,9 @@ class Producer:
 
     def abort_transaction(self) -> Deferred:
         """
-        Abort the transaction (EndTxn): records not yet sent are failed with
-        C{TRANSACTION_ABORTABLE}-style errors, those sent are flushed and then
+        Abort the transaction (EndTxn): records whose partition has not joined
+        the transaction yet fail with C{OPERATION_NOT_ATTEMPTED}, the others are
+        flushed and then
         hidden from read-committed consumers by the ABORT markers; the
         offsets sent to the transaction are dropped.  Also the way out of an
         abortable error.  After a batch failed (a gap in its sequence), the
