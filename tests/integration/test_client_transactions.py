@@ -221,3 +221,48 @@ class ClientTransactionTests(ClassFixture, unittest.TestCase):
         self.assertEqual(raised.exception.error_code, ErrorCode.unstable_offset_commit)
         producer.commit_transaction()
         self.assertEqual(stable.committed([("st-in", 0)]), {("st-in", 0): 5})
+
+    def test_zookeeper_group_consume_transform_produce(self) -> None:
+        """
+        The paper's ZooKeeper group reads read_committed (its Consumer's
+        option) and its offsets commit with the transaction: committed
+        transactions move the group's ZooKeeper offsets, an aborted one does not.
+        """
+        from kafkatw.client.blocking_group import BlockingZookeeperConsumerGroup
+
+        create_topic(self.bootstrap, "zk-in", partitions=1)
+        create_topic(self.bootstrap, "zk-out", partitions=1)
+        source = self.producer("zk-source")  # the input itself is transactional: one aborted batch
+        for commit in (True, False, True):
+            source.begin_transaction()
+            for i in range(5):
+                source.send("zk-in", b"%s-%d" % (b"c" if commit else b"a", i), partition=0)
+            source.flush()
+            source.commit_transaction() if commit else source.abort_transaction()
+        producer = self.producer("zk-ctp")
+        zookeeper = self.cluster[0].zookeeper_connect
+        with BlockingZookeeperConsumerGroup("zk-ctp", ["zk-in"], zookeeper_connect=zookeeper,
+                                            bootstrap_servers=self.bootstrap, auto_offset_reset="smallest",
+                                            enable_auto_commit=False, zookeeper_session_timeout_ms=3000,
+                                            isolation_level="read_committed") as group:
+            seen: list = []
+            deadline = time.monotonic() + 30
+            while len(seen) < 10 and time.monotonic() < deadline:
+                seen += group.poll(500)
+            self.assertEqual(sorted(r.value for r in seen), sorted([b"c-%d" % i for i in range(5)] * 2))
+            producer.begin_transaction()
+            for record in seen:
+                producer.send("zk-out", record.value.upper(), partition=0)
+            metadata = group.group_metadata()
+            self.assertEqual(metadata.group_id, "zk-ctp")
+            producer.send_offsets_to_transaction({("zk-in", 0): seen[-1].offset + 1}, metadata)
+            producer.commit_transaction()
+            producer.begin_transaction()
+            producer.send_offsets_to_transaction({("zk-in", 0): 999}, metadata)
+            producer.abort_transaction()
+        checker = CoordinatorGroupConsumer(self.bootstrap, "zk-ctp", ["zk-in"], enable_auto_commit=False,
+                                           isolation_level="read_committed")
+        self.addCleanup(checker.close)
+        self.assertEqual(checker.committed([("zk-in", 0)]), {("zk-in", 0): seen[-1].offset + 1})
+        self.assertEqual(kafkatw_values(self.bootstrap, "zk-out", "read_committed", partitions=1, expect=10),
+                         sorted(r.value.upper() for r in seen))
