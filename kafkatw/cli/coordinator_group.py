@@ -48,6 +48,7 @@ _SYNC_GROUP_V = 3
 _HEARTBEAT_V = 3
 _LEAVE_GROUP_V = 3
 _OFFSET_FETCH_V = 5
+_OFFSET_FETCH_STABLE_V = 7  # require_stable (KIP-447)
 _OFFSET_COMMIT_V = 7
 
 #: Errors after which the coordinator is looked up again.
@@ -133,6 +134,11 @@ class CoordinatorGroupConsumer:
     @param rebalance_timeout_ms: how long the coordinator waits for members
         to rejoin during a rebalance (ms).
     @param auto_commit_interval_ms: commit the positions this often (ms).
+    @param enable_auto_commit: False: never commit the positions (not between
+        polls, before a rejoin nor on close): for an application that commits
+        its offsets itself, e.g. with
+        L{kafkatw.client.producer.Producer.send_offsets_to_transaction} and
+        L{group_metadata}.
     @param retry_backoff_ms: wait before retrying a failed group request (ms).
     @param consumer_options: passed to L{BlockingConsumer}.
     @raise KafkaError: a group request failed for a reason that retrying does
@@ -145,6 +151,7 @@ class CoordinatorGroupConsumer:
                  auto_offset_reset: str = "latest", client_id: str = "kafkatw-console-consumer",
                  session_timeout_ms: int = 10000, heartbeat_interval_ms: int = 3000,
                  rebalance_timeout_ms: int = 60000, auto_commit_interval_ms: int = 5000,
+                 enable_auto_commit: bool = True,
                  retry_backoff_ms: int = 200, request_timeout_ms: int = 30000,
                  clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], Any] = time.sleep,
                  **consumer_options: Any) -> None:
@@ -159,6 +166,8 @@ class CoordinatorGroupConsumer:
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.rebalance_timeout_ms = rebalance_timeout_ms
         self.auto_commit_interval_ms = auto_commit_interval_ms
+        self.enable_auto_commit = enable_auto_commit
+        self._read_committed = consumer_options.get("isolation_level") == "read_committed"
         self.retry_backoff_ms = retry_backoff_ms
         self.request_timeout_ms = request_timeout_ms
         self._clock = clock
@@ -294,22 +303,53 @@ class CoordinatorGroupConsumer:
         self._next_heartbeat = now + self.heartbeat_interval_ms / 1000.0
         self._next_commit = now + self.auto_commit_interval_ms / 1000.0
 
+    def group_metadata(self) -> Any:
+        """
+        This member's group id, generation id and member id, for
+        L{kafkatw.client.producer.Producer.send_offsets_to_transaction}
+        (Java's C{ConsumerGroupMetadata}, KIP-447).
+
+        @rtype: L{kafkatw.client.transaction_manager.GroupMetadata}
+        """
+        from kafkatw.client.transaction_manager import GroupMetadata
+
+        return GroupMetadata(self.group_id, self.generation_id, self.member_id, None)
+
     def committed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        """The group's committed offsets of C{partitions} (-1: none)."""
+        """
+        The group's committed offsets of C{partitions} (-1: none).  A
+        read_committed member asks for stable offsets (OffsetFetch v7
+        C{require_stable}, KIP-447) and waits, retrying for up to
+        C{request_timeout_ms}, while a transaction's offsets of a partition
+        are pending: it must not start before a commit that is being decided.
+        """
         by_topic: dict[str, list[int]] = {}
         for topic, partition in sorted(partitions):
             by_topic.setdefault(topic, []).append(partition)
-        response = self._send(9, _OFFSET_FETCH_V, {"group_id": self.group_id, "require_stable": False, "topics": [
-            {"name": t, "partition_indexes": ps} for t, ps in by_topic.items()]})
-        code = self._code(response)
-        if code != ErrorCode.none:
-            raise kafka_error(code, f"fetching the offsets of group {self.group_id!r}: {code.name}")
-        result = {}
-        for t in response.topics:
-            for p in t.partitions:
-                if ErrorCode(int(p.error_code)) == ErrorCode.none:
-                    result[(t.name, int(p.partition_index))] = int(p.committed_offset)
-        return result
+        deadline = self._clock() + self.request_timeout_ms / 1000.0
+        while True:
+            response = self._send(9, _OFFSET_FETCH_STABLE_V if self._read_committed else _OFFSET_FETCH_V, {
+                "group_id": self.group_id, "require_stable": self._read_committed, "topics": [
+                    {"name": t, "partition_indexes": ps} for t, ps in by_topic.items()]})
+            code = self._code(response)
+            if code != ErrorCode.none:
+                raise kafka_error(code, f"fetching the offsets of group {self.group_id!r}: {code.name}")
+            result = {}
+            unstable = False
+            for t in response.topics:
+                for p in t.partitions:
+                    partition_code = ErrorCode(int(p.error_code))
+                    if partition_code == ErrorCode.none:
+                        result[(t.name, int(p.partition_index))] = int(p.committed_offset)
+                    elif partition_code == ErrorCode.unstable_offset_commit:
+                        unstable = True
+            if not unstable:
+                return result
+            if self._clock() >= deadline:
+                raise kafka_error(ErrorCode.unstable_offset_commit,
+                                  f"group {self.group_id!r}: offsets still pending in a transaction after"
+                                  f" {self.request_timeout_ms} ms")
+            self._sleep(self.retry_backoff_ms / 1000.0)
 
     def commit(self) -> dict[TopicPartition, int]:
         """
@@ -358,7 +398,8 @@ class CoordinatorGroupConsumer:
         if code == ErrorCode.none or code in _COORDINATOR_MOVED:
             return
         if code == ErrorCode.rebalance_in_progress:
-            self.commit()  # our generation is still valid: keep the progress before partitions move
+            if self.enable_auto_commit:
+                self.commit()  # our generation is still valid: keep the progress before partitions move
         elif code == ErrorCode.unknown_member_id:
             self.member_id = ""
         elif code != ErrorCode.illegal_generation:
@@ -383,7 +424,10 @@ class CoordinatorGroupConsumer:
             if now >= self._next_heartbeat:
                 self._heartbeat()
             if now >= self._next_commit:
-                self.commit()
+                if self.enable_auto_commit:
+                    self.commit()
+                else:
+                    self._next_commit = now + self.auto_commit_interval_ms / 1000.0
             wait_s = max(0.0, min(deadline, self._next_heartbeat, self._next_commit) - self._clock())
             if self.assignment:
                 records = self._consumer.poll(int(wait_s * 1000), max_records)
@@ -401,7 +445,8 @@ class CoordinatorGroupConsumer:
         try:
             if self.member_id:
                 try:
-                    self.commit()
+                    if self.enable_auto_commit:
+                        self.commit()
                 finally:
                     self._send(13, _LEAVE_GROUP_V, {"group_id": self.group_id, "members": [
                         {"member_id": self.member_id, "group_instance_id": None}]})

@@ -14,6 +14,7 @@ The C{kafkatw} command: Kafka's command-line tools under Kafka's names and flags
     kafkatw log-dirs --bootstrap-server localhost:9092 --describe --topic-list t
     kafkatw get-offsets --bootstrap-server localhost:9092 --topic t --time -1
     kafkatw dump-log --files /var/lib/kafkatw/t-0/00000000000000000000.log --print-data-log
+    kafkatw transactions --bootstrap-server localhost:9092 describe --transactional-id shop
     kafkatw zookeeper --port 2181 --data-dir /var/lib/zookeeper
     kafkatw broker --broker-id 0 --listeners tcp:9092 --log-dirs /var/lib/kafkatw --zookeeper embedded
 """
@@ -43,6 +44,7 @@ from .log_dirs import log_dirs
 from .leader_election import leader_election
 from .reassign_partitions import reassign_partitions
 from .topics import topics
+from .transactions import transactions
 from .zookeeper import zookeeper
 
 __all__ = ["main"]
@@ -126,6 +128,7 @@ main.add_command(delete_records)
 main.add_command(log_dirs)
 main.add_command(get_offsets)
 main.add_command(dump_log)
+main.add_command(transactions)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -5,7 +5,9 @@ The public API, pinned by C{tests/unit/test_exports.py}:
 
   - Twisted (everything takes the reactor as its first argument):
     L{KafkaClient} (metadata and broker connections, shareable),
-    L{Producer} (L{Producer.send} fires with a L{RecordMetadata}),
+    L{Producer} (L{Producer.send} fires with a L{RecordMetadata}; with a
+    C{transactional_id}, transactions whose consumer-group side is a
+    L{GroupMetadata}),
     L{Consumer} (partition-level; L{Consumer.poll} fires with
     L{ConsumerRecord}s), L{ZookeeperConsumerGroup} (the paper's
     ZooKeeper-coordinated consumer group, section 3.2) and L{AdminClient}
@@ -34,6 +36,7 @@ from .admin import AdminClient, NewPartitions, NewTopic
 from .client import KafkaClient
 from .consumer import Consumer, ConsumerRecord
 from .producer import Producer, RecordMetadata
+from .transaction_manager import GroupMetadata
 from .zookeeper_group import ZookeeperConsumerGroup
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -44,6 +47,7 @@ __all__ = [
     "KafkaClient",
     "Producer",
     "RecordMetadata",
+    "GroupMetadata",
     "Consumer",
     "ConsumerRecord",
     "ZookeeperConsumerGroup",

@@ -78,6 +78,9 @@ __all__ = [
     "UserScramCredentialDeletion",
     "ClientQuotaFilterComponent",
     "ClientQuotaAlteration",
+    "TransactionListing",
+    "TransactionDescription",
+    "ProducerState",
     "EARLIEST_TIMESTAMP",
     "LATEST_TIMESTAMP",
     "RESOURCE_TOPIC",
@@ -298,6 +301,55 @@ class ClientQuotaAlteration:
 
     entity: tuple[tuple[str, str | None], ...]
     ops: tuple[tuple[str, float | None], ...]
+
+
+@dataclass(frozen=True)
+class TransactionListing:
+    """One transactional id as ListTransactions answers it (KIP-664), with the broker that coordinates it."""
+
+    transactional_id: str
+    coordinator_id: int
+    producer_id: int
+    state: str
+
+
+@dataclass(frozen=True)
+class TransactionDescription:
+    """
+    A transactional id as DescribeTransactions answers it (KIP-664).
+
+    @ivar transaction_timeout_ms: the producer's C{transaction.timeout.ms}.
+    @ivar transaction_start_time_ms: when the open transaction started (ms since
+        the epoch; -1: none open).
+    @ivar topic_partitions: the partitions of the open transaction.
+    """
+
+    coordinator_id: int
+    transactional_id: str
+    state: str
+    producer_id: int
+    producer_epoch: int
+    transaction_timeout_ms: int
+    transaction_start_time_ms: int
+    topic_partitions: list[TopicPartition]
+
+
+@dataclass(frozen=True)
+class ProducerState:
+    """
+    An active producer of a partition as DescribeProducers answers it (KIP-664).
+
+    @ivar last_timestamp_ms: the last record's timestamp (ms since the epoch).
+    @ivar coordinator_epoch: the epoch of the last marker's coordinator (-1: none).
+    @ivar current_txn_start_offset: the first offset of its open transaction (-1: none).
+    """
+
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp_ms: int
+    coordinator_epoch: int
+    current_txn_start_offset: int
 
 
 class AdminClient:
@@ -1248,6 +1300,129 @@ class AdminClient:
 
         return defer.Deferred.fromCoroutine(self._retry("delete ACLs", attempt, timeout_ms))
 
+    # --- transactions (KIP-98, KIP-664) -------------------------------------------------------------
+
+    def list_transactions(self, state_filters: Iterable[str] = (), producer_id_filters: Iterable[int] = (),
+                          duration_filter_ms: int = -1, timeout_ms: int | None = None) -> defer.Deferred:
+        """
+        ListTransactions on every broker (each lists the ids it coordinates).
+
+        @param state_filters: only these states (C{"Ongoing"}, …; empty: all).
+        @param duration_filter_ms: only transactions open longer than this (ms; -1: all; KIP-994).
+        @return: a Deferred firing with L{TransactionListing}s sorted by transactional id.
+        """
+        states, pids = list(state_filters), list(producer_id_filters)
+
+        async def go() -> list[TransactionListing]:
+            cluster = await self.describe_cluster(timeout_ms)
+            found: list[TransactionListing] = []
+            for node in sorted(cluster.nodes):
+                async def attempt(node: int = node) -> Any:
+                    r = await self.send(node, 66, {"state_filters": states, "producer_id_filters": pids,
+                                                   "duration_filter": duration_filter_ms})
+                    if r.error_code != ErrorCode.none:
+                        raise kafka_error(ErrorCode(int(r.error_code)),
+                                          f"listing the transactions of broker {node}")
+                    return r
+                r = await self._retry("list transactions", attempt, timeout_ms)
+                found += [TransactionListing(t.transactional_id, node, int(t.producer_id), t.transaction_state)
+                          for t in r.transaction_states]
+            return sorted(found, key=lambda t: t.transactional_id)
+
+        return defer.Deferred.fromCoroutine(go())
+
+    def describe_transactions(self, transactional_ids: Iterable[str],
+                              timeout_ms: int | None = None) -> defer.Deferred:
+        """
+        DescribeTransactions of each id on its transaction coordinator (FindCoordinator, key type 1).
+
+        @return: a Deferred firing with C{{transactional_id: TransactionDescription}};
+            failing with the first id's error (e.g. C{TRANSACTIONAL_ID_NOT_FOUND}).
+        """
+        from .transaction_manager import COORDINATOR_TRANSACTION, find_coordinator
+
+        async def go() -> dict[str, TransactionDescription]:
+            out = {}
+            for tid in transactional_ids:
+                async def attempt(tid: str = tid) -> TransactionDescription:
+                    node = await find_coordinator(self.client, tid, COORDINATOR_TRANSACTION)
+                    r = await self.send(node, 65, {"transactional_ids": [tid]})
+                    state = r.transaction_states[0]
+                    code = ErrorCode(int(state.error_code))
+                    if code != ErrorCode.none:
+                        raise kafka_error(code, f"describing transactional id {tid!r}: {code.name}")
+                    return TransactionDescription(
+                        node, tid, state.transaction_state, int(state.producer_id), int(state.producer_epoch),
+                        _as_ms(state.transaction_timeout), _as_ms(state.transaction_start_time),
+                        sorted((t.topic, int(p)) for t in state.topics for p in t.partitions))
+                out[tid] = await self._retry("describe transactions", attempt, timeout_ms)
+            return out
+
+        return defer.Deferred.fromCoroutine(go())
+
+    def describe_producers(self, partitions: Iterable[TopicPartition], broker_id: int | None = None,
+                           timeout_ms: int | None = None) -> defer.Deferred:
+        """
+        DescribeProducers of each partition on its leader (or on C{broker_id}).
+
+        @return: a Deferred firing with C{{(topic, partition): [ProducerState]}};
+            failing with a partition's error (C{UNKNOWN_TOPIC_OR_PARTITION}, …).
+        """
+        wanted = sorted(set(partitions))
+
+        async def go() -> dict[TopicPartition, list[ProducerState]]:
+            out: dict[TopicPartition, list[ProducerState]] = {}
+            for topic, partition in wanted:
+                async def attempt(topic: str = topic, partition: int = partition) -> list[ProducerState]:
+                    node = broker_id if broker_id is not None else await self._leader(topic, partition)
+                    r = await self.send(node, 61, {"topics": [{"name": topic, "partition_indexes": [partition]}]})
+                    p = r.topics[0].partitions[0]
+                    code = ErrorCode(int(p.error_code))
+                    if code != ErrorCode.none:
+                        raise kafka_error(code, f"describing the producers of {topic}-{partition}: {code.name}")
+                    return [ProducerState(int(a.producer_id), int(a.producer_epoch), int(a.last_sequence),
+                                          int(a.last_timestamp), int(a.coordinator_epoch),
+                                          int(a.current_txn_start_offset)) for a in p.active_producers]
+                out[(topic, partition)] = await self._retry("describe producers", attempt, timeout_ms)
+            return out
+
+        return defer.Deferred.fromCoroutine(go())
+
+    def abort_transaction(self, topic: str, partition: int, producer_id: int, producer_epoch: int,
+                          coordinator_epoch: int, timeout_ms: int | None = None) -> defer.Deferred:
+        """
+        Abort a hanging transaction on one partition: WriteTxnMarkers with an
+        ABORT marker sent to the partition's leader, as Kafka's
+        C{Admin.abortTransaction} (KIP-664) does.  For a transaction whose
+        coordinator no longer knows it; the marker closes the partition's open
+        transaction of that producer, which unblocks its LSO.
+
+        @return: a Deferred firing with None; failing with the partition's error.
+        """
+        async def attempt() -> None:
+            node = await self._leader(topic, partition)
+            r = await self.send(node, 27, {"markers": [{
+                "producer_id": producer_id, "producer_epoch": producer_epoch, "transaction_result": False,
+                "coordinator_epoch": coordinator_epoch,
+                "topics": [{"name": topic, "partition_indexes": [partition]}]}]})
+            for t in r.markers[0].topics:
+                for p in t.partitions:
+                    code = ErrorCode(int(p.error_code))
+                    if code != ErrorCode.none:
+                        raise kafka_error(code, f"aborting the transaction of producer {producer_id} on"
+                                                f" {topic}-{partition}: {code.name}")
+
+        return defer.Deferred.fromCoroutine(self._retry("abort transaction", attempt, timeout_ms))
+
+    async def _leader(self, topic: str, partition: int) -> int:
+        await self.client.ensure_metadata([topic])
+        leader = self.client.leader_for(topic, partition)
+        if leader < 0:
+            if partition not in self.client.partitions_for(topic):
+                raise kafka_error(ErrorCode.unknown_topic_or_partition, f"{topic}-{partition} does not exist")
+            raise kafka_error(ErrorCode.leader_not_available, f"no leader for {topic}-{partition}")
+        return leader
+
     # --- life cycle -----------------------------------------------------------------------------
 
     def close(self) -> defer.Deferred:
@@ -1256,6 +1431,19 @@ class AdminClient:
         if self._own_client:
             return self.client.close()
         return defer.succeed(None)
+
+
+def _as_ms(value: Any) -> int:
+    """A kio duration or timestamp (timedelta, datetime, None or int) in ms (-1: none)."""
+    import datetime
+
+    if value is None:
+        return -1
+    if isinstance(value, datetime.timedelta):
+        return int(value.total_seconds() * 1000)
+    if isinstance(value, datetime.datetime):
+        return int(value.timestamp() * 1000)
+    return int(value)
 
 
 def _create_topic_body(topic: NewTopic) -> dict:

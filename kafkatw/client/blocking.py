@@ -278,6 +278,33 @@ class BlockingProducer(_Bound):
         self._closed = True
         thread.call(timeout_s if timeout_s is not None else self.timeout_s, self._close_in_reactor)
 
+    # transactions (KIP-98): the Producer's calls, waited for
+
+    def init_transactions(self, timeout_s: float | None = None) -> None:
+        """L{Producer.init_transactions}, waited for."""
+        self._check_process().call(timeout_s if timeout_s is not None else self.timeout_s,
+                                   self._producer.init_transactions)
+
+    def begin_transaction(self) -> None:
+        """L{Producer.begin_transaction}."""
+        self._check_process().call(self.timeout_s, self._producer.begin_transaction)
+
+    def send_offsets_to_transaction(self, offsets: dict[tuple[str, int], Any], group_metadata: Any,
+                                    timeout_s: float | None = None) -> None:
+        """L{Producer.send_offsets_to_transaction}, waited for."""
+        self._check_process().call(timeout_s if timeout_s is not None else self.timeout_s,
+                                   self._producer.send_offsets_to_transaction, offsets, group_metadata)
+
+    def commit_transaction(self, timeout_s: float | None = None) -> None:
+        """Hand the queued sends over, then L{Producer.commit_transaction}, waited for."""
+        self._check_process().call(timeout_s if timeout_s is not None else self.timeout_s,
+                                   self._end_in_reactor, True)
+
+    def abort_transaction(self, timeout_s: float | None = None) -> None:
+        """Hand the queued sends over, then L{Producer.abort_transaction}, waited for."""
+        self._check_process().call(timeout_s if timeout_s is not None else self.timeout_s,
+                                   self._end_in_reactor, False)
+
     def __enter__(self) -> "BlockingProducer":
         return self
 
@@ -348,6 +375,16 @@ class BlockingProducer(_Bound):
                 await self._producer.ready()
             self._drain()
         await self._producer.flush()
+
+    async def _end_in_reactor(self, commit: bool) -> None:
+        while self._queue or self._blocked:
+            if self._blocked:
+                await self._producer.ready()
+            self._drain()
+        if commit:
+            await self._producer.commit_transaction()
+        else:
+            await self._producer.abort_transaction()
 
     async def _close_in_reactor(self) -> None:
         await self._flush_in_reactor()
@@ -593,6 +630,18 @@ class BlockingAdminClient(_Bound):
 
     def delete_consumer_group_offsets(self, *args: Any, **kwargs: Any) -> dict:
         return self._call(self._admin.delete_consumer_group_offsets, *args, **kwargs)
+
+    def list_transactions(self, *args: Any, **kwargs: Any) -> list:
+        return self._call(self._admin.list_transactions, *args, **kwargs)
+
+    def describe_transactions(self, *args: Any, **kwargs: Any) -> dict:
+        return self._call(self._admin.describe_transactions, *args, **kwargs)
+
+    def describe_producers(self, *args: Any, **kwargs: Any) -> dict:
+        return self._call(self._admin.describe_producers, *args, **kwargs)
+
+    def abort_transaction(self, *args: Any, **kwargs: Any) -> None:
+        return self._call(self._admin.abort_transaction, *args, **kwargs)
 
     def send(self, *args: Any, **kwargs: Any) -> Any:
         """A raw request to one broker; see L{AdminClient.send}."""

@@ -114,6 +114,10 @@ class BlockingZookeeperConsumerGroup(_Bound):
     def assignment(self) -> set[tuple[str, int]]:
         return self._call(self.timeout_s, self.group.assignment)
 
+    def group_metadata(self) -> Any:
+        """L{kafkatw.client.zookeeper_group.ZookeeperConsumerGroup.group_metadata}."""
+        return self._call(self.timeout_s, self.group.group_metadata)
+
     @property
     def state(self) -> str:
         return self.group.state.value

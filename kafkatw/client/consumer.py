@@ -143,10 +143,13 @@ class ConsumerClosedError(KafkaError):
 class _Chunk:
     """Fetched record-batch bytes of one partition, decoded on first use."""
 
-    __slots__ = ("data", "fetch_offset", "next_offset", "nbytes", "records", "index")
+    __slots__ = ("data", "fetch_offset", "next_offset", "nbytes", "records", "index", "aborted")
 
-    def __init__(self, data: bytes, fetch_offset: int, next_offset: int) -> None:
+    def __init__(self, data: bytes, fetch_offset: int, next_offset: int,
+                 aborted: list[tuple[int, int]] | None = None) -> None:
         self.data = data
+        #: read_committed: the response's aborted transactions, (producer id, first offset)
+        self.aborted = aborted
         self.fetch_offset = fetch_offset
         self.next_offset = next_offset
         self.nbytes = len(data)
@@ -254,8 +257,12 @@ class Consumer:
         when a partition has no position or its position is out of range.
     @param check_crcs: verify each batch's CRC-32C.
     @param request_timeout_ms: request timeout (ms); Fetches get C{fetch_max_wait_ms} more.
-    @param isolation_level: "read_uncommitted" or "read_committed" (the
-        broker bounds the latter by the last stable offset).
+    @param isolation_level: "read_uncommitted" or "read_committed" (KIP-98:
+        Fetch and ListOffsets with isolation level 1, so the broker returns
+        records only below the last stable offset and C{seek_to_end} goes to
+        it; the records of aborted transactions are dropped using each
+        response's C{aborted_transactions}, as Kafka's consumer does).
+        Control batches (transaction markers) are skipped in both levels.
     @param max_buffered_bytes: bound on the raw record bytes held for the
         application, all partitions together (each partition gets an equal
         share; see the module docstring).
@@ -295,6 +302,7 @@ class Consumer:
         self.check_crcs = check_crcs
         self.request_timeout_ms = request_timeout_ms
         self.isolation_level = isolation_level
+        self._read_committed = isolation_level == "read_committed"
         self.max_buffered_bytes = max_buffered_bytes
         self.retry_backoff_ms = retry_backoff_ms
         self.default_api_timeout_ms = default_api_timeout_ms
@@ -594,7 +602,7 @@ class Consumer:
                 if records is None:
                     try:
                         records, _ = decode_fetched(chunk.data, state.topic, state.partition, chunk.fetch_offset,
-                                                    ConsumerRecord, self.check_crcs)
+                                                    ConsumerRecord, self.check_crcs, chunk.aborted)
                     except KafkaError as e:
                         # the position stays on the bad batch; seek past it to go on
                         state.chunks.clear()
@@ -878,7 +886,10 @@ class Consumer:
                 if last_epoch >= 0:
                     state.last_fetched_epoch = last_epoch
                 if next_offset > offset:
-                    state.chunks.append(_Chunk(data, offset, next_offset))
+                    aborted = getattr(p, "aborted_transactions", None) if self._read_committed else None
+                    if aborted:
+                        aborted = [(int(a.producer_id), int(a.first_offset)) for a in aborted]
+                    state.chunks.append(_Chunk(data, offset, next_offset, aborted or None))
                     state.buffered_bytes += len(data)
                     state.fetch_offset = next_offset
                     woken = True

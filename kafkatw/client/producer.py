@@ -73,6 +73,13 @@ from .client import RETRIABLE_METADATA_ERRORS, KafkaClient, client_for
 from .security import SecurityConfig, security_from
 from .connection import BrokerConnectionError, RequestTimedOutError
 from .partitioner import murmur2
+from .transaction_manager import (
+    GroupMetadata,
+    IllegalTransactionStateError,
+    TransactionManager,
+    TransactionState,
+    as_group_metadata,
+)
 
 __all__ = ["Producer", "RecordMetadata", "KafkaTimeoutError", "ProducerClosedError"]
 
@@ -122,19 +129,23 @@ class ProduceBody:
     @ivar topics: C{[(topic, [(partition, batch bytes)])]}.
     """
 
-    __slots__ = ("acks", "timeout_ms", "topics")
+    __slots__ = ("acks", "timeout_ms", "topics", "transactional_id")
 
-    def __init__(self, acks: int, timeout_ms: int, topics: list[tuple[str, list[tuple[int, bytes]]]]) -> None:
+    def __init__(self, acks: int, timeout_ms: int, topics: list[tuple[str, list[tuple[int, bytes]]]],
+                 transactional_id: str | None = None) -> None:
         self.acks = acks
         self.timeout_ms = timeout_ms
         self.topics = topics
+        self.transactional_id = transactional_id
 
     def encode_body(self, version: int, flexible: bool) -> bytes:
         if not 3 <= version <= 9:
             raise ValueError(f"kafkatw encodes Produce v3 to v9, not v{version}")
         pack_int32 = _INT32.pack
+        tid = None if self.transactional_id is None else self.transactional_id.encode("utf-8")
         if flexible:
-            parts = [b"\x00", _ACKS_TIMEOUT.pack(self.acks, self.timeout_ms), encode_uvarint(len(self.topics) + 1)]
+            parts = [b"\x00" if tid is None else encode_uvarint(len(tid) + 1) + tid,
+                     _ACKS_TIMEOUT.pack(self.acks, self.timeout_ms), encode_uvarint(len(self.topics) + 1)]
             for name, partitions in self.topics:
                 encoded = name.encode("utf-8")
                 parts += (encode_uvarint(len(encoded) + 1), encoded, encode_uvarint(len(partitions) + 1))
@@ -143,7 +154,8 @@ class ProduceBody:
                 parts.append(b"\x00")
             parts.append(b"\x00")
         else:
-            parts = [b"\xff\xff", _ACKS_TIMEOUT.pack(self.acks, self.timeout_ms), pack_int32(len(self.topics))]
+            parts = [b"\xff\xff" if tid is None else _INT16.pack(len(tid)) + tid,
+                     _ACKS_TIMEOUT.pack(self.acks, self.timeout_ms), pack_int32(len(self.topics))]
             for name, partitions in self.topics:
                 encoded = name.encode("utf-8")
                 parts += (_INT16.pack(len(encoded)), encoded, pack_int32(len(partitions)))
@@ -248,7 +260,14 @@ class Producer:
         -> partition}, called for every record without an explicit partition (as
         kafka-python's); None: the Java client's default.
     @param enable_idempotence: producer id, epoch and sequence numbers (KIP-98).
-    @param max_block_ms: how long a send may wait for metadata or buffer room (ms).
+    @param max_block_ms: how long a send may wait for metadata or buffer room (ms);
+        also how long a transactional call retries the coordinator.
+    @param transactional_id: makes the producer transactional (KIP-98; see
+        L{init_transactions}): implies C{enable_idempotence} and C{acks="all"}
+        (the default C{acks=1} becomes C{"all"}; C{acks=0} is refused).
+    @param transaction_timeout_ms: how long the coordinator lets a transaction
+        stay open before aborting it (ms; at most the broker's
+        C{transaction.max.timeout.ms}).
     @param security: a L{kafkatw.client.security.SecurityConfig} (TLS, SASL) for the
         client made from C{bootstrap_servers}; kafka-python's keyword options
         (C{security_protocol}, C{ssl_cafile}, C{ssl_certfile}, C{ssl_keyfile},
@@ -263,7 +282,13 @@ class Producer:
                  max_in_flight_requests_per_connection: int = 5, buffer_memory: int = 33554432,
                  max_request_size: int = 1048576, partitioner: Callable[..., int] | None = None,
                  enable_idempotence: bool = False, max_block_ms: int = 60000,
+                 transactional_id: str | None = None, transaction_timeout_ms: int = 60000,
                  security: SecurityConfig | None = None, **security_options: Any) -> None:
+        if transactional_id is not None:
+            if acks not in (1, "all", -1, "-1"):  # 1: the default, which a transactional id turns into all
+                raise ValueError("a transactional_id needs acks='all'")
+            acks = "all"
+            enable_idempotence = True
         if acks not in _ACKS:
             raise ValueError(f"acks must be 0, 1 or 'all', not {acks!r}")
         codec = COMPRESSION_CODECS.get(compression_type or "none")
@@ -329,6 +354,14 @@ class Producer:
         self.producer_epoch = -1
         self._init_pid: Deferred | None = None
         self._bump_epoch = False
+        # transactions
+        self.transactional_id = transactional_id
+        self._txn: TransactionManager | None = None
+        if transactional_id is not None:
+            self._txn = TransactionManager(reactor, client, transactional_id, transaction_timeout_ms,
+                                           retry_backoff_ms, max_block_ms, self._transactional_producer_id)
+            self._txn.on_added = self._drain_soon
+            self._txn.on_add_failed = self._partitions_not_added
 
     # --- sending ---------------------------------------------------------------------------
 
@@ -381,6 +414,12 @@ class Producer:
         if self._closing:
             _fail_one(d, on_delivery, ProducerClosedError("producer closed"))
             return d
+        if self._txn is not None and self._txn.state is not TransactionState.IN_TRANSACTION:
+            try:
+                self._txn.check(TransactionState.IN_TRANSACTION, what="send outside a transaction")
+            except KafkaError as error:
+                _fail_one(d, on_delivery, error)
+                return d
         if value.__class__ is not bytes and value is not None:
             value = _as_bytes(value)
         if key is not None and key.__class__ is not bytes:
@@ -616,6 +655,11 @@ class Producer:
     async def _close(self) -> None:
         self._closing = True  # sends from now on fail: they would miss the final flush
         self._hot.clear()
+        txn = self._txn
+        if txn is not None and txn.state not in (TransactionState.IN_TRANSACTION,
+                                                 TransactionState.COMMITTING_TRANSACTION):
+            # an aborted or failed transaction: records whose partition never joined it cannot go
+            self._fail_unadded(ProducerClosedError(f"producer closed in transaction state {txn.state.value}"))
         await self.flush()
         self._closed = True
         for call in (self._linger_call, self._drain_call, self._block_timer):
@@ -624,6 +668,176 @@ class Producer:
         self._linger_call = self._drain_call = self._block_timer = None
         if self._owns_client:
             await self.client.close()
+
+    # --- transactions (KIP-98) -----------------------------------------------------------------
+
+    def _transaction_manager(self) -> TransactionManager:
+        if self._txn is None:
+            raise IllegalTransactionStateError("transactional calls need a producer made with a transactional_id")
+        return self._txn
+
+    def init_transactions(self) -> Deferred:
+        """
+        Get this transactional id's producer id and a new epoch from its
+        transaction coordinator (FindCoordinator with key type 1, then
+        InitProducerId), which fences every older producer with the same
+        C{transactional_id} and completes or aborts the transaction it left
+        open.  Call once, before the first L{begin_transaction}.
+
+        @return: a Deferred firing with None; failing with the coordinator's
+            error after C{max_block_ms} of retriable ones, with
+            L{IllegalTransactionStateError} when called twice or without a
+            transactional id, with C{PRODUCER_FENCED} and the like (the
+            producer is then unusable: close it).
+        """
+        return Deferred.fromCoroutine(self._init_transactions())
+
+    async def _init_transactions(self) -> None:
+        txn = self._transaction_manager()
+        txn.transition(TransactionState.INITIALIZING)
+        await self._initialize(txn)
+
+    async def _initialize(self, txn: TransactionManager) -> None:
+        try:
+            await txn.init_producer_id()
+        except Exception as error:
+            txn.fail(error)
+            raise
+        txn.transition(TransactionState.READY)
+
+    def _transactional_producer_id(self, producer_id: int, producer_epoch: int) -> None:
+        """A new producer id or epoch: sequences start afresh."""
+        self.producer_id, self.producer_epoch = producer_id, producer_epoch
+        self._bump_epoch = False
+        for tstate in self._topics.values():
+            for state in tstate.partitions:
+                state.next_sequence = 0
+
+    def begin_transaction(self) -> None:
+        """
+        Start a transaction: the records sent from now on, and the offsets
+        given to L{send_offsets_to_transaction}, commit or abort together.
+        Local (no request): the coordinator hears of the transaction with the
+        first partition written (AddPartitionsToTxn).
+
+        @raise IllegalTransactionStateError: not after L{init_transactions} or
+            a completed transaction; the transaction's error in an error state.
+        """
+        txn = self._transaction_manager()
+        txn.check(TransactionState.READY, what="begin a transaction")
+        txn.transition(TransactionState.IN_TRANSACTION)
+
+    def send_offsets_to_transaction(self, offsets: dict[tuple[str, int], Any], group_metadata: Any) -> Deferred:
+        """
+        Commit a consumer group's offsets as part of the transaction
+        (AddOffsetsToTxn to the transaction coordinator, then TxnOffsetCommit
+        to the group's coordinator): they become the group's committed offsets
+        only if the transaction commits.
+
+        @param offsets: C{{(topic, partition): offset}} — the offset of the
+            next record to consume; values may also be C{(offset, metadata)}
+            tuples or objects with C{offset} and C{metadata} attributes
+            (kafka-python's C{OffsetAndMetadata}).
+        @param group_metadata: the consumer's C{group_metadata()} (a
+            L{GroupMetadata}; the broker checks generation and member id), or
+            a group id string.
+        @return: a Deferred firing with None; failing with the error (which
+            also makes the transaction abortable, or the producer fenced).
+        """
+        return Deferred.fromCoroutine(self._send_offsets(offsets, as_group_metadata(group_metadata)))
+
+    async def _send_offsets(self, offsets: dict[tuple[str, int], Any], group: GroupMetadata) -> None:
+        txn = self._transaction_manager()
+        txn.check(TransactionState.IN_TRANSACTION, what="send offsets to the transaction")
+        try:
+            await txn.send_offsets(offsets, group)
+        except Exception as error:
+            txn.fail(error)
+            raise
+
+    def commit_transaction(self) -> Deferred:
+        """
+        Flush, then commit the transaction (EndTxn): its records become
+        visible to read-committed consumers and its offsets the group's
+        committed offsets.
+
+        @return: a Deferred firing with None once the coordinator has the
+            commit (its markers follow); failing with the error of a record
+            or request of the transaction (then call L{abort_transaction}),
+            or a fatal one such as C{PRODUCER_FENCED}.
+        """
+        return Deferred.fromCoroutine(self._commit())
+
+    async def _commit(self) -> None:
+        txn = self._transaction_manager()
+        txn.check(TransactionState.IN_TRANSACTION, what="commit the transaction")
+        txn.transition(TransactionState.COMMITTING_TRANSACTION)
+        self._hot.clear()
+        await self.flush()
+        if txn.state is not TransactionState.COMMITTING_TRANSACTION:
+            txn.check(TransactionState.COMMITTING_TRANSACTION, what="commit the transaction")
+        try:
+            await txn.end_txn(committed=True)
+        except Exception as error:
+            txn.fail(error)
+            raise
+        txn.transition(TransactionState.READY)
+
+    def abort_transaction(self) -> Deferred:
+        """
+        Abort the transaction (EndTxn): records whose partition has not joined
+        the transaction yet fail with C{OPERATION_NOT_ATTEMPTED}, the others are
+        flushed and then
+        hidden from read-committed consumers by the ABORT markers; the
+        offsets sent to the transaction are dropped.  Also the way out of an
+        abortable error.  After a batch failed (a gap in its sequence), the
+        producer gets a new epoch (InitProducerId) before it is ready again.
+
+        @return: a Deferred firing with None; failing with a fatal error.
+        """
+        return Deferred.fromCoroutine(self._abort())
+
+    async def _abort(self) -> None:
+        txn = self._transaction_manager()
+        txn.check(TransactionState.IN_TRANSACTION, TransactionState.ABORTABLE_ERROR, what="abort the transaction")
+        txn.transition(TransactionState.ABORTING_TRANSACTION)
+        self._hot.clear()
+        self._fail_unadded(kafka_error(ErrorCode.operation_not_attempted, "the transaction was aborted"
+                                       " before this record's partition joined it"))
+        await self.flush()
+        try:
+            await txn.end_txn(committed=False)
+        except Exception as error:
+            txn.fail(error)
+            raise
+        if txn.epoch_bump_required:
+            txn.transition(TransactionState.INITIALIZING)
+            await self._initialize(txn)
+        else:
+            txn.transition(TransactionState.READY)
+
+    def _fail_unadded(self, error: Exception) -> None:
+        """Fail the batches of partitions not (yet) in the transaction: they can no longer be sent."""
+        txn = self._txn
+        for state in list(self._open) + list(self._ready):
+            if (state.topic, state.partition) in txn.partitions:
+                continue
+            self._fail_partition(state, error)
+
+    def _partitions_not_added(self, tps: Any, error: Exception) -> None:
+        """AddPartitionsToTxn failed: fail the partitions' batches."""
+        for topic, partition in tps:
+            tstate = self._topics.get(topic)
+            if tstate is not None and partition < len(tstate.partitions):
+                self._fail_partition(tstate.partitions[partition], error)
+
+    def _fail_partition(self, state: _PartitionState, error: Exception) -> None:
+        if state.open is not None:
+            self._seal(state, state.open)
+        while state.ready:
+            self._fail(state.ready.popleft(), error)
+        self._ready.discard(state)
+        self._lingered.discard(state)
 
     # --- the sender ---------------------------------------------------------------------------
 
@@ -644,9 +858,12 @@ class Producer:
             if self._drain_call.active():
                 self._drain_call.cancel()
             self._drain_call = None
-        if self.enable_idempotence and (self.producer_id < 0 or self._bump_epoch):
+        txn = self._txn
+        if txn is None and self.enable_idempotence and (self.producer_id < 0 or self._bump_epoch):
             self._init_producer_id()
             return
+        if txn is not None and self.producer_id < 0:
+            return  # nothing was accepted before init_transactions
         if self._lingered:
             self._seal_lingered()
         now = self.reactor.seconds()
@@ -654,6 +871,7 @@ class Producer:
         wakeup = None
         need_metadata = False
         leader_for = self.client.leader_for
+        new_partitions: list[tuple[str, int]] = []  # to add to the transaction first
         for state in list(self._ready):
             ready = state.ready
             while ready and not ready[0].attempts and self._expired(ready[0], now):
@@ -664,6 +882,9 @@ class Producer:
                 self._ready.discard(state)
                 continue
             if self._hold_partitions and state.in_flight:
+                continue
+            if txn is not None and (state.topic, state.partition) not in txn.partitions:
+                new_partitions.append((state.topic, state.partition))
                 continue
             head = ready[0]
             if head.retry_at > now:
@@ -687,6 +908,8 @@ class Producer:
         for node, states in by_node.items():
             while states and self._in_flight.get(node, 0) < self.max_in_flight:
                 states = self._send_request(node, states, now)
+        if new_partitions:
+            txn.add_partitions(new_partitions)
         if need_metadata:
             backoff = self.retry_backoff_ms / 1000.0
             if now - self._refreshed_at >= backoff:
@@ -708,7 +931,8 @@ class Producer:
                     if self.enable_idempotence:
                         state = batch.state
                         encoded = encode_value_batch(records, batch.base_ts, self.compression, self.producer_id,
-                                                     self.producer_epoch, state.next_sequence)
+                                                     self.producer_epoch, state.next_sequence,
+                                                     self._txn is not None)
                         state.next_sequence = (state.next_sequence + len(records)) & 0x7FFFFFFF
                         batch.epoch = self.producer_epoch
                     else:
@@ -725,7 +949,8 @@ class Producer:
             if self.enable_idempotence:
                 state = batch.state
                 encoded = encode_batch(records, compression=self.compression, producer_id=self.producer_id,
-                                       producer_epoch=self.producer_epoch, base_sequence=state.next_sequence)
+                                       producer_epoch=self.producer_epoch, base_sequence=state.next_sequence,
+                                       is_transactional=self._txn is not None)
                 state.next_sequence = (state.next_sequence + len(records)) & 0x7FFFFFFF
                 batch.epoch = self.producer_epoch
             else:
@@ -771,7 +996,7 @@ class Producer:
                 self._ready.discard(state)
         if not batches:
             return left
-        body = ProduceBody(self.acks, self.request_timeout_ms, list(topics.items()))
+        body = ProduceBody(self.acks, self.request_timeout_ms, list(topics.items()), self.transactional_id)
         self._in_flight[node] = self._in_flight.get(node, 0) + 1
         d = defer.ensureDeferred(self.client.send(node, _API_PRODUCE, body, expect_response=self.acks != 0))
         d.addCallbacks(self._handle_response, self._handle_request_failure,
@@ -847,7 +1072,9 @@ class Producer:
         retriable = getattr(code, "retriable", False) or code in RETRIABLE_METADATA_ERRORS or isinstance(
             error, (BrokerConnectionError, RequestTimedOutError))
         if self.enable_idempotence and code in (ErrorCode.out_of_order_sequence_number,
-                                                ErrorCode.unknown_producer_id, ErrorCode.invalid_producer_epoch):
+                                                ErrorCode.unknown_producer_id, ErrorCode.invalid_producer_epoch,
+                                                ErrorCode.producer_fenced, ErrorCode.invalid_txn_state,
+                                                ErrorCode.transactional_id_authorization_failed):
             retriable = False
         if (retriable and batch.attempts < self.retries and not self._closed
                 and (now - batch.created) * 1000 + self.retry_backoff_ms < self.delivery_timeout_ms):
@@ -934,7 +1161,11 @@ class Producer:
 
     def _fail(self, batch: _Batch, error: Exception) -> None:
         self._finish(batch)
-        if self.enable_idempotence and batch.encoded is not None:
+        if self._txn is not None:
+            self._txn.fail(error)  # the transaction can only abort now (or the producer is fenced)
+            if batch.encoded is not None:
+                self._txn.epoch_bump_required = True  # the sequence has a gap: a new epoch after the abort
+        elif self.enable_idempotence and batch.encoded is not None:
             self._bump_epoch = True  # the partition's sequence has a gap now
         if batch.callbacks is not None:
             for on_delivery in batch.callbacks:

@@ -460,6 +460,21 @@ class ZookeeperConsumerGroup:
         """The partitions this consumer owns and fetches now (empty while rebalancing)."""
         return set(self._owned) if self._fetching else set()
 
+    def group_metadata(self) -> Any:
+        """
+        What L{kafkatw.client.producer.Producer.send_offsets_to_transaction}
+        needs of this member (Java's C{ConsumerGroupMetadata}): the group id,
+        the rebalance generation this member counted, and its consumer id as
+        member id.  A transaction's offsets become this group's committed
+        offsets in ZooKeeper when it commits (docs/transactions.md, Group
+        offsets); commit nothing else meanwhile (C{enable_auto_commit=False}).
+
+        @rtype: L{kafkatw.client.transaction_manager.GroupMetadata}
+        """
+        from .transaction_manager import GroupMetadata
+
+        return GroupMetadata(self.group_id, self._generation, self.consumer_id, None)
+
     def owned(self) -> set[TopicPartition]:
         """The partitions whose owner node this consumer holds."""
         return set(self._owned)

@@ -370,5 +370,46 @@ def decode_response(api_key: int, api_version: int, frame: bytes) -> tuple[int, 
     pos = 4
     if cls.__flexible__ and api_key != 18:
         pos = _skip_tagged_fields(frame, pos)
+    if api_key == 65 and api_version == 0:
+        return correlation_id, _decode_describe_transactions_v0(cls, frame, pos)
     value, _size = entity_reader(cls)(frame, pos)
     return correlation_id, value
+
+
+_DESCRIBED_TXN = struct.Struct(">iqqh")  # transaction_timeout_ms, transaction_start_time_ms, producer_id, epoch
+
+
+def _decode_describe_transactions_v0(cls: type, frame: bytes, pos: int) -> Any:
+    """
+    DescribeTransactions v0 (KIP-664), decoded by hand: a transactional id
+    with no open transaction has C{transaction_start_time} -1, which kio's
+    C{datetime_i64} reader refuses; it comes out as None here.
+    """
+    def string(pos: int) -> tuple[str | None, int]:
+        n, pos = _read_uvarint(frame, pos)
+        if n == 0:
+            return None, pos
+        return bytes(frame[pos:pos + n - 1]).decode("utf-8"), pos + n - 1
+
+    throttle_ms = _INT32.unpack_from(frame, pos)[0]
+    count, pos = _read_uvarint(frame, pos + 4)
+    states = []
+    for _ in range(max(0, count - 1)):
+        error_code = struct.unpack_from(">h", frame, pos)[0]
+        transactional_id, pos = string(pos + 2)
+        state, pos = string(pos)
+        timeout_ms, start_ms, producer_id, producer_epoch = _DESCRIBED_TXN.unpack_from(frame, pos)
+        pos += _DESCRIBED_TXN.size
+        topics = []
+        n_topics, pos = _read_uvarint(frame, pos)
+        for _ in range(max(0, n_topics - 1)):
+            topic, pos = string(pos)
+            n_partitions, pos = _read_uvarint(frame, pos)
+            partitions = struct.unpack_from(f">{max(0, n_partitions - 1)}i", frame, pos)
+            pos = _skip_tagged_fields(frame, pos + 4 * len(partitions))
+            topics.append({"topic": topic, "partitions": partitions})
+        pos = _skip_tagged_fields(frame, pos)
+        states.append({"error_code": error_code, "transactional_id": transactional_id, "transaction_state": state,
+                       "transaction_timeout": timeout_ms, "transaction_start_time": start_ms,
+                       "producer_id": producer_id, "producer_epoch": producer_epoch, "topics": topics})
+    return build(cls, {"throttle_time": throttle_ms, "transaction_states": states})

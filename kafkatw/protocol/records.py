@@ -463,7 +463,7 @@ def _value_prefixes(length: int, n: int) -> list[bytes]:
 
 
 def encode_value_batch(values: Sequence[bytes], timestamp_ms: int, compression: int = 0, producer_id: int = -1,
-                       producer_epoch: int = -1, base_sequence: int = -1) -> bytes:
+                       producer_epoch: int = -1, base_sequence: int = -1, is_transactional: bool = False) -> bytes:
     """
     Encode one RecordBatch v2 of records with a value, no key, no headers and
     one timestamp: the producer's common case, byte for byte what
@@ -472,6 +472,7 @@ def encode_value_batch(values: Sequence[bytes], timestamp_ms: int, compression: 
 
     @param values: the records' values (C{bytes}, not None).
     @param timestamp_ms: every record's create time (ms since the epoch).
+    @param is_transactional: set the transactional attribute bit (KIP-98).
     @return: the batch, CRC-32C filled in.
     @raise ValueError: no values, or an unknown codec.
     """
@@ -492,7 +493,10 @@ def encode_value_batch(values: Sequence[bytes], timestamp_ms: int, compression: 
     body = b"".join(parts)
     if compression:
         body = compress(compression, body)
-    post = _POST_CRC.pack(compression & _ATTR_COMPRESSION_MASK, n - 1, timestamp_ms, timestamp_ms, producer_id,
+    attributes = compression & _ATTR_COMPRESSION_MASK
+    if is_transactional:
+        attributes |= _ATTR_TRANSACTIONAL
+    post = _POST_CRC.pack(attributes, n - 1, timestamp_ms, timestamp_ms, producer_id,
                           producer_epoch, base_sequence, n) + body
     return _PRE_CRC.pack(0, len(post) + 9, -1, 2, crc32c(post)) + post
 
@@ -620,7 +624,8 @@ _INT32 = struct.Struct(">i")
 
 
 def decode_fetched(data: bytes | bytearray | memoryview, topic: str, partition: int, fetch_offset: int,
-                   record_class: type, verify_crc: bool = True) -> tuple[list, int]:
+                   record_class: type, verify_crc: bool = True,
+                   aborted: Sequence[tuple[int, int]] | None = None) -> tuple[list, int]:
     """
     Decode one partition's Fetch data for a consumer, in one pass.
 
@@ -633,6 +638,12 @@ def decode_fetched(data: bytes | bytearray | memoryview, topic: str, partition: 
     partial batch is ignored.  Headers are a tuple of C{(str, bytes | None)}.
 
     @param fetch_offset: the offset the Fetch asked for.
+    @param aborted: for a read-committed consumer, the Fetch response's
+        C{aborted_transactions} of this partition as C{(producer_id,
+        first_offset)} pairs: the transactional batches of an aborted
+        transaction are dropped too, as Kafka's consumer does
+        (C{CompletedFetch}): a producer's aborted range starts at its
+        C{first_offset} and ends at that producer's next ABORT marker.
     @return: (records, next offset): the offset after the last complete batch,
         C{fetch_offset} when there is none.
     @raise CorruptRecordError: a CRC mismatch, or records that do not parse.
@@ -643,9 +654,26 @@ def decode_fetched(data: bytes | bytearray | memoryview, topic: str, partition: 
     view = memoryview(data)
     out: list = []
     next_offset = fetch_offset
+    if aborted:
+        # (first_offset, producer_id), smallest first: Kafka's priority queue
+        starts = sorted((first, pid) for pid, first in aborted)
+        next_start = 0
+        aborting: set[int] = set()
     for pos, batch_end, header in _complete_batches(data):
         base_offset = header[0]
         last = base_offset + header[6]
+        if aborted and header[9] >= 0:
+            while next_start < len(starts) and starts[next_start][0] <= last:
+                aborting.add(starts[next_start][1])
+                next_start += 1
+            attributes = header[5]
+            if attributes & _ATTR_CONTROL:
+                if control_type(data, pos, batch_end) == CONTROL_ABORT:
+                    aborting.discard(header[9])  # the aborted range of this producer ends here
+            elif attributes & _ATTR_TRANSACTIONAL and header[9] in aborting:
+                if last >= next_offset:
+                    next_offset = last + 1
+                continue
         if last < next_offset or header[5] & _ATTR_CONTROL:
             if last >= next_offset:
                 next_offset = last + 1
@@ -663,6 +691,33 @@ def decode_fetched(data: bytes | bytearray | memoryview, topic: str, partition: 
             del out[first:cut]
         next_offset = last + 1
     return out, next_offset
+
+
+#: Control record types (the key of a control batch's record: int16 version, int16 type).
+CONTROL_ABORT = 0
+CONTROL_COMMIT = 1
+
+
+def control_type(data: bytes, pos: int, batch_end: int) -> int:
+    """
+    The type of the control batch at C{pos} (L{CONTROL_ABORT}, L{CONTROL_COMMIT}, …; -1: unreadable):
+    its first record's key, after the record's length, attributes, timestamp
+    delta, offset delta and key length (varints, attributes one byte).
+    """
+    p = pos + _HEADER_SIZE
+    try:
+        for field in range(5):  # length, attributes (int8), timestampDelta, offsetDelta, keyLength
+            if field == 1:
+                p += 1
+                continue
+            while data[p] & 0x80:
+                p += 1
+            p += 1
+        if p + 4 > batch_end:
+            return -1
+        return struct.unpack_from(">h", data, p + 2)[0]
+    except IndexError:
+        return -1
 
 
 _ZIGZAG: list[int] = [(i >> 1) ^ -(i & 1) for i in range(1 << 14)]  # 1- and 2-byte varints, decoded

@@ -18,6 +18,7 @@ PUBLIC = [
     "KafkaClient",
     "Producer",
     "RecordMetadata",
+    "GroupMetadata",
     "Consumer",
     "ConsumerRecord",
     "ZookeeperConsumerGroup",
@@ -73,6 +74,9 @@ class PublicSymbolsTests(SynchronousTestCase):
         self.assertIs(kafkatw.client.KafkaClient, KafkaClient)
         self.assertIs(kafkatw.client.Producer, Producer)
         self.assertIs(kafkatw.client.RecordMetadata, RecordMetadata)
+        from kafkatw.client.transaction_manager import GroupMetadata
+
+        self.assertIs(kafkatw.client.GroupMetadata, GroupMetadata)
         self.assertIs(kafkatw.client.Consumer, Consumer)
         self.assertIs(kafkatw.client.ConsumerRecord, ConsumerRecord)
         self.assertIs(kafkatw.client.ZookeeperConsumerGroup, ZookeeperConsumerGroup)

@@ -292,6 +292,14 @@ class JoinLeaveTests(SynchronousTestCase):
         # a new group starts at auto_offset_reset and anchors it at once
         self.assertEqual([h.committed("t", p) for p in range(6)], [0] * 6)
 
+    def test_group_metadata_for_transactions(self):
+        h = Harness()
+        g = h.member("c1")
+        h.settle()
+        metadata = g.group_metadata()
+        self.assertEqual((metadata.group_id, metadata.member_id, metadata.group_instance_id), (GROUP, "c1", None))
+        self.assertEqual(metadata.generation_id, g._generation)
+
     def test_three_members_split_six_partitions(self):
         h = Harness()
         for cid in ("c1", "c2", "c3"):
