@@ -63,6 +63,10 @@ class SourceOptions:
     #: the L{kafkatw.client.security.SecurityConfig} of C{kafka.security.protocol},
     #: C{kafka.ssl.*}, C{kafka.sasl.mechanism}, C{kafka.sasl.jaas.config}.
     security: Any = None
+    #: C{kafka.isolation.level}: C{read_uncommitted} (Spark's default) or
+    #: C{read_committed} (only committed transactions' records, up to the last
+    #: stable offset; KIP-98).
+    isolation_level: str = "read_uncommitted"
 
 
 def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
@@ -209,7 +213,16 @@ def parse_options(raw: Mapping[str, Any], streaming: bool) -> SourceOptions:
         min_partitions=_positive_int(options, "minPartitions"),
         poll_timeout_ms=_positive_int(options, "kafkaConsumer.pollTimeoutMs") or 120_000,
         security=_security(options),
+        isolation_level=_isolation_level(options),
     )
+
+
+def _isolation_level(options: Mapping[str, Any]) -> str:
+    """C{kafka.isolation.level}, as Spark's Kafka source passes it to its consumers."""
+    value = str(options.get("kafka.isolation.level", "read_uncommitted")).strip().lower()
+    if value not in ("read_uncommitted", "read_committed"):
+        raise ValueError(f"option 'kafka.isolation.level' must be read_uncommitted or read_committed, not {value!r}")
+    return value
 
 
 def _security(options: Mapping[str, Any]) -> Any:

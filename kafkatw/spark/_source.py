@@ -139,7 +139,8 @@ class _Admin:
         """One ListOffsets look-up per leader for C{timestamps} (partition -> timestamp)."""
         if not timestamps:
             return {}
-        return {tp: info.offset for tp, info in self.client.list_offsets(timestamps).items()}
+        isolation = 1 if self.options.isolation_level == "read_committed" else 0  # latest: the LSO
+        return {tp: info.offset for tp, info in self.client.list_offsets(timestamps, isolation_level=isolation).items()}
 
     def resolve(self, spec: OffsetSpec, tps: Sequence[TopicPartition], what: str) -> dict[TopicPartition, int]:
         """Concrete offsets for C{spec} on C{tps}."""
@@ -303,7 +304,8 @@ def _read_range(options: SourceOptions, part: KafkaInputPartition) -> Iterator[A
         return
     headers = options.include_headers
     consumer = BlockingConsumer(options.bootstrap_servers, client_id="kafkatw-spark-executor",
-                                auto_offset_reset="none", max_poll_records=5000, security=options.security)
+                                auto_offset_reset="none", max_poll_records=5000, security=options.security,
+                                isolation_level=options.isolation_level)
     try:
         consumer.assign([tp])
         consumer.seek(tp, start)

@@ -1,8 +1,10 @@
 """
 The exactly-once example (examples/exactly_once/) under SIGKILL: the service
 is killed at random moments while it works through an access log, restarted
-each time, then left to finish; a read-committed consumer then finds every
-input line counted exactly once in the output (examples/exactly_once/check.py).
+each time, and once the broker (the transaction coordinator's) is killed under
+it and restarted; then the service is left to finish, and a read-committed
+consumer finds every input line counted exactly once in the output
+(examples/exactly_once/check.py).
 """
 
 from __future__ import annotations
@@ -61,11 +63,18 @@ class ExactlyOnceExampleTests(unittest.TestCase):
             command = [sys.executable, os.path.join(_EXAMPLE, "service.py"), "--bootstrap-server", bootstrap,
                        "--max-records", "25"]
             kills = 0
-            for _ in range(4):
+            for round_ in range(4):
                 service = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
                 joined = service.stdout.readline()  # "joined client-counts: [...]": it works from now on
                 self.assertTrue(joined.startswith("joined"), joined)
                 time.sleep(rng.uniform(0.1, 3.0))  # mid-transaction, between transactions, ...
+                if round_ == 1:
+                    # the transaction coordinator's broker (the only one) dies under the
+                    # running service and comes back: the service carries on
+                    cluster[0].kill()
+                    time.sleep(rng.uniform(0.5, 2.0))
+                    cluster[0].start(timeout_s=60)
+                    time.sleep(rng.uniform(1.0, 4.0))
                 if service.poll() is None:
                     service.send_signal(signal.SIGKILL)
                     kills += 1

@@ -107,7 +107,10 @@ class SparkTestsBase(ClassFixture, unittest.SynchronousTestCase):
         os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
         os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
         cls.tmp = tempfile.mkdtemp(prefix="kafkatw-spark-")
-        cls._cluster = running_cluster(overrides={"log.retention.check.interval.ms": "200"})
+        # one broker: its __transaction_state (test_read_committed) has one replica
+        cls._cluster = running_cluster(overrides={"log.retention.check.interval.ms": "200",
+                                                  "transaction.state.log.replication.factor": "1",
+                                                  "transaction.state.log.min.isr": "1"})
         cls.cluster = cls._cluster.__enter__()
         cls.bootstrap = cls.cluster[0].bootstrap
         try:
@@ -195,6 +198,32 @@ class _DataSourceCases:
         pairs = sorted((r.partition, r.offset) for r in df.select("partition", "offset").collect())
         self.assertEqual(pairs, [(1, o) for o in range(5, 15)] + [(2, o) for o in range(200)])
         self.assertEqual(self.source(subscribePattern="kno.*").count(), 600)
+
+    def test_read_committed(self) -> None:
+        """
+        kafka.isolation.level=read_committed (as Spark's Kafka source): only
+        committed transactions' records, never an aborted one; the default
+        reads them all.
+        """
+        from confluent_kafka import Producer
+
+        create_topic(self.bootstrap, "txn", 1)
+        producer = Producer({"bootstrap.servers": self.bootstrap, "transactional.id": "spark-test"})
+        producer.init_transactions(30)
+        for values, commit in ((["c1", "c2", "c3"], True), (["a1", "a2"], False), (["c4"], True)):
+            producer.begin_transaction()
+            for v in values:
+                producer.produce("txn", v.encode(), partition=0)
+            producer.flush(30)  # on the broker before the abort (an abort purges what is still queued)
+            if commit:
+                producer.commit_transaction(30)
+            else:
+                producer.abort_transaction(30)
+        committed = sorted(bytes(r.value).decode() for r in
+                           self.source(subscribe="txn", **{"kafka.isolation.level": "read_committed"}).collect())
+        self.assertEqual(committed, ["c1", "c2", "c3", "c4"])
+        everything = sorted(bytes(r.value).decode() for r in self.source(subscribe="txn").collect())
+        self.assertEqual(everything, ["a1", "a2", "c1", "c2", "c3", "c4"])
 
     def test_starting_timestamp(self) -> None:
         """startingTimestamp starts each partition at its first record at or after the timestamp."""

@@ -30,6 +30,14 @@ class OptionsTests(unittest.SynchronousTestCase):
         self.assertEqual((stream.subscribe_pattern, stream.starting.kind), ("lo.*", "latest"))
         self.assertFalse(stream.fail_on_data_loss)
 
+    def test_isolation_level(self) -> None:
+        self.assertEqual(parse_options({**B, "subscribe": "t"}, streaming=False).isolation_level, "read_uncommitted")
+        o = parse_options({**B, "subscribe": "t", "kafka.isolation.level": "READ_COMMITTED"}, streaming=True)
+        self.assertEqual(o.isolation_level, "read_committed")
+        with self.assertRaises(ValueError) as raised:
+            parse_options({**B, "subscribe": "t", "kafka.isolation.level": "serializable"}, streaming=False)
+        self.assertIn("kafka.isolation.level", str(raised.exception))
+
     def test_json(self) -> None:
         o = parse_options({**B, "assign": '{"t":[0,1]}', "startingOffsets": '{"t":{"0":23,"1":-2}}',
                            "endingOffsets": '{"t":{"0":50,"1":-1}}'}, streaming=False)
