@@ -20,9 +20,15 @@ bootstrap_option = click.option(
 _SECURITY_META = "kafkatw.security"
 
 
-def _read_command_config(ctx: click.Context, param: click.Parameter, path: str | None) -> None:
+def read_security_config(path: str | None) -> Any:
+    """
+    The L{kafkatw.client.security.SecurityConfig} of a C{--command-config}
+    file (C{None}: plaintext).
+
+    @raise click.BadParameter: the file cannot be read or its settings are invalid.
+    """
     if path is None:
-        return
+        return None
     from kafkatw.client.security import SecurityConfig
     from kafkatw.config import parse_properties as parse_text
 
@@ -32,9 +38,14 @@ def _read_command_config(ctx: click.Context, param: click.Parameter, path: str |
     except OSError as e:
         raise click.BadParameter(f"cannot read {path}: {e.strerror}", param_hint="--command-config") from None
     try:
-        ctx.meta[_SECURITY_META] = SecurityConfig.from_properties(properties)
+        return SecurityConfig.from_properties(properties)
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--command-config") from None
+
+
+def _read_command_config(ctx: click.Context, param: click.Parameter, path: str | None) -> None:
+    if path is not None:
+        ctx.meta[_SECURITY_META] = read_security_config(path)
 
 
 #: Kafka's C{--command-config client.properties}: the client's security settings
