@@ -118,6 +118,19 @@ def fail(message: str) -> NoReturn:
     sys.exit(1)
 
 
+def read_input_file(path: str, flag: str | None = None) -> str:
+    """
+    The text of a tool's input file (C{--offset-json-file},
+    C{--path-to-json-file}, ...); a file that cannot be read exits 1 with one
+    C{Error: cannot read ...} line (naming C{flag} when given).
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except OSError as e:
+        fail(f"Error: cannot read {path}{f' ({flag})' if flag else ''}: {e.strerror}")
+
+
 def describe_error(e: BaseException) -> str:
     if isinstance(e, KafkaError):
         return str(e) or e.error_code.name
