@@ -16,7 +16,7 @@ import asyncio
 import shutil
 import subprocess
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 KCAT = shutil.which("kcat") or "/usr/bin/kcat"
 
@@ -146,3 +146,20 @@ def round_trip_kafkatw(client_kwargs: Callable[[], dict[str, Any]], topic: str, 
     finally:
         consumer.close()
     return values
+
+
+def add_round_trip_tests(case: type, clients: Iterable[str], mechanisms: Iterable[str]) -> None:
+    """
+    Add C{test_<client>_<mechanism>} to C{case} (names with C{_} for C{-},
+    lower case) for every client and SASL mechanism, each calling
+    C{self.check(client, mechanism)}.
+    """
+    mechanisms = list(mechanisms)
+    for client in clients:
+        for mechanism in mechanisms:
+            def test(self: Any, client: str = client, mechanism: str = mechanism) -> None:
+                self.check(client, mechanism)
+
+            name = f"test_{client.replace('-', '_')}_{mechanism.replace('-', '_').lower()}"
+            test.__name__ = name
+            setattr(case, name, test)

@@ -38,6 +38,7 @@ from twisted.trial import unittest
 
 from kafkatw.testing import BrokerProcess, ClassFixture, ZooKeeperFixture, find_free_port, make_tls_files, wait_for
 from tests import _round_trip
+from tests._round_trip import add_round_trip_tests
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TIMEOUT_S = 30.0
@@ -412,15 +413,4 @@ class SecuredClusterTests(ClassFixture, unittest.TestCase):
             self.assertNotIn(password, logs)
 
 
-def _add_checks() -> None:
-    for client in ("kcat", "confluent", "kafka-python", "aiokafka", "kafkatw"):
-        for mechanism in USERS:
-            def test(self: SecuredClusterTests, client: str = client, mechanism: str = mechanism) -> None:
-                self.check(client, mechanism)
-
-            name = f"test_{client.replace('-', '_')}_{mechanism.replace('-', '_').lower()}"
-            test.__name__ = name
-            setattr(SecuredClusterTests, name, test)
-
-
-_add_checks()
+add_round_trip_tests(SecuredClusterTests, ("kcat", "confluent", "kafka-python", "aiokafka", "kafkatw"), USERS)

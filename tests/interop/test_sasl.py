@@ -31,7 +31,7 @@ from twisted.trial import unittest
 
 from kafkatw.testing import BrokerProcess, ClassFixture, ZooKeeperFixture, find_free_port
 from tests._round_trip import (KCAT, round_trip_aiokafka, round_trip_confluent, round_trip_kafka_python,
-                               round_trip_kafkatw, round_trip_kcat)
+                               add_round_trip_tests, round_trip_kafkatw, round_trip_kcat)
 
 TIMEOUT_S = 30.0
 JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
@@ -247,15 +247,4 @@ class SaslInteropTests(ClassFixture, unittest.TestCase):
             self.assertNotIn(password, log)
 
 
-def _add_checks() -> None:
-    for client in CLIENTS:
-        for mechanism in USERS:
-            def test(self: SaslInteropTests, client: str = client, mechanism: str = mechanism) -> None:
-                self.check(client, mechanism)
-
-            name = f"test_{client.replace('-', '_')}_{mechanism.replace('-', '_').lower()}"
-            test.__name__ = name
-            setattr(SaslInteropTests, name, test)
-
-
-_add_checks()
+add_round_trip_tests(SaslInteropTests, CLIENTS, USERS)
