@@ -29,7 +29,6 @@ broker phase and leaves <phase>.txt (folded stacks) in DIR.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import signal
@@ -40,24 +39,14 @@ import tempfile
 import threading
 import time
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from kafkatw.testing import running_cluster
 
-CLK_TCK = os.sysconf("SC_CLK_TCK")
+from _common import consume_from_start, cpu_seconds, emitter, produce_bounded
 
-
-def emit(figure: str, value, unit: str, **extra) -> None:
-    print(json.dumps({"bench": "broker", "figure": figure, "value": value, "unit": unit, **extra}), flush=True)
-
-
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of a process (all its threads), in seconds."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    # after the ")" field 3 (state) is index 0, so utime (14) is 11 and stime (15) is 12
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+emit = emitter("broker")
 
 
 # -- machine figures -------------------------------------------------------------
@@ -208,19 +197,7 @@ def produce(bootstrap: str, topic: str, n: int, value: bytes, cap_s: float, conf
                   "queue.buffering.max.messages": 1_000_000, "queue.buffering.max.kbytes": 1_048_576,
                   "delivery.report.only.error": True, "on_delivery": on_delivery, **conf})
     deadline = time.perf_counter() + cap_s
-    sent = 0
-    produce_ = p.produce
-    while sent < n:
-        try:
-            produce_(topic, value, partition=0)
-        except BufferError:
-            p.poll(0.01)
-            continue
-        sent += 1
-        if not sent & 0x3FF:
-            p.poll(0)
-            if time.perf_counter() > deadline:
-                break
+    sent = produce_bounded(p, topic, value, n, deadline)
     left = p.flush(max(1.0, deadline - time.perf_counter() + 10.0))
     if left:
         failed[0] += left
@@ -232,23 +209,7 @@ def produce(bootstrap: str, topic: str, n: int, value: bytes, cap_s: float, conf
 
 def consume(bootstrap: str, topic: str, n: int, cap_s: float, conf: dict | None = None) -> tuple[int, int]:
     """Consume from offset 0 until C{n} records (or C{cap_s}); returns (records, value bytes)."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-consume", "enable.auto.commit": False,
-                  **(conf or {})})
-    c.assign([TopicPartition(topic, 0, 0)])
-    count = 0
-    nbytes = 0
-    deadline = time.perf_counter() + cap_s
-    try:
-        while count < n and time.perf_counter() < deadline:
-            for m in c.consume(num_messages=10000, timeout=1.0):
-                if m.error() is None:
-                    count += 1
-                    nbytes += len(m.value())
-                elif m.error().fatal():
-                    raise KafkaException(m.error())
-    finally:
-        c.close()
-    return count, nbytes
+    return consume_from_start(bootstrap, topic, n, cap_s, conf or {})
 
 
 def main() -> None:

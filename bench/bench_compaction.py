@@ -35,7 +35,6 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import shutil
@@ -48,14 +47,15 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from kafkatw.testing import BrokerProcess, ZooKeeperFixture
 
+from _common import emitter, produce_bounded
+
 _CLEANED = re.compile(
     r"^(\S+) \[kafkatw\.storage\.log_cleaner#info\] cleaned compacted-0 \(dirty section \[(\d+), (\d+)\)\): "
     r"([\d.]+) MB of log processed in ([\d.]+) s \(([\d.]+) MB/s\); indexed ([\d.]+) MB in ([\d.]+) s; "
     r"(\d+)/(\d+) records kept, (\d+) bytes written, (\d+) groups")
 
 
-def emit(figure: str, value, unit: str, **extra) -> None:
-    print(json.dumps({"bench": "compaction", "figure": figure, "value": value, "unit": unit, **extra}), flush=True)
+emit = emitter("compaction")
 
 
 def create_topic(bootstrap: str, name: str, config: dict, cap_s: float = 30.0) -> None:
@@ -84,19 +84,8 @@ def produce(bootstrap: str, topic: str, n: int, keys: int, value: bytes, cap_s: 
                   "delivery.report.only.error": True, "on_delivery": on_delivery})
     encoded = [b"key-%08d" % k for k in range(keys)] if keys else None
     started = time.perf_counter()
-    deadline = started + cap_s
-    sent = 0
-    while sent < n:
-        try:
-            p.produce(topic, value, key=encoded[(start + sent) % keys] if encoded else None, partition=0)
-        except BufferError:
-            p.poll(0.01)
-            continue
-        sent += 1
-        if not sent & 0x3FF:
-            p.poll(0)
-            if time.perf_counter() > deadline:
-                break
+    sent = produce_bounded(p, topic, value, n, started + cap_s,
+                           (lambda i: encoded[(start + i) % keys]) if encoded else None)
     left = p.flush(60)
     elapsed = time.perf_counter() - started
     return sent - failed[0] - left, elapsed

@@ -23,49 +23,31 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import shutil
 import statistics
-import tempfile
 import threading
 import time
 import urllib.request
-from typing import Any
 
 from confluent_kafka import Consumer, Producer
 
-from kafkatw.testing import BrokerProcess, ZooKeeperFixture, find_free_port
+from kafkatw.testing import find_free_port, running_cluster
 
-CLK_TCK = os.sysconf("SC_CLK_TCK")
+from _common import cpu_seconds, emitter, produce_bounded
+
 PATHS = ["console/api/overview", "console/api/topics", "console/api/topic?name=bench",
          "console/api/groups", "console/api/messages?topic=bench&partition=0&offset=-1&limit=50", "metrics"]
 
 
-def emit(figure: str, value: Any, unit: str, **extra: Any) -> None:
-    print(json.dumps({"bench": "console", "figure": figure, "value": value, "unit": unit, **extra}), flush=True)
-
-
-def cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+emit = emitter("console")
 
 
 def produce(bootstrap: str, records: int, size: int, cap_s: float) -> float:
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": 1,
                          "queue.buffering.max.messages": 1000000})
-    value = b"x" * size
-    started = time.monotonic()
-    sent = 0
-    while sent < records and time.monotonic() - started < cap_s:
-        try:
-            producer.produce("bench", value=value, partition=0)
-            sent += 1
-        except BufferError:
-            producer.poll(0.01)
+    started = time.perf_counter()
+    sent = produce_bounded(producer, "bench", b"x" * size, records, started + cap_s)
     producer.flush(60)
-    return sent / (time.monotonic() - started)
+    return sent / (time.perf_counter() - started)
 
 
 def poller(port: int, interval_s: float, stop: threading.Event, times: dict[str, list[float]]) -> None:
@@ -87,48 +69,40 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--duration-cap-s", type=float, default=120)
     args = parser.parse_args()
-    base = tempfile.mkdtemp(prefix="kafkatw-bench-console-")
     port = find_free_port()
-    try:
-        with ZooKeeperFixture(os.path.join(base, "zookeeper")) as connect:
-            broker = BrokerProcess(0, connect + "/kafkatw", base, {"metrics.port": str(port),
-                                                                   "num.partitions": "1"}).start()
-            try:
-                produce(broker.bootstrap, 1000, args.record_size, 30)  # creates the topic
-                consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "bench-group"})
-                consumer.subscribe(["bench"])
-                consumer.poll(5)
-                consumer.commit(asynchronous=True)
-                consumer.close()
-                times: dict[str, list[float]] = {p: [] for p in PATHS}
-                for round_ in range(args.rounds):
-                    for phase in ("quiet", "polled"):
-                        stop = threading.Event()
-                        threads = []
-                        if phase == "polled":
-                            threads = [threading.Thread(target=poller, daemon=True,
-                                                        args=(port, args.poll_interval_ms / 1000, stop, times))
-                                       for _ in range(args.pollers)]
-                            for t in threads:
-                                t.start()
-                        cpu = cpu_seconds(broker.popen.pid)
-                        rate = produce(broker.bootstrap, args.records, args.record_size, args.duration_cap_s)
-                        cpu = cpu_seconds(broker.popen.pid) - cpu
-                        stop.set()
-                        for t in threads:
-                            t.join(30)
-                        emit("produce", round(rate), "records/s", phase=phase, round=round_)
-                        emit("broker_cpu", round(cpu / (args.records / 1e6), 2), "s/million records", phase=phase,
-                             round=round_)
-                for path, samples in times.items():
-                    if samples:
-                        samples.sort()
-                        emit("http_answer", round(statistics.median(samples), 2), "ms", path=path,
-                             p99=round(samples[int(len(samples) * 0.99) - 1], 2), count=len(samples))
-            finally:
-                broker.stop()
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
+    with running_cluster(1, overrides={"metrics.port": str(port), "num.partitions": "1"}) as cluster:
+        broker = cluster[0]
+        produce(broker.bootstrap, 1000, args.record_size, 30)  # creates the topic
+        consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "bench-group"})
+        consumer.subscribe(["bench"])
+        consumer.poll(5)
+        consumer.commit(asynchronous=True)
+        consumer.close()
+        times: dict[str, list[float]] = {p: [] for p in PATHS}
+        for round_ in range(args.rounds):
+            for phase in ("quiet", "polled"):
+                stop = threading.Event()
+                threads = []
+                if phase == "polled":
+                    threads = [threading.Thread(target=poller, daemon=True,
+                                                args=(port, args.poll_interval_ms / 1000, stop, times))
+                               for _ in range(args.pollers)]
+                    for t in threads:
+                        t.start()
+                cpu = cpu_seconds(broker.popen.pid)
+                rate = produce(broker.bootstrap, args.records, args.record_size, args.duration_cap_s)
+                cpu = cpu_seconds(broker.popen.pid) - cpu
+                stop.set()
+                for t in threads:
+                    t.join(30)
+                emit("produce", round(rate), "records/s", phase=phase, round=round_)
+                emit("broker_cpu", round(cpu / (args.records / 1e6), 2), "s/million records", phase=phase,
+                     round=round_)
+        for path, samples in times.items():
+            if samples:
+                samples.sort()
+                emit("http_answer", round(statistics.median(samples), 2), "ms", path=path,
+                     p99=round(samples[int(len(samples) * 0.99) - 1], 2), count=len(samples))
 
 
 if __name__ == "__main__":

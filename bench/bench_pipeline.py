@@ -26,7 +26,6 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import resource
@@ -40,11 +39,12 @@ from kafkatw.client import NewTopic
 from kafkatw.client.blocking import BlockingAdminClient
 from kafkatw.testing import running_cluster, wait_for
 
+from _common import emitter
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def emit(figure: str, value, unit: str, **extra) -> None:
-    print(json.dumps({"bench": "pipeline", "figure": figure, "value": value, "unit": unit, **extra}), flush=True)
+emit = emitter("pipeline")
 
 
 _MONTHS = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]

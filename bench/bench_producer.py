@@ -41,12 +41,13 @@ import subprocess
 import sys
 import time
 
+from _common import emitter
+
 RECORD_SIZE = 200
 BATCH50_BYTES = 50 * (RECORD_SIZE + 11) + 61  # kafkatw's estimate: 50 records seal the batch
 
 
-def emit(figure: str, value, unit: str, **extra) -> None:
-    print(json.dumps({"bench": "producer", "figure": figure, "value": value, "unit": unit, **extra}), flush=True)
+emit = emitter("producer")
 
 
 # --- the clients, each run in a child process -----------------------------------------

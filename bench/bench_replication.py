@@ -25,7 +25,6 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 
@@ -35,6 +34,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kafkatw.client import BlockingProducer
 from kafkatw.testing import running_cluster
 
+from _common import emitter, produce_bounded
+
 _OVERRIDES = {
     "replica.lag.time.max.ms": "4000",
     "replica.fetch.wait.max.ms": "500",
@@ -42,9 +43,7 @@ _OVERRIDES = {
 }
 
 
-def emit(figure: str, value, unit: str, **extra) -> None:
-    print(json.dumps({"bench": "replication", "figure": figure, "value": value, "unit": unit, **extra}),
-          flush=True)
+emit = emitter("replication")
 
 
 def create(bootstrap: str, topic: str, rf: int) -> None:
@@ -70,17 +69,10 @@ def leader_of(bootstrap: str, topic: str) -> int:
 def librdkafka_throughput(bootstrap: str, topic: str, acks: str, records: int, size: int, cap_s: float) -> float:
     producer = Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 5,
                          "enable.idempotence": acks == "all", "queue.buffering.max.messages": 1000000})
-    value = b"x" * size
-    started = time.monotonic()
-    sent = 0
-    while sent < records and time.monotonic() - started < cap_s:
-        try:
-            producer.produce(topic, value, partition=0)
-            sent += 1
-        except BufferError:
-            producer.poll(0.01)
+    started = time.perf_counter()
+    sent = produce_bounded(producer, topic, b"x" * size, records, started + cap_s)
     producer.flush(cap_s)
-    return sent / (time.monotonic() - started)
+    return sent / (time.perf_counter() - started)
 
 
 def kafkatw_throughput(bootstrap: str, topic: str, acks: int, records: int, size: int, cap_s: float) -> float:

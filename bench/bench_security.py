@@ -36,7 +36,6 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import socket
@@ -50,22 +49,14 @@ import threading
 import time
 from typing import Any, NamedTuple
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from kafkatw.testing import BrokerProcess, ZooKeeperFixture, find_free_port, make_tls_files
 
-CLK_TCK = os.sysconf("SC_CLK_TCK")
+from _common import consume_from_start, cpu_seconds, emitter, produce_bounded
 
-
-def emit(figure: str, value: Any, unit: str, **extra: Any) -> None:
-    print(json.dumps({"bench": "security", "figure": figure, "value": value, "unit": unit, **extra}), flush=True)
-
-
-def cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+emit = emitter("security")
 
 
 class Row(NamedTuple):
@@ -93,39 +84,14 @@ def produce(bootstrap: str, topic: str, n: int, value: bytes, cap_s: float, conf
                   "delivery.report.only.error": True, "on_delivery": on_delivery, "acks": 1, "linger.ms": 5,
                   **conf})
     deadline = time.perf_counter() + cap_s
-    sent = 0
-    while sent < n:
-        try:
-            p.produce(topic, value, partition=0)
-        except BufferError:
-            p.poll(0.01)
-            continue
-        sent += 1
-        if not sent & 0x3FF:
-            p.poll(0)
-            if time.perf_counter() > deadline:
-                break
+    sent = produce_bounded(p, topic, value, n, deadline)
     failed[0] += p.flush(max(1.0, deadline - time.perf_counter() + 10.0))
     return sent, failed[0]
 
 
 def consume(bootstrap: str, topic: str, n: int, cap_s: float, conf: dict) -> tuple[int, int]:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-security", "enable.auto.commit": False,
-                  "fetch.queue.backoff.ms": 0, **conf})
-    c.assign([TopicPartition(topic, 0, 0)])
-    count = nbytes = 0
-    deadline = time.perf_counter() + cap_s
-    try:
-        while count < n and time.perf_counter() < deadline:
-            for m in c.consume(num_messages=10000, timeout=1.0):
-                if m.error() is None:
-                    count += 1
-                    nbytes += len(m.value())
-                elif m.error().fatal():
-                    raise KafkaException(m.error())
-    finally:
-        c.close()
-    return count, nbytes
+    return consume_from_start(bootstrap, topic, n, cap_s, {"group.id": "bench-security", "fetch.queue.backoff.ms": 0,
+                                                           **conf})
 
 
 # ApiVersions v0, correlation id 1, client id "bench".

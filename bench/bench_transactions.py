@@ -26,7 +26,7 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import json
+import math
 import sys
 import time
 
@@ -35,13 +35,13 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from kafkatw.testing import running_cluster
 
+from _common import emitter, produce_bounded
+
 _SINGLE_BROKER = {"transaction.state.log.replication.factor": "1", "transaction.state.log.min.isr": "1",
                   "transaction.state.log.num.partitions": "4"}
 
 
-def emit(figure: str, value, unit: str, **extra) -> None:
-    print(json.dumps({"bench": "transactions", "figure": figure, "value": value, "unit": unit, **extra}),
-          flush=True)
+emit = emitter("transactions")
 
 
 def create_topic(bootstrap: str, name: str) -> None:
@@ -55,14 +55,7 @@ def idempotent(bootstrap: str, topic: str, n: int, value: bytes, cap_s: float) -
     producer.produce(topic, value, partition=0)  # the producer id and connections, outside the timing
     producer.flush(30)
     start = time.perf_counter()
-    deadline = start + cap_s
-    sent = 0
-    while sent < n and time.perf_counter() < deadline:
-        try:
-            producer.produce(topic, value, partition=0)
-            sent += 1
-        except BufferError:
-            producer.poll(0.01)
+    sent = produce_bounded(producer, topic, value, n, start + cap_s)
     producer.flush(cap_s)
     return sent, time.perf_counter() - start
 
@@ -77,13 +70,7 @@ def transactional(bootstrap: str, topic: str, n: int, size: int, value: bytes, c
     sent = transactions = 0
     while sent + size <= n and time.perf_counter() < deadline:
         producer.begin_transaction()
-        for _ in range(size):
-            while True:
-                try:
-                    producer.produce(topic, value, partition=0)
-                    break
-                except BufferError:
-                    producer.poll(0.01)
+        produce_bounded(producer, topic, value, size, math.inf)
         transactions += 1
         if abort_every and transactions % abort_every == 0:
             producer.flush(60)  # on the broker before the abort (librdkafka purges what it has not sent)

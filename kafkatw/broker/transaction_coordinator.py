@@ -327,6 +327,27 @@ class TransactionCoordinator:
             return _E.not_coordinator, partition, None
         return _E.none, partition, owned
 
+    def _lookup_transaction(self, transactional_id: str
+                            ) -> tuple[ErrorCode, int, _TxnPartition | None, TransactionMetadata | None]:
+        """
+        L{_lookup} and the cached state of C{transactional_id}, for the requests
+        that need an existing transaction (AddPartitionsToTxn, AddOffsetsToTxn,
+        EndTxn): C{INVALID_REQUEST} for an empty id, C{INVALID_PRODUCER_ID_MAPPING}
+        for an unknown one.
+
+        @return: C{(error, partition, owned, meta)}; C{meta} is C{None} exactly
+            when C{error} is not C{NONE}.
+        """
+        if not transactional_id:
+            return _E.invalid_request, -1, None, None
+        error, partition, owned = self._lookup(transactional_id)
+        if owned is None:
+            return error, partition, None, None
+        meta = owned.transactions.get(transactional_id)
+        if meta is None:
+            return _E.invalid_producer_id_mapping, partition, owned, None
+        return _E.none, partition, owned, meta
+
     def _current(self, partition: int, coordinator_epoch: int, meta: TransactionMetadata) -> bool:
         """Whether C{meta} is still the cached state of its id at C{coordinator_epoch}."""
         owned = self._partitions.get(partition)
@@ -577,14 +598,9 @@ class TransactionCoordinator:
 
     async def _add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
                               partitions: set[TopicPartition]) -> ErrorCode:
-        if not transactional_id:
-            return _E.invalid_request
-        error, partition, owned = self._lookup(transactional_id)
-        if owned is None:
-            return error
-        meta = owned.transactions.get(transactional_id)
+        error, partition, owned, meta = self._lookup_transaction(transactional_id)
         if meta is None:
-            return _E.invalid_producer_id_mapping
+            return error
         if meta.producer_id != producer_id:
             return _E.invalid_producer_id_mapping
         if meta.producer_epoch != producer_epoch:
@@ -617,14 +633,9 @@ class TransactionCoordinator:
 
     async def _end_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int,
                                committed: bool, from_client: bool) -> ErrorCode:
-        if not transactional_id:
-            return _E.invalid_request
-        error, partition, owned = self._lookup(transactional_id)
-        if owned is None:
-            return error
-        meta = owned.transactions.get(transactional_id)
+        error, partition, owned, meta = self._lookup_transaction(transactional_id)
         if meta is None:
-            return _E.invalid_producer_id_mapping
+            return error
         fencing = not from_client and meta.pending_state == _S.PREPARE_EPOCH_FENCE
         code = self._end_transaction_error(meta, producer_id, producer_epoch, committed, from_client)
         if code is not None:

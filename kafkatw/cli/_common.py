@@ -20,9 +20,15 @@ bootstrap_option = click.option(
 _SECURITY_META = "kafkatw.security"
 
 
-def _read_command_config(ctx: click.Context, param: click.Parameter, path: str | None) -> None:
+def read_security_config(path: str | None) -> Any:
+    """
+    The L{kafkatw.client.security.SecurityConfig} of a C{--command-config}
+    file (C{None}: plaintext).
+
+    @raise click.BadParameter: the file cannot be read or its settings are invalid.
+    """
     if path is None:
-        return
+        return None
     from kafkatw.client.security import SecurityConfig
     from kafkatw.config import parse_properties as parse_text
 
@@ -32,9 +38,14 @@ def _read_command_config(ctx: click.Context, param: click.Parameter, path: str |
     except OSError as e:
         raise click.BadParameter(f"cannot read {path}: {e.strerror}", param_hint="--command-config") from None
     try:
-        ctx.meta[_SECURITY_META] = SecurityConfig.from_properties(properties)
+        return SecurityConfig.from_properties(properties)
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--command-config") from None
+
+
+def _read_command_config(ctx: click.Context, param: click.Parameter, path: str | None) -> None:
+    if path is not None:
+        ctx.meta[_SECURITY_META] = read_security_config(path)
 
 
 #: Kafka's C{--command-config client.properties}: the client's security settings
@@ -105,6 +116,19 @@ def fail(message: str) -> NoReturn:
     """Print C{message} on stderr and exit 1, as Kafka's tools do."""
     click.echo(message, err=True)
     sys.exit(1)
+
+
+def read_input_file(path: str, flag: str | None = None) -> str:
+    """
+    The text of a tool's input file (C{--offset-json-file},
+    C{--path-to-json-file}, ...); a file that cannot be read exits 1 with one
+    C{Error: cannot read ...} line (naming C{flag} when given).
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except OSError as e:
+        fail(f"Error: cannot read {path}{f' ({flag})' if flag else ''}: {e.strerror}")
 
 
 def describe_error(e: BaseException) -> str:

@@ -43,7 +43,7 @@ from kafkatw.security.acl import (
     supported_operations,
 )
 
-from ._common import describe_error, fail, parse_properties
+from ._common import describe_error, fail, parse_properties, read_security_config
 
 __all__ = ["acls", "format_pattern", "format_filter"]
 
@@ -142,24 +142,6 @@ class _ZooKeeperAcls:
 
     def close(self) -> None:
         pass
-
-
-def _security_from_file(path: str | None) -> Any:
-    """The L{kafkatw.client.security.SecurityConfig} of a C{--command-config} file (C{None}: plaintext)."""
-    if path is None:
-        return None
-    from kafkatw.client.security import SecurityConfig
-    from kafkatw.config import parse_properties as parse_text
-
-    try:
-        with open(path, encoding="utf-8") as f:
-            props = parse_text(f.read())
-    except OSError as e:
-        raise click.BadParameter(f"cannot read {path}: {e.strerror}", param_hint="--command-config") from None
-    try:
-        return SecurityConfig.from_properties(props)
-    except ValueError as e:
-        raise click.BadParameter(str(e), param_hint="--command-config") from None
 
 
 @click.command(short_help="Add, remove or list ACLs (kafka-acls.sh).")
@@ -269,7 +251,7 @@ def acls(bootstrap_server: str | None, command_config: str | None, authorizer_pr
     backend: Any = None
     try:
         if bootstrap_server is not None:
-            backend = _BrokerAcls(bootstrap_server, _security_from_file(command_config), command_timeout_ms)
+            backend = _BrokerAcls(bootstrap_server, read_security_config(command_config), command_timeout_ms)
         else:
             backend = _ZooKeeperAcls(zk_props["zookeeper.connect"], command_timeout_ms)
         if action == "add":

@@ -22,7 +22,8 @@ import click
 
 from kafkatw.errors import ErrorCode, KafkaError
 
-from ._common import bootstrap_option, client_security, command_config_option, describe_error, fail
+from ._common import (bootstrap_option, client_security, command_config_option, describe_error, fail,
+                      read_input_file)
 
 __all__ = ["delete_records", "parse_offset_json", "format_delete_results", "java_exception"]
 
@@ -131,10 +132,7 @@ def delete_records(bootstrap_server: str, offset_json_file: str) -> None:
     Each partition's log start offset moves up; consumers start there.
     """
     try:
-        with open(offset_json_file, encoding="utf-8") as f:
-            partitions = parse_offset_json(f.read())
-    except OSError as e:
-        fail(f"Error: cannot read {offset_json_file}: {e.strerror}")
+        partitions = parse_offset_json(read_input_file(offset_json_file))
     except OffsetJsonError as e:
         fail(f"Error: {e}")
     from kafkatw.client.blocking import BlockingAdminClient

@@ -193,6 +193,24 @@ class IndexCorrupt(Exception):
     """Kafka's C{CorruptIndexException}."""
 
 
+def _base_offset(path: str) -> int:
+    """The base offset of a segment file, from its name (C{00000000000000000042.index}: 42)."""
+    return int(os.path.basename(path).split(".")[0])
+
+
+def _check_entry_size(kind: str, path: str, length: int, entry: struct.Struct) -> None:
+    """
+    The size check of Kafka's C{OffsetIndex} and C{TimeIndex} C{sanityCheck}.
+
+    @param kind: C{"Index"} or C{"Time index"}, as Kafka's message starts.
+    @param length: the file's size in bytes.
+    @raise IndexCorrupt: C{length} is not a multiple of C{entry}'s size.
+    """
+    if length % entry.size:
+        raise IndexCorrupt(f"{kind} file {os.path.abspath(path)} is corrupt, found {length} bytes which is "
+                           f"neither positive nor a multiple of {entry.size}.")
+
+
 def dump_offset_index(path: str, echo: Echo, sanity_only: bool = False, verify_only: bool = False
                       ) -> list[tuple[int, int]]:
     """
@@ -208,7 +226,7 @@ def dump_offset_index(path: str, echo: Echo, sanity_only: bool = False, verify_o
         is that batch's last offset, -1 when no batch starts there).
     @raise IndexCorrupt: the sanity check failed.
     """
-    base = int(os.path.basename(path).split(".")[0])
+    base = _base_offset(path)
     raw, length = _read_entries(path, _OFFSET_ENTRY)
     if not raw:
         echo(f"{path} is empty.")
@@ -218,9 +236,7 @@ def dump_offset_index(path: str, echo: Echo, sanity_only: bool = False, verify_o
         if last_offset < base:
             raise IndexCorrupt(f"Corrupt index found, index file ({os.path.abspath(path)}) has non-zero size but "
                                f"the last offset is {last_offset} which is less than the base offset {base}.")
-        if length % _OFFSET_ENTRY.size:
-            raise IndexCorrupt(f"Index file {os.path.abspath(path)} is corrupt, found {length} bytes which is "
-                               f"neither positive nor a multiple of {_OFFSET_ENTRY.size}.")
+        _check_entry_size("Index", path, length, _OFFSET_ENTRY)
         echo(f"{path} passed sanity check.")
         return []
     by_position = {h.position: h for h in _log_batches(_segment_log(path))}
@@ -249,7 +265,7 @@ def dump_time_index(path: str, echo: Echo, sanity_only: bool = False, verify_onl
         C{"not_found"} (indexed offset, log offset found).
     @raise IndexCorrupt: the sanity check failed.
     """
-    base = int(os.path.basename(path).split(".")[0])
+    base = _base_offset(path)
     raw, length = _read_entries(path, _TIME_ENTRY)
     errors: dict[str, list[tuple[int, int]]] = {"mismatch": [], "out_of_order": [], "not_found": []}
     if sanity_only:
@@ -260,9 +276,7 @@ def dump_time_index(path: str, echo: Echo, sanity_only: bool = False, verify_onl
         if raw and base + raw[-1][1] < base:
             raise IndexCorrupt(f"Corrupt time index found, time index file ({full}) has non-zero size but the last "
                                f"offset is {base + raw[-1][1]} which is less than the first offset {base}")
-        if length % _TIME_ENTRY.size:
-            raise IndexCorrupt(f"Time index file {full} is corrupt, found {length} bytes which is neither positive "
-                               f"nor a multiple of {_TIME_ENTRY.size}.")
+        _check_entry_size("Time index", path, length, _TIME_ENTRY)
         echo(f"{path} passed sanity check.")
         return errors
     batches = _log_batches(_segment_log(path))

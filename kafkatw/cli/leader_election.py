@@ -25,7 +25,8 @@ import click
 
 from kafkatw.errors import ErrorCode, KafkaError
 
-from ._common import bootstrap_option, client_security, command_config_option, describe_error, fail
+from ._common import (bootstrap_option, client_security, command_config_option, describe_error, fail,
+                      read_input_file)
 
 __all__ = ["leader_election", "parse_election_json", "format_election_results", "ELECTION_TYPES"]
 
@@ -149,10 +150,7 @@ def leader_election(bootstrap_server: str, election_type: str, all_topic_partiti
     partitions: list[tuple[str, int]] | None = None
     if path_to_json_file is not None:
         try:
-            with open(path_to_json_file, encoding="utf-8") as f:
-                partitions = parse_election_json(f.read())
-        except OSError as e:
-            fail(f"Error: cannot read {path_to_json_file}: {e.strerror}")
+            partitions = parse_election_json(read_input_file(path_to_json_file))
         except ElectionDataError as e:
             fail(f"Error: {e}")
     elif topic is not None:

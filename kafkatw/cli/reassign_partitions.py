@@ -46,7 +46,8 @@ import click
 
 from kafkatw.errors import ErrorCode, KafkaError
 
-from ._common import bootstrap_option, client_security, command_config_option, describe_error, fail
+from ._common import (bootstrap_option, client_security, command_config_option, describe_error, fail,
+                      read_input_file)
 
 __all__ = [
     "reassign_partitions",
@@ -414,14 +415,6 @@ def _cancel(admin: Any, keys: list[Partition]) -> list[str]:
 # --- the command -------------------------------------------------------------------------
 
 
-def _read(path: str, flag: str) -> str:
-    try:
-        with open(path, encoding="utf-8") as f:
-            return f.read()
-    except OSError as e:
-        fail(f"Error: cannot read {path} ({flag}): {e.strerror}")
-
-
 @click.command("reassign-partitions", short_help="Move partitions between brokers (kafka-reassign-partitions.sh).")
 @bootstrap_option
 @command_config_option
@@ -490,7 +483,8 @@ def _run(bootstrap_server: str, action: str, options: dict[str, Any]) -> None:
 
     try:
         if action == "generate":
-            topics = parse_topics_to_move(_read(options["topics_to_move_json_file"], "--topics-to-move-json-file"))
+            topics = parse_topics_to_move(
+                read_input_file(options["topics_to_move_json_file"], "--topics-to-move-json-file"))
             brokers = parse_broker_list(options["broker_list"])
             current, proposed = _generate(connected(), topics, brokers)
             echo(f"Current partition replica assignment\n{format_reassignment_json(current)}\n")
@@ -499,7 +493,7 @@ def _run(bootstrap_server: str, action: str, options: dict[str, Any]) -> None:
         if action == "list":
             echo(format_list(_list(connected())))
             return
-        entries = parse_reassignment(_read(options["reassignment_json_file"], "--reassignment-json-file"))
+        entries = parse_reassignment(read_input_file(options["reassignment_json_file"], "--reassignment-json-file"))
         if action == "execute":
             targets = validate_for_execute(entries)
             _execute(connected(), targets, bool(options["additional"]),

@@ -1018,12 +1018,7 @@ class PartitionLog:
             deletable = max(deletable, count)
         if not deletable:
             return 0
-        doomed = self._segments[:deletable]
-        del self._segments[:deletable]
-        del self._bases[:deletable]
-        for segment in doomed:
-            segment.delete(close_log=False)
-            self._graveyard.append((now_ms, segment))
+        self._delete_oldest_segments(deletable, now_ms)
         self.log_start_offset = max(self.log_start_offset, self._segments[0].base_offset)
         self.high_watermark = max(self.high_watermark, self.log_start_offset)
         self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
@@ -1059,13 +1054,7 @@ class PartitionLog:
                 deletable += 1
             else:
                 break
-        if deletable:
-            doomed = self._segments[:deletable]
-            del self._segments[:deletable]
-            del self._bases[:deletable]
-            for segment in doomed:
-                segment.delete(close_log=False)
-                self._graveyard.append((when, segment))
+        self._delete_oldest_segments(deletable, when)
         self.leader_epoch_cache.truncate_from_start(offset)
         _log.info("log start offset of {partition} moved to {offset} ({count} segments deleted)",
                   partition=f"{self.topic}-{self.partition}", offset=offset, count=deletable)
@@ -1140,6 +1129,19 @@ class PartitionLog:
         segments[first:first + len(old)] = [segment]
         self._bases = [s.base_offset for s in segments]
         return segment
+
+    def _delete_oldest_segments(self, count: int, now_ms: int) -> None:
+        """
+        Drop the C{count} oldest segments from the log and delete their files;
+        their log files are closed C{file.delete.delay.ms} after C{now_ms}
+        (L{_close_graveyard}).
+        """
+        doomed = self._segments[:count]
+        del self._segments[:count]
+        del self._bases[:count]
+        for segment in doomed:
+            segment.delete(close_log=False)
+            self._graveyard.append((now_ms, segment))
 
     def _close_graveyard(self, now_ms: int | None) -> None:
         keep = []

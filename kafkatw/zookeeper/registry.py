@@ -934,32 +934,9 @@ class Registry(_AclMethods):
 
         @return: a Deferred firing with C{None}.
         """
-        path = f"{CONFIG_USERS_PATH}/{user_entity_name(user)}"
-
-        async def go() -> None:
-            while True:
-                try:
-                    data, stat = await self.client.get(path)
-                    version = stat.version
-                except NoNodeError:
-                    data, version = None, None
-                config = _decode_config(data)
-                for mechanism in deletions:
-                    config.pop(mechanism, None)
-                for mechanism, credential in upsertions.items():
-                    config[mechanism] = credential.to_kafka()
-                encoded = _dumps({"version": 1, "config": config})
-                try:
-                    if version is None:
-                        await self.client.create(path, encoded, makepath=True)
-                    else:
-                        await self.client.set(path, encoded, version=version)
-                    break
-                except (NodeExistsError, BadVersionError):
-                    continue
-            await self.notify_config_change(f"users/{user_entity_name(user)}")
-
-        return _deferred(go())
+        return self.alter_entity_config(
+            f"users/{user_entity_name(user)}",
+            {mechanism: credential.to_kafka() for mechanism, credential in upsertions.items()}, deletions)
 
     # -- client quotas (KIP-55, KIP-546) -------------------------------------------
 

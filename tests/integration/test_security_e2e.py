@@ -27,7 +27,6 @@ trustme (L{kafkatw.testing.make_tls_files}).
 
 from __future__ import annotations
 
-import asyncio
 import os
 import shutil
 import subprocess
@@ -38,9 +37,10 @@ import time
 from twisted.trial import unittest
 
 from kafkatw.testing import BrokerProcess, ClassFixture, ZooKeeperFixture, find_free_port, make_tls_files, wait_for
+from tests import _round_trip
+from tests._round_trip import add_round_trip_tests
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-KCAT = shutil.which("kcat") or "/usr/bin/kcat"
 TIMEOUT_S = 30.0
 PLAIN_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
               'password="admin-secret" user_admin="admin-secret" user_carol="carol-secret";')
@@ -162,107 +162,23 @@ class SecuredClusterTests(ClassFixture, unittest.TestCase):
 
     def round_trip_kcat(self, topic: str, mechanism: str) -> list[bytes]:
         user, password = USERS[mechanism]
-        sasl = ["-X", "security.protocol=SASL_SSL", "-X", f"ssl.ca.location={self.tls.ca}",
+        sasl = ["-b", self.bootstrap, "-X", "security.protocol=SASL_SSL", "-X", f"ssl.ca.location={self.tls.ca}",
                 "-X", f"sasl.mechanisms={mechanism}", "-X", f"sasl.username={user}", "-X", f"sasl.password={password}"]
-        subprocess.run([KCAT, "-b", self.bootstrap, *sasl, "-P", "-t", topic, "-p", "0"],
-                       input=b"\n".join(RECORDS) + b"\n", check=True, timeout=TIMEOUT_S, capture_output=True)
-        out = subprocess.run([KCAT, "-b", self.bootstrap, *sasl, "-C", "-t", topic, "-p", "0", "-o", "beginning",
-                              "-e", "-c", str(len(RECORDS)), "-f", "%s\n"], check=True, timeout=TIMEOUT_S,
-                             capture_output=True)
-        return out.stdout.splitlines()
+        return _round_trip.round_trip_kcat(sasl, topic, RECORDS, TIMEOUT_S)
 
     def round_trip_confluent(self, topic: str, mechanism: str) -> list[bytes]:
-        from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
-
-        producer = Producer(self.confluent(mechanism))
-        for value in RECORDS:
-            producer.produce(topic, value, partition=0)
-        self.assertEqual(producer.flush(TIMEOUT_S), 0)
-        consumer = Consumer(self.confluent(mechanism, **{"group.id": "e2e-assign-only", "enable.auto.commit": False}))
-        values: list[bytes] = []
-        try:
-            consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
-            deadline = time.monotonic() + TIMEOUT_S
-            while len(values) < len(RECORDS) and time.monotonic() < deadline:
-                for msg in consumer.consume(num_messages=10, timeout=1.0):
-                    self.assertIsNone(msg.error())
-                    values.append(msg.value())
-        finally:
-            consumer.close()
-        return values
+        return _round_trip.round_trip_confluent(self.confluent(mechanism), topic, RECORDS, TIMEOUT_S, "e2e-assign-only")
 
     def round_trip_kafka_python(self, topic: str, mechanism: str) -> list[bytes]:
-        from kafka import KafkaConsumer, KafkaProducer, TopicPartition
-
-        producer = KafkaProducer(**self.kafka_python(mechanism))
-        for value in RECORDS:
-            producer.send(topic, value, partition=0).get(timeout=TIMEOUT_S)
-        producer.close()
-        consumer = KafkaConsumer(group_id=None, enable_auto_commit=False, **self.kafka_python(mechanism))
-        values: list[bytes] = []
-        try:
-            partition = TopicPartition(topic, 0)
-            consumer.assign([partition])
-            consumer.seek_to_beginning(partition)
-            deadline = time.monotonic() + TIMEOUT_S
-            while len(values) < len(RECORDS) and time.monotonic() < deadline:
-                for batch in consumer.poll(timeout_ms=1000).values():
-                    values.extend(msg.value for msg in batch)
-        finally:
-            consumer.close()
-        return values
+        return _round_trip.round_trip_kafka_python(self.kafka_python(mechanism), topic, RECORDS, TIMEOUT_S)
 
     def round_trip_aiokafka(self, topic: str, mechanism: str) -> list[bytes]:
-        from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-        from aiokafka.helpers import create_ssl_context
-
         settings = self.kafka_python(mechanism)
         del settings["ssl_cafile"]
-
-        async def go() -> list[bytes]:
-            context = create_ssl_context(cafile=self.tls.ca)
-            producer = AIOKafkaProducer(ssl_context=context, **settings)
-            await producer.start()
-            try:
-                for value in RECORDS:
-                    await producer.send_and_wait(topic, value, partition=0)
-            finally:
-                await producer.stop()
-            consumer = AIOKafkaConsumer(group_id=None, enable_auto_commit=False, ssl_context=context, **settings)
-            await consumer.start()
-            values: list[bytes] = []
-            try:
-                partition = TopicPartition(topic, 0)
-                consumer.assign([partition])
-                await consumer.seek_to_beginning(partition)
-                deadline = time.monotonic() + TIMEOUT_S
-                while len(values) < len(RECORDS) and time.monotonic() < deadline:
-                    for batch in (await consumer.getmany(partition, timeout_ms=1000)).values():
-                        values.extend(msg.value for msg in batch)
-            finally:
-                await consumer.stop()
-            return values
-
-        return asyncio.run(go())
+        return _round_trip.round_trip_aiokafka(settings, topic, RECORDS, TIMEOUT_S, ssl_cafile=self.tls.ca)
 
     def round_trip_kafkatw(self, topic: str, mechanism: str) -> list[bytes]:
-        from kafkatw.client.blocking import BlockingConsumer, BlockingProducer
-
-        producer = BlockingProducer(**self.kafka_python(mechanism))
-        for value in RECORDS:
-            producer.send(topic, value, partition=0).get(TIMEOUT_S)
-        producer.close()
-        consumer = BlockingConsumer(**self.kafka_python(mechanism))
-        values: list[bytes] = []
-        try:
-            consumer.assign([(topic, 0)])
-            consumer.seek_to_beginning()
-            deadline = time.monotonic() + TIMEOUT_S
-            while len(values) < len(RECORDS) and time.monotonic() < deadline:
-                values.extend(r.value for r in consumer.poll(timeout_ms=1000))
-        finally:
-            consumer.close()
-        return values
+        return _round_trip.round_trip_kafkatw(lambda: self.kafka_python(mechanism), topic, RECORDS, TIMEOUT_S)
 
     def check(self, client: str, mechanism: str) -> None:
         topic = f"e2e-{client}-{mechanism.lower()}"
@@ -497,15 +413,4 @@ class SecuredClusterTests(ClassFixture, unittest.TestCase):
             self.assertNotIn(password, logs)
 
 
-def _add_checks() -> None:
-    for client in ("kcat", "confluent", "kafka-python", "aiokafka", "kafkatw"):
-        for mechanism in USERS:
-            def test(self: SecuredClusterTests, client: str = client, mechanism: str = mechanism) -> None:
-                self.check(client, mechanism)
-
-            name = f"test_{client.replace('-', '_')}_{mechanism.replace('-', '_').lower()}"
-            test.__name__ = name
-            setattr(SecuredClusterTests, name, test)
-
-
-_add_checks()
+add_round_trip_tests(SecuredClusterTests, ("kcat", "confluent", "kafka-python", "aiokafka", "kafkatw"), USERS)

@@ -17,7 +17,6 @@ log or ZooKeeper.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import shutil
@@ -31,8 +30,9 @@ import time
 from twisted.trial import unittest
 
 from kafkatw.testing import BrokerProcess, ClassFixture, ZooKeeperFixture, find_free_port
+from tests._round_trip import (KCAT, round_trip_aiokafka, round_trip_confluent, round_trip_kafka_python,
+                               add_round_trip_tests, round_trip_kafkatw, round_trip_kcat)
 
-KCAT = shutil.which("kcat") or "/usr/bin/kcat"
 TIMEOUT_S = 30.0
 JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
         'password="admin-secret" user_admin="admin-secret" user_carol="carol-secret";')
@@ -49,98 +49,35 @@ def kafkatw(*args: str) -> subprocess.CompletedProcess:
 
 
 def produce_consume_kcat(bootstrap: str, topic: str, mechanism: str, user: str, password: str) -> list[bytes]:
-    sasl = ["-X", "security.protocol=SASL_PLAINTEXT", "-X", f"sasl.mechanisms={mechanism}",
+    sasl = ["-b", bootstrap, "-X", "security.protocol=SASL_PLAINTEXT", "-X", f"sasl.mechanisms={mechanism}",
             "-X", f"sasl.username={user}", "-X", f"sasl.password={password}"]
     # idempotent, so that a first send refused while the topic is auto-created is retried in order
-    subprocess.run([KCAT, "-b", bootstrap, *sasl, "-X", "enable.idempotence=true", "-P", "-t", topic, "-p", "0"], input=b"\n".join(RECORDS) + b"\n",
-                   check=True, timeout=TIMEOUT_S, capture_output=True)
-    out = subprocess.run([KCAT, "-b", bootstrap, *sasl, "-C", "-t", topic, "-p", "0", "-o", "beginning", "-e",
-                          "-c", str(len(RECORDS)), "-f", "%s\n"], check=True, timeout=TIMEOUT_S, capture_output=True)
-    return out.stdout.splitlines()
+    return round_trip_kcat(sasl, topic, RECORDS, TIMEOUT_S, ("-X", "enable.idempotence=true"))
 
 
 def produce_consume_confluent(bootstrap: str, topic: str, mechanism: str, user: str, password: str) -> list[bytes]:
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
-
     conf = {"bootstrap.servers": bootstrap, "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": mechanism,
             "sasl.username": user, "sasl.password": password}
-    producer = Producer(conf)
-    for value in RECORDS:
-        producer.produce(topic, value, partition=0)
-    assert producer.flush(TIMEOUT_S) == 0
-    consumer = Consumer({**conf, "group.id": "sasl-assign-only", "enable.auto.commit": False})
-    values: list[bytes] = []
-    try:
-        consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
-        deadline = time.monotonic() + TIMEOUT_S
-        while len(values) < len(RECORDS) and time.monotonic() < deadline:
-            for msg in consumer.consume(num_messages=10, timeout=1.0):
-                assert msg.error() is None, msg.error()
-                values.append(msg.value())
-    finally:
-        consumer.close()
-    return values
+    return round_trip_confluent(conf, topic, RECORDS, TIMEOUT_S, "sasl-assign-only")
+
+
+def _sasl_settings(bootstrap: str, mechanism: str, user: str, password: str) -> dict[str, str]:
+    """kafka-python's and aiokafka's settings."""
+    return {"bootstrap_servers": bootstrap, "security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": mechanism,
+            "sasl_plain_username": user, "sasl_plain_password": password}
 
 
 def produce_consume_kafka_python(bootstrap: str, topic: str, mechanism: str, user: str,
                                  password: str) -> list[bytes]:
-    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
-
-    sasl = {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": mechanism, "sasl_plain_username": user,
-            "sasl_plain_password": password}
-    producer = KafkaProducer(bootstrap_servers=bootstrap, **sasl)
-    for value in RECORDS:
-        producer.send(topic, value, partition=0).get(timeout=TIMEOUT_S)
-    producer.close()
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False, **sasl)
-    values: list[bytes] = []
-    try:
-        partition = TopicPartition(topic, 0)
-        consumer.assign([partition])
-        consumer.seek_to_beginning(partition)
-        deadline = time.monotonic() + TIMEOUT_S
-        while len(values) < len(RECORDS) and time.monotonic() < deadline:
-            for batch in consumer.poll(timeout_ms=1000).values():
-                values.extend(msg.value for msg in batch)
-    finally:
-        consumer.close()
-    return values
+    return round_trip_kafka_python(_sasl_settings(bootstrap, mechanism, user, password), topic, RECORDS, TIMEOUT_S)
 
 
 def produce_consume_aiokafka(bootstrap: str, topic: str, mechanism: str, user: str, password: str) -> list[bytes]:
-    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-
-    sasl = {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": mechanism, "sasl_plain_username": user,
-            "sasl_plain_password": password}
-
-    async def go() -> list[bytes]:
-        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, **sasl)
-        await producer.start()
-        try:
-            for value in RECORDS:
-                await producer.send_and_wait(topic, value, partition=0)
-        finally:
-            await producer.stop()
-        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False, **sasl)
-        await consumer.start()
-        values: list[bytes] = []
-        try:
-            partition = TopicPartition(topic, 0)
-            consumer.assign([partition])
-            await consumer.seek_to_beginning(partition)
-            deadline = time.monotonic() + TIMEOUT_S
-            while len(values) < len(RECORDS) and time.monotonic() < deadline:
-                for batch in (await consumer.getmany(partition, timeout_ms=1000)).values():
-                    values.extend(msg.value for msg in batch)
-        finally:
-            await consumer.stop()
-        return values
-
-    return asyncio.run(go())
+    return round_trip_aiokafka(_sasl_settings(bootstrap, mechanism, user, password), topic, RECORDS, TIMEOUT_S)
 
 
 def produce_consume_kafkatw(bootstrap: str, topic: str, mechanism: str, user: str, password: str) -> list[bytes]:
-    from kafkatw.client.blocking import BlockingAdminClient, BlockingConsumer, BlockingProducer, reactor_thread
+    from kafkatw.client.blocking import BlockingAdminClient, reactor_thread
     from kafkatw.client.client import KafkaClient
     from kafkatw.client.security import SecurityConfig
 
@@ -151,21 +88,8 @@ def produce_consume_kafkatw(bootstrap: str, topic: str, mechanism: str, user: st
 
         assert admin.create_topics([NewTopic(topic, 1, 1)])[topic] is None
     reactor = reactor_thread().reactor
-    producer = BlockingProducer(client=KafkaClient(reactor, bootstrap, security=security))
-    for value in RECORDS:
-        producer.send(topic, value, partition=0).get(TIMEOUT_S)
-    producer.close()
-    consumer = BlockingConsumer(client=KafkaClient(reactor, bootstrap, security=security))
-    values: list[bytes] = []
-    try:
-        consumer.assign([(topic, 0)])
-        consumer.seek_to_beginning()
-        deadline = time.monotonic() + TIMEOUT_S
-        while len(values) < len(RECORDS) and time.monotonic() < deadline:
-            values.extend(r.value for r in consumer.poll(timeout_ms=1000))
-    finally:
-        consumer.close()
-    return values
+    return round_trip_kafkatw(lambda: {"client": KafkaClient(reactor, bootstrap, security=security)}, topic,
+                              RECORDS, TIMEOUT_S)
 
 
 CLIENTS = {
@@ -323,15 +247,4 @@ class SaslInteropTests(ClassFixture, unittest.TestCase):
             self.assertNotIn(password, log)
 
 
-def _add_checks() -> None:
-    for client in CLIENTS:
-        for mechanism in USERS:
-            def test(self: SaslInteropTests, client: str = client, mechanism: str = mechanism) -> None:
-                self.check(client, mechanism)
-
-            name = f"test_{client.replace('-', '_')}_{mechanism.replace('-', '_').lower()}"
-            test.__name__ = name
-            setattr(SaslInteropTests, name, test)
-
-
-_add_checks()
+add_round_trip_tests(SaslInteropTests, CLIENTS, USERS)

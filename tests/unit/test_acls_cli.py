@@ -54,17 +54,17 @@ class UsageTests(unittest.TestCase):
 
 class CommandConfigTests(unittest.TestCase):
     def test_client_properties_become_the_security_config(self) -> None:
-        from kafkatw.cli.acls import _security_from_file
+        from kafkatw.cli._common import read_security_config
 
         path = self.mktemp()
         with open(path, "w", encoding="utf-8") as f:
             f.write("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-256\n"
                     "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
                     'username="admin" password="admin-secret";\n')
-        security = _security_from_file(path)
+        security = read_security_config(path)
         self.assertEqual((security.security_protocol, security.sasl_mechanism, security.sasl_plain_username),
                          ("SASL_PLAINTEXT", "SCRAM-SHA-256", "admin"))
-        self.assertIsNone(_security_from_file(None))
+        self.assertIsNone(read_security_config(None))
 
     def test_unreadable_file(self) -> None:
         result = acls("--bootstrap-server", "127.0.0.1:1", "--command-config", self.mktemp(), "--list")
