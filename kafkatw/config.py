@@ -257,6 +257,11 @@ BROKER_CONFIG: dict[str, ConfigKey] = {
                   "`/healthz` and `/readyz`, always served). With `authorizer.class.name` set it asks for HTTP "
                   "basic authentication against the SASL PLAIN and SCRAM users and is not served without a SASL "
                   "listener (see docs/operations.md)."),
+        ConfigKey("metrics.console.admin.enable", _bool, False,
+                  "Let the web console change the cluster: create and delete topics, produce one record, delete a "
+                  "consumer group without members (POST requests carrying the header `X-Kafkatw-Console: 1`; with "
+                  "`authorizer.class.name` each action needs the ACL Kafka would check for the console's user). "
+                  "Off: the console is read-only and these requests answer 403 (see docs/operations.md)."),
         ConfigKey("metrics.lag.interval.ms", int, 10000,
                   "How often the broker computes consumer lag (`kafka_consumergroup_lag`, exported by the "
                   "active controller; the console's group pages).", "ms"),

@@ -6,7 +6,7 @@ console").
     /metrics        Prometheus text format (L{kafkatw.broker.metrics})
     /healthz        200 while the process serves (L{kafkatw.web.health})
     /readyz         200 when ready, else 503 with the reasons
-    /console/       the read-only console (L{kafkatw.web.console}), unless refused
+    /console/       the console (L{kafkatw.web.console}; read-only unless metrics.console.admin.enable), unless refused
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from twisted.web.server import Site
 from .health import HealthResource, ReadyResource
 from .lag import LagMonitor, local_high_watermarks
 
-__all__ = ["HttpSite", "cluster_admin", "http_root", "start_lag_monitor", "stop_lag_monitor"]
+__all__ = ["HttpSite", "cluster_admin", "cluster_producer", "http_root", "start_lag_monitor", "stop_lag_monitor"]
 
 _log = Logger()
 
@@ -93,6 +93,20 @@ def cluster_admin(server: Any) -> Any:
     return server._lag_admin
 
 
+def cluster_producer(server: Any) -> Any:
+    """
+    The producer of the console's produce action, sharing the connections
+    of L{cluster_admin} (made on first use, closed by L{stop_lag_monitor}).
+    """
+    if getattr(server, "_console_producer", None) is None:
+        from ..client.producer import Producer
+
+        server._console_producer = Producer(server.reactor, client=cluster_admin(server).client, acks="all",
+                                            linger_ms=0, delivery_timeout_ms=10000, request_timeout_ms=5000,
+                                            retries=2)
+    return server._console_producer
+
+
 async def _end_offsets(server: Any, partitions: set[tuple[str, int]]) -> dict[tuple[str, int], int]:
     """
     High watermarks: this broker's own for the partitions it leads, a
@@ -123,6 +137,10 @@ async def stop_lag_monitor(server: Any) -> None:
     monitor = getattr(server, "lag_monitor", None)
     if monitor is not None:
         monitor.stop()
+    producer = getattr(server, "_console_producer", None)
+    if producer is not None:
+        server._console_producer = None
+        await producer.close()
     admin = getattr(server, "_lag_admin", None)
     if admin is not None:
         server._lag_admin = None

@@ -22,7 +22,15 @@ its coordinator.  The message browser reads partitions with
 a log on this broker (the leader's or a follower's replica, up to its high
 watermark); for another partition it answers which broker leads it.
 
-Read-only: no page changes anything.  When an authorizer is configured
+Read-only unless C{metrics.console.admin.enable} is set: then four JSON
+endpoints under C{/console/api/admin/} change the cluster (L{ADMIN_ACTIONS}),
+through an admin client and a producer of this broker to its own
+inter-broker listener (L{kafkatw.web.cluster_admin}), and the pages show
+their forms.  They answer only C{POST} requests carrying the header
+C{X-Kafkatw-Console: 1} (L{CSRF_HEADER}): a cross-site form cannot set a
+custom header and a cross-site C{fetch} with one needs a CORS preflight the
+console never grants, so another site cannot make a logged-in browser change
+the cluster.  When admin mode is off they answer 403.  When an authorizer is configured
 (C{authorizer.class.name}), the console asks for HTTP basic authentication
 against the users of the broker's SASL listener (L{kafkatw.web.auth}) and
 shows each principal only what the ACLs let it see: topics it may Describe
@@ -46,14 +54,15 @@ from twisted.web.server import NOT_DONE_YET
 from twisted.web.static import File
 
 from .. import __version__
-from ..errors import KafkaError
+from ..errors import ErrorCode, KafkaError
 from ..protocol.records import decode_batches
-from ..security.acl import AclOperation, ResourceType
+from ..security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from ..zookeeper.bridge import NoNodeError
 from ..zookeeper.registry import group_path
 from .health import readiness_problems
 
-__all__ = ["ConsoleResource", "console_refusal", "render_value", "read_records", "STATIC_DIR"]
+__all__ = ["ADMIN_ACTIONS", "CSRF_HEADER", "ConsoleResource", "console_refusal", "render_value", "read_records",
+           "STATIC_DIR"]
 
 _log = Logger()
 
@@ -64,6 +73,12 @@ MAX_READ_BYTES = 1024 * 1024
 _CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 #: Most records on one page of the message browser.
 MAX_RECORDS = 500
+#: The header (and its value) every admin request must carry: the console's guard against cross-site requests.
+CSRF_HEADER = (b"x-kafkatw-console", b"1")
+#: The admin endpoints (C{POST /console/api/admin/<name>}, JSON bodies).
+ADMIN_ACTIONS = ("create-topic", "delete-topic", "produce", "delete-group")
+#: Largest JSON body of an admin request (bytes).
+MAX_ADMIN_BODY = 1024 * 1024
 
 
 def console_refusal(config: Any, sasl_listener: str | None = None) -> str | None:
@@ -180,6 +195,109 @@ class _ApiResource(Resource):
         return NOT_DONE_YET
 
 
+class _Forbidden(Exception):
+    pass
+
+
+class _AdminResource(Resource):
+    """
+    C{POST /console/api/admin/<name>}: a JSON object in, C{{"ok": true, ...}}
+    or C{{"error": ...}} out (403 admin mode off, cross-site guard or ACL;
+    400 bad request or Kafka's error).
+    """
+
+    isLeaf = True
+
+    def __init__(self, console: "ConsoleResource", handler: Callable[[Any, dict], Any]) -> None:
+        super().__init__()
+        self.console = console
+        self.handler = handler
+
+    def render_GET(self, request: Any) -> bytes:
+        request.setResponseCode(405)
+        request.setHeader(b"allow", b"POST")
+        request.setHeader(b"content-type", b"application/json")
+        return b'{"error":"POST only"}'
+
+    def render_POST(self, request: Any) -> Any:
+        request.setHeader(b"content-type", b"application/json")
+        request.setHeader(b"cache-control", b"no-store")
+
+        def refuse(code: int, message: str) -> bytes:
+            request.setResponseCode(code)
+            return json.dumps({"error": message}).encode("utf-8")
+
+        if not self.console.admin:
+            return refuse(403, "the console is read-only (metrics.console.admin.enable=false)")
+        if request.getHeader(CSRF_HEADER[0].decode()) != CSRF_HEADER[1].decode():
+            return refuse(403, "admin requests need the header X-Kafkatw-Console: 1 (cross-site request guard)")
+        try:
+            raw = request.content.read(MAX_ADMIN_BODY + 1) if request.content is not None else b""
+            if len(raw) > MAX_ADMIN_BODY:
+                raise ValueError("request body too large")
+            body = json.loads(raw.decode("utf-8") or "{}")
+            if not isinstance(body, dict):
+                raise ValueError("the body must be a JSON object")
+        except ValueError as e:
+            return refuse(400, f"bad request: {e}")
+        d = defer.maybeDeferred(self.handler, request, body)
+
+        def write(answer: Any) -> None:
+            request.write(json.dumps(answer, separators=(",", ":"), default=str).encode("utf-8"))
+
+        def failed(failure: Any) -> None:
+            if failure.check(_Forbidden):
+                request.setResponseCode(403)
+                write({"error": failure.getErrorMessage()})
+            elif failure.check(_BadRequest, KafkaError, ValueError, TypeError):
+                request.setResponseCode(400)
+                error = failure.value
+                code = getattr(error, "error_code", None)
+                message = failure.getErrorMessage()
+                if code is not None and isinstance(error, KafkaError):
+                    message = f"{ErrorCode(int(code)).name.upper()}: {message}"
+                write({"error": message})
+            else:
+                _log.failure("console admin request {path} failed", failure, path=getattr(request, "path", b""))
+                request.setResponseCode(500)
+                write({"error": "internal error (see the broker's log)"})
+
+        def finish(_: Any) -> None:
+            if not request.finished and not getattr(request, "_disconnected", False):
+                request.finish()
+
+        d.addCallbacks(write, failed).addBoth(finish)
+        return NOT_DONE_YET
+
+
+def _kafka_result(what: str, code: Any, message: str | None) -> None:
+    """Raise a L{_BadRequest} naming Kafka's error C{code} unless it is none."""
+    code = ErrorCode(int(code))
+    if code != ErrorCode.none:
+        raise _BadRequest(f"{what} failed: {code.name.upper()}" + (f" ({message})" if message else ""))
+
+
+def _text(body: dict, name: str, required: bool = True) -> str | None:
+    value = body.get(name)
+    if value is None or value == "":
+        if required:
+            raise _BadRequest(f"{name} is required")
+        return None
+    if not isinstance(value, (str, int)):
+        raise _BadRequest(f"{name} must be a string")
+    return str(value)
+
+
+def _integer(body: dict, name: str, default: int) -> int:
+    value = body.get(name)
+    if value in (None, ""):
+        return default
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise _BadRequest(f"{name} must be an integer") from None
+
+
 class ConsoleResource(Resource):
     """
     C{/console/}: the static page and its JSON API over C{server} (a
@@ -187,14 +305,34 @@ class ConsoleResource(Resource):
     C{metadata}, C{log_manager}, C{replica_manager}, C{apis}, C{lag_monitor}).
     """
 
-    def __init__(self, server: Any, principal: str | None = None) -> None:
+    def __init__(self, server: Any, principal: str | None = None, admin: Callable[[], Any] | None = None,
+                 producer: Callable[[], Any] | None = None) -> None:
+        """
+        @param admin: returns the L{kafkatw.client.admin.AdminClient} of the
+            admin actions (default: L{kafkatw.web.cluster_admin}).
+        @param producer: returns the L{kafkatw.client.producer.Producer}
+            of the produce action (default: L{kafkatw.web.cluster_producer}).
+        """
         super().__init__()
         self.broker = server
         #: C{User:<name>} when the console authenticates (an authorizer is configured), else C{None}.
         self.principal = principal
+        #: Whether the admin actions are on (C{metrics.console.admin.enable}).
+        self.admin = bool(server.config["metrics.console.admin.enable"])
+        if admin is None or producer is None:
+            from . import cluster_admin, cluster_producer
+
+            admin = admin or (lambda: cluster_admin(server))
+            producer = producer or (lambda: cluster_producer(server))
+        self._admin_client = admin
+        self._producer = producer
         api = Resource()
         for name in ("overview", "topics", "topic", "messages", "groups", "group"):
             api.putChild(name.encode(), _ApiResource(getattr(self, f"api_{name}")))
+        admin_api = Resource()
+        for name in ADMIN_ACTIONS:
+            admin_api.putChild(name.encode(), _AdminResource(self, getattr(self, "admin_" + name.replace("-", "_"))))
+        api.putChild(b"admin", admin_api)
         self.putChild(b"api", api)
         self.putChild(b"static", File(STATIC_DIR))
         self.putChild(b"", File(os.path.join(STATIC_DIR, "index.html")))
@@ -260,7 +398,7 @@ class ConsoleResource(Resource):
             "topics": len(visible), "partitions": total,
             "under_replicated_partitions": under, "offline_partitions": offline,
             "counters": self._counters(visible), "time_ms": int(server.reactor.seconds() * 1000),
-            "principal": self.principal,
+            "principal": self.principal, "admin": self.admin,
         }
 
     def _local_size(self, topic: str, partition: int) -> int | None:
@@ -458,3 +596,74 @@ class ConsoleResource(Resource):
 
     def api_group(self, request: Any) -> defer.Deferred:
         return defer.Deferred.fromCoroutine(self._group(request))
+
+    # --- admin actions (metrics.console.admin.enable) ------------------------------------
+
+    def _require(self, request: Any, operation: AclOperation, resource_type: ResourceType, name: str) -> None:
+        """Raise L{_Forbidden} unless the principal may do C{operation} on the resource."""
+        if not self._may(request, operation, resource_type, name):
+            raise _Forbidden(f"{self.principal} may not {operation.name.title()} {resource_type.name.lower()} {name}"
+                             f" ({resource_type.name}_AUTHORIZATION_FAILED)")
+
+    async def _create_topic(self, request: Any, body: dict) -> dict:
+        from ..client.admin import NewTopic
+
+        name = _text(body, "name")
+        partitions = _integer(body, "partitions", -1)
+        replication_factor = _integer(body, "replication_factor", -1)
+        if not (self._may(request, AclOperation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME)
+                or self._may(request, AclOperation.CREATE, ResourceType.TOPIC, name)):
+            raise _Forbidden(f"{self.principal} may not Create topic {name} (TOPIC_AUTHORIZATION_FAILED)")
+        results = await self._admin_client().create_topics([NewTopic(name, partitions, replication_factor)])
+        _kafka_result(f"creating topic {name!r}", *results[name])
+        _log.info("console: {principal} created topic {topic}", principal=self.principal or "anonymous", topic=name)
+        return {"ok": True, "topic": name}
+
+    def admin_create_topic(self, request: Any, body: dict) -> defer.Deferred:
+        """C{{"name", "partitions", "replication_factor"}} (counts: -1 or absent for the broker's defaults)."""
+        return defer.Deferred.fromCoroutine(self._create_topic(request, body))
+
+    async def _delete_topic(self, request: Any, body: dict) -> dict:
+        name = _text(body, "name")
+        self._require(request, AclOperation.DELETE, ResourceType.TOPIC, name)
+        results = await self._admin_client().delete_topics([name])
+        _kafka_result(f"deleting topic {name!r}", *results[name])
+        _log.info("console: {principal} deleted topic {topic}", principal=self.principal or "anonymous", topic=name)
+        return {"ok": True, "topic": name}
+
+    def admin_delete_topic(self, request: Any, body: dict) -> defer.Deferred:
+        """C{{"name"}}."""
+        return defer.Deferred.fromCoroutine(self._delete_topic(request, body))
+
+    async def _produce(self, request: Any, body: dict) -> dict:
+        topic = _text(body, "topic")
+        key = _text(body, "key", required=False)
+        value = body.get("value")
+        if value is not None and not isinstance(value, str):
+            raise _BadRequest("value must be a string")
+        partition = body.get("partition")
+        partition = None if partition in (None, "") else _integer(body, "partition", 0)
+        self._require(request, AclOperation.WRITE, ResourceType.TOPIC, topic)
+        if topic not in self.broker.metadata.topics:
+            raise _BadRequest(f"producing to {topic!r} failed: UNKNOWN_TOPIC_OR_PARTITION")
+        producer = self._producer()
+        metadata = await producer.send(topic, None if value is None else value.encode("utf-8"),
+                                       key=None if key is None else key.encode("utf-8"), partition=partition)
+        return {"ok": True, "topic": metadata.topic, "partition": metadata.partition, "offset": metadata.offset}
+
+    def admin_produce(self, request: Any, body: dict) -> defer.Deferred:
+        """C{{"topic", "key", "value", "partition"}} (key, value: text sent as UTF-8; partition optional)."""
+        return defer.Deferred.fromCoroutine(self._produce(request, body))
+
+    async def _delete_group(self, request: Any, body: dict) -> dict:
+        group = _text(body, "group")
+        self._require(request, AclOperation.DELETE, ResourceType.GROUP, group)
+        response = await self._admin_client().coordinator_request(
+            group, 42, {"groups_names": [group]}, version=1, error_of=lambda r: r.results[0].error_code)
+        _kafka_result(f"deleting group {group!r}", response.results[0].error_code, None)
+        _log.info("console: {principal} deleted group {group}", principal=self.principal or "anonymous", group=group)
+        return {"ok": True, "group": group}
+
+    def admin_delete_group(self, request: Any, body: dict) -> defer.Deferred:
+        """C{{"group"}}: DeleteGroups, which Kafka allows only for a group without members (else NON_EMPTY_GROUP)."""
+        return defer.Deferred.fromCoroutine(self._delete_group(request, body))
