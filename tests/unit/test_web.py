@@ -467,6 +467,165 @@ class ConsoleAclTests(_ConsoleFixture, unittest.TestCase):
         self.assertEqual(code, 400)
 
 
+class FakeAdmin:
+    """The admin client and producer of the console's admin actions: records calls, answers C{errors}."""
+
+    def __init__(self) -> None:
+        self.calls: list = []
+        self.errors: dict = {}
+
+    def create_topics(self, topics: list) -> defer.Deferred:
+        from kafkatw.errors import ErrorCode
+
+        self.calls.append(("create", [(t.name, t.num_partitions, t.replication_factor) for t in topics]))
+        return defer.succeed({t.name: self.errors.get(t.name, (ErrorCode.none, None)) for t in topics})
+
+    def delete_topics(self, names: list) -> defer.Deferred:
+        from kafkatw.errors import ErrorCode
+
+        self.calls.append(("delete", list(names)))
+        return defer.succeed({n: self.errors.get(n, (ErrorCode.none, None)) for n in names})
+
+    def coordinator_request(self, group: str, api_key: int, body: Any, version: int, error_of: Any) -> defer.Deferred:
+        from kafkatw.errors import ErrorCode
+
+        self.calls.append(("request", api_key, body))
+        code = self.errors.get(group, (ErrorCode.none, None))[0]
+        return defer.succeed(SimpleNamespace(results=[SimpleNamespace(group_id=group, error_code=code)]))
+
+    def send(self, topic: str, value: Any, key: Any = None, partition: Any = None) -> defer.Deferred:
+        self.calls.append(("send", topic, key, value, partition))
+        return defer.succeed(SimpleNamespace(topic=topic, partition=0, offset=5))
+
+
+class _AdminFixture(_ConsoleFixture):
+    def setUp(self) -> None:
+        super().setUp()
+        self.broker.config = BrokerConfig({"metrics.port": "0", "metrics.console.admin.enable": "true"})
+        self.fake = FakeAdmin()
+        self.console = ConsoleResource(self.broker, admin=lambda: self.fake, producer=lambda: self.fake)
+
+    def post(self, action: str, body: Any, headers: dict | None = None, method: bytes = b"POST") -> Any:
+        import io
+
+        request = DummyRequest([])
+        request.method = method
+        request.client = IPv4Address("TCP", "127.0.0.1", 50000)
+        for name, value in ({"X-Kafkatw-Console": "1"} if headers is None else headers).items():
+            request.requestHeaders.setRawHeaders(name, [value])
+        request.content = io.BytesIO(json.dumps(body).encode())
+        d = request.notifyFinish()
+        result = self.console.children[b"api"].children[b"admin"].children[action.encode()].render(request)
+        if result != NOT_DONE_YET:
+            request.write(result)
+            request.finish()
+        d.addCallback(lambda _: (request.responseCode or 200, json.loads(b"".join(request.written))))
+        return self.successResultOf(d)
+
+
+class ConsoleAdminTests(_AdminFixture, unittest.TestCase):
+    """metrics.console.admin.enable: the write endpoints, their cross-site guard and Kafka's errors."""
+
+    def test_off_by_default(self) -> None:
+        self.assertFalse(BrokerConfig({})["metrics.console.admin.enable"])
+        self.broker.config = BrokerConfig({"metrics.port": "0"})
+        self.console = ConsoleResource(self.broker, admin=lambda: self.fake, producer=lambda: self.fake)
+        for action in ("create-topic", "delete-topic", "produce", "delete-group"):
+            code, body = self.post(action, {"name": "x", "topic": "t", "group": "g"})
+            self.assertEqual(code, 403)
+            self.assertIn("read-only (metrics.console.admin.enable=false)", body["error"])
+        self.assertEqual(self.fake.calls, [])
+        _, body = self.successResultOf(self.get("overview"))
+        self.assertFalse(body["admin"])
+
+    def test_create_topic(self) -> None:
+        from kafkatw.errors import ErrorCode
+
+        _, body = self.successResultOf(self.get("overview"))
+        self.assertTrue(body["admin"])
+        code, body = self.post("create-topic", {"name": "new", "partitions": "3", "replication_factor": 2})
+        self.assertEqual((code, body), (200, {"ok": True, "topic": "new"}))
+        self.assertEqual(self.fake.calls, [("create", [("new", 3, 2)])])
+        self.fake.errors["t"] = (ErrorCode.topic_already_exists, "Topic 't' already exists.")
+        code, body = self.post("create-topic", {"name": "t"})
+        self.assertEqual(code, 400)
+        self.assertEqual(body["error"], "creating topic 't' failed: TOPIC_ALREADY_EXISTS (Topic 't' already exists.)")
+        code, body = self.post("create-topic", {"name": "x", "partitions": "many"})
+        self.assertEqual((code, body["error"]), (400, "partitions must be an integer"))
+        code, body = self.post("create-topic", {})
+        self.assertEqual((code, body["error"]), (400, "name is required"))
+
+    def test_delete_topic(self) -> None:
+        code, body = self.post("delete-topic", {"name": "t"})
+        self.assertEqual((code, body), (200, {"ok": True, "topic": "t"}))
+        self.assertEqual(self.fake.calls, [("delete", ["t"])])
+
+    def test_produce(self) -> None:
+        code, body = self.post("produce", {"topic": "t", "key": "k", "value": "héllo"})
+        self.assertEqual((code, body), (200, {"ok": True, "topic": "t", "partition": 0, "offset": 5}))
+        self.assertEqual(self.fake.calls, [("send", "t", b"k", "héllo".encode(), None)])
+        code, body = self.post("produce", {"topic": "nope", "value": "v"})
+        self.assertEqual((code, body["error"]), (400, "producing to 'nope' failed: UNKNOWN_TOPIC_OR_PARTITION"))
+
+    def test_delete_group(self) -> None:
+        from kafkatw.errors import ErrorCode
+
+        code, body = self.post("delete-group", {"group": "g"})
+        self.assertEqual((code, body), (200, {"ok": True, "group": "g"}))
+        self.assertEqual(self.fake.calls, [("request", 42, {"groups_names": ["g"]})])
+        self.fake.errors["busy"] = (ErrorCode.non_empty_group, None)
+        code, body = self.post("delete-group", {"group": "busy"})
+        self.assertEqual((code, body["error"]), (400, "deleting group 'busy' failed: NON_EMPTY_GROUP"))
+
+    def test_cross_site_requests_are_refused(self) -> None:
+        code, body = self.post("create-topic", {"name": "x"}, headers={})
+        self.assertEqual(code, 403)
+        self.assertIn("X-Kafkatw-Console: 1", body["error"])
+        code, _ = self.post("create-topic", {"name": "x"}, headers={"X-Kafkatw-Console": "yes"})
+        self.assertEqual(code, 403)
+        code, body = self.post("create-topic", {"name": "x"}, method=b"GET")
+        self.assertEqual((code, body["error"]), (405, "POST only"))
+        self.assertEqual(self.fake.calls, [])
+
+
+class ConsoleAdminAclTests(_AdminFixture, unittest.TestCase):
+    """With an authorizer each action needs what Kafka checks: Create, Delete, Write."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.broker.apis.authorizer = FakeAuthorizer(set())
+        self.console = ConsoleResource(self.broker, "User:alice", admin=lambda: self.fake, producer=lambda: self.fake)
+
+    def allow(self, operation: Any, resource_type: Any, name: str) -> None:
+        self.broker.apis.authorizer.allowed.add(("User:alice", operation, resource_type, name))
+
+    def test_each_action_needs_its_acl(self) -> None:
+        from kafkatw.security.acl import AclOperation, ResourceType
+
+        refusals = [("create-topic", {"name": "new"}, "User:alice may not Create topic new (TOPIC_AUTHORIZATION_FAILED)"),
+                    ("delete-topic", {"name": "t"}, "User:alice may not Delete topic t (TOPIC_AUTHORIZATION_FAILED)"),
+                    ("produce", {"topic": "t", "value": "v"},
+                     "User:alice may not Write topic t (TOPIC_AUTHORIZATION_FAILED)"),
+                    ("delete-group", {"group": "g"}, "User:alice may not Delete group g (GROUP_AUTHORIZATION_FAILED)")]
+        for action, body, error in refusals:
+            self.assertEqual(self.post(action, body), (403, {"error": error}))
+        self.assertEqual(self.fake.calls, [])
+        self.allow(AclOperation.CREATE, ResourceType.CLUSTER, "kafka-cluster")
+        self.allow(AclOperation.DELETE, ResourceType.TOPIC, "t")
+        self.allow(AclOperation.WRITE, ResourceType.TOPIC, "t")
+        self.allow(AclOperation.DELETE, ResourceType.GROUP, "g")
+        for action, body, _ in refusals:
+            self.assertEqual(self.post(action, body)[0], 200)
+        self.assertEqual(len(self.fake.calls), 4)
+
+    def test_create_on_the_topic_is_enough(self) -> None:
+        from kafkatw.security.acl import AclOperation, ResourceType
+
+        self.allow(AclOperation.CREATE, ResourceType.TOPIC, "mine")
+        self.assertEqual(self.post("create-topic", {"name": "mine"})[0], 200)
+        self.assertEqual(self.post("create-topic", {"name": "other"})[0], 403)
+
+
 class HttpSiteTests(unittest.SynchronousTestCase):
     def test_polls_and_probes_are_not_logged(self) -> None:
         from twisted.web import http
