@@ -249,7 +249,7 @@ class _AdminResource(Resource):
             if failure.check(_Forbidden):
                 request.setResponseCode(403)
                 write({"error": failure.getErrorMessage()})
-            elif failure.check(_BadRequest, KafkaError, ValueError, TypeError):
+            elif failure.check(_BadRequest, KafkaError, ValueError):
                 request.setResponseCode(400)
                 error = failure.value
                 code = getattr(error, "error_code", None)
@@ -270,7 +270,13 @@ class _AdminResource(Resource):
         return NOT_DONE_YET
 
 
-def _kafka_result(what: str, code: Any, message: str | None) -> None:
+def _kafka_result(what: str, error: KafkaError | None) -> None:
+    """Raise a L{_BadRequest} naming Kafka's error unless C{error} (an admin client's result) is C{None}."""
+    if error is not None:
+        _kafka_code(what, error.error_code, getattr(error, "error_message", None))
+
+
+def _kafka_code(what: str, code: Any, message: str | None) -> None:
     """Raise a L{_BadRequest} naming Kafka's error C{code} unless it is none."""
     code = ErrorCode(int(code))
     if code != ErrorCode.none:
@@ -615,7 +621,7 @@ class ConsoleResource(Resource):
                 or self._may(request, AclOperation.CREATE, ResourceType.TOPIC, name)):
             raise _Forbidden(f"{self.principal} may not Create topic {name} (TOPIC_AUTHORIZATION_FAILED)")
         results = await self._admin_client().create_topics([NewTopic(name, partitions, replication_factor)])
-        _kafka_result(f"creating topic {name!r}", *results[name])
+        _kafka_result(f"creating topic {name!r}", results[name])
         _log.info("console: {principal} created topic {topic}", principal=self.principal or "anonymous", topic=name)
         return {"ok": True, "topic": name}
 
@@ -627,7 +633,7 @@ class ConsoleResource(Resource):
         name = _text(body, "name")
         self._require(request, AclOperation.DELETE, ResourceType.TOPIC, name)
         results = await self._admin_client().delete_topics([name])
-        _kafka_result(f"deleting topic {name!r}", *results[name])
+        _kafka_result(f"deleting topic {name!r}", results[name])
         _log.info("console: {principal} deleted topic {topic}", principal=self.principal or "anonymous", topic=name)
         return {"ok": True, "topic": name}
 
@@ -660,7 +666,7 @@ class ConsoleResource(Resource):
         self._require(request, AclOperation.DELETE, ResourceType.GROUP, group)
         response = await self._admin_client().coordinator_request(
             group, 42, {"groups_names": [group]}, version=1, error_of=lambda r: r.results[0].error_code)
-        _kafka_result(f"deleting group {group!r}", response.results[0].error_code, None)
+        _kafka_code(f"deleting group {group!r}", response.results[0].error_code, None)
         _log.info("console: {principal} deleted group {group}", principal=self.principal or "anonymous", group=group)
         return {"ok": True, "group": group}
 

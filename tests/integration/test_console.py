@@ -5,7 +5,8 @@ C{kafka_consumergroup_lag} going to zero once a consumer caught up, and the
 web console in a real headless chromium (selenium and Debian's
 C{chromium-driver}, installed by scripts/setup.sh): its pages load, its charts
 draw, its message browser shows the records the test produced, and a group's
-lag goes to zero after its consumer catches up.
+lag goes to zero after its consumer catches up; in admin mode a topic is
+created and a record produced through the page.
 
 Set C{KAFKATW_CONSOLE_SCREENSHOTS} to a directory to keep the console's
 screenshots (docs/console-*.png were taken so).
@@ -301,7 +302,12 @@ class ConsoleBrowserTests(unittest.TestCase):
         self.wait_js(f"return document.body.dataset.page === '{page}' && !!document.body.dataset.loaded", page)
 
     def wait_js(self, script: str, what: str, timeout_s: float = 30) -> object:
-        return wait_for(lambda: self.driver.execute_script(script), timeout_s, what)
+        try:
+            return wait_for(lambda: self.driver.execute_script(script), timeout_s, what)
+        except AssertionError:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}; the page shows: "
+                                 f"{self.driver.execute_script('return location.hash')} "
+                                 f"{self.driver.find_element('tag name', 'main').text[:500]!r}") from None
 
     def chart_points(self, canvas_id: str) -> list:
         data = self.driver.execute_script(f"var c = document.getElementById('{canvas_id}');"
@@ -344,6 +350,7 @@ class ConsoleBrowserTests(unittest.TestCase):
             # topics and a topic
             self.open(base + "#/topics", "topics")
             self.assertIn("orders", self.driver.find_element("tag name", "table").text)
+            self.assertEqual(self.driver.find_elements("css selector", "form.admin"), [])  # read-only
             self.open(base + "#/topic/orders", "topic")
             topic_text = self.driver.find_element("tag name", "main").text
             self.assertIn("cleanup.policy", topic_text)
@@ -377,3 +384,38 @@ class ConsoleBrowserTests(unittest.TestCase):
                          "the lag chart from 65 to 0")
             self.assertTrue(self.canvas_has_ink("lag-chart"))
             self.screenshot("group")
+
+    def test_admin_mode_creates_a_topic_and_produces(self) -> None:
+        """metrics.console.admin.enable: create a topic and produce a record through the page, then browse it."""
+        port = find_free_port()
+        with running_cluster(brokers=1, overrides={"metrics.port": str(port),
+                                                   "metrics.console.admin.enable": "true"}):
+            base = f"http://127.0.0.1:{port}/console/"
+            request = urllib.request.Request(base + "api/admin/create-topic", data=b'{"name": "forged"}',
+                                             headers={"Content-Type": "application/json"}, method="POST")
+            with self.assertRaises(urllib.error.HTTPError) as refused:  # a cross-site form cannot set the header
+                urllib.request.urlopen(request, timeout=10)
+            self.assertEqual(refused.exception.code, 403)
+
+            self.open(base + "#/topics", "topics")
+            form = self.driver.find_element("id", "create-topic")
+            form.find_element("name", "name").send_keys("made-in-browser")
+            form.find_element("name", "partitions").send_keys("1")
+            form.find_element("name", "replication_factor").send_keys("1")
+            form.find_element("tag name", "button").click()
+            self.wait_js("var n = document.getElementById('admin-notice'); return document.body.dataset.page === "
+                         "'topic' && !!n && n.textContent === 'Created topic made-in-browser.';", "the topic created")
+            self.wait_js("return !!document.getElementById('produce')", "the topic page with its produce form")
+            form = self.driver.find_element("id", "produce")
+            form.find_element("name", "key").send_keys("greeting")
+            form.find_element("name", "value").send_keys("hello from the console")
+            form.find_element("tag name", "button").click()
+            self.wait_js("var n = document.getElementById('admin-notice'); return !!n && n.textContent === "
+                         "'Produced to made-in-browser-0 at offset 0.';", "the record produced")
+            self.screenshot("admin")
+
+            self.open(base + "#/messages?topic=made-in-browser&partition=0", "messages")
+            self.wait_js("return document.querySelectorAll('.record-offset').length > 0", "records")
+            records = self.driver.find_element("id", "records").text
+            self.assertIn("greeting", records)
+            self.assertIn("hello from the console", records)

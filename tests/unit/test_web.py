@@ -474,17 +474,24 @@ class FakeAdmin:
         self.calls: list = []
         self.errors: dict = {}
 
-    def create_topics(self, topics: list) -> defer.Deferred:
-        from kafkatw.errors import ErrorCode
+    def _result(self, name: str) -> Any:
+        """None, or the admin client's KafkaError for C{self.errors[name]} (code, message)."""
+        from kafkatw.errors import kafka_error
 
+        if name not in self.errors:
+            return None
+        code, message = self.errors[name]
+        error = kafka_error(code, message or "")
+        error.error_message = message
+        return error
+
+    def create_topics(self, topics: list) -> defer.Deferred:
         self.calls.append(("create", [(t.name, t.num_partitions, t.replication_factor) for t in topics]))
-        return defer.succeed({t.name: self.errors.get(t.name, (ErrorCode.none, None)) for t in topics})
+        return defer.succeed({t.name: self._result(t.name) for t in topics})
 
     def delete_topics(self, names: list) -> defer.Deferred:
-        from kafkatw.errors import ErrorCode
-
         self.calls.append(("delete", list(names)))
-        return defer.succeed({n: self.errors.get(n, (ErrorCode.none, None)) for n in names})
+        return defer.succeed({n: self._result(n) for n in names})
 
     def coordinator_request(self, group: str, api_key: int, body: Any, version: int, error_of: Any) -> defer.Deferred:
         from kafkatw.errors import ErrorCode
@@ -602,7 +609,8 @@ class ConsoleAdminAclTests(_AdminFixture, unittest.TestCase):
     def test_each_action_needs_its_acl(self) -> None:
         from kafkatw.security.acl import AclOperation, ResourceType
 
-        refusals = [("create-topic", {"name": "new"}, "User:alice may not Create topic new (TOPIC_AUTHORIZATION_FAILED)"),
+        refusals = [("create-topic", {"name": "new"},
+                     "User:alice may not Create topic new (TOPIC_AUTHORIZATION_FAILED)"),
                     ("delete-topic", {"name": "t"}, "User:alice may not Delete topic t (TOPIC_AUTHORIZATION_FAILED)"),
                     ("produce", {"topic": "t", "value": "v"},
                      "User:alice may not Write topic t (TOPIC_AUTHORIZATION_FAILED)"),

@@ -7,6 +7,8 @@ var HISTORY = 150;  // rate samples kept (5 minutes at 2 s)
 var rates = {time: [], messagesIn: [], bytesIn: [], bytesOut: [], topics: {}};
 var lastCounters = null;
 var timer = null;
+var adminMode = null;  // metrics.console.admin.enable, from the overview
+var notice = null;     // the last admin action's outcome: {text, error}
 
 function esc(s) {
   return String(s === null || s === undefined ? "" : s).replace(/[&<>"']/g, function (c) {
@@ -30,6 +32,77 @@ function get(path) {
   });
 }
 
+// --- admin mode: POST /console/api/admin/<action> with the console's cross-site guard header -----------
+
+function post(action, body) {
+  return fetch(API + "admin/" + action, {
+    method: "POST", cache: "no-store", body: JSON.stringify(body),
+    headers: {"Content-Type": "application/json", "X-Kafkatw-Console": "1"}
+  }).then(function (r) {
+    return r.json().then(function (answer) {
+      if (!r.ok) throw new Error(answer.error || r.statusText);
+      return answer;
+    });
+  });
+}
+
+function noticeHtml() {
+  if (!adminMode || !notice) return "";
+  return '<p id="admin-notice" class="' + (notice.error ? "error" : "ok") + '">' + esc(notice.text) + "</p>";
+}
+
+function adminForm(id, title, fields, button) {
+  if (!adminMode) return "";
+  return '<form class="browse admin" id="' + id + '"><strong>' + esc(title) + "</strong>" +
+    fields.map(function (f) {
+      return "<label>" + esc(f[1]) + '<input name="' + f[0] + '" size="' + (f[2] || 12) + '"></label>';
+    }).join("") + '<button type="submit">' + esc(button) + "</button></form>";
+}
+
+function adminButton(id, label) {
+  return adminMode ? '<button class="danger" id="' + id + '" type="button">' + esc(label) + "</button>" : "";
+}
+
+// Run an admin action, show its outcome, redraw the page (or go to `next`).
+function act(action, body, done, next) {
+  notice = {text: "…", error: false};
+  return post(action, body).then(function (answer) {
+    notice = {text: done(answer), error: false};
+  }, function (e) {
+    notice = {text: e.message, error: true};
+  }).then(function () {
+    if (next && !notice.error && location.hash !== next) {
+      notice.keep = true;  // shown on the next page
+      location.hash = next;
+    } else {
+      render();
+    }
+  });
+}
+
+function bindForm(id, handler) {
+  var f = document.getElementById(id);
+  if (!f) return;
+  f.addEventListener("submit", function (ev) {
+    ev.preventDefault();
+    var values = {};
+    Array.prototype.forEach.call(f.elements, function (e) { if (e.name) values[e.name] = e.value; });
+    handler(values);
+  });
+}
+
+function bindButton(id, question, handler) {
+  var b = document.getElementById(id);
+  if (b) b.addEventListener("click", function () { if (window.confirm(question)) handler(); });
+}
+
+// Whether the user is filling an admin form (the 2 s refresh would wipe it).
+function adminBusy() {
+  return Array.prototype.some.call(document.querySelectorAll("form.admin input"), function (e) {
+    return e.value !== "" || e === document.activeElement;
+  });
+}
+
 function table(headers, rows) {
   return "<table><tr>" + headers.map(function (h) { return "<th>" + esc(h) + "</th>"; }).join("") + "</tr>" +
     rows.map(function (r) { return "<tr>" + r.join("") + "</tr>"; }).join("") + "</table>";
@@ -47,6 +120,11 @@ function card(label, value, warn) {
 function push(list, value) { list.push(value); if (list.length > HISTORY) list.shift(); }
 
 function sample(overview) {
+  if (adminMode !== overview.admin) {
+    adminMode = overview.admin;
+    document.getElementById("mode").textContent = adminMode ? "Admin console (metrics.console.admin.enable)" :
+      "Read-only console";
+  }
   var c = overview.counters, t = overview.time_ms;
   if (lastCounters && t > lastCounters.time) {
     var dt = (t - lastCounters.time) / 1000, prev = lastCounters.c;
@@ -115,7 +193,9 @@ pages.overview = function (main) {
 
 pages.topics = function (main) {
   return get("topics").then(function (t) {
-    main.innerHTML = "<h1>Topics</h1>" + table(
+    main.innerHTML = "<h1>Topics</h1>" + noticeHtml() +
+      adminForm("create-topic", "New topic", [["name", "Name", 20], ["partitions", "Partitions", 4],
+                                              ["replication_factor", "Replication factor", 4]], "Create") + table(
       ["Topic", "Partitions", "Replication", "Under-replicated", "Offline", "Size here", "Records in/s", "Bytes out/s"],
       t.topics.map(function (x) {
         var r = rates.topics[x.name] || {messagesIn: [], bytesOut: []};
@@ -123,6 +203,10 @@ pages.topics = function (main) {
                 num(x.partitions), num(x.replication_factor), num(x.under_replicated), num(x.offline),
                 num(bytes(x.size_bytes)), num(last(r.messagesIn).toFixed(1)), num(bytes(last(r.bytesOut)) + "/s")];
       }));
+    bindForm("create-topic", function (v) {
+      act("create-topic", {name: v.name, partitions: v.partitions, replication_factor: v.replication_factor},
+          function (a) { return "Created topic " + a.topic + "."; }, "#/topic/" + encodeURIComponent(v.name));
+    });
   });
 };
 
@@ -130,7 +214,10 @@ pages.topic = function (main, name) {
   return get("topic?name=" + encodeURIComponent(name)).then(function (t) {
     var r = rates.topics[name] || {messagesIn: [], bytesIn: [], bytesOut: []};
     main.innerHTML = "<h1>Topic " + esc(t.name) + "</h1><p>Topic id " + esc(t.topic_id) +
-      ' · <a href="#/messages/' + encodeURIComponent(name) + '/0">browse messages</a></p>' +
+      ' · <a href="#/messages/' + encodeURIComponent(name) + '/0">browse messages</a> ' +
+      adminButton("delete-topic", "Delete topic") + "</p>" + noticeHtml() +
+      adminForm("produce", "Produce a record", [["key", "Key (text)", 16], ["value", "Value (text)", 40],
+                                               ["partition", "Partition (optional)", 4]], "Produce") +
       rateCharts(r, "topic") +
       "<h2>Partitions</h2>" + table(["Partition", "Leader", "Replicas", "ISR", "Log start", "High watermark",
                                      "Log end", "Size here", "Segments"],
@@ -144,6 +231,14 @@ pages.topic = function (main, name) {
           return [td(c.name), td(c.value), td(c.override ? "topic override" : "default")];
         })));
     drawRates(r, "topic");
+    bindForm("produce", function (v) {
+      act("produce", {topic: name, key: v.key, value: v.value, partition: v.partition}, function (a) {
+        return "Produced to " + a.topic + "-" + a.partition + " at offset " + a.offset + ".";
+      });
+    });
+    bindButton("delete-topic", "Delete topic " + name + " and all its records?", function () {
+      act("delete-topic", {name: name}, function (a) { return "Deleted topic " + a.topic + "."; }, "#/topics");
+    });
   });
 };
 
@@ -212,7 +307,7 @@ function bindBrowse() {
 
 pages.groups = function (main) {
   return get("groups").then(function (g) {
-    main.innerHTML = "<h1>Consumer groups</h1>" +
+    main.innerHTML = "<h1>Consumer groups</h1>" + noticeHtml() +
       (g.computed_ms ? "<p>Lag computed " + esc(new Date(g.computed_ms).toISOString()) + ".</p>" :
        "<p>Lag not computed yet.</p>") +
       table(["Group", "Kind", "Partitions", "Lag", "Coordinator"], g.groups.map(function (x) {
@@ -225,7 +320,8 @@ pages.groups = function (main) {
 
 pages.group = function (main, id) {
   return get("group?id=" + encodeURIComponent(id)).then(function (g) {
-    main.innerHTML = "<h1>Group " + esc(g.group) + "</h1>" +
+    main.innerHTML = "<h1>Group " + esc(g.group) + " " + adminButton("delete-group", "Delete group") + "</h1>" +
+      noticeHtml() +
       '<div class="cards">' + card("Kind", g.kind) + card("State", g.state || "–") +
       card("Members", g.members.length) + '<div class="card"><div class="label">Lag</div><div class="value" ' +
       'id="group-total-lag">' + esc(g.lag) + "</div></div></div>" +
@@ -253,6 +349,9 @@ pages.group = function (main, id) {
       });
     }
     lineChart(document.getElementById("lag-chart"), series, {unit: "records"});
+    bindButton("delete-group", "Delete group " + id + " and its committed offsets?", function () {
+      act("delete-group", {group: id}, function (a) { return "Deleted group " + a.group + "."; }, "#/groups");
+    });
   });
 };
 
@@ -271,6 +370,7 @@ function route() {
 }
 
 function render() {
+  if (adminMode === null) return get("overview").then(sample, function () { adminMode = false; }).then(render);
   var r = route(), main = document.getElementById("main");
   document.body.dataset.page = r.page;
   return pages[r.page].apply(null, [main].concat(r.args)).then(function () {
@@ -285,9 +385,12 @@ function tick() {
   var poll = r.page === "overview" ? Promise.resolve() : get("overview").then(sample);
   poll.then(function () {
     // the message browser keeps its form; other pages redraw with fresh data
-    return r.page === "messages" ? null : render();
+    return r.page === "messages" || adminBusy() ? null : render();
   }).catch(function () {}).then(function () { timer = setTimeout(tick, REFRESH_MS); });
 }
 
-window.addEventListener("hashchange", function () { render(); });
+window.addEventListener("hashchange", function () {
+  if (notice && notice.keep) notice.keep = false; else notice = null;
+  render();
+});
 render().then(function () { timer = setTimeout(tick, REFRESH_MS); });
