@@ -253,7 +253,8 @@ BROKER_CONFIG: dict[str, ConfigKey] = {
                   "`kafka_server_brokertopicmetrics_messagesin_total`, "
                   "`kafka_log_log_logendoffset{topic,partition}`.", "port"),
         ConfigKey("metrics.console.enable", _bool, True,
-                  "Serve the read-only web console at `http://127.0.0.1:<metrics.port>/console/` (with "
+                  "Serve the web console (read-only unless `metrics.console.admin.enable`) at "
+                  "`http://127.0.0.1:<metrics.port>/console/` (with "
                   "`/healthz` and `/readyz`, always served). With `authorizer.class.name` set it asks for HTTP "
                   "basic authentication against the SASL PLAIN and SCRAM users and is not served without a SASL "
                   "listener (see docs/operations.md)."),

@@ -1,5 +1,5 @@
 """
-The web console: a read-only view of the cluster served by the broker at
+The web console: a view of the cluster (read-only unless admin mode is on) served by the broker at
 C{http://127.0.0.1:<metrics.port>/console/} (docs/operations.md, "Health,
 lag and the console").
 
