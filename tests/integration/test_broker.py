@@ -79,10 +79,17 @@ class TwoBrokerTests(ClassFixture, unittest.TestCase):
     def test_partitions_spread_and_clients_follow_leaders(self) -> None:
         bootstrap = self.brokers[0].bootstrap
         create_topic(bootstrap, "shared", 4)
-        metadata = raw_request(self.brokers[1].bootstrap, 3, 12, {"topics": [{"name": "shared"}],
-                                                                   "allow_auto_topic_creation": False})
+        # broker 1 learns the new partitions' leaders from ZooKeeper watches, a moment
+        # after broker 0 (the controller, maybe) answered CreateTopics: ask until it knows
+        deadline = time.monotonic() + 15
+        while True:
+            metadata = raw_request(self.brokers[1].bootstrap, 3, 12, {"topics": [{"name": "shared"}],
+                                                                       "allow_auto_topic_creation": False})
+            leaders = {p.partition_index: p.leader_id for p in metadata.topics[0].partitions}
+            if (len(leaders) == 4 and -1 not in leaders.values()) or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
         self.assertEqual(sorted(b.node_id for b in metadata.brokers), [0, 1])
-        leaders = {p.partition_index: p.leader_id for p in metadata.topics[0].partitions}
         self.assertEqual(sorted(leaders), [0, 1, 2, 3])
         self.assertEqual(set(leaders.values()), {0, 1})
 
