@@ -161,6 +161,47 @@ class _BadRequest(Exception):
     pass
 
 
+def _answer_json(request: Any, d: defer.Deferred, what: str) -> Any:
+    """
+    Write what C{d} fires with as the JSON answer of C{request}: a failure
+    is C{{"error": ...}} with 403 (L{_Forbidden}), 400 (a bad request or
+    Kafka's error, named) or 500 (logged); the request is finished unless the
+    client has gone (learnt from C{notifyFinish}, Twisted's public API).
+
+    @return: C{NOT_DONE_YET}, for C{render_*}.
+    """
+    gone: list[bool] = []
+    request.notifyFinish().addErrback(lambda _: gone.append(True))
+
+    def write(body: Any) -> None:
+        if not gone:
+            request.write(json.dumps(body, separators=(",", ":"), default=str).encode("utf-8"))
+
+    def failed(failure: Any) -> None:
+        if failure.check(_Forbidden):
+            request.setResponseCode(403)
+            write({"error": failure.getErrorMessage()})
+        elif failure.check(_BadRequest, KafkaError, ValueError):
+            request.setResponseCode(400)
+            error = failure.value
+            message = failure.getErrorMessage()
+            code = getattr(error, "error_code", None)
+            if code is not None and isinstance(error, KafkaError):
+                message = f"{ErrorCode(int(code)).name.upper()}: {message}"
+            write({"error": message})
+        else:
+            _log.failure("console {what} {path} failed", failure, what=what, path=getattr(request, "path", b""))
+            request.setResponseCode(500)
+            write({"error": "internal error (see the broker's log)"})
+
+    def finish(_: Any) -> None:
+        if not gone and not request.finished:
+            request.finish()
+
+    d.addCallbacks(write, failed).addBoth(finish)
+    return NOT_DONE_YET
+
+
 class _ApiResource(Resource):
     """C{/console/api/<name>}: JSON from the L{ConsoleResource}'s C{api_<name>} method."""
 
@@ -173,26 +214,7 @@ class _ApiResource(Resource):
     def render_GET(self, request: Any) -> Any:
         request.setHeader(b"content-type", b"application/json")
         request.setHeader(b"cache-control", b"no-store")
-        d = defer.maybeDeferred(self.handler, request)
-
-        def write(body: Any) -> None:
-            request.write(json.dumps(body, separators=(",", ":"), default=str).encode("utf-8"))
-
-        def failed(failure: Any) -> None:
-            if failure.check(_BadRequest, KafkaError, ValueError):
-                request.setResponseCode(400)
-                write({"error": failure.getErrorMessage()})
-            else:
-                _log.failure("console request {path} failed", failure, path=getattr(request, "path", b""))
-                request.setResponseCode(500)
-                write({"error": "internal error (see the broker's log)"})
-
-        def finish(_: Any) -> None:
-            if not request.finished and not getattr(request, "_disconnected", False):
-                request.finish()
-
-        d.addCallbacks(write, failed).addBoth(finish)
-        return NOT_DONE_YET
+        return _answer_json(request, defer.maybeDeferred(self.handler, request), "request")
 
 
 class _Forbidden(Exception):
@@ -240,34 +262,7 @@ class _AdminResource(Resource):
                 raise ValueError("the body must be a JSON object")
         except ValueError as e:
             return refuse(400, f"bad request: {e}")
-        d = defer.maybeDeferred(self.handler, request, body)
-
-        def write(answer: Any) -> None:
-            request.write(json.dumps(answer, separators=(",", ":"), default=str).encode("utf-8"))
-
-        def failed(failure: Any) -> None:
-            if failure.check(_Forbidden):
-                request.setResponseCode(403)
-                write({"error": failure.getErrorMessage()})
-            elif failure.check(_BadRequest, KafkaError, ValueError):
-                request.setResponseCode(400)
-                error = failure.value
-                code = getattr(error, "error_code", None)
-                message = failure.getErrorMessage()
-                if code is not None and isinstance(error, KafkaError):
-                    message = f"{ErrorCode(int(code)).name.upper()}: {message}"
-                write({"error": message})
-            else:
-                _log.failure("console admin request {path} failed", failure, path=getattr(request, "path", b""))
-                request.setResponseCode(500)
-                write({"error": "internal error (see the broker's log)"})
-
-        def finish(_: Any) -> None:
-            if not request.finished and not getattr(request, "_disconnected", False):
-                request.finish()
-
-        d.addCallbacks(write, failed).addBoth(finish)
-        return NOT_DONE_YET
+        return _answer_json(request, defer.maybeDeferred(self.handler, request, body), "admin request")
 
 
 def _kafka_result(what: str, error: KafkaError | None) -> None:
