@@ -8,19 +8,15 @@ with a broker-coordinated group, and zombie fencing.
 
 from __future__ import annotations
 
-import contextlib
 import subprocess
 import sys
 import time
 
-from twisted.trial import unittest
-
 from kafkatw.cli.coordinator_group import CoordinatorGroupConsumer
 from kafkatw.client.blocking import BlockingConsumer, BlockingProducer
 from kafkatw.errors import ErrorCode, KafkaError
-from kafkatw.testing import ClassFixture, running_cluster
 
-from .test_transactions import _SINGLE, create_topic, read_values
+from .test_transactions import SingleBrokerTestCase, create_topic, read_values
 
 
 def tool(*args: str) -> subprocess.CompletedProcess:
@@ -49,19 +45,7 @@ def kafkatw_values(bootstrap: str, topic: str, isolation_level: str, partitions:
         consumer.close()
 
 
-class ClientTransactionTests(ClassFixture, unittest.TestCase):
-    timeout = 180
-
-    @classmethod
-    def setUpClass(cls) -> None:
-        cls._stack = contextlib.ExitStack()
-        cls.cluster = cls._stack.enter_context(running_cluster(1, overrides=_SINGLE))
-        cls.bootstrap = cls.cluster[0].bootstrap
-
-    @classmethod
-    def tearDownClass(cls) -> None:
-        cls._stack.close()
-
+class ClientTransactionTests(SingleBrokerTestCase):
     def producer(self, transactional_id: str | None = None, **options: object) -> BlockingProducer:
         if transactional_id is not None:
             options["transactional_id"] = transactional_id

@@ -80,7 +80,9 @@ def transactional_producer(bootstrap: str, transactional_id: str, **config: obje
     return producer
 
 
-class InteropTests(ClassFixture, unittest.TestCase):
+class SingleBrokerTestCase(ClassFixture, unittest.TestCase):
+    """One broker for the whole class, its ``__transaction_state`` with one replica (L{_SINGLE})."""
+
     timeout = 180
 
     @classmethod
@@ -93,6 +95,8 @@ class InteropTests(ClassFixture, unittest.TestCase):
     def tearDownClass(cls) -> None:
         cls._stack.close()
 
+
+class InteropTests(SingleBrokerTestCase):
     def test_librdkafka_commit_abort_and_offsets(self) -> None:
         """
         Commit, abort, commit across two partitions with the consumed offsets
