@@ -636,6 +636,11 @@ class KafkaServer(service.MultiService):
                               get("ssl.truststore.location") or None, get("ssl.client.auth"),
                               get("ssl.enabled.protocols"), get("ssl.cipher.suites"))
 
+    @property
+    def shutting_down(self) -> bool:
+        """Whether the broker has begun to stop (its C{/readyz} then answers 503)."""
+        return self._stopping
+
     def inter_broker_security(self) -> SecurityConfig:
         """
         The L{SecurityConfig} of this broker's own connections to other

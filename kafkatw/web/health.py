@@ -24,7 +24,7 @@ def readiness_problems(server: Any) -> list[str]:
     @return: one sentence per unmet condition; empty when ready.
     """
     problems = []
-    if getattr(server, "_stopping", False) or getattr(server, "stopping", False):
+    if server.shutting_down:
         problems.append("the broker is shutting down")
     zookeeper = server.zookeeper
     if zookeeper is None or not zookeeper.connected:

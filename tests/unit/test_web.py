@@ -37,7 +37,7 @@ def fake_broker(**changes: Any) -> Any:
     ready = defer.Deferred()
     ready.callback(None)
     values = dict(zookeeper=SimpleNamespace(connected=True), log_manager=object(), start_error=None, ready=ready,
-                  broker_id=3, _stopping=False)
+                  broker_id=3, shutting_down=False)
     values.update(changes)
     return SimpleNamespace(**values)
 
@@ -48,7 +48,7 @@ class ReadinessTests(unittest.SynchronousTestCase):
 
     def test_every_reason(self) -> None:
         problems = readiness_problems(fake_broker(zookeeper=SimpleNamespace(connected=False), log_manager=None,
-                                                  ready=defer.Deferred(), _stopping=True))
+                                                  ready=defer.Deferred(), shutting_down=True))
         self.assertEqual(problems, ["the broker is shutting down", "no ZooKeeper session (zookeeper.connect)",
                                     "the logs are not loaded yet",
                                     "broker 3 is not registered in /brokers/ids yet"])
@@ -228,7 +228,7 @@ class _ConsoleFixture:
                                topic_bytes_in={"t": 100}, topic_bytes_out={"t": 40}, group_coordinator=None)
         self.broker = SimpleNamespace(
             config=config, broker_id=0, metadata=metadata, log_manager=self.log_manager, reactor=self.clock,
-            apis=apis, registry=Registry(zk), zookeeper=zk, ready=ready, start_error=None, _stopping=False,
+            apis=apis, registry=Registry(zk), zookeeper=zk, ready=ready, start_error=None, shutting_down=False,
             lag_monitor=SimpleNamespace(latest=snapshot, history=[(999000, {"g": 3}, {"g": {("t", 0): 3}})]),
             _topic_config=lambda name: topic_log_config(config, metadata.topics[name].config, strict=False))
         self.console = ConsoleResource(self.broker)
