@@ -29,6 +29,7 @@ from ..config import BrokerConfig
 from ..errors import CorruptRecordError, ErrorCode, KafkaError, kafka_error
 from ..protocol.fetch import FETCH_MAX_VERSION, FETCH_MIN_VERSION, PartitionFetchData, encode_fetch_response
 from ..protocol.messages import RequestHeader, UnsupportedVersion, decode_request, encode_response
+from ..protocol.produce import encode_produce_response
 from ..security.acl import (
     CLUSTER_NAME,
     OPERATIONS_NOT_REQUESTED,
@@ -571,11 +572,12 @@ class KafkaApis(TransactionApis, QuotaApis, AdminToolApis):
         return quotas.produce.record_and_get_throttle_time_ms(user, client_id, produce_bytes, quotas.now_ms())
 
     def _produce_response(self, context: RequestContext, results: list, produce_bytes: int = 0) -> bytes:
-        body = {
-            "responses": [{"name": name, "partition_responses": partitions} for name, partitions in results],
-            "throttle_time": self._produce_throttle_ms(context, produce_bytes) if produce_bytes else 0,
-        }
-        return self._respond(context, body)
+        """The ProduceResponse, encoded by hand (L{encode_produce_response}); quotas as L{_respond}."""
+        throttle_ms = self._produce_throttle_ms(context, produce_bytes) if produce_bytes else 0
+        if self.quotas.enabled:
+            throttle_ms = max(throttle_ms, self._request_throttle_ms(context))
+            self._throttle(context, throttle_ms)
+        return encode_produce_response(context.api_version, context.correlation_id, results, throttle_ms)
 
     # --- Fetch ---------------------------------------------------------------
 

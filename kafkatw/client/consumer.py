@@ -69,6 +69,7 @@ from ..errors import (
     UnknownTopicOrPartitionError,
     kafka_error,
 )
+from ..protocol.fetch import FetchRequestBody
 from ..protocol.records import decode_fetched, scan_fetched
 from .client import RETRIABLE_METADATA_ERRORS, KafkaClient, client_for, sleep
 from .security import SecurityConfig, security_from
@@ -802,7 +803,7 @@ class Consumer:
             call.cancel()
         self._wake_call = self.reactor.callLater(max(0.0, delay), self._maybe_fetch)
 
-    def _fetch_body(self, states: list[_PartitionState]) -> dict:
+    def _fetch_body(self, states: list[_PartitionState]) -> FetchRequestBody:
         topics: dict[str, list[dict]] = {}
         max_bytes = self.max_partition_fetch_bytes
         for state in states:
@@ -810,7 +811,7 @@ class Consumer:
                 "partition": state.partition, "fetch_offset": state.fetch_offset,
                 "partition_max_bytes": max_bytes, "current_leader_epoch": state.validated_leader_epoch,
                 "last_fetched_epoch": -1, "log_start_offset": -1})
-        return {
+        return FetchRequestBody({
             "replica_id": -1,
             "max_wait": self.fetch_max_wait_ms,
             "min_bytes": self.fetch_min_bytes,
@@ -821,7 +822,7 @@ class Consumer:
             "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
             "forgotten_topics_data": [],
             "rack_id": "",
-        }
+        })
 
     def _send_fetch(self, node: int, states: list[_PartitionState]) -> None:
         turn = self._rotation.get(node, 0)

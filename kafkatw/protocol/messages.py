@@ -56,6 +56,9 @@ __all__ = [
     "encode_request",
     "decode_response",
     "encode_uvarint",
+    "encode_string",
+    "encode_nullable_string",
+    "encode_array_length",
 ]
 
 API_NAMES: dict[int, str] = {
@@ -69,6 +72,8 @@ API_NAMES: dict[int, str] = {
 
 _HEADER = struct.Struct(">hhih")
 _INT32 = struct.Struct(">i")
+_INT16 = struct.Struct(">h")
+_NULL_INT16 = _INT16.pack(-1)
 
 
 class MalformedRequest(Exception):
@@ -321,6 +326,26 @@ def _to_bytes(writer: Any, entity: Any) -> bytes:
     buffer = io.BytesIO()
     writer(buffer, entity)
     return buffer.getvalue()
+
+
+def encode_string(value: str, flexible: bool) -> bytes:
+    """A string field: int16 length (C{flexible}: compact, uvarint length + 1), then UTF-8."""
+    data = value.encode("utf-8")
+    if flexible:
+        return encode_uvarint(len(data) + 1) + data
+    return _INT16.pack(len(data)) + data
+
+
+def encode_nullable_string(value: str | None, flexible: bool) -> bytes:
+    """A nullable string field: null is int16 -1 (C{flexible}: uvarint 0)."""
+    if value is None:
+        return b"\x00" if flexible else _NULL_INT16
+    return encode_string(value, flexible)
+
+
+def encode_array_length(count: int, flexible: bool) -> bytes:
+    """An array's length: int32 (C{flexible}: compact, uvarint count + 1)."""
+    return encode_uvarint(count + 1) if flexible else _INT32.pack(count)
 
 
 def encode_response(api_key: int, api_version: int, correlation_id: int, body: Any) -> bytes:
