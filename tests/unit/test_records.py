@@ -267,7 +267,7 @@ class EncodeValueBatchTests(SynchronousTestCase):
 
 class UniformDecodingTests(SynchronousTestCase):
     """
-    L{R.decode_fetched}'s path for batches of uniform records (null key, no
+    L{R.decode_fetched_py}'s path for batches of uniform records (null key, no
     headers, one value length) gives what the general loop gives, and leaves
     every other batch to it.
     """
@@ -281,10 +281,10 @@ class UniformDecodingTests(SynchronousTestCase):
             return used[-1]
 
         self.patch(R, "_decode_uniform", spy)
-        fast = R.decode_fetched(data, "t", 3, fetch_offset, tuple)
+        fast = R.decode_fetched_py(data, "t", 3, fetch_offset, tuple)
         self.patch(R, "_UNIFORM_MIN_RECORDS", 10**9)
         try:
-            slow = R.decode_fetched(data, "t", 3, fetch_offset, tuple)
+            slow = R.decode_fetched_py(data, "t", 3, fetch_offset, tuple)
         finally:
             R._UNIFORM_MIN_RECORDS = 8
         self.used = used
