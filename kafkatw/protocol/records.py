@@ -867,6 +867,8 @@ def _decode_uniform(d: bytes, pos: int, end: int, header: tuple, out: list, topi
                     cls: type) -> bool:
     """Decode the batch's records as uniform ones (see above); False, with nothing added, if they are not."""
     # the first record: its value length (null key, no headers assumed; checked by the match)
+    if pos >= end:
+        return False  # no records: the loop reports it
     b = d[pos]
     p = pos + (1 if b < 0x80 else 2)
     if p + 4 > end or d[p] != 0:
