@@ -472,7 +472,7 @@ bytes_or_none(PyObject *o, const char **data, Py_ssize_t *len)
         *len = -1;
         return 1;
     }
-    if (!PyBytes_Check(o))
+    if (!PyBytes_CheckExact(o)) /* a subclass could answer len() its own way */
         return 0;
     *data = PyBytes_AS_STRING(o);
     *len = PyBytes_GET_SIZE(o);
@@ -483,7 +483,7 @@ bytes_or_none(PyObject *o, const char **data, Py_ssize_t *len)
 static int
 header_key(PyObject *hk, const char **data, Py_ssize_t *len)
 {
-    if (PyUnicode_Check(hk)) {
+    if (PyUnicode_CheckExact(hk)) {
         *data = PyUnicode_AsUTF8AndSize(hk, len);
         if (*data == NULL) {
             PyErr_Clear(); /* Python's loop raises its own error for it */
@@ -491,7 +491,7 @@ header_key(PyObject *hk, const char **data, Py_ssize_t *len)
         }
         return 1;
     }
-    if (PyBytes_Check(hk)) {
+    if (PyBytes_CheckExact(hk)) {
         *data = PyBytes_AS_STRING(hk);
         *len = PyBytes_GET_SIZE(hk);
         return 1;
@@ -503,7 +503,7 @@ header_key(PyObject *hk, const char **data, Py_ssize_t *len)
 static int
 size_record(PyObject *rec, int64_t base_ts, int64_t offset_delta, record_parts *r, int64_t *max_ts)
 {
-    if (!PyTuple_Check(rec) || PyTuple_GET_SIZE(rec) != 4)
+    if (!PyTuple_CheckExact(rec) || PyTuple_GET_SIZE(rec) != 4)
         return 0;
     if (!bytes_or_none(PyTuple_GET_ITEM(rec, 0), &r->key, &r->key_len) ||
         !bytes_or_none(PyTuple_GET_ITEM(rec, 1), &r->value, &r->value_len))
@@ -534,7 +534,7 @@ size_record(PyObject *rec, int64_t base_ts, int64_t offset_delta, record_parts *
     r->headers = NULL;
     r->headers_size = 1;
     if (headers != Py_None) {
-        if (!PyList_Check(headers) && !PyTuple_Check(headers))
+        if (!PyList_CheckExact(headers) && !PyTuple_CheckExact(headers))
             return 0;
         Py_ssize_t nh = PySequence_Fast_GET_SIZE(headers);
         if (nh >= SMALL_SPAN)
@@ -546,7 +546,7 @@ size_record(PyObject *rec, int64_t base_ts, int64_t offset_delta, record_parts *
                 PyObject *pair = items[h];
                 const char *hk, *hv;
                 Py_ssize_t hk_len, hv_len;
-                if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2)
+                if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2)
                     return 0;
                 if (!header_key(PyTuple_GET_ITEM(pair, 0), &hk, &hk_len) ||
                     !bytes_or_none(PyTuple_GET_ITEM(pair, 1), &hv, &hv_len))
