@@ -185,61 +185,33 @@ untrack_atomic(PyTypeObject *cls, PyObject *topic, PyObject *partition)
            cls->tp_basicsize == PyTuple_Type.tp_basicsize && cls->tp_weaklistoffset == 0;
 }
 
-PyDoc_STRVAR(decode_records_doc,
-"decode_records(data, pos, end, header, out, topic, partition, cls, as_record=False) -> bool\n\n"
-"Append the records of data[pos:end] (an uncompressed records region of the batch\n"
-"whose unpacked header is header) to out, as records._decode_consumer_records does:\n"
-"cls tuples (topic, partition, offset, timestamp_ms, timestamp_type, key, value,\n"
-"headers tuple); with as_record, cls tuples (offset, timestamp_ms, key, value,\n"
-"headers list), records.Record's fields.  False, with nothing appended, when the\n"
-"batch needs the Python loop.  Raises CorruptRecordError as that loop does.");
 
-static PyObject *
-decode_records(PyObject *self, PyObject *args)
-{
-    Py_buffer buf;
-    Py_ssize_t pos, endpos;
-    PyObject *header, *out, *topic, *partition;
-    PyTypeObject *cls;
-    int as_record = 0;
-    if (!PyArg_ParseTuple(args, "y*nnO!O!OOO!|p:decode_records", &buf, &pos, &endpos,
-                          &PyTuple_Type, &header, &PyList_Type, &out, &topic, &partition,
-                          &PyType_Type, &cls, &as_record))
-        return NULL;
-
-    PyObject *result = NULL;
-    Py_ssize_t first = PyList_GET_SIZE(out);
+/* the header fields the record loop needs */
+typedef struct {
     int64_t base_offset, attributes, base_ts, max_ts, count;
+} batch_fields;
 
-    if (!PyType_IsSubtype(cls, &PyTuple_Type)) {
-        PyErr_SetString(PyExc_TypeError, "cls must be a tuple type");
-        goto done;
-    }
-    if (PyTuple_GET_SIZE(header) < 13) {
-        PyErr_SetString(PyExc_ValueError, "header must have 13 fields");
-        goto done;
-    }
-    if (pos < 0 || endpos < pos || endpos > buf.len) {
-        PyErr_SetString(PyExc_ValueError, "pos and end out of the data");
-        goto done;
-    }
-    if (header_int64(header, 0, &base_offset) || header_int64(header, 5, &attributes) ||
-        header_int64(header, 7, &base_ts) || header_int64(header, 8, &max_ts) ||
-        header_int64(header, 12, &count))
-        goto done;
-
+/*
+ * Append the records of the region [p, end) of a batch to out (see
+ * decode_records).  1: decoded; 0: declined (the Python loop must decode it),
+ * nothing appended; -1: an error is set, nothing appended.
+ */
+static int
+decode_region(const unsigned char *p, const unsigned char *end, const batch_fields *b, PyObject *out,
+              PyObject *topic, PyObject *partition, PyTypeObject *cls, int as_record)
+{
+    Py_ssize_t first = PyList_GET_SIZE(out);
     {
-        const unsigned char *p = (const unsigned char *)buf.buf + pos;
-        const unsigned char *end = (const unsigned char *)buf.buf + endpos;
-        int log_append = (attributes & 0x08) != 0;
+        int64_t base_offset = b->base_offset, base_ts = b->base_ts, count = b->count;
+        int log_append = (b->attributes & 0x08) != 0;
         /* consumer records hold only str, ints, bytes, None and untracked tuples */
         int untrack_records = !as_record && untrack_atomic(cls, topic, partition);
         PyObject *ts_type = PyLong_FromLong(log_append ? 1 : 0);
-        PyObject *max_ts_obj = PyLong_FromLongLong(max_ts);
+        PyObject *max_ts_obj = PyLong_FromLongLong(b->max_ts);
         if (ts_type == NULL || max_ts_obj == NULL) {
             Py_XDECREF(ts_type);
             Py_XDECREF(max_ts_obj);
-            goto done;
+            return -1;
         }
         int status;
         int64_t v, ts_delta, off_delta;
@@ -419,15 +391,12 @@ decode_records(PyObject *self, PyObject *args)
         }
         Py_DECREF(ts_type);
         Py_DECREF(max_ts_obj);
-        result = Py_NewRef(Py_True);
-        goto done;
+        return 1;
 
     decline:
         Py_DECREF(ts_type);
         Py_DECREF(max_ts_obj);
-        if (PyList_SetSlice(out, first, PyList_GET_SIZE(out), NULL) == 0)
-            result = Py_NewRef(Py_False);
-        goto done;
+        return PyList_SetSlice(out, first, PyList_GET_SIZE(out), NULL) == 0 ? 0 : -1;
 
     failed_loop:
         Py_DECREF(ts_type);
@@ -439,9 +408,57 @@ decode_records(PyObject *self, PyObject *args)
             PyList_SetSlice(out, first, PyList_GET_SIZE(out), NULL);
             PyErr_Restore(type, val, tb);
         }
-        goto done;
+        return -1;
     }
 
+}
+
+PyDoc_STRVAR(decode_records_doc,
+"decode_records(data, pos, end, header, out, topic, partition, cls, as_record=False) -> bool\n\n"
+"Append the records of data[pos:end] (an uncompressed records region of the batch\n"
+"whose unpacked header is header) to out, as records._decode_consumer_records does:\n"
+"cls tuples (topic, partition, offset, timestamp_ms, timestamp_type, key, value,\n"
+"headers tuple); with as_record, cls tuples (offset, timestamp_ms, key, value,\n"
+"headers list), records.Record's fields.  False, with nothing appended, when the\n"
+"batch needs the Python loop.  Raises CorruptRecordError as that loop does.");
+
+static PyObject *
+decode_records(PyObject *self, PyObject *args)
+{
+    Py_buffer buf;
+    Py_ssize_t pos, endpos;
+    PyObject *header, *out, *topic, *partition;
+    PyTypeObject *cls;
+    int as_record = 0;
+    if (!PyArg_ParseTuple(args, "y*nnO!O!OOO!|p:decode_records", &buf, &pos, &endpos,
+                          &PyTuple_Type, &header, &PyList_Type, &out, &topic, &partition,
+                          &PyType_Type, &cls, &as_record))
+        return NULL;
+
+    PyObject *result = NULL;
+    batch_fields b;
+    int status;
+
+    if (!PyType_IsSubtype(cls, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "cls must be a tuple type");
+        goto done;
+    }
+    if (PyTuple_GET_SIZE(header) < 13) {
+        PyErr_SetString(PyExc_ValueError, "header must have 13 fields");
+        goto done;
+    }
+    if (pos < 0 || endpos < pos || endpos > buf.len) {
+        PyErr_SetString(PyExc_ValueError, "pos and end out of the data");
+        goto done;
+    }
+    if (header_int64(header, 0, &b.base_offset) || header_int64(header, 5, &b.attributes) ||
+        header_int64(header, 7, &b.base_ts) || header_int64(header, 8, &b.max_ts) ||
+        header_int64(header, 12, &b.count))
+        goto done;
+    status = decode_region((const unsigned char *)buf.buf + pos, (const unsigned char *)buf.buf + endpos, &b, out,
+                           topic, partition, cls, as_record);
+    if (status >= 0)
+        result = Py_NewRef(status ? Py_True : Py_False);
 done:
     PyBuffer_Release(&buf);
     return result;
