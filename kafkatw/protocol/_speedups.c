@@ -27,6 +27,7 @@
 #include <string.h>
 
 static PyObject *CorruptRecordError = NULL;
+static PyObject *InvalidRecordError = NULL;
 static PyObject *empty_tuple = NULL;
 
 /* ---- varints ----------------------------------------------------------------- */
@@ -464,6 +465,212 @@ done:
     return result;
 }
 
+/* ---- a partition's Fetch data ------------------------------------------------ */
+
+static inline int64_t
+be64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v = (v << 8) | p[i];
+    return (int64_t)v;
+}
+
+static inline int32_t
+be32(const unsigned char *p)
+{
+    return (int32_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3]);
+}
+
+static inline int16_t
+be16(const unsigned char *p)
+{
+    return (int16_t)(((uint16_t)p[0] << 8) | p[1]);
+}
+
+/* Remove out[first:] records whose offset (item 2) is below next_offset, up to the first that is not. */
+static int
+drop_before(PyObject *out, Py_ssize_t first, int64_t next_offset)
+{
+    PyObject *bound = PyLong_FromLongLong(next_offset);
+    if (bound == NULL)
+        return -1;
+    Py_ssize_t cut = first, n = PyList_GET_SIZE(out);
+    while (cut < n) {
+        PyObject *record = PyList_GET_ITEM(out, cut);
+        PyObject *offset = PySequence_GetItem(record, 2);
+        if (offset == NULL) {
+            Py_DECREF(bound);
+            return -1;
+        }
+        int below = PyObject_RichCompareBool(offset, bound, Py_LT);
+        Py_DECREF(offset);
+        if (below < 0) {
+            Py_DECREF(bound);
+            return -1;
+        }
+        if (!below)
+            break;
+        cut++;
+    }
+    Py_DECREF(bound);
+    return cut > first ? PyList_SetSlice(out, first, cut, NULL) : 0;
+}
+
+PyDoc_STRVAR(decode_fetched_doc,
+"decode_fetched(data, topic, partition, fetch_offset, cls, verify_crc, crc32c, decompress, python_records)\n"
+"-> (records, next_offset) | NotImplemented\n\n"
+"records.decode_fetched without aborted transactions, its batch loop included:\n"
+"every complete batch of data (bytes) is checked (length, magic, CRC-32C with\n"
+"crc32c(memoryview)), decompressed with decompress(codec, bytes), and its records\n"
+"decoded; a batch the C record loop declines goes to\n"
+"python_records(data, start, end, header, out, topic, partition, cls).  Same\n"
+"errors as records.decode_fetched.  NotImplemented (nothing done) when offsets\n"
+"do not fit 64 bits.");
+
+static PyObject *
+decode_fetched(PyObject *self, PyObject *args)
+{
+    PyObject *data_obj, *topic, *partition, *fetch_obj, *crc_fn, *decompress_fn, *py_records;
+    PyTypeObject *cls;
+    int verify_crc;
+    if (!PyArg_ParseTuple(args, "O!OOOO!pOOO:decode_fetched", &PyBytes_Type, &data_obj, &topic, &partition,
+                          &fetch_obj, &PyType_Type, &cls, &verify_crc, &crc_fn, &decompress_fn, &py_records))
+        return NULL;
+    if (!PyType_IsSubtype(cls, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "cls must be a tuple type");
+        return NULL;
+    }
+    if (!PyLong_Check(fetch_obj))
+        Py_RETURN_NOTIMPLEMENTED;
+    int overflow = 0;
+    long long fetch_offset = PyLong_AsLongLongAndOverflow(fetch_obj, &overflow);
+    if (fetch_offset == -1 && PyErr_Occurred())
+        return NULL;
+    if (overflow)
+        Py_RETURN_NOTIMPLEMENTED;
+
+    const unsigned char *data = (const unsigned char *)PyBytes_AS_STRING(data_obj);
+    const Py_ssize_t len = PyBytes_GET_SIZE(data_obj);
+    Py_ssize_t pos = 0;
+    int64_t next_offset = fetch_offset;
+    PyObject *view = NULL;
+    PyObject *out = PyList_New(0);
+    if (out == NULL)
+        return NULL;
+
+    while (pos + 12 <= len) {
+        int64_t base_offset = be64(data + pos);
+        int32_t batch_length = be32(data + pos + 8);
+        int64_t batch_end = (int64_t)pos + 12 + batch_length;
+        if (batch_end > len)
+            break; /* a partial trailing batch */
+        if (batch_length < 49) {
+            PyErr_Format(CorruptRecordError, "batch at offset %lld has length %d", (long long)base_offset,
+                         (int)batch_length);
+            goto failed;
+        }
+        if (data[pos + 16] != 2) {
+            PyErr_Format(InvalidRecordError, "batch at offset %lld has magic %d; only v2 is supported",
+                         (long long)base_offset, (int)data[pos + 16]);
+            goto failed;
+        }
+        uint32_t crc = (uint32_t)be32(data + pos + 17);
+        int16_t attributes = be16(data + pos + 21);
+        int32_t last_offset_delta = be32(data + pos + 23);
+        batch_fields b = {base_offset, attributes, be64(data + pos + 27), be64(data + pos + 35),
+                          be32(data + pos + 57)};
+        int64_t last, after_last;
+        if (__builtin_add_overflow(base_offset, (int64_t)last_offset_delta, &last) ||
+            __builtin_add_overflow(last, (int64_t)1, &after_last))
+            goto decline;
+        if (last < next_offset || (attributes & 0x20)) { /* already read, or a control batch */
+            if (last >= next_offset)
+                next_offset = after_last;
+            pos = (Py_ssize_t)batch_end;
+            continue;
+        }
+        if (verify_crc) {
+            if (view == NULL && (view = PyMemoryView_FromObject(data_obj)) == NULL)
+                goto failed;
+            PyObject *part = PySequence_GetSlice(view, pos + 21, (Py_ssize_t)batch_end);
+            if (part == NULL)
+                goto failed;
+            PyObject *sum = PyObject_CallOneArg(crc_fn, part);
+            Py_DECREF(part);
+            if (sum == NULL)
+                goto failed;
+            unsigned long long value = PyLong_AsUnsignedLongLong(sum);
+            Py_DECREF(sum);
+            if (value == (unsigned long long)-1 && PyErr_Occurred())
+                goto failed;
+            if (value != crc) {
+                PyErr_Format(CorruptRecordError, "CRC mismatch in batch at offset %lld of %S-%S",
+                             (long long)base_offset, topic, partition);
+                goto failed;
+            }
+        }
+        Py_ssize_t first = PyList_GET_SIZE(out);
+        PyObject *region = NULL; /* the decompressed records, or NULL: in data */
+        const unsigned char *start = data + pos + 61, *stop = data + batch_end;
+        int codec = attributes & 0x07;
+        if (codec) {
+            PyObject *compressed = PyBytes_FromStringAndSize((const char *)start, (Py_ssize_t)(stop - start));
+            if (compressed == NULL)
+                goto failed;
+            region = PyObject_CallFunction(decompress_fn, "iO", codec, compressed);
+            Py_DECREF(compressed);
+            if (region == NULL)
+                goto failed;
+            if (!PyBytes_Check(region)) {
+                Py_DECREF(region);
+                PyErr_SetString(PyExc_TypeError, "decompress must return bytes");
+                goto failed;
+            }
+            start = (const unsigned char *)PyBytes_AS_STRING(region);
+            stop = start + PyBytes_GET_SIZE(region);
+        }
+        int status = decode_region(start, stop, &b, out, topic, partition, cls, 0);
+        if (status == 0) { /* the Python loop decodes this batch */
+            PyObject *header = Py_BuildValue(
+                "(LiiiIhiLLLhii)", (long long)base_offset, (int)batch_length, (int)be32(data + pos + 12),
+                (int)(signed char)data[pos + 16], (unsigned int)crc, (short)attributes, (int)last_offset_delta,
+                (long long)b.base_ts, (long long)b.max_ts, (long long)be64(data + pos + 43),
+                (short)be16(data + pos + 51), (int)be32(data + pos + 53), (int)b.count);
+            PyObject *r = NULL;
+            if (header != NULL) {
+                PyObject *d = region != NULL ? region : data_obj;
+                Py_ssize_t s0 = region != NULL ? 0 : pos + 61;
+                Py_ssize_t s1 = region != NULL ? PyBytes_GET_SIZE(region) : (Py_ssize_t)batch_end;
+                r = PyObject_CallFunction(py_records, "OnnOOOOO", d, s0, s1, header, out, topic, partition,
+                                          (PyObject *)cls);
+                Py_DECREF(header);
+            }
+            status = r == NULL ? -1 : 1;
+            Py_XDECREF(r);
+        }
+        Py_XDECREF(region);
+        if (status < 0)
+            goto failed;
+        if (base_offset < next_offset && drop_before(out, first, next_offset) < 0)
+            goto failed;
+        next_offset = after_last;
+        pos = (Py_ssize_t)batch_end;
+    }
+    Py_XDECREF(view);
+    return Py_BuildValue("(NL)", out, (long long)next_offset);
+
+decline:
+    Py_XDECREF(view);
+    Py_DECREF(out);
+    Py_RETURN_NOTIMPLEMENTED;
+
+failed:
+    Py_XDECREF(view);
+    Py_DECREF(out);
+    return NULL;
+}
+
 /* ---- encoding ---------------------------------------------------------------- */
 
 #define SMALL_SPAN (1 << 14)
@@ -700,6 +907,7 @@ done:
 
 static PyMethodDef methods[] = {
     {"decode_records", decode_records, METH_VARARGS, decode_records_doc},
+    {"decode_fetched", decode_fetched, METH_VARARGS, decode_fetched_doc},
     {"encode_records", encode_records, METH_VARARGS, encode_records_doc},
     {NULL, NULL, 0, NULL},
 };
@@ -717,8 +925,9 @@ PyInit__speedups(void)
     if (errors == NULL)
         return NULL;
     CorruptRecordError = PyObject_GetAttrString(errors, "CorruptRecordError");
+    InvalidRecordError = PyObject_GetAttrString(errors, "InvalidRecordError");
     Py_DECREF(errors);
-    if (CorruptRecordError == NULL)
+    if (CorruptRecordError == NULL || InvalidRecordError == NULL)
         return NULL;
     empty_tuple = PyTuple_New(0);
     if (empty_tuple == NULL)

@@ -741,6 +741,12 @@ def _decode_fetched(sp: object, data: bytes | bytearray | memoryview, topic: str
                     aborted: Sequence[tuple[int, int]] | None) -> tuple[list, int]:
     if not isinstance(data, bytes):
         data = bytes(data)
+    if sp is not None and not aborted:
+        # the batch loop too in C (see _speedups.c); NotImplemented: offsets past 64 bits
+        result = sp.decode_fetched(data, topic, partition, fetch_offset, record_class,  # type: ignore[attr-defined]
+                                   verify_crc, crc32c, decompress, _decode_consumer_records)
+        if result is not NotImplemented:
+            return result
     view = memoryview(data)
     out: list = []
     next_offset = fetch_offset
