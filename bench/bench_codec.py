@@ -85,7 +85,6 @@ def main() -> None:
         for impl, encode, decode, fetched in impls:
             emit(impl, "encode", name, _best(
                 lambda: [encode(recs, compression=codec) for _ in range(args.batches)], args.repeat))
-            batch = encode(recs, compression=codec)
             data = b"".join(encode(recs, base_offset=i * len(recs), compression=codec) for i in range(args.batches))
             emit(impl, "decode", name, _best(lambda: decode(data), args.repeat))
             emit(impl, "decode-fetched", name, _best(lambda: fetched(data, "t", 0, 0, _ConsumerRecord),

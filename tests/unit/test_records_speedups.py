@@ -75,8 +75,8 @@ headers = st.one_of(
     st.lists(st.tuples(header_key, st.one_of(st.none(), st.binary(max_size=50))), max_size=5),
     st.lists(st.tuples(header_key, st.one_of(st.none(), st.binary(max_size=50))), max_size=5).map(tuple),
 )
-timestamp = st.one_of(st.none(), st.integers(min_value=0, max_value=2**42), small_int.map(lambda d: 1_700_000_000_000 + d),
-                      any_int64)
+timestamp = st.one_of(st.none(), st.integers(min_value=0, max_value=2**42),
+                      small_int.map(lambda d: 1_700_000_000_000 + d), any_int64)
 record = st.tuples(payload, payload, headers, timestamp)
 
 
