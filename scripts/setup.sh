@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs everything kafkatw needs on a fresh Debian 12 machine: ZooKeeper, kcat, Java (for
-# ZooKeeper and Spark), chromium and chromedriver (the console's browser tests), and a virtual
-# environment at .venv with kafkatw and its test and spark extras.
+# ZooKeeper and Spark), chromium and chromedriver (the console's browser tests), a C compiler and
+# Python's headers (the record codec's compiled accelerator, kafkatw/protocol/_speedups.c, which
+# pip builds with kafkatw), and a virtual environment at .venv with kafkatw and its test and spark
+# extras.
 # Safe to run again: it skips what is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,14 +14,24 @@ command -v java >/dev/null 2>&1 || need_apt+=(default-jre-headless)
 # the web console's browser tests (tests/integration/test_console.py)
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || need_apt+=(chromium-driver)
+PYTHON=${PYTHON:-python3}
+# the record codec's compiled accelerator (docs/design.md, "Compiled accelerator"): a C compiler,
+# and Python.h for the Python the venv is made from (a non-Debian build may ship its own)
+command -v cc >/dev/null 2>&1 || need_apt+=(gcc libc6-dev)
+base_python=.venv/bin/python
+[ -x "$base_python" ] || base_python=$PYTHON
+if ! "$base_python" -c 'import os, sys, sysconfig
+sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' 2>/dev/null; then
+  need_apt+=(python3-dev)
+fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   SUDO=""
   [ "$(id -u)" = 0 ] || SUDO=sudo
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
-PYTHON=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 .venv/bin/pip install -q --upgrade pip >/dev/null
 .venv/bin/pip install -q -e ".[test,spark${KAFKATW_EXTRAS:+,$KAFKATW_EXTRAS}]"
-echo "kafkatw set up: $(.venv/bin/python -c 'import kafkatw; print(kafkatw.__version__)') in .venv"
+echo "kafkatw set up: $(.venv/bin/python -c 'import kafkatw; print(kafkatw.__version__)') in .venv," \
+  "compiled record codec: $(.venv/bin/python -c 'from kafkatw.protocol import records; print("yes" if records.SPEEDUPS else "no (pure Python)")')"

@@ -33,11 +33,19 @@ records region after C{recordCount} is one compressed stream:
     ====  ======  ==========================================================
 
 Speed: encoding and decoding are one pass each over the records, with varints
-read inline and small varints served from a precomputed table.
+read inline and small varints served from a precomputed table.  When the
+optional compiled accelerator C{kafkatw.protocol._speedups} was built (at
+install time, when a C compiler is there) the per-record loops of
+L{encode_batch}, L{decode_batches} and L{decode_fetched} (and the latter's
+batch loop) run in C, with the same results; L{SPEEDUPS} says whether it is in use, and C{KAFKATW_PURE_PYTHON=1}
+in the environment makes this module ignore it.  The pure-Python versions stay
+importable (L{encode_batch_py}, L{decode_batches_py}, L{decode_fetched_py}): the
+tests check the two against each other (docs/design.md, "Compiled accelerator").
 """
 
 from __future__ import annotations
 
+import os
 import re
 import struct
 import time
@@ -61,10 +69,14 @@ __all__ = [
     "TIMESTAMP_LOG_APPEND_TIME",
     "Record",
     "DecodedBatch",
+    "SPEEDUPS",
     "encode_batch",
+    "encode_batch_py",
     "encode_value_batch",
     "decode_batches",
+    "decode_batches_py",
     "decode_fetched",
+    "decode_fetched_py",
     "scan_next_offset",
     "encode_varint",
     "encode_uvarint",
@@ -74,6 +86,16 @@ __all__ = [
     "COMPRESSION_TYPE_CODECS",
     "rewrite_batches",
 ]
+
+_speedups = None
+if os.environ.get("KAFKATW_PURE_PYTHON", "") in ("", "0"):
+    try:
+        from kafkatw.protocol import _speedups
+    except ImportError:  # not built (no C compiler at install time): the Python loops
+        _speedups = None
+
+#: Whether the compiled record loops (C{kafkatw.protocol._speedups}) are in use.
+SPEEDUPS: bool = _speedups is not None
 
 COMPRESSION_NONE = 0
 COMPRESSION_GZIP = 1
@@ -351,22 +373,64 @@ def encode_batch(
         are bytes or None, headers a list of C{(str, bytes | None)}, timestamp in
         ms since the epoch (None: now).  Offset deltas are the list positions.
     @param compression: 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd.
-    @return: the batch, 12 + batchLength bytes, CRC-32C filled in.
+    @return: the batch, 12 + batchLength bytes, CRC-32C filled in (the same
+        bytes with and without the compiled accelerator).
     @raise ValueError: no records, or an unknown codec.
     """
+    return _encode_batch(_speedups, records, base_offset, compression, producer_id, producer_epoch, base_sequence,
+                         timestamp_type, partition_leader_epoch, is_transactional, is_control)
+
+
+def encode_batch_py(*args: object, **kwargs: object) -> bytes:
+    """
+    L{encode_batch} (same parameters, same bytes) with the pure-Python record
+    loop, whether or not the compiled accelerator is there: the reference the
+    tests compare it with.
+    """
+    return _encode_batch(None, *args, **kwargs)  # type: ignore[arg-type]
+
+
+def _encode_batch(sp: object, records: Sequence, base_offset: int = 0, compression: int = 0, producer_id: int = -1,
+                  producer_epoch: int = -1, base_sequence: int = -1, timestamp_type: int = 0,
+                  partition_leader_epoch: int = -1, is_transactional: bool = False,
+                  is_control: bool = False) -> bytes:
+    """L{encode_batch} with the record loop of C{sp} (the accelerator module; C{None}: Python's)."""
     n = len(records)
     if n == 0:
         raise ValueError("a record batch holds at least one record")
+    base_ts = records[0][3]
+    if base_ts is None:
+        base_ts = int(time.time() * 1000)
+    encoded = sp.encode_records(records, base_ts) if sp is not None else NotImplemented  # type: ignore[attr-defined]
+    if encoded is NotImplemented:  # input the C loop leaves to Python's (see _speedups.c)
+        encoded = _encode_records(records, base_ts)
+    body, max_ts = encoded
+    if compression:
+        body = compress(compression, body)
+    attributes = compression & _ATTR_COMPRESSION_MASK
+    if timestamp_type:
+        attributes |= _ATTR_TIMESTAMP_TYPE
+    if is_transactional:
+        attributes |= _ATTR_TRANSACTIONAL
+    if is_control:
+        attributes |= _ATTR_CONTROL
+    post = _POST_CRC.pack(attributes, n - 1, base_ts, max_ts, producer_id, producer_epoch,
+                          base_sequence, n) + body
+    return _PRE_CRC.pack(base_offset, len(post) + 9, partition_leader_epoch, 2, crc32c(post)) + post
+
+
+def _encode_records(records: Sequence, base_ts: int) -> tuple[bytes, int]:
+    """
+    The records region of L{encode_batch} and its maxTimestamp, in Python.
+
+    @param base_ts: the batch's baseTimestamp (the first record's, ms).
+    """
     small = _SMALL
     span = _CACHE_SPAN
     enc = _encode_varint_slow
     parts: list[bytes] = []
     append = parts.append
-    first_ts = records[0][3]
-    if first_ts is None:
-        first_ts = int(time.time() * 1000)
-    base_ts = first_ts
-    max_ts = first_ts
+    max_ts = base_ts
     offset_delta = 0
     for key, value, headers, ts in records:
         if ts is None:
@@ -417,19 +481,7 @@ def encode_batch(
         append(value)
         append(hbytes)
         offset_delta += 1
-    body = b"".join(parts)
-    if compression:
-        body = compress(compression, body)
-    attributes = compression & _ATTR_COMPRESSION_MASK
-    if timestamp_type:
-        attributes |= _ATTR_TIMESTAMP_TYPE
-    if is_transactional:
-        attributes |= _ATTR_TRANSACTIONAL
-    if is_control:
-        attributes |= _ATTR_CONTROL
-    post = _POST_CRC.pack(attributes, n - 1, base_ts, max_ts, producer_id, producer_epoch,
-                          base_sequence, n) + body
-    return _PRE_CRC.pack(base_offset, len(post) + 9, partition_leader_epoch, 2, crc32c(post)) + post
+    return b"".join(parts), max_ts
 
 
 # Record prefixes (length, attributes, timestampDelta 0, offsetDelta, null key,
@@ -516,6 +568,15 @@ def decode_batches(data: bytes | bytearray | memoryview, verify_crc: bool = True
     @raise CorruptRecordError: a CRC mismatch, or records that do not parse.
     @raise InvalidRecordError: a batch whose magic is not 2.
     """
+    return _decode_batches(_speedups, data, verify_crc)
+
+
+def decode_batches_py(data: bytes | bytearray | memoryview, verify_crc: bool = True) -> list[DecodedBatch]:
+    """L{decode_batches} with the pure-Python record loop (the reference for the compiled one)."""
+    return _decode_batches(None, data, verify_crc)
+
+
+def _decode_batches(sp: object, data: bytes | bytearray | memoryview, verify_crc: bool) -> list[DecodedBatch]:
     if not isinstance(data, bytes):
         data = bytes(data)
     view = memoryview(data)
@@ -524,8 +585,14 @@ def decode_batches(data: bytes | bytearray | memoryview, verify_crc: bool = True
     for pos, batch_end, header in _complete_batches(data):
         if verify_crc:
             _verify_crc(view, pos, batch_end, header, "")
+        records: list = []
+        if sp is not None:
+            d, start, stop = _records_region(data, pos, batch_end, header)
+            if sp.decode_records(d, start, stop, header, records, "", 0, Record, True):  # type: ignore[attr-defined]
+                batches.append(DecodedBatch(header, records))
+                continue
         flat: list = []
-        _decode_batch(data, pos, batch_end, header, flat, "", 0, tuple)
+        _decode_batch(None, data, pos, batch_end, header, flat, "", 0, tuple)
         batches.append(DecodedBatch(header, [new(Record, (r[2], r[3], r[5], r[6], list(r[7]))) for r in flat]))
     return batches
 
@@ -565,15 +632,25 @@ def _verify_crc(view: memoryview, pos: int, batch_end: int, header: tuple, where
         raise CorruptRecordError(f"CRC mismatch in batch at offset {header[0]}{where}")
 
 
-def _decode_batch(data: bytes, pos: int, batch_end: int, header: tuple, out: list, topic: str, partition: int,
-                  record_class: type) -> None:
-    """Append the records of the batch at C{data[pos:batch_end]} to C{out}, decompressing first if needed."""
+def _records_region(data: bytes, pos: int, batch_end: int, header: tuple) -> tuple[bytes, int, int]:
+    """The records of the batch at C{data[pos:batch_end]}, decompressed: C{(bytes, start, end)}."""
     codec = header[5] & _ATTR_COMPRESSION_MASK
     if codec:
         region = decompress(codec, data[pos + _HEADER_SIZE:batch_end])
-        _decode_consumer_records(region, 0, len(region), header, out, topic, partition, record_class)
-    else:
-        _decode_consumer_records(data, pos + _HEADER_SIZE, batch_end, header, out, topic, partition, record_class)
+        return region, 0, len(region)
+    return data, pos + _HEADER_SIZE, batch_end
+
+
+def _decode_batch(sp: object, data: bytes, pos: int, batch_end: int, header: tuple, out: list, topic: str,
+                  partition: int, record_class: type) -> None:
+    """
+    Append the records of the batch at C{data[pos:batch_end]} to C{out}, decompressing first if needed,
+    with the record loop of C{sp} (the accelerator module; C{None} or when it declines: Python's).
+    """
+    d, start, stop = _records_region(data, pos, batch_end, header)
+    if sp is None or not sp.decode_records(d, start, stop, header, out, topic, partition,  # type: ignore[attr-defined]
+                                           record_class):
+        _decode_consumer_records(d, start, stop, header, out, topic, partition, record_class)
 
 
 # --- decoding for consumers -----------------------------------------------------------
@@ -649,8 +726,27 @@ def decode_fetched(data: bytes | bytearray | memoryview, topic: str, partition: 
     @raise CorruptRecordError: a CRC mismatch, or records that do not parse.
     @raise InvalidRecordError: a batch whose magic is not 2.
     """
+    return _decode_fetched(_speedups, data, topic, partition, fetch_offset, record_class, verify_crc, aborted)
+
+
+def decode_fetched_py(data: bytes | bytearray | memoryview, topic: str, partition: int, fetch_offset: int,
+                      record_class: type, verify_crc: bool = True,
+                      aborted: Sequence[tuple[int, int]] | None = None) -> tuple[list, int]:
+    """L{decode_fetched} with the pure-Python record loop (the reference for the compiled one)."""
+    return _decode_fetched(None, data, topic, partition, fetch_offset, record_class, verify_crc, aborted)
+
+
+def _decode_fetched(sp: object, data: bytes | bytearray | memoryview, topic: str, partition: int,
+                    fetch_offset: int, record_class: type, verify_crc: bool,
+                    aborted: Sequence[tuple[int, int]] | None) -> tuple[list, int]:
     if not isinstance(data, bytes):
         data = bytes(data)
+    if sp is not None and not aborted:
+        # the batch loop too in C (see _speedups.c); NotImplemented: offsets past 64 bits
+        result = sp.decode_fetched(data, topic, partition, fetch_offset, record_class,  # type: ignore[attr-defined]
+                                   verify_crc, crc32c, decompress, _decode_consumer_records)
+        if result is not NotImplemented:
+            return result
     view = memoryview(data)
     out: list = []
     next_offset = fetch_offset
@@ -681,7 +777,7 @@ def decode_fetched(data: bytes | bytearray | memoryview, topic: str, partition: 
         if verify_crc:
             _verify_crc(view, pos, batch_end, header, f" of {topic}-{partition}")
         first = len(out)
-        _decode_batch(data, pos, batch_end, header, out, topic, partition, record_class)
+        _decode_batch(sp, data, pos, batch_end, header, out, topic, partition, record_class)
         if base_offset < next_offset:
             # drop the records before the offset asked for (offsets rise within a batch)
             cut = first
@@ -777,6 +873,8 @@ def _decode_uniform(d: bytes, pos: int, end: int, header: tuple, out: list, topi
                     cls: type) -> bool:
     """Decode the batch's records as uniform ones (see above); False, with nothing added, if they are not."""
     # the first record: its value length (null key, no headers assumed; checked by the match)
+    if pos >= end:
+        return False  # no records: the loop reports it
     b = d[pos]
     p = pos + (1 if b < 0x80 else 2)
     if p + 4 > end or d[p] != 0:

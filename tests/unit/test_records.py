@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import importlib
+import os
 import struct
+from types import ModuleType
+from unittest import SkipTest
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from twisted.trial.unittest import SynchronousTestCase
 
@@ -14,6 +18,29 @@ from kafkatw.protocol import records as R
 from kafkatw.protocol.records import decode_batches, decode_varint, encode_batch, encode_varint
 
 CODECS = [0, 1, 2, 3, 4]
+
+
+def compiled_speedups() -> ModuleType:
+    """
+    The compiled accelerator (C{kafkatw.protocol._speedups}).
+
+    @raise SkipTest: it was not built (no C compiler).
+    @raise AssertionError: it was not built but C{KAFKATW_REQUIRE_SPEEDUPS=1}
+        (CI, scripts/test.sh): the C path must not go untested.
+    """
+    try:
+        return importlib.import_module("kafkatw.protocol._speedups")
+    except ImportError as e:
+        if os.environ.get("KAFKATW_REQUIRE_SPEEDUPS") == "1":
+            raise AssertionError(f"KAFKATW_REQUIRE_SPEEDUPS=1 but kafkatw.protocol._speedups does not import: {e}")
+        raise SkipTest(f"the compiled accelerator is not built ({e})")
+
+
+@pytest.fixture(params=["python", "compiled"])
+def implementation(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each codec test runs with the pure-Python record loops and with the compiled ones."""
+    monkeypatch.setattr(R, "_speedups", None if request.param == "python" else compiled_speedups())
+    return request.param
 
 headers_st = st.lists(st.tuples(st.text(max_size=20), st.one_of(st.none(), st.binary(max_size=50))), max_size=4)
 record_st = st.tuples(
@@ -237,7 +264,11 @@ def test_scan_fetched_gives_the_last_complete_batch_epoch():
 class EncodeValueBatchTests(SynchronousTestCase):
     """L{R.encode_value_batch}: byte for byte what L{encode_batch} makes of the same values."""
 
-    @settings(max_examples=200, deadline=None)
+    def setUp(self) -> None:
+        self.patch(R, "_speedups", None)  # encode_batch's Python loop here; the compiled one below
+
+    # run by the subclass too (the compiled loop): a stateless test, fine from either
+    @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.differing_executors])
     @given(values=st.one_of(
         st.lists(st.binary(max_size=300), min_size=1, max_size=200),
         st.integers(min_value=0, max_value=20000).flatmap(
@@ -265,9 +296,16 @@ class EncodeValueBatchTests(SynchronousTestCase):
             R.encode_value_batch([], 0)
 
 
+class EncodeValueBatchCompiledTests(EncodeValueBatchTests):
+    """L{EncodeValueBatchTests} against L{encode_batch}'s compiled record loop."""
+
+    def setUp(self) -> None:
+        self.patch(R, "_speedups", compiled_speedups())
+
+
 class UniformDecodingTests(SynchronousTestCase):
     """
-    L{R.decode_fetched}'s path for batches of uniform records (null key, no
+    L{R.decode_fetched_py}'s path for batches of uniform records (null key, no
     headers, one value length) gives what the general loop gives, and leaves
     every other batch to it.
     """
@@ -281,10 +319,10 @@ class UniformDecodingTests(SynchronousTestCase):
             return used[-1]
 
         self.patch(R, "_decode_uniform", spy)
-        fast = R.decode_fetched(data, "t", 3, fetch_offset, tuple)
+        fast = R.decode_fetched_py(data, "t", 3, fetch_offset, tuple)
         self.patch(R, "_UNIFORM_MIN_RECORDS", 10**9)
         try:
-            slow = R.decode_fetched(data, "t", 3, fetch_offset, tuple)
+            slow = R.decode_fetched_py(data, "t", 3, fetch_offset, tuple)
         finally:
             R._UNIFORM_MIN_RECORDS = 8
         self.used = used
@@ -349,3 +387,10 @@ class UniformDecodingTests(SynchronousTestCase):
         data = R._PRE_CRC.pack(0, len(post) + 9, -1, 2, R.crc32c(post)) + post
         with self.assertRaises(CorruptRecordError):
             R.decode_fetched(data, "t", 0, 0, tuple)
+
+
+# every test function above runs with both record loops (the classes choose theirs)
+for _name, _test in list(globals().items()):
+    if _name.startswith("test_") and callable(_test):
+        globals()[_name] = pytest.mark.usefixtures("implementation")(_test)
+del _name, _test

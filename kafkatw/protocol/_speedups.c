@@ -1,0 +1,936 @@
+/*
+ * Optional compiled accelerator for kafkatw.protocol.records: the record loops
+ * of the RecordBatch v2 codec in plain CPython C API (Python 3.11+).
+ *
+ * records.py uses it when it imports (see "Compiled accelerator" in
+ * docs/design.md) and keeps the pure-Python loops, which give the same
+ * results; KAFKATW_PURE_PYTHON=1 makes it ignore this module.
+ *
+ * Every read is bounds-checked against the end of the records region given by
+ * the caller; no length read from the wire is trusted.  Whatever these
+ * functions do not handle exactly as the Python loops do (varints wider than
+ * 64 bits, keys that are not bytes, timestamps that are not ints, ...) they
+ * decline: decode_records returns False with nothing appended, encode_records
+ * returns NotImplemented, and records.py runs the Python loop instead.
+ *
+ * The record layout (Kafka protocol guide, "Record"):
+ *
+ *     length varint, attributes int8, timestampDelta varlong, offsetDelta varint,
+ *     keyLength varint (-1: null), key, valueLength varint (-1: null), value,
+ *     headersCount varint, headers [keyLength varint, key utf-8,
+ *                                   valueLength varint (-1: null), value]
+ */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+static PyObject *CorruptRecordError = NULL;
+static PyObject *InvalidRecordError = NULL;
+static PyObject *empty_tuple = NULL;
+
+/* ---- varints ----------------------------------------------------------------- */
+
+enum { V_OK = 0, V_TRUNCATED = -1, V_TOO_LONG = -2, V_WIDE = -3 };
+
+/*
+ * Read a zig-zag varint at *p (< end).  As records.decode_varint: at most 10
+ * bytes; V_WIDE when the 10th byte carries bits beyond the 64th (Python gives
+ * a wider int there: the caller declines the batch).
+ */
+static inline int
+read_varint(const unsigned char **pp, const unsigned char *end, int64_t *out)
+{
+    const unsigned char *p = *pp;
+    uint64_t result = 0;
+    int shift = 0;
+    for (;;) {
+        if (p >= end)
+            return V_TRUNCATED;
+        unsigned int b = *p++;
+        if (shift == 63) {
+            if (b >= 0x80)
+                return V_TOO_LONG;
+            if (b > 1)
+                return V_WIDE;
+        }
+        result |= (uint64_t)(b & 0x7F) << shift;
+        if (b < 0x80)
+            break;
+        shift += 7;
+    }
+    *pp = p;
+    *out = (int64_t)(result >> 1) ^ -(int64_t)(result & 1);
+    return V_OK;
+}
+
+static int
+varint_error(int status)
+{
+    if (status == V_TOO_LONG)
+        PyErr_SetString(CorruptRecordError, "varint longer than 10 bytes");
+    else
+        PyErr_SetString(CorruptRecordError, "records truncated");
+    return -1;
+}
+
+static inline Py_ssize_t
+uvarint_size(uint64_t v)
+{
+    Py_ssize_t n = 1;
+    while (v >= 0x80) {
+        v >>= 7;
+        n++;
+    }
+    return n;
+}
+
+static inline uint64_t
+zigzag(int64_t n)
+{
+    return ((uint64_t)n << 1) ^ (uint64_t)(n >> 63);
+}
+
+static inline Py_ssize_t
+varint_size(int64_t n)
+{
+    return uvarint_size(zigzag(n));
+}
+
+static inline unsigned char *
+write_varint(unsigned char *p, int64_t n)
+{
+    uint64_t v = zigzag(n);
+    while (v >= 0x80) {
+        *p++ = (unsigned char)((v & 0x7F) | 0x80);
+        v >>= 7;
+    }
+    *p++ = (unsigned char)v;
+    return p;
+}
+
+/* base + delta as a Python int, without overflow */
+static inline PyObject *
+add_int(int64_t base, int64_t delta)
+{
+    int64_t sum;
+    if (!__builtin_add_overflow(base, delta, &sum))
+        return PyLong_FromLongLong(sum);
+    PyObject *a = PyLong_FromLongLong(base);
+    PyObject *b = PyLong_FromLongLong(delta);
+    PyObject *r = (a && b) ? PyNumber_Add(a, b) : NULL;
+    Py_XDECREF(a);
+    Py_XDECREF(b);
+    return r;
+}
+
+/* ---- decoding ---------------------------------------------------------------- */
+
+static int
+header_int64(PyObject *header, Py_ssize_t i, int64_t *out)
+{
+    PyObject *item = PyTuple_GET_ITEM(header, i);
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(item, &overflow);
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    if (overflow) {
+        PyErr_SetString(PyExc_OverflowError, "batch header field out of range");
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* A new tuple of type cls (a tuple subclass, or tuple) holding n new references from items. */
+static inline PyObject *
+new_record(PyTypeObject *cls, PyObject **items, Py_ssize_t n)
+{
+    PyObject *t;
+    if (cls == &PyTuple_Type)
+        t = PyTuple_New(n);
+    else
+        t = cls->tp_alloc(cls, n); /* as tuple's subtype new does */
+    if (t == NULL) {
+        for (Py_ssize_t i = 0; i < n; i++)
+            Py_DECREF(items[i]);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        PyTuple_SET_ITEM(t, i, items[i]);
+    return t;
+}
+
+/*
+ * Whether records of cls holding topic, partition and otherwise ints, bytes,
+ * None and tuples of those may leave the cyclic garbage collector's lists as
+ * soon as they are made.  CPython's collector does this itself for exact
+ * tuples of untracked objects at their first collection (_PyTuple_MaybeUntrack);
+ * doing it at once spares each young collection the walk over them (the
+ * consumer makes hundreds of thousands per second).  Such a record cannot be
+ * part of a reference cycle: it is immutable and refers only to atomic objects
+ * and its type, and a tuple subclass without a __dict__ or slots of its own
+ * (a NamedTuple) has no other references.
+ */
+static int
+untrack_atomic(PyTypeObject *cls, PyObject *topic, PyObject *partition)
+{
+    if (!PyUnicode_CheckExact(topic) || !PyLong_CheckExact(partition))
+        return 0;
+    if (cls == &PyTuple_Type)
+        return 1;
+    /* a subclass whose instances are tuples and nothing more: no __dict__, no slots,
+       the tuple's item size, the tuple's traverse or the generic subtype one */
+    return cls->tp_dictoffset == 0 && cls->tp_itemsize == PyTuple_Type.tp_itemsize &&
+           cls->tp_basicsize == PyTuple_Type.tp_basicsize && cls->tp_weaklistoffset == 0;
+}
+
+
+/* the header fields the record loop needs */
+typedef struct {
+    int64_t base_offset, attributes, base_ts, max_ts, count;
+} batch_fields;
+
+/*
+ * Append the records of the region [p, end) of a batch to out (see
+ * decode_records).  1: decoded; 0: declined (the Python loop must decode it),
+ * nothing appended; -1: an error is set, nothing appended.
+ */
+static int
+decode_region(const unsigned char *p, const unsigned char *end, const batch_fields *b, PyObject *out,
+              PyObject *topic, PyObject *partition, PyTypeObject *cls, int as_record)
+{
+    Py_ssize_t first = PyList_GET_SIZE(out);
+    {
+        int64_t base_offset = b->base_offset, base_ts = b->base_ts, count = b->count;
+        int log_append = (b->attributes & 0x08) != 0;
+        /* consumer records hold only str, ints, bytes, None and untracked tuples */
+        int untrack_records = !as_record && untrack_atomic(cls, topic, partition);
+        PyObject *ts_type = PyLong_FromLong(log_append ? 1 : 0);
+        PyObject *max_ts_obj = PyLong_FromLongLong(b->max_ts);
+        if (ts_type == NULL || max_ts_obj == NULL) {
+            Py_XDECREF(ts_type);
+            Py_XDECREF(max_ts_obj);
+            return -1;
+        }
+        int status;
+        int64_t v, ts_delta, off_delta;
+        int64_t i;
+        for (i = 0; i < count; i++) {
+            PyObject *key = NULL, *value = NULL, *headers = NULL;
+            /* length (skipped: the batch must still end where its last record does), attributes */
+            if ((status = read_varint(&p, end, &v)) != V_OK && status != V_WIDE)
+                goto corrupt;
+            if (status == V_WIDE)
+                goto decline;
+            p += 1;
+            if ((status = read_varint(&p, end, &ts_delta)) != V_OK)
+                goto varint_failed;
+            if ((status = read_varint(&p, end, &off_delta)) != V_OK)
+                goto varint_failed;
+            /* key */
+            if ((status = read_varint(&p, end, &v)) != V_OK)
+                goto varint_failed;
+            if (v < 0) {
+                key = Py_NewRef(Py_None);
+            } else {
+                if (v > end - p)
+                    goto truncated;
+                key = PyBytes_FromStringAndSize((const char *)p, (Py_ssize_t)v);
+                if (key == NULL)
+                    goto failed;
+                p += v;
+            }
+            /* value */
+            if ((status = read_varint(&p, end, &v)) != V_OK)
+                goto varint_failed_kv;
+            if (v < 0) {
+                value = Py_NewRef(Py_None);
+            } else {
+                if (v > end - p)
+                    goto truncated_kv;
+                value = PyBytes_FromStringAndSize((const char *)p, (Py_ssize_t)v);
+                if (value == NULL)
+                    goto failed_kv;
+                p += v;
+            }
+            /* headers */
+            if ((status = read_varint(&p, end, &v)) != V_OK)
+                goto varint_failed_kv;
+            if (v == 0) {
+                headers = as_record ? PyList_New(0) : Py_NewRef(empty_tuple);
+                if (headers == NULL)
+                    goto failed_kv;
+            } else {
+                int64_t nh = v;
+                if (nh < 0) {
+                    PyErr_Format(CorruptRecordError, "invalid number of record headers %lld", (long long)nh);
+                    goto failed_kv;
+                }
+                if (nh > (end - p) / 2) /* each header takes two bytes at least */
+                    goto truncated_kv;
+                headers = PyList_New((Py_ssize_t)nh);
+                if (headers == NULL)
+                    goto failed_kv;
+                for (int64_t h = 0; h < nh; h++) {
+                    PyObject *hk, *hv, *pair;
+                    if ((status = read_varint(&p, end, &v)) != V_OK)
+                        goto varint_failed_kvh;
+                    if (v < 0) {
+                        PyErr_SetString(CorruptRecordError, "null header key");
+                        goto failed_kvh;
+                    }
+                    if (v > end - p)
+                        goto truncated_kvh;
+                    hk = PyUnicode_DecodeUTF8((const char *)p, (Py_ssize_t)v, "replace");
+                    if (hk == NULL)
+                        goto failed_kvh;
+                    p += v;
+                    if ((status = read_varint(&p, end, &v)) != V_OK) {
+                        Py_DECREF(hk);
+                        goto varint_failed_kvh;
+                    }
+                    if (v < 0) {
+                        hv = Py_NewRef(Py_None);
+                    } else {
+                        if (v > end - p) {
+                            Py_DECREF(hk);
+                            goto truncated_kvh;
+                        }
+                        hv = PyBytes_FromStringAndSize((const char *)p, (Py_ssize_t)v);
+                        if (hv == NULL) {
+                            Py_DECREF(hk);
+                            goto failed_kvh;
+                        }
+                        p += v;
+                    }
+                    pair = PyTuple_New(2);
+                    if (pair == NULL) {
+                        Py_DECREF(hk);
+                        Py_DECREF(hv);
+                        goto failed_kvh;
+                    }
+                    PyTuple_SET_ITEM(pair, 0, hk);
+                    PyTuple_SET_ITEM(pair, 1, hv);
+                    PyObject_GC_UnTrack(pair); /* str and bytes or None: no cycle (see untrack_atomic) */
+                    PyList_SET_ITEM(headers, (Py_ssize_t)h, pair);
+                }
+                if (!as_record) {
+                    PyObject *t = PyList_AsTuple(headers);
+                    Py_DECREF(headers);
+                    headers = t;
+                    if (headers == NULL)
+                        goto failed_kv;
+                    PyObject_GC_UnTrack(headers); /* of untracked pairs */
+                }
+            }
+            /* the record */
+            {
+                PyObject *offset = add_int(base_offset, off_delta);
+                PyObject *timestamp;
+                PyObject *record;
+                if (offset == NULL)
+                    goto failed_kvh;
+                timestamp = log_append ? Py_NewRef(max_ts_obj) : add_int(base_ts, ts_delta);
+                if (timestamp == NULL) {
+                    Py_DECREF(offset);
+                    goto failed_kvh;
+                }
+                if (as_record) {
+                    PyObject *items[5] = {offset, timestamp, key, value, headers};
+                    record = new_record(cls, items, 5);
+                } else {
+                    PyObject *items[8] = {Py_NewRef(topic), Py_NewRef(partition), offset, timestamp,
+                                          Py_NewRef(ts_type), key, value, headers};
+                    record = new_record(cls, items, 8);
+                }
+                /* new_record took (or released) the references */
+                if (record == NULL)
+                    goto failed_loop;
+                if (untrack_records)
+                    PyObject_GC_UnTrack(record);
+                if (PyList_Append(out, record) < 0) {
+                    Py_DECREF(record);
+                    goto failed_loop;
+                }
+                Py_DECREF(record);
+            }
+            continue;
+
+        varint_failed_kvh:
+            Py_DECREF(headers);
+        varint_failed_kv:
+            Py_DECREF(key);
+            Py_XDECREF(value);
+        varint_failed:
+            if (status == V_WIDE)
+                goto decline;
+        corrupt:
+            varint_error(status);
+            goto failed_loop;
+        truncated_kvh:
+            Py_DECREF(headers);
+        truncated_kv:
+            Py_DECREF(key);
+            Py_XDECREF(value);
+        truncated:
+            PyErr_SetString(CorruptRecordError, "records truncated");
+            goto failed_loop;
+        failed_kvh:
+            Py_DECREF(headers);
+        failed_kv:
+            Py_DECREF(key);
+            Py_XDECREF(value);
+        failed:
+            goto failed_loop;
+        }
+        if (p != end) {
+            PyErr_Format(CorruptRecordError, "%zd bytes left after %lld records", (Py_ssize_t)(end - p),
+                         (long long)count);
+            goto failed_loop;
+        }
+        Py_DECREF(ts_type);
+        Py_DECREF(max_ts_obj);
+        return 1;
+
+    decline:
+        Py_DECREF(ts_type);
+        Py_DECREF(max_ts_obj);
+        return PyList_SetSlice(out, first, PyList_GET_SIZE(out), NULL) == 0 ? 0 : -1;
+
+    failed_loop:
+        Py_DECREF(ts_type);
+        Py_DECREF(max_ts_obj);
+        {
+            /* nothing of this batch stays in out, as with the Python loop's error */
+            PyObject *type, *val, *tb;
+            PyErr_Fetch(&type, &val, &tb);
+            PyList_SetSlice(out, first, PyList_GET_SIZE(out), NULL);
+            PyErr_Restore(type, val, tb);
+        }
+        return -1;
+    }
+
+}
+
+PyDoc_STRVAR(decode_records_doc,
+"decode_records(data, pos, end, header, out, topic, partition, cls, as_record=False) -> bool\n\n"
+"Append the records of data[pos:end] (an uncompressed records region of the batch\n"
+"whose unpacked header is header) to out, as records._decode_consumer_records does:\n"
+"cls tuples (topic, partition, offset, timestamp_ms, timestamp_type, key, value,\n"
+"headers tuple); with as_record, cls tuples (offset, timestamp_ms, key, value,\n"
+"headers list), records.Record's fields.  False, with nothing appended, when the\n"
+"batch needs the Python loop.  Raises CorruptRecordError as that loop does.");
+
+static PyObject *
+decode_records(PyObject *self, PyObject *args)
+{
+    Py_buffer buf;
+    Py_ssize_t pos, endpos;
+    PyObject *header, *out, *topic, *partition;
+    PyTypeObject *cls;
+    int as_record = 0;
+    if (!PyArg_ParseTuple(args, "y*nnO!O!OOO!|p:decode_records", &buf, &pos, &endpos,
+                          &PyTuple_Type, &header, &PyList_Type, &out, &topic, &partition,
+                          &PyType_Type, &cls, &as_record))
+        return NULL;
+
+    PyObject *result = NULL;
+    batch_fields b;
+    int status;
+
+    if (!PyType_IsSubtype(cls, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "cls must be a tuple type");
+        goto done;
+    }
+    if (PyTuple_GET_SIZE(header) < 13) {
+        PyErr_SetString(PyExc_ValueError, "header must have 13 fields");
+        goto done;
+    }
+    if (pos < 0 || endpos < pos || endpos > buf.len) {
+        PyErr_SetString(PyExc_ValueError, "pos and end out of the data");
+        goto done;
+    }
+    if (header_int64(header, 0, &b.base_offset) || header_int64(header, 5, &b.attributes) ||
+        header_int64(header, 7, &b.base_ts) || header_int64(header, 8, &b.max_ts) ||
+        header_int64(header, 12, &b.count))
+        goto done;
+    status = decode_region((const unsigned char *)buf.buf + pos, (const unsigned char *)buf.buf + endpos, &b, out,
+                           topic, partition, cls, as_record);
+    if (status >= 0)
+        result = Py_NewRef(status ? Py_True : Py_False);
+done:
+    PyBuffer_Release(&buf);
+    return result;
+}
+
+/* ---- a partition's Fetch data ------------------------------------------------ */
+
+static inline int64_t
+be64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v = (v << 8) | p[i];
+    return (int64_t)v;
+}
+
+static inline int32_t
+be32(const unsigned char *p)
+{
+    return (int32_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3]);
+}
+
+static inline int16_t
+be16(const unsigned char *p)
+{
+    return (int16_t)(((uint16_t)p[0] << 8) | p[1]);
+}
+
+/* Remove out[first:] records whose offset (item 2) is below next_offset, up to the first that is not. */
+static int
+drop_before(PyObject *out, Py_ssize_t first, int64_t next_offset)
+{
+    PyObject *bound = PyLong_FromLongLong(next_offset);
+    if (bound == NULL)
+        return -1;
+    Py_ssize_t cut = first, n = PyList_GET_SIZE(out);
+    while (cut < n) {
+        PyObject *record = PyList_GET_ITEM(out, cut);
+        PyObject *offset = PySequence_GetItem(record, 2);
+        if (offset == NULL) {
+            Py_DECREF(bound);
+            return -1;
+        }
+        int below = PyObject_RichCompareBool(offset, bound, Py_LT);
+        Py_DECREF(offset);
+        if (below < 0) {
+            Py_DECREF(bound);
+            return -1;
+        }
+        if (!below)
+            break;
+        cut++;
+    }
+    Py_DECREF(bound);
+    return cut > first ? PyList_SetSlice(out, first, cut, NULL) : 0;
+}
+
+PyDoc_STRVAR(decode_fetched_doc,
+"decode_fetched(data, topic, partition, fetch_offset, cls, verify_crc, crc32c, decompress, python_records)\n"
+"-> (records, next_offset) | NotImplemented\n\n"
+"records.decode_fetched without aborted transactions, its batch loop included:\n"
+"every complete batch of data (bytes) is checked (length, magic, CRC-32C with\n"
+"crc32c(memoryview)), decompressed with decompress(codec, bytes), and its records\n"
+"decoded; a batch the C record loop declines goes to\n"
+"python_records(data, start, end, header, out, topic, partition, cls).  Same\n"
+"errors as records.decode_fetched.  NotImplemented (nothing done) when offsets\n"
+"do not fit 64 bits.");
+
+static PyObject *
+decode_fetched(PyObject *self, PyObject *args)
+{
+    PyObject *data_obj, *topic, *partition, *fetch_obj, *crc_fn, *decompress_fn, *py_records;
+    PyTypeObject *cls;
+    int verify_crc;
+    if (!PyArg_ParseTuple(args, "O!OOOO!pOOO:decode_fetched", &PyBytes_Type, &data_obj, &topic, &partition,
+                          &fetch_obj, &PyType_Type, &cls, &verify_crc, &crc_fn, &decompress_fn, &py_records))
+        return NULL;
+    if (!PyType_IsSubtype(cls, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "cls must be a tuple type");
+        return NULL;
+    }
+    if (!PyLong_Check(fetch_obj))
+        Py_RETURN_NOTIMPLEMENTED;
+    int overflow = 0;
+    long long fetch_offset = PyLong_AsLongLongAndOverflow(fetch_obj, &overflow);
+    if (fetch_offset == -1 && PyErr_Occurred())
+        return NULL;
+    if (overflow)
+        Py_RETURN_NOTIMPLEMENTED;
+
+    const unsigned char *data = (const unsigned char *)PyBytes_AS_STRING(data_obj);
+    const Py_ssize_t len = PyBytes_GET_SIZE(data_obj);
+    Py_ssize_t pos = 0;
+    int64_t next_offset = fetch_offset;
+    PyObject *view = NULL;
+    PyObject *out = PyList_New(0);
+    if (out == NULL)
+        return NULL;
+
+    while (pos + 12 <= len) {
+        int64_t base_offset = be64(data + pos);
+        int32_t batch_length = be32(data + pos + 8);
+        int64_t batch_end = (int64_t)pos + 12 + batch_length;
+        if (batch_end > len)
+            break; /* a partial trailing batch */
+        if (batch_length < 49) {
+            PyErr_Format(CorruptRecordError, "batch at offset %lld has length %d", (long long)base_offset,
+                         (int)batch_length);
+            goto failed;
+        }
+        if (data[pos + 16] != 2) {
+            PyErr_Format(InvalidRecordError, "batch at offset %lld has magic %d; only v2 is supported",
+                         (long long)base_offset, (int)data[pos + 16]);
+            goto failed;
+        }
+        uint32_t crc = (uint32_t)be32(data + pos + 17);
+        int16_t attributes = be16(data + pos + 21);
+        int32_t last_offset_delta = be32(data + pos + 23);
+        batch_fields b = {base_offset, attributes, be64(data + pos + 27), be64(data + pos + 35),
+                          be32(data + pos + 57)};
+        int64_t last, after_last;
+        if (__builtin_add_overflow(base_offset, (int64_t)last_offset_delta, &last) ||
+            __builtin_add_overflow(last, (int64_t)1, &after_last))
+            goto decline;
+        if (last < next_offset || (attributes & 0x20)) { /* already read, or a control batch */
+            if (last >= next_offset)
+                next_offset = after_last;
+            pos = (Py_ssize_t)batch_end;
+            continue;
+        }
+        if (verify_crc) {
+            if (view == NULL && (view = PyMemoryView_FromObject(data_obj)) == NULL)
+                goto failed;
+            PyObject *part = PySequence_GetSlice(view, pos + 21, (Py_ssize_t)batch_end);
+            if (part == NULL)
+                goto failed;
+            PyObject *sum = PyObject_CallOneArg(crc_fn, part);
+            Py_DECREF(part);
+            if (sum == NULL)
+                goto failed;
+            unsigned long long value = PyLong_AsUnsignedLongLong(sum);
+            Py_DECREF(sum);
+            if (value == (unsigned long long)-1 && PyErr_Occurred())
+                goto failed;
+            if (value != crc) {
+                PyErr_Format(CorruptRecordError, "CRC mismatch in batch at offset %lld of %S-%S",
+                             (long long)base_offset, topic, partition);
+                goto failed;
+            }
+        }
+        Py_ssize_t first = PyList_GET_SIZE(out);
+        PyObject *region = NULL; /* the decompressed records, or NULL: in data */
+        const unsigned char *start = data + pos + 61, *stop = data + batch_end;
+        int codec = attributes & 0x07;
+        if (codec) {
+            PyObject *compressed = PyBytes_FromStringAndSize((const char *)start, (Py_ssize_t)(stop - start));
+            if (compressed == NULL)
+                goto failed;
+            region = PyObject_CallFunction(decompress_fn, "iO", codec, compressed);
+            Py_DECREF(compressed);
+            if (region == NULL)
+                goto failed;
+            if (!PyBytes_Check(region)) {
+                Py_DECREF(region);
+                PyErr_SetString(PyExc_TypeError, "decompress must return bytes");
+                goto failed;
+            }
+            start = (const unsigned char *)PyBytes_AS_STRING(region);
+            stop = start + PyBytes_GET_SIZE(region);
+        }
+        int status = decode_region(start, stop, &b, out, topic, partition, cls, 0);
+        if (status == 0) { /* the Python loop decodes this batch */
+            PyObject *header = Py_BuildValue(
+                "(LiiiIhiLLLhii)", (long long)base_offset, (int)batch_length, (int)be32(data + pos + 12),
+                (int)(signed char)data[pos + 16], (unsigned int)crc, (short)attributes, (int)last_offset_delta,
+                (long long)b.base_ts, (long long)b.max_ts, (long long)be64(data + pos + 43),
+                (short)be16(data + pos + 51), (int)be32(data + pos + 53), (int)b.count);
+            PyObject *r = NULL;
+            if (header != NULL) {
+                PyObject *d = region != NULL ? region : data_obj;
+                Py_ssize_t s0 = region != NULL ? 0 : pos + 61;
+                Py_ssize_t s1 = region != NULL ? PyBytes_GET_SIZE(region) : (Py_ssize_t)batch_end;
+                r = PyObject_CallFunction(py_records, "OnnOOOOO", d, s0, s1, header, out, topic, partition,
+                                          (PyObject *)cls);
+                Py_DECREF(header);
+            }
+            status = r == NULL ? -1 : 1;
+            Py_XDECREF(r);
+        }
+        Py_XDECREF(region);
+        if (status < 0)
+            goto failed;
+        if (base_offset < next_offset && drop_before(out, first, next_offset) < 0)
+            goto failed;
+        next_offset = after_last;
+        pos = (Py_ssize_t)batch_end;
+    }
+    Py_XDECREF(view);
+    return Py_BuildValue("(NL)", out, (long long)next_offset);
+
+decline:
+    Py_XDECREF(view);
+    Py_DECREF(out);
+    Py_RETURN_NOTIMPLEMENTED;
+
+failed:
+    Py_XDECREF(view);
+    Py_DECREF(out);
+    return NULL;
+}
+
+/* ---- encoding ---------------------------------------------------------------- */
+
+#define SMALL_SPAN (1 << 14)
+
+/* One record's parts, checked: what encode_batch's loop accepts without surprise. */
+typedef struct {
+    const char *key;
+    Py_ssize_t key_len; /* -1: null */
+    const char *value;
+    Py_ssize_t value_len; /* -1: null */
+    PyObject *headers;     /* borrowed list or tuple, NULL: none */
+    Py_ssize_t headers_size; /* bytes of headersCount and headers */
+    int64_t ts_delta;
+    Py_ssize_t size;       /* the record's length field */
+} record_parts;
+
+/* 1: ok; 0: decline (no error set); -1: error */
+static int
+bytes_or_none(PyObject *o, const char **data, Py_ssize_t *len)
+{
+    if (o == Py_None) {
+        *data = NULL;
+        *len = -1;
+        return 1;
+    }
+    if (!PyBytes_CheckExact(o)) /* a subclass could answer len() its own way */
+        return 0;
+    *data = PyBytes_AS_STRING(o);
+    *len = PyBytes_GET_SIZE(o);
+    return 1;
+}
+
+/* the UTF-8 of a header key (str) or the key itself (bytes); 0: decline */
+static int
+header_key(PyObject *hk, const char **data, Py_ssize_t *len)
+{
+    if (PyUnicode_CheckExact(hk)) {
+        *data = PyUnicode_AsUTF8AndSize(hk, len);
+        if (*data == NULL) {
+            PyErr_Clear(); /* Python's loop raises its own error for it */
+            return 0;
+        }
+        return 1;
+    }
+    if (PyBytes_CheckExact(hk)) {
+        *data = PyBytes_AS_STRING(hk);
+        *len = PyBytes_GET_SIZE(hk);
+        return 1;
+    }
+    return 0;
+}
+
+/* Check one record and size it; 1 ok, 0 decline, -1 error. */
+static int
+size_record(PyObject *rec, int64_t base_ts, int64_t offset_delta, record_parts *r, int64_t *max_ts)
+{
+    if (!PyTuple_CheckExact(rec) || PyTuple_GET_SIZE(rec) != 4)
+        return 0;
+    if (!bytes_or_none(PyTuple_GET_ITEM(rec, 0), &r->key, &r->key_len) ||
+        !bytes_or_none(PyTuple_GET_ITEM(rec, 1), &r->value, &r->value_len))
+        return 0;
+    PyObject *ts = PyTuple_GET_ITEM(rec, 3);
+    int64_t t;
+    if (ts == Py_None) {
+        t = base_ts;
+    } else {
+        if (!PyLong_Check(ts))
+            return 0;
+        int overflow = 0;
+        long long v = PyLong_AsLongLongAndOverflow(ts, &overflow);
+        if (v == -1 && PyErr_Occurred())
+            return -1;
+        if (overflow)
+            return 0;
+        t = v;
+        if (t > *max_ts)
+            *max_ts = t;
+    }
+    if (__builtin_sub_overflow(t, base_ts, &r->ts_delta))
+        return 0;
+    PyObject *headers = PyTuple_GET_ITEM(rec, 2);
+    Py_ssize_t size = 1 + varint_size(r->ts_delta) + varint_size(offset_delta);
+    size += r->key_len < 0 ? 1 : varint_size(r->key_len) + r->key_len;
+    size += r->value_len < 0 ? 1 : varint_size(r->value_len) + r->value_len;
+    r->headers = NULL;
+    r->headers_size = 1;
+    if (headers != Py_None) {
+        if (!PyList_CheckExact(headers) && !PyTuple_CheckExact(headers))
+            return 0;
+        Py_ssize_t nh = PySequence_Fast_GET_SIZE(headers);
+        if (nh >= SMALL_SPAN)
+            return 0;
+        if (nh > 0) {
+            PyObject **items = PySequence_Fast_ITEMS(headers);
+            Py_ssize_t hsize = varint_size(nh);
+            for (Py_ssize_t h = 0; h < nh; h++) {
+                PyObject *pair = items[h];
+                const char *hk, *hv;
+                Py_ssize_t hk_len, hv_len;
+                if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2)
+                    return 0;
+                if (!header_key(PyTuple_GET_ITEM(pair, 0), &hk, &hk_len) ||
+                    !bytes_or_none(PyTuple_GET_ITEM(pair, 1), &hv, &hv_len))
+                    return 0;
+                hsize += varint_size(hk_len) + hk_len;
+                hsize += hv_len < 0 ? 1 : varint_size(hv_len) + hv_len;
+            }
+            r->headers = headers;
+            r->headers_size = hsize;
+        }
+    }
+    r->size = size + r->headers_size;
+    return 1;
+}
+
+static unsigned char *
+write_record(unsigned char *p, const record_parts *r, int64_t offset_delta)
+{
+    p = write_varint(p, r->size);
+    *p++ = 0;
+    p = write_varint(p, r->ts_delta);
+    p = write_varint(p, offset_delta);
+    if (r->key_len < 0) {
+        *p++ = 1;
+    } else {
+        p = write_varint(p, r->key_len);
+        memcpy(p, r->key, r->key_len);
+        p += r->key_len;
+    }
+    if (r->value_len < 0) {
+        *p++ = 1;
+    } else {
+        p = write_varint(p, r->value_len);
+        memcpy(p, r->value, r->value_len);
+        p += r->value_len;
+    }
+    if (r->headers == NULL) {
+        *p++ = 0;
+    } else {
+        Py_ssize_t nh = PySequence_Fast_GET_SIZE(r->headers);
+        PyObject **items = PySequence_Fast_ITEMS(r->headers);
+        p = write_varint(p, nh);
+        for (Py_ssize_t h = 0; h < nh; h++) {
+            const char *hk = NULL, *hv = NULL;
+            Py_ssize_t hk_len = 0, hv_len = -1;
+            /* checked by size_record; the UTF-8 is cached in the str */
+            header_key(PyTuple_GET_ITEM(items[h], 0), &hk, &hk_len);
+            bytes_or_none(PyTuple_GET_ITEM(items[h], 1), &hv, &hv_len);
+            p = write_varint(p, hk_len);
+            memcpy(p, hk, hk_len);
+            p += hk_len;
+            if (hv_len < 0) {
+                *p++ = 1;
+            } else {
+                p = write_varint(p, hv_len);
+                memcpy(p, hv, hv_len);
+                p += hv_len;
+            }
+        }
+    }
+    return p;
+}
+
+PyDoc_STRVAR(encode_records_doc,
+"encode_records(records, base_ts) -> (body, max_ts) | NotImplemented\n\n"
+"The records region of records.encode_batch for records ((key, value, headers,\n"
+"timestamp_ms) tuples; offset deltas their positions) and base_ts (the first\n"
+"record's timestamp), byte for byte, and the batch's maxTimestamp.\n"
+"NotImplemented for input it leaves to the Python loop (keys or values that are\n"
+"not bytes or None, records that are not 4-tuples, timestamps that are not ints\n"
+"or whose deltas do not fit 64 bits, ...).");
+
+static PyObject *
+encode_records(PyObject *self, PyObject *args)
+{
+    PyObject *records, *base_obj;
+    if (!PyArg_ParseTuple(args, "OO:encode_records", &records, &base_obj))
+        return NULL;
+    if (!PyLong_Check(base_obj) || (!PyList_Check(records) && !PyTuple_Check(records)))
+        Py_RETURN_NOTIMPLEMENTED;
+    int overflow = 0;
+    long long base_ll = PyLong_AsLongLongAndOverflow(base_obj, &overflow);
+    if (base_ll == -1 && PyErr_Occurred())
+        return NULL;
+    if (overflow)
+        Py_RETURN_NOTIMPLEMENTED;
+    int64_t base_ts = base_ll, max_ts = base_ll;
+
+    /* a tuple of the records holds each of them (and so their keys, values and
+       headers): the bytes pointers and the cached UTF-8 of str keys stay valid */
+    PyObject *held = PySequence_Tuple(records);
+    if (held == NULL)
+        return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(held);
+    PyObject *result = NULL;
+    record_parts *parts = PyMem_Malloc(sizeof(record_parts) * (n > 0 ? n : 1));
+    if (parts == NULL) {
+        Py_DECREF(held);
+        return PyErr_NoMemory();
+    }
+    PyObject **items = PySequence_Fast_ITEMS(held);
+    Py_ssize_t total = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int ok = size_record(items[i], base_ts, i, &parts[i], &max_ts);
+        if (ok < 0)
+            goto done;
+        if (ok == 0) {
+            result = Py_NewRef(Py_NotImplemented);
+            goto done;
+        }
+        total += varint_size(parts[i].size) + parts[i].size;
+    }
+    {
+        PyObject *body = PyBytes_FromStringAndSize(NULL, total);
+        if (body == NULL)
+            goto done;
+        unsigned char *p = (unsigned char *)PyBytes_AS_STRING(body);
+        for (Py_ssize_t i = 0; i < n; i++)
+            p = write_record(p, &parts[i], i);
+        if (p != (unsigned char *)PyBytes_AS_STRING(body) + total) {
+            Py_DECREF(body);
+            PyErr_SetString(PyExc_SystemError, "encode_records: size mismatch");
+            goto done;
+        }
+        result = Py_BuildValue("(NL)", body, (long long)max_ts);
+    }
+done:
+    PyMem_Free(parts);
+    Py_DECREF(held);
+    return result;
+}
+
+/* ---- module ------------------------------------------------------------------ */
+
+static PyMethodDef methods[] = {
+    {"decode_records", decode_records, METH_VARARGS, decode_records_doc},
+    {"decode_fetched", decode_fetched, METH_VARARGS, decode_fetched_doc},
+    {"encode_records", encode_records, METH_VARARGS, encode_records_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "kafkatw.protocol._speedups",
+    "Compiled record loops for kafkatw.protocol.records (optional; same results as its Python loops).",
+    -1, methods,
+};
+
+PyMODINIT_FUNC
+PyInit__speedups(void)
+{
+    PyObject *errors = PyImport_ImportModule("kafkatw.errors");
+    if (errors == NULL)
+        return NULL;
+    CorruptRecordError = PyObject_GetAttrString(errors, "CorruptRecordError");
+    InvalidRecordError = PyObject_GetAttrString(errors, "InvalidRecordError");
+    Py_DECREF(errors);
+    if (CorruptRecordError == NULL || InvalidRecordError == NULL)
+        return NULL;
+    empty_tuple = PyTuple_New(0);
+    if (empty_tuple == NULL)
+        return NULL;
+    return PyModule_Create(&module);
+}
