@@ -125,6 +125,8 @@ def response_schema(api_key: int, api_version: int) -> type:
 
 
 def _skip_tagged_fields(frame: bytes, pos: int) -> int:
+    if pos < len(frame) and not frame[pos]:
+        return pos + 1  # no tagged fields (what clients send)
     count, pos = _read_uvarint(frame, pos)
     for _ in range(count):
         _tag, pos = _read_uvarint(frame, pos)

@@ -117,8 +117,10 @@ class LogSegment:
         self._bytes_since_index = 0
         #: batches scanned with CRC checks by L{recover} (for tests and metrics)
         self.recovered_batches = 0
-        #: buffers appended with C{write=False}, not in the file yet (L{write_pending})
+        #: buffers appended with C{write=False}, not in the file yet (L{write_pending}):
+        #: large ones as they came, small ones copied into the bytearray after them
         self._pending: list = []
+        self._pending_tail = bytearray()
         self._pending_bytes = 0
         self._pending_first_offset = base_offset
 
@@ -261,7 +263,7 @@ class LogSegment:
 
     def read_header(self, position: int) -> BatchHeader | None:
         """The header of the batch at C{position}, or C{None} at or past the end."""
-        if self._pending:
+        if self._pending_bytes:
             self.write_pending()
         if position + BATCH_HEADER_SIZE > self.size_bytes:
             return None
@@ -275,7 +277,7 @@ class LogSegment:
         Batch headers from C{position} to the end, one C{pread} each, no CRC
         check; stops at the first header that is not a plausible whole batch.
         """
-        if self._pending:
+        if self._pending_bytes:
             self.write_pending()
         size = os.fstat(self._fd).st_size
         fd = self._fd
@@ -291,7 +293,7 @@ class LogSegment:
 
     def _find_batch(self, offset: int) -> BatchHeader | None:
         """The header of the first batch whose last offset is C{>= offset}."""
-        if self._pending:
+        if self._pending_bytes:
             self.write_pending()
         _, position = self.offset_index.lookup(offset)
         fd = self._fd
@@ -333,23 +335,23 @@ class LogSegment:
         """
         position = self.size_bytes
         if not write:
-            if not self._pending:
+            if not self._pending_bytes:
                 self._pending_first_offset = headers[0].base_offset
             total = size_bytes if size_bytes is not None else sum(len(b) for b in buf)
             # Small buffers are copied into one bytearray: nothing of the request stays referenced
             # (no memoryview kept alive for the garbage collector to scan) and the write takes one iovec.
-            pending = self._pending
+            tail = self._pending_tail
             for piece in buf:
                 if len(piece) <= _COPY_MAX:
-                    if pending and type(pending[-1]) is bytearray:
-                        pending[-1] += piece
-                    else:
-                        pending.append(bytearray(piece))
+                    tail += piece
                 else:
-                    pending.append(piece)
+                    if tail:
+                        self._pending.append(tail)
+                        tail = self._pending_tail = bytearray()
+                    self._pending.append(piece)
             self._pending_bytes += total
         else:
-            if self._pending:
+            if self._pending_bytes:
                 self.write_pending()
             try:
                 if isinstance(buf, list):
@@ -398,12 +400,12 @@ class LogSegment:
     @property
     def has_pending(self) -> bool:
         """Whether batches appended with C{write=False} are not in the file yet."""
-        return bool(self._pending)
+        return bool(self._pending_bytes)
 
     @property
     def pending_first_offset(self) -> int:
         """The base offset of the first batch not in the file yet (L{next_offset} when none)."""
-        return self._pending_first_offset if self._pending else self.next_offset
+        return self._pending_first_offset if self._pending_bytes else self.next_offset
 
     def write_pending(self) -> None:
         """
@@ -415,11 +417,14 @@ class LogSegment:
 
         @raise KafkaStorageError: the write failed.
         """
-        pending = self._pending
-        if not pending:
+        if not self._pending_bytes:
             return
+        pending = self._pending
+        if self._pending_tail:
+            pending.append(self._pending_tail)
         total = self._pending_bytes
         self._pending = []
+        self._pending_tail = bytearray()
         self._pending_bytes = 0
         try:
             self._writev(pending, total)
@@ -443,7 +448,7 @@ class LogSegment:
 
         @return: a L{FileRegion}, or C{None} when there is nothing to read.
         """
-        if self._pending:
+        if self._pending_bytes:
             self.write_pending()
         if start_offset >= self.next_offset:
             return None
@@ -537,7 +542,7 @@ class LogSegment:
 
     def flush(self) -> None:
         """C{fsync} the log and both indexes."""
-        if self._pending:
+        if self._pending_bytes:
             self.write_pending()
         try:
             os.fsync(self._fd)
@@ -554,7 +559,7 @@ class LogSegment:
         self.close_log()
 
     def close_log(self) -> None:
-        if self._pending:
+        if self._pending_bytes:
             self.write_pending()
         if self._fd >= 0:
             os.close(self._fd)
