@@ -637,6 +637,33 @@ class ProduceRunTests(unittest.TestCase):
         log = h.log_manager.get("t", 0)
         self.assertEqual((log.log_end_offset, log.high_watermark), (1, 1))
 
+    def test_idempotent_sequences_within_a_run(self) -> None:
+        """Each request is checked against the ones before it in the run: next sequences, a retry, a gap."""
+        h = BrokerHarness(self)
+        h.create_topic("t")
+        pid = h.call(22, 4, {"transactional_id": None, "transaction_timeout": 60000, "producer_id": -1,
+                             "producer_epoch": -1}).producer_id
+
+        def batch(sequence: int) -> bytes:
+            return build_batch([(None, b"v")] * 2, producer_id=pid, producer_epoch=0, base_sequence=sequence)
+
+        connection, transport = self.connect(h)
+        connection.dataReceived(b"".join(self.produce_frame(i, batch(seq)) for i, seq in enumerate([0, 2, 2, 4, 9])))
+        got = [(r.responses[0].partition_responses[0].error_code, r.responses[0].partition_responses[0].base_offset)
+               for _, r in self.responses(transport)]
+        self.assertEqual(got, [(ErrorCode.none, 0), (ErrorCode.none, 2), (ErrorCode.none, 2), (ErrorCode.none, 4),
+                               (ErrorCode.out_of_order_sequence_number, -1)])
+        self.assertEqual(h.log_manager.get("t", 0).log_end_offset, 6)
+
+    def test_acks_all_in_a_run(self) -> None:
+        h = BrokerHarness(self)
+        h.create_topic("t")
+        connection, transport = self.connect(h)
+        connection.dataReceived(b"".join(self.produce_frame(i, b, acks=-1) for i, b in enumerate(self.batches(3))))
+        got = [(cid, r.responses[0].partition_responses[0].base_offset) for cid, r in self.responses(transport)]
+        self.assertEqual(got, [(0, 0), (1, 1), (2, 3)])
+        self.assertFalse(h.apis.in_flight)
+
     def test_malformed_frame_ends_the_run(self) -> None:
         """The requests before it are answered; then the connection closes."""
         h = BrokerHarness(self)
@@ -755,6 +782,20 @@ class ReplicationApisTests(unittest.TestCase):
         self.assertEqual((p.error_code, p.high_watermark), (ErrorCode.none, 0))
         self.assertTrue(p.records)
         self.assertEqual(h.replica_manager.fetch_purgatory_size, 0)
+
+    def test_follower_fetch_is_woken_after_a_produce_run(self) -> None:
+        """Produce requests read together (ProduceRun): the follower's fetch is woken once they are written."""
+        h = self.harness()
+        waiting = h.request(1, 12, h.fetch_request("t", 0, 0, max_wait_ms=1000, replica_id=1))
+        connection, transport = ConnectionTests.connect(self, h)  # type: ignore[arg-type]
+        frames = [ProduceRunTests.produce_frame(self, i, build_batch([(None, b"v%d" % i)]))  # type: ignore[arg-type]
+                  for i in range(3)]
+        connection.dataReceived(b"".join(frames))
+        p = h.decode(1, 12, self.successResultOf(waiting)).responses[0].partitions[0]
+        self.assertEqual([b.base_offset for b in parse_batch_headers(p.records)], [0, 1, 2])
+        self.assertEqual(h.replica_manager.fetch_purgatory_size, 0)
+        self.assertEqual(h.log_manager.get("t", 0).high_watermark, 0)  # the follower has not fetched past 0 yet
+        self.assertEqual(len(ConnectionTests.responses(self, transport)), 3)  # type: ignore[arg-type]
 
     def test_follower_fetch_waits_out_its_max_wait(self) -> None:
         h = self.harness()
