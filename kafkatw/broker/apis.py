@@ -571,7 +571,9 @@ class KafkaApis(TransactionApis, QuotaApis, AdminToolApis):
                 for t in request.topic_data
             ]
         else:
-            results = self._produce_append(context, request, required, run is None)
+            # acks=0 in a run: nobody reads the partition responses (no quotas there, no answer)
+            results = self._produce_append(context, request, required, run is None,
+                                           run is None or acks != 0)
         if run is not None:
             if acks == 0 and not produce_bytes:
                 return None  # no answer, whatever the write does
@@ -580,13 +582,15 @@ class KafkaApis(TransactionApis, QuotaApis, AdminToolApis):
         return self._produce_finish(context, request, results, required, produce_bytes)
 
     def _produce_append(self, context: RequestContext, request: Any, required: dict[tuple[str, int], int],
-                        write: bool = True) -> list:
+                        write: bool = True, answered: bool = True) -> list:
         """
         Append a Produce request's partitions (with C{write=False}, see
         L{kafkatw.broker.replica_manager.ReplicaManager.append}); fill
         C{required} (acks=all: the offset each partition's high watermark
         must reach).
 
+        @param answered: C{False}: the partition responses of appended
+            partitions are not built (an acks=0 request, answered by nobody).
         @return: C{[(topic, [partition response dict, ...]), ...]}.
         """
         results = []
@@ -625,10 +629,11 @@ class KafkaApis(TransactionApis, QuotaApis, AdminToolApis):
                     topic_bytes_in[name] = topic_bytes_in.get(name, 0) + size
                 if min_isr is not None:
                     required[(name, p.index)] = result.last_offset + 1
-                partitions.append({
-                    "index": p.index, "error_code": 0, "base_offset": result.base_offset,
-                    "log_append_time": result.log_append_time_ms, "log_start_offset": result.log_start_offset,
-                })
+                if answered:
+                    partitions.append({
+                        "index": p.index, "error_code": 0, "base_offset": result.base_offset,
+                        "log_append_time": result.log_append_time_ms, "log_start_offset": result.log_start_offset,
+                    })
             results.append((name, partitions))
         return results
 

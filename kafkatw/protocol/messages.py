@@ -173,7 +173,7 @@ def parse_request_header(frame: bytes | memoryview, flexible: bool | None = None
         end = pos + client_id_len
         if end > len(frame):
             raise MalformedRequest("client id runs past the end of the frame")
-        client_id = bytes(frame[pos:end]).decode("utf-8", "replace")
+        client_id = str(frame[pos:end], "utf-8", "replace")
         pos = end
     if flexible is None:
         try:
