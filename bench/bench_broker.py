@@ -303,7 +303,8 @@ def main() -> None:
                 try:
                     with Phase("produce_acks0", pid, args.py_spy_dir) as ph:
                         sent0, failed0 = produce(bootstrap, "bench-acks0", args.acks0_records, value,
-                                                 args.duration_cap_s, {"acks": 0, "linger.ms": 0, "batch.num.messages": 1})
+                                                 args.duration_cap_s,
+                                                 {"acks": 0, "linger.ms": 0, "batch.num.messages": 1})
                         client_done = time.perf_counter() - ph.t0
                         deadline = time.perf_counter() + 30.0
                         hw0 = -1

@@ -107,6 +107,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
 ADVERTISED_VERSIONS: dict[int, tuple[int, int]] = {**SUPPORTED_VERSIONS, 0: (0, SUPPORTED_VERSIONS[0][1])}
 
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
+_tuple_new = tuple.__new__
 
 LATEST_TIMESTAMP = -1
 #: Fetch and ListOffsets C{isolation_level} of read-committed consumers (KIP-98).
@@ -301,7 +302,7 @@ class KafkaApis(TransactionApis, QuotaApis, AdminToolApis):
             raise UnsupportedVersion(f"version {version} outside {served[0]}-{served[1]}")
         request = decode_request(frame, header)
         self.request_counts[api_key] = self.request_counts.get(api_key, 0) + 1
-        context = RequestContext(header, connection)
+        context = _tuple_new(RequestContext, (header, connection))  # RequestContext(header, connection), faster
         if run is not None:
             if api_key != 0 or self.quotas.enabled:
                 raise ValueError("only Produce requests without client quotas are served in a ProduceRun")

@@ -517,6 +517,8 @@ class LogSegment:
 
         @return: bytes removed.
         """
+        if self._pending_bytes:
+            self.write_pending()
         if offset >= self.next_offset:
             return 0
         position = self.position_of(offset) if offset > self.base_offset else 0

@@ -870,3 +870,14 @@ class DeferredWriteTests(LogTestMixin, TestCase):
 
 def _failing_writev(fd, buffers):
     raise OSError(28, "No space left on device")
+
+
+class DeferredWriteGuardTests(LogTestMixin, TestCase):
+    def test_segment_truncation_writes_what_is_pending_first(self):
+        log = self.make_log()
+        log.append(batch(2), 0, write=False)
+        log.append(batch(1), 0, write=False)
+        log.active_segment.truncate_to(2)
+        self.assertEqual(log.active_segment.next_offset, 2)
+        self.assertEqual(read_offsets(log, 0), [0, 1])
+        self.assertEqual(os.path.getsize(log.active_segment.path), log.active_segment.size_bytes)
