@@ -21,6 +21,13 @@ Every loop is bounded in count and in time.
 Usage:
   python bench/bench_broker.py [--records 2000000] [--acks0-records RECORDS/10]
       [--record-size 200] [--duration-cap-s 60] [--py-spy-dir DIR]
+      [--phases machine,produce,consume,acks0]
+
+--phases picks what runs (all by default): the machine figures, the acks=1
+produce, the consumes (they read what the produce phase wrote, so they need
+it), the acks=0 one-record-per-request produce.  For instance
+`--phases acks0 --acks0-records 300000` measures only the broker's
+per-request cost, quickly.
 
 --py-spy-dir runs `py-spy record -p <broker> -d 10 -f raw` at the start of each
 broker phase and leaves <phase>.txt (folded stacks) in DIR.
@@ -220,7 +227,13 @@ def main() -> None:
     ap.add_argument("--record-size", type=int, default=200)
     ap.add_argument("--duration-cap-s", type=float, default=60.0, help="cap per phase")
     ap.add_argument("--py-spy-dir", default=None, help="py-spy record the broker for 10 s at each phase start")
+    ap.add_argument("--phases", default="machine,produce,consume,acks0",
+                    help="comma-separated subset of machine,produce,consume,acks0 (consume needs produce)")
     args = ap.parse_args()
+    phases = set(args.phases.split(","))
+    unknown = phases - {"machine", "produce", "consume", "acks0"}
+    if unknown or ("consume" in phases and "produce" not in phases):
+        ap.error(f"--phases: unknown {sorted(unknown)}" if unknown else "--phases: consume needs produce")
     if args.acks0_records is None:
         args.acks0_records = max(1, args.records // 10)
     if args.py_spy_dir:
@@ -228,13 +241,15 @@ def main() -> None:
 
     base = tempfile.mkdtemp(prefix="kafkatw-bench-broker-")
     try:
-        # The first pass on a fresh VM also faults guest memory in (much slower); report the second.
-        disk_cold = page_cache_write_mb_s(base)
-        disk = page_cache_write_mb_s(base)
-        emit("page_cache_write", round(disk, 1), "MB/s", total_mb=512, chunk_bytes=1 << 20,
-             first_pass_mb_s=round(disk_cold, 1))
-        net = loopback_tcp_mb_s()
-        emit("loopback_tcp", round(net, 1), "MB/s", total_mb=2048, chunk_bytes=1 << 20)
+        disk = net = produce_mb_s = consume_mb_s = None
+        if "machine" in phases:
+            # The first pass on a fresh VM also faults guest memory in (much slower); report the second.
+            disk_cold = page_cache_write_mb_s(base)
+            disk = page_cache_write_mb_s(base)
+            emit("page_cache_write", round(disk, 1), "MB/s", total_mb=512, chunk_bytes=1 << 20,
+                 first_pass_mb_s=round(disk_cold, 1))
+            net = loopback_tcp_mb_s()
+            emit("loopback_tcp", round(net, 1), "MB/s", total_mb=2048, chunk_bytes=1 << 20)
 
         value = os.urandom(args.record_size)
         with running_cluster(1, tmpdir=base) as [broker]:
@@ -243,68 +258,75 @@ def main() -> None:
             create_topic(bootstrap, "bench-acks0")
             common = {"records": args.records, "record_size": args.record_size, "partitions": 1}
 
-            # produce, acks=1, default batching
-            with Phase("produce", pid, args.py_spy_dir) as ph:
-                sent, failed = produce(bootstrap, "bench", args.records, value, args.duration_cap_s,
-                                       {"acks": 1, "linger.ms": 5})
-            ok = sent - failed
-            hw = high_watermark(bootstrap, "bench")
-            emit("produce_acks1_records_per_s", round(ok / ph.elapsed), "records/s", target=500_000,
-                 sent=sent, failed=failed, high_watermark=hw, wall_s=round(ph.elapsed, 3),
-                 linger_ms=5, acks=1, **common)
-            produce_mb_s = ok * args.record_size / ph.elapsed / 1e6
-            emit("produce_acks1_mb_per_s", round(produce_mb_s, 1), "MB/s")
-            ph.emit_cpu(ok)
+            if "produce" in phases:
+                # produce, acks=1, default batching
+                with Phase("produce", pid, args.py_spy_dir) as ph:
+                    sent, failed = produce(bootstrap, "bench", args.records, value, args.duration_cap_s,
+                                           {"acks": 1, "linger.ms": 5})
+                ok = sent - failed
+                hw = high_watermark(bootstrap, "bench")
+                emit("produce_acks1_records_per_s", round(ok / ph.elapsed), "records/s", target=500_000,
+                     sent=sent, failed=failed, high_watermark=hw, wall_s=round(ph.elapsed, 3),
+                     linger_ms=5, acks=1, **common)
+                produce_mb_s = ok * args.record_size / ph.elapsed / 1e6
+                emit("produce_acks1_mb_per_s", round(produce_mb_s, 1), "MB/s")
+                ph.emit_cpu(ok)
 
-            # consume what was produced
-            with Phase("consume", pid, args.py_spy_dir) as ph:
-                got, nbytes = consume(bootstrap, "bench", hw, args.duration_cap_s)
-            emit("consume_records_per_s", round(got / ph.elapsed), "records/s", target=500_000,
-                 consumed=got, expected=hw, wall_s=round(ph.elapsed, 3), **common)
-            consume_mb_s = nbytes / ph.elapsed / 1e6
-            emit("consume_mb_per_s", round(consume_mb_s, 1), "MB/s")
-            ph.emit_cpu(got)
+            if "consume" in phases:
+                # consume what was produced
+                with Phase("consume", pid, args.py_spy_dir) as ph:
+                    got, nbytes = consume(bootstrap, "bench", hw, args.duration_cap_s)
+                emit("consume_records_per_s", round(got / ph.elapsed), "records/s", target=500_000,
+                     consumed=got, expected=hw, wall_s=round(ph.elapsed, 3), **common)
+                consume_mb_s = nbytes / ph.elapsed / 1e6
+                emit("consume_mb_per_s", round(consume_mb_s, 1), "MB/s")
+                ph.emit_cpu(got)
 
-            # Not default settings: librdkafka >= 2.4 waits fetch.queue.backoff.ms (default 1000) before
-            # fetching again once its queue holds queued.min.messages (100000), which this Python loop
-            # drains in ~40 ms.  With the back-off off, the figure shows what the broker can feed.
-            with Phase("consume_no_queue_backoff", pid, args.py_spy_dir) as ph:
-                got2, nbytes2 = consume(bootstrap, "bench", hw, args.duration_cap_s, {"fetch.queue.backoff.ms": 0})
-            emit("consume_no_queue_backoff_records_per_s", round(got2 / ph.elapsed), "records/s", target=500_000,
-                 consumed=got2, expected=hw, wall_s=round(ph.elapsed, 3), fetch_queue_backoff_ms=0, **common)
-            emit("consume_no_queue_backoff_mb_per_s", round(nbytes2 / ph.elapsed / 1e6, 1), "MB/s")
-            ph.emit_cpu(got2)
+                # Not default settings: librdkafka >= 2.4 waits fetch.queue.backoff.ms (default 1000) before
+                # fetching again once its queue holds queued.min.messages (100000), which this Python loop
+                # drains in ~40 ms.  With the back-off off, the figure shows what the broker can feed.
+                with Phase("consume_no_queue_backoff", pid, args.py_spy_dir) as ph:
+                    got2, nbytes2 = consume(bootstrap, "bench", hw, args.duration_cap_s, {"fetch.queue.backoff.ms": 0})
+                emit("consume_no_queue_backoff_records_per_s", round(got2 / ph.elapsed), "records/s", target=500_000,
+                     consumed=got2, expected=hw, wall_s=round(ph.elapsed, 3), fetch_queue_backoff_ms=0, **common)
+                emit("consume_no_queue_backoff_mb_per_s", round(nbytes2 / ph.elapsed / 1e6, 1), "MB/s")
+                ph.emit_cpu(got2)
 
-            # produce one record per request, acks=0
-            # acks=0: the client is done when it has written; the phase ends when the broker has
-            # appended everything (high watermark), polled on another connection.
-            watcher = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-watermark",
-                                "enable.auto.commit": False})
-            tp0 = TopicPartition("bench-acks0", 0)
-            watcher.get_watermark_offsets(tp0, timeout=10)
-            try:
-                with Phase("produce_acks0", pid, args.py_spy_dir) as ph:
-                    sent0, failed0 = produce(bootstrap, "bench-acks0", args.acks0_records, value,
-                                             args.duration_cap_s, {"acks": 0, "linger.ms": 0, "batch.num.messages": 1})
-                    client_done = time.perf_counter() - ph.t0
-                    deadline = time.perf_counter() + 30.0
-                    hw0 = -1
-                    for _ in range(10_000):
-                        hw0 = watcher.get_watermark_offsets(tp0, timeout=10)[1]
-                        if hw0 >= sent0 - failed0 or time.perf_counter() > deadline:
-                            break
-                        time.sleep(0.002)
-            finally:
-                watcher.close()
-            emit("produce_acks0_batch1_records_per_s", round(hw0 / ph.elapsed), "records/s",
-                 target=50_000, sent=sent0, failed=failed0, high_watermark=hw0, wall_s=round(ph.elapsed, 3),
-                 client_done_s=round(client_done, 3), records=args.acks0_records, record_size=args.record_size,
-                 linger_ms=0, batch_num_messages=1, acks=0)
-            ph.emit_cpu(hw0)
+            if "acks0" in phases:
+                # produce one record per request, acks=0
+                # acks=0: the client is done when it has written; the phase ends when the broker has
+                # appended everything (high watermark), polled on another connection.
+                watcher = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-watermark",
+                                    "enable.auto.commit": False})
+                tp0 = TopicPartition("bench-acks0", 0)
+                watcher.get_watermark_offsets(tp0, timeout=10)
+                try:
+                    with Phase("produce_acks0", pid, args.py_spy_dir) as ph:
+                        sent0, failed0 = produce(bootstrap, "bench-acks0", args.acks0_records, value,
+                                                 args.duration_cap_s,
+                                                 {"acks": 0, "linger.ms": 0, "batch.num.messages": 1})
+                        client_done = time.perf_counter() - ph.t0
+                        deadline = time.perf_counter() + 30.0
+                        hw0 = -1
+                        for _ in range(10_000):
+                            hw0 = watcher.get_watermark_offsets(tp0, timeout=10)[1]
+                            if hw0 >= sent0 - failed0 or time.perf_counter() > deadline:
+                                break
+                            time.sleep(0.002)
+                finally:
+                    watcher.close()
+                emit("produce_acks0_batch1_records_per_s", round(hw0 / ph.elapsed), "records/s",
+                     target=100_000, sent=sent0, failed=failed0, high_watermark=hw0, wall_s=round(ph.elapsed, 3),
+                     client_done_s=round(client_done, 3), records=args.acks0_records, record_size=args.record_size,
+                     linger_ms=0, batch_num_messages=1, acks=0)
+                ph.emit_cpu(hw0)
 
-        emit("produce_fraction_of_page_cache_write", round(produce_mb_s / disk, 4), "ratio")
-        emit("produce_fraction_of_loopback_tcp", round(produce_mb_s / net, 4), "ratio")
-        emit("consume_fraction_of_loopback_tcp", round(consume_mb_s / net, 4), "ratio")
+        if disk and produce_mb_s is not None:
+            emit("produce_fraction_of_page_cache_write", round(produce_mb_s / disk, 4), "ratio")
+        if net and produce_mb_s is not None:
+            emit("produce_fraction_of_loopback_tcp", round(produce_mb_s / net, 4), "ratio")
+        if net and consume_mb_s is not None:
+            emit("consume_fraction_of_loopback_tcp", round(consume_mb_s / net, 4), "ratio")
     finally:
         shutil.rmtree(base, ignore_errors=True)
 

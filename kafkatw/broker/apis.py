@@ -56,7 +56,7 @@ from .request_context import NO_CONNECTION, ConnectionContext, RequestContext
 from .admin_tool_apis import ADMIN_TOOL_VERSIONS, AdminToolApis
 from .transaction_apis import TRANSACTION_VERSIONS, TransactionApis
 
-__all__ = ["SUPPORTED_VERSIONS", "ADVERTISED_VERSIONS", "KafkaApis", "validate_topic_name"]
+__all__ = ["SUPPORTED_VERSIONS", "ADVERTISED_VERSIONS", "KafkaApis", "ProduceRun", "validate_topic_name"]
 
 _log = Logger()
 
@@ -108,6 +108,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
 ADVERTISED_VERSIONS: dict[int, tuple[int, int]] = {**SUPPORTED_VERSIONS, 0: (0, SUPPORTED_VERSIONS[0][1])}
 
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
+_tuple_new = tuple.__new__
 
 LATEST_TIMESTAMP = -1
 #: Fetch and ListOffsets C{isolation_level} of read-committed consumers (KIP-98).
@@ -129,6 +130,52 @@ def validate_topic_name(name: str | None) -> ErrorCode:
     if not name or name in (".", "..") or len(name) > 249 or not _LEGAL_TOPIC.match(name):
         return ErrorCode.invalid_topic_exception
     return ErrorCode.none
+
+
+class ProduceRun:
+    """
+    Produce requests read together from one connection (one C{dataReceived}),
+    appended with one write per partition: each request's appends assign
+    offsets and update the log's indexes, producer state and epoch cache at
+    once, and L{finish} writes every partition's batches with one
+    C{os.writev}, moves the high watermarks (waking the fetches and acks=all
+    produces waiting for them) and only then answers the requests, in order.
+    So an acks=1 response is written only once its batches are in the file,
+    and a Fetch read after the run sees them.
+
+    Made by L{KafkaApis.produce_run}; used by
+    L{kafkatw.broker.network.KafkaConnection}.
+    """
+
+    def __init__(self, apis: "KafkaApis") -> None:
+        self._apis = apis
+        self._finishers: list[Callable[[dict], Any]] = []
+
+    def add(self, finish: Callable[[dict], Any]) -> int:
+        """
+        Add a request's answer: C{finish(write_errors)} returns it once the
+        run is written.
+
+        @return: its index in L{finish}'s list.
+        """
+        self._finishers.append(finish)
+        return len(self._finishers) - 1
+
+    def finish(self) -> list[Any]:
+        """
+        Write the run's appends, move the high watermarks, and answer.
+
+        @return: each request's answer, in order: C{None} (acks=0), response
+            C{bytes}, or a Deferred of them (acks=all).
+        """
+        apis = self._apis
+        errors = apis.replica_manager.write_pending()
+        finishers, self._finishers = self._finishers, []
+        answers = [finish(errors) for finish in finishers]
+        for answer in answers:
+            if isinstance(answer, defer.Deferred):
+                apis._track(answer)
+        return answers
 
 
 class KafkaApis(TransactionApis, QuotaApis, AdminToolApis):
@@ -232,9 +279,15 @@ class KafkaApis(TransactionApis, QuotaApis, AdminToolApis):
 
     # --- dispatch ------------------------------------------------------------
 
-    def handle(self, header: RequestHeader, frame: bytes, connection: ConnectionContext = NO_CONNECTION) -> Any:
+    def handle(self, header: RequestHeader, frame: bytes, connection: ConnectionContext = NO_CONNECTION,
+               run: ProduceRun | None = None) -> Any:
         """
         Serve one request frame arriving on C{connection}.
+
+        @param run: for a Produce request read with others
+            (L{produce_run}): its appends are written by C{run.finish()},
+            which returns its answer; this returns its index in that list
+            (C{None}: no answer, acks=0).
 
         @raise UnsupportedVersion: an API or version kafkatw does not serve
             (the connection is closed).
@@ -250,7 +303,11 @@ class KafkaApis(TransactionApis, QuotaApis, AdminToolApis):
             raise UnsupportedVersion(f"version {version} outside {served[0]}-{served[1]}")
         request = decode_request(frame, header)
         self.request_counts[api_key] = self.request_counts.get(api_key, 0) + 1
-        context = RequestContext(header, connection)
+        context = _tuple_new(RequestContext, (header, connection))  # RequestContext(header, connection), faster
+        if run is not None:
+            if api_key != 0 or self.quotas.enabled:
+                raise ValueError("only Produce requests without client quotas are served in a ProduceRun")
+            return self.handle_produce(context, request, run)
         if not self.quotas.enabled:
             result = self._handlers[api_key](context, request)
         else:
@@ -265,14 +322,18 @@ class KafkaApis(TransactionApis, QuotaApis, AdminToolApis):
                 self.quotas.request.record((self.handler_timer() - handling[1]) * 100.0, user, client_id,
                                            self.quotas.now_ms())
         if isinstance(result, defer.Deferred):
-            self.in_flight.add(result)
-
-            def _done(value: Any) -> Any:
-                self.in_flight.discard(result)
-                return value
-
-            result.addBoth(_done)
+            self._track(result)
         return result
+
+    def _track(self, result: defer.Deferred) -> None:
+        """Keep C{result} in L{in_flight} until it fires."""
+        self.in_flight.add(result)
+
+        def _done(value: Any) -> Any:
+            self.in_flight.discard(result)
+            return value
+
+        result.addBoth(_done)
 
     def _respond(self, context: RequestContext, body: Any) -> bytes:
         if self.quotas.enabled and isinstance(body, dict) and "throttle_time" in body and context.api_key != 27:
@@ -487,17 +548,24 @@ class KafkaApis(TransactionApis, QuotaApis, AdminToolApis):
 
     # --- Produce -------------------------------------------------------------
 
-    def handle_produce(self, context: RequestContext, request: Any) -> Any:
+    def handle_produce(self, context: RequestContext, request: Any, run: "ProduceRun | None" = None) -> Any:
         """
         Append each partition's batches on its leader.  With acks=all the
         answer waits in the produce purgatory until every in-sync replica has
         the batches (or C{timeout} passes: C{REQUEST_TIMED_OUT}); an ISR
         smaller than C{min.insync.replicas} refuses the write before appending
         (C{NOT_ENOUGH_REPLICAS}).
+
+        @param run: the L{ProduceRun} of the Produce requests read together
+            with this one: the appends are written by L{ProduceRun.finish},
+            which returns what this request is answered with; this call
+            returns the request's index in the run (C{None} for acks=0:
+            no answer).
         """
         acks = request.acks
         produce_bytes = sum(len(p.records or b"") for t in request.topic_data for p in t.partition_data) \
             if self.quotas.enabled else 0
+        required: dict[tuple[str, int], int] = {}
         if request.transactional_id is not None and self._refuse_transactional_produce(context, request):
             code = ErrorCode.transactional_id_authorization_failed
             results = [
@@ -505,55 +573,128 @@ class KafkaApis(TransactionApis, QuotaApis, AdminToolApis):
                 for t in request.topic_data
             ]
         else:
-            results = []
-            append = self.replica_manager.append
-            min_isr = self.replica_manager.min_insync_replicas if acks == -1 else None
-            required: dict[tuple[str, int], int] = {}
-            denied = None if self.authorizer is None else \
-                self._denied_topics(context, AclOperation.WRITE, (t.name for t in request.topic_data))
-            for topic in request.topic_data:
-                name = topic.name
-                if denied and name in denied:
-                    results.append((name, [{"index": p.index, "error_code": int(ErrorCode.topic_authorization_failed),
-                                            "base_offset": -1, "log_append_time": -1, "log_start_offset": -1}
-                                           for p in topic.partition_data]))
+            # acks=0 in a run: nobody reads the partition responses (no quotas there, no answer)
+            results = self._produce_append(context, request, required, run is None,
+                                           run is None or acks != 0)
+        if run is not None:
+            if acks == 0 and not produce_bytes:
+                return None  # no answer, whatever the write does
+            return run.add(lambda errors: self._produce_finish(context, request, results, required, produce_bytes,
+                                                               errors))
+        return self._produce_finish(context, request, results, required, produce_bytes)
+
+    def _produce_append(self, context: RequestContext, request: Any, required: dict[tuple[str, int], int],
+                        write: bool = True, answered: bool = True) -> list:
+        """
+        Append a Produce request's partitions (with C{write=False}, see
+        L{kafkatw.broker.replica_manager.ReplicaManager.append}); fill
+        C{required} (acks=all: the offset each partition's high watermark
+        must reach).
+
+        @param answered: C{False}: the partition responses of appended
+            partitions are not built (an acks=0 request, answered by nobody).
+        @return: C{[(topic, [partition response dict, ...]), ...]}.
+        """
+        results = []
+        append = self.replica_manager.append
+        min_isr = self.replica_manager.min_insync_replicas if request.acks == -1 else None
+        denied = None if self.authorizer is None else \
+            self._denied_topics(context, AclOperation.WRITE, (t.name for t in request.topic_data))
+        for topic in request.topic_data:
+            name = topic.name
+            if denied and name in denied:
+                results.append((name, [{"index": p.index, "error_code": int(ErrorCode.topic_authorization_failed),
+                                        "base_offset": -1, "log_append_time": -1, "log_start_offset": -1}
+                                       for p in topic.partition_data]))
+                continue
+            partitions = []
+            for p in topic.partition_data:
+                records = p.records
+                try:
+                    if records is None:
+                        raise CorruptRecordError("a null record set")
+                    result = append(name, p.index, records, min_isr(name) if min_isr is not None else None, write)
+                except KafkaError as e:
+                    self.failed_produce_requests += 1
+                    code = e.error_code
+                    partitions.append({"index": p.index, "error_code": int(code), "base_offset": -1,
+                                       "log_append_time": -1, "log_start_offset": -1,
+                                       "error_message": str(e) or None})
                     continue
-                partitions = []
-                for p in topic.partition_data:
-                    try:
-                        if p.records is None:
-                            raise CorruptRecordError("a null record set")
-                        result = append(name, p.index, p.records, min_isr(name) if min_isr is not None else None)
-                    except KafkaError as e:
-                        self.failed_produce_requests += 1
-                        code = e.error_code
-                        partitions.append({"index": p.index, "error_code": int(code), "base_offset": -1,
-                                           "log_append_time": -1, "log_start_offset": -1,
-                                           "error_message": str(e) or None})
-                        continue
-                    if not result.duplicate:
-                        self.messages_in += result.record_count
-                        self.bytes_in += len(p.records)
-                        self.topic_messages_in[name] = self.topic_messages_in.get(name, 0) + result.record_count
-                        self.topic_bytes_in[name] = self.topic_bytes_in.get(name, 0) + len(p.records)
-                    if min_isr is not None:
-                        required[(name, p.index)] = result.last_offset + 1
+                if not result.duplicate:
+                    count, size = result.record_count, len(records)
+                    self.messages_in += count
+                    self.bytes_in += size
+                    topic_messages_in = self.topic_messages_in
+                    topic_messages_in[name] = topic_messages_in.get(name, 0) + count
+                    topic_bytes_in = self.topic_bytes_in
+                    topic_bytes_in[name] = topic_bytes_in.get(name, 0) + size
+                if min_isr is not None:
+                    required[(name, p.index)] = result.last_offset + 1
+                if answered:
                     partitions.append({
                         "index": p.index, "error_code": 0, "base_offset": result.base_offset,
                         "log_append_time": result.log_append_time_ms, "log_start_offset": result.log_start_offset,
                     })
-                results.append((name, partitions))
-            if required:
-                timeout = request.timeout
-                timeout_ms = int(timeout.total_seconds() * 1000) if hasattr(timeout, "total_seconds") else int(timeout)
-                d = self.replica_manager.delay_produce(required, max(timeout_ms, 0))
-                return d.addCallback(self._produce_acknowledged, context, results, produce_bytes)
-        if acks == 0:
+            results.append((name, partitions))
+        return results
+
+    def _produce_finish(self, context: RequestContext, request: Any, results: list,
+                        required: dict[tuple[str, int], int], produce_bytes: int,
+                        write_errors: dict[tuple[str, int], Exception] | None = None) -> Any:
+        """
+        Answer a Produce request whose appends are in the logs: C{None}
+        (acks=0), the response, or a Deferred of it (acks=all).
+
+        @param write_errors: C{(topic, partition)} -> the error of a write
+            that failed after the appends (L{ProduceRun}); the partitions
+            whose batches it lost are answered with it.
+        """
+        if write_errors:
+            self._fail_unwritten(results, required, write_errors)
+        if required:
+            timeout = request.timeout
+            timeout_ms = int(timeout.total_seconds() * 1000) if hasattr(timeout, "total_seconds") else int(timeout)
+            d = self.replica_manager.delay_produce(required, max(timeout_ms, 0))
+            return d.addCallback(self._produce_acknowledged, context, results, produce_bytes)
+        if request.acks == 0:
             if produce_bytes:
                 self._throttle(context, max(self._produce_throttle_ms(context, produce_bytes),
                                             self._request_throttle_ms(context)))
             return None
         return self._produce_response(context, results, produce_bytes)
+
+    def _fail_unwritten(self, results: list, required: dict[tuple[str, int], int],
+                        write_errors: dict[tuple[str, int], Exception]) -> None:
+        """
+        Answer C{KAFKA_STORAGE_ERROR} for the partitions whose appended batches
+        a failed write lost: those at or past the log end offset left by it
+        (L{kafkatw.storage.log.PartitionLog.write_pending}).
+        """
+        for name, partitions in results:
+            for entry in partitions:
+                key = (name, entry["index"])
+                error = write_errors.get(key)
+                if error is None or entry["error_code"] != 0:
+                    continue
+                partition = self.replica_manager.partitions.get(key)
+                if partition is not None and entry["base_offset"] < partition.log.log_end_offset:
+                    continue  # written before the failure
+                self.failed_produce_requests += 1
+                required.pop(key, None)
+                entry.update(error_code=int(ErrorCode.kafka_storage_error), base_offset=-1, log_append_time=-1,
+                             log_start_offset=-1, error_message=str(error) or None)
+
+    def produce_run(self) -> "ProduceRun | None":
+        """
+        A L{ProduceRun} for Produce requests read together from one
+        connection, or C{None} when they must be served one by one (client
+        quotas are on: a request's throttle mutes the connection before the
+        next one is read, KIP-219).
+        """
+        if self.quotas.enabled:
+            return None
+        return ProduceRun(self)
 
     def _produce_acknowledged(self, errors: dict, context: RequestContext, results: list,
                               produce_bytes: int = 0) -> bytes:

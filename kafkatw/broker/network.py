@@ -326,7 +326,18 @@ class KafkaConnection(Int32StringReceiver):
         L{Int32StringReceiver.dataReceived} (quadratic for large requests).
         Once a request's response throttles the connection (L{throttle}),
         the requests already received after it stay buffered until it is unmuted.
+
+        Consecutive Produce requests read together are served as one
+        L{kafkatw.broker.apis.ProduceRun}: one write per partition for all
+        of them, then their responses, in order (unless client quotas are on,
+        whose throttles need each request served before the next is read).
         """
+        if self.authenticator is None or self.authenticator.complete:
+            make_run = getattr(self.apis, "produce_run", None)
+            run = make_run() if make_run is not None and self._unmute_call is None else None
+            if run is not None:
+                self._frames_received(data, run)
+                return
         try:
             for frame in self._frames.feed(data):
                 if self._closed:
@@ -336,6 +347,77 @@ class KafkaConnection(Int32StringReceiver):
                     break  # throttled: the frames after it wait in the buffer until unmuted
         except FrameSizeError as e:
             self.lengthLimitExceeded(e.size)
+
+    def _frames_received(self, data: bytes, run: Any) -> None:
+        """L{dataReceived} without client quotas: runs of Produce requests go through C{run}."""
+        frames: list[memoryview] = []
+        size_error = None
+        try:
+            frames.extend(self._frames.feed(data))
+        except FrameSizeError as e:
+            size_error = e
+        count = len(frames)
+        i = 0
+        while i < count and not self._closed:
+            frame = frames[i]
+            j = i
+            while j < count and len(frames[j]) > 1 and frames[j][0] == 0 and frames[j][1] == 0:
+                j += 1  # API key 0: Produce
+            if j - i > 1:
+                self._produce_run(frames[i:j], run)
+                i = j
+            else:
+                self.stringReceived(frame)
+                i += 1
+        if size_error is not None and not self._closed:
+            self.lengthLimitExceeded(size_error.size)
+
+    def _produce_run(self, frames: list[memoryview], run: Any) -> None:
+        """
+        Serve Produce requests read together: their appends are written once
+        (C{run.finish()}) before any of them is answered.  A frame that does
+        not parse ends the run: the requests before it are answered, then the
+        connection is closed.
+        """
+        apis = self.apis
+        request_metrics = getattr(apis, "request_metrics", None)
+        handled: list[tuple[Any, float, int]] = []
+        failure: tuple[Any, Exception] | None = None
+        try:
+            for frame in frames:
+                try:
+                    header = parse_request_header(frame)
+                except MalformedRequest as e:
+                    failure = (None, e)
+                    break
+                received = request_metrics.clock() if request_metrics is not None else 0.0
+                try:
+                    index = apis.handle(header, frame, self.context, run)
+                except (MalformedRequest, UnsupportedVersion) as e:
+                    failure = (header, e)
+                    break
+                if index is not None:  # None: acks=0, no answer
+                    handled.append((header, received, index))
+        finally:
+            answers = run.finish()
+        for header, received, index in handled:
+            self._answer(header, received, answers[index])
+        if failure is not None:
+            header, error = failure
+            self._refuse(header, error)
+
+    def _refuse(self, header: Any, error: Exception) -> None:
+        """Close the connection for a request that does not parse (C{header} C{None}) or is not served."""
+        if header is None:
+            _log.warn("closing connection from {peer}: malformed request ({error})", peer=self.peer, error=error)
+        else:
+            _log.warn(
+                "closing connection from {peer}: {api} v{version}: {error}",
+                peer=self.peer, api=API_NAMES.get(header.api_key, header.api_key),
+                version=header.api_version, error=error,
+            )
+        self._closed = True
+        self.transport.abortConnection()
 
     def lengthLimitExceeded(self, length: int) -> None:
         setting = "socket.request.max.bytes"
@@ -357,25 +439,22 @@ class KafkaConnection(Int32StringReceiver):
         try:
             header = parse_request_header(frame)
         except MalformedRequest as e:
-            _log.warn("closing connection from {peer}: malformed request ({error})", peer=self.peer, error=e)
-            self._closed = True
-            self.transport.abortConnection()
+            self._refuse(None, e)
             return
         request_metrics = getattr(self.apis, "request_metrics", None)
         received = request_metrics.clock() if request_metrics is not None else 0.0
         try:
             result = self.apis.handle(header, frame, self.context)
         except (MalformedRequest, UnsupportedVersion) as e:
-            _log.warn(
-                "closing connection from {peer}: {api} v{version}: {error}",
-                peer=self.peer, api=API_NAMES.get(header.api_key, header.api_key),
-                version=header.api_version, error=e,
-            )
-            self._closed = True
-            self.transport.abortConnection()
+            self._refuse(header, e)
             return
+        self._answer(header, received, result)
+
+    def _answer(self, header: Any, received: float, result: Any) -> None:
+        """Queue a request's answer (C{None}: none) behind the earlier ones and write what is ready."""
         if result is None:  # e.g. Produce with acks=0: no response at all
             return
+        request_metrics = getattr(self.apis, "request_metrics", None)
         slot = _Slot(header.api_key, received)
         if request_metrics is not None:
             request_metrics.record("requestqueuetimems", header.api_key, 0.0)

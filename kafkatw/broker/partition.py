@@ -254,20 +254,25 @@ class Partition:
 
     # --- leader: appends and the high watermark -----------------------------------
 
-    def append_as_leader(self, records: bytes, min_insync_replicas: int | None = None) -> Any:
+    def append_as_leader(self, records: bytes, min_insync_replicas: int | None = None, write: bool = True) -> Any:
         """
         Append a produce request's batches.
 
         @param min_insync_replicas: for acks=all, the ISR size required.
+        @param write: C{False}: the log's write waits for
+            C{log.write_pending()} (L{kafkatw.storage.log.PartitionLog.append}),
+            and so does the high watermark: call
+            L{maybe_advance_high_watermark} after it.
         @return: the log's C{AppendResult}.
         @raise KafkaError: L{NotLeaderOrFollowerError}, L{NotEnoughReplicasError},
             or the log's validation errors.
         """
-        log = self.leader_log()
+        if self.role != LEADER:
+            raise NotLeaderOrFollowerError(f"{self.name}: broker {self.broker_id} is not its leader")
         if min_insync_replicas is not None:
             self.check_min_isr(min_insync_replicas)
-        result = log.append(records, self.leader_epoch)
-        if not result.duplicate:
+        result = self.log.append(records, self.leader_epoch, False, write)
+        if write and not result.duplicate:
             self.maybe_advance_high_watermark()
         return result
 
@@ -280,6 +285,12 @@ class Partition:
         if self.role != LEADER:
             return False
         low = self.log.log_end_offset
+        if self._pending_isr is None and self.isr == [self.broker_id]:
+            # An ISR of one: the high watermark is the log end offset.
+            if low > self.log.high_watermark and self.log.update_high_watermark(low):
+                self._on_high_watermark(self)
+                return True
+            return False
         for replica in self.maximal_isr:
             if replica == self.broker_id:
                 continue

@@ -28,6 +28,7 @@ from twisted.logger import Logger
 from ..errors import (
     ErrorCode,
     KafkaError,
+    KafkaStorageError,
     NotLeaderOrFollowerError,
     UnknownTopicOrPartitionError,
     kafka_error,
@@ -70,6 +71,10 @@ class Purgatory:
 
     def __len__(self) -> int:
         return len(self.operations())
+
+    def __bool__(self) -> bool:
+        """Whether any operation waits (cheaper than C{len})."""
+        return bool(self._by_key)
 
 
 class DelayedOperation:
@@ -206,6 +211,8 @@ class ReplicaManager:
         self.fetcher_manager: Any = None
         self.fetch_purgatory = Purgatory()
         self.produce_purgatory = Purgatory()
+        #: (topic, partition) -> [partition, bytes appended] of appends made with write=False (L{write_pending})
+        self._unwritten: dict[tuple[str, int], list] = {}
         #: C{listener(topic, partition, role, leader_epoch)} after this broker's
         #: role of a partition changed (role C{"leader"}, C{"follower"} or
         #: C{"offline"}; leader epoch None when the partition is no longer
@@ -320,27 +327,69 @@ class ReplicaManager:
 
     # --- appends ------------------------------------------------------------------
 
-    def append(self, topic: str, partition: int, records: bytes, min_insync_replicas: int | None = None) -> Any:
+    def append(self, topic: str, partition: int, records: bytes, min_insync_replicas: int | None = None,
+               write: bool = True) -> Any:
         """
         Append a produce request's records to a partition this broker leads.
 
         @param min_insync_replicas: for acks=all, checked before appending.
+        @param write: C{False}: the write, the high watermark and the waiting
+            followers' fetches wait for L{write_pending}, so that the appends
+            of the Produce requests read together go out in one write per
+            partition.
         @return: the log's C{AppendResult}.
         @raise KafkaError: the error to answer for this partition.
         """
-        p = self.partitions.get((topic, partition))
+        key = (topic, partition)
+        p = self.partitions.get(key)
         if p is None:
             p = self.get_partition(topic, partition)
+        if not write:
+            unwritten = self._unwritten.get(key)
+            if unwritten is None:
+                unwritten = self._unwritten[key] = [p, 0]
+            result = p.append_as_leader(records, min_insync_replicas, False)
+            if not result.duplicate:
+                unwritten[1] += len(records)
+            return result
         result = p.append_as_leader(records, min_insync_replicas)
-        if not result.duplicate:
+        if not result.duplicate and self.fetch_purgatory:
             size = len(records)
-            for fetch in self.fetch_purgatory.watching((topic, partition)):
+            for fetch in self.fetch_purgatory.watching(key):
                 if fetch.replica:
                     fetch.on_append(size)
         return result
 
+    def write_pending(self) -> dict[tuple[str, int], Exception]:
+        """
+        Finish the appends made with C{append(..., write=False)}: write each
+        partition's batches (one C{os.writev}), then move its high watermark
+        and wake the followers' fetches waiting for data, as L{append} does
+        for one request.
+
+        @return: C{(topic, partition)} -> the C{KafkaStorageError} of a
+            partition whose write failed (its appends at or past its log end
+            offset were not written: see
+            L{kafkatw.storage.log.PartitionLog.write_pending}).
+        """
+        errors: dict[tuple[str, int], Exception] = {}
+        unwritten, self._unwritten = self._unwritten, {}
+        for key, (p, size) in unwritten.items():
+            try:
+                p.log.write_pending()
+            except KafkaStorageError as e:
+                errors[key] = e
+            p.maybe_advance_high_watermark()
+            if size and self.fetch_purgatory:
+                for fetch in self.fetch_purgatory.watching(key):
+                    if fetch.replica:
+                        fetch.on_append(size)
+        return errors
+
     def _high_watermark_moved(self, p: Partition) -> None:
         key = (p.topic, p.partition)
+        if not self.fetch_purgatory and not self.produce_purgatory:
+            return  # nobody waits
         lso = None
         for fetch in self.fetch_purgatory.watching(key):
             if fetch.replica:

@@ -97,6 +97,9 @@ class RequestHeader(NamedTuple):
 
 
 _request_schemas: dict[tuple[int, int], type] = {}
+#: (API key, version) -> whether its request header has tagged fields (header v2)
+_flexible_headers: dict[tuple[int, int], bool] = {}
+_tuple_new = tuple.__new__
 _response_schemas: dict[tuple[int, int], type] = {}
 
 
@@ -130,6 +133,8 @@ def response_schema(api_key: int, api_version: int) -> type:
 
 
 def _skip_tagged_fields(frame: bytes, pos: int) -> int:
+    if pos < len(frame) and not frame[pos]:
+        return pos + 1  # no tagged fields (what clients send)
     count, pos = _read_uvarint(frame, pos)
     for _ in range(count):
         _tag, pos = _read_uvarint(frame, pos)
@@ -176,16 +181,20 @@ def parse_request_header(frame: bytes | memoryview, flexible: bool | None = None
         end = pos + client_id_len
         if end > len(frame):
             raise MalformedRequest("client id runs past the end of the frame")
-        client_id = bytes(frame[pos:end]).decode("utf-8", "replace")
+        client_id = str(frame[pos:end], "utf-8", "replace")
         pos = end
     if flexible is None:
-        try:
-            flexible = request_schema(api_key, api_version).__flexible__
-        except UnsupportedVersion:
-            flexible = False
+        flexible = _flexible_headers.get((api_key, api_version))
+        if flexible is None:
+            try:
+                flexible = _flexible_headers[(api_key, api_version)] = request_schema(api_key,
+                                                                                     api_version).__flexible__
+            except UnsupportedVersion:
+                flexible = False  # not remembered: the cache holds real schemas only
     if flexible:
         pos = _skip_tagged_fields(frame, pos)
-    return RequestHeader(api_key, api_version, correlation_id, client_id, pos)
+    # tuple.__new__: RequestHeader(...) without the named tuple's Python-level __new__ (one per request)
+    return _tuple_new(RequestHeader, (api_key, api_version, correlation_id, client_id, pos))
 
 
 def decode_request(frame: bytes | memoryview, header: RequestHeader) -> Any:

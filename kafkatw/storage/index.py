@@ -62,6 +62,8 @@ class _Index:
         self._values = array(self._value_type)
         self._pending = bytearray()
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        #: whether the index holds C{max_entries} (kept up to date by every change, read on each append)
+        self.is_full = False
 
     _key_type = "i"
     _value_type = "i"
@@ -69,9 +71,8 @@ class _Index:
     def __len__(self) -> int:
         return len(self._keys)
 
-    @property
-    def is_full(self) -> bool:
-        return len(self._keys) >= self.max_entries
+    def _entries_changed(self) -> None:
+        self.is_full = len(self._keys) >= self.max_entries
 
     def load(self) -> None:
         """
@@ -86,6 +87,7 @@ class _Index:
         if size:
             data = os.pread(self._fd, size, 0)
         self._decode(data)
+        self._entries_changed()
 
     def _write_pending(self) -> None:
         if self._pending:
@@ -99,6 +101,7 @@ class _Index:
         self._keys.append(key)
         self._values.append(value)
         self._pending += entry
+        self.is_full = len(self._keys) >= self.max_entries
         if len(self._pending) >= _PENDING_LIMIT:
             self._write_pending()
 
@@ -108,6 +111,7 @@ class _Index:
         self._values = array(self._value_type)
         self._pending.clear()
         os.ftruncate(self._fd, 0)
+        self.is_full = False
 
     def _truncate_entries(self, count: int) -> None:
         if count >= len(self._keys):
@@ -116,6 +120,7 @@ class _Index:
         del self._keys[count:]
         del self._values[count:]
         os.ftruncate(self._fd, count * self.entry_size)
+        self._entries_changed()
 
     def flush(self, fsync: bool = True) -> None:
         self._write_pending()

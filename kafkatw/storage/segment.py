@@ -71,6 +71,8 @@ def segment_file_name(base_offset: int, suffix: str) -> str:
 
 #: iovecs per writev call (Linux's IOV_MAX is 1024).
 _IOV_MAX = 1024
+#: Buffers up to this size (bytes) appended with C{write=False} are copied into the pending bytearray.
+_COPY_MAX = 16384
 
 
 class LogSegment:
@@ -115,6 +117,12 @@ class LogSegment:
         self._bytes_since_index = 0
         #: batches scanned with CRC checks by L{recover} (for tests and metrics)
         self.recovered_batches = 0
+        #: buffers appended with C{write=False}, not in the file yet (L{write_pending}):
+        #: large ones as they came, small ones copied into the bytearray after them
+        self._pending: list = []
+        self._pending_tail = bytearray()
+        self._pending_bytes = 0
+        self._pending_first_offset = base_offset
 
     # -- properties ---------------------------------------------------------
 
@@ -255,6 +263,8 @@ class LogSegment:
 
     def read_header(self, position: int) -> BatchHeader | None:
         """The header of the batch at C{position}, or C{None} at or past the end."""
+        if self._pending_bytes:
+            self.write_pending()
         if position + BATCH_HEADER_SIZE > self.size_bytes:
             return None
         data = os.pread(self._fd, BATCH_HEADER_SIZE, position)
@@ -267,6 +277,8 @@ class LogSegment:
         Batch headers from C{position} to the end, one C{pread} each, no CRC
         check; stops at the first header that is not a plausible whole batch.
         """
+        if self._pending_bytes:
+            self.write_pending()
         size = os.fstat(self._fd).st_size
         fd = self._fd
         while position + BATCH_HEADER_SIZE <= size:
@@ -281,6 +293,8 @@ class LogSegment:
 
     def _find_batch(self, offset: int) -> BatchHeader | None:
         """The header of the first batch whose last offset is C{>= offset}."""
+        if self._pending_bytes:
+            self.write_pending()
         _, position = self.offset_index.lookup(offset)
         fd = self._fd
         size = self.size_bytes
@@ -304,31 +318,53 @@ class LogSegment:
 
     # -- append / read ------------------------------------------------------
 
-    def append(self, buf: bytes | bytearray | list, headers: list[BatchHeader], size_bytes: int | None = None) -> None:
+    def append(self, buf: bytes | bytearray | list, headers: list[BatchHeader], size_bytes: int | None = None,
+               write: bool = True) -> None:
         """
         Append whole batches with one C{os.write} (or C{os.writev} of a list
         of buffers, C{size_bytes} long in all).  Offsets in C{headers} are the
         patched ones; positions are relative to the start of the data.
+
+        With C{write=False} the buffers (a list) are kept in memory and only
+        the segment's bookkeeping moves (size, next offset, indexes): the
+        caller writes them, with those of the appends after it, in one
+        C{os.writev} by L{write_pending} before anything reads the file
+        (every read of this segment writes them first).
+
+        @raise KafkaStorageError: the write failed.
         """
         position = self.size_bytes
-        try:
-            if isinstance(buf, list):
-                total = size_bytes if size_bytes is not None else sum(len(b) for b in buf)
-                written = 0
-                for start in range(0, len(buf), _IOV_MAX):
-                    written += os.writev(self._fd, buf[start:start + _IOV_MAX])
-                if written < total:  # a short write: finish with the rest, joined
-                    rest = memoryview(b"".join(buf))[written:]
-                    while rest:
-                        rest = rest[os.write(self._fd, rest):]
-            else:
-                total = len(buf)
-                view = memoryview(buf)
-                written = os.write(self._fd, view)
-                while written < total:
-                    written += os.write(self._fd, view[written:])
-        except OSError as e:
-            raise KafkaStorageError(f"write to {self.path} failed: {e}") from e
+        if not write:
+            if not self._pending_bytes:
+                self._pending_first_offset = headers[0].base_offset
+            total = size_bytes if size_bytes is not None else sum(len(b) for b in buf)
+            # Small buffers are copied into one bytearray: nothing of the request stays referenced
+            # (no memoryview kept alive for the garbage collector to scan) and the write takes one iovec.
+            tail = self._pending_tail
+            for piece in buf:
+                if len(piece) <= _COPY_MAX:
+                    tail += piece
+                else:
+                    if tail:
+                        self._pending.append(tail)
+                        tail = self._pending_tail = bytearray()
+                    self._pending.append(piece)
+            self._pending_bytes += total
+        else:
+            if self._pending_bytes:
+                self.write_pending()
+            try:
+                if isinstance(buf, list):
+                    total = size_bytes if size_bytes is not None else sum(len(b) for b in buf)
+                    self._writev(buf, total)
+                else:
+                    total = len(buf)
+                    view = memoryview(buf)
+                    written = os.write(self._fd, view)
+                    while written < total:
+                        written += os.write(self._fd, view[written:])
+            except OSError as e:
+                raise KafkaStorageError(f"write to {self.path} failed: {e}") from e
         interval = self.index_interval_bytes
         since = self._bytes_since_index
         largest = self.largest_timestamp_ms
@@ -343,7 +379,63 @@ class LogSegment:
         self._bytes_since_index = since
         self.largest_timestamp_ms = largest
         self.size_bytes = position + total
-        self.next_offset = headers[-1].base_offset + headers[-1].last_offset_delta + 1
+        last = headers[-1]
+        self.next_offset = last.base_offset + last.last_offset_delta + 1
+
+    def _writev(self, buffers: list, total: int) -> None:
+        """Write C{buffers} (C{total} bytes) in order, C{_IOV_MAX} at a time, finishing short writes."""
+        fd = self._fd
+        if len(buffers) <= _IOV_MAX:
+            groups = [(buffers, total)]
+        else:
+            groups = [(g, sum(len(b) for b in g))
+                      for g in (buffers[i:i + _IOV_MAX] for i in range(0, len(buffers), _IOV_MAX))]
+        for group, wanted in groups:
+            written = os.writev(fd, group)
+            if written < wanted:  # a short write: finish this group, joined
+                rest = memoryview(b"".join(group))[written:]
+                while rest:
+                    rest = rest[os.write(fd, rest):]
+
+    @property
+    def has_pending(self) -> bool:
+        """Whether batches appended with C{write=False} are not in the file yet."""
+        return bool(self._pending_bytes)
+
+    @property
+    def pending_first_offset(self) -> int:
+        """The base offset of the first batch not in the file yet (L{next_offset} when none)."""
+        return self._pending_first_offset if self._pending_bytes else self.next_offset
+
+    def write_pending(self) -> None:
+        """
+        Write the batches appended with C{write=False}, in one C{os.writev}
+        (C{_IOV_MAX} buffers per call).  On failure the file is cut back to
+        where they began and they are dropped; the segment's bookkeeping
+        still counts them, and the log truncates it
+        (L{kafkatw.storage.log.PartitionLog.write_pending}).
+
+        @raise KafkaStorageError: the write failed.
+        """
+        if not self._pending_bytes:
+            return
+        pending = self._pending
+        if self._pending_tail:
+            pending.append(self._pending_tail)
+        total = self._pending_bytes
+        self._pending = []
+        self._pending_tail = bytearray()
+        self._pending_bytes = 0
+        try:
+            self._writev(pending, total)
+        except OSError as e:
+            start = self.size_bytes - total
+            try:
+                os.ftruncate(self._fd, start)
+            except OSError:
+                pass
+            self.size_bytes = start
+            raise KafkaStorageError(f"write to {self.path} failed: {e}") from e
 
     def read(
         self, start_offset: int, max_bytes: int, max_position: int | None = None, min_one_batch: bool = True
@@ -356,6 +448,8 @@ class LogSegment:
 
         @return: a L{FileRegion}, or C{None} when there is nothing to read.
         """
+        if self._pending_bytes:
+            self.write_pending()
         if start_offset >= self.next_offset:
             return None
         first = self._find_batch(start_offset)
@@ -423,6 +517,8 @@ class LogSegment:
 
         @return: bytes removed.
         """
+        if self._pending_bytes:
+            self.write_pending()
         if offset >= self.next_offset:
             return 0
         position = self.position_of(offset) if offset > self.base_offset else 0
@@ -448,6 +544,8 @@ class LogSegment:
 
     def flush(self) -> None:
         """C{fsync} the log and both indexes."""
+        if self._pending_bytes:
+            self.write_pending()
         try:
             os.fsync(self._fd)
             self.offset_index.flush()
@@ -463,6 +561,8 @@ class LogSegment:
         self.close_log()
 
     def close_log(self) -> None:
+        if self._pending_bytes:
+            self.write_pending()
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1

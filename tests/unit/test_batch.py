@@ -4,6 +4,8 @@ Tests for L{kafkatw.protocol.batch}.
 
 import struct
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 from twisted.trial.unittest import TestCase
 
@@ -11,6 +13,7 @@ from kafkatw.errors import CorruptRecordError, InvalidRecordError, RecordTooLarg
 from kafkatw.protocol.batch import (
     BATCH_HEADER_SIZE,
     LOG_OVERHEAD,
+    _parse_batches,
     build_batch,
     parse_batch_headers,
     patch_batch,
@@ -174,3 +177,37 @@ class PatchBatchTests(TestCase):
         second = DefaultRecordBatch(bytes(buf[headers[1].position:]))
         self.assertTrue(second.validate_crc())
         self.assertEqual([r.offset for r in second], [101, 102])
+
+
+def _outcome(parse, data, *args):
+    try:
+        return parse(data, *args)
+    except Exception as e:  # noqa: BLE001 - the error is the outcome compared
+        return (type(e), str(e))
+
+
+class OneBatchFastPathTests(TestCase):
+    """L{parse_batch_headers}' one-batch fast path answers as the batch-by-batch loop does."""
+
+    @settings(max_examples=300, deadline=None)
+    @given(values=st.lists(st.binary(max_size=60), min_size=1, max_size=4),
+           flips=st.lists(st.tuples(st.integers(0, 400), st.integers(1, 255)), max_size=2),
+           cut=st.integers(-3, 3), twice=st.booleans(), verify_crc=st.booleans(),
+           max_batch_bytes=st.sampled_from([None, 61, 100, 1 << 20]),
+           partial=st.booleans(), compacted=st.booleans())
+    def test_fast_path_is_the_loop(self, values, flips, cut, twice, verify_crc, max_batch_bytes, partial,
+                                   compacted):
+        data = bytearray(build_batch([(None, v) for v in values], timestamp_ms=1_700_000_000_000))
+        for position, xor in flips:
+            if position < len(data):
+                data[position] ^= xor
+        if cut < 0:
+            del data[cut:]
+        elif cut > 0:
+            data += bytes(cut)
+        if twice:
+            data = data + data
+        data = bytes(data)
+        args = (verify_crc, max_batch_bytes, partial, compacted)
+        self.assertEqual(_outcome(parse_batch_headers, data, *args),
+                         _outcome(_parse_batches, memoryview(data), *args))

@@ -28,7 +28,7 @@ from kafkatw.broker.network import KafkaConnection
 from kafkatw.broker.replica_manager import ReplicaManager
 from kafkatw.config import BrokerConfig, topic_log_config
 from kafkatw.errors import ErrorCode
-from kafkatw.protocol.batch import build_batch
+from kafkatw.protocol.batch import build_batch, parse_batch_headers
 from kafkatw.protocol.messages import decode_response, encode_request, parse_request_header
 from kafkatw.storage.log_manager import LogManager
 from kafkatw.testing import FakeZooKeeperClient
@@ -482,6 +482,201 @@ class ConnectionTests(unittest.TestCase):
         self.assertEqual(response.responses[0].partition_responses[0].error_code, ErrorCode.none)
 
 
+class ProduceRunTests(unittest.TestCase):
+    """
+    Produce requests read together (one C{dataReceived}) are appended with one
+    write per partition (L{kafkatw.broker.apis.ProduceRun}) and answered in
+    order once their batches are in the file.
+    """
+
+    def connect(self, h: BrokerHarness) -> tuple[KafkaConnection, StringTransport]:
+        return ConnectionTests.connect(self, h)  # type: ignore[arg-type]
+
+    def responses(self, transport: StringTransport) -> list[tuple[int, Any]]:
+        return [(cid, decode_response(0, 9, frame)[1])
+                for cid, frame in ConnectionTests.responses(self, transport)]  # type: ignore[arg-type]
+
+    def produce_frame(self, correlation_id: int, records: bytes, acks: int = 1, partition: int = 0,
+                      topic: str = "t") -> bytes:
+        return _frame(encode_request(0, 9, correlation_id, "c", {"acks": acks, "timeout": 1000, "topic_data": [
+            {"name": topic, "partition_data": [{"index": partition, "records": records}]}]}))
+
+    def batches(self, n: int) -> list[bytes]:
+        return [build_batch([(None, b"v%d" % i)] * (1 + i % 3), timestamp_ms=1_700_000_000_000 + i // 4)
+                for i in range(n)]
+
+    def log_bytes(self, h: BrokerHarness, partition: int = 0) -> list[tuple[int, bytes]]:
+        log = h.log_manager.get("t", partition)
+        out = []
+        for segment in log.segments:
+            with open(segment.path, "rb") as f:
+                out.append((segment.base_offset, f.read()))
+        return out
+
+    def test_many_requests_in_one_chunk(self) -> None:
+        """Offsets, responses and the bytes on disk are those of the requests sent one by one."""
+        batches = self.batches(40)
+        together, one_by_one = BrokerHarness(self), BrokerHarness(self)
+        for h in (together, one_by_one):
+            h.create_topic("t")
+        frames = [self.produce_frame(i, b) for i, b in enumerate(batches)]
+        connection, transport = self.connect(together)
+        connection.dataReceived(b"".join(frames))
+        other, other_transport = self.connect(one_by_one)
+        for frame in frames:
+            other.dataReceived(frame)
+        got = self.responses(transport)
+        self.assertEqual(got, self.responses(other_transport))
+        self.assertEqual([cid for cid, _ in got], list(range(40)))
+        offsets = [r.responses[0].partition_responses[0].base_offset for _, r in got]
+        self.assertEqual(offsets, [sum(1 + i % 3 for i in range(k)) for k in range(40)])
+        self.assertEqual(self.log_bytes(together), self.log_bytes(one_by_one))
+        log = together.log_manager.get("t", 0)
+        self.assertEqual(log.high_watermark, log.log_end_offset)
+        self.assertFalse(log.has_pending)
+
+    def test_roll_in_the_middle(self) -> None:
+        batches = self.batches(30)
+        segment_bytes = sum(len(b) for b in batches[:7])
+        together = BrokerHarness(self, **{"log.segment.bytes": segment_bytes})
+        one_by_one = BrokerHarness(self, **{"log.segment.bytes": segment_bytes})
+        for h in (together, one_by_one):
+            h.create_topic("t")
+        frames = [self.produce_frame(i, b, acks=0) for i, b in enumerate(batches)]
+        self.connect(together)[0].dataReceived(b"".join(frames))
+        other = self.connect(one_by_one)[0]
+        for frame in frames:
+            other.dataReceived(frame)
+        written = self.log_bytes(together)
+        self.assertGreater(len(written), 3)
+        self.assertEqual(written, self.log_bytes(one_by_one))
+        log = together.log_manager.get("t", 0)
+        self.assertEqual((log.log_end_offset, log.high_watermark), (sum(1 + i % 3 for i in range(30)),) * 2)
+
+    def test_fetch_in_the_same_chunk_sees_the_records(self) -> None:
+        h = BrokerHarness(self)
+        h.create_topic("t")
+        connection, transport = self.connect(h)
+        fetch = _frame(encode_request(1, 12, 99, "c", h.fetch_request("t", 0, 0)))
+        batches = self.batches(5)
+        connection.dataReceived(b"".join(self.produce_frame(i, b, acks=0) for i, b in enumerate(batches)) + fetch)
+        while transport.producer is not None:
+            transport.producer.resumeProducing()
+        [(cid, frame)] = ConnectionTests.responses(self, transport)  # type: ignore[arg-type]
+        self.assertEqual(cid, 99)
+        p = h.decode(1, 12, frame).responses[0].partitions[0]
+        self.assertEqual(p.high_watermark, 9)
+        self.assertEqual([h.base_offset for h in parse_batch_headers(p.records)], [0, 1, 3, 6, 7])
+
+    def test_acks1_answers_only_once_the_batches_are_in_the_file(self) -> None:
+        h = BrokerHarness(self)
+        h.create_topic("t")
+        connection, transport = self.connect(h)
+        log = h.log_manager.get("t", 0)
+        seen = []
+        write = transport.write
+
+        def checking_write(data: bytes) -> None:
+            seen.append((os.path.getsize(log.active_segment.path), log.log_end_offset, log.high_watermark))
+            write(data)
+
+        transport.write = checking_write  # type: ignore[method-assign]
+        batches = self.batches(6)
+        connection.dataReceived(b"".join(self.produce_frame(i, b) for i, b in enumerate(batches)))
+        self.assertEqual(len(self.responses(transport)), 6)
+        self.assertTrue(seen)
+        for file_size, leo, hw in seen:
+            self.assertEqual((file_size, hw), (sum(len(b) for b in batches), leo))
+
+    def test_waiting_consumer_fetch_woken_after_the_write(self) -> None:
+        h = BrokerHarness(self)
+        h.create_topic("t")
+        consumer, consumer_transport = self.connect(h)
+        consumer.dataReceived(_frame(encode_request(1, 12, 7, "c",
+                                                    h.fetch_request("t", 0, 0, max_wait_ms=5000, min_bytes=1))))
+        self.assertEqual(consumer_transport.value(), b"")
+        producer, _ = self.connect(h)
+        producer.dataReceived(b"".join(self.produce_frame(i, b, acks=0) for i, b in enumerate(self.batches(3))))
+        while consumer_transport.producer is not None:
+            consumer_transport.producer.resumeProducing()
+        [(cid, frame)] = ConnectionTests.responses(self, consumer_transport)  # type: ignore[arg-type]
+        p = h.decode(1, 12, frame).responses[0].partitions[0]
+        self.assertEqual((cid, p.high_watermark, len(parse_batch_headers(p.records))), (7, 6, 3))
+
+    def test_errors_are_per_request(self) -> None:
+        """A corrupt batch and an unknown partition in a run: those requests fail, the others append."""
+        h = BrokerHarness(self)
+        h.create_topic("t")
+        connection, transport = self.connect(h)
+        corrupt = bytearray(build_batch([(None, b"x")]))
+        corrupt[-1] ^= 1
+        frames = [self.produce_frame(0, build_batch([(None, b"a")])), self.produce_frame(1, bytes(corrupt)),
+                  self.produce_frame(2, build_batch([(None, b"b")]), partition=5),
+                  self.produce_frame(3, build_batch([(None, b"c")]))]
+        connection.dataReceived(b"".join(frames))
+        codes = [(r.responses[0].partition_responses[0].error_code, r.responses[0].partition_responses[0].base_offset)
+                 for _, r in self.responses(transport)]
+        self.assertEqual(codes, [(ErrorCode.none, 0), (ErrorCode.corrupt_message, -1),
+                                 (ErrorCode.unknown_topic_or_partition, -1), (ErrorCode.none, 1)])
+
+    def test_a_failed_write_fails_the_requests_it_lost(self) -> None:
+        from kafkatw.storage import segment as segment_module
+
+        h = BrokerHarness(self)
+        h.create_topic("t")
+        connection, transport = self.connect(h)
+        connection.dataReceived(self.produce_frame(0, build_batch([(None, b"a")])))  # written alone
+
+        def failing_writev(fd: int, buffers: Any) -> int:
+            raise OSError(28, "No space left on device")
+
+        self.patch(segment_module.os, "writev", failing_writev)
+        connection.dataReceived(b"".join(self.produce_frame(i, b) for i, b in enumerate(self.batches(3), 1)))
+        codes = [r.responses[0].partition_responses[0].error_code for _, r in self.responses(transport)]
+        self.assertEqual(codes, [ErrorCode.none] + [ErrorCode.kafka_storage_error] * 3)
+        log = h.log_manager.get("t", 0)
+        self.assertEqual((log.log_end_offset, log.high_watermark), (1, 1))
+
+    def test_idempotent_sequences_within_a_run(self) -> None:
+        """Each request is checked against the ones before it in the run: next sequences, a retry, a gap."""
+        h = BrokerHarness(self)
+        h.create_topic("t")
+        pid = h.call(22, 4, {"transactional_id": None, "transaction_timeout": 60000, "producer_id": -1,
+                             "producer_epoch": -1}).producer_id
+
+        def batch(sequence: int) -> bytes:
+            return build_batch([(None, b"v")] * 2, producer_id=pid, producer_epoch=0, base_sequence=sequence)
+
+        connection, transport = self.connect(h)
+        connection.dataReceived(b"".join(self.produce_frame(i, batch(seq)) for i, seq in enumerate([0, 2, 2, 4, 9])))
+        got = [(r.responses[0].partition_responses[0].error_code, r.responses[0].partition_responses[0].base_offset)
+               for _, r in self.responses(transport)]
+        self.assertEqual(got, [(ErrorCode.none, 0), (ErrorCode.none, 2), (ErrorCode.none, 2), (ErrorCode.none, 4),
+                               (ErrorCode.out_of_order_sequence_number, -1)])
+        self.assertEqual(h.log_manager.get("t", 0).log_end_offset, 6)
+
+    def test_acks_all_in_a_run(self) -> None:
+        h = BrokerHarness(self)
+        h.create_topic("t")
+        connection, transport = self.connect(h)
+        connection.dataReceived(b"".join(self.produce_frame(i, b, acks=-1) for i, b in enumerate(self.batches(3))))
+        got = [(cid, r.responses[0].partition_responses[0].base_offset) for cid, r in self.responses(transport)]
+        self.assertEqual(got, [(0, 0), (1, 1), (2, 3)])
+        self.assertFalse(h.apis.in_flight)
+
+    def test_malformed_frame_ends_the_run(self) -> None:
+        """The requests before it are answered; then the connection closes."""
+        h = BrokerHarness(self)
+        h.create_topic("t")
+        connection, transport = self.connect(h)
+        bad = _frame(struct.pack(">hhih", 0, 9, 9, -1) + b"\x00\xff\xff\xff\xff\xff")
+        connection.dataReceived(self.produce_frame(0, build_batch([(None, b"a")])) + bad
+                                + self.produce_frame(2, build_batch([(None, b"b")])))
+        self.assertEqual([cid for cid, _ in self.responses(transport)], [0])
+        self.assertTrue(transport.disconnecting)
+        self.assertEqual(h.log_manager.get("t", 0).log_end_offset, 1)
+
+
 class ReplicationApisTests(unittest.TestCase):
     """
     acks=all, the purgatories and the leader-epoch checks through KafkaApis:
@@ -587,6 +782,20 @@ class ReplicationApisTests(unittest.TestCase):
         self.assertEqual((p.error_code, p.high_watermark), (ErrorCode.none, 0))
         self.assertTrue(p.records)
         self.assertEqual(h.replica_manager.fetch_purgatory_size, 0)
+
+    def test_follower_fetch_is_woken_after_a_produce_run(self) -> None:
+        """Produce requests read together (ProduceRun): the follower's fetch is woken once they are written."""
+        h = self.harness()
+        waiting = h.request(1, 12, h.fetch_request("t", 0, 0, max_wait_ms=1000, replica_id=1))
+        connection, transport = ConnectionTests.connect(self, h)  # type: ignore[arg-type]
+        frames = [ProduceRunTests.produce_frame(self, i, build_batch([(None, b"v%d" % i)]))  # type: ignore[arg-type]
+                  for i in range(3)]
+        connection.dataReceived(b"".join(frames))
+        p = h.decode(1, 12, self.successResultOf(waiting)).responses[0].partitions[0]
+        self.assertEqual([b.base_offset for b in parse_batch_headers(p.records)], [0, 1, 2])
+        self.assertEqual(h.replica_manager.fetch_purgatory_size, 0)
+        self.assertEqual(h.log_manager.get("t", 0).high_watermark, 0)  # the follower has not fetched past 0 yet
+        self.assertEqual(len(ConnectionTests.responses(self, transport)), 3)  # type: ignore[arg-type]
 
     def test_follower_fetch_waits_out_its_max_wait(self) -> None:
         h = self.harness()

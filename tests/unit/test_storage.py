@@ -17,12 +17,14 @@ from kafkatw.errors import (
     ErrorCode,
     InvalidProducerEpochError,
     KafkaError,
+    KafkaStorageError,
     OffsetOutOfRangeError,
     OutOfOrderSequenceError,
     RecordTooLargeError,
 )
 from kafkatw.protocol.batch import build_batch, parse_batch_headers
 from kafkatw.protocol.records import decode_batches, encode_batch
+from kafkatw.storage import segment as segment_module
 from kafkatw.storage.index import OffsetIndex, TimeIndex
 from kafkatw.storage.log import FILE_DELETE_DELAY_MS, LogConfig, PartitionLog
 from kafkatw.storage.log_manager import (
@@ -725,3 +727,157 @@ class CheckpointSkipTests(unittest.TestCase):
         with open(path) as f:
             self.assertEqual(f.read().split("\n")[2], "t 0 1")
         manager.close()
+
+
+def _log_files(directory):
+    """Every file of a log directory: name -> bytes (the checkpoint of leader epochs included)."""
+    out = {}
+    for name in sorted(os.listdir(directory)):
+        with open(os.path.join(directory, name), "rb") as f:
+            out[name] = f.read()
+    return out
+
+
+class DeferredWriteTests(LogTestMixin, TestCase):
+    """
+    C{append(..., write=False)} then C{write_pending()} (the broker's
+    L{kafkatw.broker.apis.ProduceRun}): the same log, byte for byte, as
+    appending one by one.
+    """
+
+    def pair(self, **config):
+        return self.make_log(path=self.mktemp(), **config), self.make_log(path=self.mktemp(), **config)
+
+    def assert_same(self, deferred, reference):
+        self.assertEqual(deferred.log_end_offset, reference.log_end_offset)
+        self.assertEqual([s.base_offset for s in deferred.segments], [s.base_offset for s in reference.segments])
+        for d, r in zip(deferred.segments, reference.segments):
+            self.assertEqual((d.size_bytes, d.next_offset, d.largest_timestamp_ms),
+                             (r.size_bytes, r.next_offset, r.largest_timestamp_ms))
+        deferred.flush()
+        reference.flush()
+        for log in (deferred, reference):
+            for segment in log.segments:
+                segment.offset_index.flush(fsync=False)
+                segment.time_index.flush(fsync=False)
+        self.assertEqual(_log_files(deferred.directory), _log_files(reference.directory))
+
+    @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(sizes=st.lists(st.tuples(st.integers(1, 4), st.integers(0, 300), st.booleans()), min_size=1, max_size=30),
+           segment_bytes=st.integers(200, 3000), interval=st.integers(1, 600))
+    def test_same_log_as_one_by_one(self, sizes, segment_bytes, interval):
+        """Offsets, segments (rolls in the middle included), indexes, epochs: as appending one by one."""
+        deferred, reference = self.pair(segment_bytes=segment_bytes, index_interval_bytes=interval)
+        ts = 1_000_000
+        for i, (count, size, write_now) in enumerate(sizes):
+            ts += i % 3
+            epoch = i // 10  # a new leader epoch now and then
+            records = batch(count, size=size, ts=ts)
+            a = deferred.append(records, epoch, write=False)
+            b = reference.append(records, epoch)
+            self.assertEqual(a, b)
+            if write_now:
+                deferred.write_pending()
+                self.assertFalse(deferred.has_pending)
+        deferred.write_pending()
+        self.assert_same(deferred, reference)
+        self.assertEqual(deferred.leader_epoch_cache.entries, reference.leader_epoch_cache.entries)
+        self.assertEqual(read_offsets(deferred, 0), read_offsets(reference, 0))
+        deferred.close()
+        reference.close()
+
+    def test_nothing_in_the_file_until_written(self):
+        log = self.make_log()
+        log.append(batch(2), 0, write=False)
+        log.append(batch(3), 0, write=False)
+        self.assertEqual(log.log_end_offset, 5)
+        self.assertTrue(log.has_pending)
+        self.assertEqual(os.path.getsize(log.active_segment.path), 0)
+        log.write_pending()
+        self.assertEqual(os.path.getsize(log.active_segment.path), log.active_segment.size_bytes)
+        self.assertEqual(read_offsets(log, 0), list(range(5)))
+
+    def test_a_read_writes_what_is_pending_first(self):
+        log = self.make_log()
+        log.append(batch(2), 0, write=False)
+        self.assertEqual(read_offsets(log, 0), [0, 1])
+        self.assertFalse(log.has_pending)
+
+    def test_roll_writes_the_old_segment_first(self):
+        size = len(batch(1, size=100))
+        log = self.make_log(segment_bytes=2 * size + 10)
+        for _ in range(4):
+            log.append(batch(1, size=100), 0, write=False)
+        self.assertEqual(len(log.segments), 2)
+        old = log.segments[0]
+        self.assertEqual(os.path.getsize(old.path), old.size_bytes)  # written when the new segment began
+        self.assertEqual(old.size_bytes, 2 * size)
+        self.assertEqual(os.path.getsize(log.active_segment.path), 0)
+        log.write_pending()
+        self.assertEqual(read_offsets(log, 0), [0, 1, 2, 3])
+
+    def test_flush_messages_writes_and_flushes_each_append(self):
+        log = self.make_log(flush_messages=1)
+        log.append(batch(2), 0, write=False)
+        self.assertFalse(log.has_pending)
+        self.assertEqual(log.recovery_point, 2)
+
+    def test_failed_write_truncates_to_what_was_written(self):
+        log = self.make_log()
+        log.append(batch(2), 0)
+        written = log.active_segment.size_bytes
+        log.append(batch(3), 0, write=False)
+        log.append(batch(1), 0, write=False)
+        real_writev = os.writev
+        self.patch(segment_module.os, "writev", _failing_writev)
+        self.assertRaises(KafkaStorageError, log.write_pending)
+        self.patch(segment_module.os, "writev", real_writev)
+        self.assertEqual(log.log_end_offset, 2)
+        self.assertEqual(log.active_segment.size_bytes, written)
+        self.assertEqual(os.path.getsize(log.active_segment.path), written)
+        self.assertFalse(log.has_pending)
+        self.assertEqual(log.append(batch(1), 0).base_offset, 2)  # the offsets are free again
+
+    def test_failed_roll_write_refuses_the_rest_until_reported(self):
+        log = self.make_log(segment_bytes=2 * len(batch(1, size=100)) + 10)
+        log.append(batch(1, size=100), 0, write=False)
+        log.append(batch(1, size=100), 0, write=False)
+        self.patch(segment_module.os, "writev", _failing_writev)
+        self.assertRaises(KafkaStorageError, log.append, batch(1, size=100), 0, write=False)  # the roll's write
+        self.assertEqual(log.log_end_offset, 0)
+        self.assertRaises(KafkaStorageError, log.append, batch(1), 0, write=False)
+        self.assertRaises(KafkaStorageError, log.write_pending)
+        self.assertFalse(log.has_pending)
+        self.assertEqual([s.size_bytes for s in log.segments], [0])
+        self.assertEqual(log.append(batch(1), 0, write=False).base_offset, 0)  # reported: appends again
+
+    def test_writev_of_more_buffers_than_iov_max_and_short_writes(self):
+        log = self.make_log()
+        real_writev = os.writev
+
+        def short_writev(fd, buffers):
+            return real_writev(fd, list(buffers)[: max(1, len(buffers) // 2)])
+
+        self.patch(segment_module.os, "writev", short_writev)
+        segment = log.active_segment
+        pieces = [bytes([i % 256]) * (segment_module._COPY_MAX + 1 + i % 3) for i in range(2100)]
+        headers = parse_batch_headers(build_batch([(None, b"x")], timestamp_ms=1))
+        segment.append(pieces, headers, sum(len(p) for p in pieces), write=False)
+        segment.write_pending()
+        with open(segment.path, "rb") as f:
+            self.assertEqual(f.read(), b"".join(pieces))
+
+
+def _failing_writev(fd, buffers):
+    raise OSError(28, "No space left on device")
+
+
+class DeferredWriteGuardTests(LogTestMixin, TestCase):
+    def test_segment_truncation_writes_what_is_pending_first(self):
+        log = self.make_log()
+        log.append(batch(2), 0, write=False)
+        log.append(batch(1), 0, write=False)
+        log.active_segment.truncate_to(2)
+        self.assertEqual(log.active_segment.next_offset, 2)
+        self.assertEqual(read_offsets(log, 0), [0, 1])
+        self.assertEqual(os.path.getsize(log.active_segment.path), log.active_segment.size_bytes)
