@@ -326,9 +326,13 @@ class CoordinatorFailoverTests(unittest.TestCase):
             if victim is None:
                 raise unittest.SkipTest("both partitions are led by the coordinator's broker")
             producer.begin_transaction()
+            delivered: list[bytes] = []
             for i in range(20):
-                producer.produce("lk-out", f"lk-{i}".encode(), partition=i % 2)
+                producer.produce("lk-out", f"lk-{i}".encode(), partition=i % 2,
+                                 on_delivery=lambda err, msg: err is None and delivered.append(msg.value()))
             producer.flush(30)
+            # the premise: every record acknowledged by the in-sync replicas before the kill
+            self.assertEqual(len(delivered), 20, f"acknowledged before the kill: {len(delivered)} of 20")
             cluster[victim].kill()
             try:
                 producer.commit_transaction(60)
@@ -343,9 +347,19 @@ class CoordinatorFailoverTests(unittest.TestCase):
                                   timeout_s=90, what="every committed record")[0]
                 self.assertEqual(values, sorted(f"lk-{i}".encode() for i in range(20)))
             else:
-                wait_for(lambda: len(read_values(alive, "lk-out", "read_uncommitted", expect=20, timeout_s=5)) == 20,
-                         timeout_s=90, what="the records")
+                try:
+                    wait_for(lambda: len(read_values(alive, "lk-out", "read_uncommitted", expect=20,
+                                                     timeout_s=5)) == 20, timeout_s=90, what="the records")
+                except Exception as e:
+                    raise AssertionError(f"{e}; partitions now: {self._partition_states(alive)}") from e
                 self.assertEqual(read_values(alive, "lk-out", "read_committed", timeout_s=5), [])
+
+    @staticmethod
+    def _partition_states(bootstrap: str) -> dict:
+        """Leader and ISR of each partition of lk-out (for a failure's message)."""
+        topic = AdminClient({"bootstrap.servers": bootstrap}).list_topics("lk-out", timeout=10).topics["lk-out"]
+        return {p.id: {"leader": p.leader, "isr": list(p.isrs), "error": str(p.error)}
+                for p in topic.partitions.values()}
 
     @staticmethod
     def _coordinator(bootstrap: str, transactional_id: str) -> int:
