@@ -120,7 +120,10 @@ def spark_session(master: str):
 
 
 def spark_cpu_s() -> float:
-    """CPU seconds of this process's children except the broker and ZooKeeper: the JVM and Spark's Python workers."""
+    """
+    CPU seconds of this process's children except the broker and ZooKeeper:
+    the JVM and Spark's Python workers, those that have exited included.
+    """
     children: dict[int, list[tuple[int, float]]] = {}
     for name in os.listdir("/proc"):
         if name.isdigit():
@@ -129,7 +132,9 @@ def spark_cpu_s() -> float:
                     fields = f.read().rsplit(")", 1)[1].split()
             except OSError:
                 continue
-            children.setdefault(int(fields[1]), []).append((int(name), (int(fields[11]) + int(fields[12])) / CLK_TCK))
+            # utime + stime, and cutime + cstime: the CPU of its children that have exited
+            # (Spark's Python workers that ended), which is no longer found in /proc
+            children.setdefault(int(fields[1]), []).append((int(name), sum(map(int, fields[11:15])) / CLK_TCK))
     total = 0.0
     todo = [os.getpid()]
     while todo:
@@ -220,6 +225,9 @@ def main() -> int:
                                     parser=args.parser)
                 elapsed = time.perf_counter() - started
                 progress = [p for p in query.recentProgress if p["numInputRows"]]
+                deadline = time.monotonic() + 10  # the listener hears of the last batch a moment later
+                while len(marks) < len(progress) and time.monotonic() < deadline:
+                    time.sleep(0.1)
                 rows = sum(p["numInputRows"] for p in progress)
                 cpu_s = spark_cpu_s() - cpu_before
                 emit("job", round(elapsed, 2), "s", lines=rows, lines_per_s=round(rows / elapsed),
@@ -229,7 +237,7 @@ def main() -> int:
                 if steady:
                     steady_rows = sum(p["numInputRows"] for p in steady)
                     steady_s = sum(p["durationMs"]["triggerExecution"] for p in steady) / 1000
-                    steady_cpu = marks[-1] - marks[0] if len(marks) == len(progress) else None
+                    steady_cpu = marks[len(progress) - 1] - marks[0] if len(marks) >= len(progress) else None
                     emit("job_steady", round(steady_rows / steady_s), "lines/s", lines=steady_rows,
                          seconds=round(steady_s, 2), first_batch_s=round(progress[0]["durationMs"]
                                                                          ["triggerExecution"] / 1000, 2),
