@@ -13,7 +13,9 @@ One JSON line per figure:
   - job: the whole availableNow run (first micro-batch included) and its
     steady rate: lines / time of the micro-batches after the first (from the
     query's progress reports, C{durationMs.triggerExecution}), i.e. after
-    Spark's and the Python workers' start-up;
+    Spark's and the Python workers' start-up; with the CPU seconds of the
+    JVM and Spark's Python workers (this process's children but the broker
+    and ZooKeeper) per line, for the whole run and for the steady phase;
   - check: the line total in the parquet output equals the lines shipped.
 
 Client, broker and Spark share this machine's cores.
@@ -118,7 +120,10 @@ def spark_session(master: str):
 
 
 def spark_cpu_s() -> float:
-    """CPU seconds of this process's children except the broker and ZooKeeper: the JVM and Spark's Python workers."""
+    """
+    CPU seconds of this process's children except the broker and ZooKeeper:
+    the JVM and Spark's Python workers, those that have exited included.
+    """
     children: dict[int, list[tuple[int, float]]] = {}
     for name in os.listdir("/proc"):
         if name.isdigit():
@@ -127,7 +132,9 @@ def spark_cpu_s() -> float:
                     fields = f.read().rsplit(")", 1)[1].split()
             except OSError:
                 continue
-            children.setdefault(int(fields[1]), []).append((int(name), (int(fields[11]) + int(fields[12])) / CLK_TCK))
+            # utime + stime, and cutime + cstime: the CPU of its children that have exited
+            # (Spark's Python workers that ended), which is no longer found in /proc
+            children.setdefault(int(fields[1]), []).append((int(name), sum(map(int, fields[11:15])) / CLK_TCK))
     total = 0.0
     todo = [os.getpid()]
     while todo:
@@ -137,6 +144,34 @@ def spark_cpu_s() -> float:
             total += cpu
             todo.append(pid)
     return total
+
+
+def cpu_marks(spark) -> list[float]:
+    """
+    L{spark_cpu_s} as each micro-batch with input ends (a query listener's
+    progress events, delivered a moment after the batch): the steady phase's
+    CPU is the last mark minus the first.
+    """
+    from pyspark.sql.streaming import StreamingQueryListener
+
+    marks: list[float] = []
+
+    class Marks(StreamingQueryListener):
+        def onQueryStarted(self, event) -> None:
+            pass
+
+        def onQueryProgress(self, event) -> None:
+            if event.progress.numInputRows:
+                marks.append(spark_cpu_s())
+
+        def onQueryIdle(self, event) -> None:
+            pass
+
+        def onQueryTerminated(self, event) -> None:
+            pass
+
+    spark.streams.addListener(Marks())
+    return marks
 
 
 _EXCLUDED: set[int] = set()
@@ -181,6 +216,7 @@ def main() -> int:
             try:
                 job = load_job()
                 output = os.path.join(tmp, "output")
+                marks = cpu_marks(spark)
                 cpu_before = spark_cpu_s()
                 started = time.perf_counter()
                 with open(os.devnull, "w") as quiet:
@@ -189,16 +225,24 @@ def main() -> int:
                                     parser=args.parser)
                 elapsed = time.perf_counter() - started
                 progress = [p for p in query.recentProgress if p["numInputRows"]]
+                deadline = time.monotonic() + 10  # the listener hears of the last batch a moment later
+                while len(marks) < len(progress) and time.monotonic() < deadline:
+                    time.sleep(0.1)
                 rows = sum(p["numInputRows"] for p in progress)
+                cpu_s = spark_cpu_s() - cpu_before
                 emit("job", round(elapsed, 2), "s", lines=rows, lines_per_s=round(rows / elapsed),
-                     batches=len(progress), parser=args.parser, cpu_s=round(spark_cpu_s() - cpu_before, 2))
+                     batches=len(progress), parser=args.parser, cpu_s=round(cpu_s, 2),
+                     cpu_us_per_line=round(cpu_s / max(rows, 1) * 1e6, 1))
                 steady = progress[1:]
                 if steady:
                     steady_rows = sum(p["numInputRows"] for p in steady)
                     steady_s = sum(p["durationMs"]["triggerExecution"] for p in steady) / 1000
+                    steady_cpu = marks[len(progress) - 1] - marks[0] if len(marks) >= len(progress) else None
                     emit("job_steady", round(steady_rows / steady_s), "lines/s", lines=steady_rows,
                          seconds=round(steady_s, 2), first_batch_s=round(progress[0]["durationMs"]
-                                                                         ["triggerExecution"] / 1000, 2))
+                                                                         ["triggerExecution"] / 1000, 2),
+                         cpu_s=None if steady_cpu is None else round(steady_cpu, 2),
+                         cpu_us_per_line=None if steady_cpu is None else round(steady_cpu / steady_rows * 1e6, 1))
                 total = spark.read.parquet(os.path.join(output, "batch-*")).groupBy().sum("count").collect()[0][0]
                 emit("check", total == args.lines, "bool", parquet_lines=total, shipped=args.lines)
             finally:

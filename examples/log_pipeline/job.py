@@ -74,6 +74,13 @@ def process_batch(batch_df: Any, batch_id: int, output: str, summary: Summary, p
     The C{foreachBatch} function: parse, count, write C{<output>/batch-<id>},
     summarise.
 
+    The lines are parsed and aggregated in one pass (one Spark job over the
+    micro-batch's records): one aggregation with two grouping sets, the
+    output's groups (source, minute, level, status; C{error} follows from
+    level and status) and the messages.  Its result, a few rows per minute
+    and message, is cached; the parquet output, the per-source totals and the
+    top messages are read from it.
+
     @param parser: C{"sql"}: Spark SQL expressions, in the JVM
         (L{parsing_sql.parse}); C{"python"}: the reference parser, per line in
         Python workers (L{parsing.parse_arrow_batches}).  Same rows.
@@ -85,21 +92,47 @@ def process_batch(batch_df: Any, batch_id: int, output: str, summary: Summary, p
         parsed = rows.mapInArrow(parsing.parse_arrow_batches, PARSED_SCHEMA)
     else:
         parsed = parsing_sql.parse(rows)
-    parsed = parsed.persist()
+    keys = ["source", "minute", "level", "status", "error"]
+    groups = (parsed.groupingSets([keys, ["message"]], *keys, "message")
+              .agg(F.count(F.lit(1)).alias("count"), F.grouping("message").alias("per_group"))
+              .persist())
     try:
-        counts = (parsed.groupBy("source", "minute", "level", "status")
-                  .agg(F.count(F.lit(1)).alias("count")).select("source", "minute", "level", "status", "count"))
-        per_source = (parsed.groupBy("source").agg(F.count(F.lit(1)).alias("lines"),
-                                                     F.sum(F.col("error").cast("long")).alias("errors"))
+        counts = groups.where(F.col("per_group") == 1)
+        per_source = (counts.groupBy("source").agg(F.sum("count").alias("lines"),
+                                                    F.sum(F.when(F.col("error"), F.col("count")).otherwise(0))
+                                                    .alias("errors"))
                       .collect())
         if not per_source:
             return
-        counts.coalesce(1).write.mode("overwrite").parquet(os.path.join(output, f"batch-{batch_id:08d}"))
-        messages = (parsed.groupBy("message").count().orderBy(F.desc("count"), "message")
-                    .limit(summary.top).collect())
+        (counts.select("source", "minute", "level", "status", "count").coalesce(1)
+         .write.mode("overwrite").parquet(os.path.join(output, f"batch-{batch_id:08d}")))
+        messages = (groups.where(F.col("per_group") == 0).select("message", "count")
+                    .orderBy(F.desc("count"), "message").limit(summary.top).collect())
         summary.add(batch_id, per_source, messages)
     finally:
-        parsed.unpersist()
+        groups.unpersist()
+
+
+#: Spark's default C{spark.sql.codegen.hugeMethodLimit}
+_SPARK_HUGE_METHOD_LIMIT = "65535"
+
+
+def tune(spark: Any) -> None:
+    """
+    Session settings the job needs to run at speed, where the session has
+    Spark's defaults.
+
+    C{spark.sql.codegen.hugeMethodLimit} = 8000: the parsing expressions
+    (L{parsing_sql.parse}) make one whole-stage-generated method of about
+    26 KB of bytecode, and the JVM does not compile methods over 8000 bytes
+    (HotSpot's C{DontCompileHugeMethods}): it would interpret that method for
+    every line, at about twice the CPU per line.  With the limit at 8000,
+    Spark runs that stage without whole-stage code generation, with
+    expressions in generated methods small enough to be compiled.
+    """
+    key = "spark.sql.codegen.hugeMethodLimit"
+    if spark.conf.get(key, _SPARK_HUGE_METHOD_LIMIT) == _SPARK_HUGE_METHOD_LIMIT:
+        spark.conf.set(key, "8000")
 
 
 def run(spark: Any, bootstrap: str, topic: str, output: str, checkpoint: str, available_now: bool = True,
@@ -114,6 +147,7 @@ def run(spark: Any, bootstrap: str, topic: str, output: str, checkpoint: str, av
     import kafkatw.spark
 
     kafkatw.spark.register(spark)
+    tune(spark)
     if parser == "python":
         spark.sparkContext.addPyFile(os.path.join(HERE, "parsing.py"))
     reader = (spark.readStream.format("kafkatw").option("kafka.bootstrap.servers", bootstrap)

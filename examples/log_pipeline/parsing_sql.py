@@ -173,7 +173,7 @@ def _days(F: Any, y: Any, m: Any, d: Any) -> Any:
 
 def _offset_minutes(F: Any, zone: Any) -> Any:
     """parsing._zone as minutes east of UTC: '' or 'Z' -> 0; '+hh:mm', '+hhmm'."""
-    digits = F.regexp_replace(zone, ":", "")
+    digits = F.replace(zone, F.lit(":"), F.lit(""))
     sign = F.when(F.substring(digits, 1, 1) == "-", -1).otherwise(1)
     minutes = F.substring(digits, 2, 2).try_cast("long") * 60 + F.substring(digits, 4, 2).try_cast("long")
     return F.when((zone == "") | (zone == "Z"), F.lit(0).cast("long")).otherwise(sign * minutes)
@@ -294,7 +294,8 @@ def _build(df: Any) -> Any:
     offset = F.when(access, _offset_minutes(F, field(6))).when(iso_like, _offset_minutes(F, field(7))).otherwise(zero)
     request = F.get(g, 8)
     first_two = F.regexp_replace(request, p["request"] + "(?s:.*)", "$1 $2")
-    access_message = F.when(request.rlike(p["request"]),
+    # p["request"] matches where the request has a character that is not whitespace
+    access_message = F.when(F.btrim(request, F.lit(p["whitespace"])) != "",
                             F.substring_index(F.rtrim(first_two, F.lit(" ")), "?", 1)).otherwise(request)
     twistd_word = F.lower(F.get(g, 8))
     bad_month = rfc & F.try_element_at(month, field(0)).isNull()  # RFC 3164 with no month name: unparsed

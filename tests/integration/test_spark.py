@@ -443,6 +443,12 @@ class _PipelineCases:
         twistd = os.path.join(logs, "twistd.log")
         by_level = {r[0]: r[1] for r in df.where(df.source == twistd).groupBy("level").sum("count").collect()}
         self.assertEqual(by_level, {"info": 80, "unparsed": 68})
+        # the summary's error totals (from the same aggregation as the output) agree with the output
+        errors = (df.where(df.level.isin("error", "critical") | (df.status >= 500)).groupBy().sum("count")
+                  .collect()[0][0])
+        batches = re.findall(r"--- batch \d+: (\d+) lines, (\d+) errors", printed.getvalue())
+        self.assertEqual((sum(int(b[0]) for b in batches), sum(int(b[1]) for b in batches)),
+                         (sum(self.expected(logs).values()), errors))
 
 
 class SparkTests(_DataSourceCases, _PipelineCases, SparkTestsBase):

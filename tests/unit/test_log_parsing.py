@@ -1,5 +1,6 @@
 """
-Tests of the log pipeline's line parsing (examples/log_pipeline/parsing.py): no Spark.
+Tests of the log pipeline's line parsing (examples/log_pipeline/parsing.py)
+and of its job's session settings (examples/log_pipeline/job.py): no Spark.
 """
 
 from __future__ import annotations
@@ -14,6 +15,10 @@ _PATH = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "log_pip
 _spec = importlib.util.spec_from_file_location("log_pipeline_parsing", _PATH)
 parsing = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(parsing)
+_JOB_PATH = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "log_pipeline", "job.py")
+_job_spec = importlib.util.spec_from_file_location("log_pipeline_job", _JOB_PATH)
+job = importlib.util.module_from_spec(_job_spec)
+_job_spec.loader.exec_module(job)
 
 
 def ms(*args: int, tz: timezone = timezone.utc) -> int:
@@ -120,3 +125,37 @@ class HelperTests(unittest.SynchronousTestCase):
         self.assertEqual(parsing.source_of(b"/var/log/syslog", b"h:/other"), "/var/log/syslog")
         self.assertEqual(parsing.source_of(None, b"host1:/var/log/a.log"), "/var/log/a.log")
         self.assertEqual(parsing.source_of(None, None), "unknown")
+
+
+class FakeConf:
+    """C{SparkSession.conf}'s get and set over a dict (Spark's defaults when unset)."""
+
+    def __init__(self, values: dict[str, str]) -> None:
+        self.values = dict(values)
+
+    def get(self, key: str, default: str | None = None) -> str | None:
+        return self.values.get(key, default)
+
+    def set(self, key: str, value: str) -> None:
+        self.values[key] = value
+
+
+class FakeSession:
+    def __init__(self, values: dict[str, str]) -> None:
+        self.conf = FakeConf(values)
+
+
+class TuneTests(unittest.SynchronousTestCase):
+    KEY = "spark.sql.codegen.hugeMethodLimit"
+
+    def test_default_limit_lowered(self) -> None:
+        """Spark's default limit (unset, or set to the default) becomes the JVM's 8000 bytes."""
+        for values in ({}, {self.KEY: "65535"}):
+            spark = FakeSession(values)
+            job.tune(spark)
+            self.assertEqual(spark.conf.values[self.KEY], "8000")
+
+    def test_user_limit_kept(self) -> None:
+        spark = FakeSession({self.KEY: "20000"})
+        job.tune(spark)
+        self.assertEqual(spark.conf.values, {self.KEY: "20000"})
