@@ -381,6 +381,9 @@ class KafkaConnection(Int32StringReceiver):
         """
         apis = self.apis
         request_metrics = getattr(apis, "request_metrics", None)
+        simple = getattr(apis, "produce_in_run", None)
+        not_simple = getattr(apis, "NOT_SIMPLE", None)
+        context = self.context
         handled: list[tuple[Any, float, int]] = []
         failure: tuple[Any, Exception] | None = None
         try:
@@ -392,7 +395,9 @@ class KafkaConnection(Int32StringReceiver):
                     break
                 received = request_metrics.clock() if request_metrics is not None else 0.0
                 try:
-                    index = apis.handle(header, frame, self.context, run)
+                    index = not_simple if simple is None else simple(header, frame, context, run)
+                    if index is not_simple:
+                        index = apis.handle(header, frame, context, run)
                 except (MalformedRequest, UnsupportedVersion) as e:
                     failure = (header, e)
                     break

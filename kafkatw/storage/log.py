@@ -58,7 +58,8 @@ from typing import Any, Callable, Mapping, NamedTuple
 
 from twisted.logger import Logger
 
-from kafkatw.errors import ErrorCode, InvalidRecordError, KafkaStorageError, OffsetOutOfRangeError, kafka_error
+from kafkatw.errors import (ErrorCode, InvalidRecordError, KafkaError, KafkaStorageError, OffsetOutOfRangeError,
+                            kafka_error)
 from kafkatw.protocol.batch import BATCH_HEADER_SIZE, LOG_OVERHEAD, BatchHeader, parse_batch_headers, unpack_header
 from kafkatw.protocol.records import COMPRESSION_TYPE_CODECS, decode_batches, rewrite_batches
 from kafkatw.storage.files import write_atomically
@@ -772,6 +773,113 @@ class PartitionLog:
         return _tuple_new(AppendResult, (first_offset, next_offset - 1, append_time, self.log_start_offset,
                                          record_count, False, len(headers), total))
 
+    def append_many(self, records_list: list, leader_epoch: int) -> list:
+        """
+        L{append} with C{write=False} of several Produce requests' record
+        batches to this partition, in order (the requests of a Produce run):
+        the same offsets, bytes, indexes, epoch cache and results as one
+        L{append} per item, with one roll check, one epoch check and one
+        segment append for the items that need nothing else (CreateTime
+        batches without producer ids on a delete-policy topic without
+        timestamp bounds or broker-side compression, all fitting in the
+        active segment); anything else takes L{append}, in turn.
+
+        @param records_list: each request's records, as for L{append}.
+        @return: one entry per item: its C{AppendResult}, or the
+            C{KafkaError} L{append} raises for it.
+        """
+        config = self.config
+        if (self._failed_write is not None or config.cleanup_policy != "delete" or config.compact
+                or config.message_timestamp_type == "LogAppendTime" or config.compression_type != "producer"
+                or config.message_timestamp_before_max_ms != _LONG_MAX
+                or config.message_timestamp_after_max_ms != _LONG_MAX
+                or config.message_timestamp_difference_max_ms != _LONG_MAX):
+            return [self._append_or_error(records, leader_epoch) for records in records_list]
+        out: list = []
+        group: list = []  # (index in out, records, headers) of the items appended together
+        max_bytes = config.max_message_bytes
+        for records in records_list:
+            try:
+                headers = parse_batch_headers(records, True, max_bytes)
+            except KafkaError as e:
+                out.append(e)  # nothing to append: the items after it are unaffected
+                continue
+            simple = True
+            for h in headers:
+                if h.attributes & 0x20 or h.producer_id >= 0:
+                    simple = False
+            if simple:
+                group.append((len(out), records, headers))
+                out.append(None)
+            else:
+                if group:
+                    self._append_group(group, out, leader_epoch)
+                    group = []
+                out.append(self._append_or_error(records, leader_epoch))
+        if group:
+            self._append_group(group, out, leader_epoch)
+        return out
+
+    def _append_or_error(self, records: Any, leader_epoch: int) -> Any:
+        try:
+            return self.append(records, leader_epoch, False, False)
+        except KafkaError as e:
+            return e
+
+    def _append_group(self, group: list, out: list, leader_epoch: int) -> None:
+        """
+        Append L{append_many}'s simple items C{group} (C{(index in out,
+        records, headers)}) together, or one by one with L{append} when
+        a roll or a C{flush.messages} flush could happen among them.
+        """
+        segment = self._segments[-1]
+        first_offset = next_offset = segment.next_offset
+        chunks: list = []
+        add_chunk = chunks.append
+        patched: list = []
+        add = patched.append
+        pack = _PATCH.pack
+        patch_size = _PATCH.size
+        base = 0  # the item's position in the group's bytes
+        ends = []
+        batches = 0
+        for _, records, headers in group:
+            view = memoryview(records)
+            for h in headers:
+                (position, size, _, _, magic, crc, attributes, last_delta, base_ts, max_ts, producer_id,
+                 producer_epoch, base_sequence, count) = h
+                add_chunk(pack(next_offset, size - LOG_OVERHEAD, leader_epoch))
+                add_chunk(view[position + patch_size:position + size])
+                add(_tuple_new(BatchHeader, (base + position, size, next_offset, leader_epoch, magic, crc, attributes,
+                                             last_delta, base_ts, max_ts, producer_id, producer_epoch, base_sequence,
+                                             count)))
+                next_offset += last_delta + 1
+            batches += len(headers)
+            base += headers[-1].position + headers[-1].size - headers[0].position
+            ends.append((next_offset, base))
+        total = base
+        record_count = next_offset - first_offset
+        config = self.config
+        if (self._unflushed_messages + record_count >= config.flush_messages
+                or self._would_roll(segment, total, next_offset - 1)
+                or len(segment.offset_index) + batches >= segment.offset_index.max_entries
+                or len(segment.time_index) + batches >= segment.time_index.max_entries):
+            for i, records, _ in group:
+                out[i] = self._append_or_error(records, leader_epoch)
+            return
+        cache = self.leader_epoch_cache
+        if leader_epoch >= 0 and leader_epoch > cache.latest_epoch:
+            cache.assign(leader_epoch, first_offset)
+        segment.append(chunks, patched, total, False)
+        self._unflushed_messages += record_count
+        log_start = self.log_start_offset
+        start = first_offset
+        previous_end = 0
+        for (i, _, headers), (end_offset, end) in zip(group, ends):
+            out[i] = _tuple_new(AppendResult, (start, end_offset - 1, -1, log_start, end_offset - start, False,
+                                               len(headers), end - previous_end))
+            start, previous_end = end_offset, end
+
     def _check_timestamps(self, headers: list, config: LogConfig) -> None:
         """
         Kafka's CreateTime bounds (C{message.timestamp.before.max.ms},
@@ -906,18 +1014,21 @@ class PartitionLog:
 
     def _maybe_roll(self, size_bytes: int, last_offset: int) -> LogSegment:
         segment = self._segments[-1]
-        size = segment.size_bytes
-        if not size:
+        if not segment.size_bytes:
             return segment
+        if self._would_roll(segment, size_bytes, last_offset):
+            return self.roll()
+        return segment
+
+    def _would_roll(self, segment: LogSegment, size_bytes: int, last_offset: int) -> bool:
+        """Whether appending C{size_bytes} ending at C{last_offset} to a non-empty C{segment} rolls it."""
         config = self.config
-        if (size + size_bytes > config.segment_bytes
+        return (segment.size_bytes + size_bytes > config.segment_bytes
                 or last_offset - segment.base_offset > _INT32_MAX
                 or segment.offset_index.is_full or segment.time_index.is_full
                 or self.now_ms() - segment.created_ms > (
                     config.segment_ms if config.cleanup_policy == "delete" else config.max_segment_ms) - (
-                    self._roll_jitter(segment) if config.segment_jitter_ms > 0 else 0)):
-            return self.roll()
-        return segment
+                    self._roll_jitter(segment) if config.segment_jitter_ms > 0 else 0))
 
     def _roll_jitter(self, segment: LogSegment) -> int:
         """C{segment.jitter.ms}: a per-segment amount in [0, jitter], fixed by the base offset (Kafka draws it)."""

@@ -535,6 +535,47 @@ class ProduceRunTests(unittest.TestCase):
         self.assertEqual(log.high_watermark, log.log_end_offset)
         self.assertFalse(log.has_pending)
 
+    def test_simple_and_other_requests_mixed(self) -> None:
+        """
+        Hand-decoded one-partition requests (acks 0 and 1, v3-v9) between
+        kio-decoded ones (acks=all, two partitions, null records, a corrupt
+        batch, an unknown partition) in one chunk: responses, counters and
+        files as one by one.
+        """
+        batches = self.batches(40)
+        together, one_by_one = BrokerHarness(self), BrokerHarness(self)
+        for h in (together, one_by_one):
+            h.create_topic("t", partitions=2)
+        corrupt = bytearray(batches[5])
+        corrupt[-1] ^= 1
+        frames = []
+        for i, b in enumerate(batches):
+            version = 3 + i % 7
+            if i % 9 == 4:
+                body: dict = {"acks": -1, "timeout": 1000, "topic_data": [{"name": "t", "partition_data": [
+                    {"index": 0, "records": b}]}]}
+            elif i % 9 == 7:
+                body = {"acks": 1, "timeout": 1000, "topic_data": [{"name": "t", "partition_data": [
+                    {"index": 0, "records": b}, {"index": 1, "records": b}]}]}
+            else:
+                records = bytes(corrupt) if i == 5 else None if i == 11 else b
+                body = {"acks": i % 2, "timeout": 1000, "topic_data": [{"name": "t", "partition_data": [
+                    {"index": 2 if i == 14 else i % 3 % 2, "records": records}]}]}
+            frames.append(_frame(encode_request(0, version, i, "c", body)))
+        connection, transport = self.connect(together)
+        connection.dataReceived(b"".join(frames))
+        other, other_transport = self.connect(one_by_one)
+        for frame in frames:
+            other.dataReceived(frame)
+        self.assertEqual(transport.value(), other_transport.value())
+        self.assertTrue(transport.value())
+        for partition in (0, 1):
+            self.assertEqual(self.log_bytes(together, partition), self.log_bytes(one_by_one, partition))
+        for name in ("request_counts", "messages_in", "bytes_in", "topic_messages_in", "topic_bytes_in",
+                     "failed_produce_requests"):
+            self.assertEqual(getattr(together.apis, name), getattr(one_by_one.apis, name), name)
+        self.assertEqual(together.apis.failed_produce_requests, 3)
+
     def test_roll_in_the_middle(self) -> None:
         batches = self.batches(30)
         segment_bytes = sum(len(b) for b in batches[:7])

@@ -1,0 +1,112 @@
+"""
+L{kafkatw.protocol.messages.decode_simple_produce}, the broker's hand
+decoder of one-topic, one-partition Produce requests: whatever it accepts
+decodes to what kio decodes (L{decode_request}); anything else is left to kio.
+"""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from twisted.trial import unittest
+
+from kafkatw.protocol.batch import build_batch
+from kafkatw.protocol.messages import (
+    MalformedRequest,
+    decode_request,
+    decode_simple_produce,
+    encode_request,
+    parse_request_header,
+)
+
+_names = st.text(alphabet="abcXYZ09._-é", min_size=0, max_size=140)
+_records = st.one_of(st.none(), st.binary(max_size=300), st.just(build_batch([(None, b"v" * 200)])))
+_partitions = st.lists(st.fixed_dictionaries({"index": st.integers(-3, 2**31 - 1), "records": _records}),
+                       min_size=0, max_size=2)
+_bodies = st.fixed_dictionaries({
+    "transactional_id": st.one_of(st.none(), st.none(), st.text(max_size=5)),
+    "acks": st.sampled_from([-1, 0, 1, 2]),
+    "timeout": st.integers(0, 2**31 - 1),
+    "topic_data": st.lists(st.fixed_dictionaries({"name": _names, "partition_data": _partitions}),
+                           min_size=0, max_size=2),
+})
+
+
+def _kio(frame: memoryview):
+    """kio's decode of the one-partition shape, C{None} for another shape, C{"error"} when it fails."""
+    header = parse_request_header(frame)
+    try:
+        request = decode_request(frame, header)
+    except MalformedRequest:
+        return "error"
+    if (request.transactional_id is not None or len(request.topic_data) != 1
+            or len(request.topic_data[0].partition_data) != 1):
+        return None
+    topic = request.topic_data[0]
+    partition = topic.partition_data[0]
+    timeout = request.timeout
+    timeout_ms = int(timeout.total_seconds() * 1000) if hasattr(timeout, "total_seconds") else int(timeout)
+    return request.acks, timeout_ms, topic.name, partition.index, partition.records
+
+
+def _fast(frame: memoryview):
+    header = parse_request_header(frame)
+    decoded = decode_simple_produce(frame, header.body_offset, header.api_version >= 9)
+    if decoded is None:
+        return None
+    acks, timeout, name, index, records = decoded
+    return acks, timeout, name, index, None if records is None else bytes(records)
+
+
+class DecodeSimpleProduceTests(unittest.TestCase):
+
+    @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(body=_bodies, version=st.integers(3, 9))
+    def test_same_as_kio(self, body, version):
+        frame = memoryview(encode_request(0, version, 5, "client", body))
+        fast, kio = _fast(frame), _kio(frame)
+        self.assertNotEqual(kio, "error")
+        if kio is not None:
+            self.assertEqual(fast, kio)  # the common shape is always taken
+        else:
+            self.assertIsNone(fast)
+
+    @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(body=_bodies, version=st.integers(3, 9), cut=st.integers(0, 400), flips=st.lists(
+        st.tuples(st.integers(0, 400), st.integers(0, 255)), max_size=3), extra=st.binary(max_size=3))
+    def test_damaged_frames(self, body, version, cut, flips, extra):
+        """Truncated, altered or extended frames: decoded as kio decodes them, or left to kio."""
+        frame = bytearray(encode_request(0, version, 5, "client", body))
+        header_end = parse_request_header(bytes(frame)).body_offset
+        for position, value in flips:
+            if header_end + position < len(frame):
+                frame[header_end + position] = value
+        frame = frame[:max(header_end, len(frame) - cut)] + extra
+        view = memoryview(bytes(frame))
+        fast = _fast(view)
+        if fast is not None:
+            self.assertEqual(fast, _kio(view))
+
+    def test_shapes_left_to_kio(self):
+        batch = build_batch([(None, b"v")])
+        one = {"name": "t", "partition_data": [{"index": 0, "records": batch}]}
+        for version in (3, 8, 9):
+            for body in [
+                {"transactional_id": "tx", "acks": 1, "timeout": 1, "topic_data": [one]},
+                {"transactional_id": None, "acks": 1, "timeout": 1, "topic_data": [one, one]},
+                {"transactional_id": None, "acks": 1, "timeout": 1, "topic_data": []},
+                {"transactional_id": None, "acks": 1, "timeout": 1, "topic_data": [
+                    {"name": "t", "partition_data": [{"index": 0, "records": batch}] * 2}]},
+                {"transactional_id": None, "acks": 1, "timeout": 1, "topic_data": [{"name": "x" * 200,
+                                                                                    "partition_data": []}]},
+            ]:
+                self.assertIsNone(_fast(memoryview(encode_request(0, version, 1, None, body))), (version, body))
+
+    def test_a_view_of_the_frame(self):
+        batch = build_batch([(None, b"v" * 200)])
+        frame = encode_request(0, 9, 1, "c", {"transactional_id": None, "acks": 0, "timeout": 30000, "topic_data": [
+            {"name": "topic", "partition_data": [{"index": 4, "records": batch}]}]})
+        header = parse_request_header(frame)
+        acks, timeout, name, index, records = decode_simple_produce(frame, header.body_offset, True)
+        self.assertEqual((acks, timeout, name, index, bytes(records)), (0, 30000, "topic", 4, batch))
+        self.assertIsInstance(records, memoryview)
