@@ -19,6 +19,7 @@ Source: Apache Kafka protocol guide; KafkaApis.scala.
 from __future__ import annotations
 
 import re
+import struct
 import time
 from typing import Any, Callable
 
@@ -130,6 +131,29 @@ def validate_topic_name(name: str | None) -> ErrorCode:
     if not name or name in (".", "..") or len(name) > 249 or not _LEGAL_TOPIC.match(name):
         return ErrorCode.invalid_topic_exception
     return ErrorCode.none
+
+
+_INT32 = struct.Struct(">i")
+#: (version, topic) -> L{_produce_template}
+_produce_templates: dict[tuple[int, str], tuple[bytes, struct.Struct, bytes]] = {}
+
+
+def _produce_template(version: int, topic: str) -> tuple[bytes, struct.Struct, bytes]:
+    """
+    The ProduceResponse of one partition of C{topic} without error or
+    throttle, cut around its partition's fixed fields: C{(the bytes after the
+    correlation id and before the partition, the struct of index, error code,
+    base offset, log append time (and log start offset, v5+), the bytes
+    after them)}, from L{encode_produce_response} (so the same bytes).
+    """
+    partition_struct = struct.Struct(">ihqqq" if version >= 5 else ">ihqq")
+    fields = (0x5A5A5A5A, 0, 0x5A5A5A5A5A5A5A5A, 0x5A5A5A5A5A5A5A5A, 0x5A5A5A5A5A5A5A5A)
+    full = encode_produce_response(version, 0, [(topic, [dict(zip(
+        ("index", "error_code", "base_offset", "log_append_time", "log_start_offset"), fields))])])
+    packed = partition_struct.pack(*(fields if version >= 5 else fields[:4]))
+    at = full.rindex(packed)
+    template = _produce_templates[(version, topic)] = (full[4:at], partition_struct, full[at + len(packed):])
+    return template
 
 
 class ProduceRun:
@@ -777,6 +801,19 @@ class KafkaApis(TransactionApis, QuotaApis, AdminToolApis):
     def _produce_acks1_finish(self, context: RequestContext, topic: str, partition: int, result: Any,
                               write_errors: dict[tuple[str, int], Exception]) -> bytes:
         """L{_produce_finish} of an acks=1 request of L{produce_in_run} (C{result}: its append's)."""
+        if not write_errors and not isinstance(result, KafkaError) and not self.quotas.enabled:
+            header = context.header
+            version = header.api_version
+            template = _produce_templates.get((version, topic))
+            if template is None:
+                template = _produce_template(version, topic)
+            prefix, partition_struct, suffix = template
+            if version >= 5:
+                body = partition_struct.pack(partition, 0, result.base_offset, result.log_append_time_ms,
+                                             result.log_start_offset)
+            else:
+                body = partition_struct.pack(partition, 0, result.base_offset, result.log_append_time_ms)
+            return _INT32.pack(header.correlation_id) + prefix + body + suffix
         if isinstance(result, KafkaError):
             entry = {"index": partition, "error_code": int(result.error_code), "base_offset": -1,
                      "log_append_time": -1, "log_start_offset": -1, "error_message": str(result) or None}

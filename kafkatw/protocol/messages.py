@@ -247,7 +247,15 @@ def decode_simple_produce(frame: bytes | memoryview, pos: int,
             partitions, index = _PRODUCE_PARTITION_FLEX.unpack_from(frame, end)
             if partitions != 2:
                 return None
-            size, pos = _read_uvarint(frame, end + 5)
+            pos = end + 5
+            size = frame[pos]
+            if size < 0x80:  # records up to 126 bytes, then up to 16 KiB: the varint inline
+                pos += 1
+            elif frame[pos + 1] < 0x80:
+                size = (size & 0x7F) | frame[pos + 1] << 7
+                pos += 2
+            else:
+                size, pos = _read_uvarint(frame, pos)
             if size:
                 end = pos + size - 1
                 records = frame[pos:end] if isinstance(frame, memoryview) else memoryview(frame)[pos:end]

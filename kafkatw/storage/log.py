@@ -78,6 +78,8 @@ _INT32_MAX = 2**31 - 1
 _tuple_new = tuple.__new__
 #: baseOffset int64, batchLength int32, partitionLeaderEpoch int32: the batch prefix the broker rewrites.
 _PATCH = struct.Struct(">qii")
+#: Batches up to this size are copied into one buffer by L{PartitionLog.append_many} (larger ones are views).
+_COPY_MAX = 16384
 _SNAPSHOT_SUFFIX = ".snapshot"
 #: Kafka's default C{file.delete.delay.ms}: descriptors of deleted segments stay
 #: open this long so that regions being sent remain valid.
@@ -843,13 +845,21 @@ class PartitionLog:
         base = 0  # the item's position in the group's bytes
         ends = []
         batches = 0
+        data = bytearray()  # small batches are copied together: one buffer for the segment's pending bytes
         for _, records, headers in group:
             view = memoryview(records)
             for h in headers:
                 (position, size, _, _, magic, crc, attributes, last_delta, base_ts, max_ts, producer_id,
                  producer_epoch, base_sequence, count) = h
-                add_chunk(pack(next_offset, size - LOG_OVERHEAD, leader_epoch))
-                add_chunk(view[position + patch_size:position + size])
+                if size <= _COPY_MAX:
+                    data += pack(next_offset, size - LOG_OVERHEAD, leader_epoch)
+                    data += view[position + patch_size:position + size]
+                else:
+                    if data:
+                        add_chunk(data)
+                        data = bytearray()
+                    add_chunk(pack(next_offset, size - LOG_OVERHEAD, leader_epoch))
+                    add_chunk(view[position + patch_size:position + size])
                 add(_tuple_new(BatchHeader, (base + position, size, next_offset, leader_epoch, magic, crc, attributes,
                                              last_delta, base_ts, max_ts, producer_id, producer_epoch, base_sequence,
                                              count)))
@@ -857,6 +867,8 @@ class PartitionLog:
             batches += len(headers)
             base += headers[-1].position + headers[-1].size - headers[0].position
             ends.append((next_offset, base))
+        if data:
+            add_chunk(data)
         total = base
         record_count = next_offset - first_offset
         config = self.config

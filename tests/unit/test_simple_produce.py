@@ -6,6 +6,8 @@ decodes to what kio decodes (L{decode_request}); anything else is left to kio.
 
 from __future__ import annotations
 
+import struct
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from twisted.trial import unittest
@@ -20,7 +22,8 @@ from kafkatw.protocol.messages import (
 )
 
 _names = st.text(alphabet="abcXYZ09._-é", min_size=0, max_size=140)
-_records = st.one_of(st.none(), st.binary(max_size=300), st.just(build_batch([(None, b"v" * 200)])))
+_records = st.one_of(st.none(), st.binary(max_size=300), st.just(build_batch([(None, b"v" * 200)])),
+                   st.just(b"r" * 20000))
 _partitions = st.lists(st.fixed_dictionaries({"index": st.integers(-3, 2**31 - 1), "records": _records}),
                        min_size=0, max_size=2)
 _bodies = st.fixed_dictionaries({
@@ -110,3 +113,25 @@ class DecodeSimpleProduceTests(unittest.TestCase):
         acks, timeout, name, index, records = decode_simple_produce(frame, header.body_offset, True)
         self.assertEqual((acks, timeout, name, index, bytes(records)), (0, 30000, "topic", 4, batch))
         self.assertIsInstance(records, memoryview)
+
+
+class ProduceTemplateTests(unittest.TestCase):
+    """The broker's one-partition ProduceResponse (L{kafkatw.broker.apis._produce_template}) is kio's bytes."""
+
+    @settings(max_examples=200, deadline=None)
+    @given(version=st.integers(3, 9), topic=st.text(alphabet="abcZ09._-", min_size=1, max_size=249),
+           correlation_id=st.integers(-2**31, 2**31 - 1), index=st.integers(0, 2**31 - 1),
+           base_offset=st.integers(0, 2**63 - 1), append_time=st.integers(-1, 2**63 - 1),
+           start=st.integers(0, 2**63 - 1))
+    def test_same_bytes(self, version, topic, correlation_id, index, base_offset, append_time, start):
+        from kafkatw.broker.apis import _produce_template
+        from kafkatw.protocol.produce import encode_produce_response
+
+        prefix, partition, suffix = _produce_template(version, topic)
+        fields = (index, 0, base_offset, append_time, start)
+        got = (struct.pack(">i", correlation_id) + prefix + partition.pack(*(fields if version >= 5 else fields[:4]))
+               + suffix)
+        expected = encode_produce_response(version, correlation_id, [(topic, [
+            {"index": index, "error_code": 0, "base_offset": base_offset, "log_append_time": append_time,
+             "log_start_offset": start}])])
+        self.assertEqual(got, expected)

@@ -899,6 +899,8 @@ class AppendManyTests(LogTestMixin, TestCase):
             return batch(1 + i % 3, size=20 + i % 50, ts=ts)
         if kind == "two":
             return batch(2, ts=ts) + batch(1, ts=ts + 5)
+        if kind == "big":  # above the size copied into one buffer
+            return batch(1, size=17000, ts=ts)
         if kind == "corrupt":
             data = bytearray(batch(1, ts=ts))
             data[-1] ^= 1
@@ -912,10 +914,10 @@ class AppendManyTests(LogTestMixin, TestCase):
         return batch(2, ts=ts, producer_id=7, producer_epoch=0, base_sequence=sequence)
 
     @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-    @given(runs=st.lists(st.lists(st.sampled_from(["plain", "plain", "plain", "two", "corrupt", "control", "empty",
+    @given(runs=st.lists(st.lists(st.sampled_from(["plain", "plain", "plain", "two", "big", "corrupt", "control", "empty",
                                                    "idempotent", "retry"]), min_size=1, max_size=12),
                          min_size=1, max_size=5),
-           segment_bytes=st.integers(150, 4000), interval=st.integers(1, 600),
+           segment_bytes=st.sampled_from([150, 1000, 4000, 100000]), interval=st.integers(1, 600),
            index_bytes=st.sampled_from([24, 48, 10485760]), flush_messages=st.sampled_from([7, 2**63 - 1]),
            compact=st.booleans(), epoch_step=st.integers(1, 20))
     def test_same_as_one_append_per_item(self, runs, segment_bytes, interval, index_bytes, flush_messages, compact,
