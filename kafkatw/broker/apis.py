@@ -134,6 +134,7 @@ def validate_topic_name(name: str | None) -> ErrorCode:
 
 
 _INT32 = struct.Struct(">i")
+_REQUEST_HEADER = struct.Struct(">hhih")  # API key, version, correlation id, client id length
 #: (version, topic) -> L{_produce_template}
 _produce_templates: dict[tuple[int, str], tuple[bytes, struct.Struct, bytes]] = {}
 
@@ -743,22 +744,33 @@ class KafkaApis(TransactionApis, QuotaApis, AdminToolApis):
     #: What L{produce_in_run} returns for a request it leaves to L{handle}.
     NOT_SIMPLE = object()
 
-    def produce_in_run(self, header: RequestHeader, frame: Any, connection: ConnectionContext,
-                       run: ProduceRun) -> Any:
+    def produce_in_run(self, frame: Any, connection: ConnectionContext, run: ProduceRun) -> Any:
         """
-        L{handle} for a Produce request of a L{ProduceRun} of the common
-        shape (acks 0 or 1, no transactional id, one topic, one partition;
-        no authorizer), decoded by hand (L{decode_simple_produce}) and
-        appended without kio's entities: the same appends, counters and
-        response as L{handle}.
+        L{handle} for a Produce request frame of a L{ProduceRun} of the
+        common shape (v3-v9, acks 0 or 1, no transactional id, one topic,
+        one partition; no authorizer), its header and body decoded by hand
+        (L{decode_simple_produce}; kio's entities and the request header
+        of an acks=0 request are not built) and its append queued
+        (L{ProduceRun.queue}): the same appends, counters and response as
+        L{handle}.
 
-        @return: as L{handle} with C{run}, or L{NOT_SIMPLE}: any other
-            request (call L{handle}).
+        @return: C{None} (acks=0: no answer), C{(header, index)} (acks=1:
+            the request's L{RequestHeader} and its index in the run's
+            answers), or L{NOT_SIMPLE}: any other request or a frame that
+            does not parse (call L{handle}).
         """
-        version = header.api_version
-        if not 3 <= version <= 9 or self.authorizer is not None or self.quotas.enabled:
+        try:
+            api_key, version, correlation_id, client_size = _REQUEST_HEADER.unpack_from(frame, 0)
+        except struct.error:
             return self.NOT_SIMPLE
-        decoded = decode_simple_produce(frame, header.body_offset, version >= 9)
+        if api_key != 0 or not 3 <= version <= 9 or self.authorizer is not None or self.quotas.enabled:
+            return self.NOT_SIMPLE
+        body = 10 + client_size if client_size > 0 else 10
+        if version >= 9:  # request header v2: tagged fields (none, as clients send it)
+            if len(frame) <= body or frame[body] != 0:
+                return self.NOT_SIMPLE
+            body += 1
+        decoded = decode_simple_produce(frame, body, version >= 9)
         if decoded is None:
             return self.NOT_SIMPLE
         acks, _timeout, name, index, records = decoded
@@ -769,8 +781,10 @@ class KafkaApis(TransactionApis, QuotaApis, AdminToolApis):
         results, i = run.queue(name, index, records)
         if acks == 0:
             return None
+        client_id = None if client_size < 0 else str(frame[10:10 + client_size], "utf-8", "replace")
+        header = _tuple_new(RequestHeader, (0, version, correlation_id, client_id, body))
         context = _tuple_new(RequestContext, (header, connection))
-        return run.add(lambda errors: self._produce_acks1_finish(context, name, index, results[i], errors))
+        return header, run.add(lambda errors: self._produce_acks1_finish(context, name, index, results[i], errors))
 
     def _append_many(self, topic: str, partition: int, records_list: list) -> list:
         """

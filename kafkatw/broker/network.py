@@ -388,16 +388,21 @@ class KafkaConnection(Int32StringReceiver):
         failure: tuple[Any, Exception] | None = None
         try:
             for frame in frames:
+                received = request_metrics.clock() if request_metrics is not None else 0.0
+                if simple is not None:
+                    answered = simple(frame, context, run)
+                    if answered is None:
+                        continue  # acks=0: no answer
+                    if answered is not not_simple:
+                        handled.append((answered[0], received, answered[1]))
+                        continue
                 try:
                     header = parse_request_header(frame)
                 except MalformedRequest as e:
                     failure = (None, e)
                     break
-                received = request_metrics.clock() if request_metrics is not None else 0.0
                 try:
-                    index = not_simple if simple is None else simple(header, frame, context, run)
-                    if index is not_simple:
-                        index = apis.handle(header, frame, context, run)
+                    index = apis.handle(header, frame, context, run)
                 except (MalformedRequest, UnsupportedVersion) as e:
                     failure = (header, e)
                     break

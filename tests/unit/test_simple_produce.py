@@ -135,3 +135,46 @@ class ProduceTemplateTests(unittest.TestCase):
             {"index": index, "error_code": 0, "base_offset": base_offset, "log_append_time": append_time,
              "log_start_offset": start}])])
         self.assertEqual(got, expected)
+
+
+class _Run:
+    def queue(self, topic, partition, records):
+        self.queued = (topic, partition, bytes(records))
+        return [], 0
+
+    def add(self, finish):
+        return 7
+
+
+class ProduceInRunTests(unittest.TestCase):
+    """L{kafkatw.broker.apis.KafkaApis.produce_in_run}'s hand-parsed request header is L{parse_request_header}'s."""
+
+    @settings(max_examples=200, deadline=None)
+    @given(version=st.integers(0, 10), client_id=st.one_of(st.none(), st.text(max_size=20)),
+           correlation_id=st.integers(-2**31, 2**31 - 1), acks=st.sampled_from([-1, 0, 1]),
+           cut=st.integers(0, 3))
+    def test_header(self, version, client_id, correlation_id, acks, cut):
+        from types import SimpleNamespace
+
+        from kafkatw.broker.apis import KafkaApis
+
+        body = {"transactional_id": None, "acks": acks, "timeout": 10, "topic_data": [
+            {"name": "t", "partition_data": [{"index": 1, "records": b"r"}]}]}
+        frame = encode_request(0, min(max(version, 3), 9), correlation_id, client_id, body)
+        frame = frame[:2] + struct.pack(">h", version) + frame[4:]  # versions kafkatw does not serve too
+        if cut:
+            frame = frame[:-cut]
+        apis = SimpleNamespace(NOT_SIMPLE=KafkaApis.NOT_SIMPLE, authorizer=None, quotas=SimpleNamespace(enabled=False),
+                               request_counts={})
+        run = _Run()
+        got = KafkaApis.produce_in_run(apis, memoryview(frame), None, run)  # type: ignore[arg-type]
+        if not 3 <= version <= 9 or acks == -1 or cut:
+            self.assertIs(got, KafkaApis.NOT_SIMPLE)
+            self.assertEqual(apis.request_counts, {})
+            return
+        self.assertEqual(run.queued, ("t", 1, b"r"))
+        self.assertEqual(apis.request_counts, {0: 1})
+        if acks == 0:
+            self.assertIsNone(got)
+        else:
+            self.assertEqual(got, (parse_request_header(frame), 7))
