@@ -56,11 +56,13 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, NamedTuple
 
+from crc32c import crc32c
 from twisted.logger import Logger
 
 from kafkatw.errors import (ErrorCode, InvalidRecordError, KafkaError, KafkaStorageError, OffsetOutOfRangeError,
                             kafka_error)
-from kafkatw.protocol.batch import BATCH_HEADER_SIZE, LOG_OVERHEAD, BatchHeader, parse_batch_headers, unpack_header
+from kafkatw.protocol.batch import (BATCH_HEADER_SIZE, CRC_START, HEADER_STRUCT, LOG_OVERHEAD, MIN_BATCH_LENGTH,
+                                    BatchHeader, parse_batch_headers, unpack_header)
 from kafkatw.protocol.records import COMPRESSION_TYPE_CODECS, decode_batches, rewrite_batches
 from kafkatw.storage.files import write_atomically
 from kafkatw.storage.leader_epoch import LEADER_EPOCH_CHECKPOINT_FILE, LeaderEpochCache
@@ -798,56 +800,62 @@ class PartitionLog:
                 or config.message_timestamp_difference_max_ms != _LONG_MAX):
             return [self._append_or_error(records, leader_epoch) for records in records_list]
         out: list = []
-        group: list = []  # (index in out, records, headers) of the items appended together
         max_bytes = config.max_message_bytes
+        unpack = HEADER_STRUCT.unpack_from
+        pack = _PATCH.pack
+        patch_size = _PATCH.size
+        # The group being built: the items appended together, (index in out, records, end offset,
+        # end position in the group's bytes, batches), their bytes and their patched headers.
+        group: list = []
+        chunks: list = []
+        data = bytearray()  # small batches are copied together: one buffer for the segment's pending bytes
+        patched: list = []
+        add = patched.append
+        next_offset = self._segments[-1].next_offset
+        base = 0
         for records in records_list:
+            view = records if isinstance(records, memoryview) else memoryview(records)
+            total = len(view)
+            if total >= BATCH_HEADER_SIZE:
+                # One whole, valid batch without producer id and not a control batch (what a
+                # producer without idempotence sends): parse_batch_headers' one-batch checks, inline.
+                f = unpack(view, 0)
+                last_delta, count = f[6], f[12]
+                if (f[1] + LOG_OVERHEAD == total and f[3] == 2 and f[1] >= MIN_BATCH_LENGTH
+                        and (max_bytes is None or total <= max_bytes) and count > 0 and count == last_delta + 1
+                        and f[9] < 0 and not f[5] & 0x20 and crc32c(view[CRC_START:]) == f[4]):
+                    if total <= _COPY_MAX:
+                        data += pack(next_offset, f[1], leader_epoch)
+                        data += view[patch_size:]
+                    else:
+                        if data:
+                            chunks.append(data)
+                            data = bytearray()
+                        chunks.append(pack(next_offset, f[1], leader_epoch))
+                        chunks.append(view[patch_size:])
+                    add(_tuple_new(BatchHeader, (base, total, next_offset, leader_epoch, 2, f[4], f[5], last_delta,
+                                                 f[7], f[8], f[9], f[10], f[11], count)))
+                    next_offset += count
+                    base += total
+                    group.append((len(out), records, next_offset, base, 1))
+                    out.append(None)
+                    continue
             try:
-                headers = parse_batch_headers(records, True, max_bytes)
+                headers = parse_batch_headers(view, True, max_bytes)
             except KafkaError as e:
                 out.append(e)  # nothing to append: the items after it are unaffected
                 continue
-            simple = True
-            for h in headers:
-                if h.attributes & 0x20 or h.producer_id >= 0:
-                    simple = False
-            if simple:
-                group.append((len(out), records, headers))
-                out.append(None)
-            else:
+            if any(h.attributes & 0x20 or h.producer_id >= 0 for h in headers):
                 if group:
-                    self._append_group(group, out, leader_epoch)
-                    group = []
+                    if data:
+                        chunks.append(data)
+                    self._append_group(group, chunks, patched, base, out, leader_epoch)
+                    group, chunks, data, patched = [], [], bytearray(), []
+                    add = patched.append
+                    base = 0
                 out.append(self._append_or_error(records, leader_epoch))
-        if group:
-            self._append_group(group, out, leader_epoch)
-        return out
-
-    def _append_or_error(self, records: Any, leader_epoch: int) -> Any:
-        try:
-            return self.append(records, leader_epoch, False, False)
-        except KafkaError as e:
-            return e
-
-    def _append_group(self, group: list, out: list, leader_epoch: int) -> None:
-        """
-        Append L{append_many}'s simple items C{group} (C{(index in out,
-        records, headers)}) together, or one by one with L{append} when
-        a roll or a C{flush.messages} flush could happen among them.
-        """
-        segment = self._segments[-1]
-        first_offset = next_offset = segment.next_offset
-        chunks: list = []
-        add_chunk = chunks.append
-        patched: list = []
-        add = patched.append
-        pack = _PATCH.pack
-        patch_size = _PATCH.size
-        base = 0  # the item's position in the group's bytes
-        ends = []
-        batches = 0
-        data = bytearray()  # small batches are copied together: one buffer for the segment's pending bytes
-        for _, records, headers in group:
-            view = memoryview(records)
+                next_offset = self._segments[-1].next_offset
+                continue
             for h in headers:
                 (position, size, _, _, magic, crc, attributes, last_delta, base_ts, max_ts, producer_id,
                  producer_epoch, base_sequence, count) = h
@@ -856,27 +864,49 @@ class PartitionLog:
                     data += view[position + patch_size:position + size]
                 else:
                     if data:
-                        add_chunk(data)
+                        chunks.append(data)
                         data = bytearray()
-                    add_chunk(pack(next_offset, size - LOG_OVERHEAD, leader_epoch))
-                    add_chunk(view[position + patch_size:position + size])
+                    chunks.append(pack(next_offset, size - LOG_OVERHEAD, leader_epoch))
+                    chunks.append(view[position + patch_size:position + size])
                 add(_tuple_new(BatchHeader, (base + position, size, next_offset, leader_epoch, magic, crc, attributes,
                                              last_delta, base_ts, max_ts, producer_id, producer_epoch, base_sequence,
                                              count)))
                 next_offset += last_delta + 1
-            batches += len(headers)
             base += headers[-1].position + headers[-1].size - headers[0].position
-            ends.append((next_offset, base))
-        if data:
-            add_chunk(data)
-        total = base
+            group.append((len(out), records, next_offset, base, len(headers)))
+            out.append(None)
+        if group:
+            if data:
+                chunks.append(data)
+            self._append_group(group, chunks, patched, base, out, leader_epoch)
+        return out
+
+    def _append_or_error(self, records: Any, leader_epoch: int) -> Any:
+        try:
+            return self.append(records, leader_epoch, False, False)
+        except KafkaError as e:
+            return e
+
+    def _append_group(self, group: list, chunks: list, patched: list, total: int, out: list,
+                      leader_epoch: int) -> None:
+        """
+        Append L{append_many}'s simple items C{group} (C{(index in out,
+        records, end offset, end position, batches)}; C{chunks}: their
+        patched bytes, C{total} long; C{patched}: their headers) together, or
+        one by one with L{append} when a roll or a C{flush.messages} flush
+        could happen among them.
+        """
+        segment = self._segments[-1]
+        first_offset = segment.next_offset
+        next_offset = group[-1][2]
+        batches = len(patched)
         record_count = next_offset - first_offset
         config = self.config
         if (self._unflushed_messages + record_count >= config.flush_messages
                 or self._would_roll(segment, total, next_offset - 1)
                 or len(segment.offset_index) + batches >= segment.offset_index.max_entries
                 or len(segment.time_index) + batches >= segment.time_index.max_entries):
-            for i, records, _ in group:
+            for i, records, _, _, _ in group:
                 out[i] = self._append_or_error(records, leader_epoch)
             return
         cache = self.leader_epoch_cache
@@ -887,9 +917,9 @@ class PartitionLog:
         log_start = self.log_start_offset
         start = first_offset
         previous_end = 0
-        for (i, _, headers), (end_offset, end) in zip(group, ends):
+        for i, _, end_offset, end, batch_count in group:
             out[i] = _tuple_new(AppendResult, (start, end_offset - 1, -1, log_start, end_offset - start, False,
-                                               len(headers), end - previous_end))
+                                               batch_count, end - previous_end))
             start, previous_end = end_offset, end
 
     def _check_timestamps(self, headers: list, config: LogConfig) -> None:

@@ -7,6 +7,7 @@ import os
 import shutil
 import tempfile
 
+from crc32c import crc32c
 from hypothesis import given, settings, HealthCheck
 from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatch
@@ -899,8 +900,17 @@ class AppendManyTests(LogTestMixin, TestCase):
             return batch(1 + i % 3, size=20 + i % 50, ts=ts)
         if kind == "two":
             return batch(2, ts=ts) + batch(1, ts=ts + 5)
-        if kind == "big":  # above the size copied into one buffer
-            return batch(1, size=17000, ts=ts)
+        if kind == "big":  # above the size copied into one buffer (and above max_message_bytes=20000 with two)
+            return batch(1 + i % 2, size=17000, ts=ts)
+        if kind == "magic1":
+            data = bytearray(batch(1, ts=ts))
+            data[16] = 1
+            return bytes(data)
+        if kind == "count":  # a record count that disagrees with the last offset delta (CRC fixed up)
+            data = bytearray(batch(2, ts=ts))
+            data[57:61] = (3).to_bytes(4, "big")
+            data[17:21] = crc32c(bytes(data[21:])).to_bytes(4, "big")
+            return bytes(data)
         if kind == "corrupt":
             data = bytearray(batch(1, ts=ts))
             data[-1] ^= 1
@@ -914,16 +924,17 @@ class AppendManyTests(LogTestMixin, TestCase):
         return batch(2, ts=ts, producer_id=7, producer_epoch=0, base_sequence=sequence)
 
     @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-    @given(runs=st.lists(st.lists(st.sampled_from(["plain", "plain", "plain", "two", "big", "corrupt", "control", "empty",
-                                                   "idempotent", "retry"]), min_size=1, max_size=12),
+    @given(runs=st.lists(st.lists(st.sampled_from([
+                             "plain", "plain", "plain", "two", "big", "corrupt", "control", "empty", "idempotent",
+                             "retry", "magic1", "count"]), min_size=1, max_size=12),
                          min_size=1, max_size=5),
            segment_bytes=st.sampled_from([150, 1000, 4000, 100000]), interval=st.integers(1, 600),
            index_bytes=st.sampled_from([24, 48, 10485760]), flush_messages=st.sampled_from([7, 2**63 - 1]),
-           compact=st.booleans(), epoch_step=st.integers(1, 20))
+           compact=st.booleans(), epoch_step=st.integers(1, 20), max_message_bytes=st.sampled_from([20000, 10**6]))
     def test_same_as_one_append_per_item(self, runs, segment_bytes, interval, index_bytes, flush_messages, compact,
-                                         epoch_step):
+                                         epoch_step, max_message_bytes):
         config = dict(segment_bytes=segment_bytes, index_interval_bytes=interval, segment_index_bytes=index_bytes,
-                      flush_messages=flush_messages)
+                      flush_messages=flush_messages, max_message_bytes=max_message_bytes)
         if compact:
             config["cleanup_policy"] = "compact"
         many, reference = self.pair(**config)
@@ -951,6 +962,33 @@ class AppendManyTests(LogTestMixin, TestCase):
         self.assertEqual(read_offsets(many, 0), read_offsets(reference, 0))
         many.close()
         reference.close()
+
+    def test_every_kind_in_one_run(self):
+        """Each item refused or appended as by L{PartitionLog.append}, the plain ones around them grouped."""
+        kinds = ["plain", "idempotent", "plain", "retry", "big", "big", "plain", "magic1", "count", "control", "corrupt",
+                 "empty", "two", "plain", "idempotent", "idempotent", "retry", "plain"]
+        for epoch in (-1, 0, 5):
+            many, reference = self.pair(max_message_bytes=20000)
+            pid = [0]
+            items = [self.item(kind, i, pid) for i, kind in enumerate(kinds)]
+            expected = []
+            for records in items:
+                try:
+                    expected.append(reference.append(records, epoch, write=False))
+                except KafkaError as e:
+                    expected.append((type(e), str(e)))
+            reference.write_pending()
+            got = many.append_many(items, epoch)
+            many.write_pending()
+            self.assertEqual([r if not isinstance(r, Exception) else (type(r), str(r)) for r in got], expected)
+            self.assertEqual(sum(1 for r in got if isinstance(r, Exception)), 6)
+            self.assertEqual(sum(1 for r in got if not isinstance(r, Exception) and r.duplicate), 1)
+            DeferredWriteTests.assert_same(self, many, reference)
+            self.assertEqual(many.leader_epoch_cache.entries, reference.leader_epoch_cache.entries)
+            self.assertEqual(many.producer_state.snapshot(many.log_end_offset),
+                             reference.producer_state.snapshot(reference.log_end_offset))
+            many.close()
+            reference.close()
 
     def test_one_group_is_one_segment_append(self):
         """Plain one-batch items: one roll check and one segment append for the run."""
