@@ -327,10 +327,10 @@ class KafkaConnection(Int32StringReceiver):
         Once a request's response throttles the connection (L{throttle}),
         the requests already received after it stay buffered until it is unmuted.
 
-        Consecutive Produce requests read together are served as one
-        L{kafkatw.broker.apis.ProduceRun}: one write per partition for all
-        of them, then their responses, in order (unless client quotas are on,
-        whose throttles need each request served before the next is read).
+        Consecutive Produce requests read together (one or more) are served
+        as one L{kafkatw.broker.apis.ProduceRun}: one write per partition for
+        all of them, then their responses, in order (unless client quotas are
+        on, whose throttles need each request served before the next is read).
         """
         if self.authenticator is None or self.authenticator.complete:
             make_run = getattr(self.apis, "produce_run", None)
@@ -363,7 +363,7 @@ class KafkaConnection(Int32StringReceiver):
             j = i
             while j < count and len(frames[j]) > 1 and frames[j][0] == 0 and frames[j][1] == 0:
                 j += 1  # API key 0: Produce
-            if j - i > 1:
+            if j > i:
                 self._produce_run(frames[i:j], run)
                 i = j
             else:

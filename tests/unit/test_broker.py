@@ -524,7 +524,7 @@ class ProduceRunTests(unittest.TestCase):
         connection.dataReceived(b"".join(frames))
         other, other_transport = self.connect(one_by_one)
         for frame in frames:
-            other.dataReceived(frame)
+            other.stringReceived(frame[4:])  # one request at a time, without a ProduceRun
         got = self.responses(transport)
         self.assertEqual(got, self.responses(other_transport))
         self.assertEqual([cid for cid, _ in got], list(range(40)))
@@ -566,7 +566,7 @@ class ProduceRunTests(unittest.TestCase):
         connection.dataReceived(b"".join(frames))
         other, other_transport = self.connect(one_by_one)
         for frame in frames:
-            other.dataReceived(frame)
+            other.stringReceived(frame[4:])  # one request at a time, without a ProduceRun
         self.assertEqual(transport.value(), other_transport.value())
         self.assertTrue(transport.value())
         for partition in (0, 1):
@@ -575,6 +575,24 @@ class ProduceRunTests(unittest.TestCase):
                      "failed_produce_requests"):
             self.assertEqual(getattr(together.apis, name), getattr(one_by_one.apis, name), name)
         self.assertEqual(together.apis.failed_produce_requests, 3)
+
+    def test_a_lone_produce_request_is_a_run(self) -> None:
+        """One Produce request read alone takes the run's path too (the hand decode): the same answer."""
+        h, reference = BrokerHarness(self), BrokerHarness(self)
+        for harness in (h, reference):
+            harness.create_topic("t")
+        connection, transport = self.connect(h)
+        other, other_transport = self.connect(reference)
+        calls = []
+        produce_in_run = h.apis.produce_in_run
+        h.apis.produce_in_run = lambda *a: calls.append(1) or produce_in_run(*a)  # type: ignore[method-assign]
+        for i, b in enumerate(self.batches(3)):
+            frame = self.produce_frame(i, b)
+            connection.dataReceived(frame)
+            other.stringReceived(frame[4:])
+        self.assertEqual(len(calls), 3)
+        self.assertEqual(transport.value(), other_transport.value())
+        self.assertEqual(self.log_bytes(h), self.log_bytes(reference))
 
     def test_roll_in_the_middle(self) -> None:
         batches = self.batches(30)
@@ -587,7 +605,7 @@ class ProduceRunTests(unittest.TestCase):
         self.connect(together)[0].dataReceived(b"".join(frames))
         other = self.connect(one_by_one)[0]
         for frame in frames:
-            other.dataReceived(frame)
+            other.stringReceived(frame[4:])  # one request at a time, without a ProduceRun
         written = self.log_bytes(together)
         self.assertGreater(len(written), 3)
         self.assertEqual(written, self.log_bytes(one_by_one))
