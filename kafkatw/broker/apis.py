@@ -19,6 +19,7 @@ Source: Apache Kafka protocol guide; KafkaApis.scala.
 from __future__ import annotations
 
 import re
+import struct
 import time
 from typing import Any, Callable
 
@@ -28,7 +29,7 @@ from twisted.logger import Logger
 from ..config import BrokerConfig
 from ..errors import CorruptRecordError, ErrorCode, KafkaError, kafka_error
 from ..protocol.fetch import FETCH_MAX_VERSION, FETCH_MIN_VERSION, PartitionFetchData, encode_fetch_response
-from ..protocol.messages import RequestHeader, UnsupportedVersion, decode_request, encode_response
+from ..protocol.messages import RequestHeader, UnsupportedVersion, decode_request, decode_simple_produce, encode_response
 from ..protocol.produce import encode_produce_response
 from ..security.acl import (
     CLUSTER_NAME,
@@ -132,6 +133,30 @@ def validate_topic_name(name: str | None) -> ErrorCode:
     return ErrorCode.none
 
 
+_INT32 = struct.Struct(">i")
+_REQUEST_HEADER = struct.Struct(">hhih")  # API key, version, correlation id, client id length
+#: (version, topic) -> L{_produce_template}
+_produce_templates: dict[tuple[int, str], tuple[bytes, struct.Struct, bytes]] = {}
+
+
+def _produce_template(version: int, topic: str) -> tuple[bytes, struct.Struct, bytes]:
+    """
+    The ProduceResponse of one partition of C{topic} without error or
+    throttle, cut around its partition's fixed fields: C{(the bytes after the
+    correlation id and before the partition, the struct of index, error code,
+    base offset, log append time (and log start offset, v5+), the bytes
+    after them)}, from L{encode_produce_response} (so the same bytes).
+    """
+    partition_struct = struct.Struct(">ihqqq" if version >= 5 else ">ihqq")
+    fields = (0x5A5A5A5A, 0, 0x5A5A5A5A5A5A5A5A, 0x5A5A5A5A5A5A5A5A, 0x5A5A5A5A5A5A5A5A)
+    full = encode_produce_response(version, 0, [(topic, [dict(zip(
+        ("index", "error_code", "base_offset", "log_append_time", "log_start_offset"), fields))])])
+    packed = partition_struct.pack(*(fields if version >= 5 else fields[:4]))
+    at = full.rindex(packed)
+    template = _produce_templates[(version, topic)] = (full[4:at], partition_struct, full[at + len(packed):])
+    return template
+
+
 class ProduceRun:
     """
     Produce requests read together from one connection (one C{dataReceived}),
@@ -150,6 +175,35 @@ class ProduceRun:
     def __init__(self, apis: "KafkaApis") -> None:
         self._apis = apis
         self._finishers: list[Callable[[dict], Any]] = []
+        #: (topic, partition) -> (topic, partition, [records, ...], [result, ...]): the appends
+        #: L{queue}d since the last L{append_queued}, and their results once appended.
+        self._queued: dict[tuple[str, int], tuple[str, int, list, list]] = {}
+
+    def queue(self, topic: str, partition: int, records: Any) -> tuple[list, int]:
+        """
+        Queue an append of C{records} to a partition: L{append_queued} makes
+        the queued appends of each partition with one call
+        (L{kafkatw.broker.replica_manager.ReplicaManager.append_many}).
+
+        @return: C{(results, i)}: C{results[i]} is the append's
+            C{AppendResult} or C{KafkaError} once L{append_queued} ran.
+        """
+        key = (topic, partition)
+        entry = self._queued.get(key)
+        if entry is None:
+            entry = self._queued[key] = (topic, partition, [], [])
+        entry[2].append(records)
+        return entry[3], len(entry[2]) - 1
+
+    def append_queued(self) -> None:
+        """Make the L{queue}d appends (before any other append of the run, and by L{finish})."""
+        queued = self._queued
+        if not queued:
+            return
+        self._queued = {}
+        append_many = self._apis._append_many
+        for topic, partition, records_list, results in queued.values():
+            results.extend(append_many(topic, partition, records_list))
 
     def add(self, finish: Callable[[dict], Any]) -> int:
         """
@@ -169,6 +223,7 @@ class ProduceRun:
             C{bytes}, or a Deferred of them (acks=all).
         """
         apis = self._apis
+        self.append_queued()
         errors = apis.replica_manager.write_pending()
         finishers, self._finishers = self._finishers, []
         answers = [finish(errors) for finish in finishers]
@@ -307,6 +362,7 @@ class KafkaApis(TransactionApis, QuotaApis, AdminToolApis):
         if run is not None:
             if api_key != 0 or self.quotas.enabled:
                 raise ValueError("only Produce requests without client quotas are served in a ProduceRun")
+            run.append_queued()  # the appends of the requests before it come first
             return self.handle_produce(context, request, run)
         if not self.quotas.enabled:
             result = self._handlers[api_key](context, request)
@@ -684,6 +740,104 @@ class KafkaApis(TransactionApis, QuotaApis, AdminToolApis):
                 required.pop(key, None)
                 entry.update(error_code=int(ErrorCode.kafka_storage_error), base_offset=-1, log_append_time=-1,
                              log_start_offset=-1, error_message=str(error) or None)
+
+    #: What L{produce_in_run} returns for a request it leaves to L{handle}.
+    NOT_SIMPLE = object()
+
+    def produce_in_run(self, frame: Any, connection: ConnectionContext, run: ProduceRun) -> Any:
+        """
+        L{handle} for a Produce request frame of a L{ProduceRun} of the
+        common shape (v3-v9, acks 0 or 1, no transactional id, one topic,
+        one partition; no authorizer), its header and body decoded by hand
+        (L{decode_simple_produce}; kio's entities and the request header
+        of an acks=0 request are not built) and its append queued
+        (L{ProduceRun.queue}): the same appends, counters and response as
+        L{handle}.
+
+        @return: C{None} (acks=0: no answer), C{(header, index)} (acks=1:
+            the request's L{RequestHeader} and its index in the run's
+            answers), or L{NOT_SIMPLE}: any other request or a frame that
+            does not parse (call L{handle}).
+        """
+        try:
+            api_key, version, correlation_id, client_size = _REQUEST_HEADER.unpack_from(frame, 0)
+        except struct.error:
+            return self.NOT_SIMPLE
+        if api_key != 0 or not 3 <= version <= 9 or self.authorizer is not None or self.quotas.enabled:
+            return self.NOT_SIMPLE
+        body = 10 + client_size if client_size > 0 else 10
+        if version >= 9:  # request header v2: tagged fields (none, as clients send it)
+            if len(frame) <= body or frame[body] != 0:
+                return self.NOT_SIMPLE
+            body += 1
+        decoded = decode_simple_produce(frame, body, version >= 9)
+        if decoded is None:
+            return self.NOT_SIMPLE
+        acks, _timeout, name, index, records = decoded
+        if acks != 0 and acks != 1 or records is None:
+            return self.NOT_SIMPLE
+        counts = self.request_counts
+        counts[0] = counts.get(0, 0) + 1
+        results, i = run.queue(name, index, records)
+        if acks == 0:
+            return None
+        client_id = None if client_size < 0 else str(frame[10:10 + client_size], "utf-8", "replace")
+        header = _tuple_new(RequestHeader, (0, version, correlation_id, client_id, body))
+        context = _tuple_new(RequestContext, (header, connection))
+        return header, run.add(lambda errors: self._produce_acks1_finish(context, name, index, results[i], errors))
+
+    def _append_many(self, topic: str, partition: int, records_list: list) -> list:
+        """
+        Append several requests' records to one partition
+        (L{kafkatw.broker.replica_manager.ReplicaManager.append_many}),
+        counting them as L{_produce_append} does.
+
+        @return: one C{AppendResult} or C{KafkaError} per item.
+        """
+        results = self.replica_manager.append_many(topic, partition, records_list)
+        count = size = failed = 0
+        for records, result in zip(records_list, results):
+            if isinstance(result, KafkaError):
+                failed += 1
+            elif not result.duplicate:
+                count += result.record_count
+                size += len(records)
+        self.failed_produce_requests += failed
+        if count or size:
+            self.messages_in += count
+            self.bytes_in += size
+            topic_messages_in = self.topic_messages_in
+            topic_messages_in[topic] = topic_messages_in.get(topic, 0) + count
+            topic_bytes_in = self.topic_bytes_in
+            topic_bytes_in[topic] = topic_bytes_in.get(topic, 0) + size
+        return results
+
+    def _produce_acks1_finish(self, context: RequestContext, topic: str, partition: int, result: Any,
+                              write_errors: dict[tuple[str, int], Exception]) -> bytes:
+        """L{_produce_finish} of an acks=1 request of L{produce_in_run} (C{result}: its append's)."""
+        if not write_errors and not isinstance(result, KafkaError) and not self.quotas.enabled:
+            header = context.header
+            version = header.api_version
+            template = _produce_templates.get((version, topic))
+            if template is None:
+                template = _produce_template(version, topic)
+            prefix, partition_struct, suffix = template
+            if version >= 5:
+                body = partition_struct.pack(partition, 0, result.base_offset, result.log_append_time_ms,
+                                             result.log_start_offset)
+            else:
+                body = partition_struct.pack(partition, 0, result.base_offset, result.log_append_time_ms)
+            return _INT32.pack(header.correlation_id) + prefix + body + suffix
+        if isinstance(result, KafkaError):
+            entry = {"index": partition, "error_code": int(result.error_code), "base_offset": -1,
+                     "log_append_time": -1, "log_start_offset": -1, "error_message": str(result) or None}
+        else:
+            entry = {"index": partition, "error_code": 0, "base_offset": result.base_offset,
+                     "log_append_time": result.log_append_time_ms, "log_start_offset": result.log_start_offset}
+        results = [(topic, [entry])]
+        if write_errors:
+            self._fail_unwritten(results, {}, write_errors)
+        return self._produce_response(context, results)
 
     def produce_run(self) -> "ProduceRun | None":
         """

@@ -327,10 +327,10 @@ class KafkaConnection(Int32StringReceiver):
         Once a request's response throttles the connection (L{throttle}),
         the requests already received after it stay buffered until it is unmuted.
 
-        Consecutive Produce requests read together are served as one
-        L{kafkatw.broker.apis.ProduceRun}: one write per partition for all
-        of them, then their responses, in order (unless client quotas are on,
-        whose throttles need each request served before the next is read).
+        Consecutive Produce requests read together (one or more) are served
+        as one L{kafkatw.broker.apis.ProduceRun}: one write per partition for
+        all of them, then their responses, in order (unless client quotas are
+        on, whose throttles need each request served before the next is read).
         """
         if self.authenticator is None or self.authenticator.complete:
             make_run = getattr(self.apis, "produce_run", None)
@@ -363,7 +363,7 @@ class KafkaConnection(Int32StringReceiver):
             j = i
             while j < count and len(frames[j]) > 1 and frames[j][0] == 0 and frames[j][1] == 0:
                 j += 1  # API key 0: Produce
-            if j - i > 1:
+            if j > i:
                 self._produce_run(frames[i:j], run)
                 i = j
             else:
@@ -381,18 +381,28 @@ class KafkaConnection(Int32StringReceiver):
         """
         apis = self.apis
         request_metrics = getattr(apis, "request_metrics", None)
+        simple = getattr(apis, "produce_in_run", None)
+        not_simple = getattr(apis, "NOT_SIMPLE", None)
+        context = self.context
         handled: list[tuple[Any, float, int]] = []
         failure: tuple[Any, Exception] | None = None
         try:
             for frame in frames:
+                received = request_metrics.clock() if request_metrics is not None else 0.0
+                if simple is not None:
+                    answered = simple(frame, context, run)
+                    if answered is None:
+                        continue  # acks=0: no answer
+                    if answered is not not_simple:
+                        handled.append((answered[0], received, answered[1]))
+                        continue
                 try:
                     header = parse_request_header(frame)
                 except MalformedRequest as e:
                     failure = (None, e)
                     break
-                received = request_metrics.clock() if request_metrics is not None else 0.0
                 try:
-                    index = apis.handle(header, frame, self.context, run)
+                    index = apis.handle(header, frame, context, run)
                 except (MalformedRequest, UnsupportedVersion) as e:
                     failure = (header, e)
                     break

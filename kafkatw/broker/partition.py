@@ -276,6 +276,18 @@ class Partition:
             self.maybe_advance_high_watermark()
         return result
 
+    def append_many_as_leader(self, records_list: list) -> list:
+        """
+        L{append_as_leader} with C{write=False} for several requests' batches
+        (L{kafkatw.storage.log.PartitionLog.append_many}).
+
+        @return: one C{AppendResult} or C{KafkaError} per item.
+        @raise NotLeaderOrFollowerError: this broker does not lead the partition.
+        """
+        if self.role != LEADER:
+            raise NotLeaderOrFollowerError(f"{self.name}: broker {self.broker_id} is not its leader")
+        return self.log.append_many(records_list, self.leader_epoch)
+
     def maybe_advance_high_watermark(self) -> bool:
         """
         High watermark = the smallest log end offset in the (maximal) ISR.

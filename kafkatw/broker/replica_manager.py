@@ -360,6 +360,33 @@ class ReplicaManager:
                     fetch.on_append(size)
         return result
 
+    def append_many(self, topic: str, partition: int, records_list: list) -> list:
+        """
+        L{append} with C{write=False} of several Produce requests' records to
+        one partition, in order, as one call
+        (L{kafkatw.broker.partition.Partition.append_many_as_leader}).
+
+        @return: one entry per item: the log's C{AppendResult}, or the
+            C{KafkaError} to answer for it.
+        """
+        key = (topic, partition)
+        p = self.partitions.get(key)
+        try:
+            if p is None:
+                p = self.get_partition(topic, partition)
+            results = p.append_many_as_leader(records_list)
+        except KafkaError as e:
+            return [e] * len(records_list)
+        unwritten = self._unwritten.get(key)
+        if unwritten is None:
+            unwritten = self._unwritten[key] = [p, 0]
+        size = 0
+        for records, result in zip(records_list, results):
+            if not isinstance(result, KafkaError) and not result.duplicate:
+                size += len(records)
+        unwritten[1] += size
+        return results
+
     def write_pending(self) -> dict[tuple[str, int], Exception]:
         """
         Finish the appends made with C{append(..., write=False)}: write each

@@ -49,6 +49,7 @@ __all__ = [
     "RequestHeader",
     "parse_request_header",
     "decode_request",
+    "decode_simple_produce",
     "request_schema",
     "response_schema",
     "build",
@@ -210,6 +211,79 @@ def decode_request(frame: bytes | memoryview, header: RequestHeader) -> Any:
     except Exception as e:
         raise MalformedRequest(f"cannot decode {schema.__name__} v{header.api_version}: {e}") from e
     return value
+
+
+_PRODUCE_HEAD = struct.Struct(">hhiih")  # transactional id length, acks, timeout, topic count, name length
+_PRODUCE_PARTITION = struct.Struct(">iii")  # partition count, index, records length
+_PRODUCE_HEAD_FLEX = struct.Struct(">hiBB")  # acks, timeout, topic count + 1, name length + 1 (one-byte varints)
+_PRODUCE_PARTITION_FLEX = struct.Struct(">Bi")  # partition count + 1, index
+_THREE_EMPTY_TAGS = b"\0\0\0"
+
+
+def decode_simple_produce(frame: bytes | memoryview, pos: int,
+                          flexible: bool) -> tuple[int, int, str, int, memoryview | None] | None:
+    """
+    Decode the body of a ProduceRequest v3–v9 of the common shape (no
+    transactional id, one topic, one partition, no tagged fields) by hand,
+    without kio: the broker's per-request path for one-record requests.
+
+    @param pos: where the body starts (C{RequestHeader.body_offset}).
+    @param flexible: a v9 request (compact strings and arrays, tagged fields).
+    @return: C{(acks, timeout_ms, topic, partition, records)} as
+        L{decode_request} would decode them (C{records} a view of C{frame},
+        C{None} for null records), or C{None} for any other shape and for
+        anything that does not parse (then L{decode_request} decides).
+    """
+    try:
+        if flexible:
+            if frame[pos] != 0:
+                return None  # a transactional id
+            acks, timeout, topics, name_size = _PRODUCE_HEAD_FLEX.unpack_from(frame, pos + 1)
+            if topics != 2 or not name_size or name_size & 0x80:
+                return None
+            pos += 9
+            end = pos + name_size - 1
+            topic = str(frame[pos:end], "utf-8")
+            partitions, index = _PRODUCE_PARTITION_FLEX.unpack_from(frame, end)
+            if partitions != 2:
+                return None
+            pos = end + 5
+            size = frame[pos]
+            if size < 0x80:  # records up to 126 bytes, then up to 16 KiB: the varint inline
+                pos += 1
+            elif frame[pos + 1] < 0x80:
+                size = (size & 0x7F) | frame[pos + 1] << 7
+                pos += 2
+            else:
+                size, pos = _read_uvarint(frame, pos)
+            if size:
+                end = pos + size - 1
+                records = frame[pos:end] if isinstance(frame, memoryview) else memoryview(frame)[pos:end]
+            else:
+                end, records = pos, None
+            if len(frame) != end + 3 or frame[end:] != _THREE_EMPTY_TAGS:
+                return None
+            return acks, timeout, topic, index, records
+        transactional_id, acks, timeout, topics, name_size = _PRODUCE_HEAD.unpack_from(frame, pos)
+        if transactional_id != -1 or topics != 1 or name_size < 0:
+            return None
+        pos += 14
+        end = pos + name_size
+        topic = str(frame[pos:end], "utf-8")
+        partitions, index, size = _PRODUCE_PARTITION.unpack_from(frame, end)
+        if partitions != 1 or size < -1:
+            return None
+        pos = end + 12
+        if size < 0:
+            end, records = pos, None
+        else:
+            end = pos + size
+            records = frame[pos:end] if isinstance(frame, memoryview) else memoryview(frame)[pos:end]
+        if len(frame) != end:
+            return None
+        return acks, timeout, topic, index, records
+    except (struct.error, UnicodeDecodeError, MalformedRequest, IndexError):
+        return None
 
 
 # --- building entities from plain values ------------------------------------------

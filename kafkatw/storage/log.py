@@ -56,10 +56,13 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, NamedTuple
 
+from crc32c import crc32c
 from twisted.logger import Logger
 
-from kafkatw.errors import ErrorCode, InvalidRecordError, KafkaStorageError, OffsetOutOfRangeError, kafka_error
-from kafkatw.protocol.batch import BATCH_HEADER_SIZE, LOG_OVERHEAD, BatchHeader, parse_batch_headers, unpack_header
+from kafkatw.errors import (ErrorCode, InvalidRecordError, KafkaError, KafkaStorageError, OffsetOutOfRangeError,
+                            kafka_error)
+from kafkatw.protocol.batch import (BATCH_HEADER_SIZE, CRC_START, HEADER_STRUCT, LOG_OVERHEAD, MIN_BATCH_LENGTH,
+                                    BatchHeader, parse_batch_headers, unpack_header)
 from kafkatw.protocol.records import COMPRESSION_TYPE_CODECS, decode_batches, rewrite_batches
 from kafkatw.storage.files import write_atomically
 from kafkatw.storage.leader_epoch import LEADER_EPOCH_CHECKPOINT_FILE, LeaderEpochCache
@@ -77,6 +80,8 @@ _INT32_MAX = 2**31 - 1
 _tuple_new = tuple.__new__
 #: baseOffset int64, batchLength int32, partitionLeaderEpoch int32: the batch prefix the broker rewrites.
 _PATCH = struct.Struct(">qii")
+#: Batches up to this size are copied into one buffer by L{PartitionLog.append_many} (larger ones are views).
+_COPY_MAX = 16384
 _SNAPSHOT_SUFFIX = ".snapshot"
 #: Kafka's default C{file.delete.delay.ms}: descriptors of deleted segments stay
 #: open this long so that regions being sent remain valid.
@@ -772,6 +777,151 @@ class PartitionLog:
         return _tuple_new(AppendResult, (first_offset, next_offset - 1, append_time, self.log_start_offset,
                                          record_count, False, len(headers), total))
 
+    def append_many(self, records_list: list, leader_epoch: int) -> list:
+        """
+        L{append} with C{write=False} of several Produce requests' record
+        batches to this partition, in order (the requests of a Produce run):
+        the same offsets, bytes, indexes, epoch cache and results as one
+        L{append} per item, with one roll check, one epoch check and one
+        segment append for the items that need nothing else (CreateTime
+        batches without producer ids on a delete-policy topic without
+        timestamp bounds or broker-side compression, all fitting in the
+        active segment); anything else takes L{append}, in turn.
+
+        @param records_list: each request's records, as for L{append}.
+        @return: one entry per item: its C{AppendResult}, or the
+            C{KafkaError} L{append} raises for it.
+        """
+        config = self.config
+        if (self._failed_write is not None or config.cleanup_policy != "delete" or config.compact
+                or config.message_timestamp_type == "LogAppendTime" or config.compression_type != "producer"
+                or config.message_timestamp_before_max_ms != _LONG_MAX
+                or config.message_timestamp_after_max_ms != _LONG_MAX
+                or config.message_timestamp_difference_max_ms != _LONG_MAX):
+            return [self._append_or_error(records, leader_epoch) for records in records_list]
+        out: list = []
+        max_bytes = config.max_message_bytes
+        unpack = HEADER_STRUCT.unpack_from
+        pack = _PATCH.pack
+        patch_size = _PATCH.size
+        # The group being built: the items appended together, (index in out, records, end offset,
+        # end position in the group's bytes, batches), their bytes and their patched headers.
+        group: list = []
+        chunks: list = []
+        data = bytearray()  # small batches are copied together: one buffer for the segment's pending bytes
+        patched: list = []
+        add = patched.append
+        next_offset = self._segments[-1].next_offset
+        base = 0
+        for records in records_list:
+            view = records if isinstance(records, memoryview) else memoryview(records)
+            total = len(view)
+            if total >= BATCH_HEADER_SIZE:
+                # One whole, valid batch without producer id and not a control batch (what a
+                # producer without idempotence sends): parse_batch_headers' one-batch checks, inline.
+                f = unpack(view, 0)
+                last_delta, count = f[6], f[12]
+                if (f[1] + LOG_OVERHEAD == total and f[3] == 2 and f[1] >= MIN_BATCH_LENGTH
+                        and (max_bytes is None or total <= max_bytes) and count > 0 and count == last_delta + 1
+                        and f[9] < 0 and not f[5] & 0x20 and crc32c(view[CRC_START:]) == f[4]):
+                    if total <= _COPY_MAX:
+                        data += pack(next_offset, f[1], leader_epoch)
+                        data += view[patch_size:]
+                    else:
+                        if data:
+                            chunks.append(data)
+                            data = bytearray()
+                        chunks.append(pack(next_offset, f[1], leader_epoch))
+                        chunks.append(view[patch_size:])
+                    add(_tuple_new(BatchHeader, (base, total, next_offset, leader_epoch, 2, f[4], f[5], last_delta,
+                                                 f[7], f[8], f[9], f[10], f[11], count)))
+                    next_offset += count
+                    base += total
+                    group.append((len(out), records, next_offset, base, 1))
+                    out.append(None)
+                    continue
+            try:
+                headers = parse_batch_headers(view, True, max_bytes)
+            except KafkaError as e:
+                out.append(e)  # nothing to append: the items after it are unaffected
+                continue
+            if any(h.attributes & 0x20 or h.producer_id >= 0 for h in headers):
+                if group:
+                    if data:
+                        chunks.append(data)
+                    self._append_group(group, chunks, patched, base, out, leader_epoch)
+                    group, chunks, data, patched = [], [], bytearray(), []
+                    add = patched.append
+                    base = 0
+                out.append(self._append_or_error(records, leader_epoch))
+                next_offset = self._segments[-1].next_offset
+                continue
+            for h in headers:
+                (position, size, _, _, magic, crc, attributes, last_delta, base_ts, max_ts, producer_id,
+                 producer_epoch, base_sequence, count) = h
+                if size <= _COPY_MAX:
+                    data += pack(next_offset, size - LOG_OVERHEAD, leader_epoch)
+                    data += view[position + patch_size:position + size]
+                else:
+                    if data:
+                        chunks.append(data)
+                        data = bytearray()
+                    chunks.append(pack(next_offset, size - LOG_OVERHEAD, leader_epoch))
+                    chunks.append(view[position + patch_size:position + size])
+                add(_tuple_new(BatchHeader, (base + position, size, next_offset, leader_epoch, magic, crc, attributes,
+                                             last_delta, base_ts, max_ts, producer_id, producer_epoch, base_sequence,
+                                             count)))
+                next_offset += last_delta + 1
+            base += headers[-1].position + headers[-1].size - headers[0].position
+            group.append((len(out), records, next_offset, base, len(headers)))
+            out.append(None)
+        if group:
+            if data:
+                chunks.append(data)
+            self._append_group(group, chunks, patched, base, out, leader_epoch)
+        return out
+
+    def _append_or_error(self, records: Any, leader_epoch: int) -> Any:
+        try:
+            return self.append(records, leader_epoch, False, False)
+        except KafkaError as e:
+            return e
+
+    def _append_group(self, group: list, chunks: list, patched: list, total: int, out: list,
+                      leader_epoch: int) -> None:
+        """
+        Append L{append_many}'s simple items C{group} (C{(index in out,
+        records, end offset, end position, batches)}; C{chunks}: their
+        patched bytes, C{total} long; C{patched}: their headers) together, or
+        one by one with L{append} when a roll or a C{flush.messages} flush
+        could happen among them.
+        """
+        segment = self._segments[-1]
+        first_offset = segment.next_offset
+        next_offset = group[-1][2]
+        batches = len(patched)
+        record_count = next_offset - first_offset
+        config = self.config
+        if (self._unflushed_messages + record_count >= config.flush_messages
+                or self._would_roll(segment, total, next_offset - 1)
+                or len(segment.offset_index) + batches >= segment.offset_index.max_entries
+                or len(segment.time_index) + batches >= segment.time_index.max_entries):
+            for i, records, _, _, _ in group:
+                out[i] = self._append_or_error(records, leader_epoch)
+            return
+        cache = self.leader_epoch_cache
+        if leader_epoch >= 0 and leader_epoch > cache.latest_epoch:
+            cache.assign(leader_epoch, first_offset)
+        segment.append(chunks, patched, total, False)
+        self._unflushed_messages += record_count
+        log_start = self.log_start_offset
+        start = first_offset
+        previous_end = 0
+        for i, _, end_offset, end, batch_count in group:
+            out[i] = _tuple_new(AppendResult, (start, end_offset - 1, -1, log_start, end_offset - start, False,
+                                               batch_count, end - previous_end))
+            start, previous_end = end_offset, end
+
     def _check_timestamps(self, headers: list, config: LogConfig) -> None:
         """
         Kafka's CreateTime bounds (C{message.timestamp.before.max.ms},
@@ -906,18 +1056,21 @@ class PartitionLog:
 
     def _maybe_roll(self, size_bytes: int, last_offset: int) -> LogSegment:
         segment = self._segments[-1]
-        size = segment.size_bytes
-        if not size:
+        if not segment.size_bytes:
             return segment
+        if self._would_roll(segment, size_bytes, last_offset):
+            return self.roll()
+        return segment
+
+    def _would_roll(self, segment: LogSegment, size_bytes: int, last_offset: int) -> bool:
+        """Whether appending C{size_bytes} ending at C{last_offset} to a non-empty C{segment} rolls it."""
         config = self.config
-        if (size + size_bytes > config.segment_bytes
+        return (segment.size_bytes + size_bytes > config.segment_bytes
                 or last_offset - segment.base_offset > _INT32_MAX
                 or segment.offset_index.is_full or segment.time_index.is_full
                 or self.now_ms() - segment.created_ms > (
                     config.segment_ms if config.cleanup_policy == "delete" else config.max_segment_ms) - (
-                    self._roll_jitter(segment) if config.segment_jitter_ms > 0 else 0)):
-            return self.roll()
-        return segment
+                    self._roll_jitter(segment) if config.segment_jitter_ms > 0 else 0))
 
     def _roll_jitter(self, segment: LogSegment) -> int:
         """C{segment.jitter.ms}: a per-segment amount in [0, jitter], fixed by the base offset (Kafka draws it)."""

@@ -524,7 +524,7 @@ class ProduceRunTests(unittest.TestCase):
         connection.dataReceived(b"".join(frames))
         other, other_transport = self.connect(one_by_one)
         for frame in frames:
-            other.dataReceived(frame)
+            other.stringReceived(frame[4:])  # one request at a time, without a ProduceRun
         got = self.responses(transport)
         self.assertEqual(got, self.responses(other_transport))
         self.assertEqual([cid for cid, _ in got], list(range(40)))
@@ -534,6 +534,65 @@ class ProduceRunTests(unittest.TestCase):
         log = together.log_manager.get("t", 0)
         self.assertEqual(log.high_watermark, log.log_end_offset)
         self.assertFalse(log.has_pending)
+
+    def test_simple_and_other_requests_mixed(self) -> None:
+        """
+        Hand-decoded one-partition requests (acks 0 and 1, v3-v9) between
+        kio-decoded ones (acks=all, two partitions, null records, a corrupt
+        batch, an unknown partition) in one chunk: responses, counters and
+        files as one by one.
+        """
+        batches = self.batches(40)
+        together, one_by_one = BrokerHarness(self), BrokerHarness(self)
+        for h in (together, one_by_one):
+            h.create_topic("t", partitions=2)
+        corrupt = bytearray(batches[5])
+        corrupt[-1] ^= 1
+        frames = []
+        for i, b in enumerate(batches):
+            version = 3 + i % 7
+            if i % 9 == 4:
+                body: dict = {"acks": -1, "timeout": 1000, "topic_data": [{"name": "t", "partition_data": [
+                    {"index": 0, "records": b}]}]}
+            elif i % 9 == 7:
+                body = {"acks": 1, "timeout": 1000, "topic_data": [{"name": "t", "partition_data": [
+                    {"index": 0, "records": b}, {"index": 1, "records": b}]}]}
+            else:
+                records = bytes(corrupt) if i == 5 else None if i == 11 else b
+                body = {"acks": i % 2, "timeout": 1000, "topic_data": [{"name": "t", "partition_data": [
+                    {"index": 2 if i == 14 else i % 3 % 2, "records": records}]}]}
+            frames.append(_frame(encode_request(0, version, i, "c", body)))
+        connection, transport = self.connect(together)
+        connection.dataReceived(b"".join(frames))
+        other, other_transport = self.connect(one_by_one)
+        for frame in frames:
+            other.stringReceived(frame[4:])  # one request at a time, without a ProduceRun
+        self.assertEqual(transport.value(), other_transport.value())
+        self.assertTrue(transport.value())
+        for partition in (0, 1):
+            self.assertEqual(self.log_bytes(together, partition), self.log_bytes(one_by_one, partition))
+        for name in ("request_counts", "messages_in", "bytes_in", "topic_messages_in", "topic_bytes_in",
+                     "failed_produce_requests"):
+            self.assertEqual(getattr(together.apis, name), getattr(one_by_one.apis, name), name)
+        self.assertEqual(together.apis.failed_produce_requests, 3)
+
+    def test_a_lone_produce_request_is_a_run(self) -> None:
+        """One Produce request read alone takes the run's path too (the hand decode): the same answer."""
+        h, reference = BrokerHarness(self), BrokerHarness(self)
+        for harness in (h, reference):
+            harness.create_topic("t")
+        connection, transport = self.connect(h)
+        other, other_transport = self.connect(reference)
+        calls = []
+        produce_in_run = h.apis.produce_in_run
+        h.apis.produce_in_run = lambda *a: calls.append(1) or produce_in_run(*a)  # type: ignore[method-assign]
+        for i, b in enumerate(self.batches(3)):
+            frame = self.produce_frame(i, b)
+            connection.dataReceived(frame)
+            other.stringReceived(frame[4:])
+        self.assertEqual(len(calls), 3)
+        self.assertEqual(transport.value(), other_transport.value())
+        self.assertEqual(self.log_bytes(h), self.log_bytes(reference))
 
     def test_roll_in_the_middle(self) -> None:
         batches = self.batches(30)
@@ -546,7 +605,7 @@ class ProduceRunTests(unittest.TestCase):
         self.connect(together)[0].dataReceived(b"".join(frames))
         other = self.connect(one_by_one)[0]
         for frame in frames:
-            other.dataReceived(frame)
+            other.stringReceived(frame[4:])  # one request at a time, without a ProduceRun
         written = self.log_bytes(together)
         self.assertGreater(len(written), 3)
         self.assertEqual(written, self.log_bytes(one_by_one))

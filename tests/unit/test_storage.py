@@ -7,6 +7,7 @@ import os
 import shutil
 import tempfile
 
+from crc32c import crc32c
 from hypothesis import given, settings, HealthCheck
 from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatch
@@ -881,3 +882,145 @@ class DeferredWriteGuardTests(LogTestMixin, TestCase):
         self.assertEqual(log.active_segment.next_offset, 2)
         self.assertEqual(read_offsets(log, 0), [0, 1])
         self.assertEqual(os.path.getsize(log.active_segment.path), log.active_segment.size_bytes)
+
+
+class AppendManyTests(LogTestMixin, TestCase):
+    """
+    L{PartitionLog.append_many} (a Produce run's appends to one partition):
+    the same results, log and files as one C{append(..., write=False)} per
+    item, whatever the items and the configuration.
+    """
+
+    def pair(self, **config):
+        return self.make_log(path=self.mktemp(), **config), self.make_log(path=self.mktemp(), **config)
+
+    def item(self, kind, i, pid_state):
+        ts = 1_000_000 + i
+        if kind == "plain":
+            return batch(1 + i % 3, size=20 + i % 50, ts=ts)
+        if kind == "two":
+            return batch(2, ts=ts) + batch(1, ts=ts + 5)
+        if kind == "big":  # above the size copied into one buffer (and above max_message_bytes=20000 with two)
+            return batch(1 + i % 2, size=17000, ts=ts)
+        if kind == "magic1":
+            data = bytearray(batch(1, ts=ts))
+            data[16] = 1
+            return bytes(data)
+        if kind == "count":  # a record count that disagrees with the last offset delta (CRC fixed up)
+            data = bytearray(batch(2, ts=ts))
+            data[57:61] = (3).to_bytes(4, "big")
+            data[17:21] = crc32c(bytes(data[21:])).to_bytes(4, "big")
+            return bytes(data)
+        if kind == "corrupt":
+            data = bytearray(batch(1, ts=ts))
+            data[-1] ^= 1
+            return bytes(data)
+        if kind == "control":
+            return batch(1, ts=ts, attributes=0x20)
+        if kind == "empty":
+            return b""
+        sequence = pid_state[0]
+        pid_state[0] += 2 if kind == "idempotent" else 0  # "retry": the same sequence again
+        return batch(2, ts=ts, producer_id=7, producer_epoch=0, base_sequence=sequence)
+
+    @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(runs=st.lists(st.lists(st.sampled_from([
+                             "plain", "plain", "plain", "two", "big", "corrupt", "control", "empty", "idempotent",
+                             "retry", "magic1", "count"]), min_size=1, max_size=12),
+                         min_size=1, max_size=5),
+           segment_bytes=st.sampled_from([150, 1000, 4000, 100000]), interval=st.integers(1, 600),
+           index_bytes=st.sampled_from([24, 48, 10485760]), flush_messages=st.sampled_from([7, 2**63 - 1]),
+           compact=st.booleans(), epoch_step=st.integers(1, 20), max_message_bytes=st.sampled_from([20000, 10**6]))
+    def test_same_as_one_append_per_item(self, runs, segment_bytes, interval, index_bytes, flush_messages, compact,
+                                         epoch_step, max_message_bytes):
+        config = dict(segment_bytes=segment_bytes, index_interval_bytes=interval, segment_index_bytes=index_bytes,
+                      flush_messages=flush_messages, max_message_bytes=max_message_bytes)
+        if compact:
+            config["cleanup_policy"] = "compact"
+        many, reference = self.pair(**config)
+        pids = [[0], [0]]
+        i = 0
+        for n, kinds in enumerate(runs):
+            epoch = n // epoch_step
+            items = []
+            for kind in kinds:
+                items.append(self.item(kind, i, pids[0]))
+                i += 1
+            expected = []
+            for records in items:
+                try:
+                    expected.append(reference.append(records, epoch, write=False))
+                except KafkaError as e:
+                    expected.append((type(e), str(e)))
+            reference.write_pending()
+            got = many.append_many(items, epoch)
+            many.write_pending()
+            self.assertEqual([r if isinstance(r, tuple) and not isinstance(r, Exception) else (type(r), str(r))
+                              for r in got], expected)
+        DeferredWriteTests.assert_same(self, many, reference)
+        self.assertEqual(many.leader_epoch_cache.entries, reference.leader_epoch_cache.entries)
+        self.assertEqual(read_offsets(many, 0), read_offsets(reference, 0))
+        many.close()
+        reference.close()
+
+    def test_every_kind_in_one_run(self):
+        """Each item refused or appended as by L{PartitionLog.append}, the plain ones around them grouped."""
+        kinds = ["plain", "idempotent", "plain", "retry", "big", "big", "plain", "magic1", "count", "control", "corrupt",
+                 "empty", "two", "plain", "idempotent", "idempotent", "retry", "plain"]
+        for epoch in (-1, 0, 5):
+            many, reference = self.pair(max_message_bytes=20000)
+            pid = [0]
+            items = [self.item(kind, i, pid) for i, kind in enumerate(kinds)]
+            expected = []
+            for records in items:
+                try:
+                    expected.append(reference.append(records, epoch, write=False))
+                except KafkaError as e:
+                    expected.append((type(e), str(e)))
+            reference.write_pending()
+            got = many.append_many(items, epoch)
+            many.write_pending()
+            self.assertEqual([r if not isinstance(r, Exception) else (type(r), str(r)) for r in got], expected)
+            self.assertEqual(sum(1 for r in got if isinstance(r, Exception)), 6)
+            self.assertEqual(sum(1 for r in got if not isinstance(r, Exception) and r.duplicate), 1)
+            DeferredWriteTests.assert_same(self, many, reference)
+            self.assertEqual(many.leader_epoch_cache.entries, reference.leader_epoch_cache.entries)
+            self.assertEqual(many.producer_state.snapshot(many.log_end_offset),
+                             reference.producer_state.snapshot(reference.log_end_offset))
+            many.close()
+            reference.close()
+
+    def test_one_group_is_one_segment_append(self):
+        """Plain one-batch items: one roll check and one segment append for the run."""
+        log = self.make_log()
+        calls = []
+        append = log.active_segment.append
+        log.active_segment.append = lambda *a, **kw: calls.append(len(a[1])) or append(*a, **kw)
+        results = log.append_many([batch(1, ts=1_000_000 + i) for i in range(10)], 3)
+        self.assertEqual(calls, [10])
+        self.assertEqual([r.base_offset for r in results], list(range(10)))
+        log.write_pending()
+        self.assertEqual(read_offsets(log, 0), list(range(10)))
+        self.assertEqual(log.leader_epoch_cache.entries, [(3, 0)])
+        log.close()
+
+    def test_a_run_that_would_roll_goes_one_by_one(self):
+        log = self.make_log(segment_bytes=3 * len(batch(1)))
+        results = log.append_many([batch(1) for _ in range(7)], 0)
+        log.write_pending()
+        self.assertEqual([r.base_offset for r in results], list(range(7)))
+        self.assertEqual([s.base_offset for s in log.segments], [0, 3, 6])
+        log.close()
+
+    def test_a_time_index_filling_up_in_a_run_rolls_as_one_by_one(self):
+        many, reference = self.pair(segment_index_bytes=48)  # 4 time index entries, 6 offset index entries
+        items = [batch(1, ts=1_000_000 + i) for i in range(5)]
+        for records in items:
+            reference.append(records, 0, write=False)
+        reference.write_pending()
+        many.append_many(items, 0)
+        many.write_pending()
+        self.assertEqual(len(reference.segments), 2)
+        DeferredWriteTests.assert_same(self, many, reference)
+        many.close()
+        reference.close()
