@@ -14,6 +14,11 @@ Every value starts with its send time (C{time.monotonic_ns}, one clock for
 every process of this machine); the consumer takes the time when poll returns.
 Prints one JSON line per pair: p50, p99, p99.9 and max in ms.
 
+A pair named C{P/C} mixes clients: P's producer and C's consumer (e.g.
+C{librdkafka/kafkatw}), which tells the clients' shares from the broker's.
+C{kafkatw-gc-freeze} is kafkatw's clients after C{gc.freeze()} once they are
+set up (docs/clients.md, "Throughput").
+
 C{--timeline} adds, for kafkatw's pair, the median of each stage of a
 record's trip, measured in the two client processes (broker stages are
 inside "request written -> acknowledged" and "fetch sent -> fetch answered"):
@@ -25,12 +30,14 @@ inside "request written -> acknowledged" and "fetch sent -> fetch answered"):
 
 Usage:
   python bench/bench_latency.py [--rate 10000] [--seconds 10] [--pairs kafkatw,librdkafka]
-      [--acks 1] [--runs 3] [--timeline]
+      [--acks 1] [--runs 3] [--timeline] [--brokers 1]
+  pairs: kafkatw, kafkatw-gc-freeze, librdkafka, or PRODUCER/CONSUMER of those
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import statistics
@@ -38,6 +45,7 @@ import struct
 import subprocess
 import sys
 import time
+from functools import partial
 
 RECORD_SIZE = 200
 _STAMP = struct.Struct(">q")
@@ -57,7 +65,8 @@ def _percentiles(values: list[float]) -> dict:
 # --- children --------------------------------------------------------------------------
 
 
-def producer_kafkatw(bootstrap: str, topic: str, rate: float, seconds: float, acks: str, timeline: str) -> None:
+def producer_kafkatw(bootstrap: str, topic: str, rate: float, seconds: float, acks: str, timeline: str,
+                     freeze: bool = False) -> None:
     from twisted.internet import defer, task
 
     from kafkatw.client.producer import Producer
@@ -68,6 +77,8 @@ def producer_kafkatw(bootstrap: str, topic: str, rate: float, seconds: float, ac
     async def main(reactor) -> None:
         producer = Producer(reactor, bootstrap, acks="all" if acks == "all" else int(acks), linger_ms=0)
         await producer.send(topic, b"warm-up")
+        if freeze:
+            gc.freeze()
         if timeline:
             # bench instrumentation: when each Produce request is handed to the transport
             send_request = producer.client.send
@@ -105,7 +116,7 @@ def producer_kafkatw(bootstrap: str, topic: str, rate: float, seconds: float, ac
     task.react(lambda reactor: defer.ensureDeferred(main(reactor)))
 
 
-def consumer_kafkatw(bootstrap: str, topic: str, n: int, out: str, timeline: str) -> None:
+def consumer_kafkatw(bootstrap: str, topic: str, n: int, out: str, timeline: str, freeze: bool = False) -> None:
     from twisted.internet import defer, task
 
     from kafkatw.client.consumer import Consumer
@@ -125,6 +136,8 @@ def consumer_kafkatw(bootstrap: str, topic: str, n: int, out: str, timeline: str
                 return fetch_done(response, *a)
 
             consumer._fetch_done = timed
+        if freeze:
+            gc.freeze()
         print("ready", flush=True)
         unpack = _STAMP.unpack_from
         stamps: list[tuple[int, int]] = []
@@ -194,8 +207,16 @@ def consumer_librdkafka(bootstrap: str, topic: str, n: int, out: str, _timeline:
     json.dump({"latencies": latencies, "stamps": []}, open(out, "w"))
 
 
-PRODUCERS = {"kafkatw": producer_kafkatw, "librdkafka": producer_librdkafka}
-CONSUMERS = {"kafkatw": consumer_kafkatw, "librdkafka": consumer_librdkafka}
+PRODUCERS = {"kafkatw": producer_kafkatw, "kafkatw-gc-freeze": partial(producer_kafkatw, freeze=True),
+             "librdkafka": producer_librdkafka}
+CONSUMERS = {"kafkatw": consumer_kafkatw, "kafkatw-gc-freeze": partial(consumer_kafkatw, freeze=True),
+             "librdkafka": consumer_librdkafka}
+
+
+def _roles(pair: str) -> tuple[str, str]:
+    """(producer, consumer) of a pair name: C{kafkatw} or C{librdkafka/kafkatw}."""
+    producer, _, consumer = pair.partition("/")
+    return producer, consumer or producer
 
 
 def _timeline(producer_file: str, consumer: dict) -> dict:
@@ -220,16 +241,18 @@ def _timeline(producer_file: str, consumer: dict) -> dict:
 
 
 def child(args: argparse.Namespace) -> None:
+    producer, consumer = _roles(args.pair)
     if args.role == "producer":
-        PRODUCERS[args.pair](args.bootstrap, args.topic, args.rate, args.seconds, args.acks, args.timeline_file)
+        PRODUCERS[producer](args.bootstrap, args.topic, args.rate, args.seconds, args.acks, args.timeline_file)
     else:
-        CONSUMERS[args.pair](args.bootstrap, args.topic, args.n, args.out, args.timeline_file)
+        CONSUMERS[consumer](args.bootstrap, args.topic, args.n, args.out, args.timeline_file)
 
 
 def run_pair(pair: str, bootstrap: str, topic: str, args: argparse.Namespace, run: int) -> dict:
-    out = f"/tmp/kafkatw-latency-{os.getpid()}-{pair}-{run}.json"
-    tl = f"/tmp/kafkatw-latency-{os.getpid()}-{pair}-{run}-producer.json" if args.timeline and pair == "kafkatw" \
-        else ""
+    name = pair.replace("/", "-")
+    out = f"/tmp/kafkatw-latency-{os.getpid()}-{name}-{run}.json"
+    kafkatw_both = all(role.startswith("kafkatw") for role in _roles(pair))
+    tl = f"/tmp/kafkatw-latency-{os.getpid()}-{name}-{run}-producer.json" if args.timeline and kafkatw_both else ""
     n = int(args.rate * args.seconds)
     base = [sys.executable, os.path.abspath(__file__), "--child", "--pair", pair, "--bootstrap", bootstrap,
             "--topic", topic, "--rate", str(args.rate), "--seconds", str(args.seconds), "--acks", args.acks,
@@ -288,7 +311,7 @@ def main() -> None:
         results: dict[str, list[dict]] = {}
         for run in range(args.runs):
             for pair in args.pairs.split(","):
-                topic = f"latency-{pair}-{run}"
+                topic = f"latency-{pair.replace('/', '-')}-{run}"
                 admin.create_topics([NewTopic(topic, 1, args.brokers)])[topic].result(15)
                 time.sleep(0.5)
                 figure = run_pair(pair, bootstrap, topic, args, run)
