@@ -133,13 +133,19 @@ class _LazyCallbacks:
         if instance is None:
             return self
         callbacks: list = []
-        instance.__dict__["_callbacks"] = callbacks
+        attributes = instance.__dict__
+        attributes["_callbacks"] = callbacks
+        # A Deferred that had its callbacks looked at (a callback added, an
+        # await) holds itself until it is fired: the producer's completion
+        # loops, which leave alone the Deferreds nobody references, then see
+        # a reference even when its caller dropped it after adding a callback.
+        attributes["_kafkatw_held"] = instance
         return callbacks
 
 
 class _RecordDeferred(Deferred):
     """
-    The Deferred L{Producer.send} returns from its hot path: made without
+    The Deferred L{Producer.send} returns: made without
     running C{Deferred.__init__} (a third of the cost: no callback list until
     a callback is added, no canceller; no C{Deferred.debug} creation stack).
     Relies on C{Deferred}'s private attributes C{_callbacks} and
@@ -492,7 +498,7 @@ class Producer:
                 if not room:  # batch_size reached
                     self._seal(batch.state, batch)
                 return d
-        d = Deferred()
+        d = _new(_RecordDeferred)
         if self._closing:
             _fail_one(d, on_delivery, ProducerClosedError("producer closed"))
             return d
@@ -1340,6 +1346,7 @@ class Producer:
             for d in batch.deferreds:
                 if getrefcount(d) > unshared:
                     if d._callbacks or d.called:  # (called: cancelled by its owner)
+                        d.__dict__.pop("_kafkatw_held", None)
                         d.callback(new(metadata, (topic, partition, offset, ts)))
                     else:
                         # What Deferred.callback does for a Deferred without
@@ -1350,6 +1357,7 @@ class Producer:
                 offset += step
         else:
             for d, m in zip(batch.deferreds, self._metadata(batch, base_offset, log_append_time_ms)):
+                d.__dict__.pop("_kafkatw_held", None)
                 d.callback(m)
         self._fire_waiters(batch)
 
@@ -1401,6 +1409,7 @@ class Producer:
                 if m is None:
                     m = new(metadata, (topic, partition, offset, ts if stamps is None else stamps[i]))
                 if d._callbacks or d.called:
+                    d.__dict__.pop("_kafkatw_held", None)
                     d.callback(m)
                 else:
                     d.called = True
@@ -1426,6 +1435,7 @@ class Producer:
                     _call_on_delivery(on_delivery, None, error)
         failure = Failure(error)
         for d in batch.deferreds:
+            d.__dict__.pop("_kafkatw_held", None)
             d.errback(failure)
         self._fire_waiters(batch)
 
