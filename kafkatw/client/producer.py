@@ -1345,7 +1345,7 @@ class Producer:
             unshared = _UNSHARED
             for d in batch.deferreds:
                 if getrefcount(d) > unshared:
-                    if d._callbacks or d.called:  # (called: cancelled by its owner)
+                    if d.__dict__.get("_callbacks") or d.called:  # (called: cancelled by its owner)
                         d.__dict__.pop("_kafkatw_held", None)
                         d.callback(new(metadata, (topic, partition, offset, ts)))
                     else:
@@ -1356,9 +1356,18 @@ class Producer:
                         d.result = new(metadata, (topic, partition, offset, ts))
                 offset += step
         else:
-            for d, m in zip(batch.deferreds, self._metadata(batch, base_offset, log_append_time_ms)):
-                d.__dict__.pop("_kafkatw_held", None)
-                d.callback(m)
+            unshared = _UNSHARED
+            metadata_of = self._metadata(batch, base_offset, log_append_time_ms)
+            for d in batch.deferreds:
+                m = next(metadata_of)
+                if getrefcount(d) > unshared:
+                    if d.__dict__.get("_callbacks") or d.called:
+                        d.__dict__.pop("_kafkatw_held", None)
+                        d.callback(m)
+                    else:
+                        d.called = True
+                        d._canceller = None
+                        d.result = m
         self._fire_waiters(batch)
 
     @staticmethod
@@ -1408,7 +1417,7 @@ class Producer:
             if getrefcount(d) > unshared:
                 if m is None:
                     m = new(metadata, (topic, partition, offset, ts if stamps is None else stamps[i]))
-                if d._callbacks or d.called:
+                if d.__dict__.get("_callbacks") or d.called:
                     d.__dict__.pop("_kafkatw_held", None)
                     d.callback(m)
                 else:

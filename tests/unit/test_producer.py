@@ -1028,6 +1028,21 @@ class RecordDeferredTests(ProducerTestCase):
             self.assertGreater(module.getrefcount(d), module._UNSHARED)
         del held
 
+    def test_fired_deferreds_do_not_hold_themselves(self) -> None:
+        """Once fired, a record's Deferred keeps no reference to itself (no cycle for the collector)."""
+        producer, client = self.producer({"t": 1})
+        self.start(producer, "t")
+        plain = producer.send("t", VALUE)
+        with_callback = producer.send("t", VALUE)
+        with_callback.addCallback(lambda m: m)
+        keyed = producer.send("t", VALUE, key=b"k")
+        producer.flush()
+        for request in client.produce_requests():
+            respond(request)
+        for d in (plain, with_callback, keyed):
+            self.assertIsInstance(self.successResultOf(d), RecordMetadata)
+            self.assertNotIn("_kafkatw_held", vars(d))
+
     def test_dropped_deferred_with_a_callback_fires(self) -> None:
         """A Deferred its caller dropped after adding a callback still fires it."""
         producer, client = self.producer({"t": 1})
