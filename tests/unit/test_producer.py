@@ -1040,7 +1040,8 @@ class RecordDeferredTests(ProducerTestCase):
         for request in client.produce_requests():
             respond(request)
         for d in (plain, with_callback, keyed):
-            self.assertIsInstance(self.successResultOf(d), RecordMetadata)
+            self.assertTrue(d.called)
+            self.assertIsInstance(d.result, RecordMetadata)
             self.assertNotIn("_kafkatw_held", vars(d))
 
     def test_dropped_deferred_with_a_callback_fires(self) -> None:
