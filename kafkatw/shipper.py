@@ -57,6 +57,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import glob
+import itertools
 import json
 import os
 import socket
@@ -133,9 +134,13 @@ class _ChunkSender:
     is not L{ready<kafkatw.client.producer.Producer.ready>} (buffer memory or
     metadata), and finds the records that failed when flushed.
 
-    Each record goes to the partition Kafka's default partitioner picks for
+    A chunk is a list of runs C{(key, records)}: consecutive records of one
+    key (one file), each C{(key, value, headers, None)} as
+    L{Producer.send_many<kafkatw.client.producer.Producer.send_many>} takes
+    them.  A run goes to the partition Kafka's default partitioner picks for
     its key (murmur2, as C{BuiltInPartitioner.partitionForKey}), computed here
-    once per key and partition count: the shipper's keys are one per file.
+    once per key and partition count, in pieces of at most C{_READY_EVERY}
+    records: one C{send_many} (one Deferred) per piece.
 
     @param on_chunk_sent: called (in the reactor thread) after each chunk is
         handed to the producer (the other thread's back-pressure).
@@ -150,9 +155,10 @@ class _ChunkSender:
         self.topic = topic
         self.on_chunk_sent = on_chunk_sent
         self._chunks: collections.deque = collections.deque()
-        self._position = 0  # records of _chunks[0] already sent
+        self._run = 0  # runs of _chunks[0] already sent
+        self._position = 0  # records of that run already sent
         self._blocked = False
-        self._sent: list[Any] = []  # the records' Deferreds since the last flush
+        self._sent: list[Any] = []  # the Deferreds of the pieces (or records) since the last flush
         self._error: BaseException | None = None
         self._idle_waiters: list[Deferred] = []
         self._hashes: dict[bytes, int] = {}
@@ -177,8 +183,8 @@ class _ChunkSender:
 
         return partition
 
-    def add(self, chunk: list[tuple[bytes, bytes, list[tuple[str, bytes]]]]) -> None:
-        """Send C{chunk}: C{(value, key, headers)} records."""
+    def add(self, chunk: list[tuple[bytes, list[tuple[bytes, bytes, list[tuple[str, bytes]], None]]]]) -> None:
+        """Send C{chunk}: C{(key, records)} runs."""
         self._chunks.append(chunk)
         if not self._blocked:
             self._drain()
@@ -186,32 +192,43 @@ class _ChunkSender:
     def _drain(self) -> None:
         chunks = self._chunks
         producer = self.producer
-        send = producer.send
         topic = self.topic
         sent = self._sent
         every = self._READY_EVERY
         while chunks:
             chunk = chunks[0]
-            position = self._position
-            size = len(chunk)
             partition_for = self._partitioner()
-            while position < size:
-                stop = min(size, position + every)
-                for i in range(position, stop):
-                    value, key, headers = chunk[i]
+            while self._run < len(chunk):
+                key, records = chunk[self._run]
+                partition = partition_for(key)
+                position = self._position
+                size = len(records)
+                while position < size:
+                    stop = min(size, position + every)
                     try:
-                        sent.append(send(topic, value, key, partition_for(key), headers))
+                        if partition is None:
+                            send = producer.send
+                            for record in records[position:stop]:
+                                sent.append(send(topic, record[1], key, None, record[2]))
+                        else:
+                            sent.append(producer.send_many(topic, records[position:stop], partition))
                     except Exception as e:  # the producer raised instead of failing the Deferred
                         if self._error is None:
                             self._error = e
-                position = stop
-                ready = producer.ready()
-                if not ready.called:
+                    position = stop
                     self._position = position
-                    self._blocked = True
-                    ready.addBoth(self._unblock)
-                    return
+                    ready = producer.ready()
+                    if not ready.called:
+                        if position == size:
+                            self._run += 1
+                            self._position = 0
+                        self._blocked = True
+                        ready.addBoth(self._unblock)
+                        return
+                self._run += 1
+                self._position = 0
             chunks.popleft()
+            self._run = 0
             self._position = 0
             self.on_chunk_sent()
         waiters, self._idle_waiters = self._idle_waiters, []
@@ -237,7 +254,7 @@ class _ChunkSender:
         sent, self._sent = self._sent, []
         error, self._error = self._error, None
         # The producer fires a Deferred without callbacks cheaply (no
-        # callback per record here): look at the outcomes once, at the end.
+        # callback per piece here): look at the outcomes once, at the end.
         for d in sent:
             if isinstance(d.result, Failure):
                 if error is None:
@@ -255,8 +272,8 @@ class ProducerSink:
     stay in order through retries).
 
     Lines are handed to the reactor thread in chunks of C{chunk_lines} (one
-    wake-up per chunk, no object per record on this side); at most
-    C{max_chunks} chunks wait there, then L{send} blocks.
+    wake-up per chunk, no object per record on this side but the record
+    itself); at most C{max_chunks} chunks wait there, then L{send} blocks.
 
     @param options: more L{Producer} options (they override the defaults above).
     """
@@ -277,17 +294,44 @@ class ProducerSink:
         self._room = threading.Semaphore(max_chunks)
         self._sender = _ChunkSender(self._producer, topic, on_chunk_sent=self._room.release,
                                     partition_by_key="partitioner" not in options)
-        self._chunk: list[tuple[bytes, bytes, list[tuple[str, bytes]]]] = []
+        self._chunk: list[tuple[bytes, list[tuple]]] = []  # (key, records) runs
+        self._lines = 0  # records in _chunk
         self._closed = False
 
     def send(self, value: bytes, key: bytes, headers: list[tuple[str, bytes]]) -> None:
         chunk = self._chunk
-        chunk.append((value, key, headers))
-        if len(chunk) >= self.chunk_lines:
+        if chunk and chunk[-1][0] == key:
+            chunk[-1][1].append((key, value, headers, None))
+        else:
+            chunk.append((key, [(key, value, headers, None)]))
+        self._lines += 1
+        if self._lines >= self.chunk_lines:
+            self._hand_off()
+
+    def send_lines(self, key: bytes, values: list[bytes], first_line_no: int,
+                   headers: list[tuple[str, bytes]]) -> None:
+        """
+        Queue one record per value, all with C{key}, and headers C{headers}
+        followed by C{("line_no", b"N")}, N counting from C{first_line_no}:
+        what L{send} makes of each line, without a call per line.
+        """
+        if not values:
+            return
+        host, path = headers
+        records = [(key, value, [host, path, ("line_no", b"%d" % n)], None)
+                   for value, n in zip(values, itertools.count(first_line_no))]
+        chunk = self._chunk
+        if chunk and chunk[-1][0] == key:
+            chunk[-1][1].extend(records)
+        else:
+            chunk.append((key, records))
+        self._lines += len(records)
+        if self._lines >= self.chunk_lines:
             self._hand_off()
 
     def _hand_off(self) -> None:
         chunk, self._chunk = self._chunk, []
+        self._lines = 0
         if chunk:
             self._room.acquire()
             self._thread.call_soon(self._sender.add, chunk)
@@ -309,7 +353,6 @@ class ProducerSink:
                 await self._producer.close()
 
         self._thread.call(None, close)
-
 
 # --- state file ---------------------------------------------------------------------
 
@@ -409,6 +452,7 @@ def expand_paths(patterns: Iterable[str], recursive: bool = False) -> list[str]:
 
 
 Emit = Callable[[bytes, int, int | None], None]
+EmitLines = Callable[[list[bytes], int], None]
 
 
 class FileFollower:
@@ -510,11 +554,16 @@ class FileFollower:
 
     # -- reading ------------------------------------------------------------------------
 
-    def poll(self, emit: Emit, final: bool = False) -> int:
+    def poll(self, emit: Emit, final: bool = False, emit_lines: EmitLines | None = None) -> int:
         """
         One step: stat the path, handle truncation and rotation, read what was
         appended and C{emit(value, line_no, original_length_or_None)} each
         complete line (C{final}: the unterminated last line too).
+
+        @param emit_lines: when given, C{emit_lines(values, first_line_no)}
+            takes the complete lines of a read that are all within
+            C{max_line_bytes} at once (numbered from C{first_line_no}); the
+            others still go to C{emit}.
 
         @return: bytes read (0: caught up).
         """
@@ -528,7 +577,7 @@ class FileFollower:
         total = 0
         if st is not None and (st.st_dev, st.st_ino) != (self.dev, self.ino):
             # rotated: finish the old file (to its very end), then the new one from 0
-            total += self._read(emit, final=True, limit=None)
+            total += self._read(emit, final=True, limit=None, emit_lines=emit_lines)
             if self.on_finished is not None:
                 self.on_finished(self.dev, self.ino, self.offset, self.line_no)
             self.close()
@@ -539,17 +588,17 @@ class FileFollower:
             self._reset(0, 0)  # truncated
         fst = os.fstat(self.file.fileno())
         self.size = fst.st_size
-        total += self._read(emit, final=final, limit=self.max_poll_bytes)
+        total += self._read(emit, final=final, limit=self.max_poll_bytes, emit_lines=emit_lines)
         if st is None and fst.st_nlink == 0 and self._read_pos >= fst.st_size:
             # deleted (not renamed) and read to its end: finish it and let go of it,
             # so its disk space is freed
-            self._read(emit, final=True, limit=None)
+            self._read(emit, final=True, limit=None, emit_lines=emit_lines)
             if self.on_finished is not None:
                 self.on_finished(self.dev, self.ino, self.offset, self.line_no)
             self.close()
         return total
 
-    def _read(self, emit: Emit, final: bool, limit: int | None) -> int:
+    def _read(self, emit: Emit, final: bool, limit: int | None, emit_lines: EmitLines | None = None) -> int:
         total = 0
         f = self.file
         while limit is None or total < limit:
@@ -558,7 +607,7 @@ class FileFollower:
                 break
             total += len(chunk)
             self._read_pos += len(chunk)
-            self._feed(chunk, emit)
+            self._feed(chunk, emit, emit_lines)
         if final:
             if self._long_prefix is not None:
                 self._emit_long(emit, self._long_len)
@@ -567,7 +616,7 @@ class FileFollower:
                 self._buf = b""
         return total
 
-    def _feed(self, chunk: bytes, emit: Emit) -> None:
+    def _feed(self, chunk: bytes, emit: Emit, emit_lines: EmitLines | None = None) -> None:
         start = 0
         if self._long_prefix is not None:
             end = chunk.find(b"\n")
@@ -580,6 +629,15 @@ class FileFollower:
         data = self._buf + chunk[start:] if self._buf else chunk[start:]
         pos = 0
         limit = self.max_line_bytes
+        if emit_lines is not None:
+            lines = data.split(b"\n")
+            rest = lines.pop()
+            if lines and max(map(len, lines)) <= limit:
+                first = self.line_no + 1
+                self.line_no += len(lines)
+                self.offset += len(data) - len(rest)
+                emit_lines(lines, first)
+                pos = len(data) - len(rest)
         while True:
             end = data.find(b"\n", pos)
             if end < 0:
@@ -746,27 +804,41 @@ class Shipper:
         if not self.followers:
             self._discover()
         total = 0
+        send_lines = getattr(self.sink, "send_lines", None)
         for path, follower in list(self.followers.items()):
             was_unreadable = follower.unreadable
             key = f"{self.host}:{path}".encode("utf-8", "surrogateescape")
-            path_bytes = path.encode("utf-8", "surrogateescape")
-            host_bytes = self.host.encode()
+            host_header = ("host", self.host.encode())
+            path_header = ("path", path.encode("utf-8", "surrogateescape"))
 
             def emit(value: bytes, line_no: int, original: int | None, path: str = path, key: bytes = key,
-                     path_bytes: bytes = path_bytes) -> None:
+                     host_header: tuple = host_header, path_header: tuple = path_header) -> None:
                 if self.skip_binary and _is_binary(value):
                     self._pending.skipped += 1
                     return
-                headers = [("host", host_bytes), ("path", path_bytes), ("line_no", str(line_no).encode())]
+                headers = [host_header, path_header, ("line_no", b"%d" % line_no)]
                 if original is not None:
-                    headers.append(("truncated", str(original).encode()))
+                    headers.append(("truncated", b"%d" % original))
                     self._pending.truncated += 1
                 self.sink.send(value, key, headers)
                 self._pending.lines += 1
                 self._pending.bytes += len(value)
                 self._pending_files.add(path)
 
-            total += follower.poll(emit, final=final)
+            def emit_lines(values: list[bytes], first_line_no: int, path: str = path, key: bytes = key,
+                           fixed: list = [host_header, path_header], emit: Emit = emit) -> None:
+                # many lines at once (none too long): the same records as emit's
+                if self.skip_binary:
+                    for line_no, value in enumerate(values, first_line_no):
+                        emit(value, line_no, None)
+                    return
+                send_lines(key, values, first_line_no, fixed)
+                pending = self._pending
+                pending.lines += len(values)
+                pending.bytes += sum(map(len, values))
+                self._pending_files.add(path)
+
+            total += follower.poll(emit, final=final, emit_lines=emit_lines if send_lines is not None else None)
             if follower.file is not None:
                 self.opened.add(path)
             if follower.unreadable and path not in self._reported:

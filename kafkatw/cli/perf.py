@@ -9,8 +9,10 @@ Every 5 s a line ``N records sent, X records/sec (Y MB/sec), Z ms avg latency, W
 max latency.``; at the end ``N records sent, X records/sec (Y MB/sec), A ms avg
 latency, M ms max latency, p50 ms 50th, p95 ms 95th, p99 ms 99th, p999 ms
 99.9th.`` (MB = 2**20 bytes, as Kafka prints it).  Latency is from C{send} to
-the record's acknowledgement (the send time is read once per chunk of about
-one batch's worth of records, a fraction of a millisecond).  On a terminal a C{rich} progress bar runs on stderr.
+the record's acknowledgement, sampled as Kafka's tool does: one sample per
+chunk of about one batch's worth of records (its send time read once, a
+fraction of a millisecond, before the chunk; its last record's
+acknowledgement), weighted by the chunk's records in the averages.  On a terminal a C{rich} progress bar runs on stderr.
 
 The producer runs on the reactor (L{twisted.internet.task.react}), after
 C{gc.freeze()} (see docs/clients.md, "Throughput"); records are
@@ -21,6 +23,7 @@ C{buffer.memory} is more than half used (L{Producer.ready}).
 from __future__ import annotations
 
 import gc
+import operator
 import os
 import random
 import sys
@@ -91,35 +94,48 @@ def _percentile(sorted_ms: array, fraction: float) -> int:
 class _Stats:
     """
     Kafka's ProducerPerformance.Stats: a window line every 5 s, totals at the
-    end.  Each acknowledgement appends its latency (ms) to one array, and
-    nothing else; windows and totals are computed over the array.
+    end.  As Kafka's tool, latencies are sampled: one per chunk of records
+    sent together (the chunk's last record, acknowledged last on its
+    partition), standing for the chunk's records in the averages and counts;
+    percentiles are over the samples.  Every other record's acknowledgement
+    only looks for an error.
     """
 
     def __init__(self, num_records: int, record_size: int, report_every_s: float = 5.0) -> None:
         self.start = time.monotonic()
         self.record_size = record_size
-        self.latencies = array("d")
+        self.latencies = array("d")  # ms, one per sample
+        self.weights = array("q")  # records each sample stands for
         self.report_every_s = report_every_s
         self.window_start = self.start
         self.window_index = 0
         self.errors: list[Exception] = []
         append = self.latencies.append
+        weigh = self.weights.append
         errors = self.errors
         monotonic = time.monotonic
 
-        def record(sent_at: float, metadata: Any, error: Exception | None) -> None:
+        def record(sent_at: float, metadata: Any, error: Exception | None, records: int = 1) -> None:
             if error is None:
                 append((monotonic() - sent_at) * 1000.0)
+                weigh(records)
             else:
                 errors.append(error)
 
-        #: C{record(sent_at, metadata, error)}: a L{Producer.send} C{on_delivery}
-        #: callback once C{sent_at} (L{time.monotonic}) is bound.
+        def check(metadata: Any, error: Exception | None) -> None:
+            if error is not None:
+                errors.append(error)
+
+        #: C{record(sent_at, metadata, error, records=1)}: a L{Producer.send}
+        #: C{on_delivery} callback once C{sent_at} (L{time.monotonic}) and the
+        #: records the sample stands for are bound.
         self.record = record
+        #: C{check(metadata, error)}: the C{on_delivery} of the records not sampled.
+        self.check = check
 
     @property
     def count(self) -> int:
-        return len(self.latencies)
+        return sum(self.weights)
 
     def maybe_print_window(self) -> None:
         now = time.monotonic()
@@ -129,20 +145,21 @@ class _Stats:
     def print_window(self, now: float) -> None:
         elapsed = now - self.window_start
         window = self.latencies[self.window_index:]
-        count = len(window)
+        weights = self.weights[self.window_index:]
+        count = sum(weights)
         rate = count / elapsed if elapsed > 0 else 0.0
-        avg = sum(window) / count if count else 0.0
+        avg = sum(map(operator.mul, window, weights)) / count if count else 0.0
         click.echo(f"{count} records sent, {rate:.1f} records/sec"
                    f" ({rate * self.record_size / _MB:.2f} MB/sec), {avg:.1f} ms avg latency,"
                    f" {max(window, default=0.0):.1f} ms max latency.")
         self.window_start = now
-        self.window_index += count
+        self.window_index += len(window)
 
     def final_line(self) -> str:
         elapsed = time.monotonic() - self.start
-        count = len(self.latencies)
+        count = self.count
         rate = count / elapsed if elapsed > 0 else 0.0
-        avg = sum(self.latencies) / count if count else 0.0
+        avg = sum(map(operator.mul, self.latencies, self.weights)) / count if count else 0.0
         ordered = array("d", sorted(self.latencies))
         return (f"{count} records sent, {rate:f} records/sec ({rate * self.record_size / _MB:.2f} MB/sec),"
                 f" {avg:.2f} ms avg latency, {max(self.latencies, default=0.0):.2f} ms max latency,"
@@ -162,6 +179,7 @@ async def _run(reactor: Any, topic: str, num_records: int, payload: bytes, throu
     stats = _Stats(num_records, len(payload))
     errors = stats.errors
     record = stats.record
+    check = stats.check
     send = producer.send
     monotonic = time.monotonic
     # Between chunks the reactor reads acknowledgements and writes requests; a
@@ -174,10 +192,12 @@ async def _run(reactor: Any, topic: str, num_records: int, payload: bytes, throu
         while sent < num_records and not errors:
             n = min(chunk, num_records - sent)
             # One send time per chunk (a chunk takes a fraction of a ms; Kafka's
-            # tool reads a ms clock per record): latencies err by at most that, upwards.
-            on_delivery = partial(record, monotonic())
-            for _ in range(n):
-                send(topic, payload, on_delivery=on_delivery)
+            # tool reads a ms clock per record): latencies err by at most that,
+            # upwards.  The chunk's last record is its latency sample.
+            sent_at = monotonic()
+            for _ in range(n - 1):
+                send(topic, payload, on_delivery=check)
+            send(topic, payload, on_delivery=partial(record, sent_at, records=n))
             sent += n
             stats.maybe_print_window()
             if progress is not None:

@@ -58,8 +58,11 @@ import bisect
 import datetime
 import random
 import struct
+from sys import getrefcount
 from collections import deque
-from typing import Any, Callable, NamedTuple
+from itertools import accumulate, count, repeat
+from operator import itemgetter
+from typing import Any, Callable, Iterator, NamedTuple
 
 from twisted.internet import defer
 from twisted.internet.defer import Deferred
@@ -117,6 +120,59 @@ class ProducerClosedError(KafkaError):
     error_code = ErrorCode.unknown_server_error
 
 
+# --- records' Deferreds ---------------------------------------------------------------------
+
+
+class _LazyCallbacks:
+    """
+    C{_RecordDeferred._callbacks}: the callback list, made when first looked
+    at (a non-data descriptor: from then on the instance's own attribute).
+    """
+
+    def __get__(self, instance: Any, owner: Any = None) -> Any:
+        if instance is None:
+            return self
+        callbacks: list = []
+        attributes = instance.__dict__
+        attributes["_callbacks"] = callbacks
+        # A Deferred that had its callbacks looked at (a callback added, an
+        # await) holds itself until it is fired: the producer's completion
+        # loops, which leave alone the Deferreds nobody references, then see
+        # a reference even when its caller dropped it after adding a callback.
+        attributes["_kafkatw_held"] = instance
+        return callbacks
+
+
+class _RecordDeferred(Deferred):
+    """
+    The Deferred L{Producer.send} returns: made without
+    running C{Deferred.__init__} (a third of the cost: no callback list until
+    a callback is added, no canceller; no C{Deferred.debug} creation stack).
+    Relies on C{Deferred}'s private attributes C{_callbacks} and
+    C{_canceller} (tests/unit/test_private_apis.py).
+    """
+
+    _canceller = None
+    _callbacks = _LazyCallbacks()  # type: ignore[assignment]
+
+
+def _unshared_refcount() -> int:
+    """
+    C{sys.getrefcount} of an object that only a list holds, read inside a
+    C{for d in list} loop as the producer's completion loops read it: a
+    record's Deferred whose count is not above this is referenced by nobody
+    but its batch (its caller dropped it), so firing it cannot be observed.
+    """
+    items = [_new(_RecordDeferred)]
+    for d in items:
+        return getrefcount(d)
+    raise AssertionError("unreachable")
+
+
+_new = object.__new__
+_UNSHARED = _unshared_refcount()
+
+
 # --- the Produce request body, hand-encoded ---------------------------------------------
 
 
@@ -171,7 +227,8 @@ class _Batch:
     """The records of one partition that travel together; C{size} in bytes (estimate, with header)."""
 
     __slots__ = ("topic", "partition", "state", "records", "simple", "deferreds", "size", "created", "base_ts",
-                 "number", "attempts", "retry_at", "encoded", "epoch", "waiters", "done", "callbacks")
+                 "number", "attempts", "retry_at", "encoded", "epoch", "waiters", "done", "callbacks", "room",
+                 "groups")
 
     def __init__(self, state: _PartitionState, now: float, number: int) -> None:
         self.topic = state.topic
@@ -194,6 +251,38 @@ class _Batch:
         self.epoch = -1
         self.waiters: list[_FlushWaiter] | None = None
         self.done = False
+        # While the batch is in Producer._hot: bytes it may still take
+        # (batch_size - size when it became hot, less what send's hot path
+        # added since; size and the producer's _buffered catch up when it
+        # leaves _hot).
+        self.room = 0
+        # The send_many calls whose records this batch holds (then it holds no
+        # other records, and deferreds is empty).
+        self.groups: list[_Group] | None = None
+
+
+class _Group:
+    """
+    The records of one L{Producer.send_many} call: its Deferred fires once
+    every batch holding some of them is done, failing with the first error.
+    """
+
+    __slots__ = ("pending", "error", "deferred")
+
+    def __init__(self) -> None:
+        self.pending = 1  # the send_many call itself, until it has placed every record
+        self.error: Exception | None = None
+        self.deferred: Deferred = Deferred()
+
+    def one_done(self, error: Exception | None = None) -> None:
+        if error is not None and self.error is None:
+            self.error = error
+        self.pending -= 1
+        if self.pending == 0:
+            if self.error is None:
+                self.deferred.callback(None)
+            else:
+                self.deferred.errback(self.error)
 
 
 class _PartitionState:
@@ -335,6 +424,7 @@ class Producer:
         # topic -> the open batch of its sticky partition while it holds only
         # values and no send waits: send's hot path
         self._hot: dict[str, _Batch] = {}
+        self._hot_reserved = 0  # the sum of (batch_size - size) of the batches in _hot
         # partitions whose open batch outlived linger_ms while it could not be sent
         self._lingered: set[_PartitionState] = set()
         self._in_flight: dict[int, int] = {}  # broker -> Produce requests in flight
@@ -389,28 +479,26 @@ class Producer:
             L{UnknownTopicOrPartitionError} for a partition the topic lacks).
             While C{buffer_memory} is exhausted the Deferred also waits for room.
         """
-        d = Deferred()
         batch = self._hot.get(topic)
-        if (batch is not None and key is None and partition is None and headers is None and timestamp_ms is None
-                and value.__class__ is bytes):
+        if (batch is not None and value.__class__ is bytes and key is None and partition is None and headers is None
+                and timestamp_ms is None):
             # The hot path: an unkeyed record for the open batch of the sticky
-            # partition (the batch is in _hot only while no send waits).
-            size = _RECORD_OVERHEAD + len(value)
-            new_size = batch.size + size
-            batch_size = self.batch_size
-            if new_size <= batch_size and self._buffered + size <= self.buffer_memory:
+            # partition (the batch is in _hot only while no send waits, and
+            # while buffer_memory has room for all of it: batch.room).
+            room = batch.room - len(value) - _RECORD_OVERHEAD
+            if room >= 0:
+                batch.room = room
                 batch.records.append(value)
+                d = _new(_RecordDeferred)
                 batch.deferreds.append(d)
-                callbacks = batch.callbacks
-                if callbacks is not None:
-                    callbacks.append(on_delivery)
+                if batch.callbacks is not None:
+                    batch.callbacks.append(on_delivery)
                 elif on_delivery is not None:
                     _add_callback(batch, on_delivery)
-                batch.size = new_size
-                self._buffered += size
-                if new_size >= batch_size:
+                if not room:  # batch_size reached
                     self._seal(batch.state, batch)
                 return d
+        d = _new(_RecordDeferred)
         if self._closing:
             _fail_one(d, on_delivery, ProducerClosedError("producer closed"))
             return d
@@ -428,7 +516,7 @@ class Producer:
             if self._closed:
                 _fail_one(d, on_delivery, ProducerClosedError("producer closed"))
                 return d
-            self._hot.clear()
+            self._cool_all()
             self._waiting.append((topic, value, key, partition, headers, timestamp_ms, d, self.reactor.seconds(),
                                   on_delivery))
             if topic not in self._topics:
@@ -436,6 +524,111 @@ class Producer:
             if self._block_timer is None:
                 self._block_timer = self.reactor.callLater(self.max_block_ms / 1000.0, self._block_expired)
         return d
+
+    def send_many(self, topic: str, records: list[tuple[bytes | None, bytes, Any, int | None]],
+                  partition: int) -> Deferred:
+        """
+        Send many records to one partition, without a Deferred or a callback
+        per record: for senders of many records that only need to know that
+        all of them arrived (L{kafkatw.shipper}).  The records go into the
+        partition's batches in order, as C{len(records)} calls of L{send}
+        would put them, and are encoded as L{send}'s are.
+
+        @param records: C{(key, value, headers, timestamp_ms)} tuples, as
+            L{kafkatw.protocol.records.encode_batch} takes them: key bytes or
+            None, value bytes (not str, not None), headers a list of
+            C{(str, bytes | None)} or None, timestamp_ms None (the time the
+            batch was opened) or ms since the epoch.
+        @param partition: the partition (a partition the topic lacks fails
+            every record with L{UnknownTopicOrPartitionError}).
+        @return: a Deferred firing with None once every record is
+            acknowledged, or failing with the error of the first batch that
+            failed, once every batch holding some of them is done.
+        """
+        group = _Group()
+        if records:
+            tstate = self._topics.get(topic)
+            if (tstate is None or self._closing or self._waiting or self._closed
+                    or (self._txn is not None and self._txn.state is not TransactionState.IN_TRANSACTION)
+                    or not 0 <= partition < len(tstate.partitions)
+                    or not self._append_many(tstate.partitions[partition], records, group)):
+                # Waiting (metadata, buffer memory) or failing: one record at a time.
+                for key, value, headers, timestamp_ms in records:
+                    group.pending += 1
+                    self.send(topic, value, key, partition, headers, timestamp_ms).addBoth(_group_one_done, group)
+        group.one_done()
+        return group.deferred
+
+    def _append_many(self, state: _PartitionState, records: list[tuple], group: _Group) -> bool:
+        """
+        Append C{records} to C{state}'s batches (the batches hold no other
+        records); False, having appended nothing, when they must go one at a
+        time (buffer memory, a record too large).
+        """
+        # Each record's size as _append estimates it, the headers' bytes taken
+        # from the last record (line numbers grow) plus room for one more
+        # header in records that have more headers than it.
+        try:
+            last_headers = records[-1][2]
+            keys = set(map(_first, records))
+            per_record = _RECORD_OVERHEAD + max((len(k) for k in keys if k is not None), default=0)
+            if last_headers:
+                per_record += sum(len(k) + (len(v) if v is not None else 0) + 4 for k, v in last_headers)
+            try:
+                headers_counts = set(map(len, map(_third, records)))
+            except TypeError:  # some without headers (None)
+                headers_counts = set(map(len, map(_third_or_empty, records)))
+            if len(headers_counts) > 1:
+                per_record += 64 * (max(headers_counts) - min(headers_counts))
+            if not all(map(isinstance, map(_second, records), repeat(bytes))):
+                return False  # (str values, None: one at a time)
+            lengths = list(map(len, map(_second, records)))
+        except TypeError:
+            return False
+        ends = list(accumulate(lengths))  # value bytes through each record
+        n = len(records)
+        total = ends[-1] + n * per_record
+        if self._hot:
+            self._cool(state.topic)
+        if (self._buffered + total > self.buffer_memory
+                or max(lengths) + per_record + _BATCH_OVERHEAD > self.max_request_size):
+            return False
+        batch_size = self.batch_size
+        start = 0
+        used = 0  # bytes of records[:start]
+        while start < n:
+            batch = state.open
+            if batch is not None and (batch.groups is None or batch.size >= batch_size):
+                self._seal(state, batch)
+                batch = None
+            if batch is None:
+                batch = self._new_batch(state)
+                batch.simple = False
+                batch.groups = []
+            room = batch_size - batch.size
+            # the records that fit: the most with (value bytes + per_record each) <= room, at least one
+            stop = bisect.bisect_right(range(start, n), room + used,
+                                       key=lambda i: ends[i] + (i + 1) * per_record) + start
+            if stop == start:
+                if batch.records:
+                    self._seal(state, batch)
+                    continue
+                stop = start + 1  # a record larger than batch_size: a batch of its own
+            through = ends[stop - 1] + stop * per_record
+            if batch.records:
+                batch.records += records[start:stop]
+            else:
+                batch.records = records[start:stop]
+            if not batch.groups or batch.groups[-1] is not group:
+                batch.groups.append(group)
+                group.pending += 1
+            batch.size += through - used
+            self._buffered += through - used
+            used = through
+            start = stop
+            if batch.size >= batch_size:
+                self._seal(state, batch)
+        return True
 
     def _block_expired(self) -> None:
         self._block_timer = None
@@ -451,6 +644,8 @@ class Producer:
         tstate = self._topics.get(topic)
         if tstate is None or self._closed:
             return False
+        if self._hot:
+            self._cool(topic)
         size = _RECORD_OVERHEAD
         if value is not None:
             size += len(value)
@@ -489,24 +684,22 @@ class Producer:
         batch = state.open
         if batch is None:
             batch = self._new_batch(state)
-        elif batch.size + size > self.batch_size:
+        elif batch.size + size > self.batch_size or batch.groups is not None:
             self._seal(state, batch)
             if sticky:  # KIP-480: the record that would open a new batch goes to a new sticky partition
                 state = partitions[self._next_sticky(tstate)]
                 batch = state.open or self._new_batch(state)
             else:
                 batch = self._new_batch(state)
+        hot = False
         if key is None and not headers and timestamp_ms is None:
             if batch.simple:
                 batch.records.append(value)
-                if sticky and value is not None and not self._waiting and not self._closing:
-                    self._hot[topic] = batch
+                hot = sticky and value is not None and not self._waiting and not self._closing
             else:
                 batch.records.append((None, value, None, None))
         else:
             if batch.simple:
-                if self._hot.get(topic) is batch:
-                    del self._hot[topic]
                 batch.records = [(None, v, None, None) for v in batch.records]
                 batch.simple = False
             batch.records.append((key, value, headers, timestamp_ms))
@@ -517,7 +710,34 @@ class Producer:
         self._buffered += size
         if batch.size >= self.batch_size:
             self._seal(state, batch)
+        elif hot:
+            room = self.batch_size - batch.size
+            if self._buffered + self._hot_reserved + room <= self.buffer_memory:
+                # send's hot path fills the rest of this batch
+                batch.room = room
+                self._hot_reserved += room
+                self._hot[topic] = batch
         return True
+
+    def _cool(self, topic: str) -> None:
+        """Take C{topic}'s batch out of L{send}'s hot path: its size and _buffered catch up."""
+        batch = self._hot.pop(topic, None)
+        if batch is not None:
+            reserved = self.batch_size - batch.size
+            self._hot_reserved -= reserved
+            added = reserved - batch.room
+            batch.size += added
+            self._buffered += added
+            batch.room = 0
+
+    def _cool_all(self) -> None:
+        for topic in list(self._hot):
+            self._cool(topic)
+
+    def _hot_bytes(self) -> int:
+        """Bytes that send's hot path added to the batches in _hot and that _buffered does not count yet."""
+        batch_size = self.batch_size
+        return sum(batch_size - batch.size - batch.room for batch in self._hot.values())
 
     def _new_batch(self, state: _PartitionState) -> _Batch:
         self._batch_number += 1
@@ -531,7 +751,7 @@ class Producer:
 
     def _seal(self, state: _PartitionState, batch: _Batch) -> None:
         if self._hot.get(state.topic) is batch:
-            del self._hot[state.topic]
+            self._cool(state.topic)
         self._lingered.discard(state)
         state.open = None
         del self._open[state]
@@ -583,7 +803,7 @@ class Producer:
         need (a deep queue adds latency, and garbage-collection work for every
         record that lives long enough to reach the oldest generation).
         """
-        if not self._waiting and self._buffered <= self.ready_bytes:
+        if not self._waiting and self._buffered + (self._hot_bytes() if self._hot else 0) <= self.ready_bytes:
             return defer.succeed(None)
         d: Deferred = Deferred()
         self._ready_waiters.append(d)
@@ -592,7 +812,7 @@ class Producer:
     @property
     def buffered_bytes(self) -> int:
         """Bytes of records accepted and not yet acknowledged (estimate)."""
-        return self._buffered
+        return self._buffered + (self._hot_bytes() if self._hot else 0)
 
     def _process_waiting(self) -> None:
         waiting = self._waiting
@@ -616,7 +836,8 @@ class Producer:
         self._fire_ready()
 
     def _fire_ready(self) -> None:
-        if self._ready_waiters and not self._waiting and self._buffered <= self.ready_bytes:
+        if (self._ready_waiters and not self._waiting
+                and self._buffered + (self._hot_bytes() if self._hot else 0) <= self.ready_bytes):
             waiters, self._ready_waiters = self._ready_waiters, []
             for d in waiters:
                 d.callback(None)
@@ -654,7 +875,7 @@ class Producer:
 
     async def _close(self) -> None:
         self._closing = True  # sends from now on fail: they would miss the final flush
-        self._hot.clear()
+        self._cool_all()
         txn = self._txn
         if txn is not None and txn.state not in (TransactionState.IN_TRANSACTION,
                                                  TransactionState.COMMITTING_TRANSACTION):
@@ -772,7 +993,7 @@ class Producer:
         txn = self._transaction_manager()
         txn.check(TransactionState.IN_TRANSACTION, what="commit the transaction")
         txn.transition(TransactionState.COMMITTING_TRANSACTION)
-        self._hot.clear()
+        self._cool_all()
         await self.flush()
         if txn.state is not TransactionState.COMMITTING_TRANSACTION:
             txn.check(TransactionState.COMMITTING_TRANSACTION, what="commit the transaction")
@@ -801,7 +1022,7 @@ class Producer:
         txn = self._transaction_manager()
         txn.check(TransactionState.IN_TRANSACTION, TransactionState.ABORTABLE_ERROR, what="abort the transaction")
         txn.transition(TransactionState.ABORTING_TRANSACTION)
-        self._hot.clear()
+        self._cool_all()
         self._fail_unadded(kafka_error(ErrorCode.operation_not_attempted, "the transaction was aborted"
                                        " before this record's partition joined it"))
         await self.flush()
@@ -1100,64 +1321,111 @@ class Producer:
         self._fail(batch, error)
 
     def _complete(self, batch: _Batch, base_offset: int, log_append_time_ms: int) -> None:
-        """Fire every record's Deferred with its RecordMetadata."""
+        """
+        Fire every record's Deferred with its RecordMetadata, after its
+        C{on_delivery}.  A Deferred that nobody but the batch references (its
+        caller dropped it: C{sys.getrefcount}) is left as it is: nothing can
+        observe it, and a fire-and-forget producer then pays nothing per
+        record here.
+        """
         self._finish(batch)
-        topic = batch.topic
-        partition = batch.partition
-        new = _tuple_new
-        metadata = RecordMetadata
-        offset = base_offset
-        step = 1 if base_offset >= 0 else 0
-        if batch.callbacks is not None:
-            self._complete_with_callbacks(batch, offset, step, log_append_time_ms)
+        if batch.groups is not None:
+            for group in batch.groups:
+                group.one_done()
+        elif batch.callbacks is not None:
+            self._complete_with_callbacks(batch, base_offset, log_append_time_ms)
         elif log_append_time_ms >= 0 or batch.simple:
             ts = log_append_time_ms if log_append_time_ms >= 0 else batch.base_ts
+            new = _tuple_new
+            metadata = RecordMetadata
+            topic = batch.topic
+            partition = batch.partition
+            offset = base_offset
+            step = 1 if base_offset >= 0 else 0
+            unshared = _UNSHARED
             for d in batch.deferreds:
-                if d._callbacks or d.called:  # (called: cancelled by its owner)
-                    d.callback(new(metadata, (topic, partition, offset, ts)))
-                else:
-                    # What Deferred.callback does for a Deferred without callbacks,
-                    # at a third of the cost; the hot loop of the producer.
-                    d.called = True
-                    d._canceller = None
-                    d.result = new(metadata, (topic, partition, offset, ts))
+                if getrefcount(d) > unshared:
+                    if d.__dict__.get("_callbacks") or d.called:  # (called: cancelled by its owner)
+                        d.__dict__.pop("_kafkatw_held", None)
+                        d.callback(new(metadata, (topic, partition, offset, ts)))
+                    else:
+                        # What Deferred.callback does for a Deferred without
+                        # callbacks, at a third of the cost.
+                        d.called = True
+                        d._canceller = None
+                        d.result = new(metadata, (topic, partition, offset, ts))
                 offset += step
         else:
-            base_ts = batch.base_ts
-            for d, record in zip(batch.deferreds, batch.records):
-                ts = record[3]
-                d.callback(new(metadata, (topic, partition, offset, base_ts if ts is None else ts)))
-                offset += step
+            unshared = _UNSHARED
+            metadata_of = self._metadata(batch, base_offset, log_append_time_ms)
+            for d in batch.deferreds:
+                m = next(metadata_of)
+                if getrefcount(d) > unshared:
+                    if d.__dict__.get("_callbacks") or d.called:
+                        d.__dict__.pop("_kafkatw_held", None)
+                        d.callback(m)
+                    else:
+                        d.called = True
+                        d._canceller = None
+                        d.result = m
         self._fire_waiters(batch)
 
-    def _complete_with_callbacks(self, batch: _Batch, offset: int, step: int, log_append_time_ms: int) -> None:
-        topic = batch.topic
-        partition = batch.partition
+    @staticmethod
+    def _metadata(batch: _Batch, base_offset: int, log_append_time_ms: int) -> Iterator[RecordMetadata]:
+        """The RecordMetadata of each record of a completed batch, in order."""
         new = _tuple_new
         metadata = RecordMetadata
+        topic = batch.topic
+        partition = batch.partition
+        offsets: Any = repeat(-1) if base_offset < 0 else count(base_offset)
         if log_append_time_ms >= 0 or batch.simple:
             ts = log_append_time_ms if log_append_time_ms >= 0 else batch.base_ts
-            stamps: Any = None
+            for offset in offsets:
+                yield new(metadata, (topic, partition, offset, ts))
         else:
             base_ts = batch.base_ts
-            stamps = [base_ts if r[3] is None else r[3] for r in batch.records]
-        for i, (d, on_delivery) in enumerate(zip(batch.deferreds, batch.callbacks)):
-            if stamps is not None:
-                ts = stamps[i]
-            m = new(metadata, (topic, partition, offset, ts))
+            for record, offset in zip(batch.records, offsets):
+                ts = record[3]
+                yield new(metadata, (topic, partition, offset, base_ts if ts is None else ts))
+
+    def _complete_with_callbacks(self, batch: _Batch, base_offset: int, log_append_time_ms: int) -> None:
+        callbacks = batch.callbacks
+        assert callbacks is not None
+        ts = log_append_time_ms if log_append_time_ms >= 0 else batch.base_ts
+        stamps: list[int] | None = None
+        if log_append_time_ms < 0 and not batch.simple:
+            stamps = [ts if r[3] is None else r[3] for r in batch.records]
+        new = _tuple_new
+        metadata = RecordMetadata
+        topic = batch.topic
+        partition = batch.partition
+        offset = base_offset
+        step = 1 if base_offset >= 0 else 0
+        unshared = _UNSHARED
+        i = 0
+        for d in batch.deferreds:
+            on_delivery = callbacks[i]
             if on_delivery is not None:
+                m = new(metadata, (topic, partition, offset, ts if stamps is None else stamps[i]))
                 try:
                     on_delivery(m, None)
                 except Exception:
                     _log.failure("on_delivery callback of a record to {topic}-{partition} failed",
                                  topic=topic, partition=partition)
-            if d._callbacks or d.called:
-                d.callback(m)
             else:
-                d.called = True
-                d._canceller = None
-                d.result = m
+                m = None
+            if getrefcount(d) > unshared:
+                if m is None:
+                    m = new(metadata, (topic, partition, offset, ts if stamps is None else stamps[i]))
+                if d.__dict__.get("_callbacks") or d.called:
+                    d.__dict__.pop("_kafkatw_held", None)
+                    d.callback(m)
+                else:
+                    d.called = True
+                    d._canceller = None
+                    d.result = m
             offset += step
+            i += 1
 
     def _fail(self, batch: _Batch, error: Exception) -> None:
         self._finish(batch)
@@ -1167,12 +1435,16 @@ class Producer:
                 self._txn.epoch_bump_required = True  # the sequence has a gap: a new epoch after the abort
         elif self.enable_idempotence and batch.encoded is not None:
             self._bump_epoch = True  # the partition's sequence has a gap now
+        if batch.groups is not None:
+            for group in batch.groups:
+                group.one_done(error)
         if batch.callbacks is not None:
             for on_delivery in batch.callbacks:
                 if on_delivery is not None:
                     _call_on_delivery(on_delivery, None, error)
         failure = Failure(error)
         for d in batch.deferreds:
+            d.__dict__.pop("_kafkatw_held", None)
             d.errback(failure)
         self._fire_waiters(batch)
 
@@ -1263,6 +1535,19 @@ def _add_callback(batch: _Batch, on_delivery: Any) -> None:
     if callbacks is None:
         callbacks = batch.callbacks = [None] * (len(batch.deferreds) - 1)
     callbacks.append(on_delivery)
+
+
+def _group_one_done(result: Any, group: _Group) -> None:
+    group.one_done(result.value if isinstance(result, Failure) else None)
+
+
+_first = itemgetter(0)
+_second = itemgetter(1)
+_third = itemgetter(2)
+
+
+def _third_or_empty(record: tuple) -> Any:
+    return record[2] or ()
 
 
 def _call_on_delivery(on_delivery: Any, metadata: Any, error: Exception | None) -> None:

@@ -41,3 +41,23 @@ class StatsTests(SynchronousTestCase):
         self.assertRegex(printed[0], r"^1 records sent, [0-9.]+ records/sec \([0-9.]+ MB/sec\), [0-9.]+ ms avg"
                                      r" latency, [0-9.]+ ms max latency\.$")
         self.assertTrue(printed[1].startswith("0 records sent"))
+
+
+class SampledStatsTests(SynchronousTestCase):
+    def test_a_sample_stands_for_its_chunk(self) -> None:
+        """One latency sample per chunk, weighted by the chunk's records in counts and averages."""
+        stats = perf._Stats(num_records=110, record_size=100)
+        now = time.monotonic()
+        stats.record(now - 0.010, object(), None, records=100)
+        stats.record(now - 0.001, object(), None, records=10)
+        stats.check(object(), None)
+        self.assertEqual(stats.count, 110)
+        self.assertEqual(len(stats.latencies), 2)
+        line = stats.final_line()
+        self.assertTrue(line.startswith("110 records sent"))
+        avg = float(re.search(r", ([0-9.]+) ms avg latency", line).group(1))
+        self.assertGreaterEqual(avg, (100 * 10 + 10 * 1) / 110 - 0.01)
+        self.assertLess(avg, 10.0)
+        error = KafkaError("boom")
+        stats.check(None, error)
+        self.assertEqual(stats.errors, [error])

@@ -7,6 +7,7 @@ loudly when a new version of the library changes them.
 from __future__ import annotations
 
 import inspect
+import re
 
 from twisted.internet import abstract, defer
 from twisted.trial.unittest import SynchronousTestCase
@@ -51,6 +52,41 @@ class DeferredInternalsTests(SynchronousTestCase):
         self.assertTrue(d.called)
         self.failureResultOf(d, defer.CancelledError)
         d.callback("late")  # ignored after a cancel, as the producer expects
+
+
+class RecordDeferredTests(SynchronousTestCase):
+    """
+    L{kafkatw.client.producer._RecordDeferred} is made without
+    C{Deferred.__init__}: the class attributes C{_canceller} (None) and a lazy
+    C{_callbacks} stand in for what C{__init__} sets; every other attribute
+    C{__init__} sets must have a class default.
+    """
+
+    def test_init_sets_only_callbacks_and_canceller(self) -> None:
+        source = inspect.getsource(defer.Deferred.__init__)
+        assigned = set(re.findall(r"self\.(\w+)\s*(?::[^=\n]*)?=", source))
+        self.assertEqual(assigned - {"_debugInfo"}, {"_callbacks", "_canceller"})
+
+    def test_lazy_deferred_behaves(self) -> None:
+        from kafkatw.client.producer import _RecordDeferred
+
+        d = object.__new__(_RecordDeferred)
+        self.assertFalse(d.called)
+        seen: list = []
+        d.addCallback(seen.append)
+        d.callback(5)
+        self.assertEqual(seen, [5])
+        cancelled = object.__new__(_RecordDeferred)
+        cancelled.cancel()
+        self.failureResultOf(cancelled, defer.CancelledError)
+
+        async def wait() -> object:
+            return await awaited
+
+        awaited = object.__new__(_RecordDeferred)
+        result = defer.Deferred.fromCoroutine(wait())
+        awaited.callback(7)
+        self.assertEqual(self.successResultOf(result), 7)
 
 
 class TransportBufferTests(SynchronousTestCase):

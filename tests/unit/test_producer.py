@@ -5,6 +5,7 @@ L{Clock}; no sockets, no sleeps.
 
 from __future__ import annotations
 
+import gc
 import random
 from types import SimpleNamespace as NS
 from typing import Any
@@ -848,3 +849,248 @@ class LingerWhileBusyTests(ProducerTestCase):
         respond(client.produce_requests()[1])
         self.successResultOf(flushed)
         self.assertEqual(self.successResultOf(d).offset, 0)
+
+
+class SendManyTests(ProducerTestCase):
+    """L{Producer.send_many}: many records of one partition, one Deferred."""
+
+    def records(self, n: int, key: bytes = b"h:/a.log", start: int = 1) -> list[tuple]:
+        return [(key, b"line %d" % i, [("host", b"h"), ("line_no", b"%d" % i)], None) for i in range(start, start + n)]
+
+    def test_records_in_order_in_batches_of_batch_size(self) -> None:
+        producer, client = self.producer({"t": 2}, batch_size=2048)
+        self.start(producer, "t")
+        records = self.records(300)
+        d = producer.send_many("t", records, 1)
+        producer.flush()
+        answered = 0
+        while answered < len(client.produce_requests()):
+            if answered == len(client.produce_requests()) - 1:
+                self.assertNoResult(d)
+            respond(client.produce_requests()[answered])
+            answered += 1
+            self.clock.advance(0)
+        requests = client.produce_requests()
+        self.assertGreater(len(requests), 1)
+        got = []
+        for request in requests:
+            for batch in request.batches().values():
+                self.assertLessEqual(len(request.body.topics[0][1][0][1]), 2048 + 200)
+                got.extend((r.key, r.value, [tuple(h) for h in r.headers]) for r in batch.records)
+        self.assertEqual(got, [(k, v, [(hk, hv) for hk, hv in h]) for k, v, h, _ in records])
+        self.assertEqual({tp for r in requests for tp in r.values()}, {("t", 1)})
+        self.assertIsNone(self.successResultOf(d))
+        self.assertEqual(producer.buffered_bytes, 0)
+
+    def test_encoded_as_sends_are(self) -> None:
+        """The batch bytes equal those of the same records sent one by one."""
+        encoded = []
+        for many in (False, True):
+            self.clock = Clock()
+            producer, client = self.producer({"t": 1})
+            self.start(producer, "t")
+            records = self.records(50)
+            if many:
+                producer.send_many("t", records, 0)
+            else:
+                for key, value, headers, ts in records:
+                    producer.send("t", value, key, 0, headers, ts)
+            producer.flush()
+            encoded.append([r.body.topics for r in client.produce_requests()])
+        self.assertEqual(encoded[0], encoded[1])
+
+    def test_later_calls_join_the_open_batch(self) -> None:
+        producer, client = self.producer({"t": 1})
+        self.start(producer, "t")
+        first = producer.send_many("t", self.records(3), 0)
+        second = producer.send_many("t", self.records(2, start=4), 0)
+        self.clock.advance(producer.linger_ms / 1000.0)
+        (request,) = client.produce_requests()
+        self.assertEqual(request.values()[("t", 0)], [b"line %d" % i for i in range(1, 6)])
+        respond(request)
+        self.assertIsNone(self.successResultOf(first))
+        self.assertIsNone(self.successResultOf(second))
+
+    def test_send_after_send_many_opens_a_batch(self) -> None:
+        """A batch holds either send_many's records or send's (each with its Deferred), not both."""
+        producer, client = self.producer({"t": 1})
+        self.start(producer, "t")
+        many = producer.send_many("t", self.records(2), 0)
+        one = producer.send("t", b"single", partition=0)
+        also = producer.send_many("t", self.records(1, start=3), 0)
+        producer.flush()
+        requests = client.produce_requests()
+        for request in requests:
+            respond(request)
+        self.assertEqual([r.values()[("t", 0)] for r in requests],
+                         [[b"line 1", b"line 2"], [b"single"], [b"line 3"]])
+        self.assertIsNone(self.successResultOf(many))
+        self.assertEqual(self.successResultOf(one).partition, 0)
+        self.assertIsNone(self.successResultOf(also))
+
+    def test_failure_fails_the_call_once_every_batch_is_done(self) -> None:
+        producer, client = self.producer({"t": 1}, batch_size=1024, retries=0)
+        self.start(producer, "t")
+        d = producer.send_many("t", self.records(100), 0)
+        producer.flush()
+        requests = client.produce_requests()
+        self.assertGreater(len(requests), 1)
+        respond(requests[0], errors={("t", 0): ErrorCode.corrupt_message})
+        self.assertNoResult(d)
+        answered = 1
+        while answered < len(client.produce_requests()):
+            respond(client.produce_requests()[answered])
+            answered += 1
+            self.clock.advance(0)
+        self.failureResultOf(d, KafkaError)
+
+    def test_before_metadata_one_at_a_time(self) -> None:
+        """Without the topic's metadata the records wait as sends do; the call's Deferred still fires once."""
+        client = FakeClient({"t": 1})
+        producer = Producer(self.clock, client=client)
+        d = producer.send_many("t", self.records(3), 0)
+        self.assertNoResult(d)
+        client.known.add("t")
+        self.clock.advance(producer.retry_backoff_ms / 1000.0)
+        producer.flush()
+        for request in client.produce_requests():
+            respond(request)
+        self.assertIsNone(self.successResultOf(d))
+        self.assertEqual([v for r in client.produce_requests() for v in r.values()[("t", 0)]],
+                         [b"line 1", b"line 2", b"line 3"])
+
+    def test_unknown_partition_fails(self) -> None:
+        producer, client = self.producer({"t": 1})
+        self.start(producer, "t")
+        self.failureResultOf(producer.send_many("t", self.records(2), 5), UnknownTopicOrPartitionError)
+
+    def test_str_values_go_one_at_a_time(self) -> None:
+        producer, client = self.producer({"t": 1})
+        self.start(producer, "t")
+        d = producer.send_many("t", [(None, "text", None, None)], 0)
+        producer.flush()
+        (request,) = client.produce_requests()
+        self.assertEqual(request.values()[("t", 0)], [b"text"])
+        respond(request)
+        self.assertIsNone(self.successResultOf(d))
+
+    def test_empty(self) -> None:
+        producer, _ = self.producer({"t": 1})
+        self.assertIsNone(self.successResultOf(producer.send_many("t", [], 0)))
+
+
+class RecordDeferredTests(ProducerTestCase):
+    """The hot path's Deferreds: made without Deferred.__init__, fired only when someone holds them."""
+
+    def test_held_deferreds_fire_and_take_callbacks(self) -> None:
+        producer, client = self.producer({"t": 1})
+        self.start(producer, "t")
+        held = [producer.send("t", VALUE) for _ in range(3)]
+        seen: list = []
+        held[1].addCallback(lambda m: seen.append(m) or m)
+        producer.send("t", VALUE)  # dropped by its caller
+        untouched = producer.send("t", VALUE)
+        producer.flush()
+        (request,) = client.produce_requests()
+        respond(request, base_offsets={("t", 0): 10})
+        self.assertEqual([self.successResultOf(d).offset for d in held], [10, 11, 12])
+        self.assertEqual([m.offset for m in seen], [11])
+        later: list = []
+        untouched.addCallback(later.append)
+        self.assertEqual([m.offset for m in later], [14])
+
+    def test_awaited_and_cancelled(self) -> None:
+        producer, client = self.producer({"t": 1})
+        self.start(producer, "t")
+        cancelled = producer.send("t", VALUE)
+
+        async def wait() -> Any:
+            return await producer.send("t", VALUE)
+
+        awaited = defer.Deferred.fromCoroutine(wait())
+        cancelled.cancel()
+        self.failureResultOf(cancelled, defer.CancelledError)
+        producer.flush()
+        respond(client.produce_requests()[0])
+        self.assertEqual(self.successResultOf(awaited).offset, 1)
+
+    def test_unshared_refcount(self) -> None:
+        """The refcount a dropped record's Deferred has in the completion loop (CPython)."""
+        from kafkatw.client import producer as module
+
+        items = [module._new(module._RecordDeferred)]
+        counts = []
+        for d in items:
+            counts.append(module.getrefcount(d))
+        self.assertEqual(counts, [module._UNSHARED])
+        held = items[0]
+        for d in items:
+            self.assertGreater(module.getrefcount(d), module._UNSHARED)
+        del held
+
+    def test_fired_deferreds_do_not_hold_themselves(self) -> None:
+        """Once fired, a record's Deferred keeps no reference to itself (no cycle for the collector)."""
+        producer, client = self.producer({"t": 1})
+        self.start(producer, "t")
+        plain = producer.send("t", VALUE)
+        with_callback = producer.send("t", VALUE)
+        with_callback.addCallback(lambda m: m)
+        keyed = producer.send("t", VALUE, key=b"k")
+        producer.flush()
+        for request in client.produce_requests():
+            respond(request)
+        for d in (plain, with_callback, keyed):
+            self.assertTrue(d.called)
+            self.assertIsInstance(d.result, RecordMetadata)
+            self.assertNotIn("_kafkatw_held", vars(d))
+
+    def test_dropped_deferred_with_a_callback_fires(self) -> None:
+        """A Deferred its caller dropped after adding a callback still fires it."""
+        producer, client = self.producer({"t": 1})
+        self.start(producer, "t")
+        seen: list = []
+        producer.send("t", VALUE).addCallback(seen.append)
+        producer.send("t", b"slow path", key=b"k").addCallback(seen.append)
+        producer.flush()
+        respond(client.produce_requests()[0])
+        self.assertEqual([m.offset for m in seen], [0, 1])
+
+    def test_failed_deferreds_always_fail(self) -> None:
+        producer, client = self.producer({"t": 1}, retries=0)
+        self.start(producer, "t")
+        d = producer.send("t", VALUE)
+        errors: list = []
+        producer.send("t", VALUE, on_delivery=lambda m, e: errors.append(e))  # dropped, failed all the same
+        producer.flush()
+        respond(client.produce_requests()[0], errors={("t", 0): ErrorCode.corrupt_message})
+        self.failureResultOf(d, KafkaError)
+        self.assertEqual(len(errors), 1)
+        gc.collect()  # the dropped Deferred's failure is logged as unhandled
+        self.assertEqual(len(self.flushLoggedErrors(KafkaError)), 1)
+
+    def test_buffered_bytes_follow_the_hot_path(self) -> None:
+        """buffered_bytes counts the records send's hot path took, before and after the batch is sealed."""
+        producer, client = self.producer({"t": 1})
+        self.start(producer, "t")
+        for _ in range(10):
+            producer.send("t", VALUE)
+        self.assertEqual(producer.buffered_bytes, 10 * (len(VALUE) + 11))
+        producer.flush()
+        self.assertEqual(producer.buffered_bytes, 10 * (len(VALUE) + 11))
+        respond(client.produce_requests()[0])
+        self.assertEqual(producer.buffered_bytes, 0)
+
+    def test_hot_path_respects_buffer_memory(self) -> None:
+        """The hot path only takes a batch whose rest fits in buffer_memory; beyond it sends wait."""
+        producer, client = self.producer({"t": 1}, buffer_memory=1000, batch_size=100000, max_block_ms=10000)
+        self.start(producer, "t")
+        sent = [producer.send("t", VALUE) for _ in range(12)]
+        self.assertLessEqual(producer.buffered_bytes, 1000)
+        self.assertFalse(producer.ready().called)
+        producer.flush()
+        for request in client.produce_requests():
+            respond(request)
+        producer.flush()
+        for request in client.produce_requests()[1:]:
+            respond(request)
+        self.assertEqual(len([self.successResultOf(d) for d in sent]), 12)

@@ -498,6 +498,81 @@ class ShipperTests(unittest.TestCase):
 add_checks(ShipperTests, dict(globals()), {"sink": FakeSink})
 
 
+class FakeLinesSink(FakeSink):
+    """
+    A L{FakeSink} with L{ProducerSink}'s own C{send} and C{send_lines} (the
+    records it would hand to the producer), so that the shipper takes its
+    many-lines path: every check above must see the same records.
+    """
+
+    chunk_lines = 1 << 30
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._chunk: list = []
+        self._lines = 0
+
+    from kafkatw.shipper import ProducerSink as _ProducerSink
+
+    send = _ProducerSink.send
+    send_lines = _ProducerSink.send_lines
+    del _ProducerSink
+
+    def flush(self) -> None:
+        for key, records in self._chunk:
+            for record_key, value, headers, timestamp_ms in records:
+                assert record_key == key and timestamp_ms is None
+                self.queued.append((value, record_key, dict(headers)))
+        self._chunk = []
+        self._lines = 0
+        super().flush()
+
+
+class ShipperManyLinesTests(unittest.TestCase):
+    """The checks above through the shipper's many-lines path (L{ProducerSink.send_lines})."""
+
+
+add_checks(ShipperManyLinesTests, dict(globals()), {"sink": FakeLinesSink})
+
+
+def check_many_lines_path_equals_line_by_line(tmp_path):
+    """FileFollower's emit_lines gives the lines and numbers emit alone gives, for any split of the data."""
+    import random
+
+    rng = random.Random(14)
+    for trial in range(30):
+        data = b"".join(rng.choice([b"a", b"bb\n", b"\n", b"x" * rng.randrange(1, 40) + b"\n", b"\xff"])
+                        for _ in range(rng.randrange(0, 60)))
+        path = tmp_path / f"f{trial}.log"
+        write(path, data, "wb")
+        outcomes = []
+        limit = rng.choice([5, 30, 1000])
+        for many in (False, True):
+            follower = FileFollower(str(path), max_line_bytes=limit)
+            follower.open()
+            got: list = []
+
+            def emit(value, line_no, original):
+                got.append((value, line_no, original))
+
+            def emit_lines(values, first):
+                got.extend((v, first + i, None) for i, v in enumerate(values))
+
+            follower.poll(emit, final=True, emit_lines=emit_lines if many else None)
+            outcomes.append((got, follower.offset, follower.line_no))
+            follower.close()
+        assert outcomes[0] == outcomes[1], (data, outcomes)
+
+
+class FollowerManyLinesTests(unittest.TestCase):
+    def test_many_lines_path_equals_line_by_line(self) -> None:
+        import pathlib
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as tmp:
+            check_many_lines_path_equals_line_by_line(pathlib.Path(tmp))
+
+
 # --- the producer sink's reactor-thread half -------------------------------------------
 
 
@@ -510,13 +585,17 @@ class FakeClient:
 
 
 class FakeProducer:
-    """Enough of L{kafkatw.client.producer.Producer} for L{_ChunkSender}: sends are kept, Deferreds fired by hand."""
+    """
+    Enough of L{kafkatw.client.producer.Producer} for L{_ChunkSender}: sends
+    (one per record, or one C{send_many} per piece) are kept, Deferreds fired by hand.
+    """
 
     def __init__(self, partitions: int = 3) -> None:
         from twisted.internet.defer import Deferred
 
         self.client = FakeClient(partitions)
-        self.sent: list[tuple] = []
+        self.sent: list[tuple] = []  # (topic, value, key, partition, headers, deferred) per record
+        self.pieces: list[tuple] = []  # (topic, records, partition, deferred) per send_many
         self.not_ready: Deferred | None = None
         self.flushes: list[Deferred] = []
         self._deferred = Deferred
@@ -524,6 +603,13 @@ class FakeProducer:
     def send(self, topic, value, key=None, partition=None, headers=None, timestamp_ms=None):
         d = self._deferred()
         self.sent.append((topic, value, key, partition, headers, d))
+        return d
+
+    def send_many(self, topic, records, partition):
+        d = self._deferred()
+        self.pieces.append((topic, list(records), partition, d))
+        for key, value, headers, _ts in records:
+            self.sent.append((topic, value, key, partition, headers, d))
         return d
 
     def ready(self):
@@ -538,7 +624,7 @@ class FakeProducer:
 
 
 def _chunk(count: int, key: bytes = b"h:/var/log/a.log") -> list[tuple]:
-    return [(b"line %d" % i, key, [("line_no", str(i + 1).encode())]) for i in range(count)]
+    return [(key, [(key, b"line %d" % i, [("line_no", str(i + 1).encode())], None) for i in range(count)])]
 
 
 class ChunkSenderTests(unittest.SynchronousTestCase):
@@ -550,7 +636,7 @@ class ChunkSenderTests(unittest.SynchronousTestCase):
         return producer, _ChunkSender(producer, "logs", on_chunk_sent=lambda: done.append(1)), done
 
     def test_partition_of_the_key_as_kafka(self) -> None:
-        """Each record goes where Kafka's default partitioner puts its key (murmur2), computed once per key."""
+        """Each run goes where Kafka's default partitioner puts its key (murmur2), in one send_many."""
         from kafkatw.client.partitioner import murmur2
 
         producer, sender, done = self.sender(partitions=7)
@@ -559,14 +645,16 @@ class ChunkSenderTests(unittest.SynchronousTestCase):
         self.assertEqual([s[3] for s in producer.sent],
                          [(murmur2(b"web1:/var/log/syslog") & 0x7FFFFFFF) % 7] * 3
                          + [(murmur2(b"web1:/var/log/auth.log") & 0x7FFFFFFF) % 7] * 2)
+        self.assertEqual(len(producer.pieces), 2)
         self.assertEqual(producer.sent[0][:3], ("logs", b"line 0", b"web1:/var/log/syslog"))
         self.assertEqual(producer.sent[0][4], [("line_no", b"1")])
 
     def test_no_metadata_yet(self) -> None:
-        """Before the producer knows the topic's partitions, it picks them itself (by the key)."""
+        """Before the producer knows the topic's partitions, it picks them itself (by the key), record by record."""
         producer, sender, _ = self.sender(partitions=0)
         sender.add(_chunk(2))
         self.assertEqual([s[3] for s in producer.sent], [None, None])
+        self.assertEqual(producer.pieces, [])
 
     def test_waits_while_the_producer_is_not_ready(self) -> None:
         """Sends pause (every 256 records) while the producer is not ready, and go on when it is."""
@@ -581,6 +669,20 @@ class ChunkSenderTests(unittest.SynchronousTestCase):
         ready.callback(None)
         self.assertEqual((len(producer.sent), done), (610, [1, 1]))
         self.assertEqual([s[1] for s in producer.sent][:2] + [producer.sent[600][1]], [b"line 0", b"line 1", b"line 0"])
+        self.assertEqual([s[1] for s in producer.sent][:600], [b"line %d" % i for i in range(600)])
+
+    def test_pause_at_the_end_of_a_run(self) -> None:
+        """A pause right after a run's last piece goes on with the next run, not the same one again."""
+        from twisted.internet.defer import Deferred
+
+        producer, sender, done = self.sender()
+        producer.not_ready = Deferred()
+        sender.add(_chunk(256, b"a") + _chunk(3, b"b"))
+        self.assertEqual(len(producer.sent), 256)
+        ready, producer.not_ready = producer.not_ready, None
+        ready.callback(None)
+        self.assertEqual([s[2] for s in producer.sent], [b"a"] * 256 + [b"b"] * 3)
+        self.assertEqual(done, [1])
 
     def test_flush_waits_for_queued_chunks(self) -> None:
         from twisted.internet.defer import Deferred
@@ -593,30 +695,31 @@ class ChunkSenderTests(unittest.SynchronousTestCase):
         ready, producer.not_ready = producer.not_ready, None
         ready.callback(None)
         self.assertEqual(len(producer.flushes), 1)
-        for s in producer.sent:
-            s[5].callback(None)
+        for piece in producer.pieces:
+            piece[3].callback(None)
         self.assertNoResult(flushed)
         producer.flushes[0].callback(None)
         self.assertIsNone(self.successResultOf(flushed))
 
     def test_flush_raises_the_first_failure(self) -> None:
-        """A record that failed fails the flush with its error (handled: nothing is logged as unhandled)."""
+        """A piece that failed fails the flush with its error (handled: nothing is logged as unhandled)."""
         from twisted.internet.defer import Deferred
 
         from kafkatw.errors import KafkaError
 
         producer, sender, _ = self.sender()
-        sender.add(_chunk(4))
-        producer.sent[0][5].callback(None)
-        producer.sent[1][5].errback(KafkaError("first"))
-        producer.sent[2][5].errback(KafkaError("second"))
-        producer.sent[3][5].callback(None)
+        for key in (b"a", b"b", b"c", b"d"):
+            sender.add(_chunk(1, key))
+        producer.pieces[0][3].callback(None)
+        producer.pieces[1][3].errback(KafkaError("first"))
+        producer.pieces[2][3].errback(KafkaError("second"))
+        producer.pieces[3][3].callback(None)
         flushed = Deferred.fromCoroutine(sender.flush())
         producer.flushes[0].callback(None)
         self.assertEqual(str(self.failureResultOf(flushed, KafkaError).value), "first")
         # the next flush starts clean
         sender.add(_chunk(1))
-        producer.sent[4][5].callback(None)
+        producer.pieces[4][3].callback(None)
         flushed = Deferred.fromCoroutine(sender.flush())
         producer.flushes[1].callback(None)
         self.assertIsNone(self.successResultOf(flushed))
