@@ -21,21 +21,9 @@ import json
 import os
 import time
 
-from typing import NamedTuple
-
+from kafkatw.client.consumer import ConsumerRecord
 from kafkatw.protocol.records import (SPEEDUPS, COMPRESSION_CODECS, decode_batches, decode_batches_py,
                                       decode_fetched, decode_fetched_py, encode_batch, encode_batch_py)
-
-
-class _ConsumerRecord(NamedTuple):
-    topic: str
-    partition: int
-    offset: int
-    timestamp_ms: int
-    timestamp_type: int
-    key: bytes | None
-    value: bytes | None
-    headers: tuple
 
 
 def _best(fn, repeat: int) -> tuple[float, float]:
@@ -87,7 +75,7 @@ def main() -> None:
                 lambda: [encode(recs, compression=codec) for _ in range(args.batches)], args.repeat))
             data = b"".join(encode(recs, base_offset=i * len(recs), compression=codec) for i in range(args.batches))
             emit(impl, "decode", name, _best(lambda: decode(data), args.repeat))
-            emit(impl, "decode-fetched", name, _best(lambda: fetched(data, "t", 0, 0, _ConsumerRecord),
+            emit(impl, "decode-fetched", name, _best(lambda: fetched(data, "t", 0, 0, ConsumerRecord),
                                                      args.repeat))
 
         if args.no_kafka_python:

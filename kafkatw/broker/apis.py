@@ -678,13 +678,7 @@ class KafkaApis(TransactionApis, QuotaApis, AdminToolApis):
                                        "error_message": str(e) or None})
                     continue
                 if not result.duplicate:
-                    count, size = result.record_count, len(records)
-                    self.messages_in += count
-                    self.bytes_in += size
-                    topic_messages_in = self.topic_messages_in
-                    topic_messages_in[name] = topic_messages_in.get(name, 0) + count
-                    topic_bytes_in = self.topic_bytes_in
-                    topic_bytes_in[name] = topic_bytes_in.get(name, 0) + size
+                    self._count_in(name, result.record_count, len(records))
                 if min_isr is not None:
                     required[(name, p.index)] = result.last_offset + 1
                 if answered:
@@ -804,13 +798,17 @@ class KafkaApis(TransactionApis, QuotaApis, AdminToolApis):
                 size += len(records)
         self.failed_produce_requests += failed
         if count or size:
-            self.messages_in += count
-            self.bytes_in += size
-            topic_messages_in = self.topic_messages_in
-            topic_messages_in[topic] = topic_messages_in.get(topic, 0) + count
-            topic_bytes_in = self.topic_bytes_in
-            topic_bytes_in[topic] = topic_bytes_in.get(topic, 0) + size
+            self._count_in(topic, count, size)
         return results
+
+    def _count_in(self, topic: str, record_count: int, size_bytes: int) -> None:
+        """Kafka's BrokerTopicMetrics MessagesInPerSec and BytesInPerSec, broker-wide and for C{topic}."""
+        self.messages_in += record_count
+        self.bytes_in += size_bytes
+        topic_messages_in = self.topic_messages_in
+        topic_messages_in[topic] = topic_messages_in.get(topic, 0) + record_count
+        topic_bytes_in = self.topic_bytes_in
+        topic_bytes_in[topic] = topic_bytes_in.get(topic, 0) + size_bytes
 
     def _produce_acks1_finish(self, context: RequestContext, topic: str, partition: int, result: Any,
                               write_errors: dict[tuple[str, int], Exception]) -> bytes:

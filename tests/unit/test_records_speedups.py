@@ -22,21 +22,13 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from twisted.trial.unittest import SynchronousTestCase
 
+from kafkatw.client.consumer import ConsumerRecord
 from kafkatw.errors import CorruptRecordError
 from kafkatw.protocol import records as R
 
 from .test_records import compiled_speedups
 
 
-class ConsumerRecord(NamedTuple):
-    topic: str
-    partition: int
-    offset: int
-    timestamp_ms: int
-    timestamp_type: int
-    key: bytes | None
-    value: bytes | None
-    headers: tuple
 
 
 def outcome(call: Callable[[], Any]) -> tuple:
