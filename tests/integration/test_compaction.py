@@ -68,13 +68,23 @@ def cleaned_offset(process, topic: str) -> int:
 
 
 def disk_records(process, topic: str, below: int) -> list:
-    """(offset, key) of the records the broker's segment files hold below C{below}."""
-    out = []
-    for path in sorted(glob.glob(os.path.join(process.data_dir, f"{topic}-0", "*.log"))):
-        with open(path, "rb") as f:
-            for batch in decode_batches(f.read()):
-                out.extend((r.offset, r.key) for r in batch.records if r.offset < below)
-    return out
+    """
+    (offset, key) of the records the broker's segment files hold below
+    C{below}.  The cleaner may swap a segment between the listing and the
+    read: the listing is then read again (bounded).
+    """
+    for _attempt in range(20):
+        out = []
+        try:
+            for path in sorted(glob.glob(os.path.join(process.data_dir, f"{topic}-0", "*.log"))):
+                with open(path, "rb") as f:
+                    for batch in decode_batches(f.read()):
+                        out.extend((r.offset, r.key) for r in batch.records if r.offset < below)
+        except FileNotFoundError:
+            time.sleep(0.25)
+            continue
+        return out
+    raise AssertionError(f"{topic}-0's segments kept changing under the reader")
 
 
 class CompactionTests(unittest.TestCase):
