@@ -173,6 +173,23 @@ _new = object.__new__
 _UNSHARED = _unshared_refcount()
 
 
+def _fire_record(d: Deferred, metadata: Any) -> None:
+    """
+    Fire a record's Deferred that somebody references with C{metadata}: through
+    C{callback} when it has callbacks (or was cancelled by its owner), else by
+    setting its result, which is what C{callback} does for a Deferred without
+    callbacks, at a third of the cost (C{Deferred}'s private attributes:
+    docs/design.md, Private APIs).
+    """
+    if d.__dict__.get("_callbacks") or d.called:
+        d.__dict__.pop("_kafkatw_held", None)
+        d.callback(metadata)
+    else:
+        d.called = True
+        d._canceller = None
+        d.result = metadata
+
+
 # --- the Produce request body, hand-encoded ---------------------------------------------
 
 
@@ -1345,15 +1362,7 @@ class Producer:
             unshared = _UNSHARED
             for d in batch.deferreds:
                 if getrefcount(d) > unshared:
-                    if d.__dict__.get("_callbacks") or d.called:  # (called: cancelled by its owner)
-                        d.__dict__.pop("_kafkatw_held", None)
-                        d.callback(new(metadata, (topic, partition, offset, ts)))
-                    else:
-                        # What Deferred.callback does for a Deferred without
-                        # callbacks, at a third of the cost.
-                        d.called = True
-                        d._canceller = None
-                        d.result = new(metadata, (topic, partition, offset, ts))
+                    _fire_record(d, new(metadata, (topic, partition, offset, ts)))
                 offset += step
         else:
             unshared = _UNSHARED
@@ -1361,13 +1370,7 @@ class Producer:
             for d in batch.deferreds:
                 m = next(metadata_of)
                 if getrefcount(d) > unshared:
-                    if d.__dict__.get("_callbacks") or d.called:
-                        d.__dict__.pop("_kafkatw_held", None)
-                        d.callback(m)
-                    else:
-                        d.called = True
-                        d._canceller = None
-                        d.result = m
+                    _fire_record(d, m)
         self._fire_waiters(batch)
 
     @staticmethod
@@ -1417,13 +1420,7 @@ class Producer:
             if getrefcount(d) > unshared:
                 if m is None:
                     m = new(metadata, (topic, partition, offset, ts if stamps is None else stamps[i]))
-                if d.__dict__.get("_callbacks") or d.called:
-                    d.__dict__.pop("_kafkatw_held", None)
-                    d.callback(m)
-                else:
-                    d.called = True
-                    d._canceller = None
-                    d.result = m
+                _fire_record(d, m)
             offset += step
             i += 1
 

@@ -19,7 +19,7 @@ class DeferredInternalsTests(SynchronousTestCase):
     """
     L{kafkatw.client.producer.Producer} fires a Deferred without callbacks by
     setting C{called}, C{_canceller} and C{result}, and tells it apart by
-    C{_callbacks} (C{Producer._complete}, C{Producer._complete_with_callbacks}).
+    C{_callbacks} (C{kafkatw.client.producer._fire_record}).
     """
 
     def test_fresh_deferred(self) -> None:
