@@ -894,6 +894,24 @@ class AppendManyTests(LogTestMixin, TestCase):
     def pair(self, **config):
         return self.make_log(path=self.mktemp(), **config), self.make_log(path=self.mktemp(), **config)
 
+    @staticmethod
+    def append_both(many, reference, items, epoch):
+        """
+        (what C{many.append_many(items, epoch)} returned, and what appending each
+        item to C{reference} gave: an AppendResult or C{(error type, message)});
+        both logs' pending bytes written.
+        """
+        expected = []
+        for records in items:
+            try:
+                expected.append(reference.append(records, epoch, write=False))
+            except KafkaError as e:
+                expected.append((type(e), str(e)))
+        reference.write_pending()
+        got = many.append_many(items, epoch)
+        many.write_pending()
+        return got, expected
+
     def item(self, kind, i, pid_state):
         ts = 1_000_000 + i
         if kind == "plain":
@@ -946,15 +964,7 @@ class AppendManyTests(LogTestMixin, TestCase):
             for kind in kinds:
                 items.append(self.item(kind, i, pids[0]))
                 i += 1
-            expected = []
-            for records in items:
-                try:
-                    expected.append(reference.append(records, epoch, write=False))
-                except KafkaError as e:
-                    expected.append((type(e), str(e)))
-            reference.write_pending()
-            got = many.append_many(items, epoch)
-            many.write_pending()
+            got, expected = self.append_both(many, reference, items, epoch)
             self.assertEqual([r if isinstance(r, tuple) and not isinstance(r, Exception) else (type(r), str(r))
                               for r in got], expected)
         DeferredWriteTests.assert_same(self, many, reference)
@@ -971,15 +981,7 @@ class AppendManyTests(LogTestMixin, TestCase):
             many, reference = self.pair(max_message_bytes=20000)
             pid = [0]
             items = [self.item(kind, i, pid) for i, kind in enumerate(kinds)]
-            expected = []
-            for records in items:
-                try:
-                    expected.append(reference.append(records, epoch, write=False))
-                except KafkaError as e:
-                    expected.append((type(e), str(e)))
-            reference.write_pending()
-            got = many.append_many(items, epoch)
-            many.write_pending()
+            got, expected = self.append_both(many, reference, items, epoch)
             self.assertEqual([r if not isinstance(r, Exception) else (type(r), str(r)) for r in got], expected)
             self.assertEqual(sum(1 for r in got if isinstance(r, Exception)), 6)
             self.assertEqual(sum(1 for r in got if not isinstance(r, Exception) and r.duplicate), 1)
