@@ -94,6 +94,12 @@ class TransactionalProducerTests(SynchronousTestCase):
         self.successResultOf(d)
         self.assertIs(self.producer._txn.state, S.READY)
 
+    def partitions_added(self) -> None:
+        """Linger passes, and the coordinator answers the AddPartitionsToTxn that follows: the batch goes out."""
+        self.clock.advance(0.005)
+        self.client.last(24).deferred.callback(NS(results_by_topic_v3_and_below=[]))
+        self.clock.advance(0)
+
     def test_transactional_id_implies_idempotence_and_acks_all(self) -> None:
         self.assertTrue(self.producer.enable_idempotence)
         self.assertEqual(self.producer.acks, -1)
@@ -215,9 +221,7 @@ class TransactionalProducerTests(SynchronousTestCase):
         self.init()
         self.producer.begin_transaction()
         first = self.producer.send("t", b"a", partition=0)
-        self.clock.advance(0.005)
-        self.client.last(24).deferred.callback(NS(results_by_topic_v3_and_below=[]))
-        self.clock.advance(0)
+        self.partitions_added()
         second = self.producer.send("t", b"b", partition=1)  # a new partition, not yet in the transaction
         respond(self.client.produce_requests()[-1], errors={("t", 0): ErrorCode.invalid_record})
         self.failureResultOf(first, KafkaError)
@@ -231,9 +235,7 @@ class TransactionalProducerTests(SynchronousTestCase):
         self.init()
         self.producer.begin_transaction()
         d = self.producer.send("t", b"a", partition=0)
-        self.clock.advance(0.005)
-        self.client.last(24).deferred.callback(NS(results_by_topic_v3_and_below=[]))
-        self.clock.advance(0)
+        self.partitions_added()
         respond(self.client.produce_requests()[-1], errors={("t", 0): ErrorCode.invalid_producer_epoch})
         self.failureResultOf(d, KafkaError)
         self.assertIs(self.producer._txn.state, S.FATAL_ERROR)
@@ -242,9 +244,7 @@ class TransactionalProducerTests(SynchronousTestCase):
         self.init()
         self.producer.begin_transaction()
         d = self.producer.send("t", b"a", partition=0)
-        self.clock.advance(0.005)
-        self.client.last(24).deferred.callback(NS(results_by_topic_v3_and_below=[]))
-        self.clock.advance(0)
+        self.partitions_added()
         respond(self.client.produce_requests()[-1], errors={("t", 0): ErrorCode.invalid_record})
         self.failureResultOf(d, KafkaError)
         self.assertIs(self.producer._txn.state, S.ABORTABLE_ERROR)
@@ -263,9 +263,7 @@ class TransactionalProducerTests(SynchronousTestCase):
         self.assertEqual(self.producer.producer_epoch, 4)
         self.producer.begin_transaction()
         self.producer.send("t", b"c", partition=0)
-        self.clock.advance(0.005)
-        self.client.last(24).deferred.callback(NS(results_by_topic_v3_and_below=[]))
-        self.clock.advance(0)
+        self.partitions_added()
         (batch,) = self.client.produce_requests()[-1].batches().values()
         self.assertEqual((batch.producer_epoch, batch.base_sequence), (4, 0))
 
