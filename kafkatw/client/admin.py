@@ -352,6 +352,26 @@ class ProducerState:
     current_txn_start_offset: int
 
 
+
+async def _partitions_of_responses(requests: list) -> tuple[list[tuple[TopicPartition, Any]], KafkaError | None]:
+    """
+    Wait for requests sent to several leaders (ListOffsets, DeleteRecords):
+    every partition of the answered ones as C{((topic, partition), entry)},
+    and the error of a failed one (a connection error for a non-Kafka failure;
+    the last, when several failed), C{None} when all were answered.
+    """
+    partitions: list[tuple[TopicPartition, Any]] = []
+    error: KafkaError | None = None
+    for ok, response in (await defer.DeferredList(requests, consumeErrors=True)) if requests else []:
+        if not ok:
+            error = response.value if isinstance(response.value, KafkaError) else \
+                BrokerConnectionError(str(response.value))
+            continue
+        for topic in response.topics:
+            for p in topic.partitions:
+                partitions.append(((topic.name, int(p.partition_index)), p))
+    return partitions, error
+
 class AdminClient:
     """
     Kafka's admin operations (see the module docstring).
@@ -979,26 +999,19 @@ class AdminClient:
                 "replica_id": -1, "isolation_level": isolation_level,
                 "topics": [{"name": t, "partitions": ps} for t, ps in topics_.items()]}))
                 for node, topics_ in by_node.items()]
-            error: KafkaError | None = None
-            for ok, response in (await defer.DeferredList(requests, consumeErrors=True)) if requests else []:
-                if not ok:
-                    error = response.value if isinstance(response.value, KafkaError) else \
-                        BrokerConnectionError(str(response.value))
+            partitions, error = await _partitions_of_responses(requests)
+            for tp, p in partitions:
+                if tp not in remaining:
                     continue
-                for topic in response.topics:
-                    for p in topic.partitions:
-                        tp = (topic.name, int(p.partition_index))
-                        if tp not in remaining:
-                            continue
-                        code = ErrorCode(int(p.error_code))
-                        if code == ErrorCode.none:
-                            found[tp] = ListOffsetsResultInfo(int(p.offset), int(p.timestamp),
-                                                              int(getattr(p, "leader_epoch", -1)))
-                            del remaining[tp]
-                        elif code in _RETRY or code == ErrorCode.unknown_topic_or_partition:
-                            error = kafka_error(code, f"list offsets of {tp[0]}-{tp[1]}: {code.name}")
-                        else:
-                            raise kafka_error(code, f"list offsets of {tp[0]}-{tp[1]}: {code.name}")
+                code = ErrorCode(int(p.error_code))
+                if code == ErrorCode.none:
+                    found[tp] = ListOffsetsResultInfo(int(p.offset), int(p.timestamp),
+                                                      int(getattr(p, "leader_epoch", -1)))
+                    del remaining[tp]
+                elif code in _RETRY or code == ErrorCode.unknown_topic_or_partition:
+                    error = kafka_error(code, f"list offsets of {tp[0]}-{tp[1]}: {code.name}")
+                else:
+                    raise kafka_error(code, f"list offsets of {tp[0]}-{tp[1]}: {code.name}")
             if remaining:
                 if error is None or error.error_code == ErrorCode.unknown_topic_or_partition:
                     t, p = next(iter(remaining))
@@ -1042,22 +1055,15 @@ class AdminClient:
             requests = [defer.ensureDeferred(self.send(node, 21, {
                 "topics": [{"name": t, "partitions": ps} for t, ps in topics_.items()], "timeout": timeout_ms},
                 timeout_ms=timeout_ms + self.request_timeout_ms)) for node, topics_ in by_node.items()]
-            error: KafkaError | None = None
-            for ok, response in (await defer.DeferredList(requests, consumeErrors=True)) if requests else []:
-                if not ok:
-                    error = response.value if isinstance(response.value, KafkaError) else \
-                        BrokerConnectionError(str(response.value))
+            partitions, error = await _partitions_of_responses(requests)
+            for tp, p in partitions:
+                code = ErrorCode(int(p.error_code))
+                if code in _RETRY and code != ErrorCode.request_timed_out:
+                    error = kafka_error(code, f"delete records of {tp[0]}-{tp[1]}: {code.name}")
                     continue
-                for topic in response.topics:
-                    for p in topic.partitions:
-                        tp = (topic.name, int(p.partition_index))
-                        code = ErrorCode(int(p.error_code))
-                        if code in _RETRY and code != ErrorCode.request_timed_out:
-                            error = kafka_error(code, f"delete records of {tp[0]}-{tp[1]}: {code.name}")
-                            continue
-                        results[tp] = (int(p.low_watermark), None if code == ErrorCode.none else
-                                       kafka_error(code, f"{tp[0]}-{tp[1]}: {code.name}"))
-                        remaining.pop(tp, None)
+                results[tp] = (int(p.low_watermark), None if code == ErrorCode.none else
+                               kafka_error(code, f"{tp[0]}-{tp[1]}: {code.name}"))
+                remaining.pop(tp, None)
             if remaining:
                 if error is None:
                     t, p = next(iter(remaining))
