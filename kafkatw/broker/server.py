@@ -28,14 +28,15 @@ import json
 import os
 import time
 import uuid
-from typing import Any
+from typing import Any, Callable
 
 from twisted.application import service
-from twisted.internet import defer, endpoints, task
+from twisted.internet import defer, endpoints, task, threads
 from twisted.internet.error import CannotListenError
 from twisted.internet.protocol import Factory
 from twisted.logger import Logger
 from twisted.protocols.tls import TLSMemoryBIOFactory
+from twisted.python.failure import Failure
 
 from ..client.security import SecurityConfig
 from ..config import DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG, BrokerConfig, topic_log_config
@@ -212,6 +213,8 @@ class KafkaServer(service.MultiService):
         self.transactions: TransactionWiring | None = None
         self._listening_ports: list[Any] = []
         self._loops: dict[str, list[task.LoopingCall]] = {}
+        #: checkpoint writes running on the thread pool (L{_write_in_thread})
+        self._checkpoint_writes: set[defer.Deferred] = set()
         self._zookeeper_connect: str | None = None
         self._fetchers_stopping: defer.Deferred | None = None
         self._topic_watches: dict[str, Any] = {}
@@ -381,17 +384,40 @@ class KafkaServer(service.MultiService):
                                               reload_state=self._reload_partition_state, now_ms=self.now_ms)
         self._every("logs", config["log.flush.scheduler.interval.ms"], self._flush)
         self._every("logs", config["log.flush.offset.checkpoint.interval.ms"],
-                    self.log_manager.checkpoint_recovery_points)
+                    self._write_in_thread(self.log_manager.recovery_point_checkpoints))
         self._every("logs", config["log.retention.check.interval.ms"], self._retention)
         self._every("logs", max(config["replica.lag.time.max.ms"] // 2, 10), self._shrink_isrs)
         self._every("logs", config["replica.high.watermark.checkpoint.interval.ms"],
-                    self.log_manager.checkpoint_high_watermarks)
+                    self._write_in_thread(self.log_manager.high_watermark_checkpoints))
         if config["log.cleaner.enable"]:
             self.log_cleaner = LogCleaner(self.log_manager, config.as_dict(), self.reactor, self.now_ms)
             self.log_cleaner.start()
 
+    def _write_in_thread(self, prepare: Callable[[], Callable[[], None]]) -> Callable[[], defer.Deferred]:
+        """
+        A periodic checkpoint: C{prepare()} reads the offsets on the reactor
+        thread and returns their write, which runs on the reactor's thread
+        pool, so that requests are not held up by its fsyncs.  A failed
+        write is logged (the next period writes again).
+        """
+        def checkpoint() -> defer.Deferred:
+            write = prepare()
+            d = threads.deferToThreadPool(self.reactor, self.reactor.getThreadPool(), write)
+            self._checkpoint_writes.add(d)
+
+            def done(result: Any) -> None:
+                self._checkpoint_writes.discard(d)
+                if isinstance(result, Failure):
+                    _log.warn("writing a checkpoint failed: {error}", error=result.value)
+
+            return d.addBoth(done)
+        checkpoint.__name__ = getattr(prepare, "__name__", "checkpoint")
+        return checkpoint
+
     async def _stop_logs(self) -> None:
         self._stop_loops("logs")
+        # a checkpoint being written finishes before the final ones of close()
+        await defer.DeferredList(list(self._checkpoint_writes))
         if self.log_cleaner is not None:
             await self.log_cleaner.stop()
             self.log_cleaner = None

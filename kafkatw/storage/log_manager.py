@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 from typing import Any, Callable, Mapping
 
 from twisted.logger import Logger
@@ -121,6 +122,8 @@ class LogManager:
         self._topic_configs: dict[str, dict[str, Any]] = {}
         #: checkpoint path -> the offsets last written there
         self._written: dict[str, dict[tuple[str, int], int]] = {}
+        #: held while checkpoint files are written (from whichever thread)
+        self._checkpoint_lock = threading.Lock()
 
     def _config_for(self, topic: str) -> LogConfig:
         return LogConfig.from_topic_config({**self.default_config, **self._topic_configs.get(topic, {})})
@@ -231,26 +234,66 @@ class LogManager:
 
     def checkpoint_recovery_points(self) -> None:
         """Write each log directory's recovery-point checkpoint (when it changed)."""
-        self._checkpoint(CHECKPOINT_FILE, lambda log: log.recovery_point)
-        self._checkpoint(LOG_START_OFFSET_CHECKPOINT_FILE, lambda log: log.log_start_offset)
+        self.recovery_point_checkpoints()()
 
     def checkpoint_high_watermarks(self) -> None:
         """Write each log directory's C{replication-offset-checkpoint} (every log's high watermark, when it changed)."""
-        self._checkpoint(HIGH_WATERMARK_CHECKPOINT_FILE, lambda log: log.high_watermark)
+        self.high_watermark_checkpoints()()
 
-    def _checkpoint(self, file_name: str, offset_of: Callable[[PartitionLog], int]) -> None:
+    def recovery_point_checkpoints(self) -> Callable[[], None]:
         """
-        Write C{file_name} in each log directory with C{offset_of(log)} of its
-        logs, skipping a directory whose offsets are the ones last written (two
+        L{checkpoint_recovery_points} in two steps: the offsets are read now;
+        the returned callable writes them (the recovery points and the log
+        start offsets), on any thread (see L{high_watermark_checkpoints}).
+        """
+        return self._checkpoint_writer(self._changed_checkpoints(CHECKPOINT_FILE, lambda log: log.recovery_point)
+                                       + self._changed_checkpoints(LOG_START_OFFSET_CHECKPOINT_FILE,
+                                                                   lambda log: log.log_start_offset))
+
+    def high_watermark_checkpoints(self) -> Callable[[], None]:
+        """
+        L{checkpoint_high_watermarks} in two steps: each log's high watermark
+        is read now (on the thread that owns the logs); the returned callable
+        writes the files that changed, and may run on another thread, so
+        that the reactor does not wait for the fsyncs (a few to tens of ms on
+        a busy disk; Kafka writes its checkpoints from its scheduler thread,
+        not its request handlers).  Writes of this manager's checkpoints,
+        from any thread, run one at a time.
+
+        @return: a callable writing the checkpoints, raising C{OSError}
+            when a write failed (that file's last written offsets are then
+            forgotten, so the next checkpoint writes it again).
+        """
+        return self._checkpoint_writer(self._changed_checkpoints(HIGH_WATERMARK_CHECKPOINT_FILE,
+                                                                 lambda log: log.high_watermark))
+
+    def _changed_checkpoints(self, file_name: str, offset_of: Callable[[PartitionLog], int]
+                             ) -> list[tuple[str, dict[tuple[str, int], int]]]:
+        """
+        C{(path, offsets)} of each log directory's C{file_name} whose
+        C{offset_of(log)} of its logs differ from those last written (two
         fsyncs saved every few seconds on an idle broker).
         """
+        changed = []
         for log_dir in self.log_dirs:
             offsets = {tp: offset_of(self._logs[tp]) for tp, d in self._log_dir_of.items() if d == log_dir}
             path = os.path.join(log_dir, file_name)
-            if self._written.get(path) == offsets:
-                continue
-            write_checkpoint(path, offsets)
-            self._written[path] = offsets
+            if self._written.get(path) != offsets:
+                changed.append((path, offsets))
+                self._written[path] = offsets
+        return changed
+
+    def _checkpoint_writer(self, changed: list[tuple[str, dict[tuple[str, int], int]]]) -> Callable[[], None]:
+        def write() -> None:
+            with self._checkpoint_lock:
+                for i, (path, offsets) in enumerate(changed):
+                    try:
+                        write_checkpoint(path, offsets)
+                    except OSError:
+                        for unwritten, _ in changed[i:]:
+                            self._written.pop(unwritten, None)
+                        raise
+        return write
 
     def close(self) -> None:
         """Flush and close every log, checkpoint, and mark each directory cleanly shut down."""

@@ -196,6 +196,32 @@ class CrashRecoveryTests(unittest.TestCase):
                 values = [records[(p, o)] for o in offsets]
                 self.assertEqual(values, sorted(values), "records out of order")
 
+    def test_checkpoints_are_written_every_interval_while_serving(self) -> None:
+        """
+        The high-watermark and recovery-point checkpoints are written every
+        interval while the broker serves (their fsyncs on its thread pool,
+        not its reactor), and hold the offsets of the moment.
+        """
+        from kafkatw.storage.log_manager import CHECKPOINT_FILE, HIGH_WATERMARK_CHECKPOINT_FILE, read_checkpoint
+
+        overrides = {"replica.high.watermark.checkpoint.interval.ms": "100",
+                     "log.flush.offset.checkpoint.interval.ms": "100"}
+        with running_cluster(brokers=1, overrides=overrides) as [broker]:
+            create_topic(broker.bootstrap, "checkpointed", 1)
+            producer = Producer({"bootstrap.servers": broker.bootstrap})
+            for i in range(100):
+                producer.produce("checkpointed", value=b"%d" % i)
+            self.assertEqual(producer.flush(15), 0)
+            high_watermarks = os.path.join(broker.data_dir, HIGH_WATERMARK_CHECKPOINT_FILE)
+            deadline = time.monotonic() + 15
+            while time.monotonic() < deadline:
+                if os.path.exists(high_watermarks) and read_checkpoint(high_watermarks).get(("checkpointed", 0)) == 100:
+                    break
+                time.sleep(0.05)
+            self.assertEqual(read_checkpoint(high_watermarks).get(("checkpointed", 0)), 100)
+            self.assertIn(("checkpointed", 0), read_checkpoint(os.path.join(broker.data_dir, CHECKPOINT_FILE)))
+            self.assertNotIn("writing a checkpoint failed", broker.log_text())
+
     def test_clean_restart_scans_nothing(self) -> None:
         with running_cluster(brokers=1) as [broker]:
             create_topic(broker.bootstrap, "clean", 1)

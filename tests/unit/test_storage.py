@@ -729,6 +729,48 @@ class CheckpointSkipTests(unittest.TestCase):
             self.assertEqual(f.read().split("\n")[2], "t 0 1")
         manager.close()
 
+    def _manager_with_log(self):
+        from kafkatw.storage.log_manager import LogManager
+
+        directory = tempfile.mkdtemp(prefix="kafkatw-checkpoint-test-")
+        self.addCleanup(shutil.rmtree, directory, True)
+        manager = LogManager([directory], {}, now_ms=lambda: 0)
+        manager.load()
+        self.addCleanup(manager.close)
+        log = manager.get_or_create("t", 0)
+        log.append(build_batch([(None, b"x"), (None, b"y")]), 0)
+        return directory, manager, log
+
+    def test_offsets_are_read_when_prepared_and_written_when_called(self) -> None:
+        """The broker reads the offsets on its reactor and writes them on a thread, later."""
+        from kafkatw.storage.log_manager import HIGH_WATERMARK_CHECKPOINT_FILE, read_checkpoint
+
+        directory, manager, log = self._manager_with_log()
+        path = os.path.join(directory, HIGH_WATERMARK_CHECKPOINT_FILE)
+        log.update_high_watermark(1)
+        write = manager.high_watermark_checkpoints()
+        log.update_high_watermark(2)  # after the read: not in this write
+        self.assertFalse(os.path.exists(path))
+        write()
+        self.assertEqual(read_checkpoint(path), {("t", 0): 1})
+        manager.high_watermark_checkpoints()()
+        self.assertEqual(read_checkpoint(path), {("t", 0): 2})
+
+    def test_failed_write_is_written_again_next_time(self) -> None:
+        from unittest import mock
+
+        from kafkatw.storage import log_manager
+        from kafkatw.storage.log_manager import CHECKPOINT_FILE, LOG_START_OFFSET_CHECKPOINT_FILE, read_checkpoint
+
+        directory, manager, log = self._manager_with_log()
+        log.flush()
+        with mock.patch.object(log_manager, "write_checkpoint", side_effect=OSError("disk full")):
+            self.assertRaises(OSError, manager.recovery_point_checkpoints())
+        # unchanged offsets, but neither file was written: both are written now
+        manager.recovery_point_checkpoints()()
+        self.assertEqual(read_checkpoint(os.path.join(directory, CHECKPOINT_FILE)), {("t", 0): 2})
+        self.assertEqual(read_checkpoint(os.path.join(directory, LOG_START_OFFSET_CHECKPOINT_FILE)), {("t", 0): 0})
+
 
 def _log_files(directory):
     """Every file of a log directory: name -> bytes (the checkpoint of leader epochs included)."""
