@@ -1236,7 +1236,7 @@ class Producer:
             return left
         body = ProduceBody(self.acks, self.request_timeout_ms, list(topics.items()), self.transactional_id)
         self._in_flight[node] = self._in_flight.get(node, 0) + 1
-        d = defer.ensureDeferred(self.client.send(node, _API_PRODUCE, body, expect_response=self.acks != 0))
+        d = self.client.request(node, _API_PRODUCE, body, expect_response=self.acks != 0)
         d.addCallbacks(self._handle_response, self._handle_request_failure,
                        callbackArgs=(node, batches), errbackArgs=(node, batches))
         d.addErrback(self._log_bug)
