@@ -62,6 +62,7 @@ from sys import getrefcount
 from collections import deque
 from itertools import accumulate, count, repeat
 from operator import itemgetter
+from types import MethodType
 from typing import Any, Callable, Iterator, NamedTuple
 
 from twisted.internet import defer
@@ -70,6 +71,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from ..errors import ErrorCode, KafkaError, RecordTooLargeError, UnknownTopicOrPartitionError, kafka_error
+from ..protocol import records as _records
 from ..protocol.records import COMPRESSION_CODECS, encode_batch, encode_value_batch
 from ..protocol.messages import encode_uvarint
 from .client import RETRIABLE_METADATA_ERRORS, KafkaClient, client_for
@@ -469,6 +471,13 @@ class Producer:
                                            retry_backoff_ms, max_block_ms, self._transactional_producer_id)
             self._txn.on_added = self._drain_soon
             self._txn.on_add_failed = self._partitions_not_added
+        hot_sender = getattr(_records._speedups, "HotSender", None)
+        if hot_sender is not None and type(self).send is Producer.send:
+            # send's hot path compiled (kafkatw/protocol/_speedups.c): the steps of
+            # the hot path at the top of send, for send(topic, value) and
+            # send(topic, value, on_delivery=f); every other call runs send.
+            self.send = hot_sender(self._hot, MethodType(Producer.send, self), _Batch, _RecordDeferred,
+                                   _add_callback, self._seal, _RECORD_OVERHEAD)
 
     # --- sending ---------------------------------------------------------------------------
 

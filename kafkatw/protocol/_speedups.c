@@ -23,6 +23,7 @@
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -903,6 +904,244 @@ done:
     return result;
 }
 
+/* ---- the producer's send hot path ------------------------------------------------ */
+
+/*
+ * HotSender(hot, slow, batch_type, deferred_type, add_callback, seal, overhead):
+ * a callable with Producer.send's signature that does what the hot path at
+ * the top of Producer.send does (kafkatw/client/producer.py) for a call of
+ * the form send(topic, value) or send(topic, value, on_delivery=f), value
+ * exact bytes, when hot[topic] is a batch with room for it:
+ *
+ *     batch.room -= len(value) + overhead; batch.records.append(value)
+ *     d = object.__new__(deferred_type); batch.deferreds.append(d)
+ *     batch.callbacks.append(on_delivery), or add_callback(batch, on_delivery)
+ *         when batch.callbacks is None and on_delivery is not None
+ *     seal(batch.state, batch) when the room reached 0
+ *     return d
+ *
+ * Every other call goes to slow (the Python Producer.send, bound) unchanged.
+ * The batch's __slots__ are read and written through their offsets, taken
+ * from batch_type's member descriptors; a batch of another type goes to slow.
+ */
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *hot;
+    PyObject *slow;
+    PyTypeObject *batch_type;
+    PyTypeObject *deferred_type;
+    PyObject *add_callback;
+    PyObject *seal;
+    Py_ssize_t overhead;
+    Py_ssize_t off_room, off_records, off_deferreds, off_callbacks, off_state;
+} HotSender;
+
+static PyObject *str_on_delivery = NULL;
+
+#define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
+
+static int
+slot_offset(PyTypeObject *type, const char *name, Py_ssize_t *out)
+{
+    PyObject *descr = PyDict_GetItemString(type->tp_dict, name); /* borrowed */
+    if (descr == NULL || !Py_IS_TYPE(descr, &PyMemberDescr_Type)) {
+        PyErr_Format(PyExc_TypeError, "HotSender: %s.%s is not a slot", type->tp_name, name);
+        return -1;
+    }
+    PyMemberDef *member = ((PyMemberDescrObject *)descr)->d_member;
+    if (member->type != T_OBJECT_EX || (member->flags & READONLY)) {
+        PyErr_Format(PyExc_TypeError, "HotSender: %s.%s is not a writable object slot", type->tp_name, name);
+        return -1;
+    }
+    *out = member->offset;
+    return 0;
+}
+
+static PyObject *
+hot_sender_call(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    HotSender *self = (HotSender *)op;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    PyObject *on_delivery = Py_None;
+    if (nargs != 2)
+        goto slow;
+    if (kwnames != NULL) {
+        if (PyTuple_GET_SIZE(kwnames) != 1)
+            goto slow;
+        PyObject *name = PyTuple_GET_ITEM(kwnames, 0);
+        if (name != str_on_delivery && !(PyUnicode_Check(name) && PyUnicode_Compare(name, str_on_delivery) == 0))
+            goto slow;
+        on_delivery = args[2];
+    }
+    PyObject *topic = args[0], *value = args[1];
+    if (!PyBytes_CheckExact(value))
+        goto slow;
+    PyObject *batch = PyDict_GetItemWithError(self->hot, topic); /* borrowed */
+    if (batch == NULL) {
+        if (PyErr_Occurred())
+            return NULL;
+        goto slow;
+    }
+    if (!Py_IS_TYPE(batch, self->batch_type))
+        goto slow;
+    PyObject *room_obj = SLOT(batch, self->off_room);
+    PyObject *records = SLOT(batch, self->off_records);
+    PyObject *deferreds = SLOT(batch, self->off_deferreds);
+    PyObject *callbacks = SLOT(batch, self->off_callbacks);
+    if (room_obj == NULL || !PyLong_CheckExact(room_obj) || records == NULL || !PyList_CheckExact(records)
+            || deferreds == NULL || !PyList_CheckExact(deferreds) || callbacks == NULL
+            || (callbacks != Py_None && !PyList_CheckExact(callbacks)))
+        goto slow;
+    Py_ssize_t room = PyLong_AsSsize_t(room_obj);
+    if (room == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        goto slow;
+    }
+    room -= PyBytes_GET_SIZE(value) + self->overhead;
+    if (room < 0)
+        goto slow;
+    PyObject *new_room = PyLong_FromSsize_t(room);
+    if (new_room == NULL)
+        return NULL;
+    PyObject *d = PyBaseObject_Type.tp_new(self->deferred_type, empty_tuple, NULL);
+    if (d == NULL) {
+        Py_DECREF(new_room);
+        return NULL;
+    }
+    Py_INCREF(batch); /* the calls below run Python code */
+    SLOT(batch, self->off_room) = new_room;
+    Py_DECREF(room_obj);
+    if (PyList_Append(records, value) < 0 || PyList_Append(deferreds, d) < 0)
+        goto error;
+    if (callbacks != Py_None) {
+        if (PyList_Append(callbacks, on_delivery) < 0)
+            goto error;
+    }
+    else if (on_delivery != Py_None) {
+        PyObject *r = PyObject_CallFunctionObjArgs(self->add_callback, batch, on_delivery, NULL);
+        if (r == NULL)
+            goto error;
+        Py_DECREF(r);
+    }
+    if (room == 0) { /* batch_size reached */
+        PyObject *state = SLOT(batch, self->off_state);
+        if (state == NULL) {
+            PyErr_SetString(PyExc_AttributeError, "state");
+            goto error;
+        }
+        PyObject *r = PyObject_CallFunctionObjArgs(self->seal, state, batch, NULL);
+        if (r == NULL)
+            goto error;
+        Py_DECREF(r);
+    }
+    Py_DECREF(batch);
+    return d;
+error:
+    Py_DECREF(batch);
+    Py_DECREF(d);
+    return NULL;
+slow:
+    return PyObject_Vectorcall(self->slow, args, nargsf, kwnames);
+}
+
+static PyObject *
+hot_sender_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    PyObject *hot, *slow, *batch_type, *deferred_type, *add_callback, *seal;
+    Py_ssize_t overhead;
+    if (kwds != NULL && PyDict_GET_SIZE(kwds)) {
+        PyErr_SetString(PyExc_TypeError, "HotSender takes positional arguments only");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(args, "O!OO!O!OOn:HotSender", &PyDict_Type, &hot, &slow, &PyType_Type, &batch_type,
+                          &PyType_Type, &deferred_type, &add_callback, &seal, &overhead))
+        return NULL;
+    HotSender *self = (HotSender *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->vectorcall = hot_sender_call;
+    self->hot = Py_NewRef(hot);
+    self->slow = Py_NewRef(slow);
+    self->batch_type = (PyTypeObject *)Py_NewRef(batch_type);
+    self->deferred_type = (PyTypeObject *)Py_NewRef(deferred_type);
+    self->add_callback = Py_NewRef(add_callback);
+    self->seal = Py_NewRef(seal);
+    self->overhead = overhead;
+    PyTypeObject *bt = (PyTypeObject *)batch_type;
+    if (slot_offset(bt, "room", &self->off_room) < 0 || slot_offset(bt, "records", &self->off_records) < 0
+            || slot_offset(bt, "deferreds", &self->off_deferreds) < 0
+            || slot_offset(bt, "callbacks", &self->off_callbacks) < 0
+            || slot_offset(bt, "state", &self->off_state) < 0) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    return (PyObject *)self;
+}
+
+static int
+hot_sender_traverse(HotSender *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->hot);
+    Py_VISIT(self->slow);
+    Py_VISIT(self->batch_type);
+    Py_VISIT(self->deferred_type);
+    Py_VISIT(self->add_callback);
+    Py_VISIT(self->seal);
+    return 0;
+}
+
+static int
+hot_sender_clear(HotSender *self)
+{
+    Py_CLEAR(self->hot);
+    Py_CLEAR(self->slow);
+    Py_CLEAR(self->batch_type);
+    Py_CLEAR(self->deferred_type);
+    Py_CLEAR(self->add_callback);
+    Py_CLEAR(self->seal);
+    return 0;
+}
+
+static void
+hot_sender_dealloc(HotSender *self)
+{
+    PyObject_GC_UnTrack(self);
+    hot_sender_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *
+hot_sender_slow(HotSender *self, void *closure)
+{
+    return Py_NewRef(self->slow ? self->slow : Py_None);
+}
+
+static PyGetSetDef hot_sender_getset[] = {
+    {"slow", (getter)hot_sender_slow, NULL, "the callable every other call goes to", NULL},
+    {NULL},
+};
+
+PyDoc_STRVAR(hot_sender_doc,
+"HotSender(hot, slow, batch_type, deferred_type, add_callback, seal, overhead)\n\n"
+"Producer.send's hot path in C (see kafkatw/client/producer.py); every other call goes to slow.");
+
+static PyTypeObject HotSenderType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "kafkatw.protocol._speedups.HotSender",
+    .tp_basicsize = sizeof(HotSender),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_vectorcall_offset = offsetof(HotSender, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_new = hot_sender_new,
+    .tp_traverse = (traverseproc)hot_sender_traverse,
+    .tp_clear = (inquiry)hot_sender_clear,
+    .tp_dealloc = (destructor)hot_sender_dealloc,
+    .tp_getset = hot_sender_getset,
+    .tp_doc = hot_sender_doc,
+};
+
 /* ---- module ------------------------------------------------------------------ */
 
 static PyMethodDef methods[] = {
@@ -932,5 +1171,17 @@ PyInit__speedups(void)
     empty_tuple = PyTuple_New(0);
     if (empty_tuple == NULL)
         return NULL;
-    return PyModule_Create(&module);
+    str_on_delivery = PyUnicode_InternFromString("on_delivery");
+    if (str_on_delivery == NULL)
+        return NULL;
+    if (PyType_Ready(&HotSenderType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    if (PyModule_AddObjectRef(m, "HotSender", (PyObject *)&HotSenderType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }
