@@ -1407,6 +1407,10 @@ class Producer:
         stamps: list[int] | None = None
         if log_append_time_ms < 0 and not batch.simple:
             stamps = [ts if r[3] is None else r[3] for r in batch.records]
+        if _complete_records is not None:  # the loop below, compiled (kafkatw/protocol/_speedups.c)
+            _complete_records(batch.deferreds, callbacks, RecordMetadata, batch.topic, batch.partition, base_offset,
+                              ts, stamps, _fire_record, _on_delivery_failed)
+            return
         new = _tuple_new
         metadata = RecordMetadata
         topic = batch.topic
@@ -1554,6 +1558,16 @@ _third = itemgetter(2)
 
 def _third_or_empty(record: tuple) -> Any:
     return record[2] or ()
+
+
+def _on_delivery_failed(error: Exception, topic: str, partition: int) -> None:
+    """What the compiled completion loop does with an Exception an C{on_delivery} raised: as the Python loop."""
+    _log.failure("on_delivery callback of a record to {topic}-{partition} failed", Failure(error),
+                 topic=topic, partition=partition)
+
+
+#: The compiled loop of Producer._complete_with_callbacks (None: the Python loop runs).
+_complete_records = getattr(_records._speedups, "complete_records", None)
 
 
 def _call_on_delivery(on_delivery: Any, metadata: Any, error: Exception | None) -> None:

@@ -1142,12 +1142,147 @@ static PyTypeObject HotSenderType = {
     .tp_doc = hot_sender_doc,
 };
 
+/*
+ * complete_records(deferreds, callbacks, metadata_type, topic, partition,
+ *                  base_offset, ts, stamps, fire_record, on_delivery_failed)
+ *
+ * The loop of Producer._complete_with_callbacks (kafkatw/client/producer.py)
+ * for an acknowledged batch: for record i,
+ *
+ *     m = metadata_type(topic, partition, offset_i, stamps[i] if stamps is not None else ts)
+ *         (offset_i: base_offset + i, or base_offset when it is negative)
+ *     callbacks[i](m, None) when callbacks[i] is not None; an Exception it
+ *         raises goes to on_delivery_failed(exception, topic, partition)
+ *     fire_record(d, m) when somebody but the list references deferreds[i]
+ *
+ * metadata_type is a tuple subclass of four fields (RecordMetadata).
+ */
+static PyObject *
+new_metadata(PyTypeObject *type, PyObject *topic, PyObject *partition, long long offset, PyObject *ts)
+{
+    PyObject *off = PyLong_FromLongLong(offset);
+    if (off == NULL)
+        return NULL;
+    PyObject *m = type->tp_alloc(type, 4);
+    if (m == NULL) {
+        Py_DECREF(off);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(m, 0, Py_NewRef(topic));
+    PyTuple_SET_ITEM(m, 1, Py_NewRef(partition));
+    PyTuple_SET_ITEM(m, 2, off);
+    PyTuple_SET_ITEM(m, 3, Py_NewRef(ts));
+    return m;
+}
+
+PyDoc_STRVAR(complete_records_doc,
+"complete_records(deferreds, callbacks, metadata_type, topic, partition, base_offset, ts, stamps,\n"
+"                 fire_record, on_delivery_failed) -> None\n\n"
+"The per-record loop of Producer._complete_with_callbacks (kafkatw/client/producer.py).");
+
+static PyObject *
+complete_records(PyObject *module, PyObject *args)
+{
+    PyObject *deferreds, *callbacks, *topic, *partition, *ts, *stamps, *fire_record, *failed;
+    PyTypeObject *type;
+    long long base_offset;
+    if (!PyArg_ParseTuple(args, "O!O!O!OOLOOOO:complete_records", &PyList_Type, &deferreds, &PyList_Type,
+                          &callbacks, &PyType_Type, &type, &topic, &partition, &base_offset, &ts, &stamps,
+                          &fire_record, &failed))
+        return NULL;
+    if (!PyType_IsSubtype(type, &PyTuple_Type) || type->tp_itemsize != sizeof(PyObject *)) {
+        PyErr_SetString(PyExc_TypeError, "complete_records: metadata_type must be a tuple subclass");
+        return NULL;
+    }
+    if (stamps != Py_None && !PyList_Check(stamps)) {
+        PyErr_SetString(PyExc_TypeError, "complete_records: stamps must be a list or None");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(deferreds); i++) {
+        PyObject *d = Py_NewRef(PyList_GET_ITEM(deferreds, i));
+        PyObject *on_delivery = i < PyList_GET_SIZE(callbacks) ? PyList_GET_ITEM(callbacks, i) : Py_None;
+        PyObject *stamp = ts;
+        if (stamps != Py_None) {
+            if (i >= PyList_GET_SIZE(stamps)) {
+                Py_DECREF(d);
+                PyErr_SetString(PyExc_IndexError, "complete_records: fewer stamps than records");
+                return NULL;
+            }
+            stamp = PyList_GET_ITEM(stamps, i);
+        }
+        long long offset = base_offset >= 0 ? base_offset + i : base_offset;
+        PyObject *m = NULL;
+        if (on_delivery != Py_None) {
+            Py_INCREF(on_delivery);
+            Py_INCREF(stamp);
+            m = new_metadata(type, topic, partition, offset, stamp);
+            Py_DECREF(stamp);
+            if (m == NULL) {
+                Py_DECREF(on_delivery);
+                Py_DECREF(d);
+                return NULL;
+            }
+            PyObject *call_args[2] = {m, Py_None};
+            PyObject *r = PyObject_Vectorcall(on_delivery, call_args, 2, NULL);
+            Py_DECREF(on_delivery);
+            if (r != NULL) {
+                Py_DECREF(r);
+            }
+            else if (PyErr_ExceptionMatches(PyExc_Exception)) {
+                PyObject *t, *v, *tb;
+                PyErr_Fetch(&t, &v, &tb);
+                PyErr_NormalizeException(&t, &v, &tb);
+                if (tb != NULL)
+                    PyException_SetTraceback(v, tb);
+                PyObject *lr = PyObject_CallFunctionObjArgs(failed, v, topic, partition, NULL);
+                Py_XDECREF(t);
+                Py_XDECREF(v);
+                Py_XDECREF(tb);
+                if (lr == NULL) {
+                    Py_DECREF(m);
+                    Py_DECREF(d);
+                    return NULL;
+                }
+                Py_DECREF(lr);
+            }
+            else {
+                Py_DECREF(m);
+                Py_DECREF(d);
+                return NULL;
+            }
+        }
+        /* the list's reference and ours: nobody else holds it, and firing it cannot be observed */
+        if (Py_REFCNT(d) > 2) {
+            if (m == NULL) {
+                Py_INCREF(stamp);
+                m = new_metadata(type, topic, partition, offset, stamp);
+                Py_DECREF(stamp);
+                if (m == NULL) {
+                    Py_DECREF(d);
+                    return NULL;
+                }
+            }
+            PyObject *r = PyObject_CallFunctionObjArgs(fire_record, d, m, NULL);
+            if (r == NULL) {
+                Py_DECREF(m);
+                Py_DECREF(d);
+                return NULL;
+            }
+            Py_DECREF(r);
+        }
+        Py_XDECREF(m);
+        Py_DECREF(d);
+    }
+    Py_RETURN_NONE;
+}
+
 /* ---- module ------------------------------------------------------------------ */
 
 static PyMethodDef methods[] = {
     {"decode_records", decode_records, METH_VARARGS, decode_records_doc},
     {"decode_fetched", decode_fetched, METH_VARARGS, decode_fetched_doc},
     {"encode_records", encode_records, METH_VARARGS, encode_records_doc},
+    {"complete_records", complete_records, METH_VARARGS, complete_records_doc},
     {NULL, NULL, 0, NULL},
 };
 

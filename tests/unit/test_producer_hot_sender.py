@@ -1,9 +1,10 @@
 """
 Tests for the compiled hot path of L{Producer.send}
-(C{kafkatw.protocol._speedups.HotSender}): a producer that has it sends the
-same batches, calls the same C{on_delivery} callbacks with the same
-metadata and fires the same Deferreds as one that runs the Python
-L{Producer.send} for every record.
+(C{kafkatw.protocol._speedups.HotSender}) and the compiled completion loop
+(C{_speedups.complete_records}): a producer that has them sends the same
+batches, calls the same C{on_delivery} callbacks with the same metadata and
+fires the same Deferreds as one that runs the Python L{Producer.send} for
+every record and the Python loop of C{Producer._complete_with_callbacks}.
 
 Without the extension these tests skip, unless C{KAFKATW_REQUIRE_SPEEDUPS=1}
 (scripts/test.sh sets it) makes them fail.
@@ -21,6 +22,7 @@ from twisted.internet.task import Clock
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
+from kafkatw.client import producer as producer_module
 from kafkatw.client.producer import Producer, _add_callback, _Batch, _RecordDeferred
 from kafkatw.protocol import records
 
@@ -39,8 +41,21 @@ send_st = st.tuples(
 step_st = st.one_of(send_st, send_st, send_st, send_st, st.just(("turn",)), st.just(("respond",)))
 
 
-def run(steps: list[tuple], compiled: bool, options: dict[str, Any]) -> tuple:
-    """Run C{steps} on a producer with (or without) the compiled hot path; what it did, in order."""
+def run(steps: list[tuple], compiled: bool, options: dict[str, Any], log_append_time: Any = None) -> tuple:
+    """
+    Run C{steps} on a producer with (or without) the compiled hot path and
+    completion loop; what it did, in order.
+    """
+    saved = producer_module._complete_records
+    if not compiled:
+        producer_module._complete_records = None  # the Python loop of _complete_with_callbacks
+    try:
+        return _run(steps, compiled, options, log_append_time)
+    finally:
+        producer_module._complete_records = saved
+
+
+def _run(steps: list[tuple], compiled: bool, options: dict[str, Any], log_append_time: Any) -> tuple:
     clock = Clock()
     client = FakeClient({"t": 2})
     client.known.add("t")
@@ -68,13 +83,13 @@ def run(steps: list[tuple], compiled: bool, options: dict[str, Any]) -> tuple:
         else:
             requests = client.produce_requests()
             for request in requests[answered:]:
-                respond(request)
+                respond(request, log_append_time=log_append_time)
             answered = len(requests)
     producer.flush()
     clock.advance(1)
     requests = client.produce_requests()
     for request in requests[answered:]:
-        respond(request)
+        respond(request, log_append_time=log_append_time)
     # (the order of partitions in and across requests follows a set's: per partition, in order)
     sent = sorted(((topic, partition, data) for r in requests for topic, ps in r.body.topics for partition, data in ps),
                   key=lambda tpd: tpd[:2])
@@ -162,6 +177,39 @@ class HotSenderTests(SynchronousTestCase):
     def test_same_as_python_send(self, steps: list[tuple], options: dict[str, Any]) -> None:
         """The same batches, callbacks, Deferred results and buffered bytes with and without the compiled path."""
         self.assertEqual(run(steps, True, options), run(steps, False, options))
+
+    @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(steps=st.lists(step_st, max_size=40), log_append_time=st.sampled_from([None, 1_700_000_000_123]))
+    def test_log_append_time_as_python(self, steps: list[tuple], log_append_time: Any) -> None:
+        self.assertEqual(run(steps, True, {"batch_size": 700}, log_append_time),
+                         run(steps, False, {"batch_size": 700}, log_append_time))
+
+    def test_failing_on_delivery_is_logged_and_the_rest_complete(self) -> None:
+        """An Exception from one callback is logged; the batch's other records complete, compiled or not."""
+        for compiled in (True, False):
+            saved = producer_module._complete_records
+            if not compiled:
+                producer_module._complete_records = None
+            try:
+                clock = Clock()
+                client = FakeClient({"t": 1})
+                client.known.add("t")
+                producer = Producer(clock, client=client)
+                seen: list = []
+
+                def boom(m: Any, e: Any) -> None:
+                    raise ValueError("boom")
+
+                held = [producer.send("t", b"a", on_delivery=boom),
+                        producer.send("t", b"b", on_delivery=lambda m, e: seen.append(m.offset))]
+                producer.flush()
+                clock.advance(0)
+                respond(client.produce_requests()[0], base_offsets={("t", 0): 5})
+                self.assertEqual(seen, [6])
+                self.assertEqual([self.successResultOf(d).offset for d in held], [5, 6])
+                self.assertEqual(len(self.flushLoggedErrors(ValueError)), 1)
+            finally:
+                producer_module._complete_records = saved
 
     def test_fills_and_seals_batches_as_python_send(self) -> None:
         """Records of exactly the room left: the batch is sealed by the record that fills it."""
