@@ -12,8 +12,11 @@ Without the extension these tests skip, unless C{KAFKATW_REQUIRE_SPEEDUPS=1}
 
 from __future__ import annotations
 
+import gc
+import os
+import sys
 from types import MethodType
-from typing import Any
+from typing import Any, NamedTuple
 from unittest import SkipTest
 
 from hypothesis import HealthCheck, given, settings
@@ -210,6 +213,47 @@ class HotSenderTests(SynchronousTestCase):
                 self.assertEqual(len(self.flushLoggedErrors(ValueError)), 1)
             finally:
                 producer_module._complete_records = saved
+
+    def test_complete_records_leaks_no_references(self) -> None:
+        """The objects complete_records is handed come back to their reference counts, after callbacks that raise."""
+
+        class Fresh(NamedTuple):  # no records of it anywhere else
+            topic: str
+            partition: int
+            offset: int
+            timestamp_ms: int
+
+        topic = "-".join(["leak", "check", str(os.getpid())])  # made now: not shared with other code
+        partition = int("1" * 30)
+        ts = int("2" * 30)
+        fired: list = []
+
+        def ok(m: Any, e: Any) -> None:
+            pass
+
+        def boom(m: Any, e: Any) -> None:
+            raise ValueError(m)
+
+        def failed(error: Exception, topic: str, partition: int) -> None:
+            pass
+
+        def fire(d: Any, m: Any) -> None:
+            fired.append(m.offset)
+
+        objects = (topic, partition, ts, Fresh, ok, boom, failed, fire)
+        gc.collect()
+        before = [sys.getrefcount(o) for o in objects]
+        for _ in range(20):
+            deferreds = [object() for _ in range(10)]
+            held = deferreds[3]
+            self.speedups.complete_records(deferreds, [ok] * 5 + [boom] * 5, Fresh, topic, partition, 5, ts, None,
+                                           fire, failed)
+            self.speedups.complete_records(deferreds, [None] * 10, Fresh, topic, partition, -1, ts, [ts] * 10, fire,
+                                           failed)
+            del held, deferreds
+        self.assertEqual(fired, [8, -1] * 20)
+        gc.collect()
+        self.assertEqual(before, [sys.getrefcount(o) for o in objects])
 
     def test_fills_and_seals_batches_as_python_send(self) -> None:
         """Records of exactly the room left: the batch is sealed by the record that fills it."""
