@@ -1,10 +1,13 @@
 /*
  * Optional compiled accelerator for kafkatw.protocol.records: the record loops
- * of the RecordBatch v2 codec in plain CPython C API (Python 3.11+).
+ * of the RecordBatch v2 codec in plain CPython C API (Python 3.11+); and two
+ * per-record steps of the producer (kafkatw/client/producer.py): send's hot
+ * path (HotSender) and the on_delivery loop of an acknowledged batch
+ * (complete_records).
  *
- * records.py uses it when it imports (see "Compiled accelerator" in
- * docs/design.md) and keeps the pure-Python loops, which give the same
- * results; KAFKATW_PURE_PYTHON=1 makes it ignore this module.
+ * records.py and producer.py use it when it imports (see "Compiled
+ * accelerator" in docs/design.md) and keep their pure-Python code, which
+ * gives the same results; KAFKATW_PURE_PYTHON=1 makes them ignore this module.
  *
  * Every read is bounds-checked against the end of the records region given by
  * the caller; no length read from the wire is trusted.  Whatever these
@@ -1411,7 +1414,8 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "kafkatw.protocol._speedups",
-    "Compiled record loops for kafkatw.protocol.records (optional; same results as its Python loops).",
+    "Compiled record loops for kafkatw.protocol.records and the producer's per-record steps"
+    " (optional; same results as their Python code).",
     -1, methods,
 };
 

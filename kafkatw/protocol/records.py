@@ -37,10 +37,12 @@ read inline and small varints served from a precomputed table.  When the
 optional compiled accelerator C{kafkatw.protocol._speedups} was built (at
 install time, when a C compiler is there) the per-record loops of
 L{encode_batch}, L{decode_batches} and L{decode_fetched} (and the latter's
-batch loop) run in C, with the same results; L{SPEEDUPS} says whether it is in use, and C{KAFKATW_PURE_PYTHON=1}
+batch loop), and the whole of L{encode_value_batch} without compression, run in
+C, with the same results; L{SPEEDUPS} says whether it is in use, and C{KAFKATW_PURE_PYTHON=1}
 in the environment makes this module ignore it.  The pure-Python versions stay
-importable (L{encode_batch_py}, L{decode_batches_py}, L{decode_fetched_py}): the
-tests check the two against each other (docs/design.md, "Compiled accelerator").
+importable (L{encode_batch_py}, L{encode_value_batch_py}, L{decode_batches_py},
+L{decode_fetched_py}): the tests check the two against each other
+(docs/design.md, "Compiled accelerator").
 """
 
 from __future__ import annotations
