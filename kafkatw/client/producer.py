@@ -15,6 +15,14 @@ C{max_request_size} bytes, at most C{max_in_flight_requests_per_connection}
 requests in flight per broker.  When the response arrives each record's Deferred
 fires, in a tight loop, with its L{RecordMetadata}.
 
+With the compiled accelerator (C{kafkatw.protocol._speedups}), the commonest
+send (an unkeyed C{bytes} value for the sticky partition's open batch, with or
+without C{on_delivery}) is appended in C by the instance's C{send} (a
+C{HotSender}; any other call runs L{Producer.send}), the C{on_delivery} loop of
+an acknowledged batch runs in C, and batches of plain values are encoded in
+one pass: the same steps and results as the Python code (docs/design.md,
+"Compiled accelerator").
+
 Partitioning is the Java client's (C{BuiltInPartitioner}): keyed records go to
 C{toPositive(murmur2(key)) % numPartitions}; unkeyed records stick to one
 partition until its batch is sealed, then to another one picked at random among
