@@ -221,6 +221,22 @@ class KafkaClient:
         connection = await self.connection(node_id)
         return await connection.request(api_key, body, expect_response=expect_response, timeout_ms=timeout_ms)
 
+    def request(self, node_id: int, api_key: int, body: Any, expect_response: bool = True,
+                timeout_ms: int | None = None) -> defer.Deferred:
+        """
+        L{send} as a Deferred: straight to the connection's request when the
+        connection to C{node_id} is open (no coroutine and no Deferred between
+        the response and the caller: the producer sends one request per batch),
+        else through L{send}.
+
+        @return: a Deferred firing with the kio response (C{None} when
+            C{expect_response} is false), or failing as L{send} raises.
+        """
+        existing = self._connections.get(node_id)
+        if existing is not None and existing.connected:
+            return existing.request(api_key, body, expect_response=expect_response, timeout_ms=timeout_ms)
+        return defer.Deferred.fromCoroutine(self.send(node_id, api_key, body, expect_response, timeout_ms))
+
     def versions(self, node_id: int) -> dict[int, int]:
         """The negotiated versions with C{node_id} (empty when not connected)."""
         connection = self._connections.get(node_id)

@@ -15,6 +15,14 @@ C{max_request_size} bytes, at most C{max_in_flight_requests_per_connection}
 requests in flight per broker.  When the response arrives each record's Deferred
 fires, in a tight loop, with its L{RecordMetadata}.
 
+With the compiled accelerator (C{kafkatw.protocol._speedups}), the commonest
+send (an unkeyed C{bytes} value for the sticky partition's open batch, with or
+without C{on_delivery}) is appended in C by the instance's C{send} (a
+C{HotSender}; any other call runs L{Producer.send}), the C{on_delivery} loop of
+an acknowledged batch runs in C, and batches of plain values are encoded in
+one pass: the same steps and results as the Python code (docs/design.md,
+"Compiled accelerator").
+
 Partitioning is the Java client's (C{BuiltInPartitioner}): keyed records go to
 C{toPositive(murmur2(key)) % numPartitions}; unkeyed records stick to one
 partition until its batch is sealed, then to another one picked at random among
@@ -62,6 +70,7 @@ from sys import getrefcount
 from collections import deque
 from itertools import accumulate, count, repeat
 from operator import itemgetter
+from types import MethodType
 from typing import Any, Callable, Iterator, NamedTuple
 
 from twisted.internet import defer
@@ -70,6 +79,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from ..errors import ErrorCode, KafkaError, RecordTooLargeError, UnknownTopicOrPartitionError, kafka_error
+from ..protocol import records as _records
 from ..protocol.records import COMPRESSION_CODECS, encode_batch, encode_value_batch
 from ..protocol.messages import encode_uvarint
 from .client import RETRIABLE_METADATA_ERRORS, KafkaClient, client_for
@@ -469,6 +479,13 @@ class Producer:
                                            retry_backoff_ms, max_block_ms, self._transactional_producer_id)
             self._txn.on_added = self._drain_soon
             self._txn.on_add_failed = self._partitions_not_added
+        hot_sender = getattr(_records._speedups, "HotSender", None)
+        if hot_sender is not None and type(self).send is Producer.send:
+            # send's hot path compiled (kafkatw/protocol/_speedups.c): the steps of
+            # the hot path at the top of send, for send(topic, value) and
+            # send(topic, value, on_delivery=f); every other call runs send.
+            self.send = hot_sender(self._hot, MethodType(Producer.send, self), _Batch, _RecordDeferred,
+                                   _add_callback, self._seal, _RECORD_OVERHEAD)
 
     # --- sending ---------------------------------------------------------------------------
 
@@ -1236,7 +1253,7 @@ class Producer:
             return left
         body = ProduceBody(self.acks, self.request_timeout_ms, list(topics.items()), self.transactional_id)
         self._in_flight[node] = self._in_flight.get(node, 0) + 1
-        d = defer.ensureDeferred(self.client.send(node, _API_PRODUCE, body, expect_response=self.acks != 0))
+        d = self.client.request(node, _API_PRODUCE, body, expect_response=self.acks != 0)
         d.addCallbacks(self._handle_response, self._handle_request_failure,
                        callbackArgs=(node, batches), errbackArgs=(node, batches))
         d.addErrback(self._log_bug)
@@ -1398,6 +1415,10 @@ class Producer:
         stamps: list[int] | None = None
         if log_append_time_ms < 0 and not batch.simple:
             stamps = [ts if r[3] is None else r[3] for r in batch.records]
+        if _complete_records is not None:  # the loop below, compiled (kafkatw/protocol/_speedups.c)
+            _complete_records(batch.deferreds, callbacks, RecordMetadata, batch.topic, batch.partition, base_offset,
+                              ts, stamps, _fire_record, _on_delivery_failed)
+            return
         new = _tuple_new
         metadata = RecordMetadata
         topic = batch.topic
@@ -1545,6 +1566,16 @@ _third = itemgetter(2)
 
 def _third_or_empty(record: tuple) -> Any:
     return record[2] or ()
+
+
+def _on_delivery_failed(error: Exception, topic: str, partition: int) -> None:
+    """What the compiled completion loop does with an Exception an C{on_delivery} raised: as the Python loop."""
+    _log.failure("on_delivery callback of a record to {topic}-{partition} failed", Failure(error),
+                 topic=topic, partition=partition)
+
+
+#: The compiled loop of Producer._complete_with_callbacks (None: the Python loop runs).
+_complete_records = getattr(_records._speedups, "complete_records", None)
 
 
 def _call_on_delivery(on_delivery: Any, metadata: Any, error: Exception | None) -> None:

@@ -1,10 +1,13 @@
 /*
  * Optional compiled accelerator for kafkatw.protocol.records: the record loops
- * of the RecordBatch v2 codec in plain CPython C API (Python 3.11+).
+ * of the RecordBatch v2 codec in plain CPython C API (Python 3.11+); and two
+ * per-record steps of the producer (kafkatw/client/producer.py): send's hot
+ * path (HotSender) and the on_delivery loop of an acknowledged batch
+ * (complete_records).
  *
- * records.py uses it when it imports (see "Compiled accelerator" in
- * docs/design.md) and keeps the pure-Python loops, which give the same
- * results; KAFKATW_PURE_PYTHON=1 makes it ignore this module.
+ * records.py and producer.py use it when it imports (see "Compiled
+ * accelerator" in docs/design.md) and keep their pure-Python code, which
+ * gives the same results; KAFKATW_PURE_PYTHON=1 makes them ignore this module.
  *
  * Every read is bounds-checked against the end of the records region given by
  * the caller; no length read from the wire is trusted.  Whatever these
@@ -23,6 +26,7 @@
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -903,18 +907,515 @@ done:
     return result;
 }
 
+/* ---- the producer's send hot path ------------------------------------------------ */
+
+/*
+ * HotSender(hot, slow, batch_type, deferred_type, add_callback, seal, overhead):
+ * a callable with Producer.send's signature that does what the hot path at
+ * the top of Producer.send does (kafkatw/client/producer.py) for a call of
+ * the form send(topic, value) or send(topic, value, on_delivery=f), value
+ * exact bytes, when hot[topic] is a batch with room for it:
+ *
+ *     batch.room -= len(value) + overhead; batch.records.append(value)
+ *     d = object.__new__(deferred_type); batch.deferreds.append(d)
+ *     batch.callbacks.append(on_delivery), or add_callback(batch, on_delivery)
+ *         when batch.callbacks is None and on_delivery is not None
+ *     seal(batch.state, batch) when the room reached 0
+ *     return d
+ *
+ * Every other call goes to slow (the Python Producer.send, bound) unchanged.
+ * The batch's __slots__ are read and written through their offsets, taken
+ * from batch_type's member descriptors; a batch of another type goes to slow.
+ */
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *hot;
+    PyObject *slow;
+    PyTypeObject *batch_type;
+    PyTypeObject *deferred_type;
+    PyObject *add_callback;
+    PyObject *seal;
+    Py_ssize_t overhead;
+    Py_ssize_t off_room, off_records, off_deferreds, off_callbacks, off_state;
+} HotSender;
+
+static PyObject *str_on_delivery = NULL;
+
+#define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
+
+static int
+slot_offset(PyTypeObject *type, const char *name, Py_ssize_t *out)
+{
+    PyObject *descr = PyDict_GetItemString(type->tp_dict, name); /* borrowed */
+    if (descr == NULL || !Py_IS_TYPE(descr, &PyMemberDescr_Type)) {
+        PyErr_Format(PyExc_TypeError, "HotSender: %s.%s is not a slot", type->tp_name, name);
+        return -1;
+    }
+    PyMemberDef *member = ((PyMemberDescrObject *)descr)->d_member;
+    if (member->type != T_OBJECT_EX || (member->flags & READONLY)) {
+        PyErr_Format(PyExc_TypeError, "HotSender: %s.%s is not a writable object slot", type->tp_name, name);
+        return -1;
+    }
+    *out = member->offset;
+    return 0;
+}
+
+static PyObject *
+hot_sender_call(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    HotSender *self = (HotSender *)op;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    PyObject *on_delivery = Py_None;
+    if (nargs != 2)
+        goto slow;
+    if (kwnames != NULL) {
+        if (PyTuple_GET_SIZE(kwnames) != 1)
+            goto slow;
+        PyObject *name = PyTuple_GET_ITEM(kwnames, 0);
+        if (name != str_on_delivery && !(PyUnicode_Check(name) && PyUnicode_Compare(name, str_on_delivery) == 0))
+            goto slow;
+        on_delivery = args[2];
+    }
+    PyObject *topic = args[0], *value = args[1];
+    if (!PyBytes_CheckExact(value))
+        goto slow;
+    PyObject *batch = PyDict_GetItemWithError(self->hot, topic); /* borrowed */
+    if (batch == NULL) {
+        if (PyErr_Occurred())
+            return NULL;
+        goto slow;
+    }
+    if (!Py_IS_TYPE(batch, self->batch_type))
+        goto slow;
+    PyObject *room_obj = SLOT(batch, self->off_room);
+    PyObject *records = SLOT(batch, self->off_records);
+    PyObject *deferreds = SLOT(batch, self->off_deferreds);
+    PyObject *callbacks = SLOT(batch, self->off_callbacks);
+    if (room_obj == NULL || !PyLong_CheckExact(room_obj) || records == NULL || !PyList_CheckExact(records)
+            || deferreds == NULL || !PyList_CheckExact(deferreds) || callbacks == NULL
+            || (callbacks != Py_None && !PyList_CheckExact(callbacks)))
+        goto slow;
+    Py_ssize_t room = PyLong_AsSsize_t(room_obj);
+    if (room == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        goto slow;
+    }
+    room -= PyBytes_GET_SIZE(value) + self->overhead;
+    if (room < 0)
+        goto slow;
+    PyObject *new_room = PyLong_FromSsize_t(room);
+    if (new_room == NULL)
+        return NULL;
+    PyObject *d = PyBaseObject_Type.tp_new(self->deferred_type, empty_tuple, NULL);
+    if (d == NULL) {
+        Py_DECREF(new_room);
+        return NULL;
+    }
+    Py_INCREF(batch); /* the calls below run Python code */
+    SLOT(batch, self->off_room) = new_room;
+    Py_DECREF(room_obj);
+    if (PyList_Append(records, value) < 0 || PyList_Append(deferreds, d) < 0)
+        goto error;
+    if (callbacks != Py_None) {
+        if (PyList_Append(callbacks, on_delivery) < 0)
+            goto error;
+    }
+    else if (on_delivery != Py_None) {
+        PyObject *r = PyObject_CallFunctionObjArgs(self->add_callback, batch, on_delivery, NULL);
+        if (r == NULL)
+            goto error;
+        Py_DECREF(r);
+    }
+    if (room == 0) { /* batch_size reached */
+        PyObject *state = SLOT(batch, self->off_state);
+        if (state == NULL) {
+            PyErr_SetString(PyExc_AttributeError, "state");
+            goto error;
+        }
+        PyObject *r = PyObject_CallFunctionObjArgs(self->seal, state, batch, NULL);
+        if (r == NULL)
+            goto error;
+        Py_DECREF(r);
+    }
+    Py_DECREF(batch);
+    return d;
+error:
+    Py_DECREF(batch);
+    Py_DECREF(d);
+    return NULL;
+slow:
+    return PyObject_Vectorcall(self->slow, args, nargsf, kwnames);
+}
+
+static PyObject *
+hot_sender_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    PyObject *hot, *slow, *batch_type, *deferred_type, *add_callback, *seal;
+    Py_ssize_t overhead;
+    if (kwds != NULL && PyDict_GET_SIZE(kwds)) {
+        PyErr_SetString(PyExc_TypeError, "HotSender takes positional arguments only");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(args, "O!OO!O!OOn:HotSender", &PyDict_Type, &hot, &slow, &PyType_Type, &batch_type,
+                          &PyType_Type, &deferred_type, &add_callback, &seal, &overhead))
+        return NULL;
+    HotSender *self = (HotSender *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->vectorcall = hot_sender_call;
+    self->hot = Py_NewRef(hot);
+    self->slow = Py_NewRef(slow);
+    self->batch_type = (PyTypeObject *)Py_NewRef(batch_type);
+    self->deferred_type = (PyTypeObject *)Py_NewRef(deferred_type);
+    self->add_callback = Py_NewRef(add_callback);
+    self->seal = Py_NewRef(seal);
+    self->overhead = overhead;
+    PyTypeObject *bt = (PyTypeObject *)batch_type;
+    if (slot_offset(bt, "room", &self->off_room) < 0 || slot_offset(bt, "records", &self->off_records) < 0
+            || slot_offset(bt, "deferreds", &self->off_deferreds) < 0
+            || slot_offset(bt, "callbacks", &self->off_callbacks) < 0
+            || slot_offset(bt, "state", &self->off_state) < 0) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    return (PyObject *)self;
+}
+
+static int
+hot_sender_traverse(HotSender *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->hot);
+    Py_VISIT(self->slow);
+    Py_VISIT(self->batch_type);
+    Py_VISIT(self->deferred_type);
+    Py_VISIT(self->add_callback);
+    Py_VISIT(self->seal);
+    return 0;
+}
+
+static int
+hot_sender_clear(HotSender *self)
+{
+    Py_CLEAR(self->hot);
+    Py_CLEAR(self->slow);
+    Py_CLEAR(self->batch_type);
+    Py_CLEAR(self->deferred_type);
+    Py_CLEAR(self->add_callback);
+    Py_CLEAR(self->seal);
+    return 0;
+}
+
+static void
+hot_sender_dealloc(HotSender *self)
+{
+    PyObject_GC_UnTrack(self);
+    hot_sender_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *
+hot_sender_slow(HotSender *self, void *closure)
+{
+    return Py_NewRef(self->slow ? self->slow : Py_None);
+}
+
+static PyGetSetDef hot_sender_getset[] = {
+    {"slow", (getter)hot_sender_slow, NULL, "the callable every other call goes to", NULL},
+    {NULL},
+};
+
+PyDoc_STRVAR(hot_sender_doc,
+"HotSender(hot, slow, batch_type, deferred_type, add_callback, seal, overhead)\n\n"
+"Producer.send's hot path in C (see kafkatw/client/producer.py); every other call goes to slow.");
+
+static PyTypeObject HotSenderType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "kafkatw.protocol._speedups.HotSender",
+    .tp_basicsize = sizeof(HotSender),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_vectorcall_offset = offsetof(HotSender, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_new = hot_sender_new,
+    .tp_traverse = (traverseproc)hot_sender_traverse,
+    .tp_clear = (inquiry)hot_sender_clear,
+    .tp_dealloc = (destructor)hot_sender_dealloc,
+    .tp_getset = hot_sender_getset,
+    .tp_doc = hot_sender_doc,
+};
+
+/*
+ * complete_records(deferreds, callbacks, metadata_type, topic, partition,
+ *                  base_offset, ts, stamps, fire_record, on_delivery_failed)
+ *
+ * The loop of Producer._complete_with_callbacks (kafkatw/client/producer.py)
+ * for an acknowledged batch: for record i,
+ *
+ *     m = metadata_type(topic, partition, offset_i, stamps[i] if stamps is not None else ts)
+ *         (offset_i: base_offset + i, or base_offset when it is negative)
+ *     callbacks[i](m, None) when callbacks[i] is not None; an Exception it
+ *         raises goes to on_delivery_failed(exception, topic, partition)
+ *     fire_record(d, m) when somebody but the list references deferreds[i]
+ *
+ * metadata_type is a tuple subclass of four fields (RecordMetadata).
+ */
+static PyObject *
+new_metadata(PyTypeObject *type, PyObject *topic, PyObject *partition, long long offset, PyObject *ts)
+{
+    PyObject *off = PyLong_FromLongLong(offset);
+    if (off == NULL)
+        return NULL;
+    PyObject *m = type->tp_alloc(type, 4);
+    if (m == NULL) {
+        Py_DECREF(off);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(m, 0, Py_NewRef(topic));
+    PyTuple_SET_ITEM(m, 1, Py_NewRef(partition));
+    PyTuple_SET_ITEM(m, 2, off);
+    PyTuple_SET_ITEM(m, 3, Py_NewRef(ts));
+    return m;
+}
+
+PyDoc_STRVAR(complete_records_doc,
+"complete_records(deferreds, callbacks, metadata_type, topic, partition, base_offset, ts, stamps,\n"
+"                 fire_record, on_delivery_failed) -> None\n\n"
+"The per-record loop of Producer._complete_with_callbacks (kafkatw/client/producer.py).");
+
+static PyObject *
+complete_records(PyObject *module, PyObject *args)
+{
+    PyObject *deferreds, *callbacks, *topic, *partition, *ts, *stamps, *fire_record, *failed;
+    PyTypeObject *type;
+    long long base_offset;
+    if (!PyArg_ParseTuple(args, "O!O!O!OOLOOOO:complete_records", &PyList_Type, &deferreds, &PyList_Type,
+                          &callbacks, &PyType_Type, &type, &topic, &partition, &base_offset, &ts, &stamps,
+                          &fire_record, &failed))
+        return NULL;
+    if (!PyType_IsSubtype(type, &PyTuple_Type) || type->tp_itemsize != sizeof(PyObject *)) {
+        PyErr_SetString(PyExc_TypeError, "complete_records: metadata_type must be a tuple subclass");
+        return NULL;
+    }
+    if (stamps != Py_None && !PyList_Check(stamps)) {
+        PyErr_SetString(PyExc_TypeError, "complete_records: stamps must be a list or None");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(deferreds); i++) {
+        PyObject *d = Py_NewRef(PyList_GET_ITEM(deferreds, i));
+        PyObject *on_delivery = i < PyList_GET_SIZE(callbacks) ? PyList_GET_ITEM(callbacks, i) : Py_None;
+        PyObject *stamp = ts;
+        if (stamps != Py_None) {
+            if (i >= PyList_GET_SIZE(stamps)) {
+                Py_DECREF(d);
+                PyErr_SetString(PyExc_IndexError, "complete_records: fewer stamps than records");
+                return NULL;
+            }
+            stamp = PyList_GET_ITEM(stamps, i);
+        }
+        long long offset = base_offset >= 0 ? base_offset + i : base_offset;
+        PyObject *m = NULL;
+        if (on_delivery != Py_None) {
+            Py_INCREF(on_delivery);
+            Py_INCREF(stamp);
+            m = new_metadata(type, topic, partition, offset, stamp);
+            Py_DECREF(stamp);
+            if (m == NULL) {
+                Py_DECREF(on_delivery);
+                Py_DECREF(d);
+                return NULL;
+            }
+            PyObject *call_args[2] = {m, Py_None};
+            PyObject *r = PyObject_Vectorcall(on_delivery, call_args, 2, NULL);
+            Py_DECREF(on_delivery);
+            if (r != NULL) {
+                Py_DECREF(r);
+            }
+            else if (PyErr_ExceptionMatches(PyExc_Exception)) {
+                PyObject *t, *v, *tb;
+                PyErr_Fetch(&t, &v, &tb);
+                PyErr_NormalizeException(&t, &v, &tb);
+                if (tb != NULL)
+                    PyException_SetTraceback(v, tb);
+                PyObject *lr = PyObject_CallFunctionObjArgs(failed, v, topic, partition, NULL);
+                Py_XDECREF(t);
+                Py_XDECREF(v);
+                Py_XDECREF(tb);
+                if (lr == NULL) {
+                    Py_DECREF(m);
+                    Py_DECREF(d);
+                    return NULL;
+                }
+                Py_DECREF(lr);
+            }
+            else {
+                Py_DECREF(m);
+                Py_DECREF(d);
+                return NULL;
+            }
+        }
+        /* the list's reference and ours: nobody else holds it, and firing it cannot be observed */
+        if (Py_REFCNT(d) > 2) {
+            if (m == NULL) {
+                Py_INCREF(stamp);
+                m = new_metadata(type, topic, partition, offset, stamp);
+                Py_DECREF(stamp);
+                if (m == NULL) {
+                    Py_DECREF(d);
+                    return NULL;
+                }
+            }
+            PyObject *r = PyObject_CallFunctionObjArgs(fire_record, d, m, NULL);
+            if (r == NULL) {
+                Py_DECREF(m);
+                Py_DECREF(d);
+                return NULL;
+            }
+            Py_DECREF(r);
+        }
+        Py_XDECREF(m);
+        Py_DECREF(d);
+    }
+    Py_RETURN_NONE;
+}
+
+/*
+ * encode_value_batch(values, timestamp_ms, attributes, producer_id, producer_epoch,
+ *                    base_sequence, crc32c) -> bytes, or NotImplemented
+ *
+ * records.encode_value_batch without compression: a whole RecordBatch v2
+ * (base offset 0, partition leader epoch -1) of records with a null key, no
+ * headers, timestamp delta 0 and the values of `values` (a list of bytes),
+ * written in one pass into one bytes object; crc32c(memoryview) gives the
+ * CRC-32C of the part after the CRC field.  NotImplemented: a value that is
+ * not bytes (records.py then runs its Python loop).
+ */
+static inline unsigned char *
+put_be(unsigned char *p, uint64_t v, int bytes)
+{
+    for (int i = bytes - 1; i >= 0; i--) {
+        p[i] = (unsigned char)(v & 0xFF);
+        v >>= 8;
+    }
+    return p + bytes;
+}
+
+PyDoc_STRVAR(encode_value_batch_doc,
+"encode_value_batch(values, timestamp_ms, attributes, producer_id, producer_epoch, base_sequence, crc32c)\n"
+"    -> bytes or NotImplemented\n\n"
+"records.encode_value_batch without compression, in one pass (same bytes).");
+
+static PyObject *
+encode_value_batch(PyObject *module, PyObject *args)
+{
+    PyObject *values, *crc_func, *numbers[5];
+    if (!PyArg_ParseTuple(args, "O!OOOOOO:encode_value_batch", &PyList_Type, &values, &numbers[0], &numbers[1],
+                          &numbers[2], &numbers[3], &numbers[4], &crc_func))
+        return NULL;
+    /* timestamp_ms int64, attributes int16, producer_id int64, producer_epoch int16, base_sequence int32;
+     * anything else (not an int, out of range) is left to Python's struct, with its errors */
+    static const long long lows[5] = {INT64_MIN, INT16_MIN, INT64_MIN, INT16_MIN, INT32_MIN};
+    static const long long highs[5] = {INT64_MAX, INT16_MAX, INT64_MAX, INT16_MAX, INT32_MAX};
+    long long v[5];
+    for (int k = 0; k < 5; k++) {
+        int overflow = 0;
+        if (!PyLong_Check(numbers[k]))
+            Py_RETURN_NOTIMPLEMENTED;
+        v[k] = PyLong_AsLongLongAndOverflow(numbers[k], &overflow);
+        if (v[k] == -1 && PyErr_Occurred())
+            return NULL;
+        if (overflow || v[k] < lows[k] || v[k] > highs[k])
+            Py_RETURN_NOTIMPLEMENTED;
+    }
+    long long timestamp_ms = v[0], producer_id = v[2];
+    int attributes = (int)v[1], producer_epoch = (int)v[3], base_sequence = (int)v[4];
+    Py_ssize_t n = PyList_GET_SIZE(values);
+    if (n == 0 || n > INT32_MAX)
+        Py_RETURN_NOTIMPLEMENTED;  /* Python's ValueError, or struct's error */
+    Py_ssize_t total = 61;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *v = PyList_GET_ITEM(values, i);
+        if (!PyBytes_CheckExact(v))
+            Py_RETURN_NOTIMPLEMENTED;
+        Py_ssize_t len = PyBytes_GET_SIZE(v);
+        Py_ssize_t size = 4 + varint_size(i) + varint_size(len) + len;
+        total += varint_size(size) + size;
+    }
+    if (total - 12 > INT32_MAX)
+        Py_RETURN_NOTIMPLEMENTED;  /* struct's error, from Python */
+    PyObject *out = PyBytes_FromStringAndSize(NULL, total);
+    if (out == NULL)
+        return NULL;
+    unsigned char *start = (unsigned char *)PyBytes_AS_STRING(out);
+    unsigned char *p = start;
+    p = put_be(p, 0, 8);                                  /* base offset */
+    p = put_be(p, (uint32_t)(total - 12), 4);             /* batch length */
+    p = put_be(p, (uint32_t)-1, 4);                       /* partition leader epoch */
+    *p++ = 2;                                             /* magic */
+    p += 4;                                               /* CRC, below */
+    p = put_be(p, (uint16_t)attributes, 2);
+    p = put_be(p, (uint32_t)(n - 1), 4);                  /* last offset delta */
+    p = put_be(p, (uint64_t)timestamp_ms, 8);             /* base timestamp */
+    p = put_be(p, (uint64_t)timestamp_ms, 8);             /* max timestamp */
+    p = put_be(p, (uint64_t)producer_id, 8);
+    p = put_be(p, (uint16_t)producer_epoch, 2);
+    p = put_be(p, (uint32_t)base_sequence, 4);
+    p = put_be(p, (uint32_t)n, 4);                        /* records count */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *v = PyList_GET_ITEM(values, i);
+        Py_ssize_t len = PyBytes_GET_SIZE(v);
+        Py_ssize_t size = 4 + varint_size(i) + varint_size(len) + len;
+        p = write_varint(p, size);
+        *p++ = 0;                                         /* attributes */
+        *p++ = 0;                                         /* timestamp delta 0 */
+        p = write_varint(p, i);                           /* offset delta */
+        *p++ = 1;                                         /* key length -1 */
+        p = write_varint(p, len);
+        memcpy(p, PyBytes_AS_STRING(v), len);
+        p += len;
+        *p++ = 0;                                         /* headers count */
+    }
+    if (p != start + total) {
+        Py_DECREF(out);
+        PyErr_SetString(PyExc_SystemError, "encode_value_batch: size mismatch");
+        return NULL;
+    }
+    PyObject *view = PyMemoryView_FromMemory((char *)start + 21, total - 21, PyBUF_READ);
+    if (view == NULL) {
+        Py_DECREF(out);
+        return NULL;
+    }
+    PyObject *crc = PyObject_CallOneArg(crc_func, view);
+    Py_DECREF(view);
+    if (crc == NULL) {
+        Py_DECREF(out);
+        return NULL;
+    }
+    unsigned long value = PyLong_AsUnsignedLong(crc);
+    Py_DECREF(crc);
+    if (value == (unsigned long)-1 && PyErr_Occurred()) {
+        Py_DECREF(out);
+        return NULL;
+    }
+    put_be(start + 17, (uint32_t)value, 4);
+    return out;
+}
+
 /* ---- module ------------------------------------------------------------------ */
 
 static PyMethodDef methods[] = {
     {"decode_records", decode_records, METH_VARARGS, decode_records_doc},
     {"decode_fetched", decode_fetched, METH_VARARGS, decode_fetched_doc},
     {"encode_records", encode_records, METH_VARARGS, encode_records_doc},
+    {"complete_records", complete_records, METH_VARARGS, complete_records_doc},
+    {"encode_value_batch", encode_value_batch, METH_VARARGS, encode_value_batch_doc},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "kafkatw.protocol._speedups",
-    "Compiled record loops for kafkatw.protocol.records (optional; same results as its Python loops).",
+    "Compiled record loops for kafkatw.protocol.records and the producer's per-record steps"
+    " (optional; same results as their Python code).",
     -1, methods,
 };
 
@@ -932,5 +1433,17 @@ PyInit__speedups(void)
     empty_tuple = PyTuple_New(0);
     if (empty_tuple == NULL)
         return NULL;
-    return PyModule_Create(&module);
+    str_on_delivery = PyUnicode_InternFromString("on_delivery");
+    if (str_on_delivery == NULL)
+        return NULL;
+    if (PyType_Ready(&HotSenderType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    if (PyModule_AddObjectRef(m, "HotSender", (PyObject *)&HotSenderType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

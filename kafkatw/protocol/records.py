@@ -37,10 +37,12 @@ read inline and small varints served from a precomputed table.  When the
 optional compiled accelerator C{kafkatw.protocol._speedups} was built (at
 install time, when a C compiler is there) the per-record loops of
 L{encode_batch}, L{decode_batches} and L{decode_fetched} (and the latter's
-batch loop) run in C, with the same results; L{SPEEDUPS} says whether it is in use, and C{KAFKATW_PURE_PYTHON=1}
+batch loop), and the whole of L{encode_value_batch} without compression, run in
+C, with the same results; L{SPEEDUPS} says whether it is in use, and C{KAFKATW_PURE_PYTHON=1}
 in the environment makes this module ignore it.  The pure-Python versions stay
-importable (L{encode_batch_py}, L{decode_batches_py}, L{decode_fetched_py}): the
-tests check the two against each other (docs/design.md, "Compiled accelerator").
+importable (L{encode_batch_py}, L{encode_value_batch_py}, L{decode_batches_py},
+L{decode_fetched_py}): the tests check the two against each other
+(docs/design.md, "Compiled accelerator").
 """
 
 from __future__ import annotations
@@ -73,6 +75,7 @@ __all__ = [
     "encode_batch",
     "encode_batch_py",
     "encode_value_batch",
+    "encode_value_batch_py",
     "decode_batches",
     "decode_batches_py",
     "decode_fetched",
@@ -520,13 +523,31 @@ def encode_value_batch(values: Sequence[bytes], timestamp_ms: int, compression: 
     Encode one RecordBatch v2 of records with a value, no key, no headers and
     one timestamp: the producer's common case, byte for byte what
     L{encode_batch} makes of C{[(None, v, None, timestamp_ms) for v in values]},
-    without a Python loop per record when the values share a length.
+    without a Python loop per record when the values share a length, and in
+    one pass in C (a list of values, no compression) when the compiled
+    accelerator is there.
 
     @param values: the records' values (C{bytes}, not None).
     @param timestamp_ms: every record's create time (ms since the epoch).
     @param is_transactional: set the transactional attribute bit (KIP-98).
     @return: the batch, CRC-32C filled in.
     @raise ValueError: no values, or an unknown codec.
+    """
+    if _speedups is not None and not compression and values.__class__ is list:
+        encoded = _speedups.encode_value_batch(values, timestamp_ms, _ATTR_TRANSACTIONAL if is_transactional else 0,
+                                               producer_id, producer_epoch, base_sequence, crc32c)
+        if encoded is not NotImplemented:
+            return encoded
+    return encode_value_batch_py(values, timestamp_ms, compression, producer_id, producer_epoch, base_sequence,
+                                 is_transactional)
+
+
+def encode_value_batch_py(values: Sequence[bytes], timestamp_ms: int, compression: int = 0, producer_id: int = -1,
+                          producer_epoch: int = -1, base_sequence: int = -1, is_transactional: bool = False) -> bytes:
+    """
+    L{encode_value_batch} (same parameters, same bytes) in Python, whether
+    or not the compiled accelerator is there: the reference the tests
+    compare it with.
     """
     n = len(values)
     if n == 0:

@@ -6,6 +6,9 @@ with confluent-kafka (librdkafka).
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 import time
 from typing import Any
@@ -98,6 +101,57 @@ class ProducerIntegrationTests(ClassFixture, unittest.TestCase):
         by_position = {(p, offset): int(value) for p, records in written.items() for offset, _k, value in records}
         for i, md in enumerate(metadata):
             self.assertEqual(by_position[(md.partition, md.offset)], i)
+
+    def test_unkeyed_records_with_on_delivery_one_partition(self) -> defer.Deferred:
+        """
+        send(topic, value, on_delivery=f), the hot path (compiled when the
+        extension is built): every record written once, in order, and every
+        on_delivery called once with its record's offset.
+        """
+        return defer.ensureDeferred(self._unkeyed())
+
+    async def _unkeyed(self) -> None:
+        from twisted.internet import reactor
+
+        topic, count = "unkeyed", 50_000
+        await threads.deferToThread(create_topic, self.bootstrap, topic, 1)
+        producer = Producer(reactor, self.bootstrap)
+        delivered: list = []
+
+        def on_delivery(metadata: Any, error: Exception | None) -> None:
+            delivered.append(error if error is not None else metadata.offset)
+
+        for i in range(count):
+            producer.send(topic, b"%d" % i, on_delivery=on_delivery)
+            if i % 385 == 384:
+                await producer.ready()
+                await task.deferLater(reactor, 0, lambda: None)
+        await producer.flush()
+        await producer.close()
+        self.assertEqual(delivered, list(range(count)))
+        written = await threads.deferToThread(read_all, self.bootstrap, topic, 1, count)
+        self.assertEqual([(offset, key, value) for offset, key, value in written[0]],
+                         [(i, None, b"%d" % i) for i in range(count)])
+
+    def test_producer_perf_test(self) -> defer.Deferred:
+        """kafkatw producer-perf-test with Kafka's defaults: Kafka's final line, and every record written."""
+        return defer.ensureDeferred(self._perf_test())
+
+    async def _perf_test(self) -> None:
+        topic, count = "perf", 20_000
+        await threads.deferToThread(create_topic, self.bootstrap, topic, 1)
+        command = [sys.executable, "-m", "kafkatw.cli.main", "producer-perf-test", "--topic", topic,
+                   "--num-records", str(count), "--record-size", "200", "--throughput", "-1",
+                   "--producer-props", "acks=1", f"bootstrap.servers={self.bootstrap}"]
+        out = await threads.deferToThread(subprocess.run, command, capture_output=True, text=True, timeout=60,
+                                          env=dict(os.environ, KAFKATW_NO_PROGRESS="1"))
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertRegex(out.stdout.strip().splitlines()[-1],
+                         r"^20000 records sent, [\d.]+ records/sec \([\d.]+ MB/sec\), [\d.]+ ms avg latency,"
+                         r" [\d.]+ ms max latency, \d+ ms 50th, \d+ ms 95th, \d+ ms 99th, \d+ ms 99.9th\.$")
+        written = await threads.deferToThread(read_all, self.bootstrap, topic, 1, count)
+        self.assertEqual([offset for offset, _key, _value in written[0]], list(range(count)))
+        self.assertEqual({len(value) for _offset, _key, value in written[0]}, {200})
 
     def test_send_to_a_missing_topic_auto_creates_it(self) -> defer.Deferred:
         """Like Java's producer: Metadata asks for auto-creation; the broker creates the topic."""

@@ -142,3 +142,22 @@ class KafkaClientTests(unittest.TestCase):
         self.assertTrue(client.metadata_stale())
         client.invalidate()
         self.assertTrue(client.metadata_stale())
+
+    def test_request_goes_straight_to_an_open_connection(self) -> None:
+        """KafkaClient.request: the open connection's own Deferred, as send's answer; else through send."""
+        clock = MemoryReactorClock()
+        client = KafkaClient(clock, "boot:9092")
+        connection = BrokerConnection(clock, "test", 1000, node_id=-1)
+        transport = StringTransport()
+        connection.makeConnection(transport)
+        connection.versions = {3: 12}
+        client._connections[-1] = connection
+        d = client.request(-1, 3, {"topics": None})
+        self.assertEqual(len(_frames(transport.value())), 1)  # written at once
+        _answer(connection, transport, {3: METADATA})
+        self.assertEqual(self.successResultOf(d).cluster_id, "c")
+        connection.connectionLost(None)
+        # no open connection: through send, which connects first (here: a connection attempt)
+        d = client.request(-1, 3, {"topics": None})
+        self.assertNoResult(d)
+        self.assertEqual(len(clock.tcpClients), 1)

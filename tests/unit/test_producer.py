@@ -86,6 +86,8 @@ class FakeClient:
             request.deferred.callback(None)
         return request.deferred
 
+    request = send  # (KafkaClient.request: send as a Deferred)
+
     def close(self) -> defer.Deferred:
         self.closed = True
         return defer.succeed(None)

@@ -245,6 +245,78 @@ class EncodeSameAsPythonTests(CompiledTestCase):
         self.assertIs(self.sp.encode_records([(b"k", b"v", None, 5)], 5.0), NotImplemented)
 
 
+class EncodeValueBatchSameAsPythonTests(CompiledTestCase):
+    """The compiled L{R.encode_value_batch} (the producer's batches of plain values) makes the Python bytes."""
+
+    def both(self, values: Any, *args: Any) -> tuple[tuple, tuple]:
+        """The compiled encoder's outcome (Python's where it declines) and the Python encoder's."""
+        def compiled() -> bytes:
+            encoded = self.sp.encode_value_batch(values, *args, R.crc32c)
+            if encoded is NotImplemented:
+                return R.encode_value_batch_py(values, args[0], 0, *args[2:], bool(args[1]))
+            return encoded
+
+        return outcome(compiled), outcome(lambda: R.encode_value_batch_py(values, args[0], 0, *args[2:],
+                                                                           bool(args[1])))
+
+    @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(values=st.lists(st.one_of(st.binary(max_size=300), boundary_length.map(lambda n: b"v" * n)),
+                           min_size=1, max_size=150),
+           timestamp=any_int64, transactional=st.booleans(), producer_id=any_int64,
+           epoch=st.integers(min_value=-(2**15), max_value=2**15 - 1),
+           sequence=st.integers(min_value=-(2**31), max_value=2**31 - 1))
+    def test_random_batches(self, values: list, timestamp: int, transactional: bool, producer_id: int, epoch: int,
+                            sequence: int) -> None:
+        attributes = 0x10 if transactional else 0
+        compiled = self.sp.encode_value_batch(values, timestamp, attributes, producer_id, epoch, sequence, R.crc32c)
+        python = R.encode_value_batch_py(values, timestamp, 0, producer_id, epoch, sequence, transactional)
+        self.assertEqual(compiled, python)
+        self.assertEqual(python, R.encode_batch_py([(None, v, None, timestamp) for v in values],
+                                                   producer_id=producer_id, producer_epoch=epoch,
+                                                   base_sequence=sequence, is_transactional=transactional))
+        self.assertEqual(R.encode_value_batch(values, timestamp, 0, producer_id, epoch, sequence, transactional),
+                         python)
+
+    def test_many_records(self) -> None:
+        """Offset deltas past one- and two-byte varints."""
+        values = [b"x" * (i % 300) for i in range(20000)]
+        self.assertEqual(self.both(values, 1_700_000_000_000, 0, -1, -1, -1)[0][0], "ok")
+        self.assertEqual(*self.both(values, 1_700_000_000_000, 0, -1, -1, -1))
+
+    def test_declined_input(self) -> None:
+        """Input the C encoder leaves to Python's gives Python's result or error."""
+        cases = [
+            ([], 5, 0, -1, -1, -1),
+            ([bytearray(b"v")], 5, 0, -1, -1, -1),
+            ([b"v", memoryview(b"v")], 5, 0, -1, -1, -1),
+            ([b"v", None], 5, 0, -1, -1, -1),
+            ([b"v"], 2**63, 0, -1, -1, -1),
+            ([b"v"], 5.0, 0, -1, -1, -1),
+            ([b"v"], 5, 0, 2**63, -1, -1),
+            ([b"v"], 5, 0, -1, 2**15, -1),
+            ([b"v"], 5, 0, -1, -1, 2**31),
+            ([b"v"], 5, 0, -1, -1, "1"),
+        ]
+        for case in cases:
+            self.assertIs(self.sp.encode_value_batch(*case, R.crc32c), NotImplemented, case)
+            compiled, python = self.both(*case)
+            self.assertEqual(compiled, python, case)
+        self.assertRaises(TypeError, self.sp.encode_value_batch, (b"v",), 5, 0, -1, -1, -1, R.crc32c)
+
+    def test_through_records_when_in_use(self) -> None:
+        """L{R.encode_value_batch} takes the compiled path for a list without compression, else Python's."""
+        saved = R._speedups
+        R._speedups = self.sp
+        try:
+            values = [b"a", b"bb"]
+            self.assertEqual(R.encode_value_batch(values, 5), R.encode_value_batch_py(values, 5))
+            self.assertEqual(R.encode_value_batch(tuple(values), 5), R.encode_value_batch_py(values, 5))
+            self.assertEqual(R.encode_value_batch(values, 5, R.COMPRESSION_GZIP)[:8], b"\x00" * 8)
+            self.assertRaises(ValueError, R.encode_value_batch, [], 5)
+        finally:
+            R._speedups = saved
+
+
 class DecodeSameAsPythonTests(CompiledTestCase):
     """The compiled record loop of L{R.decode_fetched} and L{R.decode_batches} gives the Python loop's records."""
 
