@@ -1676,7 +1676,7 @@ class KafkaApis(TransactionApis, QuotaApis, AdminToolApis):
         if self._group_denied(context, request.group_id):
             d: defer.Deferred = defer.succeed((ErrorCode.group_authorization_failed, {}))
         else:
-            d = self._require_stable(self.group_coordinator.fetch_offsets(request.group_id, wanted), request)
+            d = self._require_stable(lambda: self.group_coordinator.fetch_offsets(request.group_id, wanted), request)
 
         def answer(result: tuple) -> bytes:
             error, found, *unstable = result

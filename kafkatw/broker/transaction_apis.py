@@ -264,26 +264,37 @@ class TransactionApis:
             return None
         return {(name, p.partition_index): p.last_stable_offset for name, partitions in topics for p in partitions}
 
-    def _require_stable(self, d: defer.Deferred, request: Any) -> defer.Deferred:
+    def _require_stable(self, fetch: Callable[[], defer.Deferred], request: Any) -> defer.Deferred:
         """
-        OffsetFetch v7+ with C{require_stable} (KIP-447): C{d}'s C{(error,
-        found)} gets a third element, the partitions whose transactional
+        OffsetFetch v7+ with C{require_stable} (KIP-447): the C{(error, found)}
+        of C{fetch()} gets a third element, the partitions whose transactional
         offsets are pending (answered C{UNSTABLE_OFFSET_COMMIT}).
+
+        The pending offsets are read I{before} the committed ones, never after:
+        a transaction's COMMIT (L{PendingOffsetStore.complete}) writes the
+        committed offsets first and then deletes the pending ones, so offsets
+        found not pending are already committed when they are read.  Read the
+        other way round, a commit completing between the two reads answered the
+        offsets from before the transaction as stable, and a consumer started
+        there counted that transaction's input twice.
+
+        @param fetch: starts the read of the committed offsets
+            (C{GroupCoordinator.fetch_offsets}).
         """
         if not getattr(request, "require_stable", False) or self.transactions is None:
-            return d
+            return fetch()
         pending = self.transactions.pending_offsets
 
-        async def add(result: tuple) -> tuple:
+        async def read() -> tuple:
             try:
                 unstable = await pending.unstable(request.group_id)
             except Exception as e:
                 _log.warn("reading the pending offsets of group {group} failed: {error}", group=request.group_id,
                           error=e)
                 return (ErrorCode.coordinator_not_available, {})
-            return (*result, unstable)
+            return (*(await fetch()), unstable)
 
-        return d.addCallback(lambda result: defer.Deferred.fromCoroutine(add(result)))
+        return defer.Deferred.fromCoroutine(read())
 
     # --- FindCoordinator key type 1 ----------------------------------------------------------
 

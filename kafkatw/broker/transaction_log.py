@@ -299,7 +299,7 @@ class PendingOffsetStore:
                 try:
                     data, _ = await client.get(f"{self.path(group_id)}/{child}")
                 except NoNodeError:
-                    continue
+                    continue  # completed meanwhile: committed (before the delete) or dropped
                 body = json.loads(data)
                 out[int(child)] = {(t, p): CommittedOffset(o, e, m or "") for t, p, o, e, m in body["offsets"]}
             return out

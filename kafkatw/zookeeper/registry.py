@@ -613,18 +613,23 @@ class Registry(_AclMethods):
         await self.client.ensure_path(BROKER_IDS_PATH)
         data = self.encode_broker(info.host, info.port, info.rack, endpoints=info.endpoints,
                                   protocol_map=dict(info.protocol_map) or None)
-        try:
-            await self.client.create(path, data, ephemeral=True)
-        except NodeExistsError:
+        while True:
+            try:
+                await self.client.create(path, data, ephemeral=True)
+            except NodeExistsError:
+                try:
+                    _, stat = await self.client.get(path)
+                except NoNodeError:
+                    # the holder's session (a crashed predecessor's) expired in between: create again
+                    continue
+                if stat.ephemeralOwner != self.client.session_id:
+                    raise BrokerIdInUseError(
+                        f"broker.id {info.broker_id} is registered by another live broker"
+                        f" (ZooKeeper session {stat.ephemeralOwner:#x}) at {path}"
+                    )
+                await self.client.set(path, data)
             _, stat = await self.client.get(path)
-            if stat.ephemeralOwner != self.client.session_id:
-                raise BrokerIdInUseError(
-                    f"broker.id {info.broker_id} is registered by another live broker"
-                    f" (ZooKeeper session {stat.ephemeralOwner:#x}) at {path}"
-                )
-            await self.client.set(path, data)
-        _, stat = await self.client.get(path)
-        return stat
+            return stat
 
     def deregister_broker(self, broker_id: int) -> Deferred:
         """Delete C{/brokers/ids/<broker_id>} (controlled shutdown) and stop re-registering."""

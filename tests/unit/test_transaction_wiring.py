@@ -254,6 +254,42 @@ class TransactionFlowTests(unittest.TestCase):
         self.assertEqual(self._committed(group), 7)
         self.assertEqual(self.successResultOf(PendingOffsetStore(h.registry).pending(group)), {})
 
+    def test_stable_offset_fetch_while_the_commit_completes(self) -> None:
+        """
+        OffsetFetch with C{require_stable} while the COMMIT of the
+        transaction's offsets completes in ZooKeeper between its reads (here:
+        right after it lists the pending offsets, whose node is then gone when
+        read) answers the transaction's offset, never the one from before it
+        as stable: a consumer starting there would consume the transaction's
+        input again.
+        """
+        h = self.h
+        group = group_led_by(0)
+        h.call(25, 3, {"transactional_id": "tx", "producer_id": self.pid, "producer_epoch": self.epoch,
+                       "group_id": group})
+        h.call(28, 3, {"transactional_id": "tx", "group_id": group, "producer_id": self.pid,
+                       "producer_epoch": self.epoch, "generation_id": -1, "member_id": "", "group_instance_id": None,
+                       "topics": [{"name": "t", "partitions": [
+                           {"partition_index": 0, "committed_offset": 7, "committed_leader_epoch": -1,
+                            "committed_metadata": ""}]}]})
+        client = h.registry.client
+        get_children = client.get_children
+        listed = []
+
+        def list_then_commit(path: str) -> defer.Deferred:
+            d = get_children(path)
+            if path == PendingOffsetStore.path(group) and not listed:
+                listed.append(path)
+                # EndTxn and its markers: committed offset 7 written, the pending node deleted
+                self.assertEqual(h.end(self.pid, self.epoch, True).error_code, ErrorCode.none)
+                h.settle()
+            return d
+
+        self.patch(client, "get_children", list_then_commit)
+        self.assertEqual(self._fetch_offset(group, require_stable=True), (ErrorCode.none, 7))
+        self.assertEqual(listed, [PendingOffsetStore.path(group)])
+        self.assertEqual(self._committed(group), 7)
+
     def test_txn_offset_commit_elsewhere_is_not_coordinator(self) -> None:
         response = self.h.call(28, 3, {"transactional_id": "tx", "group_id": group_led_by(1),
                                        "producer_id": self.pid, "producer_epoch": self.epoch,

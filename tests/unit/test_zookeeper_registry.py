@@ -187,6 +187,31 @@ class BrokerRegistrationTests(SynchronousTestCase):
         # same session again is fine
         self.successResultOf(r1.register_broker(1, "h1", 9092))
 
+    def test_holder_expires_between_create_and_read(self):
+        """
+        A restarted broker's create finds its crashed predecessor's node, whose
+        session expires before the node is read: it creates the node again
+        instead of failing with C{NoNodeError}.
+        """
+        server = FakeZooKeeper()
+        crashed, restarted = started(server), started(server)
+        self.successResultOf(Registry(crashed).register_broker(1, "h1", 9092))
+        create = restarted.create
+        creates = []
+
+        def create_then_expire(*args, **kwargs):
+            d = create(*args, **kwargs)
+            creates.append(args[0])
+            if len(creates) == 1:
+                self.successResultOf(crashed.stop())  # its ephemeral node goes
+            return d
+
+        restarted.create = create_then_expire
+        stat = self.successResultOf(Registry(restarted).register_broker(1, "h2", 9092))
+        self.assertEqual(stat.ephemeralOwner, restarted.session_id)
+        self.assertEqual(json.loads(self.successResultOf(restarted.get("/brokers/ids/1"))[0])["host"], "h2")
+        self.assertEqual(creates, ["/brokers/ids/1", "/brokers/ids/1"])
+
     def test_watch_brokers_and_reregister(self):
         server = FakeZooKeeper()
         c1, c2 = started(server), started(server)
