@@ -185,14 +185,14 @@ def _offset_minutes(F: Any, zone: Any) -> Any:
 
 def _strip(F: Any, text: Any, chars: str) -> Any:
     """
-    C{btrim(text, chars)}, called only where C{text} starts or ends with one
-    of C{chars} (Spark's C{btrim} with a trim string walks the whole text).
+    C{btrim(text, chars)} (C{chars}: no printable ASCII), called only where
+    C{text} starts or ends with something else than printable ASCII (Spark's
+    C{btrim} with a trim string walks the whole text).
     """
-    def one_of(c: Any) -> Any:  # (an empty text's "" is found too: btrim then gives "")
-        return F.instr(F.lit(chars), c) > 0
+    def other(c: Any) -> Any:  # (ascii: the first character's code, 0 for "": btrim then gives "")
+        return ~F.ascii(c).between(0x21, 0x7E)
 
-    return F.when(one_of(F.substring(text, 1, 1)) | one_of(F.substring(text, -1, 1)),
-                  F.btrim(text, F.lit(chars))).otherwise(text)
+    return F.when(other(text) | other(F.substring(text, -1, 1)), F.btrim(text, F.lit(chars))).otherwise(text)
 
 
 def _map(F: Any, mapping: dict) -> Any:
