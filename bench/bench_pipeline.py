@@ -14,8 +14,8 @@ One JSON line per figure:
     steady rate: lines / time of the micro-batches after the first (from the
     query's progress reports, C{durationMs.triggerExecution}), i.e. after
     Spark's and the Python workers' start-up; with the CPU seconds of the
-    JVM and Spark's Python workers (this process's children but the broker
-    and ZooKeeper) per line, for the whole run and for the steady phase, the
+    JVM, Spark's Python workers and the job's driver-side Python (this
+    process and its children but the broker and ZooKeeper) per line, for the whole run and for the steady phase, the
     steady phase's also by where it went (C{cpu_us_per_line_by}: the JVM's
     task threads, JIT compilers, garbage collector and other threads, and
     the Python processes);
@@ -124,8 +124,10 @@ def spark_session(master: str):
 
 def spark_cpu_s() -> float:
     """
-    CPU seconds of this process's children except the broker and ZooKeeper:
-    the JVM and Spark's Python workers, those that have exited included.
+    CPU seconds of this process (the job's driver-side Python: its
+    C{foreachBatch} function) and of its children except the broker and
+    ZooKeeper: the JVM and Spark's Python workers, those that have exited
+    included.
     """
     children: dict[int, list[tuple[int, float]]] = {}
     for name in os.listdir("/proc"):
@@ -138,7 +140,8 @@ def spark_cpu_s() -> float:
             # utime + stime, and cutime + cstime: the CPU of its children that have exited
             # (Spark's Python workers that ended), which is no longer found in /proc
             children.setdefault(int(fields[1]), []).append((int(name), sum(map(int, fields[11:15])) / CLK_TCK))
-    total = 0.0
+    own = os.times()
+    total = own.user + own.system
     todo = [os.getpid()]
     while todo:
         for pid, cpu in children.get(todo.pop(), []):
@@ -179,8 +182,9 @@ def cpu_groups(jvm: int | None) -> dict[str, float]:
     executor: parsing, aggregating, reading the source's Arrow batches), its
     JIT compilers, its garbage collector, its other threads (planning,
     scheduling, the parquet commit, and threads that have ended), and the
-    Python processes (Spark's Python workers reading the topic, and the
-    data source's driver-side calls).
+    Python processes (this one, the driver's: the job's C{foreachBatch}
+    function; Spark's Python workers reading the topic, and the data
+    source's driver-side calls).
     """
     total = spark_cpu_s()
     out = {"task": 0.0, "jit": 0.0, "gc": 0.0, "jvm_other": 0.0, "python": total}
