@@ -16,8 +16,9 @@ How the Python rules carry over
     syntax.  Python's C{\\s}, C{\\d} and C{\\w} match Unicode whitespace,
     decimal digits and word characters; Java's match ASCII only, so they are
     written as Java's Unicode classes for the same sets (L{_py_class}:
-    C{\\p{Nd}}, C{[\\p{L}\\p{N}_]}, and Python's whitespace spelt out), and
-    digits other than 0-9 are translated to 0-9 before a number is read, as
+    C{\\p{Nd}}, C{[\\p{L}\\p{N}_]}, and Python's whitespace spelt out; the
+    classes most tested list their ASCII members first, as C{[0-9\\p{Nd}]},
+    because Java tests a class's parts in turn), and digits other than 0-9 are translated to 0-9 before a number is read, as
     C{int()} reads them.  C{.} is C{[^\\n]} and C{$} is C{\\z} (the line has
     no trailing newline).  C{\\b} is spelt as look-arounds on Python's C{\\w}.
   - One match per format: C{regexp_replace} rewrites a matching line to its
@@ -31,6 +32,10 @@ How the Python rules carry over
   - Intermediate columns are computed in successive projections, so that
     each regular expression runs once per line (Spark does not collapse a
     projection into one that would repeat a costly expression).
+  - Cheap per line where it can be: the format is a small integer (L{_FMT}),
+    compared many times per line, not a string; C{rtrim} and C{btrim} with
+    a trim string (which walk the whole text) run only where the text
+    starts or ends with something they could remove.
 
 Known differences from the Python reference, none of them met in the tests:
 letters and digits assigned in a Unicode version that the JVM's tables

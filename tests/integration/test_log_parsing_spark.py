@@ -20,6 +20,8 @@ import sys
 
 from twisted.trial import unittest
 
+from kafkatw.testing import ClassFixture
+
 try:
     import pyspark  # noqa: F401
     import pyarrow  # noqa: F401
@@ -186,7 +188,7 @@ def reference(rows: list[tuple]) -> list[tuple]:
     return out
 
 
-class SparkParsingTests(unittest.SynchronousTestCase):
+class SparkParsingTests(ClassFixture, unittest.SynchronousTestCase):
     spark = None
 
     @classmethod
