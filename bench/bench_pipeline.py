@@ -14,8 +14,11 @@ One JSON line per figure:
     steady rate: lines / time of the micro-batches after the first (from the
     query's progress reports, C{durationMs.triggerExecution}), i.e. after
     Spark's and the Python workers' start-up; with the CPU seconds of the
-    JVM and Spark's Python workers (this process's children but the broker
-    and ZooKeeper) per line, for the whole run and for the steady phase;
+    JVM, Spark's Python workers and the job's driver-side Python (this
+    process and its children but the broker and ZooKeeper) per line, for the whole run and for the steady phase, the
+    steady phase's also by where it went (C{cpu_us_per_line_by}: the JVM's
+    task threads, JIT compilers, garbage collector and other threads, and
+    the Python processes);
   - check: the line total in the parquet output equals the lines shipped.
 
 Client, broker and Spark share this machine's cores.
@@ -121,8 +124,10 @@ def spark_session(master: str):
 
 def spark_cpu_s() -> float:
     """
-    CPU seconds of this process's children except the broker and ZooKeeper:
-    the JVM and Spark's Python workers, those that have exited included.
+    CPU seconds of this process (the job's driver-side Python: its
+    C{foreachBatch} function) and of its children except the broker and
+    ZooKeeper: the JVM and Spark's Python workers, those that have exited
+    included.
     """
     children: dict[int, list[tuple[int, float]]] = {}
     for name in os.listdir("/proc"):
@@ -135,7 +140,8 @@ def spark_cpu_s() -> float:
             # utime + stime, and cutime + cstime: the CPU of its children that have exited
             # (Spark's Python workers that ended), which is no longer found in /proc
             children.setdefault(int(fields[1]), []).append((int(name), sum(map(int, fields[11:15])) / CLK_TCK))
-    total = 0.0
+    own = os.times()
+    total = own.user + own.system
     todo = [os.getpid()]
     while todo:
         for pid, cpu in children.get(todo.pop(), []):
@@ -146,12 +152,73 @@ def spark_cpu_s() -> float:
     return total
 
 
-def cpu_marks(spark) -> list[float]:
+def _jvm_pid() -> int | None:
+    """The Spark driver's JVM: this process's child running java (ZooKeeper's excluded)."""
+    for name in os.listdir("/proc"):
+        if name.isdigit() and int(name) not in _EXCLUDED:
+            try:
+                with open(f"/proc/{name}/stat") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            if stat[stat.index("(") + 1:stat.rindex(")")] == "java" and int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid():
+                return int(name)
+    return None
+
+
+def _thread_group(name: str) -> str:
+    if name.startswith("Executor task"):
+        return "task"
+    if "CompilerThre" in name:
+        return "jit"
+    if name.startswith(("GC ", "G1 ")):
+        return "gc"
+    return "jvm_other"
+
+
+def cpu_groups(jvm: int | None) -> dict[str, float]:
     """
-    L{spark_cpu_s} as each micro-batch with input ends (a query listener's
+    CPU seconds by where they were spent: the JVM's task threads (Spark's
+    executor: parsing, aggregating, reading the source's Arrow batches), its
+    JIT compilers, its garbage collector, its other threads (planning,
+    scheduling, the parquet commit, and threads that have ended), and the
+    Python processes (this one, the driver's: the job's C{foreachBatch}
+    function; Spark's Python workers reading the topic, and the data
+    source's driver-side calls).
+    """
+    total = spark_cpu_s()
+    out = {"task": 0.0, "jit": 0.0, "gc": 0.0, "jvm_other": 0.0, "python": total}
+    if jvm is None:
+        return out
+    try:
+        with open(f"/proc/{jvm}/stat") as f:
+            jvm_total = sum(map(int, f.read().rsplit(")", 1)[1].split()[11:13])) / CLK_TCK
+        named = 0.0
+        for tid in os.listdir(f"/proc/{jvm}/task"):
+            try:
+                with open(f"/proc/{jvm}/task/{tid}/stat") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            cpu = sum(map(int, stat.rsplit(")", 1)[1].split()[11:13])) / CLK_TCK
+            group = _thread_group(stat[stat.index("(") + 1:stat.rindex(")")])
+            if group != "jvm_other":
+                out[group] += cpu
+                named += cpu
+    except OSError:
+        return out
+    out["jvm_other"] = jvm_total - named
+    out["python"] = total - jvm_total
+    return out
+
+
+def cpu_marks(spark) -> list[dict[str, float]]:
+    """
+    L{cpu_groups} as each micro-batch with input ends (a query listener's
     progress events, delivered a moment after the batch): the steady phase's
     CPU is the last mark minus the first.
     """
+    jvm = _jvm_pid()
     from pyspark.sql.streaming import StreamingQueryListener
 
     marks: list[float] = []
@@ -162,7 +229,7 @@ def cpu_marks(spark) -> list[float]:
 
         def onQueryProgress(self, event) -> None:
             if event.progress.numInputRows:
-                marks.append(spark_cpu_s())
+                marks.append(cpu_groups(jvm))
 
         def onQueryIdle(self, event) -> None:
             pass
@@ -237,12 +304,17 @@ def main() -> int:
                 if steady:
                     steady_rows = sum(p["numInputRows"] for p in steady)
                     steady_s = sum(p["durationMs"]["triggerExecution"] for p in steady) / 1000
-                    steady_cpu = marks[len(progress) - 1] - marks[0] if len(marks) >= len(progress) else None
+                    by_group = ({k: marks[len(progress) - 1][k] - marks[0][k] for k in marks[0]}
+                                if len(marks) >= len(progress) else None)
+                    steady_cpu = None if by_group is None else sum(by_group.values())
                     emit("job_steady", round(steady_rows / steady_s), "lines/s", lines=steady_rows,
                          seconds=round(steady_s, 2), first_batch_s=round(progress[0]["durationMs"]
                                                                          ["triggerExecution"] / 1000, 2),
+                         batch_lines=steady[0]["numInputRows"],
                          cpu_s=None if steady_cpu is None else round(steady_cpu, 2),
-                         cpu_us_per_line=None if steady_cpu is None else round(steady_cpu / steady_rows * 1e6, 1))
+                         cpu_us_per_line=None if steady_cpu is None else round(steady_cpu / steady_rows * 1e6, 1),
+                         cpu_us_per_line_by=None if by_group is None else
+                         {k: round(v / steady_rows * 1e6, 1) for k, v in by_group.items()})
                 total = spark.read.parquet(os.path.join(output, "batch-*")).groupBy().sum("count").collect()[0][0]
                 emit("check", total == args.lines, "bool", parquet_lines=total, shipped=args.lines)
             finally:

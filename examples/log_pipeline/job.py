@@ -74,17 +74,20 @@ def process_batch(batch_df: Any, batch_id: int, output: str, summary: Summary, p
     The C{foreachBatch} function: parse, count, write C{<output>/batch-<id>},
     summarise.
 
-    The lines are parsed and aggregated in one pass (one Spark job over the
-    micro-batch's records): one aggregation with two grouping sets, the
+    The lines are parsed and aggregated in one Spark job over the
+    micro-batch's records: one aggregation with two grouping sets, the
     output's groups (source, minute, level, status; C{error} follows from
     level and status) and the messages.  Its result, a few rows per minute
-    and message, is cached; the parquet output, the per-source totals and the
-    top messages are read from it.
+    and message, comes to the driver as one Arrow table; the per-source
+    totals and the top messages are computed from it there, and the output's
+    rows are written to parquet from it (a second, small Spark job that
+    does not parse again).
 
     @param parser: C{"sql"}: Spark SQL expressions, in the JVM
         (L{parsing_sql.parse}); C{"python"}: the reference parser, per line in
         Python workers (L{parsing.parse_arrow_batches}).  Same rows.
     """
+    import pyarrow.compute as pc
     from pyspark.sql import functions as F
 
     rows = batch_df.select("key", "value", "timestamp", "headers")
@@ -95,22 +98,22 @@ def process_batch(batch_df: Any, batch_id: int, output: str, summary: Summary, p
     keys = ["source", "minute", "level", "status", "error"]
     groups = (parsed.groupingSets([keys, ["message"]], *keys, "message")
               .agg(F.count(F.lit(1)).alias("count"), F.grouping("message").alias("per_group"))
-              .persist())
-    try:
-        counts = groups.where(F.col("per_group") == 1)
-        per_source = (counts.groupBy("source").agg(F.sum("count").alias("lines"),
-                                                    F.sum(F.when(F.col("error"), F.col("count")).otherwise(0))
-                                                    .alias("errors"))
-                      .collect())
-        if not per_source:
-            return
-        (counts.select("source", "minute", "level", "status", "count").coalesce(1)
-         .write.mode("overwrite").parquet(os.path.join(output, f"batch-{batch_id:08d}")))
-        messages = (groups.where(F.col("per_group") == 0).select("message", "count")
-                    .orderBy(F.desc("count"), "message").limit(summary.top).collect())
-        summary.add(batch_id, per_source, messages)
-    finally:
-        groups.unpersist()
+              .toArrow())
+    counts = groups.filter(pc.equal(groups["per_group"], 1))
+    if not counts.num_rows:
+        return
+    errors = pc.if_else(pc.fill_null(counts["error"], False), counts["count"], 0)
+    per_source = [{"source": r["source"], "lines": r["count_sum"], "errors": r["errors_sum"]}
+                  for r in counts.select(["source", "count"]).append_column("errors", errors)
+                  .group_by("source").aggregate([("count", "sum"), ("errors", "sum")]).to_pylist()]
+    (batch_df.sparkSession.createDataFrame(counts.select(["source", "minute", "level", "status", "count"]),
+                                           OUTPUT_SCHEMA)
+     .coalesce(1).write.mode("overwrite").parquet(os.path.join(output, f"batch-{batch_id:08d}")))
+    # Spark's order: count descending, then message ascending (nulls first), UTF-8 bytes as Arrow's
+    messages = (groups.filter(pc.equal(groups["per_group"], 0)).select(["message", "count"])
+                .sort_by([("count", "descending", "at_end"), ("message", "ascending", "at_start")])
+                .slice(0, summary.top).to_pylist())
+    summary.add(batch_id, per_source, messages)
 
 
 #: Spark's default C{spark.sql.codegen.hugeMethodLimit}

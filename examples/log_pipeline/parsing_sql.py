@@ -16,8 +16,9 @@ How the Python rules carry over
     syntax.  Python's C{\\s}, C{\\d} and C{\\w} match Unicode whitespace,
     decimal digits and word characters; Java's match ASCII only, so they are
     written as Java's Unicode classes for the same sets (L{_py_class}:
-    C{\\p{Nd}}, C{[\\p{L}\\p{N}_]}, and Python's whitespace spelt out), and
-    digits other than 0-9 are translated to 0-9 before a number is read, as
+    C{\\p{Nd}}, C{[\\p{L}\\p{N}_]}, and Python's whitespace spelt out; the
+    classes most tested list their ASCII members first, as C{[0-9\\p{Nd}]},
+    because Java tests a class's parts in turn), and digits other than 0-9 are translated to 0-9 before a number is read, as
     C{int()} reads them.  C{.} is C{[^\\n]} and C{$} is C{\\z} (the line has
     no trailing newline).  C{\\b} is spelt as look-arounds on Python's C{\\w}.
   - One match per format: C{regexp_replace} rewrites a matching line to its
@@ -31,6 +32,10 @@ How the Python rules carry over
   - Intermediate columns are computed in successive projections, so that
     each regular expression runs once per line (Spark does not collapse a
     projection into one that would repeat a costly expression).
+  - Cheap per line where it can be: the format is a small integer (L{_FMT}),
+    compared many times per line, not a string; C{rtrim} and C{btrim} with
+    a trim string (which walk the whole text) run only where the text
+    starts or ends with something they could remove.
 
 Known differences from the Python reference, none of them met in the tests:
 letters and digits assigned in a Unicode version that the JVM's tables
@@ -62,6 +67,8 @@ _LEVELS = {
     "crit": "critical", "critical": "critical", "fatal": "critical", "alert": "critical",
     "emerg": "critical", "emergency": "critical", "panic": "critical",
 }
+#: the line formats of L{_build} as small integers (compared per line, cheaper than strings)
+_FMT = {name: i for i, name in enumerate(["unparsed", "access", "twistd", "dpkg", "apt", "iso", "rfc3164"])}
 _DPKG_ACTIONS = "status|install|upgrade|remove|purge|configure|trigproc|startup|conffile"
 _ERROR_WORDS = "error|errors|fail|failed|failure|fatal|panic|critical|denied|segfault|exception"
 
@@ -107,7 +114,9 @@ def _digits() -> tuple[str, str]:
 @functools.lru_cache(maxsize=None)
 def _patterns() -> dict[str, str]:
     s, d, w = _py_class("s"), _py_class("d"), _py_class("w")
-    WS, NWS, D, W = f"[{s}]", f"[^{s}]", f"[{d}]", f"[{w}]"
+    # The same sets with their common ASCII members first (a Java class tests its parts in
+    # turn): printable ASCII is not whitespace, 0-9 are digits, A-Z a-z 0-9 _ word characters.
+    WS, NWS, D, W = f"[{s}]", f"[!-~[^{s}]]", f"[0-9{d}]", f"[A-Za-z0-9{w}]"
     iso = (f"({D}{{4}})-({D}{{2}})-({D}{{2}})[T ]({D}{{2}}):({D}{{2}}):({D}{{2}})(?:[.,]({D}{{1,9}}))?"
            f"(Z|[+-]{D}{{2}}:?{D}{{2}})?")
     not_word_before = f"(?<![{w}])"
@@ -179,6 +188,18 @@ def _offset_minutes(F: Any, zone: Any) -> Any:
     return F.when((zone == "") | (zone == "Z"), F.lit(0).cast("long")).otherwise(sign * minutes)
 
 
+def _strip(F: Any, text: Any, chars: str) -> Any:
+    """
+    C{btrim(text, chars)} (C{chars}: no printable ASCII), called only where
+    C{text} starts or ends with something else than printable ASCII (Spark's
+    C{btrim} with a trim string walks the whole text).
+    """
+    def other(c: Any) -> Any:  # (ascii: the first character's code, 0 for "": btrim then gives "")
+        return ~F.ascii(c).between(0x21, 0x7E)
+
+    return F.when(other(text) | other(F.substring(text, -1, 1)), F.btrim(text, F.lit(chars))).otherwise(text)
+
+
 def _map(F: Any, mapping: dict) -> Any:
     return F.create_map(*[F.lit(x) for kv in mapping.items() for x in kv])
 
@@ -230,8 +251,10 @@ def _build(df: Any) -> Any:
     zero = F.lit(0).cast("long")
     # 1. the line, the record's time, the source (parsing.source_of)
     path = F.make_valid_utf8(F.get(F.filter("headers", lambda h: h["key"] == "path"), 0)["value"].cast("string"))
+    value = F.coalesce(F.make_valid_utf8(col("value").cast("string")), F.lit(""))
+    # (rtrim with a trim string walks the whole line: only where the line ends with one)
     df = df.select(
-        F.rtrim(F.coalesce(F.make_valid_utf8(col("value").cast("string")), F.lit("")), F.lit("\r\n")).alias("line"),
+        F.when(value.endswith("\r") | value.endswith("\n"), F.rtrim(value, F.lit("\r\n"))).otherwise(value).alias("line"),
         F.coalesce(F.unix_millis("timestamp"), zero).alias("record_ms"),
         F.make_valid_utf8(col("key").cast("string")).alias("k_"), path.alias("path_"))
     key = col("k_")
@@ -246,10 +269,10 @@ def _build(df: Any) -> Any:
     access_groups = _fields_text(F, line, p["access"], [1, 2, 3, 4, 5, 6, 7, 9, 8])  # request last: may hold U+0001
     df = df.select("line", "record_ms", source.alias("source"), access_groups.alias("access_groups"))
     line = col("line")
-    fmt = F.lit("unparsed")
+    fmt = F.lit(_FMT["unparsed"])
     for name in reversed(["twistd", "dpkg", "apt", "iso", "rfc3164"]):
-        fmt = F.when(line.rlike(p[name]), name).otherwise(fmt)
-    fmt = F.when(col("access_groups") != line, "access").otherwise(fmt)
+        fmt = F.when(line.rlike(p[name]), _FMT[name]).otherwise(fmt)
+    fmt = F.when(col("access_groups") != line, _FMT["access"]).otherwise(fmt)
     df = df.select("line", "record_ms", "source", "access_groups", fmt.alias("fmt"))
     fmt = col("fmt")
     # 3. its groups, with one match
@@ -260,10 +283,10 @@ def _build(df: Any) -> Any:
         "iso": [1, 2, 3, 4, 5, 6, 7, 8, 9],
         "rfc3164": [1, 2, 3, 4, 5],  # program and message: rfc_tail
     }
-    g: Any = F.when(fmt == "access", F.split(col("access_groups"), _SEP, 9))
+    g: Any = F.when(fmt == _FMT["access"], F.split(col("access_groups"), _SEP, 9))
     for name, numbers in groups.items():
-        g = g.when(fmt == name, _fields(F, line, p[name], numbers))
-    rfc_tail = F.when(fmt == "rfc3164", F.regexp_replace(line, p["rfc3164"] + "(?s:.*)", "$7 $8"))
+        g = g.when(fmt == _FMT[name], _fields(F, line, p[name], numbers))
+    rfc_tail = F.when(fmt == _FMT["rfc3164"], F.regexp_replace(line, p["rfc3164"] + "(?s:.*)", "$7 $8"))
     df = df.select("line", "record_ms", "source", "fmt", g.alias("g"), rfc_tail.alias("rfc_tail"))
     g = col("g")
     ascii_only = F.length(col("line")) == F.octet_length(col("line"))  # (length counts characters)
@@ -278,8 +301,8 @@ def _build(df: Any) -> Any:
 
     # 4. the date and time fields, status, level and message where the format alone decides them
     month = _map(F, {m: i for i, m in enumerate(_MONTHS, 1)})
-    access, rfc = fmt == "access", fmt == "rfc3164"
-    iso_like = fmt.isin("twistd", "dpkg", "apt", "iso")
+    access, rfc = fmt == _FMT["access"], fmt == _FMT["rfc3164"]
+    iso_like = fmt.isin(*(_FMT[n] for n in ("twistd", "dpkg", "apt", "iso")))
     record_day = ((col("record_ms") - F.pmod(col("record_ms"), F.lit(86_400_000))) / 86_400_000).cast("long")
     y = (F.when(access, number(2)).when(iso_like, number(0))
          .when(rfc, F.year(F.date_from_unix_date(record_day)).cast("long")))
@@ -295,21 +318,21 @@ def _build(df: Any) -> Any:
     request = F.get(g, 8)
     first_two = F.regexp_replace(request, p["request"] + "(?s:.*)", "$1 $2")
     # p["request"] matches where the request has a character that is not whitespace
-    access_message = F.when(F.btrim(request, F.lit(p["whitespace"])) != "",
-                            F.substring_index(F.rtrim(first_two, F.lit(" ")), "?", 1)).otherwise(request)
+    access_message = F.when(_strip(F, request, p["whitespace"]) != "",
+                            F.substring_index(F.rtrim(first_two), "?", 1)).otherwise(request)  # (rtrim: spaces)
     twistd_word = F.lower(F.get(g, 8))
     bad_month = rfc & F.try_element_at(month, field(0)).isNull()  # RFC 3164 with no month name: unparsed
-    fmt2 = F.when(bad_month, "unparsed").otherwise(fmt)
-    level = (F.when(bad_month, "unparsed").when(fmt.isin("dpkg", "apt"), "info")
-             .when(fmt == "twistd", F.coalesce(F.try_element_at(_map(F, _LEVELS), twistd_word), twistd_word))
-             .when(fmt == "unparsed", "unparsed"))
-    message = (F.when(bad_month, line).when(access, access_message).when(fmt == "twistd", F.get(g, 9))
-               .when(fmt == "dpkg", F.substring(line, 21, 1 << 30)).when(fmt == "apt", F.substring_index(line, ":", 1))
+    fmt2 = F.when(bad_month, _FMT["unparsed"]).otherwise(fmt)
+    level = (F.when(bad_month, "unparsed").when(fmt.isin(_FMT["dpkg"], _FMT["apt"]), "info")
+             .when(fmt == _FMT["twistd"], F.coalesce(F.try_element_at(_map(F, _LEVELS), twistd_word), twistd_word))
+             .when(fmt == _FMT["unparsed"], "unparsed"))
+    message = (F.when(bad_month, line).when(access, access_message).when(fmt == _FMT["twistd"], F.get(g, 9))
+               .when(fmt == _FMT["dpkg"], F.substring(line, 21, 1 << 30)).when(fmt == _FMT["apt"], F.substring_index(line, ":", 1))
                .when(rfc, F.concat(F.substring_index(col("rfc_tail"), " ", 1), F.lit(": "),
                                    _after_first_space(F, "rfc_tail")))
-               .when(fmt == "unparsed", line))
+               .when(fmt == _FMT["unparsed"], line))
     guess = F.when(rfc & ~bad_month, _after_first_space(F, "rfc_tail"))  # the text a syslog level is guessed from
-    rest = F.when(fmt == "iso", F.get(g, 8))
+    rest = F.when(fmt == _FMT["iso"], F.get(g, 8))
     df = df.select("record_ms", "source", fmt2.alias("fmt"), y.alias("y"), mo.alias("mo"), d.alias("d"),
                    hh.alias("hh"), mi.alias("mi"), ss.alias("ss"), millis.alias("millis"), offset.alias("offset"),
                    F.when(access, number(7).cast("int")).alias("status"), level.alias("level"),
@@ -320,14 +343,14 @@ def _build(df: Any) -> Any:
     ts = F.when(_valid(F, y, mo, d, hh, mi, ss, col("offset")), _days(F, y, mo, d) * 86_400_000 + time_ms)
     previous_year = F.when(_valid(F, y - 1, mo, d, hh, mi, ss, col("offset")),
                            _days(F, y - 1, mo, d) * 86_400_000 + time_ms)
-    tokens = F.when(fmt == "iso", F.split(F.regexp_replace(col("rest"), p["tokens"], "$1 $2 $3 $4"), " ", 4))
+    tokens = F.when(fmt == _FMT["iso"], F.split(F.regexp_replace(col("rest"), p["tokens"], "$1 $2 $3 $4"), " ", 4))
     df = df.select("record_ms", "source", "fmt", "status", "level", "message", "guess", "rest",
-                   ts.alias("ts"), F.when(fmt == "rfc3164", previous_year).alias("ts_previous"),
+                   ts.alias("ts"), F.when(fmt == _FMT["rfc3164"], previous_year).alias("ts_previous"),
                    tokens.alias("tokens"))
     fmt = col("fmt")
     # 6. RFC 3164: the previous year when the record's puts the line more than two days after the record;
     #    an ISO line: the first of its first four tokens that is a level word (app), else syslog, else app
-    ts = F.when((fmt == "rfc3164") & (col("ts") - col("record_ms") > 2 * 86_400_000),
+    ts = F.when((fmt == _FMT["rfc3164"]) & (col("ts") - col("record_ms") > 2 * 86_400_000),
                 col("ts_previous")).otherwise(col("ts"))
     levels = list(_LEVELS)
     choice = F.lit(-1)
@@ -339,8 +362,8 @@ def _build(df: Any) -> Any:
                      & ((F.upper(word) == word) | (F.get(parts, 0) != "") | (F.get(parts, 2) != "")))
         choice = F.when(F.coalesce(qualifies, F.lit(False)), k).otherwise(choice)
     df = df.select("record_ms", "source", "fmt", "status", "level", "message", "guess", "rest", "tokens",
-                   ts.alias("ts"), F.when(fmt == "iso", choice).alias("k"))
-    k, rest, iso = col("k"), col("rest"), col("fmt") == "iso"
+                   ts.alias("ts"), F.when(fmt == _FMT["iso"], choice).alias("k"))
+    k, rest, iso = col("k"), col("rest"), col("fmt") == _FMT["iso"]
     tail: Any = F
     for i in range(4):
         tail = tail.when(k == i, F.regexp_replace(rest, p["token_prefix"] % i, ""))
@@ -350,7 +373,7 @@ def _build(df: Any) -> Any:
     df = df.select("record_ms", "source", "fmt", "status", "level", "message", "guess", "rest", "ts", "k",
                    F.regexp_replace(tail, "^[ \\-:]+", "").alias("app_message"),
                    F.try_element_at(_map(F, _LEVELS), app_word).alias("app_level"), syslog.alias("syslog"))
-    iso, app, syslog = col("fmt") == "iso", col("k") >= 0, col("syslog").isNotNull()
+    iso, app, syslog = col("fmt") == _FMT["iso"], col("k") >= 0, col("syslog").isNotNull()
     message = (F.when(iso & app, col("app_message"))
                .when(iso & syslog, F.concat(F.substring_index(col("syslog"), " ", 1), F.lit(": "),
                                             _after_first_space(F, "syslog")))
@@ -366,9 +389,9 @@ def _build(df: Any) -> Any:
     ts = F.coalesce(col("ts"), col("record_ms"))
     minute = ts - F.pmod(ts, F.lit(60_000))
     template = F.regexp_replace(F.regexp_replace(col("message"), p["numbers"], "#"), p["control"], " ")
-    template = F.substring(F.btrim(template, F.lit(p["whitespace"])), 1, 100)
     df = df.select("source", F.timestamp_millis(minute).alias("minute"), level.alias("level"), "status",
                    template.alias("message"))
     error = col("level").isin("error", "critical") | F.coalesce(col("status") >= 500, F.lit(False))
+    template = F.substring(_strip(F, col("message"), p["whitespace"]), 1, 100)
     return df.select("source", "minute", "level", "status", F.coalesce(error, F.lit(False)).alias("error"),
-                     "message")
+                     template.alias("message"))

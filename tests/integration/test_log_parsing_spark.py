@@ -20,6 +20,8 @@ import sys
 
 from twisted.trial import unittest
 
+from kafkatw.testing import ClassFixture
+
 try:
     import pyspark  # noqa: F401
     import pyarrow  # noqa: F401
@@ -186,7 +188,7 @@ def reference(rows: list[tuple]) -> list[tuple]:
     return out
 
 
-class SparkParsingTests(unittest.SynchronousTestCase):
+class SparkParsingTests(ClassFixture, unittest.SynchronousTestCase):
     spark = None
 
     @classmethod
@@ -256,6 +258,54 @@ class SparkParsingTests(unittest.SynchronousTestCase):
         rows = [(b"h:/var/log/x", line.encode("utf-8", "surrogatepass"), record_times(rng), [("path", b"/var/log/x")])
                 for line in corpus(4000)]
         self.check(rows)
+
+
+    def test_process_batch(self) -> None:
+        """
+        The job's C{foreachBatch} function: the parquet rows, and the summary's
+        per-source totals and top messages, are the reference parser's counts.
+        """
+        import collections
+        import io
+        import tempfile
+
+        from pyspark.sql import functions as F
+
+        job = _load("job")
+        rng = random.Random(11)
+        rows = [(rng.choice([b"h:/var/log/a", b"h:/var/log/b", None, b"no-colon"]), line.encode("utf-8", "surrogatepass"),
+                 record_times(rng), rng.choice([[("path", b"/var/log/c")], None, [("host", b"h")]]))
+                for line in corpus(3000)]
+        df = self.spark.createDataFrame(
+            rows, "key binary, value binary, record_ms long, headers array<struct<key: string, value: binary>>")
+        df = df.select("key", "value", F.timestamp_millis("record_ms").alias("timestamp"), "headers")
+        output = tempfile.mkdtemp()
+        self.addCleanup(__import__("shutil").rmtree, output, True)
+        printed = io.StringIO()
+        job.process_batch(df, 7, output, job.Summary(printed))
+        job.process_batch(df.limit(0), 8, output, job.Summary(printed))  # an empty batch: nothing
+        self.assertEqual(sorted(os.listdir(output)), ["batch-00000007"])
+
+        want = reference(rows)
+        counts = collections.Counter((source, minute, level, status) for source, minute, level, status, _, _ in want)
+        written = self.spark.read.parquet(os.path.join(output, "batch-00000007"))
+        self.assertEqual([(f.name, f.dataType.simpleString()) for f in written.schema.fields],
+                         [("source", "string"), ("minute", "timestamp"), ("level", "string"), ("status", "int"),
+                          ("count", "bigint")])
+        got = {tuple(r[:4]): r[4] for r in written.select("source", F.unix_millis("minute"), "level", "status",
+                                                           "count").collect()}
+        self.assertEqual(got, dict(counts))
+
+        lines, errors = collections.Counter(), collections.Counter()
+        for source, _, _, _, error, _ in want:
+            lines[source] += 1
+            errors[source] += error
+        messages = collections.Counter(message for *_, message in want)
+        top = sorted(messages.items(), key=lambda kv: (-kv[1], kv[0]))[:5]
+        expected = io.StringIO()
+        job.Summary(expected).add(7, [{"source": s, "lines": lines[s], "errors": errors[s]} for s in lines],
+                                  [{"message": m, "count": c} for m, c in top])
+        self.assertEqual(printed.getvalue(), expected.getvalue())
 
 
 class ClassTests(unittest.SynchronousTestCase):
