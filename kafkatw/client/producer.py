@@ -513,6 +513,9 @@ class Producer:
             L{UnknownTopicOrPartitionError} for a partition the topic lacks).
             While C{buffer_memory} is exhausted the Deferred also waits for room.
         """
+        # The Deferred first: making it may run a GC pass, and with it Python
+        # code (finalizers, weakref callbacks) that sends too and changes _hot.
+        d = _new(_RecordDeferred)
         batch = self._hot.get(topic)
         if (batch is not None and value.__class__ is bytes and key is None and partition is None and headers is None
                 and timestamp_ms is None):
@@ -523,7 +526,6 @@ class Producer:
             if room >= 0:
                 batch.room = room
                 batch.records.append(value)
-                d = _new(_RecordDeferred)
                 batch.deferreds.append(d)
                 if batch.callbacks is not None:
                     batch.callbacks.append(on_delivery)
@@ -532,7 +534,6 @@ class Producer:
                 if not room:  # batch_size reached
                     self._seal(batch.state, batch)
                 return d
-        d = _new(_RecordDeferred)
         if self._closing:
             _fail_one(d, on_delivery, ProducerClosedError("producer closed"))
             return d

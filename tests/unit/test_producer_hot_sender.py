@@ -263,3 +263,53 @@ class HotSenderTests(SynchronousTestCase):
             self.assertEqual(compiled, run(steps, False, options))
             self.assertGreater(len(compiled[0]), 2)
             self.assertEqual(len(compiled[1]), 9)
+
+    def test_python_code_run_by_a_gc_pass_in_send(self) -> None:
+        """
+        A GC pass inside send (making the record's Deferred) runs Python code
+        (gc callbacks here; finalizers and weakref callbacks alike) that may
+        send too: a keyed record to the hot batch's partition replaces the
+        batch's records list and takes it out of the hot path.  The record
+        being sent is still sent, after it, and its Deferred fires with its
+        own offset, compiled or not.
+        """
+        for compiled in (True, False):
+            clock = Clock()
+            client = FakeClient({"t": 1})
+            client.known.add("t")
+            producer = Producer(clock, client=client)
+            if not compiled:
+                vars(producer).pop("send", None)
+            producer.send("t", b"a")
+            producer.flush()
+            clock.advance(1)
+            producer.send("t", b"b")  # a new batch, made hot
+            self.assertIn("t", producer._hot)
+            nested: list = []
+
+            def in_gc(phase: str, info: Any) -> None:
+                if phase == "start" and not nested:
+                    nested.append(producer.send("t", b"nested", key=b"k"))
+
+            gc.collect()
+            threshold = gc.get_threshold()
+            gc.callbacks.append(in_gc)
+            gc.set_threshold(1)  # a pass at the next allocation of a GC object or so: send's Deferred
+            try:
+                d = producer.send("t", b"c")
+            finally:
+                gc.set_threshold(*threshold)
+                gc.callbacks.remove(in_gc)
+            self.assertEqual(len(nested), 1)
+            batch = producer._topics["t"].partitions[0].open
+            self.assertEqual(len(batch.records), len(batch.deferreds))
+            producer.flush()
+            clock.advance(1)
+            (first, second) = client.produce_requests()
+            respond(first)
+            respond(second, base_offsets={("t", 0): 10})
+            ((_, ((_, data),)),) = second.body.topics
+            values = [r.value for b in records.decode_batches(data) for r in b.records]
+            self.assertEqual(sorted(values), [b"b", b"c", b"nested"])
+            self.assertEqual(self.successResultOf(d).offset, 10 + values.index(b"c"))
+            self.assertEqual(self.successResultOf(nested[0]).offset, 10 + values.index(b"nested"))
