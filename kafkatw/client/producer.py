@@ -480,11 +480,13 @@ class Producer:
             self._txn.on_added = self._drain_soon
             self._txn.on_add_failed = self._partitions_not_added
         hot_sender = getattr(_records._speedups, "HotSender", None)
-        if hot_sender is not None and type(self).send is Producer.send:
+        # (the send defined here: not when a subclass, a test's mock or an
+        # instrumentation wrapper replaced it, which must see every call)
+        if hot_sender is not None and type(self).send is _PYTHON_SEND:
             # send's hot path compiled (kafkatw/protocol/_speedups.c): the steps of
             # the hot path at the top of send, for send(topic, value) and
             # send(topic, value, on_delivery=f); every other call runs send.
-            self.send = hot_sender(self._hot, MethodType(Producer.send, self), _Batch, _RecordDeferred,
+            self.send = hot_sender(self._hot, MethodType(_PYTHON_SEND, self), _Batch, _RecordDeferred,
                                    _add_callback, self._seal, _RECORD_OVERHEAD)
 
     # --- sending ---------------------------------------------------------------------------
@@ -1574,6 +1576,9 @@ def _on_delivery_failed(error: Exception, topic: str, partition: int) -> None:
     _log.failure("on_delivery callback of a record to {topic}-{partition} failed", Failure(error),
                  topic=topic, partition=partition)
 
+
+#: Producer.send as defined above: the one the compiled hot path stands in for.
+_PYTHON_SEND = Producer.send
 
 #: The compiled loop of Producer._complete_with_callbacks (None: the Python loop runs).
 _complete_records = getattr(_records._speedups, "complete_records", None)

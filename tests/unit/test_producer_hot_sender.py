@@ -124,6 +124,27 @@ class HotSenderTests(SynchronousTestCase):
 
         self.assertNotIn("send", vars(Mine(Clock(), client=FakeClient({"t": 1}))))
 
+    def test_not_installed_when_producer_send_was_replaced(self) -> None:
+        """A wrapper (instrumentation) or mock put on Producer.send sees every send, as without the extension."""
+        original = Producer.send
+        seen: list = []
+
+        def traced(self: Producer, topic: str, value: Any, *args: Any, **kwargs: Any) -> Any:
+            seen.append(value)
+            return original(self, topic, value, *args, **kwargs)
+
+        Producer.send = traced  # type: ignore[method-assign]
+        try:
+            client = FakeClient({"t": 1})
+            client.known.add("t")
+            producer = Producer(Clock(), client=client)
+            for i in range(5):
+                producer.send("t", b"v%d" % i)
+        finally:
+            Producer.send = original  # type: ignore[method-assign]
+        self.assertNotIn("send", vars(producer))
+        self.assertEqual(seen, [b"v%d" % i for i in range(5)])
+
     def test_refuses_a_batch_type_without_the_slots(self) -> None:
         class NoSlots:
             pass
