@@ -479,6 +479,7 @@ class Producer:
                                            retry_backoff_ms, max_block_ms, self._transactional_producer_id)
             self._txn.on_added = self._drain_soon
             self._txn.on_add_failed = self._partitions_not_added
+            self._txn.on_left = self._cool_all  # send's hot path checks no transaction state
         hot_sender = getattr(_records._speedups, "HotSender", None)
         # (the send defined here: not when a subclass, a test's mock or an
         # instrumentation wrapper replaced it, which must see every call)
