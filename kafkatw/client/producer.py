@@ -479,12 +479,15 @@ class Producer:
                                            retry_backoff_ms, max_block_ms, self._transactional_producer_id)
             self._txn.on_added = self._drain_soon
             self._txn.on_add_failed = self._partitions_not_added
+            self._txn.on_left = self._cool_all  # send's hot path checks no transaction state
         hot_sender = getattr(_records._speedups, "HotSender", None)
-        if hot_sender is not None and type(self).send is Producer.send:
+        # (the send defined here: not when a subclass, a test's mock or an
+        # instrumentation wrapper replaced it, which must see every call)
+        if hot_sender is not None and type(self).send is _PYTHON_SEND:
             # send's hot path compiled (kafkatw/protocol/_speedups.c): the steps of
             # the hot path at the top of send, for send(topic, value) and
             # send(topic, value, on_delivery=f); every other call runs send.
-            self.send = hot_sender(self._hot, MethodType(Producer.send, self), _Batch, _RecordDeferred,
+            self.send = hot_sender(self._hot, MethodType(_PYTHON_SEND, self), _Batch, _RecordDeferred,
                                    _add_callback, self._seal, _RECORD_OVERHEAD)
 
     # --- sending ---------------------------------------------------------------------------
@@ -513,6 +516,9 @@ class Producer:
             L{UnknownTopicOrPartitionError} for a partition the topic lacks).
             While C{buffer_memory} is exhausted the Deferred also waits for room.
         """
+        # The Deferred first: making it may run a GC pass, and with it Python
+        # code (finalizers, weakref callbacks) that sends too and changes _hot.
+        d = _new(_RecordDeferred)
         batch = self._hot.get(topic)
         if (batch is not None and value.__class__ is bytes and key is None and partition is None and headers is None
                 and timestamp_ms is None):
@@ -523,7 +529,6 @@ class Producer:
             if room >= 0:
                 batch.room = room
                 batch.records.append(value)
-                d = _new(_RecordDeferred)
                 batch.deferreds.append(d)
                 if batch.callbacks is not None:
                     batch.callbacks.append(on_delivery)
@@ -532,7 +537,6 @@ class Producer:
                 if not room:  # batch_size reached
                     self._seal(batch.state, batch)
                 return d
-        d = _new(_RecordDeferred)
         if self._closing:
             _fail_one(d, on_delivery, ProducerClosedError("producer closed"))
             return d
@@ -1573,6 +1577,9 @@ def _on_delivery_failed(error: Exception, topic: str, partition: int) -> None:
     _log.failure("on_delivery callback of a record to {topic}-{partition} failed", Failure(error),
                  topic=topic, partition=partition)
 
+
+#: Producer.send as defined above: the one the compiled hot path stands in for.
+_PYTHON_SEND = Producer.send
 
 #: The compiled loop of Producer._complete_with_callbacks (None: the Python loop runs).
 _complete_records = getattr(_records._speedups, "complete_records", None)

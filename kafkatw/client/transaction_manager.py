@@ -200,6 +200,8 @@ class TransactionManager:
         self._add_waiters: list[defer.Deferred] = []
         self.on_added: Callable[[], None] = lambda: None
         self.on_add_failed: Callable[[Iterable[tuple[str, int]], Exception], None] = lambda tps, error: None
+        # called when the state leaves IN_TRANSACTION (the producer's send stops taking records)
+        self.on_left: Callable[[], None] = lambda: None
 
     # --- the state table ---------------------------------------------------------------
 
@@ -217,7 +219,10 @@ class TransactionManager:
                    new=target.value)
         if error is not None:
             self.last_error = error
+        left = self.state is S.IN_TRANSACTION and target is not S.IN_TRANSACTION
         self.state = target
+        if left:
+            self.on_left()
 
     def fail(self, error: Exception) -> None:
         """A request or batch of the transaction failed: fatal, or abortable."""

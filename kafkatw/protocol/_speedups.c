@@ -981,14 +981,24 @@ hot_sender_call(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kw
     PyObject *topic = args[0], *value = args[1];
     if (!PyBytes_CheckExact(value))
         goto slow;
+    /* The record's Deferred before anything is read: allocating it may run a
+     * GC pass and with it Python code (finalizers, weakref and gc callbacks)
+     * that sends too, seals the batch or replaces its lists (a keyed send to
+     * its partition does).  After it nothing runs Python code until
+     * add_callback, so the batch and its slots read below stay valid. */
+    PyObject *d = PyBaseObject_Type.tp_new(self->deferred_type, empty_tuple, NULL);
+    if (d == NULL)
+        return NULL;
     PyObject *batch = PyDict_GetItemWithError(self->hot, topic); /* borrowed */
     if (batch == NULL) {
-        if (PyErr_Occurred())
+        if (PyErr_Occurred()) {
+            Py_DECREF(d);
             return NULL;
-        goto slow;
+        }
+        goto slow_d;
     }
     if (!Py_IS_TYPE(batch, self->batch_type))
-        goto slow;
+        goto slow_d;
     PyObject *room_obj = SLOT(batch, self->off_room);
     PyObject *records = SLOT(batch, self->off_records);
     PyObject *deferreds = SLOT(batch, self->off_deferreds);
@@ -996,21 +1006,18 @@ hot_sender_call(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kw
     if (room_obj == NULL || !PyLong_CheckExact(room_obj) || records == NULL || !PyList_CheckExact(records)
             || deferreds == NULL || !PyList_CheckExact(deferreds) || callbacks == NULL
             || (callbacks != Py_None && !PyList_CheckExact(callbacks)))
-        goto slow;
+        goto slow_d;
     Py_ssize_t room = PyLong_AsSsize_t(room_obj);
     if (room == -1 && PyErr_Occurred()) {
         PyErr_Clear();
-        goto slow;
+        goto slow_d;
     }
     room -= PyBytes_GET_SIZE(value) + self->overhead;
     if (room < 0)
-        goto slow;
-    PyObject *new_room = PyLong_FromSsize_t(room);
-    if (new_room == NULL)
-        return NULL;
-    PyObject *d = PyBaseObject_Type.tp_new(self->deferred_type, empty_tuple, NULL);
-    if (d == NULL) {
-        Py_DECREF(new_room);
+        goto slow_d;
+    PyObject *new_room = PyLong_FromSsize_t(room); /* not a GC object: no collection */
+    if (new_room == NULL) {
+        Py_DECREF(d);
         return NULL;
     }
     Py_INCREF(batch); /* the calls below run Python code */
@@ -1045,6 +1052,8 @@ error:
     Py_DECREF(batch);
     Py_DECREF(d);
     return NULL;
+slow_d:
+    Py_DECREF(d);
 slow:
     return PyObject_Vectorcall(self->slow, args, nargsf, kwnames);
 }

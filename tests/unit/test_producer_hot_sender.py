@@ -124,6 +124,27 @@ class HotSenderTests(SynchronousTestCase):
 
         self.assertNotIn("send", vars(Mine(Clock(), client=FakeClient({"t": 1}))))
 
+    def test_not_installed_when_producer_send_was_replaced(self) -> None:
+        """A wrapper (instrumentation) or mock put on Producer.send sees every send, as without the extension."""
+        original = Producer.send
+        seen: list = []
+
+        def traced(self: Producer, topic: str, value: Any, *args: Any, **kwargs: Any) -> Any:
+            seen.append(value)
+            return original(self, topic, value, *args, **kwargs)
+
+        Producer.send = traced  # type: ignore[method-assign]
+        try:
+            client = FakeClient({"t": 1})
+            client.known.add("t")
+            producer = Producer(Clock(), client=client)
+            for i in range(5):
+                producer.send("t", b"v%d" % i)
+        finally:
+            Producer.send = original  # type: ignore[method-assign]
+        self.assertNotIn("send", vars(producer))
+        self.assertEqual(seen, [b"v%d" % i for i in range(5)])
+
     def test_refuses_a_batch_type_without_the_slots(self) -> None:
         class NoSlots:
             pass
@@ -263,3 +284,53 @@ class HotSenderTests(SynchronousTestCase):
             self.assertEqual(compiled, run(steps, False, options))
             self.assertGreater(len(compiled[0]), 2)
             self.assertEqual(len(compiled[1]), 9)
+
+    def test_python_code_run_by_a_gc_pass_in_send(self) -> None:
+        """
+        A GC pass inside send (making the record's Deferred) runs Python code
+        (gc callbacks here; finalizers and weakref callbacks alike) that may
+        send too: a keyed record to the hot batch's partition replaces the
+        batch's records list and takes it out of the hot path.  The record
+        being sent is still sent, after it, and its Deferred fires with its
+        own offset, compiled or not.
+        """
+        for compiled in (True, False):
+            clock = Clock()
+            client = FakeClient({"t": 1})
+            client.known.add("t")
+            producer = Producer(clock, client=client)
+            if not compiled:
+                vars(producer).pop("send", None)
+            producer.send("t", b"a")
+            producer.flush()
+            clock.advance(1)
+            producer.send("t", b"b")  # a new batch, made hot
+            self.assertIn("t", producer._hot)
+            nested: list = []
+
+            def in_gc(phase: str, info: Any) -> None:
+                if phase == "start" and not nested:
+                    nested.append(producer.send("t", b"nested", key=b"k"))
+
+            gc.collect()
+            threshold = gc.get_threshold()
+            gc.callbacks.append(in_gc)
+            gc.set_threshold(1)  # a pass at the next allocation of a GC object or so: send's Deferred
+            try:
+                d = producer.send("t", b"c")
+            finally:
+                gc.set_threshold(*threshold)
+                gc.callbacks.remove(in_gc)
+            self.assertEqual(len(nested), 1)
+            batch = producer._topics["t"].partitions[0].open
+            self.assertEqual(len(batch.records), len(batch.deferreds))
+            producer.flush()
+            clock.advance(1)
+            (first, second) = client.produce_requests()
+            respond(first)
+            respond(second, base_offsets={("t", 0): 10})
+            ((_, ((_, data),)),) = second.body.topics
+            values = [r.value for b in records.decode_batches(data) for r in b.records]
+            self.assertEqual(sorted(values), [b"b", b"c", b"nested"])
+            self.assertEqual(self.successResultOf(d).offset, 10 + values.index(b"c"))
+            self.assertEqual(self.successResultOf(nested[0]).offset, 10 + values.index(b"nested"))

@@ -299,3 +299,18 @@ class TransactionalProducerTests(SynchronousTestCase):
         plain = Producer(self.clock, client=self.client)
         self.assertRaises(IllegalTransactionStateError, plain.begin_transaction)
         self.failureResultOf(plain.init_transactions(), IllegalTransactionStateError)
+
+    def test_unkeyed_sends_fail_after_an_abortable_error(self) -> None:
+        """The hot path of send (Python or compiled) takes no record once the transaction has failed."""
+        self.init()
+        self.producer.begin_transaction()
+        d = self.producer.send("t", b"a", partition=0)
+        self.partitions_added()
+        self.producer.send("out", b"b")
+        self.producer.send("out", b"c")
+        self.assertIn("out", self.producer._hot)  # the sticky batch of "out" takes unkeyed sends
+        respond(self.client.produce_requests()[-1], errors={("t", 0): ErrorCode.invalid_record})
+        self.failureResultOf(d, KafkaError)
+        self.assertIs(self.producer._txn.state, S.ABORTABLE_ERROR)
+        self.assertEqual(self.failureResultOf(self.producer.send("out", b"d"), KafkaError).value.error_code,
+                         ErrorCode.invalid_record)
