@@ -227,11 +227,7 @@ class TransactionFlowTests(unittest.TestCase):
         self.assertEqual(h.call(25, 3, {"transactional_id": "tx", "producer_id": self.pid,
                                         "producer_epoch": self.epoch, "group_id": group}).error_code, ErrorCode.none)
         self.assertIn(offsets_partition_for(group), h.wiring.coordinator.transactions()["tx"].topic_partitions)
-        commit = h.call(28, 3, {"transactional_id": "tx", "group_id": group, "producer_id": self.pid,
-                                "producer_epoch": self.epoch, "generation_id": -1, "member_id": "",
-                                "group_instance_id": None, "topics": [{"name": "t", "partitions": [
-                                    {"partition_index": 0, "committed_offset": 7, "committed_leader_epoch": -1,
-                                     "committed_metadata": "m"}]}]})
+        commit = self._txn_offset_commit(group, 7, "m", add=False)
         self.assertEqual(commit.topics[0].partitions[0].error_code, ErrorCode.none)
         self.assertEqual(self._committed(group), -1)  # pending until the marker
         self.assertEqual(self._fetch_offset(group, require_stable=False), (ErrorCode.none, -1))
@@ -242,13 +238,7 @@ class TransactionFlowTests(unittest.TestCase):
         self.assertEqual(self._fetch_offset(group, require_stable=True), (ErrorCode.none, 7))
         self.assertEqual(self.successResultOf(PendingOffsetStore(h.registry).pending(group)), {})
         # an aborted transaction's offsets vanish
-        h.call(25, 3, {"transactional_id": "tx", "producer_id": self.pid, "producer_epoch": self.epoch,
-                       "group_id": group})
-        h.call(28, 3, {"transactional_id": "tx", "group_id": group, "producer_id": self.pid,
-                       "producer_epoch": self.epoch, "generation_id": -1, "member_id": "", "group_instance_id": None,
-                       "topics": [{"name": "t", "partitions": [
-                           {"partition_index": 0, "committed_offset": 9, "committed_leader_epoch": -1,
-                            "committed_metadata": ""}]}]})
+        self._txn_offset_commit(group, 9)
         h.end(self.pid, self.epoch, False)
         h.settle()
         self.assertEqual(self._committed(group), 7)
@@ -265,13 +255,7 @@ class TransactionFlowTests(unittest.TestCase):
         """
         h = self.h
         group = group_led_by(0)
-        h.call(25, 3, {"transactional_id": "tx", "producer_id": self.pid, "producer_epoch": self.epoch,
-                       "group_id": group})
-        h.call(28, 3, {"transactional_id": "tx", "group_id": group, "producer_id": self.pid,
-                       "producer_epoch": self.epoch, "generation_id": -1, "member_id": "", "group_instance_id": None,
-                       "topics": [{"name": "t", "partitions": [
-                           {"partition_index": 0, "committed_offset": 7, "committed_leader_epoch": -1,
-                            "committed_metadata": ""}]}]})
+        self._txn_offset_commit(group, 7)
         client = h.registry.client
         get_children = client.get_children
         listed = []
@@ -346,6 +330,18 @@ class TransactionFlowTests(unittest.TestCase):
         body = {"replica_id": -1, "isolation_level": isolation, "topics": [{"name": topic, "partitions": [
             {"partition_index": partition, "timestamp": -1, "current_leader_epoch": -1}]}]}
         return self.h.call(2, 4, body).topics[0].partitions[0].offset
+
+    def _txn_offset_commit(self, group: str, offset: int, metadata: str = "", add: bool = True) -> Any:
+        """AddOffsetsToTxn (unless not C{add}), then TxnOffsetCommit of C{t-0} at C{offset}: its response."""
+        if add:
+            self.assertEqual(self.h.call(25, 3, {"transactional_id": "tx", "producer_id": self.pid,
+                                                 "producer_epoch": self.epoch, "group_id": group}).error_code,
+                             ErrorCode.none)
+        return self.h.call(28, 3, {"transactional_id": "tx", "group_id": group, "producer_id": self.pid,
+                                   "producer_epoch": self.epoch, "generation_id": -1, "member_id": "",
+                                   "group_instance_id": None, "topics": [{"name": "t", "partitions": [
+                                       {"partition_index": 0, "committed_offset": offset,
+                                        "committed_leader_epoch": -1, "committed_metadata": metadata}]}]})
 
     def _fetch_offset(self, group: str, require_stable: bool) -> tuple[ErrorCode, int]:
         response = self.h.call(9, 7, {"group_id": group, "require_stable": require_stable,
