@@ -81,9 +81,10 @@ def producer_kafkatw(bootstrap: str, topic: str, rate: float, seconds: float, ac
             gc.freeze()
         if timeline:
             # bench instrumentation: when each Produce request is handed to the transport
-            send_request = producer.client.send
+            # (the producer hands its Produce requests to KafkaClient.request)
+            send_request = producer.client.request
 
-            def timed_send(node, api_key, body, *a, **kw):
+            def timed_request(node, api_key, body, *a, **kw):
                 if api_key == 0:
                     for _name, partitions in body.topics:
                         for _p, data in partitions:
@@ -91,7 +92,7 @@ def producer_kafkatw(bootstrap: str, topic: str, rate: float, seconds: float, ac
                             written.append((count, time.monotonic_ns()))
                 return send_request(node, api_key, body, *a, **kw)
 
-            producer.client.send = timed_send
+            producer.client.request = timed_request
         n = int(rate * seconds)
         pad = b"x" * (RECORD_SIZE - _STAMP.size)
         start = time.monotonic()
@@ -111,6 +112,8 @@ def producer_kafkatw(bootstrap: str, topic: str, rate: float, seconds: float, ac
         await producer.flush()
         await producer.close()
         if timeline:
+            if not written:
+                raise RuntimeError("--timeline: no Produce request went through KafkaClient.request")
             json.dump({"sends": sends, "written": written, "acked": acked}, open(timeline, "w"))
 
     task.react(lambda reactor: defer.ensureDeferred(main(reactor)))
