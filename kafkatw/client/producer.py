@@ -68,10 +68,10 @@ import random
 import struct
 from sys import getrefcount
 from collections import deque
-from itertools import accumulate, count, repeat
+from itertools import accumulate, repeat
 from operator import itemgetter
 from types import MethodType
-from typing import Any, Callable, Iterator, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 from twisted.internet import defer
 from twisted.internet.defer import Deferred
@@ -1370,51 +1370,17 @@ class Producer:
         if batch.groups is not None:
             for group in batch.groups:
                 group.one_done()
-        elif batch.callbacks is not None:
-            self._complete_with_callbacks(batch, base_offset, log_append_time_ms)
-        elif log_append_time_ms >= 0 or batch.simple:
-            ts = log_append_time_ms if log_append_time_ms >= 0 else batch.base_ts
-            new = _tuple_new
-            metadata = RecordMetadata
-            topic = batch.topic
-            partition = batch.partition
-            offset = base_offset
-            step = 1 if base_offset >= 0 else 0
-            unshared = _UNSHARED
-            for d in batch.deferreds:
-                if getrefcount(d) > unshared:
-                    _fire_record(d, new(metadata, (topic, partition, offset, ts)))
-                offset += step
         else:
-            unshared = _UNSHARED
-            metadata_of = self._metadata(batch, base_offset, log_append_time_ms)
-            for d in batch.deferreds:
-                m = next(metadata_of)
-                if getrefcount(d) > unshared:
-                    _fire_record(d, m)
+            self._deliver_records(batch, base_offset, log_append_time_ms)
         self._fire_waiters(batch)
 
-    @staticmethod
-    def _metadata(batch: _Batch, base_offset: int, log_append_time_ms: int) -> Iterator[RecordMetadata]:
-        """The RecordMetadata of each record of a completed batch, in order."""
-        new = _tuple_new
-        metadata = RecordMetadata
-        topic = batch.topic
-        partition = batch.partition
-        offsets: Any = repeat(-1) if base_offset < 0 else count(base_offset)
-        if log_append_time_ms >= 0 or batch.simple:
-            ts = log_append_time_ms if log_append_time_ms >= 0 else batch.base_ts
-            for offset in offsets:
-                yield new(metadata, (topic, partition, offset, ts))
-        else:
-            base_ts = batch.base_ts
-            for record, offset in zip(batch.records, offsets):
-                ts = record[3]
-                yield new(metadata, (topic, partition, offset, base_ts if ts is None else ts))
-
-    def _complete_with_callbacks(self, batch: _Batch, base_offset: int, log_append_time_ms: int) -> None:
-        callbacks = batch.callbacks
-        assert callbacks is not None
+    def _deliver_records(self, batch: _Batch, base_offset: int, log_append_time_ms: int) -> None:
+        """
+        Each record's C{on_delivery} (a batch without callbacks has none),
+        then its Deferred, with its RecordMetadata; compiled
+        (C{_speedups.complete_records}) when the accelerator is built.
+        """
+        callbacks = batch.callbacks if batch.callbacks is not None else _NO_CALLBACKS
         ts = log_append_time_ms if log_append_time_ms >= 0 else batch.base_ts
         stamps: list[int] | None = None
         if log_append_time_ms < 0 and not batch.simple:
@@ -1430,9 +1396,10 @@ class Producer:
         offset = base_offset
         step = 1 if base_offset >= 0 else 0
         unshared = _UNSHARED
+        called = len(callbacks)
         i = 0
         for d in batch.deferreds:
-            on_delivery = callbacks[i]
+            on_delivery = callbacks[i] if i < called else None
             if on_delivery is not None:
                 m = new(metadata, (topic, partition, offset, ts if stamps is None else stamps[i]))
                 try:
@@ -1581,8 +1548,11 @@ def _on_delivery_failed(error: Exception, topic: str, partition: int) -> None:
 #: Producer.send as defined above: the one the compiled hot path stands in for.
 _PYTHON_SEND = Producer.send
 
-#: The compiled loop of Producer._complete_with_callbacks (None: the Python loop runs).
+#: The compiled loop of Producer._deliver_records (None: the Python loop runs).
 _complete_records = getattr(_records._speedups, "complete_records", None)
+
+#: The callbacks of a batch without any (never changed: the completion loop only reads it).
+_NO_CALLBACKS: list = []
 
 
 def _call_on_delivery(on_delivery: Any, metadata: Any, error: Exception | None) -> None:

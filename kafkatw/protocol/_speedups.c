@@ -1158,7 +1158,7 @@ static PyTypeObject HotSenderType = {
  * complete_records(deferreds, callbacks, metadata_type, topic, partition,
  *                  base_offset, ts, stamps, fire_record, on_delivery_failed)
  *
- * The loop of Producer._complete_with_callbacks (kafkatw/client/producer.py)
+ * The loop of Producer._deliver_records (kafkatw/client/producer.py)
  * for an acknowledged batch: for record i,
  *
  *     m = metadata_type(topic, partition, offset_i, stamps[i] if stamps is not None else ts)
@@ -1190,7 +1190,7 @@ new_metadata(PyTypeObject *type, PyObject *topic, PyObject *partition, long long
 PyDoc_STRVAR(complete_records_doc,
 "complete_records(deferreds, callbacks, metadata_type, topic, partition, base_offset, ts, stamps,\n"
 "                 fire_record, on_delivery_failed) -> None\n\n"
-"The per-record loop of Producer._complete_with_callbacks (kafkatw/client/producer.py).");
+"The per-record loop of Producer._deliver_records (kafkatw/client/producer.py).");
 
 static PyObject *
 complete_records(PyObject *module, PyObject *args)

@@ -4,7 +4,7 @@ Tests for the compiled hot path of L{Producer.send}
 (C{_speedups.complete_records}): a producer that has them sends the same
 batches, calls the same C{on_delivery} callbacks with the same metadata and
 fires the same Deferreds as one that runs the Python L{Producer.send} for
-every record and the Python loop of C{Producer._complete_with_callbacks}.
+every record and the Python loop of C{Producer._deliver_records}.
 
 Without the extension these tests skip, unless C{KAFKATW_REQUIRE_SPEEDUPS=1}
 (scripts/test.sh sets it) makes them fail.
@@ -51,7 +51,7 @@ def run(steps: list[tuple], compiled: bool, options: dict[str, Any], log_append_
     """
     saved = producer_module._complete_records
     if not compiled:
-        producer_module._complete_records = None  # the Python loop of _complete_with_callbacks
+        producer_module._complete_records = None  # the Python loop of _deliver_records
     try:
         return _run(steps, compiled, options, log_append_time)
     finally:
