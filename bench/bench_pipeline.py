@@ -107,7 +107,7 @@ def ship(bootstrap: str, topic: str, path: str) -> tuple[float, float]:
     return elapsed, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
-def spark_session(master: str):
+def spark_session(master: str, conf: dict[str, str]):
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
@@ -117,7 +117,7 @@ def spark_session(master: str):
              .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
              .config("spark.sql.shuffle.partitions", "4").config("spark.sql.session.timeZone", "UTC")
-             .getOrCreate())
+             .config(map=conf).getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
@@ -259,6 +259,9 @@ def main() -> int:
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--no-spark", action="store_true", help="ship only")
     parser.add_argument("--parser", choices=["sql", "python"], default="sql", help="the job's parser")
+    parser.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="a Spark setting for the session (repeatable); by default the driver's JVM is"
+                             " started with the job's COMPILE_HUGE_METHODS, as the job's own session does")
     args = parser.parse_args()
 
     tmp = tempfile.mkdtemp(prefix="kafkatw-bench-pipeline-")
@@ -278,10 +281,12 @@ def main() -> int:
             if args.no_spark:
                 return 0
             started = time.perf_counter()
-            spark = spark_session(args.master)
+            job = load_job()
+            conf = {"spark.driver.extraJavaOptions": job.COMPILE_HUGE_METHODS}
+            conf.update(setting.split("=", 1) for setting in args.spark_conf)
+            spark = spark_session(args.master, conf)
             emit("spark_startup", round(time.perf_counter() - started, 2), "s", master=args.master)
             try:
-                job = load_job()
                 output = os.path.join(tmp, "output")
                 marks = cpu_marks(spark)
                 cpu_before = spark_cpu_s()

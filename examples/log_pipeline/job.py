@@ -118,6 +118,22 @@ def process_batch(batch_df: Any, batch_id: int, output: str, summary: Summary, p
 
 #: Spark's default C{spark.sql.codegen.hugeMethodLimit}
 _SPARK_HUGE_METHOD_LIMIT = "65535"
+#: the HotSpot option that lets the JIT compile methods over 8000 bytes of bytecode
+COMPILE_HUGE_METHODS = "-XX:-DontCompileHugeMethods"
+
+
+def _compiles_huge_methods(spark: Any) -> bool:
+    """
+    Whether the JVMs that run the tasks were started with
+    L{COMPILE_HUGE_METHODS}: the driver's (C{local} masters) or the
+    executors' C{extraJavaOptions} name it.
+    """
+    def named(key: str) -> bool:
+        return COMPILE_HUGE_METHODS in spark.conf.get(key, "").split()
+
+    if spark.conf.get("spark.master", "").startswith("local"):
+        return named("spark.driver.extraJavaOptions")
+    return named("spark.executor.extraJavaOptions")
 
 
 def tune(spark: Any) -> None:
@@ -125,16 +141,19 @@ def tune(spark: Any) -> None:
     Session settings the job needs to run at speed, where the session has
     Spark's defaults.
 
-    C{spark.sql.codegen.hugeMethodLimit} = 8000: the parsing expressions
-    (L{parsing_sql.parse}) make one whole-stage-generated method of about
-    26 KB of bytecode, and the JVM does not compile methods over 8000 bytes
-    (HotSpot's C{DontCompileHugeMethods}): it would interpret that method for
-    every line, at about twice the CPU per line.  With the limit at 8000,
-    Spark runs that stage without whole-stage code generation, with
+    The parsing expressions (L{parsing_sql.parse}) make one
+    whole-stage-generated method of about 27 KB of bytecode, and by default
+    the JVM does not compile methods over 8000 bytes (HotSpot's
+    C{DontCompileHugeMethods}): it would interpret that method for every
+    line, at about twice the CPU per line.  Where the task JVMs were started
+    with L{COMPILE_HUGE_METHODS} (L{session} does so for C{local} masters),
+    the method is compiled and whole-stage code generation is the fastest;
+    elsewhere C{spark.sql.codegen.hugeMethodLimit} is lowered to 8000, so
+    that Spark runs that stage without whole-stage code generation, with
     expressions in generated methods small enough to be compiled.
     """
     key = "spark.sql.codegen.hugeMethodLimit"
-    if spark.conf.get(key, _SPARK_HUGE_METHOD_LIMIT) == _SPARK_HUGE_METHOD_LIMIT:
+    if spark.conf.get(key, _SPARK_HUGE_METHOD_LIMIT) == _SPARK_HUGE_METHOD_LIMIT and not _compiles_huge_methods(spark):
         spark.conf.set(key, "8000")
 
 
@@ -185,6 +204,8 @@ def session() -> Any:
     if "SPARK_MASTER" in os.environ or not os.environ.get("SPARK_ENV_LOADED"):
         builder = (builder.master(os.environ.get("SPARK_MASTER", "local[*]"))
                    .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+                   .config("spark.driver.extraJavaOptions", COMPILE_HUGE_METHODS)
+                   .config("spark.executor.extraJavaOptions", COMPILE_HUGE_METHODS)
                    .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false").config("spark.sql.shuffle.partitions", "4"))
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")

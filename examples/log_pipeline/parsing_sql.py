@@ -265,14 +265,16 @@ def _build(df: Any) -> Any:
     line = col("line")
     # 2. the format: the first that matches, in parsing.parse_line's order.  Access lines (the
     #    most common) with one match: the groups of a match are always shorter than the line
-    #    (the line also holds the separators the pattern requires), so a rewritten line matched.
+    #    (the line also holds the separators the pattern requires, each of at least one byte, where
+    #    the groups are joined by one-byte U+0001s), so a line rewritten to fewer bytes matched: a
+    #    comparison of lengths in bytes, which Spark keeps, not of the texts.
     access_groups = _fields_text(F, line, p["access"], [1, 2, 3, 4, 5, 6, 7, 9, 8])  # request last: may hold U+0001
     df = df.select("line", "record_ms", source.alias("source"), access_groups.alias("access_groups"))
     line = col("line")
     fmt = F.lit(_FMT["unparsed"])
     for name in reversed(["twistd", "dpkg", "apt", "iso", "rfc3164"]):
         fmt = F.when(line.rlike(p[name]), _FMT[name]).otherwise(fmt)
-    fmt = F.when(col("access_groups") != line, _FMT["access"]).otherwise(fmt)
+    fmt = F.when(F.octet_length("access_groups") < F.octet_length(line), _FMT["access"]).otherwise(fmt)
     df = df.select("line", "record_ms", "source", "access_groups", fmt.alias("fmt"))
     fmt = col("fmt")
     # 3. its groups, with one match

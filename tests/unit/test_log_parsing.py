@@ -159,3 +159,22 @@ class TuneTests(unittest.SynchronousTestCase):
         spark = FakeSession({self.KEY: "20000"})
         job.tune(spark)
         self.assertEqual(spark.conf.values, {self.KEY: "20000"})
+
+    def test_huge_methods_compiled(self) -> None:
+        """Where the task JVMs compile huge methods, whole-stage code generation keeps Spark's limit."""
+        flag = job.COMPILE_HUGE_METHODS
+        for values in ({"spark.master": "local[2]", "spark.driver.extraJavaOptions": f"-Xss4m {flag}"},
+                       {"spark.master": "spark://h:7077", "spark.executor.extraJavaOptions": flag}):
+            spark = FakeSession(values)
+            job.tune(spark)
+            self.assertNotIn(self.KEY, spark.conf.values)
+
+    def test_huge_methods_compiled_elsewhere_only(self) -> None:
+        """The flag must be on the JVMs that run the tasks: the driver's for local masters, else the executors'."""
+        flag = job.COMPILE_HUGE_METHODS
+        for values in ({"spark.master": "local[2]", "spark.executor.extraJavaOptions": flag},
+                       {"spark.master": "yarn", "spark.driver.extraJavaOptions": flag},
+                       {"spark.master": "local[2]", "spark.driver.extraJavaOptions": "-XX:+DontCompileHugeMethods"}):
+            spark = FakeSession(values)
+            job.tune(spark)
+            self.assertEqual(spark.conf.values[self.KEY], "8000")
