@@ -242,30 +242,94 @@ _SECOND = operator.itemgetter(1)
 
 def _to_arrow(records: list, start: int, end: int, include_headers: bool) -> tuple[Any, bool]:
     """
-    The records of C{records} (one partition's, in offset order) with offsets
-    in C{[start, end)} as one Arrow record batch (None if there are none),
-    and whether C{end} was reached.
+    The records of C{records} (one partition's L{ConsumerRecord}s, in offset
+    order) with offsets in C{[start, end)} as one Arrow record batch (None if
+    there are none), and whether C{end} was reached.
 
-    Column by column, with no Python object per record made here (this runs
-    for every record Spark reads): the topic and partition columns repeat one
-    value, the timestamps are scaled by Arrow, and the headers are one flat
-    list of keys and one of values cut by offsets.
+    This runs for every record Spark reads.  With the compiled accelerator
+    (C{kafkatw.protocol._speedups.arrow_columns}) the columns' buffers are
+    filled in one pass in C and wrapped as Arrow arrays without a copy; else
+    (or when it declines the records) L{_python_columns} builds the same
+    columns.
     """
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     if not records:
         return None, False
     done = records[-1].offset >= end - 1
-    chosen = records
-    if records[0].offset < start or records[-1].offset >= end:
-        offsets = list(map(_OFFSET, records))
-        chosen = records[bisect.bisect_left(offsets, start):bisect.bisect_left(offsets, end)]
-    n = len(chosen)
-    if not n:
+    lo, hi = 0, len(records)
+    if records[0].offset < start:
+        lo = bisect.bisect_left(records, start, key=_OFFSET)
+    if records[-1].offset >= end:
+        hi = bisect.bisect_left(records, end, lo, key=_OFFSET)
+    if lo >= hi:
         return None, done
-    first = chosen[0]
     schema = _arrow_schema(include_headers)
+    columns = _compiled_columns(records, lo, hi, include_headers, schema)
+    if columns is None:
+        columns = _python_columns(records[lo:hi], include_headers, schema)
+    return pa.RecordBatch.from_arrays(columns, schema=schema), done
+
+
+def _compiled_columns(records: list, lo: int, hi: int, include_headers: bool, schema: Any) -> list | None:
+    """
+    The columns of L{_to_arrow} for C{records[lo:hi]} from the buffers the
+    compiled accelerator fills; None without it or when it declines.
+    """
+    from ..client.consumer import ConsumerRecord
+    from ..protocol import records as _records
+
+    sp = _records._speedups
+    if sp is None:
+        return None
+    parts = sp.arrow_columns(records, lo, hi, ConsumerRecord, include_headers)
+    if parts is NotImplemented:
+        return None
+    import pyarrow as pa
+
+    key, value, offsets, stamps, types, headers = parts
+    n = hi - lo
+    first = records[lo]
+    columns = [
+        _binary_array(pa.binary(), n, key),
+        _binary_array(pa.binary(), n, value),
+        pa.repeat(pa.scalar(first.topic, pa.string()), n),
+        pa.repeat(pa.scalar(first.partition, pa.int32()), n),
+        pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(offsets)]),
+        pa.Array.from_buffers(schema.field("timestamp").type, n, [None, pa.py_buffer(stamps)]),
+        pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(types)]),
+    ]
+    if include_headers:
+        bounds, header_keys, header_values = headers
+        count = len(header_keys[2]) // 4 - 1
+        list_type = schema.field("headers").type
+        entries = pa.Array.from_buffers(list_type.value_type, count, [None], children=[
+            _binary_array(pa.string(), count, header_keys), _binary_array(pa.binary(), count, header_values)])
+        columns.append(pa.Array.from_buffers(list_type, n, [None, pa.py_buffer(bounds)], children=[entries]))
+    return columns
+
+
+def _binary_array(type: Any, n: int, parts: tuple) -> Any:
+    """A binary or string array of C{n} items from C{(validity or None, null count, offsets, data)}."""
+    import pyarrow as pa
+
+    validity, nulls, offsets, data = parts
+    return pa.Array.from_buffers(type, n, [None if validity is None else pa.py_buffer(validity),
+                                           pa.py_buffer(offsets), pa.py_buffer(data)], null_count=nulls)
+
+
+def _python_columns(chosen: list, include_headers: bool, schema: Any) -> list:
+    """
+    The columns of L{_to_arrow} for C{chosen}, column by column, with no
+    Python object per record made here: the topic and partition columns
+    repeat one value, the timestamps are scaled by Arrow, and the headers are
+    one flat list of keys and one of values cut by offsets.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = len(chosen)
+    first = chosen[0]
     timestamps = pc.multiply(pa.array(map(_TIMESTAMP, chosen), pa.int64(), size=n), 1000)
     columns = [
         pa.array(map(_KEY, chosen), pa.binary(), size=n),
@@ -284,7 +348,7 @@ def _to_arrow(records: list, start: int, end: int, include_headers: bool) -> tup
             [pa.array(map(_FIRST, flat), pa.string(), size=len(flat)),
              pa.array(map(_SECOND, flat), pa.binary(), size=len(flat))], fields=list(schema.field("headers").type.value_type))
         columns.append(pa.ListArray.from_arrays(bounds, entries, type=schema.field("headers").type))
-    return pa.RecordBatch.from_arrays(columns, schema=schema), done
+    return columns
 
 
 def _read_range(options: SourceOptions, part: KafkaInputPartition) -> Iterator[Any]:
