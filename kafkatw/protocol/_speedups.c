@@ -1979,12 +1979,14 @@ PyDoc_STRVAR(fetched_columns_doc,
 static PyObject *
 fetched_columns(PyObject *module, PyObject *args)
 {
-    PyObject *data_obj, *crc_fn, *decompress_fn;
-    long long fetch_offset, start, stop;
+    PyObject *data_obj, *crc_fn, *decompress_fn, *fetch_obj, *start_obj, *stop_obj;
+    int64_t fetch_offset, start, stop;
     int include_headers, verify_crc;
-    if (!PyArg_ParseTuple(args, "O!LLLppOO:fetched_columns", &PyBytes_Type, &data_obj, &fetch_offset, &start,
-                          &stop, &include_headers, &verify_crc, &crc_fn, &decompress_fn))
+    if (!PyArg_ParseTuple(args, "O!OOOppOO:fetched_columns", &PyBytes_Type, &data_obj, &fetch_obj, &start_obj,
+                          &stop_obj, &include_headers, &verify_crc, &crc_fn, &decompress_fn))
         return NULL;
+    if (!exact_int64(fetch_obj, &fetch_offset) || !exact_int64(start_obj, &start) || !exact_int64(stop_obj, &stop))
+        Py_RETURN_NOTIMPLEMENTED; /* offsets past 64 bits: the Python path's */
     const unsigned char *data = (const unsigned char *)PyBytes_AS_STRING(data_obj);
     const Py_ssize_t len = PyBytes_GET_SIZE(data_obj);
     Py_ssize_t pos = 0;

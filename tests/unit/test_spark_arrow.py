@@ -385,3 +385,12 @@ class PythonFetchedTests(unittest.SynchronousTestCase):
             expected = pa.RecordBatch.from_arrays(_source._python_columns(chosen, True, schema), schema=schema)
             self.assertTrue(batch.equals(expected))
         self.assertIsNone(_source._fetched_to_arrow(fetched(data, 5), 50, 60, True))
+
+    def test_offsets_past_64_bits(self) -> None:
+        """Offsets that do not fit 64 bits are the Python path's."""
+        sp = compiled_speedups()
+        data = R.encode_batch_py([(b"k", b"v", [], 5)], base_offset=3)
+        for args in [(2**63, 0, 10), (3, -(2**63) - 1, 10), (3, 0, 2**64)]:
+            self.assertIs(sp.fetched_columns(data, *args, True, True, R.crc32c, R.decompress), NotImplemented)
+        batch = _source._fetched_to_arrow(fetched(data, 3), 0, 2**64, True)
+        self.assertEqual(batch.column(4).to_pylist(), [3])
