@@ -1589,7 +1589,8 @@ arrow_columns(PyObject *module, PyObject *args)
         Py_ssize_t nh = PyTuple_GET_SIZE(headers);
         for (Py_ssize_t h = 0; h < nh; h++) {
             PyObject *pair = PyTuple_GET_ITEM(headers, h);
-            if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2 || !PyUnicode_CheckExact(PyTuple_GET_ITEM(pair, 0)))
+            if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2 ||
+                !PyUnicode_CheckExact(PyTuple_GET_ITEM(pair, 0)))
                 goto decline;
             if (PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(pair, 0), &len) == NULL) {
                 PyErr_Clear(); /* lone surrogates: Arrow refuses them too, in the Python columns */
@@ -1948,7 +1949,8 @@ columns_region(columns *c, const unsigned char *p, const unsigned char *end, con
             if (keep && c->include_headers) {
                 if (!valid_utf8(hk, (Py_ssize_t)hk_len))
                     return C_DECLINE; /* the decoder replaces what is not UTF-8 */
-                if ((s = gcol_put(&c->hkey, hk, hk_len)) != 0 || (s = gcol_put(&c->hvalue, hv, hv_len < 0 ? -1 : hv_len)) != 0)
+                if ((s = gcol_put(&c->hkey, hk, hk_len)) != 0 ||
+                    (s = gcol_put(&c->hvalue, hv, hv_len < 0 ? -1 : hv_len)) != 0)
                     return s < 0 ? C_ERROR : C_DECLINE;
             }
         }
