@@ -1708,7 +1708,13 @@ done:
  * record loop of decode_region, writing into growable buffers.
  */
 
+/*
+ * A growable buffer: a bytearray whose size is its capacity while it is
+ * filled (len bytes used), cut to len when taken, so that the Arrow buffer
+ * made over it (pyarrow.py_buffer) is the memory written here, not a copy.
+ */
 typedef struct {
+    PyObject *obj; /* NULL until the first reserve */
     char *p;
     Py_ssize_t len, cap;
 } gbuf;
@@ -1726,20 +1732,38 @@ gbuf_reserve(gbuf *b, Py_ssize_t extra)
         }
         cap *= 2;
     }
-    char *p = PyMem_Realloc(b->p, (size_t)cap);
-    if (p == NULL) {
-        PyErr_NoMemory();
+    if (b->obj == NULL) {
+        if ((b->obj = PyByteArray_FromStringAndSize(NULL, cap)) == NULL)
+            return -1;
+    } else if (PyByteArray_Resize(b->obj, cap) < 0) {
         return -1;
     }
-    b->p = p;
+    b->p = PyByteArray_AS_STRING(b->obj);
     b->cap = cap;
     return 0;
 }
 
+/* the bytearray of the len bytes written (a new reference); the buffer is empty again */
 static PyObject *
-gbuf_bytes(gbuf *b)
+gbuf_take(gbuf *b)
 {
-    return PyBytes_FromStringAndSize(b->p != NULL ? b->p : "", b->len);
+    PyObject *obj = b->obj;
+    if (obj == NULL)
+        return PyByteArray_FromStringAndSize(NULL, 0);
+    if (PyByteArray_Resize(obj, b->len) < 0)
+        return NULL;
+    b->obj = NULL;
+    b->p = NULL;
+    b->len = b->cap = 0;
+    return obj;
+}
+
+static void
+gbuf_free(gbuf *b)
+{
+    Py_CLEAR(b->obj);
+    b->p = NULL;
+    b->len = b->cap = 0;
 }
 
 /* a binary column being built: validity bits, int32 offsets (the first one written at init), data */
@@ -1762,9 +1786,9 @@ gcol_init(gcol *c)
 static void
 gcol_free(gcol *c)
 {
-    PyMem_Free(c->bits.p);
-    PyMem_Free(c->offsets.p);
-    PyMem_Free(c->data.p);
+    gbuf_free(&c->bits);
+    gbuf_free(&c->offsets);
+    gbuf_free(&c->data);
     memset(c, 0, sizeof(*c));
 }
 
@@ -1797,13 +1821,13 @@ gcol_put(gcol *c, const unsigned char *data, int64_t len)
     return 0;
 }
 
-/* (validity or None, null count, offsets, data) as arrow_columns gives them */
+/* (validity or None, null count, offsets, data) as arrow_columns gives them (bytearrays) */
 static PyObject *
 gcol_tuple(gcol *c)
 {
-    PyObject *bits = c->nulls ? gbuf_bytes(&c->bits) : Py_NewRef(Py_None);
-    PyObject *offsets = gbuf_bytes(&c->offsets);
-    PyObject *data = gbuf_bytes(&c->data);
+    PyObject *bits = c->nulls ? gbuf_take(&c->bits) : Py_NewRef(Py_None);
+    PyObject *offsets = gbuf_take(&c->offsets);
+    PyObject *data = gbuf_take(&c->data);
     if (bits == NULL || offsets == NULL || data == NULL) {
         Py_XDECREF(bits);
         Py_XDECREF(offsets);
@@ -1829,10 +1853,10 @@ columns_free(columns *c)
     gcol_free(&c->value);
     gcol_free(&c->hkey);
     gcol_free(&c->hvalue);
-    PyMem_Free(c->offsets.p);
-    PyMem_Free(c->stamps.p);
-    PyMem_Free(c->types.p);
-    PyMem_Free(c->lists.p);
+    gbuf_free(&c->offsets);
+    gbuf_free(&c->stamps);
+    gbuf_free(&c->types);
+    gbuf_free(&c->lists);
 }
 
 /* whether [p, p + n) is UTF-8 that Python's strict decoder takes (so that its str encodes back to it) */
@@ -2075,7 +2099,7 @@ fetched_columns(PyObject *module, PyObject *args)
     {
         PyObject *k = gcol_tuple(&c.key), *v = gcol_tuple(&c.value), *hs = NULL;
         if (include_headers) {
-            PyObject *lists = gbuf_bytes(&c.lists), *hk = gcol_tuple(&c.hkey), *hv = gcol_tuple(&c.hvalue);
+            PyObject *lists = gbuf_take(&c.lists), *hk = gcol_tuple(&c.hkey), *hv = gcol_tuple(&c.hvalue);
             if (lists != NULL && hk != NULL && hv != NULL)
                 hs = Py_BuildValue("(NNN)", lists, hk, hv);
             else {
@@ -2086,7 +2110,7 @@ fetched_columns(PyObject *module, PyObject *args)
         } else {
             hs = Py_NewRef(Py_None);
         }
-        PyObject *o = gbuf_bytes(&c.offsets), *t = gbuf_bytes(&c.stamps), *y = gbuf_bytes(&c.types);
+        PyObject *o = gbuf_take(&c.offsets), *t = gbuf_take(&c.stamps), *y = gbuf_take(&c.types);
         if (k != NULL && v != NULL && hs != NULL && o != NULL && t != NULL && y != NULL)
             result = Py_BuildValue("(NNNNNN)", k, v, o, t, y, hs);
         else {
