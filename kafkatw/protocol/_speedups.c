@@ -1992,7 +1992,7 @@ columns_region(columns *c, const unsigned char *p, const unsigned char *end, con
 PyDoc_STRVAR(fetched_columns_doc,
 "fetched_columns(data, fetch_offset, start, end, include_headers, verify_crc, crc32c, decompress)\n"
 "-> tuple | NotImplemented\n\n"
-"The Arrow buffers of arrow_columns for the records that\n"
+"The Arrow buffers of arrow_columns (as bytearrays) for the records that\n"
 "records.decode_fetched(data, ..., fetch_offset, ..., verify_crc) (no aborted\n"
 "transactions) gives with offsets in [start, end), decoded from data (bytes)\n"
 "without making them: the same batch checks and the same records.\n"
