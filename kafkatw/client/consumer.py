@@ -55,7 +55,7 @@ partition; here the bound is in bytes).
 from __future__ import annotations
 
 import collections
-from typing import Any, Iterable, NamedTuple
+from typing import Any, Callable, Iterable, NamedTuple
 
 from twisted.internet import defer
 from twisted.logger import Logger
@@ -269,6 +269,15 @@ class Consumer:
         share; see the module docstring).
     @param retry_backoff_ms: wait after a retriable error (ms).
     @param default_api_timeout_ms: how long offset look-ups keep retrying (ms).
+    @param record_decoder: what L{poll} returns for each piece of one
+        partition's fetched data: a callable taking L{decode_fetched}'s
+        arguments C{(data, topic, partition, fetch_offset, ConsumerRecord,
+        check_crcs, aborted)} and returning C{(items, next_offset)} as it
+        does (C{None}: L{decode_fetched}, items are L{ConsumerRecord}s).
+        Item 2 of each item is its offset (a partly returned piece resumes
+        after the last item returned).  For readers that decode the data
+        themselves, as the Spark source does (one item per piece, holding
+        its bytes).
     @param security: a L{kafkatw.client.security.SecurityConfig} (TLS, SASL) for the
         client made from C{bootstrap_servers}; kafka-python's keyword options
         (C{security_protocol}, C{ssl_cafile}, C{ssl_certfile}, C{ssl_keyfile},
@@ -283,6 +292,7 @@ class Consumer:
                  auto_offset_reset: str = "latest", check_crcs: bool = True, request_timeout_ms: int = 30000,
                  isolation_level: str = "read_uncommitted", max_buffered_bytes: int = 8 * 1024 * 1024,
                  retry_backoff_ms: int = 100, default_api_timeout_ms: int = 60000,
+                 record_decoder: Callable[..., tuple[list, int]] | None = None,
                  security: SecurityConfig | None = None, **security_options: Any) -> None:
         if auto_offset_reset not in _RESETS:
             raise ValueError(f"auto_offset_reset must be earliest, latest or none, not {auto_offset_reset!r}")
@@ -307,6 +317,7 @@ class Consumer:
         self.max_buffered_bytes = max_buffered_bytes
         self.retry_backoff_ms = retry_backoff_ms
         self.default_api_timeout_ms = default_api_timeout_ms
+        self.record_decoder = record_decoder or decode_fetched
         self._states: dict[TopicPartition, _PartitionState] = {}
         self._order: list[_PartitionState] = []
         self._partition_bound = max_buffered_bytes
@@ -602,8 +613,9 @@ class Consumer:
                 records = chunk.records
                 if records is None:
                     try:
-                        records, _ = decode_fetched(chunk.data, state.topic, state.partition, chunk.fetch_offset,
-                                                    ConsumerRecord, self.check_crcs, chunk.aborted)
+                        records, _ = self.record_decoder(chunk.data, state.topic, state.partition,
+                                                         chunk.fetch_offset, ConsumerRecord, self.check_crcs,
+                                                         chunk.aborted)
                     except KafkaError as e:
                         # the position stays on the bad batch; seek past it to go on
                         state.chunks.clear()

@@ -1410,6 +1410,731 @@ encode_value_batch(PyObject *module, PyObject *args)
     return out;
 }
 
+/* ---- Arrow columns for the Spark source --------------------------------------- */
+
+/*
+ * arrow_columns measures first, then fills buffers of the exact sizes.  It
+ * works on a private slice of the records (a new list holding its own
+ * references to immutable tuples of immutable objects), so nothing a garbage
+ * collection pass may run during its allocations can change what it reads
+ * between the two passes.
+ */
+
+/* 1: bytes (data, len set), 0: None, -1: neither (decline) */
+static inline int
+binary_or_null(PyObject *o, const char **data, Py_ssize_t *len)
+{
+    if (o == Py_None)
+        return 0;
+    if (!PyBytes_CheckExact(o))
+        return -1;
+    *data = PyBytes_AS_STRING(o);
+    *len = PyBytes_GET_SIZE(o);
+    return 1;
+}
+
+/* an exact int fitting int64 into *out: 1; anything else: 0 (decline); errors are cleared */
+static inline int
+exact_int64(PyObject *o, int64_t *out)
+{
+    if (!PyLong_CheckExact(o))
+        return 0;
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (overflow || (v == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return 0;
+    }
+    *out = v;
+    return 1;
+}
+
+typedef struct {
+    Py_ssize_t bytes, nulls;
+} binary_size;
+
+/* a binary column's buffers: validity (NULL until needed), offsets (n + 1 int32), data */
+typedef struct {
+    PyObject *validity, *offsets, *data;
+    unsigned char *bits;
+    int32_t *off;
+    char *p;
+    Py_ssize_t count;
+} binary_column;
+
+static int
+binary_column_new(binary_column *c, Py_ssize_t n, const binary_size *size)
+{
+    memset(c, 0, sizeof(*c));
+    if (size->nulls) {
+        c->validity = PyBytes_FromStringAndSize(NULL, (n + 7) / 8);
+        if (c->validity == NULL)
+            return -1;
+        c->bits = (unsigned char *)PyBytes_AS_STRING(c->validity);
+        memset(c->bits, 0, (n + 7) / 8);
+    }
+    c->offsets = PyBytes_FromStringAndSize(NULL, (n + 1) * 4);
+    c->data = PyBytes_FromStringAndSize(NULL, size->bytes);
+    if (c->offsets == NULL || c->data == NULL)
+        return -1;
+    c->off = (int32_t *)PyBytes_AS_STRING(c->offsets);
+    c->p = PyBytes_AS_STRING(c->data);
+    c->off[0] = 0;
+    return 0;
+}
+
+static inline void
+binary_column_put(binary_column *c, const char *data, Py_ssize_t len)
+{
+    Py_ssize_t i = c->count++;
+    if (len >= 0) {
+        memcpy(c->p, data, len);
+        c->p += len;
+        if (c->bits != NULL)
+            c->bits[i >> 3] |= (unsigned char)(1 << (i & 7));
+    }
+    c->off[i + 1] = c->off[i] + (int32_t)(len >= 0 ? len : 0);
+}
+
+static void
+binary_column_clear(binary_column *c)
+{
+    Py_CLEAR(c->validity);
+    Py_CLEAR(c->offsets);
+    Py_CLEAR(c->data);
+}
+
+/* (validity or None, null count, offsets, data): steals the column's references */
+static PyObject *
+binary_column_tuple(binary_column *c, Py_ssize_t nulls)
+{
+    PyObject *t = Py_BuildValue("(OnOO)", c->validity != NULL ? c->validity : Py_None, nulls, c->offsets, c->data);
+    binary_column_clear(c);
+    return t;
+}
+
+PyDoc_STRVAR(arrow_columns_doc,
+"arrow_columns(records, lo, hi, cls, include_headers) -> tuple | NotImplemented\n\n"
+"The buffers of the Spark source's Arrow columns (kafkatw/spark/_source.py) for\n"
+"records[lo:hi], records of type cls (consumer.ConsumerRecord) as the consumer\n"
+"decodes them: (key, value, offsets, timestamps_us, timestamp_types, headers)\n"
+"where key and value are (validity bitmap or None, null count, int32 offsets,\n"
+"data) of a binary column, offsets and timestamps_us (timestamp_ms * 1000,\n"
+"wrapping as Arrow's multiply does) are int64 buffers, timestamp_types an int32\n"
+"buffer, and headers None or (int32 list offsets, (None, 0, key offsets, key\n"
+"data), (validity or None, null count, value offsets, value data)).  Buffers\n"
+"are bytes in native byte order.  NotImplemented (nothing done) for anything\n"
+"the Python columns would treat otherwise: another record type, keys or values\n"
+"not bytes or None, ints out of range, headers not tuples of (str, bytes or\n"
+"None), a column past 2 GiB.");
+
+static PyObject *
+arrow_columns(PyObject *module, PyObject *args)
+{
+    PyObject *records, *slice = NULL, *result = NULL;
+    Py_ssize_t lo, hi;
+    PyTypeObject *cls;
+    int include_headers;
+    if (!PyArg_ParseTuple(args, "O!nnO!p:arrow_columns", &PyList_Type, &records, &lo, &hi, &PyType_Type, &cls,
+                          &include_headers))
+        return NULL;
+    if (!PyType_IsSubtype(cls, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "cls must be a tuple type");
+        return NULL;
+    }
+    slice = PyList_GetSlice(records, lo, hi);
+    if (slice == NULL)
+        return NULL;
+    const Py_ssize_t n = PyList_GET_SIZE(slice);
+    binary_size key_size = {0, 0}, value_size = {0, 0}, hkey_size = {0, 0}, hvalue_size = {0, 0};
+    Py_ssize_t header_count = 0;
+    binary_column key, value, hkey, hvalue;
+    PyObject *offsets = NULL, *stamps = NULL, *types = NULL, *list_offsets = NULL;
+    memset(&key, 0, sizeof(key));
+    memset(&value, 0, sizeof(value));
+    memset(&hkey, 0, sizeof(hkey));
+    memset(&hvalue, 0, sizeof(hvalue));
+
+    /* pass 1: check everything and measure */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *r = PyList_GET_ITEM(slice, i);
+        const char *d;
+        Py_ssize_t len;
+        int64_t v;
+        int s;
+        if (Py_TYPE(r) != cls || !PyTuple_Check(r) || PyTuple_GET_SIZE(r) != 8)
+            goto decline;
+        if (!exact_int64(PyTuple_GET_ITEM(r, 2), &v) || !exact_int64(PyTuple_GET_ITEM(r, 3), &v) ||
+            !exact_int64(PyTuple_GET_ITEM(r, 4), &v) || v < INT32_MIN || v > INT32_MAX)
+            goto decline;
+        if ((s = binary_or_null(PyTuple_GET_ITEM(r, 5), &d, &len)) < 0)
+            goto decline;
+        if (s)
+            key_size.bytes += len;
+        else
+            key_size.nulls++;
+        if ((s = binary_or_null(PyTuple_GET_ITEM(r, 6), &d, &len)) < 0)
+            goto decline;
+        if (s)
+            value_size.bytes += len;
+        else
+            value_size.nulls++;
+        if (key_size.bytes > INT32_MAX || value_size.bytes > INT32_MAX)
+            goto decline;
+        if (!include_headers)
+            continue;
+        PyObject *headers = PyTuple_GET_ITEM(r, 7);
+        if (!PyTuple_CheckExact(headers))
+            goto decline;
+        Py_ssize_t nh = PyTuple_GET_SIZE(headers);
+        for (Py_ssize_t h = 0; h < nh; h++) {
+            PyObject *pair = PyTuple_GET_ITEM(headers, h);
+            if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2 ||
+                !PyUnicode_CheckExact(PyTuple_GET_ITEM(pair, 0)))
+                goto decline;
+            if (PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(pair, 0), &len) == NULL) {
+                PyErr_Clear(); /* lone surrogates: Arrow refuses them too, in the Python columns */
+                goto decline;
+            }
+            hkey_size.bytes += len;
+            if ((s = binary_or_null(PyTuple_GET_ITEM(pair, 1), &d, &len)) < 0)
+                goto decline;
+            if (s)
+                hvalue_size.bytes += len;
+            else
+                hvalue_size.nulls++;
+        }
+        header_count += nh;
+        if (header_count > INT32_MAX || hkey_size.bytes > INT32_MAX || hvalue_size.bytes > INT32_MAX)
+            goto decline;
+    }
+
+    /* pass 2: fill */
+    if (binary_column_new(&key, n, &key_size) < 0 || binary_column_new(&value, n, &value_size) < 0)
+        goto failed;
+    offsets = PyBytes_FromStringAndSize(NULL, n * 8);
+    stamps = PyBytes_FromStringAndSize(NULL, n * 8);
+    types = PyBytes_FromStringAndSize(NULL, n * 4);
+    if (offsets == NULL || stamps == NULL || types == NULL)
+        goto failed;
+    int32_t *list_off = NULL;
+    if (include_headers) {
+        list_offsets = PyBytes_FromStringAndSize(NULL, (n + 1) * 4);
+        if (list_offsets == NULL || binary_column_new(&hkey, header_count, &hkey_size) < 0 ||
+            binary_column_new(&hvalue, header_count, &hvalue_size) < 0)
+            goto failed;
+        list_off = (int32_t *)PyBytes_AS_STRING(list_offsets);
+        list_off[0] = 0;
+    }
+    int64_t *off64 = (int64_t *)PyBytes_AS_STRING(offsets), *ts64 = (int64_t *)PyBytes_AS_STRING(stamps);
+    int32_t *type32 = (int32_t *)PyBytes_AS_STRING(types);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *r = PyList_GET_ITEM(slice, i);
+        const char *d = NULL;
+        Py_ssize_t len = -1;
+        int64_t v = 0;
+        exact_int64(PyTuple_GET_ITEM(r, 2), &off64[i]);
+        exact_int64(PyTuple_GET_ITEM(r, 3), &v);
+        ts64[i] = (int64_t)((uint64_t)v * 1000u); /* Arrow's multiply wraps */
+        exact_int64(PyTuple_GET_ITEM(r, 4), &v);
+        type32[i] = (int32_t)v;
+        if (binary_or_null(PyTuple_GET_ITEM(r, 5), &d, &len) == 0)
+            len = -1;
+        binary_column_put(&key, d, len);
+        if (binary_or_null(PyTuple_GET_ITEM(r, 6), &d, &len) == 0)
+            len = -1;
+        binary_column_put(&value, d, len);
+        if (!include_headers)
+            continue;
+        PyObject *headers = PyTuple_GET_ITEM(r, 7);
+        Py_ssize_t nh = PyTuple_GET_SIZE(headers);
+        for (Py_ssize_t h = 0; h < nh; h++) {
+            PyObject *pair = PyTuple_GET_ITEM(headers, h);
+            d = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(pair, 0), &len); /* cached by pass 1 */
+            binary_column_put(&hkey, d, len);
+            if (binary_or_null(PyTuple_GET_ITEM(pair, 1), &d, &len) == 0)
+                len = -1;
+            binary_column_put(&hvalue, d, len);
+        }
+        list_off[i + 1] = list_off[i] + (int32_t)nh;
+    }
+    {
+        PyObject *k = binary_column_tuple(&key, key_size.nulls);
+        PyObject *v = binary_column_tuple(&value, value_size.nulls);
+        PyObject *hs = NULL;
+        if (include_headers) {
+            PyObject *hk = binary_column_tuple(&hkey, 0);
+            PyObject *hv = binary_column_tuple(&hvalue, hvalue_size.nulls);
+            if (hk != NULL && hv != NULL)
+                hs = Py_BuildValue("(ONN)", list_offsets, hk, hv);
+            else {
+                Py_XDECREF(hk);
+                Py_XDECREF(hv);
+            }
+        } else {
+            hs = Py_NewRef(Py_None);
+        }
+        if (k != NULL && v != NULL && hs != NULL)
+            result = Py_BuildValue("(NNOOON)", k, v, offsets, stamps, types, hs);
+        else {
+            Py_XDECREF(k);
+            Py_XDECREF(v);
+            Py_XDECREF(hs);
+        }
+    }
+    goto done;
+
+decline:
+    result = Py_NewRef(Py_NotImplemented);
+    goto done;
+failed:
+    result = NULL;
+done:
+    binary_column_clear(&key);
+    binary_column_clear(&value);
+    binary_column_clear(&hkey);
+    binary_column_clear(&hvalue);
+    Py_XDECREF(offsets);
+    Py_XDECREF(stamps);
+    Py_XDECREF(types);
+    Py_XDECREF(list_offsets);
+    Py_DECREF(slice);
+    return result;
+}
+
+/*
+ * fetched_columns: the same columns straight from a partition's Fetch data,
+ * with no Python object per record: the batch loop of decode_fetched and the
+ * record loop of decode_region, writing into growable buffers.
+ */
+
+/*
+ * A growable buffer: a bytearray whose size is its capacity while it is
+ * filled (len bytes used), cut to len when taken, so that the Arrow buffer
+ * made over it (pyarrow.py_buffer) is the memory written here, not a copy.
+ */
+typedef struct {
+    PyObject *obj; /* NULL until the first reserve */
+    char *p;
+    Py_ssize_t len, cap;
+} gbuf;
+
+static int
+gbuf_reserve(gbuf *b, Py_ssize_t extra)
+{
+    if (extra <= b->cap - b->len)
+        return 0;
+    Py_ssize_t cap = b->cap ? b->cap : 4096;
+    while (cap - b->len < extra) {
+        if (cap > PY_SSIZE_T_MAX / 2) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        cap *= 2;
+    }
+    if (b->obj == NULL) {
+        if ((b->obj = PyByteArray_FromStringAndSize(NULL, cap)) == NULL)
+            return -1;
+    } else if (PyByteArray_Resize(b->obj, cap) < 0) {
+        return -1;
+    }
+    b->p = PyByteArray_AS_STRING(b->obj);
+    b->cap = cap;
+    return 0;
+}
+
+/* the bytearray of the len bytes written (a new reference); the buffer is empty again */
+static PyObject *
+gbuf_take(gbuf *b)
+{
+    PyObject *obj = b->obj;
+    if (obj == NULL)
+        return PyByteArray_FromStringAndSize(NULL, 0);
+    if (PyByteArray_Resize(obj, b->len) < 0)
+        return NULL;
+    b->obj = NULL;
+    b->p = NULL;
+    b->len = b->cap = 0;
+    return obj;
+}
+
+static void
+gbuf_free(gbuf *b)
+{
+    Py_CLEAR(b->obj);
+    b->p = NULL;
+    b->len = b->cap = 0;
+}
+
+/* a binary column being built: validity bits, int32 offsets (the first one written at init), data */
+typedef struct {
+    gbuf bits, offsets, data;
+    Py_ssize_t count, nulls;
+} gcol;
+
+static int
+gcol_init(gcol *c)
+{
+    memset(c, 0, sizeof(*c));
+    if (gbuf_reserve(&c->offsets, 4) < 0)
+        return -1;
+    memset(c->offsets.p, 0, 4);
+    c->offsets.len = 4;
+    return 0;
+}
+
+static void
+gcol_free(gcol *c)
+{
+    gbuf_free(&c->bits);
+    gbuf_free(&c->offsets);
+    gbuf_free(&c->data);
+    memset(c, 0, sizeof(*c));
+}
+
+/* append one item (len < 0: null); 0, or -1 with an error set; 1: the column passed 2 GiB (decline) */
+static inline int
+gcol_put(gcol *c, const unsigned char *data, int64_t len)
+{
+    if (len > INT32_MAX - c->data.len)
+        return 1;
+    if ((c->count & 7) == 0) {
+        if (gbuf_reserve(&c->bits, 1) < 0)
+            return -1;
+        c->bits.p[c->bits.len++] = 0;
+    }
+    if (gbuf_reserve(&c->offsets, 4) < 0)
+        return -1;
+    if (len >= 0) {
+        if (gbuf_reserve(&c->data, (Py_ssize_t)len) < 0)
+            return -1;
+        memcpy(c->data.p + c->data.len, data, (size_t)len);
+        c->data.len += (Py_ssize_t)len;
+        c->bits.p[c->count >> 3] |= (char)(1 << (c->count & 7));
+    } else {
+        c->nulls++;
+    }
+    int32_t end = (int32_t)c->data.len;
+    memcpy(c->offsets.p + c->offsets.len, &end, 4);
+    c->offsets.len += 4;
+    c->count++;
+    return 0;
+}
+
+/* (validity or None, null count, offsets, data) as arrow_columns gives them (bytearrays) */
+static PyObject *
+gcol_tuple(gcol *c)
+{
+    PyObject *bits = c->nulls ? gbuf_take(&c->bits) : Py_NewRef(Py_None);
+    PyObject *offsets = gbuf_take(&c->offsets);
+    PyObject *data = gbuf_take(&c->data);
+    if (bits == NULL || offsets == NULL || data == NULL) {
+        Py_XDECREF(bits);
+        Py_XDECREF(offsets);
+        Py_XDECREF(data);
+        return NULL;
+    }
+    return Py_BuildValue("(NnNN)", bits, c->nulls, offsets, data);
+}
+
+typedef struct {
+    gcol key, value, hkey, hvalue;
+    gbuf offsets, stamps, types, lists;
+    int include_headers;
+    int64_t start, end;       /* the offsets wanted: [start, end) */
+    int64_t last;             /* the last offset kept (offsets must not go down) */
+    int any;
+} columns;
+
+static void
+columns_free(columns *c)
+{
+    gcol_free(&c->key);
+    gcol_free(&c->value);
+    gcol_free(&c->hkey);
+    gcol_free(&c->hvalue);
+    gbuf_free(&c->offsets);
+    gbuf_free(&c->stamps);
+    gbuf_free(&c->types);
+    gbuf_free(&c->lists);
+}
+
+/* whether [p, p + n) is UTF-8 that Python's strict decoder takes (so that its str encodes back to it) */
+static int
+valid_utf8(const unsigned char *p, Py_ssize_t n)
+{
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (p[i] >= 0x80) {
+            PyObject *s = PyUnicode_DecodeUTF8((const char *)p, n, "strict");
+            if (s == NULL) {
+                PyErr_Clear();
+                return 0;
+            }
+            Py_DECREF(s);
+            return 1;
+        }
+    }
+    return 1;
+}
+
+enum { C_OK = 0, C_ERROR = -1, C_DECLINE = 1 };
+
+/*
+ * Add the records of the region [p, end) of a batch with offsets at or after
+ * keep_from (and in [start, end)) to the columns.  C_DECLINE for anything
+ * decode_region would not decode as it is (errors included: the caller's
+ * Python path raises them).
+ */
+static int
+columns_region(columns *c, const unsigned char *p, const unsigned char *end, const batch_fields *b,
+               int64_t keep_from)
+{
+    int log_append = (b->attributes & 0x08) != 0;
+    int dropping = keep_from != INT64_MIN;
+    int64_t v, ts_delta, off_delta;
+    int s;
+    for (int64_t i = 0; i < b->count; i++) {
+        if (read_varint(&p, end, &v) != V_OK) /* length */
+            return C_DECLINE;
+        if (p >= end)
+            return C_DECLINE;
+        p += 1; /* attributes */
+        if (read_varint(&p, end, &ts_delta) != V_OK || read_varint(&p, end, &off_delta) != V_OK)
+            return C_DECLINE;
+        int64_t offset, timestamp;
+        if (__builtin_add_overflow(b->base_offset, off_delta, &offset))
+            return C_DECLINE;
+        if (log_append)
+            timestamp = b->max_ts;
+        else if (__builtin_add_overflow(b->base_ts, ts_delta, &timestamp))
+            return C_DECLINE;
+        /* decode_fetched drops the records before keep_from at the batch's start (drop_before) */
+        int keep = 0;
+        if (!dropping || offset >= keep_from) {
+            dropping = 0;
+            if (c->any && offset < c->last)
+                return C_DECLINE; /* offsets going down: _to_arrow's bisection would cut elsewhere */
+            c->any = 1;
+            c->last = offset;
+            keep = offset >= c->start && offset < c->end;
+        }
+        const unsigned char *key = NULL, *value = NULL;
+        int64_t key_len, value_len;
+        if (read_varint(&p, end, &key_len) != V_OK)
+            return C_DECLINE;
+        if (key_len >= 0) {
+            if (key_len > end - p)
+                return C_DECLINE;
+            key = p;
+            p += key_len;
+        }
+        if (read_varint(&p, end, &value_len) != V_OK)
+            return C_DECLINE;
+        if (value_len >= 0) {
+            if (value_len > end - p)
+                return C_DECLINE;
+            value = p;
+            p += value_len;
+        }
+        int64_t nh;
+        if (read_varint(&p, end, &nh) != V_OK || nh < 0 || nh > (end - p) / 2)
+            return C_DECLINE;
+        if (keep) {
+            if (gbuf_reserve(&c->offsets, 8) < 0 || gbuf_reserve(&c->stamps, 8) < 0 ||
+                gbuf_reserve(&c->types, 4) < 0)
+                return C_ERROR;
+            int64_t us = (int64_t)((uint64_t)timestamp * 1000u); /* Arrow's multiply wraps */
+            int32_t type = log_append;
+            memcpy(c->offsets.p + c->offsets.len, &offset, 8);
+            memcpy(c->stamps.p + c->stamps.len, &us, 8);
+            memcpy(c->types.p + c->types.len, &type, 4);
+            c->offsets.len += 8;
+            c->stamps.len += 8;
+            c->types.len += 4;
+            if ((s = gcol_put(&c->key, key, key_len < 0 ? -1 : key_len)) != 0 ||
+                (s = gcol_put(&c->value, value, value_len < 0 ? -1 : value_len)) != 0)
+                return s < 0 ? C_ERROR : C_DECLINE;
+        }
+        for (int64_t h = 0; h < nh; h++) {
+            int64_t hk_len, hv_len;
+            const unsigned char *hk, *hv = NULL;
+            if (read_varint(&p, end, &hk_len) != V_OK || hk_len < 0 || hk_len > end - p)
+                return C_DECLINE;
+            hk = p;
+            p += hk_len;
+            if (read_varint(&p, end, &hv_len) != V_OK)
+                return C_DECLINE;
+            if (hv_len >= 0) {
+                if (hv_len > end - p)
+                    return C_DECLINE;
+                hv = p;
+                p += hv_len;
+            }
+            if (keep && c->include_headers) {
+                if (!valid_utf8(hk, (Py_ssize_t)hk_len))
+                    return C_DECLINE; /* the decoder replaces what is not UTF-8 */
+                if ((s = gcol_put(&c->hkey, hk, hk_len)) != 0 ||
+                    (s = gcol_put(&c->hvalue, hv, hv_len < 0 ? -1 : hv_len)) != 0)
+                    return s < 0 ? C_ERROR : C_DECLINE;
+            }
+        }
+        if (keep && c->include_headers) {
+            if (c->hkey.count > INT32_MAX || gbuf_reserve(&c->lists, 4) < 0)
+                return c->hkey.count > INT32_MAX ? C_DECLINE : C_ERROR;
+            int32_t n = (int32_t)c->hkey.count;
+            memcpy(c->lists.p + c->lists.len, &n, 4);
+            c->lists.len += 4;
+        }
+    }
+    return p == end ? C_OK : C_DECLINE;
+}
+
+PyDoc_STRVAR(fetched_columns_doc,
+"fetched_columns(data, fetch_offset, start, end, include_headers, verify_crc, crc32c, decompress)\n"
+"-> tuple | NotImplemented\n\n"
+"The Arrow buffers of arrow_columns (as bytearrays) for the records that\n"
+"records.decode_fetched(data, ..., fetch_offset, ..., verify_crc) (no aborted\n"
+"transactions) gives with offsets in [start, end), decoded from data (bytes)\n"
+"without making them: the same batch checks and the same records.\n"
+"NotImplemented (nothing done) for whatever the Python path must do itself,\n"
+"errors included (it raises them): a corrupt or truncated batch, a CRC\n"
+"mismatch, a magic other than 2, a failed decompression, varints or offsets\n"
+"past 64 bits, header keys that are not UTF-8, offsets going down, a column\n"
+"past 2 GiB.");
+
+static PyObject *
+fetched_columns(PyObject *module, PyObject *args)
+{
+    PyObject *data_obj, *crc_fn, *decompress_fn, *fetch_obj, *start_obj, *stop_obj;
+    int64_t fetch_offset, start, stop;
+    int include_headers, verify_crc;
+    if (!PyArg_ParseTuple(args, "O!OOOppOO:fetched_columns", &PyBytes_Type, &data_obj, &fetch_obj, &start_obj,
+                          &stop_obj, &include_headers, &verify_crc, &crc_fn, &decompress_fn))
+        return NULL;
+    if (!exact_int64(fetch_obj, &fetch_offset) || !exact_int64(start_obj, &start) || !exact_int64(stop_obj, &stop))
+        Py_RETURN_NOTIMPLEMENTED; /* offsets past 64 bits: the Python path's */
+    const unsigned char *data = (const unsigned char *)PyBytes_AS_STRING(data_obj);
+    const Py_ssize_t len = PyBytes_GET_SIZE(data_obj);
+    Py_ssize_t pos = 0;
+    int64_t next_offset = fetch_offset;
+    PyObject *view = NULL, *result = NULL;
+    int status = C_OK;
+    columns c;
+    memset(&c, 0, sizeof(c));
+    c.include_headers = include_headers;
+    c.start = start;
+    c.end = stop;
+    if (gcol_init(&c.key) < 0 || gcol_init(&c.value) < 0 || gcol_init(&c.hkey) < 0 || gcol_init(&c.hvalue) < 0 ||
+        gbuf_reserve(&c.lists, 4) < 0)
+        goto failed;
+    memset(c.lists.p, 0, 4);
+    c.lists.len = 4;
+
+    while (pos + 12 <= len) {
+        int64_t base_offset = be64(data + pos);
+        int32_t batch_length = be32(data + pos + 8);
+        int64_t batch_end = (int64_t)pos + 12 + batch_length;
+        if (batch_end > len)
+            break; /* a partial trailing batch */
+        if (batch_length < 49 || data[pos + 16] != 2)
+            goto decline;
+        uint32_t crc = (uint32_t)be32(data + pos + 17);
+        int16_t attributes = be16(data + pos + 21);
+        int32_t last_offset_delta = be32(data + pos + 23);
+        batch_fields b = {base_offset, attributes, be64(data + pos + 27), be64(data + pos + 35),
+                          be32(data + pos + 57)};
+        int64_t last, after_last;
+        if (__builtin_add_overflow(base_offset, (int64_t)last_offset_delta, &last) ||
+            __builtin_add_overflow(last, (int64_t)1, &after_last))
+            goto decline;
+        if (last < next_offset || (attributes & 0x20)) { /* already read, or a control batch */
+            if (last >= next_offset)
+                next_offset = after_last;
+            pos = (Py_ssize_t)batch_end;
+            continue;
+        }
+        if (verify_crc) {
+            if (view == NULL && (view = PyMemoryView_FromObject(data_obj)) == NULL)
+                goto failed;
+            PyObject *part = PySequence_GetSlice(view, pos + 21, (Py_ssize_t)batch_end);
+            if (part == NULL)
+                goto failed;
+            PyObject *sum = PyObject_CallOneArg(crc_fn, part);
+            Py_DECREF(part);
+            if (sum == NULL)
+                goto failed;
+            unsigned long long value = PyLong_AsUnsignedLongLong(sum);
+            Py_DECREF(sum);
+            if (value == (unsigned long long)-1 && PyErr_Occurred())
+                goto failed;
+            if (value != crc)
+                goto decline;
+        }
+        const unsigned char *first = data + pos + 61, *last_byte = data + batch_end;
+        PyObject *region = NULL;
+        int codec = attributes & 0x07;
+        if (codec) {
+            PyObject *compressed = PyBytes_FromStringAndSize((const char *)first, (Py_ssize_t)(last_byte - first));
+            if (compressed == NULL)
+                goto failed;
+            region = PyObject_CallFunction(decompress_fn, "iO", codec, compressed);
+            Py_DECREF(compressed);
+            if (region == NULL || !PyBytes_Check(region)) {
+                Py_XDECREF(region);
+                PyErr_Clear();
+                goto decline;
+            }
+            first = (const unsigned char *)PyBytes_AS_STRING(region);
+            last_byte = first + PyBytes_GET_SIZE(region);
+        }
+        status = columns_region(&c, first, last_byte, &b, base_offset < next_offset ? next_offset : INT64_MIN);
+        Py_XDECREF(region);
+        if (status == C_ERROR)
+            goto failed;
+        if (status == C_DECLINE)
+            goto decline;
+        next_offset = after_last;
+        pos = (Py_ssize_t)batch_end;
+    }
+    {
+        PyObject *k = gcol_tuple(&c.key), *v = gcol_tuple(&c.value), *hs = NULL;
+        if (include_headers) {
+            PyObject *lists = gbuf_take(&c.lists), *hk = gcol_tuple(&c.hkey), *hv = gcol_tuple(&c.hvalue);
+            if (lists != NULL && hk != NULL && hv != NULL)
+                hs = Py_BuildValue("(NNN)", lists, hk, hv);
+            else {
+                Py_XDECREF(lists);
+                Py_XDECREF(hk);
+                Py_XDECREF(hv);
+            }
+        } else {
+            hs = Py_NewRef(Py_None);
+        }
+        PyObject *o = gbuf_take(&c.offsets), *t = gbuf_take(&c.stamps), *y = gbuf_take(&c.types);
+        if (k != NULL && v != NULL && hs != NULL && o != NULL && t != NULL && y != NULL)
+            result = Py_BuildValue("(NNNNNN)", k, v, o, t, y, hs);
+        else {
+            Py_XDECREF(k);
+            Py_XDECREF(v);
+            Py_XDECREF(hs);
+            Py_XDECREF(o);
+            Py_XDECREF(t);
+            Py_XDECREF(y);
+        }
+    }
+    goto done;
+
+decline:
+    result = Py_NewRef(Py_NotImplemented);
+    goto done;
+failed:
+    result = NULL;
+done:
+    Py_XDECREF(view);
+    columns_free(&c);
+    return result;
+}
+
 /* ---- module ------------------------------------------------------------------ */
 
 static PyMethodDef methods[] = {
@@ -1418,6 +2143,8 @@ static PyMethodDef methods[] = {
     {"encode_records", encode_records, METH_VARARGS, encode_records_doc},
     {"complete_records", complete_records, METH_VARARGS, complete_records_doc},
     {"encode_value_batch", encode_value_batch, METH_VARARGS, encode_value_batch_doc},
+    {"arrow_columns", arrow_columns, METH_VARARGS, arrow_columns_doc},
+    {"fetched_columns", fetched_columns, METH_VARARGS, fetched_columns_doc},
     {NULL, NULL, 0, NULL},
 };
 

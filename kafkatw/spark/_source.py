@@ -36,7 +36,7 @@ import itertools
 import operator
 import re
 import sys
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, NamedTuple, Sequence
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
@@ -242,30 +242,166 @@ _SECOND = operator.itemgetter(1)
 
 def _to_arrow(records: list, start: int, end: int, include_headers: bool) -> tuple[Any, bool]:
     """
-    The records of C{records} (one partition's, in offset order) with offsets
-    in C{[start, end)} as one Arrow record batch (None if there are none),
-    and whether C{end} was reached.
+    The records of C{records} (one partition's L{ConsumerRecord}s, in offset
+    order) with offsets in C{[start, end)} as one Arrow record batch (None if
+    there are none), and whether C{end} was reached.
 
-    Column by column, with no Python object per record made here (this runs
-    for every record Spark reads): the topic and partition columns repeat one
-    value, the timestamps are scaled by Arrow, and the headers are one flat
-    list of keys and one of values cut by offsets.
+    This runs for every record Spark reads.  With the compiled accelerator
+    (C{kafkatw.protocol._speedups.arrow_columns}) the columns' buffers are
+    filled in one pass in C and wrapped as Arrow arrays without a copy; else
+    (or when it declines the records) L{_python_columns} builds the same
+    columns.
     """
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     if not records:
         return None, False
     done = records[-1].offset >= end - 1
-    chosen = records
-    if records[0].offset < start or records[-1].offset >= end:
-        offsets = list(map(_OFFSET, records))
-        chosen = records[bisect.bisect_left(offsets, start):bisect.bisect_left(offsets, end)]
-    n = len(chosen)
-    if not n:
+    lo, hi = 0, len(records)
+    if records[0].offset < start:
+        lo = bisect.bisect_left(records, start, key=_OFFSET)
+    if records[-1].offset >= end:
+        hi = bisect.bisect_left(records, end, lo, key=_OFFSET)
+    if lo >= hi:
         return None, done
-    first = chosen[0]
     schema = _arrow_schema(include_headers)
+    columns = _compiled_columns(records, lo, hi, include_headers, schema)
+    if columns is None:
+        columns = _python_columns(records[lo:hi], include_headers, schema)
+    return pa.RecordBatch.from_arrays(columns, schema=schema), done
+
+
+def _compiled_columns(records: list, lo: int, hi: int, include_headers: bool, schema: Any) -> list | None:
+    """
+    The columns of L{_to_arrow} for C{records[lo:hi]} from the buffers the
+    compiled accelerator fills; None without it or when it declines.
+    """
+    from ..client.consumer import ConsumerRecord
+    from ..protocol import records as _records
+
+    sp = _records._speedups
+    if sp is None:
+        return None
+    parts = sp.arrow_columns(records, lo, hi, ConsumerRecord, include_headers)
+    if parts is NotImplemented:
+        return None
+    first = records[lo]
+    return _wrap_columns(parts, hi - lo, first.topic, first.partition, include_headers, schema)
+
+
+def _wrap_columns(parts: tuple, n: int, topic: str, partition: int, include_headers: bool, schema: Any) -> list:
+    """
+    The Arrow columns of C{n} rows over the buffers of C{_speedups.arrow_columns}
+    or C{_speedups.fetched_columns} (C{parts}), without a copy.
+    """
+    import pyarrow as pa
+
+    key, value, offsets, stamps, types, headers = parts
+    columns = [
+        _binary_array(pa.binary(), n, key),
+        _binary_array(pa.binary(), n, value),
+        pa.repeat(pa.scalar(topic, pa.string()), n),
+        pa.repeat(pa.scalar(partition, pa.int32()), n),
+        pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(offsets)]),
+        pa.Array.from_buffers(schema.field("timestamp").type, n, [None, pa.py_buffer(stamps)]),
+        pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(types)]),
+    ]
+    if include_headers:
+        bounds, header_keys, header_values = headers
+        count = len(header_keys[2]) // 4 - 1
+        list_type = schema.field("headers").type
+        entries = pa.Array.from_buffers(list_type.value_type, count, [None], children=[
+            _binary_array(pa.string(), count, header_keys), _binary_array(pa.binary(), count, header_values)])
+        columns.append(pa.Array.from_buffers(list_type, n, [None, pa.py_buffer(bounds)], children=[entries]))
+    return columns
+
+
+class _Fetched(NamedTuple):
+    """
+    One piece of a partition's fetched data, not decoded: what the source's
+    consumer returns (L{_undecoded}); L{_fetched_to_arrow} decodes it.
+
+    @ivar offset: C{next_offset - 1} (item 2: where the consumer's position
+        arithmetic looks for an offset).
+    @ivar next_offset: the offset after its last complete batch.
+    """
+
+    topic: str
+    partition: int
+    offset: int
+    data: bytes
+    fetch_offset: int
+    next_offset: int
+    verify_crc: bool
+    aborted: Any
+
+
+def _undecoded(data: Any, topic: str, partition: int, fetch_offset: int, record_class: type, verify_crc: bool,
+               aborted: Any) -> tuple[list, int]:
+    """The consumer's C{record_decoder} for the source: the data as one L{_Fetched}, decoded later."""
+    from ..protocol.records import scan_next_offset
+
+    if not isinstance(data, bytes):
+        data = bytes(data)
+    next_offset = scan_next_offset(data, fetch_offset)
+    return [_Fetched(topic, partition, next_offset - 1, data, fetch_offset, next_offset, verify_crc,
+                     aborted)], next_offset
+
+
+def _fetched_to_arrow(fetched: _Fetched, start: int, end: int, include_headers: bool) -> Any:
+    """
+    The records of C{fetched} that the consumer would return (as
+    L{kafkatw.protocol.records.decode_fetched} decodes them) with offsets in
+    C{[start, end)}, as one Arrow record batch (None if there are none).
+
+    With the compiled accelerator the columns are decoded straight from the
+    fetched bytes (C{_speedups.fetched_columns}), with no Python object per
+    record; else, or when it declines (errors included, which the Python
+    path raises: L{kafkatw.errors.CorruptRecordError}, ...), through
+    L{ConsumerRecord}s and L{_to_arrow}.
+    """
+    from ..client.consumer import ConsumerRecord
+    from ..protocol import records as _records
+
+    sp = _records._speedups
+    if sp is not None and not fetched.aborted:
+        parts = sp.fetched_columns(fetched.data, fetched.fetch_offset, start, end, include_headers,
+                                   fetched.verify_crc, _records.crc32c, _records.decompress)
+        if parts is not NotImplemented:
+            n = len(parts[2]) // 8
+            if not n:
+                return None
+            import pyarrow as pa
+
+            schema = _arrow_schema(include_headers)
+            return pa.RecordBatch.from_arrays(
+                _wrap_columns(parts, n, fetched.topic, fetched.partition, include_headers, schema), schema=schema)
+    records, _ = _records.decode_fetched(fetched.data, fetched.topic, fetched.partition, fetched.fetch_offset,
+                                         ConsumerRecord, fetched.verify_crc, fetched.aborted)
+    return _to_arrow(records, start, end, include_headers)[0]
+
+
+def _binary_array(type: Any, n: int, parts: tuple) -> Any:
+    """A binary or string array of C{n} items from C{(validity or None, null count, offsets, data)}."""
+    import pyarrow as pa
+
+    validity, nulls, offsets, data = parts
+    return pa.Array.from_buffers(type, n, [None if validity is None else pa.py_buffer(validity),
+                                           pa.py_buffer(offsets), pa.py_buffer(data)], null_count=nulls)
+
+
+def _python_columns(chosen: list, include_headers: bool, schema: Any) -> list:
+    """
+    The columns of L{_to_arrow} for C{chosen}, column by column, with no
+    Python object per record made here: the topic and partition columns
+    repeat one value, the timestamps are scaled by Arrow, and the headers are
+    one flat list of keys and one of values cut by offsets.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = len(chosen)
+    first = chosen[0]
     timestamps = pc.multiply(pa.array(map(_TIMESTAMP, chosen), pa.int64(), size=n), 1000)
     columns = [
         pa.array(map(_KEY, chosen), pa.binary(), size=n),
@@ -284,14 +420,16 @@ def _to_arrow(records: list, start: int, end: int, include_headers: bool) -> tup
             [pa.array(map(_FIRST, flat), pa.string(), size=len(flat)),
              pa.array(map(_SECOND, flat), pa.binary(), size=len(flat))], fields=list(schema.field("headers").type.value_type))
         columns.append(pa.ListArray.from_arrays(bounds, entries, type=schema.field("headers").type))
-    return pa.RecordBatch.from_arrays(columns, schema=schema), done
+    return columns
 
 
 def _read_range(options: SourceOptions, part: KafkaInputPartition) -> Iterator[Any]:
     """
-    Yield the rows of C{part} as Arrow record batches (one per poll): exactly
+    Yield the rows of C{part} as Arrow record batches (one per piece of
+    fetched data, up to the consumer's C{max_partition_fetch_bytes}): exactly
     the records with offsets in C{[start, end)}, stopping at C{end} even when
-    more exist.
+    more exist.  The consumer hands the fetched bytes over undecoded
+    (L{_undecoded}); L{_fetched_to_arrow} decodes them into the columns.
 
     @raise DataLossError: records in the range are gone and C{failOnDataLoss}.
     """
@@ -304,15 +442,15 @@ def _read_range(options: SourceOptions, part: KafkaInputPartition) -> Iterator[A
         return
     headers = options.include_headers
     consumer = BlockingConsumer(options.bootstrap_servers, client_id="kafkatw-spark-executor",
-                                auto_offset_reset="none", max_poll_records=5000, security=options.security,
-                                isolation_level=options.isolation_level)
+                                auto_offset_reset="none", max_poll_records=1, security=options.security,
+                                isolation_level=options.isolation_level, record_decoder=_undecoded)
     try:
         consumer.assign([tp])
         consumer.seek(tp, start)
         idle_ms = 0
         while True:
             try:
-                records = consumer.poll(timeout_ms=1000)
+                pieces = consumer.poll(timeout_ms=1000)
             except OffsetOutOfRangeError:
                 earliest = consumer.beginning_offsets([tp])[tp]
                 _data_loss(options, f"{tp[0]}-{tp[1]}: offsets [{start}, {min(earliest, end)}) of the range"
@@ -322,7 +460,7 @@ def _read_range(options: SourceOptions, part: KafkaInputPartition) -> Iterator[A
                 start = earliest
                 consumer.seek(tp, earliest)
                 continue
-            if not records:
+            if not pieces:
                 if consumer.position(tp) >= end:
                     return
                 idle_ms += 1000
@@ -336,12 +474,13 @@ def _read_range(options: SourceOptions, part: KafkaInputPartition) -> Iterator[A
                                        f" {options.poll_timeout_ms} ms (kafkaConsumer.pollTimeoutMs)")
                 continue
             idle_ms = 0
-            batch, done = _to_arrow(records, start, end, headers)
-            if batch is not None:
-                yield batch
-            if done:
-                return
-            start = records[-1].offset + 1
+            for fetched in pieces:
+                batch = _fetched_to_arrow(fetched, start, end, headers)
+                if batch is not None:
+                    yield batch
+                if fetched.next_offset >= end:
+                    return
+                start = max(start, fetched.next_offset)
     finally:
         consumer.close()
 

@@ -233,6 +233,29 @@ class FetchPipelineTests(ConsumerTestCase):
         third = self.successResultOf(consumer.poll(max_records=10))
         self.assertEqual([(r.partition, r.offset) for r in third], [(0, 4), (0, 5), (1, 4), (1, 5)])
 
+    def test_record_decoder(self) -> None:
+        """
+        C{record_decoder} makes what C{poll} returns of each fetched piece
+        (here: one item per piece, as the Spark source's); the position
+        moves past the piece as with records.
+        """
+        calls = []
+
+        def undecoded(data: bytes, topic: str, partition: int, fetch_offset: int, record_class: type,
+                      verify_crc: bool, aborted: Any) -> tuple[list, int]:
+            calls.append((topic, partition, fetch_offset, record_class, verify_crc, aborted))
+            next_offset = scan_next_offset(data, fetch_offset)
+            return [(topic, partition, next_offset - 1, data)], next_offset
+
+        consumer = self.make(record_decoder=undecoded, max_poll_records=1)
+        self.assign_at(consumer, {(T, 0): 2, (T, 1): 0})
+        data = batch(0, 5) + batch(5, 2)
+        self.answer_fetch(1, {(T, 0): {"records": data}, (T, 1): {}})
+        self.assertEqual(self.successResultOf(consumer.poll()), [(T, 0, 6, data)])
+        self.assertEqual(calls, [(T, 0, 2, ConsumerRecord, True, None)])
+        self.assertEqual(self.successResultOf(consumer.position((T, 0))), 7)
+        self.assertEqual(self.successResultOf(consumer.poll()), [])
+
     def test_back_pressure_stops_fetching_a_full_partition(self) -> None:
         consumer = self.make(max_buffered_bytes=1000, max_poll_records=10)
         self.assign_at(consumer, {(T, 0): 0})
