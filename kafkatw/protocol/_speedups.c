@@ -2081,6 +2081,8 @@ fetched_columns(PyObject *module, PyObject *args)
                 goto failed;
             region = PyObject_CallFunction(decompress_fn, "iO", codec, compressed);
             Py_DECREF(compressed);
+            if (region == NULL && !PyErr_ExceptionMatches(PyExc_Exception))
+                goto failed; /* KeyboardInterrupt, SystemExit: not the data's fault, not to be lost */
             if (region == NULL || !PyBytes_Check(region)) {
                 Py_XDECREF(region);
                 PyErr_Clear();

@@ -359,6 +359,25 @@ class FetchedToArrowTests(unittest.SynchronousTestCase):
         self.assertEqual(compiled[1][7], [[{"key": "", "value": b""}, {"key": "h", "value": None}],
                                           [{"key": "", "value": b""}], [{"key": "h", "value": b"x"}]])
 
+    def test_interrupted_decompression(self) -> None:
+        """
+        A failed decompression is declined (the Python path raises its
+        error), but a C{KeyboardInterrupt} (or C{SystemExit}) while
+        decompressing is raised, not swallowed.
+        """
+        data = R.encode_batch_py([(b"k", b"v", [], 5)], base_offset=3, compression=R.COMPRESSION_GZIP)
+
+        def failing(error: BaseException) -> Any:
+            def decompress(codec: int, region: bytes) -> bytes:
+                raise error
+            return decompress
+
+        self.assertIs(self.sp.fetched_columns(data, 3, 0, 10, True, True, R.crc32c, failing(ValueError("x"))),
+                      NotImplemented)
+        for error in (KeyboardInterrupt(), SystemExit(3)):
+            self.assertRaises(type(error), self.sp.fetched_columns, data, 3, 0, 10, True, True, R.crc32c,
+                              failing(error))
+
     def test_aborted_transactions(self) -> None:
         """read_committed pieces with aborted transactions take the Python path (decode_fetched's rules)."""
         data = R.encode_batch_py([(b"k", b"v", [], 5)] * 3, base_offset=0, producer_id=9, producer_epoch=0,
