@@ -1806,10 +1806,12 @@ gcol_put(gcol *c, const unsigned char *data, int64_t len)
     if (gbuf_reserve(&c->offsets, 4) < 0)
         return -1;
     if (len >= 0) {
-        if (gbuf_reserve(&c->data, (Py_ssize_t)len) < 0)
-            return -1;
-        memcpy(c->data.p + c->data.len, data, (size_t)len);
-        c->data.len += (Py_ssize_t)len;
+        if (len > 0) { /* not for an empty item: data.p is NULL until the first reserve (memcpy's UB) */
+            if (gbuf_reserve(&c->data, (Py_ssize_t)len) < 0)
+                return -1;
+            memcpy(c->data.p + c->data.len, data, (size_t)len);
+            c->data.len += (Py_ssize_t)len;
+        }
         c->bits.p[c->count >> 3] |= (char)(1 << (c->count & 7));
     } else {
         c->nulls++;
@@ -2079,6 +2081,8 @@ fetched_columns(PyObject *module, PyObject *args)
                 goto failed;
             region = PyObject_CallFunction(decompress_fn, "iO", codec, compressed);
             Py_DECREF(compressed);
+            if (region == NULL && !PyErr_ExceptionMatches(PyExc_Exception))
+                goto failed; /* KeyboardInterrupt, SystemExit: not the data's fault, not to be lost */
             if (region == NULL || !PyBytes_Check(region)) {
                 Py_XDECREF(region);
                 PyErr_Clear();

@@ -343,6 +343,41 @@ class FetchedToArrowTests(unittest.SynchronousTestCase):
         self.check(fetched(down, 0), 0, 10, True)
         self.check(fetched(down, 1), 0, 10, True)
 
+    def test_empty_items(self) -> None:
+        """
+        Empty keys, values, header keys and header values (not null), first
+        in their columns too: nothing is copied into a data buffer not yet
+        allocated (UBSan flagged the memcpy to NULL of an empty first item).
+        """
+        data = R.encode_batch_py([(b"", b"", [("", b""), ("h", None)], 5), (b"", None, [("", b"")], 6),
+                                  (b"k", b"v", [("h", b"x")], 7)], base_offset=3)
+        piece = fetched(data, 3)
+        self.assertTrue(self.compiled_takes(piece, 0, 10, True))
+        compiled = self.check(piece, 0, 10, True)
+        self.assertEqual(compiled[1][0], [b"", b"", b"k"])
+        self.assertEqual(compiled[1][1], [b"", None, b"v"])
+        self.assertEqual(compiled[1][7], [[{"key": "", "value": b""}, {"key": "h", "value": None}],
+                                          [{"key": "", "value": b""}], [{"key": "h", "value": b"x"}]])
+
+    def test_interrupted_decompression(self) -> None:
+        """
+        A failed decompression is declined (the Python path raises its
+        error), but a C{KeyboardInterrupt} (or C{SystemExit}) while
+        decompressing is raised, not swallowed.
+        """
+        data = R.encode_batch_py([(b"k", b"v", [], 5)], base_offset=3, compression=R.COMPRESSION_GZIP)
+
+        def failing(error: BaseException) -> Any:
+            def decompress(codec: int, region: bytes) -> bytes:
+                raise error
+            return decompress
+
+        self.assertIs(self.sp.fetched_columns(data, 3, 0, 10, True, True, R.crc32c, failing(ValueError("x"))),
+                      NotImplemented)
+        for error in (KeyboardInterrupt(), SystemExit(3)):
+            self.assertRaises(type(error), self.sp.fetched_columns, data, 3, 0, 10, True, True, R.crc32c,
+                              failing(error))
+
     def test_aborted_transactions(self) -> None:
         """read_committed pieces with aborted transactions take the Python path (decode_fetched's rules)."""
         data = R.encode_batch_py([(b"k", b"v", [], 5)] * 3, base_offset=0, producer_id=9, producer_epoch=0,
