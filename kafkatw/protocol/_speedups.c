@@ -1413,25 +1413,11 @@ encode_value_batch(PyObject *module, PyObject *args)
 /* ---- Arrow columns for the Spark source --------------------------------------- */
 
 /*
- * arrow_columns measures first, then fills buffers of the exact sizes.  It
- * works on a private slice of the records (a new list holding its own
- * references to immutable tuples of immutable objects), so nothing a garbage
- * collection pass may run during its allocations can change what it reads
- * between the two passes.
+ * fetched_columns: the buffers of the Spark source's Arrow columns
+ * (kafkatw/spark/_source.py) straight from a partition's Fetch data, with no
+ * Python object per record: the batch loop of decode_fetched and the record
+ * loop of decode_region, writing into growable buffers.
  */
-
-/* 1: bytes (data, len set), 0: None, -1: neither (decline) */
-static inline int
-binary_or_null(PyObject *o, const char **data, Py_ssize_t *len)
-{
-    if (o == Py_None)
-        return 0;
-    if (!PyBytes_CheckExact(o))
-        return -1;
-    *data = PyBytes_AS_STRING(o);
-    *len = PyBytes_GET_SIZE(o);
-    return 1;
-}
 
 /* an exact int fitting int64 into *out: 1; anything else: 0 (decline); errors are cleared */
 static inline int
@@ -1448,265 +1434,6 @@ exact_int64(PyObject *o, int64_t *out)
     *out = v;
     return 1;
 }
-
-typedef struct {
-    Py_ssize_t bytes, nulls;
-} binary_size;
-
-/* a binary column's buffers: validity (NULL until needed), offsets (n + 1 int32), data */
-typedef struct {
-    PyObject *validity, *offsets, *data;
-    unsigned char *bits;
-    int32_t *off;
-    char *p;
-    Py_ssize_t count;
-} binary_column;
-
-static int
-binary_column_new(binary_column *c, Py_ssize_t n, const binary_size *size)
-{
-    memset(c, 0, sizeof(*c));
-    if (size->nulls) {
-        c->validity = PyBytes_FromStringAndSize(NULL, (n + 7) / 8);
-        if (c->validity == NULL)
-            return -1;
-        c->bits = (unsigned char *)PyBytes_AS_STRING(c->validity);
-        memset(c->bits, 0, (n + 7) / 8);
-    }
-    c->offsets = PyBytes_FromStringAndSize(NULL, (n + 1) * 4);
-    c->data = PyBytes_FromStringAndSize(NULL, size->bytes);
-    if (c->offsets == NULL || c->data == NULL)
-        return -1;
-    c->off = (int32_t *)PyBytes_AS_STRING(c->offsets);
-    c->p = PyBytes_AS_STRING(c->data);
-    c->off[0] = 0;
-    return 0;
-}
-
-static inline void
-binary_column_put(binary_column *c, const char *data, Py_ssize_t len)
-{
-    Py_ssize_t i = c->count++;
-    if (len >= 0) {
-        memcpy(c->p, data, len);
-        c->p += len;
-        if (c->bits != NULL)
-            c->bits[i >> 3] |= (unsigned char)(1 << (i & 7));
-    }
-    c->off[i + 1] = c->off[i] + (int32_t)(len >= 0 ? len : 0);
-}
-
-static void
-binary_column_clear(binary_column *c)
-{
-    Py_CLEAR(c->validity);
-    Py_CLEAR(c->offsets);
-    Py_CLEAR(c->data);
-}
-
-/* (validity or None, null count, offsets, data): steals the column's references */
-static PyObject *
-binary_column_tuple(binary_column *c, Py_ssize_t nulls)
-{
-    PyObject *t = Py_BuildValue("(OnOO)", c->validity != NULL ? c->validity : Py_None, nulls, c->offsets, c->data);
-    binary_column_clear(c);
-    return t;
-}
-
-PyDoc_STRVAR(arrow_columns_doc,
-"arrow_columns(records, lo, hi, cls, include_headers) -> tuple | NotImplemented\n\n"
-"The buffers of the Spark source's Arrow columns (kafkatw/spark/_source.py) for\n"
-"records[lo:hi], records of type cls (consumer.ConsumerRecord) as the consumer\n"
-"decodes them: (key, value, offsets, timestamps_us, timestamp_types, headers)\n"
-"where key and value are (validity bitmap or None, null count, int32 offsets,\n"
-"data) of a binary column, offsets and timestamps_us (timestamp_ms * 1000,\n"
-"wrapping as Arrow's multiply does) are int64 buffers, timestamp_types an int32\n"
-"buffer, and headers None or (int32 list offsets, (None, 0, key offsets, key\n"
-"data), (validity or None, null count, value offsets, value data)).  Buffers\n"
-"are bytes in native byte order.  NotImplemented (nothing done) for anything\n"
-"the Python columns would treat otherwise: another record type, keys or values\n"
-"not bytes or None, ints out of range, headers not tuples of (str, bytes or\n"
-"None), a column past 2 GiB.");
-
-static PyObject *
-arrow_columns(PyObject *module, PyObject *args)
-{
-    PyObject *records, *slice = NULL, *result = NULL;
-    Py_ssize_t lo, hi;
-    PyTypeObject *cls;
-    int include_headers;
-    if (!PyArg_ParseTuple(args, "O!nnO!p:arrow_columns", &PyList_Type, &records, &lo, &hi, &PyType_Type, &cls,
-                          &include_headers))
-        return NULL;
-    if (!PyType_IsSubtype(cls, &PyTuple_Type)) {
-        PyErr_SetString(PyExc_TypeError, "cls must be a tuple type");
-        return NULL;
-    }
-    slice = PyList_GetSlice(records, lo, hi);
-    if (slice == NULL)
-        return NULL;
-    const Py_ssize_t n = PyList_GET_SIZE(slice);
-    binary_size key_size = {0, 0}, value_size = {0, 0}, hkey_size = {0, 0}, hvalue_size = {0, 0};
-    Py_ssize_t header_count = 0;
-    binary_column key, value, hkey, hvalue;
-    PyObject *offsets = NULL, *stamps = NULL, *types = NULL, *list_offsets = NULL;
-    memset(&key, 0, sizeof(key));
-    memset(&value, 0, sizeof(value));
-    memset(&hkey, 0, sizeof(hkey));
-    memset(&hvalue, 0, sizeof(hvalue));
-
-    /* pass 1: check everything and measure */
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *r = PyList_GET_ITEM(slice, i);
-        const char *d;
-        Py_ssize_t len;
-        int64_t v;
-        int s;
-        if (Py_TYPE(r) != cls || !PyTuple_Check(r) || PyTuple_GET_SIZE(r) != 8)
-            goto decline;
-        if (!exact_int64(PyTuple_GET_ITEM(r, 2), &v) || !exact_int64(PyTuple_GET_ITEM(r, 3), &v) ||
-            !exact_int64(PyTuple_GET_ITEM(r, 4), &v) || v < INT32_MIN || v > INT32_MAX)
-            goto decline;
-        if ((s = binary_or_null(PyTuple_GET_ITEM(r, 5), &d, &len)) < 0)
-            goto decline;
-        if (s)
-            key_size.bytes += len;
-        else
-            key_size.nulls++;
-        if ((s = binary_or_null(PyTuple_GET_ITEM(r, 6), &d, &len)) < 0)
-            goto decline;
-        if (s)
-            value_size.bytes += len;
-        else
-            value_size.nulls++;
-        if (key_size.bytes > INT32_MAX || value_size.bytes > INT32_MAX)
-            goto decline;
-        if (!include_headers)
-            continue;
-        PyObject *headers = PyTuple_GET_ITEM(r, 7);
-        if (!PyTuple_CheckExact(headers))
-            goto decline;
-        Py_ssize_t nh = PyTuple_GET_SIZE(headers);
-        for (Py_ssize_t h = 0; h < nh; h++) {
-            PyObject *pair = PyTuple_GET_ITEM(headers, h);
-            if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2 ||
-                !PyUnicode_CheckExact(PyTuple_GET_ITEM(pair, 0)))
-                goto decline;
-            if (PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(pair, 0), &len) == NULL) {
-                PyErr_Clear(); /* lone surrogates: Arrow refuses them too, in the Python columns */
-                goto decline;
-            }
-            hkey_size.bytes += len;
-            if ((s = binary_or_null(PyTuple_GET_ITEM(pair, 1), &d, &len)) < 0)
-                goto decline;
-            if (s)
-                hvalue_size.bytes += len;
-            else
-                hvalue_size.nulls++;
-        }
-        header_count += nh;
-        if (header_count > INT32_MAX || hkey_size.bytes > INT32_MAX || hvalue_size.bytes > INT32_MAX)
-            goto decline;
-    }
-
-    /* pass 2: fill */
-    if (binary_column_new(&key, n, &key_size) < 0 || binary_column_new(&value, n, &value_size) < 0)
-        goto failed;
-    offsets = PyBytes_FromStringAndSize(NULL, n * 8);
-    stamps = PyBytes_FromStringAndSize(NULL, n * 8);
-    types = PyBytes_FromStringAndSize(NULL, n * 4);
-    if (offsets == NULL || stamps == NULL || types == NULL)
-        goto failed;
-    int32_t *list_off = NULL;
-    if (include_headers) {
-        list_offsets = PyBytes_FromStringAndSize(NULL, (n + 1) * 4);
-        if (list_offsets == NULL || binary_column_new(&hkey, header_count, &hkey_size) < 0 ||
-            binary_column_new(&hvalue, header_count, &hvalue_size) < 0)
-            goto failed;
-        list_off = (int32_t *)PyBytes_AS_STRING(list_offsets);
-        list_off[0] = 0;
-    }
-    int64_t *off64 = (int64_t *)PyBytes_AS_STRING(offsets), *ts64 = (int64_t *)PyBytes_AS_STRING(stamps);
-    int32_t *type32 = (int32_t *)PyBytes_AS_STRING(types);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *r = PyList_GET_ITEM(slice, i);
-        const char *d = NULL;
-        Py_ssize_t len = -1;
-        int64_t v = 0;
-        exact_int64(PyTuple_GET_ITEM(r, 2), &off64[i]);
-        exact_int64(PyTuple_GET_ITEM(r, 3), &v);
-        ts64[i] = (int64_t)((uint64_t)v * 1000u); /* Arrow's multiply wraps */
-        exact_int64(PyTuple_GET_ITEM(r, 4), &v);
-        type32[i] = (int32_t)v;
-        if (binary_or_null(PyTuple_GET_ITEM(r, 5), &d, &len) == 0)
-            len = -1;
-        binary_column_put(&key, d, len);
-        if (binary_or_null(PyTuple_GET_ITEM(r, 6), &d, &len) == 0)
-            len = -1;
-        binary_column_put(&value, d, len);
-        if (!include_headers)
-            continue;
-        PyObject *headers = PyTuple_GET_ITEM(r, 7);
-        Py_ssize_t nh = PyTuple_GET_SIZE(headers);
-        for (Py_ssize_t h = 0; h < nh; h++) {
-            PyObject *pair = PyTuple_GET_ITEM(headers, h);
-            d = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(pair, 0), &len); /* cached by pass 1 */
-            binary_column_put(&hkey, d, len);
-            if (binary_or_null(PyTuple_GET_ITEM(pair, 1), &d, &len) == 0)
-                len = -1;
-            binary_column_put(&hvalue, d, len);
-        }
-        list_off[i + 1] = list_off[i] + (int32_t)nh;
-    }
-    {
-        PyObject *k = binary_column_tuple(&key, key_size.nulls);
-        PyObject *v = binary_column_tuple(&value, value_size.nulls);
-        PyObject *hs = NULL;
-        if (include_headers) {
-            PyObject *hk = binary_column_tuple(&hkey, 0);
-            PyObject *hv = binary_column_tuple(&hvalue, hvalue_size.nulls);
-            if (hk != NULL && hv != NULL)
-                hs = Py_BuildValue("(ONN)", list_offsets, hk, hv);
-            else {
-                Py_XDECREF(hk);
-                Py_XDECREF(hv);
-            }
-        } else {
-            hs = Py_NewRef(Py_None);
-        }
-        if (k != NULL && v != NULL && hs != NULL)
-            result = Py_BuildValue("(NNOOON)", k, v, offsets, stamps, types, hs);
-        else {
-            Py_XDECREF(k);
-            Py_XDECREF(v);
-            Py_XDECREF(hs);
-        }
-    }
-    goto done;
-
-decline:
-    result = Py_NewRef(Py_NotImplemented);
-    goto done;
-failed:
-    result = NULL;
-done:
-    binary_column_clear(&key);
-    binary_column_clear(&value);
-    binary_column_clear(&hkey);
-    binary_column_clear(&hvalue);
-    Py_XDECREF(offsets);
-    Py_XDECREF(stamps);
-    Py_XDECREF(types);
-    Py_XDECREF(list_offsets);
-    Py_DECREF(slice);
-    return result;
-}
-
-/*
- * fetched_columns: the same columns straight from a partition's Fetch data,
- * with no Python object per record: the batch loop of decode_fetched and the
- * record loop of decode_region, writing into growable buffers.
- */
 
 /*
  * A growable buffer: a bytearray whose size is its capacity while it is
@@ -1823,7 +1550,7 @@ gcol_put(gcol *c, const unsigned char *data, int64_t len)
     return 0;
 }
 
-/* (validity or None, null count, offsets, data) as arrow_columns gives them (bytearrays) */
+/* a binary column's (validity bitmap or None, null count, int32 offsets, data), bytearrays */
 static PyObject *
 gcol_tuple(gcol *c)
 {
@@ -1994,10 +1721,18 @@ columns_region(columns *c, const unsigned char *p, const unsigned char *end, con
 PyDoc_STRVAR(fetched_columns_doc,
 "fetched_columns(data, fetch_offset, start, end, include_headers, verify_crc, crc32c, decompress)\n"
 "-> tuple | NotImplemented\n\n"
-"The Arrow buffers of arrow_columns (as bytearrays) for the records that\n"
-"records.decode_fetched(data, ..., fetch_offset, ..., verify_crc) (no aborted\n"
-"transactions) gives with offsets in [start, end), decoded from data (bytes)\n"
-"without making them: the same batch checks and the same records.\n"
+"The buffers of the Spark source's Arrow columns (kafkatw/spark/_source.py)\n"
+"for the records that records.decode_fetched(data, ..., fetch_offset, ...,\n"
+"verify_crc) (no aborted transactions) gives with offsets in [start, end),\n"
+"decoded from data (bytes) without making them: the same batch checks and the\n"
+"same records.  The result is (key, value, offsets, timestamps_us,\n"
+"timestamp_types, headers) where key and value are (validity bitmap or None,\n"
+"null count, int32 offsets, data) of a binary column, offsets and\n"
+"timestamps_us (timestamp_ms * 1000, wrapping as Arrow's multiply does) are\n"
+"int64 buffers, timestamp_types an int32 buffer, and headers None (without\n"
+"include_headers) or (int32 list offsets, (None, 0, key offsets, key data),\n"
+"(validity or None, null count, value offsets, value data)).\n"
+"Buffers are bytearrays in native byte order.\n"
 "NotImplemented (nothing done) for whatever the Python path must do itself,\n"
 "errors included (it raises them): a corrupt or truncated batch, a CRC\n"
 "mismatch, a magic other than 2, a failed decompression, varints or offsets\n"
@@ -2147,7 +1882,6 @@ static PyMethodDef methods[] = {
     {"encode_records", encode_records, METH_VARARGS, encode_records_doc},
     {"complete_records", complete_records, METH_VARARGS, complete_records_doc},
     {"encode_value_batch", encode_value_batch, METH_VARARGS, encode_value_batch_doc},
-    {"arrow_columns", arrow_columns, METH_VARARGS, arrow_columns_doc},
     {"fetched_columns", fetched_columns, METH_VARARGS, fetched_columns_doc},
     {NULL, NULL, 0, NULL},
 };

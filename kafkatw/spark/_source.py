@@ -246,11 +246,10 @@ def _to_arrow(records: list, start: int, end: int, include_headers: bool) -> tup
     order) with offsets in C{[start, end)} as one Arrow record batch (None if
     there are none), and whether C{end} was reached.
 
-    This runs for every record Spark reads.  With the compiled accelerator
-    (C{kafkatw.protocol._speedups.arrow_columns}) the columns' buffers are
-    filled in one pass in C and wrapped as Arrow arrays without a copy; else
-    (or when it declines the records) L{_python_columns} builds the same
-    columns.
+    The path of L{_fetched_to_arrow} for what the compiled
+    C{fetched_columns} leaves to Python (no accelerator, read-committed data
+    with aborted transactions, data it declines): L{_python_columns} builds
+    the columns.
     """
     import pyarrow as pa
 
@@ -265,34 +264,14 @@ def _to_arrow(records: list, start: int, end: int, include_headers: bool) -> tup
     if lo >= hi:
         return None, done
     schema = _arrow_schema(include_headers)
-    columns = _compiled_columns(records, lo, hi, include_headers, schema)
-    if columns is None:
-        columns = _python_columns(records[lo:hi], include_headers, schema)
+    columns = _python_columns(records[lo:hi], include_headers, schema)
     return pa.RecordBatch.from_arrays(columns, schema=schema), done
-
-
-def _compiled_columns(records: list, lo: int, hi: int, include_headers: bool, schema: Any) -> list | None:
-    """
-    The columns of L{_to_arrow} for C{records[lo:hi]} from the buffers the
-    compiled accelerator fills; None without it or when it declines.
-    """
-    from ..client.consumer import ConsumerRecord
-    from ..protocol import records as _records
-
-    sp = _records._speedups
-    if sp is None:
-        return None
-    parts = sp.arrow_columns(records, lo, hi, ConsumerRecord, include_headers)
-    if parts is NotImplemented:
-        return None
-    first = records[lo]
-    return _wrap_columns(parts, hi - lo, first.topic, first.partition, include_headers, schema)
 
 
 def _wrap_columns(parts: tuple, n: int, topic: str, partition: int, include_headers: bool, schema: Any) -> list:
     """
-    The Arrow columns of C{n} rows over the buffers of C{_speedups.arrow_columns}
-    or C{_speedups.fetched_columns} (C{parts}), without a copy.
+    The Arrow columns of C{n} rows over the buffers of
+    C{_speedups.fetched_columns} (C{parts}), without a copy.
     """
     import pyarrow as pa
 
