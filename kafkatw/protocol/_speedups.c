@@ -521,6 +521,125 @@ drop_before(PyObject *out, Py_ssize_t first, int64_t next_offset)
     return cut > first ? PyList_SetSlice(out, first, cut, NULL) : 0;
 }
 
+/* The batch walk of decode_fetched and fetched_columns: data's complete batches, checked as
+ * records.decode_fetched checks them, those already read and control batches skipped. */
+typedef enum {
+    WALK_BATCH,      /* a batch to decode: its fields below, its records in [start, stop) */
+    WALK_END,        /* no complete batch left */
+    WALK_BAD_LENGTH, /* a batch length below 49 */
+    WALK_BAD_MAGIC,  /* a magic other than 2 */
+    WALK_BAD_CRC,    /* a CRC mismatch */
+    WALK_DECOMPRESS_FAILED, /* decompress raised an Exception, still set */
+    WALK_NOT_BYTES,  /* decompress returned something other than bytes (no error set) */
+    WALK_DECLINE,    /* offsets past 64 bits (no error set) */
+    WALK_ERROR,      /* an error is set (KeyboardInterrupt, SystemExit from decompress included) */
+} walk_status;
+
+typedef struct {
+    /* set by the caller */
+    PyObject *data_obj; /* bytes */
+    const unsigned char *data;
+    Py_ssize_t len;
+    int verify_crc;
+    PyObject *crc_fn, *decompress_fn;
+    Py_ssize_t pos;      /* the next batch */
+    int64_t next_offset; /* the caller sets it to after_last once it has read a batch */
+    PyObject *view;      /* NULL, or a memoryview of data_obj made for the CRC: the caller releases it */
+    /* the batch of the last status: at, batch_end, batch_length and b.base_offset from WALK_BAD_LENGTH on,
+     * all from WALK_BAD_CRC on */
+    Py_ssize_t at;     /* its position in data (pos is past it once it is WALK_BATCH) */
+    int64_t batch_end; /* the position after it */
+    int32_t batch_length, last_offset_delta;
+    uint32_t crc;
+    int64_t after_last; /* its last offset + 1 */
+    batch_fields b;
+    PyObject *region;   /* WALK_BATCH: the decompressed records (the caller releases them), or NULL: in data */
+    const unsigned char *start, *stop; /* WALK_BATCH: its records */
+} batch_walk;
+
+static walk_status
+walk_next(batch_walk *w)
+{
+    const unsigned char *data = w->data;
+    while (w->pos + 12 <= w->len) {
+        Py_ssize_t pos = w->pos;
+        int64_t base_offset = be64(data + pos);
+        int32_t batch_length = be32(data + pos + 8);
+        int64_t batch_end = (int64_t)pos + 12 + batch_length;
+        if (batch_end > w->len)
+            break; /* a partial trailing batch */
+        w->at = pos;
+        w->batch_end = batch_end;
+        w->batch_length = batch_length;
+        w->b.base_offset = base_offset;
+        if (batch_length < 49)
+            return WALK_BAD_LENGTH;
+        if (data[pos + 16] != 2)
+            return WALK_BAD_MAGIC;
+        uint32_t crc = (uint32_t)be32(data + pos + 17);
+        int16_t attributes = be16(data + pos + 21);
+        int32_t last_offset_delta = be32(data + pos + 23);
+        batch_fields b = {base_offset, attributes, be64(data + pos + 27), be64(data + pos + 35),
+                          be32(data + pos + 57)};
+        int64_t last, after_last;
+        if (__builtin_add_overflow(base_offset, (int64_t)last_offset_delta, &last) ||
+            __builtin_add_overflow(last, (int64_t)1, &after_last))
+            return WALK_DECLINE;
+        if (last < w->next_offset || (attributes & 0x20)) { /* already read, or a control batch */
+            if (last >= w->next_offset)
+                w->next_offset = after_last;
+            w->pos = (Py_ssize_t)batch_end;
+            continue;
+        }
+        w->crc = crc;
+        w->last_offset_delta = last_offset_delta;
+        w->after_last = after_last;
+        w->b = b;
+        if (w->verify_crc) {
+            if (w->view == NULL && (w->view = PyMemoryView_FromObject(w->data_obj)) == NULL)
+                return WALK_ERROR;
+            PyObject *part = PySequence_GetSlice(w->view, pos + 21, (Py_ssize_t)batch_end);
+            if (part == NULL)
+                return WALK_ERROR;
+            PyObject *sum = PyObject_CallOneArg(w->crc_fn, part);
+            Py_DECREF(part);
+            if (sum == NULL)
+                return WALK_ERROR;
+            unsigned long long value = PyLong_AsUnsignedLongLong(sum);
+            Py_DECREF(sum);
+            if (value == (unsigned long long)-1 && PyErr_Occurred())
+                return WALK_ERROR;
+            if (value != crc)
+                return WALK_BAD_CRC;
+        }
+        PyObject *region = NULL;
+        const unsigned char *start = data + pos + 61, *stop = data + batch_end;
+        int codec = attributes & 0x07;
+        if (codec) {
+            PyObject *compressed = PyBytes_FromStringAndSize((const char *)start, (Py_ssize_t)(stop - start));
+            if (compressed == NULL)
+                return WALK_ERROR;
+            region = PyObject_CallFunction(w->decompress_fn, "iO", codec, compressed);
+            Py_DECREF(compressed);
+            if (region == NULL)
+                /* KeyboardInterrupt, SystemExit: not the data's fault, not to be lost */
+                return PyErr_ExceptionMatches(PyExc_Exception) ? WALK_DECOMPRESS_FAILED : WALK_ERROR;
+            if (!PyBytes_Check(region)) {
+                Py_DECREF(region);
+                return WALK_NOT_BYTES;
+            }
+            start = (const unsigned char *)PyBytes_AS_STRING(region);
+            stop = start + PyBytes_GET_SIZE(region);
+        }
+        w->region = region;
+        w->start = start;
+        w->stop = stop;
+        w->pos = (Py_ssize_t)batch_end;
+        return WALK_BATCH;
+    }
+    return WALK_END;
+}
+
 PyDoc_STRVAR(decode_fetched_doc,
 "decode_fetched(data, topic, partition, fetch_offset, cls, verify_crc, crc32c, decompress, python_records)\n"
 "-> (records, next_offset) | NotImplemented\n\n"
@@ -554,98 +673,56 @@ decode_fetched(PyObject *self, PyObject *args)
     if (overflow)
         Py_RETURN_NOTIMPLEMENTED;
 
-    const unsigned char *data = (const unsigned char *)PyBytes_AS_STRING(data_obj);
-    const Py_ssize_t len = PyBytes_GET_SIZE(data_obj);
-    Py_ssize_t pos = 0;
-    int64_t next_offset = fetch_offset;
-    PyObject *view = NULL;
+    batch_walk w = {.data_obj = data_obj, .data = (const unsigned char *)PyBytes_AS_STRING(data_obj),
+                    .len = PyBytes_GET_SIZE(data_obj), .verify_crc = verify_crc, .crc_fn = crc_fn,
+                    .decompress_fn = decompress_fn, .next_offset = fetch_offset};
+    const unsigned char *data = w.data;
     PyObject *out = PyList_New(0);
     if (out == NULL)
         return NULL;
 
-    while (pos + 12 <= len) {
-        int64_t base_offset = be64(data + pos);
-        int32_t batch_length = be32(data + pos + 8);
-        int64_t batch_end = (int64_t)pos + 12 + batch_length;
-        if (batch_end > len)
-            break; /* a partial trailing batch */
-        if (batch_length < 49) {
-            PyErr_Format(CorruptRecordError, "batch at offset %lld has length %d", (long long)base_offset,
-                         (int)batch_length);
+    for (;;) {
+        walk_status walk = walk_next(&w);
+        if (walk == WALK_END)
+            break;
+        switch (walk) {
+        case WALK_BATCH:
+            break;
+        case WALK_BAD_LENGTH:
+            PyErr_Format(CorruptRecordError, "batch at offset %lld has length %d", (long long)w.b.base_offset,
+                         (int)w.batch_length);
             goto failed;
-        }
-        if (data[pos + 16] != 2) {
+        case WALK_BAD_MAGIC:
             PyErr_Format(InvalidRecordError, "batch at offset %lld has magic %d; only v2 is supported",
-                         (long long)base_offset, (int)data[pos + 16]);
+                         (long long)w.b.base_offset, (int)data[w.at + 16]);
+            goto failed;
+        case WALK_BAD_CRC:
+            PyErr_Format(CorruptRecordError, "CRC mismatch in batch at offset %lld of %S-%S",
+                         (long long)w.b.base_offset, topic, partition);
+            goto failed;
+        case WALK_NOT_BYTES:
+            PyErr_SetString(PyExc_TypeError, "decompress must return bytes");
+            goto failed;
+        case WALK_DECLINE:
+            goto decline;
+        default: /* WALK_DECOMPRESS_FAILED, WALK_ERROR: raised as they are */
             goto failed;
         }
-        uint32_t crc = (uint32_t)be32(data + pos + 17);
-        int16_t attributes = be16(data + pos + 21);
-        int32_t last_offset_delta = be32(data + pos + 23);
-        batch_fields b = {base_offset, attributes, be64(data + pos + 27), be64(data + pos + 35),
-                          be32(data + pos + 57)};
-        int64_t last, after_last;
-        if (__builtin_add_overflow(base_offset, (int64_t)last_offset_delta, &last) ||
-            __builtin_add_overflow(last, (int64_t)1, &after_last))
-            goto decline;
-        if (last < next_offset || (attributes & 0x20)) { /* already read, or a control batch */
-            if (last >= next_offset)
-                next_offset = after_last;
-            pos = (Py_ssize_t)batch_end;
-            continue;
-        }
-        if (verify_crc) {
-            if (view == NULL && (view = PyMemoryView_FromObject(data_obj)) == NULL)
-                goto failed;
-            PyObject *part = PySequence_GetSlice(view, pos + 21, (Py_ssize_t)batch_end);
-            if (part == NULL)
-                goto failed;
-            PyObject *sum = PyObject_CallOneArg(crc_fn, part);
-            Py_DECREF(part);
-            if (sum == NULL)
-                goto failed;
-            unsigned long long value = PyLong_AsUnsignedLongLong(sum);
-            Py_DECREF(sum);
-            if (value == (unsigned long long)-1 && PyErr_Occurred())
-                goto failed;
-            if (value != crc) {
-                PyErr_Format(CorruptRecordError, "CRC mismatch in batch at offset %lld of %S-%S",
-                             (long long)base_offset, topic, partition);
-                goto failed;
-            }
-        }
-        Py_ssize_t first = PyList_GET_SIZE(out);
-        PyObject *region = NULL; /* the decompressed records, or NULL: in data */
-        const unsigned char *start = data + pos + 61, *stop = data + batch_end;
-        int codec = attributes & 0x07;
-        if (codec) {
-            PyObject *compressed = PyBytes_FromStringAndSize((const char *)start, (Py_ssize_t)(stop - start));
-            if (compressed == NULL)
-                goto failed;
-            region = PyObject_CallFunction(decompress_fn, "iO", codec, compressed);
-            Py_DECREF(compressed);
-            if (region == NULL)
-                goto failed;
-            if (!PyBytes_Check(region)) {
-                Py_DECREF(region);
-                PyErr_SetString(PyExc_TypeError, "decompress must return bytes");
-                goto failed;
-            }
-            start = (const unsigned char *)PyBytes_AS_STRING(region);
-            stop = start + PyBytes_GET_SIZE(region);
-        }
-        int status = decode_region(start, stop, &b, out, topic, partition, cls, 0);
+        Py_ssize_t pos = w.at, first = PyList_GET_SIZE(out);
+        PyObject *region = w.region; /* the decompressed records, or NULL: in data */
+        int status = decode_region(w.start, w.stop, &w.b, out, topic, partition, cls, 0);
         if (status == 0) { /* the Python loop decodes this batch */
             PyObject *header = Py_BuildValue(
-                "(LiiiIhiLLLhii)", (long long)base_offset, (int)batch_length, (int)be32(data + pos + 12),
-                (int)(signed char)data[pos + 16], (unsigned int)crc, (short)attributes, (int)last_offset_delta,
-                (long long)b.base_ts, (long long)b.max_ts, (long long)be64(data + pos + 43),
-                (short)be16(data + pos + 51), (int)be32(data + pos + 53), (int)b.count);
+                "(LiiiIhiLLLhii)", (long long)w.b.base_offset, (int)w.batch_length, (int)be32(data + pos + 12),
+                (int)(signed char)data[pos + 16], (unsigned int)w.crc, (short)w.b.attributes,
+                (int)w.last_offset_delta, (long long)w.b.base_ts, (long long)w.b.max_ts,
+                (long long)be64(data + pos + 43), (short)be16(data + pos + 51), (int)be32(data + pos + 53),
+                (int)w.b.count);
             PyObject *r = NULL;
             if (header != NULL) {
                 PyObject *d = region != NULL ? region : data_obj;
                 Py_ssize_t s0 = region != NULL ? 0 : pos + 61;
-                Py_ssize_t s1 = region != NULL ? PyBytes_GET_SIZE(region) : (Py_ssize_t)batch_end;
+                Py_ssize_t s1 = region != NULL ? PyBytes_GET_SIZE(region) : (Py_ssize_t)w.batch_end;
                 r = PyObject_CallFunction(py_records, "OnnOOOOO", d, s0, s1, header, out, topic, partition,
                                           (PyObject *)cls);
                 Py_DECREF(header);
@@ -656,21 +733,20 @@ decode_fetched(PyObject *self, PyObject *args)
         Py_XDECREF(region);
         if (status < 0)
             goto failed;
-        if (base_offset < next_offset && drop_before(out, first, next_offset) < 0)
+        if (w.b.base_offset < w.next_offset && drop_before(out, first, w.next_offset) < 0)
             goto failed;
-        next_offset = after_last;
-        pos = (Py_ssize_t)batch_end;
+        w.next_offset = w.after_last;
     }
-    Py_XDECREF(view);
-    return Py_BuildValue("(NL)", out, (long long)next_offset);
+    Py_XDECREF(w.view);
+    return Py_BuildValue("(NL)", out, (long long)w.next_offset);
 
 decline:
-    Py_XDECREF(view);
+    Py_XDECREF(w.view);
     Py_DECREF(out);
     Py_RETURN_NOTIMPLEMENTED;
 
 failed:
-    Py_XDECREF(view);
+    Py_XDECREF(w.view);
     Py_DECREF(out);
     return NULL;
 }
@@ -1750,11 +1826,10 @@ fetched_columns(PyObject *module, PyObject *args)
         return NULL;
     if (!exact_int64(fetch_obj, &fetch_offset) || !exact_int64(start_obj, &start) || !exact_int64(stop_obj, &stop))
         Py_RETURN_NOTIMPLEMENTED; /* offsets past 64 bits: the Python path's */
-    const unsigned char *data = (const unsigned char *)PyBytes_AS_STRING(data_obj);
-    const Py_ssize_t len = PyBytes_GET_SIZE(data_obj);
-    Py_ssize_t pos = 0;
-    int64_t next_offset = fetch_offset;
-    PyObject *view = NULL, *result = NULL;
+    batch_walk w = {.data_obj = data_obj, .data = (const unsigned char *)PyBytes_AS_STRING(data_obj),
+                    .len = PyBytes_GET_SIZE(data_obj), .verify_crc = verify_crc, .crc_fn = crc_fn,
+                    .decompress_fn = decompress_fn, .next_offset = fetch_offset};
+    PyObject *result = NULL;
     int status = C_OK;
     columns c;
     memset(&c, 0, sizeof(c));
@@ -1767,73 +1842,24 @@ fetched_columns(PyObject *module, PyObject *args)
     memset(c.lists.p, 0, 4);
     c.lists.len = 4;
 
-    while (pos + 12 <= len) {
-        int64_t base_offset = be64(data + pos);
-        int32_t batch_length = be32(data + pos + 8);
-        int64_t batch_end = (int64_t)pos + 12 + batch_length;
-        if (batch_end > len)
-            break; /* a partial trailing batch */
-        if (batch_length < 49 || data[pos + 16] != 2)
+    for (;;) {
+        walk_status walk = walk_next(&w);
+        if (walk == WALK_END)
+            break;
+        if (walk == WALK_ERROR)
+            goto failed;
+        if (walk != WALK_BATCH) { /* the Python path raises the error */
+            PyErr_Clear(); /* that of WALK_DECOMPRESS_FAILED */
             goto decline;
-        uint32_t crc = (uint32_t)be32(data + pos + 17);
-        int16_t attributes = be16(data + pos + 21);
-        int32_t last_offset_delta = be32(data + pos + 23);
-        batch_fields b = {base_offset, attributes, be64(data + pos + 27), be64(data + pos + 35),
-                          be32(data + pos + 57)};
-        int64_t last, after_last;
-        if (__builtin_add_overflow(base_offset, (int64_t)last_offset_delta, &last) ||
-            __builtin_add_overflow(last, (int64_t)1, &after_last))
-            goto decline;
-        if (last < next_offset || (attributes & 0x20)) { /* already read, or a control batch */
-            if (last >= next_offset)
-                next_offset = after_last;
-            pos = (Py_ssize_t)batch_end;
-            continue;
         }
-        if (verify_crc) {
-            if (view == NULL && (view = PyMemoryView_FromObject(data_obj)) == NULL)
-                goto failed;
-            PyObject *part = PySequence_GetSlice(view, pos + 21, (Py_ssize_t)batch_end);
-            if (part == NULL)
-                goto failed;
-            PyObject *sum = PyObject_CallOneArg(crc_fn, part);
-            Py_DECREF(part);
-            if (sum == NULL)
-                goto failed;
-            unsigned long long value = PyLong_AsUnsignedLongLong(sum);
-            Py_DECREF(sum);
-            if (value == (unsigned long long)-1 && PyErr_Occurred())
-                goto failed;
-            if (value != crc)
-                goto decline;
-        }
-        const unsigned char *first = data + pos + 61, *last_byte = data + batch_end;
-        PyObject *region = NULL;
-        int codec = attributes & 0x07;
-        if (codec) {
-            PyObject *compressed = PyBytes_FromStringAndSize((const char *)first, (Py_ssize_t)(last_byte - first));
-            if (compressed == NULL)
-                goto failed;
-            region = PyObject_CallFunction(decompress_fn, "iO", codec, compressed);
-            Py_DECREF(compressed);
-            if (region == NULL && !PyErr_ExceptionMatches(PyExc_Exception))
-                goto failed; /* KeyboardInterrupt, SystemExit: not the data's fault, not to be lost */
-            if (region == NULL || !PyBytes_Check(region)) {
-                Py_XDECREF(region);
-                PyErr_Clear();
-                goto decline;
-            }
-            first = (const unsigned char *)PyBytes_AS_STRING(region);
-            last_byte = first + PyBytes_GET_SIZE(region);
-        }
-        status = columns_region(&c, first, last_byte, &b, base_offset < next_offset ? next_offset : INT64_MIN);
-        Py_XDECREF(region);
+        status = columns_region(&c, w.start, w.stop, &w.b,
+                                w.b.base_offset < w.next_offset ? w.next_offset : INT64_MIN);
+        Py_XDECREF(w.region);
         if (status == C_ERROR)
             goto failed;
         if (status == C_DECLINE)
             goto decline;
-        next_offset = after_last;
-        pos = (Py_ssize_t)batch_end;
+        w.next_offset = w.after_last;
     }
     {
         PyObject *k = gcol_tuple(&c.key), *v = gcol_tuple(&c.value), *hs = NULL;
@@ -1869,7 +1895,7 @@ decline:
 failed:
     result = NULL;
 done:
-    Py_XDECREF(view);
+    Py_XDECREF(w.view);
     columns_free(&c);
     return result;
 }
