@@ -317,6 +317,22 @@ class EncodeValueBatchSameAsPythonTests(CompiledTestCase):
             R._speedups = saved
 
 
+def encode_batches(batches: list, first: int, data: st.DataObject) -> tuple[bytes, int]:
+    """
+    Record batches from C{(records, compression, timestamp type, is control)}
+    tuples, the first at offset C{first}, concatenated, and sometimes a
+    partial trailing batch (drawn from C{data}); and the offset after the last.
+    """
+    encoded = []
+    offset = first
+    for records, compression, timestamp_type, control in batches:
+        encoded.append(R.encode_batch_py(records, base_offset=offset, compression=compression,
+                                         timestamp_type=timestamp_type, is_control=control))
+        offset += len(records)
+    blob = b"".join(encoded)
+    return blob + data.draw(st.sampled_from([b"", blob[:30]])), offset
+
+
 class DecodeSameAsPythonTests(CompiledTestCase):
     """The compiled record loop of L{R.decode_fetched} and L{R.decode_batches} gives the Python loop's records."""
 
@@ -326,17 +342,10 @@ class DecodeSameAsPythonTests(CompiledTestCase):
                             min_size=1, max_size=4),
            data=st.data())
     def test_random_batches(self, batches: list, data: st.DataObject) -> None:
-        encoded = []
-        offset = data.draw(st.integers(min_value=0, max_value=2**62))
-        first = offset
-        for records, compression, timestamp_type, control in batches:
-            records = [(k, v, h, 1_700_000_000_000 if ts is None or not 0 <= ts < 2**62 else ts)
-                       for k, v, h, ts in records]
-            encoded.append(R.encode_batch_py(records, base_offset=offset, compression=compression,
-                                             timestamp_type=timestamp_type, is_control=control))
-            offset += len(records)
-        blob = b"".join(encoded)
-        blob += data.draw(st.sampled_from([b"", blob[:30]]))  # a partial trailing batch
+        first = data.draw(st.integers(min_value=0, max_value=2**62))
+        batches = [([(k, v, h, 1_700_000_000_000 if ts is None or not 0 <= ts < 2**62 else ts)
+                     for k, v, h, ts in records], *rest) for records, *rest in batches]
+        blob, offset = encode_batches(batches, first, data)
         fetch_offset = data.draw(st.integers(min_value=first, max_value=offset))
         result = self.decode_both(blob, fetch_offset)
         self.assertEqual(result[0], "ok")

@@ -31,7 +31,7 @@ from kafkatw.errors import CorruptRecordError
 from kafkatw.protocol import records as R
 
 from .test_records import compiled_speedups
-from .test_records_speedups import batch_of, raw_record
+from .test_records_speedups import batch_of, encode_batches, raw_record
 
 
 def records(first: int, count: int) -> list[ConsumerRecord]:
@@ -200,16 +200,10 @@ class FetchedToArrowTests(unittest.SynchronousTestCase):
            data=st.data(), headers=st.booleans())
     def test_random_batches(self, batches: list, data: Any, headers: bool) -> None:
         """Batches of any records, compressed or not, LogAppendTime, control batches, cut anywhere."""
-        encoded = []
-        offset = data.draw(st.integers(min_value=0, max_value=2**40))
-        first = offset
-        for specs, compression, timestamp_type, control in batches:
-            records = [(key, value, list(hs), ts % 2**42) for _, ts, _, key, value, hs in specs]
-            encoded.append(R.encode_batch_py(records, base_offset=offset, compression=compression,
-                                             timestamp_type=timestamp_type, is_control=control))
-            offset += len(records)
-        blob = b"".join(encoded)
-        blob += data.draw(st.sampled_from([b"", blob[:30]]))  # a partial trailing batch
+        first = data.draw(st.integers(min_value=0, max_value=2**40))
+        batches = [([(key, value, list(hs), ts % 2**42) for _, ts, _, key, value, hs in specs], *rest)
+                   for specs, *rest in batches]
+        blob, offset = encode_batches(batches, first, data)
         fetch_offset = data.draw(st.integers(min_value=first, max_value=offset))
         start = data.draw(st.integers(min_value=first - 2, max_value=offset + 2))
         end = data.draw(st.integers(min_value=start, max_value=offset + 3))
