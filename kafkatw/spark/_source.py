@@ -240,11 +240,11 @@ _FIRST = operator.itemgetter(0)
 _SECOND = operator.itemgetter(1)
 
 
-def _to_arrow(records: list, start: int, end: int, include_headers: bool) -> tuple[Any, bool]:
+def _to_arrow(records: list, start: int, end: int, include_headers: bool) -> Any:
     """
     The records of C{records} (one partition's L{ConsumerRecord}s, in offset
     order) with offsets in C{[start, end)} as one Arrow record batch (None if
-    there are none), and whether C{end} was reached.
+    there are none).
 
     The path of L{_fetched_to_arrow} for what the compiled
     C{fetched_columns} leaves to Python (no accelerator, read-committed data
@@ -254,18 +254,16 @@ def _to_arrow(records: list, start: int, end: int, include_headers: bool) -> tup
     import pyarrow as pa
 
     if not records:
-        return None, False
-    done = records[-1].offset >= end - 1
+        return None
     lo, hi = 0, len(records)
     if records[0].offset < start:
         lo = bisect.bisect_left(records, start, key=_OFFSET)
     if records[-1].offset >= end:
         hi = bisect.bisect_left(records, end, lo, key=_OFFSET)
     if lo >= hi:
-        return None, done
+        return None
     schema = _arrow_schema(include_headers)
-    columns = _python_columns(records[lo:hi], include_headers, schema)
-    return pa.RecordBatch.from_arrays(columns, schema=schema), done
+    return pa.RecordBatch.from_arrays(_python_columns(records[lo:hi], include_headers, schema), schema=schema)
 
 
 def _wrap_columns(parts: tuple, n: int, topic: str, partition: int, include_headers: bool, schema: Any) -> list:
@@ -357,7 +355,7 @@ def _fetched_to_arrow(fetched: _Fetched, start: int, end: int, include_headers: 
                 _wrap_columns(parts, n, fetched.topic, fetched.partition, include_headers, schema), schema=schema)
     records, _ = _records.decode_fetched(fetched.data, fetched.topic, fetched.partition, fetched.fetch_offset,
                                          ConsumerRecord, fetched.verify_crc, fetched.aborted)
-    return _to_arrow(records, start, end, include_headers)[0]
+    return _to_arrow(records, start, end, include_headers)
 
 
 def _binary_array(type: Any, n: int, parts: tuple) -> Any:
