@@ -1685,6 +1685,29 @@ valid_utf8(const unsigned char *p, Py_ssize_t n)
 enum { C_OK = 0, C_ERROR = -1, C_DECLINE = 1 };
 
 /*
+ * Read a record's nullable length-prefixed field (key, value, header value) at
+ * *pp: *out and *len are the bytes (NULL and -1 for null); 0, or -1 when the
+ * varint or the bytes run past end.
+ */
+static inline int
+read_nullable_bytes(const unsigned char **pp, const unsigned char *end, const unsigned char **out,
+                    int64_t *len)
+{
+    if (read_varint(pp, end, len) != V_OK)
+        return -1;
+    *out = NULL;
+    if (*len < 0) {
+        *len = -1;
+        return 0;
+    }
+    if (*len > end - *pp)
+        return -1;
+    *out = *pp;
+    *pp += *len;
+    return 0;
+}
+
+/*
  * Add the records of the region [p, end) of a batch with offsets at or after
  * keep_from (and in [start, end)) to the columns.  C_DECLINE for anything
  * decode_region would not decode as it is (errors included: the caller's
@@ -1723,24 +1746,11 @@ columns_region(columns *c, const unsigned char *p, const unsigned char *end, con
             c->last = offset;
             keep = offset >= c->start && offset < c->end;
         }
-        const unsigned char *key = NULL, *value = NULL;
+        const unsigned char *key, *value;
         int64_t key_len, value_len;
-        if (read_varint(&p, end, &key_len) != V_OK)
+        if (read_nullable_bytes(&p, end, &key, &key_len) < 0 ||
+            read_nullable_bytes(&p, end, &value, &value_len) < 0)
             return C_DECLINE;
-        if (key_len >= 0) {
-            if (key_len > end - p)
-                return C_DECLINE;
-            key = p;
-            p += key_len;
-        }
-        if (read_varint(&p, end, &value_len) != V_OK)
-            return C_DECLINE;
-        if (value_len >= 0) {
-            if (value_len > end - p)
-                return C_DECLINE;
-            value = p;
-            p += value_len;
-        }
         int64_t nh;
         if (read_varint(&p, end, &nh) != V_OK || nh < 0 || nh > (end - p) / 2)
             return C_DECLINE;
@@ -1756,30 +1766,21 @@ columns_region(columns *c, const unsigned char *p, const unsigned char *end, con
             c->offsets.len += 8;
             c->stamps.len += 8;
             c->types.len += 4;
-            if ((s = gcol_put(&c->key, key, key_len < 0 ? -1 : key_len)) != 0 ||
-                (s = gcol_put(&c->value, value, value_len < 0 ? -1 : value_len)) != 0)
+            if ((s = gcol_put(&c->key, key, key_len)) != 0 ||
+                (s = gcol_put(&c->value, value, value_len)) != 0)
                 return s < 0 ? C_ERROR : C_DECLINE;
         }
         for (int64_t h = 0; h < nh; h++) {
             int64_t hk_len, hv_len;
-            const unsigned char *hk, *hv = NULL;
-            if (read_varint(&p, end, &hk_len) != V_OK || hk_len < 0 || hk_len > end - p)
-                return C_DECLINE;
-            hk = p;
-            p += hk_len;
-            if (read_varint(&p, end, &hv_len) != V_OK)
-                return C_DECLINE;
-            if (hv_len >= 0) {
-                if (hv_len > end - p)
-                    return C_DECLINE;
-                hv = p;
-                p += hv_len;
-            }
+            const unsigned char *hk, *hv;
+            if (read_nullable_bytes(&p, end, &hk, &hk_len) < 0 || hk == NULL ||
+                read_nullable_bytes(&p, end, &hv, &hv_len) < 0)
+                return C_DECLINE; /* a null header key is the decoder's error */
             if (keep && c->include_headers) {
                 if (!valid_utf8(hk, (Py_ssize_t)hk_len))
                     return C_DECLINE; /* the decoder replaces what is not UTF-8 */
                 if ((s = gcol_put(&c->hkey, hk, hk_len)) != 0 ||
-                    (s = gcol_put(&c->hvalue, hv, hv_len < 0 ? -1 : hv_len)) != 0)
+                    (s = gcol_put(&c->hvalue, hv, hv_len)) != 0)
                     return s < 0 ? C_ERROR : C_DECLINE;
             }
         }
