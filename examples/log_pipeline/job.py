@@ -15,17 +15,23 @@ or C{pandas.read_parquet(output)}.
 
 Exactly once: Spark records a micro-batch's offsets in the checkpoint before
 running it and replays the same offsets (same batch id) after a crash;
-C{foreachBatch} writes each batch to the directory named by its batch id with
-C{mode("overwrite")}, so a replayed batch replaces its own earlier, possibly
-partial, output instead of adding to it.  A reader that may run while the job
-writes should skip directories without a C{_SUCCESS} file.
+C{foreachBatch} writes each batch to the directory named by its batch id,
+replacing what is there, so a replayed batch replaces its own earlier output
+instead of adding to it.  A local directory is written by the driver and
+renamed into place whole (L{write_counts}); elsewhere Spark writes it with
+C{mode("overwrite")}, and a reader that may run while the job writes should
+skip directories without a C{_SUCCESS} file.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
+import urllib.parse
+import urllib.request
+import uuid
 from typing import Any, TextIO
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -69,6 +75,55 @@ class Summary:
         self.out.flush()
 
 
+def local_directory(path: str, master: str) -> str | None:
+    """
+    The local directory that the output path C{path} names, or None where it
+    may name another file system (Spark then writes it): a C{file:} URI, or a
+    path without a scheme when Spark's master is C{local} (Spark's own default
+    file system, C{fs.defaultFS}, may be HDFS on a cluster).
+    """
+    parsed = urllib.parse.urlparse(path)
+    if parsed.scheme == "file":
+        return urllib.request.url2pathname(parsed.path)
+    if parsed.scheme == "" and master.startswith("local"):
+        return path
+    return None
+
+
+def write_counts(counts: Any, directory: str) -> None:
+    """
+    Write the output's rows C{counts} (a C{pyarrow.Table} of L{OUTPUT_SCHEMA})
+    to the local C{directory} as one parquet file and an empty C{_SUCCESS},
+    replacing the directory if it exists (a replayed micro-batch): written to
+    a hidden directory beside it (C{.<name>.<random>.tmp}, which C{batch-*}
+    and Spark's and pyarrow's readers skip) and renamed into place, so that a
+    reader sees the whole batch or none of it.
+
+    @raise OSError: the directory could not be written; nothing is left in
+        its place but what was there before or, where the old directory was
+        removed and the rename failed, nothing.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema = pa.schema([("source", pa.string()), ("minute", pa.timestamp("us", tz="UTC")), ("level", pa.string()),
+                        ("status", pa.int32()), ("count", pa.int64())])
+    directory = os.path.abspath(directory)
+    parent, name = os.path.split(directory)
+    os.makedirs(parent, exist_ok=True)
+    staging = os.path.join(parent, f".{name}.{uuid.uuid4().hex}.tmp")
+    os.mkdir(staging)
+    try:
+        pq.write_table(counts.cast(schema), os.path.join(staging, "part-00000.snappy.parquet"), compression="snappy")
+        open(os.path.join(staging, "_SUCCESS"), "wb").close()
+        if os.path.lexists(directory):
+            shutil.rmtree(directory)
+        os.rename(staging, directory)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
 def process_batch(batch_df: Any, batch_id: int, output: str, summary: Summary, parser: str = "sql") -> None:
     """
     The C{foreachBatch} function: parse, count, write C{<output>/batch-<id>},
@@ -80,8 +135,9 @@ def process_batch(batch_df: Any, batch_id: int, output: str, summary: Summary, p
     level and status) and the messages.  Its result, a few rows per minute
     and message, comes to the driver as one Arrow table; the per-source
     totals and the top messages are computed from it there, and the output's
-    rows are written to parquet from it (a second, small Spark job that
-    does not parse again).
+    rows are written to parquet from it: by the driver where the output is a
+    local directory (L{local_directory}, L{write_counts}), else by a second,
+    small Spark job that does not parse again.
 
     @param parser: C{"sql"}: Spark SQL expressions, in the JVM
         (L{parsing_sql.parse}); C{"python"}: the reference parser, per line in
@@ -106,9 +162,14 @@ def process_batch(batch_df: Any, batch_id: int, output: str, summary: Summary, p
     per_source = [{"source": r["source"], "lines": r["count_sum"], "errors": r["errors_sum"]}
                   for r in counts.select(["source", "count"]).append_column("errors", errors)
                   .group_by("source").aggregate([("count", "sum"), ("errors", "sum")]).to_pylist()]
-    (batch_df.sparkSession.createDataFrame(counts.select(["source", "minute", "level", "status", "count"]),
-                                           OUTPUT_SCHEMA)
-     .coalesce(1).write.mode("overwrite").parquet(os.path.join(output, f"batch-{batch_id:08d}")))
+    rows = counts.select(["source", "minute", "level", "status", "count"])
+    spark = batch_df.sparkSession
+    directory = os.path.join(output, f"batch-{batch_id:08d}")
+    local = local_directory(directory, spark.conf.get("spark.master", ""))
+    if local is not None:
+        write_counts(rows, local)
+    else:
+        spark.createDataFrame(rows, OUTPUT_SCHEMA).coalesce(1).write.mode("overwrite").parquet(directory)
     # Spark's order: count descending, then message ascending (nulls first), UTF-8 bytes as Arrow's
     messages = (groups.filter(pc.equal(groups["per_group"], 0)).select(["message", "count"])
                 .sort_by([("count", "descending", "at_end"), ("message", "ascending", "at_start")])

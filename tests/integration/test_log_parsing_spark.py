@@ -285,6 +285,7 @@ class SparkParsingTests(ClassFixture, unittest.SynchronousTestCase):
         job.process_batch(df, 7, output, job.Summary(printed))
         job.process_batch(df.limit(0), 8, output, job.Summary(printed))  # an empty batch: nothing
         self.assertEqual(sorted(os.listdir(output)), ["batch-00000007"])
+        self.assertIn("_SUCCESS", os.listdir(os.path.join(output, "batch-00000007")))
 
         want = reference(rows)
         counts = collections.Counter((source, minute, level, status) for source, minute, level, status, _, _ in want)
@@ -295,6 +296,13 @@ class SparkParsingTests(ClassFixture, unittest.SynchronousTestCase):
         got = {tuple(r[:4]): r[4] for r in written.select("source", F.unix_millis("minute"), "level", "status",
                                                            "count").collect()}
         self.assertEqual(got, dict(counts))
+        # the driver wrote it (a local directory); Spark's writer, for other file systems, writes the same rows
+        spark_written = os.path.join(output, "spark")
+        self.spark.createDataFrame(written.toArrow(), job.OUTPUT_SCHEMA).coalesce(1).write.parquet(spark_written)
+        both = self.spark.read.parquet(os.path.join(output, "*"))
+        self.assertEqual(both.select("source", F.unix_millis("minute"), "level", "status", "count").exceptAll(
+            written.union(written).select("source", F.unix_millis("minute"), "level", "status", "count")).count(), 0)
+        self.assertEqual(both.count(), 2 * written.count())
 
         lines, errors = collections.Counter(), collections.Counter()
         for source, _, _, _, error, _ in want:

@@ -1,6 +1,7 @@
 """
 Tests of the log pipeline's line parsing (examples/log_pipeline/parsing.py)
-and of its job's session settings (examples/log_pipeline/job.py): no Spark.
+and of its job's session settings and output (examples/log_pipeline/job.py):
+no Spark.
 """
 
 from __future__ import annotations
@@ -178,3 +179,55 @@ class TuneTests(unittest.SynchronousTestCase):
             spark = FakeSession(values)
             job.tune(spark)
             self.assertEqual(spark.conf.values[self.KEY], "8000")
+
+
+class OutputTests(unittest.SynchronousTestCase):
+    """Where the job's output is written from, and the driver's writer."""
+
+    def test_local_directory(self) -> None:
+        """The driver writes file: URIs, and paths without a scheme under a local master only."""
+        self.assertEqual(job.local_directory("out/batch-00000001", "local[2]"), "out/batch-00000001")
+        self.assertEqual(job.local_directory("/tmp/out", "local"), "/tmp/out")
+        self.assertEqual(job.local_directory("file:///tmp/o%20ut", "yarn"), "/tmp/o ut")
+        self.assertIsNone(job.local_directory("/tmp/out", "spark://h:7077"))  # fs.defaultFS may be HDFS
+        self.assertIsNone(job.local_directory("hdfs://nn:8020/out", "local[2]"))
+        self.assertIsNone(job.local_directory("s3a://bucket/out", "local[*]"))
+
+    def table(self, count: int) -> "object":
+        import pyarrow as pa
+
+        return pa.table({"source": ["/var/log/a", "/var/log/b"],
+                         "minute": pa.array([1_795_305_600_000_000, 1_795_305_660_000_000], pa.timestamp("us", "UTC")),
+                         "level": [None, "error"], "status": pa.array([200, None], pa.int32()),
+                         "count": pa.array([count, 1], pa.int64())})
+
+    def test_write_counts(self) -> None:
+        """One parquet file and _SUCCESS, with the output's schema; a replayed batch replaces the directory."""
+        import pyarrow.parquet as pq
+
+        output = self.mktemp()
+        directory = os.path.join(output, "batch-00000003")
+        job.write_counts(self.table(5), directory)
+        with open(os.path.join(directory, "stale.parquet"), "wb") as f:
+            f.write(b"from an earlier attempt")
+        job.write_counts(self.table(7), directory)
+        self.assertEqual(sorted(os.listdir(output)), ["batch-00000003"])  # no staging directory left
+        self.assertEqual(sorted(os.listdir(directory)), ["_SUCCESS", "part-00000.snappy.parquet"])
+        written = pq.read_table(directory)
+        self.assertEqual(str(written.schema.field("minute").type), "timestamp[us, tz=UTC]")
+        self.assertEqual([str(t) for t in written.schema.types], ["string", "timestamp[us, tz=UTC]", "string", "int32",
+                                                                  "int64"])
+        self.assertEqual(written.to_pylist(), self.table(7).to_pylist())
+
+    def test_write_counts_failure(self) -> None:
+        """A failed write leaves the earlier directory as it was, and no staging directory."""
+        import pyarrow as pa
+
+        output = self.mktemp()
+        directory = os.path.join(output, "batch-00000003")
+        job.write_counts(self.table(5), directory)
+        before = sorted(os.listdir(directory))
+        bad = pa.table({"source": ["x"]})  # not the output's columns
+        self.assertRaises((ValueError, KeyError, pa.ArrowInvalid), job.write_counts, bad, directory)
+        self.assertEqual(sorted(os.listdir(output)), ["batch-00000003"])
+        self.assertEqual(sorted(os.listdir(directory)), before)
