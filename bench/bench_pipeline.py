@@ -13,7 +13,9 @@ One JSON line per figure:
   - job: the whole availableNow run (first micro-batch included) and its
     steady rate: lines / time of the micro-batches after the first (from the
     query's progress reports, C{durationMs.triggerExecution}), i.e. after
-    Spark's and the Python workers' start-up; with the CPU seconds of the
+    Spark's and the Python workers' start-up, and those seconds by the
+    progress reports' phases (C{seconds_by}: C{addBatch} is the job's
+    C{foreachBatch} function, C{queryPlanning} the source's plan, ...); with the CPU seconds of the
     JVM, Spark's Python workers and the job's driver-side Python (this
     process and its children but the broker and ZooKeeper) per line, for the whole run and for the steady phase, the
     steady phase's also by where it went (C{cpu_us_per_line_by}: the JVM's
@@ -321,6 +323,8 @@ def main() -> int:
                          seconds=round(steady_s, 2), first_batch_s=round(progress[0]["durationMs"]
                                                                          ["triggerExecution"] / 1000, 2),
                          batch_lines=steady[0]["numInputRows"],
+                         seconds_by={phase: round(sum(p["durationMs"].get(phase, 0) for p in steady) / 1000, 2)
+                                     for phase in steady[0]["durationMs"]},
                          cpu_s=None if steady_cpu is None else round(steady_cpu, 2),
                          cpu_us_per_line=None if steady_cpu is None else round(steady_cpu / steady_rows * 1e6, 1),
                          cpu_us_per_line_by=None if by_group is None else
