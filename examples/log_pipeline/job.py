@@ -102,12 +102,14 @@ def write_counts(counts: Any, directory: str) -> None:
     @raise OSError: the directory could not be written; nothing is left in
         its place but what was there before or, where the old directory was
         removed and the rename failed, nothing.
+    @raise ValueError: C{counts} does not have the output's columns and types.
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    schema = pa.schema([("source", pa.string()), ("minute", pa.timestamp("us", tz="UTC")), ("level", pa.string()),
-                        ("status", pa.int32()), ("count", pa.int64())])
+    schema = pa.schema(  # OUTPUT_SCHEMA in Arrow's types
+        [("source", pa.string()), ("minute", pa.timestamp("us", tz="UTC")), ("level", pa.string()),
+         ("status", pa.int32()), ("count", pa.int64())])
     directory = os.path.abspath(directory)
     parent, name = os.path.split(directory)
     os.makedirs(parent, exist_ok=True)

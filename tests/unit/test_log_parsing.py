@@ -228,6 +228,6 @@ class OutputTests(unittest.SynchronousTestCase):
         job.write_counts(self.table(5), directory)
         before = sorted(os.listdir(directory))
         bad = pa.table({"source": ["x"]})  # not the output's columns
-        self.assertRaises((ValueError, KeyError, pa.ArrowInvalid), job.write_counts, bad, directory)
+        self.assertRaises(ValueError, job.write_counts, bad, directory)
         self.assertEqual(sorted(os.listdir(output)), ["batch-00000003"])
         self.assertEqual(sorted(os.listdir(directory)), before)
