@@ -34,7 +34,12 @@ class ConsoleConsumer:
     """A C{kafkatw console-consumer} subprocess and the lines it printed."""
 
     def __init__(self, *args: str) -> None:
-        self.popen = subprocess.Popen([sys.executable, "-m", "kafkatw.cli.main", "console-consumer", *args],
+        # A shell starts background commands with SIGINT ignored, and Python keeps an ignored SIGINT
+        # ignored: so that Ctrl-C reaches it wherever the tests run, the child installs Python's
+        # default handler (KeyboardInterrupt), as it has it when started from a terminal.
+        launcher = ("import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler);"
+                    " sys.argv[0] = 'kafkatw'; runpy.run_module('kafkatw.cli.main', run_name='__main__')")
+        self.popen = subprocess.Popen([sys.executable, "-c", launcher, "console-consumer", *args],
                                       stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                       text=True)
         self.lines: list[str] = []
