@@ -69,6 +69,30 @@ read_varint(const unsigned char **pp, const unsigned char *end, int64_t *out)
     return V_OK;
 }
 
+/*
+ * Read a record's nullable length-prefixed field (key, value, header key or
+ * value) at *pp: *out and *len are its bytes, NULL and -1 for null.  V_OK, or
+ * read_varint's status for the length; V_TRUNCATED also where the bytes run
+ * past end.
+ */
+static inline int
+read_nullable_bytes(const unsigned char **pp, const unsigned char *end, const unsigned char **out, int64_t *len)
+{
+    int status = read_varint(pp, end, len);
+    if (status != V_OK)
+        return status;
+    if (*len < 0) {
+        *out = NULL;
+        *len = -1;
+        return V_OK;
+    }
+    if (*len > end - *pp)
+        return V_TRUNCATED;
+    *out = *pp;
+    *pp += *len;
+    return V_OK;
+}
+
 static int
 varint_error(int status)
 {
@@ -233,32 +257,20 @@ decode_region(const unsigned char *p, const unsigned char *end, const batch_fiel
                 goto varint_failed;
             if ((status = read_varint(&p, end, &off_delta)) != V_OK)
                 goto varint_failed;
-            /* key */
-            if ((status = read_varint(&p, end, &v)) != V_OK)
+            /* key, value (the bytes past end: V_TRUNCATED, "records truncated") */
+            const unsigned char *bytes;
+            if ((status = read_nullable_bytes(&p, end, &bytes, &v)) != V_OK)
                 goto varint_failed;
-            if (v < 0) {
-                key = Py_NewRef(Py_None);
-            } else {
-                if (v > end - p)
-                    goto truncated;
-                key = PyBytes_FromStringAndSize((const char *)p, (Py_ssize_t)v);
-                if (key == NULL)
-                    goto failed;
-                p += v;
-            }
-            /* value */
-            if ((status = read_varint(&p, end, &v)) != V_OK)
+            key = bytes == NULL ? Py_NewRef(Py_None)
+                                : PyBytes_FromStringAndSize((const char *)bytes, (Py_ssize_t)v);
+            if (key == NULL)
+                goto failed;
+            if ((status = read_nullable_bytes(&p, end, &bytes, &v)) != V_OK)
                 goto varint_failed_kv;
-            if (v < 0) {
-                value = Py_NewRef(Py_None);
-            } else {
-                if (v > end - p)
-                    goto truncated_kv;
-                value = PyBytes_FromStringAndSize((const char *)p, (Py_ssize_t)v);
-                if (value == NULL)
-                    goto failed_kv;
-                p += v;
-            }
+            value = bytes == NULL ? Py_NewRef(Py_None)
+                                  : PyBytes_FromStringAndSize((const char *)bytes, (Py_ssize_t)v);
+            if (value == NULL)
+                goto failed_kv;
             /* headers */
             if ((status = read_varint(&p, end, &v)) != V_OK)
                 goto varint_failed_kv;
@@ -279,35 +291,24 @@ decode_region(const unsigned char *p, const unsigned char *end, const batch_fiel
                     goto failed_kv;
                 for (int64_t h = 0; h < nh; h++) {
                     PyObject *hk, *hv, *pair;
-                    if ((status = read_varint(&p, end, &v)) != V_OK)
+                    if ((status = read_nullable_bytes(&p, end, &bytes, &v)) != V_OK)
                         goto varint_failed_kvh;
-                    if (v < 0) {
+                    if (bytes == NULL) {
                         PyErr_SetString(CorruptRecordError, "null header key");
                         goto failed_kvh;
                     }
-                    if (v > end - p)
-                        goto truncated_kvh;
-                    hk = PyUnicode_DecodeUTF8((const char *)p, (Py_ssize_t)v, "replace");
+                    hk = PyUnicode_DecodeUTF8((const char *)bytes, (Py_ssize_t)v, "replace");
                     if (hk == NULL)
                         goto failed_kvh;
-                    p += v;
-                    if ((status = read_varint(&p, end, &v)) != V_OK) {
+                    if ((status = read_nullable_bytes(&p, end, &bytes, &v)) != V_OK) {
                         Py_DECREF(hk);
                         goto varint_failed_kvh;
                     }
-                    if (v < 0) {
-                        hv = Py_NewRef(Py_None);
-                    } else {
-                        if (v > end - p) {
-                            Py_DECREF(hk);
-                            goto truncated_kvh;
-                        }
-                        hv = PyBytes_FromStringAndSize((const char *)p, (Py_ssize_t)v);
-                        if (hv == NULL) {
-                            Py_DECREF(hk);
-                            goto failed_kvh;
-                        }
-                        p += v;
+                    hv = bytes == NULL ? Py_NewRef(Py_None)
+                                       : PyBytes_FromStringAndSize((const char *)bytes, (Py_ssize_t)v);
+                    if (hv == NULL) {
+                        Py_DECREF(hk);
+                        goto failed_kvh;
                     }
                     pair = PyTuple_New(2);
                     if (pair == NULL) {
@@ -373,12 +374,9 @@ decode_region(const unsigned char *p, const unsigned char *end, const batch_fiel
         corrupt:
             varint_error(status);
             goto failed_loop;
-        truncated_kvh:
-            Py_DECREF(headers);
         truncated_kv:
             Py_DECREF(key);
             Py_XDECREF(value);
-        truncated:
             PyErr_SetString(CorruptRecordError, "records truncated");
             goto failed_loop;
         failed_kvh:
@@ -1685,29 +1683,6 @@ valid_utf8(const unsigned char *p, Py_ssize_t n)
 enum { C_OK = 0, C_ERROR = -1, C_DECLINE = 1 };
 
 /*
- * Read a record's nullable length-prefixed field (key, value, header value) at
- * *pp: *out and *len are the bytes (NULL and -1 for null); 0, or -1 when the
- * varint or the bytes run past end.
- */
-static inline int
-read_nullable_bytes(const unsigned char **pp, const unsigned char *end, const unsigned char **out,
-                    int64_t *len)
-{
-    if (read_varint(pp, end, len) != V_OK)
-        return -1;
-    *out = NULL;
-    if (*len < 0) {
-        *len = -1;
-        return 0;
-    }
-    if (*len > end - *pp)
-        return -1;
-    *out = *pp;
-    *pp += *len;
-    return 0;
-}
-
-/*
  * Add the records of the region [p, end) of a batch with offsets at or after
  * keep_from (and in [start, end)) to the columns.  C_DECLINE for anything
  * decode_region would not decode as it is (errors included: the caller's
@@ -1748,8 +1723,8 @@ columns_region(columns *c, const unsigned char *p, const unsigned char *end, con
         }
         const unsigned char *key, *value;
         int64_t key_len, value_len;
-        if (read_nullable_bytes(&p, end, &key, &key_len) < 0 ||
-            read_nullable_bytes(&p, end, &value, &value_len) < 0)
+        if (read_nullable_bytes(&p, end, &key, &key_len) != V_OK ||
+            read_nullable_bytes(&p, end, &value, &value_len) != V_OK)
             return C_DECLINE;
         int64_t nh;
         if (read_varint(&p, end, &nh) != V_OK || nh < 0 || nh > (end - p) / 2)
@@ -1773,8 +1748,8 @@ columns_region(columns *c, const unsigned char *p, const unsigned char *end, con
         for (int64_t h = 0; h < nh; h++) {
             int64_t hk_len, hv_len;
             const unsigned char *hk, *hv;
-            if (read_nullable_bytes(&p, end, &hk, &hk_len) < 0 || hk == NULL ||
-                read_nullable_bytes(&p, end, &hv, &hv_len) < 0)
+            if (read_nullable_bytes(&p, end, &hk, &hk_len) != V_OK || hk == NULL ||
+                read_nullable_bytes(&p, end, &hv, &hv_len) != V_OK)
                 return C_DECLINE; /* a null header key is the decoder's error */
             if (keep && c->include_headers) {
                 if (!valid_utf8(hk, (Py_ssize_t)hk_len))
