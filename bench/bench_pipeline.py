@@ -15,9 +15,10 @@ One JSON line per figure:
     query's progress reports, C{durationMs.triggerExecution}), i.e. after
     Spark's and the Python workers' start-up, and those seconds by the
     progress reports' phases (C{seconds_by}: C{addBatch} is the job's
-    C{foreachBatch} function, C{queryPlanning} the source's plan, ...); with the CPU seconds of the
-    JVM, Spark's Python workers and the job's driver-side Python (this
-    process and its children but the broker and ZooKeeper) per line, for the whole run and for the steady phase, the
+    C{foreachBatch} function, C{queryPlanning} the source's plan, ...); with
+    the CPU seconds of the JVM, Spark's Python workers and the job's
+    driver-side Python (this process and its children but the broker and
+    ZooKeeper) per line, for the whole run and for the steady phase, the
     steady phase's also by where it went (C{cpu_us_per_line_by}: the JVM's
     task threads, JIT compilers, garbage collector and other threads, and
     the Python processes);
