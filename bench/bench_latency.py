@@ -10,9 +10,15 @@ Pairs, each a producer process and a consumer process started fresh:
   - C{librdkafka}: confluent-kafka's Producer (linger.ms=0) and Consumer
     (fetch.wait.max.ms default, polling one record at a time).
 
+Both producers send each record when it is due, waiting in between without
+spinning (a loop around confluent-kafka's C{poll(timeout)} would spin: it
+rounds timeouts below a millisecond down to 0, and the spinning producer took
+one of this 2-core machine's cores from the broker and the consumer).
+
 Every value starts with its send time (C{time.monotonic_ns}, one clock for
 every process of this machine); the consumer takes the time when poll returns.
-Prints one JSON line per pair: p50, p99, p99.9 and max in ms.
+Prints one JSON line per pair: p50, p99, p99.9 and max in ms, and the
+brokers' CPU seconds (user and system) while the pair ran.
 
 A pair named C{P/C} mixes clients: P's producer and C's consumer (e.g.
 C{librdkafka/kafkatw}), which tells the clients' shares from the broker's.
@@ -47,8 +53,13 @@ import sys
 import time
 from functools import partial
 
+from _common import cpu_seconds
+
 RECORD_SIZE = 200
 _STAMP = struct.Struct(">q")
+# Both producers pace the same way: wait (without spinning) when the next record is
+# due more than EARLY_S from now, else send it at once.
+EARLY_S = 0.0002
 
 
 def _percentiles(values: list[float]) -> dict:
@@ -100,7 +111,7 @@ def producer_kafkatw(bootstrap: str, topic: str, rate: float, seconds: float, ac
         for i in range(n):
             due = start + i / rate
             delay = due - time.monotonic()
-            if delay > 0.0002:
+            if delay > EARLY_S:
                 await task.deferLater(reactor, delay, lambda: None)
             now = time.monotonic_ns()
             if timeline:
@@ -174,11 +185,9 @@ def producer_librdkafka(bootstrap: str, topic: str, rate: float, seconds: float,
     start = time.monotonic()
     for i in range(n):
         due = start + i / rate
-        while True:
-            delay = due - time.monotonic()
-            if delay <= 0:
-                break
-            producer.poll(min(delay, 0.001))
+        delay = due - time.monotonic()
+        if delay > EARLY_S:
+            time.sleep(delay)
         producer.produce(topic, _STAMP.pack(time.monotonic_ns()) + pad)
         producer.poll(0)
     producer.flush(30)
@@ -317,7 +326,9 @@ def main() -> None:
                 topic = f"latency-{pair.replace('/', '-')}-{run}"
                 admin.create_topics([NewTopic(topic, 1, args.brokers)])[topic].result(15)
                 time.sleep(0.5)
+                cpu_before_s = sum(cpu_seconds(b.popen.pid) for b in cluster)
                 figure = run_pair(pair, bootstrap, topic, args, run)
+                figure["broker_cpu_s"] = round(sum(cpu_seconds(b.popen.pid) for b in cluster) - cpu_before_s, 2)
                 figure["load_avg_1m"] = os.getloadavg()[0]
                 print(json.dumps(figure), flush=True)
                 results.setdefault(pair, []).append(figure)
