@@ -126,10 +126,29 @@ def write_counts(counts: Any, directory: str) -> None:
         raise
 
 
-def process_batch(batch_df: Any, batch_id: int, output: str, summary: Summary, parser: str = "sql") -> None:
+def parse_lines(rows: Any, parser: str = "sql") -> Any:
     """
-    The C{foreachBatch} function: parse, count, write C{<output>/batch-<id>},
-    summarise.
+    The parsed rows (L{PARSED_SCHEMA}) of the kafkatw source's rows C{rows}
+    (a streaming or a batch DataFrame with columns key, value, timestamp and
+    headers).
+
+    L{run} applies it to the stream once, so that Spark analyses the parsing
+    expressions when the query starts rather than in every micro-batch.
+
+    @param parser: C{"sql"}: Spark SQL expressions, in the JVM
+        (L{parsing_sql.parse}); C{"python"}: the reference parser, per line in
+        Python workers (L{parsing.parse_arrow_batches}).  Same rows.
+    """
+    rows = rows.select("key", "value", "timestamp", "headers")
+    if parser == "python":
+        return rows.mapInArrow(parsing.parse_arrow_batches, PARSED_SCHEMA)
+    return parsing_sql.parse(rows)
+
+
+def process_batch(parsed: Any, batch_id: int, output: str, summary: Summary) -> None:
+    """
+    The C{foreachBatch} function: count a micro-batch's parsed lines
+    (L{parse_lines}), write C{<output>/batch-<id>}, summarise.
 
     The lines are parsed and aggregated in one Spark job over the
     micro-batch's records: one aggregation with two grouping sets, the
@@ -140,19 +159,10 @@ def process_batch(batch_df: Any, batch_id: int, output: str, summary: Summary, p
     rows are written to parquet from it: by the driver where the output is a
     local directory (L{local_directory}, L{write_counts}), else by a second,
     small Spark job that does not parse again.
-
-    @param parser: C{"sql"}: Spark SQL expressions, in the JVM
-        (L{parsing_sql.parse}); C{"python"}: the reference parser, per line in
-        Python workers (L{parsing.parse_arrow_batches}).  Same rows.
     """
     import pyarrow.compute as pc
     from pyspark.sql import functions as F
 
-    rows = batch_df.select("key", "value", "timestamp", "headers")
-    if parser == "python":
-        parsed = rows.mapInArrow(parsing.parse_arrow_batches, PARSED_SCHEMA)
-    else:
-        parsed = parsing_sql.parse(rows)
     keys = ["source", "minute", "level", "status", "error"]
     groups = (parsed.groupingSets([keys, ["message"]], *keys, "message")
               .agg(F.count(F.lit(1)).alias("count"), F.grouping("message").alias("per_group"))
@@ -165,7 +175,7 @@ def process_batch(batch_df: Any, batch_id: int, output: str, summary: Summary, p
                   for r in counts.select(["source", "count"]).append_column("errors", errors)
                   .group_by("source").aggregate([("count", "sum"), ("errors", "sum")]).to_pylist()]
     rows = counts.select(["source", "minute", "level", "status", "count"])
-    spark = batch_df.sparkSession
+    spark = parsed.sparkSession
     directory = os.path.join(output, f"batch-{batch_id:08d}")
     local = local_directory(directory, spark.conf.get("spark.master", ""))
     if local is not None:
@@ -241,9 +251,9 @@ def run(spark: Any, bootstrap: str, topic: str, output: str, checkpoint: str, av
     if max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(max_offsets_per_trigger))
     summary = Summary(out)
-    writer = (reader.load().writeStream.queryName(f"log-pipeline-{topic}")
+    writer = (parse_lines(reader.load(), parser).writeStream.queryName(f"log-pipeline-{topic}")
               .option("checkpointLocation", checkpoint)
-              .foreachBatch(lambda df, batch_id: process_batch(df, batch_id, output, summary, parser)))
+              .foreachBatch(lambda df, batch_id: process_batch(df, batch_id, output, summary)))
     if available_now:
         writer = writer.trigger(availableNow=True)
     else:

@@ -282,8 +282,8 @@ class SparkParsingTests(ClassFixture, unittest.SynchronousTestCase):
         output = tempfile.mkdtemp()
         self.addCleanup(__import__("shutil").rmtree, output, True)
         printed = io.StringIO()
-        job.process_batch(df, 7, output, job.Summary(printed))
-        job.process_batch(df.limit(0), 8, output, job.Summary(printed))  # an empty batch: nothing
+        job.process_batch(job.parse_lines(df), 7, output, job.Summary(printed))
+        job.process_batch(job.parse_lines(df.limit(0)), 8, output, job.Summary(printed))  # an empty batch: nothing
         self.assertEqual(sorted(os.listdir(output)), ["batch-00000007"])
         self.assertIn("_SUCCESS", os.listdir(os.path.join(output, "batch-00000007")))
 

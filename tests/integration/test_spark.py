@@ -404,7 +404,9 @@ class _PipelineCases:
         """
         Lines counted by the Spark job = lines in the shipped files, per
         source, over several micro-batches and across a restart from the
-        checkpoint with more lines shipped in between.
+        checkpoint with more lines shipped in between (the first run parses
+        with the reference parser in Python workers, the second with the
+        Spark SQL expressions: the job's two C{--parser}s).
         """
         import io
 
@@ -417,7 +419,7 @@ class _PipelineCases:
         ship(self.bootstrap, "logs", paths, state)
         printed = io.StringIO()
         job.run(self.spark, self.bootstrap, "logs", output, checkpoint, available_now=True,
-                max_offsets_per_trigger=1000, out=printed)
+                max_offsets_per_trigger=1000, out=printed, parser="python")
         self.assertEqual(self.totals(output), self.expected(logs))
         self.assertGreaterEqual(printed.getvalue().count("--- batch"), 2)
         self.assertIn("top messages", printed.getvalue())
