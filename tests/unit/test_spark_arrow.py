@@ -339,3 +339,22 @@ class PythonFetchedTests(unittest.SynchronousTestCase):
             self.assertIs(sp.fetched_columns(data, *args, True, True, R.crc32c, R.decompress), NotImplemented)
         batch = _source._fetched_to_arrow(fetched(data, 3), 0, 2**64, True)
         self.assertEqual(batch.column(4).to_pylist(), [3])
+
+
+class FreezeWorkerObjectsTests(unittest.SynchronousTestCase):
+    """L{_source._freeze_worker_objects}: the worker's objects frozen once, before its first read."""
+
+    def setUp(self) -> None:
+        if pa is None:
+            raise unittest.SkipTest("the spark extra is not installed")
+
+    def test_freezes_once(self) -> None:
+        import gc
+
+        _source._freeze_worker_objects()
+        frozen = gc.get_freeze_count()
+        self.assertGreater(frozen, 0)
+        later = [[object()] for _ in range(100)]  # made after the freeze: not frozen by a second read
+        _source._freeze_worker_objects()
+        self.assertEqual(gc.get_freeze_count(), frozen)
+        del later
