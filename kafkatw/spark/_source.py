@@ -408,11 +408,12 @@ def _freeze_worker_objects() -> None:
     by then (the modules of PySpark, pyarrow, Twisted and kafkatw, about
     100,000 objects) in each of its full collections.
 
-    Spark's Python workers are long-lived (C{spark.python.worker.reuse}) and
-    the read path allocates enough to run those collections every few
-    fetches: in the log pipeline's bench they were about a third of the
-    workers' CPU (0.6 of 1.8 µs of Python per line).  Objects made later are collected
-    as usual; the frozen ones are never freed, as modules are not anyway.
+    Spark's Python workers are long-lived (C{spark.python.worker.reuse}),
+    and their read path allocates enough for Python to run full collections
+    often: in the log pipeline's bench those took about a third of the
+    workers' CPU (0.6 of 1.8 µs of Python per line).  Objects made later
+    are collected as usual; the frozen ones are never freed, as modules are
+    not anyway.
     """
     if not gc.get_freeze_count():
         gc.freeze()
