@@ -69,9 +69,10 @@ def cleaned_offset(process, topic: str) -> int:
 
 def disk_records(process, topic: str, below: int) -> list:
     """
-    (offset, key) of the records the broker's segment files hold below
-    C{below}.  The cleaner may swap a segment between the listing and the
-    read: the listing is then read again (bounded).
+    (offset, key, value) of the data records (control batches left out) the
+    broker's segment files hold below C{below}.  The cleaner may swap a
+    segment between the listing and the read: the listing is then read again
+    (bounded).
     """
     for _attempt in range(20):
         out = []
@@ -79,7 +80,8 @@ def disk_records(process, topic: str, below: int) -> list:
             for path in sorted(glob.glob(os.path.join(process.data_dir, f"{topic}-0", "*.log"))):
                 with open(path, "rb") as f:
                     for batch in decode_batches(f.read()):
-                        out.extend((r.offset, r.key) for r in batch.records if r.offset < below)
+                        if not batch.is_control:
+                            out.extend((r.offset, r.key, r.value) for r in batch.records if r.offset < below)
         except FileNotFoundError:
             time.sleep(0.25)
             continue
@@ -138,7 +140,7 @@ class CompactionTests(unittest.TestCase):
             # the follower compacted its own files
             for process in cluster:
                 on_disk = disk_records(process, topic, cleaned_offset(process, topic))
-                keys = [k for _, k in on_disk]
+                keys = [k for _, k, _ in on_disk]
                 self.assertEqual(len(keys), len(set(keys)), f"broker {process.broker_id}")
 
             # kafkatw's own consumer too
@@ -177,7 +179,8 @@ class TransactionalCompactionTests(unittest.TestCase):
     def test_aborted_transactions_removed_committed_ones_compacted(self) -> None:
         """
         A librdkafka transactional producer commits every other transaction
-        and aborts the others, over the same keys; once the cleaner has
+        and aborts the others, over the same keys plus one key of each
+        transaction's own (which only the abort can remove); once the cleaner has
         passed, the segment files below its checkpoint hold no aborted record
         and a read-committed consumer still reads each key's last committed
         value (an aborted write never removed a committed record).
@@ -197,6 +200,11 @@ class TransactionalCompactionTests(unittest.TestCase):
                 producer.begin_transaction()
                 outcome = b"commit" if txn % 2 == 0 else b"abort"
                 written = {}
+                # a key of its own, never written again: only the abort can remove it
+                own_key = b"txn-%d" % txn
+                written[own_key] = b"%06d:%s:" % (sequence, outcome)
+                sequence += 1
+                producer.produce(topic, key=own_key, value=written[own_key])
                 for i in range(25):
                     key = b"key-%d" % (i % KEYS)
                     value = b"%06d:%s:" % (sequence, outcome) + b"x" * 150
@@ -213,14 +221,10 @@ class TransactionalCompactionTests(unittest.TestCase):
             process = cluster[0]
             wait_for(lambda: cleaned_offset(process, topic) > 700, 120, f"the cleaner to clean {topic}")
             cleaned = cleaned_offset(process, topic)
-            below = []
-            for path in sorted(glob.glob(os.path.join(process.data_dir, f"{topic}-0", "*.log"))):
-                with open(path, "rb") as f:
-                    for batch in decode_batches(f.read()):
-                        if not batch.is_control:
-                            below.extend(r.value for r in batch.records if r.offset < cleaned)
-            self.assertTrue(below)
+            below = [v for _, _, v in disk_records(process, topic, cleaned)]
             self.assertFalse([v for v in below if b":abort:" in v])
+            # the first committed transactions' own keys stay below the checkpoint
+            self.assertIn(committed[b"txn-0"], below)
 
             consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "check-txn", "enable.auto.commit": False,
                                  "isolation.level": "read_committed", "fetch.wait.max.ms": 100,
