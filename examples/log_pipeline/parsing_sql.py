@@ -35,7 +35,14 @@ How the Python rules carry over
   - Cheap per line where it can be: the format is a small integer (L{_FMT}),
     compared many times per line, not a string; C{rtrim} and C{btrim} with
     a trim string (which walk the whole text) run only where the text
-    starts or ends with something they could remove.
+    starts or ends with something they could remove.  Spark's strings are
+    UTF-8 bytes, and whatever counts characters walks the text: C{length},
+    C{ascii}, C{substring} from the end, or up to a far position.  So the
+    ends of a text are tested by their bytes (L{_strip}), only the short
+    numeric groups are tested for non-ASCII digits (not the line), the
+    template is cut to 100 characters only where it has more than 100
+    bytes, and the record's key is made valid UTF-8 only where there is no
+    path header to take the source from.
 
 Known differences from the Python reference, none of them met in the tests:
 letters and digits assigned in a Unicode version that the JVM's tables
@@ -193,11 +200,20 @@ def _strip(F: Any, text: Any, chars: str) -> Any:
     C{btrim(text, chars)} (C{chars}: no printable ASCII), called only where
     C{text} starts or ends with something else than printable ASCII (Spark's
     C{btrim} with a trim string walks the whole text).
-    """
-    def other(c: Any) -> Any:  # (ascii: the first character's code, 0 for "": btrim then gives "")
-        return ~F.ascii(c).between(0x21, 0x7E)
 
-    return F.when(other(text) | other(F.substring(text, -1, 1)), F.btrim(text, F.lit(chars))).otherwise(text)
+    The first and last characters are tested by their bytes: in UTF-8 a
+    character is printable ASCII exactly when its first (or last) byte is
+    0x21-0x7E.  (C{ascii(text)} and C{substring(text, -1, 1)} would count
+    the characters of the whole text first.)  An empty text has no such byte:
+    C{btrim} then gives "".
+    """
+    utf8 = text.cast("binary")
+
+    def other(byte: Any) -> Any:
+        return ~byte.between(F.lit(bytearray(b"!")), F.lit(bytearray(b"~")))
+
+    return (F.when(other(F.substring(utf8, 1, 1)) | other(F.substring(utf8, -1, 1)), F.btrim(text, F.lit(chars)))
+            .otherwise(text))
 
 
 def _map(F: Any, mapping: dict) -> Any:
@@ -255,12 +271,12 @@ def _build(df: Any) -> Any:
     # (rtrim with a trim string walks the whole line: only where the line ends with one)
     df = df.select(
         F.when(value.endswith("\r") | value.endswith("\n"), F.rtrim(value, F.lit("\r\n"))).otherwise(value).alias("line"),
-        F.coalesce(F.unix_millis("timestamp"), zero).alias("record_ms"),
-        F.make_valid_utf8(col("key").cast("string")).alias("k_"), path.alias("path_"))
-    key = col("k_")
+        F.coalesce(F.unix_millis("timestamp"), zero).alias("record_ms"), "key", path.alias("path_"))
+    # (the key is made valid UTF-8 only where it is needed: records without a path header)
+    key = F.make_valid_utf8(col("key").cast("string"))
     source = (F.when(F.coalesce(col("path_"), F.lit("")) != "", col("path_"))
               .when(F.coalesce(key, F.lit("")) == "", "unknown")
-              .when(F.instr(key, ":") > 0, F.expr("substring(k_, instr(k_, ':') + 1)"))
+              .when(F.instr(key, ":") > 0, F.substring(key, F.instr(key, ":") + 1, F.lit(2**31 - 1)))
               .otherwise(key))
     line = col("line")
     # 2. the format: the first that matches, in parsing.parse_line's order.  Access lines (the
@@ -291,15 +307,18 @@ def _build(df: Any) -> Any:
     rfc_tail = F.when(fmt == _FMT["rfc3164"], F.regexp_replace(line, p["rfc3164"] + "(?s:.*)", "$7 $8"))
     df = df.select("line", "record_ms", "source", "fmt", g.alias("g"), rfc_tail.alias("rfc_tail"))
     g = col("g")
-    ascii_only = F.length(col("line")) == F.octet_length(col("line"))  # (length counts characters)
+    # the first eight groups (the dates, times, zones, status) with their digits as 0-9, where a
+    # group is not all ASCII (length counts characters: a group's few, not the line's)
+    numeric = [F.get(g, i) for i in range(8)]
     df = df.select("line", "record_ms", "source", "fmt", "g", "rfc_tail",
-                   F.when(ascii_only, g).otherwise(F.transform(g, lambda x: _ascii_digits(F, x))).alias("n"))
+                   *(F.when(F.length(x) == F.octet_length(x), x).otherwise(_ascii_digits(F, x)).alias(f"n{i}")
+                     for i, x in enumerate(numeric)))
 
     def field(i: int) -> Any:
-        return F.coalesce(F.get(col("n"), i), F.lit(""))
+        return F.coalesce(col(f"n{i}"), F.lit(""))
 
     def number(i: int) -> Any:
-        return F.get(col("n"), i).try_cast("long")
+        return col(f"n{i}").try_cast("long")
 
     # 4. the date and time fields, status, level and message where the format alone decides them
     month = _map(F, {m: i for i, m in enumerate(_MONTHS, 1)})
@@ -314,7 +333,7 @@ def _build(df: Any) -> Any:
     hh = F.when(access | iso_like, number(3)).when(rfc, number(2))
     mi = F.when(access | iso_like, number(4)).when(rfc, number(3))
     ss = F.when(access | iso_like, number(5)).when(rfc, number(4))
-    fraction = F.when(iso_like, field(6)).otherwise(F.lit(""))  # (digits 0-9 in n)
+    fraction = F.when(iso_like, field(6)).otherwise(F.lit(""))  # (digits 0-9 in n6)
     millis = F.when(fraction == "", zero).otherwise(F.rpad(F.substring(fraction, 1, 3), 3, "0").try_cast("long"))
     offset = F.when(access, _offset_minutes(F, field(6))).when(iso_like, _offset_minutes(F, field(7))).otherwise(zero)
     request = F.get(g, 8)
@@ -394,6 +413,10 @@ def _build(df: Any) -> Any:
     df = df.select("source", F.timestamp_millis(minute).alias("minute"), level.alias("level"), "status",
                    template.alias("message"))
     error = col("level").isin("error", "critical") | F.coalesce(col("status") >= 500, F.lit(False))
-    template = F.substring(_strip(F, col("message"), p["whitespace"]), 1, 100)
-    return df.select("source", "minute", "level", "status", F.coalesce(error, F.lit(False)).alias("error"),
-                     template.alias("message"))
+    df = df.select("source", "minute", "level", "status", F.coalesce(error, F.lit(False)).alias("error"),
+                   _strip(F, col("message"), p["whitespace"]).alias("message"))
+    # its first 100 characters: a text of at most 100 bytes has at most 100 (substring would count them)
+    message = col("message")
+    return df.select("source", "minute", "level", "status", "error",
+                     F.when(F.octet_length(message) <= 100, message).otherwise(F.substring(message, 1, 100))
+                     .alias("message"))

@@ -253,6 +253,19 @@ class SparkParsingTests(ClassFixture, unittest.SynchronousTestCase):
                 (b"h:/a", None, RECORD_MS, None)]
         self.check(rows)
 
+    def test_message_ends_and_length(self) -> None:
+        """
+        The template's whitespace trim at either end (multi-byte whitespace
+        and text included) and its cut at 100 characters, around 100
+        characters and 100 bytes.
+        """
+        lines = ["\u00e9" * 60, "\u00e9" * 100, "\u00e9" * 101, "a" * 99, "a" * 100, "a" * 101, "a" * 100 + "\u00e9",
+                 "\u2003x\u2003", "x\u00a0", "\u00a0", "\u00e9 x \u00e9", "\u2003", "", " ", "\x1c\x1c",
+                 "x\u3000", "\u3000x", "\U0001f600" * 30, "\U0001f600x\u2003",
+                 '10.0.0.1 - - [22/Nov/2026:00:00:00 +0000] "GET /' + "\u00e9" * 120 + ' HTTP/1.1" 200 5 "-" "a"',
+                 '10.0.0.1 - - [22/Nov/2026:00:00:00 +0000] "\u2003GET\u2003/x\u2003" 200 5 "-" "a"']
+        self.check([(b"h:/l", line.encode(), RECORD_MS, [("path", b"/l")]) for line in lines])
+
     def test_random_corpus(self) -> None:
         rng = random.Random(7)
         rows = [(b"h:/var/log/x", line.encode("utf-8", "surrogatepass"), record_times(rng), [("path", b"/var/log/x")])
