@@ -324,6 +324,8 @@ def main() -> int:
                          seconds=round(steady_s, 2), first_batch_s=round(progress[0]["durationMs"]
                                                                          ["triggerExecution"] / 1000, 2),
                          batch_lines=steady[0]["numInputRows"],
+                         batch_lines_per_s=[round(p["numInputRows"] * 1000 / p["durationMs"]["triggerExecution"])
+                                            for p in steady],
                          seconds_by={phase: round(sum(p["durationMs"].get(phase, 0) for p in steady) / 1000, 2)
                                      for phase in steady[0]["durationMs"]},
                          cpu_s=None if steady_cpu is None else round(steady_cpu, 2),
