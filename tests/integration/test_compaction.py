@@ -179,8 +179,8 @@ class TransactionalCompactionTests(unittest.TestCase):
     def test_aborted_transactions_removed_committed_ones_compacted(self) -> None:
         """
         A librdkafka transactional producer commits every other transaction
-        and aborts the others, over the same keys plus one key of each
-        transaction's own (which only the abort can remove); once the cleaner has
+        and aborts the others, over the same keys and one key of its own per
+        transaction (which only the abort can remove); once the cleaner has
         passed, the segment files below its checkpoint hold no aborted record
         and a read-committed consumer still reads each key's last committed
         value (an aborted write never removed a committed record).
