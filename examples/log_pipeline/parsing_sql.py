@@ -42,7 +42,10 @@ How the Python rules carry over
     numeric groups are tested for non-ASCII digits (not the line), the
     template is cut to 100 characters only where it has more than 100
     bytes, and the record's key is made valid UTF-8 only where there is no
-    path header to take the source from.
+    path header to take the source from.  The access pattern captures the
+    request's first two tokens itself: a regular expression less per line
+    (each C{regexp_replace} also decodes its text to a Java string, makes a
+    C{Matcher} and encodes its result back).
 
 Known differences from the Python reference, none of them met in the tests:
 letters and digits assigned in a Unicode version that the JVM's tables
@@ -124,13 +127,16 @@ def _patterns() -> dict[str, str]:
     # The same sets with their common ASCII members first (a Java class tests its parts in
     # turn): printable ASCII is not whitespace, 0-9 are digits, A-Z a-z 0-9 _ word characters.
     WS, NWS, D, W = f"[{s}]", f"[!-~[^{s}]]", f"[0-9{d}]", f"[A-Za-z0-9{w}]"
+    NWS_NQ = f"[!#-~[^\"{s}]]"  # (not whitespace, not '"')
     iso = (f"({D}{{4}})-({D}{{2}})-({D}{{2}})[T ]({D}{{2}}):({D}{{2}}):({D}{{2}})(?:[.,]({D}{{1,9}}))?"
            f"(Z|[+-]{D}{{2}}:?{D}{{2}})?")
     not_word_before = f"(?<![{w}])"
     not_word_after = f"(?![{w}])"
     return {
+        # (groups 8 and 9: the request's first two tokens, as str.split() gives them; they are the
+        # request's runs of non-whitespace, and the request holds no '"')
         "access": (f"^{NWS}+ {NWS}+ {NWS}+ \\[({D}{{2}})/({W}{{3}})/({D}{{4}}):({D}{{2}}):({D}{{2}}):({D}{{2}})"
-                   f" ([+-]{D}{{4}})\\] \"([^\"]*)\" ({D}{{3}}) "),
+                   f" ([+-]{D}{{4}})\\] \"{WS}*+(?:({NWS_NQ}++)(?:{WS}++({NWS_NQ}++))?)?[^\"]*\" ({D}{{3}}) "),
         "twistd": f"^{iso} \\[([^\\]#]*)#({W}+)\\] ?([^\\n]*)\\z",
         "dpkg": (f"^({D}{{4}})-({D}{{2}})-({D}{{2}}) ({D}{{2}}):({D}{{2}}):({D}{{2}}) (?:{_DPKG_ACTIONS})"
                  f" ([^\\n]*)\\z"),
@@ -144,7 +150,6 @@ def _patterns() -> dict[str, str]:
         "tokens": (f"^{WS}*+({NWS}*+){WS}*+({NWS}*+){WS}*+({NWS}*+){WS}*+({NWS}*+)(?s:.*)"),
         "token_prefix": f"^{WS}*+(?:{NWS}++{WS}++){{%d}}{NWS}++",
         "level_token": "^([\\[(<]?)([A-Za-z]+)([\\])>:]?)\\z",
-        "request": f"^{WS}*+({NWS}++)(?:{WS}++({NWS}++))?",
         "error": f"(?=(?iu:[efpcds])){not_word_before}(?iu:{_ERROR_WORDS}){not_word_after}",
         "warning": f"(?=(?iu:w)){not_word_before}(?iu:warn(?:ing)?){not_word_after}",
         "numbers": f"0x[0-9a-fA-F]+|{D}+",
@@ -153,9 +158,13 @@ def _patterns() -> dict[str, str]:
     }
 
 
-def _fields_text(F: Any, text: Any, pattern: str, groups: list[int]) -> Any:
-    """C{text} rewritten to the groups C{groups} of C{pattern}'s match joined by U+0001 (C{text} if none)."""
-    return F.regexp_replace(text, pattern + "(?s:.*)", _SEP.join(f"${g}" for g in groups))
+def _fields_text(F: Any, text: Any, pattern: str, groups: list[int | str]) -> Any:
+    """
+    C{text} rewritten to the groups C{groups} of C{pattern}'s match joined
+    by U+0001 (C{text} if none); a string in C{groups} is a replacement of
+    its own (C{"$8 $9"}).
+    """
+    return F.regexp_replace(text, pattern + "(?s:.*)", _SEP.join(g if isinstance(g, str) else f"${g}" for g in groups))
 
 
 def _fields(F: Any, text: Any, pattern: str, groups: list[int]) -> Any:
@@ -282,9 +291,10 @@ def _build(df: Any) -> Any:
     # 2. the format: the first that matches, in parsing.parse_line's order.  Access lines (the
     #    most common) with one match: the groups of a match are always shorter than the line
     #    (the line also holds the separators the pattern requires, each of at least one byte, where
-    #    the groups are joined by one-byte U+0001s), so a line rewritten to fewer bytes matched: a
-    #    comparison of lengths in bytes, which Spark keeps, not of the texts.
-    access_groups = _fields_text(F, line, p["access"], [1, 2, 3, 4, 5, 6, 7, 9, 8])  # request last: may hold U+0001
+    #    the groups are joined by one-byte U+0001s and the request's two tokens by one space), so
+    #    a line rewritten to fewer bytes matched: a comparison of lengths in bytes, which Spark
+    #    keeps, not of the texts.  The tokens go last: they may hold U+0001.
+    access_groups = _fields_text(F, line, p["access"], [1, 2, 3, 4, 5, 6, 7, 10, "$8 $9"])
     df = df.select("line", "record_ms", source.alias("source"), access_groups.alias("access_groups"))
     line = col("line")
     fmt = F.lit(_FMT["unparsed"])
@@ -336,11 +346,10 @@ def _build(df: Any) -> Any:
     fraction = F.when(iso_like, field(6)).otherwise(F.lit(""))  # (digits 0-9 in n6)
     millis = F.when(fraction == "", zero).otherwise(F.rpad(F.substring(fraction, 1, 3), 3, "0").try_cast("long"))
     offset = F.when(access, _offset_minutes(F, field(6))).when(iso_like, _offset_minutes(F, field(7))).otherwise(zero)
-    request = F.get(g, 8)
-    first_two = F.regexp_replace(request, p["request"] + "(?s:.*)", "$1 $2")
-    # p["request"] matches where the request has a character that is not whitespace
-    access_message = F.when(_strip(F, request, p["whitespace"]) != "",
-                            F.substring_index(F.rtrim(first_two), "?", 1)).otherwise(request)  # (rtrim: spaces)
+    # parsing.py: the request's first two tokens up to a "?"; with no token, the request, which is
+    # then all whitespace and makes the same template as "" (empty); rtrim (spaces) drops the
+    # space after a lone token
+    access_message = F.substring_index(F.rtrim(F.get(g, 8)), "?", 1)
     twistd_word = F.lower(F.get(g, 8))
     bad_month = rfc & F.try_element_at(month, field(0)).isNull()  # RFC 3164 with no month name: unparsed
     fmt2 = F.when(bad_month, _FMT["unparsed"]).otherwise(fmt)

@@ -266,6 +266,20 @@ class SparkParsingTests(ClassFixture, unittest.SynchronousTestCase):
                  '10.0.0.1 - - [22/Nov/2026:00:00:00 +0000] "\u2003GET\u2003/x\u2003" 200 5 "-" "a"']
         self.check([(b"h:/l", line.encode(), RECORD_MS, [("path", b"/l")]) for line in lines])
 
+    def test_access_request_tokens(self) -> None:
+        """
+        An access line's message: the request's first two tokens (as
+        C{str.split()} gives them) up to a C{?}, which the access pattern
+        captures itself, with control characters and U+0001 in and around
+        them, whitespace other than spaces, one token, none.
+        """
+        requests = ["GET /x HTTP/1.1", "\x01GET /x HTTP/1.1", "GET\x01 /x", "GET /x\x01y HTTP/1.1",
+                    "GET /x HTTP/1.1\x01", "\x1cGET\x1c/x\x1c", "\x00", "\x7f", "\x1c", "", "  ", "\u2003",
+                    "\t\u2003", "GET", "GET ", " GET", "\x01", "GET /a\x01b?c=1", "G?ET /x", "GET /x?y\x01 z",
+                    "G\u00c9T /\u00e9\u2003H", "GET  /12/0x1f\x02\x03/34", "\u00a0GET\u00a0\u00a0/x\u3000"]
+        lines = [f'10.0.0.1 - - [22/Nov/2026:00:00:00 +0000] "{r}" 200 5 "-" "a"' for r in requests]
+        self.check([(b"h:/l", line.encode(), RECORD_MS, [("path", b"/l")]) for line in lines])
+
     def test_random_corpus(self) -> None:
         rng = random.Random(7)
         rows = [(b"h:/var/log/x", line.encode("utf-8", "surrogatepass"), record_times(rng), [("path", b"/var/log/x")])
