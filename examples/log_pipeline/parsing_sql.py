@@ -229,8 +229,9 @@ def _map(F: Any, mapping: dict) -> Any:
     return F.create_map(*[F.lit(x) for kv in mapping.items() for x in kv])
 
 
-def _after_first_space(F: Any, name: str) -> Any:
-    return F.expr(f"substring({name}, instr({name}, ' ') + 1)")
+def _after_first(F: Any, text: Any, separator: str) -> Any:
+    """C{text} after the first C{separator} (all of C{text} where it has none)."""
+    return F.substring(text, F.instr(text, separator) + 1, F.lit(2**31 - 1))
 
 
 class _Projections:
@@ -285,7 +286,7 @@ def _build(df: Any) -> Any:
     key = F.make_valid_utf8(col("key").cast("string"))
     source = (F.when(F.coalesce(col("path_"), F.lit("")) != "", col("path_"))
               .when(F.coalesce(key, F.lit("")) == "", "unknown")
-              .when(F.instr(key, ":") > 0, F.substring(key, F.instr(key, ":") + 1, F.lit(2**31 - 1)))
+              .when(F.instr(key, ":") > 0, _after_first(F, key, ":"))
               .otherwise(key))
     line = col("line")
     # 2. the format: the first that matches, in parsing.parse_line's order.  Access lines (the
@@ -359,9 +360,9 @@ def _build(df: Any) -> Any:
     message = (F.when(bad_month, line).when(access, access_message).when(fmt == _FMT["twistd"], F.get(g, 9))
                .when(fmt == _FMT["dpkg"], F.substring(line, 21, 1 << 30)).when(fmt == _FMT["apt"], F.substring_index(line, ":", 1))
                .when(rfc, F.concat(F.substring_index(col("rfc_tail"), " ", 1), F.lit(": "),
-                                   _after_first_space(F, "rfc_tail")))
+                                   _after_first(F, col("rfc_tail"), " ")))
                .when(fmt == _FMT["unparsed"], line))
-    guess = F.when(rfc & ~bad_month, _after_first_space(F, "rfc_tail"))  # the text a syslog level is guessed from
+    guess = F.when(rfc & ~bad_month, _after_first(F, col("rfc_tail"), " "))  # the text a syslog level is guessed from
     rest = F.when(fmt == _FMT["iso"], F.get(g, 8))
     df = df.select("record_ms", "source", fmt2.alias("fmt"), y.alias("y"), mo.alias("mo"), d.alias("d"),
                    hh.alias("hh"), mi.alias("mi"), ss.alias("ss"), millis.alias("millis"), offset.alias("offset"),
@@ -406,9 +407,9 @@ def _build(df: Any) -> Any:
     iso, app, syslog = col("fmt") == _FMT["iso"], col("k") >= 0, col("syslog").isNotNull()
     message = (F.when(iso & app, col("app_message"))
                .when(iso & syslog, F.concat(F.substring_index(col("syslog"), " ", 1), F.lit(": "),
-                                            _after_first_space(F, "syslog")))
+                                            _after_first(F, col("syslog"), " ")))
                .when(iso, rest).otherwise(col("message")))
-    guess = F.when(iso & ~app, F.when(syslog, _after_first_space(F, "syslog")).otherwise(rest)).otherwise(col("guess"))
+    guess = F.when(iso & ~app, F.when(syslog, _after_first(F, col("syslog"), " ")).otherwise(rest)).otherwise(col("guess"))
     level = F.when(iso & app, col("app_level")).otherwise(col("level"))
     df = df.select("record_ms", "source", "status", "ts", level.alias("level"), message.alias("message"),
                    guess.alias("guess"))
