@@ -57,7 +57,6 @@ from __future__ import annotations
 import collections
 import dataclasses
 import glob
-import itertools
 import json
 import os
 import socket
@@ -66,7 +65,8 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Any, Callable, Iterable, Protocol
+from itertools import repeat
+from typing import Any, Callable, Iterable, Protocol, Sequence
 
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
@@ -96,6 +96,8 @@ DEFAULT_MAX_LINE_BYTES = 1_000_000
 
 _STATE_VERSION = 1
 _READ_CHUNK_BYTES = 1 << 20
+#: a line number's header value: C{_DECIMAL % n}
+_DECIMAL = b"%d"
 
 
 @dataclasses.dataclass
@@ -120,11 +122,33 @@ class ShipStats:
 class LineSink(Protocol):
     """Where the shipper's records go; L{ProducerSink} for Kafka, a list in tests."""
 
-    def send(self, value: bytes, key: bytes, headers: list[tuple[str, bytes]]) -> None:
+    def send(self, value: bytes, key: bytes, headers: Sequence[tuple[str, bytes]]) -> None:
         """Queue one record."""
 
     def flush(self) -> None:
         """Wait until every queued record is acknowledged; raise if one failed."""
+
+
+def line_records(key: bytes, values: list[bytes], first_line_no: int,
+                 headers: Sequence[tuple[str, bytes]]) -> list[tuple]:
+    """
+    The records of lines C{values} of one file, as L{ProducerSink} queues
+    them: C{(key, value, (*headers, ("line_no", b"N")), None)}, N counting
+    from C{first_line_no}.
+
+    Tuples all the way down: CPython's garbage collector stops tracking a
+    tuple whose items are all untracked (bytes, str, None, such tuples) when
+    a collection examines it, so a record (three levels of tuples) is
+    untracked by the collections that first see it, at the latest by its
+    first full collection, and is not walked again by every later one while
+    it waits in the chunks and the producer's batches.  With a list of
+    headers per record it stayed tracked, and full collections took about a
+    fifth of C{kafkatw ship}'s time.  zip and map: no bytecode per line.
+    """
+    line_nos = map(_DECIMAL.__mod__, range(first_line_no, first_line_no + len(values)))
+    line_no_headers = list(zip(repeat("line_no"), line_nos))
+    headers_per_line = list(zip(*map(repeat, headers), line_no_headers))
+    return list(zip(repeat(key), values, headers_per_line, repeat(None)))
 
 
 class _ChunkSender:
@@ -298,7 +322,7 @@ class ProducerSink:
         self._lines = 0  # records in _chunk
         self._closed = False
 
-    def send(self, value: bytes, key: bytes, headers: list[tuple[str, bytes]]) -> None:
+    def send(self, value: bytes, key: bytes, headers: Sequence[tuple[str, bytes]]) -> None:
         chunk = self._chunk
         if chunk and chunk[-1][0] == key:
             chunk[-1][1].append((key, value, headers, None))
@@ -309,17 +333,16 @@ class ProducerSink:
             self._hand_off()
 
     def send_lines(self, key: bytes, values: list[bytes], first_line_no: int,
-                   headers: list[tuple[str, bytes]]) -> None:
+                   headers: Sequence[tuple[str, bytes]]) -> None:
         """
         Queue one record per value, all with C{key}, and headers C{headers}
         followed by C{("line_no", b"N")}, N counting from C{first_line_no}:
-        what L{send} makes of each line, without a call per line.
+        what L{send} makes of each line, without a call per line
+        (L{line_records}).
         """
         if not values:
             return
-        host, path = headers
-        records = [(key, value, [host, path, ("line_no", b"%d" % n)], None)
-                   for value, n in zip(values, itertools.count(first_line_no))]
+        records = line_records(key, values, first_line_no, headers)
         chunk = self._chunk
         if chunk and chunk[-1][0] == key:
             chunk[-1][1].extend(records)
@@ -816,9 +839,12 @@ class Shipper:
                 if self.skip_binary and _is_binary(value):
                     self._pending.skipped += 1
                     return
-                headers = [host_header, path_header, ("line_no", b"%d" % line_no)]
-                if original is not None:
-                    headers.append(("truncated", b"%d" % original))
+                # tuples all the way down (see line_records)
+                line_no_header = ("line_no", b"%d" % line_no)
+                if original is None:
+                    headers: tuple = (host_header, path_header, line_no_header)
+                else:
+                    headers = (host_header, path_header, line_no_header, ("truncated", b"%d" % original))
                     self._pending.truncated += 1
                 self.sink.send(value, key, headers)
                 self._pending.lines += 1

@@ -6,6 +6,7 @@ fake sink (no broker, no sleeps).
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 
@@ -14,7 +15,7 @@ from twisted.trial import unittest
 
 from tests._pytest_style import add_checks
 
-from kafkatw.shipper import FileFollower, Shipper, expand_paths, load_state, save_state
+from kafkatw.shipper import FileFollower, Shipper, expand_paths, line_records, load_state, save_state
 
 
 class FakeSink:
@@ -56,6 +57,29 @@ def sink() -> FakeSink:
 def make(tmp_path, sink, *patterns, **kw) -> Shipper:
     kw.setdefault("state_file", str(tmp_path / "state.json"))
     return Shipper([str(p) for p in patterns], sink, host="h1", **kw)
+
+
+# --- the records of many lines ------------------------------------------------------------
+
+
+def check_line_records():
+    """
+    L{line_records} gives each line the fixed headers and its line number,
+    and the records are tuples all the way down: the garbage collector stops
+    tracking them once it has examined each level (three: the line number's
+    header, the headers, the record), so later full collections do not walk
+    the records waiting to be sent.  With a list of headers they stay tracked.
+    """
+    host, path = ("host", "h1".encode()), ("path", "/var/log/a.log".encode())
+    key = "h1:/var/log/a.log".encode()
+    records = line_records(key, [b"one", b"", "three".encode()], 7, [host, path])
+    assert records == [(key, b"one", (host, path, ("line_no", b"7")), None),
+                       (key, b"", (host, path, ("line_no", b"8")), None),
+                       (key, b"three", (host, path, ("line_no", b"9")), None)]
+    assert line_records(key, [], 1, [host, path]) == []
+    for _ in range(3):
+        gc.collect()
+    assert not any(map(gc.is_tracked, records))
 
 
 # --- line splitting ---------------------------------------------------------------------
