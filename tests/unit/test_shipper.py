@@ -64,22 +64,39 @@ def make(tmp_path, sink, *patterns, **kw) -> Shipper:
 
 def check_line_records():
     """
-    L{line_records} gives each line the fixed headers and its line number,
-    and the records are tuples all the way down: the garbage collector stops
-    tracking them once it has examined each level (three: the line number's
-    header, the headers, the record), so later full collections do not walk
-    the records waiting to be sent.  With a list of headers they stay tracked.
+    L{line_records} gives each line the fixed headers and its line number.
     """
     host, path = ("host", "h1".encode()), ("path", "/var/log/a.log".encode())
     key = "h1:/var/log/a.log".encode()
-    records = line_records(key, [b"one", b"", "three".encode()], 7, [host, path])
-    assert records == [(key, b"one", (host, path, ("line_no", b"7")), None),
-                       (key, b"", (host, path, ("line_no", b"8")), None),
-                       (key, b"three", (host, path, ("line_no", b"9")), None)]
+    assert line_records(key, [b"one", b"", "three".encode()], 7, [host, path]) == [
+        (key, b"one", (host, path, ("line_no", b"7")), None),
+        (key, b"", (host, path, ("line_no", b"8")), None),
+        (key, b"three", (host, path, ("line_no", b"9")), None)]
     assert line_records(key, [], 1, [host, path]) == []
-    for _ in range(3):
+
+
+def check_line_records_untracked_by_young_collections():
+    """
+    The records of a chunk of lines are untracked by the garbage collector's
+    young collections (CPython's default thresholds), so full collections do
+    not walk the records waiting to be sent.  Made nested, or with a list of
+    headers, they stay tracked.
+    """
+    host, path = ("host", "h1".encode()), ("path", "/var/log/a.log".encode())
+    values = [b"line %d" % i for i in range(2000)]
+    enabled, thresholds = gc.isenabled(), gc.get_threshold()
+    gc.enable()
+    gc.set_threshold(700, 10, 10)
+    try:
         gc.collect()
-    assert not any(map(gc.is_tracked, records))
+        records = line_records("h1:/var/log/a.log".encode(), values, 1, [host, path])
+        gc.collect(0)
+        gc.collect(1)
+        assert sum(map(gc.is_tracked, records)) == 0
+    finally:
+        gc.set_threshold(*thresholds)
+        if not enabled:
+            gc.disable()
 
 
 # --- line splitting ---------------------------------------------------------------------
