@@ -29,7 +29,8 @@ from twisted.logger import Logger
 from ..config import BrokerConfig
 from ..errors import CorruptRecordError, ErrorCode, KafkaError, kafka_error
 from ..protocol.fetch import FETCH_MAX_VERSION, FETCH_MIN_VERSION, PartitionFetchData, encode_fetch_response
-from ..protocol.messages import RequestHeader, UnsupportedVersion, decode_request, decode_simple_produce, encode_response
+from ..protocol.messages import (RequestHeader, UnsupportedVersion, decode_request, encode_response,
+                                 simple_produce_decoder)
 from ..protocol.produce import encode_produce_response
 from ..security.acl import (
     CLUSTER_NAME,
@@ -743,7 +744,7 @@ class KafkaApis(TransactionApis, QuotaApis, AdminToolApis):
         L{handle} for a Produce request frame of a L{ProduceRun} of the
         common shape (v3-v9, acks 0 or 1, no transactional id, one topic,
         one partition; no authorizer), its header and body decoded by hand
-        (L{decode_simple_produce}; kio's entities and the request header
+        (L{simple_produce_decoder}; kio's entities and the request header
         of an acks=0 request are not built) and its append queued
         (L{ProduceRun.queue}): the same appends, counters and response as
         L{handle}.
@@ -764,7 +765,7 @@ class KafkaApis(TransactionApis, QuotaApis, AdminToolApis):
             if len(frame) <= body or frame[body] != 0:
                 return self.NOT_SIMPLE
             body += 1
-        decoded = decode_simple_produce(frame, body, version >= 9)
+        decoded = simple_produce_decoder(frame, body, version >= 9)
         if decoded is None:
             return self.NOT_SIMPLE
         acks, _timeout, name, index, records = decoded

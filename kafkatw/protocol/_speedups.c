@@ -1876,6 +1876,282 @@ done:
     return result;
 }
 
+/* ---- a Produce run's appends (kafkatw/storage/log.py) --------------------------- */
+
+/*
+ * append_simple_batches: the loop of PartitionLog.append_many over the items
+ * that are one whole, valid RecordBatch v2 without producer id, not a control
+ * batch, at most copy_max bytes (what a producer without idempotence sends).
+ * The checks are parse_batch_headers' one-batch checks, as the Python loop
+ * makes them; the first item that fails one (or is not a buffer, or would take
+ * the offsets past 64 bits) ends the loop, and append_many's Python code takes
+ * it.  The batch header's layout (Kafka protocol guide, "RecordBatch"):
+ *
+ *     baseOffset int64 0, batchLength int32 8, partitionLeaderEpoch int32 12,
+ *     magic int8 16, crc uint32 17, attributes int16 21, lastOffsetDelta int32 23,
+ *     baseTimestamp int64 27, maxTimestamp int64 35, producerId int64 43,
+ *     producerEpoch int16 51, baseSequence int32 53, recordsCount int32 57
+ */
+
+static inline void
+put_be64(unsigned char *p, uint64_t v)
+{
+    for (int i = 7; i >= 0; i--) {
+        p[i] = (unsigned char)(v & 0xFF);
+        v >>= 8;
+    }
+}
+
+static inline void
+put_be32(unsigned char *p, uint32_t v)
+{
+    p[0] = (unsigned char)(v >> 24);
+    p[1] = (unsigned char)(v >> 16);
+    p[2] = (unsigned char)(v >> 8);
+    p[3] = (unsigned char)v;
+}
+
+/* Whether obj's batch at p (total bytes) passes the one-batch checks; -1: an error from crc32c. */
+static int
+simple_batch_ok(PyObject *obj, const unsigned char *p, Py_ssize_t total, long long max_bytes, PyObject *crc_fn)
+{
+    int32_t batch_length = be32(p + 8);
+    int32_t last_delta = be32(p + 23);
+    int32_t count = be32(p + 57);
+    if ((int64_t)batch_length + 12 != (int64_t)total || p[16] != 2 || batch_length < 49 ||
+        (max_bytes >= 0 && total > max_bytes) || count <= 0 || (int64_t)count != (int64_t)last_delta + 1 ||
+        be64(p + 43) >= 0 || (be16(p + 21) & 0x20))
+        return 0;
+    PyObject *part = PySequence_GetSlice(obj, 21, total);
+    if (part == NULL)
+        return -1;
+    PyObject *sum = PyObject_CallOneArg(crc_fn, part);
+    Py_DECREF(part);
+    if (sum == NULL)
+        return -1;
+    unsigned long long value = PyLong_AsUnsignedLongLong(sum);
+    Py_DECREF(sum);
+    if (value == (unsigned long long)-1 && PyErr_Occurred())
+        return -1;
+    return value == (uint32_t)be32(p + 17);
+}
+
+PyDoc_STRVAR(append_simple_batches_doc,
+"append_simple_batches(records_list, i, next_offset, leader_epoch, max_bytes, copy_max, data, patched,\n"
+"                      group, out, base, header_cls, crc32c) -> (i, next_offset, base)\n\n"
+"PartitionLog.append_many's loop from records_list[i] over the items that are one\n"
+"whole, valid RecordBatch v2 without producer id, not a control batch, of at most\n"
+"copy_max bytes (max_bytes: max.message.bytes, -1 for none): each one's bytes\n"
+"with baseOffset next_offset and partitionLeaderEpoch leader_epoch are appended\n"
+"to the bytearray data, its header_cls header (position base) to patched,\n"
+"(len(out), item, end offset, end position, 1) to group and None to out.\n"
+"Returns where it stopped (the first item it leaves to Python, or\n"
+"len(records_list)), the next offset and the position after the last item.");
+
+static PyObject *
+append_simple_batches(PyObject *self, PyObject *args)
+{
+    PyObject *records_list, *data, *patched, *group, *out, *crc_fn;
+    PyTypeObject *header_cls;
+    Py_ssize_t i, copy_max, base;
+    long long next_offset, max_bytes;
+    int leader_epoch;
+    if (!PyArg_ParseTuple(args, "O!nLiLnO!O!O!O!nO!O:append_simple_batches", &PyList_Type, &records_list, &i,
+                          &next_offset, &leader_epoch, &max_bytes, &copy_max, &PyByteArray_Type, &data,
+                          &PyList_Type, &patched, &PyList_Type, &group, &PyList_Type, &out, &base,
+                          &PyType_Type, &header_cls, &crc_fn))
+        return NULL;
+    if (!PyType_IsSubtype(header_cls, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "header_cls must be a tuple type");
+        return NULL;
+    }
+    if (i < 0)
+        i = 0;
+    for (; i < PyList_GET_SIZE(records_list); i++) {
+        PyObject *obj = PyList_GET_ITEM(records_list, i);
+        Py_buffer buf;
+        if (PyObject_GetBuffer(obj, &buf, PyBUF_SIMPLE) < 0) {
+            PyErr_Clear();
+            break;
+        }
+        const unsigned char *p = buf.buf;
+        Py_ssize_t total = buf.len;
+        if (total < 61 || total > copy_max) {
+            PyBuffer_Release(&buf);
+            break;
+        }
+        int32_t count = be32(p + 57);
+        if (count > 0 && next_offset > INT64_MAX - count) {
+            PyBuffer_Release(&buf);
+            break;
+        }
+        int ok = simple_batch_ok(obj, p, total, max_bytes, crc_fn);
+        if (ok <= 0) {
+            PyBuffer_Release(&buf);
+            if (ok < 0)
+                return NULL;
+            break;
+        }
+        Py_ssize_t size = PyByteArray_GET_SIZE(data);
+        if (PyByteArray_Resize(data, size + total) < 0) {
+            PyBuffer_Release(&buf);
+            return NULL;
+        }
+        unsigned char *d = (unsigned char *)PyByteArray_AS_STRING(data) + size;
+        put_be64(d, (uint64_t)next_offset);
+        memcpy(d + 8, p + 8, 4);
+        put_be32(d + 12, (uint32_t)leader_epoch);
+        memcpy(d + 16, p + 16, (size_t)(total - 16));
+        PyObject *items[14] = {
+            PyLong_FromSsize_t(base), PyLong_FromSsize_t(total), PyLong_FromLongLong(next_offset),
+            PyLong_FromLong(leader_epoch), PyLong_FromLong(2), PyLong_FromUnsignedLong((uint32_t)be32(p + 17)),
+            PyLong_FromLong(be16(p + 21)), PyLong_FromLong(be32(p + 23)), PyLong_FromLongLong(be64(p + 27)),
+            PyLong_FromLongLong(be64(p + 35)), PyLong_FromLongLong(be64(p + 43)), PyLong_FromLong(be16(p + 51)),
+            PyLong_FromLong(be32(p + 53)), PyLong_FromLong(count),
+        };
+        PyBuffer_Release(&buf);
+        for (int k = 0; k < 14; k++) {
+            if (items[k] == NULL) {
+                for (int m = 0; m < 14; m++)
+                    Py_XDECREF(items[m]);
+                return NULL;
+            }
+        }
+        PyObject *header = new_record(header_cls, items, 14);
+        if (header == NULL)
+            return NULL;
+        int failed = PyList_Append(patched, header);
+        Py_DECREF(header);
+        if (failed)
+            return NULL;
+        next_offset += count;
+        base += total;
+        PyObject *entry = Py_BuildValue("(nOLni)", PyList_GET_SIZE(out), obj, next_offset, base, 1);
+        if (entry == NULL)
+            return NULL;
+        failed = PyList_Append(group, entry);
+        Py_DECREF(entry);
+        if (failed || PyList_Append(out, Py_None) < 0)
+            return NULL;
+    }
+    return Py_BuildValue("(nLn)", i, next_offset, base);
+}
+
+/* ---- the broker's one-partition Produce requests (kafkatw/protocol/messages.py) --- */
+
+/* The records of frame[pos:end] as a view of frame (frame itself when it is one). */
+static PyObject *
+view_slice(PyObject *frame, Py_ssize_t pos, Py_ssize_t end)
+{
+    if (PyMemoryView_Check(frame))
+        return PySequence_GetSlice(frame, pos, end);
+    PyObject *view = PyMemoryView_FromObject(frame);
+    if (view == NULL)
+        return NULL;
+    PyObject *part = PySequence_GetSlice(view, pos, end);
+    Py_DECREF(view);
+    return part;
+}
+
+PyDoc_STRVAR(decode_simple_produce_doc,
+"decode_simple_produce(frame, pos, flexible) -> (acks, timeout_ms, topic, partition, records) or None\n\n"
+"kafkatw.protocol.messages.decode_simple_produce compiled, with the same results:\n"
+"the body at pos of a ProduceRequest v3-v9 (flexible: v9) with no transactional id,\n"
+"one topic and one partition (records a view of frame, None when null); None for any\n"
+"other shape and for anything that does not parse.");
+
+static PyObject *
+decode_simple_produce(PyObject *self, PyObject *args)
+{
+    PyObject *frame;
+    Py_ssize_t pos;
+    int flexible;
+    if (!PyArg_ParseTuple(args, "Onp:decode_simple_produce", &frame, &pos, &flexible))
+        return NULL;
+    Py_buffer buf;
+    if (PyObject_GetBuffer(frame, &buf, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const unsigned char *p = buf.buf;
+    Py_ssize_t n = buf.len, name, name_end, records_pos, records_end;
+    int acks, partition, timeout, null_records;
+    if (pos < 0)
+        goto none;
+    if (flexible) {
+        /* transactional id (compact nullable string: 0 = null), acks int16, timeout int32,
+         * topics (compact array: 2 = one) and the name's length + 1 as one-byte varints */
+        if (pos + 9 > n || p[pos] != 0)
+            goto none;
+        acks = be16(p + pos + 1);
+        timeout = be32(p + pos + 3);
+        if (p[pos + 7] != 2 || p[pos + 8] == 0 || p[pos + 8] & 0x80)
+            goto none;
+        name = pos + 9;
+        name_end = name + p[pos + 8] - 1;
+        /* partitions (compact array: 2 = one), index int32 */
+        if (name_end + 5 > n || p[name_end] != 2)
+            goto none;
+        partition = be32(p + name_end + 1);
+        /* records: compact nullable bytes (length + 1, 0 = null), an unsigned varint of at most 6 bytes */
+        Py_ssize_t at = name_end + 5;
+        long long size = 0;
+        for (int shift = 0;; shift += 7) {
+            if (shift > 35 || at >= n)
+                goto none;
+            unsigned char byte = p[at++];
+            size |= (long long)(byte & 0x7F) << shift;
+            if (!(byte & 0x80))
+                break;
+        }
+        records_pos = at;
+        null_records = size == 0;
+        if (size - 1 > n - at)
+            goto none;
+        records_end = null_records ? at : at + (Py_ssize_t)(size - 1);
+        /* then three empty tagged fields (the partition's, the topic's, the request's), and the end */
+        if (records_end + 3 != n || p[n - 3] != 0 || p[n - 2] != 0 || p[n - 1] != 0)
+            goto none;
+    } else {
+        /* transactional id length int16 (-1: null), acks int16, timeout int32, topics int32, name length int16 */
+        if (pos + 14 > n || be16(p + pos) != -1 || be32(p + pos + 8) != 1 || be16(p + pos + 12) < 0)
+            goto none;
+        acks = be16(p + pos + 2);
+        timeout = be32(p + pos + 4);
+        name = pos + 14;
+        name_end = name + be16(p + pos + 12);
+        /* partitions int32 (one), index int32, records length int32 (-1: null) */
+        if (name_end + 12 > n || be32(p + name_end) != 1 || be32(p + name_end + 8) < -1)
+            goto none;
+        partition = be32(p + name_end + 4);
+        int32_t size = be32(p + name_end + 8);
+        records_pos = name_end + 12;
+        null_records = size < 0;
+        if (!null_records && size > n - records_pos)
+            goto none;
+        records_end = null_records ? records_pos : records_pos + size;
+        if (records_end != n)
+            goto none;
+    }
+    PyObject *topic = PyUnicode_DecodeUTF8((const char *)p + name, name_end - name, "strict");
+    PyBuffer_Release(&buf);
+    if (topic == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
+            return NULL;
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    PyObject *records;
+    if (null_records)
+        records = Py_NewRef(Py_None);
+    else if ((records = view_slice(frame, records_pos, records_end)) == NULL) {
+        Py_DECREF(topic);
+        return NULL;
+    }
+    return Py_BuildValue("(iiNiN)", acks, timeout, topic, partition, records);
+none:
+    PyBuffer_Release(&buf);
+    Py_RETURN_NONE;
+}
+
 /* ---- module ------------------------------------------------------------------ */
 
 static PyMethodDef methods[] = {
@@ -1885,6 +2161,8 @@ static PyMethodDef methods[] = {
     {"complete_records", complete_records, METH_VARARGS, complete_records_doc},
     {"encode_value_batch", encode_value_batch, METH_VARARGS, encode_value_batch_doc},
     {"fetched_columns", fetched_columns, METH_VARARGS, fetched_columns_doc},
+    {"append_simple_batches", append_simple_batches, METH_VARARGS, append_simple_batches_doc},
+    {"decode_simple_produce", decode_simple_produce, METH_VARARGS, decode_simple_produce_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -39,6 +39,7 @@ from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 
+from . import records as _records
 from .records import encode_uvarint
 
 __all__ = [
@@ -50,6 +51,7 @@ __all__ = [
     "parse_request_header",
     "decode_request",
     "decode_simple_produce",
+    "simple_produce_decoder",
     "request_schema",
     "response_schema",
     "build",
@@ -285,6 +287,12 @@ def decode_simple_produce(frame: bytes | memoryview, pos: int,
     except (struct.error, UnicodeDecodeError, MalformedRequest, IndexError):
         return None
 
+
+
+#: What the broker decodes one-partition Produce requests with: L{decode_simple_produce}
+#: compiled (C{decode_simple_produce} of kafkatw/protocol/_speedups.c, the same results,
+#: hypothesis-checked against this module's) when the accelerator is built, else L{decode_simple_produce}.
+simple_produce_decoder = getattr(_records._speedups, "decode_simple_produce", None) or decode_simple_produce
 
 # --- building entities from plain values ------------------------------------------
 

@@ -64,6 +64,7 @@ from kafkatw.errors import (ErrorCode, InvalidRecordError, KafkaError, KafkaStor
 from kafkatw.protocol.batch import (BATCH_HEADER_SIZE, CRC_START, HEADER_STRUCT, LOG_OVERHEAD, MIN_BATCH_LENGTH,
                                     BatchHeader, parse_batch_headers, unpack_header)
 from kafkatw.protocol.records import COMPRESSION_TYPE_CODECS, decode_batches, rewrite_batches
+from kafkatw.protocol import records as _records
 from kafkatw.storage.files import write_atomically
 from kafkatw.storage.leader_epoch import LEADER_EPOCH_CHECKPOINT_FILE, LeaderEpochCache
 from kafkatw.storage.producer_state import ProducerStateManager, read_marker
@@ -82,6 +83,9 @@ _tuple_new = tuple.__new__
 _PATCH = struct.Struct(">qii")
 #: Batches up to this size are copied into one buffer by L{PartitionLog.append_many} (larger ones are views).
 _COPY_MAX = 16384
+#: L{PartitionLog.append_many}'s loop over plain one-batch items, compiled (C{append_simple_batches}
+#: of kafkatw/protocol/_speedups.c), or C{None}: the Python loop does it all.
+_simple_batches = getattr(_records._speedups, "append_simple_batches", None)
 _SNAPSHOT_SUFFIX = ".snapshot"
 #: Kafka's default C{file.delete.delay.ms}: descriptors of deleted segments stay
 #: open this long so that regions being sent remain valid.
@@ -813,7 +817,19 @@ class PartitionLog:
         add = patched.append
         next_offset = self._segments[-1].next_offset
         base = 0
-        for records in records_list:
+        # The compiled loop (kafkatw/protocol/_speedups.c) appends the plain one-batch items as the
+        # first branch below does, and stops at any other item, which the loop below takes.
+        scan = _simple_batches if records_list.__class__ is list else None
+        limit = -1 if max_bytes is None else max_bytes
+        i, count_items = 0, len(records_list)
+        while i < count_items:
+            if scan is not None:
+                i, next_offset, base = scan(records_list, i, next_offset, leader_epoch, limit, _COPY_MAX, data, patched,
+                                            group, out, base, BatchHeader, crc32c)
+                if i == count_items:
+                    break
+            records = records_list[i]
+            i += 1
             view = records if isinstance(records, memoryview) else memoryview(records)
             total = len(view)
             if total >= BATCH_HEADER_SIZE:

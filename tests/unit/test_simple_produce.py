@@ -6,6 +6,8 @@ decodes to what kio decodes (L{decode_request}); anything else is left to kio.
 
 from __future__ import annotations
 
+import datetime
+import os
 import struct
 
 from hypothesis import HealthCheck, given, settings
@@ -19,6 +21,7 @@ from kafkatw.protocol.messages import (
     decode_simple_produce,
     encode_request,
     parse_request_header,
+    simple_produce_decoder,
 )
 
 _names = st.text(alphabet="abcXYZ09._-é", min_size=0, max_size=140)
@@ -48,13 +51,14 @@ def _kio(frame: memoryview):
     topic = request.topic_data[0]
     partition = topic.partition_data[0]
     timeout = request.timeout
-    timeout_ms = int(timeout.total_seconds() * 1000) if hasattr(timeout, "total_seconds") else int(timeout)
+    # exact: total_seconds() * 1000 rounds 16.301 s down to 16300 ms
+    timeout_ms = timeout // datetime.timedelta(milliseconds=1) if hasattr(timeout, "total_seconds") else int(timeout)
     return request.acks, timeout_ms, topic.name, partition.index, partition.records
 
 
-def _fast(frame: memoryview):
+def _fast(frame: memoryview, decode=decode_simple_produce):
     header = parse_request_header(frame)
-    decoded = decode_simple_produce(frame, header.body_offset, header.api_version >= 9)
+    decoded = decode(frame, header.body_offset, header.api_version >= 9)
     if decoded is None:
         return None
     acks, timeout, name, index, records = decoded
@@ -62,19 +66,23 @@ def _fast(frame: memoryview):
 
 
 class DecodeSimpleProduceTests(unittest.TestCase):
+    #: The decoder under test: the Python one here, the compiled one in L{CompiledDecodeSimpleProduceTests}.
+    decode = staticmethod(decode_simple_produce)
 
-    @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @settings(max_examples=300, deadline=None,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.differing_executors])  # and the subclass
     @given(body=_bodies, version=st.integers(3, 9))
     def test_same_as_kio(self, body, version):
         frame = memoryview(encode_request(0, version, 5, "client", body))
-        fast, kio = _fast(frame), _kio(frame)
+        fast, kio = _fast(frame, self.decode), _kio(frame)
         self.assertNotEqual(kio, "error")
         if kio is not None:
             self.assertEqual(fast, kio)  # the common shape is always taken
         else:
             self.assertIsNone(fast)
 
-    @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @settings(max_examples=400, deadline=None,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.differing_executors])
     @given(body=_bodies, version=st.integers(3, 9), cut=st.integers(0, 400), flips=st.lists(
         st.tuples(st.integers(0, 400), st.integers(0, 255)), max_size=3), extra=st.binary(max_size=3))
     def test_damaged_frames(self, body, version, cut, flips, extra):
@@ -86,9 +94,11 @@ class DecodeSimpleProduceTests(unittest.TestCase):
                 frame[header_end + position] = value
         frame = frame[:max(header_end, len(frame) - cut)] + extra
         view = memoryview(bytes(frame))
-        fast = _fast(view)
+        fast = _fast(view, self.decode)
         if fast is not None:
             self.assertEqual(fast, _kio(view))
+        self.assertEqual(fast, _fast(view))  # and as the Python decoder decodes it (or leaves it)
+        self.assertEqual(_fast(bytes(frame), self.decode), fast)  # bytes as a view of them
 
     def test_shapes_left_to_kio(self):
         batch = build_batch([(None, b"v")])
@@ -103,16 +113,40 @@ class DecodeSimpleProduceTests(unittest.TestCase):
                 {"transactional_id": None, "acks": 1, "timeout": 1, "topic_data": [{"name": "x" * 200,
                                                                                     "partition_data": []}]},
             ]:
-                self.assertIsNone(_fast(memoryview(encode_request(0, version, 1, None, body))), (version, body))
+                self.assertIsNone(_fast(memoryview(encode_request(0, version, 1, None, body)), self.decode),
+                                  (version, body))
 
     def test_a_view_of_the_frame(self):
         batch = build_batch([(None, b"v" * 200)])
         frame = encode_request(0, 9, 1, "c", {"transactional_id": None, "acks": 0, "timeout": 30000, "topic_data": [
             {"name": "topic", "partition_data": [{"index": 4, "records": batch}]}]})
         header = parse_request_header(frame)
-        acks, timeout, name, index, records = decode_simple_produce(frame, header.body_offset, True)
+        acks, timeout, name, index, records = self.decode(frame, header.body_offset, True)
         self.assertEqual((acks, timeout, name, index, bytes(records)), (0, 30000, "topic", 4, batch))
         self.assertIsInstance(records, memoryview)
+        self.assertIs(records.obj, frame)
+
+
+class CompiledDecodeSimpleProduceTests(DecodeSimpleProduceTests):
+    """
+    L{DecodeSimpleProduceTests} of the compiled decoder (C{decode_simple_produce}
+    of kafkatw/protocol/_speedups.c), which the broker uses when it is built
+    (L{simple_produce_decoder}).  Without the extension these tests skip,
+    unless C{KAFKATW_REQUIRE_SPEEDUPS=1} (CI), which makes its absence a failure.
+    """
+
+    def setUp(self):
+        if simple_produce_decoder is decode_simple_produce:
+            if os.environ.get("KAFKATW_REQUIRE_SPEEDUPS") == "1" and os.environ.get("KAFKATW_PURE_PYTHON", "") in (
+                    "", "0"):
+                self.fail("KAFKATW_REQUIRE_SPEEDUPS=1 but the compiled Produce decoder is not in use")
+            raise unittest.SkipTest("kafkatw.protocol._speedups is not built (or KAFKATW_PURE_PYTHON=1)")
+        self.decode = simple_produce_decoder
+
+    def test_bad_arguments(self):
+        with self.assertRaises(TypeError):
+            self.decode("not a buffer", 0, True)
+        self.assertIsNone(self.decode(b"\0" * 40, -1, True))
 
 
 class ProduceTemplateTests(unittest.TestCase):

@@ -5,6 +5,7 @@ state, the log manager.  Real files in temporary directories; time injected.
 
 import os
 import shutil
+import struct
 import tempfile
 
 from crc32c import crc32c
@@ -25,6 +26,7 @@ from kafkatw.errors import (
 )
 from kafkatw.protocol.batch import build_batch, parse_batch_headers
 from kafkatw.protocol.records import decode_batches, encode_batch
+from kafkatw.storage import log as log_module
 from kafkatw.storage import segment as segment_module
 from kafkatw.storage.index import OffsetIndex, TimeIndex
 from kafkatw.storage.log import FILE_DELETE_DELAY_MS, LogConfig, PartitionLog
@@ -979,14 +981,19 @@ class AppendManyTests(LogTestMixin, TestCase):
             return batch(1, ts=ts, attributes=0x20)
         if kind == "empty":
             return b""
+        if kind == "view":  # as a Produce request's records arrive: a view into the request's frame
+            return memoryview(b"\0\0\0" + batch(1 + i % 2, size=30, ts=ts) + b"\0")[3:-1]
+        if kind == "bytearray":
+            return bytearray(batch(1, ts=ts))
         sequence = pid_state[0]
         pid_state[0] += 2 if kind == "idempotent" else 0  # "retry": the same sequence again
         return batch(2, ts=ts, producer_id=7, producer_epoch=0, base_sequence=sequence)
 
-    @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @settings(max_examples=40, deadline=None,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.differing_executors])  # the pure-Python subclass
     @given(runs=st.lists(st.lists(st.sampled_from([
                              "plain", "plain", "plain", "two", "big", "corrupt", "control", "empty", "idempotent",
-                             "retry", "magic1", "count"]), min_size=1, max_size=12),
+                             "retry", "magic1", "count", "view", "bytearray"]), min_size=1, max_size=12),
                          min_size=1, max_size=5),
            segment_bytes=st.sampled_from([150, 1000, 4000, 100000]), interval=st.integers(1, 600),
            index_bytes=st.sampled_from([24, 48, 10485760]), flush_messages=st.sampled_from([7, 2**63 - 1]),
@@ -1018,7 +1025,7 @@ class AppendManyTests(LogTestMixin, TestCase):
     def test_every_kind_in_one_run(self):
         """Each item refused or appended as by L{PartitionLog.append}, the plain ones around them grouped."""
         kinds = ["plain", "idempotent", "plain", "retry", "big", "big", "plain", "magic1", "count", "control", "corrupt",
-                 "empty", "two", "plain", "idempotent", "idempotent", "retry", "plain"]
+                 "empty", "two", "plain", "idempotent", "idempotent", "retry", "plain", "view", "bytearray", "view"]
         for epoch in (-1, 0, 5):
             many, reference = self.pair(max_message_bytes=20000)
             pid = [0]
@@ -1068,3 +1075,72 @@ class AppendManyTests(LogTestMixin, TestCase):
         DeferredWriteTests.assert_same(self, many, reference)
         many.close()
         reference.close()
+
+
+class AppendManyPurePythonTests(AppendManyTests):
+    """L{AppendManyTests} with the Python loop alone (as without the compiled accelerator)."""
+
+    def setUp(self):
+        self.patch(log_module, "_simple_batches", None)
+
+
+class CompiledAppendTests(TestCase):
+    """
+    C{append_simple_batches} (kafkatw/protocol/_speedups.c), the compiled
+    loop of L{PartitionLog.append_many}; L{AppendManyTests} checks its results
+    against one append per item.  Without the extension these tests skip,
+    unless C{KAFKATW_REQUIRE_SPEEDUPS=1} (CI), which makes its absence a failure.
+    """
+
+    def setUp(self):
+        if log_module._simple_batches is None:
+            if os.environ.get("KAFKATW_REQUIRE_SPEEDUPS") == "1" and os.environ.get("KAFKATW_PURE_PYTHON", "") in (
+                    "", "0"):
+                self.fail("KAFKATW_REQUIRE_SPEEDUPS=1 but PartitionLog.append_many has no compiled loop")
+            raise unittest.SkipTest("kafkatw.protocol._speedups is not built (or KAFKATW_PURE_PYTHON=1)")
+        self.scan = log_module._simple_batches
+
+    def run_scan(self, items, next_offset=0, leader_epoch=4, max_bytes=-1, copy_max=16384):
+        data, patched, group, out = bytearray(), [], [], []
+        got = self.scan(items, 0, next_offset, leader_epoch, max_bytes, copy_max, data, patched, group, out, 0,
+                        log_module.BatchHeader, crc32c)
+        return got, bytes(data), patched, group, out
+
+    def test_patched_bytes_and_headers(self):
+        """Each batch's base offset and leader epoch rewritten, its header as parse_batch_headers reads it."""
+        items = [batch(2, ts=5), memoryview(batch(1, size=3)), bytearray(batch(3, ts=7))]
+        (stop, next_offset, end), data, patched, group, out = self.run_scan(items, next_offset=100)
+        self.assertEqual((stop, next_offset, end), (3, 106, sum(len(x) for x in items)))
+        headers = parse_batch_headers(data)
+        self.assertEqual(patched, headers)
+        self.assertEqual([(h.base_offset, h.partition_leader_epoch) for h in headers], [(100, 4), (102, 4), (103, 4)])
+        self.assertEqual(data, b"".join(struct.pack(">qii", offset, len(item) - 12, 4) + bytes(item)[16:]
+                                        for offset, item in zip((100, 102, 103), items)))
+        self.assertEqual([(g[0], g[2], g[3], g[4]) for g in group],
+                         [(0, 102, len(items[0]), 1), (1, 103, len(items[0]) + len(items[1]), 1), (2, 106, end, 1)])
+        self.assertIs(group[1][1], items[1])
+        self.assertEqual(out, [None, None, None])
+
+    def test_stops_at_what_python_takes(self):
+        """Anything but a plain batch within the limits ends the loop at that item, nothing of it appended."""
+        plain = batch(1)
+        corrupt = bytearray(plain)
+        corrupt[-1] ^= 1
+        two = plain + batch(1)
+        cases = {"corrupt": (bytes(corrupt), {}), "two batches": (two, {}), "short": (plain[:60], {}),
+                 "control": (batch(1, attributes=0x20), {}), "producer id": (batch(1, producer_id=3), {}),
+                 "over max.message.bytes": (plain, {"max_bytes": len(plain) - 1}),
+                 "over the copy size": (plain, {"copy_max": len(plain) - 1}), "not a buffer": ("text", {}),
+                 "offsets past 64 bits": (plain, {"next_offset": 2**63 - 1})}
+        for name, (item, options) in cases.items():
+            (stop, next_offset, end), data, patched, group, out = self.run_scan([item, plain], **options)
+            self.assertEqual((stop, data, patched, group, out), (0, b"", [], [], []), name)
+            self.assertEqual((next_offset, end), (options.get("next_offset", 0), 0), name)
+        (stop, next_offset, _), data, _, _, out = self.run_scan([plain, bytes(corrupt), plain])
+        self.assertEqual((stop, next_offset, len(data), out), (1, 1, len(plain), [None]))
+
+    def test_crc32c_error_propagates(self):
+        def broken(data):
+            raise ZeroDivisionError("crc")
+        with self.assertRaises(ZeroDivisionError):
+            self.scan([batch(1)], 0, 0, 0, -1, 16384, bytearray(), [], [], [], 0, log_module.BatchHeader, broken)
