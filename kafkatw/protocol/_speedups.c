@@ -1911,6 +1911,20 @@ put_be32(unsigned char *p, uint32_t v)
     p[3] = (unsigned char)v;
 }
 
+/* frame[pos:end] as a view of frame (sliced directly when frame is a memoryview). */
+static PyObject *
+view_slice(PyObject *frame, Py_ssize_t pos, Py_ssize_t end)
+{
+    if (PyMemoryView_Check(frame))
+        return PySequence_GetSlice(frame, pos, end);
+    PyObject *view = PyMemoryView_FromObject(frame);
+    if (view == NULL)
+        return NULL;
+    PyObject *part = PySequence_GetSlice(view, pos, end);
+    Py_DECREF(view);
+    return part;
+}
+
 /* Whether obj's batch at p (total bytes) passes the one-batch checks; -1: an error from crc32c. */
 static int
 simple_batch_ok(PyObject *obj, const unsigned char *p, Py_ssize_t total, long long max_bytes, PyObject *crc_fn)
@@ -1922,7 +1936,7 @@ simple_batch_ok(PyObject *obj, const unsigned char *p, Py_ssize_t total, long lo
         (max_bytes >= 0 && total > max_bytes) || count <= 0 || (int64_t)count != (int64_t)last_delta + 1 ||
         be64(p + 43) >= 0 || (be16(p + 21) & 0x20))
         return 0;
-    PyObject *part = PySequence_GetSlice(obj, 21, total);
+    PyObject *part = view_slice(obj, 21, total); /* crc32c(memoryview(records)[CRC_START:]), as Python */
     if (part == NULL)
         return -1;
     PyObject *sum = PyObject_CallOneArg(crc_fn, part);
@@ -2038,20 +2052,6 @@ append_simple_batches(PyObject *self, PyObject *args)
 }
 
 /* ---- the broker's one-partition Produce requests (kafkatw/protocol/messages.py) --- */
-
-/* The records of frame[pos:end] as a view of frame (frame itself when it is one). */
-static PyObject *
-view_slice(PyObject *frame, Py_ssize_t pos, Py_ssize_t end)
-{
-    if (PyMemoryView_Check(frame))
-        return PySequence_GetSlice(frame, pos, end);
-    PyObject *view = PyMemoryView_FromObject(frame);
-    if (view == NULL)
-        return NULL;
-    PyObject *part = PySequence_GetSlice(view, pos, end);
-    Py_DECREF(view);
-    return part;
-}
 
 PyDoc_STRVAR(decode_simple_produce_doc,
 "decode_simple_produce(frame, pos, flexible) -> (acks, timeout_ms, topic, partition, records) or None\n\n"

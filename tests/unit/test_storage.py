@@ -4,6 +4,7 @@ state, the log manager.  Real files in temporary directories; time injected.
 """
 
 import os
+import pickle
 import shutil
 import struct
 import tempfile
@@ -1138,6 +1139,13 @@ class CompiledAppendTests(TestCase):
             self.assertEqual((next_offset, end), (options.get("next_offset", 0), 0), name)
         (stop, next_offset, _), data, _, _, out = self.run_scan([plain, bytes(corrupt), plain])
         self.assertEqual((stop, next_offset, len(data), out), (1, 1, len(plain), [None]))
+
+    def test_any_buffer(self):
+        """An item that only exports a buffer (no slicing): its CRC is taken over a view of it, as in Python."""
+        item = pickle.PickleBuffer(batch(2))
+        (stop, next_offset, end), data, patched, _, _ = self.run_scan([item])
+        self.assertEqual((stop, next_offset, end, len(patched)), (1, 2, len(batch(2)), 1))
+        self.assertEqual(data, batch(2)[:12] + struct.pack(">i", 4) + batch(2)[16:])
 
     def test_crc32c_error_propagates(self):
         def broken(data):
