@@ -490,6 +490,22 @@ be16(const unsigned char *p)
     return (int16_t)(((uint16_t)p[0] << 8) | p[1]);
 }
 
+/* crc32c(part) (the crc32c package's function, crc_fn) into *value; part is a new reference, consumed
+ * (NULL: the error making it); -1 with an exception set on any error. */
+static int
+call_crc(PyObject *crc_fn, PyObject *part, unsigned long long *value)
+{
+    if (part == NULL)
+        return -1;
+    PyObject *sum = PyObject_CallOneArg(crc_fn, part);
+    Py_DECREF(part);
+    if (sum == NULL)
+        return -1;
+    *value = PyLong_AsUnsignedLongLong(sum);
+    Py_DECREF(sum);
+    return *value == (unsigned long long)-1 && PyErr_Occurred() ? -1 : 0;
+}
+
 /* Remove out[first:] records whose offset (item 2) is below next_offset, up to the first that is not. */
 static int
 drop_before(PyObject *out, Py_ssize_t first, int64_t next_offset)
@@ -596,16 +612,8 @@ walk_next(batch_walk *w)
         if (w->verify_crc) {
             if (w->view == NULL && (w->view = PyMemoryView_FromObject(w->data_obj)) == NULL)
                 return WALK_ERROR;
-            PyObject *part = PySequence_GetSlice(w->view, pos + 21, (Py_ssize_t)batch_end);
-            if (part == NULL)
-                return WALK_ERROR;
-            PyObject *sum = PyObject_CallOneArg(w->crc_fn, part);
-            Py_DECREF(part);
-            if (sum == NULL)
-                return WALK_ERROR;
-            unsigned long long value = PyLong_AsUnsignedLongLong(sum);
-            Py_DECREF(sum);
-            if (value == (unsigned long long)-1 && PyErr_Occurred())
+            unsigned long long value;
+            if (call_crc(w->crc_fn, PySequence_GetSlice(w->view, pos + 21, (Py_ssize_t)batch_end), &value) < 0)
                 return WALK_ERROR;
             if (value != crc)
                 return WALK_BAD_CRC;
@@ -1463,20 +1471,8 @@ encode_value_batch(PyObject *module, PyObject *args)
         PyErr_SetString(PyExc_SystemError, "encode_value_batch: size mismatch");
         return NULL;
     }
-    PyObject *view = PyMemoryView_FromMemory((char *)start + 21, total - 21, PyBUF_READ);
-    if (view == NULL) {
-        Py_DECREF(out);
-        return NULL;
-    }
-    PyObject *crc = PyObject_CallOneArg(crc_func, view);
-    Py_DECREF(view);
-    if (crc == NULL) {
-        Py_DECREF(out);
-        return NULL;
-    }
-    unsigned long value = PyLong_AsUnsignedLong(crc);
-    Py_DECREF(crc);
-    if (value == (unsigned long)-1 && PyErr_Occurred()) {
+    unsigned long long value;
+    if (call_crc(crc_func, PyMemoryView_FromMemory((char *)start + 21, total - 21, PyBUF_READ), &value) < 0) {
         Py_DECREF(out);
         return NULL;
     }
@@ -1893,24 +1889,6 @@ done:
  *     producerEpoch int16 51, baseSequence int32 53, recordsCount int32 57
  */
 
-static inline void
-put_be64(unsigned char *p, uint64_t v)
-{
-    for (int i = 7; i >= 0; i--) {
-        p[i] = (unsigned char)(v & 0xFF);
-        v >>= 8;
-    }
-}
-
-static inline void
-put_be32(unsigned char *p, uint32_t v)
-{
-    p[0] = (unsigned char)(v >> 24);
-    p[1] = (unsigned char)(v >> 16);
-    p[2] = (unsigned char)(v >> 8);
-    p[3] = (unsigned char)v;
-}
-
 /* frame[pos:end] as a view of frame (sliced directly when frame is a memoryview). */
 static PyObject *
 view_slice(PyObject *frame, Py_ssize_t pos, Py_ssize_t end)
@@ -1936,16 +1914,8 @@ simple_batch_ok(PyObject *obj, const unsigned char *p, Py_ssize_t total, long lo
         (max_bytes >= 0 && total > max_bytes) || count <= 0 || (int64_t)count != (int64_t)last_delta + 1 ||
         be64(p + 43) >= 0 || (be16(p + 21) & 0x20))
         return 0;
-    PyObject *part = view_slice(obj, 21, total); /* crc32c(memoryview(records)[CRC_START:]), as Python */
-    if (part == NULL)
-        return -1;
-    PyObject *sum = PyObject_CallOneArg(crc_fn, part);
-    Py_DECREF(part);
-    if (sum == NULL)
-        return -1;
-    unsigned long long value = PyLong_AsUnsignedLongLong(sum);
-    Py_DECREF(sum);
-    if (value == (unsigned long long)-1 && PyErr_Occurred())
+    unsigned long long value; /* crc32c(memoryview(records)[CRC_START:]), as Python */
+    if (call_crc(crc_fn, view_slice(obj, 21, total), &value) < 0)
         return -1;
     return value == (uint32_t)be32(p + 17);
 }
@@ -2012,9 +1982,9 @@ append_simple_batches(PyObject *self, PyObject *args)
             return NULL;
         }
         unsigned char *d = (unsigned char *)PyByteArray_AS_STRING(data) + size;
-        put_be64(d, (uint64_t)next_offset);
+        put_be(d, (uint64_t)next_offset, 8);
         memcpy(d + 8, p + 8, 4);
-        put_be32(d + 12, (uint32_t)leader_epoch);
+        put_be(d + 12, (uint32_t)leader_epoch, 4);
         memcpy(d + 16, p + 16, (size_t)(total - 16));
         PyObject *items[14] = {
             PyLong_FromSsize_t(base), PyLong_FromSsize_t(total), PyLong_FromLongLong(next_offset),
