@@ -1930,7 +1930,9 @@ PyDoc_STRVAR(append_simple_batches_doc,
 "to the bytearray data, its header_cls header (position base) to patched,\n"
 "(len(out), item, end offset, end position, 1) to group and None to out.\n"
 "Returns where it stopped (the first item it leaves to Python, or\n"
-"len(records_list)), the next offset and the position after the last item.");
+"len(records_list)), the next offset and the position after the last item.\n"
+"Items are read as bytes (bytes, bytearray, or a memoryview of bytes, as a Produce\n"
+"request's records are); max_bytes must not be negative but -1.");
 
 static PyObject *
 append_simple_batches(PyObject *self, PyObject *args)
@@ -2028,7 +2030,8 @@ PyDoc_STRVAR(decode_simple_produce_doc,
 "kafkatw.protocol.messages.decode_simple_produce compiled, with the same results:\n"
 "the body at pos of a ProduceRequest v3-v9 (flexible: v9) with no transactional id,\n"
 "one topic and one partition (records a view of frame, None when null); None for any\n"
-"other shape and for anything that does not parse.");
+"other shape and for anything that does not parse.  frame is read as bytes (bytes,\n"
+"bytearray, or a memoryview of bytes, as the broker's frames are).");
 
 static PyObject *
 decode_simple_produce(PyObject *self, PyObject *args)
@@ -2044,12 +2047,12 @@ decode_simple_produce(PyObject *self, PyObject *args)
     const unsigned char *p = buf.buf;
     Py_ssize_t n = buf.len, name, name_end, records_pos, records_end;
     int acks, partition, timeout, null_records;
-    if (pos < 0)
+    if (pos < 0 || pos > n) /* (Python's negative indexes count from the end: its decoder refuses them too) */
         goto none;
     if (flexible) {
         /* transactional id (compact nullable string: 0 = null), acks int16, timeout int32,
          * topics (compact array: 2 = one) and the name's length + 1 as one-byte varints */
-        if (pos + 9 > n || p[pos] != 0)
+        if (n - pos < 9 || p[pos] != 0)
             goto none;
         acks = be16(p + pos + 1);
         timeout = be32(p + pos + 3);
@@ -2082,7 +2085,7 @@ decode_simple_produce(PyObject *self, PyObject *args)
             goto none;
     } else {
         /* transactional id length int16 (-1: null), acks int16, timeout int32, topics int32, name length int16 */
-        if (pos + 14 > n || be16(p + pos) != -1 || be32(p + pos + 8) != 1 || be16(p + pos + 12) < 0)
+        if (n - pos < 14 || be16(p + pos) != -1 || be32(p + pos + 8) != 1 || be16(p + pos + 12) < 0)
             goto none;
         acks = be16(p + pos + 2);
         timeout = be32(p + pos + 4);

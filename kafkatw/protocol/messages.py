@@ -229,13 +229,16 @@ def decode_simple_produce(frame: bytes | memoryview, pos: int,
     transactional id, one topic, one partition, no tagged fields) by hand,
     without kio: the broker's per-request path for one-record requests.
 
-    @param pos: where the body starts (C{RequestHeader.body_offset}).
+    @param pos: where the body starts (C{RequestHeader.body_offset}); a
+        negative one is refused (C{None}), not counted from the end.
     @param flexible: a v9 request (compact strings and arrays, tagged fields).
     @return: C{(acks, timeout_ms, topic, partition, records)} as
         L{decode_request} would decode them (C{records} a view of C{frame},
         C{None} for null records), or C{None} for any other shape and for
         anything that does not parse (then L{decode_request} decides).
     """
+    if pos < 0:
+        return None
     try:
         if flexible:
             if frame[pos] != 0:

@@ -819,7 +819,8 @@ class PartitionLog:
         base = 0
         # The compiled loop (kafkatw/protocol/_speedups.c) appends the plain one-batch items as the
         # first branch below does, and stops at any other item, which the loop below takes.
-        scan = _simple_batches if records_list.__class__ is list else None
+        # (a negative max.message.bytes refuses every batch: the Python loop says so; -1 is the C loop's "none")
+        scan = _simple_batches if records_list.__class__ is list and (max_bytes is None or max_bytes >= 0) else None
         limit = -1 if max_bytes is None else max_bytes
         i, count_items = 0, len(records_list)
         while i < count_items:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime
 import os
 import struct
+import sys
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -116,6 +117,12 @@ class DecodeSimpleProduceTests(unittest.TestCase):
                 self.assertIsNone(_fast(memoryview(encode_request(0, version, 1, None, body)), self.decode),
                                   (version, body))
 
+    def test_a_negative_position_is_refused(self):
+        """Not counted from the end of the frame (which, with Python's negative indexes, parsed this one)."""
+        frame = bytes([2, 0, 0, 0, 0, 0x10, 1, 0, 0, 0, 7, 2, 12]) + bytes(11)
+        self.assertIsNone(self.decode(frame, -20, True))
+        self.assertIsNone(self.decode(frame, -1, False))
+
     def test_a_view_of_the_frame(self):
         batch = build_batch([(None, b"v" * 200)])
         frame = encode_request(0, 9, 1, "c", {"transactional_id": None, "acks": 0, "timeout": 30000, "topic_data": [
@@ -146,7 +153,9 @@ class CompiledDecodeSimpleProduceTests(DecodeSimpleProduceTests):
     def test_bad_arguments(self):
         with self.assertRaises(TypeError):
             self.decode("not a buffer", 0, True)
-        self.assertIsNone(self.decode(b"\0" * 40, -1, True))
+        for pos in (sys.maxsize, sys.maxsize - 8, sys.maxsize - 13, 41):  # past the frame, the bounds without overflow
+            self.assertIsNone(self.decode(b"\0" * 40, pos, True))
+            self.assertIsNone(self.decode(b"\0" * 40, pos, False))
 
 
 class ProduceTemplateTests(unittest.TestCase):

@@ -1042,6 +1042,16 @@ class AppendManyTests(LogTestMixin, TestCase):
             many.close()
             reference.close()
 
+    def test_a_negative_max_message_bytes_refuses_every_batch(self):
+        """As one append per item does (C{RecordTooLargeError}), compiled loop or not."""
+        many, reference = self.pair(max_message_bytes=-1)
+        got, expected = self.append_both(many, reference, [batch(1), batch(2)], 0)
+        self.assertEqual([(type(r), str(r)) for r in got], expected)
+        self.assertEqual([kind for kind, _ in expected], [RecordTooLargeError] * 2)
+        self.assertEqual(many.log_end_offset, 0)
+        many.close()
+        reference.close()
+
     def test_one_group_is_one_segment_append(self):
         """Plain one-batch items: one roll check and one segment append for the run."""
         log = self.make_log()
