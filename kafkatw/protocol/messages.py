@@ -291,11 +291,11 @@ def decode_simple_produce(frame: bytes | memoryview, pos: int,
         return None
 
 
-
 #: What the broker decodes one-partition Produce requests with: L{decode_simple_produce}
 #: compiled (C{decode_simple_produce} of kafkatw/protocol/_speedups.c, the same results,
 #: hypothesis-checked against this module's) when the accelerator is built, else L{decode_simple_produce}.
 simple_produce_decoder = getattr(_records._speedups, "decode_simple_produce", None) or decode_simple_produce
+
 
 # --- building entities from plain values ------------------------------------------
 

@@ -61,10 +61,10 @@ from twisted.logger import Logger
 
 from kafkatw.errors import (ErrorCode, InvalidRecordError, KafkaError, KafkaStorageError, OffsetOutOfRangeError,
                             kafka_error)
+from kafkatw.protocol import records as _records
 from kafkatw.protocol.batch import (BATCH_HEADER_SIZE, CRC_START, HEADER_STRUCT, LOG_OVERHEAD, MIN_BATCH_LENGTH,
                                     BatchHeader, parse_batch_headers, unpack_header)
 from kafkatw.protocol.records import COMPRESSION_TYPE_CODECS, decode_batches, rewrite_batches
-from kafkatw.protocol import records as _records
 from kafkatw.storage.files import write_atomically
 from kafkatw.storage.leader_epoch import LEADER_EPOCH_CHECKPOINT_FILE, LeaderEpochCache
 from kafkatw.storage.producer_state import ProducerStateManager, read_marker
