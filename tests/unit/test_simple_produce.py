@@ -7,7 +7,6 @@ decodes to what kio decodes (L{decode_request}); anything else is left to kio.
 from __future__ import annotations
 
 import datetime
-import os
 import struct
 import sys
 
@@ -15,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from twisted.trial import unittest
 
+from kafkatw.protocol import records as records_module
 from kafkatw.protocol.batch import build_batch
 from kafkatw.protocol.messages import (
     MalformedRequest,
@@ -24,6 +24,8 @@ from kafkatw.protocol.messages import (
     parse_request_header,
     simple_produce_decoder,
 )
+
+from .test_records import compiled_speedups
 
 _names = st.text(alphabet="abcXYZ09._-é", min_size=0, max_size=140)
 _records = st.one_of(st.none(), st.binary(max_size=300), st.just(build_batch([(None, b"v" * 200)])),
@@ -117,6 +119,12 @@ class DecodeSimpleProduceTests(unittest.TestCase):
                 self.assertIsNone(_fast(memoryview(encode_request(0, version, 1, None, body)), self.decode),
                                   (version, body))
 
+    def test_a_position_past_the_frame(self):
+        """None, for positions whose bounds arithmetic would overflow too."""
+        for pos in (sys.maxsize, sys.maxsize - 8, sys.maxsize - 13, 41):
+            self.assertIsNone(self.decode(b"\0" * 40, pos, True))
+            self.assertIsNone(self.decode(b"\0" * 40, pos, False))
+
     def test_a_negative_position_is_refused(self):
         """Not counted from the end of the frame (which, with Python's negative indexes, parsed this one)."""
         frame = bytes([2, 0, 0, 0, 0, 0x10, 1, 0, 0, 0, 7, 2, 12]) + bytes(11)
@@ -139,23 +147,20 @@ class CompiledDecodeSimpleProduceTests(DecodeSimpleProduceTests):
     L{DecodeSimpleProduceTests} of the compiled decoder (C{decode_simple_produce}
     of kafkatw/protocol/_speedups.c), which the broker uses when it is built
     (L{simple_produce_decoder}).  Without the extension these tests skip,
-    unless C{KAFKATW_REQUIRE_SPEEDUPS=1} (CI), which makes its absence a failure.
+    unless C{KAFKATW_REQUIRE_SPEEDUPS=1} (CI), which makes its absence a failure
+    (L{compiled_speedups}).
     """
 
     def setUp(self):
-        if simple_produce_decoder is decode_simple_produce:
-            if os.environ.get("KAFKATW_REQUIRE_SPEEDUPS") == "1" and os.environ.get("KAFKATW_PURE_PYTHON", "") in (
-                    "", "0"):
-                self.fail("KAFKATW_REQUIRE_SPEEDUPS=1 but the compiled Produce decoder is not in use")
-            raise unittest.SkipTest("kafkatw.protocol._speedups is not built (or KAFKATW_PURE_PYTHON=1)")
-        self.decode = simple_produce_decoder
+        self.decode = compiled_speedups().decode_simple_produce
 
-    def test_bad_arguments(self):
+    def test_the_broker_uses_it(self):
+        """Whenever the extension is in use (not ignored with C{KAFKATW_PURE_PYTHON})."""
+        self.assertIs(simple_produce_decoder, self.decode if records_module.SPEEDUPS else decode_simple_produce)
+
+    def test_not_a_buffer(self):
         with self.assertRaises(TypeError):
             self.decode("not a buffer", 0, True)
-        for pos in (sys.maxsize, sys.maxsize - 8, sys.maxsize - 13, 41):  # past the frame, the bounds without overflow
-            self.assertIsNone(self.decode(b"\0" * 40, pos, True))
-            self.assertIsNone(self.decode(b"\0" * 40, pos, False))
 
 
 class ProduceTemplateTests(unittest.TestCase):

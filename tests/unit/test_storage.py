@@ -25,6 +25,7 @@ from kafkatw.errors import (
     OutOfOrderSequenceError,
     RecordTooLargeError,
 )
+from kafkatw.protocol import records as records_module
 from kafkatw.protocol.batch import build_batch, parse_batch_headers
 from kafkatw.protocol.records import decode_batches, encode_batch
 from kafkatw.storage import log as log_module
@@ -39,6 +40,8 @@ from kafkatw.storage.log_manager import (
     write_checkpoint,
 )
 from kafkatw.storage.producer_state import ProducerStateManager, increment_sequence
+
+from .test_records import compiled_speedups
 
 
 class TestCase(unittest.TestCase):
@@ -1100,16 +1103,16 @@ class CompiledAppendTests(TestCase):
     C{append_simple_batches} (kafkatw/protocol/_speedups.c), the compiled
     loop of L{PartitionLog.append_many}; L{AppendManyTests} checks its results
     against one append per item.  Without the extension these tests skip,
-    unless C{KAFKATW_REQUIRE_SPEEDUPS=1} (CI), which makes its absence a failure.
+    unless C{KAFKATW_REQUIRE_SPEEDUPS=1} (CI), which makes its absence a failure
+    (L{compiled_speedups}).
     """
 
     def setUp(self):
-        if log_module._simple_batches is None:
-            if os.environ.get("KAFKATW_REQUIRE_SPEEDUPS") == "1" and os.environ.get("KAFKATW_PURE_PYTHON", "") in (
-                    "", "0"):
-                self.fail("KAFKATW_REQUIRE_SPEEDUPS=1 but PartitionLog.append_many has no compiled loop")
-            raise unittest.SkipTest("kafkatw.protocol._speedups is not built (or KAFKATW_PURE_PYTHON=1)")
-        self.scan = log_module._simple_batches
+        self.scan = compiled_speedups().append_simple_batches
+
+    def test_append_many_uses_it(self):
+        """The log takes the compiled loop whenever the extension is in use (not ignored with C{KAFKATW_PURE_PYTHON})."""
+        self.assertIs(log_module._simple_batches, self.scan if records_module.SPEEDUPS else None)
 
     def run_scan(self, items, next_offset=0, leader_epoch=4, max_bytes=-1, copy_max=16384):
         data, patched, group, out = bytearray(), [], [], []
