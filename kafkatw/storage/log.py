@@ -1121,6 +1121,14 @@ class PartitionLog:
         is one, even if larger than C{max_bytes} (KIP-74: so that a consumer
         always makes progress); a fetch sets it for the first partition only.
 
+        The regions hold consecutive batches: the batch containing C{offset}
+        (or the first one after it, where compaction removed it), then each
+        next batch in log order, across segment boundaries, for as long as
+        the next batch fits in what is left of C{max_bytes} and starts below
+        C{max_offset}.  The read stops at the first batch that does not fit,
+        whichever segment it is in: it never skips a batch to return a later
+        one (docs/storage.md, "What a read returns").
+
         @param max_offset: exclusive upper bound (normally the high watermark).
         @raise OffsetOutOfRangeError: C{offset} below the log start offset or
             above the log end offset.
@@ -1144,6 +1152,8 @@ class PartitionLog:
             max_position = segment.position_of(upper) if upper < segment.next_offset else None
             region = segment.read(offset, remaining, max_position, min_one_batch=min_one_batch and not regions)
             if region is not None:
+                if not region.length:
+                    break  # the next batch does not fit: stop there, never skip it
                 regions.append(region)
                 remaining -= region.length
                 if region.position + region.length < (segment.size_bytes if max_position is None else max_position):

@@ -446,7 +446,12 @@ class LogSegment:
         C{max_position}.  With C{min_one_batch} the first batch is returned
         even when larger than C{max_bytes} (KIP-74).
 
-        @return: a L{FileRegion}, or C{None} when there is nothing to read.
+        @return: a L{FileRegion}; an empty one (C{length} 0, at the batch's
+            position) when that first batch does not fit in C{max_bytes} and
+            C{min_one_batch} is false, which ends the read there (as Kafka's
+            C{LogSegment.read} answers an empty C{FetchDataInfo}); C{None}
+            only when this segment holds no batch at or after C{start_offset}
+            below C{max_position}, so the next segment may be read.
         """
         if self._pending_bytes:
             self.write_pending()
@@ -473,7 +478,7 @@ class LogSegment:
             end = pos
             if end == start:
                 if not min_one_batch:
-                    return None
+                    return FileRegion(self._fd, self.path, start, 0)
                 end = min(start + first.size, limit)
         return FileRegion(self._fd, self.path, start, end - start)
 

@@ -364,6 +364,39 @@ class AppendReadTests(LogTestMixin, TestCase):
         log.truncate_to(0)
         self.assertEqual((log.log_start_offset, log.log_end_offset), (0, 0))
 
+    def test_a_read_stops_at_a_next_segments_batch_that_does_not_fit(self):
+        """
+        Issue 26: a read that reaches the end of a segment with bytes left,
+        but fewer than the next segment's first batch, stops there; it used
+        to go on to the segment after, skipping every batch in between.
+        """
+        small, large = batch(1, size=100), batch(1, size=3000)
+        log = self.make_log(segment_bytes=len(small) * 2 + len(large))
+        for _ in range(2):
+            log.append(small, 0)
+        log.roll()
+        log.append(large, 0)
+        log.append(small, 0)
+        log.roll()
+        for _ in range(2):
+            log.append(small, 0)
+        # [0 small, 1 small] | [2 large, 3 small] | [4 small, 5 small]
+        self.assertEqual([s.base_offset for s in log.segments], [0, 2, 4])
+        # from offset 1: the rest of the first segment and room for 500 bytes more: not for batch 2,
+        # but for batch 4, which the old read returned after 1
+        self.assertEqual(read_offsets(log, 1, max_bytes=len(small) + 500), [1])
+        for min_one_batch in (True, False):
+            regions = log.read(0, len(small) * 2 + 500, min_one_batch=min_one_batch)
+            offsets = [h.base_offset for h in parse_batch_headers(region_bytes(regions))]
+            self.assertEqual(offsets, [0, 1])
+        # the next read starts at batch 2, and a read with room for it gets it and what follows
+        self.assertEqual(read_offsets(log, 2, max_bytes=1), [2])
+        self.assertEqual(read_offsets(log, 1, max_bytes=len(small) * 2 + len(large)), [1, 2, 3])
+        self.assertEqual(read_offsets(log, 1), [1, 2, 3, 4, 5])
+        # a later partition of a fetch (no KIP-74 minimum) reads nothing rather than something later
+        self.assertEqual(log.read(2, len(large) - 1, min_one_batch=False), [])
+        log.close()
+
     @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(sizes=st.lists(st.tuples(st.integers(1, 5), st.integers(0, 400)), min_size=1, max_size=40),
            segment_bytes=st.integers(100, 3000), interval=st.integers(1, 1000))
