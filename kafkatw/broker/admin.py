@@ -65,13 +65,20 @@ class AdminManager:
     @param metadata: the L{MetadataCache}, updated at once after a successful
         create so that the creating broker answers with the new topic without
         waiting for its own watch.
+    @param config_written: called with no argument once an alter's write to
+        ZooKeeper succeeded, before the alter is answered; its Deferred fires
+        once this broker has applied every config change notified up to that
+        write (L{kafkatw.zookeeper.config_changes.ConfigChangeListener.catch_up}),
+        so that what the broker answers next (DescribeConfigs) sees the change.
     """
 
-    def __init__(self, config: Any, registry: Any, metadata: Any, on_topic: Any = None) -> None:
+    def __init__(self, config: Any, registry: Any, metadata: Any, on_topic: Any = None,
+                 config_written: Any = None) -> None:
         self.config = config
         self.registry = registry
         self.metadata = metadata
         self.on_topic = on_topic
+        self.config_written = config_written
         self._producer_ids: list[int] = []  # [next, end] of the current block
         self._pending_block: Any = None
 
@@ -184,7 +191,11 @@ class AdminManager:
         C{""} for the cluster-wide default).  The result is validated whole,
         then written to C{/config/topics/<topic>} or C{/config/brokers/<entity>}
         with a change notification that every broker follows
-        (L{kafkatw.zookeeper.config_changes}).
+        (L{kafkatw.zookeeper.config_changes}); this broker applies it before
+        answering (C{config_written}), so a describe it answers after an
+        acknowledged alter sees the change (Kafka's ZooKeeper mode does so
+        for a topic: its DescribeConfigs reads the topic's znode).
+        C{validate_only} writes and applies nothing.
 
         Errors are Kafka's in ZooKeeper mode (C{ZkAdminManager}): an unknown
         topic config is C{INVALID_CONFIG}; a bad value, a broker config that
@@ -269,6 +280,8 @@ class AdminManager:
             else:
                 await self.registry.set_broker_config(entity, new)
             _log.info("{resource} config is now {config}", resource=resource, config=new)
+            if self.config_written is not None:
+                await self.config_written()
         return new
 
     async def delete_topic(self, name: str) -> None:

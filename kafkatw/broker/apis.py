@@ -120,6 +120,11 @@ EARLIEST_TIMESTAMP = -2
 MAX_TIMESTAMP = -3
 #: ListOffsets v8+: the earliest offset in local storage (KIP-405; no tiered storage: the log start).
 EARLIEST_LOCAL_TIMESTAMP = -4
+#: The C{error_message} of DescribeAcls on a broker without an authorizer, with
+#: C{SECURITY_DISABLED} (Kafka's C{AclApis.handleDescribeAcls}).
+NO_AUTHORIZER = "No Authorizer is configured on the broker"
+#: The same for CreateAcls and DeleteAcls (Kafka's C{SecurityDisabledException} there).
+NO_AUTHORIZER_ALTER = "No Authorizer is configured."
 
 
 def validate_topic_name(name: str | None) -> ErrorCode:
@@ -1794,13 +1799,20 @@ class KafkaApis(TransactionApis, QuotaApis, AdminToolApis):
 
     # --- ACLs: CreateAcls, DescribeAcls, DeleteAcls (KIP-11, KIP-290) ---------------
 
-    def _acls_refused(self, context: RequestContext, operation: AclOperation) -> ErrorCode:
-        """C{SECURITY_DISABLED} without an authorizer; C{CLUSTER_AUTHORIZATION_FAILED} without C{operation} on the cluster."""
+    def _acls_refused(self, context: RequestContext, operation: AclOperation,
+                      disabled_message: str) -> tuple[ErrorCode, str | None]:
+        """
+        C{(SECURITY_DISABLED, disabled_message)} without an authorizer;
+        C{(CLUSTER_AUTHORIZATION_FAILED, None)} without C{operation} on the
+        cluster; else C{(NONE, None)}.  Kafka's texts (C{AclApis}) are
+        L{NO_AUTHORIZER} (DescribeAcls) and L{NO_AUTHORIZER_ALTER}
+        (CreateAcls, DeleteAcls).
+        """
         if self.authorizer is None:
-            return ErrorCode.security_disabled
+            return ErrorCode.security_disabled, disabled_message
         if not self._allowed(context, operation, ResourceType.CLUSTER):
-            return ErrorCode.cluster_authorization_failed
-        return ErrorCode.none
+            return ErrorCode.cluster_authorization_failed, None
+        return ErrorCode.none, None
 
     @staticmethod
     def _acl_filter(f: Any) -> AclBindingFilter:
@@ -1814,10 +1826,10 @@ class KafkaApis(TransactionApis, QuotaApis, AdminToolApis):
 
     def handle_create_acls(self, context: RequestContext, request: Any) -> defer.Deferred | bytes:
         """Alter on the cluster is needed; each creation is answered on its own (C{INVALID_REQUEST} for a bad one)."""
-        refused = self._acls_refused(context, AclOperation.ALTER)
+        refused, message = self._acls_refused(context, AclOperation.ALTER, NO_AUTHORIZER_ALTER)
         if refused:
             return self._respond(context, {"throttle_time": 0, "results": [
-                {"error_code": int(refused), "error_message": None} for _ in request.creations]})
+                {"error_code": int(refused), "error_message": message} for _ in request.creations]})
         bindings: list[AclBinding | None] = []
         for c in request.creations:
             try:
@@ -1847,11 +1859,15 @@ class KafkaApis(TransactionApis, QuotaApis, AdminToolApis):
         return defer.Deferred.fromCoroutine(go())
 
     def handle_describe_acls(self, context: RequestContext, request: Any) -> bytes:
-        """Describe on the cluster is needed; a filter with an unknown code gets C{INVALID_REQUEST}."""
+        """
+        Describe on the cluster is needed; a filter with an unknown code gets
+        C{INVALID_REQUEST}; without an authorizer, C{SECURITY_DISABLED} and
+        L{NO_AUTHORIZER} (not an empty list), as Kafka answers.
+        """
         body: dict[str, Any] = {"throttle_time": 0, "error_code": 0, "error_message": None, "resources": []}
-        refused = self._acls_refused(context, AclOperation.DESCRIBE)
+        refused, message = self._acls_refused(context, AclOperation.DESCRIBE, NO_AUTHORIZER)
         if refused:
-            body["error_code"] = int(refused)
+            body.update(error_code=int(refused), error_message=message)
             return self._respond(context, body)
         try:
             acl_filter = self._acl_filter(request)
@@ -1869,10 +1885,11 @@ class KafkaApis(TransactionApis, QuotaApis, AdminToolApis):
 
     def handle_delete_acls(self, context: RequestContext, request: Any) -> defer.Deferred | bytes:
         """Alter on the cluster is needed; each filter is answered with the ACLs it deleted."""
-        refused = self._acls_refused(context, AclOperation.ALTER)
+        refused, message = self._acls_refused(context, AclOperation.ALTER, NO_AUTHORIZER_ALTER)
         if refused:
             return self._respond(context, {"throttle_time": 0, "filter_results": [
-                {"error_code": int(refused), "error_message": None, "matching_acls": []} for _ in request.filters]})
+                {"error_code": int(refused), "error_message": message, "matching_acls": []}
+                for _ in request.filters]})
         filters: list[AclBindingFilter | InvalidAclError] = []
         for f in request.filters:
             try:

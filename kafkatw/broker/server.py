@@ -458,7 +458,9 @@ class KafkaServer(service.MultiService):
     async def _start_serving(self) -> None:
         config = self.config
         assert self.registry is not None
-        self.admin = AdminManager(config, self.registry, self.metadata, on_topic=self._topic_added)
+        assert self.config_changes is not None
+        self.admin = AdminManager(config, self.registry, self.metadata, on_topic=self._topic_added,
+                                  config_written=self.config_changes.catch_up)
         self.apis = KafkaApis(config, self.replica_manager, self.metadata, self.admin, self.reactor,
                               now_ms=self.now_ms)
         self.apis.controller = self.controller

@@ -21,6 +21,16 @@ deleted by whichever broker handles a change after that.
 
 At start every notification present is handled once (re-reading an entity is
 harmless), as Kafka's listener does on C{init}.
+
+The broker that wrote a config (AlterConfigs, IncrementalAlterConfigs) does
+not wait for the watch to tell it of its own notification: once the write
+succeeded it reads C{/config/changes} itself and handles every notification
+up to its own before answering (L{ConfigChangeListener.catch_up}), so that
+what it answers next (DescribeConfigs) and what it does (its logs' configs)
+already follow the write (Kafka's ZooKeeper mode answers a topic's
+DescribeConfigs from its znode, so from what AlterConfigs wrote).
+ZooKeeper answers one session's requests in order, so that listing holds the
+notification just written.
 """
 
 from __future__ import annotations
@@ -94,6 +104,29 @@ class ConfigChangeListener:
         the others.
         """
         self._callbacks.setdefault(entity_type, []).append(callback)
+
+    def catch_up(self) -> Deferred:
+        """
+        Handle every notification in C{/config/changes} now, without waiting
+        for the watch: called by the broker after it wrote a config, before
+        it answers the alter.  A notification already handled is not handled
+        again (L{last_change}); the watch's later call finds nothing new.
+
+        @return: a Deferred that fires with C{None} once they are handled;
+            it never fails (a ZooKeeper error is logged, and the watch
+            handles the notifications later).
+        """
+        return Deferred.fromCoroutine(self._catch_up())
+
+    async def _catch_up(self) -> None:
+        try:
+            children = await self.registry.client.get_children(CONFIG_CHANGES_PATH)
+        except ZooKeeperError as e:
+            _log.warn("config change notifications not read after a config write ({error}); "
+                      "the watch handles them", error=e)
+            return
+        self._children_changed(children)
+        await self.idle()
 
     def start(self) -> Deferred:
         """

@@ -182,6 +182,63 @@ class AclIntegrationTests(unittest.TestCase):
             finally:
                 legacy.close()
 
+    def test_without_an_authorizer_acl_requests_are_security_disabled(self) -> None:
+        """
+        A broker without C{authorizer.class.name} answers DescribeAcls,
+        CreateAcls and DeleteAcls with SECURITY_DISABLED and Kafka's texts
+        (not an empty list): kafka-python, confluent-kafka and C{kafkatw acls}
+        (one line, exit 1) show it.
+
+        librdkafka (2.16) is left out for DescribeAcls: its
+        C{rd_kafka_DescribeAclsResponse_parse} reads the top-level error and
+        drops it, so its C{describe_acls} answers an empty list whatever the
+        broker (Kafka's too) answers; the wire answer is checked instead.
+        """
+        from confluent_kafka import KafkaError, KafkaException
+        from confluent_kafka import admin as ck
+        from kafka import admin as kp
+        from kafka.errors import SecurityDisabledError
+
+        with running_cluster(1) as cluster:
+            bootstrap = cluster[0].bootstrap
+            for version in (1, 2, 3):
+                described = raw_request(bootstrap, 29, version, {
+                    "resource_type_filter": 1, "resource_name_filter": None, "pattern_type_filter": 1,
+                    "principal_filter": None, "host_filter": None, "operation": 1, "permission_type": 1})
+                self.assertEqual((described.error_code, described.error_message, described.resources),
+                                 (54, "No Authorizer is configured on the broker", ()))  # SECURITY_DISABLED
+
+            client = ck.AdminClient({"bootstrap.servers": bootstrap})
+            everything = ck.AclBindingFilter(ck.ResourceType.ANY, None, ck.ResourcePatternType.ANY, None, None,
+                                             ck.AclOperation.ANY, ck.AclPermissionType.ANY)
+            binding = ck.AclBinding(ck.ResourceType.TOPIC, "t", ck.ResourcePatternType.LITERAL, "User:alice", "*",
+                                    ck.AclOperation.READ, ck.AclPermissionType.ALLOW)
+            for future in [*client.create_acls([binding]).values(), *client.delete_acls([everything]).values()]:
+                with self.assertRaises(KafkaException) as raised:
+                    future.result(15)
+                error = raised.exception.args[0]
+                self.assertEqual((error.code(), error.str()),
+                                 (KafkaError.SECURITY_DISABLED, "No Authorizer is configured."))
+
+            legacy = kp.KafkaAdminClient(bootstrap_servers=bootstrap)
+            try:
+                with self.assertRaises(SecurityDisabledError) as caught:
+                    legacy.describe_acls(kp.ACLFilter(
+                        None, None, kp.ACLOperation.ANY, kp.ACLPermissionType.ANY,
+                        kp.ResourcePatternFilter(kp.ResourceType.ANY, None, kp.ACLResourcePatternType.ANY)))
+                self.assertIn("No Authorizer is configured on the broker", str(caught.exception))
+            finally:
+                legacy.close()
+
+            listed = acls("--bootstrap-server", bootstrap, "--list")
+            self.assertEqual((listed.exit_code, listed.output),
+                             (1, "Error while executing ACL command: No Authorizer is configured on the broker\n"))
+            added = acls("--bootstrap-server", bootstrap, "--add", "--allow-principal", "User:alice", "--topic", "t")
+            self.assertEqual(added.exit_code, 1, added.output)
+            self.assertEqual(added.output.splitlines()[-1],
+                             "Error while executing ACL command: No Authorizer is configured.")
+            self.assertNotIn("Traceback", added.output)
+
     def test_transactions_under_acls(self) -> None:
         """
         A librdkafka transactional producer needs Write on its transactional

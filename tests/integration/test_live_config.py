@@ -210,3 +210,65 @@ class LiveConfigTests(ClassFixture, unittest.TestCase):
         lines = out.decode().split()
         self.assertEqual(lines[1::2], ["a", "b"])
         self.assertTrue(all(before <= int(ts) <= after + 1000 for ts in lines[0::2]), lines)
+
+
+#: How many alter-then-describe rounds each client makes (bounded; the old broker answered the old value
+#: in some of them, depending on whether its watch on /config/changes had already fired).
+ROUNDS = 25
+
+
+class DescribeAfterAlterTests(unittest.TestCase):
+    """
+    Issue 26: a DescribeConfigs right after an acknowledged AlterConfigs or
+    IncrementalAlterConfigs, answered by the broker that answered the alter,
+    sees the change (librdkafka and KafkaJS saw the old value).  One broker,
+    so that every request of the admin clients reaches the same broker.
+    """
+
+    timeout = 300
+
+    def test_every_describe_after_an_alter_sees_it(self) -> None:
+        with running_cluster(1) as cluster:
+            bootstrap = cluster[0].bootstrap
+            admin = AdminClient({"bootstrap.servers": bootstrap})
+            admin.create_topics([NewTopic("rw", 1, 1)])["rw"].result(20)
+            topic, broker = ConfigResource("topic", "rw"), ConfigResource("broker", "0")
+
+            def described(resource: ConfigResource, name: str) -> tuple:
+                entry = admin.describe_configs([resource])[resource].result(20)[name]
+                return entry.value, entry.source
+
+            for i in range(ROUNDS):
+                value = str(60000 + i)
+                if i % 2:  # the legacy AlterConfigs
+                    resource = ConfigResource("topic", "rw", set_config={"retention.ms": value})
+                    admin.alter_configs([resource])[resource].result(20)
+                else:
+                    resource = ConfigResource("topic", "rw", incremental_configs=[
+                        ConfigEntry("retention.ms", value, incremental_operation=AlterConfigOpType.SET)])
+                    admin.incremental_alter_configs([resource])[resource].result(20)
+                self.assertEqual(described(topic, "retention.ms"), (value, 1), f"round {i}")  # DYNAMIC_TOPIC_CONFIG
+                value = str(1_000_000 + i)
+                resource = ConfigResource("broker", "0", incremental_configs=[
+                    ConfigEntry("log.retention.bytes", value, incremental_operation=AlterConfigOpType.SET)])
+                admin.incremental_alter_configs([resource])[resource].result(20)
+                self.assertEqual(described(broker, "log.retention.bytes"), (value, 2),  # DYNAMIC_BROKER_CONFIG
+                                 f"round {i}")
+                # the broker-level value is what the topic (with no override of it) now has
+                self.assertEqual(described(topic, "retention.bytes"), (value, 2), f"round {i}")
+
+            # validate_only changes nothing
+            last = str(60000 + ROUNDS - 1)
+            resource = ConfigResource("topic", "rw", incremental_configs=[
+                ConfigEntry("retention.ms", "1", incremental_operation=AlterConfigOpType.SET)])
+            admin.incremental_alter_configs([resource], validate_only=True)[resource].result(20)
+            self.assertEqual(described(topic, "retention.ms"), (last, 1))
+
+            # kafkatw's own admin client, through the same broker
+            with BlockingAdminClient(bootstrap) as kafkatw_admin:
+                for i in range(5):
+                    value = str(70000 + i)
+                    errors = kafkatw_admin.incremental_alter_configs({(2, "rw"): [("segment.ms", 0, value)]})
+                    self.assertEqual(errors, {(2, "rw"): None})
+                    entries = kafkatw_admin.describe_configs([(2, "rw")], ["segment.ms"])[(2, "rw")]
+                    self.assertEqual((entries["segment.ms"].value, entries["segment.ms"].source), (value, 1))

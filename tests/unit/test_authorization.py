@@ -542,12 +542,35 @@ class AclApisTests(unittest.TestCase):
                 "principal": ALICE, "host": "*", "operation": int(O.READ), "permission_type": 3}
 
     def test_security_disabled_without_an_authorizer(self) -> None:
+        """Every version served of the three ACL requests: SECURITY_DISABLED with Kafka's texts (its C{AclApis})."""
         self.h.apis.authorizer = None
-        self.assertEqual(self.h.as_(ALICE, 30, 3, {"creations": [self.creation()]}).results[0].error_code,
-                         ErrorCode.security_disabled)
-        self.assertEqual(self.h.as_(ALICE, 29, 3, {"resource_type_filter": 1, "pattern_type_filter": 1,
-                                                   "operation": 1, "permission_type": 1}).error_code,
-                         ErrorCode.security_disabled)
+        describe = {"resource_type_filter": 1, "resource_name_filter": None, "pattern_type_filter": 1,
+                    "principal_filter": None, "host_filter": None, "operation": 1, "permission_type": 1}
+        creation = self.creation()
+        for version in (1, 2, 3):
+            described = self.h.as_(ALICE, 29, version, describe)
+            self.assertEqual((described.error_code, described.error_message, list(described.resources)),
+                             (ErrorCode.security_disabled, "No Authorizer is configured on the broker", []))
+            created = self.h.as_(ALICE, 30, version, {"creations": [creation, creation]}).results
+            self.assertEqual([(r.error_code, r.error_message) for r in created],
+                             [(ErrorCode.security_disabled, "No Authorizer is configured.")] * 2)
+            deleted = self.h.as_(ALICE, 31, version, {"filters": [describe]}).filter_results
+            self.assertEqual([(r.error_code, r.error_message, list(r.matching_acls)) for r in deleted],
+                             [(ErrorCode.security_disabled, "No Authorizer is configured.", [])])
+
+    def test_admin_client_without_an_authorizer(self) -> None:
+        """
+        kafkatw's admin client raises the broker's SECURITY_DISABLED with its
+        text (which C{kafkatw acls} prints; tests/integration/test_acls.py).
+        """
+        self.h.apis.authorizer = None
+        admin = AdminClient(self.h.clock, client=_Client(_BrokerConnection(self.h, ALICE)))
+        failure = self.failureResultOf(admin.describe_acls(AclBindingFilter()))
+        self.assertEqual((failure.value.error_code, str(failure.value)),
+                         (ErrorCode.security_disabled, "No Authorizer is configured on the broker"))
+        binding = AclBinding(ResourcePattern(T, "t"), AccessControlEntry(BOB, "*", O.READ, AclPermissionType.ALLOW))
+        error = self.successResultOf(admin.create_acls([binding]))[binding]
+        self.assertEqual((error.error_code, str(error)), (ErrorCode.security_disabled, "No Authorizer is configured."))
 
     def test_create_describe_delete(self) -> None:
         for version in (1, 2, 3):

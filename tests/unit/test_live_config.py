@@ -11,9 +11,14 @@ import shutil
 import tempfile
 import uuid
 
+from typing import Any
+
+from twisted.internet import defer
 from twisted.internet.task import Clock
 from twisted.trial import unittest
 
+from kafkatw.broker.admin import AdminManager
+from kafkatw.broker.apis import KafkaApis
 from kafkatw.broker.metadata_cache import TopicMetadata
 from kafkatw.broker.server import KafkaServer
 from kafkatw.config import (
@@ -34,6 +39,7 @@ from kafkatw.config import (
 )
 from kafkatw.errors import ErrorCode
 from kafkatw.protocol.batch import build_batch
+from kafkatw.protocol.messages import decode_response, encode_request, parse_request_header
 from kafkatw.storage.log_manager import LogManager
 from kafkatw.testing import FakeZooKeeper, FakeZooKeeperClient
 from kafkatw.zookeeper.config_changes import CHANGE_EXPIRATION_MS, ConfigChangeListener, parse_entity_path
@@ -204,24 +210,54 @@ class ConfigChangeListenerTests(unittest.TestCase):
         self.assertEqual(self.successResultOf(a.client.get_children(CONFIG_CHANGES_PATH)),
                          ["config_change_0000000001"])
 
+    def test_catch_up_handles_the_notifications_without_the_watch(self) -> None:
+        clock, (a, b) = _two_brokers(self)
+        seen: list = []
+        listener = ConfigChangeListener(b, clock)
+        listener.on_entity_change("topics", lambda name, config: seen.append((name, config)))
+        self.successResultOf(listener.start())
+        self.successResultOf(a.set_topic_config("t", {"retention.ms": "1"}))
+        self.successResultOf(a.set_topic_config("u", {"retention.ms": "2"}))
+        self.assertEqual(seen, [])  # the watch has not fired yet (the clock has not moved)
+        self.assertIsNone(self.successResultOf(listener.catch_up()))
+        self.assertEqual(seen, [("t", {"retention.ms": "1"}), ("u", {"retention.ms": "2"})])
+        self.assertEqual(listener.last_change, 1)
+        clock.advance(0)
+        self.successResultOf(listener.idle())
+        self.assertEqual(len(seen), 2)  # the watch finds nothing new
+        # ZooKeeper unreachable: logged, not failed (the write was made; the watch handles it later)
+        b.client.disconnect()
+        self.assertIsNone(self.successResultOf(listener.catch_up()))
+        b.client.reconnect()
+        self.successResultOf(a.set_topic_config("t", {}))
+        clock.advance(0)
+        self.successResultOf(listener.idle())
+        self.assertEqual(seen[-1], ("t", {}))
+
+
+def _server(testcase: unittest.TestCase, clock: Clock, registry: Registry, broker_id: int = 1,
+            **static: object) -> KafkaServer:
+    """A KafkaServer with what its config handlers use: logs, the change listener, topic C{t}."""
+    directory = tempfile.mkdtemp(prefix="kafkatw-live-config-")
+    testcase.addCleanup(shutil.rmtree, directory, True)
+    server = KafkaServer(BrokerConfig({"broker.id": broker_id, "log.dirs": directory, **static}), clock)
+    server.registry = registry
+    server.log_manager = LogManager([directory], topic_log_config(server.config, {}),
+                                    now_ms=lambda: int(clock.seconds() * 1000))
+    testcase.addCleanup(server.log_manager.close)
+    server.config_changes = ConfigChangeListener(registry, clock)
+    server.config_changes.on_entity_change("topics", server._topic_config_changed)
+    server.config_changes.on_entity_change("brokers", server._broker_config_changed)
+    testcase.successResultOf(server.config_changes.start())
+    server.metadata.set_topic(TopicMetadata("t", uuid.uuid4(), {0: [broker_id]}))
+    return server
+
 
 class BrokerPropagationTests(unittest.TestCase):
     """A broker's handlers (KafkaServer) apply notified changes to its logs without a restart."""
 
     def broker(self, clock: Clock, registry: Registry, **static: object) -> KafkaServer:
-        directory = tempfile.mkdtemp(prefix="kafkatw-live-config-")
-        self.addCleanup(shutil.rmtree, directory, True)
-        server = KafkaServer(BrokerConfig({"broker.id": 1, "log.dirs": directory, **static}), clock)
-        server.registry = registry
-        server.log_manager = LogManager([directory], topic_log_config(server.config, {}),
-                                        now_ms=lambda: int(clock.seconds() * 1000))
-        self.addCleanup(server.log_manager.close)
-        server.config_changes = ConfigChangeListener(registry, clock)
-        server.config_changes.on_entity_change("topics", server._topic_config_changed)
-        server.config_changes.on_entity_change("brokers", server._broker_config_changed)
-        self.successResultOf(server.config_changes.start())
-        server.metadata.set_topic(TopicMetadata("t", uuid.uuid4(), {0: [1]}))
-        return server
+        return _server(self, clock, registry, **static)
 
     def settle(self, clock: Clock, *servers: KafkaServer) -> None:
         clock.advance(0)
@@ -450,3 +486,143 @@ class DescribeConfigsTests(unittest.TestCase):
         other = self.describe(h, 4, "5")
         self.assertEqual(other.error_code, ErrorCode.invalid_request)
         self.assertEqual(other.error_message, "Unexpected broker id, expected 0 or empty string, but received 5")
+
+
+class DescribeAfterAlterTests(unittest.TestCase):
+    """
+    Issue 26: once a broker has acknowledged an AlterConfigs or
+    IncrementalAlterConfigs (its write to ZooKeeper succeeded), the
+    DescribeConfigs it answers and its logs' configs follow the change,
+    before its watch on /config/changes reports the notification; the other
+    brokers follow the notification.  The clock does not move between an
+    alter and the describes after it, so no watch fires in between.
+    """
+
+    def setUp(self) -> None:
+        self.clock, registries = _two_brokers(self)
+        self.a, self.b = [self.serving(_server(self, self.clock, registry, broker_id=broker_id))
+                          for broker_id, registry in zip((1, 2), registries)]
+        self.handled: list = []  # the topic notifications broker a handles
+        self.a.config_changes.on_entity_change("topics", lambda name, config: self.handled.append(config))
+        self._correlation = 0
+
+    def serving(self, server: KafkaServer) -> KafkaServer:
+        """The request handlers, wired as KafkaServer._start_serving wires them."""
+        server.admin = AdminManager(server.config, server.registry, server.metadata,
+                                    config_written=server.config_changes.catch_up)
+        server.apis = KafkaApis(server.config, None, server.metadata, server.admin, self.clock,
+                                lambda: int(self.clock.seconds() * 1000))
+        server.log = server.log_manager.get_or_create("t", 0, server._topic_config("t"))
+        return server
+
+    def call(self, server: KafkaServer, api_key: int, version: int, body: dict) -> Any:
+        self._correlation += 1
+        frame = encode_request(api_key, version, self._correlation, "test", body)
+        result = server.apis.handle(parse_request_header(frame), frame)
+        if isinstance(result, defer.Deferred):
+            result = self.successResultOf(result)
+        return decode_response(api_key, version, result)[1]
+
+    def alter(self, server: KafkaServer, resource_type: int, name: str, configs: list, incremental: bool = True,
+              validate_only: bool = False) -> tuple[int, str | None]:
+        if incremental:
+            [response] = self.call(server, 44, 1, {"validate_only": validate_only, "resources": [
+                {"resource_type": resource_type, "resource_name": name, "configs": [
+                    {"name": k, "config_operation": op, "value": v} for k, op, v in configs]}]}).responses
+        else:
+            [response] = self.call(server, 33, 2, {"validate_only": validate_only, "resources": [
+                {"resource_type": resource_type, "resource_name": name, "configs": [
+                    {"name": k, "value": v} for k, v in configs]}]}).responses
+        return response.error_code, response.error_message
+
+    def describe(self, server: KafkaServer, resource_type: int, name: str) -> dict[str, tuple]:
+        [result] = self.call(server, 32, 4, {"include_synonyms": False, "include_documentation": False,
+                                             "resources": [{"resource_type": resource_type, "resource_name": name,
+                                                            "configuration_keys": None}]}).results
+        self.assertEqual(result.error_code, ErrorCode.none)
+        return {c.name: (c.value, c.config_source) for c in result.configs}
+
+    def settle(self) -> None:
+        self.clock.advance(0)
+        for server in (self.a, self.b):
+            self.successResultOf(server.config_changes.idle())
+
+    def test_topic_alters_are_described_at_once(self) -> None:
+        dynamic, default = DYNAMIC_TOPIC_CONFIG, DEFAULT_CONFIG
+        steps = [  # (incremental, configs, what broker a answers next, its log's retention.ms and cleanup.policy)
+            (True, [("retention.ms", 0, "60000"), ("cleanup.policy", 0, "delete")],
+             {"retention.ms": ("60000", dynamic), "cleanup.policy": ("delete", dynamic)}, (60000, "delete")),
+            (True, [("cleanup.policy", 2, "compact")],
+             {"retention.ms": ("60000", dynamic), "cleanup.policy": ("delete,compact", dynamic)},
+             (60000, "delete,compact")),
+            (True, [("retention.ms", 1, None)],
+             {"retention.ms": ("604800000", default), "cleanup.policy": ("delete,compact", dynamic)},
+             (604800000, "delete,compact")),
+            (False, [("retention.ms", "1000")],  # the legacy AlterConfigs replaces the whole set
+             {"retention.ms": ("1000", dynamic), "cleanup.policy": ("delete", default)}, (1000, "delete")),
+        ]
+        before = {k: self.describe(self.b, 2, "t")[k] for k in ("retention.ms", "cleanup.policy")}
+        for incremental, configs, expected, (retention_ms, cleanup_policy) in steps:
+            self.assertEqual(self.alter(self.a, 2, "t", configs, incremental), (0, None))
+            for _ in range(3):  # every describe after the alter, not only the first
+                described = self.describe(self.a, 2, "t")
+                self.assertEqual({k: described[k] for k in expected}, expected)
+            self.assertEqual((self.a.log.config.retention_ms, set(self.a.log.config.cleanup_policy.split(","))),
+                             (retention_ms, set(cleanup_policy.split(","))))
+            # broker b did not answer the alter: it follows the notification
+            self.assertEqual({k: self.describe(self.b, 2, "t")[k] for k in expected}, before)
+            self.settle()
+            before = {k: self.describe(self.b, 2, "t")[k] for k in expected}
+            self.assertEqual(before, expected)
+            self.assertEqual({k: self.describe(self.a, 2, "t")[k] for k in expected}, expected)
+            self.assertEqual(self.b.log.config.retention_ms, retention_ms)
+        # broker a handled each of its notifications once, before answering; its watch found nothing new
+        self.assertEqual(len(self.handled), len(steps))
+
+    def test_a_notification_not_yet_seen_is_applied_first(self) -> None:
+        """Broker b's write, not yet reported to broker a, is applied before a's own (its alter read it)."""
+        self.successResultOf(self.b.registry.set_topic_config("t", {"retention.ms": "1"}))
+        self.assertEqual(self.alter(self.a, 2, "t", [("segment.ms", 0, "5000")]), (0, None))
+        described = self.describe(self.a, 2, "t")
+        self.assertEqual((described["retention.ms"], described["segment.ms"]),
+                         (("1", DYNAMIC_TOPIC_CONFIG), ("5000", DYNAMIC_TOPIC_CONFIG)))
+        self.settle()
+        self.assertEqual(self.handled[-1], {"retention.ms": "1", "segment.ms": "5000"})
+        self.assertEqual((self.a.log.config.retention_ms, self.a.log.config.segment_ms), (1, 5000))
+
+    def test_validate_only_changes_nothing(self) -> None:
+        for incremental, configs in ((True, [("retention.ms", 0, "1000")]), (False, [("retention.ms", "1000")])):
+            self.assertEqual(self.alter(self.a, 2, "t", configs, incremental, validate_only=True), (0, None))
+            self.assertEqual(self.alter(self.a, 4, "1", [("log.retention.ms", 0, "1000")], validate_only=True),
+                             (0, None))
+            self.assertEqual(self.describe(self.a, 2, "t")["retention.ms"], ("604800000", DEFAULT_CONFIG))
+            self.assertEqual(self.describe(self.a, 4, "1")["log.retention.ms"], ("604800000", DEFAULT_CONFIG))
+        self.settle()
+        self.assertEqual(self.a.log.config.retention_ms, 604800000)
+        self.assertIsNone(self.successResultOf(self.a.registry.client.exists(CONFIG_CHANGES_PATH)))  # no notification
+        self.assertEqual(self.successResultOf(self.a.registry.get_topic_config("t")), {})
+        self.assertEqual(self.handled, [])
+
+    def test_broker_alters_are_described_at_once(self) -> None:
+        # broker a's own entity (broker.id 1): its dynamic per-broker layer
+        self.assertEqual(self.alter(self.a, 4, "1", [("log.retention.ms", 0, "1000")]), (0, None))
+        self.assertEqual(self.describe(self.a, 4, "1")["log.retention.ms"], ("1000", DYNAMIC_BROKER_CONFIG))
+        self.assertEqual(self.describe(self.a, 2, "t")["retention.ms"], ("1000", DYNAMIC_BROKER_CONFIG))
+        self.assertEqual(self.a.log.config.retention_ms, 1000)
+        # the cluster-wide default, through the legacy AlterConfigs
+        self.assertEqual(self.alter(self.a, 4, "", [("log.retention.bytes", "123456")], incremental=False), (0, None))
+        self.assertEqual(self.describe(self.a, 4, ""),
+                         {"log.retention.bytes": ("123456", DYNAMIC_DEFAULT_BROKER_CONFIG)})
+        self.assertEqual(self.describe(self.a, 4, "1")["log.retention.bytes"],
+                         ("123456", DYNAMIC_DEFAULT_BROKER_CONFIG))
+        self.assertEqual(self.a.log.config.retention_bytes, 123456)
+        self.assertEqual(self.describe(self.b, 4, "2")["log.retention.bytes"], ("-1", DEFAULT_CONFIG))
+        # IncrementalAlterConfigs DELETE of the per-broker value: the default shows again
+        self.assertEqual(self.alter(self.a, 4, "1", [("log.retention.ms", 1, None)]), (0, None))
+        self.assertEqual(self.describe(self.a, 4, "1")["log.retention.ms"], ("604800000", DEFAULT_CONFIG))
+        self.assertEqual(self.a.log.config.retention_ms, 604800000)
+        self.settle()
+        self.assertEqual(self.describe(self.b, 4, "2")["log.retention.bytes"],
+                         ("123456", DYNAMIC_DEFAULT_BROKER_CONFIG))
+        self.assertEqual(self.describe(self.a, 4, "1")["log.retention.bytes"],
+                         ("123456", DYNAMIC_DEFAULT_BROKER_CONFIG))
