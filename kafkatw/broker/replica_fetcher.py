@@ -23,6 +23,11 @@ their C{NetworkClient}):
      (L{kafkatw.storage.log.PartitionLog.append_as_follower}), and the
      follower's high watermark becomes min(leader's, own log end offset).
 
+A fetch offset the leader refuses (C{OFFSET_OUT_OF_RANGE}) is placed as
+Kafka's C{handleOutOfRangeError} does: ListOffsets for the leader's log start
+offset; below it the log restarts empty there, otherwise it is truncated by
+leader epoch again.
+
 Errors back off by C{replica.fetch.backoff.ms}.  C{FENCED_LEADER_EPOCH},
 C{NOT_LEADER_OR_FOLLOWER} and C{UNKNOWN_LEADER_EPOCH} mean the state in
 ZooKeeper has moved on: the partition waits for the broker to apply the new
@@ -76,11 +81,13 @@ class ReplicationQuota:
 
 
 class _FetchState:
-    __slots__ = ("partition", "truncating", "leader_epoch", "delayed_until")
+    __slots__ = ("partition", "truncating", "out_of_range", "leader_epoch", "delayed_until")
 
     def __init__(self, partition: Any) -> None:
         self.partition = partition
         self.truncating = True
+        #: the leader answered OFFSET_OUT_OF_RANGE: ask where its log starts before anything else
+        self.out_of_range = False
         self.leader_epoch = partition.leader_epoch
         self.delayed_until = 0.0
 
@@ -147,6 +154,10 @@ class ReplicaFetcher:
                 await self._wakeup
                 continue
             try:
+                out_of_range = {k: s for k, s in ready.items() if s.out_of_range}
+                if out_of_range:
+                    await self._handle_out_of_range(out_of_range)
+                    continue
                 truncating = {k: s for k, s in ready.items() if s.truncating}
                 if truncating:
                     await self._truncate(truncating)
@@ -204,6 +215,51 @@ class ReplicaFetcher:
                               leader=self.leader_id, epoch=s.leader_epoch)
                     log.truncate_to(target)
                 s.truncating = not completed
+
+    # --- a fetch offset out of the leader's range ----------------------------------------
+
+    async def _handle_out_of_range(self, states: dict[tuple[str, int], _FetchState]) -> None:
+        """
+        The leader refused our fetch offset (Kafka's
+        C{AbstractFetcherThread.handleOutOfRangeError}): ask the leader's log
+        start offset (ListOffsets C{EARLIEST_TIMESTAMP} as a replica).  Below
+        it (retention or DeleteRecords removed what we lack), the log restarts
+        empty there (C{truncate_fully_and_start_at}) and the next fetch asks
+        from it; otherwise our log is ahead of the leader's: truncate by
+        leader epoch again.
+        """
+        manager = self.manager
+        by_topic: dict[str, list] = {}
+        for (topic, partition), s in states.items():
+            by_topic.setdefault(topic, []).append({"partition_index": partition,
+                                                   "current_leader_epoch": s.leader_epoch, "timestamp": -2})
+        body = {"replica_id": manager.broker_id, "isolation_level": 0,
+                "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}
+        response = await manager.client.send(self.leader_id, 2, body, timeout_ms=manager.request_timeout_ms)
+        if not self._running:
+            return
+        for topic in response.topics:
+            for p in topic.partitions:
+                key = (topic.name, p.partition_index)
+                s = self.states.get(key)
+                if s is None or s is not states.get(key):
+                    continue  # removed or re-added meanwhile
+                code = ErrorCode(int(p.error_code))
+                if code != ErrorCode.none:
+                    s.out_of_range = False
+                    self._partition_error(key, s, code)
+                    continue
+                s.out_of_range = False
+                log = s.partition.log
+                leader_start = int(p.offset)
+                if leader_start > log.log_end_offset:
+                    _log.info("{partition}: log end offset {leo} below the leader's log start offset {offset}:"
+                              " the log restarts there", partition=s.partition.name, leo=log.log_end_offset,
+                              offset=leader_start)
+                    log.truncate_fully_and_start_at(leader_start)
+                    s.truncating = False
+                else:
+                    s.truncating = True
 
     # --- fetching -------------------------------------------------------------------
 
@@ -286,10 +342,11 @@ class ReplicaFetcher:
 
     def _partition_error(self, key: tuple[str, int], s: _FetchState, code: ErrorCode) -> None:
         if code == ErrorCode.offset_out_of_range:
-            # Our log end offset is outside the leader's log: truncate by epoch again.
-            _log.warn("{partition}: fetch offset out of range at the leader; truncating again",
+            # Our log end offset is outside the leader's log: below its log start offset (the
+            # log restarts there), or past its end (truncate by epoch again).
+            _log.warn("{partition}: fetch offset out of range at the leader; asking where its log starts",
                       partition=s.partition.name)
-            s.truncating = True
+            s.out_of_range = True
             self._delay([s])
         elif code in _STOP_ON:
             # The leader moved on: wait for the new partition state.

@@ -989,6 +989,10 @@ class PartitionLog:
             one ended; on a compacted log (C{cleanup.policy} with C{compact})
             batches may start past the expected offset (the leader's cleaner
             removed the offsets between), never before it.  Nothing is written.
+            One exception, Kafka's: a log whose end is its start offset
+            (restarted at the leader's log start offset, which DeleteRecords
+            may put inside a batch) takes a first batch holding that offset,
+            and restarts at its base offset.
         @raise CorruptRecordError: a whole batch fails its CRC-32C check or is
             not magic 2; nothing is written.
         @raise InvalidRecordError: inconsistent batch counts; nothing is written.
@@ -999,6 +1003,16 @@ class PartitionLog:
         leo = self.log_end_offset
         if not headers:
             return AppendResult(leo, leo - 1, -1, self.log_start_offset, 0, False, 0, 0)
+        first = headers[0]
+        if first.base_offset < leo <= first.last_offset and leo == self.log_start_offset:
+            # An empty log started at the leader's log start offset, which lies inside a batch
+            # (DeleteRecords): the log restarts at that batch's base offset (Kafka's
+            # Partition.appendRecordsToFollowerOrFutureReplica)
+            _log.info("{partition}: the first batch fetched starts at {base}, below the log start offset {leo}:"
+                      " the log restarts there", partition=f"{self.topic}-{self.partition}",
+                      base=first.base_offset, leo=leo)
+            self.truncate_fully_and_start_at(first.base_offset)
+            leo = first.base_offset
         cache = self.leader_epoch_cache
         latest = cache.latest_epoch
         new_epochs = []
@@ -1162,53 +1176,88 @@ class PartitionLog:
             i += 1
         return regions
 
-    def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
+    def offset_for_timestamp(self, timestamp_ms: int, upper_offset: int | None = None) -> tuple[int, int] | None:
         """
-        The earliest record whose timestamp is C{>= timestamp_ms} (ListOffsets).
+        The earliest record at or after the log start offset whose timestamp
+        is C{>= timestamp_ms} (ListOffsets; Kafka's
+        C{UnifiedLog.fetchOffsetByTimestamp}): the segments are looked at in
+        order, from the one holding the log start offset, skipping those
+        whose largest timestamp is below C{timestamp_ms}; a segment whose
+        matching records all lie below the log start offset passes the
+        search on to the next one.
 
+        @param upper_offset: when given, a record found at or past it is not
+            an answer (Kafka answers ListOffsets below the high watermark, or
+            the last stable offset for read-committed).
         @return: C{(offset, timestamp_ms)} or C{None}.
         """
+        start = self.log_start_offset
         for segment in self._segments:
-            if segment.largest_timestamp_ms >= timestamp_ms:
-                found = segment.find_offset_by_timestamp(timestamp_ms)
-                if found is not None:
-                    return max(found[0], self.log_start_offset), found[1]
+            if upper_offset is not None and segment.base_offset >= upper_offset:
+                break
+            if segment.next_offset <= start or segment.largest_timestamp_ms < timestamp_ms:
+                continue
+            found = segment.find_offset_by_timestamp(timestamp_ms, start)
+            if found is not None:
+                return None if upper_offset is not None and found[0] >= upper_offset else found
         return None
 
     def max_timestamp_and_offset(self, upper_offset: int | None = None) -> tuple[int, int] | None:
         """
-        The record with the largest timestamp below C{upper_offset} (default:
-        the high watermark), the first one when several share it: ListOffsets
-        v7's C{MAX_TIMESTAMP} (KIP-734).  Batch headers locate the batch; only
-        that batch is decoded, for the record's own offset.
+        The record with the largest timestamp in C{[log start offset,
+        upper_offset)} (default: up to the high watermark), the first one
+        when several share it: ListOffsets v7's C{MAX_TIMESTAMP} (KIP-734).
+        Batch headers locate the batch; only that batch is decoded, for the
+        record's own offset, and so are the batches straddling either end,
+        whose largest timestamp may belong to a record outside the range.
+        Control batches and (compacted) batches without records are left out.
 
-        @return: C{(offset, timestamp_ms)}, or C{None} for an empty log.
+        @return: C{(offset, timestamp_ms)}, or C{None} when the range holds no record.
         """
         upper = self.high_watermark if upper_offset is None else upper_offset
-        best: tuple[int, Any, Any] | None = None  # (timestamp, segment, header)
+        start = self.log_start_offset
+        # (timestamp, segment, header, the record's offset when already known)
+        best: tuple[int, Any, Any, int | None] | None = None
         for segment in self._segments:
             if segment.base_offset >= upper:
                 break
-            if best is not None and segment.largest_timestamp_ms <= best[0]:
+            if segment.next_offset <= start or best is not None and segment.largest_timestamp_ms <= best[0]:
                 continue
             for header in segment.iter_headers():
                 if header.base_offset >= upper:
                     break
-                if header.next_offset <= self.log_start_offset or header.is_control:
+                if header.next_offset <= start or header.is_control or header.record_count == 0:
                     continue
-                if best is None or header.max_timestamp > best[0]:
-                    best = (header.max_timestamp, segment, header)
+                if best is not None and header.max_timestamp <= best[0]:
+                    continue
+                if header.base_offset < start or header.next_offset > upper:
+                    found = self._max_timestamp_record(segment, header, start, upper)
+                    if found is not None and (best is None or found[1] > best[0]):
+                        best = (found[1], segment, header, found[0])
+                else:
+                    best = (header.max_timestamp, segment, header, None)
         if best is None:
             return None
-        timestamp, segment, header = best
+        timestamp, segment, header, offset = best
+        if offset is not None:
+            return offset, timestamp
         if header.timestamp_type == 1:  # LogAppendTime: every record carries the batch's time
-            return max(header.base_offset, self.log_start_offset), timestamp
+            return header.base_offset, timestamp
+        found = self._max_timestamp_record(segment, header, start, upper)
+        return (found[0], timestamp) if found is not None else (header.base_offset, timestamp)
+
+    @staticmethod
+    def _max_timestamp_record(segment: LogSegment, header: BatchHeader, start: int,
+                              upper: int) -> tuple[int, int] | None:
+        """The first record of largest timestamp among the batch's records in C{[start, upper)}."""
         data = os.pread(segment.fileno, header.size, header.position)
+        best = None
         for batch in decode_batches(data, verify_crc=False):
             for record in batch.records:
-                if record.timestamp_ms == timestamp and self.log_start_offset <= record.offset < upper:
-                    return record.offset, timestamp
-        return max(header.base_offset, self.log_start_offset), timestamp
+                time = header.max_timestamp if header.timestamp_type == 1 else record.timestamp_ms
+                if start <= record.offset < upper and (best is None or time > best[1]):
+                    best = (record.offset, time)
+        return best
 
     # -- flush, retention, truncation ---------------------------------------------
 
@@ -1240,9 +1289,11 @@ class PartitionLog:
     def apply_retention(self, now_ms: int) -> int:
         """
         Delete old segments by C{retention.ms} (segment's largest timestamp)
-        and C{retention.bytes} (total size); never the active segment.  Only
-        when C{cleanup.policy} holds C{delete} (C{delete} or C{compact,delete}).
-        Advances the log start offset.
+        and C{retention.bytes} (total size); never the active segment, nor
+        one holding offsets at or past the high watermark (Kafka's
+        C{UnifiedLog.deletableSegments}).  Only when C{cleanup.policy} holds
+        C{delete} (C{delete} or C{compact,delete}).  Advances the log start
+        offset.
 
         @return: the number of segments deleted.
         """
@@ -1268,6 +1319,12 @@ class PartitionLog:
                 excess -= segment.size_bytes
                 count += 1
             deletable = max(deletable, count)
+        # Kafka's deletableSegments: only a segment wholly below the high watermark (the next
+        # segment starts at or below it); the log start offset never passes records not yet
+        # replicated, and the high watermark never jumps over them
+        segments = self._segments
+        deletable = min(deletable, next((i for i in range(len(candidates))
+                                         if segments[i + 1].base_offset > self.high_watermark), len(candidates)))
         if not deletable:
             return 0
         self._delete_oldest_segments(deletable, now_ms)
@@ -1420,7 +1477,9 @@ class PartitionLog:
         (L{truncate_fully_and_start_at}).  The epoch cache loses the entries
         starting at or after the new log end offset, even when no batch is
         removed (an epoch assigned at the LEO by a leader that wrote nothing).
-        The high watermark and recovery point are lowered to the new LEO.
+        The high watermark, recovery point and log start offset are lowered
+        to the new LEO when above it (the LEO may be below C{offset}: a batch
+        holding C{offset} goes whole).
         """
         if offset >= self.log_end_offset:
             self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
@@ -1435,6 +1494,8 @@ class PartitionLog:
         self._bases = [s.base_offset for s in self._segments]
         leo = self.log_end_offset
         self.leader_epoch_cache.truncate_from_end(leo)
+        # Kafka's truncateTo lowers the log start offset too: it never stays past the log end
+        self.log_start_offset = min(self.log_start_offset, leo)
         self.high_watermark = min(self.high_watermark, leo)
         self.recovery_point = min(self.recovery_point, leo)
         self._rebuild_producer_state(rebuild_txn_index=False)

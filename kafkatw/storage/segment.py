@@ -482,34 +482,43 @@ class LogSegment:
                 end = min(start + first.size, limit)
         return FileRegion(self._fd, self.path, start, end - start)
 
-    def find_offset_by_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
+    def find_offset_by_timestamp(self, timestamp_ms: int, starting_offset: int = 0) -> tuple[int, int] | None:
         """
-        The first record whose timestamp is C{>= timestamp_ms} (ListOffsets):
-        the time index and batch headers find its batch, and that one batch is
-        decoded (decompressed if need be) to find the record, as Kafka's
-        C{LogSegment.findOffsetByTimestamp} does.
+        The first record at or after C{starting_offset} whose timestamp is
+        C{>= timestamp_ms} (ListOffsets): the time index and batch headers
+        find its batch, and that batch is decoded (decompressed if need be)
+        to find the record, as Kafka's C{LogSegment.findOffsetByTimestamp}
+        does.  A batch whose largest timestamp matches but none of whose
+        records at or after C{starting_offset} does (it straddles the log
+        start offset; a compacted batch) does not end the search: the next
+        batch is looked at.
 
+        @param starting_offset: the log start offset (records below it are
+            deleted, even inside this segment).
         @return: C{(offset, timestamp_ms)} of that record, or C{None}.
         """
-        if self.largest_timestamp_ms < timestamp_ms:
+        if self.largest_timestamp_ms < timestamp_ms or starting_offset >= self.next_offset:
             return None
-        offset = self.time_index.lookup_before(timestamp_ms)
+        offset = max(self.time_index.lookup_before(timestamp_ms), starting_offset)
         _, position = self.offset_index.lookup(offset)
         for h in self.iter_headers(position):
-            if h.max_timestamp >= timestamp_ms:
-                if h.timestamp_type == 1:  # LogAppendTime: every record has the batch's time
-                    return h.base_offset, h.max_timestamp
-                if h.base_timestamp >= timestamp_ms:  # the first record's time
-                    return h.base_offset, h.base_timestamp
-                from kafkatw.protocol.records import decode_batches
-
-                [batch] = decode_batches(os.pread(self._fd, h.size, h.position), verify_crc=False)
-                for record in batch.records:
-                    if record.timestamp_ms >= timestamp_ms:
-                        return record.offset, record.timestamp_ms
+            if h.max_timestamp < timestamp_ms or h.next_offset <= starting_offset or h.record_count == 0:
+                continue
+            whole = h.base_offset >= starting_offset and h.record_count == h.last_offset_delta + 1
+            if h.timestamp_type == 1 and whole:  # LogAppendTime: every record has the batch's time
                 return h.base_offset, h.max_timestamp
-        # LogAppendTime: the indexes hold append times the batches do not carry
-        return self.time_index.lookup_at_or_after(timestamp_ms)
+            if h.base_timestamp >= timestamp_ms and whole:  # the first record's time
+                return h.base_offset, h.base_timestamp
+            from kafkatw.protocol.records import decode_batches
+
+            [batch] = decode_batches(os.pread(self._fd, h.size, h.position), verify_crc=False)
+            for record in batch.records:
+                time = h.max_timestamp if h.timestamp_type == 1 else record.timestamp_ms
+                if time >= timestamp_ms and record.offset >= starting_offset:
+                    return record.offset, time
+        # (the time index is no answer: its entries name batches the scan above looked at, and
+        # may name one without records, an empty batch the log cleaner kept for its offsets)
+        return None
 
     def relative_offset_fits(self, offset: int) -> bool:
         return offset - self.base_offset <= _INT32_MAX
@@ -526,13 +535,21 @@ class LogSegment:
             self.write_pending()
         if offset >= self.next_offset:
             return 0
-        position = self.position_of(offset) if offset > self.base_offset else 0
+        if offset <= self.base_offset:
+            position, cut = 0, self.base_offset
+        else:
+            first = self._find_batch(offset)
+            # the indexes lose the entries of every batch removed: from the base offset of the first
+            # one, which lies below C{offset} when C{offset} is inside that batch (this index keys a
+            # batch by its base offset, Kafka's by its last)
+            position, cut = (self.size_bytes, offset) if first is None else (
+                first.position, min(offset, first.base_offset))
         removed = self.size_bytes - position
         os.ftruncate(self._fd, position)
         self.size_bytes = position
-        self.offset_index.truncate_to(offset)
-        self.txn_index.truncate_to(offset)
-        self.time_index.truncate_to(offset)
+        self.offset_index.truncate_to(cut)
+        self.txn_index.truncate_to(cut)
+        self.time_index.truncate_to(cut)
         # recompute next offset and largest timestamp from the index tail
         _, index_position = self.offset_index.last_entry
         last_ts = self.time_index.last_entry

@@ -274,6 +274,7 @@ class LeaderEpochLogTests(LogTestMixin, TestCase):
         for epoch in range(6):
             log.append(batch(1, size=60, ts=1000 + epoch), epoch // 2)
         self.assertEqual(log.leader_epoch_cache.entries, [(0, 0), (1, 2), (2, 4)])
+        log.update_high_watermark(log.log_end_offset)  # retention deletes only below it
         self.assertGreater(log.apply_retention(1_000_000), 0)
         start = log.log_start_offset
         self.assertGreater(start, 0)

@@ -241,6 +241,10 @@ class FetchTests(unittest.TestCase):
         h.fetch_offset()
         h.answer(fetch_response(None, -1, ErrorCode.offset_out_of_range))
         h.clock.advance(BACKOFF_MS / 1000.0)
+        # the leader's log starts below our log end offset: ours is ahead, truncated by epoch again
+        h.request(2)
+        h.answer(SimpleNamespace(topics=[SimpleNamespace(name="t", partitions=[SimpleNamespace(
+            partition_index=0, error_code=0, offset=0)])]))
         self.assertEqual(h.epoch_request(), (5, 0))
 
     def test_unfollow_stops_the_fetcher(self) -> None:

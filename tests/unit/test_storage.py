@@ -427,6 +427,7 @@ class RetentionTests(LogTestMixin, TestCase):
         for i in range(6):
             log.append(batch(1, size=100, ts=1000 * i), 0)
         self.assertEqual(len(log.segments), 3)  # [0,1] [2,3] [4,5]
+        log.update_high_watermark(log.log_end_offset)  # retention deletes only below it
         self.assertEqual(log.apply_retention(11_000), 0)  # Kafka: deleted when now - max ts > retention.ms
         self.assertEqual(log.apply_retention(11_001), 1)
         self.assertEqual(log.log_start_offset, 2)
@@ -440,6 +441,7 @@ class RetentionTests(LogTestMixin, TestCase):
         log = self.make_log(segment_bytes=len(one) * 2, retention_bytes=len(one) * 3, retention_ms=-1)
         for _ in range(7):
             log.append(one, 0)
+        log.update_high_watermark(log.log_end_offset)  # retention deletes only below it
         self.assertEqual(log.apply_retention(self.clock.now), 2)
         self.assertEqual(log.log_start_offset, 4)
         self.assertEqual(log.size_bytes, len(one) * 3)
@@ -449,6 +451,7 @@ class RetentionTests(LogTestMixin, TestCase):
         log = self.make_log(segment_bytes=len(one), retention_bytes=0, retention_ms=-1)
         log.append(one, 0)
         log.append(one, 0)
+        log.update_high_watermark(log.log_end_offset)  # retention deletes only below it
         regions = log.read(0, 1 << 20)
         log.apply_retention(0)
         self.assertFalse(os.path.exists(regions[0].path))
@@ -463,6 +466,7 @@ class RetentionTests(LogTestMixin, TestCase):
         log = self.make_log(segment_bytes=len(one), retention_bytes=0, retention_ms=-1, file_delete_delay_ms=10)
         log.append(one, 0)
         log.append(one, 0)
+        log.update_high_watermark(log.log_end_offset)  # retention deletes only below it
         log.apply_retention(0)
         self.assertEqual(len(log._graveyard), 1)
         log.apply_retention(9)
@@ -727,6 +731,7 @@ class LogManagerTests(TestCase):
         log = m.get_or_create("t", 0, {})
         for i in range(20):
             log.append(batch(1, size=50, ts=1000 + i), 0)
+        log.update_high_watermark(log.log_end_offset)  # retention deletes only below it
         self.assertEqual(m.run_retention(5000), 0)
         deleted = m.run_retention(1_000_000)
         self.assertGreater(deleted, 0)
