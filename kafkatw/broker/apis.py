@@ -1022,10 +1022,16 @@ class KafkaApis(TransactionApis, QuotaApis, AdminToolApis):
                     partition.check_leader_epoch(getattr(p, "current_leader_epoch", -1))
                     log = partition.log
                     ts = p.timestamp
+                    # Kafka's Partition.fetchOffsetForTimestamp: a consumer sees the offsets below the
+                    # high watermark (the last stable offset for read_committed), a replica the whole log
+                    if getattr(request, "replica_id", -1) >= 0:
+                        last_fetchable = log.log_end_offset
+                    elif getattr(request, "isolation_level", 0) == READ_COMMITTED:
+                        last_fetchable = log.last_stable_offset
+                    else:
+                        last_fetchable = log.high_watermark
                     if ts == LATEST_TIMESTAMP:
-                        entry["offset"] = (log.last_stable_offset
-                                           if getattr(request, "isolation_level", 0) == READ_COMMITTED
-                                           else log.high_watermark)
+                        entry["offset"] = last_fetchable
                     elif ts == EARLIEST_TIMESTAMP or ts == EARLIEST_LOCAL_TIMESTAMP and context.api_version >= 8:
                         entry["offset"] = log.log_start_offset
                     elif ts == MAX_TIMESTAMP and context.api_version >= 7:
@@ -1037,7 +1043,7 @@ class KafkaApis(TransactionApis, QuotaApis, AdminToolApis):
                     elif ts < 0:
                         raise kafka_error(ErrorCode.invalid_request, f"timestamp {ts}")
                     else:
-                        found = log.offset_for_timestamp(ts)
+                        found = log.offset_for_timestamp(ts, upper_offset=last_fetchable)
                         if found is not None:
                             entry["offset"], entry["timestamp"] = found
                     entry["leader_epoch"] = partition.leader_epoch

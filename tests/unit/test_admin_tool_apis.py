@@ -183,6 +183,38 @@ class ListOffsetsMaxTimestampTests(unittest.TestCase):
         self.assertEqual((p.error_code, p.offset, p.timestamp), (ErrorCode.none, -1, -1))
 
 
+class ListOffsetsBoundTests(unittest.TestCase):
+    """
+    ListOffsets answers a consumer from below the high watermark (the last
+    stable offset for read_committed) and a replica from the whole log, as
+    Kafka's C{Partition.fetchOffsetForTimestamp}: a timestamp matched only
+    by records a consumer cannot fetch yet has no answer.
+    """
+
+    def ask(self, h: BrokerHarness, timestamp: int, replica_id: int = -1) -> Any:
+        response = h.call(2, 7, {"replica_id": replica_id, "isolation_level": 0, "topics": [
+            {"name": "t", "partitions": [{"partition_index": 0, "timestamp": timestamp}]}]})
+        p = response.topics[0].partitions[0]
+        self.assertEqual(p.error_code, ErrorCode.none)
+        return p.offset, p.timestamp
+
+    def test_only_offsets_below_the_high_watermark_answer_a_consumer(self) -> None:
+        h = BrokerHarness(self)
+        h.create_topic("t", 1, replicas=[0, 1])
+        for i in range(2):
+            body = {"acks": 1, "timeout": 1000, "topic_data": [
+                {"name": "t", "partition_data": [{"index": 0, "records": records(5, 1_000 * (i + 1))}]}]}
+            h.decode(0, 9, h.request(0, 9, body))
+        follower = h.fetch_request("t", 0, 5, replica_id=1)
+        h.decode(1, 12, h.request(1, 12, follower))  # the follower holds 0-4: the high watermark is 5
+        self.assertEqual(h.replica_manager.partitions[("t", 0)].log.high_watermark, 5)
+        self.assertEqual(self.ask(h, -1), (5, -1))
+        self.assertEqual(self.ask(h, 1_000), (0, 1_000))
+        self.assertEqual(self.ask(h, 2_000), (-1, -1))  # only in 5-9, above the high watermark
+        self.assertEqual(self.ask(h, -1, replica_id=1), (10, -1))
+        self.assertEqual(self.ask(h, 2_000, replica_id=1), (5, 2_000))
+
+
 class DescribeLogDirsTests(unittest.TestCase):
     def test_partitions_with_sizes(self) -> None:
         h = BrokerHarness(self)
