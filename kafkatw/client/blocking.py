@@ -369,18 +369,24 @@ class BlockingProducer(_Bound):
             future._done = True
             self._cond.notify_all()
 
-    async def _flush_in_reactor(self) -> None:
+    async def _hand_over(self) -> None:
+        """
+        Hand every queued send to the producer.  While its C{buffer_memory}
+        is full, what it holds is flushed: sent now, not C{linger_ms} after
+        its batch opened, since the queued sends wait for that room.
+        """
         while self._queue or self._blocked:
             if self._blocked:
+                self._producer.flush()
                 await self._producer.ready()
             self._drain()
+
+    async def _flush_in_reactor(self) -> None:
+        await self._hand_over()
         await self._producer.flush()
 
     async def _end_in_reactor(self, commit: bool) -> None:
-        while self._queue or self._blocked:
-            if self._blocked:
-                await self._producer.ready()
-            self._drain()
+        await self._hand_over()
         if commit:
             await self._producer.commit_transaction()
         else:

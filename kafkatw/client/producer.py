@@ -4,8 +4,9 @@ L{Producer}: the Twisted Kafka producer (docs/design.md: Clients).
 C{send} appends a record to the open batch of its partition — a plain
 C{(key, value, headers, timestamp_ms)} tuple in a list, no per-record object —
 and returns a Deferred.  A batch is sealed when it reaches C{batch_size} bytes or
-C{linger_ms} after it was opened (one timer for the whole producer) — or, when
-it could not be sent then (every request slot to its leader taken, batches of its
+C{linger_ms} after it was opened (one timer for the whole producer), or at the
+sender's next pass while a L{Producer.flush} is in progress — or, when it could
+not be sent then (every request slot to its leader taken, batches of its
 partition ahead of it), once it can: meanwhile it keeps taking records, as Java's
 C{RecordAccumulator} keeps appending to a batch the sender has not drained — then encoded
 once (L{kafkatw.protocol.records.encode_batch}, compressed as a whole).  Sealed
@@ -452,8 +453,13 @@ class Producer:
         # values and no send waits: send's hot path
         self._hot: dict[str, _Batch] = {}
         self._hot_reserved = 0  # the sum of (batch_size - size) of the batches in _hot
-        # partitions whose open batch outlived linger_ms while it could not be sent
+        # partitions whose open batch outlived linger_ms while it could not be
+        # sent, and those whose batch was opened during a flush: each is sealed
+        # as soon as it can be sent
         self._lingered: set[_PartitionState] = set()
+        # flushes in progress (Java's RecordAccumulator.flushesInProgress):
+        # while any runs, every batch is ready at once, linger_ms or not
+        self._flushes_in_progress = 0
         self._in_flight: dict[int, int] = {}  # broker -> Produce requests in flight
         self._batch_number = 0
         self._linger_call: Any = None
@@ -783,6 +789,12 @@ class Producer:
         state.open = batch
         self._open[state] = batch
         self._incomplete.add(batch)
+        if self._flushes_in_progress:
+            # As Java's accumulator while a flush is in progress: the batch is
+            # ready now.  It is sealed by the sender's next pass (once it can
+            # be sent), so that the records appended until then share it.
+            self._lingered.add(state)
+            self._drain_soon()
         if self._linger_call is None:
             self._linger_call = self.reactor.callLater(self.linger_ms / 1000.0, self._linger_expired)
         return batch
@@ -882,26 +894,41 @@ class Producer:
 
     def flush(self) -> Deferred:
         """
-        Send every open batch now.
+        Send every record sent so far now, without waiting for C{linger_ms}:
+        the open batches are sealed, and until the returned Deferred fires
+        every batch opened is sent as soon as it can be — the batches of
+        records that were waiting for metadata or C{buffer_memory} when
+        C{flush} was called, and of records sent meanwhile, which may ride
+        along (Java's C{KafkaProducer.flush}: C{RecordAccumulator.beginFlush}
+        makes every batch ready while C{flushesInProgress > 0}).
 
-        @return: a Deferred firing (with None) when every record sent so far is
-            acknowledged or has failed.
+        @return: a Deferred firing (with None) when every record sent before
+            the call is acknowledged or has failed (never failing); records
+            sent after it are not waited for.
         """
         for state, batch in list(self._open.items()):
             self._seal(state, batch)
         waiter = _FlushWaiter()
+        waiter.count = 1  # flush itself, until every record is counted
         for batch in self._incomplete:
             if batch.waiters is None:
                 batch.waiters = []
             batch.waiters.append(waiter)
             waiter.count += 1
-        for entry in self._waiting:
-            entry[6].addBoth(waiter.one_done)
+        for entry in self._waiting:  # not in a batch yet: their batch is made ready when they get one
             waiter.count += 1
+            entry[6].addBoth(waiter.one_done)
+        waiter.count -= 1
         if waiter.count == 0:
             return defer.succeed(None)
+        self._flushes_in_progress += 1
+        waiter.deferred.addBoth(self._flush_done)
         self._drain_now()
         return waiter.deferred
+
+    def _flush_done(self, result: Any) -> Any:
+        self._flushes_in_progress -= 1
+        return result
 
     def close(self) -> Deferred:
         """
