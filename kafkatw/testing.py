@@ -18,6 +18,7 @@ import contextlib
 import itertools
 import os
 import posixpath
+import random
 import shutil
 import tempfile
 import time
@@ -196,6 +197,8 @@ class FakeZooKeeper:
         self.clock = clock
         self._zxid = itertools.count(1)
         self._sessions = itertools.count(0x1000)
+        #: the open sessions' passwords (L{end_session})
+        self._passwords: dict[int, bytes] = {}
         self.root = self._new_node(b"", 0)
         self.clients: list[FakeZooKeeperClient] = []
 
@@ -208,7 +211,29 @@ class FakeZooKeeper:
         return _Node(data, ZnodeStat(zxid, zxid, now, now, 0, 0, 0, owner, len(data), 0, zxid), owner)
 
     def new_session_id(self) -> int:
-        return next(self._sessions)
+        session = next(self._sessions)
+        self._passwords[session] = random.Random(session).randbytes(16)
+        return session
+
+    def session_password(self, session: int) -> bytes | None:
+        """An open session's password, or C{None} once it has ended."""
+        return self._passwords.get(session)
+
+    def end_session(self, session: int, password: bytes) -> bool:
+        """
+        What L{kafkatw.zookeeper.bridge.ZooKeeperClient.end_session} asks the
+        server: close an open session given its password (its ephemeral
+        nodes go at once; a connected owner sees C{LOST}, then a new session).
+
+        @return: whether the session was open (and the password right).
+        """
+        if session not in self._passwords or self._passwords[session] != password:
+            return False
+        self.expire(session)
+        for client in list(self.clients):
+            if client.session_id == session and client.connected:
+                client.expire_session()
+        return True
 
     # tree operations on absolute paths (already chrooted)
 
@@ -280,7 +305,8 @@ class FakeZooKeeper:
         self._fire(parent_path, "child")
 
     def expire(self, owner: int) -> None:
-        """Delete every ephemeral node of session C{owner}."""
+        """End session C{owner}: delete every ephemeral node of it."""
+        self._passwords.pop(owner, None)
         for path in sorted(self._ephemerals(self.root, "/", owner), key=len, reverse=True):
             if self._lookup(path) is not None:
                 self.delete(path, -1, False)
@@ -409,6 +435,14 @@ class FakeZooKeeperClient:
     @property
     def session_id(self) -> int | None:
         return self._session
+
+    @property
+    def session_password(self) -> bytes | None:
+        return None if self._session is None else self.server.session_password(self._session)
+
+    def end_session(self, session_id: int, password: bytes) -> Deferred:
+        """End another open session (L{FakeZooKeeper.end_session}); fires with whether it was open."""
+        return self._op(lambda: self.server.end_session(session_id, password))
 
     def add_state_listener(self, callback: Callable[[str], object]) -> None:
         self._state_listeners.append(callback)

@@ -13,20 +13,27 @@ Brokers learn of what the controller wrote through their watches on the state
 znodes of the topics they know (one read per broker per change: ZooKeeper load
 proportional to changes, not to partitions × brokers).
 
-The controller reacts to:
+The controller reacts to activation, a change of the live brokers
+(C{/brokers/ids}), a controlled shutdown (C{/admin/controlled_shutdown/<id>},
+written by a broker on SIGTERM) and any change of a partition state (the
+broker's watches) the same way: it I{settles} every partition
+(L{KafkaController._decide}):
 
-  - activation: every partition without a live leader is elected one;
-  - a change of the live brokers (C{/brokers/ids}): partitions led by a broker
-    that went away are elected a new leader from the live ISR, in assignment
-    order (Kafka's C{offlinePartitionLeaderElection}); with
+  - a partition whose leader went away is elected a new leader from the live
+    ISR, in assignment order (Kafka's C{offlinePartitionLeaderElection}); with
     C{unclean.leader.election.enable} (broker or topic config) and no live ISR
     member, a live out-of-sync replica is elected and the possible loss is
-    logged; otherwise the partition stays offline.  Dead followers are removed
-    from the ISR at once, so acks=all writes need not wait
-    C{replica.lag.time.max.ms} for them;
-  - a controlled shutdown (C{/admin/controlled_shutdown/<id>}, written by a
-    broker on SIGTERM): its leaderships move to other ISR members and it leaves
-    every ISR (Kafka's C{controlledShutdownPartitionLeaderElection}).
+    logged; otherwise the partition stays offline;
+  - a partition led by a broker in controlled shutdown moves to another live
+    ISR member (Kafka's C{controlledShutdownPartitionLeaderElection});
+  - a broker that is gone or shutting down leaves every ISR at once, so
+    acks=all writes need not wait C{replica.lag.time.max.ms} for it -- also
+    when a leader's ISR expansion raced its going: the leader's write and the
+    controller's are both conditional on the state's zkVersion, the one based
+    on the older state fails, and the controller decides again from the state
+    it re-reads until the partition is settled (a bounded number of writes
+    per event, then a re-run of the event), so it never leaves a broker it
+    knows is gone in an ISR.
 
 Each election bumps the leader epoch.  The partition and replica state machines
 are the tables L{PARTITION_STATES} and L{REPLICA_STATES} (each state with its
@@ -36,6 +43,7 @@ C{ReplicaStateMachine}).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 from twisted.internet import defer
@@ -47,7 +55,7 @@ from ..zookeeper.bridge import BadVersionError, ZooKeeperError
 from ..zookeeper.registry import PartitionState, TopicAssignment
 
 __all__ = ["KafkaController", "PARTITION_STATES", "REPLICA_STATES", "StateMachine", "IllegalStateChange",
-           "offline_partition_leader", "controlled_shutdown_leader"]
+           "Decision", "offline_partition_leader", "controlled_shutdown_leader", "MAX_SETTLE_ATTEMPTS"]
 
 _log = Logger()
 
@@ -71,6 +79,29 @@ REPLICA_STATES: dict[str, frozenset[str]] = {
 }
 
 CONTROLLED_SHUTDOWN_PATH = "/admin/controlled_shutdown"
+
+#: Writes one event makes to settle one partition (L{KafkaController._settle})
+#: before it leaves the partition to a re-run queued behind the other events:
+#: each lost write means another writer changed the state meanwhile.
+MAX_SETTLE_ATTEMPTS = 5
+
+
+@dataclass(frozen=True)
+class Decision:
+    """
+    A partition state the controller decided to write.
+
+    @ivar new_epoch: an election (the leader epoch is incremented) rather
+        than an ISR change at the same epoch.
+    @ivar why: for the log.
+    @ivar unclean: an out-of-sync replica is elected (records may be lost).
+    """
+
+    leader: int
+    isr: list[int]
+    new_epoch: bool
+    why: str
+    unclean: bool = False
 
 
 class IllegalStateChange(Exception):
@@ -164,6 +195,9 @@ class KafkaController:
         #: C{(topic, partition)} -> target replicas of a reassignment in progress.
         self.reassignments: dict[tuple[str, int], list[int]] = {}
         self._adding: dict[tuple[str, int], list[int]] = {}
+        #: partitions whose settling lost every attempt, and whether their re-run is queued
+        self._unsettled: set[tuple[str, int]] = set()
+        self._settle_queued = False
         #: Kafka's controller metrics.
         self.elections = 0
         self.unclean_elections = 0
@@ -227,17 +261,26 @@ class KafkaController:
     # --- events ---------------------------------------------------------------------
 
     def run(self, event: Callable[[], Any]) -> defer.Deferred:
-        """Run one controller event at a time (Kafka's controller event queue)."""
+        """
+        Run one controller event at a time (Kafka's controller event queue).
+        A write fenced by C{/controller_epoch} ends the event, and this
+        controller resigns -- unless it was elected again since the event
+        began (the fenced write was the earlier term's): resigning then would
+        leave the cluster without a controller while this broker holds
+        C{/controller}.
+        """
 
         async def go() -> None:
             if not self.active:
                 return
+            term = self._epoch_zk_version
             try:
                 await event()
             except BadVersionError as e:
                 if "/controller_epoch" in str(e):
-                    _log.warn("another controller was elected: {error}", error=e)
-                    self.resign()
+                    if self._epoch_zk_version == term:
+                        _log.warn("another controller was elected: {error}", error=e)
+                        self.resign()
                 else:
                     raise
 
@@ -252,12 +295,15 @@ class KafkaController:
 
     def topics_changed(self) -> defer.Deferred:
         """
-        A topic or partition state changed: elect leaders where none is live,
-        and finish reassignments whose new replicas caught up.
+        A topic or partition state changed (the broker's watches): settle every
+        partition again (L{_settle}: elect leaders where none is live, take
+        brokers that are gone or shutting down out of the ISRs, also out of
+        the ones a leader has just expanded), and finish reassignments whose
+        new replicas caught up.
         """
 
         async def go() -> None:
-            await self._elect_offline()
+            await self._settle_all()
             if self.reassignments:
                 await self._continue_reassignments()
 
@@ -288,17 +334,20 @@ class KafkaController:
             self.partition_states.states[key] = (
                 "OnlinePartition" if state is not None and state.leader in self.live else
                 "OfflinePartition" if state is not None else "NewPartition")
-        await self._elect_offline()
+        # What a deposed controller left undone (an ISR still listing a dead broker) is done now.
+        await self._settle_all()
 
     async def _on_brokers_changed(self) -> None:
         for (topic, partition), replicas in self._assignments():
             for replica in replicas:
                 key = (topic, partition, replica)
                 self.replica_states.states[key] = "OnlineReplica" if replica in self.live else "OfflineReplica"
-        await self._elect_offline()
-        await self._remove_dead_from_isr()
+        await self._settle_all()
 
-    # --- elections ---------------------------------------------------------------------
+    async def _on_controlled_shutdown(self) -> None:
+        await self._settle_all()
+
+    # --- settling partitions: elections and ISR membership -----------------------------
 
     def _all_partitions(self) -> list[tuple[str, int]]:
         return [key for key, _ in self._assignments()]
@@ -307,8 +356,16 @@ class KafkaController:
         return [((name, p), replicas) for name, meta in list(self.metadata.topics.items())
                 for p, replicas in meta.partitions.items()]
 
+    def _replicas(self, key: tuple[str, int]) -> list[int] | None:
+        meta = self.metadata.topics.get(key[0])
+        return None if meta is None else meta.partitions.get(key[1])
+
     def _unclean(self, topic: str) -> bool:
         return bool(self.topic_config(topic).get("unclean.leader.election.enable", False))
+
+    def isr_eligible(self, broker_id: int) -> bool:
+        """Whether a broker may be in an ISR: alive and not in controlled shutdown (KIP-841)."""
+        return broker_id in self.live and broker_id not in self.shutting_down
 
     def _track(self, key: tuple[str, int], state: Any) -> None:
         """
@@ -321,67 +378,119 @@ class KafkaController:
         if state.leader in self.live and current != "OnlinePartition":
             self.partition_states.move(key, "OnlinePartition")
 
-    async def _elect_offline(self) -> None:
-        for (topic, partition), replicas in self._assignments():
-            state = self.metadata.partition_states.get((topic, partition))
-            key = (topic, partition)
-            if state is not None and state.leader in self.live and \
-                    self.partition_states.state(key) == "OfflinePartition":
-                # The last leader came back to an offline partition: elect it (or
-                # an earlier-assigned live ISR member) at a new epoch, as Kafka does.
-                leader, _ = offline_partition_leader(replicas, state.isr, self.live, False)
-                if leader >= 0:
-                    await self._write(topic, partition, state, leader, [r for r in state.isr if r in self.live],
-                                      new_epoch=True)
-                    continue
-            if state is not None:
-                self._track(key, state)
-            if state is None or state.leader in self.live:
-                continue
-            leader, unclean = offline_partition_leader(replicas, state.isr, self.live, self._unclean(topic))
-            key = (topic, partition)
-            self._ensure_known(key)
-            if leader < 0:
-                if self.partition_states.state(key) != "OfflinePartition":
-                    _log.warn("{topic}-{partition} is offline: no live in-sync replica among {isr}",
-                              topic=topic, partition=partition, isr=state.isr)
-                self.partition_states.move(key, "OfflinePartition")
-                continue
-            if unclean:
+    def _decide(self, key: tuple[str, int], state: Any) -> Decision | None:
+        """
+        What one partition's state should become, given the live brokers and
+        those shutting down, or C{None} when it is as it should be.  In order:
+
+          1. a partition whose leader is gone is elected one
+             (L{_decide_election});
+          2. a partition whose leader is shutting down moves to another live
+             ISR member that is not (Kafka's
+             C{controlledShutdownPartitionLeaderElection}), at a new epoch;
+          3. an ISR listing a broker that is gone or shutting down loses it,
+             at the same epoch (Kafka's C{removeReplicasFromIsr}); the leader
+             stays in it, and so does a leader nobody can take over from.
+
+        The state machines' moves (C{OfflinePartition} and back) happen here.
+        """
+        replicas = self._replicas(key)
+        if replicas is None or state is None:
+            return None
+        elected = self._decide_election(key, replicas, state)
+        if elected is not None or state.leader not in self.live:
+            return elected
+        eligible = [r for r in state.isr if self.isr_eligible(r)]
+        if state.leader in self.shutting_down:
+            leader = controlled_shutdown_leader(replicas, state.isr, self.live, self.shutting_down)
+            if leader >= 0:
+                return Decision(leader, eligible, True, "controlled shutdown")
+        isr = [r for r in state.isr if r == state.leader or self.isr_eligible(r)]
+        if isr and isr != list(state.isr):
+            return Decision(state.leader, isr, False, "replicas gone or shutting down")
+        return None
+
+    def _decide_election(self, key: tuple[str, int], replicas: list[int], state: Any) -> Decision | None:
+        """
+        Kafka's C{offlinePartitionLeaderElection} for a partition without a
+        live leader: the first assigned replica alive and in the ISR, at a new
+        epoch, with the ISR reduced to its live members; failing that an
+        unclean election when allowed, else the partition is offline.  A
+        partition that was offline and whose last leader returned is elected
+        again (at a new epoch, as Kafka does).
+        """
+        if state.leader in self.live and self.partition_states.state(key) == "OfflinePartition":
+            leader, _ = offline_partition_leader(replicas, state.isr, self.live, False)
+            if leader >= 0:
+                return Decision(leader, [r for r in state.isr if r in self.live], True, "its leader returned")
+        self._track(key, state)
+        if state.leader in self.live:
+            return None
+        topic, partition = key
+        leader, unclean = offline_partition_leader(replicas, state.isr, self.live, self._unclean(topic))
+        if leader < 0:
+            if self.partition_states.state(key) != "OfflinePartition":
+                _log.warn("{topic}-{partition} is offline: no live in-sync replica among {isr}",
+                          topic=topic, partition=partition, isr=state.isr)
+            self.partition_states.move(key, "OfflinePartition")
+            return None
+        if unclean:
+            return Decision(leader, [leader], True, "unclean", unclean=True)
+        return Decision(leader, [r for r in state.isr if r in self.live], True, "its leader is gone")
+
+    async def _settle_all(self) -> None:
+        """L{_settle} every partition; the ones still contended are settled again by a re-run."""
+        for key in self._all_partitions():
+            if not await self._settle(key):
+                self._settle_later(key)
+
+    async def _settle(self, key: tuple[str, int]) -> bool:
+        """
+        Bring one partition to what L{_decide} wants, from its freshest state.
+        Each write is conditional on the zkVersion the decision was made from;
+        when another writer (the leader changing the ISR) got there first, the
+        write fails, the state is re-read (L{_write}) and the decision made
+        again from it -- never dropped: the leader's write may have put back a
+        broker that is gone, and no later event need come (Kafka's
+        C{removeReplicasFromIsr} retries the same way).  After
+        L{MAX_SETTLE_ATTEMPTS} writes the partition is left to a re-run.
+
+        @return: whether the partition is settled.
+        @raise BadVersionError: another controller was elected (the event ends).
+        """
+        for _ in range(MAX_SETTLE_ATTEMPTS):
+            state = self.metadata.partition_states.get(key)
+            decision = self._decide(key, state)
+            if decision is None:
+                return True
+            topic, partition = key
+            written = await self._write(topic, partition, state, decision.leader, decision.isr,
+                                        new_epoch=decision.new_epoch)
+            if written and decision.unclean:
                 _log.warn("unclean leader election for {topic}-{partition}: broker {leader} was not in ISR {isr}; "
                           "records acknowledged by the ISR may be lost", topic=topic, partition=partition,
-                          leader=leader, isr=state.isr)
-                isr = [leader]
+                          leader=decision.leader, isr=state.isr)
                 self.unclean_elections += 1
-            else:
-                isr = [r for r in state.isr if r in self.live]
-            await self._write(topic, partition, state, leader, isr, new_epoch=True)
+            if written and not decision.new_epoch:
+                _log.info("{topic}-{partition}: ISR {old} -> {isr} ({why})", topic=topic, partition=partition,
+                          old=state.isr, isr=decision.isr, why=decision.why)
+        return self._decide(key, self.metadata.partition_states.get(key)) is None
 
-    async def _remove_dead_from_isr(self) -> None:
-        for (topic, partition), _replicas in self._assignments():
-            state = self.metadata.partition_states.get((topic, partition))
-            if state is None or state.leader not in self.live:
-                continue
-            isr = [r for r in state.isr if r in self.live]
-            if isr != list(state.isr) and isr:
-                await self._write(topic, partition, state, state.leader, isr, new_epoch=False)
+    def _settle_later(self, key: tuple[str, int]) -> None:
+        """Queue a re-run that settles C{key} again (after the events already queued)."""
+        self._unsettled.add(key)
+        if self._settle_queued:
+            return
+        self._settle_queued = True
 
-    async def _on_controlled_shutdown(self) -> None:
-        leaving = self.shutting_down
-        for (topic, partition), replicas in self._assignments():
-            state = self.metadata.partition_states.get((topic, partition))
-            if state is None:
-                continue
-            if state.leader in leaving:
-                leader = controlled_shutdown_leader(replicas, state.isr, self.live, leaving)
-                if leader < 0:
-                    continue  # nobody to take over: it stays until the broker is gone
-                isr = [r for r in state.isr if r not in leaving and r in self.live]
-                await self._write(topic, partition, state, leader, isr, new_epoch=True)
-            elif any(r in leaving for r in state.isr) and state.leader in self.live:
-                isr = [r for r in state.isr if r not in leaving]
-                if isr:
-                    await self._write(topic, partition, state, state.leader, isr, new_epoch=False)
+        async def again() -> None:
+            self._settle_queued = False
+            keys, self._unsettled = self._unsettled, set()
+            for key in sorted(keys):
+                if not await self._settle(key):
+                    self._settle_later(key)
+
+        self.run(again)
 
     # --- preferred and unclean elections on demand (ElectLeaders, KIP-460) ------------------
 
@@ -548,11 +657,13 @@ class KafkaController:
                 leader = controlled_shutdown_leader(target, state.isr, self.live, self.shutting_down)
                 if leader < 0:
                     continue
-                await self._write(topic, partition, state, leader, [r for r in state.isr if r in target],
-                                  new_epoch=True)
+                if not await self._write(topic, partition, state, leader, [r for r in state.isr if r in target],
+                                         new_epoch=True):
+                    continue  # the state changed meanwhile: the next event decides from the fresh one
             elif any(r not in target for r in state.isr):
-                await self._write(topic, partition, state, state.leader, [r for r in state.isr if r in target],
-                                  new_epoch=False)
+                if not await self._write(topic, partition, state, state.leader,
+                                         [r for r in state.isr if r in target], new_epoch=False):
+                    continue
             await self.registry.update_topic_assignment(topic, lambda current, partition=partition, target=target: (
                 TopicAssignment(topic, current.topic_id, {**current.partitions, partition: list(target)},
                                 {p: r for p, r in current.adding_replicas.items() if p != partition},
@@ -582,8 +693,16 @@ class KafkaController:
             self.partition_states.move(key, "NewPartition")
 
     async def _write(self, topic: str, partition: int, state: Any, leader: int, isr: list[int],
-                     new_epoch: bool) -> None:
-        """Write a new state, fenced; on a stale zkVersion re-read and let the next event retry."""
+                     new_epoch: bool) -> bool:
+        """
+        Write a new state, fenced by C{/controller_epoch}'s version and
+        conditional on C{state}'s zkVersion.  On a stale zkVersion (the leader
+        changed the ISR meanwhile) the state is re-read into the cache and
+        nothing is written: the caller decides again from it.
+
+        @return: whether it was written.
+        @raise BadVersionError: another controller was elected.
+        """
         epoch = state.leader_epoch + 1 if new_epoch else state.leader_epoch
         key = (topic, partition)
         self._ensure_known(key)
@@ -597,9 +716,8 @@ class KafkaController:
             fresh = await self.registry.get_partition_state(topic, partition)
             _log.info("{topic}-{partition}: state changed under the controller; re-read", topic=topic,
                       partition=partition)
-            if fresh is not None:
-                self.metadata.set_partition_state(topic, partition, fresh)
-            return
+            self.metadata.set_partition_state(topic, partition, fresh)  # None: deleted (nothing to decide)
+            return False
         self.metadata.set_partition_state(topic, partition,
                                           PartitionState(leader, epoch, list(isr), self.epoch, version))
         if new_epoch:
@@ -607,3 +725,4 @@ class KafkaController:
             self.partition_states.move(key, "OnlinePartition")
             _log.info("{topic}-{partition}: leader {leader} at epoch {epoch}, ISR {isr}", topic=topic,
                       partition=partition, leader=leader, epoch=epoch, isr=isr)
+        return True

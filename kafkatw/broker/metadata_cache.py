@@ -63,6 +63,8 @@ class MetadataCache:
 
     @ivar cluster_id: the cluster id (``/cluster/id``).
     @ivar controller_id: the broker id of the controller, or -1.
+    @ivar shutting_down_brokers: the ids of the brokers in controlled shutdown
+        (the children of C{/admin/controlled_shutdown}).
     """
 
     def __init__(self, broker_id: int, cluster_id: str = "kafkatw") -> None:
@@ -70,6 +72,7 @@ class MetadataCache:
         self.cluster_id = cluster_id
         self.controller_id = -1
         self.brokers: dict[int, BrokerEndpoint] = {}
+        self.shutting_down_brokers: frozenset[int] = frozenset()
         self.topics: dict[str, TopicMetadata] = {}
         #: C{(topic, partition)} -> the L{kafkatw.zookeeper.registry.PartitionState} last read.
         self.partition_states: dict[tuple[str, int], Any] = {}
@@ -86,6 +89,21 @@ class MetadataCache:
     def set_brokers(self, brokers: dict[int, BrokerEndpoint]) -> None:
         self.brokers = dict(brokers)
         self._changed()
+
+    def set_shutting_down_brokers(self, broker_ids: set[int] | frozenset[int]) -> None:
+        """Record the brokers in controlled shutdown (C{/admin/controlled_shutdown/<id>})."""
+        self.shutting_down_brokers = frozenset(broker_ids)
+        self._changed()
+
+    def is_replica_isr_eligible(self, broker_id: int) -> bool:
+        """
+        Whether a leader may add C{broker_id}'s replica to an ISR: its broker
+        is registered (alive) and not in controlled shutdown (Kafka's
+        C{Partition.isReplicaIsrEligible}, KIP-841).  A broker that is gone
+        or leaving would only be taken out again by the controller, and
+        meanwhile hold back the high watermark.
+        """
+        return broker_id in self.brokers and broker_id not in self.shutting_down_brokers
 
     def set_topic(self, topic: TopicMetadata) -> None:
         self.topics[topic.name] = topic

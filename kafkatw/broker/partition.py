@@ -11,14 +11,18 @@ caught up; from these it
     (consumers read below it; an acks=all produce is acknowledged once it covers
     the batch);
   - shrinks the ISR when a follower has not caught up for
-    C{replica.lag.time.max.ms}, and expands it when a follower reaches the high
-    watermark.
+    C{replica.lag.time.max.ms}, counted from its last caught-up fetch (so a
+    follower that stops fetching leaves even when nothing new is written),
+    and expands it when a follower reaches the high watermark and is eligible
+    (its broker alive and not in controlled shutdown, KIP-841).
 
 ISR changes are written with a conditional set on the state's zkVersion
 (Kafka 2.x C{Partition.updateIsr}); while one is in flight the high watermark is
 computed over the I{maximal} ISR (the current one plus any replica being added,
 KIP-497), and a failed conditional set means this broker's view is stale: it
-re-reads the state instead of overwriting it.
+re-reads the state instead of overwriting it.  The controller writes the
+same znode, conditionally on the same zkVersion, so neither undoes the other:
+the write based on the older state fails and its writer re-reads.
 
 Roles and leader epochs (KIP-101): a broker becoming leader starts the new
 epoch at its log end offset in the leader-epoch cache; a broker becoming
@@ -91,6 +95,10 @@ class Partition:
     @param on_high_watermark: C{on_high_watermark(partition)} after the high
         watermark moved (wakes delayed produces and consumer fetches).
     @param reload_state: C{reload_state(partition)} after a failed ISR write.
+    @param is_isr_eligible: C{is_isr_eligible(broker_id)}: whether a follower
+        on that broker may join the ISR (alive and not in controlled shutdown:
+        L{kafkatw.broker.metadata_cache.MetadataCache.is_replica_isr_eligible});
+        every follower when not given.
 
     @ivar role: L{LEADER}, L{FOLLOWER} or L{OFFLINE}.
     @ivar leader_id: the leader's broker id (-1: none).
@@ -103,7 +111,8 @@ class Partition:
     def __init__(self, topic: str, partition: int, broker_id: int, log: Any,
                  now_ms: Callable[[], int], write_isr: Callable[["Partition", list[int]], defer.Deferred],
                  on_high_watermark: Callable[["Partition"], None],
-                 reload_state: Callable[["Partition"], None]) -> None:
+                 reload_state: Callable[["Partition"], None],
+                 is_isr_eligible: Callable[[int], bool] | None = None) -> None:
         self.topic = topic
         self.partition = partition
         self.broker_id = broker_id
@@ -112,6 +121,7 @@ class Partition:
         self._write_isr = write_isr
         self._on_high_watermark = on_high_watermark
         self._reload_state = reload_state
+        self._is_isr_eligible = is_isr_eligible or (lambda broker_id: True)
         self.role = OFFLINE
         self.leader_id = -1
         self.leader_epoch = -1
@@ -384,7 +394,12 @@ class Partition:
     def update_follower(self, replica_id: int, fetch_offset: int, log_start_offset: int = -1) -> None:
         """
         A follower fetched from C{fetch_offset}: it holds everything below it.
-        May expand the ISR and advance the high watermark.  Its
+        May expand the ISR and advance the high watermark.  The ISR takes a
+        follower that reached the high watermark and the start of this
+        leader's epoch, and only while its broker is eligible (alive and not
+        in controlled shutdown, Kafka's C{canAddReplicaToIsr}): a last fetch of
+        a broker that is stopping must not put it back into an ISR the
+        controller takes it out of.  Its
         C{log_start_offset} (fetch v5+) moves the low watermark that
         DeleteRecords waits for.
         """
@@ -403,22 +418,29 @@ class Partition:
             self._check_low_watermark()
         if replica_id not in self.isr and self._pending_isr is None and \
                 fetch_offset >= self.log.high_watermark and \
-                fetch_offset >= self.epoch_start_offset:
+                fetch_offset >= self.epoch_start_offset and self._is_isr_eligible(replica_id):
             self._change_isr(self.isr + [replica_id], "expand")
         self.maybe_advance_high_watermark()
 
     def out_of_sync_replicas(self, max_lag_ms: int) -> list[int]:
-        """ISR followers not caught up for more than C{max_lag_ms}."""
+        """
+        ISR followers not caught up for more than C{max_lag_ms}
+        (C{replica.lag.time.max.ms}), measured from the last fetch that found
+        them caught up (L{FollowerState.last_caught_up_ms}) -- whether or not
+        the leader's log grew since: a follower that stopped fetching is out of
+        sync after C{max_lag_ms} even when nothing was written meanwhile, and
+        an ISR member not heard from since this broker became leader counts
+        from then.
+        """
         now = self.now_ms()
-        leo = self.log.log_end_offset
         lagging = []
         for replica in self.isr:
             if replica == self.broker_id:
                 continue
             state = self.followers.get(replica)
             if state is None:
-                continue
-            if state.log_end_offset < leo and now - state.last_caught_up_ms > max_lag_ms:
+                state = self.followers[replica] = FollowerState(now)
+            if now - state.last_caught_up_ms > max_lag_ms:
                 lagging.append(replica)
         return lagging
 

@@ -253,7 +253,7 @@ class ReplicaManager:
                 log = self.log_manager.get_or_create(topic, partition, self.topic_config(topic))
             found = self.partitions[key] = Partition(
                 topic, partition, self.broker_id, log, self.now_ms, self._write_partition_isr,
-                self._high_watermark_moved, self._reload_partition)
+                self._high_watermark_moved, self._reload_partition, self._isr_eligible)
         return found
 
     def apply_state(self, topic: str, partition: int, replicas: list[int], state: Any) -> None:
@@ -312,12 +312,20 @@ class ReplicaManager:
         return defer.maybeDeferred(self._write_isr, p.topic, p.partition, p.leader_id, p.leader_epoch, isr,
                                    p.controller_epoch, p.zk_version)
 
+    def _isr_eligible(self, broker_id: int) -> bool:
+        """A follower may join an ISR while its broker is alive and not shutting down (KIP-841)."""
+        return self.metadata.is_replica_isr_eligible(broker_id)
+
     def _reload_partition(self, p: Partition) -> None:
         if self._reload_state is not None:
             self._reload_state(p.topic, p.partition)
 
     def shrink_isrs(self, max_lag_ms: int) -> None:
-        """Run every led partition's ISR shrink check (C{replica.lag.time.max.ms})."""
+        """
+        Run every led partition's ISR shrink check (C{replica.lag.time.max.ms}):
+        the broker calls it every C{replica.lag.time.max.ms} / 2, so a follower
+        that stopped fetching is out between 1 and 1.5 times the lag time.
+        """
         for p in list(self.partitions.values()):
             if p.role == LEADER:
                 p.maybe_shrink_isr(max_lag_ms)

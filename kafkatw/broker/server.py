@@ -5,19 +5,22 @@ session, logs, replica fetchers, controller, request handling).
 Named after Kafka's C{KafkaServer}.  Each part is a L{BrokerPart} child of the
 L{KafkaServer} C{MultiService}, started in order once the previous one is up
 and stopped one at a time in reverse order.  Start-up order: the listeners are bound
-(they close every connection until the broker has started), (embedded
+(connections wait, not accepted, until the broker has started), (embedded
 ZooKeeper,) the ZooKeeper session, the cluster id, the log directories'
-C{meta.properties} checked against it, log recovery, the registry watches, then
-the broker registration — so a broker is only visible in ``/brokers/ids`` once
-it can serve, and the expected failures (a taken port, ZooKeeper unreachable,
-log directories of another cluster or broker) happen before anything in the
-log directories is touched.  They are L{BrokerStartupError}s (and the errors
-listed in L{EXPECTED_START_FAILURES}): L{KafkaServer.start_error} is one line
-for a person, and L{KafkaServer.ready} fails.  Shut-down (SIGTERM under twistd) reverses
+C{meta.properties} checked against it, the log directories' lock taken (and the
+ZooKeeper session of a dead predecessor recorded under it ended, so that its
+registration goes at once: L{kafkatw.broker.log_dir_lock}), log recovery, the
+registry watches, then the broker registration — so a broker is only visible
+in ``/brokers/ids`` once it can serve, and the expected failures (a taken port,
+ZooKeeper unreachable, log directories of another cluster or broker, or in use
+by another process) happen before anything in the log directories is
+touched (an empty C{.lock} file aside).  They are L{BrokerStartupError}s (and the
+errors listed in L{EXPECTED_START_FAILURES}): L{KafkaServer.start_error} is one
+line for a person, and L{KafkaServer.ready} fails.  Shut-down (SIGTERM under twistd) reverses
 it: stop accepting, answer waiting fetches and let in-flight requests finish,
 flush and checkpoint the logs (a clean-shutdown marker spares the next start the
 CRC scan of recovery), close the ZooKeeper session (its ephemeral registration goes with
-it), and stop an embedded ZooKeeper last.
+it), stop an embedded ZooKeeper, and release the log directories' lock last.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ import uuid
 from typing import Any, Callable
 
 from twisted.application import service
-from twisted.internet import defer, endpoints, task, threads
+from twisted.internet import abstract, defer, endpoints, task, threads
 from twisted.internet.error import CannotListenError
 from twisted.internet.protocol import Factory
 from twisted.logger import Logger
@@ -43,8 +46,8 @@ from ..config import DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG, Broke
 from ..security.tls import PrincipalMapper, TLSConfigError, VerifyLog, server_options
 from ..storage.log_cleaner import LogCleaner
 from ..storage.log_manager import LogManager
-from ..storage.meta_properties import MetaPropertiesError, ensure_meta_properties
-from ..zookeeper.bridge import NodeExistsError, ZooKeeperClient, ZooKeeperUnavailableError
+from ..storage.meta_properties import MetaPropertiesError, check_log_dirs, ensure_meta_properties
+from ..zookeeper.bridge import NodeExistsError, ZooKeeperClient, ZooKeeperError, ZooKeeperUnavailableError
 from ..zookeeper.config_changes import ConfigChangeListener
 from ..zookeeper.embedded import EmbeddedZooKeeperService, ZooKeeperNotInstalledError, ZooKeeperStartError
 from ..zookeeper.registry import DEFAULT_BROKER_ENTITY, BrokerIdInUseError, Registry
@@ -55,6 +58,7 @@ from .authorizer import authorizer_from_config
 from .transaction_apis import TransactionWiring
 from .controller import CONTROLLED_SHUTDOWN_PATH, KafkaController
 from .listeners import DEFAULT_PROTOCOL_MAP, ListenerConfig, ListenerConfigError, listener_config, parse_listener
+from .log_dir_lock import LogDirLock, LogDirLockedError
 from .replica_fetcher import ReplicaFetcherManager
 from .metadata_cache import BrokerEndpoint, MetadataCache, TopicMetadata
 from .network import KafkaServerFactory, TLSListenerPolicy
@@ -95,6 +99,7 @@ EXPECTED_START_FAILURES: tuple[type[BaseException], ...] = (
     MetaPropertiesError,
     BrokerIdInUseError,
     ListenerConfigError,
+    LogDirLockedError,
 )
 
 
@@ -127,9 +132,13 @@ def embedded_zookeeper_port(connect: str, environ: Any = None) -> int | None:
 
 class _StartingFactory(Factory):
     """
-    The listeners' factory: closes every connection until L{serving} is set,
-    once the broker has started.  The listeners are bound first so that a
-    taken port fails the start before the logs are touched.
+    A listener's factory: L{serving} builds the connections; without it (while
+    the broker stops) each connection is closed.  The listeners are bound first
+    so that a taken port fails the start before the logs are touched, but
+    their ports accept nothing until the broker has started: a client's
+    connection waits in the kernel's accept queue (the listen backlog) and is
+    answered once the broker serves, as Kafka's acceptors start only then
+    (C{SocketServer.enableRequestProcessing}).
     """
 
     serving: Factory | None = None
@@ -202,6 +211,12 @@ class KafkaServer(service.MultiService):
         self.zookeeper: ZooKeeperClient | None = None
         self.registry: Registry | None = None
         self.log_manager: LogManager | None = None
+        #: the log directories' lock, held from their check until the broker has stopped
+        self.log_dir_lock: LogDirLock | None = None
+        #: the sessions of this broker's earlier processes recorded in its log dirs (their ids)
+        self._recorded_sessions: list[int] = []
+        self._session_recorded = False
+        self._zookeeper_closed = False
         self.log_cleaner: LogCleaner | None = None
         self.replica_manager: ReplicaManager | None = None
         self.controller: KafkaController | None = None
@@ -360,12 +375,17 @@ class KafkaServer(service.MultiService):
         if self.zookeeper is not None:
             try:
                 await self.zookeeper.stop()
+                self._zookeeper_closed = True
             except Exception:
                 _log.failure("closing the ZooKeeper session failed")
 
     async def _start_logs(self, log_dirs: list[str]) -> None:
         config = self.config
         # Nothing in the log directories is touched before this check.
+        check_log_dirs(log_dirs, self.broker_id, self.metadata.cluster_id)
+        self.log_dir_lock = LogDirLock(log_dirs)
+        self.log_dir_lock.acquire()
+        await self._end_predecessor_sessions()
         for written in ensure_meta_properties(log_dirs, self.broker_id, self.metadata.cluster_id):
             _log.info("wrote {path}: broker.id={id} cluster.id={cluster}", path=os.path.join(written, "meta.properties"),
                       id=self.broker_id, cluster=self.metadata.cluster_id)
@@ -392,6 +412,57 @@ class KafkaServer(service.MultiService):
         if config["log.cleaner.enable"]:
             self.log_cleaner = LogCleaner(self.log_manager, config.as_dict(), self.reactor, self.now_ms)
             self.log_cleaner.start()
+
+    async def _end_predecessor_sessions(self) -> None:
+        """
+        End the ZooKeeper sessions that this broker's earlier processes
+        recorded in its log dirs (L{kafkatw.broker.log_dir_lock}).  This
+        process holds the dirs' lock, so the owner of a recorded session that
+        is still open died without closing it.  Ending the session deletes its
+        registration (and C{/controller}, if it was the controller) now
+        instead of at the session timeout.  Another broker's registration
+        (another session) is never touched.  When ZooKeeper cannot be reached
+        for this, the failure is logged, and the registration waits as for any
+        other holder.
+        """
+        assert self.log_dir_lock is not None and self.zookeeper is not None
+        recorded = self.log_dir_lock.recorded_sessions()
+        self._recorded_sessions = [r.session_id for r in recorded]
+        for session in recorded:
+            try:
+                ended = await self.zookeeper.end_session(session.session_id, session.password)
+            except ZooKeeperError as e:
+                _log.warn("could not end ZooKeeper session {session} of broker {id}'s previous process: {error}",
+                          session=f"{session.session_id:#x}", id=self.broker_id, error=e)
+                continue
+            if ended:
+                _log.info("ended ZooKeeper session {session} of broker {id}'s previous process, which held these"
+                          " log dirs and is gone: its registration and other ephemeral nodes are deleted now,"
+                          " not at the session timeout", session=f"{session.session_id:#x}", id=self.broker_id)
+            else:
+                _log.info("ZooKeeper session {session} of broker {id}'s previous process had ended already",
+                          session=f"{session.session_id:#x}", id=self.broker_id)
+
+    def _record_session(self) -> None:
+        """
+        Record the current ZooKeeper session in the log dirs, before it
+        registers anything (at start and after each new session), so that
+        the next process can end it if this one dies.  A failed write is
+        logged: after a crash, the next start then waits for this session
+        to expire.
+        """
+        lock, zookeeper = self.log_dir_lock, self.zookeeper
+        if lock is None or not lock.held or zookeeper is None:
+            return
+        session_id, password = zookeeper.session_id, zookeeper.session_password
+        if session_id is None or password is None:
+            return
+        try:
+            lock.record_session(session_id, password)
+            self._session_recorded = True
+        except OSError as e:
+            _log.warn("could not record ZooKeeper session {session} in the log dirs: {error}; after a crash, the"
+                      " next start waits for the session to expire", session=f"{session_id:#x}", error=e)
 
     def _write_in_thread(self, prepare: Callable[[], Callable[[], None]]) -> Callable[[], defer.Deferred]:
         """
@@ -477,7 +548,8 @@ class KafkaServer(service.MultiService):
         self.transactions.start()
         advertised = self._advertised_endpoints()
         assert self.listeners is not None
-        # Serve before registering: a broker in /brokers/ids answers its peers' fetches.
+        # The factories are ready before registering; the ports accept once the broker has
+        # started (below): a peer that connects in between waits in the listen backlog.
         for listener in self.listeners.listeners:
             tls = None
             if listener.tls:
@@ -496,9 +568,14 @@ class KafkaServer(service.MultiService):
             self._listener_factories[listener.name].serving = factory
 
         await self.registry.watch_brokers(self._brokers_changed, detailed=True)
+        # A leader adds no broker in controlled shutdown to an ISR (KIP-841).
+        await self.registry.client.watch_children(CONTROLLED_SHUTDOWN_PATH, self._shutdowns_changed)
         await self.registry.watch_topics(self._topics_changed)
         inter_broker = self.listeners.inter_broker_listener
         host, advertised_port = next((h, p) for name, h, p in advertised if name == inter_broker)
+        assert self.zookeeper is not None
+        self._record_session()
+        self.zookeeper.on_new_session(self._record_session)  # before the registry's re-registration
         await self._register(host, advertised_port, advertised)
         await self.registry.watch_controller(self._controller_changed)
         assert self.config_changes is not None
@@ -510,6 +587,9 @@ class KafkaServer(service.MultiService):
         # collection no longer walks it, which keeps those pauses out of the
         # request latency's tail (docs/design.md, "Garbage collection").
         gc.freeze()
+        for port in self.bound.values():
+            if isinstance(port, abstract.FileDescriptor):
+                port.startReading()  # accept: the connections that waited are answered now
         _log.info("broker {id} started at {endpoints} (cluster {cluster})", id=self.broker_id,
                   endpoints=",".join(f"{n}://{h}:{p}" for n, h, p in advertised), cluster=self.metadata.cluster_id)
 
@@ -542,8 +622,8 @@ class KafkaServer(service.MultiService):
 
     async def _listen(self) -> None:
         """
-        Bind every listener (and the metrics port).  They close each connection
-        until the broker has started (L{_StartingFactory}).
+        Bind every listener (and the metrics port).  A listener accepts no
+        connection until the broker has started: they wait (L{_StartingFactory}).
 
         @raise BrokerStartupError: a port is taken or cannot be bound, a
             listener setting is wrong, a TLS listener's files cannot be used.
@@ -571,9 +651,11 @@ class KafkaServer(service.MultiService):
                     f"cannot listen on {listener.source}: {_socket_error(e)}; stop what holds"
                     " the port or change listeners (--listeners)"
                 ) from None
+            if isinstance(port, abstract.FileDescriptor):
+                port.stopReading()  # listening, but accepting nothing until the broker has started
             self._listening_ports.append(port)
             self.bound[listener.name] = port
-            _log.info("bound listener {name} ({protocol}) at {address} (connections are closed until the broker"
+            _log.info("bound listener {name} ({protocol}) at {address} (connections wait until the broker"
                       " has started)", name=listener.name, protocol=listener.security_protocol,
                       address=port.getHost())
         self.port = self._listening_ports[0].getHost().port
@@ -603,15 +685,19 @@ class KafkaServer(service.MultiService):
 
     async def _register(self, host: str, port: int, advertised: list[tuple[str, str, int]] | None = None) -> None:
         """
-        Register in C{/brokers/ids}.  After a crash the previous process's
-        ephemeral node lives on until its ZooKeeper session expires: wait for
-        that (up to C{zookeeper.session.timeout.ms} and a little more) rather
-        than fail as Kafka does.
+        Register in C{/brokers/ids}.  The session of this broker's previous
+        process, recorded in its log dirs, was ended at start
+        (L{_end_predecessor_sessions}), so its node is gone already.  Another
+        session's node (another broker with this id, or a predecessor that
+        recorded no session: an older kafkatw, a failed write) is waited for,
+        up to C{zookeeper.session.timeout.ms} and a little more, rather than
+        failing at once as Kafka does.
 
         @raise BrokerIdInUseError: another live broker holds the id after that.
         """
         assert self.registry is not None
         deadline = self.reactor.seconds() + self.config["zookeeper.session.timeout.ms"] / 1000.0 + 5
+        reported: set[int] = set()
         while True:
             try:
                 await self.registry.register_broker(
@@ -622,7 +708,12 @@ class KafkaServer(service.MultiService):
             except BrokerIdInUseError as e:
                 if self.reactor.seconds() > deadline:
                     raise
-                _log.warn("{error}; waiting for that session to expire", error=e)
+                if e.session_id not in reported:  # once per holder, not every retry
+                    reported.add(e.session_id)
+                    recorded = ", ".join(f"{s:#x}" for s in self._recorded_sessions) or "none"
+                    _log.warn("{error}; it is not this broker's previous process (sessions recorded in its log"
+                              " dirs: {recorded}): waiting up to {seconds:.0f} s for that session to expire",
+                              error=e, recorded=recorded, seconds=deadline - self.reactor.seconds())
                 await task.deferLater(self.reactor, 0.5, lambda: None)
 
     def _every(self, group: str, interval_ms: int, function: Any) -> None:
@@ -731,23 +822,37 @@ class KafkaServer(service.MultiService):
             except Exception:
                 _log.failure("stopping {part} failed", part=getattr(part, "name", repr(part)))
             part.disownServiceParent()
+        if self.log_dir_lock is not None:
+            # Released last, once the session is closed: the next holder knows any session left open is dead.
+            if self._session_recorded and self._zookeeper_closed:
+                try:
+                    self.log_dir_lock.forget_session()  # closed: nothing for the next start to end
+                except OSError as e:
+                    _log.warn("could not remove the recorded ZooKeeper session: {error}", error=e)
+            self.log_dir_lock.release()
         service.Service.stopService(self)
         _log.info("broker {id} stopped", id=self.broker_id)
 
     async def _controlled_shutdown(self) -> None:
         """
         Ask the controller to move this broker's leaderships to other in-sync
-        replicas (C{/admin/controlled_shutdown/<id>}, ephemeral), and wait
-        until it has, or for C{controlled.shutdown} to time out (10 s), so
-        clients see only retriable errors.
+        replicas and to take it out of the ISRs of the partitions it follows
+        (C{/admin/controlled_shutdown/<id>}, ephemeral, as Kafka's
+        ControlledShutdown request), and wait until it has, or for
+        C{controlled.shutdown} to time out (10 s), so clients see only
+        retriable errors and acks=all writes do not wait on a stopped broker.
         """
         if self.zookeeper is None or self.replica_manager is None or not self.zookeeper.connected:
             return
 
         def movable() -> list[Any]:
             live = set(self.metadata.brokers)
-            return [p for p in self.replica_manager.led_partitions()
-                    if any(r != self.broker_id and r in live for r in p.isr)]
+            led = [p for p in self.replica_manager.led_partitions()
+                   if any(r != self.broker_id and r in live for r in p.isr)]
+            # partitions whose live leader (another broker) still lists this one in sync
+            followed = [key for key, state in self.metadata.partition_states.items()
+                        if self.broker_id in state.isr and state.leader != self.broker_id and state.leader in live]
+            return led + followed
 
         # Stop following first (Kafka's controller sends StopReplica): a last fetch
         # would otherwise put this broker back into ISRs the controller takes it out of.
@@ -768,9 +873,10 @@ class KafkaServer(service.MultiService):
             await task.deferLater(self.reactor, 0.05, lambda: None)
         left = movable()
         if left:
-            _log.warn("controlled shutdown: still leading {count} partitions after 10 s", count=len(left))
+            _log.warn("controlled shutdown: still leading or in the ISR of {count} partitions after 10 s",
+                      count=len(left))
         else:
-            _log.info("controlled shutdown: leaderships moved")
+            _log.info("controlled shutdown: leaderships moved, out of every ISR")
 
     # --- replication ---------------------------------------------------------
 
@@ -947,6 +1053,10 @@ class KafkaServer(service.MultiService):
             self.fetcher_manager.brokers_changed({b: (e[0], e[1]) for b, e in brokers.items()})
         if self.controller is not None:
             self.controller.brokers_changed(brokers)
+
+    def _shutdowns_changed(self, ids: list[str]) -> None:
+        """The children of C{/admin/controlled_shutdown}: the brokers in controlled shutdown."""
+        self.metadata.set_shutting_down_brokers({int(i) for i in ids if i.isdigit()})
 
     def _topics_changed(self, names: list[str]) -> None:
         assert self.registry is not None

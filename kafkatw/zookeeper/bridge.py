@@ -338,6 +338,49 @@ class ZooKeeperClient:
         client_id = self._kazoo.client_id
         return None if client_id is None else client_id[0]
 
+    @property
+    def session_password(self) -> bytes | None:
+        """The current session's password (with L{session_id}, what L{end_session} takes), or C{None}."""
+        client_id = self._kazoo.client_id
+        return None if client_id is None else client_id[1]
+
+    def end_session(self, session_id: int, password: bytes) -> Deferred:
+        """
+        End another session of this ensemble now, as its expiry would: a
+        second connection attaches to it with its id and password (as a client
+        moving to another server does), then closes it, and ZooKeeper deletes
+        its ephemeral nodes at once (ZooKeeper Programmer's Guide, "ZooKeeper
+        Sessions").  Nodes of any other session are untouched.  A session that
+        has ended already (expired, closed, or a wrong password) cannot be
+        attached to; that connection gets a session of its own, closed at once.
+
+        @param session_id: the session id (an C{ephemeralOwner}).
+        @param password: its password (L{session_password} of its owner).
+        @return: a Deferred firing with C{True} if the session was open and is
+            now closed, C{False} if it had ended already.
+        @raise ZooKeeperUnavailableError: no server answered within
+            C{connection_timeout_ms}.
+        """
+        timeout_s = self.connection_timeout_ms / 1000.0
+
+        def blocking_end() -> bool:
+            other = KazooClient(hosts=self.hosts, client_id=(session_id, password),
+                                timeout=self.session_timeout_ms / 1000.0)
+            try:
+                try:
+                    other.start(timeout=timeout_s)
+                except KazooTimeoutError:
+                    raise ZooKeeperUnavailableError(
+                        f"ZooKeeper at {self.hosts} did not answer within {self.connection_timeout_ms} ms") from None
+                attached = other.client_id is not None and other.client_id[0] == session_id
+                return attached
+            finally:
+                other.stop()  # closes the session it is attached to
+                other.close()
+
+        d = self._in_thread(blocking_end)
+        return d.addErrback(lambda f: f if f.check(ZooKeeperError) else Failure(_translate(f.value)))
+
     def add_state_listener(self, callback: Callable[[str], object]) -> None:
         """Call C{callback("CONNECTED"|"SUSPENDED"|"LOST")} in the reactor on each change."""
         self._state_listeners.append(callback)

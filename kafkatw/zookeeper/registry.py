@@ -151,7 +151,16 @@ ACL_CHANGE_PREFIX = "acl_changes_"
 
 
 class BrokerIdInUseError(ZooKeeperError):
-    """Another live session holds C{/brokers/ids/<id>}: a second broker with this broker.id."""
+    """
+    Another live session holds C{/brokers/ids/<id>}: a second broker with this
+    broker.id, or this broker's predecessor whose session has not ended yet.
+
+    @ivar session_id: the holder's ZooKeeper session (its C{ephemeralOwner}).
+    """
+
+    def __init__(self, message: str, session_id: int = 0) -> None:
+        super().__init__(message)
+        self.session_id = session_id
 
 
 @dataclass(frozen=True)
@@ -269,6 +278,17 @@ def decode_committed_offset(data: bytes) -> CommittedOffset | None:
                                str(body.get("metadata") or ""), int(body.get("commit_timestamp", -1)))
     except (ValueError, KeyError, TypeError):
         return None
+
+
+def _describe_registration(data: bytes) -> str:
+    """A broker registration for a person: its endpoints and when it registered (UTC)."""
+    try:
+        body = json.loads(data)
+        endpoints = ",".join(body.get("endpoints") or []) or f"{body.get('host')}:{body.get('port')}"
+        registered = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(int(body["timestamp"]) / 1000))
+    except (ValueError, TypeError, KeyError, OverflowError, AttributeError):
+        return "an unreadable registration"
+    return f"endpoints {endpoints}, registered {registered}"
 
 
 def _now_ms() -> str:
@@ -618,15 +638,15 @@ class Registry(_AclMethods):
                 await self.client.create(path, data, ephemeral=True)
             except NodeExistsError:
                 try:
-                    _, stat = await self.client.get(path)
+                    existing, stat = await self.client.get(path)
                 except NoNodeError:
                     # the holder's session (a crashed predecessor's) expired in between: create again
                     continue
                 if stat.ephemeralOwner != self.client.session_id:
                     raise BrokerIdInUseError(
                         f"broker.id {info.broker_id} is registered by another live broker"
-                        f" (ZooKeeper session {stat.ephemeralOwner:#x}) at {path}"
-                    )
+                        f" (ZooKeeper session {stat.ephemeralOwner:#x}, {_describe_registration(existing)})"
+                        f" at {path}", stat.ephemeralOwner)
                 await self.client.set(path, data)
             _, stat = await self.client.get(path)
             return stat

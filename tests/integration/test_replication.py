@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import glob
 import os
+import signal
 import time
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
@@ -182,6 +183,99 @@ class ReplicationTests(unittest.TestCase):
             producer.produce("audit", b"y", partition=0, on_delivery=lambda err, msg: results.append(err))
             producer.flush(20)
             self.assertEqual(results, [None])
+
+
+def all_partitions(bootstrap: str, topic: str) -> dict[int, tuple[int, list[int], list[int]]] | None:
+    """Partition -> (leader, replicas, ISR) of every partition, as Metadata answers it."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    try:
+        meta = admin.list_topics(topic, timeout=5)
+    except KafkaException:
+        return None
+    t = meta.topics.get(topic)
+    if t is None or t.error is not None:
+        return None
+    return {n: (p.leader, list(p.replicas), sorted(p.isrs)) for n, p in t.partitions.items()}
+
+
+def in_isrs(bootstrap: str, topic: str, broker_id: int) -> list[int] | None:
+    """The partitions whose ISR lists C{broker_id} (None: Metadata did not answer)."""
+    partitions = all_partitions(bootstrap, topic)
+    return None if partitions is None else [n for n, (_, _, isr) in partitions.items() if broker_id in isr]
+
+
+class IsrMembershipTests(unittest.TestCase):
+    timeout = 120
+
+    def test_a_broker_stopped_right_after_it_rejoined_leaves_every_isr(self) -> None:
+        """
+        Issue 27: a broker SIGTERMed right after it rejoined, while its
+        leaders were adding it back to their ISRs, stayed in two ISRs for
+        minutes and acks=all writes waited for it.  It must leave every ISR
+        within seconds -- long before replica.lag.time.max.ms (30 s here) --
+        and an acks=all produce to every partition must complete.
+        """
+        overrides = {**_OVERRIDES, "replica.lag.time.max.ms": "30000"}
+        with running_cluster(3, overrides=overrides) as cluster:
+            topic, partitions, x = "rejoin", 24, 2
+            bootstrap = ",".join(b.bootstrap for b in cluster)
+            others = ",".join(cluster[b].bootstrap for b in (0, 1))
+            create_topic(bootstrap, topic, partitions=partitions, config={"min.insync.replicas": "2"})
+            wait_for(lambda: (all_partitions(bootstrap, topic) or {0: (0, [0], [])}) and all(
+                len(isr) == 3 for _, _, isr in all_partitions(bootstrap, topic).values()), what="full ISRs")
+            cluster[x].stop()
+            wait_for(lambda: in_isrs(others, topic, x) == [], what=f"broker {x} out of every ISR")
+            producer = Producer({"bootstrap.servers": others, "acks": "all", "linger.ms": 5})
+            for n in range(partitions):
+                for i in range(20):
+                    producer.produce(topic, b"while it was away %d" % i, partition=n)
+            self.assertEqual(producer.flush(30), 0)
+            cluster[x].start()
+            # SIGTERM as soon as one leader has taken it back: the others are still at it
+            wait_for(lambda: in_isrs(others, topic, x), timeout_s=30, interval_s=0.01, what="a first ISR expansion")
+            cluster[x].stop()
+            stopped = time.monotonic()
+            wait_for(lambda: in_isrs(others, topic, x) == [], timeout_s=5,
+                     what=f"broker {x} out of every ISR within 5 s of its shutdown")
+            # --under-replicated-partitions shows every partition (the ISRs are smaller than the replica lists)
+            described = all_partitions(others, topic)
+            self.assertEqual(sorted(n for n, (_, replicas, isr) in described.items() if len(isr) < len(replicas)),
+                             list(range(partitions)))
+            results: list = []
+            producer = Producer({"bootstrap.servers": others, "acks": "all", "message.timeout.ms": 10000})
+            for n in range(partitions):
+                producer.produce(topic, b"after", partition=n, on_delivery=lambda err, msg: results.append(err))
+            producer.flush(20)
+            self.assertEqual(results, [None] * partitions)
+            self.assertLess(time.monotonic() - stopped, 30)  # well before the lag time could have done it
+
+    def test_a_follower_that_stops_fetching_leaves_the_isr_without_new_writes(self) -> None:
+        """
+        A follower frozen (SIGSTOP) while nothing is written, its ZooKeeper
+        session still alive, leaves every ISR after replica.lag.time.max.ms
+        (2 s here), and rejoins once it fetches again.
+        """
+        overrides = {**_OVERRIDES, "replica.lag.time.max.ms": "2000",
+                     "zookeeper.session.timeout.ms": "10000"}  # the fixture's ZooKeeper allows up to 10 s
+        with running_cluster(3, overrides=overrides) as cluster:
+            topic, partitions, x = "frozen", 6, 2
+            bootstrap = ",".join(b.bootstrap for b in cluster)
+            others = ",".join(cluster[b].bootstrap for b in (0, 1))
+            create_topic(bootstrap, topic, partitions=partitions, config={"min.insync.replicas": "2"})
+            wait_for(lambda: in_isrs(bootstrap, topic, x) == list(range(partitions)), what="full ISRs")
+            followed = [n for n, (leader, _, _) in all_partitions(bootstrap, topic).items() if leader != x]
+            cluster[x].popen.send_signal(signal.SIGSTOP)
+            try:
+                frozen = time.monotonic()
+                wait_for(lambda: in_isrs(others, topic, x) is not None and
+                         not set(followed) & set(in_isrs(others, topic, x)),
+                         timeout_s=6, what=f"broker {x} out of the ISRs it follows while nothing is written")
+                self.assertGreaterEqual(time.monotonic() - frozen, 2.0)
+                admin = AdminClient({"bootstrap.servers": others})
+                self.assertIn(x, admin.list_topics(topic, timeout=5).brokers)  # still registered: the lag did it
+            finally:
+                cluster[x].popen.send_signal(signal.SIGCONT)
+            wait_for(lambda: in_isrs(bootstrap, topic, x) == list(range(partitions)), what="the ISRs again")
 
 
 class KafkatwClientFailoverTests(unittest.TestCase):

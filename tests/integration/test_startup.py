@@ -1,7 +1,9 @@
 """
 Integration tests of the start-up path (issue 9): a broker that cannot start
 exits non-zero with one clear line and touches nothing in its log directory;
-ZooKeeper is "ready" only when our own child serves.
+ZooKeeper is "ready" only when our own child serves.  Restarts (issue 27): a
+broker killed and started again serves at once, and a client connecting while
+a broker starts is answered once it serves.
 
 Each failure case starts from a copy of a log directory that a real broker of
 cluster A filled (a topic with records, meta.properties, checkpoints, the
@@ -12,9 +14,11 @@ after the failed start.
 from __future__ import annotations
 
 import os
+import select
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -23,8 +27,12 @@ import unittest
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from twisted.internet import reactor
+from twisted.trial.unittest import TestCase as ReactorTestCase
 
-from kafkatw.testing import BrokerProcess, ClassFixture, ZooKeeperFixture, find_free_port, snapshot_tree
+from kafkatw.protocol.messages import decode_response, encode_request
+from kafkatw.testing import BrokerProcess, ClassFixture, ZooKeeperFixture, find_free_port, snapshot_tree, wait_for
+from kafkatw.zookeeper.bridge import ZooKeeperClient
 from kafkatw.zookeeper.embedded import ZooKeeperPortInUseError, start_blocking, stop_blocking, wait_ready
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -263,3 +271,158 @@ class StandaloneZooKeeperTests(unittest.TestCase):
             f"Error: ZooKeeper cannot listen on 127.0.0.1:{port}: the port is already in use;"
             " stop what holds it or choose another port with --port"
         ])
+
+
+class RestartTests(unittest.TestCase):
+    """
+    Restarts (issue 27) under ZooKeeper's default session timeout of 18 s (a
+    tickTime of 1 s lets ZooKeeper grant it): a broker killed with SIGKILL and
+    started again on its log dirs serves within seconds, not after its dead
+    process's session expired; a client that connects while a broker starts
+    is answered once it serves, not dropped.
+    """
+
+    SESSION_TIMEOUT_S = 18
+
+    def setUp(self) -> None:
+        self.tmp = tempfile.mkdtemp(prefix="kafkatw-restart-")
+        self.addCleanup(shutil.rmtree, self.tmp, True)
+        self.zookeeper = ZooKeeperFixture(os.path.join(self.tmp, "zookeeper"), tick_time_ms=1000)
+        self.connect = self.zookeeper.start() + "/kafkatw"
+        self.addCleanup(self.zookeeper.stop)
+
+    def broker(self, name: str) -> BrokerProcess:
+        """Broker 0 with log dirs of its own (under C{name}), the default session timeout; stopped at the end."""
+        base = os.path.join(self.tmp, name)
+        os.makedirs(base)
+        process = BrokerProcess(0, self.connect, base,
+                                overrides={"zookeeper.session.timeout.ms": str(self.SESSION_TIMEOUT_S * 1000)})
+        self.addCleanup(process.stop)
+        return process
+
+    def test_a_broker_killed_and_restarted_serves_within_seconds(self) -> None:
+        broker = self.broker("a").start()
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        admin.create_topics([NewTopic("orders", 1, 1)], operation_timeout=10)["orders"].result(15)
+        producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all"})
+        producer.produce("orders", b"before")
+        self.assertEqual(producer.flush(15), 0)
+        broker.kill()
+
+        killed = time.monotonic()
+        broker.start(timeout_s=self.SESSION_TIMEOUT_S - 6)
+        producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all", "message.timeout.ms": 10000})
+        delivered: list[object] = []
+        producer.produce("orders", b"after", on_delivery=lambda err, message: delivered.append(err))
+        self.assertEqual(producer.flush(10), 0)
+        self.assertEqual(delivered, [None])  # acknowledged
+        serving_s = time.monotonic() - killed
+        self.assertLess(serving_s, self.SESSION_TIMEOUT_S / 2)
+        metadata = AdminClient({"bootstrap.servers": broker.bootstrap}).list_topics(timeout=5)
+        self.assertEqual(sorted(metadata.brokers), [0])
+        self.assertEqual(metadata.topics["orders"].partitions[0].leader, 0)
+        log = broker.log_text()
+        self.assertIn("of broker 0's previous process, which held these log dirs and is gone", log)
+        self.assertNotIn("waiting", log[log.rindex("ended ZooKeeper session"):])
+
+    def test_a_second_process_on_the_same_log_dirs_fails_at_once(self) -> None:
+        running = self.broker("a").start()
+        second = BrokerProcess(0, self.connect, os.path.join(self.tmp, "a"),  # the same log dirs, another port
+                               overrides={"zookeeper.session.timeout.ms": str(self.SESSION_TIMEOUT_S * 1000)})
+        started = time.monotonic()
+        result = second.run_to_exit(60)
+        self.assertLess(time.monotonic() - started, self.SESSION_TIMEOUT_S / 2)
+        self.assertEqual(result.returncode, 1, result.stderr)
+        self.assertEqual(result.stderr.splitlines(), [
+            f"broker 0 failed to start: Failed to acquire lock on file .lock in {os.path.realpath(running.data_dir)}."
+            " A kafkatw broker in another process (or another broker of this process) is using this directory;"
+            " stop it, or give this broker other log.dirs (--log-dirs)"])
+        self.assertIsNone(running.popen.poll())
+        self.assertEqual(AdminClient({"bootstrap.servers": running.bootstrap}).list_topics(timeout=5).brokers[0].port,
+                         running.port)  # still registered, still serving
+
+    def test_a_client_connecting_while_the_broker_starts_is_answered(self) -> None:
+        holder = self.broker("a").start()
+        starting = self.broker("b")  # broker.id 0 too, other log dirs: it waits for the holder's session
+        starting.popen = subprocess.Popen(starting.command(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                          stderr=subprocess.STDOUT)
+        wait_for(lambda: os.path.exists(starting.log_path)
+                 and "is registered by another live broker" in starting.log_text(), timeout_s=30,
+                 what="the second broker 0 to wait for the first one's registration")
+
+        client = socket.create_connection(("127.0.0.1", starting.port), timeout=5)
+        self.addCleanup(client.close)
+        request = encode_request(18, 3, 7, "restart-test", {"client_software_name": "t",
+                                                            "client_software_version": "1"})
+        client.sendall(struct.pack(">i", len(request)) + request)
+        # While it starts, the connection gets nothing, not even its end (a closed one would be readable).
+        self.assertEqual(select.select([client], [], [], 1.0)[0], [], "the starting broker answered or closed")
+        self.assertIsNone(starting.popen.poll())
+
+        holder.stop()  # its session ends, and its registration with it: the starting broker registers and serves
+        client.settimeout(30)
+        received = b""
+        while len(received) < 4 or len(received) < 4 + struct.unpack(">i", received[:4])[0]:
+            chunk = client.recv(65536)
+            self.assertNotEqual(chunk, b"", "the broker closed the connection instead of answering it")
+            received += chunk
+        correlation_id, response = decode_response(18, 3, received[4:])
+        self.assertEqual((correlation_id, response.error_code), (7, 0))
+        self.assertIn("broker 0 started", starting.log_text())
+
+
+#: A process that opens a ZooKeeper session, creates an ephemeral node, prints
+#: its session id and password, and waits to be killed.
+_SESSION_HOLDER = """
+import sys, time
+from kazoo.client import KazooClient
+client = KazooClient(hosts=sys.argv[1], timeout=18)
+client.start(15)
+client.create(sys.argv[2], b"", ephemeral=True, makepath=True)
+session, password = client.client_id
+print(session, password.hex(), flush=True)
+time.sleep(600)
+"""
+
+
+class EndSessionTests(ReactorTestCase):
+    """
+    L{ZooKeeperClient.end_session} against a real ZooKeeper: the session of a
+    killed process (its ephemeral node still there) is ended at once, and
+    nothing of another session is touched.
+    """
+
+    timeout = 120
+
+    def setUp(self) -> None:
+        self.zookeeper = ZooKeeperFixture(tick_time_ms=1000)
+        self.connect = self.zookeeper.start()
+        self.addCleanup(self.zookeeper.stop)
+
+    def killed_holder(self, path: str) -> tuple[int, bytes]:
+        """A process's session holding the ephemeral C{path}, the process killed (SIGKILL): the session lives on."""
+        child = subprocess.Popen([sys.executable, "-c", _SESSION_HOLDER, self.connect, path],
+                                 stdout=subprocess.PIPE, text=True)
+        try:
+            session, password = child.stdout.readline().split()
+        finally:
+            child.kill()
+            child.wait(10)
+            child.stdout.close()
+        return int(session), bytes.fromhex(password)
+
+    async def test_the_session_given_is_ended_and_no_other(self) -> None:
+        dead_session, dead_password = self.killed_holder("/kafkatw/dead")
+        live_session, live_password = self.killed_holder("/kafkatw/other")
+        client = ZooKeeperClient(self.connect, reactor, session_timeout_ms=18000)
+        await client.start()
+        self.addCleanup(client.stop)
+        self.assertEqual((await client.exists("/dead")).ephemeralOwner, dead_session)
+
+        self.assertTrue(await client.end_session(dead_session, dead_password))
+        self.assertIsNone(await client.exists("/dead"))  # at once, not at the session timeout
+        self.assertEqual((await client.exists("/other")).ephemeralOwner, live_session)
+        self.assertFalse(await client.end_session(dead_session, dead_password))  # ended already
+        self.assertFalse(await client.end_session(live_session, bytes(16)))  # not its password
+        self.assertEqual((await client.exists("/other")).ephemeralOwner, live_session)
+        self.assertTrue(await client.end_session(live_session, live_password))

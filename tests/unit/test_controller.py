@@ -8,9 +8,14 @@ shutdown, and fencing by controller epoch and zkVersion.
 
 from __future__ import annotations
 
-from typing import Any
+import collections
+from typing import Any, Callable
 
+from hypothesis import HealthCheck, given, note, settings
+from hypothesis import strategies as st
 from twisted.internet import defer
+from twisted.internet.task import Clock
+from twisted.logger import globalLogPublisher
 from twisted.trial import unittest
 
 from kafkatw.broker.controller import (
@@ -18,14 +23,17 @@ from kafkatw.broker.controller import (
     PARTITION_STATES,
     REPLICA_STATES,
     IllegalStateChange,
+    MAX_SETTLE_ATTEMPTS,
     KafkaController,
     StateMachine,
     controlled_shutdown_leader,
     offline_partition_leader,
 )
 from kafkatw.broker.metadata_cache import BrokerEndpoint, MetadataCache, TopicMetadata
+from kafkatw.broker.replica_manager import ReplicaManager
 from kafkatw.config import BrokerConfig
 from kafkatw.testing import FakeZooKeeper, FakeZooKeeperClient
+from kafkatw.zookeeper.bridge import ZooKeeperError, ZooKeeperUnavailableError
 from kafkatw.zookeeper.registry import PartitionState, Registry
 
 # Kafka's PartitionState / ReplicaState validPreviousStates, written out again
@@ -262,17 +270,75 @@ class ControllerTests(unittest.TestCase):
         self.assertEqual(h.state("t", 0), before)
 
     def test_stale_zk_version_is_re_read_never_overwritten(self) -> None:
-        """The leader shrank the ISR meanwhile: the controller must not elect from its stale view."""
+        """
+        The leader shrank the ISR meanwhile: the controller's write based on
+        its stale view is refused, and the same event re-reads the state and
+        elects from the fresh ISR (it does not wait for another event).
+        """
         h = ControllerHarness(self, {"t": {0: [3, 1, 2]}})
         version = h.wait(h.registry.set_partition_state("t", 0, 3, 0, [3, 2], 1, expected_version=h.versions[("t", 0)]))
         h.broker_died(3)
         fresh = h.state("t", 0)
-        self.assertEqual((fresh.leader, fresh.isr, fresh.zk_version), (3, [3, 2], version))  # not overwritten
-        self.assertEqual(h.metadata.partition_states[("t", 0)], fresh)  # re-read
-        self.assertEqual(h.controller.elections, 0)
-        # the next event (the broker's state watch calls topics_changed) elects from the fresh ISR
-        h.wait(h.controller.topics_changed())
-        self.assertEqual(h.summary("t", 0), (2, 1, [2]))  # not 1, which had left the ISR
+        # 2, not 1, which had left the ISR; one write, on the version the leader wrote
+        self.assertEqual(h.summary("t", 0), (2, 1, [2]))
+        self.assertEqual(fresh.zk_version, version + 1)
+        self.assertEqual(h.controller.elections, 1)
+
+
+class ControllerRetryTests(unittest.TestCase):
+    """Issue 27: a controller write that lost to the leader's is decided again, never dropped."""
+
+    def racing_leader(self, h: ControllerHarness, wins: int, isr: list[int]) -> list[int]:
+        """
+        Before each of the controller's next C{wins} writes of C{t-0}, the
+        leader's ISR write (to C{isr}) lands first.
+
+        @return: the controller's write attempts, as their expected zkVersions.
+        """
+        real = h.registry.set_partition_state
+        attempts: list[int] = []
+
+        def set_partition_state(topic: str, partition: int, leader: int, leader_epoch: int, new_isr: list[int],
+                                controller_epoch: int = 1, expected_version: int = -1,
+                                controller_epoch_zk_version: int | None = None) -> defer.Deferred:
+            if controller_epoch_zk_version is not None and (topic, partition) == ("t", 0):
+                attempts.append(expected_version)
+                if len(attempts) <= wins:
+                    current = h.state(topic, partition)
+                    h.wait(real(topic, partition, current.leader, current.leader_epoch, isr, 1,
+                                expected_version=current.zk_version))
+            return real(topic, partition, leader, leader_epoch, new_isr, controller_epoch, expected_version,
+                        controller_epoch_zk_version)
+
+        h.registry.set_partition_state = set_partition_state  # type: ignore[method-assign]
+        return attempts
+
+    def test_a_lost_removal_is_decided_again_in_the_same_event(self) -> None:
+        """The leader shrinks lagging 2 out just as the controller takes dead 3 out: both stay out."""
+        h = ControllerHarness(self, {"t": {0: [1, 2, 3]}})
+        attempts = self.racing_leader(h, 1, [1, 3])
+        h.broker_died(3)
+        self.assertEqual(h.summary("t", 0), (1, 0, [1]))
+        self.assertEqual(attempts, [h.versions[("t", 0)], h.versions[("t", 0)] + 1])
+
+    def test_a_leader_winning_every_attempt_leaves_the_partition_to_a_re_run(self) -> None:
+        h = ControllerHarness(self, {"t": {0: [1, 2, 3], 1: [2, 3, 1]}})
+        attempts = self.racing_leader(h, MAX_SETTLE_ATTEMPTS + 2, [1, 2, 3])
+        h.broker_died(3)
+        # t-0 lost MAX_SETTLE_ATTEMPTS times in the event; t-1 was settled meanwhile; the re-run settled t-0
+        self.assertEqual(h.summary("t", 0), (1, 0, [1, 2]))
+        self.assertEqual(h.summary("t", 1), (2, 0, [2, 1]))
+        self.assertEqual(len(attempts), MAX_SETTLE_ATTEMPTS + 2 + 1)  # the winning one
+        self.assertEqual(h.controller._unsettled, set())
+
+    def test_a_state_deleted_under_the_controller_is_dropped_from_its_cache(self) -> None:
+        h = ControllerHarness(self, {"t": {0: [1, 2, 3]}})
+        version = h.wait(h.registry.set_partition_state("t", 0, 1, 0, [1, 2, 3]))
+        h.metadata.set_partition_state("t", 0, PartitionState(1, 0, [1, 2, 3], 1, version))
+        h.wait(h.zookeeper.delete(Registry.partition_state_path("t", 0)))  # the topic is being deleted
+        h.broker_died(3)
+        self.assertIsNone(h.state("t", 0))
+        self.assertNotIn(("t", 0), h.metadata.partition_states)
 
 
 class ControllerElectionTests(unittest.TestCase):
@@ -285,3 +351,443 @@ class ControllerElectionTests(unittest.TestCase):
         self.assertTrue(h.wait(second))
         self.assertEqual(h.controller.epoch, 2)
         self.assertEqual(h.wait(h.registry.get_controller_epoch()), 2)
+
+
+# --- ISR membership under races (issue 27) ------------------------------------------------------
+#
+# A simulated cluster: one FakeZooKeeper whose operations and watch notifications
+# wait in one FIFO channel per ZooKeeper session (ZooKeeper answers a session's
+# requests and delivers its notifications in order), brokers wired as KafkaServer
+# wires its controller, metadata cache and replica manager, and what brokers do on
+# their own (a follower's fetch, SIGTERM, an ISR shrink check) in channels of their
+# own.  Hypothesis picks which channel moves next, so every interleaving of the
+# leader's ISR writes, the controller's reads and writes, the watches that tell
+# each of the other and the controller moving between brokers can come up.
+
+
+class Steps:
+    """Work waiting in named FIFO channels; L{run} takes the head of one."""
+
+    def __init__(self) -> None:
+        self.channels: dict[str, collections.deque[tuple[str, Callable[[], object]]]] = {}
+        self.trace: list[str] = []
+
+    def add(self, channel: str, label: str, work: Callable[[], object]) -> None:
+        self.channels.setdefault(channel, collections.deque()).append((label, work))
+
+    def ready(self) -> list[str]:
+        return sorted(name for name, queue in self.channels.items() if queue)
+
+    def drop(self, channel: str) -> None:
+        self.channels.pop(channel, None)
+
+    def run(self, channel: str) -> None:
+        label, work = self.channels[channel].popleft()
+        self.trace.append(f"{channel}: {label}")
+        work()
+
+    def run_until_quiet(self, choose: Callable[[list[str]], str], max_steps: int = 5000) -> None:
+        """
+        @raise AssertionError: still busy after C{max_steps} (the brokers and
+            the controller did not settle).
+        """
+        for _ in range(max_steps):
+            ready = self.ready()
+            if not ready:
+                return
+            self.run(choose(ready))
+        raise AssertionError(f"not quiet after {max_steps} steps: {self.ready()}")
+
+
+class SteppedZooKeeper(FakeZooKeeper):
+    """A L{FakeZooKeeper} whose watch notifications wait in their session's channel."""
+
+    def __init__(self, steps: Steps) -> None:
+        super().__init__()
+        self.steps = steps
+
+    def _fire(self, path: str, what: str) -> None:
+        for client in list(self.clients):
+            for watch in list(client._watches):
+                if watch.abs_path == path and (
+                    (watch.kind == "children" and what in ("child", "created", "deleted"))
+                    or (watch.kind in ("data", "versioned") and what in ("created", "changed", "deleted"))
+                ):
+                    channel = getattr(client, "channel", None)
+                    if channel is None:
+                        watch._refresh()  # the test's own session
+                    else:
+                        self.steps.add(channel, f"notify {self._rel(path)}", watch._refresh)
+
+    @staticmethod
+    def _rel(path: str) -> str:
+        return path.removeprefix("/kafkatw")
+
+
+class OrderedWatches(dict):
+    """The set of a client's watches, iterated in the order they were set (so runs repeat exactly)."""
+
+    def add(self, watch: Any) -> None:
+        self[watch] = None
+
+    def discard(self, watch: Any) -> None:
+        self.pop(watch, None)
+
+
+class SteppedClient(FakeZooKeeperClient):
+    """
+    A L{FakeZooKeeperClient} whose operations wait in its channel and reach
+    the server when the channel moves; L{stop} is the process ending: what
+    was waiting is dropped.
+    """
+
+    def __init__(self, server: SteppedZooKeeper, channel: str) -> None:
+        super().__init__(server)
+        self.channel = channel
+        self.steps = server.steps
+        self._watches = OrderedWatches()  # type: ignore[assignment]
+
+    def _op(self, fn: Callable[[], Any]) -> defer.Deferred:
+        d: defer.Deferred = defer.Deferred()
+
+        def run() -> None:
+            if not self._connected:
+                d.errback(ZooKeeperUnavailableError("not connected (fake)"))
+                return
+            try:
+                result = fn()
+            except ZooKeeperError as e:
+                d.errback(e)
+            else:
+                d.callback(result)
+
+        self.steps.add(self.channel, "operation", run)
+        return d
+
+    def stop(self) -> defer.Deferred:
+        self.steps.drop(self.channel)
+        return super().stop()
+
+
+class MemoryLog:
+    """What a L{Partition} reads of its log when nothing is appended: offsets."""
+
+    def __init__(self, log_end_offset: int) -> None:
+        self.log_start_offset = 0
+        self.log_end_offset = log_end_offset
+        self.high_watermark = log_end_offset
+
+    def maybe_assign_epoch_start_offset(self, epoch: int, offset: int) -> None:
+        pass
+
+    def update_high_watermark(self, offset: int) -> bool:
+        offset = max(self.log_start_offset, min(offset, self.log_end_offset))
+        moved, self.high_watermark = offset != self.high_watermark, offset
+        return moved
+
+
+class MemoryLogManager:
+    def __init__(self, log_end_offset: int) -> None:
+        self.log_end_offset = log_end_offset
+        self.logs: dict[tuple[str, int], MemoryLog] = {}
+
+    def get(self, topic: str, partition: int) -> MemoryLog:
+        return self.logs.setdefault((topic, partition), MemoryLog(self.log_end_offset))
+
+
+LOG_END_OFFSET = 10
+SIM_LAG_MS = 10_000
+
+
+class SimBroker:
+    """
+    One broker of the simulated cluster: its ZooKeeper session, metadata
+    cache, controller and hosted partitions, wired as
+    L{kafkatw.broker.server.KafkaServer} wires them (C{_brokers_changed},
+    C{_shutdowns_changed}, C{_partition_state_changed},
+    C{_reload_partition_state}, C{_controller_changed}).
+    """
+
+    def __init__(self, cluster: "SimCluster", broker_id: int, candidate: bool) -> None:
+        self.cluster = cluster
+        self.broker_id = broker_id
+        self.client = SteppedClient(cluster.server, f"zk{broker_id}")
+        self.registry = Registry(self.client)
+        self.metadata = MetadataCache(broker_id)
+        self.candidate = candidate
+        self.controller = KafkaController(broker_id, BrokerConfig({"broker.id": broker_id}), self.registry,
+                                          self.metadata, lambda topic: {})
+        now_ms = lambda: int(cluster.clock.seconds() * 1000)  # noqa: E731
+        self.replica_manager = ReplicaManager(
+            broker_id, MemoryLogManager(LOG_END_OFFSET), self.metadata, cluster.clock, lambda topic: {},
+            write_isr=self.registry.set_partition_state, reload_state=self.reload_state, now_ms=now_ms)
+        self.running = False
+
+    def start(self) -> None:
+        """The start-up's watches and registration (their reads wait in the channel)."""
+        self.running = True
+        self.cluster.testcase.successResultOf(self.client.start())
+        for topic, partitions in self.cluster.assignments.items():
+            self.metadata.set_topic(TopicMetadata(topic, self.cluster.topic_ids[topic], dict(partitions)))
+        self.registry.watch_brokers(self.brokers_changed, detailed=True)
+        self.client.watch_children(CONTROLLED_SHUTDOWN_PATH, self.shutdowns_changed)
+        for topic, partitions in self.cluster.assignments.items():
+            for partition in partitions:
+                self.registry.watch_partition_state(
+                    topic, partition, lambda state, t=topic, p=partition: self.partition_state_changed(t, p, state))
+        self.registry.register_broker(self.broker_id, "127.0.0.1", 9090 + self.broker_id)
+
+    def watch_controller(self) -> None:
+        """The last step of the start-up: follow C{/controller}, and take it when it is free."""
+        if self.candidate:
+            self.registry.watch_controller(self.controller_changed)
+
+    def stop(self) -> None:
+        """The process ends: its session closes (its ephemeral znodes go) and nothing more runs here."""
+        self.running = False
+        self.client.stop()
+
+    def brokers_changed(self, infos: dict[int, Any]) -> None:
+        self.metadata.set_brokers({b: BrokerEndpoint(b, i.host, i.port) for b, i in infos.items()})
+        self.controller.brokers_changed(infos)
+
+    def shutdowns_changed(self, ids: list[str]) -> None:
+        self.metadata.set_shutting_down_brokers({int(i) for i in ids})
+
+    def partition_state_changed(self, topic: str, partition: int, state: PartitionState | None) -> None:
+        cached = self.metadata.partition_states.get((topic, partition))
+        if state is not None and cached is not None and (state.leader_epoch, state.zk_version) < (
+                cached.leader_epoch, cached.zk_version):
+            state = cached
+        self.metadata.set_partition_state(topic, partition, state)
+        self.replica_manager.apply_state(topic, partition, self.cluster.assignments[topic][partition], state)
+        if self.controller.active:
+            self.controller.topics_changed()
+
+    def reload_state(self, topic: str, partition: int) -> None:
+        d = self.registry.get_partition_state(topic, partition)
+        d.addCallback(lambda state: self.partition_state_changed(topic, partition, state))
+
+    def controller_changed(self, controller_id: int | None) -> None:
+        self.metadata.controller_id = controller_id if controller_id is not None else -1
+        self.controller.controller_changed(controller_id)
+        if controller_id is None or (controller_id == self.broker_id and not self.controller.active):
+            self.controller.elect()
+
+    def fetch(self, follower: int, topic: str, partition: int, offset: int) -> None:
+        """A fetch of broker C{follower}'s replica reaches this broker (its leader, or no longer)."""
+        p = self.replica_manager.partitions.get((topic, partition))
+        if p is not None:
+            p.update_follower(follower, offset)
+
+
+class SimCluster:
+    """
+    Brokers 1, 2 and 3 (1 and 2 can be controller, 1 is at first), topic
+    C{t} with partitions assigned as given, each partition state written
+    first as C{states} says (leader epoch 0).
+    """
+
+    def __init__(self, testcase: unittest.TestCase, assignments: dict[int, list[int]],
+                 states: dict[int, tuple[int, list[int]]]) -> None:
+        self.testcase = testcase
+        self.steps = Steps()
+        self.server = SteppedZooKeeper(self.steps)
+        self.clock = Clock()
+        self.clock.advance(1000)
+        self.admin = FakeZooKeeperClient(self.server)  # the test's own session: not stepped
+        testcase.successResultOf(self.admin.start())
+        self.admin_registry = Registry(self.admin)
+        self.assignments = {"t": dict(assignments)}
+        created = testcase.successResultOf(self.admin_registry.create_topic("t", assignments))
+        self.topic_ids = {"t": created.topic_id}
+        for partition, (leader, isr) in states.items():
+            testcase.successResultOf(self.admin_registry.set_partition_state("t", partition, leader, 0, isr))
+        # left by earlier shutdowns: a request is then one notification per watch
+        testcase.successResultOf(self.admin.ensure_path(CONTROLLED_SHUTDOWN_PATH))
+        self.brokers = {b: SimBroker(self, b, candidate=b in (1, 2)) for b in (1, 2, 3)}
+        for broker in self.brokers.values():
+            broker.start()
+        self.settle_in_order()
+        for broker in self.brokers.values():  # broker 1 first: it becomes the controller
+            broker.watch_controller()
+            self.settle_in_order()
+        testcase.assertTrue(self.brokers[1].controller.active)
+        for partition, (leader, isr) in states.items():
+            testcase.assertEqual((self.state(partition).leader, self.state(partition).isr), (leader, isr))
+
+    def settle_in_order(self) -> None:
+        self.steps.run_until_quiet(lambda ready: ready[0])
+
+    def act(self, channel: str, label: str, work: Callable[[], object]) -> None:
+        self.steps.add(channel, label, work)
+
+    def state(self, partition: int) -> PartitionState:
+        return self.testcase.successResultOf(self.admin_registry.get_partition_state("t", partition))
+
+    def live(self) -> set[int]:
+        return {b for b, broker in self.brokers.items() if broker.running}
+
+    def shutting_down(self) -> set[int]:
+        try:
+            ids = self.testcase.successResultOf(self.admin.get_children(CONTROLLED_SHUTDOWN_PATH))
+        except Exception:
+            return set()
+        return {int(i) for i in ids}
+
+    def check_settled(self) -> None:
+        """
+        The cluster is as the controller must leave it once every event ran:
+
+          - no ISR lists a broker that is gone or shutting down, but for a
+            leader that nobody in sync can take over from;
+          - a partition is led by a broker shutting down, or has no live
+            leader, only when no live ISR member can take over;
+          - exactly one active controller, at the current epoch;
+          - every running broker's cache and hosted partition agree with
+            ZooKeeper, and no ISR change is in flight.
+        """
+        tc = self.testcase
+        live, leaving = self.live(), self.shutting_down()
+        active = [b for b in live if self.brokers[b].controller.active]
+        tc.assertEqual(len(active), 1, f"active controllers: {active}")
+        for partition, replicas in self.assignments["t"].items():
+            state = self.state(partition)
+            others = [r for r in state.isr if r != state.leader]
+            tc.assertEqual([r for r in others if r not in live or r in leaving], [],
+                           f"t-{partition}: {state} lists a broker gone or shutting down")
+            if state.leader not in live or state.leader in leaving:
+                tc.assertEqual(controlled_shutdown_leader(replicas, state.isr, live, leaving), -1,
+                               f"t-{partition}: {state} should have been moved off broker {state.leader}")
+            for b in live:
+                broker = self.brokers[b]
+                tc.assertEqual(broker.metadata.partition_states[("t", partition)], state)
+                p = broker.replica_manager.partitions.get(("t", partition))
+                if p is not None:
+                    tc.assertEqual((p.leader_id, p.leader_epoch, p.isr, p.zk_version, p._pending_isr),
+                                   (state.leader, state.leader_epoch, state.isr, state.zk_version, None),
+                                   f"broker {b}'s view of t-{partition}")
+
+
+def delete_controller(cluster: SimCluster) -> None:
+    """Make the controller move: C{/controller} goes and the candidates elect one again."""
+    cluster.testcase.successResultOf(cluster.admin.delete("/controller"))
+
+
+class LogFailures:
+    """Failures logged meanwhile (a controller event that raised, a watch callback that failed)."""
+
+    def __init__(self) -> None:
+        self.failures: list[Any] = []
+
+    def __call__(self, event: dict) -> None:
+        if "log_failure" in event:
+            self.failures.append(event["log_failure"])
+
+    def __enter__(self) -> "LogFailures":
+        globalLogPublisher.addObserver(self)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        globalLogPublisher.removeObserver(self)
+
+
+def choose_with(data: Any) -> Callable[[list[str]], str]:
+    return lambda ready: ready[0] if len(ready) == 1 else data.draw(st.sampled_from(ready))
+
+
+class IsrRaceTests(unittest.TestCase):
+    """
+    Issue 27: a broker stopped right after it rejoined stayed in the ISRs its
+    leader had just expanded to include it.  Every interleaving of the
+    leader's expansion, the broker's going and the controller's reads and
+    writes (and the controller moving meanwhile) must end with the broker in
+    no ISR and every broker agreeing with ZooKeeper.
+    """
+
+    @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.differing_executors])
+    @given(data=st.data(), controlled=st.booleans(), late_fetch=st.booleans(), controller_moves=st.booleans())
+    def test_expand_racing_shutdown(self, data: Any, controlled: bool, late_fetch: bool,
+                                    controller_moves: bool) -> None:
+        """
+        Broker 3 rejoined: it fetches up to the high watermark of both
+        partitions led by 2 (the leader expands their ISRs), then is stopped
+        (SIGTERM: a controlled shutdown request, possibly one more fetch that
+        was in flight, then its session ends; or it dies at once).
+        """
+        cluster = SimCluster(self, {0: [2, 1, 3], 1: [2, 3, 1]}, {0: (2, [2, 1]), 1: (2, [2, 1])})
+        leader, x = cluster.brokers[2], cluster.brokers[3]
+        cluster.act("x", "fetch t-0", lambda: leader.fetch(3, "t", 0, LOG_END_OFFSET))
+        cluster.act("x", "fetch t-1", lambda: leader.fetch(3, "t", 1, LOG_END_OFFSET))
+        if controlled:
+            cluster.act("x", "request controlled shutdown", lambda: x.client.create(
+                f"{CONTROLLED_SHUTDOWN_PATH}/3", b"", ephemeral=True, makepath=True))
+        if late_fetch:
+            cluster.act("x", "a fetch in flight arrives", lambda: leader.fetch(3, "t", 0, LOG_END_OFFSET))
+        cluster.act("x", "session ends", x.stop)
+        if controller_moves:
+            cluster.act("admin", "/controller deleted", lambda: delete_controller(cluster))
+        with LogFailures() as failures:
+            cluster.steps.run_until_quiet(choose_with(data))
+        note("\n".join(cluster.steps.trace))
+        self.assertEqual(failures.failures, [])
+        cluster.check_settled()
+        for partition in (0, 1):
+            self.assertNotIn(3, cluster.state(partition).isr)
+
+    @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.differing_executors])
+    @given(data=st.data(), controller_moves=st.booleans())
+    def test_shrink_racing_election(self, data: Any, controller_moves: bool) -> None:
+        """
+        Broker 2 leads both partitions and is shut down (controlled) while it
+        shrinks broker 3, which stopped fetching, out of their ISRs: whichever
+        write lands first, the leadership moves to an ISR member as it is
+        after the other (t-0 prefers 3, which may have just left), and no
+        write undoes the other.
+        """
+        cluster = SimCluster(self, {0: [2, 3, 1], 1: [2, 1, 3]}, {0: (2, [2, 3, 1]), 1: (2, [2, 1, 3])})
+        leader = cluster.brokers[2]
+        for partition in (0, 1):
+            p = leader.replica_manager.partitions[("t", partition)]
+            p.update_follower(1, LOG_END_OFFSET)
+            p.update_follower(3, LOG_END_OFFSET - 5)  # behind, and then it stops fetching
+        cluster.clock.advance(SIM_LAG_MS / 1000 + 1)
+        for partition in (0, 1):
+            leader.replica_manager.partitions[("t", partition)].update_follower(1, LOG_END_OFFSET)
+        cluster.act("leader", "ISR shrink check", lambda: leader.replica_manager.shrink_isrs(SIM_LAG_MS))
+        cluster.act("b2", "request controlled shutdown", lambda: leader.client.create(
+            f"{CONTROLLED_SHUTDOWN_PATH}/2", b"", ephemeral=True, makepath=True))
+        if controller_moves:
+            cluster.act("admin", "/controller deleted", lambda: delete_controller(cluster))
+        with LogFailures() as failures:
+            cluster.steps.run_until_quiet(choose_with(data))
+        note("\n".join(cluster.steps.trace))
+        self.assertEqual(failures.failures, [])
+        cluster.check_settled()
+        for partition in (0, 1):
+            state = cluster.state(partition)
+            self.assertNotEqual(state.leader, 2, f"t-{partition}: {state}")
+            self.assertNotIn(2, state.isr)
+
+    @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.differing_executors])
+    @given(data=st.data(), controlled=st.booleans())
+    def test_dead_broker_leaves_every_isr_while_the_controller_moves(self, data: Any, controlled: bool) -> None:
+        """
+        Broker 3, in both ISRs, goes while the controller moves: the deposed
+        controller's writes are fenced, and whichever broker is elected
+        (broker 1 again included) takes 3 out of both ISRs.
+        """
+        cluster = SimCluster(self, {0: [2, 1, 3], 1: [2, 3, 1]}, {0: (2, [2, 1, 3]), 1: (2, [2, 3, 1])})
+        x = cluster.brokers[3]
+        if controlled:
+            cluster.act("x", "request controlled shutdown", lambda: x.client.create(
+                f"{CONTROLLED_SHUTDOWN_PATH}/3", b"", ephemeral=True, makepath=True))
+        cluster.act("x", "session ends", x.stop)
+        cluster.act("admin", "/controller deleted", lambda: delete_controller(cluster))
+        with LogFailures() as failures:
+            cluster.steps.run_until_quiet(choose_with(data))
+        note("\n".join(cluster.steps.trace))
+        self.assertEqual(failures.failures, [])
+        cluster.check_settled()
+        for partition in (0, 1):
+            self.assertNotIn(3, cluster.state(partition).isr)

@@ -269,8 +269,8 @@ class IsrTests(unittest.TestCase):
         h.write_state(0, 0, [0, 1, 2], controller_epoch=7, apply=False)
         written = h.state()
         h.append(1)
-        p.update_follower(1, 1)
         h.advance_ms(LAG_MS + 1)
+        p.update_follower(1, 1)  # caught up; 2 has not fetched for longer than the lag time
         h.replica_manager.shrink_isrs(LAG_MS)
         self.assertEqual(h.isr_writes, [([0, 1], version)])  # based on the stale version: refused
         self.assertEqual(h.reloads, [(TOPIC, 0)])
@@ -388,3 +388,121 @@ class ReassignmentIsrTests(unittest.TestCase):
         self.assertEqual(h.partition.high_watermark, 3)
         h.partition.update_follower(2, 3)  # a late fetch of the removed replica
         self.assertEqual(h.partition.isr, [0, 1])
+
+
+class IsrMembershipTests(unittest.TestCase):
+    """
+    Issue 27: a follower that stops fetching leaves the ISR after
+    C{replica.lag.time.max.ms} whether or not anything is written meanwhile,
+    and a leader adds no broker that is gone or in controlled shutdown to the
+    ISR (KIP-841), also after an expansion of its lost a race with the
+    controller.
+    """
+
+    def test_a_follower_that_stops_fetching_leaves_without_new_writes(self) -> None:
+        h = ReplicationHarness(self)
+        version = h.write_state(0, 0, [0, 1, 2])
+        p = h.partition
+        h.append(3)
+        p.update_follower(1, 3)
+        p.update_follower(2, 3)  # both caught up; 2 stops fetching here, and nothing more is written
+        self.assertEqual(p.high_watermark, 3)
+        for _ in range(4):
+            h.advance_ms(LAG_MS // 4)
+            p.update_follower(1, 3)  # 1 keeps fetching, at the log end offset
+            h.replica_manager.shrink_isrs(LAG_MS)
+        self.assertEqual(p.isr, [0, 1, 2])  # not yet longer than the lag time
+        h.advance_ms(1)
+        h.replica_manager.shrink_isrs(LAG_MS)
+        self.assertEqual(h.isr_writes, [([0, 1], version)])
+        self.assertEqual((p.isr, h.state().isr, p.isr_shrinks), ([0, 1], [0, 1], 1))
+        # an acks=all write is no longer held by the stopped follower
+        h.append(1)
+        p.update_follower(1, 4)
+        self.assertEqual(p.high_watermark, 4)
+
+    def test_an_isr_member_never_heard_from_leaves_even_without_follower_state(self) -> None:
+        """An ISR member this leader keeps no fetch state for still leaves after the lag time."""
+        h = ReplicationHarness(self, replicas=[0, 1])
+        h.write_state(0, 0, [0, 1])
+        p = h.partition
+        p.followers.clear()
+        h.replica_manager.shrink_isrs(LAG_MS)  # starts counting now
+        self.assertEqual(p.isr, [0, 1])
+        h.advance_ms(LAG_MS + 1)
+        h.replica_manager.shrink_isrs(LAG_MS)
+        self.assertEqual(p.isr, [0])
+
+    def test_a_broker_that_is_gone_does_not_join_the_isr(self) -> None:
+        h = ReplicationHarness(self)
+        h.write_state(0, 0, [0, 1])
+        p = h.partition
+        h.metadata.set_brokers({b: BrokerEndpoint(b, "127.0.0.1", 9092 + b) for b in (0, 1)})  # 2 went away
+        self.assertFalse(h.metadata.is_replica_isr_eligible(2))
+        p.update_follower(2, 0)  # its last fetch, at the high watermark
+        self.assertEqual((p.isr, h.isr_writes), ([0, 1], []))
+        h.metadata.set_brokers({b: BrokerEndpoint(b, "127.0.0.1", 9092 + b) for b in (0, 1, 2)})  # it is back
+        p.update_follower(2, 0)
+        self.assertEqual(p.isr, [0, 1, 2])
+
+    def test_a_broker_in_controlled_shutdown_does_not_join_the_isr(self) -> None:
+        h = ReplicationHarness(self)
+        h.write_state(0, 0, [0, 1])
+        p = h.partition
+        h.metadata.set_shutting_down_brokers({2})
+        self.assertFalse(h.metadata.is_replica_isr_eligible(2))
+        self.assertTrue(h.metadata.is_replica_isr_eligible(1))
+        p.update_follower(2, 0)  # a fetch that was in flight when it stopped its fetchers
+        self.assertEqual((p.isr, h.isr_writes), ([0, 1], []))
+        h.metadata.set_shutting_down_brokers(set())
+        p.update_follower(2, 0)
+        self.assertEqual(p.isr, [0, 1, 2])
+
+    def test_an_expansion_that_lost_to_the_controller_does_not_come_back_for_a_dead_broker(self) -> None:
+        """
+        The leader's expansion for 2 was in flight when the controller, which
+        saw 2 go, wrote the state: the expansion fails on the zkVersion, the
+        leader re-reads, and 2's fetches that still arrive put it back no more.
+        """
+        pending: list[defer.Deferred] = []
+
+        def write_isr(isr: list[int]) -> defer.Deferred:
+            d: defer.Deferred = defer.Deferred()
+            pending.append(d)
+            return d
+
+        h = ReplicationHarness(self, write_isr=write_isr)
+        h.write_state(0, 0, [0, 1])
+        p = h.partition
+        p.update_follower(2, 0)  # expand [0, 1] -> [0, 1, 2], in flight
+        self.assertEqual(p.maximal_isr, [0, 1, 2])
+        newer = h.write_state(0, 0, [0, 1], controller_epoch=2, apply=False)  # the controller's write
+        h.metadata.set_brokers({b: BrokerEndpoint(b, "127.0.0.1", 9092 + b) for b in (0, 1)})  # 2 went away
+        pending[0].errback(BadVersionError("state changed"))
+        self.assertEqual(h.reloads, [(TOPIC, 0)])
+        self.assertEqual((p.isr, p.zk_version, p._pending_isr), ([0, 1], newer, None))
+        p.update_follower(2, 0)  # late fetches of the dead broker
+        p.update_follower(2, 0)
+        self.assertEqual((p.isr, len(pending), h.state().isr), ([0, 1], 1, [0, 1]))
+
+    def test_the_leaders_expansion_landing_first_refuses_the_controllers_stale_write(self) -> None:
+        """
+        The other order: the leader's expansion lands on ZooKeeper first and
+        the controller's removal, based on the state before it, is refused;
+        the leader keeps what it wrote, and the controller (which re-reads and
+        decides again, see test_controller's IsrRaceTests) takes 2 out.
+        """
+        h = ReplicationHarness(self, watch=True)
+        before = h.write_state(0, 0, [0, 1], apply=False)
+        p = h.partition
+        p.update_follower(2, 0)  # the expansion lands: [0, 1, 2] at before + 1
+        self.assertEqual((p.isr, h.state().isr, h.state().zk_version), ([0, 1, 2], [0, 1, 2], before + 1))
+        controller = h.registry.set_partition_state(TOPIC, 0, 0, 0, [0, 1], 2, expected_version=before)
+        self.failureResultOf(controller, BadVersionError)
+        self.assertEqual(h.state().isr, [0, 1, 2])  # not undone by the stale write
+        h.metadata.set_brokers({b: BrokerEndpoint(b, "127.0.0.1", 9092 + b) for b in (0, 1)})  # 2 went away
+        self.successResultOf(h.registry.set_partition_state(TOPIC, 0, 0, 0, [0, 1], 2,
+                                                            expected_version=before + 1))  # decided again
+        self.assertEqual((p.isr, p.zk_version), ([0, 1], before + 2))  # the leader follows it
+        p.update_follower(2, 0)
+        self.assertEqual(p.isr, [0, 1])
