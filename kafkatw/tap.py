@@ -148,6 +148,9 @@ USAGE_ERROR_STATUS = 2
 #: The exit status of a failure to start.
 START_FAILURE_STATUS = 1
 
+#: The exit status of a running broker that had to stop (L{kafkatw.broker.server.KafkaServer.stop_on_error}).
+STOPPED_ON_ERROR_STATUS = 1
+
 
 class _ExitStatus:
     """
@@ -209,7 +212,9 @@ def makeService(options: Options, reactor: Any = None) -> Any:
 
     If the broker fails to start, its one-line reason is also written to
     stderr (unless the log already goes to the terminal), the reactor is
-    stopped, and the process exits with L{START_FAILURE_STATUS}.
+    stopped, and the process exits with L{START_FAILURE_STATUS}.  A running
+    broker that must stop (its embedded ZooKeeper died) ends the same way,
+    with L{STOPPED_ON_ERROR_STATUS}.
     """
     if reactor is None:
         from twisted.internet import reactor as default_reactor
@@ -227,9 +232,12 @@ def makeService(options: Options, reactor: Any = None) -> Any:
     def failed(failure: Any) -> None:
         if server.start_error is None:  # the start was abandoned by a shutdown: no failure of its own
             return
-        _exit_status.set(START_FAILURE_STATUS)
+        end(START_FAILURE_STATUS, server.start_error)
+
+    def end(status: int, line: str) -> None:
+        _exit_status.set(status)
         if to_stderr and sys.__stderr__ is not None:
-            sys.__stderr__.write(server.start_error + "\n")
+            sys.__stderr__.write(line + "\n")
             sys.__stderr__.flush()
         reactor.callWhenRunning(stop)
 
@@ -240,4 +248,5 @@ def makeService(options: Options, reactor: Any = None) -> Any:
             pass
 
     server.ready.addErrback(failed)
+    server.stopped_on_error.addCallback(lambda line: end(STOPPED_ON_ERROR_STATUS, line))
     return server

@@ -5,6 +5,8 @@ ZooKeeper:
 
   - L{running_zookeeper} / L{ZooKeeperFixture}: a real ZooKeeper server in a
     temporary directory (blocking start and stop; for integration tests).
+  - L{ZooKeeperEnsembleFixture}: a real ensemble of ZooKeeper servers on
+    127.0.0.1, whose members a test kills and restarts.
   - L{FakeZooKeeper} and L{FakeZooKeeperClient}: an in-memory ZooKeeper with the
     interface of L{kafkatw.zookeeper.bridge.ZooKeeperClient}, for unit tests: no
     sockets, no threads, no sleeps.  Several clients (sessions) may share one
@@ -37,12 +39,21 @@ from kafkatw.zookeeper.bridge import (
     ZooKeeperUnavailableError,
     parse_connect_string,
 )
-from kafkatw.zookeeper.embedded import find_free_port, start_blocking, stop_blocking, wait_ready
+from kafkatw.zookeeper.embedded import (
+    QuorumServer,
+    find_free_port,
+    server_mode,
+    start_blocking,
+    stop_blocking,
+    wait_ready,
+)
 
 __all__ = [
     "find_free_port",
     "running_zookeeper",
     "ZooKeeperFixture",
+    "ZooKeeperEnsembleFixture",
+    "EnsembleMember",
     "FakeZooKeeper",
     "FakeZooKeeperClient",
     "FakeWatch",
@@ -139,6 +150,182 @@ class ZooKeeperFixture:
             if self.popen is not None:
                 stop_blocking(self.popen)
                 self.popen = None
+        finally:
+            if self._own_dir:
+                shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    def __enter__(self) -> str:
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+def _distinct_free_ports(count: int) -> list[int]:
+    ports: list[int] = []
+    while len(ports) < count:
+        port = find_free_port()
+        if port not in ports:
+            ports.append(port)
+    return ports
+
+
+@dataclass
+class EnsembleMember:
+    """
+    One member of a L{ZooKeeperEnsembleFixture}.
+
+    @ivar server: its C{server.N} line (C{server.server_id} is its C{myid}).
+    @ivar port: its client port on 127.0.0.1.
+    @ivar popen: its running process, or C{None} while it is down.
+    """
+
+    server: QuorumServer
+    port: int
+    data_dir: str
+    popen: Any = None
+
+    @property
+    def myid(self) -> int:
+        return self.server.server_id
+
+    @property
+    def running(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+
+class ZooKeeperEnsembleFixture:
+    """
+    A real ZooKeeper ensemble for a test: C{size} members on 127.0.0.1, each
+    with its own client, peer and election port and data directory (ZooKeeper
+    Administrator's Guide, "Clustered (Multi-Server) Setup"; members are
+    C{myid} 1 to C{size}).  C{start()} returns the connect string listing
+    every member, C{"127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3"}; L{kill},
+    L{restart} and L{leader} drive faults; C{stop()} stops every member
+    (idempotent).
+
+    A member's JVM takes about 70 MB; C{heap_mb} caps its heap.
+
+    @param data_dir: where the members keep their data (C{member-N}
+        directories); a fresh temporary directory (removed on stop) when C{None}.
+    """
+
+    def __init__(self, size: int = 3, data_dir: str | None = None, tick_time_ms: int = 500,
+                 ready_timeout_s: float = 30.0, heap_mb: int = 64) -> None:
+        self._own_dir = data_dir is None
+        self.data_dir = data_dir or tempfile.mkdtemp(prefix="kafkatw-zk-ensemble-")
+        self.size = size
+        self.tick_time_ms = tick_time_ms
+        self.ready_timeout_s = ready_timeout_s
+        self.heap_mb = heap_mb
+        self.members: dict[int, EnsembleMember] = {}
+        self.start_seconds: float | None = None
+
+    @property
+    def connect_string(self) -> str:
+        return ",".join(f"127.0.0.1:{m.port}" for m in self.members.values())
+
+    @property
+    def servers(self) -> list[QuorumServer]:
+        return [m.server for m in self.members.values()]
+
+    def _allocate(self) -> None:
+        ports = _distinct_free_ports(3 * self.size)
+        self.members = {}
+        for myid in range(1, self.size + 1):
+            client, peer, election = ports[3 * (myid - 1): 3 * myid]
+            self.members[myid] = EnsembleMember(QuorumServer(myid, "127.0.0.1", peer, election), client,
+                                                os.path.join(self.data_dir, f"member-{myid}"))
+
+    def _spawn(self, member: EnsembleMember) -> None:
+        member.popen = start_blocking(member.data_dir, member.port, self.tick_time_ms,
+                                      port_setting=f"member {member.myid}'s client port", servers=self.servers,
+                                      myid=member.myid, heap_mb=self.heap_mb)
+
+    def start(self) -> str:
+        """
+        Start every member and wait until each serves (a leader was elected).
+
+        @return: the connect string.
+        @raise kafkatw.zookeeper.embedded.ZooKeeperStartError: not serving
+            within C{ready_timeout_s} (after three attempts on fresh ports).
+        """
+        started = time.monotonic()
+        for attempt in range(3):
+            # a free port may be taken before ZooKeeper binds it: then try other ports
+            for member in self.members.values():  # an attempt that failed: its members start afresh
+                shutil.rmtree(member.data_dir, ignore_errors=True)
+            self._allocate()
+            try:
+                for member in self.members.values():
+                    self._spawn(member)
+                for member in self.members.values():
+                    wait_ready(member.port, self.ready_timeout_s, member.popen)
+                break
+            except Exception:
+                self._stop_members()
+                if attempt == 2:
+                    raise
+        self.start_seconds = time.monotonic() - started
+        return self.connect_string
+
+    def kill(self, myid: int) -> None:
+        """SIGKILL member C{myid} (a crash or power loss of that machine's ZooKeeper)."""
+        member = self.members[myid]
+        if member.running:
+            member.popen.kill()
+            member.popen.wait(10)
+        member.popen = None
+
+    def stop_member(self, myid: int) -> None:
+        """SIGTERM member C{myid} (SIGKILL after 10 s)."""
+        member = self.members[myid]
+        if member.popen is not None:
+            stop_blocking(member.popen)
+        member.popen = None
+
+    def restart(self, myid: int, timeout_s: float | None = None) -> None:
+        """
+        Start member C{myid} again (same ports and data) and wait until it
+        serves: it rejoined a quorum.
+        """
+        member = self.members[myid]
+        if member.running:
+            raise RuntimeError(f"ZooKeeper member {myid} is running")
+        self._spawn(member)
+        wait_ready(member.port, timeout_s or self.ready_timeout_s, member.popen)
+
+    def mode(self, myid: int) -> str | None:
+        """Member C{myid}'s C{srvr} mode (C{"leader"}, C{"follower"}), C{None} while it does not serve."""
+        member = self.members[myid]
+        return server_mode(member.port, timeout_s=0.5) if member.running else None
+
+    def leader(self) -> int | None:
+        """The C{myid} of the member that leads (its C{srvr} says C{Mode: leader}), or C{None}."""
+        for myid in self.members:
+            if self.mode(myid) == "leader":
+                return myid
+        return None
+
+    def _stop_members(self) -> None:
+        # SIGTERM to all first: each JVM takes about 2 s to stop
+        for member in self.members.values():
+            if member.running:
+                member.popen.terminate()
+        for member in self.members.values():
+            if member.popen is not None:
+                try:
+                    stop_blocking(member.popen)
+                finally:
+                    member.popen = None
+
+    def stop(self) -> None:
+        try:
+            self._stop_members()
         finally:
             if self._own_dir:
                 shutil.rmtree(self.data_dir, ignore_errors=True)

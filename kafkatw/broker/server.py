@@ -249,6 +249,8 @@ class KafkaServer(service.MultiService):
         self._lag_admin: Any = None
         self.ready: defer.Deferred[None] = defer.Deferred()
         self.start_error: str | None = None
+        #: fires with one line when the running broker must stop (L{stop_on_error})
+        self.stopped_on_error: defer.Deferred[str] = defer.Deferred()
         self._starting: defer.Deferred | None = None
         self._stopping = False
         #: listener name -> the factory of its bound port (closing connections until the broker serves).
@@ -335,10 +337,28 @@ class KafkaServer(service.MultiService):
         self.embedded_zookeeper = EmbeddedZooKeeperService(
             zk_dir, port, self.reactor,
             port_setting=f"--zookeeper embedded:PORT (or the {EMBEDDED_ZOOKEEPER_PORT_ENV} environment variable)",
+            on_unexpected_exit=lambda reason: self.stop_on_error(
+                f"broker {self.broker_id} stops: its embedded {reason}; ZooKeeper keeps its data in {zk_dir}"
+                " (on the first log dir's filesystem: a full disk stops it)"),
         )
         self.embedded_zookeeper.startService()
         self._zookeeper_connect = await self.embedded_zookeeper.whenReady()
         _log.info("embedded ZooKeeper ready at {connect}", connect=self._zookeeper_connect)
+
+    def stop_on_error(self, message: str) -> None:
+        """
+        The broker cannot go on (its embedded ZooKeeper died: without it no
+        broker of the cluster can reach ZooKeeper): log C{message} (one line,
+        level critical) and fire L{stopped_on_error} with it, rather than run
+        on as a silent casualty.  Stopping is the process's decision:
+        L{kafkatw.tap} stops the reactor (a clean shutdown) and exits with
+        status 1, so that a supervisor sees it (systemd's
+        C{Restart=on-failure}).  Once the broker is stopping anyway, the
+        message is only logged.
+        """
+        _log.critical("{line}", line=message)
+        if not self._stopping and not self.stopped_on_error.called:
+            self.stopped_on_error.callback(message)
 
     async def _stop_embedded_zookeeper(self) -> None:
         if self.embedded_zookeeper is not None:

@@ -20,6 +20,13 @@ still exist) and C{"LOST"} (session expired or closed: ephemeral nodes are gone)
 After C{LOST}, kazoo reconnects with a new session; callbacks registered with
 L{ZooKeeperClient.on_new_session} then run so that owners of ephemeral nodes
 (a broker's C{/brokers/ids/<id>}) can create them again.
+
+With an ensemble in the connect string, a dropped connection (its member
+died, or the ensemble's leader did and every member is electing) is
+C{SUSPENDED}; kazoo tries the other members in turn (L{RECONNECT_RETRY}) and
+the session moves to the first that serves: C{CONNECTED} with the same
+session and its ephemeral nodes, as long as that happens within the session
+timeout of the ensemble serving again.
 """
 
 from __future__ import annotations
@@ -239,6 +246,17 @@ _SKIP = object()
 _MISSING: dict[str, Any] = {"children": [], "data": None, "versioned": (None, -1)}
 
 
+#: How kazoo reconnects after the connection dropped: it tries every host of
+#: the connect string in turn, then waits before the next round.  kazoo's
+#: default doubles the wait up to an hour (3600 s), so after a quorum outage of
+#: 15 s a client came back 9 s after the quorum did, its session expired
+#: meanwhile.  ZooKeeper's Java client (Kafka's) waits a random 0 to 1 s
+#: before each attempt and 1 s after trying every host, without growing
+#: (C{ClientCnxn.SendThread.startConnect}, C{StaticHostProvider.next}).
+#: Here: 0.1 s, doubling to at most 1 s (each wait +-40% jitter), without end.
+RECONNECT_RETRY: dict[str, Any] = {"max_tries": -1, "delay": 0.1, "backoff": 2, "max_delay": 1.0}
+
+
 class ZooKeeperClient:
     """
     A ZooKeeper session whose operations return Deferreds fired in the reactor.
@@ -269,7 +287,8 @@ class ZooKeeperClient:
         self._reactor = reactor
         self.session_timeout_ms = session_timeout_ms
         self.connection_timeout_ms = connection_timeout_ms if connection_timeout_ms is not None else session_timeout_ms
-        self._kazoo = KazooClient(hosts=self.hosts, timeout=session_timeout_ms / 1000.0)
+        self._kazoo = KazooClient(hosts=self.hosts, timeout=session_timeout_ms / 1000.0,
+                                  connection_retry=dict(RECONNECT_RETRY))
         self._kazoo.add_listener(self._kazoo_state)
         self._state_listeners: list[Callable[[str], object]] = []
         self._new_session_callbacks: list[Callable[[], object]] = []

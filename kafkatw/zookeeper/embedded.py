@@ -8,9 +8,18 @@ and the integration tests.  The server runs as::
         org.apache.zookeeper.server.ZooKeeperServerMain <data_dir>/zoo.cfg
 
 (C{zookeeper.jar}'s manifest lists the rest of its class path.)  The generated
-C{zoo.cfg} listens on 127.0.0.1 only, disables the Jetty admin server (it would
-listen on 0.0.0.0:8080) and allows the four-letter words C{ruok}, C{conf},
-C{srvr}, C{stat} and C{mntr}.
+C{zoo.cfg} listens on 127.0.0.1 unless told otherwise (C{clientPortAddress}),
+disables the Jetty admin server (it would listen on 0.0.0.0:8080) and allows
+the four-letter words C{ruok}, C{conf}, C{srvr}, C{stat} and C{mntr}.
+
+A member of an ensemble (L{QuorumServer}: C{server.N=HOST:PEER_PORT:ELECTION_PORT}
+lines, and the member's own N in C{<dataDir>/myid}) runs
+C{org.apache.zookeeper.server.quorum.QuorumPeerMain} on a static configuration,
+as the ZooKeeper Administrator's Guide ("Clustered (Multi-Server) Setup")
+describes it; ZooKeeper 3.5+'s dynamic reconfiguration stays off
+(C{reconfigEnabled=false}, its default), so C{zoo.cfg} is never rewritten.  A
+member serves (answers C{conf}) only while a quorum (a majority of the
+C{server.N} lines) runs and has elected a leader.
 
 The server is ready when I{our} child process serves, never when merely
 something answers on the port (another ZooKeeper may hold it, and a broker
@@ -38,6 +47,7 @@ L{stop_blocking}) for tests and command-line code that has no reactor.
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import signal
@@ -45,7 +55,9 @@ import socket
 import subprocess
 import sys
 import time
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Callable
 
 from twisted.application.service import Service
 from twisted.internet import protocol, task
@@ -59,6 +71,10 @@ __all__ = [
     "ZooKeeperNotInstalledError",
     "ZooKeeperStartError",
     "ZooKeeperPortInUseError",
+    "QuorumServer",
+    "QUORUM_MAIN_CLASS",
+    "check_ensemble",
+    "check_myid",
     "find_free_port",
     "port_in_use",
     "java_command",
@@ -66,11 +82,16 @@ __all__ = [
     "ruok",
     "serving",
     "serving_from",
+    "server_mode",
+    "srvr_mode",
+    "probe_host",
     "is_ours",
     "start_error_from_log",
+    "start_error_from_text",
     "EmbeddedZooKeeperService",
     "start_blocking",
     "wait_ready",
+    "wait_listening",
     "stop_blocking",
 ]
 
@@ -79,6 +100,8 @@ _log = Logger()
 ZOOKEEPER_JAR = "/usr/share/java/zookeeper.jar"
 SLF4J_JAR = "/usr/share/java/slf4j-simple.jar"
 MAIN_CLASS = "org.apache.zookeeper.server.ZooKeeperServerMain"
+#: The main class of an ensemble's member (it runs L{MAIN_CLASS} itself for a standalone zoo.cfg).
+QUORUM_MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
 
 
 class ZooKeeperNotInstalledError(RuntimeError):
@@ -93,16 +116,137 @@ class ZooKeeperPortInUseError(ZooKeeperStartError):
     """
     The client port is held by another process (another ZooKeeper, say).
 
-    @ivar port: the port (on 127.0.0.1).
+    @ivar port: the port (on C{host}, 127.0.0.1 unless told otherwise).
     """
 
-    def __init__(self, port: int, setting: str, detail: str = "") -> None:
+    def __init__(self, port: int, setting: str, detail: str = "", host: str = "127.0.0.1") -> None:
         self.port = port
+        self.host = host
         self.setting = setting
         what = f" ({detail})" if detail else ""
         super().__init__(
-            f"ZooKeeper cannot listen on 127.0.0.1:{port}: the port is already in use{what};"
+            f"ZooKeeper cannot listen on {host}:{port}: the port is already in use{what};"
             f" stop what holds it or choose another port with {setting}"
+        )
+
+
+@dataclass(frozen=True)
+class QuorumServer:
+    """
+    One member of a ZooKeeper ensemble, as a C{server.N=HOST:PEER_PORT:ELECTION_PORT}
+    line of C{zoo.cfg} names it (ZooKeeper Administrator's Guide, "Clustered
+    (Multi-Server) Setup").
+
+    @ivar server_id: N, the member's C{myid} (1..255).
+    @ivar host: the address the other members reach it at; the member binds
+        its own peer and election ports there.
+    @ivar peer_port: the port followers connect to when this member leads
+        (2888 by convention).
+    @ivar election_port: the port of leader election (3888 by convention).
+    """
+
+    server_id: int
+    host: str
+    peer_port: int
+    election_port: int
+
+    @classmethod
+    def parse(cls, text: str) -> "QuorumServer":
+        """
+        Parse C{N=HOST:PEER_PORT:ELECTION_PORT} (or the C{zoo.cfg} line
+        C{server.N=HOST:PEER_PORT:ELECTION_PORT}).
+
+        @raise ValueError: another shape, an id outside 1..255 or a port
+            outside 1..65535 (the message quotes C{text}).
+        """
+        form = "N=HOST:PEER_PORT:ELECTION_PORT (as zoo.cfg's server.N=HOST:PEER_PORT:ELECTION_PORT)"
+        key, sep, address = text.strip().partition("=")
+        key = key.strip()
+        if key.startswith("server."):
+            key = key[len("server."):]
+        parts = address.strip().rsplit(":", 2)
+        if not sep or not key.isdigit() or len(parts) != 3 or not parts[0] or not all(p.isdigit() for p in parts[1:]):
+            raise ValueError(f"{text!r} is not {form}")
+        server = cls(int(key), parts[0].strip("[]"), int(parts[1]), int(parts[2]))
+        if not 1 <= server.server_id <= 255:
+            raise ValueError(f"{text!r}: a server id (myid) must be in 1..255")
+        for port in (server.peer_port, server.election_port):
+            if not 1 <= port <= 65535:
+                raise ValueError(f"{text!r}: ports must be in 1..65535")
+        return server
+
+    @property
+    def config_line(self) -> str:
+        """The C{zoo.cfg} line: C{server.N=HOST:PEER_PORT:ELECTION_PORT}."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"server.{self.server_id}={host}:{self.peer_port}:{self.election_port}"
+
+
+def check_ensemble(servers: Sequence[QuorumServer], myid: int | None) -> None:
+    """
+    Check an ensemble's C{server.N} list and this member's id.
+
+    @raise ValueError: C{myid} without servers or servers without C{myid};
+        C{myid} not among the servers; an id or a HOST:PORT named twice.
+    """
+    if not servers and myid is None:
+        return
+    if not servers:
+        raise ValueError("--myid needs the ensemble's --server N=HOST:PEER_PORT:ELECTION_PORT list")
+    if myid is None:
+        raise ValueError("a member of an ensemble needs --myid (its N among the --server lines)")
+    ids = [s.server_id for s in servers]
+    twice = sorted({i for i in ids if ids.count(i) > 1})
+    if twice:
+        raise ValueError(f"server.{twice[0]} is named twice")
+    if myid not in ids:
+        raise ValueError(f"--myid {myid} is none of the servers ({', '.join(f'server.{i}' for i in sorted(ids))})")
+    addresses = [(s.host, p) for s in servers for p in (s.peer_port, s.election_port)]
+    taken = [a for a in addresses if addresses.count(a) > 1]
+    if taken:
+        raise ValueError(f"{taken[0][0]}:{taken[0][1]} is named twice among the servers' ports")
+
+
+def _check_quorum_ports(server: QuorumServer) -> None:
+    """
+    Before spawning a member: its own peer and election ports must be free on
+    its own host (binding there must work).
+
+    @raise ZooKeeperPortInUseError: a port is taken.
+    @raise ZooKeeperStartError: the host is not an address of this machine
+        (the wrong C{--myid} for this machine, say).
+    """
+    for port in (server.peer_port, server.election_port):
+        family = socket.AF_INET6 if ":" in server.host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind((server.host, port))
+            except OSError as e:
+                if e.errno == errno.EADDRINUSE:
+                    raise ZooKeeperPortInUseError(port, server.config_line, host=server.host) from None
+                raise ZooKeeperStartError(
+                    f"{server.config_line}: cannot bind {server.host}:{port} ({e.strerror or e}): is this machine"
+                    f" server.{server.server_id} (--myid {server.server_id})?"
+                ) from None
+
+
+def check_myid(data_dir: str, myid: int) -> None:
+    """
+    A data directory that already holds a C{myid} file belongs to that member.
+
+    @raise ZooKeeperStartError: C{<data_dir>/myid} names another member.
+    """
+    path = os.path.join(os.path.abspath(data_dir), "myid")
+    try:
+        with open(path) as f:
+            stored = f.read().strip()
+    except FileNotFoundError:
+        return
+    if stored != str(myid):
+        raise ZooKeeperStartError(
+            f"{path} says this data is member {stored}'s, not member {myid}'s: use --myid {stored}"
+            f" or another --data-dir"
         )
 
 
@@ -125,9 +269,8 @@ def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
 
 def start_error_from_log(log_path: str, offset: int = 0) -> str:
     """
-    The line of ZooKeeper's log (from byte C{offset}) that says why it exited:
-    the first exception line (C{java.net.BindException: Address already in
-    use}), else the last C{ERROR} line; C{""} when there is none.
+    L{start_error_from_text} of ZooKeeper's log from byte C{offset}; C{""}
+    when the log cannot be read.
     """
     try:
         with open(log_path, "rb") as f:
@@ -135,19 +278,39 @@ def start_error_from_log(log_path: str, offset: int = 0) -> str:
             text = f.read().decode("utf-8", "replace")
     except OSError:
         return ""
-    lines = text.splitlines()
+    return start_error_from_text(text)
+
+
+def start_error_from_text(text: str) -> str:
+    """
+    The line of ZooKeeper's output that says why it exited: the first
+    exception line right after an C{ERROR} line (C{java.net.BindException:
+    Address already in use}, C{java.io.IOException: No space left on
+    device}), else the JVM's own (C{Exception in thread "main" ...},
+    C{Error: ...}), else the last C{ERROR} line; C{""} when there is none.
+    Exceptions logged at other levels are not why it exited: a member of an
+    ensemble logs C{WARN}ings with C{java.net.ConnectException} while its
+    peers are down.
+    """
+    lines = [line.strip() for line in text.splitlines()]
+
+    def exception(line: str) -> bool:
+        return line.startswith("java.") and ("Exception" in line or "Error" in line)
+
+    for before, line in zip(lines, lines[1:]):
+        if " ERROR " in before and exception(line):
+            return line
     for line in lines:
-        stripped = line.strip()
-        if stripped.startswith("java.") and ("Exception" in stripped or "Error" in stripped):
-            return stripped
-    errors = [line.strip() for line in lines if " ERROR " in line]
+        if line.startswith(("Exception in thread ", "Error: ")):
+            return line
+    errors = [line for line in lines if " ERROR " in line]
     return errors[-1] if errors else ""
 
 
-def _exited_error(port: int, status: Any, log_path: str, offset: int, setting: str) -> ZooKeeperStartError:
-    reason = start_error_from_log(log_path, offset)
+def _exited_error(port: int, status: Any, reason: str, log_path: str, setting: str,
+                  host: str = "127.0.0.1") -> ZooKeeperStartError:
     if "BindException" in reason or "Address already in use" in reason:
-        return ZooKeeperPortInUseError(port, setting, reason)
+        return ZooKeeperPortInUseError(port, setting, reason, host=host)
     because = f": {reason}" if reason else ""
     return ZooKeeperStartError(
         f"ZooKeeper (port {port}) exited with status {status} before it was ready{because}; log: {log_path}"
@@ -164,10 +327,12 @@ def find_free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def java_command(config_path: str, heap_mb: int = 256) -> list[str]:
+def java_command(config_path: str, heap_mb: int = 256, main_class: str = MAIN_CLASS) -> list[str]:
     """
     The command line that runs ZooKeeper on C{config_path}.
 
+    @param heap_mb: the JVM's maximum heap (C{-Xmx}, MB).
+    @param main_class: L{MAIN_CLASS} (standalone) or L{QUORUM_MAIN_CLASS} (a member of an ensemble).
     @raise ZooKeeperNotInstalledError: no C{java} on C{PATH} or no jar.
     """
     java = shutil.which("java")
@@ -178,28 +343,48 @@ def java_command(config_path: str, heap_mb: int = 256) -> list[str]:
     for jar in (ZOOKEEPER_JAR, SLF4J_JAR):
         if not os.path.exists(jar):
             raise ZooKeeperNotInstalledError(f"{jar} not found: apt-get install zookeeper")
-    return [java, f"-Xmx{heap_mb}m", "-cp", f"{ZOOKEEPER_JAR}:{SLF4J_JAR}", MAIN_CLASS, config_path]
+    return [java, f"-Xmx{heap_mb}m", "-cp", f"{ZOOKEEPER_JAR}:{SLF4J_JAR}", main_class, config_path]
 
 
-def write_config(data_dir: str, port: int, tick_time_ms: int = 2000) -> str:
+def write_config(data_dir: str, port: int, tick_time_ms: int = 2000, bind_address: str = "127.0.0.1",
+                 servers: Sequence[QuorumServer] = (), myid: int | None = None,
+                 init_limit: int = 10, sync_limit: int = 5) -> str:
     """
-    Write C{<data_dir>/zoo.cfg} (creating C{data_dir}) and return its path.
+    Write C{<data_dir>/zoo.cfg} (creating C{data_dir}) and return its path;
+    for a member of an ensemble also C{<data_dir>/myid}.
 
     @param tick_time_ms: ZooKeeper's basic time unit (ms); sessions time out
         after 2 to 20 ticks.  Tests use 500.
+    @param bind_address: C{clientPortAddress}: where clients connect
+        (C{0.0.0.0}: every interface).
+    @param servers: the ensemble's C{server.N} lines (none: a standalone server).
+    @param myid: this member's N (required with C{servers}).
+    @param init_limit: C{initLimit}: ticks a follower has to connect to and
+        sync with the leader (ensembles only).
+    @param sync_limit: C{syncLimit}: ticks a follower may lag behind the
+        leader before it is dropped (ensembles only).
+    @raise ValueError: see L{check_ensemble}.
     """
+    check_ensemble(servers, myid)
     data_dir = os.path.abspath(data_dir)
     os.makedirs(data_dir, exist_ok=True)
     path = os.path.join(data_dir, "zoo.cfg")
+    ensemble = ""
+    if servers:
+        ensemble = f"initLimit={init_limit}\nsyncLimit={sync_limit}\n" + "".join(
+            f"{server.config_line}\n" for server in sorted(servers, key=lambda s: s.server_id))
+        with open(os.path.join(data_dir, "myid"), "w") as f:
+            f.write(f"{myid}\n")
     with open(path, "w") as f:
         f.write(
             f"tickTime={tick_time_ms}\n"
             f"dataDir={data_dir}\n"
             f"clientPort={port}\n"
-            "clientPortAddress=127.0.0.1\n"
+            f"clientPortAddress={bind_address}\n"
             "admin.enableServer=false\n"
             "4lw.commands.whitelist=ruok,conf,srvr,stat,mntr\n"
             "maxClientCnxns=0\n"
+            + ensemble
         )
     return path
 
@@ -246,6 +431,29 @@ def is_ours(conf_answer: bytes, data_dir: str) -> bool:
     return _data_dir_line(data_dir) in conf_answer.splitlines()
 
 
+def probe_host(bind_address: str) -> str:
+    """Where to reach a server bound to C{bind_address} from this machine (loopback for a wildcard)."""
+    return {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}.get(bind_address, bind_address)
+
+
+def server_mode(port: int, host: str = "127.0.0.1", timeout_s: float = 1.0) -> str | None:
+    """
+    Blocking: the server's C{Mode} as C{srvr} reports it: C{"leader"} or
+    C{"follower"} for a member of an ensemble that serves, C{"standalone"};
+    C{None} when it does not serve (an ensemble without a quorum, an
+    election under way) or cannot be reached.
+    """
+    return srvr_mode(four_letter_word(port, b"srvr", host, timeout_s))
+
+
+def srvr_mode(answer: bytes) -> str | None:
+    """The C{Mode: ...} of a C{srvr} answer (C{"leader"}, C{"follower"}, C{"standalone"}), or C{None}."""
+    for line in answer.splitlines():
+        if line.startswith(_SERVING_MARK):
+            return line[len(_SERVING_MARK):].strip().decode("ascii", "replace")
+    return None
+
+
 def serving_from(port: int, data_dir: str, host: str = "127.0.0.1", timeout_s: float = 1.0) -> bool:
     """
     Blocking readiness probe: C{True} once the server on C{host:port} serves
@@ -263,13 +471,24 @@ class _ZooKeeperProcess(protocol.ProcessProtocol):
     The embedded server's output goes to C{log_path} (ZooKeeper is chatty: every
     readiness probe logs a line); only ERROR lines reach the broker's log, and
     only while the server is meant to run (a start that fails is reported once,
-    by L{EmbeddedZooKeeperService.whenReady}, with the reason from this log).
+    by L{EmbeddedZooKeeperService.whenReady}, with the reason from its output).
+
+    The last L{TAIL_BYTES} of output are also kept in memory, where the
+    reason for an exit is read: the log shares the data's disk, and when that
+    disk is full (why ZooKeeper exits, often) the log's last lines were never
+    written.  A failed log write is logged once, never raised.
 
     @ivar stopping: set when we sent SIGTERM: its exit is then no news.
     @ivar status: the exit status (C{None} when killed by a signal or running).
+    @ivar on_unexpected_exit: called with one line saying why (the exit
+        status and the error from the output) when the server exits after
+        it was ready and without being asked to.
     """
 
-    def __init__(self, port: int, log_path: str) -> None:
+    TAIL_BYTES = 64 * 1024
+
+    def __init__(self, port: int, log_path: str,
+                 on_unexpected_exit: Callable[[str], object] | None = None) -> None:
         self.port = port
         self.ended: Deferred = Deferred()
         self.exited = False
@@ -278,6 +497,9 @@ class _ZooKeeperProcess(protocol.ProcessProtocol):
         self.status: int | None = None
         self.signal: int | None = None
         self.log_path = log_path
+        self.on_unexpected_exit = on_unexpected_exit
+        self._tail = bytearray()
+        self._log_failed = False
         self._log_file = open(log_path, "ab")
         self.log_offset = self._log_file.tell()
 
@@ -288,17 +510,31 @@ class _ZooKeeperProcess(protocol.ProcessProtocol):
         self._log_lines(data)
 
     def _log_lines(self, data: bytes) -> None:
-        self._log_file.write(data)
-        self._log_file.flush()
+        self._tail += data
+        del self._tail[:-self.TAIL_BYTES]
+        if not self._log_failed:
+            try:
+                self._log_file.write(data)
+                self._log_file.flush()
+            except OSError as e:
+                self._log_failed = True
+                _log.warn("cannot write ZooKeeper's output to {log}: {error}", log=self.log_path, error=e)
         if not self.ready or self.stopping:
             return
         for line in data.decode("utf-8", "replace").splitlines():
             if " ERROR " in line:
                 _log.error("zookeeper:{port}: {line}", port=self.port, line=line)
 
+    def error_line(self) -> str:
+        """L{start_error_from_text} of the output since the start (its last L{TAIL_BYTES})."""
+        return start_error_from_text(self._tail.decode("utf-8", "replace"))
+
     def processEnded(self, reason: Any) -> None:
         self.exited = True
-        self._log_file.close()
+        try:
+            self._log_file.close()
+        except OSError:
+            pass  # a full disk: the buffered rest is lost, the tail kept in memory is not
         self.status = getattr(reason.value, "exitCode", None)
         self.signal = getattr(reason.value, "signal", None)
         # The JVM answers SIGTERM by running its shutdown hooks and exiting 143 (128 + 15).
@@ -307,7 +543,22 @@ class _ZooKeeperProcess(protocol.ProcessProtocol):
         elif self.ready:
             _log.error("ZooKeeper on port {port} exited unexpectedly (status {status}, signal {signal}); see {log}",
                        port=self.port, status=self.status, signal=self.signal, log=self.log_path)
+            if self.on_unexpected_exit is not None:
+                self.on_unexpected_exit(self.exit_reason())
         self.ended.callback(None)
+
+    def exit_reason(self) -> str:
+        """
+        One line: how the server ended and the error in its output, e.g.
+        C{"ZooKeeper on port 2181 exited with status 1: java.io.IOException:
+        No space left on device (log: …/zookeeper.log)"}.
+        """
+        if self.signal is not None:  # sent from outside (the OOM killer, a person): its log does not say why
+            how, reason = f"was killed by signal {self.signal}", ""
+        else:
+            how, reason = f"exited with status {self.status}", self.error_line()
+        because = f": {reason}" if reason else ""
+        return f"ZooKeeper on port {self.port} {how}{because} (log: {self.log_path})"
 
 
 class _FourLetterWord(protocol.Protocol):
@@ -351,6 +602,10 @@ class EmbeddedZooKeeperService(Service):
 
     @param port_setting: how a user moves the port, named in the error for a
         taken port (e.g. C{"zookeeper.connect=embedded:PORT"}).
+    @param on_unexpected_exit: called (in the reactor) with one line saying
+        why when the server exits after it was ready without being stopped
+        (a full disk: C{java.io.IOException: No space left on device}); the
+        broker stops on it rather than run on without its ZooKeeper.
     """
 
     name = "zookeeper"
@@ -364,7 +619,9 @@ class EmbeddedZooKeeperService(Service):
         ready_timeout_s: float = 30.0,
         kill_after_s: float = 10.0,
         port_setting: str = "the port argument",
+        on_unexpected_exit: Callable[[str], object] | None = None,
     ) -> None:
+        self.on_unexpected_exit = on_unexpected_exit
         self.data_dir = os.path.abspath(data_dir)
         self.port = port
         self.tick_time_ms = tick_time_ms
@@ -394,7 +651,8 @@ class EmbeddedZooKeeperService(Service):
             return
         config = write_config(self.data_dir, self.port, self.tick_time_ms)
         self.command = java_command(config)
-        self._process = _ZooKeeperProcess(self.port, os.path.join(self.data_dir, "zookeeper.log"))
+        self._process = _ZooKeeperProcess(self.port, os.path.join(self.data_dir, "zookeeper.log"),
+                                          self.on_unexpected_exit)
         _log.info("starting ZooKeeper: {command}", command=" ".join(self.command))
         self._transport = self._reactor.spawnProcess(
             self._process, self.command[0], self.command, env=dict(os.environ), path=self.data_dir
@@ -424,7 +682,7 @@ class EmbeddedZooKeeperService(Service):
 
         def exited(process: _ZooKeeperProcess) -> ZooKeeperStartError:
             status = process.status if process.signal is None else f"signal {process.signal}"
-            return _exited_error(self.port, status, process.log_path, process.log_offset, self.port_setting)
+            return _exited_error(self.port, status, process.error_line(), process.log_path, self.port_setting)
 
         async def poll() -> str:
             while True:
@@ -481,20 +739,35 @@ async def _noop() -> None:
 
 
 def start_blocking(data_dir: str, port: int, tick_time_ms: int = 2000, log_path: str | None = None,
-                   port_setting: str = "the port argument") -> subprocess.Popen:
+                   port_setting: str = "the port argument", bind_address: str = "127.0.0.1",
+                   servers: Sequence[QuorumServer] = (), myid: int | None = None, init_limit: int = 10,
+                   sync_limit: int = 5, heap_mb: int = 256) -> subprocess.Popen:
     """
     Start ZooKeeper without a reactor; its output goes to C{log_path} (default
     C{<data_dir>/zookeeper.log}).  Call L{wait_ready} next.
 
+    With C{servers} and C{myid} the server is member C{myid} of that ensemble
+    (see L{write_config} for the other settings).
+
     @param port_setting: how a user moves the port, named in the error for a
         taken port (e.g. C{"--port"}).
-    @raise ZooKeeperPortInUseError: the port is taken (nothing was written).
+    @param heap_mb: the JVM's maximum heap (MB).
+    @raise ValueError: a bad ensemble (L{check_ensemble}).
+    @raise ZooKeeperPortInUseError: the client port, or this member's peer or
+        election port, is taken (nothing was written).
+    @raise ZooKeeperStartError: this member's host is not this machine's, or
+        C{data_dir} holds another member's C{myid}.
     @raise ZooKeeperNotInstalledError: no java or no jar.
     """
-    if port_in_use(port):
-        raise ZooKeeperPortInUseError(port, port_setting)
-    config = write_config(data_dir, port, tick_time_ms)
-    command = java_command(config)
+    check_ensemble(servers, myid)
+    if port_in_use(port, bind_address):
+        raise ZooKeeperPortInUseError(port, port_setting, host=bind_address)
+    if servers:
+        assert myid is not None
+        _check_quorum_ports(next(s for s in servers if s.server_id == myid))
+        check_myid(data_dir, myid)
+    config = write_config(data_dir, port, tick_time_ms, bind_address, servers, myid, init_limit, sync_limit)
+    command = java_command(config, heap_mb, QUORUM_MAIN_CLASS if servers else MAIN_CLASS)
     log_path = log_path or os.path.join(os.path.abspath(data_dir), "zookeeper.log")
     with open(log_path, "ab") as log:
         offset = log.tell()
@@ -506,41 +779,77 @@ def start_blocking(data_dir: str, port: int, tick_time_ms: int = 2000, log_path:
     popen.kafkatw_log_offset = offset  # type: ignore[attr-defined]
     popen.kafkatw_data_dir = os.path.abspath(data_dir)  # type: ignore[attr-defined]
     popen.kafkatw_port_setting = port_setting  # type: ignore[attr-defined]
+    popen.kafkatw_bind_address = bind_address  # type: ignore[attr-defined]
+    popen.kafkatw_host = probe_host(bind_address)  # type: ignore[attr-defined]
     return popen
 
 
-def wait_ready(port: int, timeout_s: float = 30.0, popen: subprocess.Popen | None = None,
-               data_dir: str | None = None) -> None:
+def wait_ready(port: int, timeout_s: float | None = 30.0, popen: subprocess.Popen | None = None,
+               data_dir: str | None = None, host: str | None = None) -> None:
     """
     Poll every 100 ms until the server serves.  With a C{popen} of
     L{start_blocking} (or a C{data_dir}), only that server counts: its C{conf}
     must name its C{dataDir} and the process must still run afterwards (see
     the module docstring); otherwise any server whose C{srvr} reports its mode.
 
+    @param timeout_s: how long to wait (s); C{None}: as long as C{popen}
+        runs (a member of an ensemble waiting for its quorum).
+    @param host: where to reach the server (default: C{popen}'s bind address,
+        else 127.0.0.1).
     @raise ZooKeeperPortInUseError: C{popen} exited with a bind error.
     @raise ZooKeeperStartError: not ready within C{timeout_s}, or C{popen}
         exited (the reason from its log in the message).
     """
-    deadline = time.monotonic() + timeout_s
+    if timeout_s is None and popen is None:
+        raise ValueError("wait_ready without a timeout needs the process (popen)")
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
     command = " ".join(getattr(popen, "kafkatw_command", []) or ["java ... " + MAIN_CLASS])
     data_dir = data_dir or getattr(popen, "kafkatw_data_dir", None)
+    host = host or getattr(popen, "kafkatw_host", "127.0.0.1")
 
     def exited() -> ZooKeeperStartError:
         assert popen is not None
-        return _exited_error(port, popen.returncode, getattr(popen, "kafkatw_log_path", "?"),
-                             getattr(popen, "kafkatw_log_offset", 0),
-                             getattr(popen, "kafkatw_port_setting", "the port argument"))
+        return _popen_exited_error(port, popen)
 
     while True:
         if popen is not None and popen.poll() is not None:
             raise exited()
-        if serving_from(port, data_dir) if data_dir else serving(port):
+        if serving_from(port, data_dir, host) if data_dir else serving(port, host):
             if popen is not None and popen.poll() is not None:
                 raise exited()
             return
-        if time.monotonic() > deadline:
+        if deadline is not None and time.monotonic() > deadline:
             raise ZooKeeperStartError(f"ZooKeeper on port {port} not ready after {timeout_s} s; command: {command}")
         time.sleep(0.1)
+
+
+def wait_listening(port: int, timeout_s: float, popen: subprocess.Popen) -> None:
+    """
+    Poll every 100 ms until C{popen} (of L{start_blocking}) answers C{ruok}
+    with C{imok}: it listens for clients, serving or not (a member of an
+    ensemble answers before it has a quorum).
+
+    @raise ZooKeeperPortInUseError: C{popen} exited with a bind error.
+    @raise ZooKeeperStartError: no answer within C{timeout_s}, or C{popen} exited.
+    """
+    deadline = time.monotonic() + timeout_s
+    host = getattr(popen, "kafkatw_host", "127.0.0.1")
+    while popen.poll() is None:
+        if ruok(port, host) and popen.poll() is None:
+            return
+        if time.monotonic() > deadline:
+            raise ZooKeeperStartError(f"ZooKeeper on port {port} did not answer ruok within {timeout_s} s;"
+                                      f" log: {getattr(popen, 'kafkatw_log_path', '?')}")
+        time.sleep(0.1)
+    raise _popen_exited_error(port, popen)
+
+
+def _popen_exited_error(port: int, popen: subprocess.Popen) -> ZooKeeperStartError:
+    log_path = getattr(popen, "kafkatw_log_path", "?")
+    reason = start_error_from_log(log_path, getattr(popen, "kafkatw_log_offset", 0))
+    return _exited_error(port, popen.returncode, reason, log_path,
+                         getattr(popen, "kafkatw_port_setting", "the port argument"),
+                         getattr(popen, "kafkatw_bind_address", "127.0.0.1"))
 
 
 def stop_blocking(popen: subprocess.Popen, kill_after_s: float = 10.0) -> int:
