@@ -909,11 +909,14 @@ class KafkaApis(TransactionApis, QuotaApis, AdminToolApis):
             partitions = []
             for p in topic.partitions:
                 try:
-                    partition = self.replica_manager.leader_partition(name, p.partition)
+                    # Kafka's Partition.getLocalLog: the leader epoch (KIP-320) before the role
+                    partition = self.replica_manager.get_partition(name, p.partition)
                     partition.check_leader_epoch(getattr(p, "current_leader_epoch", -1))
-                    log = partition.log
+                    log = partition.leader_log()
                     if replica_id >= 0:
-                        partition.update_follower(replica_id, p.fetch_offset, getattr(p, "log_start_offset", -1))
+                        if log.log_start_offset <= p.fetch_offset <= log.log_end_offset:
+                            # what the follower holds; not for a fetch in error (Kafka's updateFollowerFetchState)
+                            partition.update_follower(replica_id, p.fetch_offset, getattr(p, "log_start_offset", -1))
                         max_offset = log.log_end_offset
                     else:
                         max_offset = log.high_watermark
@@ -923,11 +926,13 @@ class KafkaApis(TransactionApis, QuotaApis, AdminToolApis):
                         max_offset = last_stable_offset
                     regions: list[Any] = []
                     size = 0
-                    if remaining > 0:
-                        regions = log.read(p.fetch_offset, min(p.partition_max_bytes, remaining), max_offset,
-                                           min_one_batch=total == 0)
+                    if remaining > 0 or total == 0:
+                        # KIP-74: until a partition returned data, its first batch comes whatever the limits
+                        # (Kafka's minOneMessage), a zero limit too; 1 byte reads the same for log.read
+                        limit = max(min(p.partition_max_bytes, remaining), 0 if total else 1)
+                        regions = log.read(p.fetch_offset, limit, max_offset, min_one_batch=total == 0)
                         size = sum(r.length for r in regions)
-                        remaining -= size
+                        remaining = max(0, remaining - size)
                     elif not log.log_start_offset <= p.fetch_offset <= log.log_end_offset:
                         log.read(p.fetch_offset, 1, max_offset)  # raises OffsetOutOfRange
                     aborted = None
@@ -966,7 +971,7 @@ class KafkaApis(TransactionApis, QuotaApis, AdminToolApis):
             quota_max_bytes = None if bound is None else max(1, int(bound))
         topics, total, any_error = self._read_partitions(request, denied, quota_max_bytes)
         max_wait_ms = int(request.max_wait.total_seconds() * 1000)
-        if any_error or total >= request.min_bytes or max_wait_ms <= 0 or total >= request.max_bytes:
+        if any_error or total >= request.min_bytes or max_wait_ms <= 0 or 0 < request.max_bytes <= total:
             return self._fetch_response(context, topics, request)
         tps = [(t.topic, p.partition) for t in request.topics for p in t.partitions]
         if not tps:

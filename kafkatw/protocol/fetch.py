@@ -169,7 +169,7 @@ def encode_fetch_response(
     chunks: list[Any] = []
     total = 0
     pending = head
-    no_aborted = encode_uvarint(1) if flexible else _I32.pack(-1)
+    no_aborted = b"\x00" if flexible else _I32.pack(-1)  # a null array: compact length 0, else -1
     for name, partitions in topics:
         pending += encode_string(name, flexible)
         pending += encode_array_length(len(partitions), flexible)
