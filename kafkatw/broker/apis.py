@@ -1023,9 +1023,10 @@ class KafkaApis(TransactionApis, QuotaApis, AdminToolApis):
                     partitions.append(entry)
                     continue
                 try:
-                    partition = self.replica_manager.leader_partition(topic.name, p.partition_index)
+                    # the leader epoch (KIP-320) before the role, as Fetch (Kafka's Partition.getLocalLog)
+                    partition = self.replica_manager.get_partition(topic.name, p.partition_index)
                     partition.check_leader_epoch(getattr(p, "current_leader_epoch", -1))
-                    log = partition.log
+                    log = partition.leader_log()
                     ts = p.timestamp
                     # Kafka's Partition.fetchOffsetForTimestamp: a consumer sees the offsets below the
                     # high watermark (the last stable offset for read_committed), a replica the whole log
@@ -1163,9 +1164,11 @@ class KafkaApis(TransactionApis, QuotaApis, AdminToolApis):
                     partitions.append(entry)
                     continue
                 try:
-                    partition = self.replica_manager.leader_partition(topic.topic, p.partition)
+                    # the leader epoch before the role, as Fetch (Kafka's Partition.getLocalLog)
+                    partition = self.replica_manager.get_partition(topic.topic, p.partition)
                     partition.check_leader_epoch(p.current_leader_epoch)
-                    entry["leader_epoch"], entry["end_offset"] = partition.log.end_offset_for_epoch(p.leader_epoch)
+                    entry["leader_epoch"], entry["end_offset"] = \
+                        partition.leader_log().end_offset_for_epoch(p.leader_epoch)
                 except KafkaError as e:
                     entry["error_code"] = int(e.error_code)
                 partitions.append(entry)

@@ -906,6 +906,29 @@ class ReplicationApisTests(unittest.TestCase):
             self.assertEqual(self.follower_fetch(h, 0, current_leader_epoch=current).error_code, code, current)
             self.assertEqual(list_offsets(current), code, current)
 
+    def test_a_moved_leader_fences_a_stale_epoch_before_refusing(self) -> None:
+        """
+        Kafka's C{Partition.getLocalLog}, for ListOffsets and
+        OffsetForLeaderEpoch as for Fetch: where the leader moved away, a
+        stale C{current_leader_epoch} is C{FENCED_LEADER_EPOCH}, a newer one
+        C{UNKNOWN_LEADER_EPOCH}, the current one (or none)
+        C{NOT_LEADER_OR_FOLLOWER}.
+        """
+        h = self.harness()
+        h.produce("t", 0, build_batch([(None, b"v")]))
+        h.write_state("t", 0, 1, 2, [1, 0])  # broker 1 leads at epoch 2
+
+        def list_offsets(current: int) -> int:
+            body = {"replica_id": -1, "isolation_level": 0, "topics": [{"name": "t", "partitions": [
+                {"partition_index": 0, "current_leader_epoch": current, "timestamp": -1}]}]}
+            return h.call(2, 4, body).topics[0].partitions[0].error_code
+
+        for current, code in [(-1, ErrorCode.not_leader_or_follower), (2, ErrorCode.not_leader_or_follower),
+                              (1, ErrorCode.fenced_leader_epoch), (3, ErrorCode.unknown_leader_epoch)]:
+            self.assertEqual(list_offsets(current), code, current)
+            if current >= 0:
+                self.assertEqual(self.offset_for_leader_epoch(h, 0, current=current)[0], code, current)
+
     def test_metadata_returns_the_stored_leader_epoch_and_isr(self) -> None:
         h = self.harness()
         h.write_state("t", 0, 1, 4, [1])
