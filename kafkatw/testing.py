@@ -31,9 +31,13 @@ from twisted.internet.defer import Deferred, fail, succeed
 
 from kafkatw.zookeeper.bridge import (
     BadVersionError,
+    CheckOp,
+    CreateOp,
+    DeleteOp,
     NodeExistsError,
     NoNodeError,
     NotEmptyError,
+    SetOp,
     ZnodeStat,
     ZooKeeperError,
     ZooKeeperUnavailableError,
@@ -491,6 +495,76 @@ class FakeZooKeeper:
         self._fire(path, "deleted")
         self._fire(parent_path, "child")
 
+    def multi(self, ops: list, owner: int) -> list:
+        """
+        ZooKeeper's multi on absolute paths: every op is validated in order
+        against the changes of the ops before it (as ZooKeeper's
+        C{PrepRequestProcessor} does), then all are applied -- or, at the
+        first op that fails, none is and its error is raised with its
+        C{op_index}.  Sequential creates are not supported.
+
+        @param owner: the session that owns the ephemeral nodes created.
+        @return: per op: C{True} (check, delete), the created path, the new L{ZnodeStat}.
+        """
+        # path -> (version, number of children, ephemeral owner), None once deleted
+        overlay: dict[str, tuple[int, int, int] | None] = {}
+
+        def state(path: str) -> tuple[int, int, int] | None:
+            if path in overlay:
+                return overlay[path]
+            node = self._lookup(path)
+            return None if node is None else (node.stat.version, len(node.children), node.ephemeral_owner)
+
+        def fail(index: int, error: ZooKeeperError) -> None:
+            error.op_index = index
+            raise error
+
+        for index, op in enumerate(ops):
+            path = op.path
+            current = state(path)
+            parent_path = posixpath.split(path.rstrip("/"))[0]
+            if isinstance(op, CreateOp):
+                parent = state(parent_path)
+                if parent is None:
+                    fail(index, NoNodeError(parent_path))
+                assert parent is not None
+                if current is not None:
+                    fail(index, NodeExistsError(path))
+                if parent[2]:
+                    fail(index, ZooKeeperError(f"NoChildrenForEphemerals: {parent_path}"))
+                overlay[path] = (0, 0, owner if op.ephemeral else 0)
+                overlay[parent_path] = (parent[0], parent[1] + 1, parent[2])
+                continue
+            if current is None:
+                fail(index, NoNodeError(path))
+            assert current is not None
+            version = op.version if isinstance(op, (CheckOp, SetOp, DeleteOp)) else -1
+            if version != -1 and version != current[0]:
+                fail(index, BadVersionError(f"{path}: version {current[0]}, expected {version}"))
+            if isinstance(op, SetOp):
+                overlay[path] = (current[0] + 1, current[1], current[2])
+            elif isinstance(op, DeleteOp):
+                if current[1]:
+                    fail(index, NotEmptyError(path))
+                parent = state(parent_path)
+                assert parent is not None
+                overlay[path] = None
+                overlay[parent_path] = (parent[0], parent[1] - 1, parent[2])
+            elif not isinstance(op, CheckOp):
+                raise TypeError(f"not a multi operation: {op!r}")
+        results: list = []
+        for op in ops:
+            if isinstance(op, CheckOp):
+                results.append(True)
+            elif isinstance(op, CreateOp):
+                results.append(self.create(op.path, op.value, owner if op.ephemeral else 0, False, False))
+            elif isinstance(op, SetOp):
+                results.append(self.set(op.path, op.value, op.version))
+            else:
+                self.delete(op.path, op.version, False)
+                results.append(True)
+        return results
+
     def expire(self, owner: int) -> None:
         """End session C{owner}: delete every ephemeral node of it."""
         self._passwords.pop(owner, None)
@@ -540,6 +614,11 @@ class FakeWatch:
     def _refresh(self) -> None:
         if self.cancelled or not self._client.connected:
             return
+        held = self._client._held_watches
+        if held is not None:
+            if self not in held:
+                held.append(self)
+            return
         node = self._client.server._lookup(self.abs_path)
         if self.kind == "children":
             value: Any = sorted(node.children) if node is not None else []
@@ -574,6 +653,8 @@ class FakeZooKeeperClient:
         self._state_listeners: list[Callable[[str], object]] = []
         self._new_session_callbacks: list[Callable[[], object]] = []
         self._watches: set[FakeWatch] = set()
+        self._held_watches: list[FakeWatch] | None = None
+        self._unnoticed = False  # expire_session_unnoticed
         self.available = True  # set False to make start() fail
 
     def _abs(self, path: str) -> str:
@@ -678,6 +759,51 @@ class FakeZooKeeperClient:
         for callback in list(self._new_session_callbacks):
             callback()
 
+    def expire_session_unnoticed(self) -> None:
+        """
+        A zombie: the session expires on the server (its ephemeral nodes go,
+        other sessions' watches fire) and the client is reconnected with a new
+        session before it has heard of it -- a process paused or cut off for
+        longer than the session timeout, whose ZooKeeper thread reconnects
+        before its reactor runs the C{LOST} listener.  Its watch
+        notifications are held (L{hold_watches}); its operations use the new
+        session.  L{notice_session} delivers what it missed.
+        """
+        self.hold_watches()
+        old, self._session = self._session, self.server.new_session_id()
+        self._unnoticed = True
+        if old is not None:
+            self.server.expire(old)
+
+    def notice_session(self) -> None:
+        """The zombie hears of its expiry: C{LOST}, C{CONNECTED}, watches re-read, new-session callbacks."""
+        if not self._unnoticed:
+            return
+        self._unnoticed = False
+        self._notify("LOST")
+        self._notify("CONNECTED")
+        self.release_watches()
+        for watch in list(self._watches):
+            watch._refresh()
+        for callback in list(self._new_session_callbacks):
+            callback()
+
+    def hold_watches(self) -> None:
+        """
+        Stop delivering this client's watch notifications (a client whose
+        view lags: a watch that has not fired yet, or a client cut off from
+        ZooKeeper): they are queued, one per watch, until L{release_watches}.
+        Its operations still work unless it is also L{disconnect}ed.
+        """
+        if self._held_watches is None:
+            self._held_watches = []
+
+    def release_watches(self) -> None:
+        """Deliver the held notifications (each re-reads the current value, as ZooKeeper's watches do)."""
+        held, self._held_watches = self._held_watches, None
+        for watch in held or ():
+            watch._refresh()
+
     def expire_session_for_testing(self) -> Deferred:
         """The real client's name for L{expire_session}."""
         self.expire_session()
@@ -746,6 +872,19 @@ class FakeZooKeeperClient:
             if fence.stat.version != fence_version:
                 raise BadVersionError(f"{fence_path} changed (expected version {fence_version})")
             return self.server.set(self._abs(path), value, version)
+
+        return self._op(go)
+
+    def multi(self, ops: list) -> Deferred:
+        """L{kafkatw.zookeeper.bridge.ZooKeeperClient.multi}: all of C{ops} or none (L{FakeZooKeeper.multi})."""
+        for op in ops:
+            if isinstance(op, (CreateOp, SetOp)) and not isinstance(op.value, bytes):
+                raise TypeError(f"value must be bytes, not {type(op.value).__name__}")
+        absolute = [op._replace(path=self._abs(op.path)) for op in ops]
+
+        def go() -> list:
+            results = self.server.multi(absolute, self._session or 0)
+            return [self._rel(r) if isinstance(r, str) else r for r in results]
 
         return self._op(go)
 

@@ -173,8 +173,11 @@ class AdminToolApis:
         (C{max(high watermark - log end offset, 0)}, Kafka's
         C{getLogEndOffsetLag} of a current replica) and C{is_future_key}
         false (no replica moves between directories).  v4 adds the file
-        system's total and usable bytes.  Without Describe on the cluster:
-        C{CLUSTER_AUTHORIZATION_FAILED} and no directories.
+        system's total and usable bytes.  An offline log directory (one that
+        failed, KIP-112) is listed with C{KAFKA_STORAGE_ERROR}, no partitions
+        and unknown sizes (-1), as Kafka's C{ReplicaManager.describeLogDirs}.
+        Without Describe on the cluster: C{CLUSTER_AUTHORIZATION_FAILED} and
+        no directories.
         """
         if not self._allowed(context, AclOperation.DESCRIBE, ResourceType.CLUSTER):
             return self._respond(context, {"throttle_time": 0,
@@ -196,7 +199,12 @@ class AdminToolApis:
                 "partition_index": log.partition, "partition_size": log.size_bytes,
                 "offset_lag": max(log.high_watermark - log.log_end_offset, 0), "is_future_key": False})
         results = []
+        offline = getattr(log_manager, "offline_log_dirs", {})
         for log_dir, topics in by_dir.items():
+            if log_dir in offline:
+                results.append({"error_code": int(_E.kafka_storage_error), "log_dir": log_dir, "total_bytes": -1,
+                                "usable_bytes": -1, "topics": []})
+                continue
             total = usable = -1
             try:
                 stat = os.statvfs(log_dir)

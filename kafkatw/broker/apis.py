@@ -947,6 +947,12 @@ class KafkaApis(TransactionApis, QuotaApis, AdminToolApis):
                     any_error = True
                     self.failed_fetch_requests += 1
                     partitions.append(PartitionFetchData(p.partition, int(e.error_code), -1, -1, -1, (), 0))
+                except OSError as e:  # a read of a failing log dir (EIO): the dir goes offline (KIP-112)
+                    any_error = True
+                    self.failed_fetch_requests += 1
+                    self.replica_manager.log_manager.log_failed(name, p.partition, e)
+                    partitions.append(PartitionFetchData(p.partition, int(ErrorCode.kafka_storage_error), -1, -1, -1,
+                                                         (), 0))
             topics.append((name, partitions))
         return topics, total, any_error
 
@@ -1055,6 +1061,9 @@ class KafkaApis(TransactionApis, QuotaApis, AdminToolApis):
                     entry["leader_epoch"] = partition.leader_epoch
                 except KafkaError as e:
                     entry["error_code"] = int(e.error_code)
+                except OSError as e:  # a read of a failing log dir (EIO): the dir goes offline (KIP-112)
+                    self.replica_manager.log_manager.log_failed(topic.name, p.partition_index, e)
+                    entry.update(error_code=int(ErrorCode.kafka_storage_error), offset=-1, timestamp=-1)
                 partitions.append(entry)
             topics.append({"name": topic.name, "partitions": partitions})
         return self._respond(context, {"throttle_time": 0, "topics": topics})
@@ -1520,9 +1529,11 @@ class KafkaApis(TransactionApis, QuotaApis, AdminToolApis):
 
     def handle_find_coordinator(self, context: RequestContext, request: Any) -> bytes:
         """
-        A group's coordinator is the broker L{kafkatw.broker.group_coordinator.coordinator_for}
-        picks from the live brokers in ``/brokers/ids``, so every broker answers
-        the same.  A transactional id's (key type 1) is the leader of its
+        A group's coordinator is the broker holding the group's
+        C{__consumer_offsets} partition in ZooKeeper
+        (L{kafkatw.broker.group_coordinator_election}), so every broker answers
+        the same; C{COORDINATOR_NOT_AVAILABLE} while no broker holds it (or its
+        holder has no such listener).  A transactional id's (key type 1) is the leader of its
         ``__transaction_state`` partition (L{TransactionApis}).  With an
         authorizer: Describe on the group (else C{GROUP_AUTHORIZATION_FAILED})
         or on the TransactionalId (else C{TRANSACTIONAL_ID_AUTHORIZATION_FAILED}).
@@ -1558,7 +1569,7 @@ class KafkaApis(TransactionApis, QuotaApis, AdminToolApis):
         address = broker.address(listener) if broker is not None else None
         if broker is None or address is None:
             entry["error_code"] = int(ErrorCode.coordinator_not_available)
-            entry["error_message"] = ("no live broker" if broker is None
+            entry["error_message"] = ("no live broker coordinates the group yet" if broker is None
                                       else f"the coordinator has no listener {listener}")
             return entry
         entry.update(node_id=broker.broker_id, host=address[0], port=address[1])

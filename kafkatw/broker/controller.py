@@ -15,9 +15,10 @@ proportional to changes, not to partitions × brokers).
 
 The controller reacts to activation, a change of the live brokers
 (C{/brokers/ids}), a controlled shutdown (C{/admin/controlled_shutdown/<id>},
-written by a broker on SIGTERM) and any change of a partition state (the
-broker's watches) the same way: it I{settles} every partition
-(L{KafkaController._decide}):
+written by a broker on SIGTERM), a failed log dir
+(C{/log_dir_event_notification/log_dir_event_<n>}, KIP-112) and any change of
+a partition state (the broker's watches) the same way: it I{settles} every
+partition (L{KafkaController._decide}):
 
   - a partition whose leader went away is elected a new leader from the live
     ISR, in assignment order (Kafka's C{offlinePartitionLeaderElection}); with
@@ -33,7 +34,17 @@ broker's watches) the same way: it I{settles} every partition
     on the older state fails, and the controller decides again from the state
     it re-reads until the partition is settled (a bounded number of writes
     per event, then a re-run of the event), so it never leaves a broker it
-    knows is gone in an ISR.
+    knows is gone in an ISR;
+  - a replica in a broker's failed log dir is I{offline} (Kafka's
+    C{OfflineReplica}): for that partition the broker counts as gone --
+    it loses the leadership to another live ISR member and leaves the ISR
+    -- while it stays live for its other partitions.  Which replicas are
+    offline the broker writes in its registration
+    (L{kafkatw.zookeeper.registry.Registry.set_offline_log_dirs}; Kafka
+    learns them from LeaderAndIsr responses, which kafkatw has not); its
+    notification makes the controller read them again, as activation and
+    a broker's (re)registration do.  A restarted broker registers without
+    them.
 
 Each election bumps the leader epoch.  The partition and replica state machines
 are the tables L{PARTITION_STATES} and L{REPLICA_STATES} (each state with its
@@ -52,7 +63,7 @@ from twisted.python.failure import Failure
 
 from ..errors import ErrorCode
 from ..zookeeper.bridge import BadVersionError, ZooKeeperError
-from ..zookeeper.registry import PartitionState, TopicAssignment
+from ..zookeeper.registry import LOG_DIR_EVENT_NOTIFICATION_PATH, PartitionState, TopicAssignment
 
 __all__ = ["KafkaController", "PARTITION_STATES", "REPLICA_STATES", "StateMachine", "IllegalStateChange",
            "Decision", "offline_partition_leader", "controlled_shutdown_leader", "MAX_SETTLE_ATTEMPTS"]
@@ -190,6 +201,9 @@ class KafkaController:
         self.partition_states = StateMachine(PARTITION_STATES, "NonExistentPartition")
         self.replica_states = StateMachine(REPLICA_STATES, "NonExistentReplica")
         self._shutdown_watch: Any = None
+        self._log_dir_watch: Any = None
+        #: broker id -> the partitions whose replicas are in its failed log dirs (KIP-112)
+        self.offline_replicas: dict[int, set[tuple[str, int]]] = {}
         self._electing: defer.Deferred | None = None
         self._election_waiters: list[defer.Deferred] = []
         #: C{(topic, partition)} -> target replicas of a reassignment in progress.
@@ -242,6 +256,10 @@ class KafkaController:
                 CONTROLLED_SHUTDOWN_PATH, self._shutdowns_changed)
         except ZooKeeperError as e:
             _log.warn("cannot watch {path}: {error}", path=CONTROLLED_SHUTDOWN_PATH, error=e)
+        try:
+            self._log_dir_watch = await self.registry.watch_log_dir_events(self._log_dir_events_changed)
+        except ZooKeeperError as e:
+            _log.warn("cannot watch {path}: {error}", path=LOG_DIR_EVENT_NOTIFICATION_PATH, error=e)
         await self.run(self._on_activation)
         return True
 
@@ -252,6 +270,9 @@ class KafkaController:
         if self._shutdown_watch is not None:
             self._shutdown_watch.cancel()
             self._shutdown_watch = None
+        if self._log_dir_watch is not None:
+            self._log_dir_watch.cancel()
+            self._log_dir_watch = None
 
     def controller_changed(self, controller_id: int | None) -> None:
         """The C{/controller} watch: resign when another broker holds it."""
@@ -290,8 +311,9 @@ class KafkaController:
 
     def brokers_changed(self, live: Iterable[int]) -> defer.Deferred:
         """The C{/brokers/ids} watch."""
-        self.live = set(live)
-        return self.run(self._on_brokers_changed)
+        previous, self.live = self.live, set(live)
+        joined = self.live - previous
+        return self.run(lambda: self._on_brokers_changed(joined))
 
     def topics_changed(self) -> defer.Deferred:
         """
@@ -314,8 +336,60 @@ class KafkaController:
         if self.shutting_down:
             self.run(self._on_controlled_shutdown)
 
+    def _log_dir_events_changed(self, children: list[str]) -> None:
+        """The C{/log_dir_event_notification} watch (Kafka's C{LogDirEventNotificationHandler})."""
+        if children:
+            self.run(lambda: self._on_log_dir_events(children))
+
+    async def _on_log_dir_events(self, children: list[str]) -> None:
+        """
+        Read and delete the notifications, re-read the offline replicas of
+        the brokers they name, and settle every partition: the leaderships
+        of offline replicas move to other live ISR members and their brokers
+        leave those ISRs (Kafka's C{onBrokerLogDirFailure}, which makes them
+        C{OfflineReplica}s).
+        """
+        brokers = set()
+        for child in children:
+            broker = await self.registry.take_log_dir_event(child)
+            if broker is not None:
+                brokers.add(broker)
+        for broker in sorted(brokers):
+            await self._read_offline_replicas(broker)
+        if brokers:
+            await self._settle_all()
+
+    async def _read_offline_replicas(self, broker: int) -> None:
+        """Read which replicas of C{broker} are offline from its registration (none when it is gone)."""
+        try:
+            offline = await self.registry.get_broker_offline_replicas(broker)
+        except ZooKeeperError as e:
+            _log.warn("cannot read broker {broker}'s offline log dirs: {error}", broker=broker, error=e)
+            return
+        before = self.offline_replicas.get(broker, set())
+        if offline:
+            self.offline_replicas[broker] = set(offline)
+        else:
+            self.offline_replicas.pop(broker, None)
+        if (offline or set()) != before:
+            _log.info("broker {broker}'s offline replicas (in failed log dirs): {partitions}", broker=broker,
+                      partitions=", ".join(f"{t}-{p}" for t, p in sorted(offline or ())) or "none")
+        for topic, partition in offline or ():
+            self.replica_states.states[(topic, partition, broker)] = "OfflineReplica"
+
+    def _live_for(self, key: tuple[str, int]) -> set[int]:
+        """The live brokers whose replica of C{key} is not offline (in a failed log dir)."""
+        if not self.offline_replicas:
+            return self.live
+        return {b for b in self.live if key not in self.offline_replicas.get(b, ())}
+
     async def _on_activation(self) -> None:
         self.live = set(self.metadata.brokers)
+        # Which replicas sit in failed log dirs (the brokers' registrations): Kafka's new
+        # controller learns it from the LeaderAndIsr responses of every broker.
+        self.offline_replicas.clear()
+        for broker in sorted(self.live):
+            await self._read_offline_replicas(broker)
         # Reassignments a previous controller started live on in the topic znodes (KIP-455).
         for name in list(self.metadata.topics):
             try:
@@ -332,16 +406,24 @@ class KafkaController:
         for key in self._all_partitions():
             state = self.metadata.partition_states.get(key)
             self.partition_states.states[key] = (
-                "OnlinePartition" if state is not None and state.leader in self.live else
+                "OnlinePartition" if state is not None and state.leader in self._live_for(key) else
                 "OfflinePartition" if state is not None else "NewPartition")
         # What a deposed controller left undone (an ISR still listing a dead broker) is done now.
         await self._settle_all()
 
-    async def _on_brokers_changed(self) -> None:
+    async def _on_brokers_changed(self, joined: Iterable[int] = ()) -> None:
+        # A broker gone takes its offline replicas with it; one that (re)registered, or
+        # one with offline replicas (a restart the watch may have seen as no change), is read again.
+        for broker in list(self.offline_replicas):
+            if broker not in self.live:
+                del self.offline_replicas[broker]
+        for broker in sorted((set(joined) | set(self.offline_replicas)) & self.live):
+            await self._read_offline_replicas(broker)
         for (topic, partition), replicas in self._assignments():
             for replica in replicas:
                 key = (topic, partition, replica)
-                self.replica_states.states[key] = "OnlineReplica" if replica in self.live else "OfflineReplica"
+                self.replica_states.states[key] = "OnlineReplica" if replica in self._live_for(
+                    (topic, partition)) else "OfflineReplica"
         await self._settle_all()
 
     async def _on_controlled_shutdown(self) -> None:
@@ -367,7 +449,7 @@ class KafkaController:
         """Whether a broker may be in an ISR: alive and not in controlled shutdown (KIP-841)."""
         return broker_id in self.live and broker_id not in self.shutting_down
 
-    def _track(self, key: tuple[str, int], state: Any) -> None:
+    def _track(self, key: tuple[str, int], state: Any, live: set[int]) -> None:
         """
         Enter a partition with a state znode into the partition state machine
         when it is new to it (created after activation: C{NewPartition}), and
@@ -375,7 +457,7 @@ class KafkaController:
         """
         self._ensure_known(key)
         current = self.partition_states.state(key)
-        if state.leader in self.live and current != "OnlinePartition":
+        if state.leader in live and current != "OnlinePartition":
             self.partition_states.move(key, "OnlinePartition")
 
     def _decide(self, key: tuple[str, int], state: Any) -> Decision | None:
@@ -392,25 +474,32 @@ class KafkaController:
              at the same epoch (Kafka's C{removeReplicasFromIsr}); the leader
              stays in it, and so does a leader nobody can take over from.
 
+        A broker whose replica of this partition is offline (in a failed log
+        dir, KIP-112) counts as gone in all three, for this partition only:
+        its leadership moves (1) and it leaves the ISR (3).
+
         The state machines' moves (C{OfflinePartition} and back) happen here.
         """
         replicas = self._replicas(key)
         if replicas is None or state is None:
             return None
-        elected = self._decide_election(key, replicas, state)
-        if elected is not None or state.leader not in self.live:
+        live = self._live_for(key)
+        elected = self._decide_election(key, replicas, state, live)
+        if elected is not None or state.leader not in live:
             return elected
-        eligible = [r for r in state.isr if self.isr_eligible(r)]
-        if state.leader in self.shutting_down:
-            leader = controlled_shutdown_leader(replicas, state.isr, self.live, self.shutting_down)
+        shutting_down = self.shutting_down
+        eligible = [r for r in state.isr if r in live and r not in shutting_down]
+        if state.leader in shutting_down:
+            leader = controlled_shutdown_leader(replicas, state.isr, live, shutting_down)
             if leader >= 0:
                 return Decision(leader, eligible, True, "controlled shutdown")
-        isr = [r for r in state.isr if r == state.leader or self.isr_eligible(r)]
+        isr = [r for r in state.isr if r == state.leader or r in live and r not in shutting_down]
         if isr and isr != list(state.isr):
-            return Decision(state.leader, isr, False, "replicas gone or shutting down")
+            return Decision(state.leader, isr, False, "replicas gone, offline or shutting down")
         return None
 
-    def _decide_election(self, key: tuple[str, int], replicas: list[int], state: Any) -> Decision | None:
+    def _decide_election(self, key: tuple[str, int], replicas: list[int], state: Any,
+                         live: set[int]) -> Decision | None:
         """
         Kafka's C{offlinePartitionLeaderElection} for a partition without a
         live leader: the first assigned replica alive and in the ISR, at a new
@@ -418,16 +507,18 @@ class KafkaController:
         unclean election when allowed, else the partition is offline.  A
         partition that was offline and whose last leader returned is elected
         again (at a new epoch, as Kafka does).
+
+        @param live: the live brokers whose replica of this partition is online.
         """
-        if state.leader in self.live and self.partition_states.state(key) == "OfflinePartition":
-            leader, _ = offline_partition_leader(replicas, state.isr, self.live, False)
+        if state.leader in live and self.partition_states.state(key) == "OfflinePartition":
+            leader, _ = offline_partition_leader(replicas, state.isr, live, False)
             if leader >= 0:
-                return Decision(leader, [r for r in state.isr if r in self.live], True, "its leader returned")
-        self._track(key, state)
-        if state.leader in self.live:
+                return Decision(leader, [r for r in state.isr if r in live], True, "its leader returned")
+        self._track(key, state, live)
+        if state.leader in live:
             return None
         topic, partition = key
-        leader, unclean = offline_partition_leader(replicas, state.isr, self.live, self._unclean(topic))
+        leader, unclean = offline_partition_leader(replicas, state.isr, live, self._unclean(topic))
         if leader < 0:
             if self.partition_states.state(key) != "OfflinePartition":
                 _log.warn("{topic}-{partition} is offline: no live in-sync replica among {isr}",
@@ -436,7 +527,8 @@ class KafkaController:
             return None
         if unclean:
             return Decision(leader, [leader], True, "unclean", unclean=True)
-        return Decision(leader, [r for r in state.isr if r in self.live], True, "its leader is gone")
+        why = "its leader is gone" if state.leader not in self.live else "its leader's replica is offline"
+        return Decision(leader, [r for r in state.isr if r in live], True, why)
 
     async def _settle_all(self) -> None:
         """L{_settle} every partition; the ones still contended are settled again by a re-run."""
@@ -514,22 +606,23 @@ class KafkaController:
                 if replicas is None or state is None:
                     results[key] = (ErrorCode.unknown_topic_or_partition, "no such partition")
                     continue
+                live = self._live_for(key)  # a replica in a failed log dir is not a candidate
                 if election_type == 0:
                     preferred = replicas[0]
                     # A dead leader recorded in the state is no leader (Kafka writes NoLeader there).
-                    if state.leader == preferred and preferred in self.live:
+                    if state.leader == preferred and preferred in live:
                         results[key] = (ErrorCode.election_not_needed, "the preferred replica leads")
-                    elif preferred not in self.live or preferred not in state.isr:
+                    elif preferred not in live or preferred not in state.isr:
                         results[key] = (ErrorCode.preferred_leader_not_available,
                                         f"preferred replica {preferred} is not alive and in sync")
                     else:
                         await self._write(key[0], key[1], state, preferred, list(state.isr), new_epoch=True)
                         results[key] = (ErrorCode.none, None)
                 else:
-                    if state.leader in self.live:
+                    if state.leader in live:
                         results[key] = (ErrorCode.election_not_needed, "the partition has a live leader")
                         continue
-                    leader, unclean = offline_partition_leader(replicas, state.isr, self.live, True)
+                    leader, unclean = offline_partition_leader(replicas, state.isr, live, True)
                     if leader < 0:
                         results[key] = (ErrorCode.eligible_leaders_not_available, "no live replica")
                         continue
@@ -538,7 +631,7 @@ class KafkaController:
                                   topic=key[0], partition=key[1], leader=leader)
                         self.unclean_elections += 1
                     await self._write(key[0], key[1], state, leader,
-                                      [leader] if unclean else [r for r in state.isr if r in self.live],
+                                      [leader] if unclean else [r for r in state.isr if r in live],
                                       new_epoch=True)
                     results[key] = (ErrorCode.none, None)
 
@@ -569,7 +662,7 @@ class KafkaController:
                           "electing it for the others", broker=broker, led=len(keys) - len(off), total=len(keys))
                 for key in off:
                     state = self.metadata.partition_states[key]
-                    if broker in state.isr:
+                    if broker in state.isr and key not in self.offline_replicas.get(broker, ()):
                         await self._write(key[0], key[1], state, broker, list(state.isr), new_epoch=True)
 
         return self.run(go)
@@ -654,7 +747,7 @@ class KafkaController:
                 continue
             topic, partition = key
             if state.leader not in target:
-                leader = controlled_shutdown_leader(target, state.isr, self.live, self.shutting_down)
+                leader = controlled_shutdown_leader(target, state.isr, self._live_for(key), self.shutting_down)
                 if leader < 0:
                     continue
                 if not await self._write(topic, partition, state, leader, [r for r in state.isr if r in target],

@@ -34,8 +34,21 @@ Group states and their valid previous states — the one table of this machine
   - Stable: assignment handed out; members heartbeat.
   - Dead: the group was deleted or moved to another coordinator.
 
-Which broker coordinates a group: L{coordinator_for} (rendezvous hashing over
-the live broker ids in ``/brokers/ids``; docs/consumer-groups.md).
+Which broker coordinates a group is a placement: in a broker, the ZooKeeper
+election of L{kafkatw.broker.group_coordinator_election} -- the group's
+C{__consumer_offsets} partition has one holder at a time, with a coordinator
+epoch that every write checks (a L{Fence}), so a deposed coordinator writes
+nothing and answers NOT_COORDINATOR; its preferred holder is L{coordinator_for}
+(rendezvous hashing over the candidate brokers).  Without ZooKeeper (unit
+tests of the state machine), L{StaticPlacement} computes it from a view of the
+live brokers, unfenced.  docs/consumer-groups.md, "Which broker coordinates a
+group".
+
+A JoinGroup or SyncGroup is answered with success, and an OffsetCommit
+acknowledged, only once ZooKeeper has confirmed, after the answer was decided,
+that this broker still held the group's coordinator epoch: the commit's own
+fenced multi, or a check batched with the commits (L{OffsetStore.confirm}).
+Heartbeats and LeaveGroup are answered from memory, as Kafka does.
 
 Source: Apache Kafka 3.x C{kafka.coordinator.group}; the protocol guide; KIP-345,
 KIP-394 (MEMBER_ID_REQUIRED).
@@ -48,14 +61,14 @@ import hashlib
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, NamedTuple
 
 from twisted.internet import defer
 from twisted.logger import Logger
 
 from ..errors import ErrorCode
 from ..zookeeper.bridge import ZooKeeperError
-from ..zookeeper.registry import CommittedOffset
+from ..zookeeper.registry import CommittedOffset, FencedError
 
 __all__ = [
     "GroupState",
@@ -66,6 +79,9 @@ __all__ = [
     "SyncResult",
     "GroupCoordinator",
     "OffsetStore",
+    "Fence",
+    "UNFENCED",
+    "StaticPlacement",
     "coordinator_for",
     "NEW_MEMBER_JOIN_TIMEOUT_MS",
 ]
@@ -121,6 +137,49 @@ def coordinator_for(group_id: str, broker_ids: Iterable[int]) -> int | None:
         if best is None or weight > best_weight or (weight == best_weight and broker_id < best):
             best, best_weight = broker_id, weight
     return best
+
+
+class Fence(NamedTuple):
+    """
+    What a coordinator's writes for a group check: the znode of the group's
+    coordinator epoch and the version this broker's claim gave it
+    (L{kafkatw.zookeeper.registry.Registry.set_committed_offsets}).
+
+    @ivar path: C{/group_coordinator/epochs/<partition>}, or C{None} for an
+        unfenced placement (L{StaticPlacement}).
+    @ivar version: the coordinator epoch (that znode's version).
+    """
+
+    path: str | None
+    version: int
+
+
+#: The fence of L{StaticPlacement}: writes check nothing.
+UNFENCED = Fence(None, 0)
+
+
+class StaticPlacement:
+    """
+    The coordinator of a group computed from one view of the live brokers
+    (L{coordinator_for}), with nothing fenced: two brokers whose views differ
+    would both coordinate.  For a group coordinator standing alone (unit
+    tests, tools); a broker uses L{kafkatw.broker.group_coordinator_election.GroupCoordinatorElection}.
+
+    @param live_brokers: returns the ids of the live brokers.
+    """
+
+    def __init__(self, broker_id: int, live_brokers: Callable[[], Iterable[int]]) -> None:
+        self.broker_id = broker_id
+        self.live_brokers = live_brokers
+
+    def coordinator(self, group_id: str) -> int | None:
+        return coordinator_for(group_id, self.live_brokers())
+
+    def fence(self, group_id: str) -> Fence | None:
+        """The fence of this broker's coordination of C{group_id}, or C{None} when another broker coordinates it."""
+        return UNFENCED if self.coordinator(group_id) == self.broker_id else None
+
+    acting = fence
 
 
 @dataclass
@@ -190,6 +249,8 @@ class Group:
     initial_join: bool = False
     new_member_added: bool = False
     initial_remaining_ms: int = 0
+    #: the coordinator epoch this broker held when it loaded the group (L{Fence})
+    fence: Fence | None = None
 
     def transition_to(self, state: GroupState) -> None:
         """Move to C{state}; anything the table does not allow is a bug."""
@@ -305,8 +366,16 @@ class OffsetStore:
     consumer or by C{consumer-groups --reset-offsets}, and an acknowledged
     commit must be what ZooKeeper holds.
 
+    A batch is one ZooKeeper multi per L{Fence} (per coordinator epoch of a
+    group's partition; L{kafkatw.zookeeper.registry.Registry.set_committed_offsets}):
+    the multi checks the fence, so the commits a deposed coordinator accepted
+    are answered C{NOT_COORDINATOR} and never written.  L{confirm} rides on the
+    same multis.
+
     @param registry: a L{kafkatw.zookeeper.registry.Registry}.
     @param clock: an C{IReactorTime}.
+    @ivar fenced: called with the L{Fence} of a write that found it moved
+        (the group coordinator election drops that claim).
     """
 
     def __init__(self, registry: Any, clock: Any, batch_interval_ms: int = 10, timeout_ms: int = 5000,
@@ -316,50 +385,96 @@ class OffsetStore:
         self.batch_interval_ms = batch_interval_ms
         self.timeout_ms = timeout_ms
         self.now_ms = now_ms or (lambda: int(time.time() * 1000))
-        self._pending: dict[tuple[str, str, int], tuple[CommittedOffset, list[defer.Deferred]]] = {}
+        self._pending: dict[Fence, dict[tuple[str, str, int], tuple[CommittedOffset, list[defer.Deferred]]]] = {}
+        self._confirms: dict[Fence, list[defer.Deferred]] = {}
         self._timer: Any = None
-        self.writes = 0  # ZooKeeper writes done (for tests and metrics)
+        self.fenced: Callable[[Fence], object] | None = None
+        self.writes = 0  # offsets written to ZooKeeper (for tests and metrics)
         self.batches = 0
+        self.multis = 0  # ZooKeeper multis sent
 
-    def commit(self, group_id: str, offsets: dict[tuple[str, int], CommittedOffset]) -> defer.Deferred:
+    def commit(self, group_id: str, offsets: dict[tuple[str, int], CommittedOffset],
+               fence: Fence = UNFENCED) -> defer.Deferred:
         """
+        @param fence: the coordinator epoch the commits were accepted under.
         @return: a Deferred firing with C{{(topic, partition): ErrorCode}}.
         """
         waiting: list[defer.Deferred] = []
         keys: list[tuple[str, int]] = []
+        pending = self._pending.setdefault(fence, {})
         for (topic, partition), committed in offsets.items():
             key = (group_id, topic, partition)
             d: defer.Deferred = defer.Deferred()
-            previous = self._pending.get(key)
-            self._pending[key] = (committed, (previous[1] if previous else []) + [d])
+            previous = pending.get(key)
+            pending[key] = (committed, (previous[1] if previous else []) + [d])
             waiting.append(d)
             keys.append((topic, partition))
-        if self._pending and self._timer is None:
-            self._timer = self.clock.callLater(self.batch_interval_ms / 1000.0, self._flush)
+        self._schedule()
         gathered = defer.gatherResults(waiting)
         gathered.addCallback(lambda codes: dict(zip(keys, codes)))
         return gathered
 
-    def _flush(self) -> None:
+    def confirm(self, fence: Fence | None) -> defer.Deferred:
+        """
+        Have ZooKeeper confirm that C{fence} still holds, in the next batch
+        (a check in that fence's multi).
+
+        @return: a Deferred firing with C{ErrorCode.none}, C{NOT_COORDINATOR}
+            (the fence moved) or C{COORDINATOR_NOT_AVAILABLE} (ZooKeeper failed
+            or timed out).
+        """
+        if fence is None:
+            return _succeed(ErrorCode.not_coordinator)
+        if fence.path is None:
+            return _succeed(ErrorCode.none)
+        d: defer.Deferred = defer.Deferred()
+        self._confirms.setdefault(fence, []).append(d)
+        self._schedule()
+        d.addCallback(lambda code: ErrorCode.coordinator_not_available
+                      if code == ErrorCode.request_timed_out else code)
+        return d
+
+    def _schedule(self) -> None:
+        if (self._pending or self._confirms) and self._timer is None:
+            self._timer = self.clock.callLater(self.batch_interval_ms / 1000.0, self._flush)
+
+    def _flush(self) -> defer.Deferred:
         self._timer = None
         batch, self._pending = self._pending, {}
+        confirms, self._confirms = self._confirms, {}
         self.batches += 1
-        for key, (committed, waiters) in batch.items():
-            group_id, topic, partition = key
-            self.writes += 1
-            d = self.registry.set_committed_offset(group_id, topic, partition, committed)
+        written = []
+        for fence in [*batch, *(f for f in confirms if f not in batch)]:
+            entries = batch.get(fence, {})
+            waiters = confirms.get(fence, [])
+            if not entries and not waiters:
+                continue
+            self.multis += 1
+            self.writes += len(entries)
+            d = self.registry.set_committed_offsets({key: committed for key, (committed, _) in entries.items()},
+                                                    fence.path, fence.version)
             d.addTimeout(self.timeout_ms / 1000.0, self.clock)
-            d.addCallbacks(lambda _: ErrorCode.none, self._write_failed, errbackArgs=(key,))
-            d.addCallback(self._answer, waiters)
+            d.addCallbacks(lambda _: ErrorCode.none, self._write_failed, errbackArgs=(fence, list(entries)))
+            d.addCallback(self._answer, [w for _, ws in entries.values() for w in ws] + waiters)
+            written.append(d)
+        return defer.gatherResults(written)
 
-    def _write_failed(self, failure: Any, key: tuple[str, str, int]) -> ErrorCode:
+    def _write_failed(self, failure: Any, fence: Fence, keys: list[tuple[str, str, int]]) -> ErrorCode:
+        what = f"the offsets of {keys[0]}{f' and {len(keys) - 1} more' if len(keys) > 1 else ''}" if keys else \
+            "a fence check"
+        if failure.check(FencedError):
+            _log.info("not writing {what}: this broker no longer holds coordinator epoch {epoch} ({path})",
+                      what=what, epoch=fence.version, path=fence.path)
+            if self.fenced is not None:
+                self.fenced(fence)
+            return ErrorCode.not_coordinator
         if failure.check(defer.TimeoutError):
-            _log.warn("writing the offset of {key} to ZooKeeper timed out", key=key)
+            _log.warn("writing {what} to ZooKeeper timed out", what=what)
             return ErrorCode.request_timed_out
         if failure.check(ZooKeeperError):
-            _log.warn("writing the offset of {key} to ZooKeeper failed: {error}", key=key, error=failure.value)
+            _log.warn("writing {what} to ZooKeeper failed: {error}", what=what, error=failure.value)
         else:
-            _log.failure("writing the offset of {key} failed", failure, key=key)
+            _log.failure("writing {what} failed", failure, what=what)
         return ErrorCode.coordinator_not_available
 
     @staticmethod
@@ -371,11 +486,12 @@ class OffsetStore:
         """@return: a Deferred firing with C{{(topic, partition): CommittedOffset}} read from ZooKeeper."""
         return self.registry.get_committed_offsets(group_id, partitions)
 
-    def flush_now(self) -> None:
-        """Write the pending batch at once (shutdown)."""
+    def flush_now(self) -> defer.Deferred:
+        """Write the pending batch at once (shutdown); @return: a Deferred firing once it is written (or failed)."""
         if self._timer is not None:
             self._timer.cancel()
-            self._flush()
+            return self._flush()
+        return _succeed(None)
 
 
 def _succeed(value: Any) -> defer.Deferred:
@@ -392,7 +508,8 @@ class GroupCoordinator:
     @param broker_id: this broker's id.
     @param config: the L{kafkatw.config.BrokerConfig} (group.* and offsets.* keys).
     @param clock: C{IReactorTime}.
-    @param live_brokers: returns the ids of the live brokers (``/brokers/ids``).
+    @param live_brokers: returns the ids of the live brokers (``/brokers/ids``),
+        for the L{StaticPlacement} used until L{use_election}.
     @param offsets: the L{OffsetStore}.
     @param topic_exists: whether a topic is known (OffsetCommit answers
         UNKNOWN_TOPIC_OR_PARTITION otherwise); C{None}: every topic exists.
@@ -413,20 +530,66 @@ class GroupCoordinator:
         self.max_group_size = config["group.max.size"]
         self.offset_metadata_max_bytes = config["offset.metadata.max.bytes"]
         self.groups: dict[str, Group] = {}
+        self.placement: Any = StaticPlacement(broker_id, live_brokers)
+        self.election: Any = None
 
     # --- placement -------------------------------------------------------------
 
+    def use_election(self, election: Any) -> None:
+        """
+        Coordinate the groups whose C{__consumer_offsets} partition this broker
+        holds in C{election} (a
+        L{kafkatw.broker.group_coordinator_election.GroupCoordinatorElection}),
+        fenced by its coordinator epochs, instead of the L{StaticPlacement}.
+        """
+        self.placement = self.election = election
+        election.listeners.append(self.placement_changed)
+        election.before_release = self._before_release
+        self.offsets.fenced = election.fenced
+        self.placement_changed()
+
     def coordinator(self, group_id: str) -> int | None:
-        return coordinator_for(group_id, self.live_brokers())
+        """The broker coordinating C{group_id} (FindCoordinator's answer), or C{None} when none does."""
+        return self.placement.coordinator(group_id)
 
     def owns(self, group_id: str) -> bool:
-        return self.coordinator(group_id) == self.broker_id
+        """Whether this broker acts as C{group_id}'s coordinator now."""
+        return self.placement.acting(group_id) is not None
 
     def brokers_changed(self) -> None:
         """Unload the groups that moved to another broker (call on every ``/brokers/ids`` change)."""
+        self.placement_changed()
+
+    def placement_changed(self) -> None:
+        """Unload the groups loaded under a coordinator epoch this broker no longer holds."""
         for group_id in list(self.groups):
-            if not self.owns(group_id):
+            if self.placement.fence(group_id) != self.groups[group_id].fence:
                 self._unload(group_id)
+
+    def _before_release(self, fence: Fence) -> defer.Deferred:
+        """The election gives up C{fence}: its groups are unloaded already; write what was accepted under it."""
+        self.placement_changed()
+        return self.offsets.flush_now()
+
+    def _confirmed(self, group: Group, d: defer.Deferred, ok: Callable[[Any], bool],
+                   refused: Callable[[Any, ErrorCode], Any]) -> defer.Deferred:
+        """
+        C{d}'s successful result (C{ok}) is delivered only once ZooKeeper has
+        confirmed that this broker still holds C{group}'s coordinator epoch
+        (L{OffsetStore.confirm}); otherwise C{refused(result, error)}.
+        """
+        fence = group.fence
+        if fence is None or fence.path is None:
+            return d
+
+        def gate(result: Any) -> Any:
+            if not ok(result):
+                return result
+            confirmed = self.offsets.confirm(fence)
+            confirmed.addCallback(lambda code: result if code == ErrorCode.none else refused(result, code))
+            return confirmed
+
+        return d.addCallback(gate)
 
     def _unload(self, group_id: str, shutting_down: bool = False) -> None:
         """Kafka's C{onGroupUnloaded}: waiting members are told NOT_COORDINATOR and will find the new one."""
@@ -442,18 +605,42 @@ class GroupCoordinator:
                                                          "the group moved away from this broker"))
             self._answer_sync(member, SyncResult(ErrorCode.not_coordinator))
 
-    def shutdown(self) -> None:
-        """Answer every waiting member NOT_COORDINATOR and write pending offsets."""
+    def shutdown(self, timeout_ms: int = 10000) -> defer.Deferred:
+        """
+        Answer every waiting member NOT_COORDINATOR, write pending offsets,
+        and give up the coordinator claims (the other brokers take them over
+        at once: L{kafkatw.broker.group_coordinator_election.GroupCoordinatorElection.stop}).
+
+        @return: a Deferred firing once done, or after C{timeout_ms}.
+        """
         for group_id in list(self.groups):
             self._unload(group_id, shutting_down=True)
-        self.offsets.flush_now()
+
+        async def go() -> None:
+            if self.election is not None:
+                await self.election.stop()
+            await self.offsets.flush_now()
+
+        d = defer.Deferred.fromCoroutine(go())
+        d.addTimeout(timeout_ms / 1000.0, self.clock)
+        d.addErrback(lambda f: _log.failure("giving up the group coordinator claims failed", f))
+        return d
 
     def _check(self, group_id: str | None) -> ErrorCode:
+        """Whether this broker acts as C{group_id}'s coordinator; a group loaded under an older epoch is unloaded."""
         if not group_id:
             return ErrorCode.invalid_group_id
-        if not self.owns(group_id):
+        fence = self.placement.acting(group_id)
+        if fence is None:
             return ErrorCode.not_coordinator
+        group = self.groups.get(group_id)
+        if group is not None and group.fence != fence:
+            self._unload(group_id)
         return ErrorCode.none
+
+    def _new_group(self, group_id: str) -> Group:
+        group = self.groups[group_id] = Group(group_id, fence=self.placement.acting(group_id))
+        return group
 
     # --- timers ------------------------------------------------------------------
 
@@ -512,7 +699,7 @@ class GroupCoordinator:
         if group is None:
             if not unknown:
                 return reject(ErrorCode.unknown_member_id, "the group does not exist")
-            group = self.groups[group_id] = Group(group_id)
+            group = self._new_group(group_id)
         if group.is_(GroupState.DEAD):
             return reject(ErrorCode.coordinator_not_available, "the group is Dead")
         if not group.supports_protocols(protocol_type, protocols):
@@ -544,7 +731,10 @@ class GroupCoordinator:
                 self._add_member_and_rebalance(group, new_id, None, *args, d)
         else:
             self._current_member_join(group, member_id, group_instance_id, args, d)
-        return d
+        return self._confirmed(
+            group, d, lambda result: result.error == ErrorCode.none,
+            lambda result, code: _rejected_join(group_id, result.member_id, code,
+                                                "ZooKeeper did not confirm this broker as the group's coordinator"))
 
     def _pending_member_expired(self, group: Group, member_id: str) -> None:
         if group.pending_members.pop(member_id, None) is not None:
@@ -828,6 +1018,17 @@ class GroupCoordinator:
                    protocol_type: str | None, protocol_name: str | None,
                    assignments: dict[str, bytes]) -> defer.Deferred:
         """Kafka's C{handleSyncGroup}.  @return: a Deferred firing with a L{SyncResult}."""
+        d = self._sync_group(group_id, generation_id, member_id, group_instance_id, protocol_type, protocol_name,
+                             assignments)
+        group = self.groups.get(group_id)
+        if group is None:
+            return d
+        return self._confirmed(group, d, lambda result: result.error == ErrorCode.none,
+                               lambda result, code: SyncResult(code))
+
+    def _sync_group(self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None,
+                    protocol_type: str | None, protocol_name: str | None,
+                    assignments: dict[str, bytes]) -> defer.Deferred:
         error = self._check(group_id)
         if error:
             return _succeed(SyncResult(error))
@@ -960,7 +1161,7 @@ class GroupCoordinator:
             group = self.groups.get(group_id)
             if group is None:
                 if generation_id < 0:
-                    group = self.groups[group_id] = Group(group_id)
+                    group = self._new_group(group_id)
                     error = ErrorCode.none
                 else:
                     error = ErrorCode.illegal_generation
@@ -981,7 +1182,10 @@ class GroupCoordinator:
                                                             committed.metadata, now)
         if not valid:
             return _succeed(codes)
-        d = self.offsets.commit(group_id, valid)
+        fence = self.groups[group_id].fence
+        if fence is None:
+            return _succeed({**codes, **{tp: ErrorCode.not_coordinator for tp in valid}})
+        d = self.offsets.commit(group_id, valid, fence)
         d.addCallback(lambda written: {**codes, **written})
         return d
 
@@ -1099,9 +1303,14 @@ class GroupCoordinator:
         if group is not None and group.members:
             return _succeed(ErrorCode.non_empty_group)
 
+        fence = self.placement.acting(group_id)
+
         async def go() -> ErrorCode:
             if group is None and not await self.offsets.registry.has_committed_offsets(group_id):
                 return ErrorCode.group_id_not_found
+            confirmed = await self.offsets.confirm(fence)  # still the coordinator: delete
+            if confirmed:
+                return confirmed
             current = self.groups.get(group_id)
             if current is not None:
                 if current.members:
@@ -1109,7 +1318,7 @@ class GroupCoordinator:
                 current.transition_to(GroupState.DEAD)
                 self._cancel_timers(current)
                 del self.groups[group_id]
-            self.offsets.flush_now()
+            await self.offsets.flush_now()
             await self.offsets.registry.delete_committed_offsets(group_id)
             _log.info("deleted group {group}", group=group_id)
             return ErrorCode.none

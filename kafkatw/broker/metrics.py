@@ -69,6 +69,9 @@ class BrokerCollector:
         log_manager = self.server.log_manager
         if log_manager is None:
             return
+        yield GaugeMetricFamily("kafka_log_logmanager_offlinelogdirectorycount",
+                                "Log directories offline after an I/O error (KIP-112).",
+                                value=len(log_manager.offline_log_dirs))
         end = GaugeMetricFamily("kafka_log_log_logendoffset", "Log end offset.", labels=["topic", "partition"])
         start = GaugeMetricFamily("kafka_log_log_logstartoffset", "Log start offset.", labels=["topic", "partition"])
         size = GaugeMetricFamily("kafka_log_log_size", "Log size in bytes.", labels=["topic", "partition"])

@@ -226,6 +226,17 @@ class Partition:
                   partition=self.name, epoch=self.leader_epoch, offset=self.log_end_offset, isr=self.isr)
         self.maybe_advance_high_watermark()
 
+    def go_offline(self) -> None:
+        """
+        The log directory holding this replica failed (KIP-112): it neither
+        leads nor follows from now on (the high watermark stays, no ISR
+        change is written), and DeleteRecords waiting on it fail.  The
+        replica manager stops applying states to it.
+        """
+        self.role = OFFLINE
+        self.followers = {}
+        self._check_low_watermark()
+
     @property
     def name(self) -> str:
         return f"{self.topic}-{self.partition}"

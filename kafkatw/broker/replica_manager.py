@@ -16,6 +16,13 @@ Two purgatories, woken by events, never by polling:
     waits until the high watermark of every partition it wrote covers its
     batches, i.e. every ISR member has them, or times out with
     C{REQUEST_TIMED_OUT}.
+
+A storage error of a log operation (a write, a flush, a follower's append)
+takes the log's directory offline (KIP-112, L{ReplicaManager.handle_log_dir_failure}):
+its partitions stop being served here at once -- their waiting produces and
+fetches are answered, later requests get C{KAFKA_STORAGE_ERROR}, their
+fetchers stop -- and the broker tells the controller
+(L{log_dir_failure_listeners}), which moves their leaderships elsewhere.
 """
 
 from __future__ import annotations
@@ -158,7 +165,9 @@ class DelayedProduce(DelayedOperation):
                 continue
             partition = self.manager.partitions.get(tp)
             if partition is None:
-                self.errors[tp] = NotLeaderOrFollowerError(f"{tp[0]}-{tp[1]} is no longer hosted here")
+                offline = self.manager.offline_partitions.get(tp)
+                self.errors[tp] = NotLeaderOrFollowerError(f"{tp[0]}-{tp[1]} is no longer hosted here") \
+                    if offline is None else KafkaStorageError(f"{tp[0]}-{tp[1]} is in the offline log dir {offline}")
                 continue
             done, error = partition.enough_replicas_reached(offset, self.manager.min_insync_replicas(tp[0]))
             if done:
@@ -193,6 +202,9 @@ class ReplicaManager:
     @ivar partitions: C{(topic, partition)} -> L{Partition}.
     @ivar fetcher_manager: set by the broker (None in unit tests): told which
         partitions to follow from which leader.
+    @ivar offline_partitions: C{(topic, partition)} -> the failed log
+        directory its replica was in (Kafka's C{HostedPartition.Offline}):
+        not served here until the broker restarts.
     """
 
     def __init__(self, broker_id: int, log_manager: Any, metadata: Any, reactor: Any,
@@ -218,6 +230,13 @@ class ReplicaManager:
         #: C{"offline"}; leader epoch None when the partition is no longer
         #: hosted): the transaction coordinator follows its partitions so.
         self.leadership_listeners: list[Callable[[str, int, str, int | None], None]] = []
+        self.offline_partitions: dict[tuple[str, int], str] = {}
+        #: C{listener(log_dir, message)} after a log directory failed and its
+        #: partitions went offline here: the broker tells the controller.
+        self.log_dir_failure_listeners: list[Callable[[str, str], object]] = []
+        channel = getattr(log_manager, "failure_channel", None)
+        if channel is not None:
+            channel.add_listener(self.handle_log_dir_failure)
 
     # --- partitions ---------------------------------------------------------------
 
@@ -232,6 +251,9 @@ class ReplicaManager:
         found = self.partitions.get((topic, partition))
         if found is not None:
             return found
+        offline = self.offline_partitions.get((topic, partition))
+        if offline is not None:
+            raise KafkaStorageError(f"{topic}-{partition} is in the offline log dir {offline}")
         meta = self.metadata.topics.get(topic)
         if meta is None or partition not in meta.partitions:
             raise UnknownTopicOrPartitionError()
@@ -244,13 +266,24 @@ class ReplicaManager:
             raise NotLeaderOrFollowerError()
         return found
 
-    def _partition(self, topic: str, partition: int) -> Partition:
+    def _partition(self, topic: str, partition: int) -> Partition | None:
+        """The hosted partition, its log opened or created; C{None}: it is offline here."""
         key = (topic, partition)
         found = self.partitions.get(key)
         if found is None:
+            if key in self.offline_partitions:
+                return None
             log = self.log_manager.get(topic, partition)
             if log is None:
-                log = self.log_manager.get_or_create(topic, partition, self.topic_config(topic))
+                try:
+                    log = self.log_manager.get_or_create(topic, partition, self.topic_config(topic))
+                except KafkaStorageError as e:
+                    # every log dir offline, or the one chosen failed now (and is offline)
+                    failed = getattr(e, "failures", None)
+                    self.offline_partitions[key] = next(iter(failed)) if failed else ""
+                    _log.error("{topic}-{partition} is offline on broker {id}: {error}", topic=topic,
+                               partition=partition, id=self.broker_id, error=e)
+                    return None
             found = self.partitions[key] = Partition(
                 topic, partition, self.broker_id, log, self.now_ms, self._write_partition_isr,
                 self._high_watermark_moved, self._reload_partition, self._isr_eligible)
@@ -265,6 +298,8 @@ class ReplicaManager:
         if self.broker_id not in replicas:
             return
         p = self._partition(topic, partition)
+        if p is None:
+            return  # offline here: the controller treats the replica as offline
         if state is None:
             p.replicas = list(replicas)
             return
@@ -287,12 +322,19 @@ class ReplicaManager:
             listener(topic, partition, change, state.leader_epoch)
 
     def host_partition(self, topic: str, partition: int) -> None:
-        """Create (or open) the local log of a partition assigned to this broker (before its state is known)."""
+        """
+        Create (or open) the local log of a partition assigned to this broker
+        (before its state is known); nothing when it is offline here.
+        """
         self._partition(topic, partition)
 
     def remove_partition(self, topic: str, partition: int) -> None:
         """Stop hosting a partition and delete its log (topic deletion, reassignment)."""
         key = (topic, partition)
+        if self.offline_partitions.pop(key, None) is not None:
+            _log.warn("{topic}-{partition} was removed while its log dir is offline: its log there is left as it"
+                      " is", topic=topic, partition=partition)
+            return
         p = self.partitions.pop(key, None)
         if p is not None and self.fetcher_manager is not None:
             self.fetcher_manager.unfollow(p)
@@ -356,11 +398,17 @@ class ReplicaManager:
             unwritten = self._unwritten.get(key)
             if unwritten is None:
                 unwritten = self._unwritten[key] = [p, 0]
-            result = p.append_as_leader(records, min_insync_replicas, False)
+            try:
+                result = p.append_as_leader(records, min_insync_replicas, False)
+            except (KafkaStorageError, OSError) as e:
+                raise self.log_manager.log_failed(topic, partition, e) from None
             if not result.duplicate:
                 unwritten[1] += len(records)
             return result
-        result = p.append_as_leader(records, min_insync_replicas)
+        try:
+            result = p.append_as_leader(records, min_insync_replicas)
+        except (KafkaStorageError, OSError) as e:
+            raise self.log_manager.log_failed(topic, partition, e) from None
         if not result.duplicate and self.fetch_purgatory:
             size = len(records)
             for fetch in self.fetch_purgatory.watching(key):
@@ -384,15 +432,25 @@ class ReplicaManager:
                 p = self.get_partition(topic, partition)
             results = p.append_many_as_leader(records_list)
         except KafkaError as e:
+            if isinstance(e, KafkaStorageError) and p is not None:
+                e = self.log_manager.log_failed(topic, partition, e)
             return [e] * len(records_list)
+        except OSError as e:
+            return [self.log_manager.log_failed(topic, partition, e)] * len(records_list)
         unwritten = self._unwritten.get(key)
         if unwritten is None:
             unwritten = self._unwritten[key] = [p, 0]
         size = 0
+        failed = None
         for records, result in zip(records_list, results):
-            if not isinstance(result, KafkaError) and not result.duplicate:
+            if isinstance(result, KafkaError):
+                if isinstance(result, KafkaStorageError):
+                    failed = result
+            elif not result.duplicate:
                 size += len(records)
         unwritten[1] += size
+        if failed is not None:  # the write_pending of the run answers the appends that were not written
+            self.log_manager.log_failed(topic, partition, failed)
         return results
 
     def write_pending(self) -> dict[tuple[str, int], Exception]:
@@ -409,17 +467,73 @@ class ReplicaManager:
         """
         errors: dict[tuple[str, int], Exception] = {}
         unwritten, self._unwritten = self._unwritten, {}
+        offline = self.offline_partitions
         for key, (p, size) in unwritten.items():
+            if key in offline:  # its log dir failed during the run: nothing of it is answered as written
+                errors[key] = KafkaStorageError(f"{key[0]}-{key[1]} is in the offline log dir {offline[key]}")
+                continue
             try:
                 p.log.write_pending()
-            except KafkaStorageError as e:
-                errors[key] = e
+            except (KafkaStorageError, OSError) as e:
+                errors[key] = self.log_manager.log_failed(key[0], key[1], e)
+                continue
             p.maybe_advance_high_watermark()
             if size and self.fetch_purgatory:
                 for fetch in self.fetch_purgatory.watching(key):
                     if fetch.replica:
                         fetch.on_append(size)
         return errors
+
+    def append_as_follower(self, p: Partition, records: bytes) -> Any:
+        """
+        Append batches fetched from the leader to a followed partition's log
+        (L{kafkatw.storage.log.PartitionLog.append_as_follower}).
+
+        @raise KafkaError: the log's errors; C{KAFKA_STORAGE_ERROR} when the
+            write failed (its log directory is then offline).
+        """
+        try:
+            return p.log.append_as_follower(records)
+        except (KafkaStorageError, OSError) as e:
+            raise self.log_manager.log_failed(p.topic, p.partition, e) from None
+
+    # --- failed log directories (KIP-112) -------------------------------------------
+
+    def handle_log_dir_failure(self, log_dir: str, message: str) -> None:
+        """
+        A log directory failed (a listener of the log manager's
+        L{kafkatw.storage.log_dir_failure.LogDirFailureChannel}; Kafka's
+        C{ReplicaManager.handleLogDirFailure}): each partition whose replica
+        was there goes offline here -- it no longer leads or follows (its
+        fetcher stops), its waiting fetches and acks=all produces are
+        answered now (C{KAFKA_STORAGE_ERROR}), and every later request for
+        it gets C{KAFKA_STORAGE_ERROR} -- then L{log_dir_failure_listeners}
+        are told (the broker writes the log dir event notification for the
+        controller, or stops when no log directory is left).
+        """
+        keys = list(self.log_manager.offline_partitions.get(log_dir, []))
+        changed = []
+        for key in keys:
+            self.offline_partitions[key] = log_dir
+            p = self.partitions.pop(key, None)
+            if p is None:
+                continue
+            changed.append(p)
+            p.go_offline()
+            if self.fetcher_manager is not None:
+                self.fetcher_manager.unfollow(p)
+        _log.error("broker {id} stopped serving the replicas in the failed log dir {log_dir}: {partitions}",
+                   id=self.broker_id, log_dir=log_dir,
+                   partitions=", ".join(f"{t}-{p}" for t, p in keys) or "none")
+        for key in keys:
+            for fetch in self.fetch_purgatory.watching(key):
+                fetch.complete()
+            self._check_produces(key)
+        for p in changed:
+            for listener in list(self.leadership_listeners):
+                listener(p.topic, p.partition, OFFLINE, None)
+        for listener in list(self.log_dir_failure_listeners):
+            listener(log_dir, message)
 
     def _high_watermark_moved(self, p: Partition) -> None:
         key = (p.topic, p.partition)

@@ -45,6 +45,7 @@ from ..client.security import SecurityConfig
 from ..config import DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG, BrokerConfig, topic_log_config
 from ..security.tls import PrincipalMapper, TLSConfigError, VerifyLog, server_options
 from ..storage.log_cleaner import LogCleaner
+from ..storage.log_dir_failure import LogDirsFailedError
 from ..storage.log_manager import LogManager
 from ..storage.meta_properties import MetaPropertiesError, check_log_dirs, ensure_meta_properties
 from ..zookeeper.bridge import NodeExistsError, ZooKeeperClient, ZooKeeperError, ZooKeeperUnavailableError
@@ -55,6 +56,7 @@ from .admin import AdminManager
 from .apis import KafkaApis
 from .authenticator import SaslServerAuthenticator, listener_sasl_settings, sasl_client_settings
 from .authorizer import authorizer_from_config
+from .group_coordinator_election import GroupCoordinatorElection
 from .transaction_apis import TransactionWiring
 from .controller import CONTROLLED_SHUTDOWN_PATH, KafkaController
 from .listeners import DEFAULT_PROTOCOL_MAP, ListenerConfig, ListenerConfigError, listener_config, parse_listener
@@ -228,6 +230,8 @@ class KafkaServer(service.MultiService):
         self.transactions: TransactionWiring | None = None
         self._listening_ports: list[Any] = []
         self._loops: dict[str, list[task.LoopingCall]] = {}
+        #: the ZooKeeper writes telling the controller of failed log dirs, in order (L{_log_dir_failed})
+        self._log_dir_events: defer.Deferred = defer.succeed(None)
         #: checkpoint writes running on the thread pool (L{_write_in_thread})
         self._checkpoint_writes: set[defer.Deferred] = set()
         self._zookeeper_connect: str | None = None
@@ -422,6 +426,7 @@ class KafkaServer(service.MultiService):
         self.replica_manager = ReplicaManager(self.broker_id, self.log_manager, self.metadata, self.reactor,
                                               self._topic_config, write_isr=self.registry.set_partition_state,
                                               reload_state=self._reload_partition_state, now_ms=self.now_ms)
+        self.replica_manager.log_dir_failure_listeners.append(self._log_dir_failed)
         self._every("logs", config["log.flush.scheduler.interval.ms"], self._flush)
         self._every("logs", config["log.flush.offset.checkpoint.interval.ms"],
                     self._write_in_thread(self.log_manager.recovery_point_checkpoints))
@@ -499,7 +504,10 @@ class KafkaServer(service.MultiService):
             def done(result: Any) -> None:
                 self._checkpoint_writes.discard(d)
                 if isinstance(result, Failure):
-                    _log.warn("writing a checkpoint failed: {error}", error=result.value)
+                    if result.check(LogDirsFailedError) and self.log_manager is not None:
+                        self.log_manager.report(result.value)  # those log dirs go offline (KIP-112)
+                    else:
+                        _log.warn("writing a checkpoint failed: {error}", error=result.value)
 
             return d.addBoth(done)
         checkpoint.__name__ = getattr(prepare, "__name__", "checkpoint")
@@ -602,6 +610,10 @@ class KafkaServer(service.MultiService):
         for entity_type, name, entity_config in await self.registry.list_quota_entity_configs():
             self._quota_config_changed(entity_type, name, entity_config)
         await self.config_changes.start()
+        # Group coordinators are elected in ZooKeeper and fenced by their epoch (issue 27).
+        election = GroupCoordinatorElection(self.broker_id, self.registry)
+        self.apis.group_coordinator.use_election(election)
+        await election.start()
         # What start-up built (modules, loaded logs and indexes, metadata) lives
         # as long as the broker: out of the collector's generations, a full
         # collection no longer walks it, which keeps those pauses out of the
@@ -625,8 +637,9 @@ class KafkaServer(service.MultiService):
             self.replica_manager.complete_all_delayed()
         if self.apis is not None:
             # Waiting JoinGroup/SyncGroup requests are answered NOT_COORDINATOR;
-            # batched offset commits are written (ZooKeeper is still up).
-            self.apis.group_coordinator.shutdown()
+            # batched offset commits are written (ZooKeeper is still up) and the
+            # group coordinator claims released, for the other brokers to take.
+            await self.apis.group_coordinator.shutdown()
             deadline = self.reactor.seconds() + 10
             while (self.apis.in_flight or any(not c.idle for c in self.apis.connections)) and \
                     self.reactor.seconds() < deadline:
@@ -905,7 +918,49 @@ class KafkaServer(service.MultiService):
         return None if broker is None else (broker.host, broker.port)
 
     def _append_as_follower(self, partition: Any, records: bytes) -> Any:
-        return partition.log.append_as_follower(records)
+        assert self.replica_manager is not None
+        return self.replica_manager.append_as_follower(partition, records)
+
+    # --- failed log dirs (KIP-112) ---------------------------------------------
+
+    def _log_dir_failed(self, log_dir: str, message: str) -> None:
+        """
+        A log dir failed and its partitions are offline here
+        (L{ReplicaManager.handle_log_dir_failure}).  With every log dir
+        offline the broker cannot serve anything: it stops, with one line
+        and exit status 1 (L{stop_on_error}; Kafka halts).  Otherwise it
+        records its offline log dirs and their partitions in its
+        registration and writes a log dir event notification, on which the
+        controller moves their leaderships away and drops this broker from
+        their ISRs (docs/replication.md, "Disk failures").
+        """
+        assert self.log_manager is not None and self.replica_manager is not None
+        offline = self.log_manager.offline_log_dirs
+        if not self.log_manager.live_log_dirs:
+            self.stop_on_error(
+                f"broker {self.broker_id} stops: every log dir has failed ("
+                + "; ".join(f"{d}: {error}" for d, error in offline.items())
+                + "); fix or replace the disks and start it again: it recovers its logs and rejoins")
+            return
+        _log.error("log dir {log_dir} of broker {id} failed ({error}); its partitions are offline here and move to"
+                   " other replicas; the broker serves its other log dirs ({live})", log_dir=log_dir,
+                   id=self.broker_id, error=message, live=", ".join(self.log_manager.live_log_dirs))
+        self._log_dir_events = self._log_dir_events.addCallback(
+            lambda _: defer.Deferred.fromCoroutine(self._propagate_log_dir_event()))
+
+    async def _propagate_log_dir_event(self) -> None:
+        """Write this broker's offline log dirs in its registration, then the notification (in that order)."""
+        if self.registry is None or self.log_manager is None or self.replica_manager is None:
+            return
+        by_dir: dict[str, list[tuple[str, int]]] = {d: [] for d in self.log_manager.offline_log_dirs}
+        for key, log_dir in self.replica_manager.offline_partitions.items():
+            by_dir.setdefault(log_dir, []).append(key)
+        try:
+            await self.registry.set_offline_log_dirs(self.broker_id, by_dir)
+            await self.registry.propagate_log_dir_event(self.broker_id)
+        except Exception as e:
+            _log.error("broker {id} could not tell the controller about its failed log dirs: {error}",
+                       id=self.broker_id, error=e)
 
     def _check_leader_imbalance(self) -> None:
         if self.controller is not None and self.controller.active:

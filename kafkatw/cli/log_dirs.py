@@ -9,7 +9,10 @@ request per broker, printed as Kafka's JSON::
      "partitions":[{"partition":"t-0","size":1234,"offsetLag":0,"isFuture":false}]}]}]}
 
 (one line).  C{--topic-list} keeps the partitions of those topics;
-C{--broker-list} asks only those brokers.
+C{--broker-list} asks only those brokers.  A log directory that failed
+(KIP-112) shows its error, as Kafka's tool prints it::
+
+    {"logDir":"/var/lib/kafkatw/b","error":"org.apache.kafka.common.errors.KafkaStorageException","partitions":[]}
 """
 
 from __future__ import annotations
@@ -19,13 +22,15 @@ from typing import Any
 
 import click
 
-from kafkatw.errors import KafkaError
+from kafkatw.errors import ErrorCode, KafkaError
 
 from ._common import bootstrap_option, client_security, command_config_option, describe_error, fail
 
 __all__ = ["log_dirs", "format_log_dirs"]
 
 _TIMEOUT_MS = 30000
+#: error code -> the Java exception class Kafka's tool names, where C{java_exception}'s rule would not
+_EXCEPTION_NAMES = {ErrorCode.kafka_storage_error: "KafkaStorageException"}
 
 
 def format_log_dirs(by_broker: dict[int, list[Any]], topics: set[str]) -> str:
@@ -43,7 +48,9 @@ def format_log_dirs(by_broker: dict[int, list[Any]], topics: set[str]) -> str:
             if int(result.error_code):
                 from .delete_records import java_exception
 
-                error = "org.apache.kafka.common.errors." + java_exception(int(result.error_code), False).split(":")[0]
+                code = ErrorCode(int(result.error_code))
+                error = "org.apache.kafka.common.errors." + (
+                    _EXCEPTION_NAMES.get(code) or java_exception(code, False).split(":")[0])
             partitions = [{"partition": f"{t.name}-{p.partition_index}", "size": int(p.partition_size),
                            "offsetLag": int(p.offset_lag), "isFuture": bool(p.is_future_key)}
                           for t in result.topics if not topics or t.name in topics for p in t.partitions]

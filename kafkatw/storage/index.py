@@ -133,6 +133,16 @@ class _Index:
             os.close(self._fd)
             self._fd = -1
 
+    def close_handler(self) -> None:
+        """Close the file without writing the entries not written yet (a failed log directory); errors are ignored."""
+        self._pending.clear()
+        if self._fd >= 0:
+            try:
+                os.close(self._fd)
+            except OSError:
+                pass
+            self._fd = -1
+
     def delete(self) -> None:
         self.close()
         try:

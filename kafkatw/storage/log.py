@@ -67,6 +67,7 @@ from kafkatw.protocol.batch import (BATCH_HEADER_SIZE, CRC_START, HEADER_STRUCT,
 from kafkatw.protocol.records import COMPRESSION_TYPE_CODECS, decode_batches, rewrite_batches
 from kafkatw.storage.files import write_atomically
 from kafkatw.storage.leader_epoch import LEADER_EPOCH_CHECKPOINT_FILE, LeaderEpochCache
+from kafkatw.storage.log_dir_failure import OS_FILES, LogDirFiles
 from kafkatw.storage.producer_state import ProducerStateManager, read_marker
 from kafkatw.storage.segment import FileRegion, LogSegment
 from kafkatw.storage.transaction_index import AbortedTxn
@@ -303,6 +304,8 @@ class PartitionLog:
     @ivar leader_epoch_cache: the partition's L{LeaderEpochCache}.
     @ivar recovered_segments: segments re-scanned with CRC checks when the log
         was opened (0 after a clean shutdown).
+    @param files: the file operations of its log directory
+        (L{kafkatw.storage.log_dir_failure.LogDirFiles}), which its segments use.
     """
 
     def __init__(
@@ -314,8 +317,10 @@ class PartitionLog:
         recovery_point: int = 0,
         clean_shutdown: bool = False,
         now_ms: Callable[[], int] = lambda: 0,
+        files: LogDirFiles = OS_FILES,
     ) -> None:
         self.directory = directory
+        self.files = files
         self.topic = topic
         self.partition = partition
         self.config = config
@@ -353,7 +358,7 @@ class PartitionLog:
 
     def _new_segment(self, base_offset: int) -> LogSegment:
         return LogSegment(self.directory, base_offset, self.config.index_interval_bytes,
-                          self.config.segment_index_bytes, created_ms=self.now_ms())
+                          self.config.segment_index_bytes, created_ms=self.now_ms(), files=self.files)
 
     def _complete_swaps(self) -> bool:
         """
@@ -1432,7 +1437,7 @@ class PartitionLog:
         if crash_after is not None:
             crash_after("live")
         segment = LogSegment(directory, base_offset, self.config.index_interval_bytes,
-                             self.config.segment_index_bytes)
+                             self.config.segment_index_bytes, files=self.files)
         segment.load()
         segment.txn_index.load()
         segments[first:first + len(old)] = [segment]
@@ -1527,6 +1532,19 @@ class PartitionLog:
         for segment in self._segments:
             segment.close()
         self._close_graveyard(None)
+
+    def close_handlers(self) -> None:
+        """
+        Close every file without writing anything (its log directory failed:
+        Kafka's C{UnifiedLog.closeHandlers}); the log is not used again in
+        this process, and the next start recovers it from what is on disk.
+        """
+        self._failed_write = None
+        for segment in self._segments:
+            segment.close_handlers()
+        for _, segment in self._graveyard:
+            segment.close_handlers()
+        self._graveyard = []
 
     def delete(self) -> None:
         """Close and remove the partition's directory."""

@@ -1048,6 +1048,9 @@ class LogCleaner:
             if f.check(CleanerAbortedError):
                 _log.info("cleaning of {partition} stopped: {why}", partition=f"{tp[0]}-{tp[1]}",
                           why=f.getErrorMessage())
+            elif f.check(OSError) and hasattr(self.log_manager, "log_failed"):
+                # an I/O error of the log's dir: the dir goes offline (KIP-112; Kafka's cleaner does so too)
+                self.log_manager.log_failed(tp[0], tp[1], f.value)
             else:
                 self.uncleanable[tp] = log
                 _log.failure("cleaning of {partition} failed; it is not cleaned again until the broker restarts",

@@ -32,6 +32,14 @@ On L{LogManager.load}, a directory with the clean-shutdown marker is trusted
 every log re-scans its segments from its recovery point and truncates at the
 first invalid batch.  The marker is removed once loaded and written again by
 L{LogManager.close}.
+
+A storage error of any log operation is reported to the manager's
+L{LogDirFailureChannel} with the log's directory, which takes the directory
+offline (KIP-112, L{kafkatw.storage.log_dir_failure}): L{handle_log_dir_failure}
+drops its logs (their files stay open, unwritten, until L{close}), and from
+then on nothing touches it: no flush, retention or checkpoint, no new
+partition, and no clean-shutdown marker, so that the next start recovers its
+logs from what is on disk.
 """
 
 from __future__ import annotations
@@ -46,6 +54,7 @@ from twisted.logger import Logger
 from kafkatw.errors import KafkaStorageError
 from kafkatw.storage.files import write_atomically
 from kafkatw.storage.log import LogConfig, PartitionLog
+from kafkatw.storage.log_dir_failure import LogDirFailureChannel, LogDirFiles, LogDirsFailedError
 
 __all__ = ["LogManager", "CHECKPOINT_FILE", "CLEAN_SHUTDOWN_FILE", "HIGH_WATERMARK_CHECKPOINT_FILE", "read_checkpoint",
            "write_checkpoint"]
@@ -109,12 +118,25 @@ class LogManager:
     @param default_config: the broker's topic-level defaults, a topic config
         dict (L{kafkatw.config.topic_log_config} with no overrides).
     @param now_ms: clock (ms since the epoch); the only source of time.
+    @param failure_channel: where storage errors are reported (a new
+        L{LogDirFailureChannel} when not given).
+
+    @ivar files: log directory -> the L{LogDirFiles} its segments write through.
     """
 
-    def __init__(self, log_dirs: list[str], default_config: Mapping[str, Any], now_ms: Callable[[], int]) -> None:
+    def __init__(self, log_dirs: list[str], default_config: Mapping[str, Any], now_ms: Callable[[], int],
+                 failure_channel: LogDirFailureChannel | None = None) -> None:
         if not log_dirs:
             raise ValueError("at least one log directory is required")
         self.log_dirs = [os.path.abspath(d) for d in log_dirs]
+        self.failure_channel = failure_channel if failure_channel is not None else LogDirFailureChannel()
+        self.files = {d: LogDirFiles(d) for d in self.log_dirs}
+        #: the logs of failed directories: their files are closed (unwritten) by L{close}
+        self._offline_logs: list[PartitionLog] = []
+        #: offline log directory -> the partitions whose logs were there when it failed
+        self.offline_partitions: dict[str, list[tuple[str, int]]] = {}
+        # first of the channel's listeners: the broker's see the directory's logs dropped already
+        self.failure_channel.add_listener(lambda log_dir, message: self.handle_log_dir_failure(log_dir))
         self.default_config = dict(default_config)
         self.now_ms = now_ms
         self._logs: dict[tuple[str, int], PartitionLog] = {}
@@ -148,7 +170,7 @@ class LogManager:
                     raise KafkaStorageError(f"{tp[0]}-{tp[1]} found in two log directories")
                 log = PartitionLog(path, tp[0], tp[1], self._config_for(tp[0]),
                                    recovery_point=recovery_points.get(tp, 0), clean_shutdown=clean,
-                                   now_ms=self.now_ms)
+                                   now_ms=self.now_ms, files=self.files[log_dir])
                 if high_watermarks is not None:
                     log.update_high_watermark(high_watermarks.get(tp, log.log_start_offset))
                 if log_starts.get(tp, -1) > log.log_start_offset:
@@ -166,6 +188,55 @@ class LogManager:
         """The log directory holding C{topic-partition}'s log (C{None}: no such log here)."""
         return self._log_dir_of.get((topic, partition))
 
+    # -- failed log directories (KIP-112) ------------------------------------------
+
+    @property
+    def live_log_dirs(self) -> list[str]:
+        """The log directories not offline, in C{log.dirs} order."""
+        offline = self.failure_channel.offline
+        return [d for d in self.log_dirs if d not in offline]
+
+    @property
+    def offline_log_dirs(self) -> dict[str, str]:
+        """Offline log directory -> the error that took it offline."""
+        return {d: self.failure_channel.offline[d] for d in self.log_dirs if d in self.failure_channel.offline}
+
+    def log_failed(self, topic: str, partition: int, error: BaseException) -> KafkaStorageError:
+        """
+        Report a storage error (C{KafkaStorageError} or C{OSError}) of an
+        operation on C{topic-partition}'s log to the failure channel, with
+        the log's directory (Kafka's C{maybeHandleIOException}): the first
+        report of a directory takes it offline.
+
+        @return: the error to answer with (C{KAFKA_STORAGE_ERROR}).
+        """
+        log_dir = self._log_dir_of.get((topic, partition))
+        if log_dir is not None:
+            self.failure_channel.maybe_add_offline_log_dir(log_dir, f"{topic}-{partition}: {error}")
+        if isinstance(error, KafkaStorageError):
+            return error
+        return KafkaStorageError(f"{topic}-{partition}: {error}")
+
+    def handle_log_dir_failure(self, log_dir: str) -> list[tuple[str, int]]:
+        """
+        Drop the logs of C{log_dir}, which failed (Kafka's
+        C{LogManager.handleLogDirFailure}; called by the failure channel,
+        before its other listeners): nothing flushes, cleans, checkpoints or
+        reads them any more; their files stay open until L{close}, which
+        closes them without writing (a region being sent from them stays
+        valid meanwhile).  L{offline_partitions} keeps what they were.
+
+        @return: the partitions whose logs were there.
+        """
+        gone = sorted(tp for tp, d in self._log_dir_of.items() if d == log_dir)
+        self.offline_partitions[log_dir] = sorted(set(self.offline_partitions.get(log_dir, [])) | set(gone))
+        for tp in gone:
+            self._offline_logs.append(self._logs.pop(tp))
+            del self._log_dir_of[tp]
+        for name in (CHECKPOINT_FILE, HIGH_WATERMARK_CHECKPOINT_FILE, LOG_START_OFFSET_CHECKPOINT_FILE):
+            self._written.pop(os.path.join(log_dir, name), None)
+        return gone
+
     def get(self, topic: str, partition: int) -> PartitionLog | None:
         return self._logs.get((topic, partition))
 
@@ -180,12 +251,20 @@ class LogManager:
         log = self._logs.get(tp)
         if log is not None:
             return log
-        counts = {d: 0 for d in self.log_dirs}
+        live = self.live_log_dirs
+        if not live:
+            raise KafkaStorageError(f"cannot create a log for {topic}-{partition}: every log dir is offline")
+        counts = {d: 0 for d in live}
         for d in self._log_dir_of.values():
             counts[d] += 1
-        log_dir = min(self.log_dirs, key=lambda d: counts[d])
-        log = PartitionLog(os.path.join(log_dir, f"{topic}-{partition}"), topic, partition,
-                           self._config_for(topic), now_ms=self.now_ms)
+        log_dir = min(live, key=lambda d: counts[d])
+        try:
+            log = PartitionLog(os.path.join(log_dir, f"{topic}-{partition}"), topic, partition,
+                               self._config_for(topic), now_ms=self.now_ms, files=self.files[log_dir])
+        except (KafkaStorageError, OSError) as e:
+            message = f"cannot create the log of {topic}-{partition}: {e}"
+            self.failure_channel.maybe_add_offline_log_dir(log_dir, message)
+            raise LogDirsFailedError({log_dir: message}) from e
         self._logs[tp] = log
         self._log_dir_of[tp] = log_dir
         return log
@@ -225,12 +304,38 @@ class LogManager:
                 log.config = config
 
     def flush_dirty(self, now_ms: int) -> int:
-        """Apply C{flush.ms} to every log. @return: logs flushed."""
-        return sum(1 for log in self._logs.values() if log.maybe_flush(now_ms))
+        """
+        Apply C{flush.ms} to every log.  A log whose flush fails takes its
+        directory offline (L{log_failed}); the others go on.
+
+        @return: logs flushed.
+        """
+        flushed = 0
+        for tp, log in list(self._logs.items()):
+            if tp not in self._logs:
+                continue  # its directory failed meanwhile
+            try:
+                if log.maybe_flush(now_ms):
+                    flushed += 1
+            except (KafkaStorageError, OSError) as e:
+                self.log_failed(tp[0], tp[1], e)
+        return flushed
 
     def run_retention(self, now_ms: int) -> int:
-        """Apply retention to every log. @return: segments deleted."""
-        return sum(log.apply_retention(now_ms) for log in self._logs.values())
+        """
+        Apply retention to every log (a failure as in L{flush_dirty}).
+
+        @return: segments deleted.
+        """
+        deleted = 0
+        for tp, log in list(self._logs.items()):
+            if tp not in self._logs:
+                continue
+            try:
+                deleted += log.apply_retention(now_ms)
+            except (KafkaStorageError, OSError) as e:
+                self.log_failed(tp[0], tp[1], e)
+        return deleted
 
     def checkpoint_recovery_points(self) -> None:
         """Write each log directory's recovery-point checkpoint (when it changed)."""
@@ -260,9 +365,11 @@ class LogManager:
         not its request handlers).  Writes of this manager's checkpoints,
         from any thread, run one at a time.
 
-        @return: a callable writing the checkpoints, raising C{OSError}
-            when a write failed (that file's last written offsets are then
-            forgotten, so the next checkpoint writes it again).
+        @return: a callable writing the checkpoints, raising
+            L{LogDirsFailedError} naming the directories whose write failed
+            (after writing the others; a failed file's last written offsets
+            are forgotten, so that it is written again); the caller reports
+            them to the failure channel, on the reactor thread.
         """
         return self._checkpoint_writer(self._changed_checkpoints(HIGH_WATERMARK_CHECKPOINT_FILE,
                                                                  lambda log: log.high_watermark))
@@ -275,7 +382,7 @@ class LogManager:
         fsyncs saved every few seconds on an idle broker).
         """
         changed = []
-        for log_dir in self.log_dirs:
+        for log_dir in self.live_log_dirs:
             offsets = {tp: offset_of(self._logs[tp]) for tp, d in self._log_dir_of.items() if d == log_dir}
             path = os.path.join(log_dir, file_name)
             if self._written.get(path) != offsets:
@@ -285,27 +392,58 @@ class LogManager:
 
     def _checkpoint_writer(self, changed: list[tuple[str, dict[tuple[str, int], int]]]) -> Callable[[], None]:
         def write() -> None:
+            failures: dict[str, str] = {}
             with self._checkpoint_lock:
-                for i, (path, offsets) in enumerate(changed):
+                for path, offsets in changed:
+                    log_dir = os.path.dirname(path)
+                    if log_dir in failures:
+                        self._written.pop(path, None)
+                        continue
                     try:
                         write_checkpoint(path, offsets)
-                    except OSError:
-                        for unwritten, _ in changed[i:]:
-                            self._written.pop(unwritten, None)
-                        raise
+                    except OSError as e:
+                        self._written.pop(path, None)
+                        failures[log_dir] = f"writing {path} failed: {e}"
+            if failures:
+                raise LogDirsFailedError(failures)
         return write
 
+    def report(self, error: LogDirsFailedError) -> None:
+        """Report each directory of C{error} to the failure channel (on the reactor thread)."""
+        for log_dir, message in error.failures.items():
+            self.failure_channel.maybe_add_offline_log_dir(log_dir, message)
+
     def close(self) -> None:
-        """Flush and close every log, checkpoint, and mark each directory cleanly shut down."""
-        for log in self._logs.values():
-            log.close()
-        self.checkpoint_recovery_points()
-        self.checkpoint_high_watermarks()
-        for log_dir in self.log_dirs:
-            fd = os.open(os.path.join(log_dir, CLEAN_SHUTDOWN_FILE), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        """
+        Flush and close every log, checkpoint, and mark each directory
+        cleanly shut down -- each directory that is not offline: the logs
+        of an offline one (or of one failing now) are closed without writing
+        and it gets no marker, so that the next start recovers it.
+        """
+        for tp, log in list(self._logs.items()):
+            if tp not in self._logs:
+                continue
             try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+                log.close()
+            except (KafkaStorageError, OSError) as e:
+                self.log_failed(tp[0], tp[1], e)
+        for checkpoint in (self.checkpoint_recovery_points, self.checkpoint_high_watermarks):
+            try:
+                checkpoint()
+            except LogDirsFailedError as e:
+                self.report(e)
+        for log_dir in self.live_log_dirs:
+            try:
+                fd = os.open(os.path.join(log_dir, CLEAN_SHUTDOWN_FILE), os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
+                             0o644)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            except OSError as e:
+                self.failure_channel.maybe_add_offline_log_dir(log_dir, f"writing {CLEAN_SHUTDOWN_FILE} failed: {e}")
+        for log in self._offline_logs:
+            log.close_handlers()
+        self._offline_logs.clear()
         self._logs.clear()
         self._log_dir_of.clear()

@@ -38,6 +38,7 @@ from kafkatw.protocol.batch import (
     unpack_header,
 )
 from kafkatw.storage.index import IndexCorruptError, OffsetIndex, TimeIndex
+from kafkatw.storage.log_dir_failure import OS_FILES, LogDirFiles
 from kafkatw.storage.transaction_index import TransactionIndex
 
 __all__ = ["FileRegion", "LogSegment", "segment_file_name"]
@@ -83,6 +84,9 @@ class LogSegment:
     @ivar size_bytes: bytes in the C{.log}.
     @ivar largest_timestamp_ms: largest batch max timestamp seen, -1 if none.
     @ivar created_ms: time the segment was rolled (ms), for C{segment.ms}.
+    @param files: the file operations of the log directory the C{.log}
+        goes through (open, write, fsync, truncate; faults are injected there:
+        L{kafkatw.storage.log_dir_failure.LogDirFiles}).
     """
 
     def __init__(
@@ -92,13 +96,15 @@ class LogSegment:
         index_interval_bytes: int = 4096,
         max_index_bytes: int = 10 * 1024 * 1024,
         created_ms: int = 0,
+        files: LogDirFiles = OS_FILES,
     ) -> None:
         self.directory = directory
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         self.path = os.path.join(directory, segment_file_name(base_offset, ".log"))
+        self._files = files
         try:
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+            self._fd = files.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
             self.size_bytes = os.fstat(self._fd).st_size
             self._indexes_existed = all(
                 os.path.exists(os.path.join(directory, segment_file_name(base_offset, suffix)))
@@ -360,9 +366,10 @@ class LogSegment:
                 else:
                     total = len(buf)
                     view = memoryview(buf)
-                    written = os.write(self._fd, view)
+                    write = self._files.write
+                    written = write(self._fd, view)
                     while written < total:
-                        written += os.write(self._fd, view[written:])
+                        written += write(self._fd, view[written:])
             except OSError as e:
                 raise KafkaStorageError(f"write to {self.path} failed: {e}") from e
         interval = self.index_interval_bytes
@@ -385,17 +392,18 @@ class LogSegment:
     def _writev(self, buffers: list, total: int) -> None:
         """Write C{buffers} (C{total} bytes) in order, C{_IOV_MAX} at a time, finishing short writes."""
         fd = self._fd
+        files = self._files
         if len(buffers) <= _IOV_MAX:
             groups = [(buffers, total)]
         else:
             groups = [(g, sum(len(b) for b in g))
                       for g in (buffers[i:i + _IOV_MAX] for i in range(0, len(buffers), _IOV_MAX))]
         for group, wanted in groups:
-            written = os.writev(fd, group)
+            written = files.writev(fd, group)
             if written < wanted:  # a short write: finish this group, joined
                 rest = memoryview(b"".join(group))[written:]
                 while rest:
-                    rest = rest[os.write(fd, rest):]
+                    rest = rest[files.write(fd, rest):]
 
     @property
     def has_pending(self) -> bool:
@@ -431,7 +439,7 @@ class LogSegment:
         except OSError as e:
             start = self.size_bytes - total
             try:
-                os.ftruncate(self._fd, start)
+                self._files.ftruncate(self._fd, start)
             except OSError:
                 pass
             self.size_bytes = start
@@ -545,7 +553,7 @@ class LogSegment:
             position, cut = (self.size_bytes, offset) if first is None else (
                 first.position, min(offset, first.base_offset))
         removed = self.size_bytes - position
-        os.ftruncate(self._fd, position)
+        self._files.ftruncate(self._fd, position)
         self.size_bytes = position
         self.offset_index.truncate_to(cut)
         self.txn_index.truncate_to(cut)
@@ -569,7 +577,7 @@ class LogSegment:
         if self._pending_bytes:
             self.write_pending()
         try:
-            os.fsync(self._fd)
+            self._files.fsync(self._fd)
             self.offset_index.flush()
             self.time_index.flush()
             self.txn_index.flush()
@@ -587,6 +595,29 @@ class LogSegment:
             self.write_pending()
         if self._fd >= 0:
             os.close(self._fd)
+            self._fd = -1
+
+    def close_handlers(self) -> None:
+        """
+        Close the segment's files without writing anything: batches not
+        written yet and index entries not flushed are dropped (its log
+        directory failed; Kafka's C{LogSegment.closeHandlers}).  Errors are
+        ignored.
+        """
+        self._pending = []
+        self._pending_tail = bytearray()
+        self._pending_bytes = 0
+        for index in (self.offset_index, self.time_index):
+            index.close_handler()
+        try:
+            self.txn_index.close()
+        except OSError:
+            pass
+        if self._fd >= 0:
+            try:
+                os.close(self._fd)
+            except OSError:
+                pass
             self._fd = -1
 
     def delete(self, close_log: bool = True) -> None:

@@ -51,6 +51,10 @@ __all__ = [
     "NotEmptyError",
     "ZooKeeperUnavailableError",
     "ZnodeStat",
+    "CheckOp",
+    "CreateOp",
+    "SetOp",
+    "DeleteOp",
     "Watch",
     "ZooKeeperClient",
     "parse_connect_string",
@@ -63,7 +67,14 @@ DEFAULT_CHROOT = "/kafkatw"
 
 
 class ZooKeeperError(Exception):
-    """Any ZooKeeper failure; the subclasses name the ones callers handle."""
+    """
+    Any ZooKeeper failure; the subclasses name the ones callers handle.
+
+    @ivar op_index: for a failed L{ZooKeeperClient.multi}, the index of the
+        operation that failed (the others were rolled back); else C{None}.
+    """
+
+    op_index: int | None = None
 
 
 class NoNodeError(ZooKeeperError):
@@ -117,6 +128,36 @@ _ERROR_MAP: list[tuple[type[BaseException], type[ZooKeeperError]]] = [
     (KazooTimeoutError, ZooKeeperUnavailableError),
     (_kz_exceptions.KazooException, ZooKeeperError),
 ]
+
+
+class CheckOp(NamedTuple):
+    """A L{ZooKeeperClient.multi} operation: fail unless C{path} exists with version C{version}."""
+
+    path: str
+    version: int
+
+
+class CreateOp(NamedTuple):
+    """A L{ZooKeeperClient.multi} operation: create C{path} (its parent must exist)."""
+
+    path: str
+    value: bytes = b""
+    ephemeral: bool = False
+
+
+class SetOp(NamedTuple):
+    """A L{ZooKeeperClient.multi} operation: set C{path}'s data (only at C{version} when C{>= 0})."""
+
+    path: str
+    value: bytes
+    version: int = -1
+
+
+class DeleteOp(NamedTuple):
+    """A L{ZooKeeperClient.multi} operation: delete C{path} (childless; only at C{version} when C{>= 0})."""
+
+    path: str
+    version: int = -1
 
 
 def _translate(exc: BaseException) -> BaseException:
@@ -541,6 +582,53 @@ class ZooKeeperClient:
                 error = _translate(stat)
                 raise type(error)(f"{path}: {error} (expected version {version})")
             return _stat(stat)
+
+        return self._call(commit).addCallback(results)
+
+    def multi(self, ops: list[CheckOp | CreateOp | SetOp | DeleteOp]) -> Deferred:
+        """
+        Run C{ops} as one ZooKeeper multi: all of them in order, or none
+        (ZooKeeper Programmer's Guide, "Multi-update"; kazoo's
+        C{transaction}).  A check is how a write is fenced: the multi fails
+        unless the fence znode still has the version the writer read.
+
+        @return: a Deferred firing with one result per op: C{True} for a
+            check or a delete, the created path for a create, the new
+            L{ZnodeStat} for a set.
+        @raise BadVersionError, NoNodeError, NodeExistsError, NotEmptyError:
+            the first op that failed, its index in C{op_index}; nothing was
+            changed.
+        """
+        ops = list(ops)
+
+        def commit() -> Any:
+            transaction = self._kazoo.transaction()
+            for op in ops:
+                if isinstance(op, CheckOp):
+                    transaction.check(op.path, op.version)
+                elif isinstance(op, CreateOp):
+                    transaction.create(op.path, op.value, ephemeral=op.ephemeral)
+                elif isinstance(op, SetOp):
+                    transaction.set_data(op.path, op.value, op.version)
+                elif isinstance(op, DeleteOp):
+                    transaction.delete(op.path, op.version)
+                else:
+                    raise TypeError(f"not a multi operation: {op!r}")
+            return transaction.commit_async()
+
+        def results(values: list) -> list:
+            for index, value in enumerate(values):
+                # In a failed multi the other ops report RolledBack (before the
+                # failure) and RuntimeInconsistency (after it).
+                if isinstance(value, BaseException) and not isinstance(
+                        value, (_kz_exceptions.RolledBackError, _kz_exceptions.RuntimeInconsistency)):
+                    error = _translate(value)
+                    failed = type(error)(f"multi op {index} {ops[index]!r}: {error}")
+                    failed.op_index = index
+                    raise failed
+            if any(isinstance(value, BaseException) for value in values):
+                raise ZooKeeperError(f"multi failed without an error: {values!r}")
+            return [_stat(v) if isinstance(op, SetOp) else v for op, v in zip(ops, values)]
 
         return self._call(commit).addCallback(results)
 

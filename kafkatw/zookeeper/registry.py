@@ -13,8 +13,12 @@ The paper's registries in ZooKeeper, laid out as Kafka 0.8-2.x lays them out
     /config/changes/config_change_NNNNNNNNNN   persistent sequential change notifications
     /controller                                ephemeral  controller's broker id
     /controller_epoch                          persistent controller epoch (decimal)
+    /log_dir_event_notification/log_dir_event_<seq>  persistent a broker's log dir failed (JSON v1, KIP-112)
     /latest_producer_id_block                  persistent last producer-id block handed out
     /consumers/<group>/offsets/<topic>/<p>     persistent committed offset (JSON v1, see below)
+    /group_coordinator/candidates/<id>         ephemeral  a broker taking part in group coordinator elections
+    /group_coordinator/holders/<n>             ephemeral  coordinator of the groups of __consumer_offsets-<n> (JSON v1)
+    /group_coordinator/epochs/<n>              persistent its coordinator epoch (decimal) = the znode's version
     /kafka-acl/<ResourceType>/<name>           persistent literal ACLs (JSON v1, see below)
     /kafka-acl-extended/prefixed/<ResourceType>/<name>  persistent prefixed ACLs (JSON v1)
     /kafka-acl-changes/acl_changes_<seq>       persistent literal ACL change: C{TOPIC:<name>}
@@ -40,12 +44,23 @@ Readers also accept Kafka 0.8's bare decimal (C{42}).  A group id is one path
 component: L{group_path} percent-encodes it (C{/} and other unsafe characters;
 C{my-group} stays C{my-group}).
 
+Committed offsets are written fenced (L{Registry.set_committed_offsets}): one
+multi that checks the version of the writer's C{/group_coordinator/epochs/<n>}
+and sets every offset of the batch, so a deposed group coordinator writes
+nothing (docs/consumer-groups.md, "Which broker coordinates a group").  A
+holder is::
+
+    {"version":1,"brokerid":1,"coordinator_epoch":7,"timestamp":"1700000000000"}
+
 The JSON is byte-for-byte the shape Kafka's C{kafka.zk.ZkData} writes (Kafka 3.0
 source): e.g. a broker::
 
     {"version":5,"host":"h","port":9092,"endpoints":["PLAINTEXT://h:9092"],
      "listener_security_protocol_map":{"PLAINTEXT":"PLAINTEXT"},"jmx_port":-1,
      "features":{},"timestamp":"1700000000000"}     (+ "rack":"r" when set)
+
+(kafkatw adds C{"offline_log_dirs":{"/var/lib/kafkatw/b":{"orders":[0,2]}}} while
+some of its log dirs are offline: L{Registry.set_offline_log_dirs})
 
 and a topic (C{topic_id} is the Kafka C{Uuid} string: URL-safe base64 of the 16
 bytes, unpadded)::
@@ -90,7 +105,17 @@ from kafkatw.security.acl import (
     encode_acls,
 )
 from kafkatw.security.sasl import SCRAM_MECHANISMS, ScramCredential
-from kafkatw.zookeeper.bridge import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError, ZooKeeperError
+from kafkatw.zookeeper.bridge import (
+    BadVersionError,
+    CheckOp,
+    CreateOp,
+    DeleteOp,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+    SetOp,
+    ZooKeeperError,
+)
 
 __all__ = [
     "Registry",
@@ -114,12 +139,20 @@ __all__ = [
     "CONTROLLER_EPOCH_PATH",
     "PRODUCER_ID_BLOCK_PATH",
     "CONSUMERS_PATH",
+    "LOG_DIR_EVENT_NOTIFICATION_PATH",
+    "LOG_DIR_EVENT_PREFIX",
+    "LOG_DIR_FAILURE_EVENT",
     "CommittedOffset",
     "group_path",
     "consumer_offset_path",
     "encode_committed_offset",
     "decode_committed_offset",
     "ACL_CHANGE_PATHS",
+    "GROUP_COORDINATOR_PATH",
+    "GroupCoordinatorHolder",
+    "FencedError",
+    "group_coordinator_epoch_path",
+    "group_coordinator_holder_path",
     "acl_path",
     "encode_acl_change",
     "decode_acl_change",
@@ -141,6 +174,21 @@ CONTROLLER_PATH = "/controller"
 CONTROLLER_EPOCH_PATH = "/controller_epoch"
 PRODUCER_ID_BLOCK_PATH = "/latest_producer_id_block"
 CONSUMERS_PATH = "/consumers"
+#: Kafka's C{LogDirEventNotificationZNode}: a broker whose log dir failed
+#: creates C{log_dir_event_<sequence>} holding C{{"version":1,"broker":<id>,"event":1}}
+#: (KIP-112); the controller reads and deletes it.
+LOG_DIR_EVENT_NOTIFICATION_PATH = "/log_dir_event_notification"
+LOG_DIR_EVENT_PREFIX = "log_dir_event_"
+#: Kafka's C{LogDirEventNotificationHandler.LogDirFailureEvent}
+LOG_DIR_FAILURE_EVENT = 1
+#: Group coordinator elections (L{Registry.claim_group_coordinator}).
+GROUP_COORDINATOR_PATH = "/group_coordinator"
+GROUP_COORDINATOR_CANDIDATES_PATH = f"{GROUP_COORDINATOR_PATH}/candidates"
+GROUP_COORDINATOR_HOLDERS_PATH = f"{GROUP_COORDINATOR_PATH}/holders"
+GROUP_COORDINATOR_EPOCHS_PATH = f"{GROUP_COORDINATOR_PATH}/epochs"
+#: Offsets written by one multi at most (bytes of paths and values): ZooKeeper
+#: refuses a request above C{jute.maxbuffer} (1 MB by default).
+MULTI_MAX_BYTES = 512 * 1024
 LITERAL_ACL_PATH = "/kafka-acl"
 PREFIXED_ACL_PATH = "/kafka-acl-extended/prefixed"
 LITERAL_ACL_CHANGES_PATH = "/kafka-acl-changes"
@@ -214,6 +262,40 @@ class PartitionState:
     isr: list[int]
     controller_epoch: int = 1
     zk_version: int = -1
+
+
+class FencedError(ZooKeeperError):
+    """
+    A fenced write found its fence znode at another version (or gone): the
+    writer no longer holds what it held when it read the version (a deposed
+    group coordinator).  Nothing was written.
+    """
+
+
+@dataclass(frozen=True)
+class GroupCoordinatorHolder:
+    """
+    The holder of C{/group_coordinator/holders/<partition>}.
+
+    @ivar broker_id: the coordinating broker.
+    @ivar coordinator_epoch: the version of C{/group_coordinator/epochs/<partition>}
+        its claim set: its writes check it.
+    @ivar session_id: the ZooKeeper session that owns the (ephemeral) holder znode.
+    """
+
+    broker_id: int
+    coordinator_epoch: int
+    session_id: int
+
+
+def group_coordinator_holder_path(partition: int) -> str:
+    """C{/group_coordinator/holders/<partition>}: ephemeral, the broker coordinating the partition's groups."""
+    return f"{GROUP_COORDINATOR_HOLDERS_PATH}/{partition}"
+
+
+def group_coordinator_epoch_path(partition: int) -> str:
+    """C{/group_coordinator/epochs/<partition>}: persistent; its znode version is the coordinator epoch."""
+    return f"{GROUP_COORDINATOR_EPOCHS_PATH}/{partition}"
 
 
 @dataclass(frozen=True)
@@ -543,12 +625,17 @@ class Registry(_AclMethods):
         self.client = client
         self._registration: BrokerInfo | None = None
         self._watching_sessions = False
+        #: this broker's offline log dirs and their partitions, in its registration (L{set_offline_log_dirs})
+        self._offline_log_dirs: dict[str, list[tuple[str, int]]] = {}
+        #: offset znodes known to exist (L{set_committed_offsets} sets them without a read)
+        self._offset_znodes: set[str] = set()
 
     # -- brokers --------------------------------------------------------------
 
     @staticmethod
     def encode_broker(host: str, port: int, rack: str | None = None, timestamp_ms: str | None = None,
-                      endpoints: Any = None, protocol_map: Any = None) -> bytes:
+                      endpoints: Any = None, protocol_map: Any = None,
+                      offline_log_dirs: dict[str, list[tuple[str, int]]] | None = None) -> bytes:
         """
         The v5 JSON of C{/brokers/ids/<id>} (Kafka's C{BrokerIdZNode.encode}).
 
@@ -556,6 +643,11 @@ class Registry(_AclMethods):
             C{PLAINTEXT} listener at C{host:port}); C{host} and C{port} are
             then the PLAINTEXT listener's, or C{null} and -1 without one, as Kafka writes.
         @param protocol_map: listener -> security protocol (default: each listener's name).
+        @param offline_log_dirs: kafkatw's addition, only when some log dir
+            failed (KIP-112): offline log dir -> the partitions whose replicas
+            were there, written as C{"offline_log_dirs": {dir: {topic:
+            [partition, ...]}}} (Kafka learns them from LeaderAndIsr
+            responses, which kafkatw has not; Kafka's readers ignore the key).
         """
         if endpoints:
             plaintext = [(h, p) for name, h, p in endpoints if name == "PLAINTEXT"]
@@ -579,6 +671,13 @@ class Registry(_AclMethods):
         }
         if rack is not None:
             body["rack"] = rack
+        if offline_log_dirs:
+            offline: dict[str, dict[str, list[int]]] = {}
+            for log_dir, partitions in sorted(offline_log_dirs.items()):
+                by_topic = offline[log_dir] = {}
+                for topic, partition in sorted(partitions):
+                    by_topic.setdefault(topic, []).append(partition)
+            body["offline_log_dirs"] = offline
         return _dumps(body)
 
     @staticmethod
@@ -632,7 +731,8 @@ class Registry(_AclMethods):
         path = f"{BROKER_IDS_PATH}/{info.broker_id}"
         await self.client.ensure_path(BROKER_IDS_PATH)
         data = self.encode_broker(info.host, info.port, info.rack, endpoints=info.endpoints,
-                                  protocol_map=dict(info.protocol_map) or None)
+                                  protocol_map=dict(info.protocol_map) or None,
+                                  offline_log_dirs=self._offline_log_dirs or None)
         while True:
             try:
                 await self.client.create(path, data, ephemeral=True)
@@ -661,6 +761,102 @@ class Registry(_AclMethods):
                 await self.client.delete(f"{BROKER_IDS_PATH}/{broker_id}")
             except NoNodeError:
                 pass
+
+        return _deferred(go())
+
+    # -- failed log dirs (KIP-112) ------------------------------------------------
+
+    def set_offline_log_dirs(self, broker_id: int, offline: dict[str, list[tuple[str, int]]]) -> Deferred:
+        """
+        Record this broker's offline log dirs and the partitions whose replicas
+        were there in its registration (L{encode_broker}'s
+        C{offline_log_dirs}): rewritten now when it is registered, and kept
+        in it when it registers again in a new session.  A restarted broker
+        registers without them.
+
+        @return: a Deferred firing once written.
+        """
+        self._offline_log_dirs = {d: sorted(partitions) for d, partitions in offline.items()}
+        registration = self._registration
+        if registration is None or registration.broker_id != broker_id:
+            return _deferred(_none())
+        return _deferred(self._register(registration))
+
+    @staticmethod
+    def decode_offline_replicas(data: bytes) -> set[tuple[str, int]]:
+        """The partitions in a broker registration's C{offline_log_dirs} (empty without them)."""
+        body = json.loads(data)
+        offline = body.get("offline_log_dirs") or {}
+        return {(topic, int(p)) for by_topic in offline.values() for topic, partitions in by_topic.items()
+                for p in partitions}
+
+    def get_broker_offline_replicas(self, broker_id: int) -> Deferred:
+        """
+        @return: a Deferred firing with the partitions whose replicas are
+            offline on that broker (L{decode_offline_replicas}), or C{None}
+            when it is not registered.
+        """
+
+        async def go() -> set[tuple[str, int]] | None:
+            try:
+                data, _ = await self.client.get(f"{BROKER_IDS_PATH}/{broker_id}")
+            except NoNodeError:
+                return None
+            return self.decode_offline_replicas(data)
+
+        return _deferred(go())
+
+    def propagate_log_dir_event(self, broker_id: int) -> Deferred:
+        """
+        Tell the controller that a log dir of C{broker_id} failed (Kafka's
+        C{KafkaZkClient.propagateLogDirEvent}): a persistent sequential
+        C{/log_dir_event_notification/log_dir_event_<n>} holding
+        C{{"version":1,"broker":<id>,"event":1}}.
+
+        @return: a Deferred firing with the path created.
+        """
+        body = _dumps({"version": 1, "broker": broker_id, "event": LOG_DIR_FAILURE_EVENT})
+        return self.client.create(f"{LOG_DIR_EVENT_NOTIFICATION_PATH}/{LOG_DIR_EVENT_PREFIX}", body,
+                                  sequence=True, makepath=True)
+
+    def watch_log_dir_events(self, callback: Callable[[list[str]], object]) -> Deferred:
+        """
+        Call C{callback(children)} with the notifications under
+        C{/log_dir_event_notification} now and whenever one is added.
+
+        @return: a Deferred firing with the L{Watch}.
+        """
+        async def go() -> Any:
+            await self.client.ensure_path(LOG_DIR_EVENT_NOTIFICATION_PATH)
+            return await self.client.watch_children(LOG_DIR_EVENT_NOTIFICATION_PATH, callback)
+
+        return _deferred(go())
+
+    def take_log_dir_event(self, child: str) -> Deferred:
+        """
+        Read and delete one log dir event notification.
+
+        @return: a Deferred firing with the broker id it names, or C{None}
+            when it is gone already or is not a failure event of Kafka's format.
+        """
+
+        async def go() -> int | None:
+            path = f"{LOG_DIR_EVENT_NOTIFICATION_PATH}/{child}"
+            try:
+                data, _ = await self.client.get(path)
+            except NoNodeError:
+                return None
+            try:
+                await self.client.delete(path)
+            except NoNodeError:
+                pass
+            try:
+                body = json.loads(data)
+                broker = int(body["broker"])
+            except (ValueError, KeyError, TypeError):
+                _log.warn("ignored the log dir event {path}: {data!r}", path=path, data=data)
+                return None
+            return broker if body.get("event", LOG_DIR_FAILURE_EVENT) == LOG_DIR_FAILURE_EVENT else None
 
         return _deferred(go())
 
@@ -1364,6 +1560,219 @@ class Registry(_AclMethods):
 
         return _deferred(go())
 
+    def set_committed_offsets(self, offsets: dict[tuple[str, str, int], CommittedOffset],
+                              fence_path: str | None = None, fence_version: int = -1) -> Deferred:
+        """
+        Write committed offsets in one ZooKeeper multi (several when they
+        exceed L{MULTI_MAX_BYTES}), each fenced: with C{fence_path}, the multi
+        also checks that C{fence_path} still has version C{fence_version}, so
+        that nothing is written once the writer is deposed.  Missing znodes
+        (and their parents) are created; the offsets known to exist are set
+        without reading them first, so a batch costs one round trip.
+
+        @param offsets: C{(group, topic, partition)} -> L{CommittedOffset}.
+        @return: a Deferred firing with C{None} once every offset is written.
+        @raise FencedError: C{fence_path} is missing or at another version;
+            nothing of that multi was written.
+        """
+
+        async def go() -> None:
+            chunk: list[tuple[str, bytes]] = []
+            size = 0
+            for (group, topic, partition), committed in offsets.items():
+                path = consumer_offset_path(group, topic, partition)
+                data = encode_committed_offset(committed)
+                if chunk and size + len(path) + len(data) > MULTI_MAX_BYTES:
+                    await self._write_offsets(chunk, fence_path, fence_version)
+                    chunk, size = [], 0
+                chunk.append((path, data))
+                size += len(path) + len(data)
+            await self._write_offsets(chunk, fence_path, fence_version)
+
+        return _deferred(go())
+
+    async def _write_offsets(self, chunk: list[tuple[str, bytes]], fence_path: str | None,
+                             fence_version: int) -> None:
+        known = self._offset_znodes
+        head = [CheckOp(fence_path, fence_version)] if fence_path is not None else []
+        if not head and not chunk:
+            return
+        for _ in range(10):
+            unknown = [path for path, _ in chunk if path not in known]
+            if unknown:
+                stats = await _gather([self.client.exists(path) for path in unknown])
+                missing = {path for path, stat in zip(unknown, stats) if stat is None}
+                for parent in sorted({path.rsplit("/", 1)[0] for path in missing}):
+                    await self.client.ensure_path(parent)
+                known.update(path for path in unknown if path not in missing)
+            else:
+                missing = set()
+            ops = head + [CreateOp(path, data) if path in missing else SetOp(path, data) for path, data in chunk]
+            try:
+                await self.client.multi(ops)
+            except (NoNodeError, NodeExistsError, BadVersionError) as e:
+                index = e.op_index
+                if index is None:
+                    raise
+                if index < len(head):
+                    raise FencedError(f"{fence_path} is no longer at version {fence_version}: {e}") from None
+                # an offset znode created or deleted meanwhile (DeleteGroups, a paper-style consumer): look again
+                known.difference_update(path for path, _ in chunk)
+                continue
+            known.update(path for path, _ in chunk)
+            if len(known) > 100_000:
+                known.clear()  # only a cache of what exists
+            return
+        raise ZooKeeperError(f"the offset znodes of {chunk[0][0]} and others keep changing")
+
+    def check_version(self, path: str, version: int) -> Deferred:
+        """
+        One multi with only a check: fires once ZooKeeper has confirmed that
+        C{path} has version C{version} (a fence check ordered with every write).
+
+        @raise FencedError: it does not (or C{path} is missing).
+        """
+
+        async def go() -> None:
+            try:
+                await self.client.multi([CheckOp(path, version)])
+            except (NoNodeError, BadVersionError) as e:
+                raise FencedError(f"{path} is no longer at version {version}: {e}") from None
+
+        return _deferred(go())
+
+    # -- group coordinator elections ------------------------------------------------
+
+    def ensure_group_coordinator_paths(self) -> Deferred:
+        """Create C{/group_coordinator/{candidates,holders,epochs}} when missing."""
+
+        async def go() -> None:
+            for path in (GROUP_COORDINATOR_CANDIDATES_PATH, GROUP_COORDINATOR_HOLDERS_PATH,
+                         GROUP_COORDINATOR_EPOCHS_PATH):
+                await self.client.ensure_path(path)
+
+        return _deferred(go())
+
+    def add_group_coordinator_candidate(self, broker_id: int) -> Deferred:
+        """
+        Create the ephemeral C{/group_coordinator/candidates/<broker_id>}.
+
+        @return: a Deferred firing with C{True} when this session holds it,
+            C{False} when another session does (a previous process of the
+            broker whose session has not ended yet).
+        """
+
+        async def go() -> bool:
+            path = f"{GROUP_COORDINATOR_CANDIDATES_PATH}/{broker_id}"
+            try:
+                await self.client.create(path, b"", ephemeral=True, makepath=True)
+                return True
+            except NodeExistsError:
+                try:
+                    _, stat = await self.client.get(path)
+                except NoNodeError:
+                    return False
+                return stat.ephemeralOwner == self.client.session_id
+
+        return _deferred(go())
+
+    def remove_group_coordinator_candidate(self, broker_id: int) -> Deferred:
+        """Delete C{/group_coordinator/candidates/<broker_id>} (a missing one is no error)."""
+
+        async def go() -> None:
+            try:
+                await self.client.delete(f"{GROUP_COORDINATOR_CANDIDATES_PATH}/{broker_id}")
+            except NoNodeError:
+                pass
+
+        return _deferred(go())
+
+    def watch_group_coordinator_candidates(self, callback: Callable[[frozenset[int]], object]) -> Deferred:
+        """Call C{callback(broker ids)} now and whenever a candidate comes or goes."""
+        return self.client.watch_children(
+            GROUP_COORDINATOR_CANDIDATES_PATH,
+            lambda names: callback(frozenset(int(n) for n in names if n.isdigit())))
+
+    def watch_group_coordinators(self, callback: Callable[[dict[int, GroupCoordinatorHolder]], object]) -> Deferred:
+        """
+        Call C{callback({partition: GroupCoordinatorHolder})} now and whenever
+        a holder comes or goes; every holder is read again each time (a holder
+        replaced between two notifications is seen).
+        """
+
+        async def fetch(names: list[str]) -> dict[int, GroupCoordinatorHolder]:
+            holders: dict[int, GroupCoordinatorHolder] = {}
+            for name in names:
+                if not name.isdigit():
+                    continue
+                try:
+                    data, stat = await self.client.get(group_coordinator_holder_path(int(name)))
+                except NoNodeError:
+                    continue  # went away meanwhile
+                body = json.loads(data)
+                holders[int(name)] = GroupCoordinatorHolder(int(body["brokerid"]), int(body["coordinator_epoch"]),
+                                                            stat.ephemeralOwner)
+            return holders
+
+        return self.client.watch_children(GROUP_COORDINATOR_HOLDERS_PATH, self._chain(fetch, callback))
+
+    def claim_group_coordinator(self, partition: int, broker_id: int) -> Deferred:
+        """
+        Become the coordinator of the groups of C{__consumer_offsets-<partition>}:
+        one multi that creates the ephemeral holder znode and bumps the epoch
+        znode's version, which is the new coordinator epoch (every later
+        write of the holder checks it).  The claim fails while another
+        session holds the partition; it ends with this session (or
+        L{release_group_coordinator}).
+
+        @return: a Deferred firing with the new coordinator epoch.
+        @raise NodeExistsError: the partition has a holder.
+        @raise BadVersionError: another broker claimed it meanwhile.
+        """
+
+        async def go() -> int:
+            epoch_path = group_coordinator_epoch_path(partition)
+            try:
+                _, stat = await self.client.get(epoch_path)
+            except NoNodeError:
+                try:
+                    await self.client.create(epoch_path, b"0", makepath=True)
+                except NodeExistsError:
+                    pass
+                _, stat = await self.client.get(epoch_path)
+            epoch = stat.version + 1
+            holder = _dumps({"version": 1, "brokerid": broker_id, "coordinator_epoch": epoch, "timestamp": _now_ms()})
+            try:
+                await self.client.multi([
+                    CreateOp(group_coordinator_holder_path(partition), holder, ephemeral=True),
+                    SetOp(epoch_path, str(epoch).encode("ascii"), stat.version),
+                ])
+            except (NodeExistsError, BadVersionError) as e:
+                raise type(e)(f"group coordinator partition {partition}: {e}") from None
+            return epoch
+
+        return _deferred(go())
+
+    def release_group_coordinator(self, partition: int, coordinator_epoch: int) -> Deferred:
+        """
+        Give up C{partition} (controlled shutdown, or handing it to the
+        preferred broker): delete the holder znode, only while the epoch is
+        still C{coordinator_epoch}.
+
+        @return: a Deferred firing with C{True} when released, C{False} when
+            it was no longer held at that epoch.
+        """
+
+        async def go() -> bool:
+            try:
+                await self.client.multi([CheckOp(group_coordinator_epoch_path(partition), coordinator_epoch),
+                                         DeleteOp(group_coordinator_holder_path(partition))])
+                return True
+            except (NoNodeError, BadVersionError):
+                return False
+
+        return _deferred(go())
+
 
 def _scram_credentials(user: str, config: dict[str, str]) -> dict[str, Any]:
     result = {}
@@ -1379,6 +1788,19 @@ def _scram_credentials(user: str, config: dict[str, str]) -> dict[str, Any]:
 
 async def _none() -> None:
     return None
+
+
+async def _gather(deferreds: list[Deferred]) -> list:
+    from twisted.internet.defer import gatherResults
+
+    try:
+        return await gatherResults(deferreds, consumeErrors=True)
+    except Exception as e:  # FirstError: raise what failed
+        from twisted.internet.defer import FirstError
+
+        if isinstance(e, FirstError):
+            raise e.subFailure.value from None
+        raise
 
 
 async def _raise(exc: BaseException) -> Any:

@@ -10,6 +10,7 @@ Group settings are shortened for speed: C{group.initial.rebalance.delay.ms}
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import shutil
@@ -17,16 +18,23 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
+from typing import Callable
 
 from click.testing import CliRunner
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from kafkatw.broker.group_coordinator import coordinator_for
+from kafkatw.broker.group_coordinator_election import preferred_coordinator
+from kafkatw.broker.transaction_coordinator import offsets_partition_for as _offsets_partition_for
 from kafkatw.cli.main import main as cli_main
 from kafkatw.testing import ClassFixture, running_cluster, wait_until
+
+def offsets_partition_for(group: str) -> int:
+    return _offsets_partition_for(group)[1]
+
 
 KCAT = shutil.which("kcat") or "/usr/bin/kcat"
 OVERRIDES = {"group.initial.rebalance.delay.ms": "200", "group.min.session.timeout.ms": "1000",
@@ -242,7 +250,7 @@ class GroupTests(ClassFixture, unittest.TestCase):
 
         asyncio.run(aiokafka_commits())
 
-        coordinator = self.broker(coordinator_for("handoff", [b.broker_id for b in self.brokers]))
+        coordinator = self.broker(preferred_coordinator("handoff", [b.broker_id for b in self.brokers]))
         coordinator.stop()
         coordinator.start()
 
@@ -293,7 +301,7 @@ class GroupTests(ClassFixture, unittest.TestCase):
     def test_z_coordinator_failure_moves_the_group(self) -> None:
         """Kill the group's coordinator: the other broker takes the group over with its committed offsets."""
         ids = [b.broker_id for b in self.brokers]
-        group = next(g for g in (f"failover-{i}" for i in range(100)) if coordinator_for(g, ids) == ids[0])
+        group = next(g for g in (f"failover-{i}" for i in range(100)) if preferred_coordinator(g, ids) == ids[0])
         survivor = ids[1]
         self.create_topic("failover1", 1, 10, replica_assignment=[[survivor]])
         config = {"bootstrap.servers": self.brokers[1].bootstrap, "group.id": group, "auto.offset.reset": "earliest",
@@ -338,6 +346,104 @@ class GroupTests(ClassFixture, unittest.TestCase):
             self.assertEqual(other.committed([TopicPartition("failover1", 0)], timeout=15)[0].offset, 9)
         finally:
             other.close()
+
+    def test_zz_group_commits_across_a_sigkilled_coordinator_and_back(self) -> None:
+        """
+        A confluent-kafka member consumes and commits while its coordinator is
+        SIGKILLed (the other broker claims the group's partition once the
+        dead broker's session expires) and while it comes back (it is handed
+        the partition again): consumption and commits go on, and the
+        committed offsets in ZooKeeper, sampled throughout, never go back.
+        """
+        from kazoo.client import KazooClient
+
+        ids = [b.broker_id for b in self.brokers]
+        victim, survivor = ids
+        group = next(g for g in (f"fenced-{i}" for i in range(1000)) if preferred_coordinator(g, ids) == victim)
+        topic = "fenced-commits"
+        self.create_topic(topic, 2, 50, replica_assignment=[[survivor], [survivor]])
+        partition = offsets_partition_for(group)
+        holder_path = f"/kafkatw/group_coordinator/holders/{partition}"
+        zookeeper = KazooClient(hosts=self.brokers.zookeeper.connect_string)
+        zookeeper.start(10)
+        seen: dict[int, list[int]] = {0: [], 1: []}
+        stop = threading.Event()
+
+        def sample() -> None:  # the committed offsets as ZooKeeper holds them, every 20 ms
+            while not stop.is_set():
+                for p in (0, 1):
+                    try:
+                        data, _ = zookeeper.get(f"/kafkatw/consumers/{group}/offsets/{topic}/{p}")
+                    except Exception:
+                        continue
+                    offset = json.loads(data)["offset"]
+                    if not seen[p] or seen[p][-1] != offset:
+                        seen[p].append(offset)
+                stop.wait(0.02)
+
+        def holder() -> tuple[int, int]:
+            body = json.loads(zookeeper.get(holder_path)[0])
+            return body["brokerid"], body["coordinator_epoch"]
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        producer = Producer({"bootstrap.servers": self.broker(survivor).bootstrap})
+        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                             "enable.auto.commit": False, "session.timeout.ms": 6000, "heartbeat.interval.ms": 300})
+        consumed = 0
+        produced = 50
+
+        def run(seconds: float, until: Callable[[], bool]) -> None:
+            """Produce a little, consume, commit; for at most C{seconds} or until C{until()}."""
+            nonlocal consumed, produced
+            deadline = time.monotonic() + seconds
+            while time.monotonic() < deadline and not until():
+                for p in (0, 1):
+                    producer.produce(topic, b"x", partition=p)
+                produced += 1
+                producer.poll(0)
+                got = [m for m in consumer.consume(50, 0.1) if not m.error()]
+                consumed += len(got)
+                if got:
+                    try:
+                        consumer.commit(asynchronous=False)
+                    except KafkaException:
+                        pass  # the coordinator is moving: the next commit carries the positions
+
+        def committed_past(offset: int) -> Callable[[], bool]:
+            return lambda: all(seen[p] and seen[p][-1] > offset for p in (0, 1))
+
+        try:
+            consumer.subscribe([topic])
+            run(20, committed_past(20))
+            self.assertTrue(committed_past(20)(), seen)
+            self.assertEqual(holder()[0], victim)
+            epoch = holder()[1]
+            before_kill = min(seen[p][-1] for p in (0, 1))
+
+            self.broker(victim).kill()
+            run(25, lambda: committed_past(before_kill + 30)() and holder()[0] == survivor)
+            self.assertEqual(holder()[0], survivor, "the survivor did not take the group over")
+            self.assertGreater(holder()[1], epoch)
+            self.assertTrue(committed_past(before_kill + 30)(), (before_kill, seen))
+            after_kill = min(seen[p][-1] for p in (0, 1))
+
+            self.broker(victim).start()  # the preferred broker is handed the partition back
+            run(25, lambda: committed_past(after_kill + 30)() and holder()[0] == victim)
+            self.assertEqual(holder()[0], victim)
+            self.assertTrue(committed_past(after_kill + 30)(), (after_kill, seen))
+        finally:
+            consumer.close()
+            stop.set()
+            sampler.join(5)
+            zookeeper.stop()
+            zookeeper.close()
+            process = self.broker(victim)
+            if process.popen is None or process.popen.poll() is not None:
+                process.start()
+        for p in (0, 1):
+            self.assertEqual(seen[p], sorted(seen[p]), f"partition {p}'s committed offset went back: {seen[p]}")
+        self.assertGreater(consumed, 2 * 50)
 
 
 if __name__ == "__main__":

@@ -679,22 +679,22 @@ class ProduceRunTests(unittest.TestCase):
                                  (ErrorCode.unknown_topic_or_partition, -1), (ErrorCode.none, 1)])
 
     def test_a_failed_write_fails_the_requests_it_lost(self) -> None:
-        from kafkatw.storage import segment as segment_module
-
         h = BrokerHarness(self)
         h.create_topic("t")
         connection, transport = self.connect(h)
         connection.dataReceived(self.produce_frame(0, build_batch([(None, b"a")])))  # written alone
+        log = h.log_manager.get("t", 0)
 
         def failing_writev(fd: int, buffers: Any) -> int:
             raise OSError(28, "No space left on device")
 
-        self.patch(segment_module.os, "writev", failing_writev)
+        self.patch(h.log_manager.files[h.directory], "writev", failing_writev)  # the log dir's file operations
         connection.dataReceived(b"".join(self.produce_frame(i, b) for i, b in enumerate(self.batches(3), 1)))
         codes = [r.responses[0].partition_responses[0].error_code for _, r in self.responses(transport)]
         self.assertEqual(codes, [ErrorCode.none] + [ErrorCode.kafka_storage_error] * 3)
-        log = h.log_manager.get("t", 0)
         self.assertEqual((log.log_end_offset, log.high_watermark), (1, 1))
+        # the log dir is offline now (KIP-112: tests/unit/test_log_dir_failure.py)
+        self.assertEqual(list(h.log_manager.offline_log_dirs), [h.directory])
 
     def test_idempotent_sequences_within_a_run(self) -> None:
         """Each request is checked against the ones before it in the run: next sequences, a retry, a gap."""

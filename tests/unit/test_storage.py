@@ -806,10 +806,14 @@ class CheckpointSkipTests(unittest.TestCase):
         from kafkatw.storage import log_manager
         from kafkatw.storage.log_manager import CHECKPOINT_FILE, LOG_START_OFFSET_CHECKPOINT_FILE, read_checkpoint
 
+        from kafkatw.storage.log_dir_failure import LogDirsFailedError
+
         directory, manager, log = self._manager_with_log()
         log.flush()
         with mock.patch.object(log_manager, "write_checkpoint", side_effect=OSError("disk full")):
-            self.assertRaises(OSError, manager.recovery_point_checkpoints())
+            # the directories whose write failed, for the broker to take offline (KIP-112)
+            failed = self.assertRaises(LogDirsFailedError, manager.recovery_point_checkpoints())
+        self.assertEqual(list(failed.failures), [directory])
         # unchanged offsets, but neither file was written: both are written now
         manager.recovery_point_checkpoints()()
         self.assertEqual(read_checkpoint(os.path.join(directory, CHECKPOINT_FILE)), {("t", 0): 2})
@@ -915,10 +919,9 @@ class DeferredWriteTests(LogTestMixin, TestCase):
         written = log.active_segment.size_bytes
         log.append(batch(3), 0, write=False)
         log.append(batch(1), 0, write=False)
-        real_writev = os.writev
-        self.patch(segment_module.os, "writev", _failing_writev)
+        self.addCleanup(log.files.heal)
+        log.files.fail("writev", 28)  # the log dir's file operations (kafkatw/storage/log_dir_failure.py)
         self.assertRaises(KafkaStorageError, log.write_pending)
-        self.patch(segment_module.os, "writev", real_writev)
         self.assertEqual(log.log_end_offset, 2)
         self.assertEqual(log.active_segment.size_bytes, written)
         self.assertEqual(os.path.getsize(log.active_segment.path), written)
@@ -929,7 +932,7 @@ class DeferredWriteTests(LogTestMixin, TestCase):
         log = self.make_log(segment_bytes=2 * len(batch(1, size=100)) + 10)
         log.append(batch(1, size=100), 0, write=False)
         log.append(batch(1, size=100), 0, write=False)
-        self.patch(segment_module.os, "writev", _failing_writev)
+        self.patch(log.files, "writev", _failing_writev)
         self.assertRaises(KafkaStorageError, log.append, batch(1, size=100), 0, write=False)  # the roll's write
         self.assertEqual(log.log_end_offset, 0)
         self.assertRaises(KafkaStorageError, log.append, batch(1), 0, write=False)
@@ -945,7 +948,7 @@ class DeferredWriteTests(LogTestMixin, TestCase):
         def short_writev(fd, buffers):
             return real_writev(fd, list(buffers)[: max(1, len(buffers) // 2)])
 
-        self.patch(segment_module.os, "writev", short_writev)
+        self.patch(log.files, "writev", short_writev)
         segment = log.active_segment
         pieces = [bytes([i % 256]) * (segment_module._COPY_MAX + 1 + i % 3) for i in range(2100)]
         headers = parse_batch_headers(build_batch([(None, b"x")], timestamp_ms=1))
