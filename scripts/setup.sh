@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything kafkatw needs on a fresh Debian 12 machine: ZooKeeper, kcat, Java (for
-# ZooKeeper and Spark), chromium and chromedriver (the console's browser tests), a C compiler and
+# ZooKeeper and Spark), chromium and chromedriver (the console's browser tests), iproute2 and
+# nftables (the network-fault tests), a C compiler and
 # Python's headers (the record codec's compiled accelerator, kafkatw/protocol/_speedups.c, which
 # pip builds with kafkatw), and a virtual environment at .venv with kafkatw and its test and spark
 # extras.
@@ -14,6 +15,10 @@ command -v java >/dev/null 2>&1 || need_apt+=(default-jre-headless)
 # the web console's browser tests (tests/integration/test_console.py)
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || need_apt+=(chromium-driver)
+# the network-fault tests (tests/integration/test_network_faults.py, docs/fault-testing.md): network
+# namespaces and veth pairs (iproute2) and nftables rules inside them (in /usr/sbin, off a user's PATH)
+command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || [ -x /sbin/ip ] || need_apt+=(iproute2)
+command -v nft >/dev/null 2>&1 || [ -x /usr/sbin/nft ] || need_apt+=(nftables)
 PYTHON=${PYTHON:-python3}
 # the record codec's compiled accelerator (docs/design.md, "Compiled accelerator"): a C compiler,
 # and Python.h for the Python the venv is made from (a non-Debian build may ship its own)
