@@ -1164,7 +1164,7 @@ class PartitionLog:
         i = bisect_right(self._bases, offset) - 1
         regions: list[FileRegion] = []
         remaining = max_bytes
-        while i < len(segments) and remaining > 0:
+        while i < len(segments) and (remaining > 0 or min_one_batch and not regions):
             segment = segments[i]
             if segment.base_offset >= upper:
                 break
