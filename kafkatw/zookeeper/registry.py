@@ -115,6 +115,7 @@ from kafkatw.zookeeper.bridge import (
     NotEmptyError,
     SetOp,
     ZooKeeperError,
+    ZooKeeperUnavailableError,
 )
 
 __all__ = [
@@ -890,14 +891,36 @@ class Registry(_AclMethods):
             BROKER_IDS_PATH, self._chain(lambda ids: self._list_brokers(ids, detailed), callback))
 
     def _chain(self, fetch: Callable[[Any], Coroutine[Any, Any, Any]], callback: Callable[[Any], object]) -> Callable[[Any], None]:
-        """Run C{fetch(value)} per notification, delivering results in order."""
+        """
+        Run C{fetch(value)} per notification, delivering results in order.
+        A fetch that finds ZooKeeper unavailable (the connection dropped, or
+        the session is being closed at shutdown) is no failure: it runs again
+        for the same notification once the session is connected again, so
+        that the change is not lost.
+        """
         tail: list[Deferred] = [Deferred.fromCoroutine(_none())]
+
+        def again_when_connected(value: Any) -> None:
+            def listener(state: str) -> None:
+                if state == "CONNECTED":
+                    self.client.remove_state_listener(listener)
+                    on_change(value)
+
+            self.client.add_state_listener(listener)
+
+        def failed(f: Any, value: Any) -> None:
+            if f.check(ZooKeeperUnavailableError):
+                _log.info("ZooKeeper unavailable while reading after a watch ({error}); read again once connected",
+                          error=f.getErrorMessage())
+                again_when_connected(value)
+                return
+            _log.failure("registry watch callback failed", f)
 
         def on_change(value: Any) -> None:
             def run(_: Any) -> Deferred:
                 d = _deferred(fetch(value))
                 d.addCallback(callback)
-                d.addErrback(lambda f: _log.failure("registry watch callback failed", f))
+                d.addErrback(failed, value)
                 return d
 
             tail[0] = tail[0].addCallback(run)

@@ -446,3 +446,36 @@ class TopicAssignmentUpdateTests(SynchronousTestCase):
             "t", lambda current: TopicAssignment("t", current.topic_id, {0: [2]}), fence), BadVersionError)
         self.assertIn("/controller_epoch", str(failure.value))
         self.assertEqual(self.successResultOf(registry.get_topic("t")).partitions, {0: [1]})
+
+
+class WatchReadRetryTests(SynchronousTestCase):
+    """
+    A read after a watch notification that finds ZooKeeper unavailable (the
+    connection dropped, or the session closing at shutdown) is no failure: it
+    runs again for the same notification once the session is connected, so
+    the change is not lost (a group coordinator's holders read while its
+    session closed was logged as a critical failure at every clean stop).
+    """
+
+    def test_a_read_that_finds_zookeeper_unavailable_runs_again_once_connected(self):
+        client = started()
+        registry = Registry(client)
+        reads: list[str] = []
+        seen: list[str] = []
+
+        async def fetch(value: str) -> str:
+            reads.append(value)
+            if len(reads) == 1:
+                raise ZooKeeperUnavailableError("ConnectionLoss")
+            return value.upper()
+
+        on_change = registry._chain(fetch, seen.append)
+        client.disconnect()
+        on_change("a")
+        self.assertEqual((reads, seen), (["a"], []))
+        self.assertEqual(self.flushLoggedErrors(), [])
+        client.reconnect()
+        self.assertEqual((reads, seen), (["a", "a"], ["A"]))
+        client.disconnect()
+        client.reconnect()  # the retry was once: no more reads
+        self.assertEqual(reads, ["a", "a"])
