@@ -109,7 +109,21 @@ def wait_for(predicate: Callable[[], Any], timeout_s: float = 30.0, what: str = 
 # -- real ZooKeeper ------------------------------------------------------------
 
 
-class ZooKeeperFixture:
+class _StartStop:
+    """C{with fixture as connect_string:}: C{start()} on entry (stopped again if it fails), C{stop()} on exit."""
+
+    def __enter__(self) -> str:
+        try:
+            return self.start()  # type: ignore[attr-defined]
+        except BaseException:
+            self.stop()  # type: ignore[attr-defined]
+            raise
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()  # type: ignore[attr-defined]
+
+
+class ZooKeeperFixture(_StartStop):
     """
     A real ZooKeeper server for a test: C{start()} returns the connect string
     C{"127.0.0.1:PORT"}; C{stop()} stops it (idempotent).
@@ -158,16 +172,6 @@ class ZooKeeperFixture:
             if self._own_dir:
                 shutil.rmtree(self.data_dir, ignore_errors=True)
 
-    def __enter__(self) -> str:
-        try:
-            return self.start()
-        except BaseException:
-            self.stop()
-            raise
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()
-
 
 def _distinct_free_ports(count: int) -> list[int]:
     ports: list[int] = []
@@ -202,7 +206,7 @@ class EnsembleMember:
         return self.popen is not None and self.popen.poll() is None
 
 
-class ZooKeeperEnsembleFixture:
+class ZooKeeperEnsembleFixture(_StartStop):
     """
     A real ZooKeeper ensemble for a test: C{size} members on 127.0.0.1, each
     with its own client, peer and election port and data directory (ZooKeeper
@@ -333,16 +337,6 @@ class ZooKeeperEnsembleFixture:
         finally:
             if self._own_dir:
                 shutil.rmtree(self.data_dir, ignore_errors=True)
-
-    def __enter__(self) -> str:
-        try:
-            return self.start()
-        except BaseException:
-            self.stop()
-            raise
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()
 
 
 @contextlib.contextmanager
