@@ -177,44 +177,58 @@ class ReplicaFetcher:
 
     # --- truncation by leader epoch (KIP-101, KIP-279) ------------------------------
 
-    async def _truncate(self, states: dict[tuple[str, int], _FetchState]) -> None:
+    async def _ask_leader(self, api_key: int, states: dict[tuple[str, int], _FetchState],
+                          names: tuple[str, str], entry: Callable[[_FetchState], dict], body: dict
+                          ) -> list[tuple[tuple[str, int], _FetchState, Any]]:
+        """
+        Send the leader one request of C{api_key} naming every partition of
+        C{states} (C{names}: the request's and response's topic and partition
+        field names; C{entry(state)}: a partition's other fields), and return
+        C{(key, state, answer)} for each partition still fetched as it was when
+        asked (one removed or re-added meanwhile is left out).
+        """
         manager = self.manager
+        topic_field, partition_field = names
         by_topic: dict[str, list] = {}
         for (topic, partition), s in states.items():
-            by_topic.setdefault(topic, []).append({
-                "partition": partition,
-                "current_leader_epoch": s.leader_epoch,
-                "leader_epoch": s.partition.log.latest_epoch,
-            })
-        body = {"replica_id": manager.broker_id,
-                "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]}
-        response = await manager.client.send(self.leader_id, 23, body, timeout_ms=manager.request_timeout_ms)
+            by_topic.setdefault(topic, []).append({partition_field: partition, **entry(s)})
+        body["topics"] = [{topic_field: t, "partitions": ps} for t, ps in by_topic.items()]
+        response = await manager.client.send(self.leader_id, api_key, body, timeout_ms=manager.request_timeout_ms)
         if not self._running:
-            return
+            return []
+        answers = []
         for topic in response.topics:
             for p in topic.partitions:
-                key = (topic.topic, p.partition)
+                key = (getattr(topic, topic_field), getattr(p, partition_field))
                 s = self.states.get(key)
-                if s is None or s is not states.get(key):
-                    continue  # removed or re-added meanwhile
-                code = ErrorCode(int(p.error_code))
-                if code != ErrorCode.none:
-                    self._partition_error(key, s, code)
-                    continue
-                log = s.partition.log
-                # Kafka's getOffsetTruncationState: the leader knows no epoch at
-                # or below ours (or we have none): the high watermark; else the
-                # smaller end of the answered epoch in both logs; when we never
-                # had the answered epoch (KIP-279), our end of the epoch below
-                # it, then ask again with our new latest epoch.
-                target, completed = offset_truncation_state(
-                    log.leader_epoch_cache, log.log_end_offset, p.leader_epoch, p.end_offset, log.high_watermark)
-                if target < log.log_end_offset:
-                    _log.info("{partition}: truncating from {leo} to {offset} (leader {leader} epoch {epoch})",
-                              partition=s.partition.name, leo=log.log_end_offset, offset=target,
-                              leader=self.leader_id, epoch=s.leader_epoch)
-                    log.truncate_to(target)
-                s.truncating = not completed
+                if s is not None and s is states.get(key):
+                    answers.append((key, s, p))
+        return answers
+
+    async def _truncate(self, states: dict[tuple[str, int], _FetchState]) -> None:
+        answers = await self._ask_leader(
+            23, states, ("topic", "partition"),
+            lambda s: {"current_leader_epoch": s.leader_epoch, "leader_epoch": s.partition.log.latest_epoch},
+            {"replica_id": self.manager.broker_id})
+        for key, s, p in answers:
+            code = ErrorCode(int(p.error_code))
+            if code != ErrorCode.none:
+                self._partition_error(key, s, code)
+                continue
+            log = s.partition.log
+            # Kafka's getOffsetTruncationState: the leader knows no epoch at
+            # or below ours (or we have none): the high watermark; else the
+            # smaller end of the answered epoch in both logs; when we never
+            # had the answered epoch (KIP-279), our end of the epoch below
+            # it, then ask again with our new latest epoch.
+            target, completed = offset_truncation_state(
+                log.leader_epoch_cache, log.log_end_offset, p.leader_epoch, p.end_offset, log.high_watermark)
+            if target < log.log_end_offset:
+                _log.info("{partition}: truncating from {leo} to {offset} (leader {leader} epoch {epoch})",
+                          partition=s.partition.name, leo=log.log_end_offset, offset=target,
+                          leader=self.leader_id, epoch=s.leader_epoch)
+                log.truncate_to(target)
+            s.truncating = not completed
 
     # --- a fetch offset out of the leader's range ----------------------------------------
 
@@ -228,38 +242,26 @@ class ReplicaFetcher:
         from it; otherwise our log is ahead of the leader's: truncate by
         leader epoch again.
         """
-        manager = self.manager
-        by_topic: dict[str, list] = {}
-        for (topic, partition), s in states.items():
-            by_topic.setdefault(topic, []).append({"partition_index": partition,
-                                                   "current_leader_epoch": s.leader_epoch, "timestamp": -2})
-        body = {"replica_id": manager.broker_id, "isolation_level": 0,
-                "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}
-        response = await manager.client.send(self.leader_id, 2, body, timeout_ms=manager.request_timeout_ms)
-        if not self._running:
-            return
-        for topic in response.topics:
-            for p in topic.partitions:
-                key = (topic.name, p.partition_index)
-                s = self.states.get(key)
-                if s is None or s is not states.get(key):
-                    continue  # removed or re-added meanwhile
-                code = ErrorCode(int(p.error_code))
-                if code != ErrorCode.none:
-                    s.out_of_range = False
-                    self._partition_error(key, s, code)
-                    continue
-                s.out_of_range = False
-                log = s.partition.log
-                leader_start = int(p.offset)
-                if leader_start > log.log_end_offset:
-                    _log.info("{partition}: log end offset {leo} below the leader's log start offset {offset}:"
-                              " the log restarts there", partition=s.partition.name, leo=log.log_end_offset,
-                              offset=leader_start)
-                    log.truncate_fully_and_start_at(leader_start)
-                    s.truncating = False
-                else:
-                    s.truncating = True
+        answers = await self._ask_leader(
+            2, states, ("name", "partition_index"),
+            lambda s: {"current_leader_epoch": s.leader_epoch, "timestamp": -2},  # EARLIEST_TIMESTAMP
+            {"replica_id": self.manager.broker_id, "isolation_level": 0})
+        for key, s, p in answers:
+            s.out_of_range = False
+            code = ErrorCode(int(p.error_code))
+            if code != ErrorCode.none:
+                self._partition_error(key, s, code)
+                continue
+            log = s.partition.log
+            leader_start = int(p.offset)
+            if leader_start > log.log_end_offset:
+                _log.info("{partition}: log end offset {leo} below the leader's log start offset {offset}:"
+                          " the log restarts there", partition=s.partition.name, leo=log.log_end_offset,
+                          offset=leader_start)
+                log.truncate_fully_and_start_at(leader_start)
+                s.truncating = False
+            else:
+                s.truncating = True
 
     # --- fetching -------------------------------------------------------------------
 
