@@ -55,9 +55,21 @@ def new_leader(bootstrap: str, topic: str, old: int, partition: int = 0):
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int = 1, rf: int = 3, config: dict | None = None) -> None:
+    """
+    Create C{topic}; while the answering broker does not see C{rf} live brokers
+    yet (a just-started broker's registration not yet in its view), ask again.
+    """
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(topic, partitions, rf, config=config or {})])
-    futures[topic].result(20)
+    deadline = time.monotonic() + 20
+    while True:
+        futures = admin.create_topics([NewTopic(topic, partitions, rf, config=config or {})])
+        try:
+            futures[topic].result(20)
+            return
+        except KafkaException as e:
+            if e.args[0].code() != KafkaError.INVALID_REPLICATION_FACTOR or time.monotonic() > deadline:
+                raise
+        time.sleep(0.2)
 
 
 def consume_all(bootstrap: str, topic: str, partition: int, end: int, timeout_s: float = 30.0) -> list:
