@@ -49,6 +49,7 @@ from typing import Iterable
 from twisted.logger import Logger
 
 from ..config import parse_properties
+from ..storage.files import write_atomically
 
 __all__ = ["LOCK_FILE", "SESSION_FILE", "LogDirLock", "LogDirLockedError", "RecordedSession"]
 
@@ -185,7 +186,7 @@ class LogDirLock:
         assert self.held, "record a session only while holding the lock"
         for log_dir in self.log_dirs:
             text = RecordedSession(session_id, password, self.host, log_dir).to_text()
-            _write_private(os.path.join(log_dir, SESSION_FILE), text.encode("utf-8"))
+            write_atomically(os.path.join(log_dir, SESSION_FILE), text.encode("utf-8"), sync_directory=False, mode=0o600)
 
     def forget_session(self) -> None:
         """Remove the records (after a clean stop closed the session).  Missing files are fine."""
@@ -194,18 +195,3 @@ class LogDirLock:
                 os.unlink(os.path.join(log_dir, SESSION_FILE))
             except FileNotFoundError:
                 pass
-
-
-def _write_private(path: str, data: bytes) -> None:
-    """Replace C{path} with C{data}, readable by this user only: temporary file (0600), fsync, rename."""
-    tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.fchmod(fd, 0o600)  # a leftover temporary file keeps its mode through O_CREAT
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)

@@ -14,16 +14,18 @@ import os
 __all__ = ["write_atomically"]
 
 
-def write_atomically(path: str, data: bytes, sync_directory: bool = True) -> None:
+def write_atomically(path: str, data: bytes, sync_directory: bool = True, mode: int = 0o644) -> None:
     """
     Replace C{path} with C{data}: temporary file, fsync, rename, and (with
-    C{sync_directory}) fsync of the directory.
+    C{sync_directory}) fsync of the directory.  The file gets C{mode} (0600
+    for a secret), also when a leftover temporary file existed.
 
     @raise OSError: the write failed; C{path} is unchanged.
     """
     tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
+        os.fchmod(fd, mode)  # a leftover temporary file keeps its mode through O_CREAT
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]
