@@ -17,8 +17,9 @@ The controller reacts to activation, a change of the live brokers
 (C{/brokers/ids}), a controlled shutdown (C{/admin/controlled_shutdown/<id>},
 written by a broker on SIGTERM), a failed log dir
 (C{/log_dir_event_notification/log_dir_event_<n>}, KIP-112) and any change of
-a partition state (the broker's watches) the same way: it I{settles} every
-partition (L{KafkaController._decide}):
+a partition state (the broker's watches) the same way: it I{settles}
+partitions (L{KafkaController._decide}) -- every partition on a change of
+brokers, shutdowns or log dirs, the changed ones on a partition-state change:
 
   - a partition whose leader went away is elected a new leader from the live
     ISR, in assignment order (Kafka's C{offlinePartitionLeaderElection}); with
@@ -46,6 +47,12 @@ partition (L{KafkaController._decide}):
     a broker's (re)registration do.  A restarted broker registers without
     them.
 
+Events run one at a time from a queue drained by one loop (Kafka's
+C{ControllerEventManager}), in constant stack depth however many queue up
+during a failover; state-change notifications queued meanwhile share one
+event; one event has up to L{SETTLE_WRITES_IN_FLIGHT} partitions' writes in
+flight.
+
 Each election bumps the leader epoch.  The partition and replica state machines
 are the tables L{PARTITION_STATES} and L{REPLICA_STATES} (each state with its
 valid previous states, as Kafka's C{PartitionStateMachine} and
@@ -54,6 +61,7 @@ C{ReplicaStateMachine}).
 
 from __future__ import annotations
 
+import collections
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
@@ -66,7 +74,8 @@ from ..zookeeper.bridge import BadVersionError, ZooKeeperError
 from ..zookeeper.registry import LOG_DIR_EVENT_NOTIFICATION_PATH, PartitionState, TopicAssignment
 
 __all__ = ["KafkaController", "PARTITION_STATES", "REPLICA_STATES", "StateMachine", "IllegalStateChange",
-           "Decision", "offline_partition_leader", "controlled_shutdown_leader", "MAX_SETTLE_ATTEMPTS"]
+           "Decision", "offline_partition_leader", "controlled_shutdown_leader", "MAX_SETTLE_ATTEMPTS",
+           "SETTLE_WRITES_IN_FLIGHT"]
 
 _log = Logger()
 
@@ -95,6 +104,16 @@ CONTROLLED_SHUTDOWN_PATH = "/admin/controlled_shutdown"
 #: before it leaves the partition to a re-run queued behind the other events:
 #: each lost write means another writer changed the state meanwhile.
 MAX_SETTLE_ATTEMPTS = 5
+
+#: Partitions one event settles at once (L{KafkaController._settle_keys}): each
+#: waits for its own conditional ZooKeeper write, so a window of them keeps
+#: ZooKeeper busy instead of one round trip per partition.
+SETTLE_WRITES_IN_FLIGHT = 64
+
+
+def _fire_all(waiters: list[defer.Deferred]) -> None:
+    for waiter in waiters:
+        waiter.callback(None)
 
 
 @dataclass(frozen=True)
@@ -195,7 +214,15 @@ class KafkaController:
         self.active = False
         self.epoch = 0
         self._epoch_zk_version = -1
-        self._lock = defer.DeferredLock()
+        #: the event queue (Kafka's C{ControllerEventManager}): C{(event, done)} pairs, run in order
+        #: by one loop (L{_drain}), so events that finish without I/O do not nest on the stack
+        self._events: collections.deque[tuple[Callable[[], Any], defer.Deferred]] = collections.deque()
+        self._draining = False
+        #: the waiters of the L{topics_changed} pass queued and not yet started
+        self._settle_all_waiters: list[defer.Deferred] | None = None
+        #: the partitions changed since the L{partition_changed} pass queued and not yet started
+        self._changed: set[tuple[str, int]] = set()
+        self._changed_waiters: list[defer.Deferred] | None = None
         self.live: set[int] = set()
         self.shutting_down: set[int] = set()
         self.partition_states = StateMachine(PARTITION_STATES, "NonExistentPartition")
@@ -305,9 +332,31 @@ class KafkaController:
                 else:
                     raise
 
-        d = self._lock.run(lambda: defer.Deferred.fromCoroutine(go()))
-        d.addErrback(lambda f: _log.failure("controller event failed", f))
-        return d
+        done: defer.Deferred = defer.Deferred()
+        done.addErrback(lambda f: _log.failure("controller event failed", f))
+        self._events.append((go, done))
+        if not self._draining:
+            defer.Deferred.fromCoroutine(self._drain())
+        return done
+
+    async def _drain(self) -> None:
+        """
+        Run the queued events one after the other until none is left.  A loop,
+        not a chain of callbacks: thousands of events that finish at once
+        (a failover's state-change notifications) run in constant stack depth.
+        """
+        self._draining = True
+        try:
+            while self._events:
+                go, done = self._events.popleft()
+                try:
+                    await go()
+                except Exception:
+                    done.errback(Failure())
+                else:
+                    done.callback(None)
+        finally:
+            self._draining = False
 
     def brokers_changed(self, live: Iterable[int]) -> defer.Deferred:
         """The C{/brokers/ids} watch."""
@@ -317,19 +366,67 @@ class KafkaController:
 
     def topics_changed(self) -> defer.Deferred:
         """
-        A topic or partition state changed (the broker's watches): settle every
+        A topic changed, or a config that decides elections did: settle every
         partition again (L{_settle}: elect leaders where none is live, take
         brokers that are gone or shutting down out of the ISRs, also out of
         the ones a leader has just expanded), and finish reassignments whose
         new replicas caught up.
+
+        Calls made while such a pass waits in the queue share it: it has not
+        read anything yet, so it sees what they announce.
+
+        @return: a Deferred firing with C{None} when the pass has run.
         """
+        waiter: defer.Deferred = defer.Deferred()
+        if self._settle_all_waiters is not None:
+            self._settle_all_waiters.append(waiter)
+            return waiter
+        waiters = self._settle_all_waiters = [waiter]
 
         async def go() -> None:
+            self._end_settle_all_wait(waiters)
             await self._settle_all()
             if self.reassignments:
                 await self._continue_reassignments()
 
-        return self.run(go)
+        self.run(go).addBoth(lambda _: self._end_settle_all_wait(waiters) or _fire_all(waiters))
+        return waiter
+
+    def _end_settle_all_wait(self, waiters: list[defer.Deferred]) -> None:
+        if self._settle_all_waiters is waiters:  # the pass starts (or was skipped): later calls queue another
+            self._settle_all_waiters = None
+
+    def partition_changed(self, key: tuple[str, int]) -> defer.Deferred:
+        """
+        One partition's state changed (the broker's watch on its state
+        znode, also for the controller's own writes): settle that partition
+        (L{_settle}) and continue reassignments.  The partitions changed
+        while such a pass waits in the queue are settled by it together, so
+        a failover that rewrites N partitions queues a handful of passes, not
+        N passes over every partition.
+
+        @return: a Deferred firing with C{None} when the pass has run.
+        """
+        self._changed.add(key)
+        waiter: defer.Deferred = defer.Deferred()
+        if self._changed_waiters is not None:
+            self._changed_waiters.append(waiter)
+            return waiter
+        waiters = self._changed_waiters = [waiter]
+
+        async def go() -> None:
+            self._end_changed_wait(waiters)
+            keys, self._changed = self._changed, set()
+            await self._settle_keys(sorted(keys))
+            if self.reassignments:
+                await self._continue_reassignments()
+
+        self.run(go).addBoth(lambda _: self._end_changed_wait(waiters) or _fire_all(waiters))
+        return waiter
+
+    def _end_changed_wait(self, waiters: list[defer.Deferred]) -> None:
+        if self._changed_waiters is waiters:
+            self._changed_waiters = None
 
     def _shutdowns_changed(self, ids: list[str]) -> None:
         self.shutting_down = {int(i) for i in ids if i.isdigit()}
@@ -532,9 +629,39 @@ class KafkaController:
 
     async def _settle_all(self) -> None:
         """L{_settle} every partition; the ones still contended are settled again by a re-run."""
-        for key in self._all_partitions():
-            if not await self._settle(key):
-                self._settle_later(key)
+        await self._settle_keys(self._all_partitions())
+
+    async def _settle_keys(self, keys: list[tuple[str, int]]) -> None:
+        """
+        L{_settle} each of C{keys}, with up to L{SETTLE_WRITES_IN_FLIGHT}
+        partitions' ZooKeeper writes outstanding at once (each partition's
+        writes stay in order; partitions are independent), and queue a re-run
+        for the ones still contended.  A failover's thousands of elections
+        then take a few round trips' time per window instead of one round
+        trip each.
+
+        @raise BadVersionError: another controller was elected (the first
+            such failure; the other workers stop at their next partition).
+        """
+        pending = iter(keys)
+        failed: list[Failure] = []
+
+        async def worker() -> None:
+            for key in pending:
+                if failed:
+                    return
+                try:
+                    settled = await self._settle(key)
+                except Exception:
+                    failed.append(Failure())
+                    return
+                if not settled:
+                    self._settle_later(key)
+
+        await defer.gatherResults([defer.Deferred.fromCoroutine(worker())
+                                   for _ in range(min(SETTLE_WRITES_IN_FLIGHT, len(keys)))])
+        if failed:
+            failed[0].raiseException()
 
     async def _settle(self, key: tuple[str, int]) -> bool:
         """
@@ -578,9 +705,7 @@ class KafkaController:
         async def again() -> None:
             self._settle_queued = False
             keys, self._unsettled = self._unsettled, set()
-            for key in sorted(keys):
-                if not await self._settle(key):
-                    self._settle_later(key)
+            await self._settle_keys(sorted(keys))
 
         self.run(again)
 

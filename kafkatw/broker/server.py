@@ -1049,7 +1049,7 @@ class KafkaServer(service.MultiService):
         if meta is not None and self.replica_manager is not None:
             self.replica_manager.apply_state(topic, partition, meta.partitions.get(partition, []), state)
         if self.controller is not None and self.controller.active:
-            self.controller.topics_changed()
+            self.controller.partition_changed((topic, partition))
 
     def _reload_partition_state(self, topic: str, partition: int) -> None:
         assert self.registry is not None

@@ -341,6 +341,123 @@ class ControllerRetryTests(unittest.TestCase):
         self.assertNotIn(("t", 0), h.metadata.partition_states)
 
 
+class EventQueueTests(unittest.TestCase):
+    """
+    Issue 27: the controller's event queue with thousands of events queued
+    behind one that waits -- what a failover of a few hundred partitions
+    queues, one notification per state write.  The queue once handed over
+    from event to event inside the previous one's stack: at about 120
+    events that finished without I/O, C{RecursionError}, and the queue
+    stayed locked for good.
+    """
+
+    def test_thousands_of_events_queued_behind_a_waiting_one_all_run(self) -> None:
+        h = ControllerHarness(self, {"t": {0: [1, 2, 3]}})
+        gate: defer.Deferred = defer.Deferred()
+        h.controller.run(lambda: gate)
+        ran: list[int] = []
+        done = [h.controller.run(lambda i=i: defer.succeed(ran.append(i))) for i in range(3000)]
+        with LogFailures() as failures:
+            gate.callback(None)
+        self.assertEqual(failures.failures, [])
+        self.assertEqual(ran, list(range(3000)))
+        for d in done:
+            self.assertIsNone(self.successResultOf(d))
+        h.broker_died(3)  # and the controller still acts
+        self.assertEqual(h.summary("t", 0), (1, 0, [1, 2]))
+
+    def test_a_failed_event_is_logged_and_the_next_one_runs(self) -> None:
+        h = ControllerHarness(self, {"t": {0: [1, 2, 3]}})
+
+        def fail() -> None:
+            raise RuntimeError("boom")
+
+        with LogFailures() as failures:
+            first = h.controller.run(fail)
+            second = h.controller.run(lambda: defer.succeed(None))
+        self.assertEqual([f.type for f in failures.failures], [RuntimeError])
+        self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 1)
+        self.assertIsNone(self.successResultOf(first))
+        self.assertIsNone(self.successResultOf(second))
+
+    def test_settling_passes_queued_meanwhile_share_one_run(self) -> None:
+        """Two thousand C{topics_changed} while an event waits: one pass settles them all."""
+        h = ControllerHarness(self, {"t": {p: [1, 2, 3] for p in range(30)}})
+        passes: list[int] = []
+        settle_all = h.controller._settle_all
+
+        async def counted() -> None:
+            passes.append(1)
+            await settle_all()
+
+        h.controller._settle_all = counted  # type: ignore[method-assign]
+        gate: defer.Deferred = defer.Deferred()
+        h.controller.run(lambda: gate)
+        waiters = [h.controller.topics_changed() for _ in range(2000)]
+        with LogFailures() as failures:
+            gate.callback(None)
+        self.assertEqual(failures.failures, [])
+        self.assertEqual(len(passes), 1)
+        for d in waiters:
+            self.assertIsNone(self.successResultOf(d))
+        # a call after the pass has started queues a new one, which runs
+        self.assertIsNone(self.successResultOf(h.controller.topics_changed()))
+        self.assertEqual(len(passes), 2)
+
+    def test_a_pass_skipped_by_a_resigned_controller_does_not_stop_later_ones(self) -> None:
+        h = ControllerHarness(self, {"t": {0: [1, 2, 3]}})
+        h.controller.controller_changed(2)
+        self.assertIsNone(self.successResultOf(h.controller.topics_changed()))
+        self.assertIsNone(self.successResultOf(h.controller.partition_changed(("t", 0))))
+        self.assertTrue(h.wait(h.controller.elect()))  # /controller is still ours: active again
+        brokers = {b: e for b, e in h.metadata.brokers.items() if b != 3}
+        h.metadata.set_brokers(brokers)
+        h.controller.live = set(brokers)
+        self.assertIsNone(self.successResultOf(h.controller.partition_changed(("t", 0))))
+        self.assertEqual(h.summary("t", 0), (1, 0, [1, 2]))
+
+    def test_a_failover_with_every_write_notifying_the_controller(self) -> None:
+        """
+        Broker 3 dies leading a third of 900 partitions, and every state
+        write notifies the controller back, as the broker's state watches
+        do: every partition is settled, nothing fails, the notifications
+        are settled one partition each (not a pass over all 900 each), and
+        the controller still acts afterwards.
+        """
+        count = 900
+        h = ControllerHarness(self, {"t": {p: [(p + i) % 3 + 1 for i in range(3)] for p in range(count)}})
+        notified: list[tuple[str, int]] = []
+
+        def changed(partition: int, state: PartitionState | None) -> None:
+            notified.append(("t", partition))
+            h.metadata.set_partition_state("t", partition, state)
+            h.controller.partition_changed(("t", partition))
+
+        for p in range(count):
+            h.wait(h.registry.watch_partition_state("t", p, lambda state, p=p: changed(p, state)))
+        notified.clear()  # the watches' first reads
+        decided: list[tuple[str, int]] = []
+        decide = h.controller._decide
+
+        def counted(key: tuple[str, int], state: Any) -> Any:
+            decided.append(key)
+            return decide(key, state)
+
+        h.controller._decide = counted  # type: ignore[method-assign]
+        with LogFailures() as failures:
+            h.broker_died(3)
+        self.assertEqual(failures.failures, [])
+        self.assertEqual(len(notified), count)  # one write each: 300 elections, 600 ISR removals
+        for p in range(count):
+            state = h.state("t", p)
+            self.assertNotEqual(state.leader, 3)
+            self.assertNotIn(3, state.isr)
+        self.assertLess(len(decided), 6 * count)
+        self.assertEqual(h.controller.elections, count // 3)
+        h.broker_died(2)
+        self.assertEqual({h.state("t", p).leader for p in range(count)}, {1})
+
+
 class ControllerElectionTests(unittest.TestCase):
     def test_concurrent_elections_share_one_result_and_one_epoch(self) -> None:
         h = ControllerHarness(self, {"t": {0: [1, 2]}})
@@ -562,7 +679,7 @@ class SimBroker:
         self.metadata.set_partition_state(topic, partition, state)
         self.replica_manager.apply_state(topic, partition, self.cluster.assignments[topic][partition], state)
         if self.controller.active:
-            self.controller.topics_changed()
+            self.controller.partition_changed((topic, partition))
 
     def reload_state(self, topic: str, partition: int) -> None:
         d = self.registry.get_partition_state(topic, partition)
