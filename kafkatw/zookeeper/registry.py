@@ -1314,7 +1314,7 @@ class Registry(_AclMethods):
         controller_epoch_zk_version: int | None = None,
     ) -> Deferred:
         """
-        Write the partition's state (created when missing).
+        Write the partition's state; an unconditional, unfenced write creates it when missing.
 
         @param expected_version: the znode version last read (L{PartitionState.zk_version});
             -1 writes unconditionally.
@@ -1323,7 +1323,8 @@ class Registry(_AclMethods):
             fence: a deposed controller's writes fail).
         @return: a Deferred firing with the new znode version.
         @raise BadVersionError: another writer changed the state, or another
-            controller was elected, since.
+            controller was elected, since; or a conditional or fenced write
+            found no state (deleted meanwhile).
         """
 
         async def go() -> int:
@@ -1337,7 +1338,10 @@ class Registry(_AclMethods):
                     stat = await self.client.set(path, data, version=expected_version)
                 return stat.version
             except NoNodeError:
-                if expected_version not in (-1, 0):
+                # Only an unconditional, unfenced write creates the state (AdminManager's, for a new
+                # partition); a conditional or a controller's write to a state deleted meanwhile (the
+                # topic is being deleted) must not bring it back.
+                if expected_version != -1 or controller_epoch_zk_version is not None:
                     raise BadVersionError(f"{path} does not exist (expected version {expected_version})")
                 await self.client.create(path, data, makepath=True)
                 return 0

@@ -305,6 +305,24 @@ class TopicTests(SynchronousTestCase):
         )
 
 
+    def test_a_conditional_or_fenced_write_does_not_bring_back_a_deleted_state(self):
+        """Issue 27: the controller's write racing a topic deletion fails instead of re-creating the state."""
+        self.successResultOf(self.registry.create_topic("t", {0: [1, 2]}, {}))
+        version = self.successResultOf(self.registry.set_partition_state("t", 0, 1, 0, [1, 2]))
+        self.assertEqual(version, 0)
+        self.successResultOf(self.client.delete("/brokers/topics/t/partitions/0/state"))
+        self.failureResultOf(
+            self.registry.set_partition_state("t", 0, 2, 1, [2], expected_version=version), BadVersionError
+        )
+        self.assertIsNone(self.successResultOf(self.registry.get_partition_state("t", 0)))
+        self.successResultOf(self.client.create("/controller_epoch", b"1", makepath=True))
+        self.failureResultOf(
+            self.registry.set_partition_state("t", 0, 2, 1, [2], controller_epoch_zk_version=0), BadVersionError
+        )
+        self.assertIsNone(self.successResultOf(self.registry.get_partition_state("t", 0)))
+        # the unconditional write of a new partition's first state still creates it
+        self.assertEqual(self.successResultOf(self.registry.set_partition_state("t", 0, 1, 0, [1, 2])), 0)
+
 class AssignReplicasTests(SynchronousTestCase):
     def test_kafka_vector(self):
         """Kafka's AdminTest.testReplicaAssignment: 5 brokers, 10 partitions, rf 3, start 0."""
