@@ -726,42 +726,50 @@ class KafkaController:
             assignments = dict(self._assignments())
             wanted = list(assignments) if partitions is None else partitions
             for key in wanted:
-                replicas = assignments.get(key)
-                state = self.metadata.partition_states.get(key)
-                if replicas is None or state is None:
-                    results[key] = (ErrorCode.unknown_topic_or_partition, "no such partition")
-                    continue
-                live = self._live_for(key)  # a replica in a failed log dir is not a candidate
-                if election_type == 0:
-                    preferred = replicas[0]
-                    # A dead leader recorded in the state is no leader (Kafka writes NoLeader there).
-                    if state.leader == preferred and preferred in live:
-                        results[key] = (ErrorCode.election_not_needed, "the preferred replica leads")
-                    elif preferred not in live or preferred not in state.isr:
-                        results[key] = (ErrorCode.preferred_leader_not_available,
-                                        f"preferred replica {preferred} is not alive and in sync")
-                    else:
-                        await self._write(key[0], key[1], state, preferred, list(state.isr), new_epoch=True)
-                        results[key] = (ErrorCode.none, None)
-                else:
-                    if state.leader in live:
-                        results[key] = (ErrorCode.election_not_needed, "the partition has a live leader")
-                        continue
-                    leader, unclean = offline_partition_leader(replicas, state.isr, live, True)
-                    if leader < 0:
-                        results[key] = (ErrorCode.eligible_leaders_not_available, "no live replica")
-                        continue
-                    if unclean:
-                        _log.warn("unclean leader election for {topic}-{partition} on demand: broker {leader}",
-                                  topic=key[0], partition=key[1], leader=leader)
-                        self.unclean_elections += 1
-                    await self._write(key[0], key[1], state, leader,
-                                      [leader] if unclean else [r for r in state.isr if r in live],
-                                      new_epoch=True)
-                    results[key] = (ErrorCode.none, None)
+                results[key] = await self._elect_on_demand(key, assignments.get(key), election_type)
 
         d = self.run(go)
         return d.addCallback(lambda _: results)
+
+    async def _elect_on_demand(self, key: tuple[str, int], replicas: list[int] | None,
+                               election_type: int) -> tuple[Any, str | None]:
+        """
+        One partition of L{elect_leaders}, decided from its freshest state:
+        when the write loses to another writer (the leader changed the ISR
+        meanwhile), the state is re-read and the election decided again, up
+        to L{MAX_SETTLE_ATTEMPTS} writes; success is reported only for a
+        written state.
+        """
+        for _ in range(MAX_SETTLE_ATTEMPTS):
+            state = self.metadata.partition_states.get(key)
+            if replicas is None or state is None:
+                return ErrorCode.unknown_topic_or_partition, "no such partition"
+            live = self._live_for(key)  # a replica in a failed log dir is not a candidate
+            unclean = False
+            if election_type == 0:
+                leader = replicas[0]
+                # A dead leader recorded in the state is no leader (Kafka writes NoLeader there).
+                if state.leader == leader and leader in live:
+                    return ErrorCode.election_not_needed, "the preferred replica leads"
+                if leader not in live or leader not in state.isr:
+                    return (ErrorCode.preferred_leader_not_available,
+                            f"preferred replica {leader} is not alive and in sync")
+                isr = list(state.isr)
+            else:
+                if state.leader in live:
+                    return ErrorCode.election_not_needed, "the partition has a live leader"
+                leader, unclean = offline_partition_leader(replicas, state.isr, live, True)
+                if leader < 0:
+                    return ErrorCode.eligible_leaders_not_available, "no live replica"
+                isr = [leader] if unclean else [r for r in state.isr if r in live]
+            if await self._write(key[0], key[1], state, leader, isr, new_epoch=True):
+                if unclean:
+                    _log.warn("unclean leader election for {topic}-{partition} on demand: broker {leader}",
+                              topic=key[0], partition=key[1], leader=leader)
+                    self.unclean_elections += 1
+                return ErrorCode.none, None
+        return (ErrorCode.unknown_server_error,
+                f"the partition's state changed under the controller {MAX_SETTLE_ATTEMPTS} times; try again")
 
     def check_preferred_imbalance(self, imbalance_percentage: int) -> defer.Deferred:
         """

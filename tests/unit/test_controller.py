@@ -32,6 +32,7 @@ from kafkatw.broker.controller import (
 from kafkatw.broker.metadata_cache import BrokerEndpoint, MetadataCache, TopicMetadata
 from kafkatw.broker.replica_manager import ReplicaManager
 from kafkatw.config import BrokerConfig
+from kafkatw.errors import ErrorCode
 from kafkatw.testing import FakeZooKeeper, FakeZooKeeperClient
 from kafkatw.zookeeper.bridge import ZooKeeperError, ZooKeeperUnavailableError
 from kafkatw.zookeeper.registry import PartitionState, Registry
@@ -330,6 +331,33 @@ class ControllerRetryTests(unittest.TestCase):
         self.assertEqual(h.summary("t", 1), (2, 0, [2, 1]))
         self.assertEqual(len(attempts), MAX_SETTLE_ATTEMPTS + 2 + 1)  # the winning one
         self.assertEqual(h.controller._unsettled, set())
+
+    def test_a_preferred_election_that_lost_its_write_is_decided_again(self) -> None:
+        """
+        ElectLeaders (preferred) for t-0 while its leader shrinks the ISR:
+        the lost write is decided again from the fresh state, and success is
+        reported only for a state written.
+        """
+        h = ControllerHarness(self, {"t": {0: [1, 2, 3]}}, states={("t", 0): (2, [2, 1, 3])})
+        attempts = self.racing_leader(h, 1, [2, 1])  # still in sync: elected at the second attempt
+        results = h.wait(h.controller.elect_leaders(0, [("t", 0)]))
+        self.assertEqual(results, {("t", 0): (ErrorCode.none, None)})
+        self.assertEqual(h.summary("t", 0), (1, 1, [2, 1]))
+        self.assertEqual(len(attempts), 2)
+
+    def test_a_preferred_election_whose_replica_left_the_isr_meanwhile_reports_it(self) -> None:
+        h = ControllerHarness(self, {"t": {0: [1, 2, 3]}}, states={("t", 0): (2, [2, 1, 3])})
+        self.racing_leader(h, 1, [2, 3])  # the leader shrinks 1 out first: no election possible
+        results = h.wait(h.controller.elect_leaders(0, [("t", 0)]))
+        self.assertEqual(results[("t", 0)][0], ErrorCode.preferred_leader_not_available)
+        self.assertEqual(h.summary("t", 0), (2, 0, [2, 3]))
+
+    def test_an_election_losing_every_write_reports_an_error(self) -> None:
+        h = ControllerHarness(self, {"t": {0: [1, 2, 3]}}, states={("t", 0): (2, [2, 1, 3])})
+        self.racing_leader(h, MAX_SETTLE_ATTEMPTS, [2, 1, 3])
+        results = h.wait(h.controller.elect_leaders(0, [("t", 0)]))
+        self.assertEqual(results[("t", 0)][0], ErrorCode.unknown_server_error)
+        self.assertEqual(h.state("t", 0).leader, 2)
 
     def test_a_state_deleted_under_the_controller_is_dropped_from_its_cache(self) -> None:
         h = ControllerHarness(self, {"t": {0: [1, 2, 3]}})
