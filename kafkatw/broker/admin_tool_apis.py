@@ -26,6 +26,7 @@ from twisted.logger import Logger
 from ..errors import ErrorCode, KafkaError, kafka_error
 from ..security.acl import AclOperation, ResourceType
 from ..zookeeper.bridge import ZooKeeperError
+from ..zookeeper.registry import FencedError
 from .group_coordinator import GroupState
 from .request_context import RequestContext
 
@@ -292,17 +293,20 @@ class AdminToolApis:
                 for key in candidates:
                     if key[0] in subscribed:
                         codes[key] = _E.group_subscribed_to_topic
+            fence = coordinator.placement.acting(group_id)
+            if fence is None:
+                return respond(_E.not_coordinator, {})
             coordinator.offsets.flush_now()
-            await defer.gatherResults([registry.delete_committed_offset(group_id, topic, partition)
-                                       for topic, partition in deletable], consumeErrors=True)
+            try:
+                await registry.delete_committed_offsets(group_id, deletable, fence.path, fence.version)
+            except FencedError:  # deposed meanwhile: the new coordinator answers
+                return respond(_E.not_coordinator, {})
             if deletable:
                 _log.info("deleted the committed offsets of group {group} for {partitions}", group=group_id,
                           partitions=", ".join(f"{t}-{p}" for t, p in deletable))
             return respond(_E.none, codes)
 
         def failed(failure: Any) -> bytes:
-            if failure.check(defer.FirstError):
-                failure = failure.value.subFailure
             failure.trap(ZooKeeperError)
             return respond(_E.coordinator_not_available, {})
 

@@ -1319,7 +1319,10 @@ class GroupCoordinator:
                 self._cancel_timers(current)
                 del self.groups[group_id]
             await self.offsets.flush_now()
-            await self.offsets.registry.delete_committed_offsets(group_id)
+            try:
+                await self.offsets.registry.delete_committed_offsets(group_id, None, fence.path, fence.version)
+            except FencedError:  # deposed since the confirmation: nothing was deleted
+                return ErrorCode.not_coordinator
             _log.info("deleted group {group}", group=group_id)
             return ErrorCode.none
 

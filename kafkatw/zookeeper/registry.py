@@ -84,7 +84,7 @@ import random as _random
 import time
 import uuid
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Coroutine
+from typing import Any, Callable, Coroutine, Iterable
 from urllib.parse import quote, unquote
 
 from twisted.internet.defer import Deferred
@@ -263,6 +263,10 @@ class PartitionState:
     isr: list[int]
     controller_epoch: int = 1
     zk_version: int = -1
+
+
+#: Offset znodes one fenced multi of L{Registry.delete_committed_offsets} deletes.
+_DELETES_PER_MULTI = 500
 
 
 class FencedError(ZooKeeperError):
@@ -1554,36 +1558,70 @@ class Registry(_AclMethods):
 
         return _deferred(go())
 
-    def delete_committed_offset(self, group: str, topic: str, partition: int) -> Deferred:
+    def delete_committed_offsets(self, group: str, partitions: Iterable[tuple[str, int]] | None = None,
+                                 fence_path: str | None = None, fence_version: int = -1) -> Deferred:
         """
-        Delete one committed offset (OffsetDelete), then the topic's znode
-        when no partition is left under it; a missing offset is no error.
-        """
+        Delete committed offsets of C{group} (OffsetDelete: C{partitions};
+        DeleteGroups: C{None}, every one), each ZooKeeper multi fenced as
+        L{set_committed_offsets} is: with C{fence_path}, it also checks that
+        C{fence_path} still has version C{fence_version}, so that a deposed
+        coordinator deletes nothing.  Afterwards the topics' znodes left
+        empty go, and for the whole group C{/consumers/<group>/offsets} and
+        C{/consumers/<group>} when nothing else (a paper-style group's ids
+        or owners) is under it.  A missing offset is no error.
 
-        async def go() -> None:
+        @return: a Deferred firing with C{None}.
+        @raise FencedError: C{fence_path} is missing or at another version;
+            nothing of that multi was deleted.
+        """
+        whole_group = partitions is None
+        offsets_path = f"{group_path(group)}/offsets"
+
+        async def listed() -> list[str]:
+            if not whole_group:
+                return [consumer_offset_path(group, topic, partition) for topic, partition in partitions]
             try:
-                await self.client.delete(consumer_offset_path(group, topic, partition))
+                topics = await self.client.get_children(offsets_path)
             except NoNodeError:
-                return
-            try:
-                await self.client.delete(f"{group_path(group)}/offsets/{topic}")
-            except (NoNodeError, NotEmptyError):
-                pass
-
-        return _deferred(go())
-
-    def delete_committed_offsets(self, group: str) -> Deferred:
-        """
-        Delete C{/consumers/<group>/offsets}, then C{/consumers/<group>} when
-        nothing else (a paper-style group's ids or owners) is left under it.
-        """
+                return []
+            paths = []
+            for topic in topics:
+                try:
+                    children = await self.client.get_children(f"{offsets_path}/{topic}")
+                except NoNodeError:
+                    continue
+                paths += [f"{offsets_path}/{topic}/{child}" for child in children]
+            return paths
 
         async def go() -> None:
-            await self.client.delete(f"{group_path(group)}/offsets", recursive=True)
-            try:
-                await self.client.delete(group_path(group))
-            except (NoNodeError, NotEmptyError):
-                pass
+            head = [CheckOp(fence_path, fence_version)] if fence_path is not None else []
+            for _ in range(10):
+                paths = await listed()
+                stats = await _gather([self.client.exists(path) for path in paths])
+                present = [path for path, stat in zip(paths, stats) if stat is not None]
+                try:
+                    for start in range(0, len(present), _DELETES_PER_MULTI):
+                        ops = head + [DeleteOp(path) for path in present[start:start + _DELETES_PER_MULTI]]
+                        await self.client.multi(ops)
+                        self._offset_znodes.difference_update(present[start:start + _DELETES_PER_MULTI])
+                    if head and not present:
+                        await self.client.multi(head)
+                except (NoNodeError, BadVersionError, NotEmptyError) as e:
+                    if e.op_index is not None and e.op_index < len(head):
+                        raise FencedError(f"{fence_path} is no longer at version {fence_version}: {e}") from None
+                    if e.op_index is None:
+                        raise
+                    continue  # deleted (or a child created) meanwhile: look again
+                break
+            else:
+                raise ZooKeeperError(f"the committed offsets of group {group} keep changing")
+            parents = sorted({path.rsplit("/", 1)[0] for path in present}) + (
+                [offsets_path, group_path(group)] if whole_group else [])
+            for parent in parents:
+                try:
+                    await self.client.delete(parent)
+                except (NoNodeError, NotEmptyError):
+                    pass
 
         return _deferred(go())
 

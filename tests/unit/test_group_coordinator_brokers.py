@@ -25,10 +25,12 @@ from twisted.trial.unittest import SynchronousTestCase
 from kafkatw.broker import server as server_module
 from kafkatw.broker.group_coordinator import coordinator_for
 from kafkatw.broker.server import KafkaServer
+from kafkatw.broker.transaction_coordinator import offsets_partition_for
 from kafkatw.config import BrokerConfig
 from kafkatw.errors import ErrorCode
 from kafkatw.protocol.messages import decode_response, encode_request, parse_request_header
 from kafkatw.testing import FakeZooKeeper, FakeZooKeeperClient
+from kafkatw.zookeeper.registry import group_coordinator_epoch_path
 
 
 class TwoBrokersTests(SynchronousTestCase):
@@ -135,3 +137,53 @@ class TwoBrokersTests(SynchronousTestCase):
         self.assertEqual(self.committed(group), 10)  # not moved back
         self.assertEqual(self.join(b1, group), ErrorCode.not_coordinator)
         self.assertEqual(self.join(b0, group), ErrorCode.none)
+
+    def deposed_without_noticing(self, group: str) -> None:
+        """Another claim of C{group}'s coordinator epoch happened; its holder has not heard of it yet."""
+        _, partition = offsets_partition_for(group)
+        path = group_coordinator_epoch_path(partition)
+        data, _ = self.successResultOf(self.observer.get(path))
+        self.successResultOf(self.observer.set(path, data))  # the epoch (the znode's version) moves on
+
+    def delete_offsets(self, server: KafkaServer, group: str) -> tuple[int, list[int]]:
+        response = self.call(server, 47, 0, {"group_id": group, "topics": [
+            {"name": "t", "partitions": [{"partition_index": 0}]}]})
+        return response.error_code, [p.error_code for t in response.topics for p in t.partitions]
+
+    def delete_group(self, server: KafkaServer, group: str) -> int:
+        response = self.call(server, 42, 2, {"groups_names": [group]})
+        return response.results[0].error_code
+
+    def coordinated_group_with_an_offset(self) -> str:
+        b0, _ = self.brokers
+        t = self.call(b0, 19, 5, {"topics": [{"name": "t", "num_partitions": 1, "replication_factor": 1,
+                                              "assignments": [], "configs": []}],
+                                  "timeout_ms": 5000, "validate_only": False})
+        self.assertEqual(t.topics[0].error_code, ErrorCode.none)
+        for b in self.brokers:
+            for _ in range(3):
+                b.reactor.advance(0.01)
+        group = next(g for g in (f"g{i}" for i in range(100)) if coordinator_for(g, [0, 1]) == 0)
+        self.assertEqual(self.find_coordinator(b0, group), (ErrorCode.none, 0))
+        self.assertEqual(self.commit(b0, group, 10), ErrorCode.none)
+        return group
+
+    def test_a_deposed_coordinator_deletes_no_offsets(self) -> None:
+        """OffsetDelete and DeleteGroups are fenced by the coordinator epoch, as commits are."""
+        b0, _ = self.brokers
+        group = self.coordinated_group_with_an_offset()
+        self.deposed_without_noticing(group)
+        self.assertEqual(self.delete_offsets(b0, group)[0], ErrorCode.not_coordinator)
+        self.assertEqual(self.committed(group), 10)
+        self.assertEqual(self.delete_group(b0, group), ErrorCode.not_coordinator)
+        self.assertEqual(self.committed(group), 10)
+
+    def test_the_coordinator_deletes_offsets_and_groups(self) -> None:
+        b0, _ = self.brokers
+        group = self.coordinated_group_with_an_offset()
+        self.assertEqual(self.delete_offsets(b0, group), (ErrorCode.none, [ErrorCode.none]))
+        self.assertIsNone(self.successResultOf(self.observer.exists(f"/consumers/{group}/offsets/t/0")))
+        self.assertIsNone(self.successResultOf(self.observer.exists(f"/consumers/{group}/offsets/t")))
+        self.assertEqual(self.commit(b0, group, 12), ErrorCode.none)
+        self.assertEqual(self.delete_group(b0, group), ErrorCode.none)
+        self.assertIsNone(self.successResultOf(self.observer.exists(f"/consumers/{group}")))
