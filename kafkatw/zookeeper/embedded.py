@@ -741,7 +741,7 @@ async def _noop() -> None:
 def start_blocking(data_dir: str, port: int, tick_time_ms: int = 2000, log_path: str | None = None,
                    port_setting: str = "the port argument", bind_address: str = "127.0.0.1",
                    servers: Sequence[QuorumServer] = (), myid: int | None = None, init_limit: int = 10,
-                   sync_limit: int = 5, heap_mb: int = 256) -> subprocess.Popen:
+                   sync_limit: int = 5, heap_mb: int = 256, die_with_parent: bool = False) -> subprocess.Popen:
     """
     Start ZooKeeper without a reactor; its output goes to C{log_path} (default
     C{<data_dir>/zookeeper.log}).  Call L{wait_ready} next.
@@ -752,6 +752,12 @@ def start_blocking(data_dir: str, port: int, tick_time_ms: int = 2000, log_path:
     @param port_setting: how a user moves the port, named in the error for a
         taken port (e.g. C{"--port"}).
     @param heap_mb: the JVM's maximum heap (MB).
+    @param die_with_parent: the server gets SIGTERM when the calling thread's
+        process dies, also by SIGKILL (Linux's parent-death signal, set by
+        util-linux's C{setpriv --pdeathsig} before it execs java; where
+        C{setpriv} is missing the server outlives a killed parent).  Call it
+        from the thread that lives as long as the process (the main thread):
+        the signal follows the forking thread.
     @raise ValueError: a bad ensemble (L{check_ensemble}).
     @raise ZooKeeperPortInUseError: the client port, or this member's peer or
         election port, is taken (nothing was written).
@@ -768,6 +774,9 @@ def start_blocking(data_dir: str, port: int, tick_time_ms: int = 2000, log_path:
         check_myid(data_dir, myid)
     config = write_config(data_dir, port, tick_time_ms, bind_address, servers, myid, init_limit, sync_limit)
     command = java_command(config, heap_mb, QUORUM_MAIN_CLASS if servers else MAIN_CLASS)
+    setpriv = shutil.which("setpriv") if die_with_parent else None
+    if setpriv is not None:
+        command = [setpriv, "--pdeathsig", "TERM", *command]
     log_path = log_path or os.path.join(os.path.abspath(data_dir), "zookeeper.log")
     with open(log_path, "ab") as log:
         offset = log.tell()

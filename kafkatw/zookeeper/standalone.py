@@ -3,6 +3,8 @@ Run a ZooKeeper server in the foreground: the body of C{kafkatw zookeeper}.
 
 The server is a child process (see L{kafkatw.zookeeper.embedded}); SIGINT and
 SIGTERM are forwarded to it, and L{run} returns its exit status once it exited.
+When this process dies otherwise (SIGKILL), the server gets SIGTERM (the
+parent-death signal), so no ZooKeeper is left running without its command.
 It is a standalone server, or, given the ensemble's C{server.N} lines and its
 own C{myid}, one member of an ensemble.
 """
@@ -55,7 +57,7 @@ def run(port: int, data_dir: str, tick_time_ms: int = 2000, ready_timeout_s: flo
     """
     popen = start_blocking(data_dir, port, tick_time_ms, log_path=None, port_setting=port_setting,
                            bind_address=bind_address, servers=servers, myid=myid, init_limit=init_limit,
-                           sync_limit=sync_limit)
+                           sync_limit=sync_limit, die_with_parent=True)
     stopping = False
 
     def forward(signum: int, frame: Any) -> None:

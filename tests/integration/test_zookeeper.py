@@ -302,6 +302,34 @@ class EmbeddedServiceTests(TestCase):
 class StandaloneTests(SynchronousTestCase):
     """C{kafkatw.zookeeper.standalone.run}: foreground server, SIGTERM stops it cleanly."""
 
+    def test_a_killed_command_takes_its_server_down(self):
+        """Issue 27: SIGKILL of C{kafkatw zookeeper} left its JVM serving with nobody to stop it."""
+        data_dir = tempfile.mkdtemp(prefix="kafkatw-test-")
+        self.addCleanup(shutil.rmtree, data_dir, True)
+        port = find_free_port()
+        code = (
+            "import sys; from kafkatw.zookeeper.standalone import run;"
+            f" sys.exit(run({port}, {data_dir!r}, tick_time_ms=500))"
+        )
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        child = subprocess.Popen([sys.executable, "-c", code], env=env, stderr=subprocess.PIPE)
+        try:
+            self.assertIn(b"ZooKeeper ready on 127.0.0.1", child.stderr.readline())
+            self.assertTrue(serving(port))
+            child.kill()
+            child.wait(TIMEOUT_S)
+            deadline = time.monotonic() + TIMEOUT_S
+            while serving(port) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            self.assertFalse(serving(port), "ZooKeeper still serves after its command was killed")
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+            # a server left behind (the test failed): find it by its data dir and stop it
+            subprocess.run(["pkill", "-KILL", "-f", f"{data_dir}/"], check=False)
+
     def test_run_and_sigterm(self):
         data_dir = tempfile.mkdtemp(prefix="kafkatw-test-")
         self.addCleanup(shutil.rmtree, data_dir, True)
