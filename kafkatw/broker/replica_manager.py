@@ -237,6 +237,10 @@ class ReplicaManager:
         channel = getattr(log_manager, "failure_channel", None)
         if channel is not None:
             channel.add_listener(self.handle_log_dir_failure)
+            # log dirs that failed while the logs were loading: their partitions are offline from the start
+            for log_dir in channel.offline:
+                for key in log_manager.offline_partitions.get(log_dir, []):
+                    self.offline_partitions[key] = log_dir
 
     # --- partitions ---------------------------------------------------------------
 
@@ -266,14 +270,37 @@ class ReplicaManager:
             raise NotLeaderOrFollowerError()
         return found
 
-    def _partition(self, topic: str, partition: int) -> Partition | None:
-        """The hosted partition, its log opened or created; C{None}: it is offline here."""
+    def _partition(self, topic: str, partition: int, state: Any = None) -> Partition | None:
+        """
+        The hosted partition, its log opened or created; C{None}: it is
+        offline here, or undecided.  While a log dir is offline, a replica
+        whose log is in no live log dir may have its data in the offline
+        one (Kafka's C{LogManager.getOrCreateLog} refuses to create the log
+        of a partition that is not new then): with no C{state} yet nothing
+        is created; when C{state} lists this broker in the ISR (or as the
+        leader) the replica is offline here -- an empty new log must never
+        count as in sync -- and the controller is told; otherwise its log is
+        created new and it catches up as a follower.
+        """
         key = (topic, partition)
         found = self.partitions.get(key)
         if found is None:
             if key in self.offline_partitions:
                 return None
             log = self.log_manager.get(topic, partition)
+            offline_dirs = list(getattr(self.log_manager, "offline_log_dirs", {}))
+            if log is None and offline_dirs:
+                if state is None:
+                    return None
+                if self.broker_id in state.isr or state.leader == self.broker_id:
+                    log_dir = offline_dirs[0]
+                    self.offline_partitions[key] = log_dir
+                    message = (f"{topic}-{partition} is in the ISR {state.isr} but its log is in no live log dir "
+                               f"(offline: {', '.join(offline_dirs)})")
+                    _log.error("{message}: offline on broker {id}", message=message, id=self.broker_id)
+                    for listener in list(self.log_dir_failure_listeners):
+                        listener(log_dir, message)
+                    return None
             if log is None:
                 try:
                     log = self.log_manager.get_or_create(topic, partition, self.topic_config(topic))
@@ -297,7 +324,7 @@ class ReplicaManager:
         """
         if self.broker_id not in replicas:
             return
-        p = self._partition(topic, partition)
+        p = self._partition(topic, partition, state)
         if p is None:
             return  # offline here: the controller treats the replica as offline
         if state is None:

@@ -427,6 +427,14 @@ class KafkaServer(service.MultiService):
                                               self._topic_config, write_isr=self.registry.set_partition_state,
                                               reload_state=self._reload_partition_state, now_ms=self.now_ms)
         self.replica_manager.log_dir_failure_listeners.append(self._log_dir_failed)
+        if self.log_manager.offline_log_dirs:  # failed while loading: serve the others (Kafka's loadLogs)
+            for log_dir, error in self.log_manager.offline_log_dirs.items():
+                _log.error("log dir {log_dir} of broker {id} is offline ({error}); its partitions are offline here"
+                           " and move to other replicas; the broker serves its other log dirs ({live})",
+                           log_dir=log_dir, id=self.broker_id, error=error,
+                           live=", ".join(self.log_manager.live_log_dirs))
+            self._log_dir_events = self._log_dir_events.addCallback(
+                lambda _: defer.Deferred.fromCoroutine(self._propagate_log_dir_event()))
         self._every("logs", config["log.flush.scheduler.interval.ms"], self._flush)
         self._every("logs", config["log.flush.offset.checkpoint.interval.ms"],
                     self._write_in_thread(self.log_manager.recovery_point_checkpoints))

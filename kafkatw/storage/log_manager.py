@@ -111,6 +111,10 @@ def _read_high_watermarks(log_dir: str) -> dict[tuple[str, int], int] | None:
     return read_checkpoint(path) if os.path.exists(path) else None
 
 
+class _DuplicateLogError(KafkaStorageError):
+    """A partition's log in two log directories: a configuration error, not a failed directory."""
+
+
 class LogManager:
     """
     All partition logs of a broker.
@@ -151,38 +155,63 @@ class LogManager:
         return LogConfig.from_topic_config({**self.default_config, **self._topic_configs.get(topic, {})})
 
     def load(self) -> None:
-        """Open every partition log found in the log directories, recovering unclean ones."""
+        """
+        Open every partition log found in the log directories, recovering
+        unclean ones.  A directory whose loading fails with an I/O error goes
+        offline (reported to the failure channel, its logs loaded so far
+        dropped, L{offline_partitions} naming them) and the others load, as
+        Kafka's C{LogManager.loadLogs} does.
+
+        @raise LogDirsFailedError: every log directory failed.
+        @raise KafkaStorageError: a partition is in two log directories.
+        """
         for log_dir in self.log_dirs:
-            os.makedirs(log_dir, exist_ok=True)
-            marker = os.path.join(log_dir, CLEAN_SHUTDOWN_FILE)
-            clean = os.path.exists(marker)
-            recovery_points = read_checkpoint(os.path.join(log_dir, CHECKPOINT_FILE))
-            high_watermarks = _read_high_watermarks(log_dir)
-            start_path = os.path.join(log_dir, LOG_START_OFFSET_CHECKPOINT_FILE)
-            log_starts = read_checkpoint(start_path) if os.path.exists(start_path) else {}
-            for name in sorted(os.listdir(log_dir)):
-                path = os.path.join(log_dir, name)
-                match = _PARTITION_DIR.match(name)
-                if match is None or not os.path.isdir(path):
-                    continue
-                tp = (match.group(1), int(match.group(2)))
-                if tp in self._logs:
-                    raise KafkaStorageError(f"{tp[0]}-{tp[1]} found in two log directories")
-                log = PartitionLog(path, tp[0], tp[1], self._config_for(tp[0]),
-                                   recovery_point=recovery_points.get(tp, 0), clean_shutdown=clean,
-                                   now_ms=self.now_ms, files=self.files[log_dir])
-                if high_watermarks is not None:
-                    log.update_high_watermark(high_watermarks.get(tp, log.log_start_offset))
-                if log_starts.get(tp, -1) > log.log_start_offset:
-                    log.maybe_increment_log_start_offset(min(log_starts[tp], log.high_watermark))
-                self._logs[tp] = log
-                self._log_dir_of[tp] = log_dir
-                _log.info("loaded {partition} [{start}, {end}) clean={clean} recovered={recovered}"
-                          " producer_state={source}",
-                          partition=name, start=log.log_start_offset, end=log.log_end_offset, clean=clean,
-                          recovered=log.recovered_segments, source=log.producer_state_source)
-            if clean:
-                os.unlink(marker)
+            if log_dir in self.failure_channel.offline:
+                continue
+            seen: list[tuple[str, int]] = []
+            try:
+                self._load_log_dir(log_dir, seen)
+            except _DuplicateLogError:
+                raise
+            except (OSError, KafkaStorageError) as e:  # a segment that cannot be opened wraps its OSError
+                self.failure_channel.maybe_add_offline_log_dir(log_dir, f"loading its logs failed: {e}")
+                self.offline_partitions[log_dir] = sorted(set(self.offline_partitions.get(log_dir, [])) | set(seen))
+        if not self.live_log_dirs:
+            raise LogDirsFailedError(self.offline_log_dirs)
+
+    def _load_log_dir(self, log_dir: str, seen: list[tuple[str, int]]) -> None:
+        """Load one log directory's logs; C{seen} gets each partition found, before it is opened."""
+        os.makedirs(log_dir, exist_ok=True)
+        marker = os.path.join(log_dir, CLEAN_SHUTDOWN_FILE)
+        clean = os.path.exists(marker)
+        recovery_points = read_checkpoint(os.path.join(log_dir, CHECKPOINT_FILE))
+        high_watermarks = _read_high_watermarks(log_dir)
+        start_path = os.path.join(log_dir, LOG_START_OFFSET_CHECKPOINT_FILE)
+        log_starts = read_checkpoint(start_path) if os.path.exists(start_path) else {}
+        for name in sorted(os.listdir(log_dir)):
+            path = os.path.join(log_dir, name)
+            match = _PARTITION_DIR.match(name)
+            if match is None or not os.path.isdir(path):
+                continue
+            tp = (match.group(1), int(match.group(2)))
+            seen.append(tp)
+            if tp in self._logs:
+                raise _DuplicateLogError(f"{tp[0]}-{tp[1]} found in two log directories")
+            log = PartitionLog(path, tp[0], tp[1], self._config_for(tp[0]),
+                               recovery_point=recovery_points.get(tp, 0), clean_shutdown=clean,
+                               now_ms=self.now_ms, files=self.files[log_dir])
+            if high_watermarks is not None:
+                log.update_high_watermark(high_watermarks.get(tp, log.log_start_offset))
+            if log_starts.get(tp, -1) > log.log_start_offset:
+                log.maybe_increment_log_start_offset(min(log_starts[tp], log.high_watermark))
+            self._logs[tp] = log
+            self._log_dir_of[tp] = log_dir
+            _log.info("loaded {partition} [{start}, {end}) clean={clean} recovered={recovered}"
+                      " producer_state={source}",
+                      partition=name, start=log.log_start_offset, end=log.log_end_offset, clean=clean,
+                      recovered=log.recovered_segments, source=log.producer_state_source)
+        if clean:
+            os.unlink(marker)
 
     def log_dir_of(self, topic: str, partition: int) -> str | None:
         """The log directory holding C{topic-partition}'s log (C{None}: no such log here)."""

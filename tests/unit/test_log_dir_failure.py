@@ -409,6 +409,87 @@ class RestartTests(unittest.TestCase):
         self.assertEqual(again.offline_log_dirs, {})
 
 
+def break_log_dir(log_dir: str, topic: str, partition: int) -> None:
+    """A real I/O error at the next load: the partition's first segment file is a directory (EISDIR)."""
+    path = os.path.join(log_dir, f"{topic}-{partition}")
+    for name in os.listdir(path):
+        if name.endswith(".log"):
+            os.unlink(os.path.join(path, name))
+            os.mkdir(os.path.join(path, name))
+
+
+class LoadTests(unittest.TestCase):
+    """A log dir whose loading fails goes offline; the broker's other log dirs load (Kafka's loadLogs)."""
+
+    def written(self) -> tuple[str, str]:
+        h = TwoDirBroker(self)
+        for partition in (0, 1):
+            self.assertEqual(h.produce("t", partition, records(3)).error_code, ErrorCode.none)
+        h.log_manager.close()
+        return h.dir_a, h.dir_b
+
+    def test_the_other_log_dirs_load_when_one_fails(self) -> None:
+        dir_a, dir_b = self.written()
+        break_log_dir(dir_a, "t", 0)
+        again = LogManager([dir_a, dir_b], {}, now_ms=lambda: 0)
+        again.load()
+        self.addCleanup(again.close)
+        self.assertEqual(list(again.offline_log_dirs), [dir_a])
+        self.assertIn("Is a directory", again.offline_log_dirs[dir_a])
+        self.assertEqual(again.offline_partitions, {dir_a: [("t", 0)]})
+        self.assertIsNone(again.get("t", 0))
+        self.assertEqual(again.get("t", 1).log_end_offset, 3)
+        self.assertEqual(again.live_log_dirs, [dir_b])
+
+    def test_every_log_dir_failing_to_load_is_an_error(self) -> None:
+        dir_a, dir_b = self.written()
+        break_log_dir(dir_a, "t", 0)
+        break_log_dir(dir_b, "t", 1)
+        again = LogManager([dir_a, dir_b], {}, now_ms=lambda: 0)
+        self.addCleanup(again.close)
+        error = self.assertRaises(LogDirsFailedError, again.load)
+        self.assertEqual(set(error.failures), {dir_a, dir_b})
+
+    def test_the_broker_starts_on_the_others_and_never_counts_an_empty_log_in_sync(self) -> None:
+        """
+        Broker 0 restarts with log dir a unreadable: t-0 (in a) is offline
+        and published as such; a replica with no log in a live dir that
+        the state lists in the ISR stays offline (its data may be in a: an
+        empty new log must not lead or count in sync), one that is not in
+        the ISR gets a new log and catches up.
+        """
+        dir_a, dir_b = self.written()
+        break_log_dir(dir_a, "t", 0)
+        server = KafkaServer(BrokerConfig({"broker.id": 0, "log.dirs": f"{dir_a},{dir_b}"}), MemoryReactorClock())
+        zookeeper = FakeZooKeeperClient()
+        self.successResultOf(zookeeper.start())
+        server.zookeeper = zookeeper  # type: ignore[assignment]
+        server.registry = Registry(zookeeper)
+        server.metadata.cluster_id = "cluster"
+        self.successResultOf(defer.Deferred.fromCoroutine(server._start_logs([dir_a, dir_b])))
+        self.addCleanup(lambda: self.successResultOf(defer.Deferred.fromCoroutine(server._stop_logs())))
+        self.addCleanup(lambda: getattr(server, "log_dir_lock", None) is not None and server.log_dir_lock.release())
+        self.assertEqual(server.replica_manager.offline_partitions, {("t", 0): dir_a})
+        self.successResultOf(server.registry.register_broker(0, "127.0.0.1", 9092))
+        self.assertEqual(self.successResultOf(server.registry.get_broker_offline_replicas(0)), {("t", 0)})
+        self.assertTrue(self.successResultOf(zookeeper.get_children(LOG_DIR_EVENT_NOTIFICATION_PATH)))
+        rm = server.replica_manager
+        rm.apply_state("t", 0, [0, 1], PartitionState(0, 0, [0, 1], 1, 0))
+        rm.apply_state("t", 1, [0, 1], PartitionState(0, 0, [0, 1], 1, 0))
+        self.assertRaises(KafkaStorageError, rm.get_partition, "t", 0)
+        self.assertEqual(rm.get_partition("t", 1).log.log_end_offset, 3)
+        # u-0's data may be in a: it is in the ISR and has no log here -> offline, nothing created in b
+        rm.host_partition("u", 0)
+        self.assertIsNone(server.log_manager.get("u", 0))
+        rm.apply_state("u", 0, [1, 0], PartitionState(1, 0, [1, 0], 1, 0))
+        self.assertIsNone(server.log_manager.get("u", 0))
+        self.assertRaises(KafkaStorageError, rm.get_partition, "u", 0)
+        self.assertEqual(self.successResultOf(server.registry.get_broker_offline_replicas(0)), {("t", 0), ("u", 0)})
+        # u-1 is not in the ISR: a new log in b, from which it catches up as a follower
+        rm.apply_state("u", 1, [1, 0], PartitionState(1, 0, [1], 1, 0))
+        self.assertEqual(server.log_manager.log_dir_of("u", 1), dir_b)
+        self.assertFalse(server.stopped_on_error.called)
+
 class BrokerTests(unittest.TestCase):
     """The broker's side: its registration and the notification for the controller; stopping when no dir is left."""
 
