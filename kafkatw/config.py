@@ -34,7 +34,6 @@ __all__ = [
     "topic_config_key",
     "parse_topic_config",
     "BrokerConfig",
-    "parse_properties",
     "parse_broker_value",
     "topic_log_config",
     "DYNAMIC_TOPIC_CONFIG",
@@ -698,34 +697,6 @@ DYNAMIC_BROKER_CONFIGS: frozenset[str] = _dynamic_broker_configs()
 def is_dynamic_broker_config(name: str) -> bool:
     """Whether broker config C{name} can be updated dynamically (Kafka's DynamicBrokerConfig)."""
     return name in DYNAMIC_BROKER_CONFIGS or (name.startswith("log.cleaner.") and name in BROKER_CONFIG)
-
-
-def parse_properties(text: str) -> dict[str, str]:
-    """
-    Parse a Java-style ``.properties`` text (``key=value`` or ``key: value``
-    lines, ``#``/``!`` comments, trailing-backslash continuations).
-
-    @return: key -> raw string value.
-    """
-    result: dict[str, str] = {}
-    pending = ""
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not pending and (not line or line[0] in "#!"):
-            continue
-        if line.endswith("\\"):
-            pending += line[:-1]
-            continue
-        line = pending + line
-        pending = ""
-        for sep_index, char in enumerate(line):
-            if char in "=:":
-                key, value = line[:sep_index].strip(), line[sep_index + 1:].strip()
-                break
-        else:
-            key, value = line, ""
-        result[key] = value
-    return result
 
 
 #: Kafka's ConfigSource codes (DescribeConfigs v1+).

@@ -85,7 +85,6 @@ __all__ = [
     "load_state",
     "save_state",
     "ship_once",
-    "unreachable",
 ]
 
 _log = Logger()
@@ -930,34 +929,6 @@ class Shipper:
     def close(self) -> None:
         for follower in self.followers.values():
             follower.close()
-
-
-def unreachable(bootstrap_servers: str, timeout_s: float = 2.0) -> str | None:
-    """
-    Why no broker of C{bootstrap_servers} can be reached, or C{None} when one
-    accepts a TCP connection: C{"connection refused to 127.0.0.1:9092"},
-    C{"no answer from HOST:PORT within 2 s"}, C{"cannot resolve HOST"} (one
-    clause per server, joined by C{"; "}).
-
-    @param timeout_s: how long each connection attempt may take (s).
-    @raise ValueError: C{bootstrap_servers} is not C{host:port[,host:port]}.
-    """
-    from kafkatw.client.connection import parse_bootstrap_servers
-
-    reasons = []
-    for host, port in parse_bootstrap_servers(bootstrap_servers):
-        try:
-            socket.create_connection((host, port), timeout=timeout_s).close()
-            return None
-        except ConnectionRefusedError:
-            reasons.append(f"connection refused to {host}:{port}")
-        except socket.timeout:
-            reasons.append(f"no answer from {host}:{port} within {timeout_s:g} s")
-        except socket.gaierror:
-            reasons.append(f"cannot resolve {host}")
-        except OSError as e:
-            reasons.append(f"cannot connect to {host}:{port}: {e.strerror or e}")
-    return "; ".join(reasons) or None
 
 
 def ship_once(bootstrap: str, topic: str, paths: Iterable[str], state_file: str | None = None, *,

@@ -31,7 +31,8 @@ from twisted.internet.error import ReactorNotRunning
 from twisted.logger import Logger
 from twisted.python import usage
 
-from .config import BrokerConfig, parse_properties
+from .config import BrokerConfig
+from .properties import parse_properties
 
 _log = Logger()
 
@@ -208,7 +209,9 @@ def _log_on_terminal(options: Options) -> bool:
 
 def makeService(options: Options, reactor: Any = None) -> Any:
     """
-    The broker service for C{options} (a parsed L{Options}).
+    The broker service for C{options} (a parsed L{Options}), its HTTP port
+    (C{metrics.port}) serving the probes, the consumer lag and the console
+    of L{kafkatw.web} next to /metrics.
 
     If the broker fails to start, its one-line reason is also written to
     stderr (unless the log already goes to the terminal), the reactor is
@@ -221,12 +224,13 @@ def makeService(options: Options, reactor: Any = None) -> Any:
 
         reactor = default_reactor
     from .broker.server import KafkaServer
+    from .web import BrokerHttp
 
     for d in options.broker_config["log.dirs"]:
         os.makedirs(d, exist_ok=True)
     for key in getattr(options, "ignored_keys", []):
         _log.warn("{key} in {file} is not a kafkatw config; ignored", key=key, file=options["config"])
-    server = KafkaServer(options.broker_config, reactor)
+    server = KafkaServer(options.broker_config, reactor, http=BrokerHttp())
     to_stderr = options.parent is not None and not _log_on_terminal(options)
 
     def failed(failure: Any) -> None:

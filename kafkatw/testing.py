@@ -1125,18 +1125,18 @@ def create_acls_in_zookeeper(zookeeper_connect: str, bindings: Any, timeout_s: f
     @param bindings: L{kafkatw.security.acl.AclBinding}s.
     @raise kafkatw.security.acl.InvalidAclError: a binding Kafka refuses.
     """
-    from kafkatw.broker.authorizer import ZkAclAuthorizer
-    from kafkatw.cli.zookeeper_groups import _in_reactor
+    from kafkatw.client.blocking import call_with_zookeeper
+    from kafkatw.zookeeper.acl_store import ZkAclStore
     from kafkatw.zookeeper.registry import Registry
 
     wanted = list(bindings)
 
     async def write(zk: Any) -> None:
-        for error in await ZkAclAuthorizer(Registry(zk)).create_acls(wanted):
+        for error in await ZkAclStore(Registry(zk)).create_acls(wanted):
             if error is not None:
                 raise error
 
-    _in_reactor(write, zookeeper_connect, timeout_s)
+    call_with_zookeeper(write, zookeeper_connect, timeout_s)
 
 
 def snapshot_tree(path: str | os.PathLike) -> dict[str, tuple]:

@@ -17,20 +17,20 @@ C{GroupCoordinator.handleDeleteOffsets}; KIP-107, KIP-113, KIP-496.
 from __future__ import annotations
 
 import os
-import struct
 from typing import Any
 
 from twisted.internet import defer
 from twisted.logger import Logger
 
 from ..errors import ErrorCode, KafkaError, kafka_error
+from ..protocol.consumer_protocol import decode_subscription
 from ..security.acl import AclOperation, ResourceType
 from ..zookeeper.bridge import ZooKeeperError
 from ..zookeeper.registry import FencedError
 from .group_coordinator import GroupState
 from .request_context import RequestContext
 
-__all__ = ["ADMIN_TOOL_VERSIONS", "AdminToolApis", "subscribed_topics"]
+__all__ = ["ADMIN_TOOL_VERSIONS", "AdminToolApis"]
 
 _log = Logger()
 _E = ErrorCode
@@ -46,29 +46,6 @@ ADMIN_TOOL_VERSIONS: dict[int, tuple[int, int]] = {
 _INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 #: The consumer protocol type whose members' subscriptions OffsetDelete checks.
 _CONSUMER_PROTOCOL = "consumer"
-
-
-def subscribed_topics(metadata: bytes) -> set[str] | None:
-    """
-    The topics of a consumer protocol subscription (C{ConsumerProtocolSubscription}:
-    int16 version, then an array of strings; the rest is ignored).
-
-    @return: the topic names, or C{None} when C{metadata} does not parse.
-    """
-    try:
-        (count,) = struct.unpack_from(">i", metadata, 2)
-        position = 6
-        topics = set()
-        for _ in range(max(count, 0)):
-            (length,) = struct.unpack_from(">h", metadata, position)
-            position += 2
-            if length < 0 or position + length > len(metadata):
-                return None
-            topics.add(bytes(metadata[position:position + length]).decode("utf-8"))
-            position += length
-        return topics
-    except (struct.error, UnicodeDecodeError):
-        return None
 
 
 class AdminToolApis:
@@ -284,11 +261,11 @@ class AdminToolApis:
                     return respond(_E.non_empty_group, {})
                 subscribed: set[str] = set()
                 for member in group.members.values():
-                    topics = subscribed_topics(member.metadata(group.protocol_name))
+                    topics = decode_subscription(member.metadata(group.protocol_name))
                     if topics is None:  # unreadable subscription: assume every topic (Kafka's forall on None)
                         subscribed = {name for name, _ in candidates}
                         break
-                    subscribed |= topics
+                    subscribed.update(topics)
                 deletable = [k for k in candidates if k[0] not in subscribed]
                 for key in candidates:
                     if key[0] in subscribed:

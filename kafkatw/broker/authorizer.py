@@ -15,9 +15,10 @@ without a restart.  Notifications older than 15 minutes are deleted, as
 Kafka's C{ZkNodeChangeNotificationListener} does (its
 C{changeExpirationMs}).
 
-CreateAcls and DeleteAcls write through L{ZkAclAuthorizer.create_acls} and
-L{ZkAclAuthorizer.delete_acls}; the writing broker updates its own cache at
-once as well.
+CreateAcls and DeleteAcls write through
+L{kafkatw.zookeeper.acl_store.ZkAclStore.create_acls} and
+L{kafkatw.zookeeper.acl_store.ZkAclStore.delete_acls}; the writing broker
+updates its own cache at once as well.
 
 Source: KIP-11; Kafka's C{kafka.security.authorizer.AclAuthorizer} and
 C{kafka.zk.ZkAclStore}.
@@ -30,15 +31,8 @@ from typing import Any, Iterable
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
-from ..security.acl import (
-    AccessControlEntry,
-    AclBinding,
-    AclBindingFilter,
-    AclCache,
-    InvalidAclError,
-    ResourcePattern,
-    parse_super_users,
-)
+from ..security.acl import ResourcePattern, parse_super_users
+from ..zookeeper.acl_store import ZkAclStore
 
 __all__ = ["ZkAclAuthorizer", "authorizer_from_config", "ACL_CHANGE_EXPIRATION_MS"]
 
@@ -48,9 +42,10 @@ _log = Logger()
 ACL_CHANGE_EXPIRATION_MS = 15 * 60 * 1000
 
 
-class ZkAclAuthorizer(AclCache):
+class ZkAclAuthorizer(ZkAclStore):
     """
-    L{AclCache} kept in step with ZooKeeper.
+    L{ZkAclStore} kept in step with ZooKeeper: the ACLs other brokers (or
+    tools) write take effect here through their change notifications.
 
     @param registry: the broker's L{kafkatw.zookeeper.registry.Registry}.
     @param now_ms: the wall clock (ms since the epoch), to purge old notifications.
@@ -58,8 +53,7 @@ class ZkAclAuthorizer(AclCache):
 
     def __init__(self, registry: Any, super_users: Iterable[str] = (), allow_everyone_if_no_acl_found: bool = False,
                  now_ms: Any = None) -> None:
-        super().__init__(super_users, allow_everyone_if_no_acl_found)
-        self.registry = registry
+        super().__init__(registry, super_users, allow_everyone_if_no_acl_found)
         self.now_ms = now_ms
         #: change store -> the notifications already processed.
         self._seen: dict[str, set[str]] = {}
@@ -69,8 +63,7 @@ class ZkAclAuthorizer(AclCache):
 
     async def start(self) -> None:
         """Load every ACL, then follow the change notifications."""
-        for pattern, entries in (await self.registry.list_acls()).items():
-            self.set(pattern, entries)
+        await self.load()
         _log.info("authorizer loaded {count} ACL resource patterns from ZooKeeper", count=len(self.acls))
         await self.registry.watch_acl_changes(self._changes)
 
@@ -113,76 +106,6 @@ class ZkAclAuthorizer(AclCache):
                 if ctime_ms < cutoff:
                     del ctimes[child]
                     await self.registry.delete_acl_change(store, child)
-
-    # -- CreateAcls / DeleteAcls ---------------------------------------------------------------
-
-    async def create_acls(self, bindings: list[AclBinding]) -> list[Exception | None]:
-        """
-        Add C{bindings}, one conditional write per resource pattern.
-
-        @return: per binding C{None} or the error (L{InvalidAclError} for a
-            binding Kafka refuses, a ZooKeeper error).
-        """
-        results: list[Exception | None] = [None] * len(bindings)
-        by_pattern: dict[ResourcePattern, list[int]] = {}
-        for index, binding in enumerate(bindings):
-            try:
-                binding.validate()
-            except InvalidAclError as e:
-                results[index] = e
-                continue
-            by_pattern.setdefault(binding.pattern, []).append(index)
-        for pattern, indexes in by_pattern.items():
-            adding = frozenset(bindings[i].entry for i in indexes)
-            try:
-                _old, new = await self.registry.update_acls(pattern, lambda current: current | adding)
-            except Exception as e:  # noqa: BLE001 -- reported per binding, as Kafka does
-                for i in indexes:
-                    results[i] = e
-                continue
-            self.set(pattern, new)
-        return results
-
-    async def delete_acls(self, filters: list[AclBindingFilter]) -> list[list[AclBinding] | Exception]:
-        """
-        Remove every ACL each filter matches.
-
-        @return: per filter the bindings deleted, or the error.
-        """
-        results: list[list[AclBinding] | Exception] = []
-        for acl_filter in filters:
-            try:
-                acl_filter.validate()
-            except InvalidAclError as e:
-                results.append(e)
-                continue
-            deleted: list[AclBinding] = []
-            try:
-                for pattern in [p for p in list(self.acls) if acl_filter.matches_pattern(p)]:
-                    removed: list[AccessControlEntry] = []
-
-                    def change(current: frozenset[AccessControlEntry]) -> frozenset[AccessControlEntry]:
-                        removed[:] = [e for e in current if acl_filter.matches_entry(e)]
-                        return current.difference(removed)
-
-                    _old, new = await self.registry.update_acls(pattern, change)
-                    self.set(pattern, new)
-                    deleted.extend(AclBinding(pattern, e) for e in removed)
-            except Exception as e:  # noqa: BLE001
-                results.append(e)
-                continue
-            results.append(deleted)
-        return results
-
-    def describe_acls(self, acl_filter: AclBindingFilter) -> dict[ResourcePattern, list[AccessControlEntry]]:
-        """The cached ACLs C{acl_filter} matches, by pattern."""
-        out: dict[ResourcePattern, list[AccessControlEntry]] = {}
-        for pattern, entries in self.acls.items():
-            if acl_filter.matches_pattern(pattern):
-                matched = sorted((e for e in entries if acl_filter.matches_entry(e)), key=str)
-                if matched:
-                    out[pattern] = matched
-        return out
 
 
 def authorizer_from_config(config: Any, registry: Any, now_ms: Any = None) -> ZkAclAuthorizer | None:

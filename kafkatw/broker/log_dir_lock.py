@@ -48,7 +48,7 @@ from typing import Iterable
 
 from twisted.logger import Logger
 
-from ..config import parse_properties
+from ..properties import parse_properties
 from ..storage.files import write_atomically
 
 __all__ = ["LOCK_FILE", "SESSION_FILE", "LogDirLock", "LogDirLockedError", "RecordedSession"]

@@ -44,7 +44,6 @@ from twisted.python.failure import Failure
 from ..client.security import SecurityConfig
 from ..config import DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG, BrokerConfig, topic_log_config
 from ..security.tls import PrincipalMapper, TLSConfigError, VerifyLog, server_options
-from ..storage.log_cleaner import LogCleaner
 from ..storage.log_dir_failure import LogDirsFailedError
 from ..storage.log_manager import LogManager
 from ..storage.meta_properties import MetaPropertiesError, check_log_dirs, ensure_meta_properties
@@ -60,6 +59,7 @@ from .group_coordinator_election import GroupCoordinatorElection
 from .transaction_apis import TransactionWiring
 from .controller import CONTROLLED_SHUTDOWN_PATH, KafkaController
 from .listeners import DEFAULT_PROTOCOL_MAP, ListenerConfig, ListenerConfigError, listener_config, parse_listener
+from .log_cleaner import LogCleaner
 from .log_dir_lock import LogDirLock, LogDirLockedError
 from .replica_fetcher import ReplicaFetcherManager
 from .metadata_cache import BrokerEndpoint, MetadataCache, TopicMetadata
@@ -203,10 +203,13 @@ class KafkaServer(service.MultiService):
         (C{"broker 0 failed to start: ..."}); C{None} otherwise.
     """
 
-    def __init__(self, config: BrokerConfig, reactor: Any) -> None:
+    def __init__(self, config: BrokerConfig, reactor: Any, http: Any = None) -> None:
         super().__init__()
         self.config = config
         self.reactor = reactor
+        #: what the HTTP port (C{metrics.port}) serves next to /metrics, and its lag monitor: a
+        #: L{kafkatw.web.BrokerHttp} (given by L{kafkatw.tap}); without one, /metrics only
+        self.http = http
         self.broker_id: int = config["broker.id"]
         self.metadata = MetadataCache(self.broker_id)
         self.embedded_zookeeper: EmbeddedZooKeeperService | None = None
@@ -327,11 +330,8 @@ class KafkaServer(service.MultiService):
             BrokerPart("controller", self._start_controller, self._stop_controller),
             BrokerPart("requests", self._start_serving, self._stop_serving),
         ]
-        if self.config["metrics.port"] >= 0:
-            from ..web import start_lag_monitor, stop_lag_monitor
-
-            parts.append(BrokerPart("consumer-lag", lambda: start_lag_monitor(self),
-                                    lambda: stop_lag_monitor(self)))
+        if self.config["metrics.port"] >= 0 and self.http is not None:
+            parts.append(BrokerPart("consumer-lag", lambda: self.http.start(self), lambda: self.http.stop(self)))
         return parts
 
     # --- the parts' starts and stops ---------------------------------------------
@@ -711,18 +711,27 @@ class KafkaServer(service.MultiService):
 
     async def _start_metrics(self, port: int) -> None:
         from prometheus_client.twisted import MetricsResource
+        from twisted.web.resource import Resource
+        from twisted.web.server import Site
 
-        from ..web import HttpSite, http_root
         from .metrics import RequestMetrics, metrics_registry
 
         self.request_metrics = RequestMetrics(self.reactor.seconds)
-        root = http_root(self, MetricsResource(registry=metrics_registry(self)))
-        listening = await endpoints.TCP4ServerEndpoint(self.reactor, port, interface="127.0.0.1").listen(
-            HttpSite(root, reactor=self.reactor))
+        metrics = MetricsResource(registry=metrics_registry(self))
+        if self.http is not None:
+            site = self.http.site(self, metrics)
+        else:
+            site = Site(Resource(), reactor=self.reactor)
+            site.resource.putChild(b"metrics", metrics)
+        listening = await endpoints.TCP4ServerEndpoint(self.reactor, port, interface="127.0.0.1").listen(site)
         self._listening_ports.append(listening)
         self.metrics_port = listening.getHost().port
-        _log.info("metrics at http://127.0.0.1:{port}/metrics (health at /healthz and /readyz{console})",
-                  port=self.metrics_port, console=", console at /console/" if root.children.get(b"console") else "")
+        if self.http is None:
+            _log.info("metrics at http://127.0.0.1:{port}/metrics", port=self.metrics_port)
+        else:
+            _log.info("metrics at http://127.0.0.1:{port}/metrics (health at /healthz and /readyz{console})",
+                      port=self.metrics_port,
+                      console=", console at /console/" if site.resource.children.get(b"console") else "")
 
     async def _register(self, host: str, port: int, advertised: list[tuple[str, str, int]] | None = None) -> None:
         """

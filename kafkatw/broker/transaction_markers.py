@@ -29,13 +29,8 @@ the answer:
 A partition whose topic no longer exists (C{leader_for} answers None) counts as
 written, as in Kafka; one with no leader right now (-1) waits for one.
 
-What a partition leader appends for a marker (L{encode_marker_batch}; Kafka's
-C{EndTransactionMarker} and C{ControlRecordType}): a RecordBatch v2 with the
-transactional and control attributes, the producer id and epoch, base sequence
--1, and one control record::
-
-    key:    version int16 (0), type int16 (0: ABORT, 1: COMMIT)
-    value:  version int16 (0), coordinator_epoch int32
+What a partition leader appends for a marker is a control batch
+(L{kafkatw.protocol.control.encode_marker_batch}).
 
 Source: Apache Kafka C{kafka.coordinator.transaction.TransactionMarkerChannelManager};
 the WriteTxnMarkers request and response definitions; KIP-98.
@@ -43,24 +38,19 @@ the WriteTxnMarkers request and response definitions; KIP-98.
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, NamedTuple
+from typing import Any, Callable, Iterable
 
 from twisted.internet import defer
 from twisted.logger import Logger
 
-from ..errors import ErrorCode, InvalidRecordError, kafka_error
-from ..protocol.records import decode_batches, encode_batch
+from ..errors import ErrorCode, kafka_error
 from .transaction_state import TopicPartition
 
 __all__ = [
     "TransactionMarkerChannel",
     "RETRIABLE_MARKER_ERRORS",
     "WRITE_TXN_MARKERS",
-    "EndTransactionMarker",
-    "encode_marker_batch",
-    "decode_marker",
 ]
 
 _log = Logger()
@@ -77,49 +67,6 @@ RETRIABLE_MARKER_ERRORS = frozenset({
 })
 
 _DROPPED_MARKER_ERRORS = frozenset({_E.unsupported_for_message_format, _E.unsupported_version})
-
-_CONTROL_KEY = struct.Struct(">hh")
-_MARKER_VALUE = struct.Struct(">hi")
-_ABORT, _COMMIT = 0, 1
-
-
-class EndTransactionMarker(NamedTuple):
-    """A decoded marker: its result and the coordinator epoch that wrote it."""
-
-    committed: bool
-    coordinator_epoch: int
-
-
-def encode_marker_batch(producer_id: int, producer_epoch: int, coordinator_epoch: int, committed: bool,
-                        timestamp_ms: int) -> bytes:
-    """
-    The control batch a partition leader appends for a WriteTxnMarkers entry
-    (Kafka's C{MemoryRecords.withEndTransactionMarker}); the log assigns its
-    offset and leader epoch.
-    """
-    key = _CONTROL_KEY.pack(0, _COMMIT if committed else _ABORT)
-    value = _MARKER_VALUE.pack(0, coordinator_epoch)
-    return encode_batch([(key, value, (), timestamp_ms)], producer_id=producer_id, producer_epoch=producer_epoch,
-                        is_transactional=True, is_control=True)
-
-
-def decode_marker(batch: bytes) -> EndTransactionMarker:
-    """
-    The marker of a control batch.
-
-    @raise InvalidRecordError: not one control batch with a COMMIT or ABORT record.
-    """
-    batches = decode_batches(batch)
-    if len(batches) != 1 or not batches[0].is_control or len(batches[0].records) != 1:
-        raise InvalidRecordError("not a single control batch")
-    record = batches[0].records[0]
-    if record.key is None or len(record.key) < 4 or record.value is None or len(record.value) < 6:
-        raise InvalidRecordError("a control record without its key or value")
-    _version, kind = _CONTROL_KEY.unpack_from(record.key)
-    if kind not in (_ABORT, _COMMIT):
-        raise InvalidRecordError(f"control record type {kind} is not a transaction marker")
-    _version, coordinator_epoch = _MARKER_VALUE.unpack_from(record.value)
-    return EndTransactionMarker(kind == _COMMIT, coordinator_epoch)
 
 
 @dataclass(eq=False)

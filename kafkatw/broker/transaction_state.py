@@ -83,8 +83,8 @@ import enum
 import struct
 from dataclasses import dataclass, field, replace
 
-from ..errors import ErrorCode, kafka_error
-from ..protocol.records import decode_batches, encode_batch, encode_uvarint
+from ..errors import CorruptRecordError, ErrorCode, kafka_error
+from ..protocol.records import decode_batches, decode_uvarint, encode_batch, encode_uvarint
 
 __all__ = [
     "TopicPartition",
@@ -513,18 +513,10 @@ def encode_transaction_log_value(transit: TxnTransitMetadata | TransactionMetada
 
 
 def _read_uvarint(data: bytes, pos: int) -> tuple[int, int]:
-    shift = value = 0
-    while True:
-        if pos >= len(data):
-            raise ValueError("transaction log value: truncated varint")
-        byte = data[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, pos
-        shift += 7
-        if shift > 63:
-            raise ValueError("transaction log value: varint too long")
+    try:
+        return decode_uvarint(data, pos)
+    except CorruptRecordError as e:
+        raise ValueError(f"transaction log value: {e}") from None
 
 
 def decode_transaction_log_value(transactional_id: str, value: bytes | None) -> TransactionMetadata | None:

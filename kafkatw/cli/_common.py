@@ -10,7 +10,7 @@ import click
 from kafkatw.errors import KafkaError
 
 __all__ = ["bootstrap_option", "command_config_option", "client_security", "parse_properties",
-           "read_properties_file", "fail"]
+           "read_properties_file", "fail", "list_offsets"]
 
 bootstrap_option = click.option(
     "--bootstrap-server", "bootstrap_server", required=True, metavar="HOST:PORT[,HOST:PORT]",
@@ -30,7 +30,7 @@ def read_security_config(path: str | None) -> Any:
     if path is None:
         return None
     from kafkatw.client.security import SecurityConfig
-    from kafkatw.config import parse_properties as parse_text
+    from kafkatw.properties import parse_properties as parse_text
 
     try:
         with open(path, encoding="utf-8") as f:
@@ -98,7 +98,7 @@ def read_properties_file(path: str, flag: str, known: Iterable[str]) -> dict[str
 
     @raise click.BadParameter: the file cannot be read.
     """
-    from kafkatw.config import parse_properties as parse_text
+    from kafkatw.properties import parse_properties as parse_text
 
     try:
         with open(path, encoding="utf-8") as f:
@@ -135,3 +135,21 @@ def describe_error(e: BaseException) -> str:
     if isinstance(e, KafkaError):
         return str(e) or e.error_code.name
     return f"{type(e).__name__}: {e}"
+
+
+def list_offsets(admin: Any, wanted: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+    """
+    The offsets for C{wanted} (partition -> ListOffsets timestamp), -1 where
+    a partition has none or fails (asked alone after a failure of the lot).
+    """
+    if not wanted:
+        return {}
+    try:
+        return {tp: info.offset for tp, info in admin.list_offsets(wanted).items()}
+    except KafkaError:
+        if len(wanted) == 1:
+            return {tp: -1 for tp in wanted}
+    result = {}
+    for tp, timestamp in sorted(wanted.items()):
+        result.update(list_offsets(admin, {tp: timestamp}))
+    return result

@@ -106,17 +106,16 @@ class _ZooKeeperAcls:
         self.timeout_s = timeout_ms / 1000.0
 
     def _run(self, work: Any) -> Any:
-        from kafkatw.broker.authorizer import ZkAclAuthorizer
-        from kafkatw.cli.zookeeper_groups import _in_reactor
+        from kafkatw.client.blocking import call_with_zookeeper
+        from kafkatw.zookeeper.acl_store import ZkAclStore
         from kafkatw.zookeeper.registry import Registry
 
         async def session(zk: Any) -> Any:
-            store = ZkAclAuthorizer(Registry(zk))
-            for pattern, entries in (await store.registry.list_acls()).items():
-                store.set(pattern, entries)
+            store = ZkAclStore(Registry(zk))
+            await store.load()
             return await work(store)
 
-        return _in_reactor(session, self.connect, self.timeout_s)
+        return call_with_zookeeper(session, self.connect, self.timeout_s)
 
     def create(self, bindings: list[AclBinding]) -> None:
         async def work(store: Any) -> None:

@@ -154,7 +154,7 @@ def _user_changes(add: dict[str, str], delete: list[str]) -> tuple[dict[str, tup
 
 def _security(command_config: str | None) -> Any:
     from kafkatw.client.security import SecurityConfig
-    from kafkatw.config import parse_properties
+    from kafkatw.properties import parse_properties
 
     if command_config is None:
         return None
@@ -400,10 +400,9 @@ def _users_admin(bootstrap_server: str, security: Any, action: str, user: str | 
 
 def _users_zookeeper(zookeeper_connect: str, action: str, user: str | None,
                      upserts: dict[str, tuple[int, str]], delete: list[str]) -> None:
+    from kafkatw.client.blocking import call_with_zookeeper
     from kafkatw.security.sasl import make_scram_credential
     from kafkatw.zookeeper.registry import Registry
-
-    from .zookeeper_groups import _in_reactor
 
     async def describe(zk: Any) -> dict:
         registry = Registry(zk)
@@ -421,11 +420,11 @@ def _users_zookeeper(zookeeper_connect: str, action: str, user: str | None,
                  f"{MIN_ITERATIONS}..{MAX_ITERATIONS}, not {iterations}")
     try:
         if action == "describe":
-            for name, found in sorted(_in_reactor(describe, zookeeper_connect, 30.0).items()):
+            for name, found in sorted(call_with_zookeeper(describe, zookeeper_connect, 30.0).items()):
                 if found:
                     _print_credentials(name, [(m, c.iterations) for m, c in sorted(found.items())])
             return
-        _in_reactor(alter, zookeeper_connect, 30.0)
+        call_with_zookeeper(alter, zookeeper_connect, 30.0)
     except Exception as e:  # ZooKeeper errors, timeouts
         fail(f"Error while executing config command with args: {describe_error(e)}")
     click.echo(f"Completed updating config for entity: user-principal '{user}'.")

@@ -200,10 +200,8 @@ def console_consumer(bootstrap_server: str, topic: str, from_beginning: bool, pa
         if partition is not None or offset_spec is not None:
             raise click.UsageError("--partition and --offset cannot be used with --group")
         if zookeeper_connect is not None:
-            from .zookeeper_groups import console_group_consumer
-
-            return console_group_consumer(bootstrap_server, zookeeper_connect, group_id, topic, from_beginning,
-                                          max_messages, timeout_ms, max_wait_ms, props)
+            return _console_zookeeper_group(bootstrap_server, zookeeper_connect, group_id, topic, from_beginning,
+                                            max_messages, timeout_ms, max_wait_ms, props)
         return _console_coordinator_group(bootstrap_server, group_id, topic, from_beginning, max_messages,
                                           timeout_ms, max_wait_ms, props, client_id)
     if offset_spec is not None:
@@ -329,6 +327,61 @@ def _console_coordinator_group(bootstrap_server: str, group_id: str, topic: str,
         click.echo(f"ERROR Error processing message, terminating consumer process: {describe_error(e)}", err=True)
         click.echo(f"Processed a total of {processed} messages", err=True)
         sys.exit(1)
+    if group is not None:
+        group.close()
+    click.echo(f"Processed a total of {processed} messages", err=True)
+
+
+def _console_zookeeper_group(bootstrap_server: str, zookeeper_connect: str, group_id: str, topic: str,
+                             from_beginning: bool, max_messages: int | None, timeout_ms: int | None,
+                             max_wait_ms: int, props: dict[str, str]) -> None:
+    """
+    C{kafkatw console-consumer --group G --zookeeper Z}: print the records of
+    the partitions this member owns (L{kafkatw.client.blocking_group.BlockingZookeeperConsumerGroup}; auto
+    commit, at least once).  A new group starts at the log end, or at the log
+    start with C{--from-beginning} (Kafka 0.8's C{auto.offset.reset}).
+    """
+    from kafkatw.client.blocking_group import BlockingZookeeperConsumerGroup
+
+    opts = print_options(props)
+    out = sys.stdout.buffer
+    processed = 0
+    group = None
+    try:
+        group = BlockingZookeeperConsumerGroup(
+            group_id, [topic], zookeeper_connect=zookeeper_connect, bootstrap_servers=bootstrap_server,
+            **client_security(),
+            auto_offset_reset="smallest" if from_beginning else "largest", fetch_max_wait_ms=max_wait_ms)
+        last_message = time.monotonic()
+        while True:
+            wait_ms = 1000
+            if timeout_ms is not None:
+                wait_ms = max(0, timeout_ms - int((time.monotonic() - last_message) * 1000))
+            # never more than --max-messages: close() commits every record returned
+            records = group.poll(wait_ms, None if max_messages is None else max_messages - processed)
+            for record in records:
+                out.write(format_record(record, record.partition, record.timestamp_type, opts) + b"\n")
+                processed += 1
+            if max_messages is not None and processed >= max_messages:
+                out.flush()
+                return _zookeeper_group_done(group, processed)
+            if records:
+                out.flush()
+                last_message = time.monotonic()
+            elif timeout_ms is not None and (time.monotonic() - last_message) * 1000 >= timeout_ms:
+                return _zookeeper_group_done(group, processed)
+    except KeyboardInterrupt:
+        _zookeeper_group_done(group, processed)
+    except BrokenPipeError:
+        sys.stderr.close()
+        sys.exit(0)
+    except Exception as e:
+        click.echo(f"ERROR Error processing message, terminating consumer process: {type(e).__name__}: {e}", err=True)
+        click.echo(f"Processed a total of {processed} messages", err=True)
+        sys.exit(1)
+
+
+def _zookeeper_group_done(group: Any, processed: int) -> None:
     if group is not None:
         group.close()
     click.echo(f"Processed a total of {processed} messages", err=True)

@@ -23,7 +23,6 @@ leaders as they move.
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -31,11 +30,12 @@ import click
 
 from kafkatw.client.admin import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, RESOURCE_BROKER
 from kafkatw.errors import ErrorCode, KafkaError, kafka_error
+from kafkatw.protocol.consumer_protocol import decode_assignment
 
-from ._common import client_security, command_config_option, describe_error, fail
+from ._common import client_security, command_config_option, describe_error, fail, list_offsets
 
 __all__ = ["consumer_groups", "GroupSource", "BrokerGroupSource", "GroupDescription", "MemberDescription",
-           "decode_consumer_assignment", "format_describe"]
+           "format_describe"]
 
 # Versions this tool speaks; every kafkatw broker and Apache Kafka 2.4+ serve them.
 _LIST_GROUPS_V = 2
@@ -76,32 +76,6 @@ class GroupSource(Protocol):
     def commit(self, group_id: str, offsets: dict[tuple[str, int], int]) -> None: ...
 
 
-def decode_consumer_assignment(data: bytes) -> list[tuple[str, int]]:
-    """
-    The partitions of a C{consumer} protocol assignment (Kafka's
-    C{ConsumerProtocolAssignment}: int16 version, [topic string, [int32
-    partition]], user data bytes).  Unreadable bytes give C{[]}.
-    """
-    try:
-        pos = 2
-        (count,) = struct.unpack_from(">i", data, pos)
-        pos += 4
-        result = []
-        for _ in range(max(count, 0)):
-            (length,) = struct.unpack_from(">h", data, pos)
-            pos += 2
-            topic = data[pos:pos + length].decode("utf-8")
-            pos += length
-            (n,) = struct.unpack_from(">i", data, pos)
-            pos += 4
-            partitions = struct.unpack_from(f">{max(n, 0)}i", data, pos)
-            pos += 4 * max(n, 0)
-            result.extend((topic, p) for p in partitions)
-        return result
-    except (struct.error, UnicodeDecodeError):
-        return []
-
-
 def _check(code: Any, what: str) -> None:
     code = ErrorCode(int(code))
     if code != ErrorCode.none:
@@ -129,7 +103,7 @@ class BrokerGroupSource:
         _check(described.error_code, f"describing group {group_id!r}")
         members = []
         for m in described.members:
-            assignment = decode_consumer_assignment(bytes(m.member_assignment or b"")) \
+            assignment = (decode_assignment(bytes(m.member_assignment or b"")) or []) \
                 if described.protocol_type == "consumer" else []
             members.append(MemberDescription(m.member_id, getattr(m, "group_instance_id", None), m.client_id,
                                              m.client_host, assignment))
@@ -202,24 +176,6 @@ def _first_partition_error(response: Any) -> int:
         for p in t.partitions:
             return int(p.error_code)
     return 0
-
-
-def list_offsets(admin: Any, wanted: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
-    """
-    The offsets for C{wanted} (partition -> ListOffsets timestamp), -1 where
-    a partition has none or fails (asked alone after a failure of the lot).
-    """
-    if not wanted:
-        return {}
-    try:
-        return {tp: info.offset for tp, info in admin.list_offsets(wanted).items()}
-    except KafkaError:
-        if len(wanted) == 1:
-            return {tp: -1 for tp in wanted}
-    result = {}
-    for tp, timestamp in sorted(wanted.items()):
-        result.update(list_offsets(admin, {tp: timestamp}))
-    return result
 
 
 def _log_end_offsets(admin: Any, partitions: set[tuple[str, int]]) -> dict[tuple[str, int], int]:
@@ -451,7 +407,7 @@ def _cluster_zookeeper(client: Any) -> tuple[str, str] | None:
 
 def _reachable(connect: str, timeout_s: float = 1.0) -> bool:
     """Whether one server of a ZooKeeper connect string accepts a TCP connection."""
-    from kafkatw.shipper import unreachable
+    from kafkatw.client.connection import unreachable
 
     return unreachable(connect.split("/", 1)[0], timeout_s) is None
 
@@ -473,7 +429,9 @@ def _zookeeper_group(client: Any, group_id: str) -> tuple[bool, tuple[str, Any] 
     connect, cluster_id = found
     if not _reachable(connect):
         return False, None
-    from .zookeeper_groups import _in_reactor, describe_group
+    from kafkatw.client.blocking import call_with_zookeeper
+
+    from .zookeeper_groups import describe_group
 
     async def read(zk: Any) -> Any:
         import json
@@ -487,7 +445,7 @@ def _zookeeper_group(client: Any, group_id: str) -> tuple[bool, tuple[str, Any] 
         return await describe_group(zk, group_id)
 
     try:
-        zk_group = _in_reactor(read, connect, 5.0)
+        zk_group = call_with_zookeeper(read, connect, 5.0)
     except Exception:
         return False, None
     if zk_group is None:

@@ -20,10 +20,7 @@ L{CoordinatorGroupConsumer} is deliberately small and blocking:
     rejoins, and commits and leaves the group when closed: at least once.
 
 The consumer protocol's bytes (Kafka's C{ConsumerProtocolSubscription} and
-C{ConsumerProtocolAssignment}, version 0)::
-
-    subscription: int16 version, [string topic], bytes user_data
-    assignment:   int16 version, [string topic, [int32 partition]], bytes user_data
+C{ConsumerProtocolAssignment}) are L{kafkatw.protocol.consumer_protocol}'s.
 
 Source: the Kafka protocol guide; KIP-394 (member id required); Kafka's
 C{ConsumerCoordinator} and C{RangeAssignor}.
@@ -31,15 +28,15 @@ C{ConsumerCoordinator} and C{RangeAssignor}.
 
 from __future__ import annotations
 
-import struct
 import time
 from typing import Any, Callable, Iterable
 
 from kafkatw.client.zookeeper_group import range_assignment
 from kafkatw.errors import ErrorCode, KafkaError, kafka_error
+from kafkatw.protocol.consumer_protocol import decode_assignment, decode_subscription, encode_assignment, \
+    encode_subscription
 
-__all__ = ["CoordinatorGroupConsumer", "encode_subscription", "decode_subscription", "encode_assignment",
-           "range_assign"]
+__all__ = ["CoordinatorGroupConsumer", "range_assign"]
 
 TopicPartition = tuple[str, int]
 
@@ -56,50 +53,6 @@ _COORDINATOR_MOVED = frozenset({ErrorCode.not_coordinator, ErrorCode.coordinator
                                 ErrorCode.coordinator_load_in_progress})
 #: Errors that mean: join again.
 _REJOIN = frozenset({ErrorCode.rebalance_in_progress, ErrorCode.illegal_generation, ErrorCode.unknown_member_id})
-
-
-def _string(text: str) -> bytes:
-    raw = text.encode("utf-8")
-    return struct.pack(">h", len(raw)) + raw
-
-
-def encode_subscription(topics: Iterable[str]) -> bytes:
-    """A version 0 C{ConsumerProtocolSubscription} of C{topics} (no user data)."""
-    names = sorted(set(topics))
-    return struct.pack(">hi", 0, len(names)) + b"".join(_string(t) for t in names) + struct.pack(">i", -1)
-
-
-def decode_subscription(data: bytes) -> list[str]:
-    """
-    The topics of a C{ConsumerProtocolSubscription} of any version (they come
-    first in every version); unreadable bytes give C{[]}.
-    """
-    try:
-        (count,) = struct.unpack_from(">i", data, 2)
-        pos = 6
-        topics = []
-        for _ in range(max(count, 0)):
-            (length,) = struct.unpack_from(">h", data, pos)
-            pos += 2
-            if pos + length > len(data):
-                return []
-            topics.append(data[pos:pos + length].decode("utf-8"))
-            pos += length
-        return topics
-    except (struct.error, UnicodeDecodeError):
-        return []
-
-
-def encode_assignment(partitions: Iterable[TopicPartition]) -> bytes:
-    """A version 0 C{ConsumerProtocolAssignment} of C{partitions} (no user data)."""
-    by_topic: dict[str, list[int]] = {}
-    for topic, partition in sorted(partitions):
-        by_topic.setdefault(topic, []).append(partition)
-    parts = [struct.pack(">hi", 0, len(by_topic))]
-    for topic, ps in by_topic.items():
-        parts.append(_string(topic) + struct.pack(f">i{len(ps)}i", len(ps), *ps))
-    parts.append(struct.pack(">i", -1))
-    return b"".join(parts)
 
 
 def range_assign(subscriptions: dict[str, list[str]], partition_counts: dict[str, int]) -> dict[str, list[TopicPartition]]:
@@ -260,7 +213,8 @@ class CoordinatorGroupConsumer:
         self.generation_id = int(response.generation_id)
         assignments = []
         if response.leader == self.member_id:
-            subscriptions = {m.member_id: decode_subscription(bytes(m.metadata)) for m in response.members}
+            subscriptions = {m.member_id: decode_subscription(bytes(m.metadata)) or []
+                             for m in response.members}
             wanted = sorted({t for ts in subscriptions.values() for t in ts})
             counts = {}
             for topic in wanted:
@@ -280,9 +234,7 @@ class CoordinatorGroupConsumer:
             return None
         if code != ErrorCode.none:
             raise kafka_error(code, f"syncing group {self.group_id!r}: {code.name}")
-        from .consumer_groups import decode_consumer_assignment
-
-        return sorted(tp for tp in decode_consumer_assignment(bytes(synced.assignment or b""))
+        return sorted(tp for tp in decode_assignment(bytes(synced.assignment or b"")) or []
                       if tp[0] in self.topics)
 
     def _start(self, assignment: list[TopicPartition]) -> None:

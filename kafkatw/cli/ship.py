@@ -22,7 +22,8 @@ from typing import Any
 
 import click
 
-from kafkatw.shipper import DEFAULT_MAX_LINE_BYTES, ProducerSink, Shipper, ShipStats, unreachable
+from kafkatw.client.connection import unreachable
+from kafkatw.shipper import DEFAULT_MAX_LINE_BYTES, ProducerSink, Shipper, ShipStats
 
 from ._common import bootstrap_option, client_security, command_config_option, describe_error, fail
 

@@ -31,14 +31,14 @@ from __future__ import annotations
 import datetime
 import json
 from dataclasses import dataclass, field
-from typing import Any, Callable, Coroutine
+from typing import Any, Callable
 
 import click
 
 from kafkatw.client.admin import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from kafkatw.errors import KafkaError
 
-from ._common import client_security
+from ._common import client_security, list_offsets
 from kafkatw.zookeeper.bridge import NoNodeError
 from kafkatw.zookeeper.registry import (
     TOPICS_PATH,
@@ -212,8 +212,6 @@ def _list_offsets(bootstrap: str | None, wanted: dict[TopicPartition, int], time
         return {}
     from kafkatw.client.blocking import BlockingAdminClient
 
-    from .consumer_groups import list_offsets
-
     with BlockingAdminClient(bootstrap, **client_security(), client_id="kafkatw-consumer-groups",
                              request_timeout_ms=timeout_ms, default_api_timeout_ms=timeout_ms) as admin:
         return list_offsets(admin, wanted)
@@ -241,29 +239,6 @@ def parse_datetime(text: str) -> int:
 # --- the command ----------------------------------------------------------------------------
 
 
-def _in_reactor(fn: Callable[..., Coroutine[Any, Any, Any]], zookeeper_connect: str, timeout_s: float,
-                *args: Any) -> Any:
-    """
-    Run C{fn(zk, *args)} with a fresh ZooKeeper session on this process's
-    reactor thread (L{kafkatw.client.blocking.reactor_thread}, crochet).
-    """
-    from kafkatw.client.blocking import reactor_thread
-    from kafkatw.zookeeper.bridge import ZooKeeperClient
-
-    thread = reactor_thread()
-
-    async def session() -> Any:
-        zk = ZooKeeperClient(zookeeper_connect, thread.reactor, session_timeout_ms=10000,
-                             connection_timeout_ms=int(timeout_s * 1000))
-        await zk.start()
-        try:
-            return await fn(zk, *args)
-        finally:
-            await zk.stop()
-
-    return thread.call(timeout_s + 5, session)
-
-
 def run(zookeeper_connect: str, bootstrap_server: str | None, action: str, group_id: str | None,
         topic: str | None = None, to: str | None = None, to_offset: int | None = None,
         to_datetime: str | None = None, execute: bool = False, timeout_ms: int = 30000,
@@ -275,15 +250,17 @@ def run(zookeeper_connect: str, bootstrap_server: str | None, action: str, group
     @param to: C{"earliest"} or C{"latest"} (C{--to-earliest}, C{--to-latest}).
     @raise click.ClickException: on every failure, with Kafka's wording.
     """
+    from kafkatw.client.blocking import call_with_zookeeper
+
     timeout_s = timeout_ms / 1000.0
     try:
         if action == "list":
-            for name in _in_reactor(list_groups, zookeeper_connect, timeout_s):
+            for name in call_with_zookeeper(list_groups, zookeeper_connect, timeout_s):
                 echo(name)
             return
         assert group_id is not None
         if action == "describe":
-            group, brokers = _in_reactor(_describe_with_brokers, zookeeper_connect, timeout_s, group_id)
+            group, brokers = call_with_zookeeper(_describe_with_brokers, zookeeper_connect, timeout_s, group_id)
             if not group.exists:
                 raise click.ClickException(f"Consumer group '{group_id}' does not exist.")
             if not group.members:
@@ -291,12 +268,12 @@ def run(zookeeper_connect: str, bootstrap_server: str | None, action: str, group
             ends = log_end_offsets(bootstrap_server or brokers, group.partitions, timeout_ms)
             echo("\n" + format_describe(group, ends))
         elif action == "delete":
-            if not _in_reactor(delete_group, zookeeper_connect, timeout_s, group_id):
+            if not call_with_zookeeper(delete_group, zookeeper_connect, timeout_s, group_id):
                 raise click.ClickException(f"Deletion of some consumer groups failed:\n* Group '{group_id}'"
                                            " could not be deleted due to: GROUP_ID_NOT_FOUND")
             echo(f"Deletion of requested consumer groups ('{group_id}') was successful.")
         elif action == "reset-offsets":
-            group, brokers = _in_reactor(_describe_with_brokers, zookeeper_connect, timeout_s, group_id)
+            group, brokers = call_with_zookeeper(_describe_with_brokers, zookeeper_connect, timeout_s, group_id)
             if group.members:
                 raise GroupNotInactiveError(f"Assignments can only be reset if the group '{group_id}' is inactive,"
                                             f" but it has registered consumers: {', '.join(sorted(group.members))}")
@@ -305,7 +282,7 @@ def run(zookeeper_connect: str, bootstrap_server: str | None, action: str, group
                 raise click.ClickException(f"no partitions to reset for group '{group_id}' (give --topic)")
             new = _new_offsets(bootstrap_server or brokers, partitions, to, to_offset, to_datetime, timeout_ms)
             if execute:
-                _in_reactor(reset_offsets, zookeeper_connect, timeout_s, group_id, new)
+                call_with_zookeeper(reset_offsets, zookeeper_connect, timeout_s, group_id, new)
             rows = [["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"]] + [
                 [group_id, t, str(p), str(o)] for (t, p), o in sorted(new.items())]
             echo("\n" + _table(rows))
@@ -353,66 +330,3 @@ def _new_offsets(bootstrap: str | None, partitions: list[TopicPartition], to: st
         return found
     timestamp = EARLIEST_TIMESTAMP if to == "earliest" else LATEST_TIMESTAMP
     return _list_offsets(bootstrap, {tp: timestamp for tp in partitions}, timeout_ms)
-
-
-# --- console-consumer --group G --zookeeper Z ------------------------------------------------------
-
-
-def console_group_consumer(bootstrap_server: str, zookeeper_connect: str, group_id: str, topic: str,
-                           from_beginning: bool, max_messages: int | None, timeout_ms: int | None,
-                           max_wait_ms: int, props: dict[str, str]) -> None:
-    """
-    C{kafkatw console-consumer --group G --zookeeper Z}: print the records of
-    the partitions this member owns (L{BlockingZookeeperConsumerGroup}; auto
-    commit, at least once).  A new group starts at the log end, or at the log
-    start with C{--from-beginning} (Kafka 0.8's C{auto.offset.reset}).
-    """
-    import sys
-    import time
-
-    from kafkatw.client.blocking_group import BlockingZookeeperConsumerGroup
-
-    from .console import format_record, print_options
-
-    opts = print_options(props)
-    out = sys.stdout.buffer
-    processed = 0
-    group = None
-    try:
-        group = BlockingZookeeperConsumerGroup(
-            group_id, [topic], zookeeper_connect=zookeeper_connect, bootstrap_servers=bootstrap_server,
-            **client_security(),
-            auto_offset_reset="smallest" if from_beginning else "largest", fetch_max_wait_ms=max_wait_ms)
-        last_message = time.monotonic()
-        while True:
-            wait_ms = 1000
-            if timeout_ms is not None:
-                wait_ms = max(0, timeout_ms - int((time.monotonic() - last_message) * 1000))
-            # never more than --max-messages: close() commits every record returned
-            records = group.poll(wait_ms, None if max_messages is None else max_messages - processed)
-            for record in records:
-                out.write(format_record(record, record.partition, record.timestamp_type, opts) + b"\n")
-                processed += 1
-            if max_messages is not None and processed >= max_messages:
-                out.flush()
-                return _done(group, processed)
-            if records:
-                out.flush()
-                last_message = time.monotonic()
-            elif timeout_ms is not None and (time.monotonic() - last_message) * 1000 >= timeout_ms:
-                return _done(group, processed)
-    except KeyboardInterrupt:
-        _done(group, processed)
-    except BrokenPipeError:
-        sys.stderr.close()
-        sys.exit(0)
-    except Exception as e:
-        click.echo(f"ERROR Error processing message, terminating consumer process: {type(e).__name__}: {e}", err=True)
-        click.echo(f"Processed a total of {processed} messages", err=True)
-        sys.exit(1)
-
-
-def _done(group: Any, processed: int) -> None:
-    if group is not None:
-        group.close()
-    click.echo(f"Processed a total of {processed} messages", err=True)

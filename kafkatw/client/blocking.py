@@ -51,7 +51,7 @@ from .consumer import Consumer, ConsumerRecord
 from .producer import KafkaTimeoutError, Producer, RecordMetadata
 
 __all__ = ["BlockingProducer", "BlockingConsumer", "BlockingAdminClient", "FutureRecordMetadata", "WrongProcessError",
-           "reactor_thread"]
+           "call_with_zookeeper", "reactor_thread"]
 
 
 class WrongProcessError(RuntimeError):
@@ -159,6 +159,33 @@ def reactor_thread() -> _ReactorThread:
         if current is None or current.pid != os.getpid():
             current = _reactor_thread = _ReactorThread()
         return current
+
+
+def call_with_zookeeper(fn: Callable[..., Any], zookeeper_connect: str, timeout_s: float, *args: Any) -> Any:
+    """
+    Run the coroutine function C{fn(zk, *args)} with a fresh ZooKeeper session
+    (a L{kafkatw.zookeeper.bridge.ZooKeeperClient} to C{zookeeper_connect},
+    closed afterwards) on this process's reactor thread, and wait for its
+    result: the command-line tools' ZooKeeper modes.
+
+    @param timeout_s: how long connecting may take (s); the whole call waits
+        at most 5 s more.
+    @raise KafkaTimeoutError: the call took longer.
+    """
+    from ..zookeeper.bridge import ZooKeeperClient
+
+    thread = reactor_thread()
+
+    async def session() -> Any:
+        zk = ZooKeeperClient(zookeeper_connect, thread.reactor, session_timeout_ms=10000,
+                             connection_timeout_ms=int(timeout_s * 1000))
+        await zk.start()
+        try:
+            return await fn(zk, *args)
+        finally:
+            await zk.stop()
+
+    return thread.call(timeout_s + 5, session)
 
 
 class _Bound:

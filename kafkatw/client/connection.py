@@ -17,6 +17,7 @@ C{_protocol.py} keeps the same correlation-id map.
 
 from __future__ import annotations
 
+import socket
 import struct
 from typing import Any
 
@@ -37,6 +38,7 @@ __all__ = [
     "UnsupportedApiError",
     "parse_bootstrap_servers",
     "common_versions",
+    "unreachable",
 ]
 
 _log = Logger()
@@ -283,6 +285,32 @@ class BrokerConnection(Protocol):
             raise kafka_error(ErrorCode(int(response.error_code)), "ApiVersions failed")
         self.versions = common_versions(response.api_keys, CLIENT_VERSIONS)
         return self.versions
+
+
+def unreachable(bootstrap_servers: str, timeout_s: float = 2.0) -> str | None:
+    """
+    Why no broker of C{bootstrap_servers} can be reached, or C{None} when one
+    accepts a TCP connection: C{"connection refused to 127.0.0.1:9092"},
+    C{"no answer from HOST:PORT within 2 s"}, C{"cannot resolve HOST"} (one
+    clause per server, joined by C{"; "}).
+
+    @param timeout_s: how long each connection attempt may take (s).
+    @raise ValueError: C{bootstrap_servers} is not C{host:port[,host:port]}.
+    """
+    reasons = []
+    for host, port in parse_bootstrap_servers(bootstrap_servers):
+        try:
+            socket.create_connection((host, port), timeout=timeout_s).close()
+            return None
+        except ConnectionRefusedError:
+            reasons.append(f"connection refused to {host}:{port}")
+        except socket.timeout:
+            reasons.append(f"no answer from {host}:{port} within {timeout_s:g} s")
+        except socket.gaierror:
+            reasons.append(f"cannot resolve {host}")
+        except OSError as e:
+            reasons.append(f"cannot connect to {host}:{port}: {e.strerror or e}")
+    return "; ".join(reasons) or None
 
 
 def _why(reason: Any) -> str:

@@ -39,6 +39,7 @@ from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 
+from ..errors import CorruptRecordError
 from . import records as _records
 from .records import encode_uvarint
 
@@ -149,19 +150,10 @@ def _skip_tagged_fields(frame: bytes, pos: int) -> int:
 
 
 def _read_uvarint(data: bytes, pos: int) -> tuple[int, int]:
-    result = 0
-    shift = 0
-    while True:
-        if pos >= len(data):
-            raise MalformedRequest("truncated varint")
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result, pos
-        shift += 7
-        if shift > 35:
-            raise MalformedRequest("varint too long")
+    try:
+        return _records.decode_uvarint(data, pos)
+    except CorruptRecordError as e:
+        raise MalformedRequest(str(e)) from None
 
 
 def parse_request_header(frame: bytes | memoryview, flexible: bool | None = None) -> RequestHeader:

@@ -84,6 +84,7 @@ __all__ = [
     "encode_varint",
     "encode_uvarint",
     "decode_varint",
+    "decode_uvarint",
     "compress",
     "decompress",
     "COMPRESSION_TYPE_CODECS",
@@ -233,6 +234,33 @@ def decode_varint(data: bytes, pos: int = 0) -> tuple[int, int]:
             result |= (b & 0x7F) << shift
             if b < 0x80:
                 return (result >> 1) ^ -(result & 1), pos
+            shift += 7
+            if shift > 63:
+                raise CorruptRecordError("varint longer than 10 bytes")
+    except IndexError:
+        raise CorruptRecordError("truncated varint") from None
+
+
+def decode_uvarint(data: bytes, pos: int = 0) -> tuple[int, int]:
+    """
+    Read an unsigned varint (up to 64 bits) at C{pos}: the compact lengths,
+    counts and tags of flexible versions (Kafka's
+    C{ByteUtils.readUnsignedVarint}).  The one reader of the project, with
+    L{decode_varint} for the signed ones; the hot loops of the record
+    decoders inline theirs.
+
+    @return: (value, position after it)
+    @raise CorruptRecordError: truncated or longer than 10 bytes.
+    """
+    result = 0
+    shift = 0
+    try:
+        while True:
+            b = data[pos]
+            pos += 1
+            result |= (b & 0x7F) << shift
+            if b < 0x80:
+                return result, pos
             shift += 7
             if shift > 63:
                 raise CorruptRecordError("varint longer than 10 bytes")

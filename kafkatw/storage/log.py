@@ -64,11 +64,12 @@ from kafkatw.errors import (ErrorCode, InvalidRecordError, KafkaError, KafkaStor
 from kafkatw.protocol import records as _records
 from kafkatw.protocol.batch import (BATCH_HEADER_SIZE, CRC_START, HEADER_STRUCT, LOG_OVERHEAD, MIN_BATCH_LENGTH,
                                     BatchHeader, parse_batch_headers, unpack_header)
+from kafkatw.protocol.control import encode_marker_batch, read_marker
 from kafkatw.protocol.records import COMPRESSION_TYPE_CODECS, decode_batches, rewrite_batches
 from kafkatw.storage.files import write_atomically
 from kafkatw.storage.leader_epoch import LEADER_EPOCH_CHECKPOINT_FILE, LeaderEpochCache
 from kafkatw.storage.log_dir_failure import OS_FILES, LogDirFiles
-from kafkatw.storage.producer_state import ProducerStateManager, read_marker
+from kafkatw.storage.producer_state import ProducerStateManager
 from kafkatw.storage.segment import FileRegion, LogSegment
 from kafkatw.storage.transaction_index import AbortedTxn
 
@@ -671,8 +672,6 @@ class PartitionLog:
         @raise KafkaError: C{TRANSACTION_COORDINATOR_FENCED}.
         @raise KafkaStorageError: the write failed.
         """
-        from kafkatw.broker.transaction_markers import encode_marker_batch
-
         self.producer_state.validate_marker(producer_id, producer_epoch, coordinator_epoch)
         batch = encode_marker_batch(producer_id, producer_epoch, coordinator_epoch, committed, timestamp_ms)
         return self.append(batch, leader_epoch, allow_control=True)

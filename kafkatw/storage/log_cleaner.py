@@ -64,11 +64,12 @@ younger than C{min.compaction.lag.ms} are not cleanable.  Among the logs that
 need it, the cleaner takes first those past their maximum lag, then the
 dirtiest.
 
-Threads: L{LogCleaner} runs C{log.cleaner.threads} passes at a time on a
-thread pool of its own; the reading, deduplicating and writing happen there,
-on descriptors duplicated for the pass, while the reactor keeps serving
-produce and fetch.  Only the swap of each group and the checkpoint run on the
-reactor thread, each as one step.  All threads together read and write at most
+Threads: the broker's L{kafkatw.broker.log_cleaner.LogCleaner} runs
+C{log.cleaner.threads} passes at a time on a thread pool of its own; the
+reading, deduplicating and writing happen there, on descriptors duplicated
+for the pass, while the reactor keeps serving produce and fetch.  Only the
+swap of each group and the checkpoint run on the reactor thread, each as one
+step.  All threads together read and write at most
 C{log.cleaner.io.max.bytes.per.second} (L{Throttler}).
 
 Records without a key cannot be appended to a compacted log
@@ -86,22 +87,20 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping, NamedTuple
 
 from crc32c import crc32c
-from twisted.internet import defer, threads
 from twisted.logger import Logger
-from twisted.python.threadpool import ThreadPool
 
 from kafkatw.errors import InvalidRecordError, KafkaStorageError
 from kafkatw.protocol.batch import BATCH_HEADER_SIZE, CRC_START, HEADER_STRUCT, LOG_OVERHEAD, BatchHeader, \
     scan_valid_prefix
+from kafkatw.protocol.control import read_marker
 from kafkatw.protocol.records import compress, decode_varint, decompress
 from kafkatw.storage.index import OffsetIndex, TimeIndex
 from kafkatw.storage.log import CLEANED_SUFFIX, PartitionLog
 from kafkatw.storage.log_manager import read_checkpoint, write_checkpoint
-from kafkatw.storage.producer_state import read_marker
 from kafkatw.storage.segment import LogSegment, segment_file_name
 from kafkatw.storage.transaction_index import AbortedTxn, TransactionIndex
 
-__all__ = ["CLEANER_CHECKPOINT_FILE", "LogCleaner", "Cleaner", "CleanerStats", "LogToClean", "OffsetMap",
+__all__ = ["CLEANER_CHECKPOINT_FILE", "LogCleanerManager", "Cleaner", "CleanerStats", "LogToClean", "OffsetMap",
            "Throttler", "cleanable_range", "DedupeBufferTooSmallError", "CleanedTransactions"]
 
 _log = Logger()
@@ -821,29 +820,21 @@ class Cleaner:
         return None
 
 
-class LogCleaner:
+class LogCleanerManager:
     """
-    The broker's log cleaner service (Kafka's C{LogCleaner}): every
-    C{log.cleaner.backoff.ms} each of C{log.cleaner.threads} slots takes the
-    log most in need of cleaning (L{cleanable_range}) and cleans it on a
-    thread of the cleaner's own pool; the swaps and the checkpoint run on the
-    reactor thread.
+    The cleaner's state over a broker's logs (Kafka's C{LogCleanerManager}):
+    the C{cleaner-offset-checkpoint} files, the log most in need of cleaning
+    (L{grab_filthiest_log}), the logs being cleaned and those that failed, and
+    one pass on the calling thread (L{clean_log}).  The service that runs
+    passes on threads is the broker's L{kafkatw.broker.log_cleaner.LogCleaner}.
 
     @param log_manager: the broker's L{kafkatw.storage.log_manager.LogManager}.
     @param config: broker config values (C{log.cleaner.*}).
-    @param reactor: provides C{callLater}, C{callFromThread}.
     @param now_ms: wall clock (ms).
     """
 
-    def __init__(self, log_manager: Any, config: Mapping[str, Any], reactor: Any, now_ms: Callable[[], int],
-                 in_thread: Callable[..., Any] | None = None, from_thread: Callable[..., Any] | None = None) -> None:
+    def __init__(self, log_manager: Any, config: Mapping[str, Any], now_ms: Callable[[], int]) -> None:
         self.log_manager = log_manager
-        #: run a function on a cleaner thread (a Deferred of its result), and,
-        #: from there, one on the reactor thread (its result); tests pass
-        #: synchronous ones
-        self._in_thread = in_thread or self._in_pool
-        self._from_thread = from_thread or (lambda f, *a: threads.blockingCallFromThread(self.reactor, f, *a))
-        self.reactor = reactor
         self.now_ms = now_ms
         self.thread_count = max(1, int(config["log.cleaner.threads"]))
         self.backoff_ms = int(config["log.cleaner.backoff.ms"])
@@ -854,11 +845,6 @@ class LogCleaner:
         self._in_progress: dict[tuple[str, int], CleanTask] = {}
         self._checkpoints: dict[str, dict[tuple[str, int], int]] = {}
         self._log_of: dict[tuple[str, int], PartitionLog] = {}
-        self._pool: ThreadPool | None = None
-        self._timers: list[Any] = []
-        self._running: list[Any] = []
-        self._stopping = False
-        self._trigger: Any = None
         #: logs whose pass failed (not stopped): skipped until the broker
         #: restarts or the log is recreated, so that they do not starve the
         #: others (Kafka's C{uncleanablePartitions})
@@ -932,8 +918,8 @@ class LogCleaner:
     def clean_log(self, log: PartitionLog, force: bool = False,
                   swap: Callable[[list[LogSegment], int], Any] | None = None) -> CleanerStats | None:
         """
-        Clean C{log} now, on the calling thread (tests; the service uses
-        threads).  Without C{force} only when it needs cleaning.
+        Clean C{log} now, on the calling thread (tests; the broker's service
+        uses threads).  Without C{force} only when it needs cleaning.
 
         @return: the pass's stats, or C{None} when nothing was cleanable.
         """
@@ -993,94 +979,3 @@ class LogCleaner:
                   rate=mb / stats.elapsed_s if stats.elapsed_s else 0.0, map_mb=stats.map_bytes_read / 1e6,
                   map_seconds=stats.map_elapsed_s, kept=stats.records_kept, records=stats.records_read,
                   written=stats.bytes_written, groups=stats.groups)
-
-    # -- the service --------------------------------------------------------
-
-    def start(self) -> None:
-        """Start one slot per C{log.cleaner.threads} (the thread pool starts with the first pass)."""
-        self._trigger = self.reactor.addSystemEventTrigger("before", "shutdown", self._shutdown)
-        for _ in range(self.thread_count):
-            self._schedule(0)
-
-    def _shutdown(self) -> defer.Deferred:
-        self._trigger = None  # fired: not to be removed
-        return defer.Deferred.fromCoroutine(self.stop())
-
-    def _in_pool(self, function: Callable[..., Any], *args: Any) -> defer.Deferred:
-        if self._pool is None:
-            self._pool = ThreadPool(0, self.thread_count, name="log-cleaner")
-            self._pool.start()
-        return threads.deferToThreadPool(self.reactor, self._pool, function, *args)
-
-    def _schedule(self, delay_ms: int) -> None:
-        if self._stopping:
-            return
-        timer = self.reactor.callLater(delay_ms / 1000.0, self._run_slot)
-        self._timers = [t for t in self._timers if t.active()] + [timer]
-
-    def _run_slot(self) -> None:
-        if self._stopping:
-            return
-        try:
-            to_clean = self.grab_filthiest_log()
-            if to_clean is None:
-                self._schedule(self.backoff_ms)
-                return
-            task = Cleaner.prepare(to_clean, self.now_ms())
-        except Exception:
-            _log.failure("the log cleaner could not choose a log")
-            self._schedule(self.backoff_ms)
-            return
-        log = task.log
-        tp = (log.topic, log.partition)
-        self._in_progress[tp] = task
-
-        def swap(old: list[LogSegment], base: int) -> None:
-            self._from_thread(self._swap, task, old, base)
-
-        d = self._in_thread(self.cleaner.clean, task, swap)
-
-        def done(stats: CleanerStats) -> None:
-            self._finish(task, stats)
-            self._schedule(0)
-
-        def failed(f: Any) -> None:
-            if f.check(CleanerAbortedError):
-                _log.info("cleaning of {partition} stopped: {why}", partition=f"{tp[0]}-{tp[1]}",
-                          why=f.getErrorMessage())
-            elif f.check(OSError) and hasattr(self.log_manager, "log_failed"):
-                # an I/O error of the log's dir: the dir goes offline (KIP-112; Kafka's cleaner does so too)
-                self.log_manager.log_failed(tp[0], tp[1], f.value)
-            else:
-                self.uncleanable[tp] = log
-                _log.failure("cleaning of {partition} failed; it is not cleaned again until the broker restarts",
-                             f, partition=f"{tp[0]}-{tp[1]}")
-            self._schedule(self.backoff_ms)
-
-        def always(result: Any) -> Any:
-            task.close()
-            self._in_progress.pop(tp, None)
-            self._running.remove(d)
-            return result
-
-        self._running.append(d)
-        d.addBoth(always)
-        d.addCallbacks(done, failed)
-
-    async def stop(self) -> None:
-        """Abort the passes under way (at their next group), wait for them, stop the pool."""
-        self._stopping = True
-        if self._trigger is not None:
-            self.reactor.removeSystemEventTrigger(self._trigger)
-            self._trigger = None
-        for timer in self._timers:
-            if timer.active():
-                timer.cancel()
-        self._timers = []
-        for task in self._in_progress.values():
-            task.aborted.set()
-        if self._running:
-            await defer.DeferredList(list(self._running), consumeErrors=True)
-        if self._pool is not None:
-            self._pool.stop()
-            self._pool = None

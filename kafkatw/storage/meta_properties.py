@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass
 from typing import Iterable
 
-from kafkatw.config import parse_properties
+from kafkatw.properties import parse_properties
 from kafkatw.storage.files import write_atomically
 
 __all__ = [

@@ -36,7 +36,7 @@ C{ProducerStateManager.ongoingTxns}/C{unreplicatedTxns}):
 
   - a transactional batch of a producer with no open transaction opens one at
     its base offset;
-  - a control batch (a COMMIT or ABORT marker, L{read_marker}) closes it: the
+  - a control batch (a COMMIT or ABORT marker, L{kafkatw.protocol.control.read_marker}) closes it: the
     transaction is completed, but stays I{unstable} until the high watermark
     passes its marker; an ABORT is returned to the log, which adds it to the
     segment's aborted-transaction index
@@ -57,21 +57,20 @@ Followers load the same batches, so every replica computes the same LSO.
 from __future__ import annotations
 
 import json
-import struct
 from collections import deque
 from typing import Iterable, NamedTuple
 
 from kafkatw.errors import (
     ErrorCode,
     InvalidProducerEpochError,
-    InvalidRecordError,
     OutOfOrderSequenceError,
     kafka_error,
 )
-from kafkatw.protocol.batch import BATCH_HEADER_SIZE, BatchHeader
+from kafkatw.protocol.batch import BatchHeader
+from kafkatw.protocol.control import EndTransactionMarker
 
 __all__ = ["BatchMetadata", "ProducerEntry", "ProducerStateManager", "increment_sequence", "NUM_BATCHES_TO_RETAIN",
-           "Marker", "read_marker", "CompletedTxn"]
+           "CompletedTxn"]
 
 NUM_BATCHES_TO_RETAIN = 5
 _INT32_MAX = 2**31 - 1
@@ -84,13 +83,6 @@ def increment_sequence(sequence: int, increment: int) -> int:
     return sequence + increment
 
 
-class Marker(NamedTuple):
-    """A transaction marker: COMMIT or ABORT, and the coordinator epoch that wrote it."""
-
-    committed: bool
-    coordinator_epoch: int
-
-
 class CompletedTxn(NamedTuple):
     """A transaction closed by a marker: C{aborted} ones go to the C{.txnindex}."""
 
@@ -98,52 +90,6 @@ class CompletedTxn(NamedTuple):
     first_offset: int
     last_offset: int
     aborted: bool
-
-
-_MARKER_KEY = struct.Struct(">hh")
-_MARKER_VALUE = struct.Struct(">hi")
-
-
-def _varint(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
-    """A zigzag varint at C{pos}: (value, next position)."""
-    shift = result = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return (result >> 1) ^ -(result & 1), pos
-        shift += 7
-        if shift > 63:
-            raise InvalidRecordError("varint too long")
-
-
-def read_marker(batch: bytes | bytearray | memoryview, position: int = 0) -> Marker:
-    """
-    The marker of the control batch at C{position} (uncompressed, one control
-    record: key version int16, type int16 (0 ABORT, 1 COMMIT); value version
-    int16, coordinator epoch int32 -- Kafka's C{EndTransactionMarker}).
-
-    @raise InvalidRecordError: not a COMMIT or ABORT control record.
-    """
-    try:
-        pos = position + BATCH_HEADER_SIZE
-        _length, pos = _varint(batch, pos)
-        pos += 1  # attributes
-        _ts, pos = _varint(batch, pos)
-        _delta, pos = _varint(batch, pos)
-        key_length, pos = _varint(batch, pos)
-        if key_length < 4:
-            raise InvalidRecordError("a control record key shorter than 4 bytes")
-        _version, kind = _MARKER_KEY.unpack_from(batch, pos)
-        pos += key_length
-        value_length, pos = _varint(batch, pos)
-        if kind not in (0, 1):
-            raise InvalidRecordError(f"control record type {kind} is not a transaction marker")
-        coordinator_epoch = _MARKER_VALUE.unpack_from(batch, pos)[1] if value_length >= 6 else -1
-    except (IndexError, struct.error) as e:
-        raise InvalidRecordError(f"a truncated control record: {e}") from e
-    return Marker(kind == 1, coordinator_epoch)
 
 
 class BatchMetadata(NamedTuple):
@@ -318,12 +264,12 @@ class ProducerStateManager:
                               f"producer {producer_id}: coordinator epoch {coordinator_epoch} is older than "
                               f"{entry.coordinator_epoch}")
 
-    def load_batch(self, h: BatchHeader, marker: Marker | None = None) -> CompletedTxn | None:
+    def load_batch(self, h: BatchHeader, marker: EndTransactionMarker | None = None) -> CompletedTxn | None:
         """
         Record an appended batch (offsets already assigned), without checks:
         used after a validated append and when rebuilding from the log.
 
-        @param marker: the marker of a control batch (L{read_marker}).
+        @param marker: the marker of a control batch (L{kafkatw.protocol.control.read_marker}).
         @return: the transaction a control batch completed, if one was open.
         """
         pid = h.producer_id

@@ -17,10 +17,12 @@ from twisted.logger import Logger
 from twisted.web.resource import Resource
 from twisted.web.server import Site
 
+from .cluster import cluster_admin, cluster_producer
 from .health import HealthResource, ReadyResource
 from .lag import LagMonitor, local_high_watermarks
 
-__all__ = ["HttpSite", "cluster_admin", "cluster_producer", "http_root", "start_lag_monitor", "stop_lag_monitor"]
+__all__ = ["BrokerHttp", "HttpSite", "cluster_admin", "cluster_producer", "http_root", "start_lag_monitor",
+           "stop_lag_monitor"]
 
 _log = Logger()
 
@@ -76,37 +78,6 @@ def http_root(server: Any, metrics: Resource) -> Resource:
     return root
 
 
-def cluster_admin(server: Any) -> Any:
-    """
-    The admin client of the lag computation and the console, to this
-    broker's inter-broker listener with its own credentials (made on first
-    use, closed by L{stop_lag_monitor}).
-    """
-    if getattr(server, "_lag_admin", None) is None:
-        from ..client.admin import AdminClient
-
-        host, port = next((h, p) for name, h, p in server._advertised_endpoints()
-                          if name == server.listeners.inter_broker_listener)
-        server._lag_admin = AdminClient(server.reactor, f"{host}:{port}", client_id=f"broker-{server.broker_id}-lag",
-                                        request_timeout_ms=5000, default_api_timeout_ms=10000,
-                                        security=server.inter_broker_security())
-    return server._lag_admin
-
-
-def cluster_producer(server: Any) -> Any:
-    """
-    The producer of the console's produce action, sharing the connections
-    of L{cluster_admin} (made on first use, closed by L{stop_lag_monitor}).
-    """
-    if getattr(server, "_console_producer", None) is None:
-        from ..client.producer import Producer
-
-        server._console_producer = Producer(server.reactor, client=cluster_admin(server).client, acks="all",
-                                            linger_ms=0, delivery_timeout_ms=10000, request_timeout_ms=5000,
-                                            retries=2)
-    return server._console_producer
-
-
 async def _end_offsets(server: Any, partitions: set[tuple[str, int]]) -> dict[tuple[str, int], int]:
     """
     High watermarks: this broker's own for the partitions it leads, a
@@ -145,3 +116,25 @@ async def stop_lag_monitor(server: Any) -> None:
     if admin is not None:
         server._lag_admin = None
         await admin.close()
+
+
+class BrokerHttp:
+    """
+    What the broker's HTTP port (C{metrics.port}) serves next to C{/metrics}
+    (health, lag, the console) and the consumer-lag monitor behind it.
+    L{kafkatw.tap} gives one to L{kafkatw.broker.server.KafkaServer}
+    (C{http=}), so the broker does not import this package (docs/design.md,
+    "Components and dependencies").
+    """
+
+    def site(self, server: Any, metrics: Resource) -> Site:
+        """The site of C{server}'s HTTP port, C{metrics} at C{/metrics} (L{http_root})."""
+        return HttpSite(http_root(server, metrics), reactor=server.reactor)
+
+    async def start(self, server: Any) -> None:
+        """Start C{server.lag_monitor} (L{start_lag_monitor}); a part of the broker's start."""
+        await start_lag_monitor(server)
+
+    async def stop(self, server: Any) -> None:
+        """Stop the lag monitor and close the console's clients (L{stop_lag_monitor})."""
+        await stop_lag_monitor(server)

@@ -55,6 +55,7 @@ from twisted.web.static import File
 
 from .. import __version__
 from ..errors import ErrorCode, KafkaError
+from ..protocol.consumer_protocol import decode_assignment
 from ..protocol.records import decode_batches
 from ..security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from ..zookeeper.bridge import NoNodeError
@@ -321,7 +322,7 @@ class ConsoleResource(Resource):
         #: Whether the admin actions are on (C{metrics.console.admin.enable}).
         self.admin = bool(server.config["metrics.console.admin.enable"])
         if admin is None or producer is None:
-            from . import cluster_admin, cluster_producer
+            from .cluster import cluster_admin, cluster_producer
 
             admin = admin or (lambda: cluster_admin(server))
             producer = producer or (lambda: cluster_producer(server))
@@ -543,15 +544,13 @@ class ConsoleResource(Resource):
         coordinator = self._coordinator()
         if coordinator is None:
             return "", []
-        from ..cli.consumer_groups import decode_consumer_assignment
-
         if coordinator.owns(group):
             described = await coordinator.describe_group(group)
             state, protocol_type = described.get("group_state", ""), described.get("protocol_type", "")
             found = [(m["member_id"], m["client_id"], m["client_host"], m["member_assignment"])
                      for m in described.get("members", [])]
         else:  # DescribeGroups v4 to its coordinator
-            from . import cluster_admin
+            from .cluster import cluster_admin
 
             response = await cluster_admin(self.broker).coordinator_request(
                 group, 15, {"groups": [group], "include_authorized_operations": False}, version=4,
@@ -564,7 +563,7 @@ class ConsoleResource(Resource):
                      for m in described.members]
         members = []
         for member_id, client_id, host, assignment in found:
-            partitions = decode_consumer_assignment(assignment) if protocol_type == "consumer" else []
+            partitions = (decode_assignment(assignment) or []) if protocol_type == "consumer" else []
             members.append({"member_id": member_id, "client_id": client_id, "host": host,
                             "assignment": sorted(f"{t}-{p}" for t, p in partitions)})
         return state, members

@@ -33,6 +33,7 @@ from kafkatw.security.acl import (
     parse_super_users,
 )
 from kafkatw.testing import FakeZooKeeper, FakeZooKeeperClient
+from kafkatw.zookeeper.acl_store import ZkAclStore
 from kafkatw.zookeeper.registry import Registry, acl_path, decode_acl_change, encode_acl_change
 
 T, G, C = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER
@@ -241,6 +242,23 @@ class ZooKeeperAuthorizerTests(unittest.TestCase):
 
     def start(self, authorizer: ZkAclAuthorizer) -> None:
         self.successResultOf(defer.Deferred.fromCoroutine(authorizer.start()))
+
+    def test_a_tool_store_writes_what_the_brokers_follow(self) -> None:
+        """L{ZkAclStore} (C{kafkatw acls --authorizer-properties}) writes, loads and deletes without a watch."""
+        for a in self.brokers:
+            self.start(a)
+        store = ZkAclStore(Registry(self.zk))
+        binding = AclBinding(ResourcePattern(T, "t"), allow("User:a", O.READ))
+        self.assertEqual(self.successResultOf(defer.Deferred.fromCoroutine(store.create_acls([binding]))), [None])
+        for a in self.brokers:
+            self.assertTrue(a.authorize("User:a", "h", O.READ, T, "t"))
+        again = ZkAclStore(Registry(self.zk))
+        self.successResultOf(defer.Deferred.fromCoroutine(again.load()))
+        self.assertEqual(again.describe_acls(AclBindingFilter()), {binding.pattern: [binding.entry]})
+        [deleted] = self.successResultOf(defer.Deferred.fromCoroutine(again.delete_acls([AclBindingFilter()])))
+        self.assertEqual(deleted, [binding])
+        for a in self.brokers:
+            self.assertFalse(a.authorize("User:a", "h", O.READ, T, "t"))
 
     def test_create_is_seen_by_every_broker(self) -> None:
         one, two = self.brokers

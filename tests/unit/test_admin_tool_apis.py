@@ -14,10 +14,10 @@ from typing import Any
 
 from twisted.trial import unittest
 
-from kafkatw.broker.admin_tool_apis import subscribed_topics
 from kafkatw.broker.group_coordinator import Group, GroupState, Member
 from kafkatw.errors import ErrorCode, OffsetOutOfRangeError
 from kafkatw.protocol.batch import build_batch
+from kafkatw.protocol.consumer_protocol import decode_subscription
 from kafkatw.security.acl import AclOperation, ResourceType
 from kafkatw.storage.log import LogConfig, PartitionLog
 from kafkatw.storage.log_manager import LogManager
@@ -320,9 +320,9 @@ class OffsetDeleteTests(unittest.TestCase):
         other = next(f"g{i}" for i in range(100) if not coordinator.owns(f"g{i}"))
         self.assertEqual(self.delete(("t", 0), group=other).error_code, ErrorCode.not_coordinator)
 
-    def test_subscribed_topics(self) -> None:
-        self.assertEqual(subscribed_topics(subscription("a", "bc")), {"a", "bc"})
-        self.assertIsNone(subscribed_topics(b"\x00"))
+    def test_subscriptions_are_decoded(self) -> None:
+        self.assertEqual(decode_subscription(subscription("a", "bc")), ["a", "bc"])
+        self.assertIsNone(decode_subscription(b"\x00"))
 
 
 class LogStartOffsetTests(unittest.TestCase):

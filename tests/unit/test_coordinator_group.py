@@ -1,6 +1,7 @@
 """
-The consumer-protocol bytes and the range assignment of
-L{kafkatw.cli.coordinator_group} (the broker-coordinated console consumer).
+The consumer-protocol bytes (L{kafkatw.protocol.consumer_protocol}) and the
+range assignment of L{kafkatw.cli.coordinator_group} (the broker-coordinated
+console consumer).
 """
 
 from __future__ import annotations
@@ -8,8 +9,9 @@ from __future__ import annotations
 import struct
 import unittest
 
-from kafkatw.cli.consumer_groups import decode_consumer_assignment
-from kafkatw.cli.coordinator_group import decode_subscription, encode_assignment, encode_subscription, range_assign
+from kafkatw.cli.coordinator_group import range_assign
+from kafkatw.protocol.consumer_protocol import decode_assignment, decode_subscription, encode_assignment, \
+    encode_subscription
 
 
 class ConsumerProtocolTests(unittest.TestCase):
@@ -25,13 +27,18 @@ class ConsumerProtocolTests(unittest.TestCase):
         self.assertEqual(decode_subscription(data), ["t"])
 
     def test_unreadable_subscription(self):
-        self.assertEqual(decode_subscription(b"\x00"), [])
-        self.assertEqual(decode_subscription(struct.pack(">hih", 0, 1, 50) + b"short"), [])
+        self.assertIsNone(decode_subscription(b"\x00"))
+        self.assertIsNone(decode_subscription(struct.pack(">hih", 0, 1, 50) + b"short"))
+        self.assertIsNone(decode_subscription(struct.pack(">hih", 0, 1, -2) + b"ab"))
 
     def test_assignment_round_trip(self):
         tps = [("t", 2), ("a", 0), ("t", 0)]
-        self.assertEqual(decode_consumer_assignment(encode_assignment(tps)), [("a", 0), ("t", 0), ("t", 2)])
-        self.assertEqual(decode_consumer_assignment(encode_assignment([])), [])
+        self.assertEqual(decode_assignment(encode_assignment(tps)), [("a", 0), ("t", 0), ("t", 2)])
+        self.assertEqual(decode_assignment(encode_assignment([])), [])
+
+    def test_unreadable_assignment(self):
+        self.assertIsNone(decode_assignment(b"\x00"))
+        self.assertIsNone(decode_assignment(struct.pack(">hih", 0, 1, 1) + b"t" + struct.pack(">i", 2) + b"\x00"))
 
 
 class RangeAssignTests(unittest.TestCase):

@@ -71,9 +71,9 @@ from hypothesis import strategies as st
 from twisted.internet import defer
 from twisted.trial import unittest
 
-from kafkatw.broker.transaction_markers import encode_marker_batch
 from kafkatw.errors import ErrorCode
 from kafkatw.protocol.batch import build_batch
+from kafkatw.protocol.control import encode_marker_batch
 
 from .test_broker import BrokerHarness
 

@@ -13,6 +13,7 @@ from twisted.internet import defer
 from twisted.internet.testing import MemoryReactorClock
 from twisted.trial import unittest
 
+from kafkatw.broker.log_cleaner import LogCleaner
 from kafkatw.config import BrokerConfig, topic_log_config
 from kafkatw.errors import InvalidRecordError
 from kafkatw.protocol.batch import build_batch, parse_batch_headers
@@ -29,7 +30,7 @@ from kafkatw.storage.log_cleaner import (
     CLEANER_CHECKPOINT_FILE,
     Cleaner,
     DedupeBufferTooSmallError,
-    LogCleaner,
+    LogCleanerManager,
     Throttler,
     cleanable_range,
 )
@@ -123,7 +124,7 @@ class CleanerTestCase(unittest.TestCase):
         return again
 
     def make_cleaner(self, *logs, **config):
-        return LogCleaner(Manager(*logs), {**CLEANER_CONFIG, **config}, None, self.clock)
+        return LogCleanerManager(Manager(*logs), {**CLEANER_CONFIG, **config}, self.clock)
 
     def put(self, log, key, value, ts=None, **kw):
         ts = self.clock.now if ts is None else ts

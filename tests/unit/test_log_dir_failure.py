@@ -293,7 +293,7 @@ class ServingTests(unittest.TestCase):
 
 class CleanerTests(unittest.TestCase):
     def test_an_io_error_of_the_log_cleaner_takes_the_dir_offline(self) -> None:
-        from kafkatw.storage.log_cleaner import LogCleaner
+        from kafkatw.broker.log_cleaner import LogCleaner
 
         from .test_log_cleaner import CLEANER_CONFIG, NOW, Clock
 

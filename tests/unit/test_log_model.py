@@ -61,12 +61,12 @@ from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant, p
                                  run_state_machine_as_test)
 from twisted.trial.unittest import SynchronousTestCase
 
-from kafkatw.broker.transaction_markers import encode_marker_batch
 from kafkatw.errors import OffsetOutOfRangeError, RecordTooLargeError
 from kafkatw.protocol.batch import BatchHeader, parse_batch_headers, unpack_header
+from kafkatw.protocol.control import encode_marker_batch
 from kafkatw.protocol.records import decode_batches, encode_batch
 from kafkatw.storage.log import LogConfig, PartitionLog
-from kafkatw.storage.log_cleaner import LogCleaner
+from kafkatw.storage.log_cleaner import LogCleanerManager
 from kafkatw.storage.transaction_index import AbortedTxn
 
 #: the clock's start (ms); record timestamps lie a little before the clock
@@ -892,7 +892,7 @@ class CompactedLogMachine(RuleBasedStateMachine):
         self.directory = directory
         self.log = PartitionLog(directory, "compacted", 0, self.config, recovery_point=recovery_point,
                                 clean_shutdown=clean, now_ms=self.clock)
-        self.cleaner = LogCleaner(_OneLog(self.log), CLEANER_CONFIG, None, self.clock)
+        self.cleaner = LogCleanerManager(_OneLog(self.log), CLEANER_CONFIG, self.clock)
 
     def _directory(self) -> str:
         self.generation += 1

@@ -27,7 +27,7 @@ from kafkatw.protocol.records import decode_batches
 from kafkatw.storage import log_cleaner as log_cleaner_module
 from kafkatw.storage import segment as segment_module
 from kafkatw.storage.log import LogConfig, PartitionLog
-from kafkatw.storage.log_cleaner import LogCleaner
+from kafkatw.storage.log_cleaner import LogCleanerManager
 from kafkatw.web.console import read_records
 
 NOW = 1_000_000_000
@@ -309,7 +309,7 @@ class TimestampTests(_LogCase):
                        0)
             log.update_high_watermark(log.log_end_offset)
         log.roll()
-        LogCleaner(_Manager(log), _CLEANER_CONFIG, None, lambda: NOW).clean_log(log, force=True)
+        LogCleanerManager(_Manager(log), _CLEANER_CONFIG, lambda: NOW).clean_log(log, force=True)
         records = all_records(log)
         for target in targets:
             self.assertEqual(log.offset_for_timestamp(NOW + target), self.first_at_or_after(records, 0, NOW + target))
@@ -391,7 +391,7 @@ class CleanerTests(_LogCase):
         before = all_records(log)
         batches_before = read_batches(log)
         end = log.active_segment.base_offset
-        stats = LogCleaner(_Manager(log), _CLEANER_CONFIG, None, lambda: NOW).clean_log(log, force=True)
+        stats = LogCleanerManager(_Manager(log), _CLEANER_CONFIG, lambda: NOW).clean_log(log, force=True)
         self.assertEqual(stats.end_offset, end)
         last = {}
         for offset, _, key, _ in before:
@@ -415,7 +415,7 @@ class CleanerTests(_LogCase):
             log.update_high_watermark(log.log_end_offset)
         log.roll()
         data = b"".join(os.pread(r.fileno, r.length, r.position) for r in log.read(0, 1 << 30))
-        LogCleaner(_Manager(log), _CLEANER_CONFIG, None, lambda: NOW).clean_log(log, force=True)
+        LogCleanerManager(_Manager(log), _CLEANER_CONFIG, lambda: NOW).clean_log(log, force=True)
         self.assertEqual(b"".join(os.pread(r.fileno, r.length, r.position) for r in log.read(0, 1 << 30)), data)
 
 
@@ -432,7 +432,7 @@ class DumpLogTests(_LogCase):
             log.append(build_batch([(b"k%d" % k, b"v" * size) for k, size in group], timestamp_ms=NOW), 0)
             log.update_high_watermark(log.log_end_offset)
         log.roll()
-        LogCleaner(_Manager(log), _CLEANER_CONFIG, None, lambda: NOW).clean_log(log, force=True)
+        LogCleanerManager(_Manager(log), _CLEANER_CONFIG, lambda: NOW).clean_log(log, force=True)
         for segment in log.segments:
             lines: list[str] = []
             dump_log_file(segment.path, lines.append, deep=True)

@@ -189,6 +189,20 @@ def test_varint_known_bytes():
     assert len(encode_varint(2**63 - 1)) == 10
 
 
+class UnsignedVarintTests(SynchronousTestCase):
+    """L{R.decode_uvarint}, the one unsigned reader (requests' tagged fields, the transaction log)."""
+
+    def test_round_trip(self) -> None:
+        for n in (0, 1, 127, 128, 300, 2**31 - 1, 2**32 - 1, 2**64 - 1):
+            encoded = R.encode_uvarint(n)
+            self.assertEqual(R.decode_uvarint(encoded), (n, len(encoded)))
+            self.assertEqual(R.decode_uvarint(b"\xff" + encoded, 1), (n, len(encoded) + 1))
+
+    def test_errors(self) -> None:
+        self.assertRaises(CorruptRecordError, R.decode_uvarint, b"\x80\x80")
+        self.assertRaises(CorruptRecordError, R.decode_uvarint, b"\xff" * 10 + b"\x01")
+
+
 def test_varint_errors():
     with pytest.raises(CorruptRecordError):
         decode_varint(b"\x80\x80")

@@ -465,7 +465,7 @@ def check_nothing_opened(tmp_path, sink):
 def check_unreachable_names_the_address(tmp_path, sink):
     import socket
 
-    from kafkatw.shipper import unreachable
+    from kafkatw.client.connection import unreachable
 
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))

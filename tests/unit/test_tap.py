@@ -15,7 +15,8 @@ from twisted.trial import unittest
 
 from kafkatw import tap
 from kafkatw.broker.server import BrokerStartupError, embedded_zookeeper_port
-from kafkatw.config import BrokerConfig, parse_properties, topic_log_config
+from kafkatw.config import BrokerConfig, topic_log_config
+from kafkatw.properties import parse_properties
 from kafkatw.tap import Options
 
 
@@ -136,6 +137,13 @@ class StartFailureTests(unittest.TestCase):
         reactor.stop = lambda: reactor.stops.append(True)
         server = tap.makeService(options, reactor)
         return reactor, server
+
+    def test_the_http_port_serves_the_web_package(self) -> None:
+        """The broker's HTTP port is wired here (the broker does not import L{kafkatw.web})."""
+        from kafkatw.web import BrokerHttp
+
+        _reactor, server = self.make()
+        self.assertIsInstance(server.http, BrokerHttp)
 
     def fail_start(self, server: object, error: str) -> None:
         server.start_error = error

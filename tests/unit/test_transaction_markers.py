@@ -14,15 +14,9 @@ from twisted.internet import defer
 from twisted.internet.task import Clock
 from twisted.trial import unittest
 
-from kafkatw.broker.transaction_markers import (
-    EndTransactionMarker,
-    TransactionMarkerChannel,
-    decode_marker,
-    encode_marker_batch,
-)
-from kafkatw.errors import ErrorCode, InvalidRecordError, KafkaError
+from kafkatw.broker.transaction_markers import TransactionMarkerChannel
+from kafkatw.errors import ErrorCode, KafkaError
 from kafkatw.protocol.messages import decode_response, encode_request, encode_response
-from kafkatw.protocol.records import decode_batches, encode_batch
 
 E = ErrorCode
 
@@ -170,23 +164,3 @@ class ChannelTests(unittest.TestCase):
         self.assertEqual(h.peer.requests, [])
         self.assertEqual(h.clock.getDelayedCalls(), [])
 
-
-class MarkerRecordTests(unittest.TestCase):
-    def test_commit_marker_batch(self) -> None:
-        batch = encode_marker_batch(1000, 4, 7, True, 1_700_000_000_000)
-        [decoded] = decode_batches(batch)
-        self.assertEqual((decoded.is_control, decoded.is_transactional, decoded.producer_id, decoded.producer_epoch,
-                          decoded.base_sequence, decoded.compression), (True, True, 1000, 4, -1, 0))
-        self.assertEqual(decoded.attributes, 0x30)
-        [record] = decoded.records
-        self.assertEqual(record.key, bytes.fromhex("0000" "0001"))  # version 0, COMMIT
-        self.assertEqual(record.value, bytes.fromhex("0000" "00000007"))  # version 0, coordinator epoch 7
-        self.assertEqual(decode_marker(batch), EndTransactionMarker(True, 7))
-
-    def test_abort_marker(self) -> None:
-        self.assertEqual(decode_marker(encode_marker_batch(1, 0, 3, False, 0)), EndTransactionMarker(False, 3))
-
-    def test_not_a_marker(self) -> None:
-        self.assertRaises(InvalidRecordError, decode_marker, encode_batch([(b"k", b"v", (), 0)]))
-        other_control = encode_batch([(bytes.fromhex("00000005"), b"\0\0\0\0\0\0", (), 0)], is_control=True)
-        self.assertRaises(InvalidRecordError, decode_marker, other_control)

@@ -27,7 +27,7 @@ from kafkatw.broker.transaction_state import (
     partition_for,
     transaction_log_records,
 )
-from kafkatw.broker.transaction_markers import encode_marker_batch
+from kafkatw.protocol.control import encode_marker_batch
 from kafkatw.protocol.records import decode_batches
 from kafkatw.errors import ErrorCode, KafkaError
 

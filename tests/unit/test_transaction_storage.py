@@ -11,9 +11,9 @@ import struct
 from twisted.trial import unittest
 
 from kafkatw.errors import ErrorCode, InvalidProducerEpochError, InvalidRecordError, KafkaError
-from kafkatw.broker.transaction_markers import encode_marker_batch
 from kafkatw.protocol.batch import build_batch
-from kafkatw.storage.producer_state import Marker, ProducerStateManager, read_marker
+from kafkatw.protocol.control import EndTransactionMarker, encode_marker_batch
+from kafkatw.storage.producer_state import ProducerStateManager
 from kafkatw.storage.transaction_index import ABORTED_TXN_SIZE, AbortedTxn, TransactionIndex
 
 from .test_storage import LogTestMixin, TestCase
@@ -82,15 +82,6 @@ class TransactionIndexTests(TestCase):
         self.assertRaises(KafkaError, index.append, AbortedTxn(2, 0, 4, 6))
 
 
-class MarkerTests(unittest.TestCase):
-    def test_read_marker(self):
-        self.assertEqual(read_marker(encode_marker_batch(5, 1, 9, True, 0)), Marker(True, 9))
-        self.assertEqual(read_marker(encode_marker_batch(5, 1, 3, False, 0)), Marker(False, 3))
-
-    def test_not_a_marker(self):
-        self.assertRaises(InvalidRecordError, read_marker, build_batch([(b"\x00\x00\x00\x07", b"x")]))
-
-
 class ProducerStateTransactionTests(unittest.TestCase):
     def test_open_then_commit(self):
         from kafkatw.protocol.batch import parse_batch_headers
@@ -101,7 +92,7 @@ class ProducerStateTransactionTests(unittest.TestCase):
         self.assertEqual(state.ongoing, {1: 10})
         self.assertEqual(state.first_unstable_offset(5), 10)
         [m] = parse_batch_headers(encode_marker_batch(1, 0, 0, True, 0))
-        done = state.load_batch(m._replace(base_offset=12), Marker(True, 0))
+        done = state.load_batch(m._replace(base_offset=12), EndTransactionMarker(True, 0))
         self.assertEqual((done.first_offset, done.last_offset, done.aborted), (10, 12, False))
         self.assertEqual(state.ongoing, {})
         # completed but the high watermark has not passed the marker: still unstable
@@ -116,7 +107,7 @@ class ProducerStateTransactionTests(unittest.TestCase):
         state.load_batch(h)
         self.assertRaises(InvalidProducerEpochError, state.validate_marker, 1, 2, 0)
         [m] = parse_batch_headers(encode_marker_batch(1, 3, 5, False, 0))
-        state.load_batch(m, Marker(False, 5))
+        state.load_batch(m, EndTransactionMarker(False, 5))
         with self.assertRaises(KafkaError) as e:
             state.validate_marker(1, 3, 4)
         self.assertEqual(e.exception.error_code, ErrorCode.transaction_coordinator_fenced)

@@ -321,7 +321,7 @@ class TransactionFlowTests(unittest.TestCase):
         self.assertEqual(response.markers[0].topics[0].partitions[0].error_code, ErrorCode.invalid_producer_epoch)
 
     def test_client_control_batch_refused(self) -> None:
-        from kafkatw.broker.transaction_markers import encode_marker_batch
+        from kafkatw.protocol.control import encode_marker_batch
 
         response = self.h.produce("t", 0, encode_marker_batch(self.pid, self.epoch, 0, True, 0))
         self.assertEqual(response.error_code, ErrorCode.invalid_record)

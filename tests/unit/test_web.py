@@ -647,3 +647,33 @@ class HttpSiteTests(unittest.SynchronousTestCase):
         for uri in (b"/console/api/overview", b"/healthz", b"/readyz", b"/metrics", b"/console/"):
             site.log(SimpleNamespace(uri=uri))
         self.assertEqual(logged, [b"/metrics", b"/console/"])
+
+
+class BrokerHttpTests(unittest.SynchronousTestCase):
+    """The HTTP port as L{kafkatw.tap} wires it into the broker (L{kafkatw.web.BrokerHttp})."""
+
+    def start_metrics(self, http: Any) -> Any:
+        from twisted.internet.testing import MemoryReactorClock
+
+        from kafkatw.broker.server import KafkaServer
+
+        reactor = MemoryReactorClock()
+        server = KafkaServer(BrokerConfig({"metrics.port": "0"}), reactor, http=http)
+        self.successResultOf(defer.Deferred.fromCoroutine(server._start_metrics(0)))
+        [(_port, site, _backlog, interface)] = reactor.tcpServers
+        self.assertEqual(interface, "127.0.0.1")
+        return server, site
+
+    def test_with_the_web_package(self) -> None:
+        from kafkatw.web import BrokerHttp, HttpSite
+
+        server, site = self.start_metrics(BrokerHttp())
+        self.assertIsInstance(site, HttpSite)
+        self.assertEqual(sorted(site.resource.children), [b"console", b"healthz", b"metrics", b"readyz"])
+        self.assertIn("consumer-lag", [part.name for part in server._parts(["/nonexistent"])])
+
+    def test_without_it_metrics_only(self) -> None:
+        """A broker made without C{http} (an embedding application) serves /metrics alone and runs no lag monitor."""
+        server, site = self.start_metrics(None)
+        self.assertEqual(list(site.resource.children), [b"metrics"])
+        self.assertNotIn("consumer-lag", [part.name for part in server._parts(["/nonexistent"])])
