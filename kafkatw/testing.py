@@ -366,59 +366,163 @@ class _Node:
     stat: ZnodeStat
     ephemeral_owner: int = 0
     children: dict[str, "_Node"] = field(default_factory=dict)
-    sequence: itertools.count = field(default_factory=itertools.count)
+    #: how many children were ever created here: the next sequential suffix
+    created: int = 0
+
+
+@dataclass
+class _Session:
+    password: bytes
+    timeout_ms: int  # negotiated
+    expiry: Any = None  # the IDelayedCall expiring it while no client is heard from
+
+
+#: ZooKeeper's error for a child of an ephemeral znode (C{NoChildrenForEphemerals});
+#: the bridge raises it as a plain L{ZooKeeperError}.
+_NO_CHILDREN_FOR_EPHEMERALS = "NoChildrenForEphemerals"
 
 
 class FakeZooKeeper:
     """
     An in-memory ZooKeeper ensemble shared by L{FakeZooKeeperClient}s.
 
+    It follows ZooKeeper 3.8 where the brokers can tell, as the scenarios of
+    C{tests/_zookeeper_scenarios.py} check against a real server:
+
+      - every write request is one transaction with a zxid of its own (a
+        failed one too); a multi is one transaction (one zxid for all its
+        ops), its watches fire after all of it, and closing a session deletes
+        its ephemeral znodes in one transaction;
+      - a sequential znode's suffix is the number of children ever created
+        under its parent, ten digits, whatever their names and modes: never
+        reused after a delete.  (ZooKeeper 3.8 numbers by the parent's
+        C{cversion} as its C{PrepRequestProcessor} keeps it, which counts
+        creates only; the C{cversion} of the parent's Stat counts deletes too,
+        so the two differ once a child was deleted);
+      - a delete checks the version before the children (L{BadVersionError}
+        before L{NotEmptyError}); a recursive delete (kazoo's) ignores the
+        version;
+      - watches are ZooKeeper's one-shot triggers: a watch re-arms when its
+        client re-reads (L{FakeWatch}), so changes made before that re-read
+        are coalesced into one callback;
+      - sessions: the timeout is negotiated into [2, 20] x C{tick_time_ms};
+        a session whose client is not heard from (L{FakeZooKeeperClient.partition},
+        L{FakeZooKeeperClient.disconnect}) expires at the first tick boundary
+        after the timeout (C{ExpiryQueue.roundToNextInterval}); this needs
+        C{clock}.
+
     Watches fire synchronously inside the operation that triggers them (after
     the change is applied), unless a C{clock} is given: then each notification
     is delivered with C{clock.callLater(0, ...)} so tests can C{clock.advance(0)}.
+
+    @param tick_time_ms: ZooKeeper's C{tickTime} (ms); 2000 is its default.
     """
 
-    def __init__(self, clock: Any = None) -> None:
+    def __init__(self, clock: Any = None, tick_time_ms: int = 2000) -> None:
         self.clock = clock
+        self.tick_time_ms = tick_time_ms
         self._zxid = itertools.count(1)
-        self._sessions = itertools.count(0x1000)
-        #: the open sessions' passwords (L{end_session})
-        self._passwords: dict[int, bytes] = {}
-        self.root = self._new_node(b"", 0)
+        self._session_ids = itertools.count(0x1000)
+        self._sessions: dict[int, _Session] = {}
+        self.root = _Node(b"", ZnodeStat(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0))
         self.clients: list[FakeZooKeeperClient] = []
+        self._batch: list[tuple[str, str]] | None = None
+        #: the longest request packet (bytes) the server reads (L{JUTE_MAX_BUFFER})
+        self.max_request_bytes = JUTE_MAX_BUFFER
 
     def _now_ms(self) -> int:
         return int((self.clock.seconds() if self.clock is not None else time.time()) * 1000)
 
-    def _new_node(self, data: bytes, owner: int) -> _Node:
-        zxid = next(self._zxid)
-        now = self._now_ms()
-        return _Node(data, ZnodeStat(zxid, zxid, now, now, 0, 0, 0, owner, len(data), 0, zxid), owner)
+    # sessions
 
-    def new_session_id(self) -> int:
-        session = next(self._sessions)
-        self._passwords[session] = random.Random(session).randbytes(16)
+    def negotiate_timeout(self, requested_ms: int) -> int:
+        """The session timeout (ms) the server grants: C{requested_ms} clamped to [2, 20] x C{tick_time_ms}."""
+        return max(2 * self.tick_time_ms, min(20 * self.tick_time_ms, requested_ms))
+
+    def new_session_id(self, timeout_ms: int = 18000) -> int:
+        session = next(self._session_ids)
+        self._sessions[session] = _Session(random.Random(session).randbytes(16), self.negotiate_timeout(timeout_ms))
         return session
 
     def session_password(self, session: int) -> bytes | None:
         """An open session's password, or C{None} once it has ended."""
-        return self._passwords.get(session)
+        found = self._sessions.get(session)
+        return None if found is None else found.password
+
+    def session_timeout_ms(self, session: int) -> int | None:
+        """An open session's negotiated timeout (ms), or C{None} once it has ended."""
+        found = self._sessions.get(session)
+        return None if found is None else found.timeout_ms
+
+    def lose_contact(self, session: int) -> None:
+        """
+        The server stops hearing from C{session}'s client: unless it is heard
+        from again (L{regain_contact}), the session expires at the first tick
+        boundary after its timeout.  Without a clock, nothing expires.
+        """
+        found = self._sessions.get(session)
+        if found is None or found.expiry is not None or self.clock is None:
+            return
+        now_ms = self._now_ms()
+        deadline_ms = ((now_ms + found.timeout_ms) // self.tick_time_ms + 1) * self.tick_time_ms
+        found.expiry = self.clock.callLater((deadline_ms - now_ms) / 1000.0, self._expired, session)
+
+    def regain_contact(self, session: int) -> bool:
+        """
+        C{session}'s client is heard from again (it reconnected).
+
+        @return: whether the session is still open (else the client learns that it expired).
+        """
+        found = self._sessions.get(session)
+        if found is None:
+            return False
+        if found.expiry is not None:
+            found.expiry.cancel()
+            found.expiry = None
+        return True
+
+    def _expired(self, session: int) -> None:
+        found = self._sessions.get(session)
+        if found is not None:
+            found.expiry = None
+        self.expire(session)
 
     def end_session(self, session: int, password: bytes) -> bool:
         """
         What L{kafkatw.zookeeper.bridge.ZooKeeperClient.end_session} asks the
         server: close an open session given its password (its ephemeral
-        nodes go at once; a connected owner sees C{LOST}, then a new session).
+        nodes go at once; a connected owner sees C{SUSPENDED}, C{LOST}, then
+        a new session).  The attempt alone, even with a wrong password,
+        takes the session's connection from its owner (ZooKeeper's
+        C{processConnectRequest} closes it first): the owner sees
+        C{SUSPENDED}, then C{CONNECTED} again in the same session.
 
         @return: whether the session was open (and the password right).
         """
-        if session not in self._passwords or self._passwords[session] != password:
+        found = self._sessions.get(session)
+        if found is None:
+            return False
+        if found.password != password:
+            for client in list(self.clients):
+                if client.session_id == session:
+                    client._connection_taken()
             return False
         self.expire(session)
         for client in list(self.clients):
-            if client.session_id == session and client.connected:
-                client.expire_session()
+            if client.session_id == session:
+                client._session_closed_by_server()
         return True
+
+    def expire(self, owner: int) -> None:
+        """End session C{owner} (one transaction): delete every ephemeral node of it."""
+        found = self._sessions.pop(owner, None)
+        if found is not None and found.expiry is not None:
+            found.expiry.cancel()
+        zxid, now = next(self._zxid), self._now_ms()
+        with self._batched():
+            for path in sorted(self._ephemerals(self.root, "/", owner), key=len, reverse=True):
+                if self._lookup(path) is not None:
+                    self._delete(path, -1, zxid, now)
 
     # tree operations on absolute paths (already chrooted)
 
@@ -430,33 +534,40 @@ class FakeZooKeeper:
                 return None
         return node
 
-    def _touch_children(self, parent: _Node) -> None:
-        s = parent.stat
-        parent.stat = s._replace(cversion=s.cversion + 1, numChildren=len(parent.children), pzxid=next(self._zxid))
-
     def create(self, path: str, data: bytes, owner: int, sequence: bool, makepath: bool) -> str:
-        parent_path, name = posixpath.split(path.rstrip("/"))
+        """Create a znode (one transaction; C{makepath} creates each missing ancestor first, as kazoo does)."""
+        parent_path = posixpath.dirname(path)
+        if makepath and self._lookup(parent_path) is None:
+            self.create(parent_path, b"", 0, False, True)
+        return self._create(path, data, owner, sequence, next(self._zxid), self._now_ms())
+
+    def _create(self, path: str, data: bytes, owner: int, sequence: bool, zxid: int, now: int) -> str:
+        parent_path, name = posixpath.split(path)
+        if not name and not sequence:
+            raise ZooKeeperError(f"BadArguments: invalid path {path!r}")
         parent = self._lookup(parent_path)
         if parent is None:
-            if not makepath:
-                raise NoNodeError(parent_path)
-            self.create(parent_path, b"", 0, False, True)
-            parent = self._lookup(parent_path)
-            assert parent is not None
-        if parent.ephemeral_owner:
-            raise ZooKeeperError(f"NoChildrenForEphemerals: {parent_path}")
+            raise NoNodeError(parent_path)
         if sequence:
-            name = f"{name}{next(parent.sequence):010d}"
+            name = f"{name}{parent.created:010d}"
             path = posixpath.join(parent_path, name)
         if name in parent.children:
             raise NodeExistsError(path)
-        parent.children[name] = self._new_node(data, owner)
-        self._touch_children(parent)
+        if parent.ephemeral_owner:
+            raise ZooKeeperError(f"{_NO_CHILDREN_FOR_EPHEMERALS}: {path}")
+        parent.children[name] = _Node(data, ZnodeStat(zxid, zxid, now, now, 0, 0, 0, owner, len(data), 0, zxid), owner)
+        parent.created += 1
+        s = parent.stat
+        parent.stat = s._replace(cversion=s.cversion + 1, numChildren=len(parent.children), pzxid=zxid)
         self._fire(path, "created")
         self._fire(parent_path, "child")
         return path
 
     def set(self, path: str, data: bytes, version: int) -> ZnodeStat:
+        """Set a znode's data (one transaction)."""
+        return self._set(path, data, version, next(self._zxid), self._now_ms())
+
+    def _set(self, path: str, data: bytes, version: int, zxid: int, now: int) -> ZnodeStat:
         node = self._lookup(path)
         if node is None:
             raise NoNodeError(path)
@@ -464,42 +575,57 @@ class FakeZooKeeper:
             raise BadVersionError(f"{path}: version {node.stat.version}, expected {version}")
         s = node.stat
         node.data = data
-        node.stat = s._replace(mzxid=next(self._zxid), mtime=self._now_ms(), version=s.version + 1, dataLength=len(data))
+        node.stat = s._replace(mzxid=zxid, mtime=now, version=s.version + 1, dataLength=len(data))
         self._fire(path, "changed")
         return node.stat
 
     def delete(self, path: str, version: int, recursive: bool) -> None:
-        node = self._lookup(path)
-        if node is None:
-            if recursive:
+        """
+        Delete a znode (one transaction); C{recursive} is kazoo's: its
+        descendants first, each delete a transaction of its own, the version
+        ignored and a missing node no error.
+        """
+        if recursive:
+            node = self._lookup(path)
+            if node is None:
                 return
-            raise NoNodeError(path)
-        if node.children:
-            if not recursive:
-                raise NotEmptyError(path)
-            for child in list(node.children):
+            for child in sorted(node.children):
                 self.delete(posixpath.join(path, child), -1, True)
+            if self._lookup(path) is not None:
+                self._delete(path, -1, next(self._zxid), self._now_ms())
+            return
+        self._delete(path, version, next(self._zxid), self._now_ms())
+
+    def _delete(self, path: str, version: int, zxid: int, now: int) -> None:
+        node = self._lookup(path)
+        if node is None or path == "/":
+            raise NoNodeError(path)
         if version != -1 and version != node.stat.version:
             raise BadVersionError(f"{path}: version {node.stat.version}, expected {version}")
-        parent_path, name = posixpath.split(path.rstrip("/"))
+        if node.children:
+            raise NotEmptyError(path)
+        parent_path, name = posixpath.split(path)
         parent = self._lookup(parent_path)
         assert parent is not None
         del parent.children[name]
-        self._touch_children(parent)
+        s = parent.stat
+        parent.stat = s._replace(cversion=s.cversion + 1, numChildren=len(parent.children), pzxid=zxid)
         self._fire(path, "deleted")
         self._fire(parent_path, "child")
 
     def multi(self, ops: list, owner: int) -> list:
         """
-        ZooKeeper's multi on absolute paths: every op is validated in order
-        against the changes of the ops before it (as ZooKeeper's
-        C{PrepRequestProcessor} does), then all are applied -- or, at the
-        first op that fails, none is and its error is raised with its
-        C{op_index}.  Sequential creates are not supported.
+        ZooKeeper's multi on absolute paths, one transaction: every op is
+        validated in order against the changes of the ops before it (as
+        ZooKeeper's C{PrepRequestProcessor} does), then all are applied with
+        one zxid and the watches fire after the last -- or, at the first op
+        that fails, none is and its error is raised with its C{op_index}.
+        Sequential creates are not supported (nor by the bridge's L{CreateOp}).
 
         @param owner: the session that owns the ephemeral nodes created.
         @return: per op: C{True} (check, delete), the created path, the new L{ZnodeStat}.
         """
+        zxid, now = next(self._zxid), self._now_ms()
         # path -> (version, number of children, ephemeral owner), None once deleted
         overlay: dict[str, tuple[int, int, int] | None] = {}
 
@@ -516,7 +642,7 @@ class FakeZooKeeper:
         for index, op in enumerate(ops):
             path = op.path
             current = state(path)
-            parent_path = posixpath.split(path.rstrip("/"))[0]
+            parent_path = posixpath.dirname(path)
             if isinstance(op, CreateOp):
                 parent = state(parent_path)
                 if parent is None:
@@ -525,16 +651,17 @@ class FakeZooKeeper:
                 if current is not None:
                     fail(index, NodeExistsError(path))
                 if parent[2]:
-                    fail(index, ZooKeeperError(f"NoChildrenForEphemerals: {parent_path}"))
+                    fail(index, ZooKeeperError(f"{_NO_CHILDREN_FOR_EPHEMERALS}: {path}"))
                 overlay[path] = (0, 0, owner if op.ephemeral else 0)
                 overlay[parent_path] = (parent[0], parent[1] + 1, parent[2])
                 continue
+            if not isinstance(op, (CheckOp, SetOp, DeleteOp)):
+                raise TypeError(f"not a multi operation: {op!r}")
             if current is None:
                 fail(index, NoNodeError(path))
             assert current is not None
-            version = op.version if isinstance(op, (CheckOp, SetOp, DeleteOp)) else -1
-            if version != -1 and version != current[0]:
-                fail(index, BadVersionError(f"{path}: version {current[0]}, expected {version}"))
+            if op.version != -1 and op.version != current[0]:
+                fail(index, BadVersionError(f"{path}: version {current[0]}, expected {op.version}"))
             if isinstance(op, SetOp):
                 overlay[path] = (current[0] + 1, current[1], current[2])
             elif isinstance(op, DeleteOp):
@@ -544,27 +671,19 @@ class FakeZooKeeper:
                 assert parent is not None
                 overlay[path] = None
                 overlay[parent_path] = (parent[0], parent[1] - 1, parent[2])
-            elif not isinstance(op, CheckOp):
-                raise TypeError(f"not a multi operation: {op!r}")
         results: list = []
-        for op in ops:
-            if isinstance(op, CheckOp):
-                results.append(True)
-            elif isinstance(op, CreateOp):
-                results.append(self.create(op.path, op.value, owner if op.ephemeral else 0, False, False))
-            elif isinstance(op, SetOp):
-                results.append(self.set(op.path, op.value, op.version))
-            else:
-                self.delete(op.path, op.version, False)
-                results.append(True)
+        with self._batched():
+            for op in ops:
+                if isinstance(op, CheckOp):
+                    results.append(True)
+                elif isinstance(op, CreateOp):
+                    results.append(self._create(op.path, op.value, owner if op.ephemeral else 0, False, zxid, now))
+                elif isinstance(op, SetOp):
+                    results.append(self._set(op.path, op.value, op.version, zxid, now))
+                else:
+                    self._delete(op.path, op.version, zxid, now)
+                    results.append(True)
         return results
-
-    def expire(self, owner: int) -> None:
-        """End session C{owner}: delete every ephemeral node of it."""
-        self._passwords.pop(owner, None)
-        for path in sorted(self._ephemerals(self.root, "/", owner), key=len, reverse=True):
-            if self._lookup(path) is not None:
-                self.delete(path, -1, False)
 
     def _ephemerals(self, node: _Node, path: str, owner: int) -> Iterator[str]:
         for name, child in node.children.items():
@@ -573,25 +692,87 @@ class FakeZooKeeper:
                 yield child_path
             yield from self._ephemerals(child, child_path, owner)
 
+    # watches
+
+    @contextlib.contextmanager
+    def _batched(self) -> Iterator[None]:
+        """Fire the watches of the changes made inside only after all of them (one transaction)."""
+        if self._batch is not None:
+            yield
+            return
+        self._batch = []
+        try:
+            yield
+        finally:
+            batch, self._batch = self._batch, None
+            for path, what in batch:
+                self._fire(path, what)
+
     def _fire(self, path: str, what: str) -> None:
+        if self._batch is not None:
+            self._batch.append((path, what))
+            return
         for client in list(self.clients):
             for watch in list(client._watches):
                 if watch.abs_path == path and (
                     (watch.kind == "children" and what in ("child", "created", "deleted"))
                     or (watch.kind in ("data", "versioned") and what in ("created", "changed", "deleted"))
                 ):
-                    if self.clock is not None:
-                        self.clock.callLater(0, watch._refresh)
-                    else:
-                        watch._refresh()
+                    watch._trigger()
 
 
 def _parts(path: str) -> list[str]:
     return [p for p in path.split("/") if p]
 
 
+def _raise(error: BaseException) -> Any:
+    raise error
+
+
+class _RequestTooLarge(ZooKeeperUnavailableError):
+    """The fake server refused a request longer than C{jute.maxbuffer}: its client's connection drops."""
+
+
+#: ZooKeeper's C{jute.maxbuffer} default (bytes): a server drops the connection
+#: of a client that sends a longer request packet (C{NIOServerCnxn.readLength})
+JUTE_MAX_BUFFER = 0xFFFFF
+#: the serialized size (bytes) of the one ACL kazoo sends: C{OPEN_ACL_UNSAFE}
+#: (perms, scheme "world", id "anyone")
+_OPEN_ACL_BYTES = 4 + 4 + (4 + 5) + (4 + 6)
+
+
+def _request_bytes(*ops: tuple[str, str, bytes]) -> int:
+    """
+    The length of the request packet kazoo sends for C{ops} (C{(kind, absolute
+    path, data)}; several: a multi), by ZooKeeper's jute records: a request
+    header (xid, type), then per op its path (length-prefixed UTF-8), data
+    (length-prefixed), ACL vector and flags (create) or version (set, check,
+    delete); a multi puts a header (type, done, err) before each op and after
+    the last.
+    """
+    def body(kind: str, path: str, data: bytes) -> int:
+        size = 4 + len(path.encode("utf-8"))
+        if kind == "create":
+            return size + 4 + len(data) + _OPEN_ACL_BYTES + 4
+        if kind == "set":
+            return size + 4 + len(data) + 4
+        return size + 4
+
+    if len(ops) == 1 and ops[0][0] in ("create", "set"):
+        return 8 + body(*ops[0])
+    return 8 + sum(9 + body(*op) for op in ops) + 9
+
+
 class FakeWatch:
-    """The fake's L{kafkatw.zookeeper.bridge.Watch}: L{cancel} stops callbacks."""
+    """
+    The fake's L{kafkatw.zookeeper.bridge.Watch}: L{cancel} stops callbacks.
+
+    As the bridge's, it is a chain of ZooKeeper's one-shot watches: a read
+    (of the data, the children, or whether the node exists) arms it, the
+    first change after that read fires it (then it is spent), and the
+    callback gets what the next read finds.  So changes between a firing and
+    that re-read give one callback with the last value.
+    """
 
     def __init__(self, client: "FakeZooKeeperClient", path: str, kind: str, callback: Callable[[Any], object]):
         self.path = path
@@ -600,36 +781,64 @@ class FakeWatch:
         self._client = client
         self._callback = callback
         self.cancelled = False
+        self._armed = False  # a one-shot ZooKeeper watch is set on the server
+        self._first: Deferred | None = None  # fired with the watch after its first callback
 
     def cancel(self) -> None:
         self.cancelled = True
         self._client._watches.discard(self)
 
-    def _refresh(self) -> None:
-        if self.cancelled or not self._client.connected:
+    def _trigger(self) -> None:
+        """The server fires the one-shot watch (if one is set): the client re-reads."""
+        if not self._armed or self.cancelled:
             return
-        held = self._client._held_watches
+        self._armed = False
+        client = self._client
+        if not client.connected:
+            return  # a client without a connection has no watches; it re-reads on reconnecting
+        if client._cut:
+            # the notification is on its way through a cut network: delivered on
+            # heal(), lost if the client drops the connection first
+            client._undelivered.append(self)
+        elif client.server.clock is not None:
+            client.server.clock.callLater(0, self._refresh)
+        else:
+            self._refresh()
+
+    def _refresh(self) -> None:
+        client = self._client
+        if self.cancelled or not client.connected or client._cut:
+            return
+        held = client._held_watches
         if held is not None:
             if self not in held:
                 held.append(self)
             return
-        node = self._client.server._lookup(self.abs_path)
+        node = client.server._lookup(self.abs_path)
         if self.kind == "children":
             value: Any = sorted(node.children) if node is not None else []
         elif self.kind == "versioned":
             value = (node.data, node.stat.version) if node is not None else (None, -1)
         else:
             value = node.data if node is not None else None
+        self._armed = True
         self._callback(value)
+        first, self._first = self._first, None
+        if first is not None:
+            first.callback(self)
 
 
 class FakeZooKeeperClient:
     """
     An in-memory L{kafkatw.zookeeper.bridge.ZooKeeperClient}: same methods,
-    same errors, same Deferreds (already fired), chroot honoured.
+    same errors, same Deferreds, chroot honoured.  Operations complete at
+    once while connected (their Deferreds have fired); through a cut
+    network (L{partition}) they wait, as a real client's do.
 
     @param server: the shared L{FakeZooKeeper}; a new one when C{None}.
     @param hosts: a connect string; only its chroot matters.
+    @param session_timeout_ms: the requested session timeout (ms), negotiated
+        by the server (L{FakeZooKeeper.negotiate_timeout}).
     """
 
     def __init__(
@@ -638,10 +847,12 @@ class FakeZooKeeperClient:
         chroot: str = "/kafkatw",
         hosts: str = "fake:2181",
         reactor: Any = None,
+        session_timeout_ms: int = 18000,
     ) -> None:
         self.server = server if server is not None else FakeZooKeeper()
         self.hosts, self.chroot = parse_connect_string(hosts, chroot)
         self._reactor = reactor
+        self.session_timeout_ms = session_timeout_ms
         self._session: int | None = None
         self._connected = False
         self._state_listeners: list[Callable[[str], object]] = []
@@ -650,6 +861,16 @@ class FakeZooKeeperClient:
         self._held_watches: list[FakeWatch] | None = None
         self._unnoticed = False  # expire_session_unnoticed
         self.available = True  # set False to make start() fail
+        # partition(): the network to the server is cut; while the client has
+        # not noticed, requests and notifications wait in it
+        self._cut = False
+        self._notice: Any = None  # the IDelayedCall of noticing the cut (the read timeout)
+        self._in_flight: list[tuple[Callable[[], Any], Deferred]] = []
+        self._undelivered: list[FakeWatch] = []
+        self._replies_only = False  # partition(replies_only=True)
+        # SUSPENDED after a noticed partition: requests wait for the reconnection
+        self._suspended = False
+        self._queued: list[tuple[Callable[[], Any], Deferred]] = []
 
     def _abs(self, path: str) -> str:
         if not path.startswith("/"):
@@ -668,7 +889,7 @@ class FakeZooKeeperClient:
             return fail(ZooKeeperUnavailableError(f"ZooKeeper at {self.hosts} did not answer (fake)"))
         if self._connected:
             return succeed(None)
-        self._session = self.server.new_session_id()
+        self._session = self.server.new_session_id(self.session_timeout_ms)
         self._connected = True
         self.server.clients.append(self)
         if self.chroot != "/" and self.server._lookup(self.chroot) is None:
@@ -679,6 +900,10 @@ class FakeZooKeeperClient:
     def stop(self) -> Deferred:
         for watch in list(self._watches):
             watch.cancel()
+        self._cancel_notice()
+        self._cut = self._suspended = self._replies_only = False
+        self._undelivered.clear()
+        self._fail_waiting("connection closed (fake)")
         if self._connected:
             session = self._session
             self._connected = False
@@ -719,39 +944,175 @@ class FakeZooKeeperClient:
         for listener in list(self._state_listeners):
             listener(state)
 
+    def _clock(self) -> Any:
+        clock = self.server.clock
+        if clock is None:
+            raise RuntimeError("a partition needs a FakeZooKeeper with a clock")
+        return clock
+
     # session faults for tests
 
-    def disconnect(self) -> None:
-        """Drop the connection, keeping the session: C{SUSPENDED}; ops fail until L{reconnect}."""
+    def partition(self, replies_only: bool = False) -> None:
+        """
+        Cut the network between this client and the server (both ways), as a
+        partition does: nothing is refused, nothing arrives.  Requests and
+        watch notifications wait in the network.  The server expires the
+        session after its timeout (L{FakeZooKeeper.lose_contact}); the client
+        notices after its read timeout, two thirds of the negotiated timeout
+        (kazoo's and ZooKeeper's Java client's): the requests in flight fail
+        with L{ZooKeeperUnavailableError}, C{SUSPENDED}, and later requests
+        wait for the reconnection.  Needs the server's clock.
+
+        @param replies_only: cut only what the server sends (a one-way
+            partition): the requests reach the server and are applied, only
+            their replies wait (and are lost when the client notices: it is
+            told C{ConnectionLoss} for a write that was made), and the server
+            keeps hearing from the client, so the session lives on.  (With
+            kazoo the server hears its reconnection attempts, one per session
+            timeout: a real session may still expire when a cut lasts several
+            timeouts; this model keeps it.)
+        """
+        clock = self._clock()
+        if self._cut or not self._connected or self._session is None:
+            return
+        self._cut = True
+        self._replies_only = replies_only
+        if not replies_only:
+            self.server.lose_contact(self._session)
+        timeout_ms = self.server.session_timeout_ms(self._session) or self.session_timeout_ms
+        self._notice = clock.callLater(timeout_ms * 2 / 3 / 1000.0, self._connection_lost)
+
+    def heal(self) -> None:
+        """
+        End the L{partition}.  Before the client noticed it, what waited in the
+        network arrives (the requests complete, late); after, the client
+        reconnects: C{CONNECTED} in the same session, or, if it expired
+        meanwhile, C{LOST} then a new session (as L{reconnect}).
+        """
+        if not self._cut:
+            return
+        self._cut = self._replies_only = False
+        if self._notice is not None:
+            self._cancel_notice()
+            if self._session is not None and self.server.regain_contact(self._session):
+                in_flight, self._in_flight = self._in_flight, []
+                for fn, d in in_flight:
+                    self._run(fn, d)
+                undelivered, self._undelivered = self._undelivered, []
+                for watch in undelivered:
+                    watch._refresh()
+                return
+            self._connection_lost()  # the server closed the session meanwhile
+        if self._suspended:
+            self._reconnect()
+
+    def _cancel_notice(self) -> None:
+        if self._notice is not None:
+            if self._notice.active():
+                self._notice.cancel()
+            self._notice = None
+
+    def _connection_lost(self) -> None:
+        """The client notices its connection is gone: in-flight requests fail, C{SUSPENDED}."""
+        self._notice = None
+        if not self._connected:
+            return
         self._connected = False
+        self._suspended = True
+        self._undelivered.clear()
+        in_flight, self._in_flight = self._in_flight, []
+        for _, d in in_flight:
+            d.errback(ZooKeeperUnavailableError("ConnectionLoss (fake)"))
         self._notify("SUSPENDED")
 
-    def reconnect(self) -> None:
-        """Reconnect within the same session: C{CONNECTED}; watches re-read."""
-        self._connected = True
-        self._notify("CONNECTED")
-        for watch in list(self._watches):
-            watch._refresh()
+    def _fail_waiting(self, why: str) -> None:
+        waiting = self._in_flight + self._queued
+        self._in_flight, self._queued = [], []
+        for _, d in waiting:
+            d.errback(ZooKeeperUnavailableError(why))
 
-    def expire_session(self) -> None:
-        """
-        Expire the session as the server would: its ephemeral nodes vanish
-        (watchers of other sessions fire), this client sees C{LOST}, then
-        reconnects with a new session: C{CONNECTED}, watches re-read, and the
-        L{on_new_session} callbacks run.
-        """
-        old = self._session
+    def _reconnect(self) -> None:
+        """Connect again: the same session while the server has it, else C{LOST} and a new one."""
+        self._suspended = False
+        self._undelivered.clear()
+        if self._session is not None and self.server.regain_contact(self._session):
+            self._connected = True
+            self._notify("CONNECTED")
+            for watch in list(self._watches):
+                watch._refresh()
+            queued, self._queued = self._queued, []
+            for fn, d in queued:
+                self._run(fn, d)
+            return
+        self._fail_waiting("SessionExpired (fake)")
+        self._new_session()
+
+    def _new_session(self) -> None:
+        """C{LOST}, then C{CONNECTED} with a new session: watches re-read, the L{on_new_session} callbacks run."""
         self._connected = False
-        if old is not None:
-            self.server.expire(old)
         self._notify("LOST")
-        self._session = self.server.new_session_id()
+        self._session = self.server.new_session_id(self.session_timeout_ms)
         self._connected = True
         self._notify("CONNECTED")
         for watch in list(self._watches):
             watch._refresh()
         for callback in list(self._new_session_callbacks):
             callback()
+
+    def _connection_taken(self) -> None:
+        """Another connection claimed this client's session: its connection drops, it reconnects in the session."""
+        if self._cut or not self._connected:
+            return
+        self._connection_lost()
+        self._reconnect()
+
+    def _session_closed_by_server(self) -> None:
+        """
+        The server closed this client's session (L{FakeZooKeeper.end_session}):
+        it drops the connection (C{SUSPENDED}, unless the client is cut off and
+        hears nothing), and the reconnection finds the session gone.
+        """
+        if self._cut or not self._connected:
+            return
+        self._connection_lost()
+        self._reconnect()
+
+    def disconnect(self) -> None:
+        """
+        Drop the connection, keeping the session: C{SUSPENDED}; operations fail
+        with L{ZooKeeperUnavailableError} until L{reconnect} (a real client's
+        fail so only if in flight at the drop; later ones wait, as through
+        L{partition}).  With a clock, the server expires the session if
+        L{reconnect} does not come within its timeout.
+        """
+        self._connected = False
+        if self._session is not None:
+            self.server.lose_contact(self._session)
+        self._notify("SUSPENDED")
+
+    def reconnect(self) -> None:
+        """
+        Reconnect: C{CONNECTED} within the same session, watches re-read; or,
+        if the session expired meanwhile, C{LOST} and a new session (as
+        L{expire_session}).
+        """
+        self._reconnect()
+
+    def expire_session(self) -> None:
+        """
+        Expire the session as the server would: its ephemeral nodes vanish
+        (watchers of other sessions fire), this client sees C{LOST}, then
+        reconnects with a new session: C{CONNECTED}, watches re-read, and the
+        L{on_new_session} callbacks run.  (A real client first sees
+        C{SUSPENDED}: it learns of the expiry only when it reconnects after
+        its connection dropped; L{expire_session_for_testing} and
+        L{partition} give that sequence.  This shortcut keeps the older one.)
+        """
+        old = self._session
+        self._connected = False
+        if old is not None:
+            self.server.expire(old)
+        self._new_session()
 
     def expire_session_unnoticed(self) -> None:
         """
@@ -764,7 +1125,7 @@ class FakeZooKeeperClient:
         session.  L{notice_session} delivers what it missed.
         """
         self.hold_watches()
-        old, self._session = self._session, self.server.new_session_id()
+        old, self._session = self._session, self.server.new_session_id(self.session_timeout_ms)
         self._unnoticed = True
         if old is not None:
             self.server.expire(old)
@@ -799,27 +1160,76 @@ class FakeZooKeeperClient:
             watch._refresh()
 
     def expire_session_for_testing(self) -> Deferred:
-        """The real client's name for L{expire_session}."""
-        self.expire_session()
+        """
+        The real client's way to expire its own session: another connection
+        closes it on the server (L{FakeZooKeeper.end_session}), this client's
+        connection drops (C{SUSPENDED}), and its reconnection finds the
+        session gone: C{LOST}, then a new session.
+        """
+        session, password = self._session, self.session_password
+        if session is not None and password is not None:
+            self.server.end_session(session, password)
         return succeed(None)
 
     # operations
 
     def _op(self, fn: Callable[[], Any]) -> Deferred:
-        if not self._connected:
-            return fail(ZooKeeperUnavailableError("not connected (fake)"))
+        if self._connected and not self._cut:
+            try:
+                return succeed(fn())
+            except _RequestTooLarge as e:
+                # the server reads no packet beyond jute.maxbuffer: it drops the connection
+                self._connection_lost()
+                self._reconnect()
+                return fail(ZooKeeperUnavailableError(str(e)))
+            except ZooKeeperError as e:
+                return fail(e)
+        d: Deferred = Deferred()
+        if self._connected and self._replies_only:
+            # the request arrives and is applied; its reply waits in the network
+            try:
+                value = fn()
+            except ZooKeeperError as e:
+                self._in_flight.append((lambda error=e: _raise(error), d))
+            else:
+                self._in_flight.append((lambda result=value: result, d))
+        elif self._connected:
+            self._in_flight.append((fn, d))  # into the cut network
+        elif self._suspended:
+            self._queued.append((fn, d))  # kazoo queues requests while reconnecting
+        else:
+            d.errback(ZooKeeperUnavailableError("not connected (fake)"))
+        return d
+
+    def _sized(self, fn: Callable[[], Any], *ops: tuple[str, str, bytes]) -> Callable[[], Any]:
+        """C{fn}, refused by the server when its request (L{_request_bytes} of C{ops}) is longer than it reads."""
+
+        def send() -> Any:
+            size = _request_bytes(*ops)
+            if size > self.server.max_request_bytes:
+                raise _RequestTooLarge(f"ConnectionLoss: a request of {size} bytes, more than jute.maxbuffer (fake)")
+            return fn()
+
+        return send
+
+    def _run(self, fn: Callable[[], Any], d: Deferred) -> None:
         try:
-            return succeed(fn())
+            value = fn()
         except ZooKeeperError as e:
-            return fail(e)
+            d.errback(e)
+        else:
+            d.callback(value)
 
     def create(
         self, path: str, value: bytes = b"", ephemeral: bool = False, sequence: bool = False, makepath: bool = False
     ) -> Deferred:
         if not isinstance(value, bytes):
             raise TypeError(f"value must be bytes, not {type(value).__name__}")
-        owner = self._session if ephemeral else 0
-        return self._op(lambda: self._rel(self.server.create(self._abs(path), value, owner or 0, sequence, makepath)))
+        absolute = self._abs(path)
+        return self._op(self._sized(
+            lambda: self._rel(self.server.create(absolute, value, (self._session or 0) if ephemeral else 0,
+                                                 sequence, makepath)),
+            ("create", absolute, value)))
 
     def ensure_path(self, path: str) -> Deferred:
         def go() -> None:
@@ -856,18 +1266,20 @@ class FakeZooKeeperClient:
     def set(self, path: str, value: bytes, version: int = -1) -> Deferred:
         if not isinstance(value, bytes):
             raise TypeError(f"value must be bytes, not {type(value).__name__}")
-        return self._op(lambda: self.server.set(self._abs(path), value, version))
+        absolute = self._abs(path)
+        return self._op(self._sized(lambda: self.server.set(absolute, value, version), ("set", absolute, value)))
 
     def fenced_set(self, fence_path: str, fence_version: int, path: str, value: bytes, version: int = -1) -> Deferred:
         def go() -> ZnodeStat:
-            fence = self.server._lookup(self._abs(fence_path))
-            if fence is None:
-                raise NoNodeError(fence_path)
-            if fence.stat.version != fence_version:
-                raise BadVersionError(f"{fence_path} changed (expected version {fence_version})")
-            return self.server.set(self._abs(path), value, version)
+            ops = [CheckOp(self._abs(fence_path), fence_version), SetOp(self._abs(path), value, version)]
+            try:
+                return self.server.multi(ops, self._session or 0)[1]
+            except ZooKeeperError as e:
+                if e.op_index == 0:
+                    raise type(e)(f"{fence_path} changed (expected version {fence_version})") from None
+                raise type(e)(f"{path}: {e} (expected version {version})") from None
 
-        return self._op(go)
+        return self._op(self._sized(go, ("check", self._abs(fence_path), b""), ("set", self._abs(path), value)))
 
     def multi(self, ops: list) -> Deferred:
         """L{kafkatw.zookeeper.bridge.ZooKeeperClient.multi}: all of C{ops} or none (L{FakeZooKeeper.multi})."""
@@ -880,7 +1292,9 @@ class FakeZooKeeperClient:
             results = self.server.multi(absolute, self._session or 0)
             return [self._rel(r) if isinstance(r, str) else r for r in results]
 
-        return self._op(go)
+        kinds = {CheckOp: "check", CreateOp: "create", SetOp: "set", DeleteOp: "delete"}
+        return self._op(self._sized(go, *((kinds.get(type(op), "check"), op.path, getattr(op, "value", b""))
+                                          for op in absolute)))
 
     def delete(self, path: str, recursive: bool = False, version: int = -1) -> Deferred:
         return self._op(lambda: self.server.delete(self._abs(path), version, recursive))
@@ -899,8 +1313,18 @@ class FakeZooKeeperClient:
             return fail(ZooKeeperUnavailableError("not connected (fake)"))
         watch = FakeWatch(self, path, kind, callback)
         self._watches.add(watch)
-        watch._refresh()
-        return succeed(watch)
+        first: Deferred = Deferred()
+        watch._first = first
+
+        def failed(failure: Any) -> None:
+            # as the bridge's Watch: a read lost with the connection is made
+            # again on reconnecting, and the Deferred fires then
+            if not failure.check(ZooKeeperUnavailableError):
+                watch._first = None
+                first.errback(failure)
+
+        self._op(watch._refresh).addErrback(failed)
+        return first
 
 
 # -- TLS certificates ----------------------------------------------------------
