@@ -42,7 +42,7 @@ from typing import Any, Callable
 from twisted.internet import defer
 from twisted.logger import Logger
 
-from ..errors import ErrorCode, KafkaError
+from ..errors import ErrorCode, KafkaError, KafkaStorageError
 from ..storage.leader_epoch import offset_truncation_state
 
 __all__ = ["ReplicaFetcherManager", "ReplicaFetcher", "ReplicationQuota"]
@@ -227,8 +227,26 @@ class ReplicaFetcher:
                 _log.info("{partition}: truncating from {leo} to {offset} (leader {leader} epoch {epoch})",
                           partition=s.partition.name, leo=log.log_end_offset, offset=target,
                           leader=self.leader_id, epoch=s.leader_epoch)
-                log.truncate_to(target)
+                if not self._truncate_log(key, s, target, fully=False):
+                    continue
             s.truncating = not completed
+
+    def _truncate_log(self, key: tuple[str, int], s: _FetchState, offset: int, fully: bool) -> bool:
+        """
+        Truncate through the manager's C{truncate}; a storage error has taken
+        the partition's log dir offline (and the partition out of this
+        fetcher): nothing more to do for it.
+
+        @return: whether the log was truncated.
+        """
+        try:
+            self.manager.truncate(s.partition, offset, fully)
+        except KafkaStorageError as e:
+            _log.error("{partition}: truncating to {offset} failed: {error}", partition=s.partition.name,
+                       offset=offset, error=e)
+            self.states.pop(key, None)
+            return False
+        return True
 
     # --- a fetch offset out of the leader's range ----------------------------------------
 
@@ -258,8 +276,8 @@ class ReplicaFetcher:
                 _log.info("{partition}: log end offset {leo} below the leader's log start offset {offset}:"
                           " the log restarts there", partition=s.partition.name, leo=log.log_end_offset,
                           offset=leader_start)
-                log.truncate_fully_and_start_at(leader_start)
-                s.truncating = False
+                if self._truncate_log(key, s, leader_start, fully=True):
+                    s.truncating = False
             else:
                 s.truncating = True
 
@@ -360,6 +378,13 @@ class ReplicaFetcher:
             self._delay([s])
 
 
+def _truncate_log(partition: Any, offset: int, fully: bool) -> None:
+    if fully:
+        partition.log.truncate_fully_and_start_at(offset)
+    else:
+        partition.log.truncate_to(offset)
+
+
 class ReplicaFetcherManager:
     """
     Assigns follower partitions to fetchers.
@@ -368,18 +393,24 @@ class ReplicaFetcherManager:
     @param broker_address: C{broker_address(broker_id) -> (host, port) | None}.
     @param append: C{append(partition, records)}: append fetched batches to a
         follower partition (the replica manager also updates what follows from it).
+    @param truncate: C{truncate(partition, offset, fully)}: truncate a follower
+        partition's log to C{offset}, or empty it to start at C{offset}
+        (L{kafkatw.broker.replica_manager.ReplicaManager.truncate_as_follower},
+        which reports a storage error; by default the log's own methods).
     """
 
     def __init__(self, broker_id: int, config: Any, client: Any, reactor: Any,
                  broker_address: Callable[[int], tuple[str, int] | None],
                  append: Callable[[Any, bytes], Any],
-                 throttled: Callable[[str, int], bool] = lambda topic, partition: False) -> None:
+                 throttled: Callable[[str, int], bool] = lambda topic, partition: False,
+                 truncate: Callable[[Any, int, bool], None] | None = None) -> None:
         self.broker_id = broker_id
         self.config = config
         self.client = client
         self.reactor = reactor
         self.broker_address = broker_address
         self.append = append
+        self.truncate = truncate or _truncate_log
         #: C{throttled(topic, partition)}: whether the replication throttle applies
         #: (this broker is a replica being added by a reassignment).
         self.throttled = throttled

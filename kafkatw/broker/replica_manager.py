@@ -524,6 +524,24 @@ class ReplicaManager:
         except (KafkaStorageError, OSError) as e:
             raise self.log_manager.log_failed(p.topic, p.partition, e) from None
 
+    def truncate_as_follower(self, p: Partition, offset: int, fully: bool = False) -> None:
+        """
+        Truncate a followed partition's log to C{offset} (the replica
+        fetcher's truncation by leader epoch), or with C{fully} empty it and
+        start it at C{offset} (below the leader's log start offset).
+
+        @raise KafkaStorageError: the truncation failed; its log directory is
+            then offline (Kafka's C{maybeHandleIOException}), and the
+            partition no longer followed.
+        """
+        try:
+            if fully:
+                p.log.truncate_fully_and_start_at(offset)
+            else:
+                p.log.truncate_to(offset)
+        except (KafkaStorageError, OSError) as e:
+            raise self.log_manager.log_failed(p.topic, p.partition, e) from None
+
     # --- failed log directories (KIP-112) -------------------------------------------
 
     def handle_log_dir_failure(self, log_dir: str, message: str) -> None:

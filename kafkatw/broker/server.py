@@ -537,10 +537,10 @@ class KafkaServer(service.MultiService):
         self.inter_broker_client = KafkaClient(
             self.reactor, "127.0.0.1:1", client_id=f"broker-{self.broker_id}-fetcher",
             request_timeout_ms=self.config["replica.socket.timeout.ms"], security=self.inter_broker_security())
+        assert self.replica_manager is not None
         self.fetcher_manager = ReplicaFetcherManager(
             self.broker_id, self.config, self.inter_broker_client, self.reactor, self._broker_address,
-            self._append_as_follower, self._throttled)
-        assert self.replica_manager is not None
+            self._append_as_follower, self._throttled, truncate=self.replica_manager.truncate_as_follower)
         self.replica_manager.fetcher_manager = self.fetcher_manager
         self._apply_throttle()
 

@@ -291,6 +291,23 @@ class ServingTests(unittest.TestCase):
         self.assertEqual(h.produce("t", 0, records()).error_code, ErrorCode.kafka_storage_error)
 
 
+    def test_a_follower_truncation_that_fails_takes_the_dir_offline(self) -> None:
+        """Kafka's maybeHandleIOException around truncation: the fetcher's retry would fail again."""
+        h = TwoDirBroker(self)
+        for _ in range(3):
+            self.assertEqual(h.produce("t", 0, records()).error_code, ErrorCode.none)
+        unfollowed = []
+        h.replica_manager.fetcher_manager = _Fetchers(unfollowed)
+        h.write_state("t", 0, 1, 1, [1, 0])  # broker 1 leads t-0 now; broker 0 follows it
+        p = h.replica_manager.partitions[("t", 0)]
+        h.files(h.dir_a).fail("ftruncate", errno.EIO)
+        with self.assertRaises(KafkaStorageError):
+            h.replica_manager.truncate_as_follower(p, 1)
+        self.assertEqual(unfollowed, [("t", 0)])
+        self.assertEqual(h.replica_manager.offline_partitions, {("t", 0): h.dir_a})
+        self.assertEqual(list(h.log_manager.offline_log_dirs), [h.dir_a])
+        self.assertEqual(h.produce("t", 1, records()).error_code, ErrorCode.none)  # the other dir serves
+
 class CleanerTests(unittest.TestCase):
     def test_an_io_error_of_the_log_cleaner_takes_the_dir_offline(self) -> None:
         from kafkatw.broker.log_cleaner import LogCleaner

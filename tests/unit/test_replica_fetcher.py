@@ -20,7 +20,7 @@ from twisted.trial import unittest
 from kafkatw.broker.partition import FOLLOWER, Partition
 from kafkatw.broker.replica_fetcher import ReplicaFetcherManager
 from kafkatw.config import BrokerConfig, topic_log_config
-from kafkatw.errors import ErrorCode
+from kafkatw.errors import ErrorCode, KafkaStorageError
 from kafkatw.protocol.batch import build_batch
 from kafkatw.storage.log_manager import LogManager
 
@@ -157,6 +157,24 @@ class TruncationTests(unittest.TestCase):
         h.answer(fetch_response(batch(1, 1, epoch=1), 2))
         self.assertEqual((h.log.log_end_offset, h.epochs(), h.log.high_watermark), (2, [(0, 0), (1, 1)], 2))
         self.assertEqual(h.fetch_offset(), 2)  # and keeps fetching
+
+    def test_a_truncation_that_fails_stops_fetching_the_partition(self) -> None:
+        """
+        The manager's C{truncate} raises C{KAFKA_STORAGE_ERROR} (its log dir
+        went offline): the partition is no longer fetched, no Fetch is sent
+        from a log that was not truncated, and the fetcher does not spin.
+        """
+        h = FetcherHarness(self, [(0, 2)], high_watermark=2)
+
+        def failing(partition: Any, offset: int, fully: bool) -> None:
+            raise KafkaStorageError("t-0: [Errno 5] Input/output error")
+
+        h.manager.truncate = failing
+        self.assertEqual(h.epoch_request(), (5, 0))
+        h.answer(epochs_response(0, 1))
+        self.assertEqual(h.log.log_end_offset, 2)  # not truncated, and not fetched from
+        h.clock.advance(BACKOFF_MS / 1000.0 * 3)
+        self.assertEqual([key for _, key, _, d in h.client.sent if not d.called], [])
 
     def test_kip279_leader_answers_an_older_epoch_the_follower_has(self) -> None:
         """
