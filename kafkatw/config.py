@@ -35,6 +35,7 @@ __all__ = [
     "parse_topic_config",
     "BrokerConfig",
     "parse_broker_value",
+    "SINGLE_BROKER_DEFAULTS",
     "topic_log_config",
     "DYNAMIC_TOPIC_CONFIG",
     "DYNAMIC_BROKER_CONFIG",
@@ -87,10 +88,14 @@ class ConfigKey:
 
 
 def _cleanup_policy(value: str | list) -> str:
-    # Kafka's values: "delete", "compact", or both ("compact,delete" in either order).
+    # Kafka's values: "delete", "compact", both ("compact,delete" in either order), or none:
+    # an empty list (Kafka's ValidList accepts it) keeps every segment, neither deleted by
+    # retention nor compacted, the same as retention.ms=-1 and retention.bytes=-1 (Kafka's
+    # upgrade notes for 4.2, KAFKA-19112: "cleanup.policy supports empty values, which means
+    # infinite retention"; a 3.x log with neither policy is not cleaned either).
     parts = value if isinstance(value, list) else str(value).split(",")
     policies = {str(part).strip() for part in parts if str(part).strip()}
-    if not policies or not policies <= {"delete", "compact"}:
+    if not policies <= {"delete", "compact"}:
         raise ValueError("must be delete, compact or compact,delete")
     return ",".join(sorted(policies))
 
@@ -293,12 +298,14 @@ BROKER_CONFIG: dict[str, ConfigKey] = {
                   "coordinator. Do not change it once the topic exists.", "partitions"),
         ConfigKey("transaction.state.log.replication.factor", int, 3,
                   "Replication factor of `__transaction_state`. As in Kafka, the topic is created only once this "
-                  "many brokers are alive (clients get `COORDINATOR_NOT_AVAILABLE` until then): set 1 on a "
-                  "single broker.",
+                  "many brokers are alive (clients get `COORDINATOR_NOT_AVAILABLE` until then): 1 on a single "
+                  "broker, as `config/server.properties` sets it and as a broker on an embedded ZooKeeper takes "
+                  "it when it is not set.",
                   "replicas"),
         ConfigKey("transaction.state.log.min.isr", int, 2,
                   "`min.insync.replicas` of `__transaction_state`: a transaction state change is acknowledged "
-                  "once this many replicas have it.", "replicas"),
+                  "once this many replicas have it (1 on a single broker, as for the replication factor).",
+                  "replicas"),
         ConfigKey("transaction.state.log.segment.bytes", int, 104857600,
                   "Segment size of `__transaction_state` (small, so that compaction and loading stay quick).",
                   "bytes"),
@@ -850,6 +857,20 @@ class BrokerConfig:
             raise ValueError(f"bad value for {name}: {value!r} ({e})") from None
         self._static_keys.add(name)
 
+    def use_single_broker_defaults(self) -> list[str]:
+        """
+        Set L{SINGLE_BROKER_DEFAULTS} for each key not set in the properties
+        file or an override: what C{--zookeeper embedded} does, so that
+        transactions work on the one broker the README starts.  They are
+        described as static configs (DescribeConfigs' C{STATIC_BROKER_CONFIG}).
+
+        @return: the keys set.
+        """
+        changed = [name for name in SINGLE_BROKER_DEFAULTS if not self.is_static(name)]
+        for name in changed:
+            self.set(name, SINGLE_BROKER_DEFAULTS[name])
+        return changed
+
     def __getitem__(self, name: str) -> Any:
         dynamic = self._dynamic
         if name in dynamic[DYNAMIC_BROKER_CONFIG]:
@@ -860,6 +881,16 @@ class BrokerConfig:
 
     def as_dict(self) -> dict[str, Any]:
         return {name: self[name] for name in self._values}
+
+
+#: The internal topics' replication that Kafka's shipped single-broker C{config/server.properties}
+#: sets (its defaults, 3 and 2, need three brokers): C{config/server.properties} ships them, and
+#: a broker on an embedded ZooKeeper takes them unless set (L{BrokerConfig.use_single_broker_defaults}).
+#: kafkatw's one internal topic is C{__transaction_state}; consumer offsets live in ZooKeeper.
+SINGLE_BROKER_DEFAULTS: dict[str, str] = {
+    "transaction.state.log.replication.factor": "1",
+    "transaction.state.log.min.isr": "1",
+}
 
 
 def parse_broker_value(name: str, value: Any) -> Any:

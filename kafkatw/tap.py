@@ -137,9 +137,11 @@ class Options(usage.Options):
         except ValueError as e:
             raise usage.UsageError(str(e)) from None
         try:
-            embedded_zookeeper_port(config["zookeeper.connect"])
+            embedded = embedded_zookeeper_port(config["zookeeper.connect"]) is not None
         except ValueError as e:
             raise usage.UsageError(str(e)) from None
+        if embedded:  # the README's one broker: Kafka's single-broker values for the internal topics
+            config.use_single_broker_defaults()
         self.broker_config = config
 
 

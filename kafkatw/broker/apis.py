@@ -491,13 +491,32 @@ class KafkaApis(TransactionApis, QuotaApis, AdminToolApis):
         return brokers
 
     def _topic_metadata(self, name: str) -> dict:
+        """
+        A topic's Metadata entry.  Kafka's brokers learn a topic from the
+        controller's UpdateMetadata, which carries every partition's leader,
+        after the leaders were told (LeaderAndIsr); until then the topic is
+        C{LEADER_NOT_AVAILABLE} (the answer to the Metadata request that
+        auto-created it).  The same here: a topic with a partition whose
+        state znode is not read yet is C{LEADER_NOT_AVAILABLE} with no
+        partitions, and a partition this broker leads by its state but does
+        not yet serve as leader is C{LEADER_NOT_AVAILABLE} with leader -1, as
+        Kafka answers a partition whose leader is not alive
+        (C{MetadataCache.getPartitionMetadata}): a client that goes to the
+        named leader is never told C{NOT_LEADER_OR_FOLLOWER} by it.
+        """
         meta = self.metadata.topics.get(name)
         if meta is None:
             return {"error_code": int(ErrorCode.unknown_topic_or_partition), "name": name, "partitions": []}
+        states = self.metadata.partition_states
+        if any((name, index) not in states for index in meta.partitions):
+            return {"error_code": int(ErrorCode.leader_not_available), "name": name, "partitions": [],
+                    "topic_authorized_operations": -2147483648}
         partitions = []
         for index in sorted(meta.partitions):
             replicas = meta.partitions[index]
             leader = self.metadata.leader(name, index)
+            if leader == self.metadata.broker_id and not self._serving_as_leader(name, index):
+                leader = -1
             partitions.append({
                 "error_code": int(ErrorCode.none if leader >= 0 else ErrorCode.leader_not_available),
                 "partition_index": index,
@@ -515,6 +534,14 @@ class KafkaApis(TransactionApis, QuotaApis, AdminToolApis):
             "partitions": partitions,
             "topic_authorized_operations": -2147483648,
         }
+
+    def _serving_as_leader(self, topic: str, partition: int) -> bool:
+        """Whether this broker's replica leads the partition at the epoch of its state znode."""
+        if self.replica_manager is None:
+            return True  # no replicas here (a metadata-only harness): the state znode is all there is
+        hosted = self.replica_manager.partitions.get((topic, partition))
+        return hosted is not None and hosted.is_leader and \
+            hosted.leader_epoch >= self.metadata.leader_epoch(topic, partition)
 
     def _metadata_body(self, names: list[str], errors: dict[str, ErrorCode], listener: str = "PLAINTEXT") -> dict:
         topics = []
@@ -594,14 +621,21 @@ class KafkaApis(TransactionApis, QuotaApis, AdminToolApis):
     async def _auto_create_then_metadata(self, context: RequestContext, names: list[str],
                                          errors: dict[str, ErrorCode], creating: list[str],
                                          request: Any = None) -> bytes:
+        """
+        Auto-create C{creating}, then answer as Kafka's
+        C{KafkaApis.createTopic} does: each topic created (or created
+        meanwhile by another request) is C{LEADER_NOT_AVAILABLE} with no
+        partitions, so that the client asks again once the leaders serve.
+        """
         for name in creating:
             try:
                 await self.admin.create_topic(
                     name, self.config["num.partitions"], self.config["default.replication.factor"], None, {}
                 )
+                errors[name] = ErrorCode.leader_not_available
             except KafkaError as e:
-                if e.error_code != ErrorCode.topic_already_exists:
-                    errors[name] = e.error_code
+                errors[name] = ErrorCode.leader_not_available if e.error_code == ErrorCode.topic_already_exists \
+                    else e.error_code
             except ZooKeeperError as e:
                 _log.warn("auto-creating topic {topic} failed: ZooKeeper unavailable ({error})", topic=name, error=e)
                 errors[name] = ErrorCode.leader_not_available
@@ -1491,10 +1525,9 @@ class KafkaApis(TransactionApis, QuotaApis, AdminToolApis):
                     problem = ErrorCode.unacceptable_credential, "Too few iterations"
                 if problem is None and int(u.iterations) > MAX_ITERATIONS:
                     problem = ErrorCode.unacceptable_credential, "Too many iterations"
-                if problem is None and (len(u.salt) < 12 or not u.salted_password):
-                    # scramp (RFC 5802 leaves it open) refuses salts under 12 bytes at authentication.
-                    problem = ErrorCode.unacceptable_credential, "Salt must be 12 bytes or more and the salted " \
-                                                                 "password not empty"
+                if problem is None and (not u.salt or not u.salted_password):
+                    # Any salt of one byte or more, as Kafka takes it (RFC 5802 sets no length).
+                    problem = ErrorCode.unacceptable_credential, "The salt and the salted password must not be empty"
                 if problem:
                     errors.setdefault(u.name, problem)
                 else:
@@ -1702,9 +1735,17 @@ class KafkaApis(TransactionApis, QuotaApis, AdminToolApis):
         return d.addCallback(answer)
 
     def handle_offset_fetch(self, context: RequestContext, request: Any) -> defer.Deferred:
+        """
+        The group's committed offsets.  With an authorizer it takes Describe
+        on the group (else C{GROUP_AUTHORIZATION_FAILED}) and Describe on each
+        topic: the partitions of a named topic it may not describe answer
+        C{TOPIC_AUTHORIZATION_FAILED}, and such topics are left out of an
+        all-topics fetch (Kafka's C{KafkaApis.handleOffsetFetchRequest}; Read,
+        which implies Describe, is needed only to commit).
+        """
         wanted = None if request.topics is None else [
             (t.name, p) for t in request.topics for p in t.partition_indexes]
-        if self._group_denied(context, request.group_id):
+        if self._group_denied(context, request.group_id, AclOperation.DESCRIBE):
             d: defer.Deferred = defer.succeed((ErrorCode.group_authorization_failed, {}))
         else:
             d = self._require_stable(lambda: self.group_coordinator.fetch_offsets(request.group_id, wanted), request)
@@ -1714,7 +1755,7 @@ class KafkaApis(TransactionApis, QuotaApis, AdminToolApis):
             keys = wanted if wanted is not None else sorted(found)
             denied: set[str] = set()
             if self.authorizer is not None and not error:
-                denied = self._denied_topics(context, AclOperation.READ, (name for name, _ in keys))
+                denied = self._denied_topics(context, AclOperation.DESCRIBE, (name for name, _ in keys))
                 if wanted is None:
                     keys = [k for k in keys if k[0] not in denied]
                 else:

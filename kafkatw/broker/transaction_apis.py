@@ -186,6 +186,11 @@ class TransactionWiring:
                               "is {rf}", topic=TRANSACTION_STATE_TOPIC, alive=len(self.metadata.brokers),
                               rf=replication_factor)
                 return False
+            if replication_factor == 1 < len(self.metadata.brokers):
+                _log.info("creating {topic} with replication factor 1 on {alive} live brokers: no replica takes "
+                          "over its partitions if their broker fails (transaction.state.log.replication.factor=1, "
+                          "the single-broker value; set 3, and transaction.state.log.min.isr 2, for a cluster)",
+                          topic=TRANSACTION_STATE_TOPIC, alive=len(self.metadata.brokers))
             self._creating = defer.ensureDeferred(self.admin.create_topic(
                 TRANSACTION_STATE_TOPIC, self.config["transaction.state.log.num.partitions"], replication_factor,
                 None, transaction_state_create_configs(self.config)))

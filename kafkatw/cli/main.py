@@ -99,16 +99,17 @@ def main() -> None:
               short_help="Run a broker in the foreground (twistd -n kafkatw).")
 @click.argument("twistd_args", nargs=-1, type=click.UNPROCESSED)
 def broker(twistd_args: tuple[str, ...]) -> None:
-    """Run a broker in the foreground: exec `twistd -n kafkatw ARGS...`.
+    """Run a broker in the foreground: exec `twistd -n --pidfile= kafkatw ARGS...`.
 
     Every argument is passed through; `kafkatw broker --help` shows the broker's options.
+    No twistd.pid is written, so several brokers can run from one directory.
     """
     twistd = os.path.join(os.path.dirname(sys.executable), "twistd")
     if not os.access(twistd, os.X_OK):
         twistd = shutil.which("twistd") or ""
     if not twistd:
         raise click.ClickException("cannot find twistd (is Twisted installed?)")
-    argv = [twistd, "-n", "kafkatw", *twistd_args]
+    argv = [twistd, "-n", "--pidfile=", "kafkatw", *twistd_args]
     os.execv(twistd, argv)
 
 

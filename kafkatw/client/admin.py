@@ -497,8 +497,16 @@ class AdminClient:
         """
         names = None if topics is None else list(topics)
 
+        async def metadata() -> Any:
+            response = await self._metadata(names)
+            for t in response.topics:
+                # a topic being created: no leaders yet (Kafka's answer too); asked again, as Kafka's client does
+                if int(t.error_code) == ErrorCode.leader_not_available:
+                    raise kafka_error(ErrorCode.leader_not_available, f"{t.name}: its leaders are not known yet")
+            return response
+
         async def go() -> dict[str, TopicDescription]:
-            response = await self._retry("describe topics", lambda: self._metadata(names), timeout_ms)
+            response = await self._retry("describe topics", metadata, timeout_ms)
             out = {}
             for t in response.topics:
                 code = ErrorCode(int(t.error_code))

@@ -2,7 +2,7 @@
 The client's side of SASL: SaslHandshake v1, then SaslAuthenticate requests
 carrying the mechanism's tokens (KIP-152), on a freshly negotiated connection.
 
-PLAIN sends one message; SCRAM-SHA-256/512 (with C{scramp}) sends
+PLAIN sends one message; SCRAM-SHA-256/512 (L{kafkatw.security.sasl.ScramClientExchange}) sends
 client-first and client-final and checks the server's signature, so that a
 broker that does not hold the credential is not trusted.  Any failure is an
 L{AuthenticationFailedError} -- not retriable, carrying the broker's message

@@ -2,8 +2,14 @@
 SASL mechanisms: PLAIN (RFC 4616) and SCRAM-SHA-256 / SCRAM-SHA-512 (RFC 5802,
 RFC 7677), and SCRAM credentials as Kafka stores them.
 
-The SCRAM computations are C{scramp}'s; this module adds Kafka's rules around
-them (Kafka's C{PlainSaslServer}, C{ScramSaslServer}, C{ScramCredentialUtils}):
+The SCRAM computations are RFC 5802's, with the standard library's C{hmac}
+and C{hashlib.pbkdf2_hmac}, as Kafka's C{ScramFormatter} makes them: any salt
+of one byte or more, the password's UTF-8 bytes without SASLprep (Kafka's
+C{ScramFormatter.normalize}).  (C{scramp}, the reference the tests check
+against, refuses salts under 12 bytes, which Kafka's brokers and clients
+accept: an AlterUserScramCredentials upsertion sets the salt.)  This module
+adds Kafka's rules (Kafka's C{PlainSaslServer}, C{ScramSaslServer},
+C{ScramSaslClient}, C{ScramCredentialUtils}):
 
   - PLAIN's message is C{authzid NUL authcid NUL passwd}; an authorization id,
     when given, must equal the user name.
@@ -25,12 +31,12 @@ C{org.apache.kafka.common.security.plain} and C{.scram} packages.
 from __future__ import annotations
 
 import base64
+import binascii
 import hashlib
 import hmac
+import os
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
-
-import scramp
 
 __all__ = [
     "MECHANISMS",
@@ -136,9 +142,16 @@ def make_scram_credential(mechanism: str, password: str, iterations: int = MIN_I
         raise ValueError(f"unknown SCRAM mechanism {mechanism!r}")
     if not MIN_ITERATIONS <= iterations <= MAX_ITERATIONS:
         raise ValueError(f"iterations must be in {MIN_ITERATIONS}..{MAX_ITERATIONS}, not {iterations}")
-    salt_out, stored_key, server_key, count = scramp.ScramMechanism(mechanism).make_auth_info(
-        password, iteration_count=iterations, salt=salt)
-    return ScramCredential(salt_out, stored_key, server_key, count)
+    if salt is None:
+        salt = os.urandom(_SALT_BYTES)
+    elif not salt:
+        raise ValueError("the salt must not be empty")
+    return credential_from_salted_password(mechanism, salt, salted_password(mechanism, password, salt, iterations),
+                                           iterations)
+
+
+#: The length of the random salts of new credentials (bytes).
+_SALT_BYTES = 16
 
 
 _HASHES = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
@@ -243,8 +256,12 @@ class ScramServer:
             raise ValueError(f"unknown SCRAM mechanism {mechanism!r}")
         self.mechanism = mechanism
         self._lookup = lookup
-        self._server: Any = None
         self._state = "first"
+        self._credential: ScramCredential | None = None
+        self._gs2_header = ""
+        self._client_first_bare = ""
+        self._server_first_text = ""
+        self._nonce = ""
         self._username: str | None = None
         self._client_nonce = ""
         self.username: str | None = None
@@ -301,19 +318,26 @@ class ScramServer:
     def _server_first(self, credential: ScramCredential | None, text: str) -> bytes:
         if credential is None:  # Kafka's SaslException: the client is not told the user is unknown
             raise SaslException("Authentication failed: Invalid user credentials")
-        value = (credential.salt, credential.stored_key, credential.server_key, credential.iterations)
-        self._server = scramp.ScramMechanism(self.mechanism).make_server(lambda _name: value)
-        try:
-            self._server.set_client_first(text)
-            first = self._server.get_server_first()
-        except scramp.ScramException as e:
-            raise SaslException(f"Invalid SCRAM client first message ({_scram_reason(e)})") from None
+        if not _printable(self._client_nonce):
+            raise SaslException("Invalid SCRAM client first message (invalid nonce)")
+        gs2_cbind, authzid, bare = text.split(",", 2)
+        self._gs2_header = f"{gs2_cbind},{authzid},"
+        self._client_first_bare = bare
+        self._credential = credential
+        self._nonce = self._client_nonce + _new_nonce()
+        salt = base64.b64encode(credential.salt).decode("ascii")
+        self._server_first_text = f"r={self._nonce},s={salt},i={credential.iterations}"
         self._state = "final"
-        return first.encode("utf-8")
+        return self._server_first_text.encode("utf-8")
 
     def _server_final(self, text: str) -> bytes:
-        nonce = next((p[2:] for p in text.split(",") if p.startswith("r=")), "")
-        expected = str(self._server.nonce)
+        without_proof, sep, proof_b64 = text.rpartition(",p=")
+        attributes = without_proof.split(",")
+        if not sep or len(attributes) < 2 or not attributes[0].startswith("c=") \
+                or not attributes[1].startswith("r="):
+            raise SaslException("Invalid SCRAM client final message")
+        nonce = attributes[1][2:]
+        expected = self._nonce
         # RFC 5802 and Kafka since CVE-2024-56128 want the server-first nonce
         # exactly.  librdkafka 2.0 (Debian's kcat) sends its own client nonce
         # in front of it, which Kafka's older endsWith check let through; that
@@ -321,22 +345,51 @@ class ScramServer:
         # the server's fresh nonce is still required), nothing else.
         if nonce != expected and nonce != self._client_nonce + expected:
             raise SaslException("Invalid client nonce in the final client message.")
-        if nonce != expected:
-            self._server.nonce = type(self._server.nonce)(nonce)
         try:
-            self._server.set_client_final(text)
-            final = self._server.get_server_final()
-        except scramp.ScramException as e:
-            # A wrong password is scramp's "invalid-proof" (Kafka: "Invalid client credentials").
-            raise SaslException(f"Invalid SCRAM client final message ({_scram_reason(e)})") from None
+            binding = base64.b64decode(attributes[0][2:], validate=True)
+            proof = base64.b64decode(proof_b64, validate=True)
+        except (binascii.Error, ValueError):
+            raise SaslException("Invalid SCRAM client final message (not base64)") from None
+        if binding != self._gs2_header.encode("utf-8"):
+            raise SaslException("Invalid SCRAM client final message (channel-bindings-dont-match)")
+        name = _HASHES[self.mechanism]
+        credential = self._credential
+        assert credential is not None  # set with the server-first message
+        auth_message = f"{self._client_first_bare},{self._server_first_text},{without_proof}".encode("utf-8")
+        signature = hmac.new(credential.stored_key, auth_message, name).digest()
+        if len(proof) != len(signature) or not hmac.compare_digest(
+                hashlib.new(name, _xor(proof, signature)).digest(), credential.stored_key):
+            # RFC 5802's server-error-value (Kafka: "Invalid client credentials")
+            raise SaslException("Invalid SCRAM client final message (invalid-proof)")
         self.username = self._username
         self.complete = True
-        return final.encode("utf-8")
+        server_signature = hmac.new(credential.server_key, auth_message, name).digest()
+        return b"v=" + base64.b64encode(server_signature)
 
 
-def _scram_reason(e: Exception) -> str:
-    # scramp's messages name fields and states, never the password or keys.
-    return str(e).split("\n")[0][:200]
+def _new_nonce() -> str:
+    """A fresh nonce: 24 printable characters (base64 of 18 random bytes, no ',')."""
+    return base64.b64encode(os.urandom(18)).decode("ascii")
+
+
+def _printable(nonce: str) -> bool:
+    """RFC 5802's C{printable}: not empty, characters 0x21-0x7E except C{,}."""
+    return bool(nonce) and all("!" <= c <= "~" and c != "," for c in nonce)
+
+
+def _xor(a: bytes, b: bytes) -> bytes:
+    return bytes(x ^ y for x, y in zip(a, b))
+
+
+def _attributes(message: str, description: str) -> dict[str, str]:
+    """C{a=value,...} as a dict (the first of each letter); @raise SaslException: not that shape."""
+    found: dict[str, str] = {}
+    for part in message.split(","):
+        key, sep, value = part.partition("=")
+        if not sep or len(key) != 1:
+            raise SaslException(f"Invalid SCRAM {description}")
+        found.setdefault(key, value)
+    return found
 
 
 # --- client side ------------------------------------------------------------------
@@ -349,29 +402,72 @@ def plain_client_token(username: str, password: str) -> bytes:
 
 class ScramClientExchange:
     """
-    The client's side of SCRAM (with C{scramp}): L{first}, then L{final}
-    with the server-first message, then L{verify} with the server-final one.
+    The client's side of SCRAM, as Kafka's C{ScramSaslClient}: L{first}, then
+    L{final} with the server-first message, then L{verify} with the
+    server-final one.  Any salt of one byte or more is taken; an iteration
+    count below L{MIN_ITERATIONS} is refused (Kafka's "Requested iterations
+    ... is less than minimum").
     """
 
     def __init__(self, mechanism: str, username: str, password: str) -> None:
         if mechanism not in SCRAM_MECHANISMS:
             raise ValueError(f"unknown SCRAM mechanism {mechanism!r}")
-        self._client = scramp.ScramClient([mechanism], username, password)
+        self.mechanism = mechanism
+        self._password = password
+        name = username.replace("=", "=3D").replace(",", "=2C")
+        self._client_nonce = _new_nonce()
+        self._client_first_bare = f"n={name},r={self._client_nonce}"
+        self._server_signature = b""
 
     def first(self) -> bytes:
-        return self._client.get_client_first().encode("utf-8")
+        return f"n,,{self._client_first_bare}".encode("utf-8")
 
     def final(self, server_first: bytes) -> bytes:
-        """@raise SaslException: a malformed server-first message."""
+        """@raise SaslException: a malformed server-first message, or too few iterations."""
         try:
-            self._client.set_server_first(bytes(server_first).decode("utf-8"))
-            return self._client.get_client_final().encode("utf-8")
-        except (scramp.ScramException, UnicodeDecodeError) as e:
-            raise SaslException(f"Invalid SCRAM server first message ({_scram_reason(e)})") from None
+            text = bytes(server_first).decode("utf-8")
+        except UnicodeDecodeError:
+            raise SaslException("Invalid SCRAM server first message (not UTF-8)") from None
+        attributes = _attributes(text, "server first message")
+        if "e" in attributes:
+            raise SaslException(f"Invalid SCRAM server first message (the server returned {attributes['e']!r})")
+        nonce, salt_b64, iterations_text = attributes.get("r", ""), attributes.get("s", ""), attributes.get("i", "")
+        if "m" in attributes or not nonce.startswith(self._client_nonce) or len(nonce) <= len(self._client_nonce) \
+                or not _printable(nonce):
+            raise SaslException("Invalid SCRAM server first message (invalid nonce)")
+        try:
+            salt = base64.b64decode(salt_b64, validate=True)
+            iterations = int(iterations_text)
+        except (binascii.Error, ValueError):
+            raise SaslException("Invalid SCRAM server first message (salt or iteration count)") from None
+        if not salt:
+            raise SaslException("Invalid SCRAM server first message (empty salt)")
+        if iterations < MIN_ITERATIONS:
+            raise SaslException(f"Requested iterations {iterations} is less than minimum {MIN_ITERATIONS} "
+                                f"for {self.mechanism}")
+        name = _HASHES[self.mechanism]
+        salted = salted_password(self.mechanism, self._password, salt, iterations)
+        client_key = hmac.new(salted, b"Client Key", name).digest()
+        stored_key = hashlib.new(name, client_key).digest()
+        without_proof = f"c={base64.b64encode(b'n,,').decode('ascii')},r={nonce}"
+        auth_message = f"{self._client_first_bare},{text},{without_proof}".encode("utf-8")
+        proof = _xor(client_key, hmac.new(stored_key, auth_message, name).digest())
+        server_key = hmac.new(salted, b"Server Key", name).digest()
+        self._server_signature = hmac.new(server_key, auth_message, name).digest()
+        return f"{without_proof},p={base64.b64encode(proof).decode('ascii')}".encode("utf-8")
 
     def verify(self, server_final: bytes) -> None:
         """@raise SaslException: the server did not prove it knows the credential."""
         try:
-            self._client.set_server_final(bytes(server_final).decode("utf-8"))
-        except (scramp.ScramException, UnicodeDecodeError) as e:
-            raise SaslException(f"Invalid SCRAM server final message ({_scram_reason(e)})") from None
+            text = bytes(server_final).decode("utf-8")
+        except UnicodeDecodeError:
+            raise SaslException("Invalid SCRAM server final message (not UTF-8)") from None
+        attributes = _attributes(text, "server final message")
+        if "e" in attributes:
+            raise SaslException(f"Invalid SCRAM server final message (the server returned {attributes['e']!r})")
+        try:
+            signature = base64.b64decode(attributes.get("v", ""), validate=True)
+        except (binascii.Error, ValueError):
+            raise SaslException("Invalid SCRAM server final message (not base64)") from None
+        if not self._server_signature or not hmac.compare_digest(signature, self._server_signature):
+            raise SaslException("Invalid SCRAM server final message (invalid server signature)")

@@ -104,9 +104,16 @@ class TwoBrokerTests(ClassFixture, unittest.TestCase):
 
     def test_wrong_broker_answers_not_leader(self) -> None:
         create_topic(self.brokers[0].bootstrap, "placed", 2)
-        metadata = raw_request(self.brokers[0].bootstrap, 3, 12, {"topics": [{"name": "placed"}],
-                                                                   "allow_auto_topic_creation": False})
-        for partition in metadata.topics[0].partitions:
+        deadline = time.monotonic() + 10
+        while True:  # as Kafka's, Metadata names a leader once it serves (LEADER_NOT_AVAILABLE until then)
+            metadata = raw_request(self.brokers[0].bootstrap, 3, 12, {"topics": [{"name": "placed"}],
+                                                                       "allow_auto_topic_creation": False})
+            partitions = metadata.topics[0].partitions
+            if (partitions and all(p.leader_id >= 0 for p in partitions)) or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        self.assertEqual(len(partitions), 2)
+        for partition in partitions:
             wrong = self.brokers[1 - partition.leader_id].bootstrap
             response = raw_request(wrong, 0, 9, {"acks": 1, "timeout": 1000, "topic_data": [
                 {"name": "placed", "partition_data": [{"index": partition.partition_index,

@@ -187,7 +187,7 @@ class StartupFailureTests(ClassFixture, unittest.TestCase):
         self.assertIn("--help", pointer)
 
     def test_kafkatw_broker_exits_non_zero_too(self) -> None:
-        # `kafkatw broker ARGS` execs `twistd -n kafkatw ARGS`: the log goes to stdout (and the line with it)
+        # `kafkatw broker ARGS` execs `twistd -n --pidfile= kafkatw ARGS`: the log goes to stdout (and the line with it)
         with socket.socket() as taken:
             taken.bind(("127.0.0.1", 0))
             taken.listen()

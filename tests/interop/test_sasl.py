@@ -216,6 +216,26 @@ class SaslInteropTests(ClassFixture, unittest.TestCase):
             zk.stop()
             zk.close()
 
+    def test_short_salt_credential_logs_in(self) -> None:
+        """
+        AlterUserScramCredentials with a 5-byte salt, as Kafka accepts it
+        (RFC 5802 sets no length): librdkafka, kafka-python and kafkatw's own
+        client then log in with that credential.
+        """
+        from kafkatw.client.admin import UserScramCredentialUpsertion
+        from kafkatw.client.blocking import BlockingAdminClient
+        from kafkatw.client.security import SecurityConfig
+
+        security = SecurityConfig(security_protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN",
+                                  sasl_plain_username="admin", sasl_plain_password="admin-secret")
+        with BlockingAdminClient(self.bootstrap, security=security) as admin:
+            errors = admin.alter_user_scram_credentials([
+                UserScramCredentialUpsertion("dave", "SCRAM-SHA-256", "dave-secret", 4096, salt=b"short")])
+        self.assertEqual(errors, {"dave": None})
+        for client in ("confluent", "kafka-python", "kafkatw"):
+            topic = f"sasl-short-salt-{client}"
+            self.assertEqual(CLIENTS[client](self.bootstrap, topic, "SCRAM-SHA-256", "dave", "dave-secret"), RECORDS)
+
     def test_wrong_password_is_refused_and_others_are_served(self) -> None:
         result = subprocess.run([KCAT, "-b", self.bootstrap, "-X", "security.protocol=SASL_PLAINTEXT",
                                  "-X", "sasl.mechanisms=SCRAM-SHA-256", "-X", "sasl.username=alice",

@@ -132,6 +132,18 @@ class DescribeTests(AdminTestCase):
         self.assertEqual(self.client.controller_id, 1)
         self.assertEqual(self.client.brokers[3], ("h3", 9003))
 
+    def test_a_topic_without_leaders_yet_is_asked_again(self) -> None:
+        """LEADER_NOT_AVAILABLE for a topic being created (Kafka's answer): asked again after the backoff."""
+        d = self.admin.describe_topics(None)
+        self.answer(3, metadata(topics=[{"error_code": ErrorCode.leader_not_available, "name": "new",
+                                         "partitions": []}]))
+        self.assertNoResult(d)
+        self.clock.advance(0.1)
+        self.answer(3, metadata(topics=[{"error_code": 0, "name": "new", "partitions": [
+            {"error_code": 0, "partition_index": 0, "leader_id": 1, "leader_epoch": 0, "replica_nodes": [1],
+             "isr_nodes": [1], "offline_replicas": []}]}]))
+        self.assertEqual([p.leader for p in self.successResultOf(d)["new"].partitions], [1])
+
     def test_unknown_named_topic(self) -> None:
         d = self.admin.describe_topics(["gone"])
         self.answer(3, metadata(topics=[{"error_code": ErrorCode.unknown_topic_or_partition, "name": "gone",

@@ -238,6 +238,31 @@ class GroupApisTests(unittest.TestCase):
         all_topics = self.h.as_(BOB, 9, 7, {"group_id": GROUP, "topics": None})
         self.assertEqual(all_topics.topics, ())
 
+    def test_offset_fetch_needs_describe_not_read(self) -> None:
+        """Kafka's handleOffsetFetchRequest: Describe on the group and on each topic (Read only commits)."""
+        self.h.create_topic("hidden")
+        self.h.grant(ALICE, O.READ, G, GROUP)
+        self.h.grant(ALICE, O.READ, T, "t")
+        self.h.grant(ALICE, O.READ, T, "hidden")
+        commit = {"group_id": GROUP, "generation_id_or_member_epoch": -1, "member_id": "", "topics": [
+            {"name": name, "partitions": [{"partition_index": 0, "committed_offset": 5}]} for name in ("t", "hidden")]}
+        self.assertEqual([t.partitions[0].error_code for t in self.h.as_(ALICE, 8, 8, commit).topics],
+                         [ErrorCode.none, ErrorCode.none])
+        self.h.grant(CAROL, O.DESCRIBE, G, GROUP)
+        self.h.grant(CAROL, O.DESCRIBE, T, "t")
+        fetch = {"group_id": GROUP, "topics": [{"name": name, "partition_indexes": [0]} for name in ("t", "hidden")]}
+        described = self.h.as_(CAROL, 9, 7, fetch)
+        self.assertEqual(described.error_code, ErrorCode.none)
+        self.assertEqual([(t.name, t.partitions[0].error_code, t.partitions[0].committed_offset)
+                          for t in described.topics], [("t", ErrorCode.none, 5), ("hidden", TAF, -1)])
+        all_topics = self.h.as_(CAROL, 9, 7, {"group_id": GROUP, "topics": None})
+        self.assertEqual([(t.name, t.partitions[0].committed_offset) for t in all_topics.topics], [("t", 5)])
+        # Describe on the topic alone is not enough: the group needs it too
+        self.h.grant(BOB, O.DESCRIBE, T, "t")
+        self.assertEqual(self.h.as_(BOB, 9, 7, fetch).error_code, GAF)
+        # and committing still takes Read on the group
+        self.assertEqual(self.h.as_(CAROL, 8, 8, commit).topics[0].partitions[0].error_code, GAF)
+
     def test_describe_list_delete_groups(self) -> None:
         self.h.grant(ALICE, O.DESCRIBE, G, GROUP)
         self.h.grant(ALICE, O.DELETE, G, GROUP)

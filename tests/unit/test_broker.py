@@ -10,6 +10,7 @@ import os
 import shutil
 import struct
 import tempfile
+import uuid
 from typing import Any
 
 from twisted.internet import defer
@@ -388,12 +389,56 @@ class AdminTests(unittest.TestCase):
         self.assertIn("kept", h.metadata.topics)
 
     def test_metadata_auto_creates(self) -> None:
+        """
+        As Kafka's KafkaApis.createTopic: the request that creates the topic
+        is answered LEADER_NOT_AVAILABLE with no partitions; the next one
+        names the leaders.
+        """
         h = BrokerHarness(self, **{"num.partitions": 3})
-        response = h.call(3, 12, {"topics": [{"name": "auto"}], "allow_auto_topic_creation": True,
-                                  "include_topic_authorized_operations": False})
-        topic = response.topics[0]
+        body = {"topics": [{"name": "auto"}], "allow_auto_topic_creation": True,
+                "include_topic_authorized_operations": False}
+        topic = h.call(3, 12, body).topics[0]
+        self.assertEqual((topic.error_code, topic.partitions), (ErrorCode.leader_not_available, ()))
+        self.assertIn("auto", h.metadata.topics)
+        topic = h.call(3, 12, body).topics[0]
         self.assertEqual((topic.error_code, len(topic.partitions)), (ErrorCode.none, 3))
         self.assertEqual({p.leader_id for p in topic.partitions}, {0, 1})
+
+    def test_metadata_names_no_leader_that_does_not_serve_yet(self) -> None:
+        """
+        The topic is known (its /brokers/topics watch fired) before its
+        partition states are; then this broker's state znode names it leader
+        before its replica leads.  Neither is a leader a client may go to:
+        ListOffsets there would answer NOT_LEADER_OR_FOLLOWER.
+        """
+        h = BrokerHarness(self)
+        meta = TopicMetadata("early", uuid.uuid4(), {0: [0], 1: [1]})
+        h.metadata.set_topic(meta)
+        h._topic_added(meta)  # hosts partition 0, no state yet
+        body = {"topics": [{"name": "early"}], "allow_auto_topic_creation": False,
+                "include_topic_authorized_operations": False}
+
+        def answer() -> list:
+            topic = h.call(3, 12, body).topics[0]
+            return [topic.error_code] + [(p.partition_index, p.error_code, p.leader_id) for p in topic.partitions]
+
+        self.assertEqual(answer(), [ErrorCode.leader_not_available])
+        for partition, leader in ((0, 0), (1, 1)):
+            self.successResultOf(h.registry.set_partition_state("early", partition, leader, 0, [leader]))
+            state = self.successResultOf(h.registry.get_partition_state("early", partition))
+            h.metadata.set_partition_state("early", partition, state)  # the metadata cache, not the replica yet
+        self.assertEqual(answer(), [ErrorCode.none, (0, ErrorCode.leader_not_available, -1), (1, ErrorCode.none, 1)])
+        list_offsets = {"replica_id": -1, "isolation_level": 0, "topics": [
+            {"name": "early", "partitions": [{"partition_index": 0, "current_leader_epoch": -1, "timestamp": -1}]}]}
+        self.assertEqual(h.call(2, 7, list_offsets).topics[0].partitions[0].error_code,
+                         ErrorCode.not_leader_or_follower)
+        h.apply_state("early", 0)  # the replica leads now
+        self.assertEqual(answer(), [ErrorCode.none, (0, ErrorCode.none, 0), (1, ErrorCode.none, 1)])
+        self.assertEqual(h.call(2, 7, list_offsets).topics[0].partitions[0].error_code, ErrorCode.none)
+        # a new leader epoch written for this broker, not applied yet: not served as leader at that epoch
+        self.successResultOf(h.registry.set_partition_state("early", 0, 0, 1, [0]))
+        h.metadata.set_partition_state("early", 0, self.successResultOf(h.registry.get_partition_state("early", 0)))
+        self.assertEqual(answer()[1], (0, ErrorCode.leader_not_available, -1))
 
     def test_metadata_without_auto_create(self) -> None:
         h = BrokerHarness(self, **{"auto.create.topics.enable": "false"})

@@ -579,6 +579,31 @@ class DescribeAfterAlterTests(unittest.TestCase):
         # broker a handled each of its notifications once, before answering; its watch found nothing new
         self.assertEqual(len(self.handled), len(steps))
 
+    def test_an_empty_cleanup_policy_keeps_every_segment(self) -> None:
+        """
+        Kafka accepts an empty C{cleanup.policy} list (its ValidList checks
+        each item): neither retention nor the cleaner touches the log, as
+        with C{retention.ms=-1} and C{retention.bytes=-1} (KAFKA-19112's
+        upgrade note).
+        """
+        self.assertEqual(self.alter(self.a, 2, "t", [("retention.ms", 0, "1"), ("cleanup.policy", 0, "delete")]),
+                         (0, None))
+        self.assertEqual(self.alter(self.a, 2, "t", [("cleanup.policy", 3, "delete")]), (0, None))  # SUBTRACT
+        self.assertEqual(self.describe(self.a, 2, "t")["cleanup.policy"], ("", DYNAMIC_TOPIC_CONFIG))
+        self.assertEqual(self.alter(self.a, 2, "t", [("cleanup.policy", 0, "")]), (0, None))  # SET to nothing
+        self.assertEqual(self.alter(self.a, 2, "t", [("cleanup.policy", "")], incremental=False), (0, None))
+        log = self.a.log
+        self.assertEqual((log.config.cleanup_policy, log.config.delete, log.config.compact), ("", False, False))
+        for _ in range(3):
+            log.append(build_batch([(b"k", b"v")], timestamp_ms=0), leader_epoch=0)
+            log.roll()
+        log.update_high_watermark(log.log_end_offset)
+        self.assertEqual(log.apply_retention(now_ms=10**12), 0)
+        self.assertEqual(len(log.segments), 4)
+        self.assertEqual(self.alter(self.a, 2, "t", [("cleanup.policy", 2, "delete")]), (0, None))  # APPEND
+        self.assertEqual(log.apply_retention(now_ms=10**12), 3)  # the same log, with delete: retention.ms=1
+        self.assertEqual(self.alter(self.a, 2, "t", [("cleanup.policy", 0, "shred")])[0], ErrorCode.invalid_request)
+
     def test_a_notification_not_yet_seen_is_applied_first(self) -> None:
         """Broker b's write, not yet reported to broker a, is applied before a's own (its alter read it)."""
         self.successResultOf(self.b.registry.set_topic_config("t", {"retention.ms": "1"}))

@@ -1151,7 +1151,10 @@ class ConfigTests(unittest.TestCase):
             self.assertEqual(config["cleanup.policy"], expected)
             self.assertEqual(LogConfig.from_topic_config(config).cleanup_policy, expected)
         self.assertRaises(ValueError, topic_log_config, BrokerConfig(), {"cleanup.policy": "shred"})
-        self.assertRaises(ValueError, BrokerConfig, {"log.cleanup.policy": ""})
+        # an empty list, as Kafka's ValidList takes it: neither policy (every segment kept)
+        self.assertEqual(BrokerConfig({"log.cleanup.policy": ""})["log.cleanup.policy"], "")
+        empty = LogConfig.from_topic_config(topic_log_config(BrokerConfig(), {"cleanup.policy": ""}))
+        self.assertEqual((empty.cleanup_policy, empty.delete, empty.compact), ("", False, False))
         self.assertEqual(BrokerConfig({"log.cleanup.policy": "compact"})["log.cleanup.policy"], "compact")
 
     def test_topic_keys_and_synonyms(self):

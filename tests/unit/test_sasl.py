@@ -136,6 +136,64 @@ class ScramTests(unittest.TestCase):
             self.exchange("SCRAM-SHA-256", "alice-secret", "alice-secret", user="mallory")
         self.assertNotIsInstance(caught.exception, SaslAuthenticationFailed)
 
+    def test_short_salts_log_in(self) -> None:
+        """Kafka takes any salt (RFC 5802 sets no length); scramp wants 12 bytes or more."""
+        for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+            for salt in (b"s", b"salt", b"eleven-byte"):
+                credential = make_scram_credential(mechanism, "pw", 4096, salt=salt)
+                self.assertEqual(credential.salt, salt)
+                server = ScramServer(mechanism, lambda name: credential)
+                client = ScramClientExchange(mechanism, "alice", "pw")
+                client.verify(server.evaluate(client.final(server.evaluate(client.first()))))
+                self.assertEqual((server.complete, server.username), (True, "alice"))
+                wrong = ScramServer(mechanism, lambda name: credential)
+                client = ScramClientExchange(mechanism, "alice", "not-pw")
+                with self.assertRaises(SaslException) as caught:
+                    wrong.evaluate(client.final(wrong.evaluate(client.first())))
+                self.assertIn("invalid-proof", str(caught.exception))
+        with self.assertRaises(ValueError):
+            make_scram_credential("SCRAM-SHA-256", "pw", 4096, salt=b"")
+
+    def test_the_exchange_agrees_with_scramp(self) -> None:
+        """Both sides against scramp's (the reference implementation), with a salt scramp takes."""
+        import scramp
+
+        for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+            credential = make_scram_credential(mechanism, "p\u00e5ss", 4096, salt=b"0123456789abcdef")
+            auth = (credential.salt, credential.stored_key, credential.server_key, credential.iterations)
+            # our client, scramp's server
+            reference = scramp.ScramMechanism(mechanism).make_server(lambda name: auth)
+            client = ScramClientExchange(mechanism, "al,i=ce", "p\u00e5ss")
+            reference.set_client_first(client.first().decode())
+            first = reference.get_server_first()
+            reference.set_client_final(client.final(first.encode()).decode())
+            client.verify(reference.get_server_final().encode())
+            # scramp's client, our server
+            server = ScramServer(mechanism, lambda name: credential if name == "al,i=ce" else None)
+            theirs = scramp.ScramClient([mechanism], "al,i=ce", "p\u00e5ss")
+            first = server.evaluate(theirs.get_client_first().encode())
+            theirs.set_server_first(first.decode())
+            final = server.evaluate(theirs.get_client_final().encode())
+            theirs.set_server_final(final.decode())
+            self.assertEqual(server.username, "al,i=ce")
+
+    def test_the_client_refuses_what_kafkas_refuses(self) -> None:
+        client = ScramClientExchange("SCRAM-SHA-256", "alice", "pw")
+        nonce = client.first().decode().split("r=")[1]
+        for server_first, reason in ((f"r={nonce}X,s=c2FsdA==,i=4095", "less than minimum 4096"),
+                                     (f"r=other{nonce},s=c2FsdA==,i=4096", "invalid nonce"),
+                                     (f"r={nonce},s=c2FsdA==,i=4096", "invalid nonce"),
+                                     (f"r={nonce}X,s=,i=4096", "empty salt"),
+                                     ("e=unknown-user", "unknown-user")):
+            with self.assertRaises(SaslException) as caught:
+                ScramClientExchange("SCRAM-SHA-256", "alice", "pw").final(server_first.encode()) \
+                    if "e=" in server_first else client.final(server_first.encode())
+            self.assertIn(reason, str(caught.exception))
+        client.final(f"r={nonce}X,s=c2FsdA==,i=4096".encode())
+        with self.assertRaises(SaslException) as caught:
+            client.verify(b"v=AAAA")
+        self.assertIn("invalid server signature", str(caught.exception))
+
     def test_deferred_lookup(self) -> None:
         credential = make_scram_credential("SCRAM-SHA-512", "pw", 4096)
         found: defer.Deferred = defer.Deferred()
@@ -522,6 +580,22 @@ class ScramCredentialApiTests(unittest.TestCase):
         # Nothing secret in ZooKeeper or the log.
         self.assertNotIn(b"bob-secret", self.successResultOf(self.h.zookeeper.get("/config/users/bob"))[0])
         self.assertNotIn("bob-secret", self.events.text())
+
+    def test_a_short_salt_is_taken_and_logs_in(self) -> None:
+        """Kafka's broker takes any salt of one byte or more; an empty salt or salted password is refused."""
+        upsert = self.upsert("bob")
+        upsert.update(salt=b"8 bytes!", salted_password=salted_password("SCRAM-SHA-256", "bob-secret", b"8 bytes!",
+                                                                        8192))
+        self.assertEqual(self.alter([], [upsert]), {"bob": (ErrorCode.none, None)})
+        credentials = self.successResultOf(self.h.registry.get_user_scram_credentials("bob"))
+        self.assertEqual(credentials["SCRAM-SHA-256"].salt, b"8 bytes!")
+        server = ScramServer("SCRAM-SHA-256", lambda name: credentials["SCRAM-SHA-256"])
+        client = ScramClientExchange("SCRAM-SHA-256", "bob", "bob-secret")
+        client.verify(server.evaluate(client.final(server.evaluate(client.first()))))
+        self.assertEqual(server.username, "bob")
+        for empty in ({"salt": b""}, {"salted_password": b""}):
+            upsert = {**self.upsert("carol"), **empty}
+            self.assertEqual(self.alter([], [upsert])["carol"][0], ErrorCode.unacceptable_credential)
 
     def test_kafkas_errors(self) -> None:
         results = self.alter([{"name": "carol", "mechanism": 1}],

@@ -48,6 +48,34 @@ class OptionsTests(unittest.TestCase):
         self.assertEqual(config["log.segment.bytes"], 1073741824)  # Kafka's default
         self.assertEqual(options.ignored_keys, ["num.network.threads"])
 
+    def test_embedded_zookeeper_takes_the_single_broker_internal_topic_replication(self) -> None:
+        """
+        Kafka's shipped single-broker server.properties sets the internal
+        topics' replication to 1/1; a broker on an embedded ZooKeeper (the
+        README's one broker) does the same unless told otherwise.
+        """
+        keys = ("transaction.state.log.replication.factor", "transaction.state.log.min.isr")
+        config = parse("--zookeeper", "embedded").broker_config
+        self.assertEqual([config[k] for k in keys], [1, 1])
+        self.assertEqual(parse("--zookeeper", "embedded:2191").broker_config["transaction.state.log.min.isr"], 1)
+        kept = parse("--zookeeper", "embedded", "--override", "transaction.state.log.replication.factor=3",
+                     "--override", "transaction.state.log.min.isr=2").broker_config
+        self.assertEqual([kept[k] for k in keys], [3, 2])
+        real = parse("--zookeeper", "zk1:2181").broker_config  # a real ensemble: Kafka's defaults
+        self.assertEqual([real[k] for k in keys], [3, 2])
+
+    def test_the_shipped_server_properties_run_transactions_on_one_broker(self) -> None:
+        path = os.path.join(os.path.dirname(__file__), "..", "..", "config", "server.properties")
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        shipped = parse_properties(text)
+        self.assertEqual({k: shipped.get(k) for k in ("transaction.state.log.replication.factor",
+                                                      "transaction.state.log.min.isr")},
+                         {"transaction.state.log.replication.factor": "1", "transaction.state.log.min.isr": "1"})
+        self.assertNotIn("not built yet", text)
+        config = parse("--config", path, "--zookeeper", "zk1:2181").broker_config
+        self.assertEqual(config["transaction.state.log.replication.factor"], 1)
+
     def test_bad_options_fail_fast(self) -> None:
         for args in (
             ["--broker-id", "x"],

@@ -11,6 +11,8 @@ import os
 from typing import Any
 
 from twisted.internet import defer
+from twisted.internet.testing import EventLoggingObserver
+from twisted.logger import formatEvent, globalLogPublisher
 from twisted.trial import unittest
 
 from kafkatw.broker.apis import ADVERTISED_VERSIONS
@@ -104,6 +106,17 @@ class FindCoordinatorTests(unittest.TestCase):
         self.assertEqual([(c.error_code, c.node_id) for c in second.coordinators],
                          [(ErrorCode.none, leaders[h.wiring.coordinator.partition_for(k)]) for k in keys])
         self.assertEqual(set(h.wiring.coordinator.owned_partitions()), {p for p, b in leaders.items() if b == 0})
+
+    def test_one_line_when_a_larger_cluster_keeps_replication_factor_1(self) -> None:
+        """The single-broker value on two live brokers: the topic is created, with one line saying so."""
+        events = EventLoggingObserver.createWithCleanup(self, globalLogPublisher)
+        h = TxnHarness(self)
+        h.call(10, 3, {"key": "tx", "key_type": 1})
+        h.settle()
+        self.assertIn(TRANSACTION_STATE_TOPIC, h.metadata.topics)
+        lines = [formatEvent(e) for e in events if "replication factor 1 on" in e.get("log_format", "")]
+        self.assertEqual(len(lines), 1)
+        self.assertIn("__transaction_state with replication factor 1 on 2 live brokers", lines[0])
 
     def test_waits_for_enough_brokers(self) -> None:
         """Kafka's rule: the internal topic is not created with fewer live brokers than its replication factor."""
