@@ -28,6 +28,11 @@ __all__ = [
     "InvalidConfigError",
     "CoordinatorNotAvailableError",
     "KafkaStorageError",
+    "LeaderNotAvailableError",
+    "NotEnoughReplicasError",
+    "NotEnoughReplicasAfterAppendError",
+    "FencedLeaderEpochError",
+    "UnknownLeaderEpochError",
     "kafka_error",
     "raise_for_error",
 ]

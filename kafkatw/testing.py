@@ -1589,6 +1589,8 @@ def snapshot_tree(path: str | os.PathLike) -> dict[str, tuple]:
 
 # -- class fixtures under trial ------------------------------------------------------------
 
+__all__ += ["ClassFixture"]
+
 
 class ClassFixture:
     """
@@ -1596,8 +1598,14 @@ class ClassFixture:
     say) runs under trial as it does under unittest and pytest.
 
     trial does not call C{setUpClass}/C{tearDownClass}; this calls
-    C{setUpClass} before the class's first test and C{tearDownClass} at
-    interpreter exit (C{atexit}).  Under runners that call them, nothing
+    C{setUpClass} before the class's first test and C{tearDownClass} when the
+    last of the class's test methods has run (then a cluster stops before the
+    next class starts).  A run of some of its tests only (C{trial
+    module.Class.test_x}, C{trial -j}) tears it down at interpreter exit
+    (C{atexit}) instead.  An error of C{setUpClass} is each test's error; an
+    error of C{tearDownClass} is reported as its own entry,
+    C{<module>.<Class>.tearDownClass}, as trial reports a module that does
+    not import.  Under runners that call them (unittest, pytest), nothing
     changes.
     """
 
@@ -1626,10 +1634,13 @@ class ClassFixture:
             cls.tearDownClass = classmethod(tearDownClass)  # type: ignore[assignment]
 
     def run(self, result: Any = None) -> Any:
+        import atexit
+        import sys
+
+        from twisted.python.reflect import prefixedMethodNames
+
         cls = type(self)
         if not cls.__dict__.get("_class_fixture_ready"):
-            import atexit
-            import sys
             import unittest
 
             try:
@@ -1644,8 +1655,28 @@ class ClassFixture:
                 result.addError(self, sys.exc_info())
                 result.stopTest(self)
                 return result
+            # set up here, so torn down here: once every test method trial loads from the class has run
+            cls._class_fixture_ready = True
+            cls._class_fixture_pending = {"test" + name for name in prefixedMethodNames(cls, "test")}
             atexit.register(cls.tearDownClass)
-        return super().run(result)  # type: ignore[misc]
+        try:
+            return super().run(result)  # type: ignore[misc]
+        finally:
+            pending = cls.__dict__.get("_class_fixture_pending")
+            if pending is not None:
+                pending.discard(self._testMethodName)  # type: ignore[attr-defined]
+                if not pending:
+                    cls._class_fixture_pending = None
+                    atexit.unregister(cls.tearDownClass)
+                    try:
+                        cls.tearDownClass()
+                    except BaseException:
+                        from twisted.trial.runner import ErrorHolder
+
+                        ErrorHolder(f"{cls.__module__}.{cls.__qualname__}.tearDownClass",
+                                    sys.exc_info()).run(result)
+                    finally:
+                        cls._class_fixture_ready = False
 
 
 # -- transactions: fakes of the transaction coordinator's dependencies ----------

@@ -16,13 +16,24 @@ The public API, pinned by C{tests/unit/test_exports.py}:
   - Blocking, for code without a reactor (scripts, Spark executors):
     L{BlockingProducer}, L{BlockingConsumer}, L{BlockingAdminClient} and
     L{BlockingZookeeperConsumerGroup}.
+  - L{SecurityConfig}: every client's C{security=} (TLS and SASL; docs/security.md).
+  - The exceptions the clients' docstrings promise beyond L{kafkatw.errors}
+    (whose L{kafkatw.errors.KafkaError} subclasses carry a broker's error
+    codes): L{BrokerConnectionError}, L{RequestTimedOutError},
+    L{UnsupportedApiError}, L{AuthenticationFailedError}, L{TLSConfigError},
+    L{KafkaTimeoutError}, L{ProducerClosedError},
+    L{IllegalTransactionStateError}, L{NoOffsetForPartitionError},
+    L{LogTruncationError}, L{ConsumerClosedError},
+    L{ConsumerRebalanceFailedError}, L{CommitFailedError},
+    L{GroupClosedError} and L{WrongProcessError} (a blocking client used in
+    a forked child).
 
-The blocking classes are imported on first access: their module imports
-crochet and registers an C{os.register_at_fork} handler, which an application
-that only uses the Twisted clients need not pay for.  Importing them never
-installs C{twisted.internet.reactor} nor starts a thread; the first blocking
-client I{made} in a process starts that process's private reactor thread
-(L{kafkatw.client.blocking}).
+The blocking classes (and L{WrongProcessError}) are imported on first access:
+their module imports crochet and registers an C{os.register_at_fork} handler,
+which an application that only uses the Twisted clients need not pay for.
+Importing them never installs C{twisted.internet.reactor} nor starts a thread;
+the first blocking client I{made} in a process starts that process's private
+reactor thread (L{kafkatw.client.blocking}).
 
 Everything else in the submodules (C{client}, C{connection}, C{producer},
 C{consumer}, C{blocking}, …) is implementation and may change.
@@ -32,15 +43,24 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ..security.tls import TLSConfigError
 from .admin import AdminClient, NewPartitions, NewTopic
 from .client import KafkaClient
-from .consumer import Consumer, ConsumerRecord
-from .producer import Producer, RecordMetadata
-from .transaction_manager import GroupMetadata
-from .zookeeper_group import ZookeeperConsumerGroup
+from .connection import BrokerConnectionError, RequestTimedOutError, UnsupportedApiError
+from .consumer import Consumer, ConsumerClosedError, ConsumerRecord, LogTruncationError, NoOffsetForPartitionError
+from .producer import KafkaTimeoutError, Producer, ProducerClosedError, RecordMetadata
+from .sasl import AuthenticationFailedError
+from .security import SecurityConfig
+from .transaction_manager import GroupMetadata, IllegalTransactionStateError
+from .zookeeper_group import (
+    CommitFailedError,
+    ConsumerRebalanceFailedError,
+    GroupClosedError,
+    ZookeeperConsumerGroup,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .blocking import BlockingAdminClient, BlockingConsumer, BlockingProducer
+    from .blocking import BlockingAdminClient, BlockingConsumer, BlockingProducer, WrongProcessError
     from .blocking_group import BlockingZookeeperConsumerGroup
 
 __all__ = [
@@ -58,6 +78,23 @@ __all__ = [
     "BlockingConsumer",
     "BlockingAdminClient",
     "BlockingZookeeperConsumerGroup",
+    "SecurityConfig",
+    # exceptions (the broker's error codes are kafkatw.errors')
+    "BrokerConnectionError",
+    "RequestTimedOutError",
+    "UnsupportedApiError",
+    "AuthenticationFailedError",
+    "TLSConfigError",
+    "KafkaTimeoutError",
+    "ProducerClosedError",
+    "IllegalTransactionStateError",
+    "NoOffsetForPartitionError",
+    "LogTruncationError",
+    "ConsumerClosedError",
+    "ConsumerRebalanceFailedError",
+    "CommitFailedError",
+    "GroupClosedError",
+    "WrongProcessError",
 ]
 
 #: Names imported on first access: name -> submodule.
@@ -66,12 +103,13 @@ _LAZY = {
     "BlockingConsumer": "blocking",
     "BlockingAdminClient": "blocking",
     "BlockingZookeeperConsumerGroup": "blocking_group",
+    "WrongProcessError": "blocking",
 }
 
 
 def __getattr__(name: str) -> Any:
     """
-    Import a blocking class on first access (PEP 562) and cache it here.
+    Import a blocking class (or L{WrongProcessError}) on first access (PEP 562) and cache it here.
 
     @raise AttributeError: C{name} is not part of this package.
     """

@@ -18,7 +18,7 @@ from typing import Any
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
 from twisted.internet.task import Clock
 from twisted.trial import unittest
 
@@ -622,6 +622,12 @@ class CoordinatorInterleavings(RuleBasedStateMachine):
         assert self.stored == offset
 
 
-InterleavingTests = CoordinatorInterleavings.TestCase
-InterleavingTests.settings = settings(max_examples=300, stateful_step_count=40, deadline=None,
-                                      suppress_health_check=[HealthCheck.too_slow])
+class InterleavingTests(unittest.SynchronousTestCase):
+    def test_interleavings_keep_one_acting_coordinator(self) -> None:
+        """L{CoordinatorInterleavings}: its invariants hold after every step of every interleaving tried."""
+        run_state_machine_as_test(CoordinatorInterleavings, settings=settings(
+            max_examples=300, stateful_step_count=40, deadline=None, suppress_health_check=[HealthCheck.too_slow]))
+
+    # as hypothesis marks its own state machine TestCase.runTest: pytest's hypothesis plugin then
+    # reports the run (--hypothesis-show-statistics)
+    test_interleavings_keep_one_acting_coordinator.is_hypothesis_test = True  # type: ignore[attr-defined]

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import inspect
 import re
+import subprocess
+import sys
+import textwrap
 
 from twisted.internet import abstract, defer
 from twisted.trial.unittest import SynchronousTestCase
@@ -115,3 +118,65 @@ class CrochetTests(SynchronousTestCase):
         names = list(inspect.signature(crochet.EventLoop.__init__).parameters)[1:6]
         self.assertEqual(names, ["reactorFactory", "atexit_register", "startLoggingWithObserver", "watchdog_thread",
                                  "reapAllProcesses"])
+
+    def test_eventual_result_result(self) -> None:
+        """
+        L{kafkatw.client.blocking._ReactorThread.call} waits with
+        C{EventualResult._result(timeout)}: the value, or the L{Failure}
+        unraised, or C{crochet.TimeoutError}; and, unlike C{wait()}, no check
+        of Twisted's global I/O thread (see L{BlockingThreadTests}).
+        """
+        import crochet
+        from twisted.python import threadable
+        from twisted.python.failure import Failure
+
+        self.assertEqual(crochet.EventualResult(defer.succeed(5), None)._result(0), 5)
+        failed = crochet.EventualResult(defer.fail(ValueError("no")), None)._result(0)
+        self.assertIsInstance(failed, Failure)
+        self.assertTrue(failed.check(ValueError))
+        self.assertRaises(crochet.TimeoutError, crochet.EventualResult(defer.Deferred(), None)._result, 0)
+        # the caller's thread taken for Twisted's I/O thread: wait() refuses, _result() does not
+        self.patch(threadable, "ioThread", threadable.getThreadID())
+        self.assertRaises(RuntimeError, crochet.EventualResult(defer.succeed(6), None).wait, 0)
+        self.assertEqual(crochet.EventualResult(defer.succeed(6), None)._result(0), 6)
+
+
+class RegisterAsIOThreadTests(SynchronousTestCase):
+    """
+    L{kafkatw.client.blocking._new_reactor} sets a reactor's
+    C{_registerAsIOThread} to False, so that its thread does not replace
+    Twisted's global I/O thread (C{twisted.python.threadable}) when it starts
+    (L{BlockingThreadTests} checks the reactor it makes).
+    """
+
+    def test_flag_and_its_use(self) -> None:
+        from twisted.internet.base import ReactorBase
+
+        self.assertIs(ReactorBase._registerAsIOThread, True)
+        source = inspect.getsource(ReactorBase.startRunning)
+        self.assertRegex(source, r"if self\._registerAsIOThread:\s*\n\s*threadable\.registerAsIOThread\(\)")
+
+
+class BlockingThreadTests(SynchronousTestCase):
+    """
+    What the two private parts above give, in a fresh interpreter with a real
+    reactor thread: the global I/O thread is left as it was, and a blocking
+    call works from a thread Twisted takes for its I/O thread (as a child
+    forked from its parent's reactor thread does).
+    """
+
+    def test_io_thread_left_alone_and_calls_work_from_it(self) -> None:
+        code = textwrap.dedent("""
+            import threading
+            from twisted.python import threadable
+            from kafkatw.client.blocking import reactor_thread
+
+            threadable.registerAsIOThread()
+            main = threadable.getThreadID()
+            thread = reactor_thread()
+            in_reactor = thread.call(30, threadable.getThreadID)
+            print(thread.reactor._registerAsIOThread, in_reactor != main, threadable.ioThread == main,
+                  threadable.isInIOThread())
+        """)
+        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+        self.assertEqual((result.returncode, result.stdout.strip()), (0, "False True True True"), result.stderr)

@@ -9,11 +9,11 @@ from __future__ import annotations
 import gc
 import json
 import os
+import pathlib
+import shutil
+import tempfile
 
-import pytest
 from twisted.trial import unittest
-
-from tests._pytest_style import add_checks
 
 from kafkatw.shipper import FileFollower, Shipper, expand_paths, line_records, load_state, save_state
 
@@ -50,493 +50,461 @@ def write(path, data: bytes, mode: str = "ab") -> None:
         f.write(data)
 
 
-def sink() -> FakeSink:
-    return FakeSink()
-
-
 def make(tmp_path, sink, *patterns, **kw) -> Shipper:
     kw.setdefault("state_file", str(tmp_path / "state.json"))
     return Shipper([str(p) for p in patterns], sink, host="h1", **kw)
 
 
-# --- the records of many lines ------------------------------------------------------------
-
-
-def check_line_records():
-    """
-    L{line_records} gives each line the fixed headers and its line number.
-    """
-    host, path = ("host", "h1".encode()), ("path", "/var/log/a.log".encode())
-    key = "h1:/var/log/a.log".encode()
-    assert line_records(key, [b"one", b"", "three".encode()], 7, [host, path]) == [
-        (key, b"one", (host, path, ("line_no", b"7")), None),
-        (key, b"", (host, path, ("line_no", b"8")), None),
-        (key, b"three", (host, path, ("line_no", b"9")), None)]
-    assert line_records(key, [], 1, [host, path]) == []
-
-
-def check_line_records_untracked_by_young_collections():
-    """
-    The records of a chunk of lines are untracked by the garbage collector's
-    young collections (CPython's default thresholds), so full collections do
-    not walk the records waiting to be sent.  Made nested, or with a list of
-    headers, they stay tracked.
-    """
-    host, path = ("host", "h1".encode()), ("path", "/var/log/a.log".encode())
-    values = [b"line %d" % i for i in range(2000)]
-    enabled, thresholds = gc.isenabled(), gc.get_threshold()
-    gc.enable()
-    gc.set_threshold(700, 10, 10)
-    try:
-        gc.collect()
-        records = line_records("h1:/var/log/a.log".encode(), values, 1, [host, path])
-        gc.collect(0)
-        gc.collect(1)
-        assert sum(map(gc.is_tracked, records)) == 0
-    finally:
-        gc.set_threshold(*thresholds)
-        if not enabled:
-            gc.disable()
-
-
-# --- line splitting ---------------------------------------------------------------------
-
-
-def check_lines_keys_headers(tmp_path, sink):
-    log = tmp_path / "a.log"
-    write(log, b"one\ntwo\r\n\nfour\n")
-    shipper = make(tmp_path, sink, log)
-    shipper.poll_once()
-    assert sink.values() == [b"one", b"two\r", b"", b"four"]
-    value, key, headers = sink.records[1]
-    assert key == f"h1:{log}".encode()
-    assert headers == {"host": b"h1", "path": str(log).encode(), "line_no": b"2"}
-    assert shipper.stats.lines == 4 and shipper.stats.files == 1
-    assert shipper.stats.bytes == len(b"one" + b"two\r" + b"four")
-
-
-def check_partial_line_waits_for_newline(tmp_path, sink):
-    log = tmp_path / "a.log"
-    write(log, b"one\ntw")
-    shipper = make(tmp_path, sink, log)
-    shipper.poll_once()
-    assert sink.take() == [b"one"]
-    shipper.poll_once()
-    assert sink.take() == []
-    write(log, b"o\nthree")
-    shipper.poll_once()
-    assert sink.take() == [b"two"]
-    assert sink.queued == []
-    # the checkpoint is at the start of the unterminated line
-    assert load_state(shipper.state_file)[str(log)]["offset"] == len(b"one\ntwo\n")
-    assert load_state(shipper.state_file)[str(log)]["line_no"] == 2
-
-
-def check_run_once_ships_unterminated_last_line(tmp_path, sink):
-    log = tmp_path / "a.log"
-    write(log, b"one\ntwo")
-    stats = make(tmp_path, sink, log).run_once()
-    assert sink.values() == [b"one", b"two"]
-    assert stats.lines == 2
-    assert sink.records[1][2]["line_no"] == b"2"
-
-
-def check_line_spanning_read_chunks(tmp_path, sink):
-    log = tmp_path / "a.log"
-    big = b"x" * (3 << 20)  # three read chunks
-    write(log, b"a\n" + big + b"\nb\n")
-    make(tmp_path, sink, log, max_line_bytes=4 << 20).run_once()
-    assert sink.values() == [b"a", big, b"b"]
-
-
-def check_binary_shipped_as_is_or_skipped(tmp_path, sink):
-    log = tmp_path / "a.log"
-    write(log, b"ok\n\x00\x01\xff\xfe\nbad \xc3\x28 utf8\nok2\n")
-    make(tmp_path, sink, log).run_once()
-    assert sink.take() == [b"ok", b"\x00\x01\xff\xfe", b"bad \xc3\x28 utf8", b"ok2"]
-    other = FakeSink()
-    shipper = make(tmp_path, other, log, state_file=None, skip_binary=True)
-    stats = shipper.run_once()
-    assert other.values() == [b"ok", b"ok2"]
-    assert [r[2]["line_no"] for r in other.records] == [b"1", b"4"]
-    assert stats.skipped == 2
-
-
-# --- long lines -------------------------------------------------------------------------------
-
-
-def check_long_line_truncated_with_header(tmp_path, sink):
-    log = tmp_path / "a.log"
-    write(log, b"short\n" + b"y" * 25 + b"\nafter\n")
-    warnings = []
-    shipper = make(tmp_path, sink, log, max_line_bytes=10, on_warning=warnings.append)
-    stats = shipper.run_once()
-    assert sink.values() == [b"short", b"y" * 10, b"after"]
-    assert sink.records[1][2]["truncated"] == b"25"
-    assert "truncated" not in sink.records[0][2]
-    assert stats.truncated == 1
-    assert any("truncated 1 line" in w for w in warnings)
-    assert load_state(shipper.state_file)[str(log)]["offset"] == os.path.getsize(log)
-
-
-def check_long_line_completed_across_polls(tmp_path, sink):
-    log = tmp_path / "a.log"
-    write(log, b"z" * 15)
-    shipper = make(tmp_path, sink, log, max_line_bytes=10)
-    shipper.poll_once()
-    assert sink.take() == []
-    write(log, b"z" * 10)
-    shipper.poll_once()
-    assert sink.take() == []
-    write(log, b"zz\nnext\n")
-    shipper.poll_once()
-    assert sink.values() == [b"z" * 10, b"next"]
-    assert sink.records[0][2]["truncated"] == b"27"
-    assert [r[2]["line_no"] for r in sink.records] == [b"1", b"2"]
-    assert load_state(shipper.state_file)[str(log)]["offset"] == 27 + 1 + 5
-
-
-def check_long_unterminated_line_at_end_of_once(tmp_path, sink):
-    log = tmp_path / "a.log"
-    write(log, b"a\n" + b"q" * 30)
-    make(tmp_path, sink, log, max_line_bytes=8).run_once()
-    assert sink.values() == [b"a", b"q" * 8]
-    assert sink.records[1][2]["truncated"] == b"30"
-
-
-# --- rotation and truncation ------------------------------------------------------------------
-
-
-def check_rotation_by_rename(tmp_path, sink):
-    log = tmp_path / "app.log"
-    write(log, b"1\n2\n")
-    shipper = make(tmp_path, sink, log)
-    shipper.poll_once()
-    assert sink.take() == [b"1", b"2"]
-    # the writer appends, then logrotate renames, then a new file appears
-    write(log, b"3\nunterminated")
-    os.rename(log, tmp_path / "app.log.1")
-    shipper.poll_once()  # path missing: the old file is still read
-    assert sink.take() == [b"3"]
-    write(tmp_path / "app.log.1", b" end\n")
-    write(log, b"new1\nnew2\n")
-    shipper.poll_once()
-    assert sink.values() == [b"unterminated end", b"new1", b"new2"]
-    assert [r[2]["line_no"] for r in sink.records] == [b"4", b"1", b"2"]
-    state = load_state(shipper.state_file)[str(log)]
-    assert state["ino"] == os.stat(log).st_ino and state["offset"] == os.path.getsize(log)
-    assert state["line_no"] == 2
-
-
-def check_rotated_file_under_a_directory_not_shipped_twice(tmp_path, sink):
-    d = tmp_path / "logs"
-    d.mkdir()
-    write(d / "app.log", b"a\nb\n")
-    shipper = make(tmp_path, sink, d)
-    shipper.poll_once()
-    assert sink.take() == [b"a", b"b"]
-    write(d / "app.log", b"c\n")
-    os.rename(d / "app.log", d / "app.log.1")
-    write(d / "app.log", b"d\n")
-    shipper.poll_once()
-    shipper.poll_once()
-    assert sink.take() == [b"c", b"d"]
-    write(d / "app.log.1", b"late\n")  # the old file is still followed under its new name
-    shipper.poll_once()
-    assert sink.values() == [b"late"]
-    assert sink.records[0][1].endswith(b"app.log.1")
-
-
-def check_truncation_starts_again_at_zero(tmp_path, sink):
-    log = tmp_path / "a.log"
-    write(log, b"first\nsecond\n")
-    shipper = make(tmp_path, sink, log)
-    shipper.poll_once()
-    sink.take()
-    write(log, b"x\n", mode="wb")  # copytruncate, then one short line
-    shipper.poll_once()
-    assert sink.values() == [b"x"]
-    assert sink.records[0][2]["line_no"] == b"1"
-    assert load_state(shipper.state_file)[str(log)]["offset"] == 2
-
-
-def check_file_appearing_later(tmp_path, sink):
-    log = tmp_path / "later.log"
-    shipper = make(tmp_path, sink, log)
-    shipper.poll_once()
-    assert sink.take() == []
-    write(log, b"hello\n")
-    shipper.poll_once()
-    assert sink.values() == [b"hello"]
-
-
-# --- state file -------------------------------------------------------------------------------
-
-
-def check_state_round_trip_restart_ships_only_new_lines(tmp_path, sink):
-    log = tmp_path / "a.log"
-    write(log, b"1\n2\n3\n")
-    make(tmp_path, sink, log).run_once()
-    assert sink.take() == [b"1", b"2", b"3"]
-    state = json.loads((tmp_path / "state.json").read_text())
-    assert state["version"] == 1
-    st = os.stat(log)
-    assert state["files"][str(log)] == {"dev": st.st_dev, "ino": st.st_ino, "offset": 6, "line_no": 3}
-    write(log, b"4\n5\n")
-    make(tmp_path, sink, log).run_once()
-    assert sink.values() == [b"4", b"5"]
-    assert [r[2]["line_no"] for r in sink.records] == [b"4", b"5"]
-
-
-def check_state_of_a_replaced_file_is_not_used(tmp_path, sink):
-    log = tmp_path / "a.log"
-    write(log, b"old1\nold2\n")
-    make(tmp_path, sink, log).run_once()
-    sink.take()
-    os.rename(log, tmp_path / "a.log.1")
-    write(log, b"n\n")
-    make(tmp_path, sink, log).run_once()
-    assert sink.values() == [b"n"]
-    assert sink.records[0][2]["line_no"] == b"1"
-
-
-def check_state_written_only_after_acknowledgement(tmp_path, sink):
-    log = tmp_path / "a.log"
-    write(log, b"1\n2\n")
-    shipper = make(tmp_path, sink, log)
-    shipper.poll_once()
-    sink.take()
-    write(log, b"3\n")
-    sink.fail_next = True
-    with pytest.raises(RuntimeError):
-        shipper.poll_once()
-    assert load_state(shipper.state_file)[str(log)]["offset"] == 4
-    assert shipper.stats.lines == 2
-    shipper.poll_once()  # rewound to the checkpoint: line 3 is sent again
-    assert sink.values() == [b"3"]
-    assert sink.records[0][2]["line_no"] == b"3"
-    assert load_state(shipper.state_file)[str(log)]["offset"] == 6
-
-
-def check_save_state_atomic_and_corrupt_state_ignored(tmp_path):
-    path = str(tmp_path / "sub" / "state.json")
-    save_state(path, {"/x": {"dev": 1, "ino": 2, "offset": 3, "line_no": 4}})
-    assert load_state(path) == {"/x": {"dev": 1, "ino": 2, "offset": 3, "line_no": 4}}
-    assert os.listdir(tmp_path / "sub") == ["state.json"]  # no temporary file left
-    write(path, b"{not json", mode="wb")
-    assert load_state(path) == {}
-    assert load_state(str(tmp_path / "missing.json")) == {}
-
-
-# --- bad input, expansion ----------------------------------------------------------------------
-
-
-def check_unreadable_file_reported_once_and_skipped(tmp_path, sink, monkeypatch):
-    good, bad = tmp_path / "good.log", tmp_path / "bad.log"
-    write(good, b"g\n")
-    write(bad, b"secret\n")
-    os.chmod(bad, 0)
-    if os.geteuid() == 0:  # root reads any file: make open() refuse as it would for a user
-        real_open = open
-
-        def refusing_open(path, *args, **kwargs):
-            if str(path) == str(bad):
-                raise PermissionError(13, "Permission denied", str(path))
-            return real_open(path, *args, **kwargs)
-
-        monkeypatch.setattr("kafkatw.shipper.open", refusing_open, raising=False)
-    warnings = []
-    shipper = make(tmp_path, sink, tmp_path / "*.log", on_warning=warnings.append)
-    shipper.poll_once()
-    write(good, b"g2\n")
-    shipper.poll_once()
-    assert sink.values() == [b"g", b"g2"]
-    assert len([w for w in warnings if "bad.log" in w]) == 1
-    assert shipper.stats.skipped == 1
-
-
-def check_expand_paths(tmp_path):
-    (tmp_path / "d" / "sub").mkdir(parents=True)
-    for name in ("d/a.log", "d/b.txt", "d/sub/c.log", "e.log"):
-        write(tmp_path / name, b"x\n")
-    os.mkfifo(tmp_path / "d" / "fifo")
-    t = str(tmp_path)
-    assert expand_paths([f"{t}/d"]) == [f"{t}/d/a.log", f"{t}/d/b.txt"]
-    assert expand_paths([f"{t}/d"], recursive=True) == [f"{t}/d/a.log", f"{t}/d/b.txt", f"{t}/d/sub/c.log"]
-    assert expand_paths([f"{t}/**/*.log"]) == [f"{t}/d/a.log"]
-    assert expand_paths([f"{t}/**/*.log"], recursive=True) == [f"{t}/d/a.log", f"{t}/d/sub/c.log", f"{t}/e.log"]
-    assert expand_paths([f"{t}/d/*.log", f"{t}/d/a.log", f"{t}/missing.log"]) == [
-        f"{t}/d/a.log", f"{t}/missing.log"]
-
-
-def check_directory_picks_up_new_files(tmp_path, sink):
-    d = tmp_path / "logs"
-    d.mkdir()
-    write(d / "a.log", b"a\n")
-    shipper = make(tmp_path, sink, d)
-    shipper.poll_once()
-    write(d / "b.log", b"b\n")
-    shipper.poll_once()  # found after this poll's reads
-    shipper.poll_once()
-    assert sorted(sink.values()) == [b"a", b"b"]
-    assert shipper.stats.files == 2
-
-
-def check_state_file_inside_followed_directory_is_not_shipped(tmp_path, sink):
-    write(tmp_path / "a.log", b"a\n")
-    shipper = make(tmp_path, sink, tmp_path)
-    shipper.run_once()
-    shipper.poll_once()
-    assert sink.values() == [b"a"]
-
-
-def check_follower_lag(tmp_path):
-    log = tmp_path / "a.log"
-    write(log, b"abc\nde")
-    f = FileFollower(str(log))
-    lines = []
-    f.poll(lambda v, n, o: lines.append(v))
-    assert lines == [b"abc"] and f.lag_bytes == 2
-
-
-# --- the command's arguments ------------------------------------------------------------------
-
-
-def check_cli_arguments():
-    from click.testing import CliRunner
-
-    from kafkatw.cli.main import main
-    from kafkatw.cli.ship import default_state_file
-
-    runner = CliRunner()
-    result = runner.invoke(main, ["ship", "--bootstrap-server", "127.0.0.1:1", "--topic", "t"])
-    assert result.exit_code == 2 and "PATHS" in result.output
-    result = runner.invoke(main, ["ship", "--bootstrap-server", "127.0.0.1:1", "--topic", "t", "--no-state",
-                                  "--state-file", "s.json", "x.log"])
-    assert result.exit_code == 2 and "--no-state" in result.output
-    assert default_state_file("logs").endswith(os.path.join(".kafkatw", "ship-state-logs.json"))
-    assert "--poll-interval-ms" in runner.invoke(main, ["ship", "--help"]).output
-
-
-def check_deleted_file_is_finished_and_released(tmp_path, sink):
-    d = tmp_path / "logs"
-    d.mkdir()
-    write(d / "old.log", b"1\n")
-    shipper = make(tmp_path, sink, d)
-    shipper.poll_once()
-    write(d / "old.log", b"2\ntail")
-    os.unlink(d / "old.log")
-    shipper.poll_once()
-    assert sink.values() == [b"1", b"2", b"tail"]
-    shipper.poll_once()
-    assert str(d / "old.log") not in shipper.followers
-    assert str(d / "old.log") not in load_state(shipper.state_file)
-
-
-# --- what the user is told ---------------------------------------------------------------
-
-
-def check_missing_paths_are_warnings_naming_them(tmp_path, sink):
-    write(tmp_path / "here.log", b"x\n")
-    (tmp_path / "emptydir").mkdir()
-    warnings: list[str] = []
-    shipper = make(tmp_path, sink, tmp_path / "here.log", tmp_path / "gone.log", str(tmp_path / "nope-*.log"),
-                   tmp_path / "here.log" / "below", on_warning=warnings.append)
-    shipper.run_once()
-    shipper.poll_once()  # reported once, not at every poll
-    assert sink.values() == [b"x"]
-    assert warnings == [
-        f"{tmp_path / 'gone.log'} does not exist",
-        f"no file matches {tmp_path / 'nope-*.log'}",
-        f"cannot read {tmp_path / 'here.log' / 'below'}: permission denied or not a regular file; skipping it",
-    ]
-    assert shipper.opened == {str(tmp_path / "here.log")}
-
-
-def check_nothing_opened(tmp_path, sink):
-    shipper = make(tmp_path, sink, tmp_path / "gone.log", on_warning=lambda m: None)
-    shipper.run_once()
-    assert shipper.opened == set()
-    write(tmp_path / "gone.log", b"late\n")  # followed: shipped once it appears
-    shipper.poll_once()
-    assert sink.values() == [b"late"] and shipper.opened == {str(tmp_path / "gone.log")}
-
-
-def check_unreachable_names_the_address(tmp_path, sink):
-    import socket
-
-    from kafkatw.client.connection import unreachable
-
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    port = listener.getsockname()[1]
-    listener.listen(1)
-    try:
-        assert unreachable(f"127.0.0.1:{port}") is None
-    finally:
-        listener.close()
-    # the port was just closed: nothing listens there now
-    assert unreachable(f"127.0.0.1:{port}") == f"connection refused to 127.0.0.1:{port}"
-    assert unreachable(f"127.0.0.1:{port},127.0.0.1:{port}") == \
-        f"connection refused to 127.0.0.1:{port}; connection refused to 127.0.0.1:{port}"
-
-
-def check_cli_once_with_nothing_to_ship_fails(tmp_path, sink):
-    import socket
-
-    from click.testing import CliRunner
-
-    from kafkatw.cli.main import main
-
-    listener = socket.socket()  # a "broker" that accepts connections (never used: nothing to send)
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(5)
-    try:
-        bootstrap = f"127.0.0.1:{listener.getsockname()[1]}"
-        result = CliRunner().invoke(main, ["ship", "--bootstrap-server", bootstrap, "--topic", "t", "--once",
-                                           "--no-state", str(tmp_path / "gone.log")])
-    finally:
-        listener.close()
-    assert result.exit_code == 1, result.output
-    assert result.output.splitlines() == [
-        f"kafkatw ship: {tmp_path / 'gone.log'} does not exist",
-        "shipped 0 lines (0 bytes) from 0 files",
-        f"ERROR nothing to ship: no readable file in {tmp_path / 'gone.log'}",
-    ]
-
-
-def check_cli_unreachable_broker_fails_at_once(tmp_path, sink):
-    import socket
-
-    from click.testing import CliRunner
-
-    from kafkatw.cli.main import main
-
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    write(tmp_path / "a.log", b"x\n")
-    result = CliRunner().invoke(main, ["ship", "--bootstrap-server", f"127.0.0.1:{port}", "--topic", "t",
-                                       "--once", "--no-state", str(tmp_path / "a.log")])
-    assert result.exit_code == 1
-    assert result.output == f"ERROR connection refused to 127.0.0.1:{port}\n"
-
-
-def check_summary_counts_in_singular_and_plural(tmp_path, sink):
-    from kafkatw.cli.ship import _summary
-    from kafkatw.shipper import ShipStats
-
-    assert _summary(ShipStats(lines=1, bytes=1, files=1)) == "shipped 1 line (1 byte) from 1 file"
-    assert _summary(ShipStats(lines=2, bytes=0, files=2, skipped=1)) == \
-        "shipped 2 lines (0 bytes) from 2 files (1 skipped)"
-
-
 class ShipperTests(unittest.TestCase):
-    """The checks above as trial test methods (each with a fresh tmp_path and sink)."""
+    """
+    The shipper with a fresh temporary directory (C{self.tmp_path}) and a
+    fresh L{FakeSink} (C{self.sink}) per test; L{ShipperManyLinesTests} runs
+    every test again through the many-lines path.
+    """
 
+    sink_class: type[FakeSink] = FakeSink
 
-add_checks(ShipperTests, dict(globals()), {"sink": FakeSink})
+    def setUp(self) -> None:
+        directory = tempfile.mkdtemp(prefix="kafkatw-test-")  # not mktemp(): under pytest it is in the tree
+        self.addCleanup(shutil.rmtree, directory, True)
+        self.tmp_path = pathlib.Path(directory)
+        self.sink = self.sink_class()
+
+    # --- the records of many lines ------------------------------------------------------------
+
+    def test_line_records(self) -> None:
+        """
+        L{line_records} gives each line the fixed headers and its line number.
+        """
+        host, path = ("host", "h1".encode()), ("path", "/var/log/a.log".encode())
+        key = "h1:/var/log/a.log".encode()
+        assert line_records(key, [b"one", b"", "three".encode()], 7, [host, path]) == [
+            (key, b"one", (host, path, ("line_no", b"7")), None),
+            (key, b"", (host, path, ("line_no", b"8")), None),
+            (key, b"three", (host, path, ("line_no", b"9")), None)]
+        assert line_records(key, [], 1, [host, path]) == []
+
+    def test_line_records_untracked_by_young_collections(self) -> None:
+        """
+        The records of a chunk of lines are untracked by the garbage collector's
+        young collections (CPython's default thresholds), so full collections do
+        not walk the records waiting to be sent.  Made nested, or with a list of
+        headers, they stay tracked.
+        """
+        host, path = ("host", "h1".encode()), ("path", "/var/log/a.log".encode())
+        values = [b"line %d" % i for i in range(2000)]
+        enabled, thresholds = gc.isenabled(), gc.get_threshold()
+        gc.enable()
+        gc.set_threshold(700, 10, 10)
+        try:
+            gc.collect()
+            records = line_records("h1:/var/log/a.log".encode(), values, 1, [host, path])
+            gc.collect(0)
+            gc.collect(1)
+            assert sum(map(gc.is_tracked, records)) == 0
+        finally:
+            gc.set_threshold(*thresholds)
+            if not enabled:
+                gc.disable()
+
+    # --- line splitting ---------------------------------------------------------------------
+
+    def test_lines_keys_headers(self) -> None:
+        log = self.tmp_path / "a.log"
+        write(log, b"one\ntwo\r\n\nfour\n")
+        shipper = make(self.tmp_path, self.sink, log)
+        shipper.poll_once()
+        assert self.sink.values() == [b"one", b"two\r", b"", b"four"]
+        value, key, headers = self.sink.records[1]
+        assert key == f"h1:{log}".encode()
+        assert headers == {"host": b"h1", "path": str(log).encode(), "line_no": b"2"}
+        assert shipper.stats.lines == 4 and shipper.stats.files == 1
+        assert shipper.stats.bytes == len(b"one" + b"two\r" + b"four")
+
+    def test_partial_line_waits_for_newline(self) -> None:
+        log = self.tmp_path / "a.log"
+        write(log, b"one\ntw")
+        shipper = make(self.tmp_path, self.sink, log)
+        shipper.poll_once()
+        assert self.sink.take() == [b"one"]
+        shipper.poll_once()
+        assert self.sink.take() == []
+        write(log, b"o\nthree")
+        shipper.poll_once()
+        assert self.sink.take() == [b"two"]
+        assert self.sink.queued == []
+        # the checkpoint is at the start of the unterminated line
+        assert load_state(shipper.state_file)[str(log)]["offset"] == len(b"one\ntwo\n")
+        assert load_state(shipper.state_file)[str(log)]["line_no"] == 2
+
+    def test_run_once_ships_unterminated_last_line(self) -> None:
+        log = self.tmp_path / "a.log"
+        write(log, b"one\ntwo")
+        stats = make(self.tmp_path, self.sink, log).run_once()
+        assert self.sink.values() == [b"one", b"two"]
+        assert stats.lines == 2
+        assert self.sink.records[1][2]["line_no"] == b"2"
+
+    def test_line_spanning_read_chunks(self) -> None:
+        log = self.tmp_path / "a.log"
+        big = b"x" * (3 << 20)  # three read chunks
+        write(log, b"a\n" + big + b"\nb\n")
+        make(self.tmp_path, self.sink, log, max_line_bytes=4 << 20).run_once()
+        assert self.sink.values() == [b"a", big, b"b"]
+
+    def test_binary_shipped_as_is_or_skipped(self) -> None:
+        log = self.tmp_path / "a.log"
+        write(log, b"ok\n\x00\x01\xff\xfe\nbad \xc3\x28 utf8\nok2\n")
+        make(self.tmp_path, self.sink, log).run_once()
+        assert self.sink.take() == [b"ok", b"\x00\x01\xff\xfe", b"bad \xc3\x28 utf8", b"ok2"]
+        other = FakeSink()
+        shipper = make(self.tmp_path, other, log, state_file=None, skip_binary=True)
+        stats = shipper.run_once()
+        assert other.values() == [b"ok", b"ok2"]
+        assert [r[2]["line_no"] for r in other.records] == [b"1", b"4"]
+        assert stats.skipped == 2
+
+    # --- long lines -------------------------------------------------------------------------------
+
+    def test_long_line_truncated_with_header(self) -> None:
+        log = self.tmp_path / "a.log"
+        write(log, b"short\n" + b"y" * 25 + b"\nafter\n")
+        warnings = []
+        shipper = make(self.tmp_path, self.sink, log, max_line_bytes=10, on_warning=warnings.append)
+        stats = shipper.run_once()
+        assert self.sink.values() == [b"short", b"y" * 10, b"after"]
+        assert self.sink.records[1][2]["truncated"] == b"25"
+        assert "truncated" not in self.sink.records[0][2]
+        assert stats.truncated == 1
+        assert any("truncated 1 line" in w for w in warnings)
+        assert load_state(shipper.state_file)[str(log)]["offset"] == os.path.getsize(log)
+
+    def test_long_line_completed_across_polls(self) -> None:
+        log = self.tmp_path / "a.log"
+        write(log, b"z" * 15)
+        shipper = make(self.tmp_path, self.sink, log, max_line_bytes=10)
+        shipper.poll_once()
+        assert self.sink.take() == []
+        write(log, b"z" * 10)
+        shipper.poll_once()
+        assert self.sink.take() == []
+        write(log, b"zz\nnext\n")
+        shipper.poll_once()
+        assert self.sink.values() == [b"z" * 10, b"next"]
+        assert self.sink.records[0][2]["truncated"] == b"27"
+        assert [r[2]["line_no"] for r in self.sink.records] == [b"1", b"2"]
+        assert load_state(shipper.state_file)[str(log)]["offset"] == 27 + 1 + 5
+
+    def test_long_unterminated_line_at_end_of_once(self) -> None:
+        log = self.tmp_path / "a.log"
+        write(log, b"a\n" + b"q" * 30)
+        make(self.tmp_path, self.sink, log, max_line_bytes=8).run_once()
+        assert self.sink.values() == [b"a", b"q" * 8]
+        assert self.sink.records[1][2]["truncated"] == b"30"
+
+    # --- rotation and truncation ------------------------------------------------------------------
+
+    def test_rotation_by_rename(self) -> None:
+        log = self.tmp_path / "app.log"
+        write(log, b"1\n2\n")
+        shipper = make(self.tmp_path, self.sink, log)
+        shipper.poll_once()
+        assert self.sink.take() == [b"1", b"2"]
+        # the writer appends, then logrotate renames, then a new file appears
+        write(log, b"3\nunterminated")
+        os.rename(log, self.tmp_path / "app.log.1")
+        shipper.poll_once()  # path missing: the old file is still read
+        assert self.sink.take() == [b"3"]
+        write(self.tmp_path / "app.log.1", b" end\n")
+        write(log, b"new1\nnew2\n")
+        shipper.poll_once()
+        assert self.sink.values() == [b"unterminated end", b"new1", b"new2"]
+        assert [r[2]["line_no"] for r in self.sink.records] == [b"4", b"1", b"2"]
+        state = load_state(shipper.state_file)[str(log)]
+        assert state["ino"] == os.stat(log).st_ino and state["offset"] == os.path.getsize(log)
+        assert state["line_no"] == 2
+
+    def test_rotated_file_under_a_directory_not_shipped_twice(self) -> None:
+        d = self.tmp_path / "logs"
+        d.mkdir()
+        write(d / "app.log", b"a\nb\n")
+        shipper = make(self.tmp_path, self.sink, d)
+        shipper.poll_once()
+        assert self.sink.take() == [b"a", b"b"]
+        write(d / "app.log", b"c\n")
+        os.rename(d / "app.log", d / "app.log.1")
+        write(d / "app.log", b"d\n")
+        shipper.poll_once()
+        shipper.poll_once()
+        assert self.sink.take() == [b"c", b"d"]
+        write(d / "app.log.1", b"late\n")  # the old file is still followed under its new name
+        shipper.poll_once()
+        assert self.sink.values() == [b"late"]
+        assert self.sink.records[0][1].endswith(b"app.log.1")
+
+    def test_truncation_starts_again_at_zero(self) -> None:
+        log = self.tmp_path / "a.log"
+        write(log, b"first\nsecond\n")
+        shipper = make(self.tmp_path, self.sink, log)
+        shipper.poll_once()
+        self.sink.take()
+        write(log, b"x\n", mode="wb")  # copytruncate, then one short line
+        shipper.poll_once()
+        assert self.sink.values() == [b"x"]
+        assert self.sink.records[0][2]["line_no"] == b"1"
+        assert load_state(shipper.state_file)[str(log)]["offset"] == 2
+
+    def test_file_appearing_later(self) -> None:
+        log = self.tmp_path / "later.log"
+        shipper = make(self.tmp_path, self.sink, log)
+        shipper.poll_once()
+        assert self.sink.take() == []
+        write(log, b"hello\n")
+        shipper.poll_once()
+        assert self.sink.values() == [b"hello"]
+
+    # --- state file -------------------------------------------------------------------------------
+
+    def test_state_round_trip_restart_ships_only_new_lines(self) -> None:
+        log = self.tmp_path / "a.log"
+        write(log, b"1\n2\n3\n")
+        make(self.tmp_path, self.sink, log).run_once()
+        assert self.sink.take() == [b"1", b"2", b"3"]
+        state = json.loads((self.tmp_path / "state.json").read_text())
+        assert state["version"] == 1
+        st = os.stat(log)
+        assert state["files"][str(log)] == {"dev": st.st_dev, "ino": st.st_ino, "offset": 6, "line_no": 3}
+        write(log, b"4\n5\n")
+        make(self.tmp_path, self.sink, log).run_once()
+        assert self.sink.values() == [b"4", b"5"]
+        assert [r[2]["line_no"] for r in self.sink.records] == [b"4", b"5"]
+
+    def test_state_of_a_replaced_file_is_not_used(self) -> None:
+        log = self.tmp_path / "a.log"
+        write(log, b"old1\nold2\n")
+        make(self.tmp_path, self.sink, log).run_once()
+        self.sink.take()
+        os.rename(log, self.tmp_path / "a.log.1")
+        write(log, b"n\n")
+        make(self.tmp_path, self.sink, log).run_once()
+        assert self.sink.values() == [b"n"]
+        assert self.sink.records[0][2]["line_no"] == b"1"
+
+    def test_state_written_only_after_acknowledgement(self) -> None:
+        log = self.tmp_path / "a.log"
+        write(log, b"1\n2\n")
+        shipper = make(self.tmp_path, self.sink, log)
+        shipper.poll_once()
+        self.sink.take()
+        write(log, b"3\n")
+        self.sink.fail_next = True
+        self.assertRaises(RuntimeError, shipper.poll_once)
+        assert load_state(shipper.state_file)[str(log)]["offset"] == 4
+        assert shipper.stats.lines == 2
+        shipper.poll_once()  # rewound to the checkpoint: line 3 is sent again
+        assert self.sink.values() == [b"3"]
+        assert self.sink.records[0][2]["line_no"] == b"3"
+        assert load_state(shipper.state_file)[str(log)]["offset"] == 6
+
+    def test_save_state_atomic_and_corrupt_state_ignored(self) -> None:
+        path = str(self.tmp_path / "sub" / "state.json")
+        save_state(path, {"/x": {"dev": 1, "ino": 2, "offset": 3, "line_no": 4}})
+        assert load_state(path) == {"/x": {"dev": 1, "ino": 2, "offset": 3, "line_no": 4}}
+        assert os.listdir(self.tmp_path / "sub") == ["state.json"]  # no temporary file left
+        write(path, b"{not json", mode="wb")
+        assert load_state(path) == {}
+        assert load_state(str(self.tmp_path / "missing.json")) == {}
+
+    # --- bad input, expansion ----------------------------------------------------------------------
+
+    def test_unreadable_file_reported_once_and_skipped(self) -> None:
+        good, bad = self.tmp_path / "good.log", self.tmp_path / "bad.log"
+        write(good, b"g\n")
+        write(bad, b"secret\n")
+        os.chmod(bad, 0)
+        if os.geteuid() == 0:  # root reads any file: make open() refuse as it would for a user
+            real_open = open
+
+            def refusing_open(path, *args, **kwargs):
+                if str(path) == str(bad):
+                    raise PermissionError(13, "Permission denied", str(path))
+                return real_open(path, *args, **kwargs)
+
+            import kafkatw.shipper
+
+            kafkatw.shipper.open = refusing_open  # found before the builtin
+            self.addCleanup(delattr, kafkatw.shipper, "open")
+        warnings = []
+        shipper = make(self.tmp_path, self.sink, self.tmp_path / "*.log", on_warning=warnings.append)
+        shipper.poll_once()
+        write(good, b"g2\n")
+        shipper.poll_once()
+        assert self.sink.values() == [b"g", b"g2"]
+        assert len([w for w in warnings if "bad.log" in w]) == 1
+        assert shipper.stats.skipped == 1
+
+    def test_expand_paths(self) -> None:
+        (self.tmp_path / "d" / "sub").mkdir(parents=True)
+        for name in ("d/a.log", "d/b.txt", "d/sub/c.log", "e.log"):
+            write(self.tmp_path / name, b"x\n")
+        os.mkfifo(self.tmp_path / "d" / "fifo")
+        t = str(self.tmp_path)
+        assert expand_paths([f"{t}/d"]) == [f"{t}/d/a.log", f"{t}/d/b.txt"]
+        assert expand_paths([f"{t}/d"], recursive=True) == [f"{t}/d/a.log", f"{t}/d/b.txt", f"{t}/d/sub/c.log"]
+        assert expand_paths([f"{t}/**/*.log"]) == [f"{t}/d/a.log"]
+        assert expand_paths([f"{t}/**/*.log"], recursive=True) == [f"{t}/d/a.log", f"{t}/d/sub/c.log", f"{t}/e.log"]
+        assert expand_paths([f"{t}/d/*.log", f"{t}/d/a.log", f"{t}/missing.log"]) == [
+            f"{t}/d/a.log", f"{t}/missing.log"]
+
+    def test_directory_picks_up_new_files(self) -> None:
+        d = self.tmp_path / "logs"
+        d.mkdir()
+        write(d / "a.log", b"a\n")
+        shipper = make(self.tmp_path, self.sink, d)
+        shipper.poll_once()
+        write(d / "b.log", b"b\n")
+        shipper.poll_once()  # found after this poll's reads
+        shipper.poll_once()
+        assert sorted(self.sink.values()) == [b"a", b"b"]
+        assert shipper.stats.files == 2
+
+    def test_state_file_inside_followed_directory_is_not_shipped(self) -> None:
+        write(self.tmp_path / "a.log", b"a\n")
+        shipper = make(self.tmp_path, self.sink, self.tmp_path)
+        shipper.run_once()
+        shipper.poll_once()
+        assert self.sink.values() == [b"a"]
+
+    def test_follower_lag(self) -> None:
+        log = self.tmp_path / "a.log"
+        write(log, b"abc\nde")
+        f = FileFollower(str(log))
+        lines = []
+        f.poll(lambda v, n, o: lines.append(v))
+        assert lines == [b"abc"] and f.lag_bytes == 2
+
+    # --- the command's arguments ------------------------------------------------------------------
+
+    def test_cli_arguments(self) -> None:
+        from click.testing import CliRunner
+
+        from kafkatw.cli.main import main
+        from kafkatw.cli.ship import default_state_file
+
+        runner = CliRunner()
+        result = runner.invoke(main, ["ship", "--bootstrap-server", "127.0.0.1:1", "--topic", "t"])
+        assert result.exit_code == 2 and "PATHS" in result.output
+        result = runner.invoke(main, ["ship", "--bootstrap-server", "127.0.0.1:1", "--topic", "t", "--no-state",
+                                      "--state-file", "s.json", "x.log"])
+        assert result.exit_code == 2 and "--no-state" in result.output
+        assert default_state_file("logs").endswith(os.path.join(".kafkatw", "ship-state-logs.json"))
+        assert "--poll-interval-ms" in runner.invoke(main, ["ship", "--help"]).output
+
+    def test_deleted_file_is_finished_and_released(self) -> None:
+        d = self.tmp_path / "logs"
+        d.mkdir()
+        write(d / "old.log", b"1\n")
+        shipper = make(self.tmp_path, self.sink, d)
+        shipper.poll_once()
+        write(d / "old.log", b"2\ntail")
+        os.unlink(d / "old.log")
+        shipper.poll_once()
+        assert self.sink.values() == [b"1", b"2", b"tail"]
+        shipper.poll_once()
+        assert str(d / "old.log") not in shipper.followers
+        assert str(d / "old.log") not in load_state(shipper.state_file)
+
+    # --- what the user is told ---------------------------------------------------------------
+
+    def test_missing_paths_are_warnings_naming_them(self) -> None:
+        write(self.tmp_path / "here.log", b"x\n")
+        (self.tmp_path / "emptydir").mkdir()
+        warnings: list[str] = []
+        shipper = make(self.tmp_path, self.sink, self.tmp_path / "here.log", self.tmp_path / "gone.log", str(self.tmp_path / "nope-*.log"),
+                       self.tmp_path / "here.log" / "below", on_warning=warnings.append)
+        shipper.run_once()
+        shipper.poll_once()  # reported once, not at every poll
+        assert self.sink.values() == [b"x"]
+        assert warnings == [
+            f"{self.tmp_path / 'gone.log'} does not exist",
+            f"no file matches {self.tmp_path / 'nope-*.log'}",
+            f"cannot read {self.tmp_path / 'here.log' / 'below'}: permission denied or not a regular file; skipping it",
+        ]
+        assert shipper.opened == {str(self.tmp_path / "here.log")}
+
+    def test_nothing_opened(self) -> None:
+        shipper = make(self.tmp_path, self.sink, self.tmp_path / "gone.log", on_warning=lambda m: None)
+        shipper.run_once()
+        assert shipper.opened == set()
+        write(self.tmp_path / "gone.log", b"late\n")  # followed: shipped once it appears
+        shipper.poll_once()
+        assert self.sink.values() == [b"late"] and shipper.opened == {str(self.tmp_path / "gone.log")}
+
+    def test_unreachable_names_the_address(self) -> None:
+        import socket
+
+        from kafkatw.client.connection import unreachable
+
+        listener = socket.socket()
+        listener.bind(("127.0.0.1", 0))
+        port = listener.getsockname()[1]
+        listener.listen(1)
+        try:
+            assert unreachable(f"127.0.0.1:{port}") is None
+        finally:
+            listener.close()
+        # the port was just closed: nothing listens there now
+        assert unreachable(f"127.0.0.1:{port}") == f"connection refused to 127.0.0.1:{port}"
+        assert unreachable(f"127.0.0.1:{port},127.0.0.1:{port}") == \
+            f"connection refused to 127.0.0.1:{port}; connection refused to 127.0.0.1:{port}"
+
+    def test_cli_once_with_nothing_to_ship_fails(self) -> None:
+        import socket
+
+        from click.testing import CliRunner
+
+        from kafkatw.cli.main import main
+
+        listener = socket.socket()  # a "broker" that accepts connections (never used: nothing to send)
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(5)
+        try:
+            bootstrap = f"127.0.0.1:{listener.getsockname()[1]}"
+            result = CliRunner().invoke(main, ["ship", "--bootstrap-server", bootstrap, "--topic", "t", "--once",
+                                               "--no-state", str(self.tmp_path / "gone.log")])
+        finally:
+            listener.close()
+        assert result.exit_code == 1, result.output
+        assert result.output.splitlines() == [
+            f"kafkatw ship: {self.tmp_path / 'gone.log'} does not exist",
+            "shipped 0 lines (0 bytes) from 0 files",
+            f"ERROR nothing to ship: no readable file in {self.tmp_path / 'gone.log'}",
+        ]
+
+    def test_cli_unreachable_broker_fails_at_once(self) -> None:
+        import socket
+
+        from click.testing import CliRunner
+
+        from kafkatw.cli.main import main
+
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        s.close()
+        write(self.tmp_path / "a.log", b"x\n")
+        result = CliRunner().invoke(main, ["ship", "--bootstrap-server", f"127.0.0.1:{port}", "--topic", "t",
+                                           "--once", "--no-state", str(self.tmp_path / "a.log")])
+        assert result.exit_code == 1
+        assert result.output == f"ERROR connection refused to 127.0.0.1:{port}\n"
+
+    def test_summary_counts_in_singular_and_plural(self) -> None:
+        from kafkatw.cli.ship import _summary
+        from kafkatw.shipper import ShipStats
+
+        assert _summary(ShipStats(lines=1, bytes=1, files=1)) == "shipped 1 line (1 byte) from 1 file"
+        assert _summary(ShipStats(lines=2, bytes=0, files=2, skipped=1)) == \
+            "shipped 2 lines (0 bytes) from 2 files (1 skipped)"
 
 
 class FakeLinesSink(FakeSink):
@@ -569,11 +537,10 @@ class FakeLinesSink(FakeSink):
         super().flush()
 
 
-class ShipperManyLinesTests(unittest.TestCase):
-    """The checks above through the shipper's many-lines path (L{ProducerSink.send_lines})."""
+class ShipperManyLinesTests(ShipperTests):
+    """L{ShipperTests} through the shipper's many-lines path (L{ProducerSink.send_lines})."""
 
-
-add_checks(ShipperManyLinesTests, dict(globals()), {"sink": FakeLinesSink})
+    sink_class = FakeLinesSink
 
 
 def check_many_lines_path_equals_line_by_line(tmp_path):
