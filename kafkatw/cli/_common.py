@@ -7,10 +7,12 @@ from typing import Any, Iterable, NoReturn
 
 import click
 
-from kafkatw.errors import KafkaError
-
-__all__ = ["bootstrap_option", "command_config_option", "client_security", "parse_properties",
+__all__ = ["bootstrap_option", "command_config_option", "admin_config_option", "client_security", "parse_properties",
            "read_properties_file", "fail", "list_offsets"]
+
+#: Kafka's internal topics (C{org.apache.kafka.common.internals.Topic.isInternal}): what C{--exclude-internal}
+#: of kafka-topics.sh and a pattern subscription leave out
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
 bootstrap_option = click.option(
     "--bootstrap-server", "bootstrap_server", required=True, metavar="HOST:PORT[,HOST:PORT]",
@@ -45,7 +47,11 @@ def read_security_config(path: str | None) -> Any:
 
 def _read_command_config(ctx: click.Context, param: click.Parameter, path: str | None) -> None:
     if path is not None:
-        ctx.meta[_SECURITY_META] = read_security_config(path)
+        try:
+            ctx.meta[_SECURITY_META] = read_security_config(path)
+        except click.BadParameter as e:
+            e.param_hint = param.opts[0]  # --admin.config names the same file
+            raise
 
 
 #: Kafka's C{--command-config client.properties}: the client's security settings
@@ -56,6 +62,12 @@ command_config_option = click.option(
     "--command-config", metavar="FILE", expose_value=False, callback=_read_command_config,
     help="A client.properties file: security.protocol, ssl.truststore.location, ssl.keystore.location, "
          "ssl.key.password, sasl.mechanism, sasl.jaas.config (PEM files only).")
+
+
+#: Kafka's C{--admin.config} (kafka-leader-election.sh's name of C{--command-config})
+admin_config_option = click.option(
+    "--admin.config", metavar="FILE", expose_value=False, callback=_read_command_config,
+    help="The same file as --command-config (Kafka's name in this tool).")
 
 
 def client_security() -> dict[str, Any]:
@@ -132,6 +144,8 @@ def read_input_file(path: str, flag: str | None = None) -> str:
 
 
 def describe_error(e: BaseException) -> str:
+    from kafkatw.errors import KafkaError
+
     if isinstance(e, KafkaError):
         return str(e) or e.error_code.name
     return f"{type(e).__name__}: {e}"
@@ -142,6 +156,8 @@ def list_offsets(admin: Any, wanted: dict[tuple[str, int], int]) -> dict[tuple[s
     The offsets for C{wanted} (partition -> ListOffsets timestamp), -1 where
     a partition has none or fails (asked alone after a failure of the lot).
     """
+    from kafkatw.errors import KafkaError
+
     if not wanted:
         return {}
     try:

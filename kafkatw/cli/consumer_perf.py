@@ -20,9 +20,6 @@ import time
 
 import click
 
-from kafkatw.client.blocking import BlockingConsumer
-from kafkatw.errors import KafkaError
-
 from ._common import bootstrap_option, client_security, command_config_option, describe_error, fail
 
 __all__ = ["consumer_perf_test"]
@@ -67,6 +64,9 @@ def format_result(start_s: float, end_s: float, joined_s: float, total_bytes: in
 def consumer_perf_test(bootstrap_server: str, topic: str, messages: int, fetch_size: int, timeout_ms: int,
                        from_latest: bool, hide_header: bool, date_format: str, max_poll_records: int) -> None:
     """Measure consumer throughput (kafka-consumer-perf-test.sh)."""
+    from kafkatw.client.blocking import BlockingConsumer  # before start.time: not part of the figures
+    from kafkatw.errors import KafkaError
+
     progress = None
     total_bytes = 0
     total_messages = 0

@@ -25,8 +25,8 @@ import click
 
 from kafkatw.errors import ErrorCode, KafkaError
 
-from ._common import (bootstrap_option, client_security, command_config_option, describe_error, fail,
-                      read_input_file)
+from ._common import (admin_config_option, bootstrap_option, client_security, command_config_option, describe_error,
+                      fail, read_input_file)
 
 __all__ = ["leader_election", "parse_election_json", "format_election_results", "ELECTION_TYPES"]
 
@@ -121,6 +121,7 @@ def elect(admin: Any, election_type: str, partitions: list[tuple[str, int]] | No
 @click.command("leader-election", short_help="Elect preferred or unclean leaders (kafka-leader-election.sh).")
 @bootstrap_option
 @command_config_option
+@admin_config_option
 @click.option("--election-type", required=True, metavar="PREFERRED|UNCLEAN",
               type=click.Choice(sorted(ELECTION_TYPES), case_sensitive=False),
               help="PREFERRED elects the preferred replica (the first assigned) where it does not lead and is in "

@@ -36,9 +36,6 @@ from typing import Any, Callable
 
 import click
 
-from kafkatw.client.producer import Producer
-from kafkatw.errors import KafkaError
-
 from ._common import client_security, command_config_option, describe_error, fail, parse_properties
 
 __all__ = ["producer_perf_test", "producer_options"]
@@ -173,6 +170,8 @@ async def _run(reactor: Any, topic: str, num_records: int, payload: bytes, throu
                options: dict[str, Any], progress: Any) -> str:
     from twisted.internet import task
 
+    from kafkatw.client.producer import Producer  # imported before gc.freeze(), with the rest of start-up
+
     # What start-up made (modules, classes: most of the process's objects) moves
     # out of the garbage collector's sight: its full collections, which the
     # records in flight trigger, then walk only those (docs/clients.md).
@@ -251,6 +250,12 @@ def producer_perf_test(ctx: click.Context, topic: str, num_records: int, record_
     extra = [a for a in ctx.args if "=" in a and not a.startswith("-")]
     unknown = [a for a in ctx.args if a not in extra]
     if unknown:
+        from .kafka_flags import refusal
+
+        for arg in unknown:  # a Kafka flag kafkatw refuses: why
+            reason = refusal("producer-perf-test", arg.split("=", 1)[0])
+            if reason is not None:
+                raise click.UsageError(f"kafkatw producer-perf-test does not serve {arg.split('=', 1)[0]}: {reason}.")
         raise click.UsageError(f"unexpected arguments: {' '.join(unknown)}")
     if (record_size is None) == (payload_file is None):
         raise click.UsageError("give either --record-size or --payload-file")
@@ -278,6 +283,8 @@ def producer_perf_test(ctx: click.Context, topic: str, num_records: int, record_
         payload = bytes(random.choice(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ") for _ in range(record_size or 0))
 
     from twisted.internet import defer, task
+
+    from kafkatw.errors import KafkaError
 
     outcome: dict[str, Any] = {}
 

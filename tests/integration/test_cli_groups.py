@@ -11,9 +11,11 @@ wait is bounded.
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import unittest
 
@@ -132,6 +134,20 @@ class ConsoleGroupTests(ClassFixture, unittest.TestCase):
                         (first.lines, second.lines, second.stderr))
         self.assertTrue(set(second.lines) <= more, second.lines)  # it started at the group's committed offsets
 
+        # Kafka's --members and --state views of the live group (issue 30)
+        result = self.cli("consumer-groups", "--bootstrap-server", self.bootstrap, "--describe", "--group", group,
+                          "--members", "--verbose")
+        self.assertEqual(result.exit_code, 0, result.output)
+        lines = result.output.splitlines()
+        self.assertEqual(lines[1].split(), ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS", "ASSIGNMENT"])
+        self.assertEqual(sorted(line.split()[4] for line in lines[2:]), [str(PARTITIONS // 2)] * 2, result.output)
+        self.assertEqual(sorted(p for line in lines[2:] for p in line.split()[5].strip(f"{topic}()").split(",")),
+                         [str(p) for p in range(PARTITIONS)], result.output)
+        result = self.cli("consumer-groups", "--bootstrap-server", self.bootstrap, "--describe", "--group", group,
+                          "--state")
+        host, port = self.bootstrap.rsplit(":", 1)
+        self.assertEqual(result.output.splitlines()[2].split(), [group, f"{host}:{port}", "(0)", "range", "Stable", "2"])
+
         # Ctrl-C: each commits and leaves
         self.assertEqual(first.interrupt(), 0, first.stderr)
         self.assertEqual(second.interrupt(), 0, second.stderr)
@@ -162,6 +178,88 @@ class ConsoleGroupTests(ClassFixture, unittest.TestCase):
         self.assertEqual(len(owners), 1, output)
         self.assertTrue(owners.pop().startswith(group + "_"), output)
         self.assertEqual(member.interrupt(), 0, member.stderr)
+
+    def test_reset_offsets_and_group_listing_flags(self):
+        """
+        --shift-by, --to-current, --to-datetime (no ZooKeeper), --all-topics,
+        --export/--from-file, --list --state, --describe --state/--members of
+        an empty group, --all-groups.
+        """
+        from kafkatw.cli.consumer_groups import BrokerGroupSource
+        from kafkatw.client.blocking import BlockingAdminClient
+
+        topic, group = "cli-reset", "cli-reset-g"
+        self.make_topic(topic)
+        with BlockingAdminClient(self.bootstrap) as admin:
+            BrokerGroupSource(admin).commit(group, {(topic, 0): 5, (topic, 1): 2})
+        base = ["consumer-groups", "--bootstrap-server", self.bootstrap]
+
+        def new_offsets(*args: str) -> dict[tuple[str, int], int]:
+            result = self.cli(*base, "--reset-offsets", "--group", group, *args)
+            self.assertEqual(result.exit_code, 0, result.output)
+            return {(r[1], int(r[2])): int(r[3]) for r in (line.split() for line in result.stdout.splitlines())
+                    if r and r[0] == group}
+
+        self.assertEqual(new_offsets("--all-topics", "--shift-by", "-3"), {(topic, 0): 2, (topic, 1): 0})
+        self.assertEqual(new_offsets("--topic", f"{topic}:0", "--shift-by", "100"), {(topic, 0): PER_PARTITION})
+        self.assertEqual(new_offsets("--topic", topic, "--to-current"),
+                         {(topic, 0): 5, (topic, 1): 2, (topic, 2): PER_PARTITION, (topic, 3): PER_PARTITION})
+        self.assertEqual(new_offsets("--topic", topic, "--to-datetime", "2000-01-01T00:00:00.000"),
+                         {(topic, p): 0 for p in range(PARTITIONS)})
+        result = self.cli(*base, "--reset-offsets", "--group", group, "--topic", f"{topic}:3", "--to-datetime",
+                          "2100-01-01T00:00:00.000Z")
+        self.assertIn(f"Warn: Partition 3 from topic {topic} is empty. Falling back to latest known offset.",
+                      result.stdout)
+        self.assertEqual(new_offsets("--topic", topic, "--by-duration", "PT1M"),
+                         {(topic, p): 0 for p in range(PARTITIONS)})
+        self.assertEqual(new_offsets("--all-topics", "--to-offset", "1", "--execute"), {(topic, 0): 1, (topic, 1): 1})
+        exported = self.cli(*base, "--reset-offsets", "--group", group, "--all-topics", "--shift-by", "2", "--export")
+        self.assertEqual(exported.stdout.splitlines(), [f"{topic},0,3", f"{topic},1,3"])
+        with tempfile.NamedTemporaryFile("w", suffix=".csv", delete=False) as f:
+            f.write(exported.stdout)
+        self.addCleanup(os.unlink, f.name)
+        path = f.name
+        self.assertEqual(new_offsets("--from-file", path, "--execute"), {(topic, 0): 3, (topic, 1): 3})
+
+        listed = self.cli(*base, "--list", "--state")
+        self.assertIn([group, "Empty"], [line.split() for line in listed.stdout.splitlines()])
+        self.assertEqual(self.cli(*base, "--list", "--state", "Stable").stdout.split()[:2], ["GROUP", "STATE"])
+        self.assertNotIn(group, self.cli(*base, "--list", "--state", "Stable").stdout)
+        state = self.cli(*base, "--describe", "--group", group, "--state")
+        self.assertEqual(state.exit_code, 0, state.output)
+        self.assertIn(f"Consumer group '{group}' has no active members.", state.stderr)
+        self.assertEqual(state.stdout.splitlines()[2].split()[-2:], ["Empty", "0"])
+        members = self.cli(*base, "--describe", "--group", group, "--members")
+        self.assertEqual(members.stdout.splitlines()[1:], [
+            "GROUP           CONSUMER-ID     HOST            CLIENT-ID       #PARTITIONS     "])
+        described = self.cli(*base, "--describe", "--all-groups")
+        self.assertEqual(described.exit_code, 0, described.output)
+        self.assertIn(f"{group} ", described.stdout)
+
+    def test_console_include_sync_and_isolation_level(self):
+        """
+        console-producer --sync --request-required-acks 1 into two topics;
+        console-consumer --include reads both (read_committed, with
+        --consumer-property), alone and in a group.
+        """
+        sent = set()
+        for topic in ("inc-a", "inc-b"):
+            result = self.cli("topics", "--bootstrap-server", self.bootstrap, "--create", "--topic", topic,
+                              "--partitions", "2")
+            self.assertEqual(result.exit_code, 0, result.output)
+            lines = [f"{topic}-{i}" for i in range(3)]
+            result = CliRunner().invoke(cli_main, ["console-producer", "--bootstrap-server", self.bootstrap, "--topic",
+                                                   topic, "--sync", "--request-required-acks", "1"],
+                                        input="\n".join(lines) + "\n")
+            self.assertEqual(result.exit_code, 0, result.output)
+            sent.update(lines)
+        for extra in ([], ["--group", "inc-g"]):
+            result = self.cli("console-consumer", "--bootstrap-server", self.bootstrap, "--include", "inc-.*",
+                              "--from-beginning", "--isolation-level", "read_committed", "--consumer-property",
+                              "max.poll.records=2", "--max-messages", "6", "--timeout-ms", "15000", *extra)
+            self.assertEqual(result.exit_code, 0, result.output)
+            self.assertEqual(set(result.stdout.splitlines()), sent, (extra, result.output))
+            self.assertIn("Processed a total of 6 messages", result.stderr)
 
     def test_describe_of_an_unknown_group(self):
         result = self.cli("consumer-groups", "--bootstrap-server", self.bootstrap, "--describe", "--group", "nope")

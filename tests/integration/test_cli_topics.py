@@ -70,9 +70,14 @@ class TopicsToolTests(unittest.TestCase):
                 f"Topic: t\tTopicId: {format_topic_id(topic.topic_id)}\tPartitionCount: 2\tReplicationFactor: 3\t"
                 f"Configs: min.insync.replicas=2",
                 *(line("t", p) for p in topic.partitions)])
-            for flag in ("--under-replicated-partitions", "--under-min-isr-partitions", "--unavailable-partitions"):
+            for flag in ("--under-replicated-partitions", "--under-min-isr-partitions", "--unavailable-partitions",
+                         "--at-min-isr-partitions"):
                 result = cli("--bootstrap-server", bootstrap, "--describe", flag)
                 self.assertEqual((result.exit_code, result.output), (0, ""), flag)
+            result = cli("--bootstrap-server", bootstrap, "--describe", "--topics-with-overrides", "--exclude-internal")
+            self.assertEqual(result.output.splitlines(), [
+                f"Topic: t\tTopicId: {format_topic_id(topic.topic_id)}\tPartitionCount: 2\tReplicationFactor: 3\t"
+                f"Configs: min.insync.replicas=2"])
 
             result = cli("--bootstrap-server", bootstrap, "--alter", "--topic", "t", "--partitions", "4")
             self.assertEqual((result.exit_code, result.output), (0, ""))
@@ -132,6 +137,9 @@ class TopicsToolTests(unittest.TestCase):
             self.assertIn("Leader: none", result.output)
             result = cli("--bootstrap-server", others, "--describe", "--under-min-isr-partitions")
             self.assertEqual((result.exit_code, result.output.splitlines()), (0, [line("solo", solo[0])]))
+            # rf3's ISR is down to its min.insync.replicas (2)
+            result = cli("--bootstrap-server", others, "--describe", "--at-min-isr-partitions", "--topic", "rf3")
+            self.assertEqual((result.exit_code, result.output.splitlines()), (0, [line("rf3", moved[0])]))
 
             second = next(i for i in moved[0].isr if i != moved[0].leader)
             cluster[second].kill()
