@@ -807,7 +807,13 @@ class FakeWatch:
 
     def _refresh(self) -> None:
         client = self._client
-        if self.cancelled or not client.connected or client._cut:
+        if self.cancelled or not client.connected:
+            return
+        if client._cut:
+            # cut off since the notification left (or the re-read began): it waits in the network
+            # as in _trigger, delivered on heal(), lost if the client drops the connection first
+            if self not in client._undelivered:
+                client._undelivered.append(self)
             return
         held = client._held_watches
         if held is not None:

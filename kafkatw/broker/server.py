@@ -29,6 +29,7 @@ import dataclasses
 import gc
 import json
 import os
+import random
 import time
 import uuid
 from typing import Any, Callable
@@ -203,10 +204,19 @@ class KafkaServer(service.MultiService):
         (C{"broker 0 failed to start: ..."}); C{None} otherwise.
     """
 
-    def __init__(self, config: BrokerConfig, reactor: Any, http: Any = None) -> None:
+    def __init__(self, config: BrokerConfig, reactor: Any, http: Any = None, *,
+                 zookeeper_client_factory: Callable[..., Any] | None = None,
+                 random_source: random.Random | None = None) -> None:
         super().__init__()
         self.config = config
         self.reactor = reactor
+        #: makes the ZooKeeper client: C{factory(connect, reactor, session_timeout_ms=...,
+        #: connection_timeout_ms=...)}, with L{ZooKeeperClient}'s interface; None: L{ZooKeeperClient}
+        #: (a simulation gives a model of ZooKeeper: L{kafkatw.simulation})
+        self.zookeeper_client_factory = zookeeper_client_factory or ZooKeeperClient
+        #: the random choices of the broker's own clients (reconnection backoff jitter);
+        #: a seeded one makes them repeatable (L{kafkatw.simulation}); None: seeded by the system
+        self.random_source = random_source
         #: what the HTTP port (C{metrics.port}) serves next to /metrics, and its lag monitor: a
         #: L{kafkatw.web.BrokerHttp} (given by L{kafkatw.tap}); without one, /metrics only
         self.http = http
@@ -370,7 +380,7 @@ class KafkaServer(service.MultiService):
 
     async def _start_zookeeper_session(self) -> None:
         config = self.config
-        self.zookeeper = ZooKeeperClient(
+        self.zookeeper = self.zookeeper_client_factory(
             self._zookeeper_connect or config["zookeeper.connect"], self.reactor,
             session_timeout_ms=config["zookeeper.session.timeout.ms"],
             connection_timeout_ms=config["zookeeper.connection.timeout.ms"],
@@ -536,7 +546,8 @@ class KafkaServer(service.MultiService):
 
         self.inter_broker_client = KafkaClient(
             self.reactor, "127.0.0.1:1", client_id=f"broker-{self.broker_id}-fetcher",
-            request_timeout_ms=self.config["replica.socket.timeout.ms"], security=self.inter_broker_security())
+            request_timeout_ms=self.config["replica.socket.timeout.ms"], security=self.inter_broker_security(),
+            random_source=self.random_source)
         assert self.replica_manager is not None
         self.fetcher_manager = ReplicaFetcherManager(
             self.broker_id, self.config, self.inter_broker_client, self.reactor, self._broker_address,

@@ -92,12 +92,16 @@ class KafkaClient:
         when fetching their metadata (the broker decides, with
         C{auto.create.topics.enable}), as Kafka's Java clients do by default.
     @param security: how connections are secured (TLS, SASL); plaintext by default.
+    @param random_source: the random choices (reconnection backoff jitter, the
+        least loaded broker among equals); a seeded one makes them repeatable
+        (L{kafkatw.simulation}); None: one seeded by the system.
     """
 
     def __init__(self, reactor: Any, bootstrap_servers: str | list[str], client_id: str = "kafkatw",
                  request_timeout_ms: int = 30000, metadata_max_age_ms: int = 300000,
                  reconnect_backoff_ms: int = 50, reconnect_backoff_max_ms: int = 1000,
-                 allow_auto_create_topics: bool = True, security: SecurityConfig | None = None) -> None:
+                 allow_auto_create_topics: bool = True, security: SecurityConfig | None = None,
+                 random_source: random.Random | None = None) -> None:
         self.reactor = reactor
         self.security = security or PLAINTEXT
         self.bootstrap = parse_bootstrap_servers(bootstrap_servers)
@@ -122,7 +126,7 @@ class KafkaClient:
         self._retry_at: dict[int, float] = {}
         self._refreshing: _Shared | None = None
         self._closed = False
-        self._random = random.Random()
+        self._random = random_source or random.Random()
         self._tls_by_host: dict[str, Any] = {}
 
     # --- connections ---------------------------------------------------------

@@ -1,0 +1,1054 @@
+"""
+One seeded run of a whole kafkatw cluster in this process: brokers, ZooKeeper,
+a producer and a consumer on one simulated reactor, with faults from a seed,
+and the invariants checked as it runs and at its end.
+
+What is real: three L{KafkaServer}s (controller, replica managers and
+fetchers, request handling, group and transaction coordinators as they come
+with the broker) with their log dirs in a temporary directory (real files:
+no disk model yet, so a crash loses nothing a write reached), and kafkatw's
+own L{Producer} (idempotent, C{acks=all}) and L{Consumer}, each talking the
+Kafka protocol over the simulated network.
+
+What is simulated: time and the network (L{kafkatw.simulation.network}), and
+ZooKeeper: L{FakeZooKeeper} from L{kafkatw.testing}, the model checked
+against a real server by C{tests/_zookeeper_scenarios.py}, on the simulated
+clock (sessions expire there).  ZooKeeper requests take no time.  The
+brokers' thread-pool work (checkpoint writes) runs at once on the reactor;
+the log cleaner (its own thread pool) is off.
+
+A run (L{run_seed}):
+
+  1. the seed makes a L{Schedule} of faults before anything runs
+     (L{make_schedule}): crash (the process is gone: nothing it scheduled
+     runs, its sockets reset, its log dirs' lock released; its ZooKeeper
+     session is ended as the session guard does, or left to expire) and a
+     restart on the same log dirs; controlled shutdown (C{stopService}, as
+     SIGTERM) and a restart; link cuts (one way or both, bytes held or
+     connections dropped); a broker isolated from everyone, from ZooKeeper
+     only (L{FakeZooKeeperClient.partition}) or from its peers only; a
+     ZooKeeper session expiry (C{expire_session_for_testing}); a pause
+     (SIGSTOP: L{NodeReactor.pause}; its session expires unnoticed when the
+     pause outlasts it) and the resume;
+  2. the cluster starts, the producer sends records at a steady rate to every
+     partition while the faults happen;
+  3. after the last fault every cut heals and every stopped broker starts
+     again; then every partition must get a leader and a produce must be
+     acknowledged within L{Settings.liveness_s} (liveness);
+  4. the producer flushes; every broker must be back in every ISR within
+     L{Settings.liveness_s}; then a new consumer reads every partition from
+     its start to its end and the reads are compared with the
+     acknowledgements.
+
+Invariants (a L{Violation} each; checked every L{Settings.check_every_s}
+and at the end):
+
+  - no acknowledged record lost, duplicated or reordered: every
+    acknowledged record is read at the offset it was acknowledged at, no
+    value is read twice, and a partition's records are read in the order
+    they were sent;
+  - at most one leader per partition per leader epoch, over every write of
+    the partition's state znode (L{RecordingZooKeeper});
+  - a leader's high watermark never moves backwards (per broker process and
+    leader epoch);
+  - at the end, every ISR member holds the leader's log below the leader's
+    high watermark byte for byte (the replicas are one prefix there);
+  - a dead broker leaves every ISR within L{Settings.isr_bound_s} once no
+    other fault is active (an ISR whose members are all dead may keep its
+    last member, as Kafka's does);
+  - liveness as in 3 and 4.
+
+The run's trace (faults applied, acknowledgements, state znode writes, the
+records read back) is hashed: a seed replays identically when its hash does
+(L{RunResult.trace_hash}).
+"""
+
+from __future__ import annotations
+
+import collections
+import gc
+import hashlib
+import json
+import os
+import random
+import shutil
+import struct
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from twisted.internet import defer
+from twisted.logger import formatEvent, globalLogPublisher
+from twisted.python.failure import Failure
+
+from kafkatw.broker.server import KafkaServer
+from kafkatw.client.client import KafkaClient
+from kafkatw.client.consumer import Consumer
+from kafkatw.client.producer import Producer
+from kafkatw.config import BrokerConfig
+from kafkatw.simulation.network import NodeReactor, SimulatedNetwork, SimulatedReactor
+from kafkatw.testing import FakeZooKeeper, FakeZooKeeperClient
+from kafkatw.zookeeper.registry import Registry, assign_replicas
+
+__all__ = ["Settings", "Fault", "Schedule", "Violation", "RunResult", "RecordingZooKeeper", "Cluster",
+           "make_schedule", "run_seed", "shrink"]
+
+TOPIC = "sim"
+CLIENT_NODE = "10.0.9.1"
+#: the simulated clock starts here (s since the epoch), so timestamps look like today's
+EPOCH_S = 1_700_000_000.0
+
+
+@dataclass(frozen=True)
+class Settings:
+    """
+    The shape of a run (times in simulated seconds).
+
+    @ivar brokers: how many brokers (ids 1..N, hosts 10.0.0.<id>).
+    @ivar partitions: partitions of the one topic (replication factor 3, C{min.insync.replicas} 2).
+    @ivar fault_window_s: faults happen in [5, 5 + fault_window_s].
+    @ivar faults: how many faults the schedule draws.
+    @ivar send_interval_s: the producer sends one record every this often.
+    @ivar value_bytes: the size of each record's value.
+    @ivar segment_bytes: C{log.segment.bytes} of the brokers.
+    @ivar liveness_s: after the faults, the bound for a leader everywhere and an acknowledged produce.
+    @ivar isr_bound_s: the bound for a dead broker to leave every ISR (its
+        session expires within C{session_timeout_ms} and a tick, then the
+        controller takes it out; or its leaders do after
+        C{replica_lag_time_max_ms} and their next check).
+    @ivar check_every_s: how often the running invariants are checked.
+    @ivar fetch_max_bytes: the bytes one fetch returns per partition, the
+        consumer's (C{max.partition.fetch.bytes}) and the followers'
+        (C{replica.fetch.max.bytes}); small ones make reads cross segments.
+    """
+
+    brokers: int = 3
+    partitions: int = 3
+    fault_window_s: float = 50.0
+    faults: int = 10
+    send_interval_s: float = 0.05
+    value_bytes: int = 100
+    segment_bytes: int = 16384
+    liveness_s: float = 60.0
+    isr_bound_s: float = 20.0
+    check_every_s: float = 0.5
+    session_timeout_ms: int = 6000
+    replica_lag_time_max_ms: int = 10000
+    fetch_max_bytes: int = 1048576
+
+
+@dataclass(frozen=True, order=True)
+class Fault:
+    """One fault at C{at} (s after the start): C{kind} and its arguments (see L{Cluster.apply})."""
+
+    at: float
+    kind: str
+    args: tuple = ()
+
+    def __str__(self) -> str:
+        return f"t={self.at:7.3f}s {self.kind} {' '.join(map(str, self.args))}".rstrip()
+
+
+@dataclass
+class Schedule:
+    """
+    The faults of a run, in time order.  C{dropped}: the indexes of the
+    seed's own schedule left out (L{shrink}; C{--drop} replays them).
+    """
+
+    seed: int
+    faults: list[Fault]
+    dropped: tuple[int, ...] = ()
+
+    def __str__(self) -> str:
+        head = f"schedule of seed {self.seed}" + (f" without faults {','.join(map(str, self.dropped))}"
+                                                  if self.dropped else "") + ":"
+        return "\n".join([head] + [f"  {f}" for f in self.faults])
+
+    def without(self, dropped: tuple[int, ...], full: list[Fault]) -> "Schedule":
+        """The seed's schedule C{full} without the faults at the indexes C{dropped}."""
+        return Schedule(self.seed, [f for i, f in enumerate(full) if i not in dropped], tuple(sorted(dropped)))
+
+
+@dataclass(frozen=True)
+class Violation:
+    at: float
+    invariant: str
+    detail: str
+
+    def __str__(self) -> str:
+        return f"t={self.at:.3f}s {self.invariant}: {self.detail}"
+
+
+@dataclass
+class RunResult:
+    seed: int
+    schedule: Schedule
+    violations: list[Violation]
+    trace_hash: str
+    acknowledged: int
+    failed: int
+    read: int
+    simulated_s: float
+    wall_s: float
+    events: int
+    #: the run's trace, one line per event (the hash's input)
+    trace: list[str] = field(default_factory=list)
+    #: errors the brokers and clients logged with a traceback (not violations: what to look at)
+    logged_failures: list[str] = field(default_factory=list)
+    #: check -> how often it found something to check (L{Cluster.exercised})
+    exercised: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+    def report(self) -> str:
+        lines = [f"seed {self.seed}: {'ok' if self.ok else 'FAILED'} ({self.acknowledged} acknowledged,"
+                 f" {self.failed} failed, {self.read} read; {self.simulated_s:.0f} s simulated in"
+                 f" {self.wall_s:.2f} s; trace {self.trace_hash[:16]})"]
+        if self.logged_failures:
+            lines[0] += f"; {len(self.logged_failures)} logged failures, first: {self.logged_failures[0]}"
+        if not self.ok:
+            lines += [str(self.schedule)] + [f"  violation {v}" for v in self.violations[:10]]
+            if len(self.violations) > 10:
+                lines.append(f"  ... and {len(self.violations) - 10} more violations")
+        return "\n".join(lines)
+
+
+def make_schedule(seed: int, settings: Settings) -> Schedule:
+    """
+    The faults of a seed, drawn before the run (so they print whatever
+    happens).  Each fault with a duration brings its end (a restart, a
+    heal).  At most one broker is down (crashed or stopped) at a time.
+    """
+    rng = random.Random(f"schedule-{seed}")
+    brokers = list(range(1, settings.brokers + 1))
+    nodes = [_host(b) for b in brokers] + [CLIENT_NODE]
+    faults: list[Fault] = []
+    down_until = 0.0
+    start, end = 5.0, 5.0 + settings.fault_window_s
+    for _ in range(settings.faults):
+        at = round(rng.uniform(start, end), 3)
+        duration = round(rng.uniform(1.0, 25.0), 3)
+        down_s = round(rng.uniform(1.0, 40.0), 3)  # a broker stays down longer: past isr_bound_s at times
+        kind = rng.choice(["crash", "crash", "shutdown", "cut", "cut", "isolate", "isolate-zk", "isolate-peers",
+                           "expire", "pause"])
+        broker = rng.choice(brokers)
+        if kind in ("crash", "shutdown"):
+            if at < down_until:
+                kind = "expire"
+            else:
+                down_until = at + down_s + 1.0
+                end_session = rng.random() < 0.5
+                faults.append(Fault(at, kind, (broker, "end-session" if end_session else "expire-session")
+                                    if kind == "crash" else (broker,)))
+                faults.append(Fault(round(at + down_s, 3), "start", (broker,)))
+                continue
+        if kind == "cut":
+            source, destination = rng.sample(nodes, 2)
+            mode = rng.choice(["hold", "drop"])
+            both = rng.choice(["both-ways", "one-way"])
+            faults.append(Fault(at, "cut", (source, destination, mode, both)))
+            faults.append(Fault(round(at + duration, 3), "heal", (source, destination, both)))
+        elif kind in ("isolate", "isolate-peers"):
+            mode = rng.choice(["hold", "drop"])
+            faults.append(Fault(at, kind, (broker, mode)))
+            faults.append(Fault(round(at + duration, 3), "heal-node", (broker,)))
+        elif kind == "isolate-zk":
+            faults.append(Fault(at, kind, (broker,)))
+            faults.append(Fault(round(at + duration, 3), "heal-zk", (broker,)))
+        elif kind == "pause":
+            # the ZooKeeper client notices what happened meanwhile this long after the process resumes
+            notice_s = round(rng.uniform(0.0, 0.5), 3)
+            faults.append(Fault(at, "pause", (broker,)))
+            faults.append(Fault(round(at + duration, 3), "resume", (broker, notice_s)))
+        else:
+            faults.append(Fault(at, "expire", (broker,)))
+    return Schedule(seed, sorted(faults))
+
+
+def _batches_below(log: Any, offset: int) -> list[tuple[int, bytes]]:
+    """C{(base offset, bytes)} of each batch of a L{PartitionLog} that starts below C{offset}."""
+    batches: list[tuple[int, bytes]] = []
+    position = log.log_start_offset
+    while position < offset:
+        regions = log.read(position, 1 << 20, max_offset=offset)
+        data = b"".join(os.pread(r.fileno, r.length, r.position) for r in regions)
+        if not data:
+            break
+        at = 0
+        while at + 61 <= len(data):  # a RecordBatch v2 header is 61 bytes
+            base, length = struct.unpack_from(">qi", data, at)
+            (last_delta,) = struct.unpack_from(">i", data, at + 23)
+            batches.append((base, data[at:at + 12 + length]))
+            position = base + last_delta + 1
+            at += 12 + length
+    return batches
+
+
+def _first_difference(expected: list[tuple[int, bytes]], held: list[tuple[int, bytes]]) -> str:
+    for (base, data), (held_base, held_data) in zip(expected, held):
+        if (base, data) != (held_base, held_data):
+            same = "same" if data == held_data else "other"
+            return f"the batch at {base} (the replica has one at {held_base}, {same} bytes)"
+    return f"{len(expected)} batches at the leader, {len(held)} at the replica"
+
+
+def _host(broker_id: int) -> str:
+    return f"10.0.0.{broker_id}"
+
+
+class RecordingZooKeeper(FakeZooKeeper):
+    """
+    The ZooKeeper model, recording every write of a partition state znode
+    (C{/brokers/topics/<t>/partitions/<p>/state}, in multis too) in
+    L{state_writes}, and calling L{on_state} with each.
+    """
+
+    def __init__(self, clock: Any, tick_time_ms: int) -> None:
+        super().__init__(clock=clock, tick_time_ms=tick_time_ms)
+        self.state_writes: list[tuple[float, str, bytes]] = []
+        self.on_state: Callable[[str, bytes], None] = lambda path, data: None
+
+    def _record(self, path: str, data: bytes) -> None:
+        if path.endswith("/state") and "/brokers/topics/" in path:
+            self.state_writes.append((self.clock.seconds(), path, data))
+            self.on_state(path, data)
+
+    def _create(self, path: str, data: bytes, owner: int, sequence: bool, zxid: int, now: int) -> str:
+        created = super()._create(path, data, owner, sequence, zxid, now)
+        self._record(created, data)
+        return created
+
+    def _set(self, path: str, data: bytes, version: int, zxid: int, now: int) -> Any:
+        stat = super()._set(path, data, version, zxid, now)
+        self._record(path, data)
+        return stat
+
+
+@dataclass
+class _Broker:
+    broker_id: int
+    log_dir: str
+    server: KafkaServer | None = None
+    reactor: NodeReactor | None = None
+    zookeeper: FakeZooKeeperClient | None = None
+    incarnation: int = 0
+    #: simulated time since which it is down (crashed, or stopped), None while it runs
+    down_since: float | None = None
+    stopping: bool = False
+    #: faults of a paused broker's process or ZooKeeper client, applied once it has resumed
+    postponed: list[Callable[[], None]] = field(default_factory=list)
+
+
+class Cluster:
+    """
+    The brokers, ZooKeeper, the network and the clients of one run, and the
+    invariants' bookkeeping.  Drive it with L{run}.
+    """
+
+    def __init__(self, seed: int, settings: Settings, directory: str) -> None:
+        self.seed = seed
+        self.settings = settings
+        self.directory = directory
+        self.reactor = SimulatedReactor(EPOCH_S)
+        latency_rng = random.Random(f"latency-{seed}")
+        hosts = [_host(b) for b in range(1, settings.brokers + 1)] + [CLIENT_NODE]
+        latencies = {(a, b): round(latency_rng.uniform(0.0002, 0.005), 6) for a in hosts for b in hosts if a != b}
+        self.network = SimulatedNetwork(self.reactor, lambda a, b: latencies.get((a, b), 0.001))
+        self.zookeeper = RecordingZooKeeper(self.reactor, tick_time_ms=500)
+        self.zookeeper.on_state = self._state_written
+        self.brokers = {b: _Broker(b, os.path.join(directory, f"broker-{b}")) for b in range(1, settings.brokers + 1)}
+        self.trace: list[str] = []
+        self.violations: list[Violation] = []
+        #: (topic, partition) -> leader epoch -> leader
+        self.leaders: dict[tuple[str, int], dict[int, int]] = {}
+        #: (broker, incarnation, topic, partition, leader epoch) -> the highest high watermark seen
+        self.high_watermarks: dict[tuple, int] = {}
+        #: simulated time until which a fault other than a dead broker is active (or was, recently)
+        self.disturbed_until = 0.0
+        self.active_faults: set[tuple] = set()
+        self.client_reactor = NodeReactor(self.reactor, self.network, CLIENT_NODE)
+        self.bootstrap = ",".join(f"{_host(b)}:9092" for b in self.brokers)
+        self.sent: list[tuple[int, int]] = []  # (sequence number, partition)
+        self.acked: dict[int, tuple[int, int]] = {}  # sequence number -> (partition, offset)
+        self.failed: dict[int, str] = {}
+        self.producer: Producer | None = None
+        self._sequence = 0
+        self._sending = False
+        self.read_count = 0
+        #: the faults have stopped (L{heal_everything})
+        self.healed = False
+        #: how often each running check found something to check (a check never exercised proves nothing)
+        self.exercised: collections.Counter[str] = collections.Counter()
+
+    # --- time -----------------------------------------------------------------------
+
+    def now(self) -> float:
+        """Simulated seconds since the start of the run."""
+        return self.reactor.seconds() - EPOCH_S
+
+    def run_until(self, t: float, stop: Callable[[], bool] | None = None) -> None:
+        self.reactor.run_until(EPOCH_S + t, stop)
+
+    def wait_for(self, d: defer.Deferred, until: float) -> tuple[bool, Any]:
+        """Run until C{d} fires or C{until} (s since start): C{(fired, result)}."""
+        box: list = []
+        d.addBoth(lambda r: box.append(r))
+        self.run_until(until, lambda: bool(box))
+        if not box:
+            return False, None
+        return True, box[0]
+
+    def note(self, line: str) -> None:
+        self.trace.append(f"{self.now():.6f} {line}")
+
+    def violation(self, invariant: str, detail: str) -> None:
+        self.violations.append(Violation(self.now(), invariant, detail))
+        self.note(f"VIOLATION {invariant}: {detail}")
+
+    # --- brokers --------------------------------------------------------------------------
+
+    def broker_config(self, broker_id: int) -> BrokerConfig:
+        s = self.settings
+        return BrokerConfig({
+            "broker.id": broker_id,
+            "log.dirs": self.brokers[broker_id].log_dir,
+            "listeners": f"PLAINTEXT://{_host(broker_id)}:9092",
+            "zookeeper.connect": "simulated:2181",
+            "zookeeper.session.timeout.ms": s.session_timeout_ms,
+            "log.cleaner.enable": "false",  # its thread pool is not simulated
+            "num.partitions": s.partitions,
+            "default.replication.factor": min(3, s.brokers),
+            "min.insync.replicas": 2 if s.brokers >= 3 else 1,
+            "log.segment.bytes": s.segment_bytes,
+            "replica.lag.time.max.ms": s.replica_lag_time_max_ms,
+            "replica.fetch.max.bytes": s.fetch_max_bytes,
+            "group.initial.rebalance.delay.ms": 0,
+            "auto.create.topics.enable": "false",  # the topic's assignment comes from the seed (create_topic)
+        })
+
+    def _zookeeper_client(self, broker: _Broker) -> Callable[..., FakeZooKeeperClient]:
+        def make(connect: str, reactor: Any, session_timeout_ms: int = 18000, **_: Any) -> FakeZooKeeperClient:
+            client = FakeZooKeeperClient(self.zookeeper, reactor=reactor, session_timeout_ms=session_timeout_ms)
+            broker.zookeeper = client
+            return client
+        return make
+
+    def start_broker(self, broker_id: int) -> None:
+        broker = self.brokers[broker_id]
+        if broker.server is not None:
+            return
+        broker.incarnation += 1
+        broker.reactor = NodeReactor(self.reactor, self.network, _host(broker_id))
+        broker.server = KafkaServer(self.broker_config(broker_id), broker.reactor,
+                                    zookeeper_client_factory=self._zookeeper_client(broker),
+                                    random_source=random.Random(f"broker-{self.seed}-{broker_id}-{broker.incarnation}"))
+        broker.down_since = None
+        broker.stopping = False
+        server = broker.server
+        server.startService()
+        server.ready.addErrback(lambda f, b=broker_id: self.note(f"broker {b} failed to start: {f.getErrorMessage()}"))
+        self.note(f"start broker {broker_id} (incarnation {broker.incarnation})")
+
+    def crash_broker(self, broker_id: int, end_session: bool) -> None:
+        """
+        The broker's process dies: nothing it scheduled runs any more, its
+        connections reset, the kernel releases its log dirs' lock; its
+        ZooKeeper session is ended at once (C{end_session}: what the
+        session guard does) or expires at its timeout.
+        """
+        broker = self.brokers[broker_id]
+        server = broker.server
+        if server is None:
+            return
+        assert broker.reactor is not None
+        broker.reactor.kill()
+        broker.postponed.clear()  # what a paused process would have done once resumed: never
+        if server.log_dir_lock is not None and server.log_dir_lock.held:
+            server.log_dir_lock.release()
+        client = broker.zookeeper
+        if client is not None and client.session_id is not None:
+            session, password = client.session_id, client.session_password
+            client.disconnect()  # the server hears nothing more from it: the session expires at its timeout
+            if end_session and password is not None:
+                self.zookeeper.end_session(session, password)
+        broker.server = None
+        broker.zookeeper = None
+        broker.down_since = self.now()
+        self.note(f"crash broker {broker_id} ({'session ended' if end_session else 'session left to expire'})")
+
+    def shutdown_broker(self, broker_id: int) -> None:
+        """A controlled shutdown (SIGTERM): C{stopService}; the broker is down once it has stopped."""
+        broker = self.brokers[broker_id]
+        server = broker.server
+        if server is None or broker.stopping:
+            return
+        broker.stopping = True
+        self.note(f"shutdown broker {broker_id}")
+
+        def stopped(result: Any) -> None:
+            if broker.server is server:
+                self.note(f"broker {broker_id} stopped")
+                if broker.reactor is not None:
+                    broker.reactor.kill()
+                broker.server = None
+                broker.zookeeper = None
+                broker.down_since = self.now()
+                broker.stopping = False
+            if isinstance(result, Failure):
+                self.violation("clean shutdown", f"broker {broker_id}: {result.getErrorMessage()}")
+
+        server.stopService().addBoth(stopped)
+
+    # --- faults -----------------------------------------------------------------------------
+
+    def apply(self, fault: Fault) -> None:
+        """Apply one fault of the schedule now."""
+        kind, args = fault.kind, fault.args
+        self.note(f"fault {kind} {args}")
+        if kind in ("shutdown", "expire", "isolate-zk", "heal-zk"):
+            broker = self.brokers[args[0]]
+            if broker.reactor is not None and broker.reactor.paused:
+                # the process, or its ZooKeeper client, acts once it runs again and has heard what it missed
+                self.note(f"broker {args[0]} is paused: {kind} once it resumes")
+                broker.postponed.append(lambda: self._apply(kind, args))
+                return
+        self._apply(kind, args)
+
+    def _apply(self, kind: str, args: tuple) -> None:
+        if kind == "crash":
+            self.crash_broker(args[0], args[1] == "end-session")
+        elif kind == "shutdown":
+            self.shutdown_broker(args[0])
+        elif kind == "start":
+            broker = self.brokers[args[0]]
+            if broker.server is None:
+                self.start_broker(args[0])
+            elif broker.stopping:  # still stopping: start once stopped
+                self.reactor.callLater(1.0, self._apply, kind, args)
+        elif kind == "pause":
+            self.pause_broker(args[0])
+        elif kind == "resume":
+            self.resume_broker(args[0], args[1])
+        elif kind == "cut":
+            source, destination, mode, both = args
+            self.network.cut(source, destination, mode, both == "both-ways")
+            self.active_faults.add(("cut", source, destination))
+        elif kind == "heal":
+            source, destination, both = args
+            self.network.heal(source, destination)
+            if both == "both-ways":
+                self.network.heal(destination, source)
+            self._calmed(("cut", source, destination))
+        elif kind in ("isolate", "isolate-peers"):
+            host = _host(args[0])
+            others = [_host(b) for b in self.brokers if b != args[0]]
+            if kind == "isolate":
+                others.append(CLIENT_NODE)
+                self._on_broker(args[0], self._zookeeper_partition)
+            for other in others:
+                self.network.cut(host, other, args[1], True)
+            self.active_faults.add(("node", args[0]))
+        elif kind == "heal-node":
+            host = _host(args[0])
+            for source, destination in sorted(self.network.cuts):
+                if host in (source, destination):
+                    self.network.heal(source, destination)
+            self._on_broker(args[0], self._zookeeper_heal)
+            self._calmed(("node", args[0]))
+        elif kind == "isolate-zk":
+            self._zookeeper_partition(args[0])
+            self.active_faults.add(("zk", args[0]))
+        elif kind == "heal-zk":
+            self._zookeeper_heal(args[0])
+            self._calmed(("zk", args[0]))
+        elif kind == "expire":
+            client = self.brokers[args[0]].zookeeper
+            if client is not None and client.connected:
+                client.expire_session_for_testing()
+            self.disturbed_until = max(self.disturbed_until, self.now())
+        else:
+            raise ValueError(f"unknown fault {kind}")
+
+    def _on_broker(self, broker_id: int, action: Callable[[int], None]) -> None:
+        """C{action(broker_id)} now, or once the broker's process resumes if it is paused."""
+        broker = self.brokers[broker_id]
+        if broker.reactor is not None and broker.reactor.paused:
+            broker.postponed.append(lambda: action(broker_id))
+        else:
+            action(broker_id)
+
+    def pause_broker(self, broker_id: int) -> None:
+        """
+        SIGSTOP: nothing of the broker runs, what arrives for it waits.  Its
+        ZooKeeper client is stopped too: its watches wait, and once the
+        session timeout passes the session expires on the server unnoticed
+        (L{FakeZooKeeperClient.expire_session_unnoticed}: the zombie that
+        learns of it only after it resumes).
+        """
+        broker = self.brokers[broker_id]
+        if broker.server is None or broker.reactor is None or broker.reactor.paused:
+            return
+        broker.reactor.pause()
+        client = broker.zookeeper
+        self.active_faults.add(("pause", broker_id))
+        if client is None or not client.connected or client.session_id is None:
+            return
+        client.hold_watches()
+        timeout_s = (self.zookeeper.session_timeout_ms(client.session_id) or self.settings.session_timeout_ms) / 1000
+        reactor = broker.reactor
+
+        def expire() -> None:
+            if reactor.paused and broker.zookeeper is client and client.connected:
+                self.note(f"broker {broker_id}'s session expires while it is paused")
+                client.expire_session_unnoticed()
+
+        self.reactor.callLater(timeout_s, expire)
+
+    def resume_broker(self, broker_id: int, notice_s: float) -> None:
+        """SIGCONT: what waited runs; C{notice_s} later its ZooKeeper client delivers what it missed."""
+        broker = self.brokers[broker_id]
+        reactor, client = broker.reactor, broker.zookeeper
+        self._calmed(("pause", broker_id))
+        if reactor is None or not reactor.paused:
+            return
+        reactor.resume()
+
+        def notice() -> None:
+            if client is not None:
+                client.notice_session()  # LOST, CONNECTED and the new session's callbacks, if it expired
+                client.release_watches()
+            # then what was postponed (a real client learns of its expiry only through a connection:
+            # never while cut off, which a postponed isolate-zk would do first)
+            postponed, broker.postponed = broker.postponed, []
+            for action in postponed:
+                action()
+
+        reactor.callLater(notice_s, notice)
+
+    def _calmed(self, key: tuple) -> None:
+        self.active_faults.discard(key)
+        self.disturbed_until = max(self.disturbed_until, self.now())
+
+    def _zookeeper_partition(self, broker_id: int) -> None:
+        client = self.brokers[broker_id].zookeeper
+        if client is not None and client.connected:
+            client.partition()
+
+    def _zookeeper_heal(self, broker_id: int) -> None:
+        client = self.brokers[broker_id].zookeeper
+        if client is not None:
+            client.heal()
+
+    def heal_everything(self) -> None:
+        """The faults stop: every cut heals, every paused broker resumes, every broker down starts again."""
+        self.healed = True
+        self.network.heal_all()
+        for broker_id, broker in self.brokers.items():
+            if broker.reactor is not None and broker.reactor.paused:
+                self.resume_broker(broker_id, 0.0)
+            if broker.zookeeper is not None:
+                broker.zookeeper.heal()
+        self.restart_stopped()
+        self.active_faults.clear()
+        self.disturbed_until = self.now()
+        self.note("healed everything")
+
+    def restart_stopped(self) -> None:
+        """Once healed: start every broker that is down (one stopped late, by a postponed shutdown, too)."""
+        for broker_id, broker in sorted(self.brokers.items()):
+            if broker.server is None and not broker.stopping:
+                self.start_broker(broker_id)
+
+    def create_topic(self) -> None:
+        """
+        Create the topic in ZooKeeper (as L{kafkatw.broker.admin} does for
+        CreateTopics), with a replica assignment and a topic id drawn from the
+        seed rather than the broker's own random ones.
+        """
+        rng = random.Random(f"topic-{self.seed}")
+        assignment = assign_replicas(self.settings.partitions, min(3, len(self.brokers)), sorted(self.brokers),
+                                     random=rng)
+        admin = FakeZooKeeperClient(self.zookeeper, reactor=self.client_reactor)
+        admin.start()
+        registry = Registry(admin)
+        registry.create_topic(TOPIC, assignment, {}, uuid.UUID(int=rng.getrandbits(128)))
+        for partition, replicas in sorted(assignment.items()):
+            # as kafkatw's CreateTopics does (L{kafkatw.broker.admin}): the first replica leads at
+            # epoch 0, all in sync; the controller elects no leader for a partition without a state
+            registry.set_partition_state(TOPIC, partition, replicas[0], 0, list(replicas))
+        admin.stop()
+        self.note(f"created {TOPIC}: {assignment}")
+
+    # --- the producer ----------------------------------------------------------------------
+
+    def start_producer(self) -> None:
+        client = KafkaClient(self.client_reactor, self.bootstrap, client_id="sim-producer", request_timeout_ms=10000,
+                             random_source=random.Random(f"producer-{self.seed}"))
+        self.producer = Producer(self.client_reactor, client=client, acks="all", enable_idempotence=True,
+                                 linger_ms=5, request_timeout_ms=10000, delivery_timeout_ms=1_000_000,
+                                 max_block_ms=1_000_000, retry_backoff_ms=100)
+        self._sending = True
+        self.client_reactor.callLater(0, self._send_next)
+
+    def _send_next(self) -> None:
+        if not self._sending:
+            return
+        self.send_one()
+        self.client_reactor.callLater(self.settings.send_interval_s, self._send_next)
+
+    def send_one(self, partition: int | None = None) -> defer.Deferred:
+        assert self.producer is not None
+        sequence = self._sequence
+        self._sequence += 1
+        if partition is None:
+            partition = sequence % self.settings.partitions
+        value = f"{sequence:010d}".encode().ljust(self.settings.value_bytes, b".")
+        self.sent.append((sequence, partition))
+        d = self.producer.send(TOPIC, value, partition=partition, timestamp_ms=int(self.reactor.seconds() * 1000))
+
+        def acked(metadata: Any) -> Any:
+            self.acked[sequence] = (metadata.partition, metadata.offset)
+            self.note(f"ack {sequence} {metadata.partition}@{metadata.offset}")
+            return metadata
+
+        def failed(failure: Failure) -> Failure:
+            self.failed[sequence] = failure.getErrorMessage()
+            self.note(f"send {sequence} failed: {failure.type.__name__}")
+            return failure
+
+        d.addCallbacks(acked, failed)
+        d.addErrback(lambda _: None)
+        return d
+
+    # --- invariants -------------------------------------------------------------------------
+
+    def _state_written(self, path: str, data: bytes) -> None:
+        """At most one leader per partition and leader epoch, over every state write."""
+        parts = path.split("/")
+        key = (parts[-4], int(parts[-2]))
+        body = json.loads(data)
+        leader, epoch = body["leader"], body["leader_epoch"]
+        self.note(f"state {key[0]}-{key[1]} leader={leader} epoch={epoch} isr={body['isr']}")
+        if leader < 0:
+            return
+        self.exercised["leader elections and ISR writes"] += 1
+        seen = self.leaders.setdefault(key, {})
+        if seen.setdefault(epoch, leader) != leader:
+            self.violation("one leader per epoch",
+                           f"{key[0]}-{key[1]} epoch {epoch}: leaders {seen[epoch]} and {leader}")
+
+    def partition_states(self) -> dict[tuple[str, int], dict]:
+        """The partition state znodes now (through a reader's session)."""
+        states = {}
+        for path, data in self._state_nodes():
+            parts = path.split("/")
+            states[(parts[-4], int(parts[-2]))] = json.loads(data)
+        return states
+
+    def _state_nodes(self) -> list[tuple[str, bytes]]:
+        latest: dict[str, bytes] = {}
+        for _, path, data in self.zookeeper.state_writes:
+            latest[path] = data
+        return sorted(latest.items())
+
+    def check(self) -> None:
+        """The invariants that hold at every step."""
+        now = self.now()
+        for broker_id, broker in sorted(self.brokers.items()):
+            server = broker.server
+            if server is None or server.replica_manager is None:
+                continue
+            for p in server.replica_manager.led_partitions():
+                key = (broker_id, broker.incarnation, p.topic, p.partition, p.leader_epoch)
+                try:
+                    hw = p.high_watermark
+                except Exception:  # an offline log dir
+                    continue
+                last = self.high_watermarks.get(key)
+                self.exercised["high watermark samples"] += 1
+                if last is not None and hw < last:
+                    self.violation("high watermark never moves backwards",
+                                   f"broker {broker_id} {p.topic}-{p.partition} epoch {p.leader_epoch}: {last} -> {hw}")
+                self.high_watermarks[key] = max(hw, last or hw)
+        if self.healed:
+            self.restart_stopped()
+        if self.active_faults:
+            return
+        dead = {b for b, broker in self.brokers.items() if broker.server is None}
+        for broker_id in sorted(dead):
+            since = max(self.brokers[broker_id].down_since or 0.0, self.disturbed_until)
+            if now - since <= self.settings.isr_bound_s:
+                continue
+            self.exercised["dead broker out of the ISRs"] += 1
+            for key, state in sorted(self.partition_states().items()):
+                isr = state["isr"]
+                if broker_id in isr and not set(isr) <= dead:
+                    self.violation("a dead broker leaves every ISR",
+                                   f"broker {broker_id} down since t={self.brokers[broker_id].down_since:.3f}s"
+                                   f" is still in the ISR {isr} of {key[0]}-{key[1]}")
+                    self.brokers[broker_id].down_since = now  # once per bound, not every check
+
+    def check_replicas(self) -> None:
+        """
+        Every ISR member holds the leader's log up to the leader's high
+        watermark, byte for byte (followers write the leader's batches as
+        they are): the replicas are one prefix below it.
+        """
+        for (topic, partition), state in sorted(self.partition_states().items()):
+            leader = self.brokers.get(state["leader"])
+            if leader is None or leader.server is None or leader.server.replica_manager is None:
+                continue
+            led = leader.server.replica_manager.partitions.get((topic, partition))
+            if led is None or not led.is_leader:
+                continue
+            hw = led.high_watermark
+            expected = _batches_below(led.log, hw)
+            for member in sorted(set(led.isr) - {leader.broker_id}):
+                server = self.brokers[member].server
+                replica = None if server is None or server.replica_manager is None else \
+                    server.replica_manager.partitions.get((topic, partition))
+                if replica is None:
+                    continue
+                held = _batches_below(replica.log, hw)
+                self.exercised["ISR members compared"] += 1
+                if held != expected:
+                    self.violation("ISR members hold the log to the high watermark",
+                                   f"{topic}-{partition}: broker {member} (ISR {led.isr}) differs from leader"
+                                   f" {leader.broker_id} below its high watermark {hw}:"
+                                   f" {_first_difference(expected, held)}")
+
+    def check_read_back(self, records: dict[int, list[tuple[int, bytes]]]) -> None:
+        """No acknowledged record lost, duplicated or reordered (C{records}: partition -> [(offset, value)])."""
+        where: dict[int, tuple[int, int]] = {}
+        for partition, read in sorted(records.items()):
+            last_sequence = -1
+            for offset, value in read:
+                sequence = int(value[:10])
+                if sequence in where:
+                    self.violation("no duplicate", f"record {sequence} at {where[sequence]} and {partition}@{offset}")
+                where[sequence] = (partition, offset)
+                if sequence < last_sequence:
+                    self.violation("no reordering", f"record {sequence} at {partition}@{offset} after {last_sequence}")
+                last_sequence = max(last_sequence, sequence)
+        for sequence, (partition, offset) in sorted(self.acked.items()):
+            found = where.get(sequence)
+            if found is None:
+                self.violation("no acknowledged record lost", f"record {sequence} acknowledged at {partition}@{offset}"
+                               " is not in the log")
+            elif found != (partition, offset):
+                self.violation("no acknowledged record lost", f"record {sequence} acknowledged at {partition}@{offset}"
+                               f" is read at {found[0]}@{found[1]}")
+
+    # --- the run ---------------------------------------------------------------------------
+
+    def run(self, schedule: Schedule) -> None:
+        s = self.settings
+        for broker_id in sorted(self.brokers):
+            self.start_broker(broker_id)
+        self.run_until(2.0)
+        self.create_topic()
+        self.run_until(2.5)
+        self.start_producer()
+        for fault in schedule.faults:
+            self.reactor.callLater(EPOCH_S + fault.at - self.reactor.seconds(), self.apply, fault)
+        end_of_faults = max([f.at for f in schedule.faults] + [5.0 + s.fault_window_s])
+        t = self.now()
+        while t < end_of_faults:
+            t = min(end_of_faults, t + s.check_every_s)
+            self.run_until(t)
+            self.check()
+        self.heal_everything()
+        self.liveness(end_of_faults)
+        self._sending = False
+        assert self.producer is not None
+        fired, _ = self.wait_for(self.producer.flush(), self.now() + s.liveness_s)
+        if not fired:
+            self.violation("liveness", f"the producer's flush did not finish within {s.liveness_s:.0f} s")
+        self.check()
+        # the read back comes once every broker is back in every ISR: a resumed zombie (paused past
+        # its session) answers metadata and reads as the leader it was until its ZooKeeper client
+        # has told it of the expiry, and a consumer that asked it would read a stale end (seed 15)
+        self.rejoined()
+        records = self.read_back()
+        if records is not None:
+            self.check_read_back(records)
+        self.check_replicas()
+
+    def liveness(self, since: float) -> None:
+        """After the faults: a live leader for every partition, and a produce acknowledged to each, in bounded time."""
+        s = self.settings
+        deadline = since + s.liveness_s
+
+        def led() -> bool:
+            states = self.partition_states()
+            live = {b for b, broker in self.brokers.items() if broker.server is not None and broker.server.ready.called}
+            return len([k for k in states if k[0] == TOPIC]) == s.partitions and all(
+                state["leader"] in live for key, state in states.items() if key[0] == TOPIC)
+
+        t = self.now()
+        while not led() and t < deadline:
+            t = min(deadline, t + s.check_every_s)
+            self.run_until(t)
+            self.check()
+        if not led():
+            self.violation("liveness", f"not every partition has a live leader {s.liveness_s:.0f} s after the faults:"
+                           f" {self.partition_states()}")
+            return
+        probes = defer.DeferredList([self.send_one(p) for p in range(s.partitions)], consumeErrors=True)
+        fired, results = self.wait_for(probes, deadline)
+        if not fired or not all(ok for ok, _ in results):
+            self.violation("liveness", f"a produce to every partition was not acknowledged within {s.liveness_s:.0f} s"
+                           " after the faults")
+
+    def rejoined(self) -> None:
+        """Liveness: after the flush, every broker is back in every ISR within L{Settings.liveness_s}."""
+        s = self.settings
+        deadline = self.now() + s.liveness_s
+
+        def full() -> bool:
+            return all(sorted(state["isr"]) == sorted(self.brokers) for state in self.partition_states().values())
+
+        t = self.now()
+        while not full() and t < deadline:
+            t = min(deadline, t + s.check_every_s)
+            self.run_until(t)
+            self.check()
+        if not full():
+            self.violation("liveness", f"not every broker is back in every ISR {s.liveness_s:.0f} s after the"
+                           f" flush: {self.partition_states()}")
+        self.run_until(self.now() + 1.0)  # the followers fetch the high watermark
+
+    def read_back(self) -> dict[int, list[tuple[int, bytes]]] | None:
+        """Every partition from its log start to its high watermark, with a new consumer."""
+        s = self.settings
+        client = KafkaClient(self.client_reactor, self.bootstrap, client_id="sim-consumer", request_timeout_ms=10000,
+                             random_source=random.Random(f"consumer-{self.seed}"))
+        consumer = Consumer(self.client_reactor, client=client, auto_offset_reset="earliest", fetch_max_wait_ms=100,
+                            max_partition_fetch_bytes=s.fetch_max_bytes)
+        tps = [(TOPIC, p) for p in range(s.partitions)]
+        consumer.assign(tps)
+        deadline = self.now() + s.liveness_s
+        fired, ends = self.wait_for(consumer.end_offsets(tps), deadline)
+        if not fired or isinstance(ends, Failure):
+            self.violation("liveness", f"the end offsets could not be read: {ends}")
+            return None
+        self.wait_for(consumer.seek_to_beginning(*tps), deadline)
+        records: dict[int, list[tuple[int, bytes]]] = {p: [] for p in range(s.partitions)}
+        positions = {p: -1 for p in range(s.partitions)}
+        while any(positions[p] < ends[(TOPIC, p)] for p in positions) and self.now() < deadline:
+            fired, polled = self.wait_for(consumer.poll(timeout_ms=500), deadline)
+            if not fired or isinstance(polled, Failure):
+                self.violation("read back", f"poll failed: {polled}")
+                return None
+            for record in polled:
+                records[record.partition].append((record.offset, record.value))
+                positions[record.partition] = record.offset + 1
+        if any(positions[p] < ends[(TOPIC, p)] for p in positions):
+            self.violation("liveness", f"the log could not be read to its end within {s.liveness_s:.0f} s:"
+                           f" at {positions}, ends {ends}")
+        self.read_count = sum(len(read) for read in records.values())
+        for p, read in sorted(records.items()):
+            self.note(f"read {p}: " + ",".join(f"{o}:{v[:10].decode()}" for o, v in read))
+        return records
+
+    def trace_hash(self) -> str:
+        """
+        The SHA-256 of the trace, each instant's lines sorted: what happens at
+        one simulated instant may come in an order that Python's memory
+        layout decides (the producer keeps its ready partitions in a set of
+        objects), and it is the same run whatever that order.
+        """
+        return hashlib.sha256("\n".join(sorted(self.trace, key=lambda line: (float(line.split(" ", 1)[0]), line)))
+                              .encode()).hexdigest()
+
+    def dispose(self) -> None:
+        """Drop every node (as crashes), closing what this process holds open: locks, files."""
+        for broker in self.brokers.values():
+            server = broker.server
+            if broker.reactor is not None:
+                broker.reactor.kill()
+            if server is not None:
+                if server.log_dir_lock is not None and server.log_dir_lock.held:
+                    server.log_dir_lock.release()
+                if server.log_manager is not None:
+                    try:
+                        server.log_manager.close()
+                    except Exception:
+                        pass
+            broker.server = None
+        self.client_reactor.kill()
+
+
+def run_seed(seed: int, settings: Settings | None = None, directory: str | None = None,
+             schedule: Schedule | None = None) -> RunResult:
+    """
+    Run one seed: its schedule (or C{schedule}), the invariants, the trace's hash.
+
+    @param directory: where the brokers' log dirs go (a temporary directory,
+        on C{/dev/shm} when there is one, removed after, when C{None}).
+    """
+    settings = settings or Settings()
+    schedule = schedule or make_schedule(seed, settings)
+    started = time.perf_counter()
+    own = directory is None
+    # on tmpfs when there is one: the brokers' fsyncs (checkpoints, closing) cost nothing there
+    directory = directory or tempfile.mkdtemp(prefix=f"kafkatw-sim-{seed}-",
+                                              dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+    cluster = Cluster(seed, settings, directory)
+    logged: list[str] = []
+
+    def observe(event: dict) -> None:
+        if event.get("log_failure") is not None:
+            failure = event["log_failure"]
+            logged.append(f"{formatEvent(event)}: {failure.type.__name__}: {failure.getErrorMessage()}")
+
+    globalLogPublisher.addObserver(observe)
+    try:
+        try:
+            cluster.run(schedule)
+        except Exception as e:
+            cluster.violation("no exception", f"{type(e).__name__}: {e}")
+        return RunResult(seed, schedule, cluster.violations, cluster.trace_hash(), len(cluster.acked),
+                         len(cluster.failed), cluster.read_count,
+                         cluster.now(), time.perf_counter() - started, cluster.reactor.events, cluster.trace, logged,
+                         dict(cluster.exercised))
+    finally:
+        globalLogPublisher.removeObserver(observe)
+        cluster.dispose()
+        gc.unfreeze()  # each broker's start freezes what exists (KafkaServer._start_serving): not across seeds
+        gc.collect()
+        if own:
+            shutil.rmtree(directory, ignore_errors=True)
+
+
+def shrink(seed: int, settings: Settings, result: RunResult,
+           progress: Callable[[RunResult], object] = lambda result: None) -> RunResult:
+    """
+    A shorter schedule that still fails the same way: leave out one fault of
+    the seed's schedule at a time (greedily, first to last, again after each
+    success), keeping it out while the run still breaks the first
+    violation's invariant.  Deterministic, like the runs.
+
+    @return: the failing run of the shortest schedule found (its
+        C{schedule.dropped} says which faults of the seed's schedule it leaves out).
+    """
+    full = make_schedule(seed, settings).faults
+    wanted = result.violations[0].invariant if result.violations else None
+    best, dropped = result, set(result.schedule.dropped)
+    shrunk = True
+    while shrunk:
+        shrunk = False
+        for index in range(len(full)):
+            if index in dropped:
+                continue
+            candidate = best.schedule.without(tuple(dropped | {index}), full)
+            attempt = run_seed(seed, settings, schedule=candidate)
+            progress(attempt)
+            if any(v.invariant == wanted for v in attempt.violations):
+                best, dropped, shrunk = attempt, dropped | {index}, True
+    return best
