@@ -63,7 +63,7 @@ from __future__ import annotations
 
 import collections
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Coroutine, Iterable
 
 from twisted.internet import defer
 from twisted.logger import Logger
@@ -111,9 +111,44 @@ MAX_SETTLE_ATTEMPTS = 5
 SETTLE_WRITES_IN_FLIGHT = 64
 
 
-def _fire_all(waiters: list[defer.Deferred]) -> None:
-    for waiter in waiters:
-        waiter.callback(None)
+class _QueuedPass:
+    """
+    A controller event queued once for any number of calls made until it
+    starts: they share it (it has read nothing yet, so it sees what they
+    announce); a call made once it has started queues the next one.
+    """
+
+    def __init__(self) -> None:
+        self._waiters: list[defer.Deferred] | None = None
+
+    def join(self, run: Callable[[Callable[[], Any]], defer.Deferred],
+             body: Callable[[], Coroutine[Any, Any, None]]) -> defer.Deferred:
+        """
+        @param run: the controller's L{KafkaController.run}.
+        @return: a Deferred firing with C{None} once the pass has run (or was
+            skipped: the controller is not active).
+        """
+        waiter: defer.Deferred = defer.Deferred()
+        if self._waiters is not None:
+            self._waiters.append(waiter)
+            return waiter
+        waiters = self._waiters = [waiter]
+
+        def started() -> None:
+            if self._waiters is waiters:
+                self._waiters = None
+
+        async def go() -> None:
+            started()
+            await body()
+
+        def ended(_: Any) -> None:
+            started()
+            for each in waiters:
+                each.callback(None)
+
+        run(go).addBoth(ended)
+        return waiter
 
 
 @dataclass(frozen=True)
@@ -218,11 +253,11 @@ class KafkaController:
         #: by one loop (L{_drain}), so events that finish without I/O do not nest on the stack
         self._events: collections.deque[tuple[Callable[[], Any], defer.Deferred]] = collections.deque()
         self._draining = False
-        #: the waiters of the L{topics_changed} pass queued and not yet started
-        self._settle_all_waiters: list[defer.Deferred] | None = None
-        #: the partitions changed since the L{partition_changed} pass queued and not yet started
+        #: the L{topics_changed} and L{partition_changed} passes, each queued once while it waits
+        self._settle_all_pass = _QueuedPass()
+        self._changed_pass = _QueuedPass()
+        #: the partitions changed since the L{partition_changed} pass started
         self._changed: set[tuple[str, int]] = set()
-        self._changed_waiters: list[defer.Deferred] | None = None
         self.live: set[int] = set()
         self.shutting_down: set[int] = set()
         self.partition_states = StateMachine(PARTITION_STATES, "NonExistentPartition")
@@ -377,24 +412,12 @@ class KafkaController:
 
         @return: a Deferred firing with C{None} when the pass has run.
         """
-        waiter: defer.Deferred = defer.Deferred()
-        if self._settle_all_waiters is not None:
-            self._settle_all_waiters.append(waiter)
-            return waiter
-        waiters = self._settle_all_waiters = [waiter]
+        return self._settle_all_pass.join(self.run, self._settle_all_and_continue)
 
-        async def go() -> None:
-            self._end_settle_all_wait(waiters)
-            await self._settle_all()
-            if self.reassignments:
-                await self._continue_reassignments()
-
-        self.run(go).addBoth(lambda _: self._end_settle_all_wait(waiters) or _fire_all(waiters))
-        return waiter
-
-    def _end_settle_all_wait(self, waiters: list[defer.Deferred]) -> None:
-        if self._settle_all_waiters is waiters:  # the pass starts (or was skipped): later calls queue another
-            self._settle_all_waiters = None
+    async def _settle_all_and_continue(self) -> None:
+        await self._settle_all()
+        if self.reassignments:
+            await self._continue_reassignments()
 
     def partition_changed(self, key: tuple[str, int]) -> defer.Deferred:
         """
@@ -408,25 +431,13 @@ class KafkaController:
         @return: a Deferred firing with C{None} when the pass has run.
         """
         self._changed.add(key)
-        waiter: defer.Deferred = defer.Deferred()
-        if self._changed_waiters is not None:
-            self._changed_waiters.append(waiter)
-            return waiter
-        waiters = self._changed_waiters = [waiter]
+        return self._changed_pass.join(self.run, self._settle_changed)
 
-        async def go() -> None:
-            self._end_changed_wait(waiters)
-            keys, self._changed = self._changed, set()
-            await self._settle_keys(sorted(keys))
-            if self.reassignments:
-                await self._continue_reassignments()
-
-        self.run(go).addBoth(lambda _: self._end_changed_wait(waiters) or _fire_all(waiters))
-        return waiter
-
-    def _end_changed_wait(self, waiters: list[defer.Deferred]) -> None:
-        if self._changed_waiters is waiters:
-            self._changed_waiters = None
+    async def _settle_changed(self) -> None:
+        keys, self._changed = self._changed, set()
+        await self._settle_keys(sorted(keys))
+        if self.reassignments:
+            await self._continue_reassignments()
 
     def _shutdowns_changed(self, ids: list[str]) -> None:
         self.shutting_down = {int(i) for i in ids if i.isdigit()}

@@ -486,7 +486,8 @@ def format_state(group: GroupDescription, coordinator: tuple[str, int, int]) -> 
     return "\n" + "\n".join(f"{a:<{width}} {b:<25} {c:<20} {d:<15} {e}" for a, b, c, d, e in rows)
 
 
-def _describe_members(client: Any, source: GroupSource, group_id: str, verbose: bool) -> None:
+def _described(source: GroupSource, group_id: str) -> Any:
+    """The group, after Kafka's lines for a group that does not exist, is empty or is rebalancing."""
     group = source.describe(group_id)
     if group.state == "Dead":
         fail(f"Error: Consumer group '{group_id}' does not exist.")
@@ -494,17 +495,15 @@ def _describe_members(client: Any, source: GroupSource, group_id: str, verbose: 
         click.echo(f"\nConsumer group '{group_id}' has no active members.", err=True)
     elif group.state in ("PreparingRebalance", "CompletingRebalance"):
         click.echo(f"\nWarning: Consumer group '{group_id}' is rebalancing.", err=True)
-    click.echo(format_members(group, verbose))
+    return group
+
+
+def _describe_members(client: Any, source: GroupSource, group_id: str, verbose: bool) -> None:
+    click.echo(format_members(_described(source, group_id), verbose))
 
 
 def _describe_state(client: Any, source: GroupSource, group_id: str) -> None:
-    group = source.describe(group_id)
-    if group.state == "Dead":
-        fail(f"Error: Consumer group '{group_id}' does not exist.")
-    if group.state == "Empty":
-        click.echo(f"\nConsumer group '{group_id}' has no active members.", err=True)
-    elif group.state in ("PreparingRebalance", "CompletingRebalance"):
-        click.echo(f"\nWarning: Consumer group '{group_id}' is rebalancing.", err=True)
+    group = _described(source, group_id)
     node = client.find_coordinator(group_id)
     found = client.describe_cluster().nodes.get(node)
     click.echo(format_state(group, (found.host if found else "?", found.port if found else -1, node)))

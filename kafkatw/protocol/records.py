@@ -225,20 +225,8 @@ def decode_varint(data: bytes, pos: int = 0) -> tuple[int, int]:
     @return: (value, position after it)
     @raise CorruptRecordError: truncated or longer than 10 bytes.
     """
-    result = 0
-    shift = 0
-    try:
-        while True:
-            b = data[pos]
-            pos += 1
-            result |= (b & 0x7F) << shift
-            if b < 0x80:
-                return (result >> 1) ^ -(result & 1), pos
-            shift += 7
-            if shift > 63:
-                raise CorruptRecordError("varint longer than 10 bytes")
-    except IndexError:
-        raise CorruptRecordError("truncated varint") from None
+    value, pos = decode_uvarint(data, pos)
+    return (value >> 1) ^ -(value & 1), pos
 
 
 def decode_uvarint(data: bytes, pos: int = 0) -> tuple[int, int]:

@@ -302,8 +302,8 @@ class EmbeddedServiceTests(TestCase):
 class StandaloneTests(SynchronousTestCase):
     """C{kafkatw.zookeeper.standalone.run}: foreground server, SIGTERM stops it cleanly."""
 
-    def test_a_killed_command_takes_its_server_down(self):
-        """Issue 27: SIGKILL of C{kafkatw zookeeper} left its JVM serving with nobody to stop it."""
+    def start(self) -> tuple[subprocess.Popen, int, str]:
+        """C{run} in a child process on a free port: C{(child, port, data dir)}, once it says it is ready."""
         data_dir = tempfile.mkdtemp(prefix="kafkatw-test-")
         self.addCleanup(shutil.rmtree, data_dir, True)
         port = find_free_port()
@@ -314,9 +314,19 @@ class StandaloneTests(SynchronousTestCase):
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
         child = subprocess.Popen([sys.executable, "-c", code], env=env, stderr=subprocess.PIPE)
+        # the child prints its "ready" line (or exits: EOF) once ZooKeeper serves
+        line = child.stderr.readline()
+        if b"ZooKeeper ready on 127.0.0.1" not in line:
+            child.kill()
+            child.wait()
+            self.fail(f"not ready: {line!r}")
+        self.assertTrue(serving(port))
+        return child, port, data_dir
+
+    def test_a_killed_command_takes_its_server_down(self):
+        """Issue 27: SIGKILL of C{kafkatw zookeeper} left its JVM serving with nobody to stop it."""
+        child, port, data_dir = self.start()
         try:
-            self.assertIn(b"ZooKeeper ready on 127.0.0.1", child.stderr.readline())
-            self.assertTrue(serving(port))
             child.kill()
             child.wait(TIMEOUT_S)
             deadline = time.monotonic() + TIMEOUT_S
@@ -331,20 +341,8 @@ class StandaloneTests(SynchronousTestCase):
             subprocess.run(["pkill", "-KILL", "-f", f"{data_dir}/"], check=False)
 
     def test_run_and_sigterm(self):
-        data_dir = tempfile.mkdtemp(prefix="kafkatw-test-")
-        self.addCleanup(shutil.rmtree, data_dir, True)
-        port = find_free_port()
-        code = (
-            "import sys; from kafkatw.zookeeper.standalone import run;"
-            f" sys.exit(run({port}, {data_dir!r}, tick_time_ms=500))"
-        )
-        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        child = subprocess.Popen([sys.executable, "-c", code], env=env, stderr=subprocess.PIPE)
+        child, port, _ = self.start()
         try:
-            # the child prints its "ready" line (or exits: EOF) once ZooKeeper serves
-            self.assertIn(b"ZooKeeper ready on 127.0.0.1", child.stderr.readline())
-            self.assertTrue(serving(port))
             child.send_signal(signal.SIGTERM)
             self.assertEqual(child.wait(TIMEOUT_S), 0)
             self.assertFalse(ruok(port))

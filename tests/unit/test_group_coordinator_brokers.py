@@ -116,17 +116,8 @@ class TwoBrokersTests(SynchronousTestCase):
 
     def test_divergent_views_of_the_live_brokers_make_one_coordinator(self) -> None:
         b0, b1 = self.brokers
-        t = self.call(b0, 19, 5, {"topics": [{"name": "t", "num_partitions": 1, "replication_factor": 1,
-                                              "assignments": [], "configs": []}],
-                                  "timeout_ms": 5000, "validate_only": False})
-        self.assertEqual(t.topics[0].error_code, ErrorCode.none)
-        for b in self.brokers:
-            for _ in range(3):
-                b.reactor.advance(0.01)
-        group = next(g for g in (f"g{i}" for i in range(100)) if coordinator_for(g, [0, 1]) == 0)
-        self.assertEqual(self.find_coordinator(b0, group), (ErrorCode.none, 0))
+        group = self.coordinated_group_with_an_offset()
         self.assertEqual(self.find_coordinator(b1, group), (ErrorCode.none, 0))
-        self.assertEqual(self.commit(b0, group, 10), ErrorCode.none)
 
         self.believe_only_itself_alive(b1)
         # Broker 1 does not name itself (it names the holder, or none while it cannot reach it) ...
@@ -155,6 +146,7 @@ class TwoBrokersTests(SynchronousTestCase):
         return response.results[0].error_code
 
     def coordinated_group_with_an_offset(self) -> str:
+        """Topic C{t} created; a group broker 0 coordinates (as both brokers agree), with offset 10 committed."""
         b0, _ = self.brokers
         t = self.call(b0, 19, 5, {"topics": [{"name": "t", "num_partitions": 1, "replication_factor": 1,
                                               "assignments": [], "configs": []}],
