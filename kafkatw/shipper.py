@@ -79,6 +79,8 @@ __all__ = [
     "FileFollower",
     "LineSink",
     "ProducerSink",
+    "SKIPPED_BINARY",
+    "SKIPPED_UNREADABLE",
     "ShipStats",
     "Shipper",
     "expand_paths",
@@ -107,6 +109,11 @@ class ShipStats:
     @ivar files: files from which at least one line was shipped.
     @ivar truncated: lines cut to C{max_line_bytes}.
     @ivar skipped: files that could not be read plus lines skipped as binary.
+    @ivar skipped_per_file: what C{skipped} counts, per path and reason:
+        C{{path: {reason: count}}}, reasons L{SKIPPED_BINARY} (lines: a NUL
+        byte or not UTF-8, with C{skip_binary}) and L{SKIPPED_UNREADABLE}
+        (the file, once: permission denied or not a regular file).  Its
+        counts add up to C{skipped}.
     """
 
     lines: int = 0
@@ -114,6 +121,19 @@ class ShipStats:
     files: int = 0
     truncated: int = 0
     skipped: int = 0
+    skipped_per_file: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
+
+    def skip(self, path: str, reason: str, count: int = 1) -> None:
+        """Count C{count} things of C{path} skipped for C{reason}."""
+        self.skipped += count
+        reasons = self.skipped_per_file.setdefault(path, {})
+        reasons[reason] = reasons.get(reason, 0) + count
+
+
+#: a reason in L{ShipStats.skipped_per_file}: lines with a NUL byte or not UTF-8 (C{skip_binary})
+SKIPPED_BINARY = "binary"
+#: a reason in L{ShipStats.skipped_per_file}: a file that could not be opened (counted once)
+SKIPPED_UNREADABLE = "unreadable"
 
 
 class LineSink(Protocol):
@@ -839,7 +859,7 @@ class Shipper:
             def emit(value: bytes, line_no: int, original: int | None, path: str = path, key: bytes = key,
                      fixed: tuple = fixed) -> None:
                 if self.skip_binary and _is_binary(value):
-                    self._pending.skipped += 1
+                    self._pending.skip(path, SKIPPED_BINARY)
                     return
                 # tuples, as line_records makes them
                 headers = (*fixed, ("line_no", b"%d" % line_no))
@@ -869,7 +889,7 @@ class Shipper:
                 self.opened.add(path)
             if follower.unreadable and path not in self._reported:
                 self._reported.add(path)
-                self.stats.skipped += 1
+                self.stats.skip(path, SKIPPED_UNREADABLE)
                 self._warn(f"cannot read {path}: permission denied or not a regular file; skipping it")
             elif was_unreadable and not follower.unreadable:
                 self._reported.discard(path)
@@ -890,7 +910,9 @@ class Shipper:
         s.lines += p.lines
         s.bytes += p.bytes
         s.truncated += p.truncated
-        s.skipped += p.skipped
+        for path, reasons in p.skipped_per_file.items():
+            for reason, count in reasons.items():
+                s.skip(path, reason, count)
         self._shipped_from |= self._pending_files
         s.files = len(self._shipped_from)
         if p.truncated:

@@ -54,24 +54,41 @@ class Summary:
         self.top = top
         self.lines: dict[str, int] = {}
         self.errors: dict[str, int] = {}
+        self.unparsed: dict[str, int] = {}
 
-    def add(self, batch_id: int, per_source: list, messages: list) -> None:
+    def add(self, batch_id: int, per_source: list, messages: list, empty: int = 0) -> None:
+        """
+        Print one micro-batch's summary and the running totals.
+
+        @param per_source: rows C{{"source", "lines", "errors", "unparsed"}}
+            ("unparsed": lines of no known format, counted at the record's
+            time; C{"unparsed"} may be absent: 0).
+        @param messages: the top rows C{{"message", "count"}}, none with an
+            empty message.
+        @param empty: lines whose message is empty (blank lines, or a
+            prefix with nothing after it): counted among the lines, never
+            as a message.
+        """
         for row in per_source:
-            self.lines[row["source"]] = self.lines.get(row["source"], 0) + row["lines"]
-            self.errors[row["source"]] = self.errors.get(row["source"], 0) + row["errors"]
+            source = row["source"]
+            self.lines[source] = self.lines.get(source, 0) + row["lines"]
+            self.errors[source] = self.errors.get(source, 0) + row["errors"]
+            self.unparsed[source] = self.unparsed.get(source, 0) + row.get("unparsed", 0)
         batch_lines = sum(r["lines"] for r in per_source)
         batch_errors = sum(r["errors"] for r in per_source)
         w = self.out.write
         w(f"--- batch {batch_id}: {batch_lines} lines, {batch_errors} errors"
           f" (running total {sum(self.lines.values())} lines, {sum(self.errors.values())} errors)\n")
-        w(f"{'source':<48} {'lines':>10} {'errors':>8}\n")
+        w(f"{'source':<48} {'lines':>10} {'errors':>8} {'unparsed':>9}\n")
         for source in sorted(self.lines):
             shown = source if len(source) <= 48 else "..." + source[-45:]
-            w(f"{shown:<48} {self.lines[source]:>10} {self.errors[source]:>8}\n")
+            w(f"{shown:<48} {self.lines[source]:>10} {self.errors[source]:>8} {self.unparsed[source]:>9}\n")
         if messages:
             w("top messages this batch:\n")
             for row in messages:
                 w(f"  {row['count']:>8}  {row['message'][:100]}\n")
+        if empty:
+            w(f"  {empty:>8}  lines with no message (blank) this batch, not among the messages\n")
         self.out.flush()
 
 
@@ -171,9 +188,12 @@ def process_batch(parsed: Any, batch_id: int, output: str, summary: Summary) -> 
     if not counts.num_rows:
         return
     errors = pc.if_else(pc.fill_null(counts["error"], False), counts["count"], 0)
-    per_source = [{"source": r["source"], "lines": r["count_sum"], "errors": r["errors_sum"]}
+    unparsed = pc.if_else(pc.fill_null(pc.equal(counts["level"], "unparsed"), False), counts["count"], 0)
+    per_source = [{"source": r["source"], "lines": r["count_sum"], "errors": r["errors_sum"],
+                   "unparsed": r["unparsed_sum"]}
                   for r in counts.select(["source", "count"]).append_column("errors", errors)
-                  .group_by("source").aggregate([("count", "sum"), ("errors", "sum")]).to_pylist()]
+                  .append_column("unparsed", unparsed).group_by("source")
+                  .aggregate([("count", "sum"), ("errors", "sum"), ("unparsed", "sum")]).to_pylist()]
     rows = counts.select(["source", "minute", "level", "status", "count"])
     spark = parsed.sparkSession
     directory = os.path.join(output, f"batch-{batch_id:08d}")
@@ -183,10 +203,14 @@ def process_batch(parsed: Any, batch_id: int, output: str, summary: Summary) -> 
     else:
         spark.createDataFrame(rows, OUTPUT_SCHEMA).coalesce(1).write.mode("overwrite").parquet(directory)
     # Spark's order: count descending, then message ascending (nulls first), UTF-8 bytes as Arrow's
-    messages = (groups.filter(pc.equal(groups["per_group"], 0)).select(["message", "count"])
+    # an empty message (a blank line) is not a message: counted apart, so the lines still add up
+    by_message = groups.filter(pc.equal(groups["per_group"], 0)).select(["message", "count"])
+    blank = pc.fill_null(pc.equal(by_message["message"], ""), False)
+    empty = pc.sum(by_message.filter(blank)["count"]).as_py() or 0
+    messages = (by_message.filter(pc.invert(blank))
                 .sort_by([("count", "descending", "at_end"), ("message", "ascending", "at_start")])
                 .slice(0, summary.top).to_pylist())
-    summary.add(batch_id, per_source, messages)
+    summary.add(batch_id, per_source, messages, empty)
 
 
 #: Spark's default C{spark.sql.codegen.hugeMethodLimit}

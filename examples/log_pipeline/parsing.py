@@ -10,14 +10,29 @@ Formats recognised, tried in this order (first match wins):
   - C{twistd}: Twisted's log format, C{2026-11-22T04:00:41+0000 [ns#level] msg}.
   - C{dpkg}: dpkg.log, C{2026-11-22 04:00:41 status installed foo:amd64 1.0}, and
     apt's history/term logs (C{Start-Date: 2026-11-22  04:00:41}); level info.
+  - C{program}: a program's name, then a time without zone and a colon, as
+    Debian's C{update-alternatives} writes alternatives.log
+    (C{update-alternatives 2026-11-22 04:00:41: run with --install ...});
+    message C{"program: text"}, level guessed from the text as for syslog.
   - C{app}: ISO 8601 application logs with a level word among the first tokens
     after the time, e.g. Python's logging C{2026-11-22 04:00:41,123 ERROR msg}.
   - C{syslog}: RFC 3164 C{Nov 22 04:00:41 host prog[pid]: msg} and the RFC 3339
     form rsyslog writes on Debian 12 (C{2026-11-22T04:00:41.123+00:00 host prog: msg}).
     Syslog files carry no severity: the level is guessed from the message
     (error/fail/fatal/panic/denied... -> error; warn -> warning; else info).
+  - C{term}: in apt's term.log (L{TERM_SOURCE}: the source is C{.../apt/term.log}
+    or a rotated C{term.log.1}), a line of none of the formats above: dpkg's
+    output (C{Setting up foo (1.0) ...}); level guessed from the text as for
+    syslog, no timestamp (the record's, see docs/spark.md: each record is
+    parsed alone, so the time of the file's C{Log started:} header above it
+    is not carried down).
   - anything else: C{unparsed} (level C{"unparsed"}, no timestamp: the job
     uses the record's timestamp).
+
+Before any of these, a line is cut to what a terminal shows of it: its
+trailing C{\\r} and C{\\n} removed, then only the text after its last C{\\r}
+(apt and dpkg draw progress bars as C{\\r}-separated updates within one
+line: C{(Reading database ... 5%\\r(Reading database ... 10%\\r...}).
 
 Timestamps without a zone are taken as UTC; RFC 3164 timestamps have no year:
 the record's year is used (the previous one if that puts the line more than
@@ -31,7 +46,8 @@ import sys
 from datetime import datetime, timedelta, timezone
 from typing import Any, Iterator, NamedTuple
 
-__all__ = ["ParsedLine", "parse_line", "minute_ms", "is_error", "source_of", "template", "parse_arrow_batches"]
+__all__ = ["ParsedLine", "parse_line", "TERM_SOURCE", "minute_ms", "is_error", "source_of", "template",
+           "parse_arrow_batches"]
 
 UTC = timezone.utc
 _MONTHS = {m: i for i, m in enumerate(
@@ -40,7 +56,7 @@ _MONTHS = {m: i for i, m in enumerate(
 
 class ParsedLine(NamedTuple):
     """
-    @ivar format: access, twistd, dpkg, app, syslog or unparsed.
+    @ivar format: access, twistd, dpkg, program, app, syslog, term or unparsed.
     @ivar timestamp_ms: the line's own time (ms since the epoch) or None.
     @ivar level: debug, info, warning, error, critical; "unparsed"; None for access logs.
     @ivar status: the HTTP status of an access-log line, else None.
@@ -70,6 +86,9 @@ _TWISTD = re.compile(r"^" + _ISO + r" \[([^\]#]*)#(\w+)\] ?(.*)$")
 _DPKG = re.compile(r"^(\d{4})-(\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2}) (?:status|install|upgrade|remove|purge"
                    r"|configure|trigproc|startup|conffile) (.*)$")
 _APT = re.compile(r"^(?:Start-Date|End-Date|Log started|Log ended): (\d{4})-(\d{2})-(\d{2})\s+(\d{2}):(\d{2}):(\d{2})")
+_PROGRAM = re.compile(r"^([A-Za-z][A-Za-z0-9_.+-]*) (\d{4})-(\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2}): (.*)$")
+#: the sources whose lines of no known format are dpkg's terminal output (C{term})
+TERM_SOURCE = re.compile(r"(?:^|/)apt/term\.log(?:\.[0-9]+)?\Z")
 _ISO_LINE = re.compile(r"^\[?" + _ISO + r"\]?\s+(.*)$")
 _SYSLOG_TAIL = re.compile(r"^(\S+) ([^\s:\[]+)(?:\[\d+\])?: ?(.*)$")
 _RFC3164 = re.compile(r"^(\w{3}) {1,2}(\d{1,2}) (\d{2}):(\d{2}):(\d{2}) (\S+) ([^\s:\[]+)(?:\[\d+\])?: ?(.*)$")
@@ -113,16 +132,27 @@ def guess_level(message: str) -> str:
     return "info"
 
 
-def parse_line(line: str, record_ms: int | None = None) -> ParsedLine:
+def parse_line(line: str, record_ms: int | None = None, source: str | None = None) -> ParsedLine:
     """
     Parse one log line.
 
     @param line: the line, without its newline.
     @param record_ms: the record's timestamp (ms since the epoch), used for the
         year of RFC 3164 syslog timestamps (default: now).
+    @param source: the file the line is from (L{source_of}); only apt's
+        term.log (L{TERM_SOURCE}) changes anything.
     @return: a L{ParsedLine}; never raises.
     """
+    parsed = _parse_line(line, record_ms)
+    if parsed.format == "unparsed" and source is not None and TERM_SOURCE.search(source):
+        return ParsedLine("term", None, guess_level(parsed.message), None, parsed.message)
+    return parsed
+
+
+def _parse_line(line: str, record_ms: int | None) -> ParsedLine:
     line = line.rstrip("\r\n")
+    if "\r" in line:
+        line = line[line.rfind("\r") + 1:]  # what a terminal shows of a progress bar: its last update
     m = _ACCESS.match(line)
     if m:
         day, mon, year, hour, minute, second, zone, request, status = m.groups()
@@ -146,6 +176,11 @@ def parse_line(line: str, record_ms: int | None = None) -> ParsedLine:
     m = _APT.match(line)
     if m:
         return ParsedLine("dpkg", _iso_ms(m.groups()[:6] + (None, None)), "info", None, line.split(":", 1)[0])
+    m = _PROGRAM.match(line)
+    if m:
+        text = m.group(8)
+        return ParsedLine("program", _iso_ms(m.groups()[1:7] + (None, None)), guess_level(text), None,
+                          f"{m.group(1)}: {text}")
     m = _ISO_LINE.match(line)
     if m:
         ts = _iso_ms(m.groups())
@@ -242,8 +277,9 @@ def parse_arrow_batches(batches: Iterator[Any]) -> Iterator[Any]:
                     path = h["value"]
                     break
             line = (value or b"").decode("utf-8", "replace")
-            parsed = p.parse_line(line, record_ms)
-            out["source"].append(p.source_of(path, key))
+            source = p.source_of(path, key)
+            parsed = p.parse_line(line, record_ms, source)
+            out["source"].append(source)
             out["minute"].append(p.minute_ms(parsed, record_ms))
             out["level"].append(parsed.level)
             out["status"].append(parsed.status)

@@ -11,8 +11,11 @@ checks the two against each other on the same lines.
 How the Python rules carry over
 ===============================
 
-  - Formats are tried in parsing.py's order (access, twistd, dpkg, apt, ISO
-    8601 line, RFC 3164); each regular expression is the Python one in Java's
+  - The line is cut as parsing.py cuts it (its trailing C{\\r}/C{\\n}
+    dropped, then the text after its last C{\\r}: a progress bar's last
+    update).  Formats are tried in parsing.py's order (access, twistd, dpkg,
+    apt, program, ISO 8601 line, RFC 3164; then C{term} for a line of none
+    in apt's term.log); each regular expression is the Python one in Java's
     syntax.  Python's C{\\s}, C{\\d} and C{\\w} match Unicode whitespace,
     decimal digits and word characters; Java's match ASCII only, so they are
     written as Java's Unicode classes for the same sets (L{_py_class}:
@@ -78,7 +81,8 @@ _LEVELS = {
     "emerg": "critical", "emergency": "critical", "panic": "critical",
 }
 #: the line formats of L{_build} as small integers (compared per line, cheaper than strings)
-_FMT = {name: i for i, name in enumerate(["unparsed", "access", "twistd", "dpkg", "apt", "iso", "rfc3164"])}
+_FMT = {name: i for i, name in enumerate(["unparsed", "access", "twistd", "dpkg", "apt", "iso", "rfc3164",
+                                                           "program", "term"])}
 _DPKG_ACTIONS = "status|install|upgrade|remove|purge|configure|trigproc|startup|conffile"
 _ERROR_WORDS = "error|errors|fail|failed|failure|fatal|panic|critical|denied|segfault|exception"
 
@@ -142,6 +146,10 @@ def _patterns() -> dict[str, str]:
                  f" ([^\\n]*)\\z"),
         "apt": (f"^(?:Start-Date|End-Date|Log started|Log ended): ({D}{{4}})-({D}{{2}})-({D}{{2}}){WS}+"
                 f"({D}{{2}}):({D}{{2}}):({D}{{2}})"),
+        # (the program's name: ASCII only, in both)
+        "program": (f"^([A-Za-z][A-Za-z0-9_.+\\-]*) ({D}{{4}})-({D}{{2}})-({D}{{2}}) ({D}{{2}}):({D}{{2}}):({D}{{2}}):"
+                    f" ([^\\n]*)\\z"),
+        "term_source": "(?:^|/)apt/term\\.log(?:\\.[0-9]+)?\\z",  # parsing.TERM_SOURCE
         "iso": f"^\\[?{iso}\\]?{WS}+([^\\n]*)\\z",
         "rfc3164": (f"^({W}{{3}}) {{1,2}}({D}{{1,2}}) ({D}{{2}}):({D}{{2}}):({D}{{2}}) ({NWS}+)"
                     f" ([^{s}:\\[]+)(?:\\[{D}+\\])?: ?([^\\n]*)\\z"),
@@ -278,10 +286,16 @@ def _build(df: Any) -> Any:
     # 1. the line, the record's time, the source (parsing.source_of)
     path = F.make_valid_utf8(F.get(F.filter("headers", lambda h: h["key"] == "path"), 0)["value"].cast("string"))
     value = F.coalesce(F.make_valid_utf8(col("value").cast("string")), F.lit(""))
-    # (rtrim with a trim string walks the whole line: only where the line ends with one)
-    df = df.select(
-        F.when(value.endswith("\r") | value.endswith("\n"), F.rtrim(value, F.lit("\r\n"))).otherwise(value).alias("line"),
-        F.coalesce(F.unix_millis("timestamp"), zero).alias("record_ms"), "key", path.alias("path_"))
+    # (only where the line ends with \r or \n: a regular expression walks the whole line; not
+    # rtrim(value, trim), whose two-parameter form Spark 4 reports as deprecated)
+    value = (F.when(value.endswith("\r") | value.endswith("\n"), F.regexp_replace(value, "[\r\n]+\\z", ""))
+             .otherwise(value))
+    df = df.select(value.alias("trimmed"), F.coalesce(F.unix_millis("timestamp"), zero).alias("record_ms"), "key",
+                   path.alias("path_"))
+    # what a terminal shows of a progress bar: the text after the line's last \r
+    trimmed = col("trimmed")
+    df = df.select(F.when(F.instr(trimmed, "\r") > 0, F.substring_index(trimmed, "\r", -1)).otherwise(trimmed)
+                   .alias("line"), "record_ms", "key", "path_")
     # (the key is made valid UTF-8 only where it is needed: records without a path header)
     key = F.make_valid_utf8(col("key").cast("string"))
     source = (F.when(F.coalesce(col("path_"), F.lit("")) != "", col("path_"))
@@ -299,7 +313,7 @@ def _build(df: Any) -> Any:
     df = df.select("line", "record_ms", source.alias("source"), access_groups.alias("access_groups"))
     line = col("line")
     fmt = F.lit(_FMT["unparsed"])
-    for name in reversed(["twistd", "dpkg", "apt", "iso", "rfc3164"]):
+    for name in reversed(["twistd", "dpkg", "apt", "program", "iso", "rfc3164"]):
         fmt = F.when(line.rlike(p[name]), _FMT[name]).otherwise(fmt)
     fmt = F.when(F.octet_length("access_groups") < F.octet_length(line), _FMT["access"]).otherwise(fmt)
     df = df.select("line", "record_ms", "source", "access_groups", fmt.alias("fmt"))
@@ -309,6 +323,7 @@ def _build(df: Any) -> Any:
         "twistd": [1, 2, 3, 4, 5, 6, 7, 8, 10, 11],
         "dpkg": [1, 2, 3, 4, 5, 6],
         "apt": [1, 2, 3, 4, 5, 6],
+        "program": [2, 3, 4, 5, 6, 7],  # program and text: program_tail
         "iso": [1, 2, 3, 4, 5, 6, 7, 8, 9],
         "rfc3164": [1, 2, 3, 4, 5],  # program and message: rfc_tail
     }
@@ -316,6 +331,7 @@ def _build(df: Any) -> Any:
     for name, numbers in groups.items():
         g = g.when(fmt == _FMT[name], _fields(F, line, p[name], numbers))
     rfc_tail = F.when(fmt == _FMT["rfc3164"], F.regexp_replace(line, p["rfc3164"] + "(?s:.*)", "$7 $8"))
+    rfc_tail = rfc_tail.when(fmt == _FMT["program"], F.regexp_replace(line, p["program"], "$1 $8"))
     df = df.select("line", "record_ms", "source", "fmt", g.alias("g"), rfc_tail.alias("rfc_tail"))
     g = col("g")
     # the first eight groups (the dates, times, zones, status) with their digits as 0-9, where a
@@ -334,7 +350,7 @@ def _build(df: Any) -> Any:
     # 4. the date and time fields, status, level and message where the format alone decides them
     month = _map(F, {m: i for i, m in enumerate(_MONTHS, 1)})
     access, rfc = fmt == _FMT["access"], fmt == _FMT["rfc3164"]
-    iso_like = fmt.isin(*(_FMT[n] for n in ("twistd", "dpkg", "apt", "iso")))
+    iso_like = fmt.isin(*(_FMT[n] for n in ("twistd", "dpkg", "apt", "iso", "program")))
     record_day = ((col("record_ms") - F.pmod(col("record_ms"), F.lit(86_400_000))) / 86_400_000).cast("long")
     y = (F.when(access, number(2)).when(iso_like, number(0))
          .when(rfc, F.year(F.date_from_unix_date(record_day)).cast("long")))
@@ -353,16 +369,20 @@ def _build(df: Any) -> Any:
     access_message = F.substring_index(F.rtrim(F.get(g, 8)), "?", 1)
     twistd_word = F.lower(F.get(g, 8))
     bad_month = rfc & F.try_element_at(month, field(0)).isNull()  # RFC 3164 with no month name: unparsed
-    fmt2 = F.when(bad_month, _FMT["unparsed"]).otherwise(fmt)
+    # parsing.TERM_SOURCE: a line of no format in apt's term.log is dpkg's output (level guessed)
+    term = ((fmt == _FMT["unparsed"]) | bad_month) & col("source").rlike(p["term_source"])
+    fmt2 = F.when(term, _FMT["term"]).when(bad_month, _FMT["unparsed"]).otherwise(fmt)
     level = (F.when(bad_month, "unparsed").when(fmt.isin(_FMT["dpkg"], _FMT["apt"]), "info")
              .when(fmt == _FMT["twistd"], F.coalesce(F.try_element_at(_map(F, _LEVELS), twistd_word), twistd_word))
              .when(fmt == _FMT["unparsed"], "unparsed"))
     message = (F.when(bad_month, line).when(access, access_message).when(fmt == _FMT["twistd"], F.get(g, 9))
                .when(fmt == _FMT["dpkg"], F.substring(line, 21, 1 << 30)).when(fmt == _FMT["apt"], F.substring_index(line, ":", 1))
-               .when(rfc, F.concat(F.substring_index(col("rfc_tail"), " ", 1), F.lit(": "),
+               .when(rfc | (fmt == _FMT["program"]), F.concat(F.substring_index(col("rfc_tail"), " ", 1), F.lit(": "),
                                    _after_first(F, col("rfc_tail"), " ")))
                .when(fmt == _FMT["unparsed"], line))
-    guess = F.when(rfc & ~bad_month, _after_first(F, col("rfc_tail"), " "))  # the text a syslog level is guessed from
+    # the text a level is guessed from (syslog, program, term)
+    guess = (F.when(term, line)
+             .when((rfc & ~bad_month) | (fmt == _FMT["program"]), _after_first(F, col("rfc_tail"), " ")))
     rest = F.when(fmt == _FMT["iso"], F.get(g, 8))
     df = df.select("record_ms", "source", fmt2.alias("fmt"), y.alias("y"), mo.alias("mo"), d.alias("d"),
                    hh.alias("hh"), mi.alias("mi"), ss.alias("ss"), millis.alias("millis"), offset.alias("offset"),

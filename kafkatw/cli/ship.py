@@ -23,7 +23,8 @@ from typing import Any
 import click
 
 from kafkatw.client.connection import unreachable
-from kafkatw.shipper import DEFAULT_MAX_LINE_BYTES, ProducerSink, Shipper, ShipStats
+from kafkatw.shipper import (DEFAULT_MAX_LINE_BYTES, SKIPPED_BINARY, SKIPPED_UNREADABLE, ProducerSink, Shipper,
+                             ShipStats)
 
 from ._common import bootstrap_option, client_security, command_config_option, describe_error, fail
 
@@ -47,7 +48,21 @@ def _summary(stats: ShipStats) -> str:
         extra.append(f"{stats.truncated} truncated")
     if stats.skipped:
         extra.append(f"{stats.skipped} skipped")
-    return line + (f" ({', '.join(extra)})" if extra else "")
+    return line + (f" ({', '.join(extra)})" if extra else "") + "".join(
+        f"\n  {path}: skipped {_skipped_reasons(reasons)}" for path, reasons in sorted(stats.skipped_per_file.items()))
+
+
+def _skipped_reasons(reasons: dict[str, int]) -> str:
+    """C{{"binary": 3}} as C{"3 binary lines (a NUL byte or not UTF-8)"}; C{"unreadable"} as why."""
+    out = []
+    for reason, count in sorted(reasons.items()):
+        if reason == SKIPPED_BINARY:
+            out.append(f"{_plural(count, 'binary line')} (a NUL byte or not UTF-8)")
+        elif reason == SKIPPED_UNREADABLE:
+            out.append("the whole file (unreadable: permission denied or not a regular file)")
+        else:
+            out.append(f"{count} ({reason})")
+    return "; ".join(out)
 
 
 class _Progress:

@@ -69,6 +69,15 @@ UNIT_TEST_LINES = [
     "2026-13-45 99:99:99 ERROR x", "2026-02-30T04:00:41Z [-#info] x",
     '1.1.1.1 - - [31/Feb/2026:04:00:41 +0000] "GET / HTTP/1.1" 200 1',
     "took 123 ms at 0xdeadBEEF", "(Reading 5%\r(Reading 10%\r",
+    # Debian's alternatives.log and apt/term.log (tests/data/alternatives.log, tests/data/term.log)
+    "update-alternatives 2026-11-22 04:00:41: run with --install /usr/bin/pager pager /usr/bin/less 77",
+    "update-alternatives 2026-11-22 04:00:41: error: no alternatives for x",
+    "update-alternatives 2026-11-22 04:00:41: ", "update-alternatives 2026-13-22 04:00:41: bad date",
+    "Log started: 2026-11-22  04:00:41", "Log ended: 2026-11-22  04:00:43",
+    "(Reading database ... \r(Reading database ... 5%\r(Reading database ... 6089 files and directories currently"
+    " installed.)\r",
+    "Unpacking libsystemd0:amd64 (252.38-1~deb12u1) over (252.36-1~deb12u1) ...\r",
+    "a\r\rb", "\r", "\r\r\n", "x\r ", "Progress: [ 40%]\r2026-11-22 04:00:41 ERROR y",
 ]
 
 _MONTHS = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
@@ -154,6 +163,9 @@ def corpus(count: int, seed: int = 14) -> list[str]:
         lambda: (f"{rng.choice(_MONTHS + ['Foo', 'nov'])} {rng.choice(_DAYS)}"
                  f" {_time(rng)} {rng.choice(['web1', 'h'])} {rng.choice(['sshd[1234]', 'kernel', 'p'])}:"
                  f"{rng.choice(['', ' '])}{_text(rng)}"),
+        lambda: (f"{rng.choice(['update-alternatives', 'x', 'a.b-c+d_1', '1x', 'é'])} {_date(rng)} {_time(rng)}:"
+                 f"{rng.choice(['', ' '])}{_text(rng)}"),
+        lambda: "\r".join(_text(rng) for _ in range(rng.randint(1, 4))),
         lambda: _text(rng),
     ]
     while len(lines) < count:
@@ -182,8 +194,9 @@ def reference(rows: list[tuple]) -> list[tuple]:
                 path = h_value
                 break
         line = (value or b"").decode("utf-8", "replace")
-        parsed = parsing.parse_line(line, record_ms)
-        out.append((parsing.source_of(path, key), parsing.minute_ms(parsed, record_ms), parsed.level, parsed.status,
+        source = parsing.source_of(path, key)
+        parsed = parsing.parse_line(line, record_ms, source)
+        out.append((source, parsing.minute_ms(parsed, record_ms), parsed.level, parsed.status,
                     parsing.is_error(parsed.level, parsed.status), parsing.template(parsed.message)))
     return out
 
@@ -282,8 +295,12 @@ class SparkParsingTests(ClassFixture, unittest.SynchronousTestCase):
 
     def test_random_corpus(self) -> None:
         rng = random.Random(7)
-        rows = [(b"h:/var/log/x", line.encode("utf-8", "surrogatepass"), record_times(rng), [("path", b"/var/log/x")])
-                for line in corpus(4000)]
+        paths = [b"/var/log/x", b"/var/log/apt/term.log", b"apt/term.log.1", b"/var/log/apt/term.log.gz",
+                 b"/var/log/xapt/term.log"]
+        rows = []
+        for line in corpus(4000):
+            path = rng.choice(paths)
+            rows.append((b"h:" + path, line.encode("utf-8", "surrogatepass"), record_times(rng), [("path", path)]))
         self.check(rows)
 
 
@@ -300,8 +317,9 @@ class SparkParsingTests(ClassFixture, unittest.SynchronousTestCase):
 
         job = _load("job")
         rng = random.Random(11)
-        rows = [(rng.choice([b"h:/var/log/a", b"h:/var/log/b", None, b"no-colon"]), line.encode("utf-8", "surrogatepass"),
-                 record_times(rng), rng.choice([[("path", b"/var/log/c")], None, [("host", b"h")]]))
+        rows = [(rng.choice([b"h:/var/log/a", b"h:/var/log/apt/term.log", None, b"no-colon"]),
+                 line.encode("utf-8", "surrogatepass"), record_times(rng),
+                 rng.choice([[("path", b"/var/log/c")], None, [("host", b"h")]]))
                 for line in corpus(3000)]
         df = self.spark.createDataFrame(
             rows, "key binary, value binary, record_ms long, headers array<struct<key: string, value: binary>>")
@@ -331,16 +349,22 @@ class SparkParsingTests(ClassFixture, unittest.SynchronousTestCase):
             written.union(written).select("source", F.unix_millis("minute"), "level", "status", "count")).count(), 0)
         self.assertEqual(both.count(), 2 * written.count())
 
-        lines, errors = collections.Counter(), collections.Counter()
-        for source, _, _, _, error, _ in want:
+        lines, errors, unparsed = collections.Counter(), collections.Counter(), collections.Counter()
+        for source, _, level, _, error, _ in want:
             lines[source] += 1
             errors[source] += error
+            unparsed[source] += level == "unparsed"
         messages = collections.Counter(message for *_, message in want)
+        empty = messages.pop("")
+        self.assertGreater(empty, 0)
         top = sorted(messages.items(), key=lambda kv: (-kv[1], kv[0]))[:5]
         expected = io.StringIO()
-        job.Summary(expected).add(7, [{"source": s, "lines": lines[s], "errors": errors[s]} for s in lines],
-                                  [{"message": m, "count": c} for m, c in top])
+        job.Summary(expected).add(7, [{"source": s, "lines": lines[s], "errors": errors[s], "unparsed": unparsed[s]}
+                                      for s in lines],
+                                  [{"message": m, "count": c} for m, c in top], empty)
         self.assertEqual(printed.getvalue(), expected.getvalue())
+        self.assertNotIn("  \n", printed.getvalue())  # no empty top message
+        self.assertIn(f"  {empty:>8}  lines with no message", printed.getvalue())
 
 
 class ClassTests(unittest.SynchronousTestCase):

@@ -27,6 +27,8 @@ def ms(*args: int, tz: timezone = timezone.utc) -> int:
 
 
 RECORD_MS = ms(2026, 11, 22, 4, 1, 0)
+#: samples of real logs (tests/data/README.md)
+_DATA = os.path.join(os.path.dirname(__file__), "..", "data")
 
 
 class ParseLineTests(unittest.SynchronousTestCase):
@@ -79,6 +81,78 @@ class ParseLineTests(unittest.SynchronousTestCase):
         self.check("2026-11-22 04:00:41 upgrade curl:amd64 7.88.1-10 7.88.1-10+deb12u5", "dpkg",
                    ms(2026, 11, 22, 4, 0, 41), "info", None)
         self.check("Start-Date: 2026-11-22  04:00:41", "dpkg", ms(2026, 11, 22, 4, 0, 41), "info", None)
+
+    def test_alternatives_log(self) -> None:
+        """Debian's alternatives.log (a sample from a Debian 12 machine): every line parses, in its own minute."""
+        with open(os.path.join(_DATA, "alternatives.log"), encoding="utf-8") as f:
+            lines = f.read().splitlines()
+        self.assertEqual(len(lines), 6)
+        for line in lines:
+            parsed = parsing.parse_line(line, RECORD_MS)
+            self.assertEqual((parsed.format, parsed.level, parsed.status), ("program", "info", None), line)
+            self.assertEqual(parsed.message, "update-alternatives: " + line.split(": ", 1)[1])
+        self.check(lines[0], "program", ms(2025, 6, 24, 14, 36, 53), "info", None)
+        self.check("update-alternatives 2026-11-22 04:00:41: error: no alternatives for x", "program",
+                   ms(2026, 11, 22, 4, 0, 41), "error", None, "update-alternatives: error: no alternatives for x")
+        self.check("update-alternatives 2026-11-22 04:00:41: ", "program", ms(2026, 11, 22, 4, 0, 41), "info", None,
+                   "update-alternatives: ")
+        # a date that does not exist: no time (the record's), as for the other formats
+        self.check("update-alternatives 2026-13-22 04:00:41: x", "program", None, "info", None)
+        # not a program's name
+        self.check("1x 2026-11-22 04:00:41: x", "unparsed", None, "unparsed", None)
+
+    def test_carriage_returns(self) -> None:
+        """A line is what a terminal shows of it: the text after its last \\r (trailing ones dropped)."""
+        self.check("(Reading 5%\r(Reading 10%\r(Reading 6089 files installed.)\r", "unparsed", None, "unparsed",
+                   None, "(Reading 6089 files installed.)")
+        self.check("a\r\rb", "unparsed", None, "unparsed", None, "b")
+        self.check("x\r\r\n", "unparsed", None, "unparsed", None, "x")
+        self.check("\r", "unparsed", None, "unparsed", None, "")
+        self.check("Progress: [ 40%]\r2026-11-22 04:00:41 ERROR y", "app", ms(2026, 11, 22, 4, 0, 41), "error",
+                   None, "y")
+
+    def test_apt_term_log(self) -> None:
+        """
+        apt/term.log (a sample from a Debian 12 machine): its headers carry
+        their time; dpkg's output lines (format C{term}, by the source) none,
+        so they count at the record's time, each as the one message a
+        terminal shows (never a progress bar's updates); its blank line, an
+        empty message.
+        """
+        with open(os.path.join(_DATA, "term.log"), encoding="utf-8", newline="") as f:
+            lines = f.read().split("\n")[:-1]
+        self.assertEqual(len(lines), 12)
+        parsed = [parsing.parse_line(line, RECORD_MS, "/var/log/apt/term.log") for line in lines]
+        self.assertEqual(parsed[0], parsing.ParsedLine("term", None, "info", None, ""))
+        self.assertEqual(parsed[1], parsing.ParsedLine("dpkg", ms(2025, 6, 24, 14, 36, 25), "info", None,
+                                                       "Log started"))
+        self.assertEqual(parsed[-1], parsing.ParsedLine("dpkg", ms(2025, 6, 24, 14, 36, 25), "info", None,
+                                                        "Log ended"))
+        templates = [parsing.template(p.message) for p in parsed[2:-1]]
+        self.assertEqual(templates[0], "(Reading database ... # files and directories currently installed.)")
+        self.assertEqual(templates[4], templates[0])
+        self.assertEqual(templates[3], "Setting up libsystemd#:amd# (#.#-#~deb#u#) ...")
+        self.assertEqual([(p.format, p.timestamp_ms, p.level) for p in parsed[2:-1]], [("term", None, "info")] * 9)
+        for t in templates:
+            self.assertNotIn("%", t)
+        # the same lines from another file: of no known format
+        self.assertEqual({parsing.parse_line(line, RECORD_MS, "/var/log/x").format for line in lines[2:-1]},
+                         {"unparsed"})
+
+    def test_term_source(self) -> None:
+        """Which sources are apt's term.log (parsing_sql spells TERM_SOURCE in Java's syntax: the same)."""
+        line = "dpkg: error processing package foo (--configure):\r"
+        for source, fmt in [("/var/log/apt/term.log", "term"), ("apt/term.log.1", "term"), ("/x/apt/term.log", "term"),
+                            ("/var/log/apt/term.log.1.gz", "unparsed"), ("/var/log/xapt/term.log", "unparsed"),
+                            ("/var/log/apt/term.log\n", "unparsed"), (None, "unparsed")]:
+            parsed = parsing.parse_line(line, RECORD_MS, source)
+            self.assertEqual((parsed.format, parsed.level), (fmt, "error" if fmt == "term" else "unparsed"), source)
+            self.assertEqual(parsed.message, line[:-1])
+        _sql_spec = importlib.util.spec_from_file_location(
+            "log_pipeline_parsing_sql", os.path.join(os.path.dirname(_PATH), "parsing_sql.py"))
+        parsing_sql = importlib.util.module_from_spec(_sql_spec)
+        _sql_spec.loader.exec_module(parsing_sql)
+        self.assertEqual(parsing_sql._patterns()["term_source"], parsing.TERM_SOURCE.pattern.replace("\\Z", "\\z"))
 
     def test_access_logs(self) -> None:
         self.check('127.0.0.1 - - [22/Nov/2026:04:00:41 +0000] "GET /index.html?x=1 HTTP/1.1" 200 612 "-" "curl/7.88"',
@@ -235,3 +309,35 @@ class OutputTests(unittest.SynchronousTestCase):
         self.assertRaises(ValueError, job.write_counts, bad, directory)
         self.assertEqual(sorted(os.listdir(output)), ["batch-00000003"])
         self.assertEqual(sorted(os.listdir(directory)), before)
+
+
+class SummaryTests(unittest.SynchronousTestCase):
+    """The job's printed summary (job.Summary)."""
+
+    def test_unparsed_per_source_and_blank_lines(self) -> None:
+        """
+        Per source, the lines of no known format; blank lines (an empty
+        message) counted on a line of their own, never as a top message;
+        the running totals are the sums of the batches.
+        """
+        import io
+
+        out = io.StringIO()
+        summary = job.Summary(out)
+        summary.add(1, [{"source": "/var/log/apt/term.log", "lines": 12, "errors": 0, "unparsed": 10},
+                        {"source": "/var/log/alternatives.log", "lines": 6, "errors": 1, "unparsed": 0}],
+                    [{"message": "update-alternatives: link group pager updated", "count": 3}], 1)
+        summary.add(2, [{"source": "/var/log/apt/term.log", "lines": 3, "errors": 0, "unparsed": 2}], [], 0)
+        self.assertEqual(out.getvalue().splitlines(), [
+            "--- batch 1: 18 lines, 1 errors (running total 18 lines, 1 errors)",
+            f"{'source':<48} {'lines':>10} {'errors':>8} {'unparsed':>9}",
+            f"{'/var/log/alternatives.log':<48} {6:>10} {1:>8} {0:>9}",
+            f"{'/var/log/apt/term.log':<48} {12:>10} {0:>8} {10:>9}",
+            "top messages this batch:",
+            f"  {3:>8}  update-alternatives: link group pager updated",
+            f"  {1:>8}  lines with no message (blank) this batch, not among the messages",
+            "--- batch 2: 3 lines, 0 errors (running total 21 lines, 1 errors)",
+            f"{'source':<48} {'lines':>10} {'errors':>8} {'unparsed':>9}",
+            f"{'/var/log/alternatives.log':<48} {6:>10} {1:>8} {0:>9}",
+            f"{'/var/log/apt/term.log':<48} {15:>10} {0:>8} {12:>9}",
+        ])

@@ -13,6 +13,8 @@ import pathlib
 import shutil
 import tempfile
 
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from twisted.trial import unittest
 
 from kafkatw.shipper import FileFollower, Shipper, expand_paths, line_records, load_state, save_state
@@ -48,6 +50,14 @@ class FakeSink:
 def write(path, data: bytes, mode: str = "ab") -> None:
     with open(path, mode) as f:
         f.write(data)
+
+
+def _utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def make(tmp_path, sink, *patterns, **kw) -> Shipper:
@@ -163,6 +173,61 @@ class ShipperTests(unittest.TestCase):
         assert other.values() == [b"ok", b"ok2"]
         assert [r[2]["line_no"] for r in other.records] == [b"1", b"4"]
         assert stats.skipped == 2
+        assert stats.skipped_per_file == {str(log): {"binary": 2}}
+
+    # (run again by ShipperManyLinesTests, through the many-lines path: the same property)
+    @settings(max_examples=40, deadline=None,
+              suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.differing_executors])
+    @given(files=st.lists(st.lists(st.sampled_from([b"ok", b"", b"caf\xc3\xa9", b"\x00", b"bad \xc3\x28", b"\xff"]),
+                                   max_size=12), min_size=1, max_size=4),
+           unreadable=st.sets(st.integers(0, 3)), fail_first_flush=st.booleans())
+    def test_skips_per_file_add_up(self, files: list[list[bytes]], unreadable: set[int],
+                                   fail_first_flush: bool) -> None:
+        """
+        With C{skip_binary}, per file: lines shipped plus lines skipped as
+        binary are the file's lines, an unreadable file is skipped once as a
+        whole, and the per-file counts add up to C{skipped}, also when a
+        flush failed and the lines were read again.
+        """
+        directory = pathlib.Path(tempfile.mkdtemp(prefix="kafkatw-test-", dir=self.tmp_path))
+        paths = []
+        for i, lines in enumerate(files):
+            path = directory / f"{i}.log"
+            write(path, b"".join(line + b"\n" for line in lines))
+            paths.append(path)
+        refused = {str(paths[i]) for i in unreadable if i < len(paths)}
+        import kafkatw.shipper
+
+        real_open = open
+
+        def refusing_open(path, *args, **kwargs):
+            if str(path) in refused:
+                raise PermissionError(13, "Permission denied", str(path))
+            return real_open(path, *args, **kwargs)
+
+        kafkatw.shipper.open = refusing_open  # found before the builtin (root reads any file)
+        try:
+            sink = self.sink_class()
+            shipper = make(directory, sink, directory / "*.log", state_file=None, skip_binary=True)
+            if fail_first_flush:
+                sink.fail_next = True
+                self.assertRaises(RuntimeError, shipper.poll_once)
+            stats = shipper.run_once()
+        finally:
+            del kafkatw.shipper.open
+        expected: dict[str, dict[str, int]] = {}
+        shipped = 0
+        for path, lines in zip(paths, files):
+            if str(path) in refused:
+                expected[str(path)] = {"unreadable": 1}
+                continue
+            binary = sum(1 for line in lines if b"\x00" in line or not _utf8(line))
+            shipped += len(lines) - binary
+            if binary:
+                expected[str(path)] = {"binary": binary}
+        assert stats.skipped_per_file == expected
+        assert stats.skipped == sum(n for reasons in expected.values() for n in reasons.values())
+        assert stats.lines == shipped == len(sink.records)
 
     # --- long lines -------------------------------------------------------------------------------
 
@@ -342,6 +407,7 @@ class ShipperTests(unittest.TestCase):
         assert self.sink.values() == [b"g", b"g2"]
         assert len([w for w in warnings if "bad.log" in w]) == 1
         assert shipper.stats.skipped == 1
+        assert shipper.stats.skipped_per_file == {str(bad): {"unreadable": 1}}
 
     def test_expand_paths(self) -> None:
         (self.tmp_path / "d" / "sub").mkdir(parents=True)
@@ -505,6 +571,21 @@ class ShipperTests(unittest.TestCase):
         assert _summary(ShipStats(lines=1, bytes=1, files=1)) == "shipped 1 line (1 byte) from 1 file"
         assert _summary(ShipStats(lines=2, bytes=0, files=2, skipped=1)) == \
             "shipped 2 lines (0 bytes) from 2 files (1 skipped)"
+
+    def test_summary_says_per_file_what_was_skipped_and_why(self) -> None:
+        from kafkatw.cli.ship import _summary
+        from kafkatw.shipper import ShipStats
+
+        stats = ShipStats(lines=5, bytes=10, files=1)
+        stats.skip("/var/log/journal/x.journal", "binary", 127)
+        stats.skip("/var/log/private/y.log", "unreadable")
+        stats.skip("/var/log/z.log", "binary")
+        assert _summary(stats).splitlines() == [
+            "shipped 5 lines (10 bytes) from 1 file (129 skipped)",
+            "  /var/log/journal/x.journal: skipped 127 binary lines (a NUL byte or not UTF-8)",
+            "  /var/log/private/y.log: skipped the whole file (unreadable: permission denied or not a regular file)",
+            "  /var/log/z.log: skipped 1 binary line (a NUL byte or not UTF-8)",
+        ]
 
 
 class FakeLinesSink(FakeSink):
