@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import resource
 import sys
 from typing import Any, Callable
 
@@ -36,7 +37,7 @@ from .properties import parse_properties
 
 _log = Logger()
 
-__all__ = ["Options", "makeService"]
+__all__ = ["Options", "makeService", "raise_open_files_limit"]
 
 
 class Options(usage.Options):
@@ -209,6 +210,37 @@ def _log_on_terminal(options: Options) -> bool:
         return False
 
 
+#: Where the soft limit goes when the hard one is unlimited (Linux's default C{fs.nr_open}).
+OPEN_FILES_WITHOUT_HARD_LIMIT = 1048576
+
+
+def raise_open_files_limit(getrlimit: Callable[[int], tuple[int, int]] = resource.getrlimit,
+                           setrlimit: Callable[[int, tuple[int, int]], None] = resource.setrlimit) -> tuple[int, int]:
+    """
+    Raise this process's soft limit of open files (C{ulimit -n}) as far as
+    the hard limit allows: a broker keeps about three descriptors per
+    partition open (a segment and its two indexes) besides its connections,
+    and a distribution's default soft limit (1024) is reached at a few
+    hundred partitions.  Kafka leaves this to its start scripts; a broker
+    past the limit fails to open segments with C{EMFILE}, which takes their
+    log dir offline (docs/operations.md, "Open files").
+
+    @return: C{(soft limit before, soft limit after)}; equal when it could
+        not be raised (already at the hard limit, or refused).
+    """
+    soft, hard = getrlimit(resource.RLIMIT_NOFILE)
+    target = OPEN_FILES_WITHOUT_HARD_LIMIT if hard == resource.RLIM_INFINITY else hard
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError) as e:
+            _log.warn("cannot raise the open files limit (ulimit -n) from {soft} to {target}: {error}",
+                      soft=soft, target=target, error=e)
+            return soft, soft
+        return soft, target
+    return soft, soft
+
+
 def makeService(options: Options, reactor: Any = None) -> Any:
     """
     The broker service for C{options} (a parsed L{Options}), its HTTP port
@@ -228,6 +260,9 @@ def makeService(options: Options, reactor: Any = None) -> Any:
     from .broker.server import KafkaServer
     from .web import BrokerHttp
 
+    before, after = raise_open_files_limit()
+    if after != before:
+        _log.info("raised the open files limit (ulimit -n) from {before} to {after}", before=before, after=after)
     for d in options.broker_config["log.dirs"]:
         os.makedirs(d, exist_ok=True)
     for key in getattr(options, "ignored_keys", []):

@@ -218,3 +218,53 @@ class ConfigTests(unittest.TestCase):
         self.assertIn("Invalid value shred for configuration cleanup.policy: must be delete, compact or compact,delete",
                       str(raised.exception))
         self.assertRaises(ValueError, topic_log_config, broker, {"unknown.key": "1"})
+
+
+class OpenFilesLimitTests(unittest.TestCase):
+    """Issue 32: the broker raises its soft open-files limit as far as the hard one allows."""
+
+    def limits(self, soft: int, hard: int, refuse: BaseException | None = None) -> tuple[tuple[int, int], list]:
+        calls: list = []
+
+        def setrlimit(which: int, limits: tuple[int, int]) -> None:
+            calls.append((which, limits))
+            if refuse is not None:
+                raise refuse
+
+        result = tap.raise_open_files_limit(lambda which: (soft, hard), setrlimit)
+        return result, calls
+
+    def test_raised_to_the_hard_limit(self) -> None:
+        import resource
+
+        self.assertEqual(self.limits(1024, 524288), ((1024, 524288), [(resource.RLIMIT_NOFILE, (524288, 524288))]))
+
+    def test_an_unlimited_hard_limit_takes_linuxs_default_ceiling(self) -> None:
+        import resource
+
+        result, calls = self.limits(1024, resource.RLIM_INFINITY)
+        self.assertEqual(result, (1024, tap.OPEN_FILES_WITHOUT_HARD_LIMIT))
+        self.assertEqual(calls, [(resource.RLIMIT_NOFILE, (tap.OPEN_FILES_WITHOUT_HARD_LIMIT, resource.RLIM_INFINITY))])
+
+    def test_nothing_to_raise(self) -> None:
+        self.assertEqual(self.limits(4096, 4096), ((4096, 4096), []))
+
+    def test_a_refusal_is_logged_and_the_limit_kept(self) -> None:
+        from twisted.internet.testing import EventLoggingObserver
+        from twisted.logger import formatEvent, globalLogPublisher
+
+        events = EventLoggingObserver.createWithCleanup(self, globalLogPublisher)
+        result, calls = self.limits(1024, 8192, refuse=ValueError("not allowed"))
+        self.assertEqual(result, (1024, 1024))
+        self.assertEqual(len(calls), 1)
+        self.assertIn("cannot raise the open files limit (ulimit -n) from 1024 to 8192: not allowed",
+                      [formatEvent(e) for e in events])
+
+    def test_the_real_limit_ends_at_the_hard_one(self) -> None:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        self.addCleanup(resource.setrlimit, resource.RLIMIT_NOFILE, (soft, hard))
+        _, after = tap.raise_open_files_limit()
+        self.assertEqual(resource.getrlimit(resource.RLIMIT_NOFILE)[0], after)
+        self.assertEqual(after, hard if hard != resource.RLIM_INFINITY else max(soft, tap.OPEN_FILES_WITHOUT_HARD_LIMIT))
