@@ -45,7 +45,7 @@ from twisted.python.failure import Failure
 from ..client.security import SecurityConfig
 from ..config import DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG, BrokerConfig, topic_log_config
 from ..security.tls import PrincipalMapper, TLSConfigError, VerifyLog, server_options
-from ..storage.log_dir_failure import LogDirsFailedError
+from ..storage.log_dir_failure import LogDirFiles, LogDirsFailedError
 from ..storage.log_manager import LogManager
 from ..storage.meta_properties import MetaPropertiesError, check_log_dirs, ensure_meta_properties
 from ..zookeeper.bridge import NodeExistsError, ZooKeeperClient, ZooKeeperError, ZooKeeperUnavailableError
@@ -206,7 +206,8 @@ class KafkaServer(service.MultiService):
 
     def __init__(self, config: BrokerConfig, reactor: Any, http: Any = None, *,
                  zookeeper_client_factory: Callable[..., Any] | None = None,
-                 random_source: random.Random | None = None) -> None:
+                 random_source: random.Random | None = None,
+                 log_dir_files_factory: Callable[[str], LogDirFiles] = LogDirFiles) -> None:
         super().__init__()
         self.config = config
         self.reactor = reactor
@@ -217,6 +218,9 @@ class KafkaServer(service.MultiService):
         #: the random choices of the broker's own clients (reconnection backoff jitter);
         #: a seeded one makes them repeatable (L{kafkatw.simulation}); None: seeded by the system
         self.random_source = random_source
+        #: makes the file operations of each log dir (L{LogManager}'s C{files_factory}); a
+        #: simulation gives a disk model that loses unflushed writes on a crash (L{kafkatw.simulation.disk})
+        self.log_dir_files_factory = log_dir_files_factory
         #: what the HTTP port (C{metrics.port}) serves next to /metrics, and its lag monitor: a
         #: L{kafkatw.web.BrokerHttp} (given by L{kafkatw.tap}); without one, /metrics only
         self.http = http
@@ -427,7 +431,8 @@ class KafkaServer(service.MultiService):
         # Kafka's DynamicConfigManager reads every entity's config before following the notifications.
         for entity in (DEFAULT_BROKER_ENTITY, str(self.broker_id)):
             self._broker_config_changed(entity, await self.registry.get_broker_config(entity))
-        self.log_manager = LogManager(log_dirs, topic_log_config(config, {}), now_ms=self.now_ms)
+        self.log_manager = LogManager(log_dirs, topic_log_config(config, {}), now_ms=self.now_ms,
+                                      files_factory=self.log_dir_files_factory)
         started = time.monotonic()
         self.log_manager.load()
         _log.info("loaded {count} logs in {seconds:.3f} s", count=len(self.log_manager.all_logs()),

@@ -38,6 +38,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--value-bytes", type=int, default=Settings.value_bytes, help="bytes per record value")
     parser.add_argument("--fetch-max-bytes", type=int, default=Settings.fetch_max_bytes,
                         help="max.partition.fetch.bytes of the consumer and replica.fetch.max.bytes")
+    parser.add_argument("--disk-model", action=argparse.BooleanOptionalAction, default=Settings.disk_model,
+                        help="a crash loses what the broker did not fsync, and may tear the last of it"
+                        f" (default {'on' if Settings.disk_model else 'off'})")
+    parser.add_argument("--disk-errors", type=int, default=Settings.disk_errors,
+                        help="disk-error faults (ENOSPC or EIO) per seed, drawn apart from the others"
+                        f" (default {Settings.disk_errors})")
     parser.add_argument("--drop", default="", help="with --seed: leave out these faults of its schedule"
                         " (indexes from 0, comma-separated, as --shrink prints them)")
     parser.add_argument("--shrink", action="store_true", help="shrink each failing seed's schedule")
@@ -51,7 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     globalLogBeginner.beginLoggingTo([textFileLogObserver(sys.stderr)] if args.log else [],
                                      redirectStandardIO=False, discardBuffer=True)
     settings = Settings(faults=args.faults, fault_window_s=args.window, segment_bytes=args.segment_bytes,
-                        value_bytes=args.value_bytes, fetch_max_bytes=args.fetch_max_bytes)
+                        value_bytes=args.value_bytes, fetch_max_bytes=args.fetch_max_bytes,
+                        disk_model=args.disk_model, disk_errors=args.disk_errors)
     seeds = [args.seed] if args.seed is not None else list(range(args.start, args.start + args.seeds))
     failed = []
     started = time.perf_counter()

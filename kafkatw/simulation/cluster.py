@@ -5,8 +5,9 @@ and the invariants checked as it runs and at its end.
 
 What is real: three L{KafkaServer}s (controller, replica managers and
 fetchers, request handling, group and transaction coordinators as they come
-with the broker) with their log dirs in a temporary directory (real files:
-no disk model yet, so a crash loses nothing a write reached), and kafkatw's
+with the broker) with their log dirs in a temporary directory (real files;
+with L{Settings.disk_model} a crash loses what was not C{fsync}ed, and may
+tear the last of it: L{kafkatw.simulation.disk}), and kafkatw's
 own L{Producer} (idempotent, C{acks=all}) and L{Consumer}, each talking the
 Kafka protocol over the simulated network.
 
@@ -29,7 +30,10 @@ A run (L{run_seed}):
      only (L{FakeZooKeeperClient.partition}) or from its peers only; a
      ZooKeeper session expiry (C{expire_session_for_testing}); a pause
      (SIGSTOP: L{NodeReactor.pause}; its session expires unnoticed when the
-     pause outlasts it) and the resume;
+     pause outlasts it) and the resume; a disk error (C{ENOSPC} or C{EIO} on
+     one file operation of the broker's log dir, KIP-112: the dir goes offline
+     and the broker, whose only dir it is, stops) and the disk's replacement
+     (the broker starts again);
   2. the cluster starts, the producer sends records at a steady rate to every
      partition while the faults happen;
   3. after the last fault every cut heals and every stopped broker starts
@@ -66,6 +70,7 @@ records read back) is hashed: a seed replays identically when its hash does
 from __future__ import annotations
 
 import collections
+import errno
 import gc
 import hashlib
 import json
@@ -88,7 +93,9 @@ from kafkatw.client.client import KafkaClient
 from kafkatw.client.consumer import Consumer
 from kafkatw.client.producer import Producer
 from kafkatw.config import BrokerConfig
+from kafkatw.simulation.disk import SimulatedDisk
 from kafkatw.simulation.network import NodeReactor, SimulatedNetwork, SimulatedReactor
+from kafkatw.storage.log_dir_failure import LogDirFiles
 from kafkatw.testing import FakeZooKeeper, FakeZooKeeperClient
 from kafkatw.zookeeper.registry import Registry, assign_replicas
 
@@ -122,6 +129,15 @@ class Settings:
     @ivar fetch_max_bytes: the bytes one fetch returns per partition, the
         consumer's (C{max.partition.fetch.bytes}) and the followers'
         (C{replica.fetch.max.bytes}); small ones make reads cross segments.
+    @ivar disk_model: a crash loses what the broker did not C{fsync}
+        (L{kafkatw.simulation.disk}); without it a crash loses nothing a write reached.
+    @ivar tear_chance: the chance that a crash keeps a torn part of a file's unsynced tail.
+    @ivar disk_errors: how many C{disk-error} faults the schedule draws
+        (from their own random stream: the other faults of a seed stay as they were).
+    @ivar crash_spacing_s: after a broker is down (crashed, stopped, or its
+        disk failed), no other broker goes down until it has been up this
+        long (time to catch up and rejoin the ISRs): one broker at most
+        loses its unsynced tail at a time, which replication covers.
     """
 
     brokers: int = 3
@@ -137,6 +153,10 @@ class Settings:
     session_timeout_ms: int = 6000
     replica_lag_time_max_ms: int = 10000
     fetch_max_bytes: int = 1048576
+    disk_model: bool = False
+    tear_chance: float = 0.5
+    disk_errors: int = 1
+    crash_spacing_s: float = 15.0
 
 
 @dataclass(frozen=True, order=True)
@@ -222,13 +242,23 @@ def make_schedule(seed: int, settings: Settings) -> Schedule:
     """
     The faults of a seed, drawn before the run (so they print whatever
     happens).  Each fault with a duration brings its end (a restart, a
-    heal).  At most one broker is down (crashed or stopped) at a time.
+    heal).  At most one broker is down (crashed, stopped, or with a failed
+    disk) at a time, and another goes down only
+    L{Settings.crash_spacing_s} after it is back.  The C{disk-error} faults
+    (L{Settings.disk_errors}) come from a random stream of their own.
     """
     rng = random.Random(f"schedule-{seed}")
     brokers = list(range(1, settings.brokers + 1))
     nodes = [_host(b) for b in brokers] + [CLIENT_NODE]
     faults: list[Fault] = []
-    down_until = 0.0
+    downs: list[tuple[float, float]] = []  # [down, back up + spacing] of each broker going down
+
+    def free(at: float, down_s: float) -> bool:
+        if any(at < end and start < at + down_s + settings.crash_spacing_s for start, end in downs):
+            return False
+        downs.append((at, at + down_s + settings.crash_spacing_s))
+        return True
+
     start, end = 5.0, 5.0 + settings.fault_window_s
     for _ in range(settings.faults):
         at = round(rng.uniform(start, end), 3)
@@ -238,10 +268,9 @@ def make_schedule(seed: int, settings: Settings) -> Schedule:
                            "expire", "pause"])
         broker = rng.choice(brokers)
         if kind in ("crash", "shutdown"):
-            if at < down_until:
+            if not free(at, down_s):
                 kind = "expire"
             else:
-                down_until = at + down_s + 1.0
                 end_session = rng.random() < 0.5
                 faults.append(Fault(at, kind, (broker, "end-session" if end_session else "expire-session")
                                     if kind == "crash" else (broker,)))
@@ -267,6 +296,19 @@ def make_schedule(seed: int, settings: Settings) -> Schedule:
             faults.append(Fault(round(at + duration, 3), "resume", (broker, notice_s)))
         else:
             faults.append(Fault(at, "expire", (broker,)))
+    disk_rng = random.Random(f"disk-schedule-{seed}")
+    for _ in range(settings.disk_errors):
+        for _ in range(5):  # a time when no other broker is down
+            at = round(disk_rng.uniform(start, end), 3)
+            down_s = round(disk_rng.uniform(1.0, 30.0), 3)
+            broker = disk_rng.choice(brokers)
+            operation = disk_rng.choice(["writev", "writev", "write", "write", "open", "fsync", "ftruncate"])
+            error = disk_rng.choice(["ENOSPC", "EIO"])
+            times = disk_rng.choice(["1", "3", "every"])  # every: every call until the disk is replaced
+            if free(at, down_s):
+                faults.append(Fault(at, "disk-error", (broker, operation, error, times)))
+                faults.append(Fault(round(at + down_s, 3), "disk-heal", (broker,)))
+                break
     return Schedule(seed, sorted(faults))
 
 
@@ -342,6 +384,8 @@ class _Broker:
     stopping: bool = False
     #: faults of a paused broker's process or ZooKeeper client, applied once it has resumed
     postponed: list[Callable[[], None]] = field(default_factory=list)
+    #: the disk model of each of its log dirs (this incarnation's)
+    disks: dict[str, SimulatedDisk] = field(default_factory=dict)
 
 
 class Cluster:
@@ -444,14 +488,23 @@ class Cluster:
             return
         broker.incarnation += 1
         broker.reactor = NodeReactor(self.reactor, self.network, _host(broker_id))
+        broker.disks = {}
+
+        def disk(path: str) -> LogDirFiles:
+            broker.disks[path] = SimulatedDisk(path)
+            return broker.disks[path]
+
         broker.server = KafkaServer(self.broker_config(broker_id), broker.reactor,
                                     zookeeper_client_factory=self._zookeeper_client(broker),
-                                    random_source=random.Random(f"broker-{self.seed}-{broker_id}-{broker.incarnation}"))
+                                    random_source=random.Random(f"broker-{self.seed}-{broker_id}-{broker.incarnation}"),
+                                    log_dir_files_factory=disk if self.settings.disk_model else LogDirFiles)
         broker.down_since = None
         broker.stopping = False
         server = broker.server
         server.startService()
         server.ready.addErrback(lambda f, b=broker_id: self.note(f"broker {b} failed to start: {f.getErrorMessage()}"))
+        # every log dir failed (a disk error): the broker stops, as kafkatw.tap's process does (exit status 1)
+        server.stopped_on_error.addCallback(lambda message, b=broker_id, s=server: self._stopped_on_error(b, s))
         self.note(f"start broker {broker_id} (incarnation {broker.incarnation})")
 
     def crash_broker(self, broker_id: int, end_session: bool) -> None:
@@ -480,6 +533,44 @@ class Cluster:
         broker.zookeeper = None
         broker.down_since = self.now()
         self.note(f"crash broker {broker_id} ({'session ended' if end_session else 'session left to expire'})")
+        rng = random.Random(f"disk-{self.seed}-{broker_id}-{broker.incarnation}")
+        for path, disk in sorted(broker.disks.items()):
+            for name, size, kept in disk.crash(rng, self.settings.tear_chance):
+                self.note(f"broker {broker_id} lost {name} bytes [{kept}, {size})")
+        broker.disks = {}
+
+    def _stopped_on_error(self, broker_id: int, server: KafkaServer) -> None:
+        broker = self.brokers[broker_id]
+        if broker.server is server:
+            self.note(f"broker {broker_id} stops on an error")
+            self.shutdown_broker(broker_id)
+
+    def fail_disk(self, broker_id: int, operation: str, error: str, times: str) -> None:
+        """I/O errors on the broker's log dirs: C{operation} raises C{error} for C{times} calls (or every one)."""
+        server = self.brokers[broker_id].server
+        if server is None or server.log_manager is None:
+            self.note(f"broker {broker_id} is down: no disk error")
+            return
+        for path, files in sorted(server.log_manager.files.items()):
+            files.fail(operation, getattr(errno, error), None if times == "every" else int(times))
+
+    def replace_disk(self, broker_id: int) -> None:
+        """
+        The failed disk is replaced (the files on it kept): the errors stop,
+        and a broker with an offline log dir is restarted (KIP-112: a log
+        dir comes back with a restart); one that stopped on it starts again.
+        """
+        broker = self.brokers[broker_id]
+        server = broker.server
+        if server is not None and server.log_manager is not None:
+            for files in server.log_manager.files.values():
+                files.heal()
+        if server is None:
+            self.start_broker(broker_id)
+        elif broker.stopping or (server.log_manager is not None and server.log_manager.offline_log_dirs):
+            if not broker.stopping:
+                self.shutdown_broker(broker_id)
+            self.reactor.callLater(1.0, self._apply, "start", (broker_id,))
 
     def shutdown_broker(self, broker_id: int) -> None:
         """A controlled shutdown (SIGTERM): C{stopService}; the broker is down once it has stopped."""
@@ -510,7 +601,7 @@ class Cluster:
         """Apply one fault of the schedule now."""
         kind, args = fault.kind, fault.args
         self.note(f"fault {kind} {args}")
-        if kind in ("shutdown", "expire", "isolate-zk", "heal-zk"):
+        if kind in ("shutdown", "expire", "isolate-zk", "heal-zk", "disk-heal"):
             broker = self.brokers[args[0]]
             if broker.reactor is not None and broker.reactor.paused:
                 # the process, or its ZooKeeper client, acts once it runs again and has heard what it missed
@@ -566,6 +657,12 @@ class Cluster:
         elif kind == "heal-zk":
             self._zookeeper_heal(args[0])
             self._calmed(("zk", args[0]))
+        elif kind == "disk-error":
+            self.fail_disk(*args)
+            self.disturbed_until = max(self.disturbed_until, self.now())
+        elif kind == "disk-heal":
+            self.replace_disk(args[0])
+            self.disturbed_until = max(self.disturbed_until, self.now())
         elif kind == "expire":
             client = self.brokers[args[0]].zookeeper
             if client is not None and client.connected:
@@ -653,6 +750,13 @@ class Cluster:
                 self.resume_broker(broker_id, 0.0)
             if broker.zookeeper is not None:
                 broker.zookeeper.heal()
+            server = broker.server
+            if server is not None and server.log_manager is not None:
+                for files in server.log_manager.files.values():
+                    files.heal()
+            if server is not None and not broker.stopping and server.log_manager is not None \
+                    and server.log_manager.offline_log_dirs:
+                self.shutdown_broker(broker_id)  # restart_stopped starts it again once stopped
         self.restart_stopped()
         self.active_faults.clear()
         self.disturbed_until = self.now()

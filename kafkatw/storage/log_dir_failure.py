@@ -72,7 +72,7 @@ class LogDirFiles:
         """
         if operation not in FILE_OPERATIONS:
             raise ValueError(f"{operation!r} is not one of {', '.join(FILE_OPERATIONS)}")
-        original = getattr(os, operation)
+        original = self.operation(operation)
         remaining = [times]
 
         def failing(*args: Any, **kwargs: Any) -> Any:
@@ -86,9 +86,16 @@ class LogDirFiles:
         setattr(self, operation, failing)
 
     def heal(self) -> None:
-        """Every operation is C{os}'s function again."""
+        """Every operation is its own function again (L{operation})."""
         for operation in FILE_OPERATIONS:
-            setattr(self, operation, getattr(os, operation))
+            setattr(self, operation, self.operation(operation))
+
+    def operation(self, name: str) -> Callable[..., Any]:
+        """
+        The function of operation C{name} when no fault is injected: C{os}'s;
+        a subclass that models the disk (L{kafkatw.simulation.disk}) gives its own.
+        """
+        return getattr(os, name)
 
 
 #: The files of logs opened without a log directory's L{LogDirFiles} (tools, tests).

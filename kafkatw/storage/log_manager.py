@@ -124,17 +124,21 @@ class LogManager:
     @param now_ms: clock (ms since the epoch); the only source of time.
     @param failure_channel: where storage errors are reported (a new
         L{LogDirFailureChannel} when not given).
+    @param files_factory: makes the L{LogDirFiles} of a log directory from
+        its absolute path (a simulation gives a disk model:
+        L{kafkatw.simulation.disk}).
 
     @ivar files: log directory -> the L{LogDirFiles} its segments write through.
     """
 
     def __init__(self, log_dirs: list[str], default_config: Mapping[str, Any], now_ms: Callable[[], int],
-                 failure_channel: LogDirFailureChannel | None = None) -> None:
+                 failure_channel: LogDirFailureChannel | None = None, *,
+                 files_factory: Callable[[str], LogDirFiles] = LogDirFiles) -> None:
         if not log_dirs:
             raise ValueError("at least one log directory is required")
         self.log_dirs = [os.path.abspath(d) for d in log_dirs]
         self.failure_channel = failure_channel if failure_channel is not None else LogDirFailureChannel()
-        self.files = {d: LogDirFiles(d) for d in self.log_dirs}
+        self.files = {d: files_factory(d) for d in self.log_dirs}
         #: the logs of failed directories: their files are closed (unwritten) by L{close}
         self._offline_logs: list[PartitionLog] = []
         #: offline log directory -> the partitions whose logs were there when it failed

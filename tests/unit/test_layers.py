@@ -48,7 +48,7 @@ ALLOWED: dict[str, set[str]] = {
     "cli": {"client", "errors", "properties", "protocol", "security", "zookeeper"},
     "testing": {"client", "errors", "zookeeper"},
     "testing_netns": {"protocol", "testing", "zookeeper"},
-    "simulation": {"broker", "client", "config", "testing", "zookeeper"},
+    "simulation": {"broker", "client", "config", "storage", "testing", "zookeeper"},
 }
 #: module -> the components it may import besides those of its own component.
 ALSO_ALLOWED: dict[str, set[str]] = {"kafkatw.cli.ship": {"shipper"}}

@@ -10,7 +10,11 @@ C{python -m kafkatw.simulation --seed S}.
 
 from __future__ import annotations
 
+import dataclasses
+import errno
 import json
+import os
+import random
 import shutil
 import tempfile
 from unittest import mock
@@ -25,7 +29,9 @@ from kafkatw.simulation.cluster import (Cluster, Fault, RunResult, Schedule, Set
                                        run_seed, shrink)
 from kafkatw.storage import segment
 from kafkatw.testing import FakeZooKeeper, FakeZooKeeperClient
+from kafkatw.simulation.disk import SimulatedDisk
 from kafkatw.simulation.network import NodeReactor, SimulatedNetwork, SimulatedReactor
+from kafkatw.storage.log_manager import LogManager
 from kafkatw.zookeeper.bridge import ZooKeeperUnavailableError
 
 #: the suite's batch: short runs (faults in 10 simulated seconds)
@@ -177,6 +183,74 @@ class ZooKeeperModelTests(SynchronousTestCase):
         self.assertEqual(seen, [b"1", b"2", b"3"])
 
 
+class DiskTests(SynchronousTestCase):
+    """L{SimulatedDisk}: a crash keeps what was synced, and maybe a torn prefix of the rest."""
+
+    def setUp(self) -> None:
+        self.directory = tempfile.mkdtemp(prefix="kafkatw-sim-disk-")
+        self.addCleanup(shutil.rmtree, self.directory, True)
+        self.disk = SimulatedDisk(self.directory)
+        self.path = os.path.join(self.directory, "00000000000000000000.log")
+        self.fd = self.disk.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+
+    def contents(self) -> bytes:
+        with open(self.path, "rb") as f:
+            return f.read()
+
+    def test_a_crash_keeps_what_was_synced(self) -> None:
+        self.disk.write(self.fd, b"synced.")
+        self.disk.fsync(self.fd)
+        self.disk.writev(self.fd, [b"lost", b"too"])
+        self.assertEqual(self.disk.unsynced_bytes(), 7)
+        cut = self.disk.crash(random.Random(0), tear_chance=0.0)
+        self.assertEqual(cut, [("00000000000000000000.log", 14, 7)])
+        self.assertEqual(self.contents(), b"synced.")
+        self.assertRaises(OSError, os.fstat, self.fd)  # the process's descriptors are gone
+
+    def test_a_torn_write_keeps_a_prefix_of_the_unsynced_tail(self) -> None:
+        sizes = set()
+        for seed in range(20):
+            disk = SimulatedDisk(self.directory)
+            fd = disk.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+            disk.write(fd, b"a" * 10)
+            disk.fsync(fd)
+            disk.write(fd, b"b" * 100)
+            [(_, size, kept)] = disk.crash(random.Random(seed), tear_chance=1.0)
+            self.assertEqual(self.contents(), (b"a" * 10 + b"b" * 100)[:kept])
+            sizes.add(kept)
+        self.assertTrue(all(10 <= kept < 110 for kept in sizes) and len(sizes) > 5, sizes)
+
+    def test_a_truncation_is_durable_and_an_existing_file_counts_as_synced(self) -> None:
+        self.disk.write(self.fd, b"0123456789")
+        self.disk.fsync(self.fd)
+        self.disk.ftruncate(self.fd, 4)
+        self.disk.write(self.fd, b"xy")
+        self.disk.crash(random.Random(0), tear_chance=0.0)
+        self.assertEqual(self.contents(), b"0123")
+        after = SimulatedDisk(self.directory)  # the next process: what is on disk survived
+        after.open(self.path, os.O_RDWR | os.O_APPEND)
+        self.assertEqual(after.crash(random.Random(0)), [])
+        self.assertEqual(self.contents(), b"0123")
+
+    def test_an_injected_error_passes_and_the_model_goes_on(self) -> None:
+        self.disk.fail("fsync", errno.EIO)
+        self.disk.write(self.fd, b"abc")
+        with self.assertRaises(OSError) as raised:
+            self.disk.fsync(self.fd)
+        self.assertEqual(raised.exception.errno, errno.EIO)
+        self.disk.fsync(self.fd)  # the model's own fsync again: it records the synced size
+        self.assertEqual(self.disk.unsynced_bytes(), 0)
+        self.disk.fail("writev", errno.ENOSPC, times=None)
+        self.assertRaises(OSError, self.disk.writev, self.fd, [b"x"])
+        self.disk.heal()
+        self.disk.writev(self.fd, [b"x"])
+        self.assertEqual(self.contents(), b"abcx")
+
+    def test_the_log_manager_makes_its_files_with_the_factory(self) -> None:
+        manager = LogManager([self.directory], {}, now_ms=lambda: 0, files_factory=SimulatedDisk)
+        self.assertIsInstance(manager.files[os.path.abspath(self.directory)], SimulatedDisk)
+
+
 class InvariantTests(SynchronousTestCase):
     """The checks find what they are meant to find (on made-up histories)."""
 
@@ -289,6 +363,47 @@ class BatchTests(SynchronousTestCase):
         fixed = run_seed(0, shape, schedule=schedule)
         self.flushLoggedErrors(ZooKeeperUnavailableError)
         self.assertTrue(fixed.ok, fixed.report())
+
+
+class DiskFaultTests(SynchronousTestCase):
+    """The disk faults of a schedule: disk errors (KIP-112) and crashes that lose the unsynced tail."""
+
+    def run_seed(self, seed: int, settings: Settings, schedule: Schedule) -> RunResult:
+        result = run_seed(seed, settings, schedule=schedule)
+        self.flushLoggedErrors(ZooKeeperUnavailableError)
+        return result
+
+    def test_a_failed_disk_stops_the_broker_and_it_rejoins_once_replaced(self) -> None:
+        schedule = Schedule(0, [Fault(6.0, "disk-error", (1, "writev", "EIO", "every")),
+                                Fault(12.0, "disk-heal", (1,))])
+        result = self.run_seed(0, SHORT, schedule)
+        self.assertTrue(result.ok, result.report())
+        self.assertIn("broker 1 stops on an error", " ".join(result.trace))
+        self.assertIn("start broker 1 (incarnation 2)", " ".join(result.trace))
+
+    def test_a_crash_loses_the_unsynced_tail_and_replication_restores_it(self) -> None:
+        settings = dataclasses.replace(SHORT, disk_model=True)
+        schedule = Schedule(0, [Fault(8.0, "crash", (2, "end-session")), Fault(12.0, "start", (2,))])
+        result = self.run_seed(0, settings, schedule)
+        self.assertTrue(result.ok, result.report())
+        lost = [line for line in result.trace if " lost " in line]
+        self.assertTrue(lost, result.trace)
+        self.assertEqual(result.trace_hash, self.run_seed(0, settings, schedule).trace_hash)
+
+    def test_disk_errors_come_from_their_own_stream_and_downs_are_spaced(self) -> None:
+        settings = Settings()
+        for seed in range(30):
+            faults = make_schedule(seed, settings).faults
+            self.assertEqual([f for f in faults if not f.kind.startswith("disk")],
+                             make_schedule(seed, dataclasses.replace(settings, disk_errors=0)).faults)
+            downs = []
+            for fault in faults:
+                if fault.kind in ("crash", "shutdown", "disk-error"):
+                    end = next(f.at for f in faults if f.kind in ("start", "disk-heal") and f.at > fault.at
+                               and f.args[0] == fault.args[0])
+                    downs.append((fault.at, end + settings.crash_spacing_s))
+            for (a, a_end), (b, _) in zip(sorted(downs), sorted(downs)[1:]):
+                self.assertGreaterEqual(b, a_end, (seed, downs))
 
 
 class ShrinkTests(SynchronousTestCase):
