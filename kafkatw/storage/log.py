@@ -445,6 +445,18 @@ class PartitionLog:
             if clean_shutdown or segment.base_offset < recovery_point and not self._crosses(bases, base, recovery_point):
                 segment.load()
             else:
+                previous = self._segments[-1] if self._segments else None
+                if previous is not None and previous.next_offset < base and "compact" not in self.config.cleanup_policy:
+                    # The previous segment lost its tail in a crash (its writes were not flushed) while
+                    # this one's survived: offsets [previous end, base) are gone, so this segment and
+                    # the later ones are not part of the log (a delete-policy log has no gaps; a
+                    # compacted one may, where the cleaner removed records).
+                    _log.warn("{partition}: segment {base} follows a segment ending at {end} (lost in a crash):"
+                              " deleting it and the later ones", partition=f"{self.topic}-{self.partition}",
+                              base=base, end=previous.next_offset)
+                    truncated_at = previous.next_offset
+                    segment.delete()
+                    continue
                 self.recovered_segments += 1
                 if segment.recover():
                     truncated_at = segment.next_offset
@@ -1281,12 +1293,23 @@ class PartitionLog:
         self.recovery_point = max(self.recovery_point, up_to)
         if up_to >= self.log_end_offset:
             self._unflushed_messages = 0
-        self._last_flush_ms = self.now_ms()
+            self._last_flush_ms = self.now_ms()
 
     def maybe_flush(self, now_ms: int) -> bool:
-        """Flush when unflushed data is older than C{flush.ms}. @return: whether it did."""
+        """
+        Flush the segments rolled since the last flush (Kafka flushes a rolled
+        segment at once, in the background: a crash must not lose the tail of
+        a segment that a later one follows), and everything when unflushed
+        data is older than C{flush.ms}.
+
+        @return: whether it flushed.
+        """
         if self._unflushed_messages and now_ms - self._last_flush_ms >= self.config.flush_ms:
             self.flush()
+            return True
+        active_base = self._segments[-1].base_offset
+        if self.recovery_point < active_base:
+            self.flush(active_base)
             return True
         return False
 

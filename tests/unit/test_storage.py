@@ -32,6 +32,7 @@ from kafkatw.storage import log as log_module
 from kafkatw.storage import segment as segment_module
 from kafkatw.storage.index import OffsetIndex, TimeIndex
 from kafkatw.storage.log import FILE_DELETE_DELAY_MS, LogConfig, PartitionLog
+from kafkatw.storage.log_dir_failure import LogDirFiles
 from kafkatw.storage.log_manager import (
     CHECKPOINT_FILE,
     CLEAN_SHUTDOWN_FILE,
@@ -558,6 +559,59 @@ class RecoveryTests(LogTestMixin, TestCase):
         log = self.make_log(path=path, clean=False, segment_bytes=600, index_interval_bytes=100)
         self.assertEqual(log.log_end_offset, leo - 2)
 
+    def test_a_segment_whose_predecessor_lost_its_tail_is_not_part_of_the_log(self):
+        """
+        A crash lost the unflushed tail of a rolled segment (cut cleanly at a
+        batch boundary: nothing torn to notice) while the next segment's
+        data survived: the offsets in between are gone, so recovery ends the
+        log at the first segment's end instead of keeping a hole.
+        """
+        path, last, leo = self.fill()
+        names = sorted(n for n in os.listdir(path) if n.endswith(".log"))
+        self.assertGreaterEqual(len(names), 3)
+        first = os.path.join(path, names[0])
+        log = self.make_log(path=path, clean=True, segment_bytes=600, index_interval_bytes=100)
+        first_end = log.segments[0].next_offset
+        batch_bytes = os.path.getsize(first) // (first_end // 2)  # the fill's batches are all alike
+        log.close()
+        os.truncate(first, os.path.getsize(first) - batch_bytes)  # its last batch (2 records) lost
+        self.assert_recovered_to(path, first_end - 2)
+        self.assertEqual(sorted(n for n in os.listdir(path) if n.endswith(".log")), [names[0]])
+
+    def test_a_compacted_log_keeps_its_gaps(self):
+        path, last, leo = self.fill(cleanup_policy="compact")
+        names = sorted(n for n in os.listdir(path) if n.endswith(".log"))
+        first = os.path.join(path, names[0])
+        log = self.make_log(path=path, clean=True, segment_bytes=600, index_interval_bytes=100,
+                            cleanup_policy="compact")
+        first_end = log.segments[0].next_offset
+        batch_bytes = os.path.getsize(first) // (first_end // 2)
+        log.close()
+        os.truncate(first, os.path.getsize(first) - batch_bytes)  # as the cleaner may leave it
+        log = self.make_log(path=path, segment_bytes=600, index_interval_bytes=100, cleanup_policy="compact")
+        self.assertEqual(log.log_end_offset, leo)
+        self.assertEqual(sorted(n for n in os.listdir(path) if n.endswith(".log")), names)
+
+
+class FlushTests(LogTestMixin, TestCase):
+    def test_a_rolled_segment_is_flushed_by_the_next_pass(self):
+        """Kafka flushes a segment when it rolls: flush.ms (infinite by default) does not hold it back."""
+        fsyncs = []
+        files = LogDirFiles()
+        files.fsync = lambda fd: (fsyncs.append(fd), os.fsync(fd))[1]
+        self.clock = Clock()
+        log = PartitionLog(self.mktemp(), "topic", 0, LogConfig(segment_bytes=600), now_ms=self.clock, files=files)
+        log.append(batch(2, size=40), 0)
+        self.assertFalse(log.maybe_flush(self.clock()))  # nothing rolled, flush.ms not reached
+        while len(log.segments) < 2:
+            log.append(batch(2, size=40), 0)
+        active_base = log.segments[-1].base_offset
+        self.assertLess(log.recovery_point, active_base)
+        self.assertTrue(log.maybe_flush(self.clock()))
+        self.assertEqual(log.recovery_point, active_base)
+        self.assertEqual(len(fsyncs), 1)  # the rolled segment only; the active one waits for flush.ms
+        self.assertFalse(log.maybe_flush(self.clock()))
+        log.close()
 
 class ProducerStateTests(LogTestMixin, TestCase):
     def idem(self, seq, n=2, epoch=0, pid=42):
