@@ -186,6 +186,12 @@ BROKER_CONFIG: dict[str, ConfigKey] = {
                   "ZooKeeper session timeout (the server clamps it to 2–20 × its tickTime).", "ms"),
         ConfigKey("zookeeper.connection.timeout.ms", int, 18000,
                   "Time to wait for the first ZooKeeper connection; past it the broker does not start.", "ms"),
+        ConfigKey("zookeeper.session.guard.enable", _bool, False,
+                  "Start a small guard process on the broker's host that ends the broker's ZooKeeper session as "
+                  "soon as the broker process dies (SIGKILL, OOM kill, crash), so that the controller replaces it "
+                  "at once instead of after `zookeeper.session.timeout.ms`. The guard knows the process is dead "
+                  "because the kernel released the log directories' lock, and ends only the session recorded "
+                  "under that lock. A host or network failure still takes the session timeout."),
         ConfigKey("num.partitions", int, 1,
                   "Partition count of auto-created topics, and of CreateTopics with `num_partitions = -1`.",
                   "partitions"),

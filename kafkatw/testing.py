@@ -1445,19 +1445,36 @@ class BrokerProcess:
 
         with open(self.log_path, "a"):
             pass
-        offset = os.path.getsize(self.log_path)
-        self.popen = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                      stderr=subprocess.STDOUT, env={**os.environ, **self.env})
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            with open(self.log_path, "rb") as f:
-                f.seek(offset)
-                text = f.read().decode("utf-8", "replace")
-            if f"broker {self.broker_id} started" in text:
-                return self
-            if self.popen.poll() is not None:
-                raise RuntimeError(f"broker {self.broker_id} exited with {self.popen.returncode}:\n{text[-3000:]}")
-            time.sleep(0.05)
+        # twistd renames its log to <log>.1 at 1,000,000 bytes and starts a new one (a start with
+        # thousands of partitions does): the text since the start is followed into the new file.
+        log = open(self.log_path, "rb")
+        try:
+            log.seek(0, os.SEEK_END)
+            self.popen = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                          stderr=subprocess.STDOUT, env={**os.environ, **self.env})
+            since_start = bytearray()
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline:
+                since_start += log.read()
+                try:
+                    rotated = os.stat(self.log_path).st_ino != os.fstat(log.fileno()).st_ino
+                    if rotated:
+                        new_log = open(self.log_path, "rb")
+                except FileNotFoundError:  # between the rename and the new file
+                    rotated = False
+                if rotated:
+                    since_start += log.read()  # the rest of the renamed file, then the new one
+                    log.close()
+                    log = new_log
+                    continue
+                text = since_start.decode("utf-8", "replace")
+                if f"broker {self.broker_id} started" in text:
+                    return self
+                if self.popen.poll() is not None:
+                    raise RuntimeError(f"broker {self.broker_id} exited with {self.popen.returncode}:\n{text[-3000:]}")
+                time.sleep(0.05)
+        finally:
+            log.close()
         self.kill()
         raise RuntimeError(f"broker {self.broker_id} did not start within {timeout_s} s; see {self.log_path}")
 

@@ -62,6 +62,7 @@ from .controller import CONTROLLED_SHUTDOWN_PATH, KafkaController
 from .listeners import DEFAULT_PROTOCOL_MAP, ListenerConfig, ListenerConfigError, listener_config, parse_listener
 from .log_cleaner import LogCleaner
 from .log_dir_lock import LogDirLock, LogDirLockedError
+from .session_guard import GuardProcess, spawn as spawn_session_guard
 from .replica_fetcher import ReplicaFetcherManager
 from .metadata_cache import BrokerEndpoint, MetadataCache, TopicMetadata
 from .network import KafkaServerFactory, TLSListenerPolicy
@@ -232,6 +233,8 @@ class KafkaServer(service.MultiService):
         self.log_manager: LogManager | None = None
         #: the log directories' lock, held from their check until the broker has stopped
         self.log_dir_lock: LogDirLock | None = None
+        #: the guard process of L{kafkatw.broker.session_guard} (C{zookeeper.session.guard.enable}), once spawned
+        self.session_guard: GuardProcess | None = None
         #: the sessions of this broker's earlier processes recorded in its log dirs (their ids)
         self._recorded_sessions: list[int] = []
         self._session_recorded = False
@@ -423,6 +426,8 @@ class KafkaServer(service.MultiService):
         check_log_dirs(log_dirs, self.broker_id, self.metadata.cluster_id)
         self.log_dir_lock = LogDirLock(log_dirs)
         self.log_dir_lock.acquire()
+        if config["zookeeper.session.guard.enable"]:
+            self._start_session_guard()
         await self._end_predecessor_sessions()
         for written in ensure_meta_properties(log_dirs, self.broker_id, self.metadata.cluster_id):
             _log.info("wrote {path}: broker.id={id} cluster.id={cluster}", path=os.path.join(written, "meta.properties"),
@@ -460,6 +465,28 @@ class KafkaServer(service.MultiService):
         if config["log.cleaner.enable"]:
             self.log_cleaner = LogCleaner(self.log_manager, config.as_dict(), self.reactor, self.now_ms)
             self.log_cleaner.start()
+
+    def _start_session_guard(self) -> None:
+        """
+        Start the guard that ends this broker's ZooKeeper session when this
+        process dies (L{kafkatw.broker.session_guard}); only once the log
+        dirs' lock is held, which is what the guard waits for to be released.
+        The guard exits by itself after the lock's release in L{_stop}.  A
+        guard that cannot be started, or exits while the broker runs, is
+        logged (warning); the broker runs on without it.
+        """
+        assert self.log_dir_lock is not None and self.log_dir_lock.held and self.zookeeper is not None
+        guard = GuardProcess(self.broker_id)
+        try:
+            spawn_session_guard(self.reactor, guard, self.log_dir_lock.log_dirs, self.zookeeper.hosts,
+                  self.config["zookeeper.session.timeout.ms"], self.broker_id)
+        except OSError as e:
+            _log.warn("could not start the session guard: {error}; after a crash this broker's ZooKeeper session "
+                      "expires at the session timeout", error=e)
+            return
+        self.session_guard = guard
+        _log.info("session guard started (pid {pid}): if this process dies, its ZooKeeper session is ended at once",
+                  pid=guard.pid)
 
     async def _end_predecessor_sessions(self) -> None:
         """
@@ -875,6 +902,8 @@ class KafkaServer(service.MultiService):
 
     def stopService(self) -> defer.Deferred:
         self._stopping = True
+        if self.session_guard is not None:
+            self.session_guard.broker_stopping()  # it exits once the lock is released (or is stopped with us)
         if self._starting is not None and not self._starting.called:
             self._starting.cancel()
         return defer.Deferred.fromCoroutine(self._stop())
