@@ -1642,8 +1642,14 @@ class ClassFixture:
             original_set_up = set_up.__func__
 
             def setUpClass(klass: type) -> None:  # noqa: N802 (unittest's name)
-                original_set_up(klass)
+                # ready from its start: a setUpClass that fails half-way calls tearDownClass itself,
+                # which must then stop what it started
                 klass._class_fixture_ready = True
+                try:
+                    original_set_up(klass)
+                except BaseException:
+                    klass._class_fixture_ready = False
+                    raise
 
             cls.setUpClass = classmethod(setUpClass)  # type: ignore[assignment]
         if tear_down is not None:

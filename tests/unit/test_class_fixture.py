@@ -141,3 +141,25 @@ class ClassFixtureTests(unittest.SynchronousTestCase):
                                   "Second.setUpClass", "Second.test_c", "Second.tearDownClass"])
         self.assertTrue(result.wasSuccessful(), result.errors)
         self.assertEqual(self.registered, [])
+
+    def test_a_set_up_that_fails_half_way_can_tear_down_what_it_started(self) -> None:
+        """The common pattern: setUpClass calls tearDownClass before re-raising; the cluster must stop."""
+        stopped: list[str] = []
+
+        class HalfWay(ClassFixture, pyunit.TestCase):
+            @classmethod
+            def setUpClass(cls) -> None:
+                try:
+                    raise RuntimeError("the broker did not start")
+                except BaseException:
+                    cls.tearDownClass()
+                    raise
+
+            @classmethod
+            def tearDownClass(cls) -> None:
+                stopped.append("zookeeper stopped")
+
+        self.assertRaises(RuntimeError, HalfWay.setUpClass)
+        self.assertEqual(stopped, ["zookeeper stopped"])
+        HalfWay.tearDownClass()  # the runner's own call afterwards does nothing twice
+        self.assertEqual(stopped, ["zookeeper stopped"])
