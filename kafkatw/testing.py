@@ -716,7 +716,7 @@ class FakeZooKeeper:
             for watch in list(client._watches):
                 if watch.abs_path == path and (
                     (watch.kind == "children" and what in ("child", "created", "deleted"))
-                    or (watch.kind in ("data", "versioned") and what in ("created", "changed", "deleted"))
+                    or (watch.kind in ("data", "versioned", "stat") and what in ("created", "changed", "deleted"))
                 ):
                     watch._trigger()
 
@@ -825,6 +825,8 @@ class FakeWatch:
             value: Any = sorted(node.children) if node is not None else []
         elif self.kind == "versioned":
             value = (node.data, node.stat.version) if node is not None else (None, -1)
+        elif self.kind == "stat":
+            value = (node.data, node.stat) if node is not None else (None, None)
         else:
             value = node.data if node is not None else None
         self._armed = True
@@ -1313,6 +1315,9 @@ class FakeZooKeeperClient:
 
     def watch_versioned_data(self, path: str, callback: Callable[[tuple[bytes | None, int]], object]) -> Deferred:
         return self._watch(path, "versioned", callback)
+
+    def watch_data_with_stat(self, path: str, callback: Callable[[tuple[bytes | None, Any]], object]) -> Deferred:
+        return self._watch(path, "stat", callback)
 
     def _watch(self, path: str, kind: str, callback: Callable[[Any], object]) -> Deferred:
         if not self._connected:

@@ -377,6 +377,33 @@ async def scenario_watch_coalesces_changes(h: Any, t: Any) -> None:
     await h.eventually(lambda: seen.last == (None, -1), "deletion")
 
 
+async def scenario_watch_with_stat_orders_writes_by_zxid(h: Any, t: Any) -> None:
+    """
+    C{watch_data_with_stat} gives each value with its stat: its version, and
+    the zxid of its last write (C{mzxid}), which is above the creation zxid
+    (C{czxid}) of any znode made before that write -- what a broker's epoch
+    is compared with (KIP-380).
+    """
+    c, other = await h.client(), await h.client()
+    await other.create("/s", b"0")
+    seen = _Recorder()
+    await c.watch_data_with_stat("/s", seen)
+    data, stat = seen.values[0]
+    t.assertEqual((data, stat.version), (b"0", 0))
+    t.assertEqual(stat.mzxid, stat.czxid)
+    await other.create("/e", b"", ephemeral=True)
+    _, registration = await other.get("/e")
+    t.assertGreater(registration.czxid, stat.mzxid)
+    await other.set("/s", b"1")
+    await h.eventually(lambda: seen.last[0] == b"1", "the new value")
+    _, changed = seen.last
+    t.assertEqual(changed.version, 1)
+    t.assertGreater(changed.mzxid, registration.czxid)
+    t.assertEqual(changed.czxid, stat.czxid)
+    await other.delete("/s")
+    await h.eventually(lambda: seen.last == (None, None), "deletion")
+
+
 # -- sessions ------------------------------------------------------------------
 
 

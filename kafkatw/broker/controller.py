@@ -45,7 +45,19 @@ brokers, shutdowns or log dirs, the changed ones on a partition-state change:
     learns them from LeaderAndIsr responses, which kafkatw has not); its
     notification makes the controller read them again, as activation and
     a broker's (re)registration do.  A restarted broker registers without
-    them.
+    them;
+  - a broker whose process restarted after an unclean shutdown (a crash:
+    its logs may have lost what was not flushed) says so in its
+    registration (KIP-966's unclean-shutdown registration).  Each partition
+    whose state it leads, or whose ISR it is in, was written before that
+    registration (the state's C{mzxid} is below the registration's
+    C{czxid}, the broker epoch of KIP-380) counts it as gone until the
+    controller has written the partition again: its leadership moves to
+    another live ISR member at a new epoch, or, when none is live, it is
+    elected again at a new epoch (its log is all that is left); and it
+    leaves the ISR, which it rejoins once it has caught up.  The broker
+    itself leads none of those partitions at the epoch it found
+    (L{kafkatw.broker.replica_manager.ReplicaManager.fence_leadership}).
 
 Events run one at a time from a queue drained by one loop (Kafka's
 C{ControllerEventManager}), in constant stack depth however many queue up
@@ -266,6 +278,12 @@ class KafkaController:
         self._log_dir_watch: Any = None
         #: broker id -> the partitions whose replicas are in its failed log dirs (KIP-112)
         self.offline_replicas: dict[int, set[tuple[str, int]]] = {}
+        #: broker id -> its broker epoch (the C{czxid} of its registration, KIP-380) when it
+        #: registered after an unclean shutdown and its stale partitions were looked for
+        self.unclean_restarts: dict[int, int] = {}
+        #: partition -> the brokers that restarted uncleanly after its state was written
+        #: (they count as gone for it until the controller writes it again)
+        self.restarted_replicas: dict[tuple[str, int], set[int]] = {}
         self._electing: defer.Deferred | None = None
         self._election_waiters: list[defer.Deferred] = []
         #: C{(topic, partition)} -> target replicas of a reassignment in progress.
@@ -329,6 +347,8 @@ class KafkaController:
         if self.active:
             _log.info("broker {id} is no longer the controller", id=self.broker_id)
         self.active = False
+        self.unclean_restarts.clear()
+        self.restarted_replicas.clear()
         if self._shutdown_watch is not None:
             self._shutdown_watch.cancel()
             self._shutdown_watch = None
@@ -395,9 +415,8 @@ class KafkaController:
 
     def brokers_changed(self, live: Iterable[int]) -> defer.Deferred:
         """The C{/brokers/ids} watch."""
-        previous, self.live = self.live, set(live)
-        joined = self.live - previous
-        return self.run(lambda: self._on_brokers_changed(joined))
+        self.live = set(live)
+        return self.run(self._on_brokers_changed)
 
     def topics_changed(self) -> defer.Deferred:
         """
@@ -463,17 +482,26 @@ class KafkaController:
             if broker is not None:
                 brokers.add(broker)
         for broker in sorted(brokers):
-            await self._read_offline_replicas(broker)
+            await self._read_registration(broker)
         if brokers:
             await self._settle_all()
 
-    async def _read_offline_replicas(self, broker: int) -> None:
-        """Read which replicas of C{broker} are offline from its registration (none when it is gone)."""
+    async def _read_registration(self, broker: int) -> None:
+        """
+        Read which replicas of C{broker} are offline from its registration
+        (none when it is gone), and, when it registered after an unclean
+        shutdown, which partitions' states predate that (L{_find_restarted_replicas}).
+        """
         try:
-            offline = await self.registry.get_broker_offline_replicas(broker)
+            registration = await self.registry.get_broker_registration(broker)
         except ZooKeeperError as e:
-            _log.warn("cannot read broker {broker}'s offline log dirs: {error}", broker=broker, error=e)
+            _log.warn("cannot read broker {broker}'s registration: {error}", broker=broker, error=e)
             return
+        offline = None if registration is None else registration.offline_replicas
+        if (registration is not None and registration.unclean_shutdown
+                and self.unclean_restarts.get(broker) != registration.broker_epoch):
+            self.unclean_restarts[broker] = registration.broker_epoch
+            await self._find_restarted_replicas(broker, registration.broker_epoch)
         before = self.offline_replicas.get(broker, set())
         if offline:
             self.offline_replicas[broker] = set(offline)
@@ -485,19 +513,63 @@ class KafkaController:
         for topic, partition in offline or ():
             self.replica_states.states[(topic, partition, broker)] = "OfflineReplica"
 
+    async def _find_restarted_replicas(self, broker: int, broker_epoch: int) -> None:
+        """
+        The partitions whose state names C{broker} as leader or ISR member and
+        was written before its registration at C{broker_epoch} (a state's
+        C{mzxid} below it): its process lost, in an unclean shutdown, what it
+        had not flushed, so for them it counts as gone (L{_live_for}) until
+        the controller has written them again.  The states are read afresh,
+        up to L{SETTLE_WRITES_IN_FLIGHT} at once.
+        """
+        keys = [key for key, replicas in self._assignments() if broker in replicas]
+        pending = iter(keys)
+        found: list[tuple[str, int]] = []
+
+        async def worker() -> None:
+            for key in pending:
+                state = self.metadata.partition_states.get(key)
+                if state is None or state.leader != broker and broker not in state.isr:
+                    continue
+                try:
+                    fresh = await self.registry.get_partition_state(*key)
+                except ZooKeeperError as e:
+                    _log.warn("cannot read {topic}-{partition}'s state: {error}", topic=key[0], partition=key[1],
+                              error=e)
+                    continue
+                if fresh is None:
+                    continue
+                self.metadata.set_partition_state(key[0], key[1], fresh)
+                if 0 <= fresh.mzxid < broker_epoch and (fresh.leader == broker or broker in fresh.isr):
+                    self.restarted_replicas.setdefault(key, set()).add(broker)
+                    found.append(key)
+
+        await defer.gatherResults([defer.Deferred.fromCoroutine(worker())
+                                   for _ in range(min(SETTLE_WRITES_IN_FLIGHT, len(keys)))])
+        if found:
+            _log.warn("broker {broker} restarted after an unclean shutdown: it leaves the leadership and ISR of"
+                      " {count} partitions whose state predates its registration, until it has caught up",
+                      broker=broker, count=len(found))
+
     def _live_for(self, key: tuple[str, int]) -> set[int]:
-        """The live brokers whose replica of C{key} is not offline (in a failed log dir)."""
-        if not self.offline_replicas:
+        """
+        The live brokers whose replica of C{key} is not offline (in a failed
+        log dir) and did not restart uncleanly since C{key}'s state was written.
+        """
+        restarted = self.restarted_replicas.get(key)
+        if not self.offline_replicas and not restarted:
             return self.live
-        return {b for b in self.live if key not in self.offline_replicas.get(b, ())}
+        return {b for b in self.live if key not in self.offline_replicas.get(b, ()) and not (restarted and b in restarted)}
 
     async def _on_activation(self) -> None:
         self.live = set(self.metadata.brokers)
         # Which replicas sit in failed log dirs (the brokers' registrations): Kafka's new
         # controller learns it from the LeaderAndIsr responses of every broker.
         self.offline_replicas.clear()
+        self.unclean_restarts.clear()
+        self.restarted_replicas.clear()
         for broker in sorted(self.live):
-            await self._read_offline_replicas(broker)
+            await self._read_registration(broker)
         # Reassignments a previous controller started live on in the topic znodes (KIP-455).
         for name in list(self.metadata.topics):
             try:
@@ -519,14 +591,18 @@ class KafkaController:
         # What a deposed controller left undone (an ISR still listing a dead broker) is done now.
         await self._settle_all()
 
-    async def _on_brokers_changed(self, joined: Iterable[int] = ()) -> None:
-        # A broker gone takes its offline replicas with it; one that (re)registered, or
-        # one with offline replicas (a restart the watch may have seen as no change), is read again.
+    async def _on_brokers_changed(self) -> None:
+        # A broker gone takes its offline replicas with it.  Every live broker's registration is
+        # read again: one that restarted within its session timeout may be in no change the
+        # watch saw, but its broker epoch grew (KIP-380).
         for broker in list(self.offline_replicas):
             if broker not in self.live:
                 del self.offline_replicas[broker]
-        for broker in sorted((set(joined) | set(self.offline_replicas)) & self.live):
-            await self._read_offline_replicas(broker)
+        for broker in list(self.unclean_restarts):
+            if broker not in self.live:
+                del self.unclean_restarts[broker]
+        for broker in sorted(self.live):
+            await self._read_registration(broker)
         for (topic, partition), replicas in self._assignments():
             for replica in replicas:
                 key = (topic, partition, replica)
@@ -583,14 +659,21 @@ class KafkaController:
              stays in it, and so does a leader nobody can take over from.
 
         A broker whose replica of this partition is offline (in a failed log
-        dir, KIP-112) counts as gone in all three, for this partition only:
-        its leadership moves (1) and it leaves the ISR (3).
+        dir, KIP-112), or that restarted after an unclean shutdown since the
+        state was written, counts as gone in all three, for this partition
+        only: its leadership moves (1) and it leaves the ISR (3).
 
         The state machines' moves (C{OfflinePartition} and back) happen here.
         """
         replicas = self._replicas(key)
         if replicas is None or state is None:
             return None
+        restarted = self.restarted_replicas.get(key)
+        if restarted is not None:
+            # one that holds neither the leadership nor an ISR place (any more) is an ordinary replica
+            restarted.intersection_update([state.leader, *state.isr])
+            if not restarted:
+                del self.restarted_replicas[key]
         live = self._live_for(key)
         elected = self._decide_election(key, replicas, state, live)
         if elected is not None or state.leader not in live:
@@ -603,7 +686,7 @@ class KafkaController:
                 return Decision(leader, eligible, True, "controlled shutdown")
         isr = [r for r in state.isr if r == state.leader or r in live and r not in shutting_down]
         if isr and isr != list(state.isr):
-            return Decision(state.leader, isr, False, "replicas gone, offline or shutting down")
+            return Decision(state.leader, isr, False, "replicas gone, offline, restarted or shutting down")
         return None
 
     def _decide_election(self, key: tuple[str, int], replicas: list[int], state: Any,
@@ -614,7 +697,10 @@ class KafkaController:
         epoch, with the ISR reduced to its live members; failing that an
         unclean election when allowed, else the partition is offline.  A
         partition that was offline and whose last leader returned is elected
-        again (at a new epoch, as Kafka does).
+        again (at a new epoch, as Kafka does).  An ISR member that restarted
+        after an unclean shutdown is elected when no other ISR member is
+        live (before an unclean election: its log is all that is left of the
+        ISR's), at a new epoch, alone in the ISR.
 
         @param live: the live brokers whose replica of this partition is online.
         """
@@ -626,7 +712,14 @@ class KafkaController:
         if state.leader in live:
             return None
         topic, partition = key
-        leader, unclean = offline_partition_leader(replicas, state.isr, live, self._unclean(topic))
+        leader, unclean = offline_partition_leader(replicas, state.isr, live, False)
+        if leader < 0:
+            for replica in replicas:
+                if (replica in self.restarted_replicas.get(key, ()) and replica in state.isr
+                        and replica in self.live and key not in self.offline_replicas.get(replica, ())):
+                    return Decision(replica, [replica], True,
+                                    "its only live in-sync replica restarted after an unclean shutdown")
+            leader, unclean = offline_partition_leader(replicas, state.isr, live, self._unclean(topic))
         if leader < 0:
             if self.partition_states.state(key) != "OfflinePartition":
                 _log.warn("{topic}-{partition} is offline: no live in-sync replica among {isr}",
@@ -635,7 +728,9 @@ class KafkaController:
             return None
         if unclean:
             return Decision(leader, [leader], True, "unclean", unclean=True)
-        why = "its leader is gone" if state.leader not in self.live else "its leader's replica is offline"
+        why = ("its leader is gone" if state.leader not in self.live else
+               "its leader restarted after an unclean shutdown" if state.leader in self.restarted_replicas.get(key, ())
+               else "its leader's replica is offline")
         return Decision(leader, [r for r in state.isr if r in live], True, why)
 
     async def _settle_all(self) -> None:
@@ -957,6 +1052,7 @@ class KafkaController:
             return False
         self.metadata.set_partition_state(topic, partition,
                                           PartitionState(leader, epoch, list(isr), self.epoch, version))
+        self.restarted_replicas.pop(key, None)  # written now, after every registration it knows
         if new_epoch:
             self.elections += 1
             self.partition_states.move(key, "OnlinePartition")

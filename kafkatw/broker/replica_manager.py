@@ -23,6 +23,16 @@ its partitions stop being served here at once -- their waiting produces and
 fetches are answered, later requests get C{KAFKA_STORAGE_ERROR}, their
 fetchers stop -- and the broker tells the controller
 (L{log_dir_failure_listeners}), which moves their leaderships elsewhere.
+
+A broker whose process starts after an unclean shutdown (a crash) may have
+lost records it had not flushed, records its followers hold and acknowledged.
+It leads no partition at a state written for its previous process
+(L{ReplicaManager.fence_leadership}): until it has registered, every state
+that names it leader is withheld; then only states written after its
+registration (the state's C{mzxid} above its broker epoch, the registration's
+C{czxid}, KIP-380) make it leader.  The controller writes such a state for
+each of those partitions (L{kafkatw.broker.controller}): another ISR member
+leads at a new epoch, or it does when it is the only one left.
 """
 
 from __future__ import annotations
@@ -234,6 +244,12 @@ class ReplicaManager:
         #: C{listener(log_dir, message)} after a log directory failed and its
         #: partitions went offline here: the broker tells the controller.
         self.log_dir_failure_listeners: list[Callable[[str, str], object]] = []
+        #: after an unclean shutdown (L{fence_leadership}): whether states naming this broker
+        #: leader are checked, and its broker epoch once registered (None before)
+        self._fenced = False
+        self._broker_epoch: int | None = None
+        #: the partitions whose leadership is withheld: C{(topic, partition)} -> the state
+        self.withheld_leaderships: dict[tuple[str, int], Any] = {}
         channel = getattr(log_manager, "failure_channel", None)
         if channel is not None:
             channel.add_listener(self.handle_log_dir_failure)
@@ -316,6 +332,36 @@ class ReplicaManager:
                 self._high_watermark_moved, self._reload_partition, self._isr_eligible)
         return found
 
+    def fence_leadership(self) -> None:
+        """
+        The process started after an unclean shutdown: from now until
+        L{registered}, no state that names this broker leader is applied, and
+        after it only those written since the registration (see the module
+        docstring).  Call it before the first state is applied.
+        """
+        self._fenced = True
+
+    def registered(self, broker_epoch: int) -> None:
+        """
+        The broker registered at C{broker_epoch} (its registration's
+        C{czxid}): the withheld leaderships whose states were written since
+        are taken up; the others wait for the controller's next state.
+        """
+        self._broker_epoch = broker_epoch
+        for (topic, partition), state in sorted(self.withheld_leaderships.items()):
+            current = self.metadata.partition_states.get((topic, partition)) or state
+            meta = self.metadata.topics.get(topic)
+            if meta is not None and not self._withholds(current):
+                del self.withheld_leaderships[(topic, partition)]
+                self.apply_state(topic, partition, meta.partitions.get(partition, []), current)
+
+    def _withholds(self, state: Any) -> bool:
+        """Whether the fence withholds a state naming this broker leader (L{fence_leadership})."""
+        if self._broker_epoch is None:
+            return True
+        # -1: a state this broker wrote itself (its controller's), after it registered
+        return 0 <= state.mzxid < self._broker_epoch
+
     def apply_state(self, topic: str, partition: int, replicas: list[int], state: Any) -> None:
         """
         Follow a partition-state znode (a L{kafkatw.zookeeper.registry.PartitionState},
@@ -327,6 +373,17 @@ class ReplicaManager:
         p = self._partition(topic, partition, state)
         if p is None:
             return  # offline here: the controller treats the replica as offline
+        if self._fenced and state is not None:
+            if state.leader == self.broker_id and self._withholds(state):
+                if (topic, partition) not in self.withheld_leaderships:
+                    _log.warn("{topic}-{partition}: not leading at epoch {epoch}, a state written before this"
+                              " process registered (it started after an unclean shutdown); it leads once the"
+                              " controller has elected it again", topic=topic, partition=partition,
+                              epoch=state.leader_epoch)
+                self.withheld_leaderships[(topic, partition)] = state
+                p.replicas = list(replicas)
+                return
+            self.withheld_leaderships.pop((topic, partition), None)
         if state is None:
             p.replicas = list(replicas)
             return

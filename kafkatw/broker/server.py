@@ -447,6 +447,11 @@ class KafkaServer(service.MultiService):
                                               self._topic_config, write_isr=self.registry.set_partition_state,
                                               reload_state=self._reload_partition_state, now_ms=self.now_ms)
         self.replica_manager.log_dir_failure_listeners.append(self._log_dir_failed)
+        if self.log_manager.unclean_log_dirs:
+            # a crash may have lost records this broker had not flushed (and its followers acknowledged)
+            _log.warn("log dirs {dirs} were not shut down cleanly: this broker leads no partition at a state"
+                      " written before it registers", dirs=", ".join(self.log_manager.unclean_log_dirs))
+            self.replica_manager.fence_leadership()
         if self.log_manager.offline_log_dirs:  # failed while loading: serve the others (Kafka's loadLogs)
             for log_dir, error in self.log_manager.offline_log_dirs.items():
                 _log.error("log dir {log_dir} of broker {id} is offline ({error}); its partitions are offline here"
@@ -791,12 +796,15 @@ class KafkaServer(service.MultiService):
         assert self.registry is not None
         deadline = self.reactor.seconds() + self.config["zookeeper.session.timeout.ms"] / 1000.0 + 5
         reported: set[int] = set()
+        unclean = bool(self.log_manager is not None and self.log_manager.unclean_log_dirs)
         while True:
             try:
-                await self.registry.register_broker(
+                stat = await self.registry.register_broker(
                     self.broker_id, host, port, endpoints=advertised,
                     protocol_map={name: self.listeners.protocol_map[name] for name, _, _ in advertised}
-                    if advertised and self.listeners is not None else None)
+                    if advertised and self.listeners is not None else None, unclean_shutdown=unclean)
+                if self.replica_manager is not None:
+                    self.replica_manager.registered(stat.czxid)
                 return
             except BrokerIdInUseError as e:
                 if self.reactor.seconds() > deadline:
@@ -1117,8 +1125,16 @@ class KafkaServer(service.MultiService):
         assert self.registry is not None
         d = self.registry.get_partition_state(topic, partition)
         d.addCallback(lambda state: self._partition_state_changed(topic, partition, state))
-        d.addErrback(lambda f: _log.failure("re-reading {topic}-{partition}'s state failed", f, topic=topic,
-                                            partition=partition))
+
+        def failed(f: Failure) -> None:
+            if f.check(ZooKeeperUnavailableError):
+                # the partition's state watch reads it again once the session is connected
+                _log.info("re-reading {topic}-{partition}'s state waits for ZooKeeper: {error}", topic=topic,
+                          partition=partition, error=f.getErrorMessage())
+                return
+            _log.failure("re-reading {topic}-{partition}'s state failed", f, topic=topic, partition=partition)
+
+        d.addErrback(failed)
 
     def _watch_partition_states(self, meta: TopicMetadata) -> None:
         assert self.registry is not None

@@ -148,6 +148,9 @@ class LogManager:
         self.default_config = dict(default_config)
         self.now_ms = now_ms
         self._logs: dict[tuple[str, int], PartitionLog] = {}
+        #: the log dirs L{load} found logs in but no clean-shutdown marker: the
+        #: previous process crashed, and may have lost what it had not flushed
+        self.unclean_log_dirs: list[str] = []
         self._log_dir_of: dict[tuple[str, int], str] = {}
         self._topic_configs: dict[str, dict[str, Any]] = {}
         #: checkpoint path -> the offsets last written there
@@ -216,6 +219,8 @@ class LogManager:
                       recovered=log.recovered_segments, source=log.producer_state_source)
         if clean:
             os.unlink(marker)
+        elif seen:
+            self.unclean_log_dirs.append(log_dir)
 
     def log_dir_of(self, topic: str, partition: int) -> str | None:
         """The log directory holding C{topic-partition}'s log (C{None}: no such log here)."""

@@ -241,6 +241,9 @@ class Watch:
         elif self.kind == "versioned":
             d = self._client._call(kz.get_async, self.path, watch=on_event)
             d.addCallback(lambda result: (result[0], result[1].version))
+        elif self.kind == "stat":
+            d = self._client._call(kz.get_async, self.path, watch=on_event)
+            d.addCallback(lambda result: (result[0], _stat(result[1])))
         else:
             d = self._client._call(kz.get_async, self.path, watch=on_event)
             d.addCallback(lambda result: result[0])
@@ -284,7 +287,7 @@ class Watch:
 
 _SKIP = object()
 #: What a watch delivers while its node does not exist, by kind.
-_MISSING: dict[str, Any] = {"children": [], "data": None, "versioned": (None, -1)}
+_MISSING: dict[str, Any] = {"children": [], "data": None, "versioned": (None, -1), "stat": (None, None)}
 
 
 #: How kazoo reconnects after the connection dropped: it tries every host of
@@ -677,6 +680,15 @@ class ZooKeeperClient:
         version (for conditional sets); C{(None, -1)} while it does not exist.
         """
         return self._watch(path, "versioned", callback)
+
+    def watch_data_with_stat(self, path: str,
+                             callback: Callable[[tuple[bytes | None, ZnodeStat | None]], object]) -> Deferred:
+        """
+        As L{watch_data}, but C{callback((data, stat))} with the znode's
+        L{ZnodeStat} (its version, and the zxid of its last write, C{mzxid});
+        C{(None, None)} while it does not exist.
+        """
+        return self._watch(path, "stat", callback)
 
     def _watch(self, path: str, kind: str, callback: Callable[[Any], object]) -> Deferred:
         watch = Watch(self, path, kind, callback)

@@ -121,6 +121,7 @@ from kafkatw.zookeeper.bridge import (
 __all__ = [
     "Registry",
     "BrokerInfo",
+    "BrokerRegistration",
     "TopicAssignment",
     "PartitionState",
     "BrokerIdInUseError",
@@ -229,6 +230,9 @@ class BrokerInfo:
     rack: str | None = None
     endpoints: tuple[tuple[str, str, int], ...] = ()
     protocol_map: tuple[tuple[str, str], ...] = ()
+    #: the broker's process started after an unclean shutdown (KIP-966's
+    #: unclean-shutdown registration): its logs may have lost what was not flushed.
+    unclean_shutdown: bool = False
 
     def address(self, listener: str) -> tuple[str, int] | None:
         """The C{(host, port)} of C{listener}, or C{None} when the broker has no such listener."""
@@ -255,6 +259,24 @@ class TopicAssignment:
 
 
 @dataclass(frozen=True)
+class BrokerRegistration:
+    """
+    A registration of C{/brokers/ids/<id>} as the controller reads it.
+
+    @ivar broker_epoch: the znode's C{czxid} (KIP-380): it grows with every
+        registration, so a broker that restarted, or registered again in a
+        new session, has a larger one.
+    @ivar offline_replicas: the partitions whose replicas are in failed log dirs (KIP-112).
+    @ivar unclean_shutdown: the process started after an unclean shutdown
+        (L{Registry.encode_broker}).
+    """
+
+    broker_epoch: int
+    offline_replicas: set[tuple[str, int]]
+    unclean_shutdown: bool
+
+
+@dataclass(frozen=True)
 class PartitionState:
     """C{/brokers/topics/<t>/partitions/<p>/state}; C{zk_version} is the znode version (for CAS)."""
 
@@ -263,6 +285,10 @@ class PartitionState:
     isr: list[int]
     controller_epoch: int = 1
     zk_version: int = -1
+    #: the zxid of the znode's last write (C{-1}: not known), to compare with a
+    #: broker's epoch (the C{czxid} of its registration, KIP-380): a state
+    #: written before a broker registered was written for its previous process.
+    mzxid: int = field(default=-1, compare=False)
 
 
 #: Offset znodes one fenced multi of L{Registry.delete_committed_offsets} deletes.
@@ -640,7 +666,8 @@ class Registry(_AclMethods):
     @staticmethod
     def encode_broker(host: str, port: int, rack: str | None = None, timestamp_ms: str | None = None,
                       endpoints: Any = None, protocol_map: Any = None,
-                      offline_log_dirs: dict[str, list[tuple[str, int]]] | None = None) -> bytes:
+                      offline_log_dirs: dict[str, list[tuple[str, int]]] | None = None,
+                      unclean_shutdown: bool = False) -> bytes:
         """
         The v5 JSON of C{/brokers/ids/<id>} (Kafka's C{BrokerIdZNode.encode}).
 
@@ -653,6 +680,11 @@ class Registry(_AclMethods):
             were there, written as C{"offline_log_dirs": {dir: {topic:
             [partition, ...]}}} (Kafka learns them from LeaderAndIsr
             responses, which kafkatw has not; Kafka's readers ignore the key).
+        @param unclean_shutdown: kafkatw's addition, only when true: the
+            broker's process started after an unclean shutdown (a crash or
+            SIGKILL), so its logs may have lost records that were not flushed
+            (KIP-966 tells the controller the same at registration); written
+            as C{"unclean_shutdown": true}.
         """
         if endpoints:
             plaintext = [(h, p) for name, h, p in endpoints if name == "PLAINTEXT"]
@@ -683,6 +715,8 @@ class Registry(_AclMethods):
                 for topic, partition in sorted(partitions):
                     by_topic.setdefault(topic, []).append(partition)
             body["offline_log_dirs"] = offline
+        if unclean_shutdown:
+            body["unclean_shutdown"] = True
         return _dumps(body)
 
     @staticmethod
@@ -700,11 +734,11 @@ class Registry(_AclMethods):
             _, host, port = (plaintext or endpoints)[0]
         protocols = body.get("listener_security_protocol_map") or {}
         return BrokerInfo(broker_id, host, int(port), body.get("rack"), tuple(endpoints),
-                          tuple(sorted(protocols.items())))
+                          tuple(sorted(protocols.items())), bool(body.get("unclean_shutdown", False)))
 
     def register_broker(
         self, broker_id: int, host: str, port: int, rack: str | None = None, reregister: bool = True,
-        endpoints: Any = None, protocol_map: Any = None,
+        endpoints: Any = None, protocol_map: Any = None, unclean_shutdown: bool = False,
     ) -> Deferred:
         """
         Create the ephemeral C{/brokers/ids/<broker_id>}.
@@ -714,11 +748,14 @@ class Registry(_AclMethods):
 
         @param endpoints: C{(listener, host, port)} per listener (L{encode_broker}).
         @param protocol_map: listener -> security protocol.
-        @return: a Deferred firing with the znode's L{ZnodeStat}.
+        @param unclean_shutdown: the process started after an unclean
+            shutdown (L{encode_broker}); kept in every registration of this process.
+        @return: a Deferred firing with the znode's L{ZnodeStat} (its
+            C{czxid} is the broker epoch, KIP-380).
         @raise BrokerIdInUseError: another live session holds the id.
         """
         info = BrokerInfo(broker_id, host, port, rack, tuple(endpoints or ()),
-                          tuple(sorted((protocol_map or {}).items())))
+                          tuple(sorted((protocol_map or {}).items())), unclean_shutdown)
         if reregister:
             self._registration = info
             if not self._watching_sessions:
@@ -737,7 +774,8 @@ class Registry(_AclMethods):
         await self.client.ensure_path(BROKER_IDS_PATH)
         data = self.encode_broker(info.host, info.port, info.rack, endpoints=info.endpoints,
                                   protocol_map=dict(info.protocol_map) or None,
-                                  offline_log_dirs=self._offline_log_dirs or None)
+                                  offline_log_dirs=self._offline_log_dirs or None,
+                                  unclean_shutdown=info.unclean_shutdown)
         while True:
             try:
                 await self.client.create(path, data, ephemeral=True)
@@ -808,6 +846,25 @@ class Registry(_AclMethods):
             except NoNodeError:
                 return None
             return self.decode_offline_replicas(data)
+
+        return _deferred(go())
+
+    def get_broker_registration(self, broker_id: int) -> Deferred:
+        """
+        What the controller reads of a broker's registration besides its
+        endpoints.
+
+        @return: a Deferred firing with a L{BrokerRegistration}, or C{None}
+            when the broker is not registered.
+        """
+
+        async def go() -> BrokerRegistration | None:
+            try:
+                data, stat = await self.client.get(f"{BROKER_IDS_PATH}/{broker_id}")
+            except NoNodeError:
+                return None
+            return BrokerRegistration(stat.czxid, self.decode_offline_replicas(data),
+                                      bool(json.loads(data).get("unclean_shutdown", False)))
 
         return _deferred(go())
 
@@ -1296,11 +1353,11 @@ class Registry(_AclMethods):
         )
 
     @staticmethod
-    def decode_partition_state(data: bytes, zk_version: int) -> PartitionState:
-        """Kafka's C{TopicPartitionStateZNode.decode}, with the znode version."""
+    def decode_partition_state(data: bytes, zk_version: int, mzxid: int = -1) -> PartitionState:
+        """Kafka's C{TopicPartitionStateZNode.decode}, with the znode version (and its last write's zxid)."""
         body = json.loads(data)
         return PartitionState(body["leader"], body["leader_epoch"], list(body["isr"]),
-                              body.get("controller_epoch", 1), zk_version)
+                              body.get("controller_epoch", 1), zk_version, mzxid)
 
     @staticmethod
     def partition_state_path(topic: str, partition: int) -> str:
@@ -1360,7 +1417,7 @@ class Registry(_AclMethods):
                 data, stat = await self.client.get(self.partition_state_path(topic, partition))
             except NoNodeError:
                 return None
-            return self.decode_partition_state(data, stat.version)
+            return self.decode_partition_state(data, stat.version, stat.mzxid)
 
         return _deferred(go())
 
@@ -1373,11 +1430,11 @@ class Registry(_AclMethods):
         @return: a Deferred firing with the watch (C{.cancel()} stops it).
         """
 
-        def changed(value: tuple[bytes | None, int]) -> None:
-            data, version = value
-            callback(None if not data else self.decode_partition_state(data, version))
+        def changed(value: tuple[bytes | None, Any]) -> None:
+            data, stat = value
+            callback(None if not data else self.decode_partition_state(data, stat.version, stat.mzxid))
 
-        return self.client.watch_versioned_data(self.partition_state_path(topic, partition), changed)
+        return self.client.watch_data_with_stat(self.partition_state_path(topic, partition), changed)
 
     # -- producer ids -----------------------------------------------------------
 

@@ -556,7 +556,7 @@ class SteppedZooKeeper(FakeZooKeeper):
             for watch in list(client._watches):
                 if watch.abs_path == path and (
                     (watch.kind == "children" and what in ("child", "created", "deleted"))
-                    or (watch.kind in ("data", "versioned") and what in ("created", "changed", "deleted"))
+                    or (watch.kind in ("data", "versioned", "stat") and what in ("created", "changed", "deleted"))
                 ):
                     channel = getattr(client, "channel", None)
                     if channel is None:

@@ -1,0 +1,189 @@
+"""
+A broker whose process restarts after an unclean shutdown (a crash that lost
+what it had not flushed) leads no partition at a state written for its
+previous process, and the controller moves such leaderships and ISR places
+(issue 28: found by the simulation's disk model, seed 11 of
+C{python -m kafkatw.simulation --disk-model}).
+
+  - L{kafkatw.broker.replica_manager.ReplicaManager.fence_leadership}: the
+    broker's side (no leadership before it registered; after, only from
+    states written since);
+  - L{kafkatw.broker.controller.KafkaController}: a registration that says
+    C{unclean_shutdown} makes the partitions whose states predate it (their
+    C{mzxid} below its C{czxid}, KIP-380's broker epoch) elect another ISR
+    member, or the restarted broker at a new epoch when it is the only one;
+  - the whole cluster in the simulation, on seed 11's shrunk schedule.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from twisted.trial import unittest
+
+from kafkatw.broker.controller import KafkaController
+from kafkatw.broker.metadata_cache import MetadataCache, TopicMetadata
+from kafkatw.broker.partition import FOLLOWER, LEADER
+from kafkatw.broker.replica_manager import ReplicaManager
+from kafkatw.config import BrokerConfig
+from kafkatw.simulation import Fault, Schedule, Settings, run_seed
+from kafkatw.testing import FakeZooKeeperClient
+from kafkatw.zookeeper.registry import PartitionState, Registry
+from tests.unit.test_controller import LOG_END_OFFSET, ControllerHarness, MemoryLogManager
+
+
+class ControllerTests(unittest.TestCase):
+    """
+    t-0 led by 3 (ISR all), t-1 led by 1 with 3 a follower in the ISR, t-2
+    led by 3 alone in its ISR, t-3 without 3 in its ISR.
+    """
+
+    def setUp(self) -> None:
+        self.h = ControllerHarness(self, {"t": {0: [3, 2, 1], 1: [1, 2, 3], 2: [3, 1, 2], 3: [1, 2, 3]}},
+                                   states={("t", 2): (3, [3]), ("t", 3): (1, [1, 2])})
+
+    def register(self, broker_id: int, unclean: bool) -> int:
+        """Broker C{broker_id}'s process registers (in a session of its own); returns its broker epoch."""
+        client = FakeZooKeeperClient(self.h.server)
+        self.h.wait(client.start())
+        stat = self.h.wait(Registry(client).register_broker(broker_id, "127.0.0.1", 9090 + broker_id,
+                                                            unclean_shutdown=unclean))
+        return stat.czxid
+
+    def brokers_changed(self, controller: KafkaController | None = None) -> None:
+        self.h.wait((controller or self.h.controller).brokers_changed(dict(self.h.metadata.brokers)))
+
+    def test_a_restart_after_an_unclean_shutdown_moves_its_leaderships_and_isr_places(self) -> None:
+        h = self.h
+        self.register(3, unclean=True)
+        self.brokers_changed()
+        self.assertEqual(h.summary("t", 0), (2, 1, [2, 1]))  # another ISR member leads, at a new epoch
+        self.assertEqual(h.summary("t", 1), (1, 0, [1, 2]))  # 3 leaves the ISR
+        self.assertEqual(h.summary("t", 2), (3, 1, [3]))  # the only one left leads again, at a new epoch
+        self.assertEqual(h.summary("t", 3), (1, 0, [1, 2]))  # untouched
+        self.assertEqual(h.controller.restarted_replicas, {})
+        # once written, the partitions are ordinary again: the next change moves nothing,
+        elections = h.controller.elections
+        self.brokers_changed()
+        self.assertEqual(h.controller.elections, elections)
+        # and the leader takes 3 back into t-1's ISR once it has caught up: it stays there
+        version = h.state("t", 1).zk_version
+        h.wait(h.registry.set_partition_state("t", 1, 1, 0, [1, 2, 3], 1, version))
+        h.metadata.set_partition_state("t", 1, h.state("t", 1))
+        h.wait(h.controller.partition_changed(("t", 1)))
+        self.assertEqual(h.summary("t", 1), (1, 0, [1, 2, 3]))
+
+    def test_a_clean_restart_moves_nothing(self) -> None:
+        h = self.h
+        self.register(3, unclean=False)
+        self.brokers_changed()
+        self.assertEqual([h.summary("t", p) for p in range(4)],
+                         [(3, 0, [3, 2, 1]), (1, 0, [1, 2, 3]), (3, 0, [3]), (1, 0, [1, 2])])
+        self.assertEqual(h.controller.elections, 0)
+
+    def test_a_state_written_after_the_registration_is_not_stale(self) -> None:
+        """An election made once 3 was back (by a controller that had already handled it) stays."""
+        h = self.h
+        self.register(3, unclean=True)
+        version = h.state("t", 0).zk_version
+        h.wait(h.registry.set_partition_state("t", 0, 3, 1, [3, 2, 1], 1, version))
+        h.metadata.set_partition_state("t", 0, h.state("t", 0))
+        self.brokers_changed()
+        self.assertEqual(h.summary("t", 0), (3, 1, [3, 2, 1]))
+
+    def test_a_new_controller_finds_the_unclean_restart(self) -> None:
+        """
+        The controller was cut off when 3 restarted (the simulation's seed
+        11): the next one, on activation, reads 3's registration.
+        """
+        h = self.h
+        h.controller.resign()
+        self.register(3, unclean=True)
+        h.wait(h.zookeeper.delete("/controller"))
+        client = FakeZooKeeperClient(h.server)
+        h.wait(client.start())
+        metadata = MetadataCache(2)
+        metadata.set_brokers(dict(h.metadata.brokers))
+        metadata.set_topic(h.metadata.topics["t"])
+        for p in range(4):
+            metadata.set_partition_state("t", p, h.state("t", p))
+        successor = KafkaController(2, BrokerConfig({"broker.id": 2}), Registry(client), metadata, lambda t: {})
+        self.assertTrue(h.wait(successor.elect()))
+        states = [h.state("t", p) for p in range(4)]
+        self.assertEqual([(s.leader, s.leader_epoch, s.isr) for s in states],
+                         [(2, 1, [2, 1]), (1, 0, [1, 2]), (3, 1, [3]), (1, 0, [1, 2])])
+
+
+class ReplicaManagerTests(unittest.TestCase):
+    """The restarted broker 1's side: the fence of L{ReplicaManager.fence_leadership}."""
+
+    def setUp(self) -> None:
+        self.metadata = MetadataCache(1)
+        self.metadata.set_topic(TopicMetadata("t", None, {0: [1, 2], 1: [1, 2], 2: [2, 1]}))  # type: ignore[arg-type]
+        self.rm = ReplicaManager(1, MemoryLogManager(LOG_END_OFFSET), self.metadata, None, lambda topic: {},
+                                 now_ms=lambda: 0)
+        self.rm.fence_leadership()
+
+    def apply(self, partition: int, state: PartitionState) -> None:
+        self.metadata.set_partition_state("t", partition, state)
+        self.rm.apply_state("t", partition, self.metadata.topics["t"].partitions[partition], state)
+
+    def role(self, partition: int) -> Any:
+        return self.rm.partitions[("t", partition)].role
+
+    def test_no_leadership_before_registering_then_only_from_states_written_since(self) -> None:
+        self.apply(0, PartitionState(1, 0, [1, 2], 1, 0, mzxid=10))  # written for the previous process
+        self.apply(1, PartitionState(1, 0, [1, 2], 1, 0, mzxid=10))
+        self.apply(2, PartitionState(2, 0, [2, 1], 1, 0, mzxid=10))
+        self.assertNotEqual(self.role(0), LEADER)
+        self.assertEqual(self.role(2), FOLLOWER)  # following is no risk: the leader truncates it
+        self.assertEqual(set(self.rm.withheld_leaderships), {("t", 0), ("t", 1)})
+        # t-1 is elected again before the registration is known (mzxid 30 > the epoch 20)
+        self.apply(1, PartitionState(1, 1, [1], 1, 1, mzxid=30))
+        self.assertNotEqual(self.role(1), LEADER)
+        self.rm.registered(20)
+        self.assertNotEqual(self.role(0), LEADER)
+        self.assertEqual(self.role(1), LEADER)
+        self.assertEqual(set(self.rm.withheld_leaderships), {("t", 0)})
+        # the controller's state for t-0 (written after the registration) makes it leader
+        self.apply(0, PartitionState(2, 1, [2], 1, 1, mzxid=25))
+        self.assertEqual(self.role(0), FOLLOWER)
+        self.assertEqual(self.rm.withheld_leaderships, {})
+        self.apply(0, PartitionState(1, 2, [2, 1], 1, 2, mzxid=40))
+        self.assertEqual(self.role(0), LEADER)
+
+    def test_without_the_fence_a_stale_state_leads(self) -> None:
+        """The behaviour the fence changes (a clean start): the same state leads at once."""
+        rm = ReplicaManager(1, MemoryLogManager(LOG_END_OFFSET), self.metadata, None, lambda topic: {},
+                            now_ms=lambda: 0)
+        rm.apply_state("t", 0, [1, 2], PartitionState(1, 0, [1, 2], 1, 0, mzxid=10))
+        self.assertEqual(rm.partitions[("t", 0)].role, LEADER)
+
+
+# Seed 11 of `python -m kafkatw.simulation --disk-model`, shrunk (`--shrink`): broker 3 leads t-1 and
+# crashes, losing its unflushed log; the controller (broker 1) is cut from ZooKeeper before 3's
+# session expires; 3 restarts and found itself leader of sim-1 at epoch 0 with an empty log, and its
+# followers truncated to it: every acknowledged record of sim-1 was lost.
+SEED_11 = Schedule(11, [Fault(14.494, "crash", (3, "expire-session")), Fault(20.137, "isolate-zk", (1,)),
+                        Fault(24.086, "start", (3,))])
+
+# Seed 1, shrunk: broker 2 crashes and, when the faults end, restarts before its session expired
+# (it ends its predecessor's session and registers at once): the controller saw no change of the
+# live brokers, and broker 2 led at the same epoch with the log it had left.
+SEED_1 = Schedule(1, [Fault(49.988, "crash", (2, "expire-session"))])
+
+
+class SimulationTests(unittest.TestCase):
+    def check(self, seed: int, schedule: Schedule) -> None:
+        settings = dataclasses.replace(Settings(), disk_model=True)
+        result = run_seed(seed, settings, schedule=schedule)
+        self.assertEqual(result.violations, [], "\n".join(map(str, result.violations[:10])))
+        self.assertGreater(result.acknowledged, 500)
+        self.assertEqual(result.failed, 0)
+
+    def test_seed_11_loses_no_acknowledged_record(self) -> None:
+        self.check(11, SEED_11)
+
+    def test_seed_1_loses_no_acknowledged_record(self) -> None:
+        self.check(1, SEED_1)
