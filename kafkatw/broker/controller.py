@@ -84,6 +84,7 @@ from twisted.python.failure import Failure
 from ..errors import ErrorCode
 from ..zookeeper.bridge import BadVersionError, ZooKeeperError
 from ..zookeeper.registry import LOG_DIR_EVENT_NOTIFICATION_PATH, PartitionState, TopicAssignment
+from .partition import next_eligible_leader_replicas
 
 __all__ = ["KafkaController", "PARTITION_STATES", "REPLICA_STATES", "StateMachine", "IllegalStateChange",
            "Decision", "offline_partition_leader", "controlled_shutdown_leader", "MAX_SETTLE_ATTEMPTS",
@@ -529,7 +530,7 @@ class KafkaController:
         async def worker() -> None:
             for key in pending:
                 state = self.metadata.partition_states.get(key)
-                if state is None or state.leader != broker and broker not in state.isr:
+                if state is None or state.leader != broker and broker not in state.isr and broker not in state.elr:
                     continue
                 try:
                     fresh = await self.registry.get_partition_state(*key)
@@ -540,7 +541,8 @@ class KafkaController:
                 if fresh is None:
                     continue
                 self.metadata.set_partition_state(key[0], key[1], fresh)
-                if 0 <= fresh.mzxid < broker_epoch and (fresh.leader == broker or broker in fresh.isr):
+                if 0 <= fresh.mzxid < broker_epoch and (fresh.leader == broker or broker in fresh.isr
+                                                        or broker in fresh.elr):
                     self.restarted_replicas.setdefault(key, set()).add(broker)
                     found.append(key)
 
@@ -550,6 +552,17 @@ class KafkaController:
             _log.warn("broker {broker} restarted after an unclean shutdown: it leaves the leadership and ISR of"
                       " {count} partitions whose state predates its registration, until it has caught up",
                       broker=broker, count=len(found))
+
+    def _eligible_leader_replicas(self, key: tuple[str, int], state: Any, isr: list[int]) -> list[int]:
+        """
+        The ELR a write of C{isr} over C{state} carries (KIP-966,
+        L{next_eligible_leader_replicas}): never a replica that restarted
+        uncleanly since the state was written or whose log dir failed.
+        """
+        excluded = set(self.restarted_replicas.get(key, ()))
+        excluded.update(b for b, offline in self.offline_replicas.items() if key in offline)
+        min_isr = int(self.topic_config(key[0]).get("min.insync.replicas", 1))
+        return next_eligible_leader_replicas(state.isr, state.elr, isr, min_isr, self._replicas(key) or [], excluded)
 
     def _live_for(self, key: tuple[str, int]) -> set[int]:
         """
@@ -671,7 +684,7 @@ class KafkaController:
         restarted = self.restarted_replicas.get(key)
         if restarted is not None:
             # one that holds neither the leadership nor an ISR place (any more) is an ordinary replica
-            restarted.intersection_update([state.leader, *state.isr])
+            restarted.intersection_update([state.leader, *state.isr, *state.elr])
             if not restarted:
                 del self.restarted_replicas[key]
         live = self._live_for(key)
@@ -687,6 +700,8 @@ class KafkaController:
         isr = [r for r in state.isr if r == state.leader or r in live and r not in shutting_down]
         if isr and isr != list(state.isr):
             return Decision(state.leader, isr, False, "replicas gone, offline, restarted or shutting down")
+        if restarted and restarted & set(state.elr):
+            return Decision(state.leader, list(state.isr), False, "an eligible leader replica restarted uncleanly")
         return None
 
     def _decide_election(self, key: tuple[str, int], replicas: list[int], state: Any,
@@ -697,10 +712,14 @@ class KafkaController:
         epoch, with the ISR reduced to its live members; failing that an
         unclean election when allowed, else the partition is offline.  A
         partition that was offline and whose last leader returned is elected
-        again (at a new epoch, as Kafka does).  An ISR member that restarted
-        after an unclean shutdown is elected when no other ISR member is
-        live (before an unclean election: its log is all that is left of the
-        ISR's), at a new epoch, alone in the ISR.
+        again (at a new epoch, as Kafka does).  Without a live ISR member,
+        the first live eligible leader replica is elected (KIP-966); with no
+        eligible leader replica, an ISR member that restarted after an
+        unclean shutdown is (before an unclean election: its log is all that
+        is left of the ISR's), at a new epoch, alone in the ISR -- unless that
+        election would leave eligible leader replicas (ISR members or eligible
+        ones that are down, and hold what it may have lost): the partition
+        then waits for one of them.
 
         @param live: the live brokers whose replica of this partition is online.
         """
@@ -714,9 +733,16 @@ class KafkaController:
         topic, partition = key
         leader, unclean = offline_partition_leader(replicas, state.isr, live, False)
         if leader < 0:
+            restarted = self.restarted_replicas.get(key, ())
             for replica in replicas:
-                if (replica in self.restarted_replicas.get(key, ()) and replica in state.isr
-                        and replica in self.live and key not in self.offline_replicas.get(replica, ())):
+                if (replica in state.elr and replica in live and replica not in restarted):
+                    return Decision(replica, [replica], True, "no in-sync replica is live: elected from the eligible"
+                                    " leader replicas (KIP-966)")
+            for replica in replicas:
+                if (replica in restarted and replica in state.isr and replica in self.live
+                        and key not in self.offline_replicas.get(replica, ())):
+                    if self._eligible_leader_replicas(key, state, [replica]):
+                        break  # a replica that is down (eligible, or in the ISR) holds what this one may have lost
                     return Decision(replica, [replica], True,
                                     "its only live in-sync replica restarted after an unclean shutdown")
             leader, unclean = offline_partition_leader(replicas, state.isr, live, self._unclean(topic))
@@ -1038,10 +1064,11 @@ class KafkaController:
         epoch = state.leader_epoch + 1 if new_epoch else state.leader_epoch
         key = (topic, partition)
         self._ensure_known(key)
+        elr = self._eligible_leader_replicas(key, state, isr)
         try:
             version = await self.registry.set_partition_state(
                 topic, partition, leader, epoch, isr, self.epoch, expected_version=state.zk_version,
-                controller_epoch_zk_version=self._epoch_zk_version)
+                controller_epoch_zk_version=self._epoch_zk_version, elr=elr)
         except BadVersionError as e:
             if "/controller_epoch" in str(e):
                 raise
@@ -1051,7 +1078,7 @@ class KafkaController:
             self.metadata.set_partition_state(topic, partition, fresh)  # None: deleted (nothing to decide)
             return False
         self.metadata.set_partition_state(topic, partition,
-                                          PartitionState(leader, epoch, list(isr), self.epoch, version))
+                                          PartitionState(leader, epoch, list(isr), self.epoch, version, elr=elr))
         self.restarted_replicas.pop(key, None)  # written now, after every registration it knows
         if new_epoch:
             self.elections += 1

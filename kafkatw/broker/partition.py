@@ -24,6 +24,14 @@ re-reads the state instead of overwriting it.  The controller writes the
 same znode, conditionally on the same zkVersion, so neither undoes the other:
 the write based on the older state fails and its writer re-reads.
 
+Eligible leader replicas (KIP-966): a replica that leaves the ISR while the
+ISR is smaller than C{min.insync.replicas} (capped at the replication factor)
+becomes an eligible leader replica (ELR, kept in the state znode), and the
+high watermark does not move while the ISR is that small, so every ELR member
+holds every record below it; the controller elects an ELR member when no ISR
+member is live (L{next_eligible_leader_replicas} says how the ELR follows an
+ISR change; the leader and the controller both apply it).
+
 Roles and leader epochs (KIP-101): a broker becoming leader starts the new
 epoch at its log end offset in the leader-epoch cache; a broker becoming
 follower hands the partition to the replica fetcher, which truncates by leader
@@ -45,9 +53,28 @@ from ..errors import (
     UnknownLeaderEpochError,
 )
 
-__all__ = ["Partition", "FollowerState", "LEADER", "FOLLOWER", "OFFLINE"]
+__all__ = ["Partition", "FollowerState", "LEADER", "FOLLOWER", "OFFLINE", "next_eligible_leader_replicas"]
 
 _log = Logger()
+
+
+def next_eligible_leader_replicas(isr: list[int], elr: list[int], new_isr: list[int], min_insync_replicas: int,
+                                  replicas: list[int], excluded: Any = ()) -> list[int]:
+    """
+    The eligible leader replicas after the ISR changes from C{isr} to
+    C{new_isr} (KIP-966): none while the new ISR has at least the effective
+    C{min.insync.replicas} (capped at the replication factor); otherwise the
+    earlier ones and those that left the ISR now, but for ISR members,
+    replicas no longer assigned and C{excluded} (a replica that restarted
+    after an unclean shutdown, or whose log dir failed: its log may lack
+    records below the high watermark).
+
+    @return: the ELR, in the order of C{replicas}.
+    """
+    if len(new_isr) >= min(min_insync_replicas, len(replicas)):
+        return []
+    candidates = set(elr) | (set(isr) - set(new_isr))
+    return [r for r in replicas if r in candidates and r not in new_isr and r not in excluded]
 
 LEADER = "leader"
 FOLLOWER = "follower"
@@ -112,7 +139,8 @@ class Partition:
                  now_ms: Callable[[], int], write_isr: Callable[["Partition", list[int]], defer.Deferred],
                  on_high_watermark: Callable[["Partition"], None],
                  reload_state: Callable[["Partition"], None],
-                 is_isr_eligible: Callable[[int], bool] | None = None) -> None:
+                 is_isr_eligible: Callable[[int], bool] | None = None,
+                 min_insync_replicas: Callable[[], int] | None = None) -> None:
         self.topic = topic
         self.partition = partition
         self.broker_id = broker_id
@@ -122,11 +150,14 @@ class Partition:
         self._on_high_watermark = on_high_watermark
         self._reload_state = reload_state
         self._is_isr_eligible = is_isr_eligible or (lambda broker_id: True)
+        self._min_insync_replicas = min_insync_replicas or (lambda: 1)
         self.role = OFFLINE
         self.leader_id = -1
         self.leader_epoch = -1
         self.controller_epoch = 0
         self.isr: list[int] = []
+        #: the eligible leader replicas (KIP-966), as the state says
+        self.elr: list[int] = []
         self.zk_version = -1
         self.replicas: list[int] = []
         self.followers: dict[int, FollowerState] = {}
@@ -169,7 +200,7 @@ class Partition:
     # --- following the partition-state znode -----------------------------------
 
     def apply_state(self, replicas: list[int], leader: int, leader_epoch: int, isr: list[int], zk_version: int,
-                    controller_epoch: int = 0) -> str | None:
+                    controller_epoch: int = 0, elr: list[int] | None = None) -> str | None:
         """
         Follow a partition state read from ZooKeeper, for a partition assigned
         C{replicas}.  As leader, ISR members no longer assigned (a reassignment
@@ -181,14 +212,14 @@ class Partition:
             C{None} when only the ISR or nothing changed, C{"offline"} when the
             partition lost its leader.
         """
-        change = self._apply_state(replicas, leader, leader_epoch, isr, zk_version, controller_epoch)
+        change = self._apply_state(replicas, leader, leader_epoch, isr, zk_version, controller_epoch, elr or [])
         if self.role == LEADER and self._pending_isr is None and any(r not in self.replicas for r in self.isr):
             self._change_isr([r for r in self.isr if r in self.replicas], "shrink")
         self._check_low_watermark()  # an ISR shrink may complete a DeleteRecords; lost leadership fails it
         return change
 
     def _apply_state(self, replicas: list[int], leader: int, leader_epoch: int, isr: list[int], zk_version: int,
-                     controller_epoch: int) -> str | None:
+                     controller_epoch: int, elr: list[int]) -> str | None:
         self.replicas = list(replicas)
         if leader_epoch < self.leader_epoch:
             return None  # an older state delivered late
@@ -196,6 +227,7 @@ class Partition:
             return None
         epoch_changed = leader_epoch != self.leader_epoch
         self.isr = list(isr)
+        self.elr = list(elr)
         self.zk_version = zk_version
         self.controller_epoch = controller_epoch
         self._pending_isr = None
@@ -311,11 +343,16 @@ class Partition:
 
     def maybe_advance_high_watermark(self) -> bool:
         """
-        High watermark = the smallest log end offset in the (maximal) ISR.
+        High watermark = the smallest log end offset in the (maximal) ISR,
+        moving only while the ISR has at least the effective
+        C{min.insync.replicas} (KIP-966: the eligible leader replicas hold
+        everything below it).
 
         @return: whether it moved (listeners were told).
         """
         if self.role != LEADER:
+            return False
+        if len(self.isr) < min(self._min_insync_replicas(), len(self.replicas)):
             return False
         low = self.log.log_end_offset
         if self._pending_isr is None and self.isr == [self.broker_id]:
@@ -344,7 +381,9 @@ class Partition:
 
         @return: C{(done, error)}: not done yet; done; or done with an error
             (L{NotLeaderOrFollowerError}, or C{NOT_ENOUGH_REPLICAS_AFTER_APPEND}
-            when the ISR shrank below C{min.insync.replicas} meanwhile).
+            when the ISR shrank below C{min.insync.replicas} meanwhile: at
+            once when the append is not below the high watermark yet, which
+            then does not move).
         """
         if self.role != LEADER:
             return True, NotLeaderOrFollowerError(f"{self.name}: leadership moved")
@@ -353,6 +392,10 @@ class Partition:
                 return True, NotEnoughReplicasAfterAppendError(
                     f"{self.name}: ISR {self.isr} shrank below min.insync.replicas={min_insync_replicas}")
             return True, None
+        if len(self.isr) < min(min_insync_replicas, len(self.replicas)):
+            # the high watermark does not move while the ISR is this small (KIP-966): say so now
+            return True, NotEnoughReplicasAfterAppendError(
+                f"{self.name}: ISR {self.isr} shrank below min.insync.replicas={min_insync_replicas}")
         return False, None
 
     # --- leader: followers' fetches and the ISR -----------------------------------
@@ -463,17 +506,23 @@ class Partition:
         if lagging:
             self._change_isr([r for r in self.isr if r not in lagging], "shrink")
 
+    def eligible_leader_replicas_after(self, new_isr: list[int]) -> list[int]:
+        """The ELR an ISR change to C{new_isr} writes (L{next_eligible_leader_replicas})."""
+        return next_eligible_leader_replicas(self.isr, self.elr, new_isr, self._min_insync_replicas(), self.replicas)
+
     def _change_isr(self, new_isr: list[int], kind: str) -> None:
         self._pending_isr = new_isr
+        new_elr = self.eligible_leader_replicas_after(new_isr)
         epoch, version = self.leader_epoch, self.zk_version
-        _log.info("{partition}: {kind} ISR {old} -> {new}", partition=self.name, kind=kind, old=self.isr,
-                  new=new_isr)
+        _log.info("{partition}: {kind} ISR {old} -> {new}{elr}", partition=self.name, kind=kind, old=self.isr,
+                  new=new_isr, elr=f", eligible leader replicas {new_elr}" if new_elr or self.elr else "")
         d = self._write_isr(self, new_isr)
 
         def written(new_version: int) -> None:
             if self.leader_epoch != epoch or self.zk_version not in (version, new_version):
                 return  # a newer state arrived meanwhile (our own write, seen first through the watch, is not)
             self.isr = new_isr
+            self.elr = new_elr
             self.zk_version = new_version
             self._pending_isr = None
             if kind == "shrink":

@@ -329,7 +329,8 @@ class ReplicaManager:
                     return None
             found = self.partitions[key] = Partition(
                 topic, partition, self.broker_id, log, self.now_ms, self._write_partition_isr,
-                self._high_watermark_moved, self._reload_partition, self._isr_eligible)
+                self._high_watermark_moved, self._reload_partition, self._isr_eligible,
+                lambda topic=topic: self.min_insync_replicas(topic))
         return found
 
     def fence_leadership(self) -> None:
@@ -388,7 +389,7 @@ class ReplicaManager:
             p.replicas = list(replicas)
             return
         change = p.apply_state(replicas, state.leader, state.leader_epoch, state.isr, state.zk_version,
-                               state.controller_epoch)
+                               state.controller_epoch, state.elr)
         if change is None:
             if p.role == LEADER:
                 self._check_produces((topic, partition))
@@ -435,8 +436,9 @@ class ReplicaManager:
     def _write_partition_isr(self, p: Partition, isr: list[int]) -> defer.Deferred:
         if self._write_isr is None:
             return defer.succeed(p.zk_version + 1)
+        elr = p.eligible_leader_replicas_after(isr)
         return defer.maybeDeferred(self._write_isr, p.topic, p.partition, p.leader_id, p.leader_epoch, isr,
-                                   p.controller_epoch, p.zk_version)
+                                   p.controller_epoch, p.zk_version, **({"elr": elr} if elr else {}))
 
     def _isr_eligible(self, broker_id: int) -> bool:
         """A follower may join an ISR while its broker is alive and not shutting down (KIP-841)."""

@@ -289,6 +289,10 @@ class PartitionState:
     #: broker's epoch (the C{czxid} of its registration, KIP-380): a state
     #: written before a broker registered was written for its previous process.
     mzxid: int = field(default=-1, compare=False)
+    #: the eligible leader replicas (KIP-966): replicas that left the ISR while
+    #: it was smaller than C{min.insync.replicas}, and so hold every record
+    #: below the high watermark (which does not move meanwhile)
+    elr: list[int] = field(default_factory=list)
 
 
 #: Offset znodes one fenced multi of L{Registry.delete_committed_offsets} deletes.
@@ -1340,24 +1344,31 @@ class Registry(_AclMethods):
     # -- partition state ------------------------------------------------------
 
     @staticmethod
-    def encode_partition_state(leader: int, leader_epoch: int, isr: list[int], controller_epoch: int = 1) -> bytes:
-        """Kafka's C{TopicPartitionStateZNode.encode}."""
-        return _dumps(
-            {
-                "version": 1,
-                "leader": leader,
-                "leader_epoch": leader_epoch,
-                "controller_epoch": controller_epoch,
-                "isr": list(isr),
-            }
-        )
+    def encode_partition_state(leader: int, leader_epoch: int, isr: list[int], controller_epoch: int = 1,
+                               elr: list[int] | None = None) -> bytes:
+        """
+        Kafka's C{TopicPartitionStateZNode.encode}; with C{elr}, kafkatw's
+        C{"eligible_leader_replicas"} (KIP-966's field of the partition record,
+        which Kafka's ZooKeeper mode has not; its readers ignore the key).
+        """
+        body: dict[str, Any] = {
+            "version": 1,
+            "leader": leader,
+            "leader_epoch": leader_epoch,
+            "controller_epoch": controller_epoch,
+            "isr": list(isr),
+        }
+        if elr:
+            body["eligible_leader_replicas"] = list(elr)
+        return _dumps(body)
 
     @staticmethod
     def decode_partition_state(data: bytes, zk_version: int, mzxid: int = -1) -> PartitionState:
         """Kafka's C{TopicPartitionStateZNode.decode}, with the znode version (and its last write's zxid)."""
         body = json.loads(data)
         return PartitionState(body["leader"], body["leader_epoch"], list(body["isr"]),
-                              body.get("controller_epoch", 1), zk_version, mzxid)
+                              body.get("controller_epoch", 1), zk_version, mzxid,
+                              list(body.get("eligible_leader_replicas") or ()))
 
     @staticmethod
     def partition_state_path(topic: str, partition: int) -> str:
@@ -1373,6 +1384,7 @@ class Registry(_AclMethods):
         controller_epoch: int = 1,
         expected_version: int = -1,
         controller_epoch_zk_version: int | None = None,
+        elr: list[int] | None = None,
     ) -> Deferred:
         """
         Write the partition's state; an unconditional, unfenced write creates it when missing.
@@ -1386,11 +1398,12 @@ class Registry(_AclMethods):
         @raise BadVersionError: another writer changed the state, or another
             controller was elected, since; or a conditional or fenced write
             found no state (deleted meanwhile).
+        @param elr: the eligible leader replicas (L{PartitionState.elr}); none when not given.
         """
 
         async def go() -> int:
             path = self.partition_state_path(topic, partition)
-            data = self.encode_partition_state(leader, leader_epoch, isr, controller_epoch)
+            data = self.encode_partition_state(leader, leader_epoch, isr, controller_epoch, elr)
             try:
                 if controller_epoch_zk_version is not None:
                     stat = await self.client.fenced_set(CONTROLLER_EPOCH_PATH, controller_epoch_zk_version, path,

@@ -301,7 +301,8 @@ class ControllerRetryTests(unittest.TestCase):
 
         def set_partition_state(topic: str, partition: int, leader: int, leader_epoch: int, new_isr: list[int],
                                 controller_epoch: int = 1, expected_version: int = -1,
-                                controller_epoch_zk_version: int | None = None) -> defer.Deferred:
+                                controller_epoch_zk_version: int | None = None,
+                                elr: list[int] | None = None) -> defer.Deferred:
             if controller_epoch_zk_version is not None and (topic, partition) == ("t", 0):
                 attempts.append(expected_version)
                 if len(attempts) <= wins:
@@ -309,7 +310,7 @@ class ControllerRetryTests(unittest.TestCase):
                     h.wait(real(topic, partition, current.leader, current.leader_epoch, isr, 1,
                                 expected_version=current.zk_version))
             return real(topic, partition, leader, leader_epoch, new_isr, controller_epoch, expected_version,
-                        controller_epoch_zk_version)
+                        controller_epoch_zk_version, elr)
 
         h.registry.set_partition_state = set_partition_state  # type: ignore[method-assign]
         return attempts

@@ -1,0 +1,190 @@
+"""
+Eligible leader replicas (KIP-966, issue 28): a replica that leaves the ISR
+while the ISR is smaller than C{min.insync.replicas} keeps every record below
+the high watermark, which does not move meanwhile, and is elected when no ISR
+member is live -- before a replica that restarted after an unclean shutdown
+(found by the simulation's disk model, seeds 51 and 62: the only ISR member
+crashed, lost what it had not flushed, and was elected again while the
+replicas the ISR had lost held every acknowledged record).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from hypothesis import given
+from hypothesis import strategies as st
+from twisted.trial import unittest
+
+from kafkatw.broker.metadata_cache import BrokerEndpoint
+from kafkatw.broker.partition import next_eligible_leader_replicas
+from kafkatw.simulation import Fault, Schedule, Settings, run_seed
+from kafkatw.testing import FakeZooKeeperClient
+from kafkatw.zookeeper.registry import Registry
+from tests.unit.test_controller import ControllerHarness
+from tests.unit.test_partition import LAG_MS, ReplicationHarness
+
+
+@st.composite
+def isr_changes(draw: st.DrawFn) -> tuple:
+    replicas = draw(st.lists(st.integers(0, 9), min_size=1, max_size=5, unique=True))
+    subset = st.lists(st.sampled_from(replicas), unique=True)
+    isr, new_isr, excluded = draw(subset), draw(subset), draw(subset)
+    elr = [r for r in draw(subset) if r not in isr]
+    return replicas, isr, elr, new_isr, draw(st.integers(1, 6)), excluded
+
+
+class NextEligibleLeaderReplicasTests(unittest.TestCase):
+    @given(isr_changes())
+    def test_the_rules_of_kip_966(self, change: tuple) -> None:
+        replicas, isr, elr, new_isr, min_isr, excluded = change
+        result = next_eligible_leader_replicas(isr, elr, new_isr, min_isr, replicas, excluded)
+        self.assertEqual(result, [r for r in replicas if r in result])  # in assignment order, no repeats
+        self.assertFalse(set(result) & set(new_isr))
+        self.assertFalse(set(result) & set(excluded))
+        if len(new_isr) >= min(min_isr, len(replicas)):
+            self.assertEqual(result, [])  # the high watermark moves again: nobody else is sure to hold it
+        else:
+            kept = (set(elr) | set(isr)) - set(new_isr) - set(excluded)
+            self.assertEqual(set(result), kept)
+
+    def test_examples(self) -> None:
+        self.assertEqual(next_eligible_leader_replicas([1, 2, 3], [], [1], 2, [1, 2, 3]), [2, 3])
+        self.assertEqual(next_eligible_leader_replicas([1, 2, 3], [], [1, 2], 2, [1, 2, 3]), [])
+        self.assertEqual(next_eligible_leader_replicas([1], [2, 3], [1, 2], 2, [1, 2, 3]), [])
+        self.assertEqual(next_eligible_leader_replicas([3], [1], [2], 3, [1, 2, 3], excluded={3}), [1])
+        # min.insync.replicas above the replication factor: the factor counts
+        self.assertEqual(next_eligible_leader_replicas([1, 2], [], [1, 2], 3, [1, 2]), [])
+
+
+class LeaderTests(unittest.TestCase):
+    """The leader's side: its ISR shrink writes the ELR, and the high watermark stops."""
+
+    def test_a_shrink_below_min_isr_makes_elr_and_stops_the_high_watermark(self) -> None:
+        h = ReplicationHarness(self, **{"min.insync.replicas": 2})
+        h.write_state(0, 0, [0, 1, 2])
+        p = h.partition
+        h.append(3)
+        p.update_follower(1, 3)
+        p.update_follower(2, 3)
+        self.assertEqual(p.high_watermark, 3)
+        h.advance_ms(LAG_MS + 1)  # both followers stop fetching
+        h.replica_manager.shrink_isrs(LAG_MS)
+        state = h.state()
+        self.assertEqual((state.isr, state.elr), ([0], [1, 2]))
+        self.assertEqual((p.isr, p.elr), ([0], [1, 2]))
+        h.append(2)
+        self.assertEqual((p.log_end_offset, p.high_watermark), (5, 3))  # alone in the ISR: it does not move
+        p.update_follower(1, 5)  # 1 catches up and rejoins: ISR [0, 1], the ELR is gone, the watermark moves
+        state = h.state()
+        self.assertEqual((state.isr, state.elr), ([0, 1], []))
+        self.assertEqual(p.high_watermark, 5)
+
+    def test_with_min_isr_one_nothing_changes(self) -> None:
+        h = ReplicationHarness(self)
+        h.write_state(0, 0, [0, 1, 2])
+        p = h.partition
+        h.append(3)
+        h.advance_ms(LAG_MS + 1)
+        h.replica_manager.shrink_isrs(LAG_MS)
+        self.assertEqual((h.state().isr, h.state().elr), ([0], []))
+        self.assertEqual(p.high_watermark, 3)
+
+
+class ControllerTests(unittest.TestCase):
+    """t-0 and t-1 assigned [3, 1, 2], led by 3 with ISR [3, 1], C{min.insync.replicas} 2."""
+
+    def setUp(self) -> None:
+        self.h = ControllerHarness(self, {"t": {0: [3, 1, 2], 1: [3, 1, 2]}},
+                                   states={("t", 0): (3, [3, 1]), ("t", 1): (3, [3, 1])})
+        self.h.topic_configs["t"] = {"min.insync.replicas": 2}
+
+    def broker_returned(self, broker_id: int, unclean: bool = False) -> None:
+        h = self.h
+        client = FakeZooKeeperClient(h.server)
+        h.wait(client.start())
+        h.wait(Registry(client).register_broker(broker_id, "127.0.0.1", 9090 + broker_id, unclean_shutdown=unclean))
+        brokers = dict(h.metadata.brokers)
+        brokers[broker_id] = BrokerEndpoint(broker_id, "127.0.0.1", 9090 + broker_id)
+        h.metadata.set_brokers(brokers)
+        h.wait(h.controller.brokers_changed(brokers))
+
+    def elr(self, partition: int) -> list[int]:
+        return self.h.state("t", partition).elr
+
+    def test_an_eligible_leader_replica_is_elected_when_the_isr_is_gone(self) -> None:
+        h = self.h
+        h.broker_died(1)
+        self.assertEqual((h.summary("t", 0), self.elr(0)), ((3, 0, [3]), [1]))
+        self.broker_returned(1)
+        h.broker_died(3)
+        self.assertEqual((h.summary("t", 0), self.elr(0)), ((1, 1, [1]), [3]))
+        # 3 comes back after a crash: it may have lost what it held, it is eligible no more
+        self.broker_returned(3, unclean=True)
+        self.assertEqual((h.summary("t", 0), self.elr(0)), ((1, 1, [1]), []))
+
+    def test_an_uncleanly_restarted_isr_member_waits_for_a_down_eligible_one(self) -> None:
+        h = self.h
+        h.broker_died(1)
+        h.broker_died(3)
+        self.assertEqual((h.summary("t", 1), self.elr(1)), ((3, 0, [3]), [1]))  # offline: nobody to elect
+        self.broker_returned(3, unclean=True)
+        self.assertEqual(h.summary("t", 1), (3, 0, [3]))  # not elected again: 1 holds what 3 may have lost
+        self.assertEqual(h.controller.partition_states.state(("t", 1)), "OfflinePartition")
+        self.broker_returned(1)
+        self.assertEqual((h.summary("t", 1), self.elr(1)), ((1, 1, [1]), []))
+
+    def test_an_uncleanly_restarted_isr_member_waits_for_a_down_isr_member(self) -> None:
+        """
+        Seed 181: 1 and 3, the ISR, go at once (no ELR was written), 3 comes
+        back uncleanly: electing it alone would make 1 eligible, so it waits.
+        """
+        h = self.h
+        brokers = {b: e for b, e in h.metadata.brokers.items() if b == 2}
+        h.metadata.set_brokers(brokers)
+        h.wait(h.controller.brokers_changed(brokers))
+        self.assertEqual((h.summary("t", 0), self.elr(0)), ((3, 0, [3, 1]), []))
+        self.broker_returned(3, unclean=True)
+        self.assertEqual(h.summary("t", 0), (3, 0, [3, 1]))
+        self.broker_returned(1)
+        self.assertEqual(h.summary("t", 0)[:2], (1, 1))
+
+    def test_with_min_isr_one_an_uncleanly_restarted_member_is_elected(self) -> None:
+        """Nobody else is sure to hold more (the single-broker case after kill -9): it leads again."""
+        h = self.h
+        h.topic_configs["t"] = {}
+        h.broker_died(1)
+        h.broker_died(3)
+        self.broker_returned(3, unclean=True)
+        self.assertEqual(h.summary("t", 0), (3, 1, [3]))
+
+
+# Seeds 51 and 62 of `python -m kafkatw.simulation --disk-model`, shrunk.
+# 51: broker 3, leader of sim-0, is cut off from its peers: it shrinks the ISR to itself; it then
+# crashes, loses its unflushed log, restarts, and was elected again as the only ISR member.
+# 62: brokers 1 and 2 lose ZooKeeper, so the controller takes them out of every ISR; broker 3, the
+# only one left, crashes and restarts: the same.
+SEED_51 = Schedule(51, [Fault(16.373, "isolate", (3, "drop")), Fault(20.394, "heal-zk", (3,)),
+                        Fault(48.386, "crash", (3, "end-session"))])
+# 181: broker 1 pauses (its session expires), broker 3 crashes, broker 2 is cut off (its session
+# expires), broker 3 restarts: it was elected alone while broker 2, down, held what it had lost.
+SEED_181 = Schedule(181, [Fault(29.667, "pause", (1,)), Fault(35.387, "crash", (3, "expire-session")),
+                          Fault(39.768, "isolate", (2, "drop")), Fault(40.714, "start", (3,))])
+SEED_62 = Schedule(62, [Fault(14.093, "isolate-zk", (2,)), Fault(20.194, "isolate", (1, "drop")),
+                        Fault(28.184, "crash", (3, "expire-session")), Fault(31.364, "start", (3,))])
+
+
+class SimulationTests(unittest.TestCase):
+    def check(self, seed: int, schedule: Schedule) -> None:
+        result = run_seed(seed, dataclasses.replace(Settings(), disk_model=True), schedule=schedule)
+        self.assertEqual(result.violations, [], "\n".join(map(str, result.violations[:10])))
+        self.assertGreater(result.acknowledged, 500)
+
+    def test_seed_51_loses_no_acknowledged_record(self) -> None:
+        self.check(51, SEED_51)
+
+    def test_seed_62_loses_no_acknowledged_record(self) -> None:
+        self.check(62, SEED_62)
+
+    def test_seed_181_loses_no_acknowledged_record(self) -> None:
+        self.check(181, SEED_181)
