@@ -30,8 +30,12 @@ import re
 import sys
 import time
 
-from kafkatw.cli.coordinator_group import CoordinatorGroupConsumer
-from kafkatw.client.blocking import BlockingProducer
+from kafkatw.client.blocking import BlockingConsumer, BlockingProducer
+from kafkatw.errors import ErrorCode, KafkaError
+
+#: the coordinator refused a transaction's offsets: the group moved on since the poll (KIP-447)
+REBALANCED = frozenset({ErrorCode.illegal_generation, ErrorCode.unknown_member_id, ErrorCode.rebalance_in_progress,
+                        ErrorCode.fenced_instance_id})
 
 #: nginx/Apache common and combined formats: the client address, then two fields, then [time]
 ACCESS_LINE = re.compile(rb"^(\S+) \S+ \S+ \[[^\]]+\] \"")
@@ -53,16 +57,27 @@ def count_clients(values: list[bytes | None]) -> dict[str, int]:
     return dict(counts)
 
 
+def rewind(group: BlockingConsumer) -> None:
+    """Move every assigned partition back to the group's committed offset (its start without one)."""
+    assigned = sorted(group.assignment())
+    committed = group.committed(assigned) if assigned else {}
+    for tp in assigned:
+        if committed.get(tp, -1) >= 0:
+            group.seek(tp, committed[tp])
+        else:
+            group.seek_to_beginning(tp)
+
+
 def run(args: argparse.Namespace) -> int:
     producer = BlockingProducer(args.bootstrap_server, transactional_id=args.transactional_id, linger_ms=5,
                                 timeout_s=120)
     producer.init_transactions()  # fences an older instance and ends its open transaction
-    group = CoordinatorGroupConsumer(args.bootstrap_server, args.group, [args.input], auto_offset_reset="earliest",
-                                     enable_auto_commit=False, isolation_level="read_committed",
-                                     session_timeout_ms=args.session_timeout_ms, heartbeat_interval_ms=1000,
-                                     rebalance_timeout_ms=args.rebalance_timeout_ms)
-    group.join()
-    print(f"joined {args.group}: {sorted(group.assignment)}", flush=True)
+    group = BlockingConsumer(args.bootstrap_server, group_id=args.group, auto_offset_reset="earliest",
+                             enable_auto_commit=False, isolation_level="read_committed",
+                             session_timeout_ms=args.session_timeout_ms, heartbeat_interval_ms=1000,
+                             max_poll_interval_ms=args.rebalance_timeout_ms)
+    group.subscribe([args.input])
+    print(f"joined {args.group}: {sorted(group.wait_for_assignment())}", flush=True)
     partitions = group.partitions_for(args.input)
     idle_since = time.monotonic()
     transactions = 0
@@ -70,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
         while True:
             records = group.poll(500, max_records=args.max_records)
             if not records:
-                if len(group.assignment) < len(partitions):
+                if len(group.assignment()) < len(partitions):
                     # a killed instance still holds partitions until its session times out
                     idle_since = time.monotonic()
                 elif args.exit_when_idle_s and time.monotonic() - idle_since > args.exit_when_idle_s:
@@ -84,8 +99,17 @@ def run(args: argparse.Namespace) -> int:
             offsets = {}
             for record in records:
                 offsets[(record.topic, record.partition)] = record.offset + 1
-            producer.send_offsets_to_transaction(offsets, group.group_metadata())
-            producer.commit_transaction()
+            try:
+                producer.send_offsets_to_transaction(offsets, group.group_metadata())
+                producer.commit_transaction()
+            except KafkaError as e:
+                if e.error_code not in REBALANCED:
+                    raise
+                # the group rebalanced since the poll: this batch is the partitions' new owner's
+                # now; drop it and go on from the group's committed offsets
+                producer.abort_transaction()
+                rewind(group)
+                continue
             transactions += 1
     finally:
         print(f"committed {transactions} transactions", flush=True)

@@ -465,24 +465,32 @@ def _console_coordinator_group(bootstrap_server: str, group_id: str, topic: str 
                                include: str | None = None) -> None:
     """
     C{console-consumer --group G}: print the records of the partitions the
-    broker's group coordinator gives this member (auto commit, and a commit
-    on exit: at least once).
+    broker's group coordinator gives this member (a
+    L{kafkatw.client.blocking.BlockingConsumer} with a C{group_id}; auto
+    commit, and a commit on exit: at least once).
     """
+    from kafkatw.client.blocking import BlockingConsumer
     from kafkatw.errors import KafkaError
-
-    from .coordinator_group import CoordinatorGroupConsumer
 
     out = sys.stdout.buffer
     processed = 0
     group = None
+
+    def close() -> None:
+        if group is not None:
+            try:
+                group.close()
+            except (KafkaError, OSError):
+                pass
+
     try:
         topics = [topic] if include is None else _included_topics(bootstrap_server, client_id, include)
-        group = CoordinatorGroupConsumer(bootstrap_server, group_id, topics, **client_security(),
-                                         auto_offset_reset="earliest" if from_beginning else "latest",
-                                         client_id=client_id, **options)
+        group = BlockingConsumer(bootstrap_server, group_id=group_id, client_id=client_id, **client_security(),
+                                 auto_offset_reset="earliest" if from_beginning else "latest", **options)
         for name in topics:
             group.partitions_for(name)  # an unknown topic fails here, as without --group
-        group.join()
+        group.subscribe(topics)
+        group.wait_for_assignment()
         last_message = time.monotonic()
         while True:
             wait_ms = 1000
@@ -506,13 +514,11 @@ def _console_coordinator_group(bootstrap_server: str, group_id: str, topic: str 
         sys.stderr.close()
         sys.exit(0)
     except (KafkaError, OSError, ValueError) as e:
-        if group is not None:
-            group.close()
+        close()
         click.echo(f"ERROR Error processing message, terminating consumer process: {describe_error(e)}", err=True)
         click.echo(f"Processed a total of {processed} messages", err=True)
         sys.exit(1)
-    if group is not None:
-        group.close()
+    close()
     click.echo(f"Processed a total of {processed} messages", err=True)
 
 

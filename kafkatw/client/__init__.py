@@ -8,9 +8,12 @@ The public API, pinned by C{tests/unit/test_exports.py}:
     L{Producer} (L{Producer.send} fires with a L{RecordMetadata}; with a
     C{transactional_id}, transactions whose consumer-group side is a
     L{GroupMetadata}),
-    L{Consumer} (partition-level; L{Consumer.poll} fires with
-    L{ConsumerRecord}s), L{ZookeeperConsumerGroup} (the paper's
-    ZooKeeper-coordinated consumer group, section 3.2) and L{AdminClient}
+    L{Consumer} (L{Consumer.poll} fires with L{ConsumerRecord}s; partitions
+    assigned by hand, or with a C{group_id} by a consumer group coordinated by
+    a broker, Kafka's classic protocol: L{Consumer.subscribe}, told of
+    rebalances through a L{ConsumerRebalanceListener}),
+    L{ZookeeperConsumerGroup} (the paper's ZooKeeper-coordinated consumer
+    group, section 3.2) and L{AdminClient}
     (topics, partitions, configs, offsets, the controller's requests), with
     its L{NewTopic} and L{NewPartitions}.
   - Blocking, for code without a reactor (scripts, Spark executors):
@@ -48,6 +51,7 @@ from .admin import AdminClient, NewPartitions, NewTopic
 from .client import KafkaClient
 from .connection import BrokerConnectionError, RequestTimedOutError, UnsupportedApiError
 from .consumer import Consumer, ConsumerClosedError, ConsumerRecord, LogTruncationError, NoOffsetForPartitionError
+from .consumer_coordinator import ConsumerRebalanceListener
 from .producer import KafkaTimeoutError, Producer, ProducerClosedError, RecordMetadata
 from .sasl import AuthenticationFailedError
 from .security import SecurityConfig
@@ -71,6 +75,7 @@ __all__ = [
     "Consumer",
     "ConsumerRecord",
     "ZookeeperConsumerGroup",
+    "ConsumerRebalanceListener",
     "AdminClient",
     "NewTopic",
     "NewPartitions",

@@ -429,7 +429,9 @@ class BlockingProducer(_Bound):
 
 class BlockingConsumer(_Bound):
     """
-    L{Consumer} for threads without a reactor.  Takes the same options, plus:
+    L{Consumer} for threads without a reactor.  Takes the same options (a
+    C{group_id} for L{subscribe}, L{commit}, L{committed} and
+    L{group_metadata}: a member of a broker-coordinated consumer group), plus:
 
     @param consumer_timeout_ms: iteration stops after this long without a
         record (ms; None: it never stops by itself), as kafka-python's.
@@ -447,6 +449,7 @@ class BlockingConsumer(_Bound):
         self._margin_s = self._consumer.request_timeout_ms / 1000.0
         self._records: list[ConsumerRecord] = []
         self._index = 0
+        self._polled_metadata: Any = None
 
     def _call(self, function: Callable[..., Any], *args: Any, timeout_s: float | None = None) -> Any:
         thread = self._check_process()
@@ -499,6 +502,56 @@ class BlockingConsumer(_Bound):
     def paused(self) -> set[tuple[str, int]]:
         return self._call(self._consumer.paused)
 
+    # --- the consumer group (group_id=...): see Consumer.subscribe ---
+
+    def subscribe(self, topics: Iterable[str], listener: Any = None) -> None:
+        """
+        Join the consumer group C{group_id} subscribed to C{topics}
+        (L{Consumer.subscribe}).  The C{listener}'s methods run in the
+        reactor thread: they must not call this blocking consumer.
+        """
+        self._call(self._consumer.subscribe, list(topics), listener)
+
+    def subscription(self) -> set[str]:
+        return self._call(self._consumer.subscription)
+
+    def wait_for_assignment(self, timeout_s: float | None = None) -> set[tuple[str, int]]:
+        """Wait until the group is stable; this member's partitions (L{Consumer.wait_for_assignment})."""
+        return self._call(self._consumer.wait_for_assignment, timeout_s=timeout_s)
+
+    def commit(self, offsets: dict[tuple[str, int], int] | None = None) -> dict[tuple[str, int], int]:
+        """
+        Commit offsets to the group and wait (L{Consumer.commit}); by default the
+        positions, records held by the iterator not yet returned excepted.
+        """
+        if offsets is None and self._index < len(self._records):
+            offsets = self._call(self._consumer._positions)
+            for record in self._records[self._index:]:
+                tp = (record.topic, record.partition)
+                offsets[tp] = min(offsets.get(tp, record.offset), record.offset)
+        return self._call(self._consumer.commit, offsets)
+
+    def commit_async(self, offsets: dict[tuple[str, int], int] | None = None, callback: Any = None) -> None:
+        """L{Consumer.commit_async}: do not wait; C{callback} runs in the reactor thread."""
+        self._call(lambda: (self._consumer.commit_async(offsets, callback), None)[1])
+
+    def committed(self, partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        return self._call(self._consumer.committed, list(partitions))
+
+    def group_metadata(self) -> Any:
+        """
+        L{Consumer.group_metadata} as it was when the last poll returned
+        records (before any poll: as it is now), for
+        L{BlockingProducer.send_offsets_to_transaction}: the group's
+        rebalances run in the reactor thread, and a transaction of records
+        polled before a rebalance must carry their generation so that the
+        coordinator fences it (KIP-447), as Kafka's consumer, whose
+        rebalances happen inside C{poll}, gives.
+        """
+        if self._polled_metadata is not None:
+            return self._polled_metadata
+        return self._call(self._consumer.group_metadata)
+
     def poll(self, timeout_ms: int | None = 0, max_records: int | None = None) -> list[ConsumerRecord]:
         """
         Records, waiting up to C{timeout_ms} (ms; None: until some arrive) for
@@ -510,8 +563,19 @@ class BlockingConsumer(_Bound):
             out = self._records[self._index:self._index + limit]
             self._index += len(out)
             return out
-        return self._call(self._consumer.poll, timeout_ms, max_records,
+        return self._call(self._poll, timeout_ms, max_records,
                           timeout_s=None if timeout_ms is None else timeout_ms / 1000.0 + self._margin_s)
+
+    def _poll(self, timeout_ms: int | None, max_records: int | None) -> Any:
+        """In the reactor thread: a poll, noting the group's metadata when its records are returned."""
+        consumer = self._consumer
+
+        def returned(records: list[ConsumerRecord]) -> list[ConsumerRecord]:
+            if consumer.coordinator is not None and records:
+                self._polled_metadata = consumer.group_metadata()
+            return records
+
+        return consumer.poll(timeout_ms, max_records).addCallback(returned)
 
     def __iter__(self) -> Iterator[ConsumerRecord]:
         return self
@@ -525,7 +589,7 @@ class BlockingConsumer(_Bound):
         limit = self.consumer_timeout_ms
         while True:
             wait_ms = 1000 if limit is None else max(0, min(1000, limit - int((time.monotonic() - started) * 1000)))
-            records = self._call(self._consumer.poll, wait_ms, None, timeout_s=wait_ms / 1000.0 + self._margin_s)
+            records = self._call(self._poll, wait_ms, None, timeout_s=wait_ms / 1000.0 + self._margin_s)
             if records:
                 self._records = records
                 self._index = 1

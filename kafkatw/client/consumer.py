@@ -2,10 +2,14 @@
 L{Consumer}: a partition-level consumer with a prefetching fetch pipeline
 (docs/design.md: Clients; the paper's §3.1 "pull" consumer).
 
-The application picks partitions with L{Consumer.assign} (the consumer group of
-the paper's §3.2 comes in another module and drives this one through
-L{Consumer.assign} and L{Consumer.initial_positions}) and reads records with
-L{Consumer.poll} or C{async for}.
+The application picks partitions with L{Consumer.assign}, or, with a
+C{group_id}, subscribes to topics with L{Consumer.subscribe} and lets a
+consumer group coordinated by a broker decide (Kafka's classic protocol,
+L{kafkatw.client.consumer_coordinator.ConsumerCoordinator}), and reads records
+with L{Consumer.poll} or C{async for}.  The paper's ZooKeeper group (§3.2,
+L{kafkatw.client.zookeeper_group}) drives a consumer through
+L{Consumer.assign} and L{Consumer.initial_positions}; the two groups differ
+only in membership: fetching, positions and decoding are this class's.
 
 Fetch pipeline
 ==============
@@ -278,6 +282,23 @@ class Consumer:
         after the last item returned).  For readers that decode the data
         themselves, as the Spark source does (one item per piece, holding
         its bytes).
+    @param group_id: the consumer group L{subscribe} joins and L{commit} and
+        L{committed} use (C{None}: no group; L{assign} only).
+    @param group_instance_id: a static member's id (KIP-345): rejoining within
+        C{session_timeout_ms} keeps its partitions without a rebalance.
+    @param partition_assignment_strategy: the assignors this member offers,
+        preferred first: C{"range"}, C{"roundrobin"}, C{"sticky"},
+        C{"cooperative-sticky"} (L{kafkatw.client.assignors}); the cooperative
+        rebalance protocol (KIP-429) when every one is cooperative.
+    @param session_timeout_ms: the group drops this member after this long
+        without a heartbeat (ms).
+    @param heartbeat_interval_ms: time between heartbeats (ms), sent on their
+        own timer.
+    @param max_poll_interval_ms: the rebalance timeout (ms): how long the
+        coordinator waits for members to rejoin.
+    @param enable_auto_commit: commit the positions of processed records
+        every C{auto_commit_interval_ms} (ms), before rebalances and on close
+        (L{kafkatw.client.consumer_coordinator}).
     @param security: a L{kafkatw.client.security.SecurityConfig} (TLS, SASL) for the
         client made from C{bootstrap_servers}; kafka-python's keyword options
         (C{security_protocol}, C{ssl_cafile}, C{ssl_certfile}, C{ssl_keyfile},
@@ -293,6 +314,11 @@ class Consumer:
                  isolation_level: str = "read_uncommitted", max_buffered_bytes: int = 8 * 1024 * 1024,
                  retry_backoff_ms: int = 100, default_api_timeout_ms: int = 60000,
                  record_decoder: Callable[..., tuple[list, int]] | None = None,
+                 group_id: str | None = None, group_instance_id: str | None = None,
+                 partition_assignment_strategy: Iterable[str] | str = ("range", "cooperative-sticky"),
+                 session_timeout_ms: int = 45000, heartbeat_interval_ms: int = 3000,
+                 max_poll_interval_ms: int = 300000, enable_auto_commit: bool = True,
+                 auto_commit_interval_ms: int = 5000,
                  security: SecurityConfig | None = None, **security_options: Any) -> None:
         if auto_offset_reset not in _RESETS:
             raise ValueError(f"auto_offset_reset must be earliest, latest or none, not {auto_offset_reset!r}")
@@ -331,6 +357,163 @@ class Consumer:
         self._soon: Any = None
         self._closed = False
         self._iter_records: Any = iter(())
+        self._subscribed = False
+        #: positions when poll() was last called: what the records returned before it reached
+        self._consumed: dict[TopicPartition, int] = {}
+        self.group_id = group_id
+        self.coordinator: Any = None
+        if group_id is not None:
+            from .consumer_coordinator import ConsumerCoordinator
+
+            if isinstance(partition_assignment_strategy, str):
+                partition_assignment_strategy = [s.strip() for s in partition_assignment_strategy.split(",")]
+            try:
+                self.coordinator = ConsumerCoordinator(
+                    self, group_id, group_instance_id=group_instance_id, assignors=partition_assignment_strategy,
+                    session_timeout_ms=session_timeout_ms, rebalance_timeout_ms=max_poll_interval_ms,
+                    heartbeat_interval_ms=heartbeat_interval_ms, enable_auto_commit=enable_auto_commit,
+                    auto_commit_interval_ms=auto_commit_interval_ms, require_stable=self._read_committed)
+            except ValueError:
+                if self._own_client:
+                    client.close()
+                raise
+
+    # --- the consumer group ------------------------------------------------------------
+
+    def subscribe(self, topics: Iterable[str], listener: Any = None) -> None:
+        """
+        Join the consumer group C{group_id} subscribed to C{topics} (replacing
+        an earlier subscription); the group assigns this consumer its
+        partitions, which start at the group's committed offsets (else
+        C{auto_offset_reset}).  Returns at once: the group is joined, and
+        rejoined when it rebalances, when the application calls L{poll} (or
+        L{wait_for_assignment}), as Kafka's consumer does; heartbeats run on
+        their own timer.
+
+        @param listener: a
+            L{kafkatw.client.consumer_coordinator.ConsumerRebalanceListener},
+            told of partitions revoked, assigned and lost.
+        @raise ValueError: the consumer has no C{group_id}.
+        @raise RuntimeError: partitions were assigned by hand (L{assign}).
+        """
+        self._check_open()
+        if self.coordinator is None:
+            raise ValueError("subscribe() needs a group_id")
+        if self._states and not self._subscribed:
+            raise RuntimeError("subscribe() after assign(): Kafka's consumer allows one or the other")
+        self._subscribed = True
+        self.coordinator.subscribe(topics, listener)
+
+    def subscription(self) -> set[str]:
+        """The subscribed topics (empty without L{subscribe})."""
+        return set(self.coordinator.topics) if self._subscribed else set()
+
+    def wait_for_assignment(self) -> defer.Deferred:
+        """
+        @return: a Deferred firing with this member's partitions once the group
+            is stable, or failing with the error that stopped the member.
+        """
+        self._check_open()
+        if not self._subscribed:
+            return defer.succeed(self.assignment())
+        return self.coordinator.wait_for_assignment()
+
+    def group_metadata(self) -> Any:
+        """
+        This member's group id, generation id, member id and group instance id
+        for L{kafkatw.client.producer.Producer.send_offsets_to_transaction}
+        (Java's C{ConsumerGroupMetadata}, KIP-447).
+
+        @rtype: L{kafkatw.client.transaction_manager.GroupMetadata}
+        @raise ValueError: the consumer has no C{group_id}.
+        """
+        return self._group().group_metadata()
+
+    def commit(self, offsets: dict[TopicPartition, int] | None = None) -> defer.Deferred:
+        """
+        Commit offsets to the group, synchronously: the Deferred fires once
+        the coordinator has them, retrying a moved coordinator and lost
+        connections until C{default_api_timeout_ms}.
+
+        @param offsets: C{{(topic, partition): next offset to consume}};
+            default: the position of every assigned partition (everything
+            L{poll} returned counts as processed).
+        @return: a Deferred firing with the offsets committed, or failing with
+            L{kafkatw.client.consumer_coordinator.CommitFailedError} (the group
+            rebalanced; the partitions may be another member's now) or a
+            L{KafkaError}.
+        @raise ValueError: the consumer has no C{group_id}.
+        """
+        group = self._group()
+        if offsets is None:
+            offsets = self._positions()
+        return group.commit(offsets)
+
+    def commit_async(self, offsets: dict[TopicPartition, int] | None = None,
+                     callback: Callable[[dict, BaseException | None], Any] | None = None) -> defer.Deferred:
+        """
+        Commit offsets in one attempt, without retrying (Kafka's
+        C{commitAsync}): for progress that a later commit supersedes.
+
+        @param callback: called with C{(offsets, None)} or C{(offsets, error)}.
+        @return: a Deferred firing with C{None} when the attempt ends (never failing;
+            a failure is logged and given to C{callback}).
+        """
+        group = self._group()
+        if offsets is None:
+            offsets = self._positions()
+
+        def done(result: Any) -> None:
+            error = result.value if isinstance(result, Failure) else None
+            if error is not None:
+                _log.warn("group {group}: commit_async failed: {error}", group=self.group_id, error=error)
+            if callback is not None:
+                callback(dict(offsets), error)
+
+        return group.commit(offsets, retry=False).addBoth(done)
+
+    def committed(self, partitions: Iterable[TopicPartition]) -> defer.Deferred:
+        """
+        The group's committed offsets (OffsetFetch; a read_committed consumer
+        waits for stable ones, KIP-447).
+
+        @return: a Deferred firing with C{{(topic, partition): offset}}, -1
+            where there is none.
+        @raise ValueError: the consumer has no C{group_id}.
+        """
+        return self._group().committed(partitions)
+
+    def consumed_positions(self) -> dict[TopicPartition, int]:
+        """
+        The assigned partitions' positions when L{poll} was last called (the
+        records returned before that call are processed): what auto-commit commits.
+        """
+        states = self._states
+        return {tp: o for tp, o in self._consumed.items() if tp in states}
+
+    def _positions(self) -> dict[TopicPartition, int]:
+        return {s.tp: s.position for s in self._order if s.position is not None}
+
+    def _group(self) -> Any:
+        if self.coordinator is None:
+            raise ValueError("the consumer has no group_id")
+        return self.coordinator
+
+    def _assign_from_group(self, partitions: Iterable[TopicPartition]) -> None:
+        """The group's assignment (L{kafkatw.client.consumer_coordinator.ConsumerCoordinator})."""
+        self._assign(partitions)
+        self._consumed = {tp: o for tp, o in self._consumed.items() if tp in self._states}
+
+    def _wake_waiters_for_group(self) -> None:
+        """The group member stopped: pending polls fail with its error."""
+        error = self.coordinator.error() if self.coordinator is not None else None
+        if error is None:
+            return
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if waiter.timer is not None and waiter.timer.active():
+                waiter.timer.cancel()
+            waiter.deferred.errback(error)
 
     # --- assignment -----------------------------------------------------------------
 
@@ -339,7 +522,15 @@ class Consumer:
         Consume exactly these C{(topic, partition)}s from now on.  Partitions
         already assigned keep their position and buffered records; new ones
         start at L{initial_positions}, else at C{auto_offset_reset}.
+
+        @raise RuntimeError: the consumer is L{subscribe}d: its group assigns.
         """
+        self._check_open()
+        if self._subscribed:
+            raise RuntimeError("assign() after subscribe(): the group assigns this consumer's partitions")
+        self._assign(partitions)
+
+    def _assign(self, partitions: Iterable[TopicPartition]) -> None:
         self._check_open()
         wanted = [(str(t), int(p)) for t, p in partitions]
         states = {}
@@ -391,13 +582,16 @@ class Consumer:
     def initial_positions(self, partitions: list[TopicPartition]) -> defer.Deferred:
         """
         Where newly assigned partitions start: the seam for committed offsets
-        (the consumer group overrides it).  Partitions missing from the result
-        start at C{auto_offset_reset}.
+        (overridable).  Partitions missing from the result start at
+        C{auto_offset_reset}.
 
-        @return: a Deferred firing with C{{(topic, partition): offset}}; this
-            one fires with C{{}}.
+        @return: a Deferred firing with C{{(topic, partition): offset}}: with a
+            C{group_id}, the group's committed offsets; else C{{}}.
         """
-        return defer.succeed({})
+        if self.coordinator is None:
+            return defer.succeed({})
+        return self.coordinator.committed(partitions).addCallback(
+            lambda found: {tp: o for tp, o in found.items() if o >= 0})
 
     def _state(self, tp: TopicPartition) -> _PartitionState:
         state = self._states.get((tp[0], tp[1]))
@@ -531,6 +725,12 @@ class Consumer:
         """
         if self._closed:
             return defer.fail(ConsumerClosedError("consumer closed"))
+        coordinator = self.coordinator
+        if coordinator is not None and self._subscribed:
+            if coordinator.error() is not None:
+                return defer.fail(coordinator.error())
+            self._consumed = self._positions()
+            coordinator.maybe_join()
         limit = max_records or self.max_poll_records
         try:
             records = self._drain(limit)
@@ -1092,13 +1292,18 @@ class Consumer:
 
     def close(self) -> defer.Deferred:
         """
-        Stop fetching; pending polls fire with C{[]}.  Closes the L{KafkaClient}
-        when the consumer made it.
+        Leave the group (L{subscribe}d: commit with C{enable_auto_commit},
+        C{on_partitions_revoked}, LeaveGroup unless static), stop fetching;
+        pending polls fire with C{[]}.  Closes the L{KafkaClient} when the
+        consumer made it.
 
         @return: a Deferred firing with C{None}.
         """
         if self._closed:
             return defer.succeed(None)
+        if self.coordinator is not None and self._subscribed:
+            self._subscribed = False
+            return self.coordinator.close().addCallback(lambda _: self.close())
         self._closed = True
         for call in (self._wake_call, self._soon):
             if call is not None and call.active():

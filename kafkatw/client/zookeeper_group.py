@@ -78,6 +78,8 @@ from twisted.internet.defer import Deferred, DeferredLock, succeed
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
+from kafkatw.client.assignors import range_assignment
+from kafkatw.client.consumer_coordinator import CommitFailedError
 from kafkatw.zookeeper.bridge import (
     NodeExistsError,
     NoNodeError,
@@ -117,15 +119,11 @@ class ConsumerRebalanceFailedError(Exception):
     """
 
 
-class CommitFailedError(Exception):
-    """A commit named partitions this consumer does not own (any more)."""
-
-
 class GroupClosedError(Exception):
     """The group consumer was closed."""
 
 
-# --- subscriptions and the range assignor --------------------------------------------------
+# --- subscriptions (the range assignor: kafkatw.client.assignors.range_assignment) ---------------------
 
 
 class Subscription(NamedTuple):
@@ -161,31 +159,6 @@ def decode_subscription(data: bytes) -> Subscription:
     if pattern not in ("static", "white_list"):
         topics = ()
     return Subscription(pattern, topics)
-
-
-def range_assignment(
-    partitions: dict[str, list[int]], consumers: dict[str, list[str]]
-) -> dict[str, set[TopicPartition]]:
-    """
-    Kafka's range assignor, per topic, as Kafka 0.8's C{RangeAssignor}.
-
-    @param partitions: topic -> its partition ids.
-    @param consumers: topic -> ids of the consumers subscribed to it.
-    @return: consumer id -> the partitions it owns (every consumer named in
-        C{consumers} appears, possibly with nothing).
-    """
-    result: dict[str, set[TopicPartition]] = {c: set() for cs in consumers.values() for c in cs}
-    for topic, members in consumers.items():
-        ps = sorted(partitions.get(topic, ()))
-        cs = sorted(set(members))
-        if not ps or not cs:
-            continue
-        n, extra = divmod(len(ps), len(cs))
-        for j, consumer in enumerate(cs):
-            start = j * n + min(j, extra)
-            count = n + (1 if j < extra else 0)
-            result[consumer].update((topic, p) for p in ps[start : start + count])
-    return result
 
 
 # --- the state machine ------------------------------------------------------------------------

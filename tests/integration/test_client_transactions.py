@@ -12,7 +12,6 @@ import subprocess
 import sys
 import time
 
-from kafkatw.cli.coordinator_group import CoordinatorGroupConsumer
 from kafkatw.client.blocking import BlockingConsumer, BlockingProducer
 from kafkatw.errors import ErrorCode, KafkaError
 
@@ -103,11 +102,11 @@ class ClientTransactionTests(SingleBrokerTestCase):
             plain.send("ctp-in", value, partition=i % 2)
         plain.flush()
         producer = self.producer("ctp-1")
-        group = CoordinatorGroupConsumer(self.bootstrap, "ctp-group", ["ctp-in"], auto_offset_reset="earliest",
-                                         enable_auto_commit=False, isolation_level="read_committed",
-                                         session_timeout_ms=30000)
+        group = BlockingConsumer(self.bootstrap, group_id="ctp-group", auto_offset_reset="earliest",
+                                 enable_auto_commit=False, isolation_level="read_committed", session_timeout_ms=30000)
         self.addCleanup(group.close)
-        group.join()
+        group.subscribe(["ctp-in"])
+        group.wait_for_assignment()
         seen = 0
         deadline = time.monotonic() + 60
         while seen < len(inputs) and time.monotonic() < deadline:
@@ -194,10 +193,10 @@ class ClientTransactionTests(SingleBrokerTestCase):
         producer = self.producer("st-1")
         producer.begin_transaction()
         producer.send_offsets_to_transaction({("st-in", 0): 5}, "st-group")
-        stable = CoordinatorGroupConsumer(self.bootstrap, "st-group", ["st-in"], isolation_level="read_committed",
-                                          enable_auto_commit=False, request_timeout_ms=2000)
+        stable = BlockingConsumer(self.bootstrap, group_id="st-group", isolation_level="read_committed",
+                                  enable_auto_commit=False, default_api_timeout_ms=2000)
         self.addCleanup(stable.close)
-        plain = CoordinatorGroupConsumer(self.bootstrap, "st-group", ["st-in"], enable_auto_commit=False)
+        plain = BlockingConsumer(self.bootstrap, group_id="st-group", enable_auto_commit=False)
         self.addCleanup(plain.close)
         self.assertEqual(plain.committed([("st-in", 0)]), {("st-in", 0): -1})
         with self.assertRaises(KafkaError) as raised:
@@ -244,8 +243,8 @@ class ClientTransactionTests(SingleBrokerTestCase):
             producer.begin_transaction()
             producer.send_offsets_to_transaction({("zk-in", 0): 999}, metadata)
             producer.abort_transaction()
-        checker = CoordinatorGroupConsumer(self.bootstrap, "zk-ctp", ["zk-in"], enable_auto_commit=False,
-                                           isolation_level="read_committed")
+        checker = BlockingConsumer(self.bootstrap, group_id="zk-ctp", enable_auto_commit=False,
+                                   isolation_level="read_committed")
         self.addCleanup(checker.close)
         self.assertEqual(checker.committed([("zk-in", 0)]), {("zk-in", 0): seen[-1].offset + 1})
         self.assertEqual(kafkatw_values(self.bootstrap, "zk-out", "read_committed", partitions=1, expect=10),

@@ -37,6 +37,7 @@ PUBLIC = [
     "Consumer",
     "ConsumerRecord",
     "ZookeeperConsumerGroup",
+    "ConsumerRebalanceListener",
     "AdminClient",
     "NewTopic",
     "NewPartitions",
@@ -224,6 +225,9 @@ class PublicSymbolsTests(SynchronousTestCase):
         self.assertIs(kafkatw.client.Consumer, Consumer)
         self.assertIs(kafkatw.client.ConsumerRecord, ConsumerRecord)
         self.assertIs(kafkatw.client.ZookeeperConsumerGroup, ZookeeperConsumerGroup)
+        from kafkatw.client.consumer_coordinator import ConsumerRebalanceListener
+
+        self.assertIs(kafkatw.client.ConsumerRebalanceListener, ConsumerRebalanceListener)
         self.assertIs(kafkatw.client.AdminClient, AdminClient)
         self.assertIs(kafkatw.client.NewTopic, NewTopic)
         self.assertIs(kafkatw.client.NewPartitions, NewPartitions)

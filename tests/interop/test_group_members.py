@@ -1,0 +1,341 @@
+"""
+kafkatw's Twisted consumer (L{kafkatw.client.consumer.Consumer} with a
+C{group_id}) in one broker-coordinated group with librdkafka
+(confluent-kafka) and kafka-python members, against a real broker.
+
+  - A mixed group (the assignor every member offers: C{range}) reads a topic
+    in three phases: all members; after the kafka-python member is killed
+    (SIGKILL, no LeaveGroup: the group notices at its session timeout); after
+    a second kafkatw member joins.  Each member counts a batch only once its
+    commit (in its generation) succeeded, and seeks back to it when the
+    commit is refused (the group rebalanced), so every record must be counted
+    exactly once across members.
+    The member is killed while the topic is drained (between phases), so no
+    commit of it is in flight.
+  - A C{cooperative-sticky} group of a kafkatw member and a librdkafka member:
+    when a second kafkatw member joins, the old members revoke only the
+    partitions that move to it (KIP-429), never those they keep.
+
+One ZooKeeper and one broker serve the whole module.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+from twisted.internet import defer
+from twisted.trial import unittest
+
+from kafkatw.client.blocking import reactor_thread
+from kafkatw.client.consumer import Consumer
+from kafkatw.client.consumer_coordinator import ConsumerRebalanceListener
+from kafkatw.client import CommitFailedError
+from kafkatw.errors import KafkaError
+from kafkatw.testing import ClassFixture, running_cluster
+
+PARTITIONS = 6
+PER_PHASE = 300
+#: A phase's bound (s): a killed member's session timeout plus rebalances fit in it.
+PHASE_S = 60.0
+SESSION_MS = 6000
+
+KAFKA_PYTHON_MEMBER = r"""
+import json, sys
+from kafka import KafkaConsumer, TopicPartition, OffsetAndMetadata
+from kafka.errors import CommitFailedError, KafkaError
+bootstrap, group, topic = sys.argv[1:4]
+consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False,
+                         auto_offset_reset="earliest", session_timeout_ms=%d, heartbeat_interval_ms=1000,
+                         fetch_max_wait_ms=100)
+print(json.dumps({"ready": True}), flush=True)
+while True:
+    batches = consumer.poll(timeout_ms=200)
+    records = [r for rs in batches.values() for r in rs]
+    if not records:
+        continue
+    offsets = {}
+    for r in records:
+        offsets[TopicPartition(r.topic, r.partition)] = OffsetAndMetadata(r.offset + 1, "", -1)
+    try:
+        consumer.commit(offsets)
+    except (CommitFailedError, KafkaError):
+        continue
+    print(json.dumps({"records": [[r.partition, r.offset] for r in records]}), flush=True)
+""" % SESSION_MS
+
+
+class Counted:
+    """The (partition, offset)s every member counted, by member."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.by_member: dict[str, list[tuple[int, int]]] = {}
+
+    def add(self, member: str, records: list[tuple[int, int]]) -> None:
+        with self.lock:
+            self.by_member.setdefault(member, []).extend(records)
+
+    def everything(self) -> list[tuple[int, int]]:
+        with self.lock:
+            return sorted(r for rs in self.by_member.values() for r in rs)
+
+
+class TwistedMember:
+    """
+    A kafkatw consumer on the blocking clients' reactor thread; its loop
+    runs in the reactor, so nothing of the group happens between a poll and
+    the commit that decides whether its batch counts.
+    """
+
+    def __init__(self, name: str, bootstrap: str, group: str, topic: str, counted: Counted | None,
+                 **options: Any) -> None:
+        self.name = name
+        self.counted = counted
+        self.thread = reactor_thread()
+        self.revoked: list[set] = []
+        self.assigned: list[set] = []
+        self.revocations = 0  # revoked or lost
+        self.stopped = False
+        member = self
+
+        class Listener(ConsumerRebalanceListener):
+            def on_partitions_revoked(self, revoked: set) -> None:
+                member.revocations += 1
+                member.revoked.append(set(revoked))
+
+            def on_partitions_assigned(self, assigned: set) -> None:
+                member.assigned.append(set(assigned))
+
+            def on_partitions_lost(self, lost: set) -> None:
+                member.revocations += 1
+
+        def make() -> Consumer:
+            consumer = Consumer(self.thread.reactor, bootstrap, group_id=group, auto_offset_reset="earliest",
+                                enable_auto_commit=False, fetch_max_wait_ms=100, session_timeout_ms=SESSION_MS,
+                                heartbeat_interval_ms=1000, client_id=name, **options)
+            consumer.subscribe([topic], Listener())
+            return consumer
+
+        self.consumer: Consumer = self.thread.call(30, make)
+        # poll (the group is joined in poll), commit and count in the reactor until closed
+        self.thread.call_soon(lambda: defer.Deferred.fromCoroutine(self._run()))
+
+    async def _run(self) -> None:
+        consumer = self.consumer
+        while not self.stopped:
+            try:
+                records = await consumer.poll(timeout_ms=200)
+            except KafkaError:
+                continue
+            if not records or self.stopped:
+                continue
+            # the group rebalances only in poll: these partitions are this member's until the commit
+            offsets, first = {}, {}
+            for r in records:
+                offsets[(r.topic, r.partition)] = r.offset + 1
+                first.setdefault((r.topic, r.partition), r.offset)
+            try:
+                await consumer.commit(offsets)
+            except (CommitFailedError, KafkaError):
+                # refused (the group rebalanced): not counted; read it again where still ours
+                assigned = consumer.assignment()
+                for tp, offset in first.items():
+                    if tp in assigned:
+                        consumer.seek(tp, offset)
+                continue
+            if self.counted is not None:
+                self.counted.add(self.name, [(r.partition, r.offset) for r in records])
+
+    def assignment(self) -> set:
+        return self.thread.call(10, self.consumer.assignment)
+
+    def close(self) -> None:
+        self.stopped = True
+        self.thread.call(30, self.consumer.close)
+
+
+class ConfluentMember:
+    """A librdkafka member polling in its own thread."""
+
+    def __init__(self, name: str, bootstrap: str, group: str, topic: str, counted: Counted | None,
+                 strategy: str = "range,roundrobin") -> None:
+        from confluent_kafka import Consumer as RdConsumer
+
+        self.name = name
+        self.counted = counted
+        self.revoked: list[set] = []
+        self.assigned: list[set] = []
+        self.stopped = threading.Event()
+        self.consumer = RdConsumer({"bootstrap.servers": bootstrap, "group.id": group,
+                                    "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                                    "session.timeout.ms": SESSION_MS, "heartbeat.interval.ms": 1000,
+                                    "partition.assignment.strategy": strategy, "fetch.wait.max.ms": 100,
+                                    "client.id": name})
+
+        def on_assign(consumer: Any, partitions: list) -> None:
+            self.assigned.append({(p.topic, p.partition) for p in partitions})
+
+        def on_revoke(consumer: Any, partitions: list) -> None:
+            self.revoked.append({(p.topic, p.partition) for p in partitions})
+
+        self.consumer.subscribe([topic], on_assign=on_assign, on_revoke=on_revoke)
+        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        from confluent_kafka import KafkaException, TopicPartition
+
+        while not self.stopped.is_set():
+            messages = [m for m in self.consumer.consume(num_messages=500, timeout=0.2) if not m.error()]
+            if not messages or self.counted is None:
+                continue
+            offsets = {}
+            for m in messages:
+                offsets[(m.topic(), m.partition())] = m.offset() + 1
+            try:
+                self.consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()],
+                                     asynchronous=False)
+            except KafkaException:
+                # refused (the group rebalanced): not counted; read it again where still ours
+                first: dict = {}
+                for m in messages:
+                    first.setdefault((m.topic(), m.partition()), m.offset())
+                for (t, p), o in first.items():
+                    try:
+                        self.consumer.seek(TopicPartition(t, p, o))
+                    except KafkaException:
+                        pass
+                continue
+            self.counted.add(self.name, [(m.partition(), m.offset()) for m in messages])
+
+    def close(self) -> None:
+        self.stopped.set()
+        self.thread.join(30)
+        self.consumer.close()
+
+
+def produce(bootstrap: str, topic: str, phase: int) -> None:
+    from kafkatw.client.blocking import BlockingProducer
+
+    with BlockingProducer(bootstrap, linger_ms=5) as producer:
+        for i in range(PER_PHASE):
+            producer.send(topic, b"%d-%d" % (phase, i), partition=i % PARTITIONS)
+        producer.flush()
+
+
+def wait_for(predicate: Any, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+class GroupMemberInteropTests(ClassFixture, unittest.TestCase):
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls._cluster = running_cluster(brokers=1, overrides={"group.initial.rebalance.delay.ms": "0"})
+        cls.broker = cls._cluster.__enter__()[0]
+        cls.bootstrap = cls.broker.bootstrap
+        from kafka.admin import KafkaAdminClient, NewTopic
+
+        admin = KafkaAdminClient(bootstrap_servers=cls.bootstrap)
+        try:
+            admin.create_topics([NewTopic("mixed", PARTITIONS, 1), NewTopic("coop", PARTITIONS, 1)])
+        finally:
+            admin.close()
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        cls._cluster.__exit__(None, None, None)
+
+    def test_mixed_group_counts_every_record_once(self) -> None:
+        counted = Counted()
+        group, topic = "mixed-group", "mixed"
+        twisted_member = TwistedMember("kafkatw-1", self.bootstrap, group, topic, counted)
+        self.addCleanup(twisted_member.close)
+        rd_member = ConfluentMember("librdkafka-1", self.bootstrap, group, topic, counted)
+        self.addCleanup(rd_member.close)
+        python = subprocess.Popen([sys.executable, "-c", KAFKA_PYTHON_MEMBER, self.bootstrap, group, topic],
+                                  stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+        self.addCleanup(lambda: python.poll() is None and (python.kill(), python.wait()))
+        python_lines: list[str] = []
+        reader = threading.Thread(target=lambda: python_lines.extend(python.stdout), daemon=True)
+        reader.start()
+
+        def python_counted() -> list[tuple[int, int]]:
+            out = []
+            for line in list(python_lines):
+                if line.strip():
+                    out += [tuple(r) for r in json.loads(line).get("records", [])]
+            return out
+
+        def total() -> list[tuple[int, int]]:
+            return sorted(counted.everything() + python_counted())
+
+        # every member owns partitions before the first records arrive
+        wait_for(lambda: len(twisted_member.assignment()) == PARTITIONS // 3, PHASE_S, "a three-member group")
+        produce(self.bootstrap, topic, 0)
+        wait_for(lambda: len(total()) >= PER_PHASE, PHASE_S, "phase 0 consumed")
+        self.assertTrue(python_counted(), "the kafka-python member consumed nothing")
+        # the topic is drained: kill the kafka-python member (no LeaveGroup)
+        time.sleep(0.5)
+        os.kill(python.pid, signal.SIGKILL)
+        python.wait()
+        reader.join(10)
+        produce(self.bootstrap, topic, 1)
+        wait_for(lambda: len(total()) >= 2 * PER_PHASE, PHASE_S, "phase 1 consumed after the kill")
+        self.assertEqual(len(twisted_member.assignment()), PARTITIONS // 2)
+        # a member is added
+        added = TwistedMember("kafkatw-2", self.bootstrap, group, topic, counted)
+        self.addCleanup(added.close)
+        wait_for(lambda: len(added.assignment()) == PARTITIONS // 3, PHASE_S, "the added member's partitions")
+        produce(self.bootstrap, topic, 2)
+        wait_for(lambda: len(total()) >= 3 * PER_PHASE, PHASE_S, "phase 2 consumed")
+        time.sleep(1.0)  # a duplicate would show up now
+        expected = sorted((p, o) for p in range(PARTITIONS) for o in range(3 * PER_PHASE // PARTITIONS))
+        self.assertEqual(total(), expected)
+        self.assertTrue(counted.by_member.get("kafkatw-2"), "the added member consumed nothing")
+        self.assertEqual(twisted_member.consumer.coordinator.protocol, "range")  # the one every member offers
+        self.assertTrue(counted.by_member.get("librdkafka-1"), "the librdkafka member consumed nothing")
+
+    def test_cooperative_sticky_keeps_unaffected_partitions(self) -> None:
+        group, topic = "coop-group", "coop"
+        strategy = {"partition_assignment_strategy": ["cooperative-sticky"]}
+        first = TwistedMember("coop-kafkatw-1", self.bootstrap, group, topic, None, **strategy)
+        self.addCleanup(first.close)
+        rd_member = ConfluentMember("coop-librdkafka", self.bootstrap, group, topic, None,
+                                    strategy="cooperative-sticky")
+        self.addCleanup(rd_member.close)
+        wait_for(lambda: len(first.assignment()) == PARTITIONS // 2, PHASE_S, "a two-member cooperative group")
+        wait_for(lambda: rd_member.assigned and sum(len(a) for a in rd_member.assigned)
+                 - sum(len(r) for r in rd_member.revoked) == PARTITIONS // 2, PHASE_S, "librdkafka's half")
+        before_first = first.assignment()
+        before_rd = set().union(*rd_member.assigned) - set().union(set(), *rd_member.revoked)
+        revoked_first, revoked_rd = len(first.revoked), len(rd_member.revoked)
+        added = TwistedMember("coop-kafkatw-2", self.bootstrap, group, topic, None, **strategy)
+        self.addCleanup(added.close)
+        wait_for(lambda: len(added.assignment()) == PARTITIONS // 3, PHASE_S, "the added member's partitions")
+        wait_for(lambda: len(first.assignment()) == PARTITIONS // 3, PHASE_S, "the first member's rebalance")
+        time.sleep(2.0)
+        after_first = first.assignment()
+        gained = added.assignment()
+        # each old member revoked exactly what it lost, all of it now the new member's
+        moved_first = set().union(set(), *first.revoked[revoked_first:])
+        moved_rd = set().union(set(), *rd_member.revoked[revoked_rd:])
+        self.assertEqual(moved_first, before_first - after_first)
+        self.assertTrue(after_first <= before_first)
+        self.assertEqual(len(moved_first), 1)
+        self.assertEqual(len(moved_rd), 1)
+        self.assertTrue(moved_rd <= before_rd)
+        self.assertEqual(gained, moved_first | moved_rd)
+        self.assertEqual(first.revocations, len(first.revoked))  # nothing lost
+        self.assertEqual(first.consumer.coordinator.protocol, "cooperative-sticky")
+        self.assertFalse(first.consumer.coordinator.cooperative is False)
