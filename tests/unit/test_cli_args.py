@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import uuid
+from typing import Any
+
 from twisted.trial import unittest
 
-from tests._pytest_style import add_checks
 import click
 from click.testing import CliRunner
 
@@ -14,22 +16,6 @@ from kafkatw.cli.topics import format_topic_id
 from kafkatw.protocol.records import Record
 
 B = ["--bootstrap-server", "127.0.0.1:1"]
-
-
-def run():
-    runner = CliRunner()
-
-    def invoke(*args, input=None):
-        return runner.invoke(main, list(args), input=input, prog_name="kafkatw")
-
-    return invoke
-
-
-def check_help_lists_commands(run):
-    result = run("--help")
-    assert result.exit_code == 0
-    for name in ("topics", "console-producer", "console-consumer", "zookeeper", "broker"):
-        assert name in result.output
 
 
 USAGE_ERRORS = [
@@ -67,86 +53,80 @@ USAGE_ERRORS = [
 ]
 
 
-def check_usage_errors(run):
-    for args in USAGE_ERRORS:
-        _usage_error(run, args)
-
-
-def _usage_error(run, args):
-    result = run(*args)
-    assert result.exit_code == 2, (args, result.output)
-    # the error first, then where help is (Kafka's tools put the error first; no usage dump)
-    lines = result.output.splitlines()
-    assert lines[0].startswith("Error: "), (args, result.output)
-    assert lines[1:] == [f"Try 'kafkatw {args[0]} --help' for help."], (args, result.output)
-
-
-def check_usage_error_output_exactly(run):
-    result = run("topics", *B, "--list", "--bogus")
-    assert result.exit_code == 2
-    assert result.output == "Error: No such option '--bogus'.\nTry 'kafkatw topics --help' for help.\n"
-    result = run("nosuch")
-    assert result.output == "Error: No such command 'nosuch'.\nTry 'kafkatw --help' for help.\n"
-    result = run("console-consumer", *B, "--topic", "t", "--zookeeper", "127.0.0.1:1")
-    assert result.exit_code == 2
-    assert result.output.splitlines()[0] == "Error: --zookeeper needs --group (it selects a ZooKeeper-coordinated group)"
-
-
 #: Twisted's epytext markup, which belongs in docstrings and never in what a person reads in --help
 _EPYTEXT = ("C{", "L{", "I{", "B{", "@param", "@type", "@return", "@raise", "@ivar")
 
 
-def check_help_texts_have_no_epytext(run):
-    # `broker` passes --help through to twistd; its own summary line is checked in the group's help
-    commands = [name for name in main.list_commands(click.Context(main)) if name != "broker"]
-    assert len(commands) >= 8
-    outputs = {"kafkatw": run("--help").output}
-    for name in commands:
-        result = run(name, "--help")
-        assert result.exit_code == 0, (name, result.output)
-        outputs[name] = result.output
-    for name, text in outputs.items():
-        for marker in _EPYTEXT:
-            assert marker not in text, (name, marker, text)
-
-
-def check_command_summaries_are_whole(run):
-    text = run("--help").output.split("Commands:")[1]
-    for line in text.splitlines():
-        if line.strip():
-            assert not line.rstrip().endswith("..."), line
-
-
-def check_unreachable_broker_is_exit_1(run):
-    result = run("topics", *B, "--list")
-    assert result.exit_code == 1
-    assert "Error while executing topic command" in result.output
-
-
-def check_bad_bootstrap_server_is_exit_1(run):
-    result = run("topics", "--bootstrap-server", "nohostport", "--list")
-    assert result.exit_code == 1
-
-
-def check_format_topic_id():
-    import uuid
-
-    assert format_topic_id(None) == "AAAAAAAAAAAAAAAAAAAAAA"
-    assert format_topic_id(uuid.UUID(int=0)) == "AAAAAAAAAAAAAAAAAAAAAA"
-    assert len(format_topic_id(uuid.uuid4())) == 22
-
-
-def check_format_record():
-    opts = {"print_key": True, "print_offset": True, "print_partition": True, "print_timestamp": True,
-            "key_separator": b"\t"}
-    line = format_record(Record(5, 1000, None, b"v", []), 2, 0, opts)
-    assert line == b"CreateTime:1000\tPartition:2\tOffset:5\tnull\tv"
-    plain = dict(opts, print_key=False, print_offset=False, print_partition=False, print_timestamp=False)
-    assert format_record(Record(5, 1000, b"k", None, []), 2, 1, plain) == b"null"
-
-
 class CliArgumentTests(unittest.TestCase):
-    """The checks above as trial test methods."""
+    """Usage errors, help texts and exit statuses, through click's runner (no broker)."""
+
+    def run_cli(self, *args: str, input: str | None = None) -> Any:
+        return CliRunner().invoke(main, list(args), input=input, prog_name="kafkatw")
+
+    def test_help_lists_commands(self) -> None:
+        result = self.run_cli("--help")
+        self.assertEqual(result.exit_code, 0)
+        for name in ("topics", "console-producer", "console-consumer", "zookeeper", "broker"):
+            self.assertIn(name, result.output)
+
+    def test_usage_errors(self) -> None:
+        for args in USAGE_ERRORS:
+            result = self.run_cli(*args)
+            self.assertEqual(result.exit_code, 2, (args, result.output))
+            # the error first, then where help is (Kafka's tools put the error first; no usage dump)
+            lines = result.output.splitlines()
+            self.assertTrue(lines[0].startswith("Error: "), (args, result.output))
+            self.assertEqual(lines[1:], [f"Try 'kafkatw {args[0]} --help' for help."], (args, result.output))
+
+    def test_usage_error_output_exactly(self) -> None:
+        result = self.run_cli("topics", *B, "--list", "--bogus")
+        self.assertEqual(result.exit_code, 2)
+        self.assertEqual(result.output, "Error: No such option '--bogus'.\nTry 'kafkatw topics --help' for help.\n")
+        result = self.run_cli("nosuch")
+        self.assertEqual(result.output, "Error: No such command 'nosuch'.\nTry 'kafkatw --help' for help.\n")
+        result = self.run_cli("console-consumer", *B, "--topic", "t", "--zookeeper", "127.0.0.1:1")
+        self.assertEqual(result.exit_code, 2)
+        self.assertEqual(result.output.splitlines()[0],
+                         "Error: --zookeeper needs --group (it selects a ZooKeeper-coordinated group)")
+
+    def test_help_texts_have_no_epytext(self) -> None:
+        # `broker` passes --help through to twistd; its own summary line is checked in the group's help
+        commands = [name for name in main.list_commands(click.Context(main)) if name != "broker"]
+        self.assertGreaterEqual(len(commands), 8)
+        outputs = {"kafkatw": self.run_cli("--help").output}
+        for name in commands:
+            result = self.run_cli(name, "--help")
+            self.assertEqual(result.exit_code, 0, (name, result.output))
+            outputs[name] = result.output
+        for name, text in outputs.items():
+            for marker in _EPYTEXT:
+                self.assertNotIn(marker, text, (name, marker))
+
+    def test_command_summaries_are_whole(self) -> None:
+        text = self.run_cli("--help").output.split("Commands:")[1]
+        for line in text.splitlines():
+            if line.strip():
+                self.assertFalse(line.rstrip().endswith("..."), line)
+
+    def test_unreachable_broker_is_exit_1(self) -> None:
+        result = self.run_cli("topics", *B, "--list")
+        self.assertEqual(result.exit_code, 1)
+        self.assertIn("Error while executing topic command", result.output)
+
+    def test_bad_bootstrap_server_is_exit_1(self) -> None:
+        self.assertEqual(self.run_cli("topics", "--bootstrap-server", "nohostport", "--list").exit_code, 1)
 
 
-add_checks(CliArgumentTests, dict(globals()), {"run": run})
+class FormatTests(unittest.TestCase):
+    def test_format_topic_id(self) -> None:
+        self.assertEqual(format_topic_id(None), "AAAAAAAAAAAAAAAAAAAAAA")
+        self.assertEqual(format_topic_id(uuid.UUID(int=0)), "AAAAAAAAAAAAAAAAAAAAAA")
+        self.assertEqual(len(format_topic_id(uuid.uuid4())), 22)
+
+    def test_format_record(self) -> None:
+        opts = {"print_key": True, "print_offset": True, "print_partition": True, "print_timestamp": True,
+                "key_separator": b"\t"}
+        line = format_record(Record(5, 1000, None, b"v", []), 2, 0, opts)
+        self.assertEqual(line, b"CreateTime:1000\tPartition:2\tOffset:5\tnull\tv")
+        plain = dict(opts, print_key=False, print_offset=False, print_partition=False, print_timestamp=False)
+        self.assertEqual(format_record(Record(5, 1000, b"k", None, []), 2, 1, plain), b"null")
