@@ -55,7 +55,8 @@ brokers, shutdowns or log dirs, the changed ones on a partition-state change:
     controller has written the partition again: its leadership moves to
     another live ISR member at a new epoch, or, when none is live, it is
     elected again at a new epoch (its log is all that is left); and it
-    leaves the ISR, which it rejoins once it has caught up.  The broker
+    leaves the ISR, which it rejoins once it has caught up (a partition of
+    one replica is left alone: there is nothing better to elect).  The broker
     itself leads none of those partitions at the epoch it found
     (L{kafkatw.broker.replica_manager.ReplicaManager.fence_leadership}).
 
@@ -523,7 +524,8 @@ class KafkaController:
         the controller has written them again.  The states are read afresh,
         up to L{SETTLE_WRITES_IN_FLIGHT} at once.
         """
-        keys = [key for key, replicas in self._assignments() if broker in replicas]
+        # a partition whose only replica it is has nothing better to elect: it is left as it is
+        keys = [key for key, replicas in self._assignments() if broker in replicas and len(replicas) > 1]
         pending = iter(keys)
         found: list[tuple[str, int]] = []
 

@@ -32,7 +32,9 @@ that names it leader is withheld; then only states written after its
 registration (the state's C{mzxid} above its broker epoch, the registration's
 C{czxid}, KIP-380) make it leader.  The controller writes such a state for
 each of those partitions (L{kafkatw.broker.controller}): another ISR member
-leads at a new epoch, or it does when it is the only one left.
+leads at a new epoch, or it does when it is the only one left.  A partition
+whose only replica is this broker's has nothing better to elect: it leads it
+at once, as after a clean shutdown.
 """
 
 from __future__ import annotations
@@ -374,7 +376,7 @@ class ReplicaManager:
         p = self._partition(topic, partition, state)
         if p is None:
             return  # offline here: the controller treats the replica as offline
-        if self._fenced and state is not None:
+        if self._fenced and state is not None and len(replicas) > 1:  # a lone replica leads with what it has
             if state.leader == self.broker_id and self._withholds(state):
                 if (topic, partition) not in self.withheld_leaderships:
                     _log.warn("{topic}-{partition}: not leading at epoch {epoch}, a state written before this"

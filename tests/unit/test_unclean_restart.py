@@ -74,6 +74,13 @@ class ControllerTests(unittest.TestCase):
         h.wait(h.controller.partition_changed(("t", 1)))
         self.assertEqual(h.summary("t", 1), (1, 0, [1, 2, 3]))
 
+    def test_a_partition_of_one_replica_is_left_alone(self) -> None:
+        h = self.h
+        h.add_topic("one", {0: [3]})
+        self.register(3, unclean=True)
+        self.brokers_changed()
+        self.assertEqual(h.summary("one", 0), (3, 0, [3]))
+
     def test_a_clean_restart_moves_nothing(self) -> None:
         h = self.h
         self.register(3, unclean=False)
@@ -120,7 +127,7 @@ class ReplicaManagerTests(unittest.TestCase):
 
     def setUp(self) -> None:
         self.metadata = MetadataCache(1)
-        self.metadata.set_topic(TopicMetadata("t", None, {0: [1, 2], 1: [1, 2], 2: [2, 1]}))  # type: ignore[arg-type]
+        self.metadata.set_topic(TopicMetadata("t", None, {0: [1, 2], 1: [1, 2], 2: [2, 1], 3: [1]}))  # type: ignore[arg-type]
         self.rm = ReplicaManager(1, MemoryLogManager(LOG_END_OFFSET), self.metadata, None, lambda topic: {},
                                  now_ms=lambda: 0)
         self.rm.fence_leadership()
@@ -152,6 +159,11 @@ class ReplicaManagerTests(unittest.TestCase):
         self.assertEqual(self.rm.withheld_leaderships, {})
         self.apply(0, PartitionState(1, 2, [2, 1], 1, 2, mzxid=40))
         self.assertEqual(self.role(0), LEADER)
+
+    def test_a_partition_of_one_replica_leads_at_once(self) -> None:
+        """Nothing better can be elected (a single broker after kill -9): no wait for the controller."""
+        self.apply(3, PartitionState(1, 0, [1], 1, 0, mzxid=10))
+        self.assertEqual(self.role(3), LEADER)
 
     def test_without_the_fence_a_stale_state_leads(self) -> None:
         """The behaviour the fence changes (a clean start): the same state leads at once."""
