@@ -227,6 +227,9 @@ class ReplicaFetcher:
                 _log.info("{partition}: truncating from {leo} to {offset} (leader {leader} epoch {epoch})",
                           partition=s.partition.name, leo=log.log_end_offset, offset=target,
                           leader=self.leader_id, epoch=s.leader_epoch)
+            if target <= log.log_end_offset:
+                # also at the log end offset: the epochs that start there (a leader that wrote
+                # nothing in them) go, so that the next question names the epoch below (KIP-279)
                 if not self._truncate_log(key, s, target, fully=False):
                     continue
             s.truncating = not completed

@@ -389,11 +389,12 @@ class ControllerPreferredElectionTests(unittest.TestCase):
         from types import SimpleNamespace
 
         from kafkatw.broker.controller import KafkaController
+        from kafkatw.zookeeper.registry import PartitionState
 
         metadata = SimpleNamespace(
             topics={"t": SimpleNamespace(partitions={0: [0, 1], 1: [1, 0]})},
-            partition_states={("t", 0): SimpleNamespace(leader=0, isr=[0], leader_epoch=3, zk_version=1),
-                              ("t", 1): SimpleNamespace(leader=1, isr=[1], leader_epoch=2, zk_version=1)})
+            partition_states={("t", 0): PartitionState(0, 3, [0], 1, 1),
+                              ("t", 1): PartitionState(1, 2, [1], 1, 1)})
         controller = KafkaController(2, {}, None, metadata, lambda topic: {})
         controller.active = True
         controller.live = {1, 2}  # broker 0, preferred leader of t-0 and its whole ISR, is dead
@@ -406,6 +407,7 @@ class ControllerPreferredElectionTests(unittest.TestCase):
         from types import SimpleNamespace
 
         from kafkatw.broker.controller import KafkaController
+        from kafkatw.zookeeper.registry import PartitionState
 
         class Registry:
             def set_partition_state(self, *args: object, **kwargs: object) -> defer.Deferred:
@@ -414,8 +416,8 @@ class ControllerPreferredElectionTests(unittest.TestCase):
         written = {}
         metadata = SimpleNamespace(
             topics={"t": SimpleNamespace(partitions={0: [0, 1], 1: [0, 1]})},
-            partition_states={("t", 0): SimpleNamespace(leader=1, isr=[1, 0], leader_epoch=3, zk_version=1),
-                              ("t", 1): SimpleNamespace(leader=1, isr=[1, 0], leader_epoch=3, zk_version=1)},
+            partition_states={("t", 0): PartitionState(1, 3, [1, 0], 1, 1),
+                              ("t", 1): PartitionState(1, 3, [1, 0], 1, 1)},
             set_partition_state=lambda topic, partition, state: written.__setitem__((topic, partition), state))
         controller = KafkaController(2, {}, Registry(), metadata, lambda topic: {})
         controller.active = True

@@ -61,11 +61,13 @@ class FetcherHarness:
     """Broker 1 following C{t-0} from broker 0 at leader epoch C{leader_epoch}."""
 
     def __init__(self, testcase: unittest.TestCase, history: list[tuple[int, int]], high_watermark: int | None = None,
-                 leader_epoch: int = 5) -> None:
+                 leader_epoch: int = 5, empty_epoch: int | None = None) -> None:
         """
         @param history: the follower's log before it follows: C{(epoch, records)}
             stretches, written one single-record batch at a time (truncation
             removes whole batches).
+        @param empty_epoch: an epoch the follower then led without writing
+            (it starts at the log end offset).
         """
         self.testcase = testcase
         directory = tempfile.mkdtemp(prefix="kafkatw-fetcher-test-")
@@ -80,6 +82,8 @@ class FetcherHarness:
         for epoch, count in history:
             for _ in range(count):
                 self.log.append(build_batch([(None, b"x")]), epoch)
+        if empty_epoch is not None:
+            self.log.maybe_assign_epoch_start_offset(empty_epoch, self.log.log_end_offset)
         if high_watermark is not None:
             self.log.update_high_watermark(high_watermark)
         self.partition = Partition("t", 0, FOLLOWER_ID, self.log, lambda: 0, lambda p, isr: defer.succeed(0),
@@ -206,6 +210,24 @@ class TruncationTests(unittest.TestCase):
         self.assertEqual(h.fetch_offset(), 2)
         h.answer(fetch_response(batch(2, 2, epoch=1) + batch(1, 4, epoch=3), 5))
         self.assertEqual((h.log.log_end_offset, h.epochs()), (5, [(0, 0), (1, 2), (3, 4)]))
+
+    def test_kip279_an_epoch_the_follower_led_without_writing_goes(self) -> None:
+        """
+        The follower led epoch 2 from offset 2 and wrote nothing in it (the
+        epoch starts at its log end offset); the leader never knew epoch 2
+        and answers "epoch 1 ended at 3", an epoch the follower lacks.  Its
+        end of the epoch below is its log end offset (2): nothing to cut,
+        but epoch 2 goes from its cache, so that it asks about epoch 0 next
+        rather than about epoch 2 for ever (the simulation's seed 145).
+        """
+        h = FetcherHarness(self, [(0, 2)], empty_epoch=2)
+        self.assertEqual(h.epochs(), [(0, 0), (2, 2)])
+        self.assertEqual(h.epoch_request(), (5, 2))
+        h.answer(epochs_response(1, 3))
+        self.assertEqual((h.log.log_end_offset, h.epochs()), (2, [(0, 0)]))
+        self.assertEqual(h.epoch_request(), (5, 0))
+        h.answer(epochs_response(0, 2))
+        self.assertEqual(h.fetch_offset(), 2)
 
     def test_leader_end_offset_beyond_the_follower_truncates_nothing(self) -> None:
         h = FetcherHarness(self, [(0, 2)])
