@@ -345,6 +345,10 @@ BROKER_CONFIG: dict[str, ConfigKey] = {
                   "Bytes a follower fetches per request.", "bytes"),
         ConfigKey("replica.fetch.backoff.ms", int, 1000, "Pause of a replica fetcher after an error.", "ms"),
         ConfigKey("num.replica.fetchers", int, 1, "Fetcher connections per source broker.", "fetchers"),
+        ConfigKey("max.incremental.fetch.session.cache.slots", int, 1000,
+                  "Incremental fetch sessions (KIP-227) the broker keeps for followers and consumers; when "
+                  "full, a new session evicts one unused for 2 minutes, or a smaller one. 0 turns sessions off: every "
+                  "fetch is full.", "sessions"),
         ConfigKey("replica.high.watermark.checkpoint.interval.ms", int, 5000,
                   "How often high watermarks are written to replication-offset-checkpoint.", "ms"),
         ConfigKey("replica.socket.timeout.ms", int, 30000, "Request timeout of a follower's fetches.", "ms"),

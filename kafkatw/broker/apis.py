@@ -51,6 +51,7 @@ from ..security.sasl import MAX_ITERATIONS, MIN_ITERATIONS, SCRAM_MECHANISM_TYPE
 from ..zookeeper.bridge import ZooKeeperError
 from ..zookeeper.registry import CommittedOffset
 from .config_helper import describe_broker_configs, describe_topic_configs
+from .fetch_session import FINAL_EPOCH, INVALID_SESSION_ID, FetchSessionCache
 from .group_coordinator import GroupCoordinator, OffsetStore
 from .quota_apis import QUOTA_VERSIONS, QuotaApis
 from .quota_manager import ClientQuotas, user_of_principal
@@ -324,6 +325,18 @@ class KafkaApis(TransactionApis, QuotaApis, AdminToolApis):
         self.topic_bytes_out: dict[str, int] = {}
         self.failed_produce_requests = 0
         self.failed_fetch_requests = 0
+        #: Incremental fetch sessions (KIP-227; kafkatw/broker/fetch_session.py).
+        self.fetch_sessions = FetchSessionCache(config["max.incremental.fetch.session.cache.slots"])
+        #: Fetch requests with session fields by context: C{full}, C{incremental},
+        #: C{error} (the others, sessionless, are the rest of C{request_counts[1]}).
+        self.fetch_session_requests = {"full": 0, "incremental": 0, "error": 0}
+        #: A follower's incremental fetch skips the read of its quiet partitions
+        #: (L{kafkatw.broker.fetch_session.IncrementalFetchContext.follower_read_topics});
+        #: C{False} reads them all, as Kafka does (tests compare the two).
+        self.skip_quiet_follower_partitions = True
+        #: Followers' Fetch requests and their size in bytes (Kafka's RequestBytes of FetchFollower).
+        self.follower_fetch_requests = 0
+        self.follower_fetch_request_bytes = 0
         #: Client quotas (kafkatw/broker/quota_manager.py), filled from ZooKeeper by the server.
         self.quotas = ClientQuotas(reactor, config["quota.window.num"], config["quota.window.size.seconds"])
         #: Seconds of a monotonic clock, for request handler time (C{request_percentage}).
@@ -364,6 +377,9 @@ class KafkaApis(TransactionApis, QuotaApis, AdminToolApis):
             raise UnsupportedVersion(f"version {version} outside {served[0]}-{served[1]}")
         request = decode_request(frame, header)
         self.request_counts[api_key] = self.request_counts.get(api_key, 0) + 1
+        if api_key == 1 and request.replica_id >= 0:
+            self.follower_fetch_requests += 1
+            self.follower_fetch_request_bytes += len(frame)
         context = _tuple_new(RequestContext, (header, connection))  # RequestContext(header, connection), faster
         if run is not None:
             if api_key != 0 or self.quotas.enabled:
@@ -914,13 +930,18 @@ class KafkaApis(TransactionApis, QuotaApis, AdminToolApis):
 
     # --- Fetch ---------------------------------------------------------------
 
-    def _read_partitions(self, request: Any, denied: set[str] | None = None, quota_max_bytes: int | None = None
-                         ) -> tuple[list[tuple[str, list[PartitionFetchData]]], int, bool]:
+    def _read_partitions(self, request: Any, denied: set[str] | None = None, quota_max_bytes: int | None = None,
+                         fetch_topics: Any = None) -> tuple[list[tuple[str, list[PartitionFetchData]]], int, bool]:
         """
         Read every requested partition once, on its leader.  A consumer reads
         below the high watermark; a follower (C{replica_id} >= 0) reads up to
         the log end offset, and its fetch offset tells the leader what it holds
         (L{kafkatw.broker.partition.Partition.update_follower}).
+
+        @param fetch_topics: the topics to read, shaped as C{request.topics}
+            (an incremental fetch reads its session's,
+            L{kafkatw.broker.fetch_session.FetchSession.fetch_topics});
+            C{None}: C{request.topics}.
 
         @return: (topics for the response, bytes found, whether any partition
             had an error).
@@ -933,7 +954,7 @@ class KafkaApis(TransactionApis, QuotaApis, AdminToolApis):
         topics = []
         total = 0
         any_error = False
-        for topic in request.topics:
+        for topic in request.topics if fetch_topics is None else fetch_topics:
             name = topic.topic
             if denied and name in denied:
                 any_error = True
@@ -996,10 +1017,27 @@ class KafkaApis(TransactionApis, QuotaApis, AdminToolApis):
         follower (C{replica_id} >= 0) ClusterAction on the cluster; the
         partitions of the others get C{TOPIC_AUTHORIZATION_FAILED}, as Kafka's
         C{handleFetchRequest} answers.
+
+        A fetch with C{session_id} 0 and C{session_epoch} -1 (every fetch
+        before v7, and clients without fetch sessions) is read and answered
+        as it is; any other goes through its fetch session (KIP-227,
+        L{kafkatw.broker.fetch_session}).
         """
+        fetch_context = None
+        fetch_topics = request.topics
+        if getattr(request, "session_epoch", FINAL_EPOCH) != FINAL_EPOCH \
+                or getattr(request, "session_id", INVALID_SESSION_ID) != INVALID_SESSION_ID:
+            fetch_context = self.fetch_sessions.new_context(
+                request.session_id, request.session_epoch, request.replica_id >= 0, request.topics,
+                request.forgotten_topics_data, self.now_ms())
+            if fetch_context.error_code:
+                self.fetch_session_requests["error"] += 1
+                return self._fetch_response(context, [], request, fetch_context)
+            self.fetch_session_requests["full" if fetch_context.session is None else "incremental"] += 1
+            fetch_topics = fetch_context.topics
         denied = None
         if self.authorizer is not None:
-            names = [t.topic for t in request.topics]
+            names = [t.topic for t in fetch_topics]
             if getattr(request, "replica_id", -1) >= 0:
                 denied = set() if self._allowed(context, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER) \
                     else set(names)
@@ -1009,21 +1047,38 @@ class KafkaApis(TransactionApis, QuotaApis, AdminToolApis):
         if self.quotas.enabled and not self._quota_exempt(context, request):
             bound = self.quotas.fetch.max_value_in_window(*self._quota_client(context))
             quota_max_bytes = None if bound is None else max(1, int(bound))
-        topics, total, any_error = self._read_partitions(request, denied, quota_max_bytes)
+        # a follower's incremental fetch does not read its quiet partitions (kafkatw/broker/fetch_session.py)
+        quiet = fetch_context is not None and fetch_context.session is not None \
+            and fetch_context.session.privileged and not denied and self.skip_quiet_follower_partitions
+        topics, total, any_error = self._read_partitions(
+            request, denied, quota_max_bytes, self._follower_read_topics(fetch_context, request) if quiet
+            else fetch_topics)
         max_wait_ms = int(request.max_wait.total_seconds() * 1000)
         if any_error or total >= request.min_bytes or max_wait_ms <= 0 or 0 < request.max_bytes <= total:
-            return self._fetch_response(context, topics, request)
-        tps = [(t.topic, p.partition) for t in request.topics for p in t.partitions]
+            return self._fetch_response(context, topics, request, fetch_context)
+        tps = [(t.topic, p.partition) for t in fetch_topics for p in t.partitions]
         if not tps:
-            return self._fetch_response(context, topics, request)
+            return self._fetch_response(context, topics, request, fetch_context)
         d = self.replica_manager.delay_fetch(tps, request.min_bytes, total, max_wait_ms,
                                              replica=getattr(request, "replica_id", -1) >= 0,
                                              stable_offsets=self._stable_offsets(request, topics))
         d.addCallback(lambda _: self._fetch_response(
-            context, self._read_partitions(request, denied, quota_max_bytes)[0], request))
+            context, self._read_partitions(
+                request, denied, quota_max_bytes, self._follower_read_topics(fetch_context, request) if quiet
+                else fetch_topics)[0],
+            request, fetch_context))
         return d
 
-    def _fetch_response(self, context: RequestContext, topics: list, request: Any = None) -> tuple[list, int]:
+    def _follower_read_topics(self, fetch_context: Any, request: Any) -> list:
+        """The partitions of a follower's incremental fetch that need a read (its quiet ones do not)."""
+        return fetch_context.follower_read_topics(self.replica_manager.partitions, request.replica_id, self.now_ms())
+
+    def _fetch_response(self, context: RequestContext, topics: list, request: Any = None,
+                        fetch_context: Any = None) -> tuple[list, int]:
+        """
+        Encode the FetchResponse of the partitions read (C{topics}); a
+        session's C{fetch_context} picks what is answered and the session id.
+        """
         size = sum(p.records_bytes for _, partitions in topics for p in partitions)
         throttle_ms = 0
         if self.quotas.enabled and not self._quota_exempt(context, request):
@@ -1038,6 +1093,14 @@ class KafkaApis(TransactionApis, QuotaApis, AdminToolApis):
                 quotas.fetch.unrecord(user, client_id, size, now_ms)
                 topics, size = [], 0
                 self._throttle(context, throttle_ms)
+        error_code = 0
+        session_id = INVALID_SESSION_ID
+        if fetch_context is not None:
+            if throttle_ms > 0:
+                # Kafka's getThrottledResponse: nothing answered, the session as it was
+                error_code, session_id = fetch_context.throttled()
+            else:
+                topics, error_code, session_id = fetch_context.finish(topics)
         if size:
             self.bytes_out += size
             topic_bytes_out = self.topic_bytes_out
@@ -1045,7 +1108,8 @@ class KafkaApis(TransactionApis, QuotaApis, AdminToolApis):
                 sent = sum(p.records_bytes for p in partitions)
                 if sent:
                     topic_bytes_out[name] = topic_bytes_out.get(name, 0) + sent
-        return encode_fetch_response(context.api_version, context.correlation_id, topics, throttle_ms)
+        return encode_fetch_response(context.api_version, context.correlation_id, topics, throttle_ms, error_code,
+                                     session_id)
 
     # --- ListOffsets ---------------------------------------------------------
 

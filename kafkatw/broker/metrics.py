@@ -58,6 +58,7 @@ class BrokerCollector:
         for api_key, count in sorted(apis.request_counts.items()):
             requests.add_metric([API_NAMES.get(api_key, str(api_key))], count)
         yield requests
+        yield from self._fetch_sessions(apis)
         connections = GaugeMetricFamily("kafka_server_socketservermetrics_connection_count", "Open connections.")
         connections.add_metric([], len(apis.connections))
         yield connections
@@ -117,6 +118,28 @@ class BrokerCollector:
             if offset >= 0:
                 ends.add_metric([topic, str(partition)], offset)
         yield from (lag, current, ends)
+
+    @staticmethod
+    def _fetch_sessions(apis: Any) -> Iterator[Any]:
+        """Kafka's C{FetchSessionCache} metrics (KIP-227) and the followers' Fetch request bytes."""
+        cache = getattr(apis, "fetch_sessions", None)
+        if cache is None:
+            return
+        yield GaugeMetricFamily("kafka_server_fetchsessioncache_numincrementalfetchsessions",
+                                "Incremental fetch sessions cached.", value=len(cache))
+        yield GaugeMetricFamily("kafka_server_fetchsessioncache_numincrementalfetchpartitionscached",
+                                "Partitions of the cached fetch sessions.", value=cache.total_partitions)
+        yield CounterMetricFamily("kafka_server_fetchsessioncache_incrementalfetchsessionevictions",
+                                  "Fetch sessions evicted to make room for another.", value=cache.evictions)
+        kinds = CounterMetricFamily("kafkatw_fetch_session_requests",
+                                    "Fetch requests with session fields, by context.", labels=["context"])
+        for kind, count in apis.fetch_session_requests.items():
+            kinds.add_metric([kind], count)
+        yield kinds
+        yield CounterMetricFamily("kafkatw_fetch_follower_requests", "Followers' Fetch requests.",
+                                  value=apis.follower_fetch_requests)
+        yield CounterMetricFamily("kafkatw_fetch_follower_request_bytes", "Bytes of followers' Fetch requests.",
+                                  value=apis.follower_fetch_request_bytes)
 
     def _replication(self) -> Iterator[Any]:
         """

@@ -23,6 +23,15 @@ their C{NetworkClient}):
      (L{kafkatw.storage.log.PartitionLog.append_as_follower}), and the
      follower's high watermark becomes min(leader's, own log end offset).
 
+The fetches run in an incremental fetch session (KIP-227,
+L{kafkatw.client.fetch_session_handler.FetchSessionHandler}): the first is
+full, then each names only the partitions added or whose fetch offset (or
+log start offset, leader epoch, max bytes) moved, forgets those no longer
+fetched, and the leader answers only the partitions that changed — an idle
+partition costs neither side its bytes.  A session error or failed fetch makes
+the next fetch full; a leader with no session slot answers every fetch in
+full.
+
 A fetch offset the leader refuses (C{OFFSET_OUT_OF_RANGE}) is placed as
 Kafka's C{handleOutOfRangeError} does: ListOffsets for the leader's log start
 offset; below it the log restarts empty there, otherwise it is truncated by
@@ -42,6 +51,7 @@ from typing import Any, Callable
 from twisted.internet import defer
 from twisted.logger import Logger
 
+from ..client.fetch_session_handler import FetchSessionHandler
 from ..errors import ErrorCode, KafkaError, KafkaStorageError
 from ..storage.leader_epoch import offset_truncation_state
 
@@ -51,6 +61,7 @@ _log = Logger()
 
 _STOP_ON = {ErrorCode.fenced_leader_epoch, ErrorCode.not_leader_or_follower, ErrorCode.unknown_leader_epoch,
             ErrorCode.unknown_topic_or_partition}
+_SESSION_ERRORS = {int(ErrorCode.fetch_session_id_not_found), int(ErrorCode.invalid_fetch_session_epoch)}
 
 
 class ReplicationQuota:
@@ -81,7 +92,7 @@ class ReplicationQuota:
 
 
 class _FetchState:
-    __slots__ = ("partition", "truncating", "out_of_range", "leader_epoch", "delayed_until")
+    __slots__ = ("partition", "truncating", "out_of_range", "leader_epoch", "delayed_until", "lag")
 
     def __init__(self, partition: Any) -> None:
         self.partition = partition
@@ -90,6 +101,8 @@ class _FetchState:
         self.out_of_range = False
         self.leader_epoch = partition.leader_epoch
         self.delayed_until = 0.0
+        #: the leader's high watermark minus our log end offset at the partition's last answer
+        self.lag = 0
 
 
 class ReplicaFetcher:
@@ -109,11 +122,16 @@ class ReplicaFetcher:
         self._wakeup: defer.Deferred | None = None
         self._wake_call: Any = None
         self._loop: defer.Deferred | None = None
-        #: the largest lag (leader's high watermark - our log end offset) of the last fetch.
-        self.max_lag = 0
+        #: the fetch session with the leader (KIP-227)
+        self.session = FetchSessionHandler()
 
     def __repr__(self) -> str:
         return f"<ReplicaFetcher {self.manager.broker_id}<-{self.leader_id} #{self.index} {sorted(self.states)}>"
+
+    @property
+    def max_lag(self) -> int:
+        """The largest lag (leader's high watermark - our log end offset) of the fetched partitions."""
+        return max((s.lag for s in self.states.values()), default=0)
 
     def add(self, partition: Any) -> None:
         self.states[(partition.topic, partition.partition)] = _FetchState(partition)
@@ -301,40 +319,53 @@ class ReplicaFetcher:
                 throttled = set()
                 if not states:
                     return
-        by_topic: dict[str, list] = {}
-        for (topic, partition), s in states.items():
+        max_bytes = config["replica.fetch.max.bytes"]
+        wanted: dict[tuple[str, int], dict] = {}
+        for key, s in states.items():
             log = s.partition.log
-            max_bytes = config["replica.fetch.max.bytes"]
-            if (topic, partition) in throttled:
-                max_bytes = max(1, min(max_bytes, quota.rate))
-            by_topic.setdefault(topic, []).append({
-                "partition": partition,
+            wanted[key] = {
+                "partition": key[1],
                 "current_leader_epoch": s.leader_epoch,
                 "fetch_offset": log.log_end_offset,
                 "last_fetched_epoch": -1,
                 "log_start_offset": log.log_start_offset,
-                "partition_max_bytes": max_bytes,
-            })
+                "partition_max_bytes": max(1, min(max_bytes, quota.rate)) if key in throttled else max_bytes,
+            }
+        session = self.session
+        data = session.build(wanted)
         body = {
             "replica_id": manager.broker_id,
             "max_wait": config["replica.fetch.wait.max.ms"],
             "min_bytes": config["replica.fetch.min.bytes"],
             "max_bytes": config["replica.fetch.response.max.bytes"],
             "isolation_level": 0,
-            "session_id": 0,
-            "session_epoch": -1,
-            "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()],
-            "forgotten_topics_data": [],
+            "session_id": data.session_id,
+            "session_epoch": data.session_epoch,
+            "topics": data.topics(),
+            "forgotten_topics_data": data.forgotten_topics_data(),
             "rack_id": "",
         }
         timeout_ms = manager.request_timeout_ms + config["replica.fetch.wait.max.ms"]
-        response = await manager.client.send(self.leader_id, 1, body, timeout_ms=timeout_ms)
+        try:
+            response = await manager.client.send(self.leader_id, 1, body, timeout_ms=timeout_ms)
+        except Exception:
+            session.handle_error()
+            raise
         if not self._running:
             return  # stopped meanwhile: append nothing more
+        responses = response.responses
+        usable = session.handle_response(response.error_code, getattr(response, "session_id", 0),
+                                         [(t.topic, p.partition_index) for t in responses for p in t.partitions])
         if response.error_code:
+            if response.error_code in _SESSION_ERRORS:
+                _log.info("fetch session {session} with broker {leader}: {error}; the next fetch is full",
+                          session=data.session_id, leader=self.leader_id,
+                          error=ErrorCode(int(response.error_code)).name)
+                return
             raise KafkaError(f"fetch error {response.error_code}")
-        max_lag = 0
-        for topic in response.responses:
+        if not usable:
+            raise KafkaError("the leader answered partitions outside the fetch session")
+        for topic in responses:
             for p in topic.partitions:
                 key = (topic.topic, p.partition_index)
                 s = self.states.get(key)
@@ -360,8 +391,7 @@ class ReplicaFetcher:
                 leader_start = getattr(p, "log_start_offset", -1)  # Fetch v5+
                 if leader_start > log.log_start_offset:  # the leader's DeleteRecords or retention
                     log.maybe_increment_log_start_offset(min(leader_start, log.high_watermark))
-                max_lag = max(max_lag, p.high_watermark - log.log_end_offset)
-        self.max_lag = max_lag
+                s.lag = p.high_watermark - log.log_end_offset
 
     def _partition_error(self, key: tuple[str, int], s: _FetchState, code: ErrorCode) -> None:
         if code == ErrorCode.offset_out_of_range:
