@@ -1103,8 +1103,18 @@ class Producer:
             txn.transition(TransactionState.READY)
 
     def _fail_unadded(self, error: Exception) -> None:
-        """Fail the batches of partitions not (yet) in the transaction: they can no longer be sent."""
+        """
+        Fail the batches of partitions not (yet) in the transaction: they can
+        no longer be sent; and the records not in a batch yet (waiting for
+        their topic's metadata or for C{buffer_memory}), which Java's producer
+        aborts as undrained (C{RecordAccumulator.abortUndrainedBatches}).
+        """
         txn = self._txn
+        waiting, self._waiting = self._waiting, deque()
+        for entry in waiting:
+            _fail_one(entry[6], entry[8], error)
+        if waiting:
+            self._fire_ready()
         for state in list(self._open) + list(self._ready):
             if (state.topic, state.partition) in txn.partitions:
                 continue

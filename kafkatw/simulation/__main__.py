@@ -44,6 +44,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--disk-errors", type=int, default=Settings.disk_errors,
                         help="disk-error faults (ENOSPC or EIO) per seed, drawn apart from the others"
                         f" (default {Settings.disk_errors})")
+    parser.add_argument("--brokers", type=int, default=Settings.brokers,
+                        help=f"brokers in the cluster (default {Settings.brokers}; replication factor min(3, brokers))")
+    parser.add_argument("--link-faults", type=int, default=Settings.link_faults,
+                        help="slow or lossy link faults per seed, drawn apart from the others"
+                        f" (default {Settings.link_faults})")
+    parser.add_argument("--clock-jumps", type=int, default=Settings.clock_jumps,
+                        help=f"jumps of one broker's wall clock per seed, drawn apart (default {Settings.clock_jumps})")
+    parser.add_argument("--clock-jump-max", type=float, default=Settings.clock_jump_max_s,
+                        help="the largest clock jump (s; drawn log-uniform from 0.5 s, forward or back;"
+                        f" default {Settings.clock_jump_max_s:g})")
+    parser.add_argument("--zookeeper-latency", type=float, default=Settings.zookeeper_latency_ms,
+                        help="the largest latency of a broker's link to ZooKeeper (ms each way, drawn per broker"
+                        f" from the seed; 0: none; default {Settings.zookeeper_latency_ms:g})")
+    parser.add_argument("--transactions", action=argparse.BooleanOptionalAction, default=Settings.transactions,
+                        help="a transactional producer commits and aborts transactions during the faults, and a"
+                        " read-committed consumer checks them at the end"
+                        f" (default {'on' if Settings.transactions else 'off'})")
+    parser.add_argument("--groups", action=argparse.BooleanOptionalAction, default=Settings.groups,
+                        help="two members of a consumer group read and commit during the faults; the committed"
+                        f" offsets must never move backwards (default {'on' if Settings.groups else 'off'})")
+    parser.add_argument("--admin-operations", type=int, default=Settings.admin_operations,
+                        help="reassignments and preferred leader elections per seed, drawn apart"
+                        f" (default {Settings.admin_operations})")
     parser.add_argument("--drop", default="", help="with --seed: leave out these faults of its schedule"
                         " (indexes from 0, comma-separated, as --shrink prints them)")
     parser.add_argument("--shrink", action="store_true", help="shrink each failing seed's schedule")
@@ -58,7 +81,11 @@ def main(argv: list[str] | None = None) -> int:
                                      redirectStandardIO=False, discardBuffer=True)
     settings = Settings(faults=args.faults, fault_window_s=args.window, segment_bytes=args.segment_bytes,
                         value_bytes=args.value_bytes, fetch_max_bytes=args.fetch_max_bytes,
-                        disk_model=args.disk_model, disk_errors=args.disk_errors)
+                        disk_model=args.disk_model, disk_errors=args.disk_errors, brokers=args.brokers,
+                        link_faults=args.link_faults, clock_jumps=args.clock_jumps,
+                        clock_jump_max_s=args.clock_jump_max, zookeeper_latency_ms=args.zookeeper_latency,
+                        transactions=args.transactions, groups=args.groups,
+                        admin_operations=args.admin_operations)
     seeds = [args.seed] if args.seed is not None else list(range(args.start, args.start + args.seeds))
     failed = []
     started = time.perf_counter()

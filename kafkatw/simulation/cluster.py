@@ -3,18 +3,19 @@ One seeded run of a whole kafkatw cluster in this process: brokers, ZooKeeper,
 a producer and a consumer on one simulated reactor, with faults from a seed,
 and the invariants checked as it runs and at its end.
 
-What is real: three L{KafkaServer}s (controller, replica managers and
-fetchers, request handling, group and transaction coordinators as they come
+What is real: three L{KafkaServer}s (or L{Settings.brokers}; controller,
+replica managers and fetchers, request handling, group and transaction coordinators as they come
 with the broker) with their log dirs in a temporary directory (real files;
 with L{Settings.disk_model} a crash loses what was not C{fsync}ed, and may
 tear the last of it: L{kafkatw.simulation.disk}), and kafkatw's
-own L{Producer} (idempotent, C{acks=all}) and L{Consumer}, each talking the
-Kafka protocol over the simulated network.
+own L{Producer} (idempotent, C{acks=all}; and a transactional one with
+L{Settings.transactions}), L{Consumer} and L{AdminClient}, each talking the Kafka protocol over the simulated network.
 
 What is simulated: time and the network (L{kafkatw.simulation.network}), and
 ZooKeeper: L{FakeZooKeeper} from L{kafkatw.testing}, the model checked
 against a real server by C{tests/_zookeeper_scenarios.py}, on the simulated
-clock (sessions expire there).  ZooKeeper requests take no time.  The
+clock (sessions expire there), reached through a L{LaggingZooKeeperClient}
+per broker (a latency per broker, drawn from the seed).  The
 brokers' thread-pool work (checkpoint writes) runs at once on the reactor;
 the log cleaner (its own thread pool) is off.
 
@@ -33,16 +34,21 @@ A run (L{run_seed}):
      pause outlasts it) and the resume; a disk error (C{ENOSPC} or C{EIO} on
      one file operation of the broker's log dir, KIP-112: the dir goes offline
      and the broker, whose only dir it is, stops) and the disk's replacement
-     (the broker starts again);
+     (the broker starts again); from streams of their own: a slow or lossy
+     link (L{SimulatedNetwork.impair}) and its restore; a jump of one
+     broker's wall clock (L{NodeReactor.jump_clock}); an admin's
+     reassignment of a partition or preferred leader election, sent to the
+     controller (L{AdminClient});
   2. the cluster starts, the producer sends records at a steady rate to every
      partition while the faults happen;
   3. after the last fault every cut heals and every stopped broker starts
      again; then every partition must get a leader and a produce must be
      acknowledged within L{Settings.liveness_s} (liveness);
-  4. the producer flushes; every broker must be back in every ISR within
-     L{Settings.liveness_s}; then a new consumer reads every partition from
-     its start to its end and the reads are compared with the
-     acknowledgements.
+  4. the producer flushes; every assigned replica must be in its ISR, and
+     every reassignment finished, within L{Settings.liveness_s}; then a new
+     consumer reads every partition from its start to its end and the reads
+     are compared with the acknowledgements; with L{Settings.transactions}, a
+     read-committed one reads C{sim-txn} and the transactions are checked.
 
 Invariants (a L{Violation} each; checked every L{Settings.check_every_s}
 and at the end):
@@ -60,7 +66,12 @@ and at the end):
   - a dead broker leaves every ISR within L{Settings.isr_bound_s} once no
     other fault is active (an ISR whose members are all dead may keep its
     last member, as Kafka's does);
-  - liveness as in 3 and 4.
+  - liveness as in 3 and 4;
+  - with L{Settings.transactions}: committed transactions all visible to a
+    read-committed consumer, aborted ones never, one whose commit failed
+    all or nothing (L{Cluster.check_transactions});
+  - with L{Settings.groups}: committed group offsets never move backwards,
+    over every write of an offset znode.
 
 The run's trace (faults applied, acknowledgements, state znode writes, the
 records read back) is hashed: a seed replays identically when its hash does
@@ -74,6 +85,7 @@ import errno
 import gc
 import hashlib
 import json
+import math
 import os
 import random
 import shutil
@@ -84,25 +96,31 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from twisted.internet import defer
+from twisted.internet import defer, task
 from twisted.logger import formatEvent, globalLogPublisher
 from twisted.python.failure import Failure
 
 from kafkatw.broker.server import KafkaServer
+from kafkatw.broker.transaction_log import transaction_state_create_configs
+from kafkatw.broker.transaction_state import TRANSACTION_STATE_TOPIC
+from kafkatw.client.admin import ELECTION_PREFERRED, AdminClient
 from kafkatw.client.client import KafkaClient
 from kafkatw.client.consumer import Consumer
 from kafkatw.client.producer import Producer
 from kafkatw.config import BrokerConfig
 from kafkatw.simulation.disk import SimulatedDisk
-from kafkatw.simulation.network import NodeReactor, SimulatedNetwork, SimulatedReactor
+from kafkatw.simulation.network import Impairment, NodeReactor, SimulatedNetwork, SimulatedReactor
 from kafkatw.storage.log_dir_failure import LogDirFiles
 from kafkatw.testing import FakeZooKeeper, FakeZooKeeperClient
+from kafkatw.zookeeper.bridge import ZooKeeperUnavailableError
 from kafkatw.zookeeper.registry import Registry, assign_replicas
 
 __all__ = ["Settings", "Fault", "Schedule", "Violation", "RunResult", "RecordingZooKeeper", "Cluster",
            "make_schedule", "run_seed", "shrink"]
 
 TOPIC = "sim"
+#: the topic the transactional producer writes (L{Settings.transactions})
+TXN_TOPIC = "sim-txn"
 CLIENT_NODE = "10.0.9.1"
 #: the simulated clock starts here (s since the epoch), so timestamps look like today's
 EPOCH_S = 1_700_000_000.0
@@ -138,6 +156,28 @@ class Settings:
         disk failed), no other broker goes down until it has been up this
         long (time to catch up and rejoin the ISRs): one broker at most
         loses its unsynced tail at a time, which replication covers.
+    @ivar link_faults: how many C{slow} and C{lossy} link faults the schedule
+        draws (from their own random stream, as C{disk_errors}).
+    @ivar clock_jumps: how many C{clock-jump} faults (a broker's wall clock
+        set forward or back; their own random stream).
+    @ivar clock_jump_max_s: the largest clock jump; a jump back stalls the
+        broker's timers that long (they run on its wall clock, as Twisted's
+        reactor's do), so the default stays below the liveness bounds.
+    @ivar zookeeper_latency_ms: each broker's link to ZooKeeper takes a
+        latency drawn from the seed up to this (ms, each way, for requests,
+        replies and watch notifications: L{LaggingZooKeeperClient}); 0: none.
+    @ivar transactions: a transactional producer writes to C{sim-txn}
+        during the faults, committing or aborting (seeded) transactions of 1
+        to 4 records; a read-committed consumer reads it back at the end
+        (off by default: a seed takes about a quarter more CPU).
+    @ivar groups: two consumers of the group C{sim-group} read C{sim}
+        during the faults and commit what they read after each poll, one of
+        them leaving and joining again now and then (rebalances); the
+        group's committed offsets must never move backwards (off by default: a
+        seed takes almost twice the CPU).
+    @ivar admin_operations: how many reassignments (C{reassign}) and
+        preferred leader elections (C{elect-preferred}) an admin sends to the
+        controller during the faults (their own random stream).
     """
 
     brokers: int = 3
@@ -157,6 +197,13 @@ class Settings:
     tear_chance: float = 0.5
     disk_errors: int = 1
     crash_spacing_s: float = 15.0
+    link_faults: int = 2
+    clock_jumps: int = 1
+    clock_jump_max_s: float = 30.0
+    admin_operations: int = 2
+    zookeeper_latency_ms: float = 5.0
+    transactions: bool = False
+    groups: bool = False
 
 
 @dataclass(frozen=True, order=True)
@@ -309,6 +356,41 @@ def make_schedule(seed: int, settings: Settings) -> Schedule:
                 faults.append(Fault(at, "disk-error", (broker, operation, error, times)))
                 faults.append(Fault(round(at + down_s, 3), "disk-heal", (broker,)))
                 break
+    link_rng = random.Random(f"link-schedule-{seed}")
+    for _ in range(settings.link_faults):
+        at = round(link_rng.uniform(start, end), 3)
+        duration = round(link_rng.uniform(1.0, 25.0), 3)
+        source, destination = link_rng.sample(nodes, 2)
+        both = link_rng.choice(["both-ways", "one-way"])
+        if link_rng.random() < 0.5:
+            delay_ms = round(link_rng.uniform(20.0, 400.0), 1)
+            jitter_ms = round(link_rng.uniform(0.0, delay_ms), 1)
+            faults.append(Fault(at, "slow", (source, destination, delay_ms, jitter_ms, both)))
+        else:
+            loss_pct = round(link_rng.uniform(5.0, 50.0), 1)
+            jitter_ms = round(link_rng.uniform(0.0, 20.0), 1)
+            faults.append(Fault(at, "lossy", (source, destination, loss_pct, jitter_ms, both)))
+        faults.append(Fault(round(at + duration, 3), "restore", (source, destination, both)))
+    clock_rng = random.Random(f"clock-schedule-{seed}")
+    for _ in range(settings.clock_jumps):
+        at = round(clock_rng.uniform(start, end), 3)
+        broker = clock_rng.choice(brokers)
+        # forward or back, 0.5 s to clock_jump_max_s, log-uniform (an NTP step, or a clock set by hand)
+        jump_s = round(math.exp(clock_rng.uniform(math.log(0.5), math.log(max(0.5, settings.clock_jump_max_s))))
+                       * clock_rng.choice([1, -1]), 3)
+        faults.append(Fault(at, "clock-jump", (broker, jump_s)))
+        if clock_rng.random() < 0.5:  # and set right again
+            faults.append(Fault(round(at + clock_rng.uniform(1.0, 25.0), 3), "clock-jump", (broker, -jump_s)))
+    admin_rng = random.Random(f"admin-schedule-{seed}")
+    replication = min(3, settings.brokers)
+    for _ in range(settings.admin_operations):
+        at = round(admin_rng.uniform(start, end), 3)
+        partition = admin_rng.randrange(settings.partitions)
+        if admin_rng.random() < 0.5:
+            replicas = admin_rng.sample(brokers, replication)
+            faults.append(Fault(at, "reassign", (partition, ",".join(map(str, replicas)))))
+        else:
+            faults.append(Fault(at, "elect-preferred", (partition if admin_rng.random() < 0.7 else "all",)))
     return Schedule(seed, sorted(faults))
 
 
@@ -353,12 +435,19 @@ class RecordingZooKeeper(FakeZooKeeper):
     def __init__(self, clock: Any, tick_time_ms: int) -> None:
         super().__init__(clock=clock, tick_time_ms=tick_time_ms)
         self.state_writes: list[tuple[float, str, bytes]] = []
+        #: topic -> its assignment znode's latest data
+        self.topics: dict[str, bytes] = {}
         self.on_state: Callable[[str, bytes], None] = lambda path, data: None
+        self.on_offset: Callable[[str, bytes], None] = lambda path, data: None
 
     def _record(self, path: str, data: bytes) -> None:
         if path.endswith("/state") and "/brokers/topics/" in path:
             self.state_writes.append((self.clock.seconds(), path, data))
             self.on_state(path, data)
+        elif path.rsplit("/", 2)[-2:-1] == ["topics"] and "/brokers/topics/" in path:
+            self.topics[path.rsplit("/", 1)[-1]] = data
+        elif "/consumers/" in path and "/offsets/" in path and data:
+            self.on_offset(path, data)
 
     def _create(self, path: str, data: bytes, owner: int, sequence: bool, zxid: int, now: int) -> str:
         created = super()._create(path, data, owner, sequence, zxid, now)
@@ -369,6 +458,90 @@ class RecordingZooKeeper(FakeZooKeeper):
         stat = super()._set(path, data, version, zxid, now)
         self._record(path, data)
         return stat
+
+
+class LaggingZooKeeperClient(FakeZooKeeperClient):
+    """
+    A broker's ZooKeeper client whose requests, replies and watch
+    notifications take C{latency_s} each way (L{FakeZooKeeperClient}'s
+    complete at once).  A request reaches the server C{latency_s} after it
+    is made and is applied there (or waits, or fails, as the model decides
+    for a client cut off or reconnecting); its reply, and each watch
+    notification with the data its re-read found, come back C{latency_s}
+    later, in the order the server sent them (one TCP connection: ZooKeeper
+    answers a session's requests in order, and a watch's notification
+    before the reply to a later read).  A reply that arrives once the
+    connection it was sent on is gone fails with C{ConnectionLoss}.  What
+    arrives for a paused process waits for it; for a dead one, nothing does.
+
+    @param reactor: the broker's L{NodeReactor}.
+    """
+
+    def __init__(self, *args: Any, latency_s: float = 0.0, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.latency_s = latency_s
+        self._last_arrival = 0.0  # requests in order to the server
+        self._last_reply = 0.0  # replies and notifications in order to the client
+
+    def _after(self, last: str, f: Callable[..., Any], *args: Any) -> None:
+        node = self._reactor
+        simulated = node.simulated
+        now = simulated.seconds()
+        at = max(now + self.latency_s, getattr(self, last))
+        setattr(self, last, at)
+
+        def run() -> None:
+            if node.alive:
+                f(*args)
+
+        simulated.call_later_for(node, at - now, run)  # parked while the process is paused
+
+    def _op(self, fn: Callable[[], Any]) -> defer.Deferred:
+        if self.latency_s <= 0 or self._reactor is None or not self._connected or self._cut:
+            return super()._op(fn)  # waits in a cut network, is queued, or fails, as the model's
+        d: defer.Deferred = defer.Deferred()
+        session = self._session
+
+        def arrive() -> None:
+            if self._session != session:
+                d.errback(ZooKeeperUnavailableError("ConnectionLoss (simulated)"))
+                return
+            super(LaggingZooKeeperClient, self)._op(fn).addBoth(
+                lambda result: self._after("_last_reply", reply, result))
+
+        def reply(result: Any) -> None:
+            if self._session != session or not self._connected:
+                if isinstance(result, Failure):
+                    result.trap(Exception)
+                d.errback(ZooKeeperUnavailableError("ConnectionLoss (simulated)"))
+            elif isinstance(result, Failure):
+                d.errback(result)
+            else:
+                d.callback(result)
+
+        self._after("_last_arrival", arrive)
+        return d
+
+    def _watch(self, path: str, kind: str, callback: Callable[[Any], object]) -> defer.Deferred:
+        if self.latency_s <= 0:
+            return super()._watch(path, kind, callback)
+        first = [True]
+        session = [self._session]
+
+        def notified(value: Any) -> None:
+            if first[0]:  # the answer to the read that sets the watch: with its reply
+                first[0] = False
+                callback(value)
+                return
+            session[0] = self._session
+
+            def deliver() -> None:
+                if self._connected and self._session == session[0]:
+                    callback(value)
+
+            self._after("_last_reply", deliver)
+
+        return super()._watch(path, kind, notified)
 
 
 @dataclass
@@ -386,6 +559,8 @@ class _Broker:
     postponed: list[Callable[[], None]] = field(default_factory=list)
     #: the disk model of each of its log dirs (this incarnation's)
     disks: dict[str, SimulatedDisk] = field(default_factory=dict)
+    #: seconds its machine's wall clock is ahead (L{Cluster.jump_clock}): a restart keeps it
+    clock_offset: float = 0.0
 
 
 class Cluster:
@@ -402,9 +577,13 @@ class Cluster:
         latency_rng = random.Random(f"latency-{seed}")
         hosts = [_host(b) for b in range(1, settings.brokers + 1)] + [CLIENT_NODE]
         latencies = {(a, b): round(latency_rng.uniform(0.0002, 0.005), 6) for a in hosts for b in hosts if a != b}
-        self.network = SimulatedNetwork(self.reactor, lambda a, b: latencies.get((a, b), 0.001))
+        self.network = SimulatedNetwork(self.reactor, lambda a, b: latencies.get((a, b), 0.001), seed=seed)
         self.zookeeper = RecordingZooKeeper(self.reactor, tick_time_ms=500)
         self.zookeeper.on_state = self._state_written
+        self.zookeeper.on_offset = self._offset_committed
+        #: (group path, topic, partition) -> the highest committed offset written
+        self.committed: dict[tuple[str, str, int], int] = {}
+        self._consuming = True
         self.brokers = {b: _Broker(b, os.path.join(directory, f"broker-{b}")) for b in range(1, settings.brokers + 1)}
         self.trace: list[str] = []
         self.violations: list[Violation] = []
@@ -421,6 +600,12 @@ class Cluster:
         self.acked: dict[int, tuple[int, int]] = {}  # sequence number -> (partition, offset)
         self.failed: dict[int, str] = {}
         self.producer: Producer | None = None
+        self.admin: AdminClient | None = None
+        #: transaction number -> "committed", "aborted" (commit never asked), or "unknown" (its commit failed)
+        self.txn_outcomes: dict[int, str] = {}
+        #: transaction number -> its records' values
+        self.txn_values: dict[int, list[bytes]] = {}
+        self._transacting = True
         self._sequence = 0
         self._sending = False
         self.read_count = 0
@@ -473,11 +658,17 @@ class Cluster:
             "replica.fetch.max.bytes": s.fetch_max_bytes,
             "group.initial.rebalance.delay.ms": 0,
             "auto.create.topics.enable": "false",  # the topic's assignment comes from the seed (create_topic)
+            "transaction.state.log.num.partitions": 2,
+            "transaction.state.log.replication.factor": min(3, s.brokers),
+            "transaction.state.log.min.isr": 2 if s.brokers >= 3 else 1,
         })
 
     def _zookeeper_client(self, broker: _Broker) -> Callable[..., FakeZooKeeperClient]:
         def make(connect: str, reactor: Any, session_timeout_ms: int = 18000, **_: Any) -> FakeZooKeeperClient:
-            client = FakeZooKeeperClient(self.zookeeper, reactor=reactor, session_timeout_ms=session_timeout_ms)
+            latency_s = random.Random(f"zookeeper-latency-{self.seed}-{broker.broker_id}").uniform(
+                0.0002, self.settings.zookeeper_latency_ms / 1000) if self.settings.zookeeper_latency_ms > 0 else 0.0
+            client = LaggingZooKeeperClient(self.zookeeper, reactor=reactor, session_timeout_ms=session_timeout_ms,
+                                            latency_s=latency_s)
             broker.zookeeper = client
             return client
         return make
@@ -488,6 +679,7 @@ class Cluster:
             return
         broker.incarnation += 1
         broker.reactor = NodeReactor(self.reactor, self.network, _host(broker_id))
+        broker.reactor.clock_offset = broker.clock_offset
         broker.disks = {}
 
         def disk(path: str) -> LogDirFiles:
@@ -657,6 +849,24 @@ class Cluster:
         elif kind == "heal-zk":
             self._zookeeper_heal(args[0])
             self._calmed(("zk", args[0]))
+        elif kind in ("slow", "lossy"):
+            source, destination, amount, jitter_ms, both = args
+            impairment = Impairment(delay_s=amount / 1000, jitter_s=jitter_ms / 1000) if kind == "slow" else \
+                Impairment(jitter_s=jitter_ms / 1000, loss=amount / 100)
+            self.network.impair(source, destination, impairment, both == "both-ways")
+            self.active_faults.add(("link", source, destination))
+        elif kind == "restore":
+            source, destination, both = args
+            self.network.restore(source, destination)
+            if both == "both-ways":
+                self.network.restore(destination, source)
+            self._calmed(("link", source, destination))
+        elif kind == "clock-jump":
+            self.jump_clock(*args)
+        elif kind == "reassign":
+            self.reassign(args[0], [int(r) for r in args[1].split(",")])
+        elif kind == "elect-preferred":
+            self.elect_preferred(None if args[0] == "all" else args[0])
         elif kind == "disk-error":
             self.fail_disk(*args)
             self.disturbed_until = max(self.disturbed_until, self.now())
@@ -727,6 +937,52 @@ class Cluster:
 
         reactor.callLater(notice_s, notice)
 
+    def jump_clock(self, broker_id: int, seconds: float) -> None:
+        """
+        The broker's machine's wall clock jumps C{seconds} (back when
+        negative): its process's C{reactor.seconds()} and its pending timers
+        with it (L{NodeReactor.jump_clock}); a restart keeps the offset.  The
+        ZooKeeper server's clock (session expiry) and the other nodes' are
+        not touched.  After a jump back, its timers wait that long: the
+        dead-broker bound counts from then.
+        """
+        broker = self.brokers[broker_id]
+        broker.clock_offset += seconds
+        if broker.reactor is not None and broker.reactor.alive:
+            broker.reactor.jump_clock(seconds)
+        self.disturbed_until = max(self.disturbed_until, self.now() + max(0.0, -seconds))
+
+    def _admin(self) -> AdminClient:
+        if self.admin is None:
+            client = KafkaClient(self.client_reactor, self.bootstrap, client_id="sim-admin", request_timeout_ms=10000,
+                                 allow_auto_create_topics=False, random_source=random.Random(f"admin-{self.seed}"))
+            self.admin = AdminClient(self.client_reactor, client=client, request_timeout_ms=10000,
+                                     default_api_timeout_ms=30000)
+        return self.admin
+
+    def _admin_result(self, what: str, d: defer.Deferred) -> None:
+        def done(result: Any) -> None:
+            if isinstance(result, Failure):
+                self.note(f"{what}: failed: {result.type.__name__}")
+                return
+            answers = ", ".join(
+                f"{key[1]}: {'ok' if error is None else getattr(error.error_code, 'name', error.error_code)}"
+                for key, error in sorted(result.items()))
+            self.note(f"{what}: {answers}")
+
+        d.addBoth(done)
+
+    def reassign(self, partition: int, replicas: list[int]) -> None:
+        """An admin's AlterPartitionReassignments (KIP-455) of one partition to C{replicas}, sent to the controller."""
+        self._admin_result(f"reassign {TOPIC}-{partition} to {replicas}",
+                           self._admin().alter_partition_reassignments({(TOPIC, partition): replicas}))
+
+    def elect_preferred(self, partition: int | None) -> None:
+        """An admin's preferred leader election (ElectLeaders, KIP-460) of one partition, or of all."""
+        partitions = None if partition is None else [(TOPIC, partition)]
+        self._admin_result(f"elect the preferred leader of {TOPIC}-{'all' if partition is None else partition}",
+                           self._admin().elect_leaders(ELECTION_PREFERRED, partitions))
+
     def _calmed(self, key: tuple) -> None:
         self.active_faults.discard(key)
         self.disturbed_until = max(self.disturbed_until, self.now())
@@ -775,18 +1031,24 @@ class Cluster:
         seed rather than the broker's own random ones.
         """
         rng = random.Random(f"topic-{self.seed}")
-        assignment = assign_replicas(self.settings.partitions, min(3, len(self.brokers)), sorted(self.brokers),
-                                     random=rng)
         admin = FakeZooKeeperClient(self.zookeeper, reactor=self.client_reactor)
         admin.start()
         registry = Registry(admin)
-        registry.create_topic(TOPIC, assignment, {}, uuid.UUID(int=rng.getrandbits(128)))
-        for partition, replicas in sorted(assignment.items()):
-            # as kafkatw's CreateTopics does (L{kafkatw.broker.admin}): the first replica leads at
-            # epoch 0, all in sync; the controller elects no leader for a partition without a state
-            registry.set_partition_state(TOPIC, partition, replicas[0], 0, list(replicas))
+        topics: list[tuple[str, int, dict[str, str]]] = [(TOPIC, self.settings.partitions, {})]
+        if self.settings.transactions:
+            # and the transactions' topics, with the seed's assignment (the broker's own would draw
+            # it from the random module); __transaction_state as the broker creates it
+            topics.append((TXN_TOPIC, self.settings.partitions, {}))
+            topics.append((TRANSACTION_STATE_TOPIC, 2, transaction_state_create_configs(self.broker_config(1))))
+        for topic, partitions, configs in topics:
+            assignment = assign_replicas(partitions, min(3, len(self.brokers)), sorted(self.brokers), random=rng)
+            registry.create_topic(topic, assignment, configs, uuid.UUID(int=rng.getrandbits(128)))
+            for partition, replicas in sorted(assignment.items()):
+                # as kafkatw's CreateTopics does (L{kafkatw.broker.admin}): the first replica leads at
+                # epoch 0, all in sync; the controller elects no leader for a partition without a state
+                registry.set_partition_state(topic, partition, replicas[0], 0, list(replicas))
+            self.note(f"created {topic}: {assignment}")
         admin.stop()
-        self.note(f"created {TOPIC}: {assignment}")
 
     # --- the producer ----------------------------------------------------------------------
 
@@ -829,6 +1091,186 @@ class Cluster:
         d.addErrback(lambda _: None)
         return d
 
+    # --- a consumer group -------------------------------------------------------------------------
+
+    async def _group_member(self, index: int) -> None:
+        """
+        One member of C{sim-group} while L{_consuming}: poll, commit what was
+        polled, again; after a seeded number of polls it closes (LeaveGroup)
+        and a new member takes its place, so that the group rebalances.
+        """
+        rng = random.Random(f"group-member-{self.seed}-{index}")
+        incarnation = 0
+        while self._consuming:
+            incarnation += 1
+            client = KafkaClient(self.client_reactor, self.bootstrap, client_id=f"sim-group-{index}-{incarnation}",
+                                 request_timeout_ms=10000,
+                                 random_source=random.Random(f"group-client-{self.seed}-{index}-{incarnation}"))
+            consumer = Consumer(self.client_reactor, client=client, group_id="sim-group", auto_offset_reset="earliest",
+                                enable_auto_commit=False, session_timeout_ms=10000, heartbeat_interval_ms=1000,
+                                fetch_max_wait_ms=200, max_partition_fetch_bytes=self.settings.fetch_max_bytes,
+                                default_api_timeout_ms=20000)
+            consumer.subscribe([TOPIC])
+            polls = rng.randint(20, 200)
+            while self._consuming and polls > 0:
+                polls -= 1
+                try:
+                    await consumer.poll(timeout_ms=200)
+                    await consumer.commit()
+                except Exception as e:
+                    self.note(f"group member {index}.{incarnation}: {type(e).__name__}")
+                    await task.deferLater(self.client_reactor, 0.2, lambda: None)
+            try:
+                await consumer.close()
+            except Exception as e:
+                self.note(f"group member {index}.{incarnation} closing: {type(e).__name__}")
+            self.note(f"group member {index}.{incarnation} left")
+
+    def _offset_committed(self, path: str, data: bytes) -> None:
+        """Committed group offsets never move backwards (over every write of an offset znode)."""
+        parts = path.split("/")
+        try:
+            offset = json.loads(data)["offset"]
+        except (ValueError, KeyError):
+            return
+        key = ("/".join(parts[:-3]), parts[-2], int(parts[-1]))
+        self.exercised["group offset commits"] += 1
+        last = self.committed.get(key)
+        if last is not None and offset < last:
+            self.violation("committed group offsets never move backwards",
+                           f"{key[0]} {key[1]}-{key[2]}: {last} -> {offset}")
+        self.committed[key] = max(offset, last if last is not None else offset)
+
+    # --- the transactional producer ------------------------------------------------------------
+
+    def _transactional_producer(self, incarnation: int) -> Producer:
+        client = KafkaClient(self.client_reactor, self.bootstrap, client_id=f"sim-txn-{incarnation}",
+                             request_timeout_ms=10000,
+                             random_source=random.Random(f"txn-producer-{self.seed}-{incarnation}"))
+        return Producer(self.client_reactor, client=client, transactional_id="sim-txn", linger_ms=5,
+                        request_timeout_ms=10000, delivery_timeout_ms=30000, max_block_ms=30000,
+                        transaction_timeout_ms=30000, retry_backoff_ms=100)
+
+    async def _transactions(self) -> None:
+        """
+        Transactions of 1 to 4 records to C{sim-txn}'s partitions, each
+        committed or (three in ten) aborted, one after another while
+        L{_transacting}.  A transaction whose commit fails is aborted if it
+        can be, else the producer is closed and a new one (the same
+        C{transactional.id}) fences it; its outcome is unknown: all of its
+        records or none may be visible.
+        """
+        rng = random.Random(f"transactions-{self.seed}")
+        producer: Producer | None = None
+        incarnation = 0
+        while self._transacting:
+            if producer is None:
+                incarnation += 1
+                producer = self._transactional_producer(incarnation)
+                try:
+                    await producer.init_transactions()
+                except Exception as e:
+                    self.note(f"transactional producer {incarnation}: init failed ({type(e).__name__})")
+                    producer.close()
+                    producer = None
+                    await task.deferLater(self.client_reactor, 1.0, lambda: None)
+                    continue
+            number = len(self.txn_outcomes)
+            count, abort = rng.randint(1, 4), rng.random() < 0.3
+            values = [f"T{number:06d}-{i}".encode() for i in range(count)]
+            partitions = [rng.randrange(self.settings.partitions) for _ in values]
+            self.txn_values[number] = values
+            self.txn_outcomes[number] = "aborted"
+            try:
+                producer.begin_transaction()
+                for value, partition in zip(values, partitions):
+                    producer.send(TXN_TOPIC, value, partition=partition).addErrback(lambda _: None)
+                if abort:
+                    await producer.abort_transaction()
+                else:
+                    self.txn_outcomes[number] = "unknown"
+                    await producer.commit_transaction()
+                    self.txn_outcomes[number] = "committed"
+                self.note(f"transaction {number} {self.txn_outcomes[number]}")
+            except Exception as e:
+                self.note(f"transaction {number} failed ({type(e).__name__}): {self.txn_outcomes[number]}")
+                try:
+                    await producer.abort_transaction()
+                except Exception as e:
+                    self.note(f"transactional producer {incarnation}: closed ({type(e).__name__})")
+                    producer.close()
+                    producer = None
+            await task.deferLater(self.client_reactor, rng.uniform(0.5, 1.5), lambda: None)
+        if producer is not None:
+            await producer.close()
+
+    def read_back_committed(self) -> dict[int, list[tuple[int, bytes]]] | None:
+        """C{sim-txn} with a read-committed consumer, to its high watermark (once every transaction ended)."""
+        s = self.settings
+        client = KafkaClient(self.client_reactor, self.bootstrap, client_id="sim-txn-consumer",
+                             request_timeout_ms=10000, random_source=random.Random(f"txn-consumer-{self.seed}"))
+        consumer = Consumer(self.client_reactor, client=client, auto_offset_reset="earliest", fetch_max_wait_ms=100,
+                            isolation_level="read_committed", max_partition_fetch_bytes=s.fetch_max_bytes)
+        ends_of = Consumer(self.client_reactor, client=client)  # read uncommitted: the high watermarks
+        tps = [(TXN_TOPIC, p) for p in range(s.partitions)]
+        consumer.assign(tps)
+        deadline = self.now() + s.liveness_s
+        fired, ends = self.wait_for(ends_of.end_offsets(tps), deadline)
+        if not fired or isinstance(ends, Failure):
+            self.violation("liveness", f"the end offsets of {TXN_TOPIC} could not be read: {ends}")
+            return None
+        self.wait_for(consumer.seek_to_beginning(*tps), deadline)
+        records: dict[int, list[tuple[int, bytes]]] = {p: [] for p in range(s.partitions)}
+
+        def position(tp: tuple[str, int]) -> int:
+            box: list = []
+            consumer.position(tp).addBoth(box.append)
+            return box[0] if box and isinstance(box[0], int) else -1
+
+        def behind() -> bool:
+            return any(position((TXN_TOPIC, p)) < ends[(TXN_TOPIC, p)] for p in records)
+
+        while behind() and self.now() < deadline:
+            fired, polled = self.wait_for(consumer.poll(timeout_ms=500), deadline)
+            if not fired or isinstance(polled, Failure):
+                self.violation("read back", f"poll of {TXN_TOPIC} failed: {polled}")
+                return None
+            for record in polled:
+                records[record.partition].append((record.offset, record.value))
+        if behind():
+            self.violation("liveness", f"{TXN_TOPIC} could not be read to its high watermarks {ends} within"
+                           f" {s.liveness_s:.0f} s (read committed: a transaction never ended?)")
+        for p, read in sorted(records.items()):
+            self.note(f"read {TXN_TOPIC} {p}: " + ",".join(f"{o}:{v.decode()}" for o, v in read))
+        return records
+
+    def check_transactions(self, records: dict[int, list[tuple[int, bytes]]]) -> None:
+        """
+        Committed transactions are visible to a read-committed consumer, all
+        of their records once; aborted ones never; one whose commit failed
+        all or nothing.
+        """
+        seen: collections.Counter[bytes] = collections.Counter(v for read in records.values() for _, v in read)
+        self.exercised["transactions checked"] += len(self.txn_outcomes)
+        for value, times in sorted(seen.items()):
+            if times > 1:
+                self.violation("no duplicate", f"{TXN_TOPIC} record {value.decode()} read {times} times")
+        for number, outcome in sorted(self.txn_outcomes.items()):
+            values = self.txn_values[number]
+            visible = [v for v in values if seen[v]]
+            if outcome == "committed" and len(visible) != len(values):
+                self.violation("committed transactions visible", f"transaction {number}: {len(visible)} of its"
+                               f" {len(values)} records read committed")
+            elif outcome == "aborted" and visible:
+                self.violation("aborted transactions never visible", f"transaction {number}: {len(visible)} of"
+                               f" its {len(values)} records read committed")
+            elif outcome == "unknown" and visible and len(visible) != len(values):
+                self.violation("transactions atomic", f"transaction {number} (its commit failed): {len(visible)}"
+                               f" of its {len(values)} records read committed")
+        known = set(v for values in self.txn_values.values() for v in values)
+        for value in sorted(set(seen) - known):
+            self.violation("no record from nowhere", f"{TXN_TOPIC} record {value.decode()} was never sent")
+
     # --- invariants -------------------------------------------------------------------------
 
     def _state_written(self, path: str, data: bytes) -> None:
@@ -845,6 +1287,19 @@ class Cluster:
         if seen.setdefault(epoch, leader) != leader:
             self.violation("one leader per epoch",
                            f"{key[0]}-{key[1]} epoch {epoch}: leaders {seen[epoch]} and {leader}")
+
+    def assignment(self) -> dict[tuple[str, int], list[int]]:
+        """
+        The replicas of each partition whose reassignment is not under way
+        (none adding or removing), from the topic znodes.
+        """
+        assigned = {}
+        for topic, data in sorted(self.zookeeper.topics.items()):
+            written = Registry.decode_topic(topic, data)
+            for partition, replicas in written.partitions.items():
+                if not written.adding_replicas.get(partition) and not written.removing_replicas.get(partition):
+                    assigned[(topic, partition)] = replicas
+        return assigned
 
     def partition_states(self) -> dict[tuple[str, int], dict]:
         """The partition state znodes now (through a reader's session)."""
@@ -958,6 +1413,9 @@ class Cluster:
         self.create_topic()
         self.run_until(2.5)
         self.start_producer()
+        transactions = defer.ensureDeferred(self._transactions()) if s.transactions else None
+        members = defer.DeferredList([defer.ensureDeferred(self._group_member(i)) for i in range(2)],
+                                     consumeErrors=True) if s.groups else None
         for fault in schedule.faults:
             self.reactor.callLater(EPOCH_S + fault.at - self.reactor.seconds(), self.apply, fault)
         end_of_faults = max([f.at for f in schedule.faults] + [5.0 + s.fault_window_s])
@@ -973,6 +1431,16 @@ class Cluster:
         fired, _ = self.wait_for(self.producer.flush(), self.now() + s.liveness_s)
         if not fired:
             self.violation("liveness", f"the producer's flush did not finish within {s.liveness_s:.0f} s")
+        if members is not None:
+            self._consuming = False
+            fired, _ = self.wait_for(members, self.now() + s.liveness_s)
+            if not fired:
+                self.violation("liveness", f"the group's members did not stop within {s.liveness_s:.0f} s")
+        if transactions is not None:
+            self._transacting = False
+            fired, _ = self.wait_for(transactions, self.now() + s.liveness_s)
+            if not fired:
+                self.violation("liveness", f"the transaction under way did not end within {s.liveness_s:.0f} s")
         self.check()
         # the read back comes once every broker is back in every ISR: a resumed zombie (paused past
         # its session) answers metadata and reads as the leader it was until its ZooKeeper client
@@ -981,6 +1449,10 @@ class Cluster:
         records = self.read_back()
         if records is not None:
             self.check_read_back(records)
+        if transactions is not None and transactions.called:
+            committed = self.read_back_committed()
+            if committed is not None:
+                self.check_transactions(committed)
         self.check_replicas()
 
     def liveness(self, since: float) -> None:
@@ -1015,7 +1487,9 @@ class Cluster:
         deadline = self.now() + s.liveness_s
 
         def full() -> bool:
-            return all(sorted(state["isr"]) == sorted(self.brokers) for state in self.partition_states().values())
+            assigned = self.assignment()
+            return all(key in assigned and sorted(state["isr"]) == sorted(assigned[key])
+                       for key, state in self.partition_states().items())
 
         t = self.now()
         while not full() and t < deadline:
@@ -1023,8 +1497,9 @@ class Cluster:
             self.run_until(t)
             self.check()
         if not full():
-            self.violation("liveness", f"not every broker is back in every ISR {s.liveness_s:.0f} s after the"
-                           f" flush: {self.partition_states()}")
+            self.violation("liveness", f"not every replica is back in its ISR {s.liveness_s:.0f} s after the"
+                           f" flush (or a reassignment did not finish): {self.partition_states()},"
+                           f" assigned {self.assignment()}")
         self.run_until(self.now() + 1.0)  # the followers fetch the high watermark
 
     def read_back(self) -> dict[int, list[tuple[int, bytes]]] | None:

@@ -9,7 +9,8 @@ brokers' and clients' protocols, their timers, their files.
     of C{DelayedCall}s).  L{SimulatedReactor.run_until} runs the delayed
     calls in time order, each at its own time.
   - L{NodeReactor} is one node's view of it (a broker process, the clients):
-    C{callLater} and C{seconds} of the shared clock; C{listenTCP} and
+    C{callLater} and C{seconds} of the node's wall clock, the shared clock
+    plus an offset that L{NodeReactor.jump_clock} moves; C{listenTCP} and
     C{connectTCP} through the L{SimulatedNetwork}, with this node as the
     source; a thread pool that runs the work at once, on the reactor
     (C{deferToThreadPool} then fires on the next turn: the brokers'
@@ -27,7 +28,11 @@ brokers' and clients' protocols, their timers, their files.
     C{"drop"} the connections across it are reset at once (both ends see
     C{ConnectionLost}).  Either way a new connection across a cut loses its
     SYN, sent again after 1, 2, 4, ... s (TCP's retransmission) until it
-    gets through or the connection attempt times out.
+    gets through or the connection attempt times out.  A link can be made
+    slow or lossy (L{SimulatedNetwork.impair}): a delay, a jitter per
+    message, and lost transmissions that stall the connection by TCP's
+    retransmission timeouts or, lost too often, reset it; still in order
+    per connection and direction.
 
 A connection's life: C{connectTCP} sends a SYN (after the link's latency the
 listener's factory builds the server protocol; with no listener the client
@@ -40,6 +45,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import random
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -61,7 +67,7 @@ from twisted.internet.base import DelayedCall
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-__all__ = ["SimulatedReactor", "NodeReactor", "SimulatedNetwork", "SimulatedTransport", "StuckError"]
+__all__ = ["SimulatedReactor", "NodeReactor", "SimulatedNetwork", "SimulatedTransport", "Impairment", "StuckError"]
 
 
 class StuckError(Exception):
@@ -85,8 +91,10 @@ class SimulatedReactor:
 
     def __init__(self, start_seconds: float = 0.0) -> None:
         self._now = start_seconds
-        #: (time, sequence, call, owner): the owner is the L{NodeReactor} whose process runs it, if any
-        self._heap: list[tuple[float, int, DelayedCall, Any]] = []
+        #: (time, sequence, call, owner, clock): the owner is the L{NodeReactor} whose process runs it, if
+        #: any; the clock the one whose seconds the call's time is in (C{None}: this one's), the heap's
+        #: time always this clock's
+        self._heap: list[tuple[float, int, DelayedCall, Any, Any]] = []
         self._sequence = itertools.count()
         self.events = 0
 
@@ -102,41 +110,74 @@ class SimulatedReactor:
         paused, its calls that come due are parked, still pending, and run
         on L{resume}.
         """
-        call = DelayedCall(self._now + delay, f, args, kw, self._cancelled, lambda c: self._push(c, owner),
-                           seconds=self.seconds)
-        self._push(call, owner)
+        return self.call_later_on(owner, None, delay, f, args, kw)
+
+    def call_later_on(self, owner: Any, clock: Any, delay: float, f: Callable[..., Any], args: tuple,
+                      kw: dict) -> DelayedCall:
+        """
+        As L{call_later_for}, timed by C{clock} (a L{NodeReactor}, or C{None}
+        for this clock): the call is due when that clock reads its time, so
+        that a jump of that clock (L{jump}) moves it.
+        """
+        seconds = self.seconds if clock is None else clock.seconds
+        call = DelayedCall(seconds() + delay, f, args, kw, self._cancelled, lambda c: self._push(c, owner, clock),
+                           seconds=seconds)
+        self._push(call, owner, clock)
         return call
 
-    def _push(self, call: DelayedCall, owner: Any) -> None:
-        heapq.heappush(self._heap, (call.time, next(self._sequence), call, owner))
+    def _push(self, call: DelayedCall, owner: Any, clock: Any) -> None:
+        time = call.time if clock is None else call.time - clock.clock_offset
+        heapq.heappush(self._heap, (time, next(self._sequence), call, owner, clock))
 
     def _cancelled(self, call: DelayedCall) -> None:
         pass  # left in the heap, skipped when its time comes
 
     def getDelayedCalls(self) -> list[DelayedCall]:  # noqa: N802
-        return [entry[2] for entry in sorted(self._heap, key=lambda e: e[:2]) if entry[2].active()]
+        calls: dict[int, DelayedCall] = {}  # a call pushed again (reset, its clock jumped) is in the heap twice
+        for entry in sorted(self._heap, key=lambda e: e[:2]):
+            if entry[2].active():
+                calls.setdefault(id(entry[2]), entry[2])
+        return list(calls.values())
 
-    def resume(self, owner: Any, parked: list[DelayedCall]) -> None:
+    def resume(self, owner: Any, parked: list[tuple[DelayedCall, Any]]) -> None:
         """Run C{owner}'s parked calls now, in the order they came due (those not cancelled meanwhile)."""
-        for call in parked:
+        for call, clock in parked:
             if call.active():
                 call.reset(0)  # due now: a later time than the one it had
-                self._push(call, owner)
+                self._push(call, owner, clock)
 
-    def _next(self) -> tuple[DelayedCall, Any] | None:
-        """The next call to run (its time reached), past the cancelled and moved ones; None when none is left."""
+    def jump(self, clock: Any, seconds: float) -> None:
+        """
+        C{clock}'s reading (a L{NodeReactor}'s C{clock_offset}) jumps by
+        C{seconds} (forward when positive): its calls keep their times on it,
+        so they come due C{seconds} earlier (at once, if that is past) or later
+        on this clock, as a Twisted reactor's do when the wall clock is set.
+        """
+        if not seconds:
+            return
+        moved = [(call, owner) for time, _, call, owner, c in self._heap
+                 if c is clock and call.active() and time == call.time - clock.clock_offset]
+        clock.clock_offset += seconds
+        for call, owner in moved:
+            self._push(call, owner, clock)  # the old entries no longer match their call's time: skipped
+
+    def _next(self) -> tuple[float, DelayedCall, Any, Any] | None:
+        """
+        The next call to run, C{(time on this clock, call, owner, clock)},
+        past the cancelled and moved ones; None when none is left.
+        """
         heap = self._heap
         while heap:
-            time, _, call, owner = heap[0]
-            if not call.active() or time != call.time:
-                heapq.heappop(heap)  # cancelled, called, or reset to an earlier time (pushed again)
+            time, _, call, owner, clock = heap[0]
+            if not call.active() or time != (call.time if clock is None else call.time - clock.clock_offset):
+                heapq.heappop(heap)  # cancelled, called, reset to an earlier time or its clock jumped (pushed again)
                 continue
             if call.delayed_time:
                 heapq.heappop(heap)
                 call.activate_delay()  # delayed or reset to a later time: its place moves
-                self._push(call, owner)
+                self._push(call, owner, clock)
                 continue
-            return call, owner
+            return time, call, owner, clock
         return None
 
     def run_until(self, deadline: float, stop: Callable[[], bool] | None = None) -> None:
@@ -150,15 +191,15 @@ class SimulatedReactor:
         at_once = 0
         while True:
             found = self._next()
-            if found is None or found[0].time > deadline:
+            if found is None or found[0] > deadline:
                 break
-            call, owner = found
+            time, call, owner, clock = found
             heapq.heappop(self._heap)
             if owner is not None and owner.paused:
-                owner.parked.append(call)  # still pending: it runs when its process resumes
+                owner.parked.append((call, clock))  # still pending: it runs when its process resumes
                 continue
-            if call.time > self._now:
-                self._now = call.time
+            if time > self._now:
+                self._now = time
                 at_once = 0
             else:
                 at_once += 1
@@ -230,7 +271,9 @@ class NodeReactor:
         self.alive = True
         #: stopped (SIGSTOP): its calls that come due wait in L{parked} until L{resume}
         self.paused = False
-        self.parked: list[DelayedCall] = []
+        self.parked: list[tuple[DelayedCall, Any]] = []
+        #: seconds this node's wall clock is ahead of the simulated clock (L{jump_clock})
+        self.clock_offset = 0.0
         self.nameResolver = _SelfResolver()
         self._pool = _SynchronousThreadPool()
         self.running = True
@@ -238,10 +281,24 @@ class NodeReactor:
     # time
 
     def seconds(self) -> float:
-        return self.simulated.seconds()
+        """This node's wall clock: the simulated clock plus L{clock_offset}."""
+        return self.simulated._now + self.clock_offset
 
     def callLater(self, delay: float, f: Callable[..., Any], *args: Any, **kw: Any) -> Any:  # noqa: N802
-        return self.simulated.call_later_for(self, delay, self._run, f, args, kw)
+        return self.simulated.call_later_on(self, self, delay, self._run, (f, args, kw), {})
+
+    def jump_clock(self, seconds: float) -> None:
+        """
+        The node's wall clock is set C{seconds} ahead (back, when negative),
+        as by an NTP step or an operator.  A Twisted reactor reads the wall
+        clock (C{ReactorBase.seconds} is C{time.time}) for its time and its
+        timers alike: this node's C{seconds()} jumps, and its pending
+        C{callLater}s keep their times on its clock, so after a jump forward
+        those due within the jump run at once, and after a jump back they all
+        wait that much longer.  Bytes on the wire and the other nodes are
+        unaffected.
+        """
+        self.simulated.jump(self, seconds)
 
     def _run(self, f: Callable[..., Any], args: tuple, kw: dict) -> None:
         if self.alive:
@@ -262,7 +319,8 @@ class NodeReactor:
         self.simulated.resume(self, parked)
 
     def getDelayedCalls(self) -> list:  # noqa: N802
-        return [c for c in self.simulated.getDelayedCalls() + self.parked if c.active() and c.func == self._run]
+        parked = [call for call, _ in self.parked]
+        return [c for c in self.simulated.getDelayedCalls() + parked if c.active() and c.func == self._run]
 
     def callFromThread(self, f: Callable[..., Any], *args: Any, **kw: Any) -> None:  # noqa: N802
         self.callLater(0, f, *args, **kw)
@@ -383,6 +441,10 @@ class SimulatedTransport:
         self._paused = False
         self._inbox: deque[bytes] = deque()
         self.connector: _Connector | None = None
+        #: this direction's draws of jitter and loss on an impaired link (made at its first impaired message)
+        self.rng: random.Random | None = None
+        #: TCP gave up retransmitting a message this way: nothing more is sent, the connection resets
+        self.gave_up = False
 
     # ITransport
 
@@ -494,18 +556,45 @@ class _Cut:
     held: list[tuple[SimulatedTransport, str, bytes]] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class Impairment:
+    """
+    A slow or lossy direction of a link (L{SimulatedNetwork.impair}).
+
+    @ivar delay_s: seconds added to the link's latency for every message.
+    @ivar jitter_s: a further delay drawn for each message from [0, C{jitter_s}).
+    @ivar loss: the chance (0 to 1) that a transmission of a message is lost.
+    """
+
+    delay_s: float = 0.0
+    jitter_s: float = 0.0
+    loss: float = 0.0
+
+
 class SimulatedNetwork:
     """
     The links between the nodes.
 
     @param latency: C{latency(source, destination) -> seconds} for one
         direction of a link (called once per link, then kept).
+    @param seed: the seed of the draws on impaired links (jitter, loss):
+        each direction of each connection draws from its own stream, so the
+        draws do not depend on the order in which connections send at one instant.
     """
 
-    def __init__(self, simulated: SimulatedReactor, latency: Callable[[str, str], float]) -> None:
+    #: TCP's first retransmission timeout (Linux's minimum RTO), doubled at each loss of one message
+    RTO_S = 0.2
+    #: a message lost this many times in a row: the sender gives up and the connection resets
+    #: (far fewer than Linux's tcp_retries2 of 15, as with a TCP_USER_TIMEOUT of about 6 s)
+    MAX_RETRANSMISSIONS = 5
+
+    def __init__(self, simulated: SimulatedReactor, latency: Callable[[str, str], float], seed: int = 0) -> None:
         self.simulated = simulated
         self._latency_of = latency
         self._latencies: dict[tuple[str, str], float] = {}
+        self.seed = seed
+        #: (source, destination) -> its impairment (L{impair})
+        self.impairments: dict[tuple[str, str], Impairment] = {}
         self.listeners: dict[tuple[str, int], _ListeningPort] = {}
         #: (source, destination) -> its cut
         self.cuts: dict[tuple[str, str], _Cut] = {}
@@ -546,13 +635,28 @@ class SimulatedNetwork:
             return
         listening = self.listeners.get((host, port))
         destination = listening.reactor.node if listening is not None else host
-        if self._cut(reactor.node, destination) or self._cut(destination, reactor.node):
-            reactor.callLater(retry_s, self._attempt, reactor, connector, host, port, retry_s * 2)
+        if self._cut(reactor.node, destination) or self._cut(destination, reactor.node) \
+                or self._syn_lost(reactor.node, destination, port, retry_s):
+            self._kernel_timer(reactor, retry_s, self._attempt, reactor, connector, host, port, retry_s * 2)
             return
         # the SYN is accepted by the listening process (once it runs, if it is paused)
         self.simulated.call_later_for(listening.reactor if listening is not None else None,
                                       self.latency(reactor.node, destination), self._syn, reactor, connector, host,
                                       port, retry_s)
+
+    def _kernel_timer(self, reactor: NodeReactor, delay: float, f: Callable[..., Any], *args: Any) -> None:
+        """
+        C{f(*args)} after C{delay} on the simulated clock, for C{reactor}'s
+        process (held while it is paused, never once it is dead): the
+        kernel's TCP timers (SYN retransmission, a reset's round trip) do not
+        follow the node's wall clock (L{NodeReactor.jump_clock}), Twisted's do.
+        """
+
+        def run() -> None:
+            if reactor.alive:
+                f(*args)
+
+        self.simulated.call_later_for(reactor, delay, run)
 
     def _syn(self, client: NodeReactor, connector: _Connector, host: str, port: int, retry_s: float) -> None:
         """The SYN arrives: refused (a reset back) when nothing listens, else the server's end is made."""
@@ -560,11 +664,12 @@ class SimulatedNetwork:
             return
         listening = self.listeners.get((host, port))
         if listening is None:
-            client.callLater(self.latency(host, client.node), connector._fail, error.ConnectionRefusedError())
+            self._kernel_timer(client, self.latency(host, client.node), connector._fail,
+                               error.ConnectionRefusedError())
             return
         server = listening.reactor
         if self._cut(client.node, server.node):  # cut while the SYN was on its way
-            client.callLater(retry_s, self._attempt, client, connector, host, port, retry_s * 2)
+            self._kernel_timer(client, retry_s, self._attempt, client, connector, host, port, retry_s * 2)
             return
         client_address = IPv4Address("TCP", client.node, next(self._client_ports))
         server_address = listening.getHost()
@@ -575,7 +680,8 @@ class SimulatedNetwork:
         connector.transport = client_end
         protocol = listening.factory.buildProtocol(client_address)
         if protocol is None:
-            client.callLater(self.latency(server.node, client.node), connector._fail, error.ConnectionRefusedError())
+            self._kernel_timer(client, self.latency(server.node, client.node), connector._fail,
+                               error.ConnectionRefusedError())
             return
         self.transports.add(server_end)
         self.transports.add(client_end)
@@ -607,6 +713,24 @@ class SimulatedNetwork:
     def _cut(self, source: str, destination: str) -> _Cut | None:
         return self.cuts.get((source, destination))
 
+    def _syn_lost(self, source: str, destination: str, port: int, retry_s: float) -> bool:
+        """
+        The SYN or its SYN-ACK is lost on an impaired link (drawn from the
+        attempt itself: its link, port, time and retry, not from a stream
+        that the order of other attempts would move).
+        """
+        if not self.impairments:
+            return False
+        rng = None
+        for pair in ((source, destination), (destination, source)):
+            impairment = self.impairments.get(pair)
+            if impairment is not None and impairment.loss:
+                rng = rng or random.Random(f"syn-{self.seed}-{source}-{destination}:{port}"
+                                           f"-{self.simulated.seconds():.6f}-{retry_s}")
+                if rng.random() < impairment.loss:
+                    return True
+        return False
+
     def send(self, sender: SimulatedTransport, kind: str, data: bytes) -> None:
         """Carry one message from C{sender} to its peer: in order, after the link's latency, unless cut."""
         peer = sender.peer
@@ -623,7 +747,17 @@ class SimulatedNetwork:
         peer = sender.peer
         assert peer is not None
         now = self.simulated.seconds()
-        at = max(now + self.latency(sender.node, peer.node), sender.last_delivery)
+        delay = self.latency(sender.node, peer.node)
+        if self.impairments and kind != _RESET:
+            impairment = self.impairments.get((sender.node, peer.node))
+            if impairment is not None:
+                if sender.gave_up:
+                    return
+                extra = self._impaired_delay(sender, impairment)
+                if extra is None:
+                    return
+                delay += extra
+        at = max(now + delay, sender.last_delivery)
         sender.last_delivery = at
         self.messages += 1
         # delivered to the receiving process: in its socket's buffer while it is paused
@@ -631,6 +765,47 @@ class SimulatedNetwork:
             self.simulated.call_later_for(peer.reactor, at - now, self._deliver_connect, peer)
         else:
             self.simulated.call_later_for(peer.reactor, at - now, peer._receive, kind, data)
+
+    def _impaired_delay(self, sender: SimulatedTransport, impairment: Impairment) -> float | None:
+        """
+        The delay an impaired link adds to one message from C{sender}: its
+        fixed delay, a jitter, and a retransmission timeout for each time it
+        is lost (0.2, 0.4, 0.8 ... s: TCP's backoff).  The message still
+        arrives in order (the caller keeps it behind the one before: later
+        ones wait for a lost one, head-of-line, as TCP's receiver does).  C{None}
+        when it is lost L{MAX_RETRANSMISSIONS} times in a row: the sender gives
+        up after those timeouts and both ends see the connection reset.
+        """
+        rng = sender.rng
+        if rng is None:
+            peer = sender.peer
+            assert peer is not None
+            rng = sender.rng = random.Random(f"link-{self.seed}-{sender.host.host}:{sender.host.port}"
+                                             f"-{peer.host.host}:{peer.host.port}")
+        extra = impairment.delay_s
+        if impairment.jitter_s:
+            extra += rng.random() * impairment.jitter_s
+        if impairment.loss:
+            rto = self.RTO_S
+            lost = 0
+            while rng.random() < impairment.loss:
+                lost += 1
+                extra += rto
+                rto *= 2
+                if lost >= self.MAX_RETRANSMISSIONS:
+                    sender.gave_up = True
+                    self.simulated.call_later_for(sender.reactor, extra, self._give_up, sender)
+                    return None
+        return extra
+
+    def _give_up(self, sender: SimulatedTransport) -> None:
+        """The sender's TCP gave up retransmitting: its end is reset, and a reset goes to the peer."""
+        if sender.closed or not sender.reactor.alive:
+            return
+        peer = sender.peer
+        sender._lost(error.ConnectionLost())
+        if peer is not None and not peer.closed:
+            self._schedule(sender, _RESET, b"")
 
     def _deliver_connect(self, client_end: SimulatedTransport) -> None:
         if not client_end.closed and client_end.reactor.alive:
@@ -670,6 +845,24 @@ class SimulatedNetwork:
     def heal_all(self) -> None:
         for source, destination in sorted(self.cuts):
             self.heal(source, destination)
+        self.impairments.clear()
+
+    def impair(self, source: str, destination: str, impairment: Impairment, both_ways: bool = True) -> None:
+        """
+        Make the link from C{source} to C{destination} (and back, with
+        C{both_ways}) slow or lossy (L{Impairment}) until L{restore}: its
+        messages are delayed, by a jitter too, and lost transmissions stall
+        the connection (TCP's retransmission) or, lost too often, reset it.
+        Bytes of one connection and direction still arrive in order; those
+        of different connections may overtake each other.
+        """
+        self.impairments[(source, destination)] = impairment
+        if both_ways:
+            self.impairments[(destination, source)] = impairment
+
+    def restore(self, source: str, destination: str) -> None:
+        """The link from C{source} to C{destination} is as it was before L{impair}."""
+        self.impairments.pop((source, destination), None)
 
     def node_died(self, reactor: NodeReactor) -> None:
         """A node's process is gone: its listeners close, its connections are reset (its peers see it)."""

@@ -10,6 +10,7 @@ C{python -m kafkatw.simulation --seed S}.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import errno
 import json
@@ -30,7 +31,7 @@ from kafkatw.simulation.cluster import (Cluster, Fault, RunResult, Schedule, Set
 from kafkatw.storage import segment
 from kafkatw.testing import FakeZooKeeper, FakeZooKeeperClient
 from kafkatw.simulation.disk import SimulatedDisk
-from kafkatw.simulation.network import NodeReactor, SimulatedNetwork, SimulatedReactor
+from kafkatw.simulation.network import Impairment, NodeReactor, SimulatedNetwork, SimulatedReactor
 from kafkatw.storage.log_manager import LogManager
 from kafkatw.zookeeper.bridge import ZooKeeperUnavailableError
 
@@ -154,6 +155,141 @@ class NetworkTests(SynchronousTestCase):
         self.assertEqual((ran, self.servers[0].received), ([5.0], [(5.0, b"waits")]))
 
 
+class ImpairedLinkTests(SynchronousTestCase):
+    """Slow and lossy links (L{SimulatedNetwork.impair}): delays, jitter, retransmission stalls, resets; TCP order."""
+
+    def setUp(self) -> None:
+        self.reactor = SimulatedReactor()
+        self.network = SimulatedNetwork(self.reactor, lambda a, b: 0.010, seed=3)
+        self.a = NodeReactor(self.reactor, self.network, "a")
+        self.b = NodeReactor(self.reactor, self.network, "b")
+        self.servers: list[_Recorder] = []
+
+        def serve() -> _Recorder:
+            protocol = _Recorder()
+            self.servers.append(protocol)
+            return protocol
+
+        self.b.listenTCP(9092, Factory.forProtocol(serve), interface="b")
+
+    def connected(self) -> _Client:
+        client = _Client()
+        self.a.connectTCP("b", 9092, client, timeout=30)
+        self.reactor.run_until(self.reactor.seconds() + 0.1)
+        self.assertIsNotNone(client.protocol_instance.transport)
+        return client
+
+    def test_jitter_and_loss_keep_tcp_order_per_connection_and_reorder_across_connections(self) -> None:
+        first, second = self.connected(), self.connected()
+        self.network.impair("a", "b", Impairment(delay_s=0.05, jitter_s=0.2, loss=0.15), both_ways=False)
+        sent_at = self.reactor.seconds()
+        for i in range(100):
+            first.protocol_instance.transport.write(b"1-%03d" % i)
+            second.protocol_instance.transport.write(b"2-%03d" % i)
+            self.reactor.run_until(self.reactor.seconds() + 0.01)
+        self.reactor.run_until(sent_at + 60.0)
+        by_connection = [[data for _, data in server.received] for server in self.servers]
+        # every byte, in the order written on its connection
+        self.assertEqual(by_connection, [[b"1-%03d" % i for i in range(100)], [b"2-%03d" % i for i in range(100)]])
+        merged = sorted((t, data) for server in self.servers for t, data in server.received)
+        arrival = [data for _, data in merged]
+        # across connections the later-written overtakes the earlier at times (reordering TCP allows)
+        self.assertTrue(any(arrival.index(b"2-%03d" % i) < arrival.index(b"1-%03d" % i) for i in range(100)))
+        self.assertTrue(any(arrival.index(b"1-%03d" % (i + 1)) < arrival.index(b"2-%03d" % i) for i in range(99)))
+        # a lost message stalls its connection by at least the first retransmission timeout
+        gaps = [later - earlier for (earlier, _), (later, _) in zip(self.servers[0].received,
+                                                                    self.servers[0].received[1:])]
+        self.assertGreater(max(gaps), SimulatedNetwork.RTO_S)
+        self.assertEqual(self.servers[0].lost + self.servers[1].lost, [])
+
+    def test_a_slow_link_adds_its_delay_until_restored(self) -> None:
+        client = self.connected()
+        self.network.impair("a", "b", Impairment(delay_s=0.3), both_ways=False)
+        start = self.reactor.seconds()
+        client.protocol_instance.transport.write(b"slow")
+        self.reactor.run_until(start + 1.0)
+        self.network.restore("a", "b")
+        client.protocol_instance.transport.write(b"fast")
+        self.reactor.run_until(start + 2.0)
+        self.assertEqual([(round(t - start, 6), data) for t, data in self.servers[0].received],
+                         [(0.31, b"slow"), (1.01, b"fast")])
+
+    def test_a_message_lost_every_time_resets_the_connection_after_the_retransmissions(self) -> None:
+        client = self.connected()
+        self.network.impair("a", "b", Impairment(loss=1.0))
+        start = self.reactor.seconds()
+        client.protocol_instance.transport.write(b"never")
+        stall = sum(SimulatedNetwork.RTO_S * 2 ** i for i in range(SimulatedNetwork.MAX_RETRANSMISSIONS))
+        self.reactor.run_until(start + stall - 0.001)
+        self.assertEqual((client.protocol_instance.lost, self.servers[0].lost), ([], []))
+        self.reactor.run_until(start + stall + 0.011)
+        self.assertEqual(client.protocol_instance.lost, [error.ConnectionLost])  # the sender gave up
+        self.assertEqual(self.servers[0].lost, [error.ConnectionLost])  # and its reset reached the peer
+        self.assertEqual(self.servers[0].received, [])
+        again = _Client()  # every SYN is lost too: the attempt times out
+        self.a.connectTCP("b", 9092, again, timeout=10)
+        self.reactor.run_until(self.reactor.seconds() + 11)
+        self.assertEqual(again.failed, [error.TimeoutError])
+
+
+class ClockJumpTests(SynchronousTestCase):
+    """L{NodeReactor.jump_clock}: one node's wall clock, and its timers with it (as Twisted's reactors)."""
+
+    def setUp(self) -> None:
+        self.reactor = SimulatedReactor(1000.0)
+        self.network = SimulatedNetwork(self.reactor, lambda a, b: 0.010)
+        self.a = NodeReactor(self.reactor, self.network, "a")
+        self.b = NodeReactor(self.reactor, self.network, "b")
+
+    def test_a_jump_shows_in_that_nodes_wall_clock_only(self) -> None:
+        self.a.jump_clock(3600.0)
+        self.assertEqual((self.a.seconds(), self.b.seconds(), self.reactor.seconds()), (4600.0, 1000.0, 1000.0))
+        self.reactor.advance(5.0)
+        self.a.jump_clock(-7200.0)
+        self.assertEqual((self.a.seconds(), self.b.seconds()), (-2595.0, 1005.0))
+
+    def test_timers_keep_their_times_on_the_jumped_clock(self) -> None:
+        ran: list[tuple[str, float, float]] = []
+        for node, delay in [(self.a, 10.0), (self.a, 100.0), (self.b, 10.0)]:
+            node.callLater(delay, lambda n=node, d=delay: ran.append((n.node, d, self.reactor.seconds())))
+        call = self.a.callLater(20.0, lambda: ran.append(("a", 20.0, self.reactor.seconds())))
+        self.a.jump_clock(30.0)  # forward: a's 10 s and 20 s timers are past, its 100 s one 30 s nearer
+        self.assertEqual(call.getTime(), 1020.0)  # a's reading of it (a's clock says 1030 now)
+        self.reactor.advance(0)
+        self.assertEqual(ran, [("a", 10.0, 1000.0), ("a", 20.0, 1000.0)])
+        self.a.jump_clock(-50.0)  # back: its 100 s timer (due at a's 1100) waits 50 s more
+        self.reactor.run_until(1119.0)
+        self.assertEqual(ran[2:], [("b", 10.0, 1010.0)])
+        self.reactor.run_until(1121.0)
+        self.assertEqual(ran[3:], [("a", 100.0, 1120.0)])
+
+    def test_bytes_on_the_wire_are_not_delayed_by_a_jump(self) -> None:
+        servers: list[_Recorder] = []
+        self.b.listenTCP(9092, Factory.forProtocol(lambda: servers.append(_Recorder()) or servers[-1]),
+                         interface="b")
+        client = _Client()
+        self.a.connectTCP("b", 9092, client)
+        self.reactor.run_until(1000.1)
+        self.b.jump_clock(-600.0)
+        client.protocol_instance.transport.write(b"on time")
+        self.reactor.run_until(1001.0)
+        self.assertEqual(servers[0].received, [(1000.1 - 600.0 + 0.010, b"on time")])
+
+    def test_the_kernels_syn_retransmissions_do_not_follow_the_jump(self) -> None:
+        servers: list[_Recorder] = []
+        self.b.listenTCP(9092, Factory.forProtocol(lambda: servers.append(_Recorder()) or servers[-1]),
+                         interface="b")
+        self.network.cut("a", "b", "drop")
+        client = _Client()
+        self.a.connectTCP("b", 9092, client, timeout=30)  # SYNs at 1000, 1001, 1003, 1007 ...
+        self.reactor.run_until(1002.0)
+        self.a.jump_clock(-100.0)
+        self.network.heal_all()
+        self.reactor.run_until(1003.1)
+        self.assertEqual(len(servers), 1)  # the SYN sent at 1003 got through
+        self.assertEqual(client.failed, [])
+
+
 class ZooKeeperModelTests(SynchronousTestCase):
     """What the simulation found in the ZooKeeper model (L{kafkatw.testing})."""
 
@@ -181,6 +317,51 @@ class ZooKeeperModelTests(SynchronousTestCase):
         self.successResultOf(writer.set("/d", b"3"))  # and the watch is armed again
         clock.advance(0)
         self.assertEqual(seen, [b"1", b"2", b"3"])
+
+
+class LaggingZooKeeperClientTests(SynchronousTestCase):
+    """L{cluster_module.LaggingZooKeeperClient}: ZooKeeper's latency, in order per session."""
+
+    def setUp(self) -> None:
+        self.reactor = SimulatedReactor()
+        network = SimulatedNetwork(self.reactor, lambda a, b: 0.001)
+        self.node = NodeReactor(self.reactor, network, "10.0.0.1")
+        self.server = FakeZooKeeper(self.reactor)
+        self.client = cluster_module.LaggingZooKeeperClient(self.server, reactor=self.node, latency_s=0.005)
+        self.successResultOf(self.client.start())
+        self.other = FakeZooKeeperClient(self.server)
+        self.successResultOf(self.other.start())
+        self.successResultOf(self.other.create("/d", b"1"))
+
+    def test_a_request_is_applied_after_the_latency_and_answered_after_another(self) -> None:
+        d = self.client.set("/d", b"2")
+        self.reactor.run_until(0.0049)
+        self.assertEqual(self.successResultOf(self.other.get("/d"))[0], b"1")
+        self.assertNoResult(d)
+        self.reactor.run_until(0.0051)
+        self.assertEqual(self.successResultOf(self.other.get("/d"))[0], b"2")  # applied at the server
+        self.assertNoResult(d)
+        self.reactor.run_until(0.0101)
+        self.successResultOf(d)
+
+    def test_a_notification_takes_the_latency_after_the_reply_sent_before_it(self) -> None:
+        seen: list[object] = []
+        watch = self.client.watch_data("/d", lambda value: seen.append(("watch", value)))
+        self.reactor.run_until(0.011)
+        self.successResultOf(watch)
+        read = self.client.get("/d")  # reaches the server at 0.016, before the write at 0.017
+        read.addCallback(lambda result: seen.append(("read", result[0])))
+        self.reactor.run_until(0.012)
+        self.reactor.callLater(0.005, lambda: self.other.set("/d", b"2"))
+        self.reactor.run_until(1.0)
+        self.assertEqual(seen, [("watch", b"1"), ("read", b"1"), ("watch", b"2")])
+
+    def test_a_reply_after_the_session_ended_is_a_connection_loss(self) -> None:
+        d = self.client.get("/d")
+        self.reactor.run_until(0.006)  # applied; its reply on its way
+        self.client.expire_session_for_testing()
+        self.reactor.run_until(1.0)
+        self.failureResultOf(d, ZooKeeperUnavailableError)
 
 
 class DiskTests(SynchronousTestCase):
@@ -278,6 +459,30 @@ class InvariantTests(SynchronousTestCase):
             self.cluster._state_written(path, json.dumps(state).encode())
         self.assertEqual([v.detail for v in self.cluster.violations], ["sim-0 epoch 1: leaders 2 and 3"])
 
+
+    def test_transactions_committed_visible_aborted_never_unknown_atomic(self) -> None:
+        cluster = self.cluster
+        cluster.txn_values = {0: [b"T0-0", b"T0-1"], 1: [b"T1-0"], 2: [b"T2-0", b"T2-1"], 3: [b"T3-0", b"T3-1"]}
+        cluster.txn_outcomes = {0: "committed", 1: "aborted", 2: "unknown", 3: "unknown"}
+        cluster.check_transactions({0: [(0, b"T0-0"), (2, b"T1-0"), (5, b"T2-0"), (6, b"T3-0"), (8, b"T0-0")],
+                                    1: [(0, b"T3-1"), (3, b"X")]})
+        self.assertEqual(sorted((v.invariant, v.detail) for v in cluster.violations), [
+            ("aborted transactions never visible", "transaction 1: 1 of its 1 records read committed"),
+            ("committed transactions visible", "transaction 0: 1 of its 2 records read committed"),
+            ("no duplicate", "sim-txn record T0-0 read 2 times"),
+            ("no record from nowhere", "sim-txn record X was never sent"),
+            ("transactions atomic", "transaction 2 (its commit failed): 1 of its 2 records read committed"),
+        ])
+
+    def test_a_committed_group_offset_moving_backwards(self) -> None:
+        zookeeper = self.cluster.zookeeper
+        path = "/kafkatw/consumers/sim-group/offsets/sim/{}"
+        zookeeper.create(path.format(0), json.dumps({"version": 1, "offset": 5}).encode(), 0, False, True)
+        zookeeper.create(path.format(1), json.dumps({"version": 1, "offset": 3}).encode(), 0, False, True)
+        for partition, offset in [(0, 5), (0, 9), (1, 2), (0, 9)]:
+            zookeeper.set(path.format(partition), json.dumps({"version": 1, "offset": offset}).encode(), -1)
+        self.assertEqual([v.detail for v in self.cluster.violations], ["/kafkatw/consumers/sim-group sim-1: 3 -> 2"])
+        self.assertEqual(self.cluster.exercised["group offset commits"], 6)
 
     def test_a_dead_broker_left_in_an_isr(self) -> None:
         class Running:
@@ -404,6 +609,110 @@ class DiskFaultTests(SynchronousTestCase):
                     downs.append((fault.at, end + settings.crash_spacing_s))
             for (a, a_end), (b, _) in zip(sorted(downs), sorted(downs)[1:]):
                 self.assertGreaterEqual(b, a_end, (seed, downs))
+
+
+class NetworkClockAndAdminFaultTests(SynchronousTestCase):
+    """
+    The faults of links (C{slow}, C{lossy}), clocks (C{clock-jump}) and an
+    admin's (C{reassign}, C{elect-preferred}) in schedules and in runs.
+    """
+
+    NEW_KINDS = {"slow", "lossy", "restore", "clock-jump", "reassign", "elect-preferred"}
+
+    def run_seed(self, seed: int, settings: Settings, schedule: Schedule) -> RunResult:
+        result = run_seed(seed, settings, schedule=schedule)
+        self.flushLoggedErrors(ZooKeeperUnavailableError)
+        return result
+
+    def test_the_schedule_of_a_seed_holds_them_drawn_from_their_own_streams(self) -> None:
+        settings = Settings()
+        kinds: collections.Counter[str] = collections.Counter()
+        for seed in range(30):
+            faults = make_schedule(seed, settings).faults
+            self.assertEqual(faults, make_schedule(seed, settings).faults)
+            # the other faults of a seed are those of a schedule without these
+            self.assertEqual([f for f in faults if f.kind not in self.NEW_KINDS],
+                             make_schedule(seed, dataclasses.replace(settings, link_faults=0, clock_jumps=0,
+                                                                     admin_operations=0)).faults)
+            kinds.update(f.kind for f in faults)
+            links = [f for f in faults if f.kind in ("slow", "lossy")]
+            self.assertEqual(len(links), settings.link_faults)
+            self.assertEqual(len([f for f in faults if f.kind == "restore"]), settings.link_faults)
+            self.assertEqual(len([f for f in faults if f.kind in ("reassign", "elect-preferred")]),
+                             settings.admin_operations)
+            jumps = [f for f in faults if f.kind == "clock-jump"]
+            self.assertTrue(1 <= len(jumps) <= 2 and all(0.5 <= abs(f.args[1]) <= settings.clock_jump_max_s
+                                                         for f in jumps), jumps)
+        self.assertTrue(all(kinds[kind] > 3 for kind in self.NEW_KINDS), kinds)
+        five = make_schedule(0, dataclasses.replace(settings, brokers=5, admin_operations=20)).faults
+        targets = [set(map(int, f.args[1].split(","))) for f in five if f.kind == "reassign"]
+        self.assertTrue(targets and all(len(t) == 3 for t in targets) and set().union(*targets) == {1, 2, 3, 4, 5})
+
+    def test_slow_and_lossy_links_and_clock_jumps_keep_every_invariant_and_replay(self) -> None:
+        schedule = Schedule(0, [Fault(5.5, "lossy", ("10.0.9.1", "10.0.0.1", 40.0, 5.0, "both-ways")),
+                                Fault(6.0, "slow", ("10.0.0.2", "10.0.0.3", 300.0, 250.0, "one-way")),
+                                Fault(6.5, "clock-jump", (1, 3600.0)),
+                                Fault(7.0, "clock-jump", (2, -20.0)),
+                                Fault(14.0, "restore", ("10.0.9.1", "10.0.0.1", "both-ways")),
+                                Fault(15.0, "restore", ("10.0.0.2", "10.0.0.3", "one-way"))])
+        result = self.run_seed(0, SHORT, schedule)
+        self.assertTrue(result.ok, result.report())
+        self.assertGreater(result.acknowledged, 100)
+        self.assertEqual(result.trace_hash, self.run_seed(0, SHORT, schedule).trace_hash)
+
+    def test_a_reassignment_and_a_preferred_election_with_five_brokers(self) -> None:
+        """
+        Partition 0 (replicas 1, 2, 3 from seed 0's assignment) moves to 4,
+        5, 1 while a lossy link slows broker 4 down; once it is there the
+        preferred election makes broker 4 its leader, at a new epoch.
+        """
+        settings = dataclasses.replace(SHORT, brokers=5)
+        schedule = Schedule(0, [Fault(6.0, "reassign", (0, "4,5,1")),
+                                Fault(7.0, "lossy", ("10.0.9.1", "10.0.0.4", 30.0, 5.0, "both-ways")),
+                                Fault(25.0, "elect-preferred", ("all",)),
+                                Fault(26.0, "restore", ("10.0.9.1", "10.0.0.4", "both-ways"))])
+        result = self.run_seed(0, settings, schedule)
+        self.assertTrue(result.ok, result.report())
+        trace = "\n".join(result.trace)
+        self.assertIn("reassign sim-0 to [4, 5, 1]: 0: ok", trace)
+        self.assertIn("state sim-0 leader=4 epoch=1 isr=[1, 4, 5]", trace)
+        self.assertIn("elect the preferred leader of sim-all: 0: ok", trace)
+
+
+class TransactionWorkloadTests(SynchronousTestCase):
+    """L{Settings.transactions}: a transactional producer during the faults, checked with a read-committed consumer."""
+
+    def test_transactions_commit_and_abort_through_faults(self) -> None:
+        settings = dataclasses.replace(SHORT, transactions=True)
+        schedule = Schedule(0, [Fault(6.0, "crash", (2, "end-session")), Fault(9.0, "start", (2,)),
+                                Fault(10.0, "lossy", ("10.0.9.1", "10.0.0.3", 30.0, 5.0, "both-ways")),
+                                Fault(14.0, "restore", ("10.0.9.1", "10.0.0.3", "both-ways"))])
+        result = run_seed(0, settings, schedule=schedule)
+        self.flushLoggedErrors(ZooKeeperUnavailableError)
+        self.assertTrue(result.ok, result.report())
+        outcomes = collections.Counter(line.split()[-1] for line in result.trace
+                                       if line.split()[1] == "transaction" and "failed" not in line)
+        self.assertGreater(outcomes["committed"], 5, outcomes)
+        self.assertGreater(outcomes["aborted"], 2, outcomes)
+        self.assertGreater(result.exercised["transactions checked"], 10)
+        read = [line for line in result.trace if " read sim-txn " in line]
+        self.assertEqual(len(read), SHORT.partitions)
+        self.assertIn(":T0000", " ".join(read))
+
+
+class GroupWorkloadTests(SynchronousTestCase):
+    """L{Settings.groups}: two members of a consumer group commit through faults; offsets never move backwards."""
+
+    def test_members_commit_and_rebalance_through_faults(self) -> None:
+        settings = dataclasses.replace(SHORT, groups=True)
+        schedule = Schedule(0, [Fault(6.0, "crash", (1, "end-session")), Fault(9.0, "start", (1,)),
+                                Fault(10.0, "slow", ("10.0.9.1", "10.0.0.2", 200.0, 150.0, "both-ways")),
+                                Fault(14.0, "restore", ("10.0.9.1", "10.0.0.2", "both-ways"))])
+        result = run_seed(0, settings, schedule=schedule)
+        self.flushLoggedErrors(ZooKeeperUnavailableError)
+        self.assertTrue(result.ok, result.report())
+        self.assertGreater(result.exercised["group offset commits"], 50)
+        self.assertTrue(any(" left" in line and "group member" in line for line in result.trace))
 
 
 class ShrinkTests(SynchronousTestCase):

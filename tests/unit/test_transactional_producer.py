@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace as NS
 
+from twisted.internet import defer
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
@@ -279,6 +280,34 @@ class TransactionalProducerTests(SynchronousTestCase):
         self.client.last(26).deferred.callback(NS(error_code=ErrorCode.none))
         self.successResultOf(aborted)
         self.assertEqual(self.client.produce_requests(), [])
+        self.assertIs(self.producer._txn.state, S.READY)
+
+    def test_abort_fails_records_still_waiting_for_metadata(self) -> None:
+        """
+        A record sent just before the abort, to a topic whose metadata has
+        not come yet, is failed too: it would otherwise get its batch after
+        the abort began, for a partition never added, and the abort's flush
+        would wait for it for ever (found by the simulation, issue 28).
+        """
+        metadata: defer.Deferred = defer.Deferred()
+        known = self.client.ensure_metadata
+
+        async def slow(topics: object = ()) -> None:
+            await metadata
+            await known(topics)
+
+        self.client.ensure_metadata = slow  # type: ignore[method-assign]
+        self.client.known.discard("t")
+        self.init()
+        self.producer.begin_transaction()
+        d = self.producer.send("t", b"a", partition=0)
+        self.clock.advance(0.005)
+        aborted = self.producer.abort_transaction()
+        self.assertEqual(self.failureResultOf(d, KafkaError).value.error_code, ErrorCode.operation_not_attempted)
+        metadata.callback(None)
+        self.clock.advance(1.0)
+        self.successResultOf(aborted)  # nothing joined the transaction: no EndTxn
+        self.assertEqual((self.client.of(24), self.client.produce_requests()), ([], []))
         self.assertIs(self.producer._txn.state, S.READY)
 
     def test_unknown_partition_in_add_partitions_is_abortable(self) -> None:
