@@ -204,16 +204,6 @@ def decode_assignment(data: bytes) -> list[TopicPartition] | None:
     @return: (topic, partition) pairs, or C{None} when C{data} does not parse.
     """
     try:
-        (count,) = struct.unpack_from(">i", data, 2)
-        pos = 6
-        result = []
-        for _ in range(max(count, 0)):
-            topic, pos = _read_string(data, pos)
-            (n,) = struct.unpack_from(">i", data, pos)
-            pos += 4
-            partitions = struct.unpack_from(f">{max(n, 0)}i", data, pos)
-            pos += 4 * max(n, 0)
-            result.extend((topic, p) for p in partitions)
-        return result
+        return _read_partitions(data, 2)[0]
     except (struct.error, UnicodeDecodeError, ValueError):
         return None
