@@ -8,23 +8,29 @@ flag with its reason instead of "No such option".
 Kafka's flags are those its option parsers accept (C{TopicCommand},
 C{ConsoleConsumerOptions}, C{ConsoleProducer}, C{ConsumerGroupCommandOptions},
 C{DeleteRecordsCommand}, C{LogDirsCommand}, C{GetOffsetShell},
-C{ConsumerPerformance}, C{ProducerPerformance}, C{LeaderElectionCommand} of
-Kafka's C{tools} module; C{DumpLogSegments}; C{kafka.Kafka} for
-C{kafka-server-start.sh}), C{--help} and C{--version}
-(C{CommandDefaultOptions}) included.  Not yet in the table: C{acls},
-C{configs}, C{reassign-partitions}, C{transactions}.  docs/operations.md
-("Kafka's tools") gives the same table to read.
+C{ConsumerPerformance}, C{ProducerPerformance}, C{LeaderElectionCommand},
+C{reassign.ReassignPartitionsCommandOptions}, C{TransactionsCommand} of
+Kafka's C{tools} module; C{DumpLogSegments}, C{kafka.admin.AclCommand},
+C{kafka.admin.ConfigCommand}; C{kafka.Kafka} for C{kafka-server-start.sh}),
+C{--help} and C{--version} (C{CommandDefaultOptions}) included, as of Kafka
+3.9.  A subcommand of C{kafka-transactions.sh} is an entry of its own
+(C{"transactions list"}).  docs/operations.md ("Kafka's tools") gives the same
+table to read.
 
 Each entry: C{kafka}, the Kafka script; C{served}, Kafka flags the command
 takes with Kafka's meaning; C{refused}, Kafka flag -> the one-line reason;
-C{kafkatw}, flags of the command that Kafka's tool does not have -> why.
+C{kafkatw}, flags of the command that Kafka's tool does not have -> why;
+C{commands} (C{transactions} only), Kafka subcommands refused -> why.
 """
 
 from __future__ import annotations
 
-__all__ = ["KAFKA_TOOL_FLAGS", "refusal"]
+__all__ = ["KAFKA_TOOL_FLAGS", "refusal", "refused_command"]
 
 _VERSION = "kafkatw --version prints the version (one for every command)"
+_KRAFT_CONTROLLER = "there are no KRaft controllers (KIP-919): the cluster's metadata is in ZooKeeper"
+_ZK_TLS = "kafkatw talks to ZooKeeper over plain TCP only (no zookeeper.ssl.* client configs)"
+_TIMEOUT = "how long each admin request may take (Kafka's tool has no flag for it)"
 
 KAFKA_TOOL_FLAGS: dict[str, dict] = {
     "topics": {
@@ -194,6 +200,90 @@ KAFKA_TOOL_FLAGS: dict[str, dict] = {
             "-h": "short for --help",
         },
     },
+    "acls": {
+        "kafka": "kafka-acls.sh",
+        "served": ["--add", "--allow-host", "--allow-principal", "--authorizer-properties", "--bootstrap-server",
+                   "--cluster", "--command-config", "--consumer", "--deny-host", "--deny-principal", "--force",
+                   "--group", "--help", "--idempotent", "--list", "--operation", "--principal", "--producer",
+                   "--remove", "--resource-pattern-type", "--topic", "--transactional-id"],
+        "refused": {
+            "--authorizer": "the brokers' authorizer.class.name is the one authorizer; --authorizer-properties "
+                            "zookeeper.connect=... writes its znodes",
+            "--delegation-token": "delegation tokens (KIP-48) are not served",
+            "--user-principal": "USER resources (KIP-373, who may create delegation tokens for whom) are not served",
+            "--zk-tls-config-file": _ZK_TLS,
+            "--version": _VERSION,
+        },
+        "kafkatw": {"--command-timeout-ms": _TIMEOUT, "-h": "short for --help"},
+    },
+    "configs": {
+        "kafka": "kafka-configs.sh",
+        "served": ["--add-config", "--all", "--alter", "--bootstrap-server", "--broker", "--client",
+                   "--command-config", "--delete-config", "--describe", "--entity-default", "--entity-name",
+                   "--entity-type", "--help", "--topic", "--user", "--zookeeper"],
+        "refused": {
+            "--add-config-file": "give the configs with --add-config",
+            "--bootstrap-controller": _KRAFT_CONTROLLER,
+            "--broker-defaults": "give --entity-type brokers --entity-default",
+            "--broker-logger": "loggers are not configured through DescribeConfigs and IncrementalAlterConfigs "
+                               "(BROKER_LOGGER resources, KIP-412)",
+            "--client-defaults": "give --entity-type clients --entity-default",
+            "--user-defaults": "give --entity-type users --entity-default",
+            "--force": "there is no prompt for it to suppress",
+            "--ip": "connection-rate quotas per IP address (KIP-612) are not served",
+            "--ip-defaults": "connection-rate quotas per IP address (KIP-612) are not served",
+            "--zk-tls-config-file": _ZK_TLS,
+            "--version": _VERSION,
+        },
+        "kafkatw": {"-h": "short for --help"},
+    },
+    "reassign-partitions": {
+        "kafka": "kafka-reassign-partitions.sh",
+        "served": ["--additional", "--bootstrap-server", "--broker-list", "--cancel", "--command-config",
+                   "--disable-rack-aware", "--execute", "--generate", "--help", "--list", "--preserve-throttles",
+                   "--reassignment-json-file", "--throttle", "--timeout", "--topics-to-move-json-file", "--verify"],
+        "refused": {
+            "--replica-alter-log-dirs-throttle": "replicas do not move between the log dirs of a broker "
+                                                 "(AlterReplicaLogDirs is not served)",
+            "--version": _VERSION,
+        },
+        "kafkatw": {"-h": "short for --help"},
+    },
+    "transactions": {
+        "kafka": "kafka-transactions.sh",
+        "served": ["--bootstrap-server", "--command-config", "--help", "-h"],
+        "refused": {"--version": _VERSION, "-v": _VERSION},
+        "kafkatw": {},
+        "commands": {
+            "find-hanging": "not built: describe-producers and list show the open transactions and their "
+                            "coordinators, abort ends one",
+        },
+    },
+    "transactions list": {
+        "kafka": "kafka-transactions.sh list",
+        "served": ["--duration-filter", "--help", "-h"],
+        "refused": {},
+        "kafkatw": {},
+    },
+    "transactions describe": {
+        "kafka": "kafka-transactions.sh describe",
+        "served": ["--help", "--transactional-id", "-h"],
+        "refused": {},
+        "kafkatw": {},
+    },
+    "transactions describe-producers": {
+        "kafka": "kafka-transactions.sh describe-producers",
+        "served": ["--broker-id", "--help", "--partition", "--topic", "-h"],
+        "refused": {},
+        "kafkatw": {},
+    },
+    "transactions abort": {
+        "kafka": "kafka-transactions.sh abort",
+        "served": ["--coordinator-epoch", "--help", "--partition", "--producer-epoch", "--producer-id",
+                   "--start-offset", "--topic", "-h"],
+        "refused": {},
+        "kafkatw": {},
+    },
     "broker": {
         "kafka": "kafka-server-start.sh",
         "served": ["server.properties", "--override", "--help"],
@@ -208,6 +298,16 @@ KAFKA_TOOL_FLAGS: dict[str, dict] = {
 
 
 def refusal(command: str, flag: str) -> str | None:
-    """The reason C{command} refuses Kafka's C{flag}, or C{None} when the table does not refuse it."""
+    """
+    The reason C{command} refuses Kafka's C{flag}, or C{None} when the table does not refuse it.
+
+    @param command: the command's path under C{kafkatw} (C{"topics"}, C{"transactions list"}).
+    """
     entry = KAFKA_TOOL_FLAGS.get(command)
     return None if entry is None else entry["refused"].get(flag)
+
+
+def refused_command(command: str, subcommand: str) -> str | None:
+    """The reason C{command} refuses Kafka's C{subcommand} (C{transactions find-hanging}), or C{None}."""
+    entry = KAFKA_TOOL_FLAGS.get(command)
+    return None if entry is None else entry.get("commands", {}).get(subcommand)

@@ -126,9 +126,14 @@ class _KafkaTools(click.Group):
             if isinstance(e, click.NoSuchOption) and e.ctx is not None:  # a Kafka flag kafkatw refuses: why
                 from .kafka_flags import refusal
 
-                reason = refusal(e.ctx.command.name or "", e.option_name)
+                names, ctx = [], e.ctx
+                while ctx.parent is not None:  # "transactions list": the command's path under kafkatw
+                    names.append(ctx.info_name or "")
+                    ctx = ctx.parent
+                command = " ".join(reversed(names))
+                reason = refusal(command, e.option_name)
                 if reason is not None:
-                    message = f"kafkatw {e.ctx.command.name} does not serve {e.option_name}: {reason}."
+                    message = f"kafkatw {command} does not serve {e.option_name}: {reason}."
             click.echo(f"Error: {message}", err=True)
             if e.ctx is not None:
                 command = e.ctx.command_path

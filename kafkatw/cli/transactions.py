@@ -2,7 +2,7 @@
 C{kafkatw transactions}: Kafka's C{kafka-transactions.sh} (C{TransactionsCommand},
 KIP-664) — look at transactions and abort hanging ones::
 
-    kafkatw transactions --bootstrap-server B list
+    kafkatw transactions --bootstrap-server B list [--duration-filter MS]
     kafkatw transactions --bootstrap-server B describe --transactional-id X
     kafkatw transactions --bootstrap-server B describe-producers --topic T --partition P [--broker-id N]
     kafkatw transactions --bootstrap-server B abort --topic T --partition P --start-offset S
@@ -106,7 +106,20 @@ def _echo(lines: Iterable[str]) -> None:
         click.echo(line)
 
 
-@click.group("transactions", short_help="List, describe and abort transactions (kafka-transactions.sh).")
+class _TransactionsGroup(click.Group):
+    """The subcommands, and Kafka's that are refused answered with the reason (L{kafka_flags})."""
+
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> Any:
+        from .kafka_flags import refused_command
+
+        reason = refused_command("transactions", args[0]) if args else None
+        if reason is not None:
+            raise click.UsageError(f"kafkatw transactions does not serve {args[0]}: {reason}.", ctx)
+        return super().resolve_command(ctx, args)
+
+
+@click.group("transactions", cls=_TransactionsGroup,
+             short_help="List, describe and abort transactions (kafka-transactions.sh).")
 @bootstrap_option
 @command_config_option
 @click.pass_context
@@ -116,10 +129,12 @@ def transactions(ctx: click.Context, bootstrap_server: str) -> None:
 
 
 @transactions.command("list")
+@click.option("--duration-filter", type=int, default=-1, show_default=True, metavar="MS",
+              help="Only transactions open longer than MS milliseconds (KIP-994; negative: all).")
 @click.pass_context
-def list_command(ctx: click.Context) -> None:
+def list_command(ctx: click.Context, duration_filter: int) -> None:
     """List the transactional ids every broker coordinates."""
-    listings = _with_admin(ctx, lambda admin: admin.list_transactions())
+    listings = _with_admin(ctx, lambda admin: admin.list_transactions(duration_filter_ms=duration_filter))
     _echo(format_table(LIST_HEADERS, list_rows(listings)))
 
 

@@ -577,3 +577,41 @@ class ConsumerGroupsUsageTests(unittest.SynchronousTestCase):
             result = run("consumer-groups", *B, *args)
             self.assertEqual(result.exit_code, 2, (args, result.output))
             self.assertTrue(result.output.startswith("Error: "), (args, result.output))
+
+
+# --- transactions --------------------------------------------------------------------------------------
+
+
+class TransactionsFlagsTests(unittest.SynchronousTestCase):
+    """kafka-transactions.sh's subcommand flags (issue 30): list --duration-filter, refusals by path."""
+
+    def test_duration_filter(self) -> None:
+        """--duration-filter MS is ListTransactions' DurationFilter (KIP-994); without it, -1 (all)."""
+        calls: list[dict] = []
+
+        class Admin(FakeAdmin):
+            def list_transactions(self, **kwargs: Any) -> list:
+                calls.append(kwargs)
+                return []
+
+        self.patch(kafkatw.client.blocking, "BlockingAdminClient", Admin)
+        result = run("transactions", *B, "list", "--duration-filter", "60000")
+        self.assertEqual(result.exit_code, 0, result.output)
+        self.assertEqual(result.output.splitlines()[0].split("\t")[:4],
+                         ["TransactionalId", "Coordinator", "ProducerId", "TransactionState"])
+        self.assertEqual(run("transactions", *B, "list").exit_code, 0)
+        self.assertEqual(calls, [{"duration_filter_ms": 60000}, {"duration_filter_ms": -1}])
+
+    def test_refusal_of_a_subcommand_flag(self) -> None:
+        """A refused flag of a subcommand is looked up by the command's path ("transactions list")."""
+        from kafkatw.cli.kafka_flags import KAFKA_TOOL_FLAGS
+
+        refused = KAFKA_TOOL_FLAGS["transactions list"]["refused"]
+        refused["--transactional-id-pattern"] = "a reason"
+        self.addCleanup(refused.pop, "--transactional-id-pattern")
+        result = run("transactions", *B, "list", "--transactional-id-pattern", "x")
+        self.assertEqual(result.exit_code, 2, result.output)
+        self.assertEqual(result.output.splitlines()[0],
+                         "Error: kafkatw transactions list does not serve --transactional-id-pattern: a reason.")
+        result = run("transactions", *B, "list", "--no-such-flag")
+        self.assertEqual(result.output.splitlines()[0], "Error: No such option '--no-such-flag'.")

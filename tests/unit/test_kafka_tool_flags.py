@@ -19,8 +19,10 @@ from kafkatw.cli.main import broker_argv, main
 #: The flags Kafka 3.x's option parsers accept (tools/src/main/java/org/apache/kafka/tools/TopicCommand.java,
 #: consumer/ConsoleConsumerOptions.java, ConsoleProducer.java, consumer/group/ConsumerGroupCommandOptions.java,
 #: DeleteRecordsCommand.java, LogDirsCommand.java, GetOffsetShell.java, ConsumerPerformance.java,
-#: ProducerPerformance.java, LeaderElectionCommand.java; core/src/main/scala/kafka/tools/DumpLogSegments.scala;
-#: with CommandDefaultOptions' --help and --version; core/src/main/scala/kafka/Kafka.scala for the broker).
+#: ProducerPerformance.java, LeaderElectionCommand.java, reassign/ReassignPartitionsCommandOptions.java,
+#: TransactionsCommand.java (argparse4j: -h, -v and each subcommand's parser);
+#: core/src/main/scala/kafka/tools/DumpLogSegments.scala, kafka/admin/AclCommand.scala, kafka/admin/ConfigCommand.scala
+#: as of 3.9; with CommandDefaultOptions' --help and --version; core/src/main/scala/kafka/Kafka.scala for the broker).
 KAFKA_3X = {
     "topics": {
         "--alter", "--at-min-isr-partitions", "--bootstrap-server", "--command-config", "--config", "--create",
@@ -66,8 +68,34 @@ KAFKA_3X = {
         "--verify-index-only", "--help", "--version"},
     "leader-election": {"--admin.config", "--all-topic-partitions", "--bootstrap-server", "--election-type",
                         "--partition", "--path-to-json-file", "--topic", "--help", "--version"},
+    "acls": {
+        "--add", "--allow-host", "--allow-principal", "--authorizer", "--authorizer-properties", "--bootstrap-server",
+        "--cluster", "--command-config", "--consumer", "--delegation-token", "--deny-host", "--deny-principal",
+        "--force", "--group", "--idempotent", "--list", "--operation", "--principal", "--producer", "--remove",
+        "--resource-pattern-type", "--topic", "--transactional-id", "--user-principal", "--zk-tls-config-file",
+        "--help", "--version"},
+    "configs": {
+        "--add-config", "--add-config-file", "--all", "--alter", "--bootstrap-controller", "--bootstrap-server",
+        "--broker", "--broker-defaults", "--broker-logger", "--client", "--client-defaults", "--command-config",
+        "--delete-config", "--describe", "--entity-default", "--entity-name", "--entity-type", "--force", "--ip",
+        "--ip-defaults", "--topic", "--user", "--user-defaults", "--zk-tls-config-file", "--zookeeper", "--help",
+        "--version"},
+    "reassign-partitions": {
+        "--additional", "--bootstrap-server", "--broker-list", "--cancel", "--command-config", "--disable-rack-aware",
+        "--execute", "--generate", "--list", "--preserve-throttles", "--reassignment-json-file",
+        "--replica-alter-log-dirs-throttle", "--throttle", "--timeout", "--topics-to-move-json-file", "--verify",
+        "--help", "--version"},
+    "transactions": {"--bootstrap-server", "--command-config", "-h", "--help", "-v", "--version"},
+    "transactions list": {"--duration-filter", "-h", "--help"},
+    "transactions describe": {"--transactional-id", "-h", "--help"},
+    "transactions describe-producers": {"--broker-id", "--partition", "--topic", "-h", "--help"},
+    "transactions abort": {"--coordinator-epoch", "--partition", "--producer-epoch", "--producer-id",
+                           "--start-offset", "--topic", "-h", "--help"},
     "broker": {"server.properties", "--override", "-daemon", "--help", "--version"},
 }
+
+#: kafka-transactions.sh's subcommands (TransactionsCommand's parsers); find-hanging is refused
+KAFKA_3X_TRANSACTIONS = {"list", "describe", "describe-producers", "abort", "find-hanging"}
 
 #: What a command needs before it looks at a flag it does not know (producer-perf-test takes Kafka's
 #: `--producer-props a=1 b=2`, so it reads unknown arguments after its required options)
@@ -77,9 +105,15 @@ REQUIRED = {"producer-perf-test": ["--topic", "t", "--num-records", "1", "--thro
 _OPTION_LINE = re.compile(r"^  (-\S.*?)(?:\s{2,}|$)")
 
 
+def argv(command: str, *args: str) -> list[str]:
+    """C{kafkatw COMMAND ARGS}; a subcommand (C{"transactions list"}) after its group's required flag."""
+    words = command.split()
+    return words[:1] + (["--bootstrap-server", "127.0.0.1:1"] if len(words) > 1 else []) + words[1:] + list(args)
+
+
 def help_flags(command: str) -> set[str]:
     """The flags C{kafkatw COMMAND --help} lists."""
-    result = CliRunner().invoke(main, [command, "--help"], prog_name="kafkatw")
+    result = CliRunner().invoke(main, argv(command, "--help"), prog_name="kafkatw")
     assert result.exit_code == 0, result.output
     flags = set()
     for line in result.output.split("Options:", 1)[1].splitlines():
@@ -118,10 +152,27 @@ class KafkaToolFlagsTests(unittest.SynchronousTestCase):
             if command == "broker":
                 continue
             for flag, reason in entry["refused"].items():
-                result = CliRunner().invoke(main, [command, *REQUIRED.get(command, []), flag], prog_name="kafkatw")
+                result = CliRunner().invoke(main, argv(command, *REQUIRED.get(command, []), flag), prog_name="kafkatw")
                 self.assertEqual(result.exit_code, 2, (command, flag, result.output))
                 self.assertEqual(result.output.splitlines()[0],
                                  f"Error: kafkatw {command} does not serve {flag}: {reason}.")
+
+    def test_transactions_subcommands(self) -> None:
+        """
+        kafka-transactions.sh's subcommands are kafkatw transactions' own,
+        each with its table entry; find-hanging is refused with its reason.
+        """
+        group = main.commands["transactions"]
+        self.assertEqual(set(group.commands) | set(KAFKA_TOOL_FLAGS["transactions"]["commands"]),
+                         KAFKA_3X_TRANSACTIONS)
+        self.assertEqual({c for c in KAFKA_TOOL_FLAGS if c.startswith("transactions ")},
+                         {f"transactions {name}" for name in group.commands})
+        for name, reason in KAFKA_TOOL_FLAGS["transactions"]["commands"].items():
+            result = CliRunner().invoke(main, ["transactions", "--bootstrap-server", "127.0.0.1:1", name],
+                                        prog_name="kafkatw")
+            self.assertEqual(result.exit_code, 2, result.output)
+            self.assertEqual(result.output.splitlines()[0],
+                             f"Error: kafkatw transactions does not serve {name}: {reason}.")
 
     def test_broker_takes_kafka_server_start_arguments(self) -> None:
         """
@@ -168,5 +219,5 @@ class KafkaToolFlagsTests(unittest.SynchronousTestCase):
             text = f.read()
         section = text.split("## Kafka's tools, flag by flag", 1)[1].split("\n## ", 1)[0]
         for command, entry in KAFKA_TOOL_FLAGS.items():
-            for flag in entry["refused"]:
+            for flag in [*entry["refused"], *entry.get("commands", {})]:
                 self.assertIn(f"`{flag}`", section, (command, flag))
