@@ -14,7 +14,8 @@ import tempfile
 import time
 
 from kafkatw.protocol.batch import build_batch, parse_batch_headers
-from kafkatw.storage.log import LogConfig, PartitionLog
+from kafkatw.storage.log import PartitionLog
+from kafkatw.storage.log_config import LogConfig
 
 
 def main(seconds: float = 1.0) -> None:

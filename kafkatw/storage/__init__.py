@@ -6,7 +6,8 @@ No Twisted reactor here; time is injected as C{now_ms} callables.
 
 from kafkatw.storage.index import OffsetIndex, TimeIndex
 from kafkatw.storage.leader_epoch import EpochEntry, LeaderEpochCache
-from kafkatw.storage.log import AppendResult, FileRegion, LogConfig, PartitionLog, UnexpectedAppendOffsetError
+from kafkatw.storage.log import AppendResult, FileRegion, PartitionLog, UnexpectedAppendOffsetError
+from kafkatw.storage.log_config import LogConfig
 from kafkatw.storage.log_manager import LogManager
 from kafkatw.storage.producer_state import ProducerStateManager
 from kafkatw.storage.segment import LogSegment

@@ -53,7 +53,8 @@ from twisted.logger import Logger
 
 from kafkatw.errors import KafkaStorageError
 from kafkatw.storage.files import write_atomically
-from kafkatw.storage.log import LogConfig, PartitionLog
+from kafkatw.storage.log import PartitionLog
+from kafkatw.storage.log_config import LogConfig
 from kafkatw.storage.log_dir_failure import LogDirFailureChannel, LogDirFiles, LogDirsFailedError
 
 __all__ = ["LogManager", "CHECKPOINT_FILE", "CLEAN_SHUTDOWN_FILE", "HIGH_WATERMARK_CHECKPOINT_FILE", "read_checkpoint",

@@ -19,7 +19,8 @@ from kafkatw.errors import ErrorCode, OffsetOutOfRangeError
 from kafkatw.protocol.batch import build_batch
 from kafkatw.protocol.consumer_protocol import decode_subscription
 from kafkatw.security.acl import AclOperation, ResourceType
-from kafkatw.storage.log import LogConfig, PartitionLog
+from kafkatw.storage.log import PartitionLog
+from kafkatw.storage.log_config import LogConfig
 from kafkatw.storage.log_manager import LogManager
 from kafkatw.zookeeper.registry import CommittedOffset
 from tests.unit.test_broker import BrokerHarness

@@ -23,7 +23,8 @@ from kafkatw.cli.log_dirs import format_log_dirs
 from kafkatw.errors import ErrorCode, kafka_error
 from kafkatw.protocol.batch import build_batch
 from kafkatw.protocol.records import Record, encode_batch
-from kafkatw.storage.log import LogConfig, PartitionLog
+from kafkatw.storage.log import PartitionLog
+from kafkatw.storage.log_config import LogConfig
 from kafkatw.storage.transaction_index import AbortedTxn
 
 

@@ -18,14 +18,8 @@ from kafkatw.config import BrokerConfig, topic_log_config
 from kafkatw.errors import InvalidRecordError
 from kafkatw.protocol.batch import build_batch, parse_batch_headers
 from kafkatw.protocol.records import decode_batches, encode_batch
-from kafkatw.storage.log import (
-    CLEANED_SUFFIX,
-    DELETED_SUFFIX,
-    FILE_DELETE_DELAY_MS,
-    SWAP_SUFFIX,
-    LogConfig,
-    PartitionLog,
-)
+from kafkatw.storage.log import CLEANED_SUFFIX, DELETED_SUFFIX, SWAP_SUFFIX, PartitionLog
+from kafkatw.storage.log_config import FILE_DELETE_DELAY_MS, LogConfig
 from kafkatw.storage.log_cleaner import (
     CLEANER_CHECKPOINT_FILE,
     Cleaner,

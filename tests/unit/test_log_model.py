@@ -65,7 +65,8 @@ from kafkatw.errors import OffsetOutOfRangeError, RecordTooLargeError
 from kafkatw.protocol.batch import BatchHeader, parse_batch_headers, unpack_header
 from kafkatw.protocol.control import encode_marker_batch
 from kafkatw.protocol.records import decode_batches, encode_batch
-from kafkatw.storage.log import LogConfig, PartitionLog
+from kafkatw.storage.log import PartitionLog
+from kafkatw.storage.log_config import LogConfig
 from kafkatw.storage.log_cleaner import LogCleanerManager
 from kafkatw.storage.transaction_index import AbortedTxn
 

@@ -591,6 +591,6 @@ class HighWatermarkCheckpointTests(TestCase):
 
 
 def LogConfigDefault():
-    from kafkatw.storage.log import LogConfig
+    from kafkatw.storage.log_config import LogConfig
 
     return LogConfig()

@@ -26,7 +26,8 @@ from kafkatw.protocol.batch import BATCH_HEADER_SIZE, build_batch, parse_batch_h
 from kafkatw.protocol.records import decode_batches
 from kafkatw.storage import log_cleaner as log_cleaner_module
 from kafkatw.storage import segment as segment_module
-from kafkatw.storage.log import LogConfig, PartitionLog
+from kafkatw.storage.log import PartitionLog
+from kafkatw.storage.log_config import LogConfig
 from kafkatw.storage.log_cleaner import LogCleanerManager
 from kafkatw.web.console import read_records
 

@@ -31,7 +31,8 @@ from kafkatw.protocol.records import decode_batches, encode_batch
 from kafkatw.storage import log as log_module
 from kafkatw.storage import segment as segment_module
 from kafkatw.storage.index import OffsetIndex, TimeIndex
-from kafkatw.storage.log import FILE_DELETE_DELAY_MS, LogConfig, PartitionLog
+from kafkatw.storage.log import PartitionLog
+from kafkatw.storage.log_config import FILE_DELETE_DELAY_MS, LogConfig
 from kafkatw.storage.log_dir_failure import LogDirFiles
 from kafkatw.storage.log_manager import (
     CHECKPOINT_FILE,
