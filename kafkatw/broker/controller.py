@@ -214,6 +214,33 @@ class StateMachine:
         self.states.pop(key, None)
 
 
+async def _each_in_flight(keys: list[tuple[str, int]], work: Callable[[tuple[str, int]], Any]) -> None:
+    """
+    Await C{work(key)} for each of C{keys}, up to L{SETTLE_WRITES_IN_FLIGHT}
+    at once, each key's in the order given to its worker.
+
+    @raise Exception: the first failure of C{work}; the other workers stop at
+        their next key.
+    """
+    pending = iter(keys)
+    failed: list[Failure] = []
+
+    async def worker() -> None:
+        for key in pending:
+            if failed:
+                return
+            try:
+                await work(key)
+            except Exception:
+                failed.append(Failure())
+                return
+
+    await defer.gatherResults([defer.Deferred.fromCoroutine(worker())
+                               for _ in range(min(SETTLE_WRITES_IN_FLIGHT, len(keys)))])
+    if failed:
+        failed[0].raiseException()
+
+
 def offline_partition_leader(assignment: list[int], isr: list[int], live: Iterable[int],
                              unclean: bool) -> tuple[int, bool]:
     """
@@ -524,32 +551,28 @@ class KafkaController:
         the controller has written them again.  The states are read afresh,
         up to L{SETTLE_WRITES_IN_FLIGHT} at once.
         """
+        def named(state: Any) -> bool:
+            return state.leader == broker or broker in state.isr or broker in state.elr
+
         # a partition whose only replica it is has nothing better to elect: it is left as it is
-        keys = [key for key, replicas in self._assignments() if broker in replicas and len(replicas) > 1]
-        pending = iter(keys)
+        keys = [key for key, replicas in self._assignments() if broker in replicas and len(replicas) > 1
+                and (state := self.metadata.partition_states.get(key)) is not None and named(state)]
         found: list[tuple[str, int]] = []
 
-        async def worker() -> None:
-            for key in pending:
-                state = self.metadata.partition_states.get(key)
-                if state is None or state.leader != broker and broker not in state.isr and broker not in state.elr:
-                    continue
-                try:
-                    fresh = await self.registry.get_partition_state(*key)
-                except ZooKeeperError as e:
-                    _log.warn("cannot read {topic}-{partition}'s state: {error}", topic=key[0], partition=key[1],
-                              error=e)
-                    continue
-                if fresh is None:
-                    continue
-                self.metadata.set_partition_state(key[0], key[1], fresh)
-                if 0 <= fresh.mzxid < broker_epoch and (fresh.leader == broker or broker in fresh.isr
-                                                        or broker in fresh.elr):
-                    self.restarted_replicas.setdefault(key, set()).add(broker)
-                    found.append(key)
+        async def check(key: tuple[str, int]) -> None:
+            try:
+                fresh = await self.registry.get_partition_state(*key)
+            except ZooKeeperError as e:
+                _log.warn("cannot read {topic}-{partition}'s state: {error}", topic=key[0], partition=key[1], error=e)
+                return
+            if fresh is None:
+                return
+            self.metadata.set_partition_state(key[0], key[1], fresh)
+            if 0 <= fresh.mzxid < broker_epoch and named(fresh):
+                self.restarted_replicas.setdefault(key, set()).add(broker)
+                found.append(key)
 
-        await defer.gatherResults([defer.Deferred.fromCoroutine(worker())
-                                   for _ in range(min(SETTLE_WRITES_IN_FLIGHT, len(keys)))])
+        await _each_in_flight(keys, check)
         if found:
             _log.warn("broker {broker} restarted after an unclean shutdown: it leaves the leadership and ISR of"
                       " {count} partitions whose state predates its registration, until it has caught up",
@@ -574,7 +597,8 @@ class KafkaController:
         restarted = self.restarted_replicas.get(key)
         if not self.offline_replicas and not restarted:
             return self.live
-        return {b for b in self.live if key not in self.offline_replicas.get(b, ()) and not (restarted and b in restarted)}
+        return {b for b in self.live
+                if key not in self.offline_replicas.get(b, ()) and not (restarted and b in restarted)}
 
     async def _on_activation(self) -> None:
         self.live = set(self.metadata.brokers)
@@ -777,25 +801,11 @@ class KafkaController:
         @raise BadVersionError: another controller was elected (the first
             such failure; the other workers stop at their next partition).
         """
-        pending = iter(keys)
-        failed: list[Failure] = []
+        async def settle(key: tuple[str, int]) -> None:
+            if not await self._settle(key):
+                self._settle_later(key)
 
-        async def worker() -> None:
-            for key in pending:
-                if failed:
-                    return
-                try:
-                    settled = await self._settle(key)
-                except Exception:
-                    failed.append(Failure())
-                    return
-                if not settled:
-                    self._settle_later(key)
-
-        await defer.gatherResults([defer.Deferred.fromCoroutine(worker())
-                                   for _ in range(min(SETTLE_WRITES_IN_FLIGHT, len(keys)))])
-        if failed:
-            failed[0].raiseException()
+        await _each_in_flight(keys, settle)
 
     async def _settle(self, key: tuple[str, int]) -> bool:
         """
