@@ -309,7 +309,7 @@ class PartitionLog:
                 segment.load()
             else:
                 previous = self._segments[-1] if self._segments else None
-                if previous is not None and previous.next_offset < base and "compact" not in self.config.cleanup_policy:
+                if previous is not None and previous.next_offset < base and not self.config.compact:
                     # The previous segment lost its tail in a crash (its writes were not flushed) while
                     # this one's survived: offsets [previous end, base) are gone, so this segment and
                     # the later ones are not part of the log (a delete-policy log has no gaps; a
