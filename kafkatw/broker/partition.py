@@ -116,8 +116,8 @@ class Partition:
     A partition this broker holds a replica of.
 
     @param log: its L{kafkatw.storage.log.PartitionLog}.
-    @param write_isr: C{write_isr(partition, new_isr) -> Deferred} firing with
-        the new zkVersion (raises C{BadVersionError} when the state changed);
+    @param write_isr: C{write_isr(partition, new_isr, new_elr) -> Deferred}
+        (the new eligible leader replicas with it) firing with the new zkVersion (raises C{BadVersionError} when the state changed);
         see L{kafkatw.broker.replica_manager.ReplicaManager}.
     @param on_high_watermark: C{on_high_watermark(partition)} after the high
         watermark moved (wakes delayed produces and consumer fetches).
@@ -136,7 +136,7 @@ class Partition:
     """
 
     def __init__(self, topic: str, partition: int, broker_id: int, log: Any,
-                 now_ms: Callable[[], int], write_isr: Callable[["Partition", list[int]], defer.Deferred],
+                 now_ms: Callable[[], int], write_isr: Callable[["Partition", list[int], list[int]], defer.Deferred],
                  on_high_watermark: Callable[["Partition"], None],
                  reload_state: Callable[["Partition"], None],
                  is_isr_eligible: Callable[[int], bool] | None = None,
@@ -516,7 +516,7 @@ class Partition:
         epoch, version = self.leader_epoch, self.zk_version
         _log.info("{partition}: {kind} ISR {old} -> {new}{elr}", partition=self.name, kind=kind, old=self.isr,
                   new=new_isr, elr=f", eligible leader replicas {new_elr}" if new_elr or self.elr else "")
-        d = self._write_isr(self, new_isr)
+        d = self._write_isr(self, new_isr, new_elr)
 
         def written(new_version: int) -> None:
             if self.leader_epoch != epoch or self.zk_version not in (version, new_version):

@@ -435,10 +435,9 @@ class ReplicaManager:
         if self.log_manager.get(topic, partition) is not None:
             self.log_manager.delete(topic, partition)
 
-    def _write_partition_isr(self, p: Partition, isr: list[int]) -> defer.Deferred:
+    def _write_partition_isr(self, p: Partition, isr: list[int], elr: list[int]) -> defer.Deferred:
         if self._write_isr is None:
             return defer.succeed(p.zk_version + 1)
-        elr = p.eligible_leader_replicas_after(isr)
         return defer.maybeDeferred(self._write_isr, p.topic, p.partition, p.leader_id, p.leader_epoch, isr,
                                    p.controller_epoch, p.zk_version, **({"elr": elr} if elr else {}))
 

@@ -86,7 +86,7 @@ class FetcherHarness:
             self.log.maybe_assign_epoch_start_offset(empty_epoch, self.log.log_end_offset)
         if high_watermark is not None:
             self.log.update_high_watermark(high_watermark)
-        self.partition = Partition("t", 0, FOLLOWER_ID, self.log, lambda: 0, lambda p, isr: defer.succeed(0),
+        self.partition = Partition("t", 0, FOLLOWER_ID, self.log, lambda: 0, lambda p, isr, elr: defer.succeed(0),
                                    lambda p: None, lambda p: None)
         role = self.partition.apply_state([LEADER_ID, FOLLOWER_ID], LEADER_ID, leader_epoch,
                                           [LEADER_ID, FOLLOWER_ID], 1)
