@@ -1204,6 +1204,25 @@ class Cluster:
         if producer is not None:
             await producer.close()
 
+    def start_reading(self, consumer: Consumer, topic: str, what: str = "",
+                      ends_of: Consumer | None = None) -> tuple[float, dict[tuple[str, int], int]] | None:
+        """
+        Assign every partition of C{topic} to C{consumer}, read their end
+        offsets (with C{ends_of}, else C{consumer}) and seek to their
+        beginnings: C{(deadline, ends)}, the deadline C{liveness_s} from now;
+        C{None} after a liveness violation (C{what} follows "the end offsets"
+        in its message) when the end offsets could not be read.
+        """
+        tps = [(topic, p) for p in range(self.settings.partitions)]
+        consumer.assign(tps)
+        deadline = self.now() + self.settings.liveness_s
+        fired, ends = self.wait_for((consumer if ends_of is None else ends_of).end_offsets(tps), deadline)
+        if not fired or isinstance(ends, Failure):
+            self.violation("liveness", f"the end offsets{what} could not be read: {ends}")
+            return None
+        self.wait_for(consumer.seek_to_beginning(*tps), deadline)
+        return deadline, ends
+
     def read_back_committed(self) -> dict[int, list[tuple[int, bytes]]] | None:
         """C{sim-txn} with a read-committed consumer, to its high watermark (once every transaction ended)."""
         s = self.settings
@@ -1212,14 +1231,10 @@ class Cluster:
         consumer = Consumer(self.client_reactor, client=client, auto_offset_reset="earliest", fetch_max_wait_ms=100,
                             isolation_level="read_committed", max_partition_fetch_bytes=s.fetch_max_bytes)
         ends_of = Consumer(self.client_reactor, client=client)  # read uncommitted: the high watermarks
-        tps = [(TXN_TOPIC, p) for p in range(s.partitions)]
-        consumer.assign(tps)
-        deadline = self.now() + s.liveness_s
-        fired, ends = self.wait_for(ends_of.end_offsets(tps), deadline)
-        if not fired or isinstance(ends, Failure):
-            self.violation("liveness", f"the end offsets of {TXN_TOPIC} could not be read: {ends}")
+        started = self.start_reading(consumer, TXN_TOPIC, f" of {TXN_TOPIC}", ends_of)
+        if started is None:
             return None
-        self.wait_for(consumer.seek_to_beginning(*tps), deadline)
+        deadline, ends = started
         records: dict[int, list[tuple[int, bytes]]] = {p: [] for p in range(s.partitions)}
 
         def position(tp: tuple[str, int]) -> int:
@@ -1509,14 +1524,10 @@ class Cluster:
                              random_source=random.Random(f"consumer-{self.seed}"))
         consumer = Consumer(self.client_reactor, client=client, auto_offset_reset="earliest", fetch_max_wait_ms=100,
                             max_partition_fetch_bytes=s.fetch_max_bytes)
-        tps = [(TOPIC, p) for p in range(s.partitions)]
-        consumer.assign(tps)
-        deadline = self.now() + s.liveness_s
-        fired, ends = self.wait_for(consumer.end_offsets(tps), deadline)
-        if not fired or isinstance(ends, Failure):
-            self.violation("liveness", f"the end offsets could not be read: {ends}")
+        started = self.start_reading(consumer, TOPIC)
+        if started is None:
             return None
-        self.wait_for(consumer.seek_to_beginning(*tps), deadline)
+        deadline, ends = started
         records: dict[int, list[tuple[int, bytes]]] = {p: [] for p in range(s.partitions)}
         positions = {p: -1 for p in range(s.partitions)}
         while any(positions[p] < ends[(TOPIC, p)] for p in positions) and self.now() < deadline:

@@ -18,6 +18,7 @@ import os
 import random
 import shutil
 import tempfile
+from typing import Callable
 from unittest import mock
 
 from twisted.internet import error
@@ -64,22 +65,34 @@ class _Client(ClientFactory):
         self.failed.append(reason.type)  # type: ignore[attr-defined]
 
 
+def _two_nodes(case: SynchronousTestCase, latency: Callable[[str, str], float], seed: int = 0,
+               start: float = 0.0) -> None:
+    """Give C{case} a C{reactor} (starting at C{start} s), a C{network} and the nodes C{a} and C{b} on it."""
+    case.reactor = SimulatedReactor(start)  # type: ignore[attr-defined]
+    case.network = SimulatedNetwork(case.reactor, latency, seed=seed)  # type: ignore[attr-defined]
+    case.a = NodeReactor(case.reactor, case.network, "a")  # type: ignore[attr-defined]
+    case.b = NodeReactor(case.reactor, case.network, "b")  # type: ignore[attr-defined]
+
+
+def _serve(node: NodeReactor) -> list[_Recorder]:
+    """Listen on C{node}'s port 9092; the list gets the protocol of each connection it accepts, in order."""
+    servers: list[_Recorder] = []
+
+    def serve() -> _Recorder:
+        protocol = _Recorder()
+        servers.append(protocol)
+        return protocol
+
+    node.listenTCP(9092, Factory.forProtocol(serve), interface=node.node)
+    return servers
+
+
 class NetworkTests(SynchronousTestCase):
     """Connections between simulated nodes: latency, order, cuts that hold or drop, refused and lost SYNs."""
 
     def setUp(self) -> None:
-        self.reactor = SimulatedReactor()
-        self.network = SimulatedNetwork(self.reactor, lambda a, b: 0.010 if a == "a" else 0.020)
-        self.a = NodeReactor(self.reactor, self.network, "a")
-        self.b = NodeReactor(self.reactor, self.network, "b")
-        self.servers: list[_Recorder] = []
-
-        def serve() -> _Recorder:
-            protocol = _Recorder()
-            self.servers.append(protocol)
-            return protocol
-
-        self.b.listenTCP(9092, Factory.forProtocol(serve), interface="b")
+        _two_nodes(self, lambda a, b: 0.010 if a == "a" else 0.020)
+        self.servers = _serve(self.b)
 
     def connect(self) -> _Client:
         client = _Client()
@@ -159,18 +172,8 @@ class ImpairedLinkTests(SynchronousTestCase):
     """Slow and lossy links (L{SimulatedNetwork.impair}): delays, jitter, retransmission stalls, resets; TCP order."""
 
     def setUp(self) -> None:
-        self.reactor = SimulatedReactor()
-        self.network = SimulatedNetwork(self.reactor, lambda a, b: 0.010, seed=3)
-        self.a = NodeReactor(self.reactor, self.network, "a")
-        self.b = NodeReactor(self.reactor, self.network, "b")
-        self.servers: list[_Recorder] = []
-
-        def serve() -> _Recorder:
-            protocol = _Recorder()
-            self.servers.append(protocol)
-            return protocol
-
-        self.b.listenTCP(9092, Factory.forProtocol(serve), interface="b")
+        _two_nodes(self, lambda a, b: 0.010, seed=3)
+        self.servers = _serve(self.b)
 
     def connected(self) -> _Client:
         client = _Client()
@@ -236,10 +239,7 @@ class ClockJumpTests(SynchronousTestCase):
     """L{NodeReactor.jump_clock}: one node's wall clock, and its timers with it (as Twisted's reactors)."""
 
     def setUp(self) -> None:
-        self.reactor = SimulatedReactor(1000.0)
-        self.network = SimulatedNetwork(self.reactor, lambda a, b: 0.010)
-        self.a = NodeReactor(self.reactor, self.network, "a")
-        self.b = NodeReactor(self.reactor, self.network, "b")
+        _two_nodes(self, lambda a, b: 0.010, start=1000.0)
 
     def test_a_jump_shows_in_that_nodes_wall_clock_only(self) -> None:
         self.a.jump_clock(3600.0)
@@ -264,9 +264,7 @@ class ClockJumpTests(SynchronousTestCase):
         self.assertEqual(ran[3:], [("a", 100.0, 1120.0)])
 
     def test_bytes_on_the_wire_are_not_delayed_by_a_jump(self) -> None:
-        servers: list[_Recorder] = []
-        self.b.listenTCP(9092, Factory.forProtocol(lambda: servers.append(_Recorder()) or servers[-1]),
-                         interface="b")
+        servers = _serve(self.b)
         client = _Client()
         self.a.connectTCP("b", 9092, client)
         self.reactor.run_until(1000.1)
@@ -276,9 +274,7 @@ class ClockJumpTests(SynchronousTestCase):
         self.assertEqual(servers[0].received, [(1000.1 - 600.0 + 0.010, b"on time")])
 
     def test_the_kernels_syn_retransmissions_do_not_follow_the_jump(self) -> None:
-        servers: list[_Recorder] = []
-        self.b.listenTCP(9092, Factory.forProtocol(lambda: servers.append(_Recorder()) or servers[-1]),
-                         interface="b")
+        servers = _serve(self.b)
         self.network.cut("a", "b", "drop")
         client = _Client()
         self.a.connectTCP("b", 9092, client, timeout=30)  # SYNs at 1000, 1001, 1003, 1007 ...
