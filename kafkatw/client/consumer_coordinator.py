@@ -111,6 +111,12 @@ COORDINATOR_MOVED = frozenset({ErrorCode.not_coordinator, ErrorCode.coordinator_
 FENCED = frozenset({ErrorCode.illegal_generation, ErrorCode.unknown_member_id})
 
 
+def _cancel(call: Any) -> None:
+    """Cancel a C{reactor.callLater} call unless C{None}, fired or cancelled; C{None}, to store in its place."""
+    if call is not None and call.active():
+        call.cancel()
+
+
 class CommitFailedError(Exception):
     """
     A commit named partitions this consumer does not own (any more): in a
@@ -227,6 +233,8 @@ class ConsumerCoordinator:
         self.owned: set[TopicPartition] = set()
         #: the last assignment, kept through an eager revocation for the sticky assignor's user data
         self._sticky_previous: tuple[list[TopicPartition], int] = ([], -1)
+        #: an eager member's paused partitions before it revoked them, paused again if reassigned
+        self._paused_before_revoke: set[TopicPartition] = set()
         self.rebalances = 0
         self._coordinator: int | None = None
         self._joining: defer.Deferred | None = None
@@ -340,14 +348,12 @@ class ConsumerCoordinator:
 
     async def _join_once(self) -> None:
         node = await self._ensure_coordinator()
-        if self.generation_id >= 0 and self.owned:
+        if self.enable_auto_commit and self.generation_id >= 0 and self.owned:
             # still in our generation: keep the progress before anything moves
-            if self.enable_auto_commit:
-                await self._commit_quietly(self.consumer.consumed_positions())
+            await self._commit_quietly(self.consumer.consumed_positions())
         if not self.cooperative and self.owned:
             revoked, self.owned = set(self.owned), set()
-            paused = self.consumer.paused()
-            self._paused_before_revoke = paused
+            self._paused_before_revoke = self.consumer.paused()
             await self._call_listener("on_partitions_revoked", revoked)
             self.consumer._assign_from_group([])
         self._rejoin_needed = False
@@ -363,10 +369,7 @@ class ConsumerCoordinator:
             if code == ErrorCode.member_id_required:  # KIP-394: join again with the id the coordinator gave
                 self.member_id = joined.member_id
                 raise _Rejoin()
-            if code == ErrorCode.unknown_member_id:
-                self._fenced(code)
-                raise _Rejoin()
-            if code == ErrorCode.illegal_generation:
+            if code in FENCED:
                 self._fenced(code)
                 raise _Rejoin()
             if code in COORDINATOR_MOVED:
@@ -419,8 +422,7 @@ class ConsumerCoordinator:
                 self._rejoin_needed = True  # KIP-429: let the group give them to their new member
         else:
             self.owned = set(assigned)
-            paused = getattr(self, "_paused_before_revoke", set())
-            self._paused_before_revoke: set[TopicPartition] = set()
+            paused, self._paused_before_revoke = self._paused_before_revoke, set()
             self.consumer._assign_from_group(sorted(assigned))
             kept_paused = [tp for tp in paused if tp in assigned]
             if kept_paused:
@@ -507,9 +509,7 @@ class ConsumerCoordinator:
             self._heartbeat_call = self.reactor.callLater(delay, self._heartbeat)
 
     def _stop_heartbeat(self) -> None:
-        if self._heartbeat_call is not None and self._heartbeat_call.active():
-            self._heartbeat_call.cancel()
-        self._heartbeat_call = None
+        self._heartbeat_call = _cancel(self._heartbeat_call)
 
     def _heartbeat(self) -> None:
         self._heartbeat_call = None
@@ -567,9 +567,7 @@ class ConsumerCoordinator:
                                                             self._auto_commit)
 
     def _stop_auto_commit(self) -> None:
-        if self._auto_commit_call is not None and self._auto_commit_call.active():
-            self._auto_commit_call.cancel()
-        self._auto_commit_call = None
+        self._auto_commit_call = _cancel(self._auto_commit_call)
 
     def _auto_commit(self) -> None:
         self._auto_commit_call = None

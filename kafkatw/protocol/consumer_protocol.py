@@ -186,14 +186,7 @@ def decode_subscription(data: bytes) -> list[str] | None:
 
 def encode_assignment(partitions: Iterable[TopicPartition]) -> bytes:
     """A version 0 C{ConsumerProtocolAssignment} of C{partitions} (no user data)."""
-    by_topic: dict[str, list[int]] = {}
-    for topic, partition in sorted(partitions):
-        by_topic.setdefault(topic, []).append(partition)
-    parts = [struct.pack(">hi", 0, len(by_topic))]
-    for topic, ps in by_topic.items():
-        parts.append(_string(topic) + struct.pack(f">i{len(ps)}i", len(ps), *ps))
-    parts.append(struct.pack(">i", -1))
-    return b"".join(parts)
+    return struct.pack(">h", 0) + _partitions(partitions) + _bytes(None)
 
 
 def decode_assignment(data: bytes) -> list[TopicPartition] | None:
