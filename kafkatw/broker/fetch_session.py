@@ -123,31 +123,26 @@ class CachedPartition:
         self.last_fetched_epoch = getattr(p, "last_fetched_epoch", -1)
         self.log_start_offset = getattr(p, "log_start_offset", -1)
 
-    def must_respond(self, data: PartitionFetchData, update: bool = True) -> bool:
+    def must_respond(self, data: PartitionFetchData) -> bool:
         """
         Whether an incremental response includes this partition (Kafka's
         C{CachedPartition.maybeUpdateResponseData}): it has records or an
         error, or its high watermark, last stable offset or log start offset
-        differs from the last answered; with C{update}, remember what is
-        answered now.
+        differs from the last answered; remembers what is answered now.
         """
         respond = data.records_bytes > 0
         if data.error_code:
-            if update:
-                self.high_watermark = -1
+            self.high_watermark = -1
             return True
         if self.high_watermark != data.high_watermark:
             respond = True
-            if update:
-                self.high_watermark = data.high_watermark
+            self.high_watermark = data.high_watermark
         if self.last_stable_offset != data.last_stable_offset:
             respond = True
-            if update:
-                self.last_stable_offset = data.last_stable_offset
+            self.last_stable_offset = data.last_stable_offset
         if self.local_log_start_offset != data.log_start_offset:
             respond = True
-            if update:
-                self.local_log_start_offset = data.log_start_offset
+            self.local_log_start_offset = data.log_start_offset
         return respond
 
     def __repr__(self) -> str:

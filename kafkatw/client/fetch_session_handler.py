@@ -121,15 +121,14 @@ class FetchSessionHandler:
             session[key] = fields
         return FetchRequestData(self.session_id, self.epoch, to_send, to_forget, False)
 
-    def handle_response(self, error_code: int, session_id: int, partitions: Iterable[tuple[str, int]] = (),
-                        throttle_time_ms: int = 0) -> bool:
+    def handle_response(self, error_code: int, session_id: int, partitions: Iterable[tuple[str, int]] = ()) -> bool:
         """
         Move the session on with a Fetch response's top-level C{error_code}
         and C{session_id}, and the C{(topic, partition)} keys it answered.
 
         @return: whether the response's partitions may be used (C{False}: a
-            session error, an empty throttled full response, or partitions
-            the session does not hold; the next fetch is full).
+            session error, or partitions the session does not hold; the
+            next fetch is full).
         """
         if error_code != 0:
             if error_code == ErrorCode.fetch_session_id_not_found:

@@ -85,6 +85,25 @@ def produce(bootstrap: str, topic: str, records: list[tuple[int, bytes]], acks: 
     assert producer.flush(TIMEOUT_S) == 0
 
 
+def read_until(poll: Any, expected: int, idle_s: float) -> dict[int, list[bytes]]:
+    """
+    Call C{poll()} (-> C{(partition, value)} pairs) until C{expected} records
+    arrived and then for C{idle_s} more, within L{TIMEOUT_S}: the records by
+    partition.
+    """
+    got: dict[int, list[bytes]] = {}
+    deadline = time.monotonic() + TIMEOUT_S
+    idle_until = None
+    while time.monotonic() < deadline:
+        if sum(map(len, got.values())) >= expected:
+            idle_until = idle_until or time.monotonic() + idle_s
+            if time.monotonic() >= idle_until:
+                break
+        for partition, value in poll():
+            got.setdefault(partition, []).append(value)
+    return got
+
+
 def consume_confluent(bootstrap: str, topic: str, partitions: int, expected: int,
                       consumer: Any = None, idle_s: float = 0.0) -> tuple[dict[int, list[bytes]], Any]:
     """
@@ -95,19 +114,12 @@ def consume_confluent(bootstrap: str, topic: str, partitions: int, expected: int
         consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"s-{time.monotonic()}",
                              "enable.auto.commit": False, "fetch.wait.max.ms": 100})
         consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    got: dict[int, list[bytes]] = {}
-    deadline = time.monotonic() + TIMEOUT_S
-    idle_until = None
-    while time.monotonic() < deadline:
-        if sum(map(len, got.values())) >= expected:
-            idle_until = idle_until or time.monotonic() + idle_s
-            if time.monotonic() >= idle_until:
-                break
+
+    def poll() -> list[tuple[int, bytes]]:
         message = consumer.poll(0.1)
-        if message is None or message.error():
-            continue
-        got.setdefault(message.partition(), []).append(message.value())
-    return got, consumer
+        return [] if message is None or message.error() else [(message.partition(), message.value())]
+
+    return read_until(poll, expected, idle_s), consumer
 
 
 def consume_kafka_python(bootstrap: str, topic: str, partitions: int, expected: int,
@@ -121,23 +133,18 @@ def consume_kafka_python(bootstrap: str, topic: str, partitions: int, expected: 
         assigned = [KTopicPartition(topic, p) for p in range(partitions)]
         consumer.assign(assigned)
         consumer.seek_to_beginning(*assigned)
-    got: dict[int, list[bytes]] = {}
-    deadline = time.monotonic() + TIMEOUT_S
-    idle_until = None
-    while time.monotonic() < deadline:
-        if sum(map(len, got.values())) >= expected:
-            idle_until = idle_until or time.monotonic() + idle_s
-            if time.monotonic() >= idle_until:
-                break
-        for tp, messages in consumer.poll(timeout_ms=100).items():
-            got.setdefault(tp.partition, []).extend(m.value for m in messages)
-    return got, consumer
+
+    def poll() -> list[tuple[int, bytes]]:
+        return [(tp.partition, m.value) for tp, messages in consumer.poll(timeout_ms=100).items() for m in messages]
+
+    return read_until(poll, expected, idle_s), consumer
 
 
 class ConsumerSessionTests(unittest.TestCase):
     PARTITIONS = 6
 
-    def check_client(self, consume: Any, label: str) -> None:
+    def check_client(self, consume: Any, label: str) -> tuple[float, float]:
+        """Consume with C{consume}; C{(full, incremental)} session fetches the broker counted."""
         with cluster_with_metrics(1, _OVERRIDES) as brokers:
             process, port = brokers[0]
             bootstrap = process.bootstrap

@@ -349,6 +349,14 @@ class SessionMachine(RuleBasedStateMachine):
                                          request_topics({("z", i): 0 for i in range(size)}), [], self.now_ms)
         context.finish(Leader().read(context.topics))
 
+    @precondition(lambda self: not self.handler.full)
+    @rule(before=st.integers(0, 2))
+    def epoch_nears_its_wrap(self, before: int) -> None:
+        """Both ends jump to an epoch C{before} steps from 2**31-1 (a long session), so that rounds wrap it to 1."""
+        session = self.cache.get(self.handler.session_id)
+        if session is not None and session.epoch == self.handler.epoch:
+            session.epoch = self.handler.epoch = 2**31 - 1 - before
+
     @precondition(lambda self: self.wanted)
     @rule(lose=st.sampled_from(["none"] * 6 + ["request", "response"]))
     def fetch(self, lose: str) -> None:
