@@ -837,22 +837,6 @@ class Registry(_AclMethods):
         return {(topic, int(p)) for by_topic in offline.values() for topic, partitions in by_topic.items()
                 for p in partitions}
 
-    def get_broker_offline_replicas(self, broker_id: int) -> Deferred:
-        """
-        @return: a Deferred firing with the partitions whose replicas are
-            offline on that broker (L{decode_offline_replicas}), or C{None}
-            when it is not registered.
-        """
-
-        async def go() -> set[tuple[str, int]] | None:
-            try:
-                data, _ = await self.client.get(f"{BROKER_IDS_PATH}/{broker_id}")
-            except NoNodeError:
-                return None
-            return self.decode_offline_replicas(data)
-
-        return _deferred(go())
-
     def get_broker_registration(self, broker_id: int) -> Deferred:
         """
         What the controller reads of a broker's registration besides its

@@ -488,7 +488,7 @@ class LoadTests(unittest.TestCase):
         self.addCleanup(lambda: getattr(server, "log_dir_lock", None) is not None and server.log_dir_lock.release())
         self.assertEqual(server.replica_manager.offline_partitions, {("t", 0): dir_a})
         self.successResultOf(server.registry.register_broker(0, "127.0.0.1", 9092))
-        self.assertEqual(self.successResultOf(server.registry.get_broker_offline_replicas(0)), {("t", 0)})
+        self.assertEqual(self.successResultOf(server.registry.get_broker_registration(0)).offline_replicas, {("t", 0)})
         self.assertTrue(self.successResultOf(zookeeper.get_children(LOG_DIR_EVENT_NOTIFICATION_PATH)))
         rm = server.replica_manager
         rm.apply_state("t", 0, [0, 1], PartitionState(0, 0, [0, 1], 1, 0))
@@ -501,7 +501,8 @@ class LoadTests(unittest.TestCase):
         rm.apply_state("u", 0, [1, 0], PartitionState(1, 0, [1, 0], 1, 0))
         self.assertIsNone(server.log_manager.get("u", 0))
         self.assertRaises(KafkaStorageError, rm.get_partition, "u", 0)
-        self.assertEqual(self.successResultOf(server.registry.get_broker_offline_replicas(0)), {("t", 0), ("u", 0)})
+        self.assertEqual(self.successResultOf(server.registry.get_broker_registration(0)).offline_replicas,
+                         {("t", 0), ("u", 0)})
         # u-1 is not in the ISR: a new log in b, from which it catches up as a follower
         rm.apply_state("u", 1, [1, 0], PartitionState(1, 0, [1], 1, 0))
         self.assertEqual(server.log_manager.log_dir_of("u", 1), dir_b)
@@ -550,7 +551,7 @@ class BrokerTests(unittest.TestCase):
         self.assertFalse(server.stopped_on_error.called)  # the other dir serves on
         # a new session re-registers with the offline dirs
         self.successResultOf(server.registry._reregister())
-        self.assertEqual(self.successResultOf(server.registry.get_broker_offline_replicas(0)), {("t", 0)})
+        self.assertEqual(self.successResultOf(server.registry.get_broker_registration(0)).offline_replicas, {("t", 0)})
 
     def test_a_broker_whose_every_log_dir_failed_stops_with_one_line_and_status_1(self) -> None:
         dirs = self.log_dirs(1)
@@ -638,7 +639,7 @@ class ControllerTests(unittest.TestCase):
         # the disk is replaced and broker 3 restarts: a new session, a registration without offline dirs
         broker.client.server.expire(broker.client.session_id)
         restarted = self.broker_3(h)
-        self.assertEqual(self.successResultOf(restarted.get_broker_offline_replicas(3)), set())
+        self.assertEqual(self.successResultOf(restarted.get_broker_registration(3)).offline_replicas, set())
         h.wait(h.controller.brokers_changed(dict(h.metadata.brokers)))  # the watch may see no change at all
         self.assertEqual(h.controller.offline_replicas, {})
         # once it has caught up and the leader added it to the ISR, it can be elected again
