@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything kafkatw needs on a fresh Debian 12 machine: ZooKeeper, kcat, Java (for
 # ZooKeeper and Spark), chromium and chromedriver (the console's browser tests), iproute2 and
-# nftables (the network-fault tests), a C compiler and
+# nftables (the network-fault tests), Node.js with KafkaJS (the interop suite's KafkaJS
+# group member, tests/interop/node), a C compiler and
 # Python's headers (the record codec's compiled accelerator, kafkatw/protocol/_speedups.c, which
 # pip builds with kafkatw), and a virtual environment at .venv with kafkatw and its test and spark
 # extras.
@@ -19,6 +20,8 @@ command -v chromedriver >/dev/null 2>&1 || need_apt+=(chromium-driver)
 # namespaces and veth pairs (iproute2) and nftables rules inside them (in /usr/sbin, off a user's PATH)
 command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || [ -x /sbin/ip ] || need_apt+=(iproute2)
 command -v nft >/dev/null 2>&1 || [ -x /usr/sbin/nft ] || need_apt+=(nftables)
+# KafkaJS, a member of the mixed consumer groups in tests/interop/test_group_members.py
+command -v npm >/dev/null 2>&1 || need_apt+=(nodejs npm)
 PYTHON=${PYTHON:-python3}
 # the record codec's compiled accelerator (docs/design.md, "Compiled accelerator"): a C compiler,
 # and Python.h for the Python the venv is made from (a non-Debian build may ship its own)
@@ -38,5 +41,7 @@ fi
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 .venv/bin/pip install -q --upgrade pip >/dev/null
 .venv/bin/pip install -q -e ".[test,spark${KAFKATW_EXTRAS:+,$KAFKATW_EXTRAS}]"
+# the versions pinned in tests/interop/node/package-lock.json
+[ -d tests/interop/node/node_modules/kafkajs ] || npm ci --prefix tests/interop/node --no-audit --no-fund --silent
 echo "kafkatw set up: $(.venv/bin/python -c 'import kafkatw; print(kafkatw.__version__)') in .venv," \
   "compiled record codec: $(.venv/bin/python -c 'from kafkatw.protocol import records; print("yes" if records.SPEEDUPS else "no (pure Python)")')"

@@ -12,6 +12,11 @@ C{group_id}) in one broker-coordinated group with librdkafka
     exactly once across members.
     The member is killed while the topic is drained (between phases), so no
     commit of it is in flight.
+  - A group of kafkatw, librdkafka and KafkaJS members (KafkaJS 2.2.4 in
+    tests/interop/node, installed by scripts/setup.sh; the assignor they share
+    is C{roundrobin}) reads a topic in three phases: all members; after the
+    KafkaJS member is killed; after a new KafkaJS member joins.  Every record
+    is counted exactly once.
   - A C{cooperative-sticky} group of a kafkatw member and a librdkafka member:
     when a second kafkatw member joins, the old members revoke only the
     partitions that move to it (KIP-429), never those they keep.
@@ -69,6 +74,48 @@ while True:
         continue
     print(json.dumps({"records": [[r.partition, r.offset] for r in records]}), flush=True)
 """ % SESSION_MS
+
+
+NODE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "node")
+
+
+class SubprocessMember:
+    """
+    A member in another process that prints one JSON line per event:
+    C{{"records": [[partition, offset], ...]}} for each batch whose commit
+    succeeded, C{{"assigned": [...]}} after a join.
+    """
+
+    def __init__(self, argv: list[str], cwd: str | None = None) -> None:
+        self.process = subprocess.Popen(argv, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, cwd=cwd)
+        self.lines: list[str] = []
+        self.reader = threading.Thread(target=lambda: self.lines.extend(self.process.stdout), daemon=True)
+        self.reader.start()
+
+    def events(self) -> list[dict]:
+        return [json.loads(line) for line in list(self.lines) if line.strip()]
+
+    def counted(self) -> list[tuple[int, int]]:
+        return [tuple(r) for event in self.events() for r in event.get("records", [])]
+
+    def assigned(self) -> list[int] | None:
+        """The partitions of its last join, or None before its first."""
+        joins = [event["assigned"] for event in self.events() if "assigned" in event]
+        return joins[-1] if joins else None
+
+    def kill(self) -> None:
+        """SIGKILL: no LeaveGroup, the group notices at the session timeout."""
+        if self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGKILL)
+        self.process.wait()
+        self.reader.join(10)
+
+
+def kafkajs_member(bootstrap: str, group: str, topic: str) -> SubprocessMember:
+    script = os.path.join(NODE_DIR, "kafkajs_member.js")
+    if not os.path.isdir(os.path.join(NODE_DIR, "node_modules", "kafkajs")):
+        raise AssertionError("KafkaJS is not installed: run scripts/setup.sh (npm ci --prefix tests/interop/node)")
+    return SubprocessMember(["node", script, bootstrap, group, topic, str(SESSION_MS)], cwd=NODE_DIR)
 
 
 class Counted:
@@ -248,7 +295,8 @@ class GroupMemberInteropTests(ClassFixture, unittest.TestCase):
 
         admin = KafkaAdminClient(bootstrap_servers=cls.bootstrap)
         try:
-            admin.create_topics([NewTopic("mixed", PARTITIONS, 1), NewTopic("coop", PARTITIONS, 1)])
+            admin.create_topics([NewTopic("mixed", PARTITIONS, 1), NewTopic("coop", PARTITIONS, 1),
+                                 NewTopic("mixed-js", PARTITIONS, 1)])
         finally:
             admin.close()
 
@@ -263,33 +311,20 @@ class GroupMemberInteropTests(ClassFixture, unittest.TestCase):
         self.addCleanup(twisted_member.close)
         rd_member = ConfluentMember("librdkafka-1", self.bootstrap, group, topic, counted)
         self.addCleanup(rd_member.close)
-        python = subprocess.Popen([sys.executable, "-c", KAFKA_PYTHON_MEMBER, self.bootstrap, group, topic],
-                                  stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
-        self.addCleanup(lambda: python.poll() is None and (python.kill(), python.wait()))
-        python_lines: list[str] = []
-        reader = threading.Thread(target=lambda: python_lines.extend(python.stdout), daemon=True)
-        reader.start()
-
-        def python_counted() -> list[tuple[int, int]]:
-            out = []
-            for line in list(python_lines):
-                if line.strip():
-                    out += [tuple(r) for r in json.loads(line).get("records", [])]
-            return out
+        python = SubprocessMember([sys.executable, "-c", KAFKA_PYTHON_MEMBER, self.bootstrap, group, topic])
+        self.addCleanup(python.kill)
 
         def total() -> list[tuple[int, int]]:
-            return sorted(counted.everything() + python_counted())
+            return sorted(counted.everything() + python.counted())
 
         # every member owns partitions before the first records arrive
         wait_for(lambda: len(twisted_member.assignment()) == PARTITIONS // 3, PHASE_S, "a three-member group")
         produce(self.bootstrap, topic, 0)
         wait_for(lambda: len(total()) >= PER_PHASE, PHASE_S, "phase 0 consumed")
-        self.assertTrue(python_counted(), "the kafka-python member consumed nothing")
+        self.assertTrue(python.counted(), "the kafka-python member consumed nothing")
         # the topic is drained: kill the kafka-python member (no LeaveGroup)
         time.sleep(0.5)
-        os.kill(python.pid, signal.SIGKILL)
-        python.wait()
-        reader.join(10)
+        python.kill()
         produce(self.bootstrap, topic, 1)
         wait_for(lambda: len(total()) >= 2 * PER_PHASE, PHASE_S, "phase 1 consumed after the kill")
         self.assertEqual(len(twisted_member.assignment()), PARTITIONS // 2)
@@ -305,6 +340,45 @@ class GroupMemberInteropTests(ClassFixture, unittest.TestCase):
         self.assertTrue(counted.by_member.get("kafkatw-2"), "the added member consumed nothing")
         self.assertEqual(twisted_member.consumer.coordinator.protocol, "range")  # the one every member offers
         self.assertTrue(counted.by_member.get("librdkafka-1"), "the librdkafka member consumed nothing")
+
+    def test_kafkajs_member_in_mixed_group(self) -> None:
+        counted = Counted()
+        group, topic = "mixed-js-group", "mixed-js"
+        strategy = {"partition_assignment_strategy": ["range", "roundrobin"]}
+        twisted_member = TwistedMember("js-kafkatw-1", self.bootstrap, group, topic, counted, **strategy)
+        self.addCleanup(twisted_member.close)
+        rd_member = ConfluentMember("js-librdkafka-1", self.bootstrap, group, topic, counted)
+        self.addCleanup(rd_member.close)
+        js = kafkajs_member(self.bootstrap, group, topic)
+        self.addCleanup(js.kill)
+        members = [js]
+
+        def total() -> list[tuple[int, int]]:
+            return sorted(counted.everything() + [r for m in members for r in m.counted()])
+
+        wait_for(lambda: len(twisted_member.assignment()) == PARTITIONS // 3 and js.assigned() is not None
+                 and len(js.assigned()) == PARTITIONS // 3, PHASE_S, "a three-member group with KafkaJS")
+        self.assertEqual(twisted_member.consumer.coordinator.protocol, "roundrobin")  # the one all three offer
+        produce(self.bootstrap, topic, 0)
+        wait_for(lambda: len(total()) >= PER_PHASE, PHASE_S, "phase 0 consumed")
+        self.assertTrue(js.counted(), "the KafkaJS member consumed nothing")
+        time.sleep(0.5)
+        js.kill()
+        produce(self.bootstrap, topic, 1)
+        wait_for(lambda: len(total()) >= 2 * PER_PHASE, PHASE_S, "phase 1 consumed after the kill")
+        self.assertEqual(len(twisted_member.assignment()), PARTITIONS // 2)
+        added = kafkajs_member(self.bootstrap, group, topic)
+        self.addCleanup(added.kill)
+        members.append(added)
+        wait_for(lambda: added.assigned() is not None and len(added.assigned()) == PARTITIONS // 3
+                 and len(twisted_member.assignment()) == PARTITIONS // 3, PHASE_S, "the added KafkaJS member")
+        produce(self.bootstrap, topic, 2)
+        wait_for(lambda: len(total()) >= 3 * PER_PHASE, PHASE_S, "phase 2 consumed")
+        time.sleep(1.0)  # a duplicate would show up now
+        expected = sorted((p, o) for p in range(PARTITIONS) for o in range(3 * PER_PHASE // PARTITIONS))
+        self.assertEqual(total(), expected)
+        self.assertTrue(added.counted(), "the added KafkaJS member consumed nothing")
+        self.assertTrue(counted.by_member.get("js-librdkafka-1"), "the librdkafka member consumed nothing")
 
     def test_cooperative_sticky_keeps_unaffected_partitions(self) -> None:
         group, topic = "coop-group", "coop"
