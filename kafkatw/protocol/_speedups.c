@@ -1,11 +1,11 @@
 /*
  * Optional compiled accelerator for kafkatw.protocol.records: the record loops
  * of the RecordBatch v2 codec in plain CPython C API (Python 3.11+); and two
- * per-record steps of the producer (kafkatw/client/producer.py): send's hot
+ * per-record steps of the producer (kafkatw/client/producer.py, producer_batch.py): send's hot
  * path (HotSender) and the on_delivery loop of an acknowledged batch
  * (complete_records).
  *
- * records.py and producer.py use it when it imports (see "Compiled
+ * records.py, producer.py and producer_batch.py use it when it imports (see "Compiled
  * accelerator" in docs/design.md) and keep their pure-Python code, which
  * gives the same results; KAFKATW_PURE_PYTHON=1 makes them ignore this module.
  *
@@ -1240,7 +1240,7 @@ static PyTypeObject HotSenderType = {
  * complete_records(deferreds, callbacks, metadata_type, topic, partition,
  *                  base_offset, ts, stamps, fire_record, on_delivery_failed)
  *
- * The loop of Producer._deliver_records (kafkatw/client/producer.py)
+ * The loop of deliver_records (kafkatw/client/producer_batch.py)
  * for an acknowledged batch: for record i,
  *
  *     m = metadata_type(topic, partition, offset_i, stamps[i] if stamps is not None else ts)
@@ -1272,7 +1272,7 @@ new_metadata(PyTypeObject *type, PyObject *topic, PyObject *partition, long long
 PyDoc_STRVAR(complete_records_doc,
 "complete_records(deferreds, callbacks, metadata_type, topic, partition, base_offset, ts, stamps,\n"
 "                 fire_record, on_delivery_failed) -> None\n\n"
-"The per-record loop of Producer._deliver_records (kafkatw/client/producer.py).");
+"The per-record loop of deliver_records (kafkatw/client/producer_batch.py).");
 
 static PyObject *
 complete_records(PyObject *module, PyObject *args)

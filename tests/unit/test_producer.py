@@ -16,7 +16,8 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from kafkatw.client.connection import BrokerConnectionError
 from kafkatw.client.partitioner import partition_for_key
-from kafkatw.client.producer import KafkaTimeoutError, ProduceBody, Producer, ProducerClosedError, RecordMetadata
+from kafkatw.client.producer import KafkaTimeoutError, Producer, ProducerClosedError, RecordMetadata
+from kafkatw.client.sender import ProduceBody
 from kafkatw.errors import ErrorCode, KafkaError, RecordTooLargeError, UnknownTopicOrPartitionError
 from kafkatw.protocol.messages import decode_request, encode_request, parse_request_header
 from kafkatw.protocol.records import decode_batches
@@ -1018,7 +1019,7 @@ class RecordDeferredTests(ProducerTestCase):
 
     def test_unshared_refcount(self) -> None:
         """The refcount a dropped record's Deferred has in the completion loop (CPython)."""
-        from kafkatw.client import producer as module
+        from kafkatw.client import producer_batch as module
 
         items = [module._new(module._RecordDeferred)]
         counts = []

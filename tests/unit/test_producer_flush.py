@@ -434,7 +434,7 @@ class FlushModel:
         self.clock = Clock()
         self.client = SlowMetadataClient(TOPICS, LEADERS)
         self.producer = Producer(self.clock, client=self.client, linger_ms=LINGER_MS, retry_backoff_ms=100, **options)
-        self.producer._random.seed(0)
+        self.producer._accumulator.random.seed(0)
         self.records: list[defer.Deferred] = []
         self.flushes: list[tuple[defer.Deferred, list[defer.Deferred]]] = []
         self.epoch = 0
@@ -455,7 +455,7 @@ class FlushModel:
             else:
                 d = self.producer.send(topic, value)
             d.addErrback(lambda _: None)  # failed records are resolved too
-            if topic in self.producer._topics and self.producer._waiting:
+            if topic in self.producer._accumulator.topics and self.producer._waiting:
                 event("a send waited for buffer memory")
             self.records.append(d)
         elif kind == "flush":

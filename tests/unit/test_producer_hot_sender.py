@@ -4,7 +4,7 @@ Tests for the compiled hot path of L{Producer.send}
 (C{_speedups.complete_records}): a producer that has them sends the same
 batches, calls the same C{on_delivery} callbacks with the same metadata and
 fires the same Deferreds as one that runs the Python L{Producer.send} for
-every record and the Python loop of C{Producer._deliver_records}.
+every record and the Python loop of C{kafkatw.client.producer_batch.deliver_records}.
 
 Without the extension these tests skip, unless C{KAFKATW_REQUIRE_SPEEDUPS=1}
 (scripts/test.sh sets it) makes them fail.
@@ -25,8 +25,9 @@ from twisted.internet.task import Clock
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
-from kafkatw.client import producer as producer_module
-from kafkatw.client.producer import Producer, _add_callback, _Batch, _RecordDeferred
+from kafkatw.client import producer_batch as producer_module
+from kafkatw.client.producer import Producer
+from kafkatw.client.producer_batch import ProducerBatch as _Batch, _RecordDeferred, add_callback as _add_callback
 from kafkatw.protocol import records
 
 from .test_producer import FakeClient, respond
@@ -51,7 +52,7 @@ def run(steps: list[tuple], compiled: bool, options: dict[str, Any], log_append_
     """
     saved = producer_module._complete_records
     if not compiled:
-        producer_module._complete_records = None  # the Python loop of _deliver_records
+        producer_module._complete_records = None  # the Python loop of deliver_records
     try:
         return _run(steps, compiled, options, log_append_time)
     finally:
@@ -65,7 +66,7 @@ def _run(steps: list[tuple], compiled: bool, options: dict[str, Any], log_append
     producer = Producer(clock, client=client, **options)
     if not compiled:
         vars(producer).pop("send", None)  # the Python Producer.send
-    producer._random.seed(7)
+    producer._accumulator.random.seed(7)
     seen: list = []
     held: list = []
     answered = 0
@@ -322,7 +323,7 @@ class HotSenderTests(SynchronousTestCase):
                 gc.set_threshold(*threshold)
                 gc.callbacks.remove(in_gc)
             self.assertEqual(len(nested), 1)
-            batch = producer._topics["t"].partitions[0].open
+            batch = producer._accumulator.topics["t"].partitions[0].open
             self.assertEqual(len(batch.records), len(batch.deferreds))
             producer.flush()
             clock.advance(1)
