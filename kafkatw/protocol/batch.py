@@ -49,6 +49,7 @@ from typing import NamedTuple, Sequence
 from crc32c import crc32c
 
 from kafkatw.errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError
+from kafkatw.protocol.records import encode_varint
 
 __all__ = [
     "BATCH_HEADER_SIZE",
@@ -280,14 +281,6 @@ def patch_batch(buf: bytearray | memoryview, position: int, base_offset: int, pa
 
 # -- test helper: a minimal, correct, uncompressed batch builder -------------
 
-def _zigzag_varint(value: int, out: bytearray) -> None:
-    value = (value << 1) ^ (value >> 63)
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-
-
 def build_batch(
     records: Sequence[tuple[bytes | None, bytes | None]],
     base_offset: int = 0,
@@ -326,20 +319,20 @@ def build_batch(
     for delta, ((key, value), ts) in enumerate(zip(records, timestamps_ms)):
         rec.clear()
         rec.append(0)  # record attributes
-        _zigzag_varint(ts - base_ts, rec)
-        _zigzag_varint(delta, rec)
+        rec += encode_varint(ts - base_ts)
+        rec += encode_varint(delta)
         if key is None:
-            _zigzag_varint(-1, rec)
+            rec += encode_varint(-1)
         else:
-            _zigzag_varint(len(key), rec)
+            rec += encode_varint(len(key))
             rec += key
         if value is None:
-            _zigzag_varint(-1, rec)
+            rec += encode_varint(-1)
         else:
-            _zigzag_varint(len(value), rec)
+            rec += encode_varint(len(value))
             rec += value
-        _zigzag_varint(0, rec)  # headers
-        _zigzag_varint(len(rec), body)
+        rec += encode_varint(0)  # headers
+        body += encode_varint(len(rec))
         body += rec
     buf = bytearray(BATCH_HEADER_SIZE) + body
     HEADER_STRUCT.pack_into(
