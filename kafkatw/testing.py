@@ -25,9 +25,25 @@ import shutil
 import tempfile
 import time
 from dataclasses import dataclass, field
+from collections import deque
 from typing import Any, Callable, Iterator
 
-from twisted.internet.defer import Deferred, fail, succeed
+from twisted.internet.address import IPv4Address
+from twisted.internet.defer import Deferred, ensureDeferred, fail, succeed
+from twisted.internet.error import ConnectionDone, ConnectionLost, ConnectionRefusedError
+from twisted.internet.interfaces import IConsumer, IPushProducer, IStreamClientEndpoint, ITransport
+from twisted.python.failure import Failure
+from zope.interface import implementer
+
+from kafkatw.broker.admin import AdminManager
+from kafkatw.broker.apis import KafkaApis
+from kafkatw.broker.metadata_cache import BrokerEndpoint, MetadataCache, TopicMetadata
+from kafkatw.broker.network import KafkaServerFactory
+from kafkatw.broker.replica_manager import ReplicaManager
+from kafkatw.client.client import KafkaClient
+from kafkatw.config import BrokerConfig, topic_log_config
+from kafkatw.storage.log_manager import LogManager
+from kafkatw.zookeeper.registry import Registry
 
 from kafkatw.zookeeper.bridge import (
     BadVersionError,
@@ -1833,3 +1849,380 @@ class FakeProducerIdAllocator:
         producer_id = self.next_id
         self.next_id += 1
         return producer_id
+
+
+# -- a fake cluster in memory ----------------------------------------------------------------
+
+__all__ += ["FakeCluster"]
+
+
+class _Wire:
+    """
+    The bytes between the fake cluster's connections: every event (a
+    connection made, bytes, a pull of a response producer, a close) runs in
+    order on the next turn of the reactor (C{callLater(0)}), never inside the
+    call that caused it, as on a real network.
+    """
+
+    def __init__(self, reactor: Any) -> None:
+        self.reactor = reactor
+        self._events: deque[Callable[[], Any]] = deque()
+        self._call: Any = None
+
+    def schedule(self, event: Callable[[], Any]) -> None:
+        self._events.append(event)
+        if self._call is None:
+            self._call = self.reactor.callLater(0, self._run)
+
+    def _run(self) -> None:
+        self._call = None
+        events = self._events
+        while events:
+            events.popleft()()
+
+
+@implementer(ITransport, IConsumer, IPushProducer)
+class _MemoryTransport:
+    """One end of a connection of the fake cluster (the other end is L{peer})."""
+
+    def __init__(self, wire: _Wire, host: IPv4Address, peer_address: IPv4Address) -> None:
+        self.wire = wire
+        self.host = host
+        self.peer_address = peer_address
+        self.peer: _MemoryTransport | None = None
+        self.protocol: Any = None
+        self.disconnecting = False
+        self.disconnected = False
+        self.producer: Any = None
+        self._paused = False
+        self._held: list[bytes] = []
+
+    # ITransport
+    def write(self, data: bytes) -> None:
+        if data and not self.disconnecting:
+            peer, data = self.peer, bytes(data)
+            self.wire.schedule(lambda: peer._receive(data))
+
+    def writeSequence(self, data: Any) -> None:  # noqa: N802 (Twisted's name)
+        self.write(b"".join(data))
+
+    def loseConnection(self) -> None:  # noqa: N802
+        if not self.disconnecting:
+            self.disconnecting = True
+            self.wire.schedule(lambda: self._close(ConnectionDone("connection closed")))
+
+    def abortConnection(self) -> None:  # noqa: N802
+        self.disconnecting = True
+        self.wire.schedule(lambda: self._close(ConnectionLost("connection aborted")))
+
+    def getPeer(self) -> IPv4Address:  # noqa: N802
+        return self.peer_address
+
+    def getHost(self) -> IPv4Address:  # noqa: N802
+        return self.host
+
+    # IConsumer: a pull producer (the broker's response writer) is pulled on the wire's turns
+    def registerProducer(self, producer: Any, streaming: bool) -> None:  # noqa: N802
+        self.producer = producer
+        if not streaming:
+            self.wire.schedule(lambda: self._pull(producer))
+
+    def unregisterProducer(self) -> None:  # noqa: N802
+        self.producer = None
+
+    def _pull(self, producer: Any) -> None:
+        if self.producer is producer and not self.disconnecting:
+            producer.resumeProducing()
+            if self.producer is producer:
+                self.wire.schedule(lambda: self._pull(producer))
+
+    # IPushProducer: the broker mutes a throttled connection (KIP-219) by pausing its reading
+    def pauseProducing(self) -> None:  # noqa: N802
+        self._paused = True
+
+    def resumeProducing(self) -> None:  # noqa: N802
+        self._paused = False
+        held, self._held = self._held, []
+        for data in held:
+            self.wire.schedule(lambda data=data: self._receive(data))
+
+    def stopProducing(self) -> None:  # noqa: N802
+        self.loseConnection()
+
+    def _receive(self, data: bytes) -> None:
+        if self.disconnected:
+            return
+        if self._paused:
+            self._held.append(data)
+            return
+        self.protocol.dataReceived(data)
+
+    def _close(self, reason: Exception) -> None:
+        for end in (self, self.peer):
+            if end is not None and not end.disconnected:
+                end.disconnected = end.disconnecting = True
+                end.producer = None
+                end.protocol.connectionLost(Failure(reason))
+
+
+@implementer(IStreamClientEndpoint)
+class _FakeEndpoint:
+    """Connects a client protocol to the fake broker at C{host:port} through a L{_Wire}."""
+
+    def __init__(self, cluster: "FakeCluster", host: str, port: int) -> None:
+        self.cluster = cluster
+        self.host = host
+        self.port = port
+
+    def connect(self, factory: Any) -> Deferred:
+        cluster = self.cluster
+        if cluster.closed or (self.host, self.port) != (cluster.host, cluster.port):
+            return fail(ConnectionRefusedError(f"no fake broker at {self.host}:{self.port}"))
+        cluster._ports += 1
+        client_address = IPv4Address("TCP", "127.0.0.1", 40000 + cluster._ports)
+        server_address = IPv4Address("TCP", "127.0.0.1", self.port)
+        client_end = _MemoryTransport(cluster._wire, client_address, server_address)
+        server_end = _MemoryTransport(cluster._wire, server_address, client_address)
+        client_end.peer, server_end.peer = server_end, client_end
+        d: Deferred = Deferred()
+
+        def made() -> None:
+            server_end.protocol = cluster._server_factory.buildProtocol(client_address)
+            client_end.protocol = factory.buildProtocol(server_address)
+            server_end.protocol.makeConnection(server_end)
+            client_end.protocol.makeConnection(client_end)
+            cluster._transports.append(client_end)
+            d.callback(client_end.protocol)
+
+        cluster._wire.schedule(made)
+        return d
+
+
+class _FakeClusterAdmin(AdminManager):
+    """The broker's L{AdminManager}, telling the fake cluster what the real broker learns from its ZooKeeper watches."""
+
+    cluster: "FakeCluster"
+
+    async def create_partitions(self, name: str, count: int, assignment: list[list[int]] | None,
+                                validate_only: bool = False) -> None:
+        await super().create_partitions(name, count, assignment, validate_only)
+        if not validate_only:
+            self.cluster._topic_changed(name)
+
+    async def delete_topic(self, name: str) -> None:
+        await super().delete_topic(name)
+        self.cluster._topic_deleted(name)
+
+
+class FakeCluster:
+    """
+    A Kafka cluster of one broker in memory, for testing code built on
+    kafkatw's clients without sockets, threads or sleeps (as txtorcon and
+    treq ship fakes of what they talk to).
+
+    The broker is kafkatw's own request handling (L{kafkatw.broker.apis.KafkaApis}
+    with its group coordinator, logs in a temporary directory, offsets in a
+    L{FakeZooKeeper}) behind its own connection protocol; the real
+    L{kafkatw.client.Producer}, L{kafkatw.client.Consumer} (alone, assigned,
+    or in a consumer group with C{group_id}) and L{kafkatw.client.AdminClient}
+    talk to it over the wire protocol, through in-memory connections, on the
+    reactor given.  Time is that reactor's: nothing happens until it is
+    turned (L{advance}, L{result}, or C{reactor.advance}), and a run repeats
+    with the same calls (the clients' random choices are seeded; the member
+    ids a group coordinator hands out are UUIDs, so which member is which
+    may differ).
+
+    Usage (in a trial test; C{clock} a C{twisted.internet.task.Clock} or
+    C{twisted.internet.testing.MemoryReactorClock})::
+
+        cluster = FakeCluster(clock, topics={"orders": 3})
+        self.addCleanup(cluster.close)
+        producer = Producer(clock, client=cluster.client())
+        cluster.result(producer.send("orders", b"one", partition=0))
+
+    Not modelled: more than one broker (replication, leader changes),
+    transactions, ACLs, TLS and SASL.  A test of how code copes with a broker
+    that misbehaves on the wire wants a hand-made fake.
+
+    @param reactor: the clock everything runs on: C{callLater} and
+        C{seconds}; L{advance} and L{result} also need C{advance(seconds)}.
+    @param topics: topic name -> number of partitions, created at once.
+    @param config: broker configs (Kafka's names: C{"group.initial.rebalance.delay.ms"},
+        C{"num.partitions"}, …) over the defaults; C{group.initial.rebalance.delay.ms}
+        is 0 here unless given (Kafka's own test harnesses do the same).
+    @ivar bootstrap_servers: C{"host:port"} of the broker (a name no resolver
+        knows: only L{endpoint} connects to it).
+    @ivar apis: the broker's L{kafkatw.broker.apis.KafkaApis} (its group
+        coordinator is C{apis.group_coordinator}).
+    @ivar metadata: the broker's L{kafkatw.broker.metadata_cache.MetadataCache}.
+    @ivar config: the broker's L{kafkatw.config.BrokerConfig}.
+    @ivar zookeeper: the broker's L{FakeZooKeeperClient}; more clients of
+        C{zookeeper.server} see the same znodes (C{/kafkatw/brokers/topics}, …).
+    @ivar registry: the broker's L{kafkatw.zookeeper.registry.Registry} on it.
+    """
+
+    host = "fake-broker-0"
+    port = 9092
+
+    def __init__(self, reactor: Any, topics: dict[str, int] | None = None,
+                 config: dict[str, Any] | None = None) -> None:
+        self.reactor = reactor
+        self.bootstrap_servers = f"{self.host}:{self.port}"
+        self.closed = False
+        self._directory = tempfile.mkdtemp(prefix="kafkatw-fake-cluster-")
+        self._clients: list[Any] = []
+        self._transports: list[_MemoryTransport] = []
+        self._ports = 0
+        self._wire = _Wire(reactor)
+        overrides = {"group.initial.rebalance.delay.ms": 0, **(config or {})}
+        self.config = BrokerConfig({**overrides, "broker.id": 0, "log.dirs": self._directory})
+        now_ms = lambda: int(reactor.seconds() * 1000)  # noqa: E731
+        self.zookeeper = FakeZooKeeperClient(reactor=reactor)
+        self._wait(self.zookeeper.start())
+        self.registry = Registry(self.zookeeper)
+        self.metadata = MetadataCache(0, cluster_id="fake-cluster")
+        self.metadata.set_brokers({0: BrokerEndpoint(0, self.host, self.port)})
+        self.metadata.controller_id = 0
+        self._log_manager = LogManager([self._directory], topic_log_config(self.config, {}), now_ms=now_ms)
+        self._log_manager.load()
+        self._replica_manager = ReplicaManager(
+            0, self._log_manager, self.metadata, reactor, self._topic_config,
+            write_isr=self.registry.set_partition_state, reload_state=self._reload_state, now_ms=now_ms)
+        admin = _FakeClusterAdmin(self.config, self.registry, self.metadata, on_topic=self._topic_added)
+        admin.cluster = self
+        self.apis = KafkaApis(self.config, self._replica_manager, self.metadata, admin, reactor, now_ms)
+        self._server_factory = KafkaServerFactory(self.apis, self.config["socket.request.max.bytes"])
+        for name, count in (topics or {}).items():
+            self.create_topic(name, count)
+
+    # -- what users call -------------------------------------------------------------------
+
+    def endpoint(self, host: str, port: int, timeout_s: float = 30.0) -> Any:
+        """
+        The C{IStreamClientEndpoint} to C{host:port}: connects to the broker
+        when it is L{bootstrap_servers}' address, else is refused
+        (C{ConnectionRefusedError}); C{timeout_s} (s) is unused.  This is a
+        L{kafkatw.client.KafkaClient}'s C{endpoint_factory}.
+        """
+        return _FakeEndpoint(self, host, port)
+
+    def client(self, **options: Any) -> Any:
+        """
+        A new L{kafkatw.client.KafkaClient} connected through L{endpoint}, to
+        pass as C{client=} to a C{Producer}, C{Consumer} or C{AdminClient};
+        L{close} closes it.
+
+        @param options: further C{KafkaClient} options (C{client_id},
+            C{metadata_max_age_ms}, C{request_timeout_ms}, …); C{random_source}
+            is seeded by default (the n-th client's with n).
+        """
+        options.setdefault("random_source", random.Random(len(self._clients)))
+        client = KafkaClient(self.reactor, self.bootstrap_servers, endpoint_factory=self.endpoint, **options)
+        self._clients.append(client)
+        return client
+
+    def create_topic(self, name: str, partitions: int = 1, config: dict[str, str] | None = None) -> None:
+        """
+        Create topic C{name} with C{partitions} partitions (and topic
+        C{config} overrides) at once, as CreateTopics does.
+
+        @raise KafkaError: C{TOPIC_ALREADY_EXISTS}, C{INVALID_CONFIG}, ….
+        """
+        self._wait(ensureDeferred(self.apis.admin.create_topic(name, partitions, 1, None, dict(config or {}))))
+
+    def advance(self, seconds: float, step_s: float = 0.01) -> None:
+        """
+        Turn the reactor's clock by C{seconds} (s) in steps of C{step_s} (s),
+        running what falls due at each step (requests, answers, timers).
+        """
+        self.reactor.advance(0)
+        steps = max(0, round(seconds / step_s))
+        for _ in range(steps):
+            self.reactor.advance(step_s)
+
+    def result(self, d: Deferred, timeout_s: float = 60.0, step_s: float = 0.01) -> Any:
+        """
+        Turn the clock (in steps of C{step_s} s) until C{d} fires, at most
+        C{timeout_s} (s) of the reactor's time.
+
+        @return: C{d}'s result.
+        @raise Exception: C{d}'s failure.
+        @raise TimeoutError: C{d} did not fire within C{timeout_s}.
+        """
+        outcome: list[Any] = []
+        d.addBoth(outcome.append)
+        self.reactor.advance(0)
+        steps = max(1, round(timeout_s / step_s))
+        for _ in range(steps):
+            if outcome:
+                break
+            self.reactor.advance(step_s)
+        if not outcome:
+            raise TimeoutError(f"not fired after {timeout_s:g} s of the fake cluster's clock")
+        if isinstance(outcome[0], Failure):
+            outcome[0].raiseException()
+        return outcome[0]
+
+    def close(self) -> None:
+        """Close the clients made by L{client} and every connection, and delete the broker's logs."""
+        if self.closed:
+            return
+        self.closed = True
+        for client in self._clients:
+            client.close()
+        for transport in self._transports:
+            transport.abortConnection()
+        self.reactor.advance(0)
+        self._log_manager.close()
+        shutil.rmtree(self._directory, ignore_errors=True)
+
+    # -- what the real broker learns from ZooKeeper ----------------------------------------
+
+    def _wait(self, d: Deferred) -> Any:
+        """The result of C{d}, which fires at once (the fake ZooKeeper answers at once)."""
+        outcome: list[Any] = []
+        d.addBoth(outcome.append)
+        if not outcome:
+            self.reactor.advance(0)
+        if not outcome:
+            raise RuntimeError("a fake cluster operation did not complete at once")
+        if isinstance(outcome[0], Failure):
+            outcome[0].raiseException()
+        return outcome[0]
+
+    def _topic_config(self, topic: str) -> Any:
+        meta = self.metadata.topics.get(topic)
+        return topic_log_config(self.config, meta.config if meta is not None else {}, strict=False)
+
+    def _reload_state(self, topic: str, partition: int) -> None:
+        d = self.registry.get_partition_state(topic, partition)
+        d.addCallback(lambda state: self._apply_state(topic, partition, state))
+
+    def _apply_state(self, topic: str, partition: int, state: Any) -> None:
+        self.metadata.set_partition_state(topic, partition, state)
+        meta = self.metadata.topics.get(topic)
+        if meta is not None:
+            self._replica_manager.apply_state(topic, partition, meta.partitions.get(partition, []), state)
+
+    def _topic_added(self, meta: Any) -> None:
+        for partition, replicas in meta.partitions.items():
+            self._replica_manager.host_partition(meta.name, partition)
+            state = self.metadata.partition_states.get((meta.name, partition))
+            if state is not None:
+                self._replica_manager.apply_state(meta.name, partition, replicas, state)
+
+    def _topic_changed(self, name: str) -> None:
+        """New partitions of topic C{name} (CreatePartitions): the broker hosts and leads them."""
+        assignment = self._wait(self.registry.get_topic(name))
+        meta = self.metadata.topics[name]
+        meta = TopicMetadata(name, assignment.topic_id, dict(assignment.partitions), dict(meta.config))
+        self.metadata.set_topic(meta)
+        self._topic_added(meta)
+
+    def _topic_deleted(self, name: str) -> None:
+        meta = self.metadata.topics.get(name)
+        if meta is None:
+            return
+        self.metadata.remove_topic(name)
+        for partition in meta.partitions:
+            self._replica_manager.remove_partition(name, partition)

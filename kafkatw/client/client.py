@@ -17,7 +17,7 @@ Everything runs on the reactor passed in; nothing blocks.  The blocking facade
 from __future__ import annotations
 
 import random
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from twisted.internet import defer
 from twisted.internet.endpoints import HostnameEndpoint, connectProtocol
@@ -95,14 +95,22 @@ class KafkaClient:
     @param random_source: the random choices (reconnection backoff jitter, the
         least loaded broker among equals); a seeded one makes them repeatable
         (L{kafkatw.simulation}); None: one seeded by the system.
+    @param endpoint_factory: C{endpoint_factory(host, port, timeout_s)} returns
+        the C{IStreamClientEndpoint} a broker connection is made through
+        (C{timeout_s}: the connection attempt's timeout, seconds); None:
+        Twisted's C{HostnameEndpoint} on C{reactor} (TCP).  A fake cluster
+        in memory (L{kafkatw.testing.FakeCluster}) passes its own.
     """
 
     def __init__(self, reactor: Any, bootstrap_servers: str | list[str], client_id: str = "kafkatw",
                  request_timeout_ms: int = 30000, metadata_max_age_ms: int = 300000,
                  reconnect_backoff_ms: int = 50, reconnect_backoff_max_ms: int = 1000,
                  allow_auto_create_topics: bool = True, security: SecurityConfig | None = None,
-                 random_source: random.Random | None = None) -> None:
+                 random_source: random.Random | None = None,
+                 endpoint_factory: Callable[[str, int, float], Any] | None = None) -> None:
         self.reactor = reactor
+        self._endpoint_factory = endpoint_factory or (
+            lambda host, port, timeout_s: HostnameEndpoint(reactor, host, port, timeout=timeout_s))
         self.security = security or PLAINTEXT
         self.bootstrap = parse_bootstrap_servers(bootstrap_servers)
         self.client_id = client_id
@@ -165,7 +173,7 @@ class KafkaClient:
         host, port = self._address(node_id)
         protocol = BrokerConnection(self.reactor, self.client_id, self.request_timeout_ms, node_id)
         try:
-            endpoint = HostnameEndpoint(self.reactor, host, port, timeout=self.request_timeout_ms / 1000.0)
+            endpoint = self._endpoint_factory(host, port, self.request_timeout_ms / 1000.0)
             if self.security.tls:
                 # Twisted's TLS transport batches small writes on a clock: ours, not the global reactor.
                 await endpoint.connect(TLSMemoryBIOFactory(self._tls_options(host), True,

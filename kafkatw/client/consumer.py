@@ -244,6 +244,53 @@ class _PollWaiter:
         self.timer: Any = None
 
 
+class SubscriptionState:
+    """
+    The part of a L{Consumer} its group membership sees and changes (named
+    after Kafka's C{SubscriptionState}, which Kafka's C{ConsumerCoordinator}
+    is given): the coordinator
+    (L{kafkatw.client.consumer_coordinator.ConsumerCoordinator}) calls only
+    these and the consumer's public methods, never its private state.
+    """
+
+    def __init__(self, consumer: "Consumer") -> None:
+        self._consumer = consumer
+
+    def assign_from_subscribed(self, partitions: Iterable[TopicPartition]) -> None:
+        """
+        Consume exactly C{partitions} (C{(topic, partition)}s), as the group
+        assigned them: partitions kept keep their positions and buffered
+        records, new ones start at their committed offsets (else
+        C{auto_offset_reset}), and dropped ones are forgotten, also from
+        L{Consumer.consumed_positions}.
+        """
+        self._consumer._assign_from_group(partitions)
+
+    def all_consumed(self) -> dict[TopicPartition, int]:
+        """
+        C{{(topic, partition): position}} of every assigned partition that has
+        one: the next offset after everything L{Consumer.poll} returned (what
+        is committed on close).
+        """
+        return self._consumer._positions()
+
+    def group_failed(self) -> None:
+        """
+        The member stopped with an error (its C{error()}): pending
+        L{Consumer.poll}s fail with it now.
+        """
+        self._consumer._wake_waiters_for_group()
+
+    def request_metadata_update(self) -> None:
+        """
+        Refresh the cluster metadata soon (at most once per
+        C{retry_backoff_ms}), as Kafka's C{Metadata.requestUpdate}: the
+        coordinator asks when it is older than C{metadata.max.age.ms}, to
+        notice subscribed topics whose partition count changed.
+        """
+        self._consumer._request_metadata_refresh()
+
+
 class Consumer:
     """
     A consumer of explicitly assigned partitions.
@@ -361,6 +408,8 @@ class Consumer:
         #: positions when poll() was last called: what the records returned before it reached
         self._consumed: dict[TopicPartition, int] = {}
         self.group_id = group_id
+        #: what the group's coordinator may see and change of this consumer
+        self.subscriptions = SubscriptionState(self)
         self.coordinator: Any = None
         if group_id is not None:
             from .consumer_coordinator import ConsumerCoordinator
@@ -500,12 +549,12 @@ class Consumer:
         return self.coordinator
 
     def _assign_from_group(self, partitions: Iterable[TopicPartition]) -> None:
-        """The group's assignment (L{kafkatw.client.consumer_coordinator.ConsumerCoordinator})."""
+        """The group's assignment (through L{SubscriptionState.assign_from_subscribed})."""
         self._assign(partitions)
         self._consumed = {tp: o for tp, o in self._consumed.items() if tp in self._states}
 
     def _wake_waiters_for_group(self) -> None:
-        """The group member stopped: pending polls fail with its error."""
+        """The group member stopped: pending polls fail with its error (L{SubscriptionState.group_failed})."""
         error = self.coordinator.error() if self.coordinator is not None else None
         if error is None:
             return

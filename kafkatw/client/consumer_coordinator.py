@@ -30,7 +30,11 @@ partitions of a batch the application is processing (and, say, committing in a
 transaction with L{ConsumerCoordinator.group_metadata}) do not move under it.
 Heartbeats go on, on their own timer, meanwhile; a member that does not poll
 within C{rebalance_timeout_ms} (Kafka's C{max.poll.interval.ms}) is removed by
-the coordinator.
+the coordinator.  The leader also rejoins (and so rebalances the group) when
+a topic it assigned has another partition count in the metadata, refreshed
+once older than the client's C{metadata_max_age_ms} (Kafka's assignment
+snapshot); the consumer is changed only through its
+L{kafkatw.client.consumer.SubscriptionState}.
 
 Rebalance protocol: I{eager} unless every assignor offered is cooperative
 (C{cooperative-sticky}, KIP-429), as Kafka's consumer decides:
@@ -207,6 +211,8 @@ class ConsumerCoordinator:
         if not group_id:
             raise ValueError("group_id must not be empty")
         self.consumer = consumer
+        #: the consumer's L{kafkatw.client.consumer.SubscriptionState}: what this member changes of it
+        self.subscriptions = consumer.subscriptions
         self.reactor = consumer.reactor
         self.client = consumer.client
         self.group_id = group_id
@@ -244,6 +250,8 @@ class ConsumerCoordinator:
         self._error: BaseException | None = None
         self._closed = False
         self._stable_waiters: list[defer.Deferred] = []
+        #: the leader's: topic -> partition count its last assignment used (Kafka's assignmentSnapshot)
+        self._assignment_snapshot: dict[str, int] | None = None
 
     # --- the application's side --------------------------------------------------------------
 
@@ -304,11 +312,34 @@ class ConsumerCoordinator:
         """
         if self._closed or not self.topics or self._error is not None:
             return
+        self._check_partition_counts()
         if self._joining is None and self._rejoin_needed:
             self._stop_heartbeat()
             joining = defer.Deferred.fromCoroutine(self._join_until_stable())
             self._joining = joining
             joining.addBoth(self._join_done)
+
+    def _check_partition_counts(self) -> None:
+        """
+        The leader's check that the topics it last assigned still have the
+        partitions it assigned (Kafka's C{ConsumerCoordinator.rejoinNeededOrPending}
+        comparing its assignment snapshot with the metadata): metadata older
+        than the client's C{metadata_max_age_ms} is refreshed, and once it
+        shows another partition count (partitions created, a topic deleted)
+        the leader rejoins, which rebalances the whole group.
+        """
+        snapshot = self._assignment_snapshot
+        if snapshot is None or self._joining is not None or self._rejoin_needed:
+            return
+        if self.client.metadata_stale():
+            self.subscriptions.request_metadata_update()
+        changed = {t: len(self.client.partitions_for(t)) for t, n in snapshot.items()
+                   if len(self.client.partitions_for(t)) != n}
+        if changed:
+            _log.info("group {group}: partition counts changed ({changed}, were {was}); rejoining",
+                      group=self.group_id, changed=changed, was={t: snapshot[t] for t in changed})
+            self._assignment_snapshot = None
+            self.request_rejoin()
 
     def _join_done(self, result: Any) -> None:
         self._joining = None
@@ -317,7 +348,7 @@ class ConsumerCoordinator:
                 self._error = result.value
                 _log.error("consumer group {group} member stopped: {error}", group=self.group_id,
                            error=result.getErrorMessage())
-                self.consumer._wake_waiters_for_group()
+                self.subscriptions.group_failed()
             waiters, self._stable_waiters = self._stable_waiters, []
             for d in waiters:
                 d.errback(result.value) if not self._closed else d.callback(None)
@@ -355,7 +386,7 @@ class ConsumerCoordinator:
             revoked, self.owned = set(self.owned), set()
             self._paused_before_revoke = self.consumer.paused()
             await self._call_listener("on_partitions_revoked", revoked)
-            self.consumer._assign_from_group([])
+            self.subscriptions.assign_from_subscribed([])
         self._rejoin_needed = False
         joined = await self._request(node, _JOIN_GROUP, _JOIN_GROUP_V, {
             "group_id": self.group_id, "session_timeout": self.session_timeout_ms,
@@ -382,6 +413,7 @@ class ConsumerCoordinator:
         self.generation_id = int(joined.generation_id)
         self.protocol = joined.protocol_name
         assignments = []
+        self._assignment_snapshot = None
         if joined.leader == self.member_id and joined.members:
             assignments = await self._assign(joined.protocol_name, joined.members)
         synced = await self._request(node, _SYNC_GROUP, _SYNC_GROUP_V, {
@@ -416,14 +448,14 @@ class ConsumerCoordinator:
                                                 if tp in revoked})
                 await self._call_listener("on_partitions_revoked", revoked)
             self.owned = set(assigned)
-            self.consumer._assign_from_group(sorted(assigned))
+            self.subscriptions.assign_from_subscribed(sorted(assigned))
             await self._call_listener("on_partitions_assigned", added)
             if revoked:
                 self._rejoin_needed = True  # KIP-429: let the group give them to their new member
         else:
             self.owned = set(assigned)
             paused, self._paused_before_revoke = self._paused_before_revoke, set()
-            self.consumer._assign_from_group(sorted(assigned))
+            self.subscriptions.assign_from_subscribed(sorted(assigned))
             kept_paused = [tp for tp in paused if tp in assigned]
             if kept_paused:
                 self.consumer.pause(*kept_paused)
@@ -437,7 +469,7 @@ class ConsumerCoordinator:
         self._rejoin_needed = True
         if self.owned:
             lost, self.owned = set(self.owned), set()
-            self.consumer._assign_from_group([])
+            self.subscriptions.assign_from_subscribed([])
             d = self._call_listener("on_partitions_lost", lost)
             d.addErrback(lambda f: None)
 
@@ -472,6 +504,7 @@ class ConsumerCoordinator:
                               f"group {self.group_id!r}: the coordinator chose {protocol!r}, which this member"
                               f" does not offer")
         result = assignor(subscriptions, counts)
+        self._assignment_snapshot = dict(counts)
         _log.info("group {group} generation {generation}: {protocol} assignment {assignment}",
                   group=self.group_id, generation=self.generation_id, protocol=protocol, assignment=result)
         return [{"member_id": member, "assignment": encode_assignment(tps)} for member, tps in result.items()]
@@ -557,7 +590,7 @@ class ConsumerCoordinator:
         self._error = error
         self._stop_heartbeat()
         self._stop_auto_commit()
-        self.consumer._wake_waiters_for_group()
+        self.subscriptions.group_failed()
 
     # --- offsets -------------------------------------------------------------------------------
 
@@ -726,7 +759,7 @@ class ConsumerCoordinator:
             if self.generation_id >= 0 and self._error is None:
                 if self.enable_auto_commit and self.owned:
                     # the application closes: everything poll returned is processed (Kafka's close)
-                    await self._commit_quietly(self.consumer._positions())
+                    await self._commit_quietly(self.subscriptions.all_consumed())
                 if self.owned:
                     await self._call_listener("on_partitions_revoked", set(self.owned))
             elif self.owned:

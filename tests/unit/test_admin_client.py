@@ -1,7 +1,11 @@
 """
-Unit tests of L{kafkatw.client.admin.AdminClient}: a fake L{KafkaClient} whose
-connections record requests for the test to answer, on a L{Clock}.  No
-sockets, no sleeps.
+Unit tests of L{kafkatw.client.admin.AdminClient}, on a L{Clock}, no sockets,
+no sleeps.  What it does against a broker (topics created, grown, described,
+deleted; the cluster described) runs against L{kafkatw.testing.FakeCluster},
+the broker's real request handling in memory.  How it routes requests to the
+controller and leaders of a cluster of several brokers and follows their
+errors (NOT_CONTROLLER, leadership moves, lost connections) runs against
+L{FakeClient}, whose connections record requests for the test to answer.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from kafkatw.client.client import PartitionMetadata
 from kafkatw.client.connection import BrokerConnectionError
 from kafkatw.errors import ErrorCode, KafkaError, TopicAlreadyExistsError, UnknownTopicOrPartitionError
 from kafkatw.protocol.messages import build, response_schema
+from kafkatw.testing import FakeCluster
 
 VERSIONS = {2: 7, 3: 12, 10: 4, 19: 7, 20: 6, 32: 4, 37: 3, 43: 2, 45: 0, 46: 0}
 
@@ -143,12 +148,6 @@ class DescribeTests(AdminTestCase):
             {"error_code": 0, "partition_index": 0, "leader_id": 1, "leader_epoch": 0, "replica_nodes": [1],
              "isr_nodes": [1], "offline_replicas": []}]}]))
         self.assertEqual([p.leader for p in self.successResultOf(d)["new"].partitions], [1])
-
-    def test_unknown_named_topic(self) -> None:
-        d = self.admin.describe_topics(["gone"])
-        self.answer(3, metadata(topics=[{"error_code": ErrorCode.unknown_topic_or_partition, "name": "gone",
-                                         "partitions": []}]))
-        self.failureResultOf(d, UnknownTopicOrPartitionError)
 
     def test_describe_cluster_falls_back_to_metadata(self) -> None:
         """A broker without DescribeCluster (API 60): the controller comes from Metadata."""
@@ -415,3 +414,32 @@ class CoordinatorTests(AdminTestCase):
         self.failureResultOf(d, BrokerConnectionError)
         self.admin.coordinator_request("g", 12, {}, version=3, retry=False)
         self.assertEqual(len(self.client.pending(10)), 1)  # looked up again
+
+
+class AgainstABrokerTests(unittest.TestCase):
+    """The admin client against one real broker in memory (L{FakeCluster})."""
+
+    def setUp(self) -> None:
+        self.clock = Clock()
+        self.cluster = FakeCluster(self.clock, topics={"t": 2})
+        self.addCleanup(self.cluster.close)
+        self.admin = AdminClient(self.clock, client=self.cluster.client(), default_api_timeout_ms=5000)
+
+    def test_topics_created_grown_described_deleted(self) -> None:
+        result = self.cluster.result(self.admin.create_topics([NewTopic("a", 3, 1), NewTopic("t", 1, 1)]))
+        self.assertIsNone(result["a"])
+        self.assertIsInstance(result["t"], TopicAlreadyExistsError)
+        self.assertEqual(self.cluster.result(self.admin.create_partitions({"a": NewPartitions(5)})), {"a": None})
+        topic = self.cluster.result(self.admin.describe_topics(["a"]))["a"]
+        self.assertEqual([(p.partition, p.leader, p.replicas, p.isr) for p in topic.partitions],
+                         [(p, 0, [0], [0]) for p in range(5)])
+        self.assertEqual(self.cluster.result(self.admin.delete_topics(["a"])), {"a": None})
+        self.assertEqual(sorted(self.cluster.result(self.admin.list_topics())), ["t"])
+
+    def test_unknown_named_topic(self) -> None:
+        d = self.admin.describe_topics(["gone"])
+        self.assertRaises(UnknownTopicOrPartitionError, self.cluster.result, d)
+
+    def test_describe_cluster(self) -> None:
+        cluster = self.cluster.result(self.admin.describe_cluster())
+        self.assertEqual((cluster.cluster_id, cluster.controller_id, sorted(cluster.nodes)), ("fake-cluster", 0, [0]))

@@ -1,7 +1,12 @@
 """
-Unit tests of L{kafkatw.client.consumer.Consumer}: a fake L{KafkaClient} that
-records requests and lets the test answer them, on a L{Clock}.  No sockets,
-no sleeps.
+Unit tests of L{kafkatw.client.consumer.Consumer}, on a L{Clock}, no sockets,
+no sleeps.  What the consumer does against a broker (resets, seeks, time
+look-ups, compressed data) runs against L{kafkatw.testing.FakeCluster}, the
+broker's real request handling in memory.  What it does with answers no
+single in-memory broker gives on demand -- fetches pipelined to two leaders,
+partial and corrupt batches, leadership errors, lost connections, answers
+held back while the test looks at the requests -- runs against L{FakeClient},
+which records each request and lets the test answer it.
 """
 
 from __future__ import annotations
@@ -14,8 +19,6 @@ from twisted.trial import unittest
 
 from kafkatw.client.client import PartitionMetadata
 from kafkatw.client.consumer import (
-    EARLIEST_TIMESTAMP,
-    LATEST_TIMESTAMP,
     Consumer,
     ConsumerRecord,
     NoOffsetForPartitionError,
@@ -23,6 +26,7 @@ from kafkatw.client.consumer import (
 from kafkatw.errors import CorruptRecordError, ErrorCode, OffsetOutOfRangeError
 from kafkatw.protocol.messages import build, response_schema
 from kafkatw.protocol.records import decode_batches, decode_fetched, encode_batch, scan_next_offset
+from kafkatw.testing import FakeCluster
 
 T = "t"
 
@@ -213,15 +217,6 @@ class FetchPipelineTests(ConsumerTestCase):
         self.assertEqual([r.offset for r in self.successResultOf(consumer.poll())], [0, 1, 2, 3])
         self.assertEqual(self.client.fetches()[0][1], {(T, 0): 4})
 
-    def test_compressed_batches(self) -> None:
-        consumer = self.make()
-        self.assign_at(consumer, {(T, 0): 0})
-        data = b"".join(batch(i * 3, 3, compression=codec) for i, codec in enumerate([1, 2, 3, 4]))
-        self.answer_fetch(1, {(T, 0): {"records": data}})
-        records = self.successResultOf(consumer.poll())
-        self.assertEqual([r.offset for r in records], list(range(12)))
-        self.assertEqual({r.value for r in records}, {b"v" * 10})
-
     def test_max_records_and_round_robin(self) -> None:
         consumer = self.make(max_poll_records=4)
         self.assign_at(consumer, {(T, 0): 0, (T, 1): 0})
@@ -323,23 +318,6 @@ class OffsetResetTests(ConsumerTestCase):
         self.assign_at(consumer, {(T, 0): 50})
         self.answer_fetch(1, {(T, 0): {"error_code": ErrorCode.offset_out_of_range}})
 
-    def test_earliest(self) -> None:
-        consumer = self.make(auto_offset_reset="earliest")
-        self.out_of_range(consumer)
-        [(node, _, body, d)] = self.client.pending(2)
-        self.assertEqual(body["topics"][0]["partitions"][0]["timestamp"], EARLIEST_TIMESTAMP)
-        d.callback(list_offsets_response({(T, 0): (3, -1)}))
-        self.assertEqual(self.client.fetches()[0][1], {(T, 0): 3})
-        self.assertEqual(self.successResultOf(consumer.position((T, 0))), 3)
-
-    def test_latest(self) -> None:
-        consumer = self.make(auto_offset_reset="latest")
-        self.out_of_range(consumer)
-        [(_, _, body, d)] = self.client.pending(2)
-        self.assertEqual(body["topics"][0]["partitions"][0]["timestamp"], LATEST_TIMESTAMP)
-        d.callback(list_offsets_response({(T, 0): (40, -1)}))
-        self.assertEqual(self.client.fetches()[0][1], {(T, 0): 40})
-
     def test_none_fails_the_poll_until_a_seek(self) -> None:
         consumer = self.make(auto_offset_reset="none")
         self.out_of_range(consumer)
@@ -395,25 +373,6 @@ class OffsetResetTests(ConsumerTestCase):
         d.callback(list_offsets_response({(T, 1): (0, -1)}))
         self.assertEqual(self.client.fetches()[0][1], {(T, 0): 42, (T, 1): 0})
 
-    def test_seek_to_beginning_and_end(self) -> None:
-        consumer = self.make()
-        self.assign_at(consumer, {(T, 0): 5})
-        d = consumer.seek_to_beginning((T, 0))
-        self.clock.advance(0)
-        [(_, _, body, ld)] = self.client.pending(2)
-        self.assertEqual(body["topics"][0]["partitions"][0]["timestamp"], EARLIEST_TIMESTAMP)
-        self.assertNoResult(d)
-        ld.callback(list_offsets_response({(T, 0): (2, -1)}))
-        self.assertIsNone(self.successResultOf(d))
-        self.assertEqual(self.successResultOf(consumer.position((T, 0))), 2)
-        d = consumer.seek_to_end()
-        self.clock.advance(0)
-        [(_, _, body, ld)] = self.client.pending(2)
-        self.assertEqual(body["topics"][0]["partitions"][0]["timestamp"], LATEST_TIMESTAMP)
-        ld.callback(list_offsets_response({(T, 0): (9, -1)}))
-        self.successResultOf(d)
-        self.assertEqual(self.successResultOf(consumer.position((T, 0))), 9)
-
     def test_seek_drops_buffered_records_and_stale_responses(self) -> None:
         consumer = self.make()
         self.assign_at(consumer, {(T, 0): 0})
@@ -421,17 +380,6 @@ class OffsetResetTests(ConsumerTestCase):
         self.answer_fetch(1, {(T, 0): {"records": batch(0, 3)}})
         self.assertEqual(self.successResultOf(consumer.poll()), [])
         self.assertEqual(self.client.fetches()[0][1], {(T, 0): 100})
-
-    def test_offsets_for_times(self) -> None:
-        consumer = self.make()
-        consumer.assign([(T, 0)])
-        d = consumer.offsets_for_times({(T, 0): 1500, (T, 2): 9999})
-        requests = sorted(self.client.pending(2), key=lambda r: r[0])
-        self.assertEqual([r[2]["topics"][0]["partitions"][0]["timestamp"] for r in requests], [1500, 9999])
-        requests[0][3].callback(list_offsets_response({(T, 0): (17, 1502)}))
-        requests[1][3].callback(list_offsets_response({(T, 2): (-1, -1)}))
-        self.assertEqual(self.successResultOf(d), {(T, 0): (17, 1502), (T, 2): None})
-
 
 class RetryTests(ConsumerTestCase):
     def test_not_leader_refreshes_metadata_and_retries_with_backoff(self) -> None:
@@ -600,3 +548,75 @@ class LeaderEpochValidationTests(ConsumerTestCase):
         self.assertEqual(self.successResultOf(consumer.position((T, 0))), 3)
         [(node, offsets, _)] = self.client.fetches()
         self.assertEqual((node, offsets), (2, {(T, 0): 3}))
+
+
+class AgainstABrokerTests(unittest.TestCase):
+    """The consumer against one real broker in memory (L{FakeCluster})."""
+
+    def setUp(self) -> None:
+        self.clock = Clock()
+        self.cluster = FakeCluster(self.clock, topics={T: 2})
+        self.addCleanup(self.cluster.close)
+        from kafkatw.client import AdminClient, Producer
+
+        self.admin = AdminClient(self.clock, client=self.cluster.client())
+        producer = Producer(self.clock, client=self.cluster.client())
+        for i in range(9):  # nine records in partition 0, timestamps 1000..1008 ms
+            self.cluster.result(producer.send(T, b"v%d" % i, key=b"k%d" % i, partition=0, timestamp_ms=1000 + i))
+
+    def consumer(self, **options: Any) -> Consumer:
+        consumer = Consumer(self.clock, client=self.cluster.client(), fetch_max_wait_ms=100, **options)
+        self.addCleanup(lambda: self.cluster.result(consumer.close()))
+        return consumer
+
+    def read(self, consumer: Consumer, count: int) -> list[ConsumerRecord]:
+        records: list[ConsumerRecord] = []
+        for _ in range(100):
+            records += self.cluster.result(consumer.poll(timeout_ms=100))
+            if len(records) >= count:
+                break
+        return records
+
+    def test_out_of_range_resets_to_earliest_or_latest(self) -> None:
+        """A position past the log end (OFFSET_OUT_OF_RANGE) resets by C{auto_offset_reset}."""
+        for reset, position in (("earliest", 0), ("latest", 9)):
+            consumer = self.consumer(auto_offset_reset=reset)
+            consumer.assign([(T, 0)])
+            consumer.seek((T, 0), 50)
+            self.cluster.advance(1)
+            self.assertEqual(self.cluster.result(consumer.position((T, 0))), position, reset)
+
+    def test_seek_to_beginning_and_end(self) -> None:
+        """The beginning is the log start offset (after DeleteRecords), the end the high watermark."""
+        self.assertEqual(self.cluster.result(self.admin.delete_records({(T, 0): 2}))[(T, 0)], (2, None))
+        consumer = self.consumer()
+        consumer.assign([(T, 0)])
+        consumer.seek((T, 0), 5)
+        self.assertIsNone(self.cluster.result(consumer.seek_to_beginning((T, 0))))
+        self.assertEqual(self.cluster.result(consumer.position((T, 0))), 2)
+        self.assertEqual([r.offset for r in self.read(consumer, 7)], list(range(2, 9)))
+        self.cluster.result(consumer.seek_to_end())
+        self.assertEqual(self.cluster.result(consumer.position((T, 0))), 9)
+
+    def test_offsets_for_times(self) -> None:
+        """The first offset at or after a timestamp, with its timestamp; None past the end or in an empty log."""
+        consumer = self.consumer()
+        found = self.cluster.result(consumer.offsets_for_times({(T, 0): 1005, (T, 1): 0}))
+        self.assertEqual(found, {(T, 0): (5, 1005), (T, 1): None})
+        self.assertEqual(self.cluster.result(consumer.offsets_for_times({(T, 0): 9999})), {(T, 0): None})
+
+    def test_compressed_batches(self) -> None:
+        """Batches compressed with each codec, as a producer sent them, read back in order."""
+        from kafkatw.client import Producer
+
+        for codec in ("gzip", "snappy", "lz4", "zstd"):
+            producer = Producer(self.clock, client=self.cluster.client(), compression_type=codec, linger_ms=5)
+            sends = [producer.send(T, b"%s-%d" % (codec.encode(), i), partition=1) for i in range(3)]
+            for d in sends:
+                self.cluster.result(d)
+        consumer = self.consumer(auto_offset_reset="earliest")
+        consumer.assign([(T, 1)])
+        records = self.read(consumer, 12)
+        self.assertEqual([r.offset for r in records], list(range(12)))
+        self.assertEqual([r.value for r in records],
+                         [b"%s-%d" % (c, i) for c in (b"gzip", b"snappy", b"lz4", b"zstd") for i in range(3)])

@@ -1,11 +1,14 @@
 """
 Unit tests of L{kafkatw.client.consumer_coordinator}: real
-L{kafkatw.client.consumer.Consumer}s subscribed to a group, against one
-broker's real L{KafkaApis} (its group coordinator, logs and offsets) in
+L{kafkatw.client.consumer.Consumer}s subscribed to a group, each on its own
+real L{kafkatw.client.KafkaClient}, against L{kafkatw.testing.FakeCluster}
+(one broker's real L{KafkaApis}: its group coordinator, logs and offsets) in
 memory on a L{MemoryReactorClock}: requests are encoded, handled and decoded
-as on the wire, without sockets or sleeps.  Errors the broker would give only
-in a race (C{NOT_COORDINATOR}, C{ILLEGAL_GENERATION}, …) are injected into
-the next response of an API.
+as on the wire, without sockets or sleeps.  Errors the broker would give
+only in a race (C{NOT_COORDINATOR}, C{ILLEGAL_GENERATION}, …) are injected
+into the next response of an API, which is why the tests wrap the broker's
+request handling (L{RecordingCluster}) rather than use the fake cluster as
+it is.
 """
 
 from __future__ import annotations
@@ -14,135 +17,73 @@ import dataclasses
 from typing import Any
 
 from twisted.internet import defer
+from twisted.internet.testing import MemoryReactorClock
 from twisted.trial import unittest
 
-from kafkatw.broker.group_coordinator import coordinator_for
-from kafkatw.client.client import PartitionMetadata
+from kafkatw.client import CommitFailedError, Producer
 from kafkatw.client.consumer import Consumer
 from kafkatw.client.consumer_coordinator import ConsumerRebalanceListener
 from kafkatw.client.transaction_manager import GroupMetadata
-from kafkatw.client import CommitFailedError
 from kafkatw.errors import ErrorCode, KafkaError
-from kafkatw.protocol.records import encode_batch
+from kafkatw.protocol.messages import decode_request, decode_response, encode_response
+from kafkatw.testing import FakeCluster
 
-from .test_broker import BrokerHarness
-
-#: versions of the requests the consumer sends without naming one
-_VERSIONS = {1: 12, 2: 6, 3: 9, 10: 3, 23: 4}
 _NAMES = {8: "OffsetCommit", 9: "OffsetFetch", 10: "FindCoordinator", 11: "JoinGroup", 12: "Heartbeat",
           13: "LeaveGroup", 14: "SyncGroup"}
 SESSION_S = 10.0
 HEARTBEAT_S = 1.0
 
 
-class FakeCluster:
-    """One broker (a L{BrokerHarness}) that L{FakeClient}s reach; records and rewrites their requests."""
+class RecordingCluster(FakeCluster):
+    """
+    The fake cluster, logging the group requests of each member (its client
+    id) and rewriting the error codes of responses as C{inject} says
+    (api key -> the codes of its next responses).
+    """
 
     def __init__(self, testcase: unittest.TestCase, topics: dict[str, int]) -> None:
-        self.harness = BrokerHarness(testcase, **{"group.initial.rebalance.delay.ms": 0})
-        self.clock = self.harness.clock
-        self.testcase = testcase
-        for topic, count in topics.items():
-            self.harness.create_topic(topic, count)
+        super().__init__(MemoryReactorClock(), topics=topics)
+        testcase.addCleanup(self.close)
+        self.clock = self.reactor
         self.log: list[tuple[str, str, dict]] = []
         self.inject: dict[int, list[int]] = {}
+        self._handle = self.apis.handle
+        self.apis.handle = self._handle_recorded  # type: ignore[method-assign]
+        self._producer = Producer(self.clock, client=self.client(client_id="seed"))
 
-    def group(self, prefix: str = "g") -> str:
-        """A group id this broker (0, of brokers 0 and 1) coordinates."""
-        return next(g for g in (f"{prefix}{i}" for i in range(1000)) if coordinator_for(g, [0, 1]) == 0)
+    def group(self) -> str:
+        return "g"
 
     def produce(self, topic: str, partition: int, count: int) -> None:
-        records = encode_batch([(None, b"v%d" % i, [], 1000 + i) for i in range(count)])
-        result = self.harness.produce(topic, partition, records)
-        if isinstance(result, defer.Deferred):
-            self.testcase.successResultOf(result)
+        for i in range(count):
+            self.result(self._producer.send(topic, b"v%d" % i, partition=partition, timestamp_ms=1000 + i))
 
-    def call(self, who: str, api_key: int, version: int, body: dict) -> defer.Deferred:
+    def _handle_recorded(self, header: Any, frame: bytes, *args: Any, **kwargs: Any) -> Any:
+        api_key = header.api_key
         if api_key in _NAMES:
-            self.log.append((who, _NAMES[api_key], body))
+            self.log.append((header.client_id, _NAMES[api_key], dataclasses.asdict(decode_request(frame, header))))
+        result = self._handle(header, frame, *args, **kwargs)
         codes = self.inject.get(api_key)
-        result = self.harness.request(api_key, version, body)
+        if not codes:
+            return result
 
-        def decode(raw: Any) -> Any:
-            response = self.harness.decode(api_key, version, raw)
-            if codes:
-                code = codes.pop(0)
-                if api_key == 8:  # OffsetCommit: the partitions' codes
-                    topics = tuple(dataclasses.replace(t, partitions=tuple(
-                        dataclasses.replace(p, error_code=code) for p in t.partitions)) for t in response.topics)
-                    return dataclasses.replace(response, topics=topics)
-                return dataclasses.replace(response, error_code=code)
-            return response
+        def rewrite(raw: bytes) -> bytes:
+            code = codes.pop(0)
+            correlation_id, response = decode_response(api_key, header.api_version, raw)
+            if api_key == 8:  # OffsetCommit: the partitions' codes
+                topics = tuple(dataclasses.replace(t, partitions=tuple(
+                    dataclasses.replace(p, error_code=code) for p in t.partitions)) for t in response.topics)
+                response = dataclasses.replace(response, topics=topics)
+            else:
+                response = dataclasses.replace(response, error_code=code)
+            return encode_response(api_key, header.api_version, correlation_id, response)
 
         if isinstance(result, defer.Deferred):
-            return result.addCallback(decode)
-        return defer.succeed(decode(result))
+            return result.addCallback(rewrite)
+        return rewrite(result)
 
     def names(self, who: str | None = None) -> list[str]:
         return [name for w, name, _ in self.log if who is None or w == who]
-
-
-class FakeConnection:
-    def __init__(self, client: "FakeClient") -> None:
-        self.client = client
-        self.versions = dict(_VERSIONS)
-        self.connected = True
-        self.in_flight = 0
-
-    def request(self, api_key: int, body: Any, version: int | None = None, expect_response: bool = True,
-                timeout_ms: int | None = None) -> defer.Deferred:
-        return self.client.cluster.call(self.client.name, api_key, version or _VERSIONS[api_key], body)
-
-
-class FakeClient:
-    """The part of L{KafkaClient} the consumer and its coordinator use, on a L{FakeCluster}."""
-
-    def __init__(self, cluster: FakeCluster, name: str) -> None:
-        self.cluster = cluster
-        self.name = name
-        self.reactor = cluster.clock
-        self.brokers = {0: ("127.0.0.1", 9092)}
-        self.topics: dict[str, dict[int, PartitionMetadata]] = {}
-        self.wanted: set[str] = set()
-
-    def want(self, topics: Any) -> None:
-        self.wanted.update(topics)
-
-    def invalidate(self) -> None:
-        pass
-
-    def _fill(self) -> None:
-        known = self.cluster.harness.metadata.topics
-        for topic in self.wanted:
-            if topic in known:
-                self.topics[topic] = {p: PartitionMetadata(0, 0) for p in known[topic].partitions}
-
-    def refresh_metadata(self) -> defer.Deferred:
-        self._fill()
-        return defer.succeed(None)
-
-    async def ensure_metadata(self, topics: Any = ()) -> None:
-        self.want(topics)
-        self._fill()
-
-    def partitions_for(self, topic: str) -> list[int]:
-        return sorted(self.topics.get(topic, {}))
-
-    def leader_for(self, topic: str, partition: int) -> int:
-        return 0 if partition in self.topics.get(topic, {}) else -1
-
-    def least_loaded_node(self) -> int:
-        return 0
-
-    def connection(self, node: int) -> defer.Deferred:
-        return defer.succeed(FakeConnection(self))
-
-    def send(self, node: int, api_key: int, body: Any, expect_response: bool = True,
-             timeout_ms: int | None = None) -> defer.Deferred:
-        return self.cluster.call(self.name, api_key, _VERSIONS[api_key], body)
-
-    def close(self) -> defer.Deferred:
-        return defer.succeed(None)
 
 
 class Recorder(ConsumerRebalanceListener):
@@ -163,7 +104,7 @@ class CoordinatorTestCase(unittest.TestCase):
     topics = {"t": 4}
 
     def setUp(self) -> None:
-        self.cluster = FakeCluster(self, self.topics)
+        self.cluster = RecordingCluster(self, self.topics)
         self.clock = self.cluster.clock
         self.group = self.cluster.group()
 
@@ -172,7 +113,7 @@ class CoordinatorTestCase(unittest.TestCase):
         options.setdefault("heartbeat_interval_ms", int(HEARTBEAT_S * 1000))
         options.setdefault("auto_offset_reset", "earliest")
         options.setdefault("fetch_max_wait_ms", 100)
-        consumer = Consumer(self.clock, client=FakeClient(self.cluster, name), group_id=self.group, **options)
+        consumer = Consumer(self.clock, client=self.cluster.client(client_id=name), group_id=self.group, **options)
         self.addCleanup(lambda: self.settle(consumer.close(), 2))
         return consumer
 
@@ -297,7 +238,8 @@ class JoinTests(CoordinatorTestCase):
         b.poll(timeout_ms=0)
         joins = self.cluster.names("a").count("JoinGroup")
         beats = self.cluster.names("a").count("Heartbeat")
-        self.settle(None, HEARTBEAT_S * 3 + 0.1)
+        # each heartbeat's answer may wait behind a Fetch (fetch_max_wait_ms) on the one connection
+        self.settle(None, HEARTBEAT_S * 3 + 0.5)
         self.assertEqual(self.cluster.names("a").count("JoinGroup"), joins)
         self.assertGreaterEqual(self.cluster.names("a").count("Heartbeat") - beats, 3)
         self.assertEqual(listener.calls, [("assigned", [("t", p) for p in range(4)])])
@@ -395,7 +337,7 @@ class JoinTests(CoordinatorTestCase):
         consumer = self.member("a")
         consumer.subscribe(["t"])
         self.assertRaises(RuntimeError, consumer.assign, [("t", 0)])
-        plain = Consumer(self.clock, client=FakeClient(self.cluster, "p"))
+        plain = Consumer(self.clock, client=self.cluster.client(client_id="p"))
         self.addCleanup(plain.close)
         self.assertRaises(ValueError, plain.subscribe, ["t"])
         self.assertRaises(ValueError, plain.commit)

@@ -117,6 +117,7 @@ PINNED = {
         "FakeMarkerWriter",
         "MarkerCall",
         "FakeProducerIdAllocator",
+        "FakeCluster",
     ],
     "kafkatw.spark": ["register", "KafkatwDataSource", "KafkaInputPartition", "DataLossError", "kafka_schema"],
 }

@@ -46,7 +46,7 @@ ALLOWED: dict[str, set[str]] = {
     "spark": {"client", "errors", "protocol"},
     "shipper": {"client", "errors", "protocol"},
     "cli": {"client", "errors", "properties", "protocol", "security", "zookeeper"},
-    "testing": {"client", "errors", "zookeeper"},
+    "testing": {"broker", "client", "config", "errors", "storage", "zookeeper"},
     "testing_netns": {"protocol", "testing", "zookeeper"},
     "simulation": {"broker", "client", "config", "storage", "testing", "zookeeper"},
 }

@@ -1,6 +1,12 @@
 """
-Unit tests for L{kafkatw.client.producer}: a fake L{KafkaClient} on a
-L{Clock}; no sockets, no sleeps.
+Unit tests for L{kafkatw.client.producer} on a L{Clock}; no sockets, no
+sleeps.  Round trips through a broker (keys, headers, the broker's
+timestamps, idempotence) run against L{kafkatw.testing.FakeCluster}, the
+broker's real request handling in memory.  How the producer batches, routes
+and retries is checked against L{FakeClient}, which keeps each request for
+the test to look at and answer as it likes (several leaders, errors, lost
+connections, answers held back), which one in-memory broker does not do on
+demand.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from kafkatw.client.sender import ProduceBody
 from kafkatw.errors import ErrorCode, KafkaError, RecordTooLargeError, UnknownTopicOrPartitionError
 from kafkatw.protocol.messages import decode_request, encode_request, parse_request_header
 from kafkatw.protocol.records import decode_batches
+from kafkatw.testing import FakeCluster
 
 
 class FakeRequest:
@@ -193,18 +200,6 @@ class LingerAndSizeTests(ProducerTestCase):
         respond(request)
         self.assertEqual(self.successResultOf(d1).timestamp_ms, opened)
         self.assertEqual(self.successResultOf(d2).timestamp_ms, 1234)
-
-    def test_headers_and_keys_round_trip(self) -> None:
-        producer, client = self.producer()
-        self.start(producer, "t")
-        producer.send("t", b"v1", key=b"k", headers=[("h", b"x"), ("n", None)], partition=0)
-        producer.send("t", "text", partition=0)
-        producer.send("t", None, key="key", partition=0)
-        producer.flush()
-        (request,) = client.produce_requests()
-        records = request.batches()[("t", 0)].records
-        self.assertEqual([(r.key, r.value, r.headers) for r in records],
-                         [(b"k", b"v1", [("h", b"x"), ("n", None)]), (None, b"text", []), (b"key", None, [])])
 
     def test_compression(self) -> None:
         for codec, code in (("gzip", 1), ("snappy", 2), ("lz4", 3), ("zstd", 4)):
@@ -607,17 +602,6 @@ class BufferAndLifecycleTests(ProducerTestCase):
     def test_record_metadata(self) -> None:
         md = RecordMetadata("t", 1, 2, 3)
         self.assertEqual((md.topic, md.partition, md.offset, md.timestamp_ms), ("t", 1, 2, 3))
-
-    def test_log_append_time(self) -> None:
-        import datetime
-
-        producer, client = self.producer()
-        self.start(producer, "t")
-        d = producer.send("t", b"a")
-        producer.flush()
-        when = datetime.datetime.fromtimestamp(1700000000.123, datetime.timezone.utc)
-        respond(client.produce_requests()[0], log_append_time=when)
-        self.assertEqual(self.successResultOf(d).timestamp_ms, 1700000000123)
 
     def test_callbacks_added_later_see_the_result(self) -> None:
         producer, client = self.producer()
@@ -1097,3 +1081,53 @@ class RecordDeferredTests(ProducerTestCase):
         for request in client.produce_requests()[1:]:
             respond(request)
         self.assertEqual(len([self.successResultOf(d) for d in sent]), 12)
+
+
+class AgainstABrokerTests(SynchronousTestCase):
+    """The producer against one real broker in memory (L{FakeCluster}), read back by a consumer."""
+
+    def setUp(self) -> None:
+        self.clock = Clock()
+        self.cluster = FakeCluster(self.clock, topics={"t": 2})
+        self.addCleanup(self.cluster.close)
+
+    def read_back(self, partition: int, count: int) -> list:
+        from kafkatw.client import Consumer
+
+        consumer = Consumer(self.clock, client=self.cluster.client(), auto_offset_reset="earliest",
+                            fetch_max_wait_ms=100)
+        consumer.assign([("t", partition)])
+        records: list = []
+        for _ in range(100):
+            records += self.cluster.result(consumer.poll(timeout_ms=100))
+            if len(records) >= count:
+                break
+        self.cluster.result(consumer.close())
+        return records
+
+    def test_headers_and_keys_round_trip(self) -> None:
+        producer = Producer(self.clock, client=self.cluster.client())
+        sends = [producer.send("t", b"v1", key=b"k", headers=[("h", b"x"), ("n", None)], partition=0),
+                 producer.send("t", "text", partition=0),
+                 producer.send("t", None, key="key", partition=0)]
+        self.assertEqual([self.cluster.result(d).offset for d in sends], [0, 1, 2])
+        self.assertEqual([(r.key, r.value, r.headers) for r in self.read_back(0, 3)],
+                         [(b"k", b"v1", (("h", b"x"), ("n", None))), (None, b"text", ()), (b"key", None, ())])
+
+    def test_log_append_time(self) -> None:
+        """A topic with C{message.timestamp.type=LogAppendTime}: the broker's clock stamps the records."""
+        self.cluster.create_topic("stamped", 1, {"message.timestamp.type": "LogAppendTime"})
+        self.clock.advance(1700000000.123)
+        producer = Producer(self.clock, client=self.cluster.client())
+        metadata = self.cluster.result(producer.send("stamped", b"a", timestamp_ms=5))
+        # the broker's time of the append: after the send, by the time the answer came
+        self.assertTrue(1700000000123 <= metadata.timestamp_ms <= int(self.clock.seconds() * 1000), metadata)
+
+    def test_idempotent_producer(self) -> None:
+        """An idempotent producer gets a producer id from the broker; its records carry it, in sequence."""
+        producer = Producer(self.clock, client=self.cluster.client(), acks="all", enable_idempotence=True)
+        for i in range(3):
+            self.cluster.result(producer.send("t", b"%d" % i, partition=1))
+        records = self.read_back(1, 3)
+        self.assertEqual([(r.offset, r.value) for r in records], [(0, b"0"), (1, b"1"), (2, b"2")])
+        self.assertGreaterEqual(producer.producer_id, 0)
