@@ -79,6 +79,10 @@ class PartitionMetadata:
         self.leader_epoch = leader_epoch
 
 
+#: A coordinator's node id is this less its broker id (L{KafkaClient.coordinator_node}; Kafka's Integer.MAX_VALUE).
+COORDINATOR_NODE_BASE = 2**31 - 1
+
+
 class KafkaClient:
     """
     Metadata and broker connections shared by producers and consumers.
@@ -139,9 +143,22 @@ class KafkaClient:
 
     # --- connections ---------------------------------------------------------
 
+    def coordinator_node(self, broker_id: int) -> int:
+        """
+        The node id under which a group member talks to its coordinator,
+        broker C{broker_id}, on a connection of its own: C{2**31 - 1 -
+        broker_id}, as Kafka's C{AbstractCoordinator} does.  A broker answers
+        each connection's requests in order, so on the connection that
+        fetches, a heartbeat, a commit or a JoinGroup would wait behind a
+        Fetch held for up to C{fetch_max_wait_ms}.
+        """
+        return COORDINATOR_NODE_BASE - broker_id
+
     def _address(self, node_id: int) -> tuple[str, int]:
         if node_id in self.brokers:
             return self.brokers[node_id]
+        if COORDINATOR_NODE_BASE - node_id in self.brokers:
+            return self.brokers[COORDINATOR_NODE_BASE - node_id]
         if node_id < 0 and -node_id - 1 < len(self.bootstrap):
             return self.bootstrap[-node_id - 1]
         raise BrokerConnectionError(f"unknown broker {node_id}")

@@ -519,7 +519,9 @@ class ConsumerCoordinator:
 
     async def _ensure_coordinator(self) -> int:
         if self._coordinator is None:
-            self._coordinator = await find_coordinator(self.client, self.group_id, _FIND_COORDINATOR_GROUP)
+            broker_id = await find_coordinator(self.client, self.group_id, _FIND_COORDINATOR_GROUP)
+            # a connection of the member's own (KafkaClient.coordinator_node)
+            self._coordinator = self.client.coordinator_node(broker_id)
         return self._coordinator
 
     async def _request(self, node: int, api_key: int, version: int, body: dict,

@@ -423,3 +423,31 @@ class CooperativeTests(CoordinatorTestCase):
         self.assertEqual(kept, self.ranges(a, b)[0])
         self.assertEqual(a.paused(), {("t", 0), ("t", 3)} & kept)
         self.assertEqual(len(a.paused()), 1)
+
+
+class CoordinatorConnectionTests(CoordinatorTestCase):
+    """
+    The member talks to its coordinator on a connection of its own, as
+    Kafka's C{AbstractCoordinator} does (node id C{Integer.MAX_VALUE - id}):
+    a broker answers each connection's requests in order, so on a shared
+    connection a commit, a heartbeat or a JoinGroup would wait behind a
+    Fetch the broker holds for up to C{fetch_max_wait_ms}.
+    """
+
+    def test_commit_does_not_wait_behind_a_parked_fetch(self) -> None:
+        consumer = self.member("m", fetch_max_wait_ms=10000, enable_auto_commit=False)
+        consumer.subscribe(["t"])
+        self.assertEqual(self.stable(consumer), [{("t", p) for p in range(4)}])
+        self.settle(None, 0.5)  # the topic is empty: a Fetch is held at the broker for 10 s
+        committed = consumer.commit({("t", 0): 0})
+        self.settle(None, 0.2)
+        self.assertEqual(self.successResultOf(committed), {("t", 0): 0})
+
+    def test_heartbeats_go_on_while_a_fetch_is_parked(self) -> None:
+        consumer = self.member("m", fetch_max_wait_ms=10000)
+        consumer.subscribe(["t"])
+        self.stable(consumer)
+        before = len([r for r in self.cluster.log if r[1] == "Heartbeat"])
+        self.settle(None, 3 * HEARTBEAT_S + 0.2)
+        after = len([r for r in self.cluster.log if r[1] == "Heartbeat"])
+        self.assertGreaterEqual(after - before, 3)
