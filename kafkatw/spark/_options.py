@@ -14,16 +14,70 @@ from __future__ import annotations
 import json
 import math
 import re
+import time
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
-__all__ = ["SourceOptions", "parse_options", "rate_limit", "split_ranges", "EARLIEST", "LATEST"]
+__all__ = ["SourceOptions", "parse_options", "rate_limit", "split_ranges", "TriggerDelay", "EARLIEST", "LATEST",
+           "CONSUMER_CONFIGS", "ADMIN_CONFIGS"]
 
 EARLIEST = -2
 LATEST = -1
 
 #: kafkatw's own default for splitting offset ranges into input partitions.
 DEFAULT_MAX_RECORDS_PER_PARTITION = 100_000
+
+#: Spark's default C{maxTriggerDelay} (15 minutes; C{KafkaSourceProvider.DEFAULT_MAX_TRIGGER_DELAY})
+DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000
+
+
+def _true_false(text: str) -> bool:
+    value = text.strip().lower()
+    if value not in ("true", "false"):
+        raise ValueError(text)
+    return value == "true"
+
+
+#: The Kafka consumer configs (the option's name without C{kafka.}) that the
+#: executors' consumers take, as Spark's Kafka source passes every C{kafka.*}
+#: option to its consumers: Kafka name -> (L{kafkatw.client.consumer.Consumer}
+#: keyword, parser).  C{kafka.isolation.level} and the security settings have
+#: fields of their own in L{SourceOptions}.
+CONSUMER_CONFIGS: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "client.id": ("client_id", str),
+    "fetch.min.bytes": ("fetch_min_bytes", int),
+    "fetch.max.wait.ms": ("fetch_max_wait_ms", int),
+    "fetch.max.bytes": ("fetch_max_bytes", int),
+    "max.partition.fetch.bytes": ("max_partition_fetch_bytes", int),
+    "request.timeout.ms": ("request_timeout_ms", int),
+    "retry.backoff.ms": ("retry_backoff_ms", int),
+    "default.api.timeout.ms": ("default_api_timeout_ms", int),
+    "check.crcs": ("check_crcs", _true_false),
+}
+
+#: Those of L{CONSUMER_CONFIGS} that the driver's admin client
+#: (L{kafkatw.client.admin.AdminClient}: metadata and offset look-ups) takes too.
+ADMIN_CONFIGS = ("client.id", "request.timeout.ms", "retry.backoff.ms", "default.api.timeout.ms")
+
+#: C{kafka.*} options refused, as Spark's Kafka source refuses them
+#: (C{KafkaSourceProvider.validateGeneralOptions}), with what to use instead.
+_REFUSED = {
+    "group.id": "the source tracks offsets in Spark's checkpoint",
+    "auto.offset.reset": "set the source option startingOffsets instead",
+    "enable.auto.commit": "the source tracks offsets in Spark's checkpoint",
+    "key.deserializer": "keys are always read as bytes: deserialize them with DataFrame operations",
+    "value.deserializer": "values are always read as bytes: deserialize them with DataFrame operations",
+    "interceptor.classes": "the source's consumers run no interceptors",
+}
+
+#: The security settings L{kafkatw.client.security.SecurityConfig.from_properties} reads.
+_SECURITY_CONFIGS = frozenset((
+    "security.protocol", "ssl.truststore.location", "ssl.truststore.type", "ssl.keystore.location",
+    "ssl.keystore.type", "ssl.key.password", "ssl.endpoint.identification.algorithm", "ssl.cipher.suites",
+    "sasl.mechanism", "sasl.jaas.config"))
+
+#: Options outside L{CONSUMER_CONFIGS} that have fields of their own.
+_OWN_KAFKA_OPTIONS = frozenset(("bootstrap.servers", "isolation.level"))
 
 TopicPartition = tuple[str, int]
 
@@ -67,6 +121,20 @@ class SourceOptions:
     #: C{read_committed} (only committed transactions' records, up to the last
     #: stable offset; KIP-98).
     isolation_level: str = "read_uncommitted"
+    #: the executors' consumer settings of the C{kafka.*} options
+    #: (L{CONSUMER_CONFIGS}): sorted C{(keyword, value)} pairs.
+    consumer_config: tuple[tuple[str, Any], ...] = ()
+    #: the driver's admin client settings of the C{kafka.*} options (L{ADMIN_CONFIGS}).
+    admin_config: tuple[tuple[str, Any], ...] = ()
+    #: C{kafka.*} options that kafkatw's clients have no setting for, which
+    #: the source ignores (after a warning), as Kafka's consumer ignores
+    #: configs it does not know.
+    ignored_kafka_options: tuple[str, ...] = ()
+    #: C{minOffsetsPerTrigger}: a streaming micro-batch waits until at least
+    #: this many new offsets are there, or C{max_trigger_delay_ms} passed (L{TriggerDelay}).
+    min_offsets_per_trigger: int | None = None
+    #: C{maxTriggerDelay} (ms; Spark's default 15 minutes).
+    max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
 
 
 def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
@@ -192,9 +260,7 @@ def parse_options(raw: Mapping[str, Any], streaming: bool) -> SourceOptions:
         ending = OffsetSpec("latest")
     else:
         ending = _offset_spec(options, "ending", "latest", streaming)
-    for name in ("kafka.group.id", "kafka.auto.offset.reset", "kafka.enable.auto.commit"):
-        if name in options:
-            raise ValueError(f"option {name!r} is not supported: the source tracks offsets in Spark's checkpoint")
+    consumer_config, admin_config, ignored = _kafka_configs(options)
     strategy = str(options.get("startingoffsetsbytimestampstrategy", "error")).strip().lower()
     if strategy not in ("error", "latest"):
         raise ValueError(f"option 'startingOffsetsByTimestampStrategy' must be error or latest, not {strategy!r}")
@@ -214,7 +280,70 @@ def parse_options(raw: Mapping[str, Any], streaming: bool) -> SourceOptions:
         poll_timeout_ms=_positive_int(options, "kafkaConsumer.pollTimeoutMs") or 120_000,
         security=_security(options),
         isolation_level=_isolation_level(options),
+        consumer_config=consumer_config,
+        admin_config=admin_config,
+        ignored_kafka_options=ignored,
+        min_offsets_per_trigger=_positive_int(options, "minOffsetsPerTrigger"),
+        max_trigger_delay_ms=_duration_ms(options, "maxTriggerDelay", DEFAULT_MAX_TRIGGER_DELAY_MS),
     )
+
+
+def _kafka_configs(options: Mapping[str, Any]) -> tuple[tuple, tuple, tuple[str, ...]]:
+    """
+    The C{kafka.*} options (lower-cased names) as kafkatw client settings,
+    as Spark's Kafka source passes them to its consumers: the executors'
+    consumer keywords (L{CONSUMER_CONFIGS}), the driver's admin client
+    keywords (L{ADMIN_CONFIGS}), and the names of those no kafkatw client
+    has a setting for (ignored).
+
+    @raise ValueError: an option Spark's source refuses (L{_REFUSED}), or a
+        value that does not parse (naming the option).
+    """
+    consumer, admin, ignored = {}, {}, []
+    for name in sorted(options):
+        if not name.startswith("kafka."):
+            continue
+        config = name[len("kafka."):]
+        if config in _REFUSED:
+            raise ValueError(f"option {name!r} is not supported: {_REFUSED[config]}")
+        if config in _OWN_KAFKA_OPTIONS or config in _SECURITY_CONFIGS:
+            continue
+        if config not in CONSUMER_CONFIGS:
+            ignored.append(name)
+            continue
+        keyword, parse = CONSUMER_CONFIGS[config]
+        text = str(options[name])
+        try:
+            value = parse(text.strip())
+        except ValueError:
+            raise ValueError(f"option {name!r}: not a valid {config}: {text!r}") from None
+        if parse is int and value < 0:
+            raise ValueError(f"option {name!r}: {config} must not be negative, not {text!r}")
+        consumer[keyword] = value
+        if config in ADMIN_CONFIGS:
+            admin[keyword] = value
+    return tuple(sorted(consumer.items())), tuple(sorted(admin.items())), tuple(ignored)
+
+
+#: Spark's time units (C{JavaUtils.timeStringAsMs}): suffix -> milliseconds.
+_TIME_UNITS_MS = {"us": 0.001, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000,
+                  "d": 86_400_000}
+
+
+def _duration_ms(options: Mapping[str, Any], name: str, default: int) -> int:
+    """
+    A duration option in Spark's notation (C{"15m"}, C{"30s"}, C{"500ms"},
+    C{"2h"}, C{"1d"}; a plain number is milliseconds), in milliseconds.
+
+    @raise ValueError: not a duration, or negative.
+    """
+    value = options.get(name.lower())
+    if value is None:
+        return default
+    match = re.fullmatch(r"(\d+)\s*([a-z]*)", str(value).strip().lower())
+    if match is None or match.group(2) not in _TIME_UNITS_MS and match.group(2) != "":
+        raise ValueError(f"option {name!r} must be a duration such as 30s, 5m or 500ms, not {value!r}")
+    return int(int(match.group(1)) * _TIME_UNITS_MS.get(match.group(2) or "ms", 1))
 
 
 def _isolation_level(options: Mapping[str, Any]) -> str:
@@ -241,6 +370,51 @@ def _security(options: Mapping[str, Any]) -> Any:
         return SecurityConfig.from_properties(properties)
     except ValueError as e:
         raise ValueError(f"kafka.security.protocol / kafka.ssl.* / kafka.sasl.* options: {e}") from None
+
+
+# --- triggers --------------------------------------------------------------------------
+
+
+class TriggerDelay:
+    """
+    C{minOffsetsPerTrigger} and C{maxTriggerDelay}, as Spark's Kafka source
+    applies them (C{KafkaMicroBatchStream.delayBatch}): a micro-batch is
+    delayed while fewer than C{min_offsets} new offsets are there, until
+    C{max_delay_ms} have passed since the last micro-batch this allowed.
+
+    As in Spark's source (whose time of the last allowed micro-batch starts
+    at 0, the epoch), the first call after the query starts is always
+    allowed, whatever it finds; an allowed call that finds nothing new
+    still counts as a trigger.
+
+    @param clock: the time in seconds (C{time.time}); tests pass a fake one.
+    """
+
+    def __init__(self, min_offsets: int, max_delay_ms: int, clock: Callable[[], float] = time.time) -> None:
+        self.min_offsets = min_offsets
+        self.max_delay_ms = max_delay_ms
+        self.clock = clock
+        #: when the last micro-batch was allowed (ms; None: none yet)
+        self.last_trigger_ms: int | None = None
+
+    def delay(self, start: Mapping[TopicPartition, int], latest: Mapping[TopicPartition, int]) -> bool:
+        """
+        Whether to delay the micro-batch from C{start} to C{latest} (the
+        source then returns C{start} as its end: no micro-batch runs).
+
+        @param start: the micro-batch's start offsets (every partition of
+            C{latest}; new partitions at their log start offsets).
+        @param latest: the partitions' latest offsets.
+        """
+        now_ms = int(self.clock() * 1000)
+        if self.last_trigger_ms is None or now_ms - self.last_trigger_ms >= self.max_delay_ms:
+            self.last_trigger_ms = now_ms
+            return False
+        new = sum(max(0, end - start.get(tp, end)) for tp, end in latest.items())
+        if new < self.min_offsets:
+            return True
+        self.last_trigger_ms = now_ms
+        return False
 
 
 # --- offsets ---------------------------------------------------------------------------

@@ -37,6 +37,7 @@ import itertools
 import operator
 import re
 import sys
+import time
 from typing import Any, Iterator, NamedTuple, Sequence
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
@@ -47,7 +48,8 @@ from pyspark.sql.types import (
 from twisted.logger import Logger
 
 from ._options import (
-    EARLIEST, LATEST, OffsetSpec, SourceOptions, from_json, parse_options, rate_limit, split_ranges, to_json,
+    EARLIEST, LATEST, OffsetSpec, SourceOptions, TriggerDelay, from_json, parse_options, rate_limit, split_ranges,
+    to_json,
 )
 
 __all__ = ["KafkatwDataSource", "KafkaInputPartition", "DataLossError", "kafka_schema"]
@@ -105,8 +107,8 @@ class _Admin:
         from ..client.blocking import BlockingAdminClient
 
         self.options = options
-        self.client = BlockingAdminClient(options.bootstrap_servers, client_id="kafkatw-spark-driver",
-                                          security=options.security)
+        settings = {"client_id": "kafkatw-spark-driver", **dict(options.admin_config)}
+        self.client = BlockingAdminClient(options.bootstrap_servers, security=options.security, **settings)
 
     def __enter__(self) -> "_Admin":
         return self
@@ -439,9 +441,10 @@ def _read_range(options: SourceOptions, part: KafkaInputPartition) -> Iterator[A
         return
     _freeze_worker_objects()
     headers = options.include_headers
-    consumer = BlockingConsumer(options.bootstrap_servers, client_id="kafkatw-spark-executor",
-                                auto_offset_reset="none", max_poll_records=1, security=options.security,
-                                isolation_level=options.isolation_level, record_decoder=_undecoded)
+    settings = {"client_id": "kafkatw-spark-executor", **dict(options.consumer_config)}
+    consumer = BlockingConsumer(options.bootstrap_servers, auto_offset_reset="none", max_poll_records=1,
+                                security=options.security, isolation_level=options.isolation_level,
+                                record_decoder=_undecoded, **settings)
     try:
         consumer.assign([tp])
         consumer.seek(tp, start)
@@ -514,11 +517,16 @@ class KafkatwStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """
     C{spark.readStream.format("kafkatw")}: micro-batches of offset ranges,
     offsets C{{topic: {partition: offset}}} in Spark's checkpoint.
+
+    @param clock: the time in seconds, for C{minOffsetsPerTrigger} and
+        C{maxTriggerDelay} (L{TriggerDelay}).
     """
 
-    def __init__(self, options: SourceOptions) -> None:
+    def __init__(self, options: SourceOptions, clock: Any = time.monotonic) -> None:
         self.options = options
         self._available_now: dict[TopicPartition, int] | None = None
+        self._trigger_delay = (None if options.min_offsets_per_trigger is None else
+                               TriggerDelay(options.min_offsets_per_trigger, options.max_trigger_delay_ms, clock))
 
     def initialOffset(self) -> dict:
         with _Admin(self.options) as admin:
@@ -534,6 +542,14 @@ class KafkatwStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._available_now = admin.offsets(admin.topic_partitions(), LATEST)
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        """
+        The end of the next micro-batch: the latest offsets, capped by
+        C{trigger(availableNow=True)}'s and by C{limit} (C{maxOffsetsPerTrigger});
+        C{start} itself (no micro-batch) while C{minOffsetsPerTrigger} delays it
+        (L{TriggerDelay}; never under C{availableNow}, whose query would end
+        with the records below the minimum unread, as PySpark's C{ReadMinRows}
+        warns).
+        """
         starts = from_json(start)
         with _Admin(self.options) as admin:
             tps = admin.topic_partitions()
@@ -547,6 +563,8 @@ class KafkatwStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             _data_loss(self.options, f"partitions {sorted(gone)} were being read but no longer exist")
         if self._available_now is not None:
             latest = {tp: min(end, self._available_now.get(tp, full_start[tp])) for tp, end in latest.items()}
+        elif self._trigger_delay is not None and self._trigger_delay.delay(full_start, latest):
+            return to_json(starts)
         if isinstance(limit, ReadMaxRows):
             latest = rate_limit(limit.max_rows, full_start, latest)
         # never go back: a truncated log is data loss, found when the batch is planned
@@ -585,8 +603,15 @@ class KafkatwDataSource(DataSource):
     def schema(self) -> StructType:
         return kafka_schema(self._headers())
 
+    def _parse(self, streaming: bool) -> SourceOptions:
+        options = parse_options(self.options, streaming=streaming)
+        if options.ignored_kafka_options:
+            _warn(f"options {', '.join(options.ignored_kafka_options)} ignored: kafkatw's clients have no such"
+                  f" setting (docs/spark.md lists the kafka.* options that pass through)")
+        return options
+
     def reader(self, schema: StructType) -> DataSourceReader:
-        return KafkatwBatchReader(parse_options(self.options, streaming=False))
+        return KafkatwBatchReader(self._parse(streaming=False))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return KafkatwStreamReader(parse_options(self.options, streaming=True))
+        return KafkatwStreamReader(self._parse(streaming=True))

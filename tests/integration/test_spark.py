@@ -264,6 +264,50 @@ class _DataSourceCases:
         self.assertEqual({(r.partition, r.offset): bytes(r.value) for r in rows},
                          {k: v[1] for k, v in expected.items()})
 
+    def test_min_offsets_per_trigger(self) -> None:
+        """
+        minOffsetsPerTrigger and maxTriggerDelay, as Spark's Kafka source: the
+        first micro-batch runs at once; then one waits until that many new
+        offsets are there (60 arrive in one record batch: read at once) or
+        maxTriggerDelay passed since the last one (5 records: read only then).
+        """
+        create_topic(self.bootstrap, "minoffsets", 1)
+
+        def produce_batch(start: int, count: int) -> None:
+            # one record batch (flushed before the linger ends): the records become readable together
+            with BlockingProducer(self.bootstrap, acks=-1, linger_ms=60_000) as producer:
+                for i in range(start, start + count):
+                    producer.send("minoffsets", b"value-%d" % i, partition=0)
+                producer.flush(30)
+
+        def wait_rows(count: int) -> None:
+            # the micro-batches' progress reports (reading the sink's files before its metadata log has them fails)
+            deadline = time.monotonic() + 90
+            while sum(p["numInputRows"] for p in query.recentProgress) < count:
+                self.assertIsNone(query.exception())
+                self.assertLess(time.monotonic(), deadline, f"{count} rows did not arrive")
+                time.sleep(0.2)
+
+        produce_batch(0, 10)
+        query = self.stream_to_parquet("minoffsets", "minoffsets", available_now=False, startingOffsets="earliest",
+                                       minOffsetsPerTrigger="50", maxTriggerDelay="25s")
+        try:
+            wait_rows(10)
+            produce_batch(10, 60)
+            wait_rows(70)
+            produce_batch(70, 5)
+            wait_rows(75)
+        finally:
+            query.stop()
+        batches = [(p["numInputRows"], datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")))
+                   for p in query.recentProgress if p["numInputRows"] > 0]
+        self.assertEqual([n for n, _ in batches], [10, 60, 5])
+        (_, first), (_, enough), (_, late) = batches
+        self.assertLess((enough - first).total_seconds(), 20)  # did not wait for maxTriggerDelay
+        self.assertGreaterEqual((late - enough).total_seconds(), 22)  # waited for it (25 s from its latestOffset)
+        self.assertEqual(sorted(bytes(r.value) for r in self.parquet_rows("minoffsets")),
+                         sorted(b"value-%d" % i for i in range(75)))
+
     def test_restart_from_checkpoint(self) -> None:
         """
         A query stopped part-way and restarted from its checkpoint (with more
