@@ -4,12 +4,18 @@ Replication benchmark: the cost of acks=all on three replicas, and how long fail
 Starts a real ZooKeeper and three kafkatw brokers here (127.0.0.1 only); client
 and brokers share this machine's cores.  One JSON line per figure:
 
-  - throughput: 200-byte records on one partition with librdkafka
-    (confluent-kafka; linger.ms=5, idempotence on for acks=all) and with
-    kafkatw's own producer (BlockingProducer, its defaults), RF=1 acks=1 and
-    RF=3 acks=all with min.insync.replicas=2, in the same run; and the ratio
-    (Kreps 2014 measured 51% for Apache Kafka on three machines; here the three
-    brokers share two cores with the client);
+  - throughput: 200-byte records with librdkafka (confluent-kafka, its
+    default batching: linger.ms=5; idempotence only with --idempotence) and
+    with kafkatw's own producer (BlockingProducer, its defaults; idempotent
+    for acks=all only with --idempotence), RF=1 acks=1 and RF=3 acks=all with
+    min.insync.replicas=2, on topics of --partitions partitions of the same
+    running cluster, the two alternating --runs times; each figure is the
+    median, and the ratio is the ratio of the medians (Kreps 2014 measured
+    51% for Apache Kafka on three machines; here the three brokers share two
+    cores with the client).  Idempotence caps a connection at 5 requests in
+    flight, and one partition at one leader: both make acks=all's extra round
+    trip (the followers' fetch, then the high watermark) show in the
+    throughput;
   - failover: SIGKILL of the leader of an RF=3 partition to the first
     acknowledged acks=all write on its successor (librdkafka retrying every
     record), median and worst of --failovers runs;
@@ -20,6 +26,7 @@ Every loop is bounded in count and in time.
 
 Usage:
   python bench/bench_replication.py [--records 300000] [--record-size 200] [--failovers 10]
+      [--runs 5] [--partitions 1] [--idempotence] [--clients librdkafka,kafkatw] [--skip-failover]
 """
 
 from __future__ import annotations
@@ -46,13 +53,14 @@ _OVERRIDES = {
 emit = emitter("replication")
 
 
-def create(bootstrap: str, topic: str, rf: int) -> None:
+def create(bootstrap: str, topic: str, rf: int, partitions: int = 1) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, 1, rf, config={"min.insync.replicas": str(min(rf, 2))})])[topic].result(30)
+    admin.create_topics([NewTopic(topic, partitions, rf,
+                                  config={"min.insync.replicas": str(min(rf, 2))})])[topic].result(30)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        p = admin.list_topics(topic, timeout=5).topics[topic].partitions.get(0)
-        if p is not None and p.leader >= 0 and len(p.isrs) == rf:
+        ps = admin.list_topics(topic, timeout=5).topics[topic].partitions
+        if len(ps) == partitions and all(p.leader >= 0 and len(p.isrs) == rf for p in ps.values()):
             return
         time.sleep(0.1)
     raise RuntimeError(f"{topic}: ISR not full")
@@ -66,22 +74,25 @@ def leader_of(bootstrap: str, topic: str) -> int:
         return -1
 
 
-def librdkafka_throughput(bootstrap: str, topic: str, acks: str, records: int, size: int, cap_s: float) -> float:
+def librdkafka_throughput(bootstrap: str, topic: str, acks: str, records: int, size: int, cap_s: float,
+                          idempotence: bool) -> float:
     producer = Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 5,
-                         "enable.idempotence": acks == "all", "queue.buffering.max.messages": 1000000})
+                         "enable.idempotence": idempotence and acks == "all",
+                         "queue.buffering.max.messages": 1000000})
     started = time.perf_counter()
     sent = produce_bounded(producer, topic, b"x" * size, records, started + cap_s)
     producer.flush(cap_s)
     return sent / (time.perf_counter() - started)
 
 
-def kafkatw_throughput(bootstrap: str, topic: str, acks: int, records: int, size: int, cap_s: float) -> float:
+def kafkatw_throughput(bootstrap: str, topic: str, acks: int, records: int, size: int, cap_s: float,
+                       idempotence: bool) -> float:
     value = b"x" * size
-    with BlockingProducer(bootstrap, acks=acks, enable_idempotence=acks == -1) as producer:
+    with BlockingProducer(bootstrap, acks=acks, enable_idempotence=idempotence and acks == -1) as producer:
         started = time.monotonic()
         sent = 0
         while sent < records and time.monotonic() - started < cap_s:
-            producer.send(topic, value, partition=0)
+            producer.send(topic, value)
             sent += 1
         producer.flush(cap_s)
         return sent / (time.monotonic() - started)
@@ -93,21 +104,34 @@ def main() -> None:
     parser.add_argument("--record-size", type=int, default=200)
     parser.add_argument("--failovers", type=int, default=10)
     parser.add_argument("--duration-cap-s", type=float, default=60)
+    parser.add_argument("--runs", type=int, default=5, help="alternating RF=1 and RF=3 runs; medians")
+    parser.add_argument("--partitions", type=int, default=1)
+    parser.add_argument("--idempotence", action="store_true", help="idempotent producers for acks=all")
+    parser.add_argument("--clients", default="librdkafka,kafkatw")
+    parser.add_argument("--skip-failover", action="store_true", help="throughput only")
     args = parser.parse_args()
+    measures = {"librdkafka": librdkafka_throughput, "kafkatw": kafkatw_throughput}
     with running_cluster(3, overrides=_OVERRIDES) as cluster:
         bootstrap = ",".join(b.bootstrap for b in cluster)
-        results = {}
-        for client, measure in [("librdkafka", librdkafka_throughput), ("kafkatw", kafkatw_throughput)]:
+        for client in args.clients.split(","):
+            measure = measures[client]
+            samples: dict[int, list[float]] = {1: [], 3: []}
+            for rf in (1, 3):
+                create(bootstrap, f"tp-{client}-rf{rf}", rf, args.partitions)
+            for _ in range(args.runs):
+                for rf, acks in [(1, "1"), (3, "all")]:
+                    samples[rf].append(measure(
+                        bootstrap, f"tp-{client}-rf{rf}", acks if client == "librdkafka" else (1 if acks == "1" else -1),
+                        args.records, args.record_size, args.duration_cap_s, args.idempotence))
+            medians = {rf: statistics.median(v) for rf, v in samples.items()}
             for rf, acks in [(1, "1"), (3, "all")]:
-                topic = f"tp-{client}-rf{rf}"
-                create(bootstrap, topic, rf)
-                value = measure(bootstrap, topic, acks if client == "librdkafka" else (1 if acks == "1" else -1),
-                                args.records, args.record_size, args.duration_cap_s)
-                results[(client, rf)] = value
-                emit(f"produce_rf{rf}_acks_{acks}", round(value), "records/s", client=client,
-                     record_size=args.record_size, records=args.records)
-            emit("rf3_acks_all_vs_rf1_acks_1", round(results[(client, 3)] / results[(client, 1)], 3), "ratio",
-                 client=client)
+                emit(f"produce_rf{rf}_acks_{acks}", round(medians[rf]), "records/s", client=client,
+                     record_size=args.record_size, records=args.records, partitions=args.partitions,
+                     idempotence=args.idempotence and rf == 3, runs=[round(v) for v in samples[rf]])
+            emit("rf3_acks_all_vs_rf1_acks_1", round(medians[3] / medians[1], 3), "ratio", client=client,
+                 partitions=args.partitions, idempotence=args.idempotence)
+        if args.skip_failover:
+            return
 
         # failover: SIGKILL of the leader -> first acknowledged acks=all write on the successor
         times = []
