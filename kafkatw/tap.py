@@ -26,6 +26,7 @@ import atexit
 import os
 import resource
 import sys
+import time
 from typing import Any, Callable
 
 from twisted.internet.error import ReactorNotRunning
@@ -37,7 +38,7 @@ from .properties import parse_properties
 
 _log = Logger()
 
-__all__ = ["Options", "makeService", "raise_open_files_limit"]
+__all__ = ["Options", "makeService", "raise_open_files_limit", "use_monotonic_clock"]
 
 
 class Options(usage.Options):
@@ -218,12 +219,12 @@ def raise_open_files_limit(getrlimit: Callable[[int], tuple[int, int]] = resourc
                            setrlimit: Callable[[int, tuple[int, int]], None] = resource.setrlimit) -> tuple[int, int]:
     """
     Raise this process's soft limit of open files (C{ulimit -n}) as far as
-    the hard limit allows: a broker keeps about three descriptors per
-    partition open (a segment and its two indexes) besides its connections,
-    and a distribution's default soft limit (1024) is reached at a few
-    hundred partitions.  Kafka leaves this to its start scripts; a broker
-    past the limit fails to open segments with C{EMFILE}, which takes their
-    log dir offline (docs/operations.md, "Open files").
+    the hard limit allows: a broker keeps one descriptor per segment open
+    (its C{.log}) besides its connections, and a distribution's default soft
+    limit (1024) is reached at several hundred partitions.  Kafka leaves
+    this to its start scripts; a broker near the limit refuses to create more
+    logs, and one whose logs do not fit does not start (docs/operations.md,
+    "Open files").
 
     @return: C{(soft limit before, soft limit after)}; equal when it could
         not be raised (already at the hard limit, or refused).
@@ -241,11 +242,36 @@ def raise_open_files_limit(getrlimit: Callable[[int], tuple[int, int]] = resourc
     return soft, soft
 
 
+def use_monotonic_clock(reactor: Any) -> None:
+    """
+    Run C{reactor}'s timers on C{time.monotonic} rather than on the wall
+    clock: its C{seconds()} becomes C{time.monotonic}, so that a step of the
+    machine's clock (NTP, an operator) neither stalls its C{callLater}s
+    (a step back) nor fires them early (a step forward), as Kafka's
+    scheduler runs on C{System.nanoTime}.  What needs the wall clock reads
+    it itself (L{kafkatw.broker.server.KafkaServer.milliseconds}).
+
+    Twisted has no switch for it: C{ReactorBase.seconds} is C{time.time}
+    (C{twisted.python.runtime.seconds}); this sets C{seconds} on the
+    instance, which C{callLater} reads for each call's time and hands to its
+    C{DelayedCall}, and C{timeout()} and C{runUntilCurrent()} compare with
+    (docs/design.md, "Private APIs"; C{tests/unit/test_private_apis.py}).
+
+    @raise RuntimeError: a call is already scheduled on the wall clock.
+    """
+    if reactor.seconds is time.monotonic:
+        return
+    if reactor.getDelayedCalls():
+        raise RuntimeError("the reactor's clock can change only before anything is scheduled on it")
+    reactor.seconds = time.monotonic
+
+
 def makeService(options: Options, reactor: Any = None) -> Any:
     """
     The broker service for C{options} (a parsed L{Options}), its HTTP port
     (C{metrics.port}) serving the probes, the consumer lag and the console
-    of L{kafkatw.web} next to /metrics.
+    of L{kafkatw.web} next to /metrics.  The process's reactor (C{reactor}
+    None) runs its timers on the monotonic clock (L{use_monotonic_clock}).
 
     If the broker fails to start, its one-line reason is also written to
     stderr (unless the log already goes to the terminal), the reactor is
@@ -257,6 +283,7 @@ def makeService(options: Options, reactor: Any = None) -> Any:
         from twisted.internet import reactor as default_reactor
 
         reactor = default_reactor
+        use_monotonic_clock(reactor)
     from .broker.server import KafkaServer
     from .web import BrokerHttp
 

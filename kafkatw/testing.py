@@ -544,10 +544,11 @@ class FakeZooKeeper:
 
     def _lookup(self, path: str) -> _Node | None:
         node = self.root
-        for part in _parts(path):
-            node = node.children.get(part)
-            if node is None:
-                return None
+        for part in path.split("/"):
+            if part:
+                node = node.children.get(part)
+                if node is None:
+                    return None
         return node
 
     def create(self, path: str, data: bytes, owner: int, sequence: bool, makepath: bool) -> str:
@@ -735,10 +736,6 @@ class FakeZooKeeper:
                     or (watch.kind in ("data", "versioned", "stat") and what in ("created", "changed", "deleted"))
                 ):
                     watch._trigger()
-
-
-def _parts(path: str) -> list[str]:
-    return [p for p in path.split("/") if p]
 
 
 def _raise(error: BaseException) -> Any:

@@ -249,18 +249,26 @@ class KafkaApis(TransactionApis, QuotaApis, AdminToolApis):
     @param admin: creates and deletes topics and hands out producer ids
         (L{kafkatw.broker.admin.AdminManager}); its methods return Deferreds.
     @param advertised: this broker's (host, port) by broker id, for Metadata.
+    @param now_ms: the wall clock (ms since the epoch; C{time.time}'s by default).
+    @param hi_res_clock_ms: the reactor's time in ms (C{reactor.seconds()} by default).
     """
 
     def __init__(self, config: BrokerConfig, replica_manager: Any, metadata: Any, admin: Any,
                  reactor: Any, now_ms: Callable[[], int] | None = None,
-                 group_coordinator: GroupCoordinator | None = None) -> None:
+                 group_coordinator: GroupCoordinator | None = None,
+                 hi_res_clock_ms: Callable[[], int] | None = None) -> None:
         self.config = config
         self.broker_id = config["broker.id"]
         self.replica_manager = replica_manager
         self.metadata = metadata
         self.admin = admin
         self.reactor = reactor
+        #: the wall clock, ms since the epoch (Kafka's C{Time.milliseconds()}): offset commit
+        #: timestamps, a log start offset's deletions
         self.now_ms = now_ms or (lambda: int(time.time() * 1000))
+        #: the reactor's time in ms (Kafka's C{Time.hiResClockMs()}): fetch sessions' ages and
+        #: the followers' fetch times (their lag, for the ISR)
+        self.hi_res_clock_ms = hi_res_clock_ms or (lambda: int(reactor.seconds() * 1000))
         self.connections: set[Any] = set()
         self.in_flight: set[defer.Deferred] = set()
         if group_coordinator is None:
@@ -1029,7 +1037,7 @@ class KafkaApis(TransactionApis, QuotaApis, AdminToolApis):
                 or getattr(request, "session_id", INVALID_SESSION_ID) != INVALID_SESSION_ID:
             fetch_context = self.fetch_sessions.new_context(
                 request.session_id, request.session_epoch, request.replica_id >= 0, request.topics,
-                request.forgotten_topics_data, self.now_ms())
+                request.forgotten_topics_data, self.hi_res_clock_ms())
             if fetch_context.error_code:
                 self.fetch_session_requests["error"] += 1
                 return self._fetch_response(context, [], request, fetch_context)
@@ -1071,7 +1079,8 @@ class KafkaApis(TransactionApis, QuotaApis, AdminToolApis):
 
     def _follower_read_topics(self, fetch_context: Any, request: Any) -> list:
         """The partitions of a follower's incremental fetch that need a read (its quiet ones do not)."""
-        return fetch_context.follower_read_topics(self.replica_manager.partitions, request.replica_id, self.now_ms())
+        return fetch_context.follower_read_topics(self.replica_manager.partitions, request.replica_id,
+                                                  self.hi_res_clock_ms())
 
     def _fetch_response(self, context: RequestContext, topics: list, request: Any = None,
                         fetch_context: Any = None) -> tuple[list, int]:

@@ -121,6 +121,9 @@ class GroupCoordinatorElection:
         self.claims: dict[int, int] = {}
         self.holders: dict[int, GroupCoordinatorHolder] = {}
         self.candidates: frozenset[int] = frozenset()
+        #: L{preferred}'s answers for the candidates they were computed among (asked for every partition at
+        #: every change)
+        self._preferred: tuple[frozenset[int], dict[int, int | None]] = (self.candidates, {})
         self.listeners: list[Callable[[], object]] = []
         self.before_release: Callable[[Fence], Any] | None = None
         self.connected = False
@@ -139,7 +142,12 @@ class GroupCoordinatorElection:
 
     def preferred(self, partition: int) -> int | None:
         """The candidate that should hold C{partition}: rendezvous hashing over the candidates."""
-        return coordinator_for(f"{OFFSETS_TOPIC}-{partition}", self.candidates)
+        among, answers = self._preferred
+        if among is not self.candidates:
+            among, answers = self._preferred = (self.candidates, {})
+        if partition not in answers:
+            answers[partition] = coordinator_for(f"{OFFSETS_TOPIC}-{partition}", among)
+        return answers[partition]
 
     def coordinator(self, group_id: str) -> int | None:
         """The broker holding C{group_id}'s partition, as seen in ZooKeeper; C{None} while nobody does."""

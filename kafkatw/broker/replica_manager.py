@@ -209,7 +209,8 @@ class ReplicaManager:
         (L{kafkatw.zookeeper.registry.Registry.set_partition_state}).
     @param reload_state: C{reload_state(topic, partition)} re-reads a
         partition's state from ZooKeeper and applies it.
-    @param now_ms: the clock, in ms.
+    @param now_ms: the reactor's time in ms (the broker's C{hi_res_clock_ms}, not the wall
+        clock): the followers' fetch and caught-up times, their lag for the ISR.
 
     @ivar partitions: C{(topic, partition)} -> L{Partition}.
     @ivar fetcher_manager: set by the broker (None in unit tests): told which

@@ -208,10 +208,16 @@ class KafkaServer(service.MultiService):
     def __init__(self, config: BrokerConfig, reactor: Any, http: Any = None, *,
                  zookeeper_client_factory: Callable[..., Any] | None = None,
                  random_source: random.Random | None = None,
-                 log_dir_files_factory: Callable[[str], LogDirFiles] = LogDirFiles) -> None:
+                 log_dir_files_factory: Callable[[str], LogDirFiles] = LogDirFiles,
+                 wall_clock: Callable[[], float] = time.time) -> None:
         super().__init__()
         self.config = config
+        #: the broker's timers and durations run on its time (C{seconds}, C{callLater}); under
+        #: L{kafkatw.tap} that is a monotonic clock (L{kafkatw.tap.use_monotonic_clock})
         self.reactor = reactor
+        #: the machine's wall clock, C{time.time}'s shape (s since the epoch): what
+        #: L{milliseconds} reads; a simulation gives each broker its own (L{kafkatw.simulation})
+        self.wall_clock = wall_clock
         #: makes the ZooKeeper client: C{factory(connect, reactor, session_timeout_ms=...,
         #: connection_timeout_ms=...)}, with L{ZooKeeperClient}'s interface; None: L{ZooKeeperClient}
         #: (a simulation gives a model of ZooKeeper: L{kafkatw.simulation})
@@ -289,7 +295,24 @@ class KafkaServer(service.MultiService):
 
     # --- life cycle ----------------------------------------------------------
 
-    def now_ms(self) -> int:
+    def milliseconds(self) -> int:
+        """
+        The wall clock in ms since the epoch (Kafka's C{Time.milliseconds()}):
+        for what is written down or compared with times written down --
+        record timestamps (C{LogAppendTime}), time-based retention and
+        segment rolls (C{retention.ms}, C{segment.ms}), transaction and
+        offset commit timestamps, the ages of notifications in ZooKeeper.
+        It may step back or forward.
+        """
+        return int(self.wall_clock() * 1000)
+
+    def hi_res_clock_ms(self) -> int:
+        """
+        The reactor's time in ms (Kafka's C{Time.hiResClockMs()}): for
+        durations and deadlines kept in this process only -- a follower's
+        lag since it last caught up (C{replica.lag.time.max.ms}), fetch
+        session eviction.  Monotonic under L{kafkatw.tap}, as the timers.
+        """
         return int(self.reactor.seconds() * 1000)
 
     def startService(self) -> None:
@@ -401,7 +424,7 @@ class KafkaServer(service.MultiService):
         self.zookeeper.add_state_listener(self._zookeeper_state)
         self.registry = Registry(self.zookeeper)
         self.metadata.cluster_id = await self._cluster_id()
-        self.config_changes = ConfigChangeListener(self.registry, self.reactor)
+        self.config_changes = ConfigChangeListener(self.registry, self.reactor, now_ms=self.milliseconds)
         self.config_changes.on_entity_change("topics", self._topic_config_changed)
         self.config_changes.on_entity_change("brokers", self._broker_config_changed)
         for entity_type in ("users", "clients"):  # client quotas (kafkatw/broker/quota_manager.py)
@@ -436,7 +459,7 @@ class KafkaServer(service.MultiService):
         # Kafka's DynamicConfigManager reads every entity's config before following the notifications.
         for entity in (DEFAULT_BROKER_ENTITY, str(self.broker_id)):
             self._broker_config_changed(entity, await self.registry.get_broker_config(entity))
-        self.log_manager = LogManager(log_dirs, topic_log_config(config, {}), now_ms=self.now_ms,
+        self.log_manager = LogManager(log_dirs, topic_log_config(config, {}), now_ms=self.milliseconds,
                                       files_factory=self.log_dir_files_factory)
         started = time.monotonic()
         self.log_manager.load()
@@ -445,7 +468,7 @@ class KafkaServer(service.MultiService):
         assert self.registry is not None
         self.replica_manager = ReplicaManager(self.broker_id, self.log_manager, self.metadata, self.reactor,
                                               self._topic_config, write_isr=self.registry.set_partition_state,
-                                              reload_state=self._reload_partition_state, now_ms=self.now_ms)
+                                              reload_state=self._reload_partition_state, now_ms=self.hi_res_clock_ms)
         self.replica_manager.log_dir_failure_listeners.append(self._log_dir_failed)
         if self.log_manager.unclean_log_dirs:
             # a crash may have lost records this broker had not flushed (and its followers acknowledged)
@@ -468,7 +491,7 @@ class KafkaServer(service.MultiService):
         self._every("logs", config["replica.high.watermark.checkpoint.interval.ms"],
                     self._write_in_thread(self.log_manager.high_watermark_checkpoints))
         if config["log.cleaner.enable"]:
-            self.log_cleaner = LogCleaner(self.log_manager, config.as_dict(), self.reactor, self.now_ms)
+            self.log_cleaner = LogCleaner(self.log_manager, config.as_dict(), self.reactor, self.milliseconds)
             self.log_cleaner.start()
 
     def _start_session_guard(self) -> None:
@@ -617,17 +640,17 @@ class KafkaServer(service.MultiService):
         self.admin = AdminManager(config, self.registry, self.metadata, on_topic=self._topic_added,
                                   config_written=self.config_changes.catch_up)
         self.apis = KafkaApis(config, self.replica_manager, self.metadata, self.admin, self.reactor,
-                              now_ms=self.now_ms)
+                              now_ms=self.milliseconds, hi_res_clock_ms=self.hi_res_clock_ms)
         self.apis.controller = self.controller
         self.apis.request_metrics = self.request_metrics
-        self.apis.authorizer = authorizer_from_config(config, self.registry, now_ms=self.now_ms)
+        self.apis.authorizer = authorizer_from_config(config, self.registry, now_ms=self.milliseconds)
         if self.apis.authorizer is not None:
             await self.apis.authorizer.start()  # every ACL cached before the first request
         client = self.inter_broker_client
         self.transactions = TransactionWiring(
             config, self.replica_manager, self.metadata, self.admin, self.registry,
             lambda broker, api_key, body: defer.Deferred.fromCoroutine(client.send(broker, api_key, body)),
-            self.reactor, self.now_ms)
+            self.reactor, self.milliseconds)
         self.apis.transactions = self.transactions
         self.transactions.start()
         advertised = self._advertised_endpoints()
@@ -1164,11 +1187,11 @@ class KafkaServer(service.MultiService):
 
     def _flush(self) -> None:
         assert self.log_manager is not None
-        self.log_manager.flush_dirty(self.now_ms())
+        self.log_manager.flush_dirty(self.milliseconds())
 
     def _retention(self) -> None:
         assert self.log_manager is not None
-        self.log_manager.run_retention(self.now_ms())
+        self.log_manager.run_retention(self.milliseconds())
 
     # --- registry watches ----------------------------------------------------
 

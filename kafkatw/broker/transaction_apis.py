@@ -109,6 +109,8 @@ class TransactionWiring:
     @param send: C{send(broker_id, api_key, body) -> Deferred} of the response
         (the inter-broker client's C{send}).
     @param reactor: C{IReactorTime}.
+    @param now_ms: the wall clock (ms since the epoch): the transactions' and
+        the transaction log's timestamps, the markers' batches'.
     """
 
     def __init__(self, config: Any, replica_manager: Any, metadata: Any, admin: Any, registry: Any,
@@ -126,7 +128,7 @@ class TransactionWiring:
         self.pending_offsets = PendingOffsetStore(registry)
         self.markers = GroupOffsetsMarkerWriter(self.channel, self.pending_offsets, reactor)
         self.coordinator = TransactionCoordinator(config, reactor, self.log, self.markers, admin,
-                                                  self.partition_exists)
+                                                  self.partition_exists, now_ms=now_ms)
         self._creating: defer.Deferred | None = None
         self._short_of = -1  # live brokers when the topic last could not be created (logged once per count)
         self.started = False

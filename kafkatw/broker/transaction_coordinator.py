@@ -240,10 +240,6 @@ class _TxnPartition:
     markers: dict[str, list[defer.Deferred]] = field(default_factory=dict)
 
 
-def _now_ms(clock: Any) -> int:
-    return int(clock.seconds() * 1000)
-
-
 def _background(coroutine: Any, what: str) -> defer.Deferred:
     """Run C{coroutine} with nobody waiting for it; a failure is logged (a coordinator bug)."""
     d = defer.Deferred.fromCoroutine(coroutine)
@@ -261,8 +257,11 @@ class TransactionCoordinator:
     The transaction coordinator of one broker.
 
     @param config: the broker config (C{transaction.*} keys).
-    @param reactor: C{IReactorTime}: timestamps (ms since the epoch) and the
-        periodic abort and expiration tasks.
+    @param reactor: C{IReactorTime}: the periodic abort and expiration tasks.
+    @param now_ms: the wall clock (ms since the epoch; Kafka's
+        C{Time.milliseconds()}): the transactions' timestamps, written to the
+        transaction log and compared, by the next coordinator too, with the
+        transaction and transactional id timeouts; C{reactor.seconds()} by default.
     @param log: the L{TransactionLog}.
     @param markers: the L{MarkerWriter}.
     @param producer_ids: the L{ProducerIdAllocator}.
@@ -275,9 +274,11 @@ class TransactionCoordinator:
 
     def __init__(self, config: Any, reactor: Any, log: TransactionLog, markers: MarkerWriter,
                  producer_ids: ProducerIdAllocator, partition_exists: Callable[[str, int], bool],
-                 offsets_topic_partitions: int = 50, retry_backoff_ms: int = 100) -> None:
+                 offsets_topic_partitions: int = 50, retry_backoff_ms: int = 100,
+                 now_ms: Callable[[], int] | None = None) -> None:
         self.config = config
         self.reactor = reactor
+        self.now_ms = now_ms or (lambda: int(reactor.seconds() * 1000))
         self.log = log
         self.markers = markers
         self.producer_ids = producer_ids
@@ -511,7 +512,7 @@ class TransactionCoordinator:
                 return InitProducerIdResult(error)
             owned.transactions.setdefault(transactional_id, TransactionMetadata(
                 transactional_id=transactional_id, producer_id=new_id, producer_epoch=NO_PRODUCER_EPOCH,
-                txn_timeout_ms=timeout_ms, state=_S.EMPTY, txn_last_update_timestamp_ms=_now_ms(self.reactor)))
+                txn_timeout_ms=timeout_ms, state=_S.EMPTY, txn_last_update_timestamp_ms=self.now_ms()))
         meta = owned.transactions[transactional_id]
         coordinator_epoch = owned.coordinator_epoch
         if meta.pending_state is not None:
@@ -534,7 +535,7 @@ class TransactionCoordinator:
             _log.error("transactional id {id!r} found in state {state}, which is never completed",
                        id=transactional_id, state=state.value)
             return InitProducerIdResult(_E.unknown_server_error)
-        now = _now_ms(self.reactor)
+        now = self.now_ms()
         try:
             if is_epoch_exhausted(meta.producer_epoch) and (expected is None or expected[1] == meta.producer_epoch):
                 new_id = await self._allocate()
@@ -612,7 +613,7 @@ class TransactionCoordinator:
         if meta.state == _S.ONGOING and partitions <= meta.topic_partitions:
             return _E.none
         try:
-            transit = meta.prepare_add_partitions(partitions, _now_ms(self.reactor))
+            transit = meta.prepare_add_partitions(partitions, self.now_ms())
         except InvalidTransition as e:
             _log.error("AddPartitionsToTxn: {error}", error=e)
             return _E.unknown_server_error
@@ -648,7 +649,7 @@ class TransactionCoordinator:
             meta.producer_epoch = producer_epoch
             meta.last_producer_epoch = NO_PRODUCER_EPOCH
         transit = meta.prepare_abort_or_commit(_S.PREPARE_COMMIT if committed else _S.PREPARE_ABORT,
-                                               _now_ms(self.reactor))
+                                               self.now_ms())
         coordinator_epoch = owned.coordinator_epoch
         code = await self._append(partition, coordinator_epoch, meta, transit)
         if code != _E.none:
@@ -696,7 +697,7 @@ class TransactionCoordinator:
         completion is prepared first, so the id stays busy
         (C{CONCURRENT_TRANSACTIONS}) until it is written.
         """
-        complete = meta.prepare_complete(_now_ms(self.reactor))
+        complete = meta.prepare_complete(self.now_ms())
         remaining = set(meta.topic_partitions)
         if not remaining:
             self._complete(partition, coordinator_epoch, meta, complete)
@@ -753,7 +754,7 @@ class TransactionCoordinator:
 
         @return: the transactional ids being aborted.
         """
-        now = _now_ms(self.reactor)
+        now = self.now_ms()
         aborted = []
         for owned in list(self._partitions.values()):
             for meta in list(owned.transactions.values()):
@@ -777,7 +778,7 @@ class TransactionCoordinator:
 
         @return: the transactional ids being removed.
         """
-        now = _now_ms(self.reactor)
+        now = self.now_ms()
         expiration_ms = self.config["transactional.id.expiration.ms"]
         removed = []
         for partition, owned in list(self._partitions.items()):
@@ -851,7 +852,7 @@ class TransactionCoordinator:
         except re.error:
             return {"error_code": _E.invalid_regular_expression, "unknown_state_filters": [],
                     "transaction_states": []}
-        now = _now_ms(self.reactor)
+        now = self.now_ms()
         listed = []
         for owned in self._partitions.values():
             for meta in owned.transactions.values():

@@ -36,7 +36,8 @@ A run (L{run_seed}):
      and the broker, whose only dir it is, stops) and the disk's replacement
      (the broker starts again); from streams of their own: a slow or lossy
      link (L{SimulatedNetwork.impair}) and its restore; a jump of one
-     broker's wall clock (L{NodeReactor.jump_clock}); an admin's
+     broker's wall clock (L{NodeReactor.jump_clock}: what it reads as wall
+     time jumps, its timers do not); an admin's
      reassignment of a partition or preferred leader election, sent to the
      controller (L{AdminClient});
   2. the cluster starts, the producer sends records at a steady rate to every
@@ -67,6 +68,10 @@ and at the end):
     other fault is active (an ISR whose members are all dead may keep its
     last member, as Kafka's does);
   - liveness as in 3 and 4;
+  - at a jump of a broker's wall clock, the broker's log manager (record
+    append times, retention and segment rolls by time) reads the jumped
+    wall clock and its replica manager (the followers' lag) the reactor's
+    time, and a timer it sets then runs on time (L{Cluster.jump_clock});
   - with L{Settings.transactions}: committed transactions all visible to a
     read-committed consumer, aborted ones never, one whose commit failed
     all or nothing (L{Cluster.check_transactions});
@@ -160,9 +165,11 @@ class Settings:
         draws (from their own random stream, as C{disk_errors}).
     @ivar clock_jumps: how many C{clock-jump} faults (a broker's wall clock
         set forward or back; their own random stream).
-    @ivar clock_jump_max_s: the largest clock jump; a jump back stalls the
-        broker's timers that long (they run on its wall clock, as Twisted's
-        reactor's do), so the default stays below the liveness bounds.
+    @ivar clock_jump_max_s: the largest clock jump.  The broker's timers run
+        on the monotonic clock (L{kafkatw.tap.use_monotonic_clock}), so a
+        jump moves only its wall clock; the default, three days, stays below
+        the week of C{retention.ms}, C{segment.ms} and the offsets'
+        retention, past which a jump forward deletes what Kafka's would.
     @ivar zookeeper_latency_ms: each broker's link to ZooKeeper takes a
         latency drawn from the seed up to this (ms, each way, for requests,
         replies and watch notifications: L{LaggingZooKeeperClient}); 0: none.
@@ -199,7 +206,7 @@ class Settings:
     crash_spacing_s: float = 15.0
     link_faults: int = 2
     clock_jumps: int = 1
-    clock_jump_max_s: float = 30.0
+    clock_jump_max_s: float = 259200.0
     admin_operations: int = 2
     zookeeper_latency_ms: float = 5.0
     transactions: bool = False
@@ -421,6 +428,12 @@ def _first_difference(expected: list[tuple[int, bytes]], held: list[tuple[int, b
     return f"{len(expected)} batches at the leader, {len(held)} at the replica"
 
 
+def _if_alive(node: NodeReactor, f: Callable[..., Any], args: tuple) -> None:
+    """C{f(*args)}, unless C{node}'s process is dead."""
+    if node.alive:
+        f(*args)
+
+
 def _host(broker_id: int) -> str:
     return f"10.0.0.{broker_id}"
 
@@ -489,12 +502,7 @@ class LaggingZooKeeperClient(FakeZooKeeperClient):
         now = simulated.seconds()
         at = max(now + self.latency_s, getattr(self, last))
         setattr(self, last, at)
-
-        def run() -> None:
-            if node.alive:
-                f(*args)
-
-        simulated.call_later_for(node, at - now, run)  # parked while the process is paused
+        simulated.schedule(node, at - now, _if_alive, node, f, args)  # parked while the process is paused
 
     def _op(self, fn: Callable[[], Any]) -> defer.Deferred:
         if self.latency_s <= 0 or self._reactor is None or not self._connected or self._cut:
@@ -561,6 +569,8 @@ class _Broker:
     disks: dict[str, SimulatedDisk] = field(default_factory=dict)
     #: seconds its machine's wall clock is ahead (L{Cluster.jump_clock}): a restart keeps it
     clock_offset: float = 0.0
+    #: how many times it was paused (a timer set before a pause runs late: L{Cluster.jump_clock})
+    pauses: int = 0
 
 
 class Cluster:
@@ -687,6 +697,7 @@ class Cluster:
             return broker.disks[path]
 
         broker.server = KafkaServer(self.broker_config(broker_id), broker.reactor,
+                                    wall_clock=broker.reactor.wall_seconds,
                                     zookeeper_client_factory=self._zookeeper_client(broker),
                                     random_source=random.Random(f"broker-{self.seed}-{broker_id}-{broker.incarnation}"),
                                     log_dir_files_factory=disk if self.settings.disk_model else LogDirFiles)
@@ -901,6 +912,7 @@ class Cluster:
         if broker.server is None or broker.reactor is None or broker.reactor.paused:
             return
         broker.reactor.pause()
+        broker.pauses += 1
         client = broker.zookeeper
         self.active_faults.add(("pause", broker_id))
         if client is None or not client.connected or client.session_id is None:
@@ -940,17 +952,47 @@ class Cluster:
     def jump_clock(self, broker_id: int, seconds: float) -> None:
         """
         The broker's machine's wall clock jumps C{seconds} (back when
-        negative): its process's C{reactor.seconds()} and its pending timers
-        with it (L{NodeReactor.jump_clock}); a restart keeps the offset.  The
+        negative): what its process reads as wall time
+        (L{KafkaServer.milliseconds}) jumps, its reactor's time and timers
+        do not (L{NodeReactor.jump_clock}); a restart keeps the offset.  The
         ZooKeeper server's clock (session expiry) and the other nodes' are
-        not touched.  After a jump back, its timers wait that long: the
-        dead-broker bound counts from then.
+        not touched.  Nothing waits for it: the dead-broker bound and the
+        liveness bounds hold through it.
+
+        Checked at once, on the running broker: its log manager reads the
+        jumped wall clock and its replica manager the reactor's time (a
+        L{Violation} C{clock jump} otherwise), and a timer it sets now runs
+        one second later (unless the broker is paused then or meanwhile).
         """
         broker = self.brokers[broker_id]
         broker.clock_offset += seconds
-        if broker.reactor is not None and broker.reactor.alive:
-            broker.reactor.jump_clock(seconds)
-        self.disturbed_until = max(self.disturbed_until, self.now() + max(0.0, -seconds))
+        reactor, server = broker.reactor, broker.server
+        if reactor is None or not reactor.alive:
+            return
+        reactor.jump_clock(seconds)
+        if server is None or server.log_manager is None or server.replica_manager is None:
+            return  # still starting: nothing reads a clock yet
+        wall_ms, timer_ms = int(reactor.wall_seconds() * 1000), int(reactor.seconds() * 1000)
+        read = {"log manager's clock (the wall clock)": (server.log_manager.now_ms(), wall_ms),
+                "replica manager's clock (the reactor's time)": (server.replica_manager.now_ms(), timer_ms)}
+        for what, (got, expected) in read.items():
+            if abs(got - expected) > 1:
+                self.violation("clock jump", f"broker {broker_id}'s {what} reads {got} ms, not {expected}"
+                                             f" (its wall clock jumped {seconds} s)")
+        self.exercised["clock jumps read"] += 1
+        if reactor.paused:
+            return  # stopped: its timers run when it resumes
+        due, pauses = self.now() + 1.0, broker.pauses
+
+        def probe() -> None:
+            if broker.pauses != pauses:
+                return
+            self.exercised["timers on time after a clock jump"] += 1
+            if self.now() > due + 1e-6:
+                self.violation("clock jump", f"broker {broker_id}'s timer set when its wall clock jumped"
+                                             f" {seconds} s ran at t={self.now():.3f}s, not t={due:.3f}s")
+
+        reactor.callLater(1.0, probe)
 
     def _admin(self) -> AdminClient:
         if self.admin is None:

@@ -9,7 +9,9 @@ brokers' and clients' protocols, their timers, their files.
     of C{DelayedCall}s).  L{SimulatedReactor.run_until} runs the delayed
     calls in time order, each at its own time.
   - L{NodeReactor} is one node's view of it (a broker process, the clients):
-    C{callLater} and C{seconds} of the node's wall clock, the shared clock
+    C{callLater} and C{seconds} of the shared clock (monotonic, as the
+    reactor of C{twistd kafkatw}: L{kafkatw.tap.use_monotonic_clock}), and
+    the node's wall clock (L{NodeReactor.wall_seconds}), the shared clock
     plus an offset that L{NodeReactor.jump_clock} moves; C{listenTCP} and
     C{connectTCP} through the L{SimulatedNetwork}, with this node as the
     source; a thread pool that runs the work at once, on the reactor
@@ -74,6 +76,31 @@ class StuckError(Exception):
     """The simulation ran too many calls at one instant (a zero-delay loop)."""
 
 
+_NO_KEYWORDS: dict = {}
+
+
+class _Event:
+    """
+    A call of the simulation's own (bytes arriving, a ZooKeeper reply) in
+    the heap: what L{SimulatedReactor.run_until} reads of a C{DelayedCall},
+    without its cost; it cannot be cancelled (L{SimulatedReactor.schedule}).
+    """
+
+    __slots__ = ("time", "func", "args", "kw", "called")
+    cancelled = False
+    delayed_time = 0
+
+    def __init__(self, time: float, func: Callable[..., Any], args: tuple) -> None:
+        self.time = time
+        self.func = func
+        self.args = args
+        self.kw = _NO_KEYWORDS
+        self.called = 0
+
+    def active(self) -> bool:
+        return not self.called
+
+
 @implementer(IReactorTime)
 class SimulatedReactor:
     """
@@ -91,10 +118,8 @@ class SimulatedReactor:
 
     def __init__(self, start_seconds: float = 0.0) -> None:
         self._now = start_seconds
-        #: (time, sequence, call, owner, clock): the owner is the L{NodeReactor} whose process runs it, if
-        #: any; the clock the one whose seconds the call's time is in (C{None}: this one's), the heap's
-        #: time always this clock's
-        self._heap: list[tuple[float, int, DelayedCall, Any, Any]] = []
+        #: (time, sequence, call, owner): the owner is the L{NodeReactor} whose process runs it, if any
+        self._heap: list[tuple[float, int, DelayedCall, Any]] = []
         self._sequence = itertools.count()
         self.events = 0
 
@@ -110,74 +135,59 @@ class SimulatedReactor:
         paused, its calls that come due are parked, still pending, and run
         on L{resume}.
         """
-        return self.call_later_on(owner, None, delay, f, args, kw)
-
-    def call_later_on(self, owner: Any, clock: Any, delay: float, f: Callable[..., Any], args: tuple,
-                      kw: dict) -> DelayedCall:
-        """
-        As L{call_later_for}, timed by C{clock} (a L{NodeReactor}, or C{None}
-        for this clock): the call is due when that clock reads its time, so
-        that a jump of that clock (L{jump}) moves it.
-        """
-        seconds = self.seconds if clock is None else clock.seconds
-        call = DelayedCall(seconds() + delay, f, args, kw, self._cancelled, lambda c: self._push(c, owner, clock),
-                           seconds=seconds)
-        self._push(call, owner, clock)
+        call = DelayedCall(self._now + delay, f, args, kw, self._cancelled, lambda c: self._push(c, owner),
+                           seconds=self.seconds)
+        heapq.heappush(self._heap, (call.time, next(self._sequence), call, owner))
         return call
 
-    def _push(self, call: DelayedCall, owner: Any, clock: Any) -> None:
-        time = call.time if clock is None else call.time - clock.clock_offset
-        heapq.heappush(self._heap, (time, next(self._sequence), call, owner, clock))
+    def schedule(self, owner: Any, delay: float, f: Callable[..., Any], *args: Any) -> None:
+        """
+        As L{call_later_for}, for the simulation's own calls (the network's,
+        the ZooKeeper model's): nothing to cancel, so no C{DelayedCall} is made.
+        """
+        heapq.heappush(self._heap, (self._now + delay, next(self._sequence), _Event(self._now + delay, f, args), owner))
+
+    def _push(self, call: DelayedCall | _Event, owner: Any) -> None:
+        heapq.heappush(self._heap, (call.time, next(self._sequence), call, owner))
 
     def _cancelled(self, call: DelayedCall) -> None:
         pass  # left in the heap, skipped when its time comes
 
     def getDelayedCalls(self) -> list[DelayedCall]:  # noqa: N802
-        calls: dict[int, DelayedCall] = {}  # a call pushed again (reset, its clock jumped) is in the heap twice
+        calls: dict[int, DelayedCall] = {}  # a call pushed again (reset to an earlier time) is in the heap twice
         for entry in sorted(self._heap, key=lambda e: e[:2]):
             if entry[2].active():
                 calls.setdefault(id(entry[2]), entry[2])
         return list(calls.values())
 
-    def resume(self, owner: Any, parked: list[tuple[DelayedCall, Any]]) -> None:
+    def resume(self, owner: Any, parked: list[DelayedCall]) -> None:
         """Run C{owner}'s parked calls now, in the order they came due (those not cancelled meanwhile)."""
-        for call, clock in parked:
-            if call.active():
+        for call in parked:
+            if not call.active():
+                continue
+            if isinstance(call, _Event):
+                call.time = self._now
+            else:
                 call.reset(0)  # due now: a later time than the one it had
-                self._push(call, owner, clock)
+            self._push(call, owner)
 
-    def jump(self, clock: Any, seconds: float) -> None:
+    def _next(self) -> tuple[float, DelayedCall, Any] | None:
         """
-        C{clock}'s reading (a L{NodeReactor}'s C{clock_offset}) jumps by
-        C{seconds} (forward when positive): its calls keep their times on it,
-        so they come due C{seconds} earlier (at once, if that is past) or later
-        on this clock, as a Twisted reactor's do when the wall clock is set.
-        """
-        if not seconds:
-            return
-        moved = [(call, owner) for time, _, call, owner, c in self._heap
-                 if c is clock and call.active() and time == call.time - clock.clock_offset]
-        clock.clock_offset += seconds
-        for call, owner in moved:
-            self._push(call, owner, clock)  # the old entries no longer match their call's time: skipped
-
-    def _next(self) -> tuple[float, DelayedCall, Any, Any] | None:
-        """
-        The next call to run, C{(time on this clock, call, owner, clock)},
-        past the cancelled and moved ones; None when none is left.
+        The next call to run, C{(time, call, owner)}, past the cancelled and
+        moved ones; None when none is left.
         """
         heap = self._heap
         while heap:
-            time, _, call, owner, clock = heap[0]
-            if not call.active() or time != (call.time if clock is None else call.time - clock.clock_offset):
-                heapq.heappop(heap)  # cancelled, called, reset to an earlier time or its clock jumped (pushed again)
+            time, _, call, owner = heap[0]
+            if call.cancelled or call.called or time != call.time:
+                heapq.heappop(heap)  # cancelled, called, or reset to an earlier time (pushed again)
                 continue
             if call.delayed_time:
                 heapq.heappop(heap)
                 call.activate_delay()  # delayed or reset to a later time: its place moves
-                self._push(call, owner, clock)
+                self._push(call, owner)
                 continue
-            return time, call, owner, clock
+            return time, call, owner
         return None
 
     def run_until(self, deadline: float, stop: Callable[[], bool] | None = None) -> None:
@@ -193,10 +203,10 @@ class SimulatedReactor:
             found = self._next()
             if found is None or found[0] > deadline:
                 break
-            time, call, owner, clock = found
+            time, call, owner = found
             heapq.heappop(self._heap)
             if owner is not None and owner.paused:
-                owner.parked.append((call, clock))  # still pending: it runs when its process resumes
+                owner.parked.append(call)  # still pending: it runs when its process resumes
                 continue
             if time > self._now:
                 self._now = time
@@ -271,7 +281,7 @@ class NodeReactor:
         self.alive = True
         #: stopped (SIGSTOP): its calls that come due wait in L{parked} until L{resume}
         self.paused = False
-        self.parked: list[tuple[DelayedCall, Any]] = []
+        self.parked: list[Any] = []  # DelayedCalls and the simulation's own events
         #: seconds this node's wall clock is ahead of the simulated clock (L{jump_clock})
         self.clock_offset = 0.0
         self.nameResolver = _SelfResolver()
@@ -281,24 +291,24 @@ class NodeReactor:
     # time
 
     def seconds(self) -> float:
-        """This node's wall clock: the simulated clock plus L{clock_offset}."""
+        """The reactor's time: the simulated clock, monotonic (L{kafkatw.tap.use_monotonic_clock})."""
+        return self.simulated._now
+
+    def wall_seconds(self) -> float:
+        """This node's wall clock (C{time.time}'s shape): the simulated clock plus L{clock_offset}."""
         return self.simulated._now + self.clock_offset
 
     def callLater(self, delay: float, f: Callable[..., Any], *args: Any, **kw: Any) -> Any:  # noqa: N802
-        return self.simulated.call_later_on(self, self, delay, self._run, (f, args, kw), {})
+        return self.simulated.call_later_for(self, delay, self._run, f, args, kw)
 
     def jump_clock(self, seconds: float) -> None:
         """
         The node's wall clock is set C{seconds} ahead (back, when negative),
-        as by an NTP step or an operator.  A Twisted reactor reads the wall
-        clock (C{ReactorBase.seconds} is C{time.time}) for its time and its
-        timers alike: this node's C{seconds()} jumps, and its pending
-        C{callLater}s keep their times on its clock, so after a jump forward
-        those due within the jump run at once, and after a jump back they all
-        wait that much longer.  Bytes on the wire and the other nodes are
-        unaffected.
+        as by an NTP step or an operator: L{wall_seconds} jumps.  Its
+        reactor's time and timers do not (they run on the monotonic clock,
+        as C{twistd kafkatw}'s do), nor do bytes on the wire or the other nodes.
         """
-        self.simulated.jump(self, seconds)
+        self.clock_offset += seconds
 
     def _run(self, f: Callable[..., Any], args: tuple, kw: dict) -> None:
         if self.alive:
@@ -319,8 +329,7 @@ class NodeReactor:
         self.simulated.resume(self, parked)
 
     def getDelayedCalls(self) -> list:  # noqa: N802
-        parked = [call for call, _ in self.parked]
-        return [c for c in self.simulated.getDelayedCalls() + parked if c.active() and c.func == self._run]
+        return [c for c in self.simulated.getDelayedCalls() + self.parked if c.active() and c.func == self._run]
 
     def callFromThread(self, f: Callable[..., Any], *args: Any, **kw: Any) -> None:  # noqa: N802
         self.callLater(0, f, *args, **kw)
@@ -640,7 +649,7 @@ class SimulatedNetwork:
             self._kernel_timer(reactor, retry_s, self._attempt, reactor, connector, host, port, retry_s * 2)
             return
         # the SYN is accepted by the listening process (once it runs, if it is paused)
-        self.simulated.call_later_for(listening.reactor if listening is not None else None,
+        self.simulated.schedule(listening.reactor if listening is not None else None,
                                       self.latency(reactor.node, destination), self._syn, reactor, connector, host,
                                       port, retry_s)
 
@@ -648,15 +657,14 @@ class SimulatedNetwork:
         """
         C{f(*args)} after C{delay} on the simulated clock, for C{reactor}'s
         process (held while it is paused, never once it is dead): the
-        kernel's TCP timers (SYN retransmission, a reset's round trip) do not
-        follow the node's wall clock (L{NodeReactor.jump_clock}), Twisted's do.
+        kernel's TCP timers (SYN retransmission, a reset's round trip).
         """
 
         def run() -> None:
             if reactor.alive:
                 f(*args)
 
-        self.simulated.call_later_for(reactor, delay, run)
+        self.simulated.schedule(reactor, delay, run)
 
     def _syn(self, client: NodeReactor, connector: _Connector, host: str, port: int, retry_s: float) -> None:
         """The SYN arrives: refused (a reset back) when nothing listens, else the server's end is made."""
@@ -762,9 +770,9 @@ class SimulatedNetwork:
         self.messages += 1
         # delivered to the receiving process: in its socket's buffer while it is paused
         if kind == _CONNECT:
-            self.simulated.call_later_for(peer.reactor, at - now, self._deliver_connect, peer)
+            self.simulated.schedule(peer.reactor, at - now, self._deliver_connect, peer)
         else:
-            self.simulated.call_later_for(peer.reactor, at - now, peer._receive, kind, data)
+            self.simulated.schedule(peer.reactor, at - now, peer._receive, kind, data)
 
     def _impaired_delay(self, sender: SimulatedTransport, impairment: Impairment) -> float | None:
         """
@@ -794,7 +802,7 @@ class SimulatedNetwork:
                 rto *= 2
                 if lost >= self.MAX_RETRANSMISSIONS:
                     sender.gave_up = True
-                    self.simulated.call_later_for(sender.reactor, extra, self._give_up, sender)
+                    self.simulated.schedule(sender.reactor, extra, self._give_up, sender)
                     return None
         return extra
 

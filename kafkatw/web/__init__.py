@@ -100,7 +100,7 @@ async def _end_offsets(server: Any, partitions: set[tuple[str, int]]) -> dict[tu
 async def start_lag_monitor(server: Any) -> None:
     """Start C{server.lag_monitor} (when the HTTP port is on)."""
     server.lag_monitor = LagMonitor(server.registry, lambda tps: _end_offsets(server, tps), server.reactor,
-                                    server.config["metrics.lag.interval.ms"])
+                                    server.config["metrics.lag.interval.ms"], now_ms=server.milliseconds)
     server.lag_monitor.start()
 
 

@@ -112,6 +112,8 @@ class LagMonitor:
     @param end_offsets: C{async (partitions) -> {partition: high watermark}}
         (-1 or absent where unknown).
     @param reactor: provides C{seconds} and C{callLater}.
+    @param now_ms: the wall clock (ms since the epoch), for the snapshots' C{time_ms}
+        (the broker's C{milliseconds}); the reactor's C{seconds()} by default.
     @param interval_ms: time between two computations (ms).
     @param history: how many snapshots the console's chart keeps.
     @ivar latest: the last snapshot, C{None} before the first.
@@ -119,10 +121,12 @@ class LagMonitor:
     """
 
     def __init__(self, registry: Any, end_offsets: Callable[[set[TopicPartition]], Awaitable[dict]],
-                 reactor: Any, interval_ms: int, history: int = 180) -> None:
+                 reactor: Any, interval_ms: int, history: int = 180,
+                 now_ms: Callable[[], int] | None = None) -> None:
         self.registry = registry
         self.end_offsets = end_offsets
         self.reactor = reactor
+        self.now_ms = now_ms or (lambda: int(reactor.seconds() * 1000))
         self.interval_ms = interval_ms
         self.latest: LagSnapshot | None = None
         self.history: deque[tuple[int, dict[str, int], dict[str, dict[TopicPartition, int]]]] = deque(maxlen=history)
@@ -162,7 +166,7 @@ class LagMonitor:
             kinds[group] = await self._kind(group)
         wanted = {tp for offsets in committed.values() for tp in offsets}
         ends = dict(await self.end_offsets(wanted)) if wanted else {}
-        snapshot = compute_lag(int(self.reactor.seconds() * 1000), committed, kinds, ends)
+        snapshot = compute_lag(self.now_ms(), committed, kinds, ends)
         self.latest = snapshot
         per_partition: dict[str, dict[TopicPartition, int]] = {}
         for row in snapshot.rows:

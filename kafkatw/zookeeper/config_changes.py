@@ -80,14 +80,19 @@ class ConfigChangeListener:
     One broker's follower of C{/config/changes}.
 
     @param registry: a L{kafkatw.zookeeper.registry.Registry}.
-    @param reactor: for the time (C{seconds()}), compared with the znodes' ctime.
+    @param reactor: C{IReactorTime}.
+    @param now_ms: the wall clock (ms since the epoch), compared with the
+        znodes' ctime (the broker's C{milliseconds}); by default the
+        reactor's C{seconds()} (a test's C{Clock}, shared with its ZooKeeper model).
     @param expiration_ms: age after which a handled notification is deleted.
     @ivar last_change: the sequence number of the last notification handled (-1: none).
     """
 
-    def __init__(self, registry: Any, reactor: Any, expiration_ms: int = CHANGE_EXPIRATION_MS) -> None:
+    def __init__(self, registry: Any, reactor: Any, expiration_ms: int = CHANGE_EXPIRATION_MS,
+                 now_ms: Callable[[], int] | None = None) -> None:
         self.registry = registry
         self.reactor = reactor
+        self.now_ms = now_ms or (lambda: int(reactor.seconds() * 1000))
         self.expiration_ms = expiration_ms
         self.last_change = -1
         self._callbacks: dict[str, list[Callable[[str, dict[str, str]], object]]] = {}
@@ -178,7 +183,7 @@ class ConfigChangeListener:
         client = self.registry.client
         changes = sorted((int(name[len(CONFIG_CHANGE_PREFIX):]), name) for name in children
                          if name.startswith(CONFIG_CHANGE_PREFIX) and name[len(CONFIG_CHANGE_PREFIX):].isdigit())
-        expired_before = int(self.reactor.seconds() * 1000) - self.expiration_ms
+        expired_before = self.now_ms() - self.expiration_ms
         for sequence, name in changes:
             path = f"{CONFIG_CHANGES_PATH}/{name}"
             if sequence > self.last_change:

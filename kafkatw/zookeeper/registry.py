@@ -939,21 +939,31 @@ class Registry(_AclMethods):
         return self.client.watch_children(
             BROKER_IDS_PATH, self._chain(lambda ids: self._list_brokers(ids, detailed), callback))
 
-    def _chain(self, fetch: Callable[[Any], Coroutine[Any, Any, Any]], callback: Callable[[Any], object]) -> Callable[[Any], None]:
+    def _chain(self, fetch: Callable[[Any], Coroutine[Any, Any, Any]], callback: Callable[[Any], object],
+               newest_only: bool = False) -> Callable[[Any], None]:
         """
         Run C{fetch(value)} per notification, delivering results in order.
         A fetch that finds ZooKeeper unavailable (the connection dropped, or
         the session is being closed at shutdown) is no failure: it runs again
         for the same notification once the session is connected again, so
         that the change is not lost.
+
+        With C{newest_only} (for a C{fetch} that reads the whole state again
+        each time), a notification that comes while the fetch of an earlier
+        one waits for its turn takes its place: one fetch, of the newest
+        value, instead of one per notification (a ZooKeeper watch, which
+        fires once for the changes until it is set again, coalesces so too).
         """
         tail: list[Deferred] = [Deferred.fromCoroutine(_none())]
+        #: with newest_only: the value of the fetch queued and not started yet, if any
+        queued: list[Any] = []
 
         def again_when_connected(value: Any) -> None:
             def listener(state: str) -> None:
                 if state == "CONNECTED":
                     self.client.remove_state_listener(listener)
-                    on_change(value)
+                    if not queued:  # else a fetch of a newer value is queued
+                        on_change(value)
 
             self.client.add_state_listener(listener)
 
@@ -966,10 +976,17 @@ class Registry(_AclMethods):
             _log.failure("registry watch callback failed", f)
 
         def on_change(value: Any) -> None:
+            if newest_only:
+                if queued:
+                    queued[0] = value
+                    return
+                queued.append(value)
+
             def run(_: Any) -> Deferred:
-                d = _deferred(fetch(value))
+                fetched = queued.pop() if newest_only else value
+                d = _deferred(fetch(fetched))
                 d.addCallback(callback)
-                d.addErrback(failed, value)
+                d.addErrback(failed, fetched)
                 return d
 
             tail[0] = tail[0].addCallback(run)
@@ -1816,7 +1833,8 @@ class Registry(_AclMethods):
         """
         Call C{callback({partition: GroupCoordinatorHolder})} now and whenever
         a holder comes or goes; every holder is read again each time (a holder
-        replaced between two notifications is seen).
+        replaced between two notifications is seen), once for the
+        notifications that come while an earlier read runs.
         """
 
         async def fetch(names: list[str]) -> dict[int, GroupCoordinatorHolder]:
@@ -1833,7 +1851,8 @@ class Registry(_AclMethods):
                                                             stat.ephemeralOwner)
             return holders
 
-        return self.client.watch_children(GROUP_COORDINATOR_HOLDERS_PATH, self._chain(fetch, callback))
+        return self.client.watch_children(GROUP_COORDINATOR_HOLDERS_PATH,
+                                          self._chain(fetch, callback, newest_only=True))
 
     def claim_group_coordinator(self, partition: int, broker_id: int) -> Deferred:
         """

@@ -180,3 +180,63 @@ class BlockingThreadTests(SynchronousTestCase):
         """)
         result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
         self.assertEqual((result.returncode, result.stdout.strip()), (0, "False True True True"), result.stderr)
+
+
+class MonotonicReactorClockTests(SynchronousTestCase):
+    """
+    L{kafkatw.tap.use_monotonic_clock} sets C{seconds} on the broker's
+    reactor instance to C{time.monotonic}.  Twisted's C{ReactorBase.callLater}
+    reads C{self.seconds()} for a call's time and hands C{self.seconds} to its
+    C{DelayedCall}; C{timeout()} and C{runUntilCurrent()} compare with
+    C{self.seconds()}.  In a fresh interpreter whose C{time.time} (what
+    C{ReactorBase.seconds} is) steps back an hour just after a C{callLater(0.05)},
+    the call runs on time with the monotonic clock, and stalls without it
+    (the bug it fixes: a broker whose clock stepped back stalled its timers).
+    """
+
+    CODE = textwrap.dedent("""
+        import sys, threading, time
+
+        offset = [0.0]
+        wall = time.time
+        time.time = lambda: wall() - offset[0]  # before Twisted binds it: ReactorBase.seconds is this one
+
+        from twisted.internet import epollreactor
+
+        epollreactor.install()
+        from twisted.internet import reactor
+        from kafkatw.tap import use_monotonic_clock
+
+        if sys.argv[1] == "monotonic":
+            use_monotonic_clock(reactor)
+        ran = []
+
+        def schedule_then_step_back():
+            started = time.monotonic()
+            reactor.callLater(0.05, lambda: (ran.append(time.monotonic() - started), reactor.stop()))
+            offset[0] = 3600.0  # the machine's clock is set back an hour
+
+        reactor.callWhenRunning(schedule_then_step_back)
+        safety = threading.Timer(3.0, lambda: reactor.callFromThread(reactor.stop))
+        safety.daemon = True
+        safety.start()
+        reactor.run()
+        print("on time" if ran and ran[0] < 1.5 else "stalled")
+    """)
+
+    def run_reactor(self, clock: str) -> str:
+        result = subprocess.run([sys.executable, "-c", self.CODE, clock], capture_output=True, text=True, timeout=60)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        return result.stdout.strip()
+
+    def test_a_step_back_stalls_the_wall_clock_reactor_only(self) -> None:
+        self.assertEqual((self.run_reactor("monotonic"), self.run_reactor("wall")), ("on time", "stalled"))
+
+    def test_only_before_anything_is_scheduled(self) -> None:
+        from twisted.internet.testing import MemoryReactorClock
+
+        from kafkatw.tap import use_monotonic_clock
+
+        reactor = MemoryReactorClock()
+        reactor.callLater(1.0, lambda: None)
+        self.assertRaises(RuntimeError, use_monotonic_clock, reactor)

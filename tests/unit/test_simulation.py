@@ -26,6 +26,7 @@ from twisted.internet.protocol import ClientFactory, Factory, Protocol
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
+from kafkatw.broker.server import KafkaServer
 from kafkatw.simulation import cluster as cluster_module
 from kafkatw.simulation.cluster import (Cluster, Fault, RunResult, Schedule, Settings, Violation, make_schedule,
                                        run_seed, shrink)
@@ -236,32 +237,34 @@ class ImpairedLinkTests(SynchronousTestCase):
 
 
 class ClockJumpTests(SynchronousTestCase):
-    """L{NodeReactor.jump_clock}: one node's wall clock, and its timers with it (as Twisted's reactors)."""
+    """
+    L{NodeReactor.jump_clock}: one node's wall clock jumps, its timers do not
+    (they run on the monotonic clock, as C{twistd kafkatw}'s reactor's).
+    """
 
     def setUp(self) -> None:
         _two_nodes(self, lambda a, b: 0.010, start=1000.0)
 
     def test_a_jump_shows_in_that_nodes_wall_clock_only(self) -> None:
         self.a.jump_clock(3600.0)
-        self.assertEqual((self.a.seconds(), self.b.seconds(), self.reactor.seconds()), (4600.0, 1000.0, 1000.0))
+        self.assertEqual((self.a.wall_seconds(), self.b.wall_seconds(), self.a.seconds(), self.reactor.seconds()),
+                         (4600.0, 1000.0, 1000.0, 1000.0))
         self.reactor.advance(5.0)
         self.a.jump_clock(-7200.0)
-        self.assertEqual((self.a.seconds(), self.b.seconds()), (-2595.0, 1005.0))
+        self.assertEqual((self.a.wall_seconds(), self.b.wall_seconds(), self.a.seconds()), (-2595.0, 1005.0, 1005.0))
 
-    def test_timers_keep_their_times_on_the_jumped_clock(self) -> None:
+    def test_timers_do_not_follow_a_jump(self) -> None:
         ran: list[tuple[str, float, float]] = []
         for node, delay in [(self.a, 10.0), (self.a, 100.0), (self.b, 10.0)]:
             node.callLater(delay, lambda n=node, d=delay: ran.append((n.node, d, self.reactor.seconds())))
         call = self.a.callLater(20.0, lambda: ran.append(("a", 20.0, self.reactor.seconds())))
-        self.a.jump_clock(30.0)  # forward: a's 10 s and 20 s timers are past, its 100 s one 30 s nearer
-        self.assertEqual(call.getTime(), 1020.0)  # a's reading of it (a's clock says 1030 now)
+        self.a.jump_clock(30.0)  # forward: nothing comes due early
+        self.assertEqual(call.getTime(), 1020.0)
         self.reactor.advance(0)
-        self.assertEqual(ran, [("a", 10.0, 1000.0), ("a", 20.0, 1000.0)])
-        self.a.jump_clock(-50.0)  # back: its 100 s timer (due at a's 1100) waits 50 s more
-        self.reactor.run_until(1119.0)
-        self.assertEqual(ran[2:], [("b", 10.0, 1010.0)])
-        self.reactor.run_until(1121.0)
-        self.assertEqual(ran[3:], [("a", 100.0, 1120.0)])
+        self.assertEqual(ran, [])
+        self.a.jump_clock(-20000.0)  # back: nothing waits longer
+        self.reactor.run_until(1100.0)
+        self.assertEqual(ran, [("a", 10.0, 1010.0), ("b", 10.0, 1010.0), ("a", 20.0, 1020.0), ("a", 100.0, 1100.0)])
 
     def test_bytes_on_the_wire_are_not_delayed_by_a_jump(self) -> None:
         servers = _serve(self.b)
@@ -271,7 +274,7 @@ class ClockJumpTests(SynchronousTestCase):
         self.b.jump_clock(-600.0)
         client.protocol_instance.transport.write(b"on time")
         self.reactor.run_until(1001.0)
-        self.assertEqual(servers[0].received, [(1000.1 - 600.0 + 0.010, b"on time")])
+        self.assertEqual(servers[0].received, [(1000.1 + 0.010, b"on time")])
 
     def test_the_kernels_syn_retransmissions_do_not_follow_the_jump(self) -> None:
         servers = _serve(self.b)
@@ -655,6 +658,33 @@ class NetworkClockAndAdminFaultTests(SynchronousTestCase):
         self.assertTrue(result.ok, result.report())
         self.assertGreater(result.acknowledged, 100)
         self.assertEqual(result.trace_hash, self.run_seed(0, SHORT, schedule).trace_hash)
+
+    def test_a_broker_whose_wall_clock_steps_back_rejoins_its_isrs(self) -> None:
+        """
+        Seed 0 with C{--clock-jump-max 259200}, shrunk to two faults
+        (C{--drop 0,...,14,16,...,22,24,25}): broker 3 is cut off from its
+        peers, then its wall clock is set back 20,511 s (5.7 hours).  Its
+        timers ran on the wall clock (Twisted's C{ReactorBase.seconds} is
+        C{time.time}), so its replica fetchers' backoff waited 5.7 hours
+        more: healed, it never fetched again, and 60 s after the flush it
+        was still out of the ISRs of the partitions it follows (liveness).
+        With the timers on the monotonic clock it rejoins at once; what it
+        reads as wall time jumps (checked at the jump).
+        """
+        schedule = Schedule(0, [Fault(36.251, "isolate-peers", (3, "drop")),
+                                Fault(51.639, "clock-jump", (3, -20510.868))])
+        result = self.run_seed(0, Settings(), schedule)
+        self.assertTrue(result.ok, result.report())
+        self.assertEqual((result.exercised["clock jumps read"], result.exercised["timers on time after a clock jump"]),
+                         (1, 1))
+
+    def test_a_broker_reading_the_wrong_clock_is_caught_at_a_jump(self) -> None:
+        """A broker whose log manager read the reactor's time (not the wall clock) breaks the jump's check."""
+        schedule = Schedule(0, [Fault(6.0, "clock-jump", (2, 7200.0))])
+        with mock.patch.object(KafkaServer, "milliseconds", KafkaServer.hi_res_clock_ms):
+            result = self.run_seed(0, SHORT, schedule)
+        self.assertEqual([v.invariant for v in result.violations], ["clock jump"], result.report())
+        self.assertIn("broker 2's log manager's clock (the wall clock) reads", result.violations[0].detail)
 
     def test_a_reassignment_and_a_preferred_election_with_five_brokers(self) -> None:
         """

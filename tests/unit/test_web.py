@@ -228,6 +228,7 @@ class _ConsoleFixture:
                                topic_bytes_in={"t": 100}, topic_bytes_out={"t": 40}, group_coordinator=None)
         self.broker = SimpleNamespace(
             config=config, broker_id=0, metadata=metadata, log_manager=self.log_manager, reactor=self.clock,
+            milliseconds=lambda: int(self.clock.seconds() * 1000),
             apis=apis, registry=Registry(zk), zookeeper=zk, ready=ready, start_error=None, shutting_down=False,
             lag_monitor=SimpleNamespace(latest=snapshot, history=[(999000, {"g": 3}, {"g": {("t", 0): 3}})]),
             _topic_config=lambda name: topic_log_config(config, metadata.topics[name].config, strict=False))
