@@ -28,6 +28,7 @@ __all__ = [
     "TOPIC_CONFIG",
     "CONFIG_TYPE_CODES",
     "DYNAMIC_BROKER_CONFIGS",
+    "PER_BROKER_DYNAMIC_CONFIGS",
     "config_type",
     "is_sensitive",
     "is_dynamic_broker_config",
@@ -344,6 +345,9 @@ BROKER_CONFIG: dict[str, ConfigKey] = {
         ConfigKey("replica.fetch.response.max.bytes", int, 10485760,
                   "Bytes a follower fetches per request.", "bytes"),
         ConfigKey("replica.fetch.backoff.ms", int, 1000, "Pause of a replica fetcher after an error.", "ms"),
+        ConfigKey("replica.alter.log.dirs.io.max.bytes.per.second", float, 1.7976931348623157e308,
+                  "Moves of replicas between the log dirs of this broker (AlterReplicaLogDirs, KIP-113) copy at "
+                  "most this many bytes/s together.", "bytes/s"),
         ConfigKey("num.replica.fetchers", int, 1, "Fetcher connections per source broker.", "fetchers"),
         ConfigKey("max.incremental.fetch.session.cache.slots", int, 1000,
                   "Incremental fetch sessions (KIP-227) the broker keeps for followers and consumers; when "
@@ -703,7 +707,14 @@ def _dynamic_broker_configs() -> frozenset[str]:
     # synonyms of topic configs, but the deprecated log.message.format.version), the
     # replication quotas (DynamicReplicationConfigs); log.cleaner.* are matched by prefix.
     synonyms = set(TOPIC_CONFIG_KEYS.values()) - {"log.message.format.version"}
-    return frozenset(synonyms | {"leader.replication.throttled.rate", "follower.replication.throttled.rate"})
+    return frozenset(synonyms | {"leader.replication.throttled.rate", "follower.replication.throttled.rate"}
+                     | PER_BROKER_DYNAMIC_CONFIGS)
+
+
+#: Dynamic broker configs set for one broker only (C{/config/brokers/<id>}), never as the
+#: cluster default (Kafka's C{DynamicBrokerConfig.PerBrokerConfigs}; its
+#: C{DynamicListenerConfig}): the broker registers its new endpoints in C{/brokers/ids/<id>}.
+PER_BROKER_DYNAMIC_CONFIGS: frozenset[str] = frozenset({"advertised.listeners"})
 
 
 #: Broker configs that AlterConfigs/IncrementalAlterConfigs may change while
@@ -761,6 +772,9 @@ class BrokerConfig:
             key = BROKER_CONFIG.get(name)
             if key is None or not is_dynamic_broker_config(name):
                 skipped[name] = "not a dynamic broker config"
+                continue
+            if source == DYNAMIC_DEFAULT_BROKER_CONFIG and name in PER_BROKER_DYNAMIC_CONFIGS:
+                skipped[name] = "set per broker only, not as the cluster default"
                 continue
             try:
                 layer[name] = parse_broker_value(name, value)

@@ -12,13 +12,14 @@ give out the same id (Kafka's C{ProducerIdManager}).
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import Any, Callable
 
 from twisted.logger import Logger
 
 from ..config import (
     BROKER_CONFIG,
     DYNAMIC_BROKER_CONFIGS,
+    PER_BROKER_DYNAMIC_CONFIGS,
     TOPIC_CONFIG,
     config_type,
     is_dynamic_broker_config,
@@ -240,6 +241,11 @@ class AdminManager:
                 raise kafka_error(ErrorCode.invalid_request,
                                   f"Invalid config value for resource {resource}: Cannot update these configs "
                                   f"dynamically: {', '.join(static)}")
+            per_broker = sorted(name for name in names if name in PER_BROKER_DYNAMIC_CONFIGS)
+            if per_broker and not resource_name:
+                raise kafka_error(ErrorCode.invalid_request,
+                                  f"Invalid config value for resource {resource}: Cannot update these configs at "
+                                  f"default cluster level, broker id must be specified: {', '.join(per_broker)}")
             keys = BROKER_CONFIG
             current = await self.registry.get_broker_config(entity) if incremental else {}
         new = dict(current)
@@ -270,6 +276,9 @@ class AdminManager:
                     parse_topic_config(name, value)
                 else:
                     parse_broker_value(name, value)
+                    if name == "advertised.listeners" and resource_name == str(self.config["broker.id"]):
+                        from .listeners import check_advertised_listeners
+                        check_advertised_listeners(self.config, parse_broker_value(name, value))
             except (KeyError, ValueError) as e:
                 raise kafka_error(ErrorCode.invalid_request,
                                   f"Invalid config value for resource {resource}: Invalid value {value} for "

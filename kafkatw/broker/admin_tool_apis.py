@@ -1,15 +1,17 @@
 """
 The handlers behind Kafka's admin tools, mixed into
 L{kafkatw.broker.apis.KafkaApis}: DeleteRecords (C{kafka-delete-records.sh},
-KIP-107), DescribeLogDirs (C{kafka-log-dirs.sh}, KIP-113) and OffsetDelete
+KIP-107), DescribeLogDirs (C{kafka-log-dirs.sh}, KIP-113),
+AlterReplicaLogDirs (C{kafka-reassign-partitions.sh} C{log_dirs}, KIP-113:
+L{kafkatw.broker.replica_alter_log_dirs}) and OffsetDelete
 (C{kafka-consumer-groups.sh --delete-offsets}, KIP-496).
 
 With an authorizer each checks what Kafka's C{KafkaApis} checks: DeleteRecords
 needs Delete on each topic; DescribeLogDirs needs Describe on the cluster;
-OffsetDelete needs Delete on the group and Read on each topic.
+AlterReplicaLogDirs needs Alter on the cluster; OffsetDelete needs Delete on the group and Read on each topic.
 
 Source: Apache Kafka C{KafkaApis} (C{handleDeleteRecordsRequest},
-C{handleDescribeLogDirsRequest}, C{handleOffsetDeleteRequest}),
+C{handleDescribeLogDirsRequest}, C{handleAlterReplicaLogDirsRequest}, C{handleOffsetDeleteRequest}),
 C{ReplicaManager.deleteRecords}, C{DelayedDeleteRecords},
 C{GroupCoordinator.handleDeleteOffsets}; KIP-107, KIP-113, KIP-496.
 """
@@ -38,6 +40,7 @@ _E = ErrorCode
 #: API key -> (min, max) version served.
 ADMIN_TOOL_VERSIONS: dict[int, tuple[int, int]] = {
     21: (0, 2),  # DeleteRecords (KIP-107; v2 flexible)
+    34: (1, 2),  # AlterReplicaLogDirs (KIP-113; v2 flexible)
     35: (1, 4),  # DescribeLogDirs (KIP-113; v3 top-level error, v4 total/usable bytes)
     47: (0, 0),  # OffsetDelete (KIP-496)
 }
@@ -58,7 +61,8 @@ class AdminToolApis:
 
     def admin_tool_handlers(self) -> dict[int, Any]:
         """The API key -> handler entries for L{ADMIN_TOOL_VERSIONS}."""
-        return {21: self.handle_delete_records, 35: self.handle_describe_log_dirs, 47: self.handle_offset_delete}
+        return {21: self.handle_delete_records, 34: self.handle_alter_replica_log_dirs,
+                35: self.handle_describe_log_dirs, 47: self.handle_offset_delete}
 
     # --- DeleteRecords -------------------------------------------------------------
 
@@ -150,7 +154,10 @@ class AdminToolApis:
         one, or those of C{request.topics}): size in bytes, offset lag
         (C{max(high watermark - log end offset, 0)}, Kafka's
         C{getLogEndOffsetLag} of a current replica) and C{is_future_key}
-        false (no replica moves between directories).  v4 adds the file
+        false; a replica moving here from another directory
+        (AlterReplicaLogDirs) is listed a second time, in its destination,
+        with C{is_future_key} true and as lag the offsets it has still to
+        copy (current log end offset - its log end offset).  v4 adds the file
         system's total and usable bytes.  An offline log directory (one that
         failed, KIP-112) is listed with C{KAFKA_STORAGE_ERROR}, no partitions
         and unknown sizes (-1), as Kafka's C{ReplicaManager.describeLogDirs}.
@@ -176,6 +183,14 @@ class AdminToolApis:
             by_dir.setdefault(log_dir, {}).setdefault(log.topic, []).append({
                 "partition_index": log.partition, "partition_size": log.size_bytes,
                 "offset_lag": max(log.high_watermark - log.log_end_offset, 0), "is_future_key": False})
+        for (topic, index), future in sorted(getattr(log_manager, "future_logs", {}).items()):
+            if wanted is not None and index not in wanted.get(topic, ()):
+                continue
+            current = log_manager.get(topic, index)
+            lag = max((current.log_end_offset if current is not None else 0) - future.log_end_offset, 0)
+            by_dir.setdefault(log_manager.future_log_dir_of(topic, index), {}).setdefault(topic, []).append({
+                "partition_index": index, "partition_size": future.size_bytes, "offset_lag": lag,
+                "is_future_key": True})
         results = []
         offline = getattr(log_manager, "offline_log_dirs", {})
         for log_dir, topics in by_dir.items():
@@ -192,6 +207,37 @@ class AdminToolApis:
             results.append({"error_code": 0, "log_dir": log_dir, "total_bytes": total, "usable_bytes": usable,
                             "topics": [{"name": name, "partitions": ps} for name, ps in topics.items()]})
         return self._respond(context, {"throttle_time": 0, "error_code": 0, "results": results})
+
+    # --- AlterReplicaLogDirs -------------------------------------------------------
+
+    def handle_alter_replica_log_dirs(self, context: RequestContext, request: Any) -> bytes:
+        """
+        Move replicas between this broker's log dirs
+        (L{kafkatw.broker.replica_alter_log_dirs.ReplicaAlterLogDirsManager.alter},
+        whose module docstring gives the per-partition errors).  Without
+        Alter on the cluster every partition gets
+        C{CLUSTER_AUTHORIZATION_FAILED} (Kafka's
+        C{handleAlterReplicaLogDirsRequest}).
+        """
+        allowed = self._allowed(context, AclOperation.ALTER, ResourceType.CLUSTER)
+        mover = getattr(self.replica_manager, "alter_log_dirs_manager", None)
+        results: dict[str, list[dict]] = {}
+        for log_dir in request.dirs:
+            for topic in log_dir.topics:
+                for index in topic.partitions:
+                    if not allowed:
+                        code = _E.cluster_authorization_failed
+                    elif mover is None:
+                        code = _E.kafka_storage_error
+                    else:
+                        code = mover.alter(topic.name, int(index), log_dir.path)
+                        if code:
+                            _log.warn("AlterReplicaLogDirs of {partition} to {log_dir}: {error}",
+                                      partition=f"{topic.name}-{index}", log_dir=log_dir.path, error=code.name)
+                    results.setdefault(topic.name, []).append({"partition_index": int(index),
+                                                               "error_code": int(code)})
+        return self._respond(context, {"throttle_time": 0, "results": [
+            {"topic_name": name, "partitions": ps} for name, ps in results.items()]})
 
     # --- OffsetDelete --------------------------------------------------------------
 

@@ -235,3 +235,26 @@ def listener_config(config: Any) -> ListenerConfig:
             "://" in entry for entry in config["advertised.listeners"]):
         raise ListenerConfigError(f"advertised.listeners must include the inter-broker listener {inter_broker}")
     return ListenerConfig(listeners, advertised, protocol_map, inter_broker)
+
+
+class _WithAdvertised:
+    """A broker config whose C{advertised.listeners} is another value (for L{check_advertised_listeners})."""
+
+    def __init__(self, config: Any, advertised: list[str]) -> None:
+        self._config = config
+        self._advertised = advertised
+
+    def __getitem__(self, name: str) -> Any:
+        return self._advertised if name == "advertised.listeners" else self._config[name]
+
+
+def check_advertised_listeners(config: Any, advertised: list[str]) -> ListenerConfig:
+    """
+    The listeners of C{config} with C{advertised.listeners} set to
+    C{advertised} (a dynamic per-broker change, Kafka's
+    C{DynamicListenerConfig.validateReconfiguration}: each name a listener
+    of C{listeners}, the inter-broker one included).
+
+    @raise ListenerConfigError: one line saying what is wrong.
+    """
+    return listener_config(_WithAdvertised(config, advertised))

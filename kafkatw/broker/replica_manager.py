@@ -234,6 +234,8 @@ class ReplicaManager:
         self.now_ms = now_ms or (lambda: int(reactor.seconds() * 1000))
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.fetcher_manager: Any = None
+        #: set by the broker: moves replicas between log dirs (L{kafkatw.broker.replica_alter_log_dirs})
+        self.alter_log_dirs_manager: Any = None
         self.fetch_purgatory = Purgatory()
         self.produce_purgatory = Purgatory()
         #: (topic, partition) -> [partition, bytes appended] of appends made with write=False (L{write_pending})

@@ -45,13 +45,13 @@ from twisted.python.failure import Failure
 from ..client.security import SecurityConfig
 from ..config import DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG, BrokerConfig, topic_log_config
 from ..security.tls import PrincipalMapper, TLSConfigError, VerifyLog, server_options
-from ..storage.log_dir_failure import LogDirFiles, LogDirsFailedError
+from ..storage.log_dir_failure import LogDirFiles, LogDirsFailedError, OpenFilesLimitError
 from ..storage.log_manager import LogManager
 from ..storage.meta_properties import MetaPropertiesError, check_log_dirs, ensure_meta_properties
 from ..zookeeper.bridge import NodeExistsError, ZooKeeperClient, ZooKeeperError, ZooKeeperUnavailableError
 from ..zookeeper.config_changes import ConfigChangeListener
 from ..zookeeper.embedded import EmbeddedZooKeeperService, ZooKeeperNotInstalledError, ZooKeeperStartError
-from ..zookeeper.registry import DEFAULT_BROKER_ENTITY, BrokerIdInUseError, Registry
+from ..zookeeper.registry import BROKER_IDS_PATH, DEFAULT_BROKER_ENTITY, BrokerIdInUseError, Registry
 from .admin import AdminManager
 from .apis import KafkaApis
 from .authenticator import SaslServerAuthenticator, listener_sasl_settings, sasl_client_settings
@@ -61,6 +61,7 @@ from .transaction_apis import TransactionWiring
 from .controller import CONTROLLED_SHUTDOWN_PATH, KafkaController
 from .listeners import DEFAULT_PROTOCOL_MAP, ListenerConfig, ListenerConfigError, listener_config, parse_listener
 from .log_cleaner import LogCleaner
+from .replica_alter_log_dirs import ReplicaAlterLogDirsManager
 from .log_dir_lock import LogDirLock, LogDirLockedError
 from .session_guard import GuardProcess, spawn as spawn_session_guard
 from .replica_fetcher import ReplicaFetcherManager
@@ -104,6 +105,7 @@ EXPECTED_START_FAILURES: tuple[type[BaseException], ...] = (
     BrokerIdInUseError,
     ListenerConfigError,
     LogDirLockedError,
+    OpenFilesLimitError,
 )
 
 
@@ -246,6 +248,10 @@ class KafkaServer(service.MultiService):
         self._session_recorded = False
         self._zookeeper_closed = False
         self.log_cleaner: LogCleaner | None = None
+        #: the endpoints registered in /brokers/ids/<id> (None before the registration)
+        self._registered_endpoints: list[tuple[str, str, int]] | None = None
+        #: the brokers whose registration's data this broker watches (L{_watch_registrations})
+        self._registration_watches: set[int] = set()
         self.replica_manager: ReplicaManager | None = None
         self.controller: KafkaController | None = None
         self.fetcher_manager: ReplicaFetcherManager | None = None
@@ -493,6 +499,10 @@ class KafkaServer(service.MultiService):
         if config["log.cleaner.enable"]:
             self.log_cleaner = LogCleaner(self.log_manager, config.as_dict(), self.reactor, self.milliseconds)
             self.log_cleaner.start()
+        # AlterReplicaLogDirs (KIP-113): moves between this broker's log dirs; resumes those under way
+        self.replica_manager.alter_log_dirs_manager = ReplicaAlterLogDirsManager(
+            self.replica_manager, self.reactor, config.as_dict())
+        self.replica_manager.alter_log_dirs_manager.start()
 
     def _start_session_guard(self) -> None:
         """
@@ -598,6 +608,8 @@ class KafkaServer(service.MultiService):
         if self.log_cleaner is not None:
             await self.log_cleaner.stop()
             self.log_cleaner = None
+        if self.replica_manager is not None and self.replica_manager.alter_log_dirs_manager is not None:
+            self.replica_manager.alter_log_dirs_manager.stop()
         if self.log_manager is not None:
             self.log_manager.close()
 
@@ -1098,6 +1110,65 @@ class KafkaServer(service.MultiService):
             for topic in {log.topic for log in self.log_manager.all_logs()}:
                 self.log_manager.update_config(topic, self._topic_config(topic))
         self._recheck_offline_partitions()
+        if source == DYNAMIC_BROKER_CONFIG:
+            self._maybe_readvertise()
+
+    def _maybe_readvertise(self) -> None:
+        """
+        C{advertised.listeners} changed for this broker (a per-broker dynamic
+        config, Kafka's C{DynamicListenerConfig}): register the new endpoints
+        in C{/brokers/ids/<id>} (the same ephemeral node, its data set: the
+        broker epoch stays); every broker's data watch on it
+        (L{_watch_registrations}) updates its metadata, so that Metadata
+        answers carry the new address.  A value that does not fit the
+        listeners is logged and left unapplied.
+        """
+        if self.listeners is None or self._registered_endpoints is None:
+            return  # not registered yet: the registration uses the config as it is then
+        try:
+            wanted = listener_config(self.config).advertised
+        except ListenerConfigError as e:
+            _log.error("dynamic advertised.listeners of broker {id} not applied: {error}", id=self.broker_id,
+                       error=e)
+            return
+        if wanted == self.listeners.advertised:
+            return
+        self.listeners = self.listeners._replace(advertised=wanted)
+        advertised = self._advertised_endpoints()
+        inter_broker = self.listeners.inter_broker_listener
+        host, port = next((h, p) for name, h, p in advertised if name == inter_broker)
+        _log.info("broker {id} advertises {endpoints} now (advertised.listeners changed)", id=self.broker_id,
+                  endpoints=",".join(f"{n}://{h}:{p}" for n, h, p in advertised))
+        defer.ensureDeferred(self._register(host, port, advertised)).addErrback(
+            lambda f: _log.failure("registering broker {id}'s new endpoints failed", f, id=self.broker_id))
+
+    def _watch_registrations(self, infos: dict[int, Any]) -> None:
+        """
+        Watch the data of each broker's registration (Kafka's controller
+        watches C{/brokers/ids/<id>} for endpoint changes): a broker that
+        changes its C{advertised.listeners} sets it, and the brokers are
+        read again (L{_brokers_changed}).
+        """
+        if self.registry is None:
+            return
+        for broker_id in infos:
+            if broker_id in self._registration_watches:
+                continue
+            self._registration_watches.add(broker_id)
+            first = [True]
+
+            def changed(data: Any, first: list = first) -> None:
+                if first[0]:
+                    first[0] = False  # the watch's first call: the data just read
+                    return
+                if data is not None and self.registry is not None:
+                    self.registry.list_brokers(detailed=True).addCallbacks(
+                        self._brokers_changed,
+                        lambda f: _log.warn("reading the brokers after a registration changed failed: {error}",
+                                            error=f.getErrorMessage()))
+
+            self.registry.client.watch_data(f"{BROKER_IDS_PATH}/{broker_id}", changed).addErrback(
+                lambda f: _log.warn("watching a broker registration failed: {error}", error=f.getErrorMessage()))
 
     def _apply_throttle(self) -> None:
         rate = self.config["follower.replication.throttled.rate"]

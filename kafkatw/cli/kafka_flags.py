@@ -243,8 +243,9 @@ KAFKA_TOOL_FLAGS: dict[str, dict] = {
                    "--disable-rack-aware", "--execute", "--generate", "--help", "--list", "--preserve-throttles",
                    "--reassignment-json-file", "--throttle", "--timeout", "--topics-to-move-json-file", "--verify"],
         "refused": {
-            "--replica-alter-log-dirs-throttle": "replicas do not move between the log dirs of a broker "
-                                                 "(AlterReplicaLogDirs is not served)",
+            "--replica-alter-log-dirs-throttle": "moves between the log dirs of a broker are throttled by the "
+                                                 "broker config replica.alter.log.dirs.io.max.bytes.per.second "
+                                                 "(server.properties; not dynamic)",
             "--version": _VERSION,
         },
         "kafkatw": {"-h": "short for --help"},

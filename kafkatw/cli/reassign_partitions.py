@@ -33,8 +33,18 @@ C{--throttle N} sets C{leader.replication.throttled.rate} and
 C{follower.replication.throttled.rate} to N bytes/s on every broker of the
 reassignment (IncrementalAlterConfigs); the followers apply it to the replicas
 being added.  C{--verify} clears them once every listed reassignment has
-completed (unless C{--preserve-throttles}), as Kafka's tool does.  Moves between log directories (a C{log_dirs} entry
-other than C{"any"}) are refused.
+completed (unless C{--preserve-throttles}), as Kafka's tool does.
+
+Moves between the log directories of a broker: a C{log_dirs} entry other than
+C{"any"} (an absolute path of that replica's broker's C{log.dirs}) is sent
+with AlterReplicaLogDirs (KIP-113,
+L{kafkatw.broker.replica_alter_log_dirs}) after the reassignment started,
+again every 100 ms while the replica does not exist on its broker yet
+(C{REPLICA_NOT_AVAILABLE}), until C{--timeout} ms (default 10000) pass, as
+Kafka's C{executeMoves} does; C{--verify} reports each move (Kafka's
+C{replicaMoveStatesToString}) from DescribeLogDirs.  C{--cancel} does not
+cancel moves between log directories (send the replica's current directory
+with another C{--execute} to stop one).
 """
 
 from __future__ import annotations
@@ -56,6 +66,8 @@ __all__ = [
     "parse_broker_list",
     "parse_reassignment",
     "validate_for_execute",
+    "replica_log_dirs",
+    "format_replica_moves",
     "format_reassignment_json",
     "propose_assignment",
     "format_verify",
@@ -82,6 +94,8 @@ _PERMITTED = {"generate": {"disable_rack_aware"},
               "cancel": {"preserve_throttles", "timeout"},
               "list": set()}
 _TIMEOUT_MS = 30000
+#: Kafka's C{--timeout} default: how long --execute retries starting the log dir moves.
+_MOVES_TIMEOUT_MS = 10000
 
 
 class ReassignmentDataError(ValueError):
@@ -190,8 +204,7 @@ def _java_list(items: list[Any]) -> str:
 def validate_for_execute(entries: list[tuple[Partition, list[int], list[str]]]) -> dict[Partition, list[int]]:
     """
     Kafka's checks before C{--execute}: not empty, no empty replica list,
-    no partition twice, no replica twice; and kafkatw's: no log directory
-    moves.
+    no partition twice, no replica twice.
 
     @return: C{(topic, partition) -> target replicas}.
     @raise ReassignmentDataError: with Kafka's message.
@@ -208,11 +221,61 @@ def validate_for_execute(entries: list[tuple[Partition, list[int], list[str]]]) 
     if repeated:
         raise ReassignmentDataError("Partition replica lists may not contain duplicate entries: " + ". ".join(
             f"{_name(key)} contains multiple entries for {','.join(map(str, d))}" for key, d in repeated))
-    moves = [key for key, _, dirs in entries if any(d != ANY_LOG_DIR for d in dirs)]
-    if moves:
-        raise ReassignmentDataError("Moving replicas between log directories is not supported by kafkatw "
-                                    f"(log_dirs other than \"any\" for {', '.join(_name(k) for k in moves)})")
     return {key: replicas for key, replicas, _ in entries}
+
+
+def replica_log_dirs(entries: list[tuple[Partition, list[int], list[str]]]) -> dict[tuple[str, int, int], str]:
+    """
+    The log dir moves of a reassignment (Kafka's C{replicaAssignment}):
+    C{(topic, partition, broker) -> log dir} of each C{log_dirs} entry other
+    than C{"any"}.
+    """
+    return {(key[0], key[1], broker): log_dir for key, replicas, dirs in entries
+            for broker, log_dir in zip(replicas, dirs) if log_dir != ANY_LOG_DIR}
+
+
+def _replica_name(replica: tuple[str, int, int]) -> str:
+    """Kafka's C{TopicPartitionReplica.toString}: C{topic-partition-broker}."""
+    return f"{replica[0]}-{replica[1]}-{replica[2]}"
+
+
+def format_replica_moves(targets: dict[tuple[str, int, int], str],
+                         found: dict[tuple[str, int, int], tuple[str | None, str | None]]) -> tuple[list[str], bool]:
+    """
+    Kafka's C{findLogDirMoveStates} and C{replicaMoveStatesToString}.
+
+    @param targets: C{(topic, partition, broker) -> target log dir}.
+    @param found: C{(topic, partition, broker) -> (current log dir, future
+        log dir)} of the replicas found on their brokers.
+    @return: the lines, and whether every move is done.
+    """
+    lines, done = [], True
+    for replica in sorted(targets):
+        topic, partition, broker = replica
+        target = targets[replica]
+        if replica not in found:
+            done = False
+            lines.append(f"Partition {topic}-{partition} cannot be found in any live log directory on broker {broker}.")
+            continue
+        current, future = found[replica]
+        if current is None:
+            done = False
+            lines.append(f"Partition {topic}-{partition} is not found in any live log dir on broker {broker}. "
+                         "There is likely an offline log directory on the broker.")
+        elif future is None:
+            if current == target:
+                lines.append(f"Reassignment of replica {_replica_name(replica)} completed successfully.")
+            else:
+                lines.append(f"Partition {topic}-{partition} on broker {broker} is not being moved from log dir "
+                             f"{current} to {target}.")
+        else:
+            done = False
+            if future == target:
+                lines.append(f"Reassignment of replica {_replica_name(replica)} is still in progress.")
+            else:
+                lines.append(f"Partition {topic}-{partition} on broker {broker} is being moved to log dir {future} "
+                             f"instead of {target}.")
+    return lines, done
 
 
 def _name(key: Partition) -> str:
@@ -337,7 +400,8 @@ def _generate(admin: Any, topics: list[str], brokers: list[int]) -> tuple[dict, 
     return current, proposed
 
 
-def _execute(admin: Any, targets: dict[Partition, list[int]], additional: bool, throttle: int, echo: Any) -> None:
+def _execute(admin: Any, targets: dict[Partition, list[int]], additional: bool, throttle: int, echo: Any,
+             moves: dict[tuple[str, int, int], str] | None = None, timeout_ms: int = _MOVES_TIMEOUT_MS) -> None:
     if not additional and _list(admin):
         raise _Terse(CANNOT_EXECUTE_BECAUSE_OF_EXISTING_MESSAGE)
     response = admin.metadata(sorted({t for t, _ in targets}), timeout_ms=_TIMEOUT_MS)
@@ -363,6 +427,59 @@ def _execute(admin: Any, targets: dict[Partition, list[int]], additional: bool, 
             f"{_name(k)}: {errors[k]}" for k in _sorted(errors)))
     echo(f"Successfully started partition reassignment{'' if len(targets) == 1 else 's'} for "
          + ",".join(_name(k) for k in _sorted(targets)))
+    if moves:
+        _execute_moves(admin, moves, timeout_ms, echo)
+
+
+def _execute_moves(admin: Any, moves: dict[tuple[str, int, int], str], timeout_ms: int, echo: Any,
+                   sleep: Any = None, clock: Any = None) -> None:
+    """
+    Kafka's C{executeMoves}: AlterReplicaLogDirs for the pending moves, again
+    every 100 ms for those whose replica is not on its broker yet, until
+    C{timeout_ms}.
+    """
+    import time
+
+    sleep = sleep or time.sleep
+    clock = clock or time.monotonic
+    deadline = clock() + timeout_ms / 1000.0
+    pending = dict(moves)
+    while True:
+        results = admin.alter_replica_log_dirs(pending, timeout_ms=_TIMEOUT_MS)
+        completed = []
+        for replica in sorted(pending):
+            code = results.get(replica, ErrorCode.replica_not_available)
+            if code == ErrorCode.none:
+                completed.append(replica)
+            elif code != ErrorCode.replica_not_available:
+                raise _Terse(f"Error: Failed to alter dir for {_replica_name(replica)}: {code.name.upper()}")
+        for replica in completed:
+            echo(f"Successfully started moving log directory to {pending[replica]} for replica "
+                 f"{replica[0]}-{replica[1]} with broker {replica[2]} ")
+            del pending[replica]
+        if not pending:
+            return
+        if clock() >= deadline:
+            raise _Terse(f"Timed out before log directory move{'' if len(pending) == 1 else 's'} could be started "
+                         "for: " + ",".join(_replica_name(r) for r in sorted(pending)))
+        sleep(0.1)
+
+
+def _replica_dirs(admin: Any, replicas: list[tuple[str, int, int]]
+                  ) -> dict[tuple[str, int, int], tuple[str | None, str | None]]:
+    """DescribeLogDirs of the replicas' brokers: C{replica -> (current log dir, future log dir)}."""
+    brokers = sorted({r[2] for r in replicas})
+    wanted = sorted({(r[0], r[1]) for r in replicas})
+    found: dict[tuple[str, int, int], list] = {}
+    for broker, results in admin.describe_log_dirs(brokers, wanted, timeout_ms=_TIMEOUT_MS).items():
+        for result in results:
+            if int(result.error_code):
+                continue
+            for t in result.topics:
+                for p in t.partitions:
+                    entry = found.setdefault((t.name, int(p.partition_index), broker), [None, None])
+                    entry[1 if p.is_future_key else 0] = result.log_dir
+    return {replica: (entry[0], entry[1]) for replica, entry in found.items()}
 
 
 def _set_throttles(admin: Any, brokers: list[int], rate: str | None) -> None:
@@ -376,7 +493,8 @@ def _set_throttles(admin: Any, brokers: list[int], rate: str | None) -> None:
             f"broker {name}: {error}" for name, error in sorted(failed.items())))
 
 
-def _verify(admin: Any, targets: list[tuple[Partition, list[int]]], preserve_throttles: bool = False) -> list[str]:
+def _verify(admin: Any, targets: list[tuple[Partition, list[int]]], preserve_throttles: bool = False,
+            moves: dict[tuple[str, int, int], str] | None = None) -> list[str]:
     ongoing = _list(admin)
     states: dict[Partition, tuple[list[int], list[int], bool]] = {}
     rest = [(k, r) for k, r in targets if k not in ongoing]
@@ -390,7 +508,11 @@ def _verify(admin: Any, targets: list[tuple[Partition, list[int]]], preserve_thr
         else:
             states[key] = (current.get(key, []), target, True)
     lines = format_verify(states)
-    if not preserve_throttles and all(state[2] and state[0] == state[1] for state in states.values()):
+    moves_done = True
+    if moves:
+        move_lines, moves_done = format_replica_moves(moves, _replica_dirs(admin, list(moves)))
+        lines.extend(move_lines)
+    if not preserve_throttles and moves_done and all(state[2] and state[0] == state[1] for state in states.values()):
         brokers = sorted({int(b.node_id) for b in admin.metadata([], timeout_ms=_TIMEOUT_MS).brokers})
         _set_throttles(admin, brokers, None)
         lines.append("Clearing broker-level throttles on brokers " + ",".join(str(b) for b in brokers))
@@ -439,7 +561,7 @@ def _cancel(admin: Any, keys: list[Partition]) -> list[str]:
 @click.option("--additional", is_flag=True, default=None,
               help="For --execute: start it even though other reassignments are in progress.")
 @click.option("--timeout", type=click.IntRange(min=0), default=None, metavar="MS",
-              help="Accepted for compatibility (log directory moves, which kafkatw does not do).")
+              help="For --execute: how long to retry starting the log directory moves (default 10000 ms).")
 @click.option("--preserve-throttles", is_flag=True, default=None,
               help="For --verify: keep the replication throttles after the reassignment completed.")
 @click.option("--disable-rack-aware", is_flag=True, default=None,
@@ -497,10 +619,11 @@ def _run(bootstrap_server: str, action: str, options: dict[str, Any]) -> None:
         if action == "execute":
             targets = validate_for_execute(entries)
             _execute(connected(), targets, bool(options["additional"]),
-                     -1 if options["throttle"] is None else options["throttle"], echo)
+                     -1 if options["throttle"] is None else options["throttle"], echo, replica_log_dirs(entries),
+                     _MOVES_TIMEOUT_MS if options["timeout"] is None else options["timeout"])
         elif action == "verify":
             for line in _verify(connected(), [(key, replicas) for key, replicas, _ in entries],
-                                bool(options["preserve_throttles"])):
+                                bool(options["preserve_throttles"]), replica_log_dirs(entries)):
                 echo(line)
         else:
             for line in _cancel(connected(), [key for key, _, _ in entries]):

@@ -1129,6 +1129,41 @@ class AdminClient:
 
         return defer.Deferred.fromCoroutine(self._retry("describe log dirs", attempt, timeout_ms))
 
+    def alter_replica_log_dirs(self, assignment: Mapping[tuple[str, int, int], str],
+                               timeout_ms: int | None = None) -> defer.Deferred:
+        """
+        AlterReplicaLogDirs (KIP-113; Kafka's C{Admin.alterReplicaLogDirs}):
+        move each replica C{(topic, partition, broker id)} to the log dir (an
+        absolute path of that broker's C{log.dirs}); one request per broker.
+
+        @return: a Deferred firing with C{{(topic, partition, broker id):
+            ErrorCode}} (C{NONE}: the move started, or the replica is there
+            already; C{REPLICA_NOT_AVAILABLE}: no replica on that broker yet,
+            the dir is remembered for when it is created; C{LOG_DIR_NOT_FOUND},
+            C{KAFKA_STORAGE_ERROR}, C{CLUSTER_AUTHORIZATION_FAILED}).
+        @raise KafkaError: (as failure) a broker cannot be reached.
+        """
+        by_broker: dict[int, dict[str, dict[str, list[int]]]] = {}
+        for (topic, partition, broker), log_dir in assignment.items():
+            by_broker.setdefault(int(broker), {}).setdefault(log_dir, {}).setdefault(topic, []).append(partition)
+
+        async def attempt() -> dict:
+            await self._metadata([])
+            answers: dict[tuple[str, int, int], ErrorCode] = {}
+            for node in sorted(by_broker):
+                if node not in self.client.brokers:
+                    raise kafka_error(ErrorCode.broker_not_available, f"broker {node} is not in the cluster")
+                dirs = [{"path": path, "topics": [{"name": t, "partitions": sorted(ps)}
+                                                  for t, ps in sorted(topics.items())]}
+                        for path, topics in sorted(by_broker[node].items())]
+                response = await self.send(node, 34, {"dirs": dirs})
+                for t in response.results:
+                    for p in t.partitions:
+                        answers[(t.topic_name, int(p.partition_index), node)] = ErrorCode(int(p.error_code))
+            return answers
+
+        return defer.Deferred.fromCoroutine(self._retry("alter replica log dirs", attempt, timeout_ms))
+
     def delete_consumer_group_offsets(self, group_id: str, partitions: Iterable[TopicPartition],
                                       timeout_ms: int | None = None) -> defer.Deferred:
         """

@@ -725,6 +725,9 @@ class BlockingAdminClient(_Bound):
     def describe_log_dirs(self, *args: Any, **kwargs: Any) -> dict:
         return self._call(self._admin.describe_log_dirs, *args, **kwargs)
 
+    def alter_replica_log_dirs(self, *args: Any, **kwargs: Any) -> dict:
+        return self._call(self._admin.alter_replica_log_dirs, *args, **kwargs)
+
     def delete_consumer_group_offsets(self, *args: Any, **kwargs: Any) -> dict:
         return self._call(self._admin.delete_consumer_group_offsets, *args, **kwargs)
 

@@ -81,11 +81,20 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     50: (0, 0),  # DescribeUserScramCredentials
     51: (0, 0),  # AlterUserScramCredentials
     21: (0, 2),  # DeleteRecords
+    34: (1, 2),  # AlterReplicaLogDirs
     35: (1, 4),  # DescribeLogDirs
     47: (0, 0),  # OffsetDelete
     61: (0, 0),  # DescribeProducers
     65: (0, 0),  # DescribeTransactions
     66: (0, 1),  # ListTransactions
+    68: (0, 1),  # ConsumerGroupHeartbeat (KIP-848: kafkatw.client.consumer_membership)
+    69: (0, 1),  # ConsumerGroupDescribe
+    76: (1, 1),  # ShareGroupHeartbeat (KIP-932: kafkatw.client.share_consumer)
+    77: (1, 1),  # ShareGroupDescribe
+    78: (1, 1),  # ShareFetch
+    79: (1, 1),  # ShareAcknowledge
+    84: (0, 0),  # ReadShareGroupState (broker to share coordinator)
+    85: (0, 0),  # WriteShareGroupState
 }
 
 

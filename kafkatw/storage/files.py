@@ -14,11 +14,16 @@ import os
 __all__ = ["write_atomically"]
 
 
-def write_atomically(path: str, data: bytes, sync_directory: bool = True, mode: int = 0o644) -> None:
+def write_atomically(path: str, data: bytes, sync_directory: bool = True, mode: int = 0o644,
+                     fsync: bool = True) -> None:
     """
     Replace C{path} with C{data}: temporary file, fsync, rename, and (with
     C{sync_directory}) fsync of the directory.  The file gets C{mode} (0600
-    for a secret), also when a leftover temporary file existed.
+    for a secret), also when a leftover temporary file existed.  With
+    C{fsync=False} neither the file nor the directory is synced: still
+    whole-or-nothing for a crash of the process, not for one of the machine
+    (for a file the next start can do without: Kafka's leader epoch
+    truncations, KAFKA-15046).
 
     @raise OSError: the write failed; C{path} is unchanged.
     """
@@ -29,11 +34,12 @@ def write_atomically(path: str, data: bytes, sync_directory: bool = True, mode: 
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]
-        os.fsync(fd)
+        if fsync:
+            os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    if sync_directory:
+    if sync_directory and fsync:
         dir_fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
         try:
             os.fsync(dir_fd)

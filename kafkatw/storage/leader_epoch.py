@@ -25,9 +25,16 @@ Kafka's C{LeaderEpochCheckpointFile} format: UTF-8 text, one item a line::
     2 3
     5 7
 
-Every change is written at once and atomically (temporary file
+An assignment is written at once and atomically (temporary file
 C{leader-epoch-checkpoint.tmp}, C{fsync}, rename, C{fsync} of the directory),
-so a crash leaves either the old or the new file.  A missing, empty or
+so a crash leaves either the old or the new file.  A truncation is written
+without C{fsync} (as Kafka since KAFKA-15046): entries it removed that a
+crash of the machine brings back are removed again by the next start's
+truncation to the log.  The truncations of a start (L{LeaderEpochCache.truncate_from_end}
+and C{truncate_from_start} with C{write=False}) are not written at all: the
+next change writes them, and until then the next start redoes them; so a
+restart whose leaders come back at the same epoch writes nothing.  Nothing is
+written when the entries are those of the file already.  A missing, empty or
 malformed file (bad version, wrong count, an unparsable line, entries not
 strictly ascending) is reported by L{LeaderEpochCache.needs_rebuild}; the
 L{kafkatw.storage.log.PartitionLog} then rebuilds the cache from the
@@ -88,6 +95,8 @@ class LeaderEpochCache:
         self.path = path
         self._epochs: list[int] = []
         self._starts: list[int] = []
+        #: the entries in the file (as read or last written); C{None}: unknown (missing or malformed)
+        self._in_file: tuple[tuple[int, int], ...] | None = None
         self.needs_rebuild = False
         if path is not None:
             entries = self._read(path)
@@ -97,6 +106,7 @@ class LeaderEpochCache:
                 for epoch, start in entries:
                     self._epochs.append(epoch)
                     self._starts.append(start)
+                self._in_file = tuple(zip(self._epochs, self._starts))
 
     def __repr__(self) -> str:
         return f"<LeaderEpochCache {self.entries}>"
@@ -137,17 +147,25 @@ class LeaderEpochCache:
             return None
         return entries
 
-    def _write(self) -> None:
-        """Write the checkpoint atomically: temporary file, fsync, rename, fsync of the directory."""
+    def _write(self, sync: bool = True) -> None:
+        """
+        Write the checkpoint atomically (temporary file, rename; with C{sync}
+        an C{fsync} of the file and of the directory), unless the file holds
+        these entries already.
+        """
         path = self.path
         if path is None:
             return
-        lines = [str(_CURRENT_VERSION), str(len(self._epochs))]
-        lines.extend(f"{epoch} {start}" for epoch, start in zip(self._epochs, self._starts))
+        entries = tuple(zip(self._epochs, self._starts))
+        if entries == self._in_file:
+            return
+        lines = [str(_CURRENT_VERSION), str(len(entries))]
+        lines.extend(f"{epoch} {start}" for epoch, start in entries)
         try:
-            write_atomically(path, ("\n".join(lines) + "\n").encode("utf-8"))
+            write_atomically(path, ("\n".join(lines) + "\n").encode("utf-8"), fsync=sync)
         except OSError as e:
             raise KafkaStorageError(f"cannot write {path}: {e}") from e
+        self._in_file = entries
 
     # -- reading --------------------------------------------------------------
 
@@ -274,11 +292,13 @@ class LeaderEpochCache:
             self.needs_rebuild = False
         return changed
 
-    def truncate_from_end(self, end_offset: int) -> bool:
+    def truncate_from_end(self, end_offset: int, write: bool = True) -> bool:
         """
         Remove every entry whose start offset is C{>= end_offset} (the log
         was truncated to C{end_offset}; Kafka's C{truncateFromEnd}).  A
         negative C{end_offset} (L{UNDEFINED_EPOCH_OFFSET}) changes nothing.
+        The file is written without C{fsync}; with C{write=False} (a start
+        cutting the cache to the loaded log) not at all, until the next change.
 
         @return: whether the cache changed.
         """
@@ -287,16 +307,18 @@ class LeaderEpochCache:
             return False
         keep = bisect_left(starts, end_offset)
         del epochs[keep:], starts[keep:]
-        self._write()
+        if write:
+            self._write(sync=False)
         return True
 
-    def truncate_from_start(self, start_offset: int) -> bool:
+    def truncate_from_start(self, start_offset: int, write: bool = True) -> bool:
         """
         The log now starts at C{start_offset} (retention, a new log start
         offset; Kafka's C{truncateFromStart}): the entries starting at or
         before it are replaced by one entry, that of the last of them, moved
         up to C{start_offset}.  Entries starting after it stay; a
-        C{start_offset} before the first entry changes nothing.
+        C{start_offset} before the first entry changes nothing.  Written as
+        L{truncate_from_end} writes.
 
         @return: whether the cache changed.
         """
@@ -308,13 +330,15 @@ class LeaderEpochCache:
         del epochs[:covered], starts[:covered]
         epochs.insert(0, epoch)
         starts.insert(0, start_offset)
-        self._write()
+        if write:
+            self._write(sync=False)
         return True
 
     def clear(self) -> None:
         """Remove every entry and write the (empty) file (Kafka's C{clearAndFlush})."""
         self._epochs.clear()
         self._starts.clear()
+        self._in_file = None  # written even when the file was empty already
         self._write()
         self.needs_rebuild = False
 

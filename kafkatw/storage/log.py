@@ -203,6 +203,10 @@ class PartitionLog:
         #: a write of pending batches (L{append} with C{write=False}) that failed
         #: inside an append (a roll, a flush), reported by L{write_pending}
         self._failed_write: KafkaStorageError | None = None
+        #: C{(file name, bytes)} of the producer snapshot known to be the only one in the
+        #: directory (restored at a clean start, or written since): a close that would write
+        #: the same bytes writes nothing
+        self._snapshot_on_disk: tuple[str, bytes] | None = None
         try:
             os.makedirs(directory, exist_ok=True)
         except OSError as e:
@@ -332,9 +336,14 @@ class PartitionLog:
         if clean_shutdown and snapshots and not swapped:
             path = os.path.join(self.directory, snapshots[-1])
             with open(path, "rb") as f:
-                loaded = self.producer_state.restore(f.read(), self.log_end_offset)
-        for name in snapshots:
-            os.unlink(os.path.join(self.directory, name))
+                data = f.read()
+            loaded = self.producer_state.restore(data, self.log_end_offset)
+            if loaded and len(snapshots) == 1:
+                self._snapshot_on_disk = (snapshots[-1], data)
+        # The snapshots stay: one is used only at a clean start, and every clean shutdown
+        # (L{close}) writes this log's snapshot again -- or finds it unchanged -- and removes
+        # the others first; so an idle partition costs no write at the shutdown and no
+        # unlink at the start (issue 32).
         if loaded:
             self.producer_state_source = "snapshot"
             for segment in self._segments:
@@ -413,8 +422,9 @@ class PartitionLog:
             _log.info("rebuilding the leader epoch cache of {partition} from the log",
                       partition=f"{self.topic}-{self.partition}")
         else:
-            cache.truncate_from_end(self.log_end_offset)
-            cache.truncate_from_start(self.log_start_offset)
+            # not written: the next change writes them, and the next start redoes them until then
+            cache.truncate_from_end(self.log_end_offset, write=False)
+            cache.truncate_from_start(self.log_start_offset, write=False)
             if clean_shutdown:
                 return
             segments = [s for s in self._segments if s.next_offset > recovery_point]
@@ -428,10 +438,26 @@ class PartitionLog:
         cache.assign_all(found)
 
     def _write_producer_snapshot(self) -> None:
-        """Write the idempotent-producer state for the next clean start (atomically)."""
+        """
+        Write the idempotent-producer state for the next clean start
+        (atomically), and remove every other snapshot of the log; nothing
+        when the one snapshot on disk holds these bytes already.  A log
+        without a byte gets no snapshot: its start scans nothing.
+        """
         leo = self.log_end_offset
-        path = os.path.join(self.directory, f"{leo:020d}{_SNAPSHOT_SUFFIX}")
-        write_atomically(path, self.producer_state.snapshot(leo), sync_directory=False)
+        name = f"{leo:020d}{_SNAPSHOT_SUFFIX}"
+        data = self.producer_state.snapshot(leo)
+        if self._snapshot_on_disk == (name, data):
+            return
+        empty = all(segment.size_bytes == 0 for segment in self._segments)
+        self._snapshot_on_disk = None
+        for other in os.listdir(self.directory):
+            if other.endswith(_SNAPSHOT_SUFFIX) and (other != name or empty):
+                os.unlink(os.path.join(self.directory, other))
+        if empty:
+            return
+        write_atomically(os.path.join(self.directory, name), data, sync_directory=False)
+        self._snapshot_on_disk = (name, data)
 
     @staticmethod
     def _crosses(bases: list[int], base: int, recovery_point: int) -> bool:

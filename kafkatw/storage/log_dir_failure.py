@@ -34,7 +34,8 @@ from twisted.logger import Logger
 
 from kafkatw.errors import KafkaStorageError
 
-__all__ = ["LogDirFiles", "LogDirFailureChannel", "LogDirsFailedError", "FILE_OPERATIONS", "OS_FILES"]
+__all__ = ["LogDirFiles", "LogDirFailureChannel", "LogDirsFailedError", "FILE_OPERATIONS", "OS_FILES",
+           "OpenFilesLimitError", "OPEN_FILES_RESERVE", "out_of_descriptors"]
 
 _log = Logger()
 
@@ -151,3 +152,27 @@ class LogDirFailureChannel:
         for listener in list(self._listeners):
             listener(log_dir, message)
         return True
+
+
+class OpenFilesLimitError(KafkaStorageError):
+    """
+    A log could not be opened or created for want of file descriptors
+    (C{EMFILE}, C{ENFILE}, or fewer than L{OPEN_FILES_RESERVE} left below the
+    soft C{RLIMIT_NOFILE}): a limit of the process, not a failure of its log
+    directory, which stays online (docs/operations.md, "Open files").
+    """
+
+
+#: Descriptors kept free below the soft C{RLIMIT_NOFILE} when a log is created:
+#: for connections, index writes and checkpoints, which would otherwise fail with C{EMFILE}.
+OPEN_FILES_RESERVE = 256
+
+
+def out_of_descriptors(error: BaseException | None) -> bool:
+    """Whether C{error}, or an error it was raised from, is C{EMFILE} or C{ENFILE}."""
+    while error is not None:
+        if isinstance(error, OSError) and error.errno in (errno.EMFILE, errno.ENFILE):
+            return True
+        error = error.__cause__
+    return False
+

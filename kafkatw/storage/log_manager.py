@@ -40,12 +40,21 @@ drops its logs (their files stay open, unwritten, until L{close}), and from
 then on nothing touches it: no flush, retention or checkpoint, no new
 partition, and no clean-shutdown marker, so that the next start recovers its
 logs from what is on disk.
+
+Running out of file descriptors is not a failure of a directory but a limit
+of the process (docs/operations.md, "Open files"): a new log that would leave
+fewer than L{OPEN_FILES_RESERVE} descriptors below the soft C{RLIMIT_NOFILE},
+or whose creation fails with C{EMFILE}/C{ENFILE}, is not created
+(L{OpenFilesLimitError}, C{KAFKA_STORAGE_ERROR} for that partition) and the
+directory stays online; at L{LogManager.load} the same error stops the start.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import resource
+import shutil
 import threading
 from typing import Any, Callable, Mapping
 
@@ -53,9 +62,18 @@ from twisted.logger import Logger
 
 from kafkatw.errors import KafkaStorageError
 from kafkatw.storage.files import write_atomically
+from kafkatw.storage.future_log import (FUTURE_SUFFIX, delete_dir_name, future_dir_name, parse_moving_dir,
+                                        recover_interrupted_moves, sync_directory)
 from kafkatw.storage.log import PartitionLog
 from kafkatw.storage.log_config import LogConfig
-from kafkatw.storage.log_dir_failure import LogDirFailureChannel, LogDirFiles, LogDirsFailedError
+from kafkatw.storage.log_dir_failure import (
+    OPEN_FILES_RESERVE,
+    LogDirFailureChannel,
+    LogDirFiles,
+    LogDirsFailedError,
+    OpenFilesLimitError,
+    out_of_descriptors,
+)
 
 __all__ = ["LogManager", "CHECKPOINT_FILE", "CLEAN_SHUTDOWN_FILE", "HIGH_WATERMARK_CHECKPOINT_FILE", "read_checkpoint",
            "write_checkpoint"]
@@ -116,6 +134,12 @@ class _DuplicateLogError(KafkaStorageError):
     """A partition's log in two log directories: a configuration error, not a failed directory."""
 
 
+def soft_open_files_limit() -> int | None:
+    """This process's soft C{RLIMIT_NOFILE}; C{None} when unlimited."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
 class LogManager:
     """
     All partition logs of a broker.
@@ -128,18 +152,23 @@ class LogManager:
     @param files_factory: makes the L{LogDirFiles} of a log directory from
         its absolute path (a simulation gives a disk model:
         L{kafkatw.simulation.disk}).
+    @param open_files_limit: the soft C{RLIMIT_NOFILE} now (C{None}:
+        unlimited); a new log is refused when it leaves fewer than
+        L{OPEN_FILES_RESERVE} descriptors below it.
 
     @ivar files: log directory -> the L{LogDirFiles} its segments write through.
     """
 
     def __init__(self, log_dirs: list[str], default_config: Mapping[str, Any], now_ms: Callable[[], int],
                  failure_channel: LogDirFailureChannel | None = None, *,
-                 files_factory: Callable[[str], LogDirFiles] = LogDirFiles) -> None:
+                 files_factory: Callable[[str], LogDirFiles] = LogDirFiles,
+                 open_files_limit: Callable[[], int | None] = soft_open_files_limit) -> None:
         if not log_dirs:
             raise ValueError("at least one log directory is required")
         self.log_dirs = [os.path.abspath(d) for d in log_dirs]
         self.failure_channel = failure_channel if failure_channel is not None else LogDirFailureChannel()
         self.files = {d: files_factory(d) for d in self.log_dirs}
+        self.open_files_limit = open_files_limit
         #: the logs of failed directories: their files are closed (unwritten) by L{close}
         self._offline_logs: list[PartitionLog] = []
         #: offline log directory -> the partitions whose logs were there when it failed
@@ -154,13 +183,30 @@ class LogManager:
         self.unclean_log_dirs: list[str] = []
         self._log_dir_of: dict[tuple[str, int], str] = {}
         self._topic_configs: dict[str, dict[str, Any]] = {}
+        #: topic -> (default config, topic overrides, the LogConfig parsed from them) (L{_config_for})
+        self._parsed_configs: dict[str, tuple[dict[str, Any], dict[str, Any] | None, LogConfig]] = {}
         #: checkpoint path -> the offsets last written there
         self._written: dict[str, dict[tuple[str, int], int]] = {}
         #: held while checkpoint files are written (from whichever thread)
         self._checkpoint_lock = threading.Lock()
+        #: (topic, partition) -> its future log, a replica moving to another log dir
+        #: (AlterReplicaLogDirs, KIP-113: L{kafkatw.storage.future_log})
+        self.future_logs: dict[tuple[str, int], PartitionLog] = {}
+        self._future_log_dir_of: dict[tuple[str, int], str] = {}
+        #: (topic, partition) -> the log dir its log is created in (AlterReplicaLogDirs before the replica
+        #: exists: Kafka's C{preferredLogDirs})
+        self.preferred_log_dirs: dict[tuple[str, int], str] = {}
 
     def _config_for(self, topic: str) -> LogConfig:
-        return LogConfig.from_topic_config({**self.default_config, **self._topic_configs.get(topic, {})})
+        # parsed once per topic (a start opens thousands of logs of few topics): the entry holds while
+        # both dicts it came from are the current ones (they are replaced on a change, never mutated)
+        overrides = self._topic_configs.get(topic)
+        cached = self._parsed_configs.get(topic)
+        if cached is not None and cached[0] is self.default_config and cached[1] is overrides:
+            return cached[2]
+        config = LogConfig.from_topic_config({**self.default_config, **(overrides or {})})
+        self._parsed_configs[topic] = (self.default_config, overrides, config)
+        return config
 
     def load(self) -> None:
         """
@@ -172,7 +218,10 @@ class LogManager:
 
         @raise LogDirsFailedError: every log directory failed.
         @raise KafkaStorageError: a partition is in two log directories.
+        @raise OpenFilesLimitError: the logs need more descriptors than the
+            soft C{RLIMIT_NOFILE} allows (the logs opened are closed again).
         """
+        recover_interrupted_moves(self.live_log_dirs)
         for log_dir in self.log_dirs:
             if log_dir in self.failure_channel.offline:
                 continue
@@ -182,10 +231,21 @@ class LogManager:
             except _DuplicateLogError:
                 raise
             except (OSError, KafkaStorageError) as e:  # a segment that cannot be opened wraps its OSError
+                if out_of_descriptors(e):
+                    for log in self._logs.values():
+                        log.close_handlers()
+                    self._logs.clear()
+                    self._log_dir_of.clear()
+                    raise OpenFilesLimitError(
+                        f"the logs of {log_dir} need more file descriptors than the open files limit (ulimit -n)"
+                        f" of {self.open_files_limit()} allows (out of them at partition log {len(seen)},"
+                        f" {seen[-1][0] if seen else ''}-{seen[-1][1] if seen else ''}): raise the hard limit"
+                        f" (LimitNOFILE= of systemd, or ulimit -Hn); the broker raises its soft limit to it") from e
                 self.failure_channel.maybe_add_offline_log_dir(log_dir, f"loading its logs failed: {e}")
                 self.offline_partitions[log_dir] = sorted(set(self.offline_partitions.get(log_dir, [])) | set(seen))
         if not self.live_log_dirs:
             raise LogDirsFailedError(self.offline_log_dirs)
+        self._load_future_logs()
 
     def _load_log_dir(self, log_dir: str, seen: list[tuple[str, int]]) -> None:
         """Load one log directory's logs; C{seen} gets each partition found, before it is opened."""
@@ -274,6 +334,10 @@ class LogManager:
             del self._log_dir_of[tp]
         for name in (CHECKPOINT_FILE, HIGH_WATERMARK_CHECKPOINT_FILE, LOG_START_OFFSET_CHECKPOINT_FILE):
             self._written.pop(os.path.join(log_dir, name), None)
+        for tp, d in list(self._future_log_dir_of.items()):
+            if d == log_dir:
+                self._offline_logs.append(self.future_logs.pop(tp))
+                del self._future_log_dir_of[tp]
         return gone
 
     def get(self, topic: str, partition: int) -> PartitionLog | None:
@@ -297,10 +361,27 @@ class LogManager:
         for d in self._log_dir_of.values():
             counts[d] += 1
         log_dir = min(live, key=lambda d: counts[d])
+        preferred = self.preferred_log_dirs.pop(tp, None)
+        if preferred in live:
+            log_dir = preferred
+        path = os.path.join(log_dir, f"{topic}-{partition}")
+        existed = os.path.exists(path)
+        log = None
         try:
-            log = PartitionLog(os.path.join(log_dir, f"{topic}-{partition}"), topic, partition,
-                               self._config_for(topic), now_ms=self.now_ms, files=self.files[log_dir])
+            log = PartitionLog(path, topic, partition, self._config_for(topic), now_ms=self.now_ms,
+                               files=self.files[log_dir])
+            self._check_open_files(topic, partition, log)
         except (KafkaStorageError, OSError) as e:
+            if isinstance(e, OpenFilesLimitError) or out_of_descriptors(e):
+                if log is not None:
+                    log.close_handlers()
+                if not existed:
+                    shutil.rmtree(path, ignore_errors=True)
+                if isinstance(e, OpenFilesLimitError):
+                    raise
+                raise OpenFilesLimitError(f"cannot create the log of {topic}-{partition}: out of file descriptors"
+                                          f" at the open files limit (ulimit -n) of {self.open_files_limit()}"
+                                          f" ({e}); log dir {log_dir} stays online") from e
             message = f"cannot create the log of {topic}-{partition}: {e}"
             self.failure_channel.maybe_add_offline_log_dir(log_dir, message)
             raise LogDirsFailedError({log_dir: message}) from e
@@ -309,13 +390,159 @@ class LogManager:
         return log
 
     def delete(self, topic: str, partition: int) -> bool:
-        """Remove a partition's log and directory. @return: whether it existed."""
+        """Remove a partition's log and directory (and its future log). @return: whether it existed."""
+        self.remove_future_log(topic, partition)
         log = self._logs.pop((topic, partition), None)
         self._log_dir_of.pop((topic, partition), None)
         if log is None:
             return False
         log.delete()
         return True
+
+    # -- future logs: replicas moving between log dirs (KIP-113) ----------------------
+
+    def _load_future_logs(self) -> None:
+        """
+        Open the future logs found in the live log dirs (L{load}): a move
+        whose partition has its current log here resumes (Kafka's); one
+        whose partition has no log here any more is removed, unless a log dir
+        is offline (its current log may be there: it is left on disk).
+        """
+        for log_dir in self.live_log_dirs:
+            for name in sorted(os.listdir(log_dir)):
+                parsed = parse_moving_dir(name)
+                if parsed is None or parsed[3] != FUTURE_SUFFIX:
+                    continue
+                topic, partition, _, _ = parsed
+                tp = (topic, partition)
+                path = os.path.join(log_dir, name)
+                if tp not in self._logs or tp in self.future_logs or self._log_dir_of[tp] == log_dir:
+                    if not self.offline_log_dirs:
+                        _log.warn("removing the future log {path}: its partition has no current log in another"
+                                  " log dir", path=path)
+                        shutil.rmtree(path, ignore_errors=True)
+                    continue
+                # its recovery point is not checkpointed: it is recovered whole (CRC checks)
+                log = PartitionLog(path, topic, partition, self._config_for(topic), now_ms=self.now_ms,
+                                   files=self.files[log_dir])
+                self.future_logs[tp] = log
+                self._future_log_dir_of[tp] = log_dir
+                _log.info("loaded the future log of {partition} in {log_dir} [{start}, {end}): its move resumes",
+                          partition=f"{topic}-{partition}", log_dir=log_dir, start=log.log_start_offset,
+                          end=log.log_end_offset)
+
+    def future_log_dir_of(self, topic: str, partition: int) -> str | None:
+        """The log dir of C{topic-partition}'s future log (C{None}: it is not moving)."""
+        return self._future_log_dir_of.get((topic, partition))
+
+    def create_future_log(self, topic: str, partition: int, log_dir: str, move_id: str) -> PartitionLog:
+        """
+        Create the future log of C{topic-partition} in C{log_dir}, empty,
+        starting at the current log's log start offset
+        (C{<topic>-<partition>.<move_id>-future}, L{kafkatw.storage.future_log}).
+
+        @raise KafkaStorageError: it cannot be created (C{log_dir} goes offline).
+        """
+        tp = (topic, partition)
+        path = os.path.join(log_dir, future_dir_name(topic, partition, move_id))
+        try:
+            log = PartitionLog(path, topic, partition, self._config_for(topic), now_ms=self.now_ms,
+                               files=self.files[log_dir])
+            current = self._logs.get(tp)
+            if current is not None and current.log_start_offset > 0:
+                log.truncate_fully_and_start_at(current.log_start_offset)
+        except (KafkaStorageError, OSError) as e:
+            message = f"cannot create the future log of {topic}-{partition}: {e}"
+            self.failure_channel.maybe_add_offline_log_dir(log_dir, message)
+            raise LogDirsFailedError({log_dir: message}) from e
+        self.future_logs[tp] = log
+        self._future_log_dir_of[tp] = log_dir
+        return log
+
+    def remove_future_log(self, topic: str, partition: int) -> bool:
+        """Close and remove C{topic-partition}'s future log (a move cancelled). @return: whether there was one."""
+        tp = (topic, partition)
+        log = self.future_logs.pop(tp, None)
+        self._future_log_dir_of.pop(tp, None)
+        if log is None:
+            return False
+        log.delete()
+        return True
+
+    def replace_current_with_future_log(self, topic: str, partition: int) -> PartitionLog:
+        """
+        Swap the future log of C{topic-partition} in (Kafka's
+        C{LogManager.replaceCurrentWithFutureLog}), once it holds every
+        batch of the current log (same log end offset, nothing pending): it
+        takes the current log's log start offset, high watermark, leader
+        epoch cache and producer state, is closed (flushed, snapshot and
+        checkpoint written) and the two directories are renamed as
+        L{kafkatw.storage.future_log} draws; it is then opened again as the
+        current log (a clean open: its indexes are trusted).  The old log is
+        not closed: reads under way keep its descriptors; the caller deletes
+        it later (C{file.delete.delay.ms}) with L{delete_old_log}.
+
+        @return: the old log (its directory already renamed C{...-delete}).
+        @raise ValueError: not caught up.
+        @raise KafkaStorageError: a rename or a write failed.
+        """
+        tp = (topic, partition)
+        current, future = self._logs[tp], self.future_logs[tp]
+        leo = current.log_end_offset
+        if future.log_end_offset != leo or current.has_pending:
+            raise ValueError(f"the future log of {topic}-{partition} is at {future.log_end_offset}, the current"
+                             f" one at {leo}")
+        source_dir, destination_dir = self._log_dir_of[tp], self._future_log_dir_of[tp]
+        move_id = parse_moving_dir(os.path.basename(future.directory))[2]
+        future.update_high_watermark(current.high_watermark)
+        future.maybe_increment_log_start_offset(current.log_start_offset)
+        future.producer_state.restore(current.producer_state.snapshot(leo), leo)
+        future.leader_epoch_cache.clear()
+        future.leader_epoch_cache.assign_all((e.epoch, e.start_offset) for e in current.leader_epoch_cache.entries)
+        high_watermark = current.high_watermark
+        current_path = current.directory
+        old_path = os.path.join(source_dir, delete_dir_name(topic, partition, move_id))
+        new_path = os.path.join(destination_dir, f"{topic}-{partition}")
+        swapped = False
+        try:
+            future.close()
+            current.flush()
+            os.rename(current_path, old_path)
+            try:
+                sync_directory(source_dir)
+                os.rename(future.directory, new_path)
+            except OSError:
+                os.rename(old_path, current_path)  # undone: the current log serves on
+                raise
+            swapped = True
+            sync_directory(destination_dir)
+            log = PartitionLog(new_path, topic, partition, self._config_for(topic), recovery_point=leo,
+                               clean_shutdown=True, now_ms=self.now_ms, files=self.files[destination_dir])
+        except (KafkaStorageError, OSError) as e:
+            if swapped:
+                # on disk the new log is in place (complete and closed): the partition is offline here
+                # until the next start opens it
+                current.directory = old_path
+                raise self.log_failed(topic, partition, e) from e
+            # the move is abandoned; the current log, untouched, serves on
+            del self.future_logs[tp]
+            del self._future_log_dir_of[tp]
+            shutil.rmtree(future.directory, ignore_errors=True)
+            raise KafkaStorageError(f"moving {topic}-{partition} to {destination_dir} failed: {e}") from e
+        log.update_high_watermark(high_watermark)
+        log.maybe_increment_log_start_offset(future.log_start_offset)  # inside its first batch (DeleteRecords)
+        current.directory = old_path
+        self._logs[tp] = log
+        self._log_dir_of[tp] = destination_dir
+        del self.future_logs[tp]
+        del self._future_log_dir_of[tp]
+        return current
+
+    @staticmethod
+    def delete_old_log(log: PartitionLog) -> None:
+        """Close the files of a log replaced by its future log and remove its (C{-delete}) directory."""
+        log.close_handlers()
+        shutil.rmtree(log.directory, ignore_errors=True)
 
     def all_logs(self) -> list[PartitionLog]:
         return list(self._logs.values())
@@ -329,16 +556,19 @@ class LogManager:
         """
         self.default_config = dict(default_config)
         configs: dict[str, LogConfig] = {}
-        for (topic, _), log in self._logs.items():
+        for (topic, _), log in [*self._logs.items(), *self.future_logs.items()]:
             if topic not in configs:
                 configs[topic] = self._config_for(topic)
             log.config = configs[topic]
 
     def update_config(self, topic: str, topic_config: Mapping[str, Any]) -> None:
         """Apply a topic's new config (overrides of the defaults) to all its partitions."""
+        before = self._config_for(topic)
         self._topic_configs[topic] = dict(topic_config)
         config = self._config_for(topic)
-        for (t, _), log in self._logs.items():
+        if config == before:
+            return  # its logs have an equal config already (a start sees every topic once: no walk of every log)
+        for (t, _), log in [*self._logs.items(), *self.future_logs.items()]:
             if t == topic:
                 log.config = config
 
@@ -447,6 +677,23 @@ class LogManager:
                 raise LogDirsFailedError(failures)
         return write
 
+    def _check_open_files(self, topic: str, partition: int, log: PartitionLog) -> None:
+        """
+        @raise OpenFilesLimitError: C{log}'s newest descriptor leaves fewer
+            than L{OPEN_FILES_RESERVE} below the limit.  Descriptors are
+            allocated lowest first, so a descriptor numbered C{n} means at
+            least C{n + 1} are open: the check never refuses too early.
+        """
+        limit = self.open_files_limit()
+        if limit is None:
+            return
+        in_use = log.segments[-1].fileno + 1
+        if in_use > limit - OPEN_FILES_RESERVE:
+            raise OpenFilesLimitError(
+                f"cannot create the log of {topic}-{partition}: {in_use} of the {limit} open files the limit"
+                f" (ulimit -n) allows are in use and {OPEN_FILES_RESERVE} are kept for connections and"
+                f" checkpoints; raise the hard limit (LimitNOFILE= of systemd, or ulimit -Hn)")
+
     def report(self, error: LogDirsFailedError) -> None:
         """Report each directory of C{error} to the failure channel (on the reactor thread)."""
         for log_dir, message in error.failures.items():
@@ -481,6 +728,14 @@ class LogManager:
                     os.close(fd)
             except OSError as e:
                 self.failure_channel.maybe_add_offline_log_dir(log_dir, f"writing {CLEAN_SHUTDOWN_FILE} failed: {e}")
+        for tp, log in list(self.future_logs.items()):
+            try:
+                log.close()
+            except (KafkaStorageError, OSError) as e:
+                self.failure_channel.maybe_add_offline_log_dir(self._future_log_dir_of[tp], f"{log.directory}: {e}")
+                log.close_handlers()
+        self.future_logs.clear()
+        self._future_log_dir_of.clear()
         for log in self._offline_logs:
             log.close_handlers()
         self._offline_logs.clear()

@@ -103,6 +103,7 @@ class LogSegment:
         self.index_interval_bytes = index_interval_bytes
         self.path = os.path.join(directory, segment_file_name(base_offset, ".log"))
         self._files = files
+        self._fd = -1
         try:
             self._fd = files.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
             self.size_bytes = os.fstat(self._fd).st_size
@@ -116,6 +117,9 @@ class LogSegment:
             #: the aborted transactions whose ABORT marker is in this segment
             self.txn_index = TransactionIndex(os.path.join(directory, segment_file_name(base_offset, ".txnindex")))
         except OSError as e:
+            if self._fd >= 0:  # an index could not be created: the .log's descriptor does not leak
+                os.close(self._fd)
+                self._fd = -1
             raise KafkaStorageError(f"cannot open segment {self.path}: {e}") from e
         self.next_offset = base_offset
         self.largest_timestamp_ms = -1

@@ -910,9 +910,12 @@ class Registry(_AclMethods):
 
         return _deferred(go())
 
-    def list_brokers(self) -> Deferred:
-        """@return: a Deferred firing with C{{broker_id: (host, port, rack)}}."""
-        return _deferred(self._list_brokers())
+    def list_brokers(self, detailed: bool = False) -> Deferred:
+        """
+        @return: a Deferred firing with C{{broker_id: (host, port, rack)}}
+            (with C{detailed}, broker id -> L{BrokerInfo}).
+        """
+        return _deferred(self._list_brokers(None, detailed))
 
     async def _list_brokers(self, ids: list[str] | None = None, detailed: bool = False) -> dict[int, Any]:
         if ids is None:

@@ -138,7 +138,6 @@ class ReassignmentFormatTests(unittest.TestCase):
             (entries(p, p), "Partition reassignment contains duplicate topic partitions: t-0"),
             (entries(dict(p, replicas=[1, 1])),
              "Partition replica lists may not contain duplicate entries: t-0 contains multiple entries for 1"),
-            (entries(dict(p, log_dirs=["/data", "any"])), "Moving replicas between log directories is not supported"),
         ]:
             with self.assertRaises(ReassignmentDataError) as caught:
                 validate_for_execute(parse_reassignment(text))

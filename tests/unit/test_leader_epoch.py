@@ -29,9 +29,9 @@ class CountingCache(LeaderEpochCache):
 
     writes = 0
 
-    def _write(self):
+    def _write(self, *args, **kwargs):
         self.writes += 1
-        super()._write()
+        super()._write(*args, **kwargs)
 
 
 def cache_of(*entries):

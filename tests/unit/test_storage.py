@@ -699,7 +699,30 @@ class ProducerStateTests(LogTestMixin, TestCase):
         log = self.make_log(path=path, clean=True)
         self.assertEqual((log.producer_state_source, replayed), ("snapshot", []))
         self.assertTrue(log.append(self.idem(2), 0).duplicate)
-        self.assertEqual([n for n in os.listdir(path) if n.endswith(".snapshot")], [])  # used once
+        # kept (only a clean start uses it, and every clean shutdown writes it again)
+        self.assertEqual([n for n in os.listdir(path) if n.endswith(".snapshot")], [f"{4:020d}.snapshot"])
+        log.append(self.idem(4), 0)
+        log.close()  # a new state at a new offset: the old snapshot goes
+        self.assertEqual([n for n in os.listdir(path) if n.endswith(".snapshot")], [f"{6:020d}.snapshot"])
+
+    def test_an_unchanged_log_rewrites_no_snapshot_at_its_clean_shutdown(self):
+        log = self.make_log()
+        log.append(self.idem(0), 0)
+        path = log.directory
+        log.close()
+        snapshot = os.path.join(path, f"{2:020d}.snapshot")
+        inode = os.stat(snapshot).st_ino
+        log = self.make_log(path=path, clean=True)
+        self.assertEqual(log.producer_state_source, "snapshot")
+        log.close()
+        self.assertEqual(os.stat(snapshot).st_ino, inode)  # not replaced
+        log = self.make_log(path=path, clean=False)  # an unclean start: scanned, then written again
+        self.assertEqual(log.producer_state_source, "scan")
+        log.close()
+        self.assertNotEqual(os.stat(snapshot).st_ino, inode)
+        log = self.make_log(path=path, clean=True)
+        self.assertTrue(log.append(self.idem(0), 0).duplicate)
+        log.close()
 
     def test_unclean_start_ignores_a_stale_snapshot(self):
         log = self.make_log()
