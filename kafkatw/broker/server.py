@@ -278,6 +278,8 @@ class KafkaServer(service.MultiService):
         self.config_changes: ConfigChangeListener | None = None
         self.port: int | None = None
         self.metrics_port: int | None = None
+        #: broker id -> L{kafkatw.zookeeper.registry.BrokerInfo} of the registered brokers (with their metrics ports)
+        self.registered_brokers: dict[int, Any] = {}
         #: With the HTTP port (C{metrics.port}): RequestMetrics histograms and the consumer lag
         #: (L{kafkatw.broker.metrics.RequestMetrics}, L{kafkatw.web.lag.LagMonitor}).
         self.request_metrics: Any = None
@@ -837,9 +839,11 @@ class KafkaServer(service.MultiService):
                 stat = await self.registry.register_broker(
                     self.broker_id, host, port, endpoints=advertised,
                     protocol_map={name: self.listeners.protocol_map[name] for name, _, _ in advertised}
-                    if advertised and self.listeners is not None else None, unclean_shutdown=unclean)
+                    if advertised and self.listeners is not None else None, unclean_shutdown=unclean,
+                    metrics_port=self.metrics_port)
                 if self.replica_manager is not None:
                     self.replica_manager.registered(stat.czxid)
+                self._registered_endpoints = list(advertised or ())
                 return
             except BrokerIdInUseError as e:
                 if self.reactor.seconds() > deadline:
@@ -1285,6 +1289,8 @@ class KafkaServer(service.MultiService):
         # Brokers reach each other through the inter-broker listener (a broker
         # registered without it is reached at its PLAINTEXT, else first, endpoint).
         inter_broker = self.listeners.inter_broker_listener if self.listeners is not None else "PLAINTEXT"
+        self.registered_brokers = dict(infos)  # their metrics ports, for the console (kafkatw.web)
+        self._watch_registrations(infos)
         brokers: dict[int, tuple[str, int, str | None]] = {}
         for broker_id, info in infos.items():
             host, port = info.address(inter_broker) or (info.host, info.port)

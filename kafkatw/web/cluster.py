@@ -2,14 +2,15 @@
 The broker's own clients to its cluster, for the consumer lag and the
 console: an admin client and a producer to its inter-broker listener, with
 its credentials (made on first use, closed by
-L{kafkatw.web.stop_lag_monitor}).
+L{kafkatw.web.stop_lag_monitor}), and the reader of every broker's counters
+(L{cluster_counters}).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["cluster_admin", "cluster_producer"]
+__all__ = ["cluster_admin", "cluster_counters", "cluster_producer"]
 
 
 def cluster_admin(server: Any) -> Any:
@@ -41,3 +42,16 @@ def cluster_producer(server: Any) -> Any:
                                             linger_ms=0, delivery_timeout_ms=10000, request_timeout_ms=5000,
                                             retries=2)
     return server._console_producer
+
+
+def cluster_counters(server: Any) -> Any:
+    """
+    The L{kafkatw.web.cluster_metrics.ClusterCounters} of the console's
+    cluster-wide rates: every live broker's counters, each read from that
+    broker's own C{/metrics} (made on first use).
+    """
+    if getattr(server, "_console_counters", None) is None:
+        from .cluster_metrics import ClusterCounters
+
+        server._console_counters = ClusterCounters(server)
+    return server._console_counters

@@ -7,20 +7,26 @@ Static files (one HTML page, its script and stylesheet, shipped as package
 data in C{kafkatw/web/static/}; no CDN, nothing fetched from the network)
 draw pages from JSON answered under C{/console/api/}:
 
-    overview                     brokers, controller, version, health, partition counts, counters
+    overview                     brokers (each with its counters), controller, version, health, partition
+                                 counts, and the cluster's counters: the sum of every broker's
+    broker?id=N                  one broker: its counters, the partitions it leads and follows
     topics                       every topic: partitions, replication, size on this broker's disk
-    topic?name=T                 its partitions (leader, replicas, ISR, offsets, size) and configs
+    topic?name=T                 its id (as Kafka's tools print it), partitions (leader, replicas, ISR,
+                                 the leader's offsets, size here) and configs
     messages?topic=T&partition=P&offset=O | &timestamp=MS [&limit=N]
-                                 records read through this broker's log (key, value, headers, timestamp)
+                                 records of any partition (key, value, headers, timestamp)
     groups                       consumer groups of both kinds with their lag
     group?id=G                   its members, assignments, lag per partition and lag over time
 
 Every answer is computed from what the broker holds in memory, a log read of
 at most L{MAX_READ_BYTES}, ZooKeeper reads for a group's registrations, or (a
 group of Kafka clients coordinated by another broker) one DescribeGroups to
-its coordinator.  The message browser reads partitions with
-a log on this broker (the leader's or a follower's replica, up to its high
-watermark); for another partition it answers which broker leads it.
+its coordinator.  The counters (records and bytes in, bytes out) are every
+live broker's: this broker's from memory, the others' from their own
+C{/metrics} (L{kafkatw.web.cluster_metrics}), so the rates are the
+cluster's.  The message browser reads a partition this broker leads from its
+log (up to the high watermark) and any other as a client would: ListOffsets
+and a Fetch to its leader.
 
 Read-only unless C{metrics.console.admin.enable} is set: then four JSON
 endpoints under C{/console/api/admin/} change the cluster (L{ADMIN_ACTIONS}),
@@ -41,10 +47,12 @@ may Describe; without a SASL PLAIN or SCRAM listener it is not served at all
 
 from __future__ import annotations
 
+import base64
 import binascii
 import json
 import os
 import re
+import uuid
 from typing import Any, Callable
 
 from twisted.internet import defer
@@ -62,8 +70,8 @@ from ..zookeeper.bridge import NoNodeError
 from ..zookeeper.registry import group_path
 from .health import readiness_problems
 
-__all__ = ["ADMIN_ACTIONS", "CSRF_HEADER", "ConsoleResource", "console_refusal", "render_value", "read_records",
-           "STATIC_DIR"]
+__all__ = ["ADMIN_ACTIONS", "CSRF_HEADER", "ConsoleResource", "console_refusal", "format_topic_id", "read_records",
+           "record_rows", "render_value", "STATIC_DIR"]
 
 _log = Logger()
 
@@ -98,6 +106,15 @@ def console_refusal(config: Any, sasl_listener: str | None = None) -> str | None
                 " users for the console's HTTP basic authentication; it would show every topic and record to"
                 " anyone reaching the metrics port")
     return None
+
+
+def format_topic_id(topic_id: uuid.UUID | None) -> str:
+    """
+    A topic id as Kafka's tools print it (C{kafka-topics --describe}'s
+    C{TopicId:}): Kafka's C{Uuid.toString}, the URL-safe base64 of the 16
+    bytes without padding (22 characters); the zero id for none.
+    """
+    return base64.urlsafe_b64encode((topic_id or uuid.UUID(int=0)).bytes).decode("ascii").rstrip("=")
 
 
 def render_value(data: bytes | None) -> dict:
@@ -135,22 +152,34 @@ def read_records(log: Any, offset: int, limit: int) -> list[dict]:
     regions = log.read(offset, MAX_READ_BYTES, max_offset=log.high_watermark)
     records: list[dict] = []
     for region in regions:
-        data = os.pread(region.fileno, region.length, region.position)
-        for batch in decode_batches(data, verify_crc=False):
-            if batch.is_control:
-                continue
-            for record in batch.records:
-                if record.offset < offset:
-                    continue
-                records.append({
-                    "offset": record.offset, "timestamp_ms": record.timestamp_ms,
-                    "timestamp_type": "LogAppendTime" if batch.timestamp_type else "CreateTime",
-                    "key": render_value(record.key), "value": render_value(record.value),
-                    "headers": [{"key": k, "value": render_value(v)} for k, v in record.headers],
-                })
-                if len(records) >= limit:
-                    return records
+        if record_rows(os.pread(region.fileno, region.length, region.position), offset, limit, records):
+            break
     return records
+
+
+def record_rows(data: bytes, offset: int, limit: int, into: list[dict], below: int | None = None) -> bool:
+    """
+    Append to C{into} the records of the complete record batches in C{data}
+    (a log's bytes or a Fetch response's C{records}) from C{offset} and below
+    C{below}, as the message browser shows them, control batches skipped.
+
+    @return: whether C{into} holds C{limit} records.
+    """
+    for batch in decode_batches(data, verify_crc=False):
+        if batch.is_control:
+            continue
+        for record in batch.records:
+            if record.offset < offset or (below is not None and record.offset >= below):
+                continue
+            into.append({
+                "offset": record.offset, "timestamp_ms": record.timestamp_ms,
+                "timestamp_type": "LogAppendTime" if batch.timestamp_type else "CreateTime",
+                "key": render_value(record.key), "value": render_value(record.value),
+                "headers": [{"key": k, "value": render_value(v)} for k, v in record.headers],
+            })
+            if len(into) >= limit:
+                return True
+    return False
 
 
 def _arg(request: Any, name: str, default: str | None = None) -> str | None:
@@ -308,12 +337,16 @@ class ConsoleResource(Resource):
     """
 
     def __init__(self, server: Any, principal: str | None = None, admin: Callable[[], Any] | None = None,
-                 producer: Callable[[], Any] | None = None) -> None:
+                 producer: Callable[[], Any] | None = None, counters: Callable[[], Any] | None = None) -> None:
         """
         @param admin: returns the L{kafkatw.client.admin.AdminClient} of the
-            admin actions (default: L{kafkatw.web.cluster_admin}).
+            admin actions and of the message browser's reads from other
+            brokers (default: L{kafkatw.web.cluster_admin}).
         @param producer: returns the L{kafkatw.client.producer.Producer}
             of the produce action (default: L{kafkatw.web.cluster_producer}).
+        @param counters: returns the
+            L{kafkatw.web.cluster_metrics.ClusterCounters} of the cluster's
+            rates (default: L{kafkatw.web.cluster_counters}).
         """
         super().__init__()
         self.broker = server
@@ -321,15 +354,17 @@ class ConsoleResource(Resource):
         self.principal = principal
         #: Whether the admin actions are on (C{metrics.console.admin.enable}).
         self.admin = bool(server.config["metrics.console.admin.enable"])
-        if admin is None or producer is None:
-            from .cluster import cluster_admin, cluster_producer
+        if admin is None or producer is None or counters is None:
+            from .cluster import cluster_admin, cluster_counters, cluster_producer
 
             admin = admin or (lambda: cluster_admin(server))
             producer = producer or (lambda: cluster_producer(server))
+            counters = counters or (lambda: cluster_counters(server))
         self._admin_client = admin
         self._producer = producer
+        self._cluster_counters = counters
         api = Resource()
-        for name in ("overview", "topics", "topic", "messages", "groups", "group"):
+        for name in ("overview", "broker", "topics", "topic", "messages", "groups", "group"):
             api.putChild(name.encode(), _ApiResource(getattr(self, f"api_{name}")))
         admin_api = Resource()
         for name in ADMIN_ACTIONS:
@@ -358,19 +393,15 @@ class ConsoleResource(Resource):
 
     # --- the JSON API ------------------------------------------------------------
 
-    def _counters(self, visible: dict[str, Any]) -> dict:
-        """The broker's counters: all topics' sums, and per topic for the C{visible} topics."""
-        apis = self.broker.apis
-        if apis is None:
-            return {"messages_in": 0, "bytes_in": 0, "bytes_out": 0, "topics": {}}
-        topics: dict[str, dict[str, int]] = {}
-        for key, per_topic in (("messages_in", apis.topic_messages_in), ("bytes_in", apis.topic_bytes_in),
-                               ("bytes_out", apis.topic_bytes_out)):
-            for topic, value in per_topic.items():
-                if topic in visible:
-                    topics.setdefault(topic, {"messages_in": 0, "bytes_in": 0, "bytes_out": 0})[key] = value
-        return {"messages_in": apis.messages_in, "bytes_in": apis.bytes_in, "bytes_out": apis.bytes_out,
-                "topics": topics}
+    @staticmethod
+    def _visible(reading: dict, visible: dict[str, Any]) -> dict:
+        """A broker's counters (L{kafkatw.web.cluster_metrics.parse_counters}) with the C{visible} topics only."""
+        return {**reading, "topics": {t: v for t, v in reading["topics"].items() if t in visible}}
+
+    async def _readings(self, visible: dict[str, Any]) -> dict[int, dict]:
+        """broker id -> its counters (C{visible} topics only) or C{{"error": why}}."""
+        readings = await self._cluster_counters().read()
+        return {b: r if "error" in r else self._visible(r, visible) for b, r in readings.items()}
 
     def _partition_counts(self, visible: dict[str, Any]) -> tuple[int, int, int]:
         metadata = self.broker.metadata
@@ -384,24 +415,75 @@ class ConsoleResource(Resource):
                     under += 1
         return total, under, offline
 
-    def api_overview(self, request: Any) -> dict:
+    def _broker_row(self, broker: Any, reading: dict | None) -> dict:
+        metadata = self.broker.metadata
+        leads = replicas = 0
+        for name, meta in list(metadata.topics.items()):
+            for p, assigned in meta.partitions.items():
+                replicas += broker.broker_id in assigned
+                leads += metadata.leader(name, p) == broker.broker_id
+        reading = reading or {"error": "not read"}
+        return {"id": broker.broker_id, "host": broker.host, "port": broker.port, "rack": broker.rack,
+                "endpoints": [f"{n}://{h}:{p}" for n, h, p in broker.endpoints],
+                "controller": broker.broker_id == metadata.controller_id, "leader_count": leads,
+                "partition_count": replicas, "counters": None if "error" in reading else reading,
+                "error": reading.get("error")}
+
+    async def _overview(self, request: Any) -> dict:
+        from .cluster_metrics import add_counters
+
         server = self.broker
         metadata = server.metadata
         visible = self._topics(request)
         total, under, offline = self._partition_counts(visible)
         problems = readiness_problems(server)
+        readings = await self._readings(visible)
+        brokers = [self._broker_row(b, readings.get(b.broker_id))
+                   for b in sorted(metadata.brokers.values(), key=lambda b: b.broker_id)]
         return {
             "cluster_id": metadata.cluster_id, "version": __version__, "broker_id": server.broker_id,
-            "controller_id": metadata.controller_id,
-            "brokers": [{"id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack,
-                         "endpoints": [f"{n}://{h}:{p}" for n, h, p in b.endpoints]}
-                        for b in sorted(metadata.brokers.values(), key=lambda b: b.broker_id)],
+            "controller_id": metadata.controller_id, "brokers": brokers,
             "ready": not problems, "problems": problems,
             "topics": len(visible), "partitions": total,
             "under_replicated_partitions": under, "offline_partitions": offline,
-            "counters": self._counters(visible), "time_ms": int(server.reactor.seconds() * 1000),
-            "principal": self.principal, "admin": self.admin,
+            "counters": add_counters([b["counters"] for b in brokers if b["counters"] is not None]),
+            "time_ms": server.milliseconds(), "principal": self.principal, "admin": self.admin,
         }
+
+    def api_overview(self, request: Any) -> defer.Deferred:
+        """
+        The cluster: its brokers (each with its counters, read from its own
+        C{/metrics}, or the error that kept them from being read), the
+        partition counts, and C{counters}: the sum of the brokers' counters
+        (L{kafkatw.web.cluster_metrics}).
+        """
+        return defer.Deferred.fromCoroutine(self._overview(request))
+
+    async def _broker_page(self, request: Any) -> dict:
+        metadata = self.broker.metadata
+        try:
+            broker_id = int(_arg(request, "id", "") or "")
+        except ValueError:
+            raise _BadRequest("id must be a broker id") from None
+        broker = metadata.brokers.get(broker_id)
+        if broker is None:
+            raise _BadRequest(f"broker {broker_id} is not registered (not in /brokers/ids)")
+        visible = self._topics(request)
+        readings = await self._readings(visible)
+        partitions = []
+        for name, meta in sorted(visible.items()):
+            for p, replicas in sorted(meta.partitions.items()):
+                if broker_id in replicas:
+                    leader, isr = metadata.leader(name, p), metadata.isr(name, p)
+                    partitions.append({"topic": name, "partition": p, "leader": leader, "replicas": list(replicas),
+                                       "isr": isr, "role": "leader" if leader == broker_id else "follower",
+                                       "in_sync": broker_id in isr})
+        return {**self._broker_row(broker, readings.get(broker_id)), "partitions": partitions,
+                "served_by": self.broker.broker_id, "time_ms": self.broker.milliseconds()}
+
+    def api_broker(self, request: Any) -> defer.Deferred:
+        """C{broker?id=N}: one broker, its counters and the partitions it has a replica of."""
+        return defer.Deferred.fromCoroutine(self._broker_page(request))
 
     def _local_size(self, topic: str, partition: int) -> int | None:
         log_manager = self.broker.log_manager
@@ -422,10 +504,10 @@ class ConsoleResource(Resource):
                 "offline": sum(1 for p in meta.partitions if metadata.leader(name, p) < 0),
                 "size_bytes": sum(s for s in sizes if s is not None),
             })
-        return {"topics": topics, "counters": self._counters(visible),
-                "time_ms": int(self.broker.reactor.seconds() * 1000)}
+        return {"topics": topics, "broker_id": self.broker.broker_id, "principal": self.principal,
+                "time_ms": self.broker.milliseconds()}
 
-    def api_topic(self, request: Any) -> dict:
+    async def _topic(self, request: Any) -> dict:
         name = _arg(request, "name")
         metadata = self.broker.metadata
         meta = metadata.topics.get(name or "")
@@ -433,27 +515,56 @@ class ConsoleResource(Resource):
             raise _BadRequest(f"unknown topic {name!r}")
         partitions = []
         log_manager = self.broker.log_manager
+        elsewhere = []  # partitions led by another broker: their offsets as a client learns them
         for p, replicas in sorted(meta.partitions.items()):
             log = log_manager.get(name, p) if log_manager is not None else None
+            leader = metadata.leader(name, p)
+            led = log is not None and leader == self.broker.broker_id
+            if not led and leader >= 0:
+                elsewhere.append((name, p))
             partitions.append({
-                "partition": p, "leader": metadata.leader(name, p), "replicas": list(replicas),
-                "isr": metadata.isr(name, p),
-                "log_start_offset": None if log is None else log.log_start_offset,
-                "high_watermark": None if log is None else log.high_watermark,
-                "log_end_offset": None if log is None else log.log_end_offset,
+                "partition": p, "leader": leader, "replicas": list(replicas), "isr": metadata.isr(name, p),
+                "log_start_offset": log.log_start_offset if led else None,
+                "high_watermark": log.high_watermark if led else None,
+                "log_end_offset": log.log_end_offset if led else None,
                 "size_bytes": None if log is None else log.size_bytes,
                 "segments": None if log is None else len(log.segments),
             })
+        offsets_error = None
+        if elsewhere:
+            from ..client.admin import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+
+            try:
+                admin = self._admin_client()
+                starts = await admin.list_offsets({tp: EARLIEST_TIMESTAMP for tp in elsewhere})
+                ends = await admin.list_offsets({tp: LATEST_TIMESTAMP for tp in elsewhere})
+            except Exception as e:
+                offsets_error = f"the leaders' offsets could not be read: {e}"
+            else:
+                for row in partitions:
+                    tp = (name, row["partition"])
+                    if tp in starts and tp in ends:
+                        row["log_start_offset"], row["high_watermark"] = starts[tp].offset, ends[tp].offset
         configs = None
         if self._may(request, AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, name):
             effective = self.broker._topic_config(name)
             configs = [{"name": k, "value": str(v), "override": k in meta.config}
                        for k, v in sorted(effective.items())]
-        return {"name": name, "topic_id": str(meta.topic_id), "partitions": partitions, "configs": configs,
-                "counters": self._counters({name: meta})["topics"].get(name, {}),
-                "time_ms": int(self.broker.reactor.seconds() * 1000)}
+        return {"name": name, "topic_id": format_topic_id(meta.topic_id), "partitions": partitions,
+                "offsets_error": offsets_error, "configs": configs, "broker_id": self.broker.broker_id,
+                "time_ms": self.broker.milliseconds()}
 
-    def api_messages(self, request: Any) -> dict:
+    def api_topic(self, request: Any) -> defer.Deferred:
+        """
+        C{topic?name=T}: its id (as Kafka's tools print it), its partitions
+        and configs.  A partition's log start offset and high watermark are
+        its leader's: this broker's log when it leads it, else ListOffsets
+        to the leader; the log end offset only when this broker leads it;
+        size and segments are this broker's replica's.
+        """
+        return defer.Deferred.fromCoroutine(self._topic(request))
+
+    async def _messages(self, request: Any) -> dict:
         topic = _arg(request, "topic") or ""
         partition = int(_arg(request, "partition", "0") or 0)
         limit = max(1, min(int(_arg(request, "limit", "50") or 50), MAX_RECORDS))
@@ -463,26 +574,78 @@ class ConsoleResource(Resource):
             raise _BadRequest(f"unknown partition {topic}-{partition}")
         if not self._may(request, AclOperation.READ, ResourceType.TOPIC, topic):
             raise _BadRequest(f"{self.principal} may not Read topic {topic}")
+        leader = self.broker.metadata.leader(topic, partition)
         log_manager = self.broker.log_manager
         log = log_manager.get(topic, partition) if log_manager is not None else None
-        if log is None:
-            leader = self.broker.metadata.leader(topic, partition)
-            raise _BadRequest(f"{topic}-{partition} has no replica on broker {self.broker.broker_id};"
-                              f" open the console of broker {leader} (its leader)")
         timestamp = _arg(request, "timestamp")
-        if timestamp not in (None, ""):
-            found = log.offset_for_timestamp(int(timestamp))
+        timestamp_ms = None if timestamp in (None, "") else int(timestamp)
+        offset = int(_arg(request, "offset", "-2") or -2)
+        if log is None or leader != self.broker.broker_id:
+            if leader < 0:
+                raise _BadRequest(f"{topic}-{partition} has no leader (offline): its records cannot be read now")
+            return await self._fetch_messages(topic, partition, leader, offset, timestamp_ms, limit)
+        if timestamp_ms is not None:
+            found = log.offset_for_timestamp(timestamp_ms)
             offset = found[0] if found is not None else log.high_watermark
-        else:
-            offset = int(_arg(request, "offset", "-2") or -2)
-            if offset == -2:  # earliest
-                offset = log.log_start_offset
-            elif offset < 0:  # the last `limit` records
-                offset = max(log.log_start_offset, log.high_watermark - limit)
+        elif offset == -2:  # earliest
+            offset = log.log_start_offset
+        elif offset < 0:  # the last `limit` records
+            offset = max(log.log_start_offset, log.high_watermark - limit)
         records = read_records(log, offset, limit) if offset < log.high_watermark else []
-        return {"topic": topic, "partition": partition, "from_offset": offset,
+        return {"topic": topic, "partition": partition, "from_offset": offset, "leader": leader,
                 "log_start_offset": log.log_start_offset, "high_watermark": log.high_watermark,
                 "records": records}
+
+    async def _fetch_messages(self, topic: str, partition: int, leader: int, offset: int, timestamp_ms: int | None,
+                              limit: int) -> dict:
+        """
+        The records of a partition this broker does not lead, read as a
+        client reads them: ListOffsets for its log start offset and high
+        watermark (and the offset of C{timestamp_ms}), then one Fetch (read
+        uncommitted, at most L{MAX_READ_BYTES}) to its leader C{leader},
+        through the console's admin client (L{kafkatw.web.cluster_admin}).
+        """
+        from ..client.admin import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+        from ..protocol.fetch import FetchRequestBody
+
+        admin = self._admin_client()
+        tp = (topic, partition)
+        start = (await admin.list_offsets({tp: EARLIEST_TIMESTAMP}))[tp].offset
+        high_watermark = (await admin.list_offsets({tp: LATEST_TIMESTAMP}))[tp].offset
+        if timestamp_ms is not None:
+            found = (await admin.list_offsets({tp: timestamp_ms}))[tp].offset
+            offset = found if found >= 0 else high_watermark
+        elif offset == -2:  # earliest
+            offset = start
+        elif offset < 0:  # the last `limit` records
+            offset = max(start, high_watermark - limit)
+        offset = max(offset, start)
+        records: list[dict] = []
+        if offset < high_watermark:
+            body = FetchRequestBody({
+                "replica_id": -1, "max_wait": 0, "min_bytes": 0, "max_bytes": MAX_READ_BYTES, "isolation_level": 0,
+                "session_id": 0, "session_epoch": -1,
+                "topics": [{"topic": topic, "partitions": [{
+                    "partition": partition, "fetch_offset": offset, "partition_max_bytes": MAX_READ_BYTES,
+                    "current_leader_epoch": -1, "last_fetched_epoch": -1, "log_start_offset": -1}]}],
+                "forgotten_topics_data": [], "rack_id": ""})
+            response = await admin.send(leader, 1, body, timeout_ms=10000)
+            answers = [p for t in response.responses if t.topic == topic for p in t.partitions
+                       if p.partition_index == partition]
+            code = answers[0].error_code if answers else getattr(response, "error_code", ErrorCode.unknown_server_error)
+            _kafka_code(f"fetching {topic}-{partition} from broker {leader}", code, None)
+            if answers and answers[0].records:
+                record_rows(bytes(answers[0].records), offset, limit, records, below=high_watermark)
+        return {"topic": topic, "partition": partition, "from_offset": offset, "leader": leader,
+                "log_start_offset": start, "high_watermark": high_watermark, "records": records}
+
+    def api_messages(self, request: Any) -> defer.Deferred:
+        """
+        C{messages?topic=T&partition=P&offset=O | &timestamp=MS [&limit=N]}:
+        read from this broker's log when it leads the partition, else
+        fetched from the leader (L{_fetch_messages}).
+        """
+        return defer.Deferred.fromCoroutine(self._messages(request))
 
     def _snapshot(self) -> Any:
         monitor = getattr(self.broker, "lag_monitor", None)

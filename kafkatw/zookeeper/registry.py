@@ -233,6 +233,9 @@ class BrokerInfo:
     #: the broker's process started after an unclean shutdown (KIP-966's
     #: unclean-shutdown registration): its logs may have lost what was not flushed.
     unclean_shutdown: bool = False
+    #: kafkatw's addition: the port of the broker's HTTP port (C{metrics.port}:
+    #: C{/metrics}, the console), bound on 127.0.0.1; C{None} when it has none.
+    metrics_port: int | None = None
 
     def address(self, listener: str) -> tuple[str, int] | None:
         """The C{(host, port)} of C{listener}, or C{None} when the broker has no such listener."""
@@ -671,7 +674,7 @@ class Registry(_AclMethods):
     def encode_broker(host: str, port: int, rack: str | None = None, timestamp_ms: str | None = None,
                       endpoints: Any = None, protocol_map: Any = None,
                       offline_log_dirs: dict[str, list[tuple[str, int]]] | None = None,
-                      unclean_shutdown: bool = False) -> bytes:
+                      unclean_shutdown: bool = False, metrics_port: int | None = None) -> bytes:
         """
         The v5 JSON of C{/brokers/ids/<id>} (Kafka's C{BrokerIdZNode.encode}).
 
@@ -689,6 +692,11 @@ class Registry(_AclMethods):
             SIGKILL), so its logs may have lost records that were not flushed
             (KIP-966 tells the controller the same at registration); written
             as C{"unclean_shutdown": true}.
+        @param metrics_port: kafkatw's addition, only with an HTTP port: its
+            port (C{metrics.port}, bound on 127.0.0.1), written as
+            C{"metrics_port": N}, where the consoles of the other brokers read
+            this broker's counters (Kafka writes its JMX port in C{jmx_port}
+            for the same use; its readers ignore the key).
         """
         if endpoints:
             plaintext = [(h, p) for name, h, p in endpoints if name == "PLAINTEXT"]
@@ -721,6 +729,8 @@ class Registry(_AclMethods):
             body["offline_log_dirs"] = offline
         if unclean_shutdown:
             body["unclean_shutdown"] = True
+        if metrics_port is not None:
+            body["metrics_port"] = metrics_port
         return _dumps(body)
 
     @staticmethod
@@ -738,11 +748,13 @@ class Registry(_AclMethods):
             _, host, port = (plaintext or endpoints)[0]
         protocols = body.get("listener_security_protocol_map") or {}
         return BrokerInfo(broker_id, host, int(port), body.get("rack"), tuple(endpoints),
-                          tuple(sorted(protocols.items())), bool(body.get("unclean_shutdown", False)))
+                          tuple(sorted(protocols.items())), bool(body.get("unclean_shutdown", False)),
+                          body.get("metrics_port"))
 
     def register_broker(
         self, broker_id: int, host: str, port: int, rack: str | None = None, reregister: bool = True,
         endpoints: Any = None, protocol_map: Any = None, unclean_shutdown: bool = False,
+        metrics_port: int | None = None,
     ) -> Deferred:
         """
         Create the ephemeral C{/brokers/ids/<broker_id>}.
@@ -754,12 +766,13 @@ class Registry(_AclMethods):
         @param protocol_map: listener -> security protocol.
         @param unclean_shutdown: the process started after an unclean
             shutdown (L{encode_broker}); kept in every registration of this process.
+        @param metrics_port: the broker's HTTP port (L{encode_broker}).
         @return: a Deferred firing with the znode's L{ZnodeStat} (its
             C{czxid} is the broker epoch, KIP-380).
         @raise BrokerIdInUseError: another live session holds the id.
         """
         info = BrokerInfo(broker_id, host, port, rack, tuple(endpoints or ()),
-                          tuple(sorted((protocol_map or {}).items())), unclean_shutdown)
+                          tuple(sorted((protocol_map or {}).items())), unclean_shutdown, metrics_port)
         if reregister:
             self._registration = info
             if not self._watching_sessions:
@@ -779,7 +792,7 @@ class Registry(_AclMethods):
         data = self.encode_broker(info.host, info.port, info.rack, endpoints=info.endpoints,
                                   protocol_map=dict(info.protocol_map) or None,
                                   offline_log_dirs=self._offline_log_dirs or None,
-                                  unclean_shutdown=info.unclean_shutdown)
+                                  unclean_shutdown=info.unclean_shutdown, metrics_port=info.metrics_port)
         while True:
             try:
                 await self.client.create(path, data, ephemeral=True)

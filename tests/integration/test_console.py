@@ -6,10 +6,16 @@ web console in a real headless chromium (selenium and Debian's
 C{chromium-driver}, installed by scripts/setup.sh): its pages load, its charts
 draw, its message browser shows the records the test produced, and a group's
 lag goes to zero after its consumer catches up; in admin mode a topic is
-created and a record produced through the page.
+created and a record produced through the page.  The console of a
+three-broker cluster under a bounded load, opened on the broker that leads
+nothing: its rates are the sums of the brokers', its totals those of the
+brokers' own metrics, another broker's partition is browsed, the topic id is
+Kafka's, empty tables say why, the status pill is readable; every page is
+screenshot and each screenshot checked (size, not blank).
 
 Set C{KAFKATW_CONSOLE_SCREENSHOTS} to a directory to keep the console's
-screenshots (docs/console-*.png were taken so).
+screenshots (docs/console-*.png were taken so: console-group.png by
+L{ConsoleBrowserTests}, the others by L{ClusterConsoleTests}).
 """
 
 from __future__ import annotations
@@ -276,10 +282,9 @@ class ConsoleSecurityTests(unittest.TestCase):
             self.assertEqual((code, json.loads(body)["error"]), (400, "User:alice may not Read topic visible"))
 
 
-@unittest.skipIf(CHROMIUM is None or CHROMEDRIVER is None,
-                 "chromium and chromedriver are not installed (scripts/setup.sh installs Debian's chromium and"
-                 " chromium-driver)")
-class ConsoleBrowserTests(unittest.TestCase):
+class _Browser:
+    """A headless chromium (selenium, Debian's chromium and chromedriver) and the helpers of the console's tests."""
+
     def setUp(self) -> None:
         from selenium import webdriver
         from selenium.webdriver.chrome.service import Service
@@ -298,6 +303,7 @@ class ConsoleBrowserTests(unittest.TestCase):
             self.driver.save_screenshot(os.path.join(self.screenshots, f"console-{name}.png"))
 
     def open(self, url: str, page: str) -> None:
+        self.driver.execute_script("if (document.body) delete document.body.dataset.loaded;")
         self.driver.get(url)
         self.wait_js(f"return document.body.dataset.page === '{page}' && !!document.body.dataset.loaded", page)
 
@@ -323,6 +329,11 @@ class ConsoleBrowserTests(unittest.TestCase):
             "   if (d[i] < 200 || d[i + 1] < 200 || d[i + 2] < 200) return true; }"
             " return false;")
 
+
+@unittest.skipIf(CHROMIUM is None or CHROMEDRIVER is None,
+                 "chromium and chromedriver are not installed (scripts/setup.sh installs Debian's chromium and"
+                 " chromium-driver)")
+class ConsoleBrowserTests(_Browser, unittest.TestCase):
     def test_console_pages(self) -> None:
         port = find_free_port()
         with running_cluster(brokers=1, overrides={"metrics.port": str(port), "metrics.lag.interval.ms": "500"}) \
@@ -419,3 +430,192 @@ class ConsoleBrowserTests(unittest.TestCase):
             records = self.driver.find_element("id", "records").text
             self.assertIn("greeting", records)
             self.assertIn("hello from the console", records)
+
+
+def messages_in_total(port: int) -> int:
+    """A broker's C{kafka_server_brokertopicmetrics_messagesin_total} (all topics), from its own C{/metrics}."""
+    _, text = http_get(f"http://127.0.0.1:{port}/metrics")
+    return int(float(re.search(r"^kafka_server_brokertopicmetrics_messagesin_total (\S+)$", text, re.M)[1]))
+
+
+def png_size(data: bytes) -> tuple[int, int]:
+    """Width and height from a PNG's IHDR chunk."""
+    import struct
+
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR", "not a PNG"
+    return struct.unpack(">II", data[16:24])
+
+
+def contrast_ratio(foreground: str, background: str) -> float:
+    """WCAG 2's contrast ratio of two CSS C{rgb(r, g, b)} colours."""
+    def luminance(css: str) -> float:
+        channels = [int(c) / 255 for c in re.findall(r"\d+", css)[:3]]
+        linear = [c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in channels]
+        return 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
+
+    high, low = sorted((luminance(foreground), luminance(background)), reverse=True)
+    return (high + 0.05) / (low + 0.05)
+
+
+@unittest.skipIf(CHROMIUM is None or CHROMEDRIVER is None,
+                 "chromium and chromedriver are not installed (scripts/setup.sh installs Debian's chromium and"
+                 " chromium-driver)")
+class ClusterConsoleTests(_Browser, unittest.TestCase):
+    """
+    The console of a three-broker cluster under a bounded load, opened on
+    the broker that leads nothing: its numbers are the sums of the brokers'
+    own metrics, each page is screenshot (to C{KAFKATW_CONSOLE_SCREENSHOTS}
+    or a temporary directory) and each screenshot checked.
+    """
+
+    LOAD_RECORDS = 1600   # records produced in all
+    LOAD_BATCH = 20       # records every 0.1 s: the load lasts about 8 s, the console's 2 s samples see it
+    LOAD_LIMIT_S = 30.0   # the load stops by then whatever happened
+
+    def setUp(self) -> None:
+        super().setUp()
+        if self.screenshots:
+            os.makedirs(self.screenshots, exist_ok=True)
+        else:
+            self.screenshots = tempfile.mkdtemp(prefix="kafkatw-console-screenshots-")
+            self.addCleanup(shutil.rmtree, self.screenshots, True)
+        self.taken: list[str] = []
+
+    def screenshot(self, name: str) -> None:
+        path = os.path.join(self.screenshots, f"console-cluster-{name}.png")
+        self.assertTrue(self.driver.save_screenshot(path))
+        self.taken.append(path)
+        with open(path, "rb") as f:
+            data = f.read()
+        width, height, ratio = self.driver.execute_script(
+            "return [window.innerWidth, window.innerHeight, window.devicePixelRatio];")
+        self.assertEqual(png_size(data), (round(width * ratio), round(height * ratio)), name)
+        # not blank: the browser decodes the PNG and counts its colours and the pixels unlike the first
+        import base64
+
+        colours, unlike = self.driver.execute_async_script(
+            "var done = arguments[1], img = new Image();"
+            "img.onload = function () { var c = document.createElement('canvas'); c.width = img.width;"
+            "  c.height = img.height; var x = c.getContext('2d'); x.drawImage(img, 0, 0);"
+            "  var d = x.getImageData(0, 0, c.width, c.height).data, seen = {}, n = 0, unlike = 0;"
+            "  for (var i = 0; i < d.length; i += 4) { var k = d[i] + ',' + d[i + 1] + ',' + d[i + 2];"
+            "    if (!seen[k]) { seen[k] = 1; n++; }"
+            "    if (d[i] !== d[0] || d[i + 1] !== d[1] || d[i + 2] !== d[2]) unlike++; }"
+            "  done([n, unlike / (d.length / 4)]); };"
+            "img.onerror = function () { done([0, 0]); };"
+            "img.src = 'data:image/png;base64,' + arguments[0];", base64.b64encode(data).decode("ascii"))
+        self.assertGreater(colours, 20, f"{name}: a blank screenshot")
+        self.assertGreater(unlike, 0.05, f"{name}: a blank screenshot")
+
+    def test_every_page_of_a_three_broker_cluster(self) -> None:
+        started = time.monotonic()
+        import threading
+
+        from kafkatw.client import BlockingAdminClient, NewTopic
+        from kafkatw.web.console import format_topic_id
+
+        with running_cluster(brokers=3, overrides={"metrics.port": "0", "metrics.lag.interval.ms": "500"}) \
+                as brokers:
+            ports = [int(re.search(r"metrics at http://127.0.0.1:(\d+)/metrics", b.log_text())[1]) for b in brokers]
+            with BlockingAdminClient(brokers[0].bootstrap) as admin:
+                # broker 2 leads nothing and holds no replica; "quiet" stays empty
+                admin.create_topics([NewTopic("load", replica_assignment={0: [0, 1], 1: [1, 0]}),
+                                     NewTopic("quiet", replica_assignment={0: [0]})])
+                topic_id = admin.describe_topics(["load"])["load"].topic_id
+            base = f"http://127.0.0.1:{ports[2]}/console/"
+
+            produced: list[int] = []
+
+            def load() -> None:
+                producer = Producer({"bootstrap.servers": brokers[0].bootstrap, "linger.ms": 5})
+                deadline = time.monotonic() + self.LOAD_LIMIT_S
+                sent = 0
+                while sent < self.LOAD_RECORDS and time.monotonic() < deadline:
+                    for i in range(sent, sent + self.LOAD_BATCH):
+                        producer.produce("load", key=b"k%d" % i, value=json.dumps({"n": i}).encode(),
+                                         partition=i % 2)
+                    sent += self.LOAD_BATCH
+                    producer.poll(0)
+                    time.sleep(0.1)
+                assert producer.flush(15) == 0
+                produced.append(sent)
+
+            loader = threading.Thread(target=load, daemon=True)
+            self.open(base + "#/overview", "overview")
+            loader.start()
+            try:
+                # while the load runs: the cluster's rate is the sum of the brokers', broker 2's is 0
+                read = ("var c = document.getElementById('cluster-messages');"
+                        " var p = c && c.dataset.points ? JSON.parse(c.dataset.points)[0].points : [];"
+                        " var rows = Array.prototype.map.call(document.querySelectorAll('.broker-records-in-rate'),"
+                        "   function (e) { return Number(e.dataset.rate); });"
+                        " return p.length && p[p.length - 1][1] > 0 && rows.length === 3 ? [p[p.length - 1][1], rows]"
+                        "   : null;")
+                cluster_rate, broker_rates = self.wait_js(read, "a non-zero cluster rate", timeout_s=20)
+                self.assertAlmostEqual(cluster_rate, sum(broker_rates), places=6)
+                self.assertEqual(broker_rates[2], 0)
+                self.assertGreater(broker_rates[0] + broker_rates[1], 0)
+                self.screenshot("overview-under-load")
+            finally:
+                loader.join(self.LOAD_LIMIT_S + 20)
+            self.assertEqual(produced, [self.LOAD_RECORDS])
+
+            # after the load: the totals the page shows are the brokers' metrics and their sum
+            metrics = [messages_in_total(port) for port in ports]
+            self.assertEqual((sum(metrics), metrics[2]), (self.LOAD_RECORDS, 0))
+            self.wait_js(f"var e = document.getElementById('cluster-records-in-total');"
+                         f" return !!e && e.textContent === '{sum(metrics)}';", "the cluster's total")
+            rows = [e.text for e in self.driver.find_elements("css selector", ".broker-records-in-total")]
+            self.assertEqual(rows, [str(m) for m in metrics])
+            status = self.driver.find_element("id", "status")
+            self.assertEqual(status.text, "ready")
+            self.assertGreaterEqual(contrast_ratio(status.value_of_css_property("color"),
+                                                   status.value_of_css_property("background-color")), 4.5)
+            self.screenshot("overview")
+
+            # each broker's page: its own metric; broker 2's partitions table says why it is empty
+            for broker_id in (0, 2):
+                self.open(base + f"#/broker/{broker_id}", "broker")
+                self.wait_js(f"var e = document.getElementById('broker-records-in-total');"
+                             f" return !!e && e.textContent === '{metrics[broker_id]}';", f"broker {broker_id}'s total")
+                self.screenshot(f"broker-{broker_id}")
+            self.assertIn("Broker 2 holds no replica of any topic",
+                          self.driver.find_element("css selector", "td.empty").text)
+
+            # topics, and the topic id as Kafka's tools print it
+            self.open(base + "#/topics", "topics")
+            self.screenshot("topics")
+            self.open(base + "#/topic/load", "topic")
+            self.wait_js("return !!document.getElementById('topic-id')", "the topic id")
+            self.assertEqual(self.driver.find_element("id", "topic-id").text, format_topic_id(topic_id))
+            self.assertRegex(format_topic_id(topic_id), r"^[A-Za-z0-9_-]{22}$")
+            self.screenshot("topic")
+
+            # messages of a partition led by broker 1, from broker 2's console; an empty partition says why
+            self.open(base + "#/messages?topic=load&partition=1&offset=11", "messages")
+            self.wait_js("return document.querySelectorAll('.record-offset').length > 0", "records")
+            offsets = [e.text for e in self.driver.find_elements("css selector", ".record-offset")]
+            self.assertEqual(offsets[:2], ["11", "12"])
+            self.assertIn('"n": 23', self.driver.find_element("id", "records").text)  # offset 11 of partition 1
+            self.assertEqual(self.driver.find_element("id", "read-from").text, "broker 1")
+            self.screenshot("messages")
+            self.open(base + "#/messages?topic=quiet&partition=0", "messages")
+            self.wait_js("var e = document.querySelector('td.empty'); return !!e &&"
+                         " e.textContent.indexOf('The partition holds no records') === 0", "the empty partition")
+
+            # groups: one committed, its page
+            consumer = Consumer({"bootstrap.servers": brokers[0].bootstrap, "group.id": "readers"})
+            consumer.commit(offsets=[TopicPartition("load", 0, 100), TopicPartition("load", 1, 300)],
+                            asynchronous=False)
+            consumer.close()
+            self.open(base + "#/groups", "groups")
+            self.wait_js("return document.body.innerText.indexOf('readers') >= 0", "the group listed")
+            self.screenshot("groups")
+            self.open(base + "#/group/readers", "group")
+            lag = self.LOAD_RECORDS - 400
+            self.wait_js(f"var e = document.getElementById('group-total-lag'); return e && e.textContent === '{lag}';",
+                         f"lag {lag}")
+            self.assertIn("No members", self.driver.find_element("css selector", "td.empty").text)
+            self.screenshot("group")
+        self.assertEqual(len(self.taken), 9)
+        self.assertLess(time.monotonic() - started, 120, "the test's wall time")

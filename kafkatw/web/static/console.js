@@ -4,8 +4,11 @@
 var API = "/console/api/";
 var REFRESH_MS = 2000;
 var HISTORY = 150;  // rate samples kept (5 minutes at 2 s)
-var rates = {time: [], messagesIn: [], bytesIn: [], bytesOut: [], topics: {}};
-var lastCounters = null;
+// Rates: each broker's from two readings of its counters (read from its own /metrics by the
+// console's broker), the cluster's the sum of the brokers' at each reading.
+var rates = {messagesIn: [], bytesIn: [], bytesOut: [], topics: {}, brokers: {}};
+var lastCounters = null;       // {time, c}: the cluster's counters (per topic)
+var lastBrokerCounters = {};   // broker id -> {time, c}
 var timer = null;
 var adminMode = null;  // metrics.console.admin.enable, from the overview
 var notice = null;     // the last admin action's outcome: {text, error}
@@ -103,21 +106,26 @@ function adminBusy() {
   });
 }
 
-function table(headers, rows) {
+// A table; without rows, one row spanning it that says why it is empty (`empty`).
+function table(headers, rows, empty) {
   return "<table><tr>" + headers.map(function (h) { return "<th>" + esc(h) + "</th>"; }).join("") + "</tr>" +
-    rows.map(function (r) { return "<tr>" + r.join("") + "</tr>"; }).join("") + "</table>";
+    (rows.length ? rows.map(function (r) { return "<tr>" + r.join("") + "</tr>"; }).join("") :
+     '<tr><td class="empty" colspan="' + headers.length + '">' + esc(empty || "Nothing to show.") + "</td></tr>") +
+    "</table>";
 }
 function td(v) { return "<td>" + esc(v) + "</td>"; }
 function num(v) { return '<td class="num">' + esc(v === null || v === undefined ? "–" : v) + "</td>"; }
 
-function card(label, value, warn) {
+function card(label, value, warn, id) {
   return '<div class="card' + (warn ? " warn" : "") + '"><div class="label">' + esc(label) +
-    '</div><div class="value">' + esc(value) + "</div></div>";
+    '</div><div class="value"' + (id ? ' id="' + id + '"' : "") + ">" + esc(value) + "</div></div>";
 }
 
 // --- rates from the broker's cumulative counters -------------------------------------------
 
 function push(list, value) { list.push(value); if (list.length > HISTORY) list.shift(); }
+
+function rate(now, before, key, dt) { return Math.max(0, (now[key] - (before ? before[key] : 0)) / dt); }
 
 function sample(overview) {
   if (adminMode !== overview.admin) {
@@ -126,21 +134,38 @@ function sample(overview) {
       "Read-only console";
   }
   var c = overview.counters, t = overview.time_ms;
-  if (lastCounters && t > lastCounters.time) {
-    var dt = (t - lastCounters.time) / 1000, prev = lastCounters.c;
-    push(rates.time, t);
-    push(rates.messagesIn, [t, Math.max(0, (c.messages_in - prev.messages_in) / dt)]);
-    push(rates.bytesIn, [t, Math.max(0, (c.bytes_in - prev.bytes_in) / dt)]);
-    push(rates.bytesOut, [t, Math.max(0, (c.bytes_out - prev.bytes_out) / dt)]);
-    Object.keys(c.topics).forEach(function (topic) {
-      var now = c.topics[topic], before = prev.topics[topic] || {messages_in: 0, bytes_in: 0, bytes_out: 0};
-      var r = rates.topics[topic] = rates.topics[topic] || {messagesIn: [], bytesIn: [], bytesOut: []};
-      push(r.messagesIn, [t, Math.max(0, (now.messages_in - before.messages_in) / dt)]);
-      push(r.bytesIn, [t, Math.max(0, (now.bytes_in - before.bytes_in) / dt)]);
-      push(r.bytesOut, [t, Math.max(0, (now.bytes_out - before.bytes_out) / dt)]);
+  if (!lastCounters || t > lastCounters.time) {
+    var sum = null;
+    overview.brokers.forEach(function (b) {
+      var last_ = lastBrokerCounters[b.id];
+      if (!b.counters) return;  // not read this time: no sample of it
+      if (last_ && t > last_.time) {
+        var dt = (t - last_.time) / 1000, r = rates.brokers[b.id] =
+          rates.brokers[b.id] || {messagesIn: [], bytesIn: [], bytesOut: [], topics: {}};
+        var m = rate(b.counters, last_.c, "messages_in", dt), bi = rate(b.counters, last_.c, "bytes_in", dt),
+            bo = rate(b.counters, last_.c, "bytes_out", dt);
+        if (b.counters.messages_in < last_.c.messages_in) { m = bi = bo = 0; }  // it restarted
+        push(r.messagesIn, [t, m]); push(r.bytesIn, [t, bi]); push(r.bytesOut, [t, bo]);
+        sum = sum || {m: 0, bi: 0, bo: 0};
+        sum.m += m; sum.bi += bi; sum.bo += bo;
+      }
+      lastBrokerCounters[b.id] = {time: t, c: b.counters};
     });
+    if (sum) {
+      push(rates.messagesIn, [t, sum.m]); push(rates.bytesIn, [t, sum.bi]); push(rates.bytesOut, [t, sum.bo]);
+    }
+    if (lastCounters) {
+      var dt = (t - lastCounters.time) / 1000, prev = lastCounters.c;
+      Object.keys(c.topics).forEach(function (topic) {
+        var now = c.topics[topic], before = prev.topics[topic];
+        var r = rates.topics[topic] = rates.topics[topic] || {messagesIn: [], bytesIn: [], bytesOut: []};
+        push(r.messagesIn, [t, rate(now, before, "messages_in", dt)]);
+        push(r.bytesIn, [t, rate(now, before, "bytes_in", dt)]);
+        push(r.bytesOut, [t, rate(now, before, "bytes_out", dt)]);
+      });
+    }
+    lastCounters = {time: t, c: c};
   }
-  if (!lastCounters || t > lastCounters.time) lastCounters = {time: t, c: c};
   var status = document.getElementById("status");
   status.textContent = overview.ready ? "ready" : "not ready";
   status.className = "status " + (overview.ready ? "ok" : "bad");
@@ -149,7 +174,13 @@ function sample(overview) {
     (overview.principal ? " to " + overview.principal : "");
 }
 
-function last(series) { return series.length ? series[series.length - 1][1] : 0; }
+function last(series) { return series && series.length ? series[series.length - 1][1] : 0; }
+
+// A rate cell: shown to 0.1, the exact value in data-rate (what the tests compare).
+function rateCell(value, cls, unit) {
+  return '<td class="num ' + cls + '" data-rate="' + value + '">' +
+    esc(unit === "bytes" ? bytes(value) + "/s" : value.toFixed(1)) + "</td>";
+}
 
 function rateCharts(r, id) {
   return '<div class="charts">' +
@@ -170,24 +201,65 @@ function drawRates(r, id) {
 
 var pages = {};
 
+function brokerLink(id) {
+  return '<a href="#/broker/' + encodeURIComponent(id) + '">' + esc(id) + "</a>";
+}
+
 pages.overview = function (main) {
   return get("overview").then(function (o) {
     sample(o);
+    var unread = o.brokers.filter(function (b) { return b.error; });
     main.innerHTML = "<h1>Cluster " + esc(o.cluster_id) + "</h1>" +
       '<div class="cards">' +
-      card("Health", o.ready ? "ready" : "not ready", !o.ready) +
+      card("Health of broker " + o.broker_id, o.ready ? "ready" : "not ready", !o.ready) +
       card("Brokers", o.brokers.length) + card("Controller", o.controller_id) +
       card("Version", o.version) + card("Topics", o.topics) + card("Partitions", o.partitions) +
       card("Under-replicated", o.under_replicated_partitions, o.under_replicated_partitions > 0) +
       card("Offline", o.offline_partitions, o.offline_partitions > 0) +
-      card("Records in/s", last(rates.messagesIn).toFixed(1)) + "</div>" +
+      card("Records in/s (all brokers)", last(rates.messagesIn).toFixed(1), false, "cluster-records-in-rate") +
+      card("Records in (all brokers)", c0(o.counters.messages_in), unread.length > 0, "cluster-records-in-total") +
+      "</div>" +
       (o.problems.length ? '<p class="error" id="problems">' + o.problems.map(esc).join("<br>") + "</p>" : "") +
-      "<h2>Throughput</h2>" + rateCharts(rates, "cluster") +
-      "<h2>Brokers</h2>" + table(["Id", "Host", "Port", "Rack", "Listeners", "Role"], o.brokers.map(function (b) {
-        return [num(b.id), td(b.host), num(b.port), td(b.rack || "–"), td(b.endpoints.join(" ")),
-                td(b.id === o.controller_id ? "controller" : "")];
-      }));
+      (unread.length ? '<p class="error" id="unread">Not counted: ' + unread.map(function (b) {
+        return "broker " + esc(b.id) + ": " + esc(b.error);
+      }).join("; ") + "</p>" : "") +
+      "<h2>Throughput of the cluster (sum over its brokers)</h2>" + rateCharts(rates, "cluster") +
+      "<h2>Brokers</h2>" + table(["Id", "Host", "Port", "Rack", "Listeners", "Role", "Leader of", "Records in/s",
+                                   "Bytes in/s", "Bytes out/s", "Records in"], o.brokers.map(function (b) {
+        var r = rates.brokers[b.id] || {};
+        return ['<td class="broker-id">' + brokerLink(b.id) + "</td>", td(b.host), num(b.port), td(b.rack || "–"),
+                td(b.endpoints.join(" ")), td(b.controller ? "controller" : ""), num(b.leader_count),
+                rateCell(last(r.messagesIn), "broker-records-in-rate"), rateCell(last(r.bytesIn), "", "bytes"),
+                rateCell(last(r.bytesOut), "", "bytes"),
+                '<td class="num broker-records-in-total">' + (b.counters ? esc(b.counters.messages_in) :
+                  '<span class="error" title="' + esc(b.error) + '">not read</span>') + "</td>"];
+      }), "No broker is registered in /brokers/ids.");
     drawRates(rates, "cluster");
+  });
+};
+
+function c0(v) { return v === null || v === undefined ? "–" : String(v); }
+
+pages.broker = function (main, id) {
+  return get("broker?id=" + encodeURIComponent(id)).then(function (b) {
+    var r = rates.brokers[b.id] || {messagesIn: [], bytesIn: [], bytesOut: []};
+    main.innerHTML = "<h1>Broker " + esc(b.id) + (b.controller ? " (controller)" : "") + "</h1>" +
+      "<p>" + esc(b.endpoints.join(" ")) + (b.rack ? " · rack " + esc(b.rack) : "") + "</p>" +
+      (b.error ? '<p class="error" id="unread">Its counters could not be read: ' + esc(b.error) + "</p>" : "") +
+      '<div class="cards">' +
+      card("Records in/s", last(r.messagesIn).toFixed(1), false, "broker-records-in-rate") +
+      card("Bytes in/s", bytes(last(r.bytesIn)) + "/s") + card("Bytes out/s", bytes(last(r.bytesOut)) + "/s") +
+      card("Records in", b.counters ? c0(b.counters.messages_in) : "–", !!b.error, "broker-records-in-total") +
+      card("Leader of", b.leader_count) + card("Replicas", b.partition_count) + "</div>" +
+      "<h2>Throughput of broker " + esc(b.id) + "</h2>" + rateCharts(r, "broker") +
+      "<h2>Partitions with a replica here</h2>" +
+      table(["Topic", "Partition", "Role", "Leader", "Replicas", "ISR", "In sync"], b.partitions.map(function (p) {
+        return ['<td><a href="#/topic/' + encodeURIComponent(p.topic) + '">' + esc(p.topic) + "</a></td>",
+                num(p.partition), td(p.role), num(p.leader), td(p.replicas.join(",")), td(p.isr.join(",")),
+                td(p.in_sync ? "yes" : "no")];
+      }), "Broker " + b.id + " holds no replica of any topic you may see: it leads and follows nothing (a new" +
+          " topic or kafkatw reassign-partitions gives it some).");
+    drawRates(r, "broker");
   });
 };
 
@@ -196,13 +268,17 @@ pages.topics = function (main) {
     main.innerHTML = "<h1>Topics</h1>" + noticeHtml() +
       adminForm("create-topic", "New topic", [["name", "Name", 20], ["partitions", "Partitions", 4],
                                               ["replication_factor", "Replication factor", 4]], "Create") + table(
-      ["Topic", "Partitions", "Replication", "Under-replicated", "Offline", "Size here", "Records in/s", "Bytes out/s"],
+      ["Topic", "Partitions", "Replication", "Under-replicated", "Offline", "Size on broker " + t.broker_id,
+       "Records in/s", "Bytes out/s"],
       t.topics.map(function (x) {
         var r = rates.topics[x.name] || {messagesIn: [], bytesOut: []};
         return ['<td><a href="#/topic/' + encodeURIComponent(x.name) + '">' + esc(x.name) + "</a></td>",
                 num(x.partitions), num(x.replication_factor), num(x.under_replicated), num(x.offline),
-                num(bytes(x.size_bytes)), num(last(r.messagesIn).toFixed(1)), num(bytes(last(r.bytesOut)) + "/s")];
-      }));
+                num(bytes(x.size_bytes)), rateCell(last(r.messagesIn), "topic-records-in-rate"),
+                rateCell(last(r.bytesOut), "", "bytes")];
+      }), "No topics" + (t.principal ? " that " + t.principal + " may Describe." :
+                         ": create one with kafkatw topics --create, a producer (auto.create.topics.enable)" +
+                         (adminMode ? " or the form above." : ".")));
     bindForm("create-topic", function (v) {
       act("create-topic", {name: v.name, partitions: v.partitions, replication_factor: v.replication_factor},
           function (a) { return "Created topic " + a.topic + "."; }, "#/topic/" + encodeURIComponent(v.name));
@@ -213,23 +289,24 @@ pages.topics = function (main) {
 pages.topic = function (main, name) {
   return get("topic?name=" + encodeURIComponent(name)).then(function (t) {
     var r = rates.topics[name] || {messagesIn: [], bytesIn: [], bytesOut: []};
-    main.innerHTML = "<h1>Topic " + esc(t.name) + "</h1><p>Topic id " + esc(t.topic_id) +
+    main.innerHTML = "<h1>Topic " + esc(t.name) + '</h1><p>TopicId: <code id="topic-id">' + esc(t.topic_id) + "</code>" +
       ' · <a href="#/messages/' + encodeURIComponent(name) + '/0">browse messages</a> ' +
       adminButton("delete-topic", "Delete topic") + "</p>" + noticeHtml() +
       adminForm("produce", "Produce a record", [["key", "Key (text)", 16], ["value", "Value (text)", 40],
                                                ["partition", "Partition (optional)", 4]], "Produce") +
       rateCharts(r, "topic") +
       "<h2>Partitions</h2>" + table(["Partition", "Leader", "Replicas", "ISR", "Log start", "High watermark",
-                                     "Log end", "Size here", "Segments"],
+                                     "Log end", "Size on broker " + t.broker_id, "Segments"],
         t.partitions.map(function (p) {
           return [num(p.partition), num(p.leader), td(p.replicas.join(",")), td(p.isr.join(",")),
                   num(p.log_start_offset), num(p.high_watermark), num(p.log_end_offset), num(bytes(p.size_bytes)),
                   num(p.segments)];
-        })) +
+        }), "The topic has no partitions.") +
+      (t.offsets_error ? '<p class="error">' + esc(t.offsets_error) + "</p>" : "") +
       "<h2>Configs</h2>" + (t.configs === null ? "<p>Not shown: DescribeConfigs on this topic is not allowed.</p>" :
         table(["Name", "Value", "Source"], t.configs.map(function (c) {
           return [td(c.name), td(c.value), td(c.override ? "topic override" : "default")];
-        })));
+        }), "No configs."));
     drawRates(r, "topic");
     bindForm("produce", function (v) {
       act("produce", {topic: name, key: v.key, value: v.value, partition: v.partition}, function (a) {
@@ -277,7 +354,8 @@ pages.messages = function (main, topic, partition) {
   return get(query).then(function (m) {
     main.innerHTML = "<h1>Messages of " + esc(topic) + "-" + esc(partition) + "</h1>" + form +
       "<p>Offsets " + m.log_start_offset + " to " + (m.high_watermark - 1) + " readable; showing " +
-      m.records.length + " from " + m.from_offset + ".</p>" +
+      m.records.length + " from " + m.from_offset + ', read from <span id="read-from">broker ' + esc(m.leader) +
+      "</span>, the leader.</p>" +
       '<div id="records">' + table(["Offset", "Timestamp", "Key", "Value", "Headers"], m.records.map(function (r) {
         return ['<td class="num record-offset">' + r.offset + "</td>",
                 "<td>" + esc(new Date(r.timestamp_ms).toISOString()) + '<br><span class="tag">' +
@@ -287,7 +365,10 @@ pages.messages = function (main, topic, partition) {
                   return '<div class="header">' + esc(h.key) + ": " + renderValue(h.value, true) + "</div>";
                 }).join("") +
                 "</td>"];
-      })) + "</div>";
+      }), m.high_watermark <= m.log_start_offset ?
+          "The partition holds no records (log start offset and high watermark are both " + m.high_watermark + ")." :
+          "No records from offset " + m.from_offset + ": the readable ones are " + m.log_start_offset + " to " +
+          (m.high_watermark - 1) + " (control records of transactions are not shown).") + "</div>";
     bindBrowse();
   }, function (e) {
     main.innerHTML = "<h1>Messages</h1>" + form + '<p class="error">' + esc(e.message) + "</p>";
@@ -314,7 +395,8 @@ pages.groups = function (main) {
         return ['<td><a href="#/group/' + encodeURIComponent(x.group) + '">' + esc(x.group) + "</a></td>",
                 td(x.kind === "zookeeper" ? "ZooKeeper (paper)" : "group coordinator"), num(x.partitions),
                 '<td class="num group-lag">' + esc(x.lag) + "</td>", num(x.coordinator)];
-      }));
+      }), g.computed_ms ? "No consumer groups have committed offsets or members." :
+          "No groups yet: they are read every metrics.lag.interval.ms.");
   });
 };
 
@@ -328,12 +410,12 @@ pages.group = function (main, id) {
       "<h2>Lag over time</h2><canvas class=\"chart\" id=\"lag-chart\" width=\"860\" height=\"200\"></canvas>" +
       "<h2>Members</h2>" + table(["Member", "Client id", "Host", "Assignment"], g.members.map(function (m) {
         return [td(m.member_id), td(m.client_id), td(m.host), td(m.assignment.join(", "))];
-      })) +
+      }), "No members: the group is " + (g.state || "empty") + " (its committed offsets are kept).") +
       "<h2>Partitions</h2>" + table(["Topic", "Partition", "Current offset", "Log end offset", "Lag"],
         g.partitions.map(function (p) {
           return [td(p.topic), num(p.partition), num(p.current_offset), num(p.log_end_offset),
                   '<td class="num partition-lag">' + esc(p.lag === null ? "–" : p.lag) + "</td>"];
-        }));
+        }), "The group has committed no offsets of a topic you may see.");
     // the group's total, then its partitions (the 6 with the most lag now)
     var palette = ["#2b7bd6", "#2e8b57", "#d68a2b", "#8e44ad", "#16a085", "#7f8c8d"];
     var series = [{name: "total", color: "#c0392b",
@@ -363,7 +445,8 @@ function route() {
   var page = pages[parts[0]] ? parts[0] : "overview";
   document.querySelectorAll("header nav a").forEach(function (a) {
     var p = a.dataset.page;
-    a.className = (p === page || (p === "topics" && page === "topic") || (p === "groups" && page === "group")) ?
+    a.className = (p === page || (p === "topics" && page === "topic") || (p === "groups" && page === "group") ||
+                   (p === "overview" && page === "broker")) ?
       "active" : "";
   });
   return {page: page, args: parts.slice(1)};
