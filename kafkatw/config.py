@@ -139,10 +139,34 @@ def _jaas(value: str) -> str:
     return str(value)
 
 
+#: Kafka's OAUTHBEARER validators (C{listener.name.<l>.oauthbearer.sasl.server.callback.handler.class}):
+#: class name -> kafkatw's validator, C{"jwks"} (KIP-768; the 3.1-3.3 C{secured} package too) or C{"unsecured"}.
+OAUTHBEARER_CALLBACK_HANDLERS = {
+    "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler": "jwks",
+    "org.apache.kafka.common.security.oauthbearer.secured.OAuthBearerValidatorCallbackHandler": "jwks",
+    "org.apache.kafka.common.security.oauthbearer.internals.unsecured.OAuthBearerUnsecuredValidatorCallbackHandler":
+        "unsecured",
+}
+
+
+def _server_callback_handler(value: str) -> str:
+    value = str(value).strip()
+    if value and value not in OAUTHBEARER_CALLBACK_HANDLERS:
+        raise ValueError("kafkatw's server callback handlers are Kafka's OAUTHBEARER validators: "
+                         + ", ".join(OAUTHBEARER_CALLBACK_HANDLERS))
+    return value
+
+
 def _reauth_ms(value: str | int) -> int:
     if int(value) != 0:
         raise ValueError("kafkatw does not re-authenticate connections (KIP-368); only 0 is supported")
     return 0
+
+
+def _share_auto_offset_reset(value: str) -> str:
+    if value not in ("latest", "earliest"):
+        raise ValueError(f"share.auto.offset.reset must be latest or earliest, not {value!r}")
+    return value
 
 
 def _timestamp_type(value: str) -> str:
@@ -436,10 +460,12 @@ BROKER_CONFIG: dict[str, ConfigKey] = {
         # security: SASL (docs/security.md; Kafka's BrokerSecurityConfigs)
         ConfigKey("sasl.enabled.mechanisms", _sasl_mechanisms, ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"],
                   "SASL mechanisms a `SASL_PLAINTEXT` or `SASL_SSL` listener offers: `PLAIN`, `SCRAM-SHA-256`, "
-                  "`SCRAM-SHA-512`; a listener may set its own with "
+                  "`SCRAM-SHA-512`, `OAUTHBEARER`; a listener may set its own with "
                   "`listener.name.<listener>.sasl.enabled.mechanisms`. Kafka's default, `GSSAPI` (Kerberos), "
-                  "is not available in kafkatw, so all three are enabled by default; a mechanism without users "
-                  "(no `user_` entries for PLAIN, no credentials for SCRAM) lets nobody in."),
+                  "is not available in kafkatw, so PLAIN and SCRAM are enabled by default; a mechanism without "
+                  "users (no `user_` entries for PLAIN, no credentials for SCRAM) lets nobody in. `OAUTHBEARER` "
+                  "(KIP-255) is only enabled when listed: it validates unsecured tokens (development) unless "
+                  "`sasl.oauthbearer.jwks.endpoint.url` is set."),
         ConfigKey("sasl.mechanism.inter.broker.protocol", _sasl_mechanism, "PLAIN",
                   "SASL mechanism of the broker's own connections to other brokers over a SASL listener "
                   "(Kafka's default is `GSSAPI`). Its user name and password are the `username` and "
@@ -459,6 +485,27 @@ BROKER_CONFIG: dict[str, ConfigKey] = {
                   "Kafka's re-authentication interval (KIP-368). kafkatw does not re-authenticate: 0, the "
                   "default, is the only value accepted, and a connection stays authenticated until closed."
                   , "ms"),
+        # OAUTHBEARER (KIP-255, KIP-768; docs/security.md)
+        ConfigKey("sasl.oauthbearer.jwks.endpoint.url", str, "",
+                  "`OAUTHBEARER` tokens must be JWTs signed by a key of the JSON Web Key Set at this URL "
+                  "(`https://`, `http://` or `file://`; KIP-768). Empty: Kafka's default validator, which takes "
+                  "unsecured tokens (`alg: none`), configured by the listener's "
+                  "`listener.name.<listener>.oauthbearer.sasl.jaas.config` `unsecuredValidator*` options."),
+        ConfigKey("sasl.oauthbearer.jwks.endpoint.refresh.ms", int, 3600000,
+                  "The key set is fetched again after this long (and at once for an unknown `kid`).", "ms"),
+        ConfigKey("sasl.oauthbearer.jwks.endpoint.retry.backoff.ms", int, 100,
+                  "Least time between two fetches of the key set for unknown `kid`s.", "ms"),
+        ConfigKey("sasl.oauthbearer.expected.audience", _list, [],
+                  "Audiences of which a JWKS-validated token's `aud` must name one; empty: not checked."),
+        ConfigKey("sasl.oauthbearer.expected.issuer", str, "",
+                  "The `iss` a JWKS-validated token must have; empty: not checked."),
+        ConfigKey("sasl.oauthbearer.sub.claim.name", str, "sub",
+                  "Claim of a JWKS-validated token naming the principal (`User:<value>`)."),
+        ConfigKey("sasl.oauthbearer.scope.claim.name", str, "scope",
+                  "Claim of a JWKS-validated token holding its scope."),
+        ConfigKey("sasl.oauthbearer.clock.skew.seconds", int, 30,
+                  "Allowed difference between the broker's clock and the token issuer's, for `exp` and `iat` "
+                  "of JWKS-validated tokens.", "s"),
         ConfigKey("sasl.server.max.receive.size", int, 524288,
                   "Largest frame a client may send before it has authenticated; a larger one closes the "
                   "connection.", "bytes"),
@@ -513,7 +560,8 @@ BROKER_CONFIG: dict[str, ConfigKey] = {
 LISTENER_CONFIG_KEYS: set[str] = {"sasl.enabled.mechanisms"}
 #: Keys a listener sets per SASL mechanism as
 #: ``listener.name.<listener>.<mechanism>.<key>`` (mechanism in lower case).
-MECHANISM_CONFIG_KEYS: dict[str, Callable[[Any], Any]] = {"sasl.jaas.config": _jaas}
+MECHANISM_CONFIG_KEYS: dict[str, Callable[[Any], Any]] = {"sasl.jaas.config": _jaas,
+                                                          "sasl.server.callback.handler.class": _server_callback_handler}
 _LISTENER_PREFIX = "listener.name."
 
 #: Topic-level key -> broker-level key whose default it overrides.

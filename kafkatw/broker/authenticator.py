@@ -29,12 +29,21 @@ read -- closes the connection with a log line and no answer, as Kafka does.
     SCRAM nonce, a message out of turn) gets Kafka's generic message.
   - Frames are bounded by C{sasl.server.max.receive.size} until authenticated
     (L{max_receive_size}); a longer one closes the connection.
-  - Success: the connection's principal becomes C{User:<name>}.
+  - OAUTHBEARER (L{kafkatw.security.oauthbearer}): a token that does not
+    validate is answered with Kafka's JSON error as a challenge
+    (C{{"status":"invalid_token"}}); the client's C{\x01} then gets
+    C{SASL_AUTHENTICATION_FAILED} with that JSON, one log line with the
+    reason, and the connection is closed.
+  - Success: the connection's principal becomes C{User:<name>}.  No mechanism
+    re-authenticates (C{connections.max.reauth.ms=0}, the session lifetime
+    answered is 0): a connection authenticated with an OAUTHBEARER token stays
+    so after the token's C{exp}, as Kafka's with re-authentication off.
 
 No log line, exception message or response holds a password or a token.
 
 Source: Kafka's C{SaslServerAuthenticator.java}; KIP-43 (SaslHandshake),
-KIP-152 (SaslAuthenticate), KIP-306 (the failed-authentication delay).
+KIP-152 (SaslAuthenticate), KIP-306 (the failed-authentication delay), KIP-255
+(OAUTHBEARER), KIP-368 (re-authentication).
 """
 
 from __future__ import annotations
@@ -47,6 +56,7 @@ from twisted.logger import Logger
 from ..errors import ErrorCode
 from ..protocol.messages import API_NAMES, MalformedRequest, decode_request, encode_response, parse_request_header
 from ..security.jaas import parse_jaas_config
+from ..security.oauthbearer import JwksValidator, OAuthBearerServer, UnsecuredValidator, unsecured_login_provider
 from ..zookeeper.bridge import ZooKeeperError
 from ..security.sasl import (
     SCRAM_MECHANISMS,
@@ -130,12 +140,17 @@ class SaslServerSettings:
         user's L{kafkatw.security.sasl.ScramCredential} or C{None}.
     @param failed_delay_ms: C{connection.failed.authentication.delay.ms}.
     @param max_receive_size: C{sasl.server.max.receive.size} (bytes).
+    @param oauthbearer_validator: OAUTHBEARER's token validator
+        (L{kafkatw.security.oauthbearer.UnsecuredValidator} or C{JwksValidator});
+        default: an unsecured one with Kafka's default options.
     """
 
     def __init__(self, mechanisms: list[str], plain_users: Mapping[str, str] | None = None,
                  scram_credential: Callable[[str, str], Any] | None = None,
-                 failed_delay_ms: int = 100, max_receive_size: int = 524288) -> None:
+                 failed_delay_ms: int = 100, max_receive_size: int = 524288,
+                 oauthbearer_validator: Any = None) -> None:
         self.mechanisms = list(mechanisms)
+        self.oauthbearer_validator = oauthbearer_validator or UnsecuredValidator()
         self.plain_users = dict(plain_users or {})
         self.scram_credential = scram_credential or (lambda mechanism, user: defer.succeed(None))
         self.failed_delay_ms = failed_delay_ms
@@ -149,10 +164,12 @@ class SaslServerSettings:
             return PlainServer(self.plain_users)
         if mechanism in SCRAM_MECHANISMS:
             return ScramServer(mechanism, lambda user: self.scram_credential(mechanism, user))
+        if mechanism == "OAUTHBEARER":
+            return OAuthBearerServer(self.oauthbearer_validator)
         raise ValueError(mechanism)
 
 
-def listener_sasl_settings(config: Any, listener_name: str, registry: Any) -> SaslServerSettings:
+def listener_sasl_settings(config: Any, listener_name: str, registry: Any, reactor: Any = None) -> SaslServerSettings:
     """
     A SASL listener's settings from the broker's configuration: its
     C{sasl.enabled.mechanisms} (listener prefix first), PLAIN's users from
@@ -163,6 +180,7 @@ def listener_sasl_settings(config: Any, listener_name: str, registry: Any) -> Sa
 
     @param config: a L{kafkatw.config.BrokerConfig}.
     @param registry: a L{kafkatw.zookeeper.registry.Registry}.
+    @param reactor: the reactor whose thread pool fetches OAUTHBEARER's JWKS.
     """
     mechanisms = config.listener_value(listener_name, "sasl.enabled.mechanisms")
     plain_users: dict[str, str] = {}
@@ -178,7 +196,42 @@ def listener_sasl_settings(config: Any, listener_name: str, registry: Any) -> Sa
 
     return SaslServerSettings(mechanisms, plain_users, scram_credential,
                               config["connection.failed.authentication.delay.ms"],
-                              config["sasl.server.max.receive.size"])
+                              config["sasl.server.max.receive.size"],
+                              oauthbearer_validator(config, listener_name, reactor)
+                              if "OAUTHBEARER" in mechanisms else None)
+
+
+def oauthbearer_validator(config: Any, listener_name: str, reactor: Any = None) -> Any:
+    """
+    A listener's OAUTHBEARER validator: the one Kafka's
+    C{listener.name.<listener>.oauthbearer.sasl.server.callback.handler.class}
+    names; without it, a L{kafkatw.security.oauthbearer.JwksValidator} when
+    C{sasl.oauthbearer.jwks.endpoint.url} is set (KIP-768; Kafka would need
+    the class named too), else Kafka's default, the unsecured validator with
+    the C{unsecuredValidator*} options of
+    C{listener.name.<listener>.oauthbearer.sasl.jaas.config}.
+
+    @raise ValueError: a JAAS option that is not a number where one is needed;
+        the JWKS validator named without C{sasl.oauthbearer.jwks.endpoint.url}.
+    @raise ImportError: a JWKS URL without PyJWT installed (C{pip install kafkatw[oauth]}).
+    """
+    from ..config import OAUTHBEARER_CALLBACK_HANDLERS
+
+    url = config["sasl.oauthbearer.jwks.endpoint.url"]
+    handler = config.listener_value(listener_name, "sasl.server.callback.handler.class", "OAUTHBEARER", inherit=False)
+    kind = OAUTHBEARER_CALLBACK_HANDLERS.get(handler or "", "jwks" if url else "unsecured")
+    if kind == "jwks" and not url:
+        raise ValueError(f"listener {listener_name}: {handler} needs sasl.oauthbearer.jwks.endpoint.url")
+    if kind == "jwks":
+        return JwksValidator(url, config["sasl.oauthbearer.expected.audience"],
+                             config["sasl.oauthbearer.expected.issuer"], config["sasl.oauthbearer.sub.claim.name"],
+                             config["sasl.oauthbearer.scope.claim.name"], config["sasl.oauthbearer.clock.skew.seconds"],
+                             config["sasl.oauthbearer.jwks.endpoint.refresh.ms"],
+                             config["sasl.oauthbearer.jwks.endpoint.retry.backoff.ms"], reactor=reactor)
+    jaas = config.listener_value(listener_name, "sasl.jaas.config", "OAUTHBEARER", inherit=False)
+    _log.warn("listener {listener} enables OAUTHBEARER with unsecured tokens (no sasl.oauthbearer.jwks.endpoint.url):"
+              " any client may claim any principal; for development only", listener=listener_name)
+    return UnsecuredValidator(parse_jaas_config(jaas).options if jaas else {})
 
 
 def sasl_client_settings(config: Any, listener_name: str) -> dict[str, Any]:
@@ -193,6 +246,9 @@ def sasl_client_settings(config: Any, listener_name: str) -> dict[str, Any]:
     mechanism = config["sasl.mechanism.inter.broker.protocol"]
     jaas = config.listener_value(listener_name, "sasl.jaas.config", mechanism)
     entry = parse_jaas_config(jaas) if jaas else None
+    if mechanism == "OAUTHBEARER":  # Kafka's OAuthBearerLoginModule with unsecuredLogin* options
+        return {"sasl_mechanism": mechanism,
+                "sasl_oauth_token_provider": unsecured_login_provider(entry.options) if entry else None}
     return {"sasl_mechanism": mechanism, "sasl_plain_username": entry.username if entry else None,
             "sasl_plain_password": entry.password if entry else None}
 
@@ -327,6 +383,7 @@ class SaslServerAuthenticator:
             return
         self._move(Event.FAILURE)
         error = failure.value
+        reason = getattr(error, "reason", None) or str(error)
         if isinstance(error, SaslAuthenticationFailed):
             message = str(error)
         elif isinstance(error, SaslException):
@@ -339,7 +396,7 @@ class SaslServerAuthenticator:
                          peer=self.connection.peer)
             message = f"Authentication failed due to an unexpected error with SASL mechanism {self.mechanism}"
         _log.warn("authentication of {peer} with {mechanism} failed: {reason}; closing the connection after "
-                  "{delay_ms} ms", peer=self.connection.peer, mechanism=self.mechanism, reason=str(error),
+                  "{delay_ms} ms", peer=self.connection.peer, mechanism=self.mechanism, reason=reason,
                   delay_ms=self.settings.failed_delay_ms)
 
         response = None

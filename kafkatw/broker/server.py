@@ -679,7 +679,7 @@ class KafkaServer(service.MultiService):
                                         self._verify_logs.get(listener.name))
             authenticator = None
             if listener.security_protocol.startswith("SASL_"):
-                settings = listener_sasl_settings(config, listener.name, self.registry)
+                settings = listener_sasl_settings(config, listener.name, self.registry, self.reactor)
                 authenticator = (lambda connection, settings=settings:
                                  SaslServerAuthenticator(connection, self.apis, settings, self.reactor))
             factory: Any = KafkaServerFactory(self.apis, config["socket.request.max.bytes"], listener.name,

@@ -2,14 +2,16 @@
 The client's side of SASL: SaslHandshake v1, then SaslAuthenticate requests
 carrying the mechanism's tokens (KIP-152), on a freshly negotiated connection.
 
-PLAIN sends one message; SCRAM-SHA-256/512 (L{kafkatw.security.sasl.ScramClientExchange}) sends
+PLAIN sends one message; OAUTHBEARER one message with the token of
+C{sasl_oauth_token_provider} (RFC 7628; a broker's JSON error is answered
+C{\x01}, as Kafka's client, and the failure carries it); SCRAM-SHA-256/512 (L{kafkatw.security.sasl.ScramClientExchange}) sends
 client-first and client-final and checks the server's signature, so that a
 broker that does not hold the credential is not trusted.  Any failure is an
 L{AuthenticationFailedError} -- not retriable, carrying the broker's message
 (Kafka's C{SaslAuthenticationException}) -- and the connection is dropped.
 
 Source: Kafka's C{SaslClientAuthenticator}; KIP-43, KIP-152; RFC 4616,
-RFC 5802, RFC 7677.
+RFC 5802, RFC 7677, RFC 7628; KIP-255.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import ErrorCode, KafkaError
+from ..security.oauthbearer import client_initial_response
 from ..security.sasl import SaslException, ScramClientExchange, plain_client_token
 from .security import SecurityConfig
 
@@ -53,7 +56,12 @@ async def authenticate(connection: Any, security: SecurityConfig) -> None:
     mechanism = security.sasl_mechanism
     username, password = security.sasl_plain_username, security.sasl_plain_password
     node = connection.node_id
-    if not username or password is None:
+    provider = security.sasl_oauth_token_provider
+    if mechanism == "OAUTHBEARER":
+        if provider is None:
+            raise _failed(ErrorCode.sasl_authentication_failed,
+                          "SASL OAUTHBEARER: no sasl_oauth_token_provider")
+    elif not username or password is None:
         raise _failed(ErrorCode.sasl_authentication_failed,
                       f"SASL {mechanism}: no user name or password (sasl_plain_username, sasl_plain_password)")
     if SASL_HANDSHAKE not in connection.versions or SASL_AUTHENTICATE not in connection.versions:
@@ -77,6 +85,9 @@ async def authenticate(connection: Any, security: SecurityConfig) -> None:
     if mechanism == "PLAIN":
         await exchange(plain_client_token(username, password))
         return
+    if mechanism == "OAUTHBEARER":
+        await _oauthbearer(exchange, provider)
+        return
     scram = ScramClientExchange(mechanism, username, password)
     try:
         server_first = await exchange(scram.first())
@@ -84,3 +95,17 @@ async def authenticate(connection: Any, security: SecurityConfig) -> None:
         scram.verify(server_final)
     except SaslException as e:
         raise _failed(ErrorCode.sasl_authentication_failed, f"SASL {mechanism} with broker {node}: {e}") from None
+
+
+async def _oauthbearer(exchange: Any, provider: Any) -> None:
+    """RFC 7628's exchange: the client's first message; a server error (a JSON challenge) is answered C{\\x01}."""
+    token_of = getattr(provider, "token", None)
+    token = token_of() if callable(token_of) else provider()
+    if hasattr(token, "__await__"):
+        token = await token
+    extensions_of = getattr(provider, "extensions", None)
+    extensions = extensions_of() if callable(extensions_of) else None
+    challenge = await exchange(client_initial_response(str(token), extensions=extensions))
+    if challenge:  # the broker refused the token: Kafka's broker then fails the exchange with the JSON
+        await exchange(b"\x01")
+        raise _failed(ErrorCode.sasl_authentication_failed, challenge.decode("utf-8", "replace"))

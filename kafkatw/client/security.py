@@ -23,7 +23,7 @@ __all__ = ["SecurityConfig", "SECURITY_PROTOCOLS", "SASL_MECHANISMS", "security_
 #: Kafka's security protocols (C{SecurityProtocol}).
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 #: The SASL mechanisms kafkatw speaks.
-SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,12 @@ class SecurityConfig:
     @ivar sasl_mechanism: one of L{SASL_MECHANISMS} (C{SASL_*} protocols only).
     @ivar sasl_plain_username: the SASL user name (PLAIN and SCRAM).
     @ivar sasl_plain_password: the SASL password (PLAIN and SCRAM); never logged.
+    @ivar sasl_oauth_token_provider: OAUTHBEARER's token source: an object
+        with C{token()} (kafka-python's C{sasl_oauth_token_provider}; its
+        C{extensions()}, when it has one, are sent too) or a callable
+        returning the token (a JWT, C{str}); it is called for each
+        connection.  L{kafkatw.security.oauthbearer.UnsecuredTokenProvider}
+        makes unsecured tokens for development.
     """
 
     security_protocol: str = "PLAINTEXT"
@@ -57,6 +63,7 @@ class SecurityConfig:
     sasl_mechanism: str = "PLAIN"
     sasl_plain_username: str | None = None
     sasl_plain_password: str | None = None
+    sasl_oauth_token_provider: Any = None
 
     def __post_init__(self) -> None:
         if self.security_protocol not in SECURITY_PROTOCOLS:
@@ -100,7 +107,10 @@ class SecurityConfig:
         C{ssl.keystore.location} (PEM: certificate chain and key),
         C{ssl.key.password}, C{ssl.endpoint.identification.algorithm}
         (C{https} or empty), C{ssl.cipher.suites}, C{sasl.mechanism} and
-        C{sasl.jaas.config} (its C{username} and C{password}).
+        C{sasl.jaas.config} (its C{username} and C{password}; for
+        C{OAUTHBEARER}, an C{OAuthBearerLoginModule}'s C{unsecuredLogin*}
+        options make an unsecured token provider, as Kafka's default login
+        callback handler).
 
         @raise ValueError: a store type other than PEM, an unparseable JAAS
             entry, an unknown protocol or mechanism.
@@ -125,8 +135,13 @@ class SecurityConfig:
             settings["sasl_mechanism"] = properties["sasl.mechanism"].strip().upper()
         if properties.get("sasl.jaas.config"):
             jaas = parse_jaas_config(properties["sasl.jaas.config"])
-            settings["sasl_plain_username"] = jaas.username
-            settings["sasl_plain_password"] = jaas.password
+            if settings.get("sasl_mechanism") == "OAUTHBEARER":
+                from ..security.oauthbearer import unsecured_login_provider
+
+                settings["sasl_oauth_token_provider"] = unsecured_login_provider(jaas.options)
+            else:
+                settings["sasl_plain_username"] = jaas.username
+                settings["sasl_plain_password"] = jaas.password
         return cls(**settings)
 
     def replace(self, **changes: Any) -> "SecurityConfig":

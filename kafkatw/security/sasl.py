@@ -56,8 +56,8 @@ __all__ = [
     "ScramClientExchange",
 ]
 
-#: Every mechanism kafkatw speaks.
-MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+#: Every mechanism kafkatw speaks (OAUTHBEARER: L{kafkatw.security.oauthbearer}).
+MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 #: The SCRAM mechanisms.
 SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 #: Kafka's C{ScramMechanism} type byte (Describe/AlterUserScramCredentials).
