@@ -312,6 +312,38 @@ BROKER_CONFIG: dict[str, ConfigKey] = {
                   "Largest session timeout a member may ask for (else `INVALID_SESSION_TIMEOUT`).", "ms"),
         ConfigKey("group.max.size", int, 2147483647,
                   "Most members a consumer group may have (else `GROUP_MAX_SIZE_REACHED`).", "members"),
+        # KIP-848 consumer groups (Kafka's GroupCoordinatorConfig group.consumer.*; docs/consumer-groups.md)
+        ConfigKey("group.consumer.heartbeat.interval.ms", int, 5000,
+                  "How often a member of a KIP-848 consumer group (`group.protocol=consumer`) heartbeats "
+                  "(the ConsumerGroupHeartbeat answer tells it).", "ms"),
+        ConfigKey("group.consumer.session.timeout.ms", int, 45000,
+                  "A KIP-848 consumer group member that sends no heartbeat for this long is removed from its "
+                  "group and its partitions are reassigned.", "ms"),
+        ConfigKey("group.consumer.max.size", int, 2147483647,
+                  "Most members a KIP-848 consumer group may have (else `GROUP_MAX_SIZE_REACHED`).", "members"),
+        ConfigKey("group.consumer.assignors", _list, ["uniform", "range"],
+                  "The server-side assignors of KIP-848 consumer groups a member may name; the first is the "
+                  "default (kafkatw: `uniform` and `range`)."),
+        # share groups (KIP-932; docs/consumer-groups.md, "Share groups")
+        ConfigKey("group.share.session.timeout.ms", int, 45000,
+                  "How long a share group member may go without a ShareGroupHeartbeat before it is removed "
+                  "from its group.", "ms"),
+        ConfigKey("group.share.heartbeat.interval.ms", int, 5000,
+                  "How often share group members are told to send a ShareGroupHeartbeat.", "ms"),
+        ConfigKey("group.share.record.lock.duration.ms", int, 30000,
+                  "How long a share consumer holds the records it acquired (the acquisition lock) before "
+                  "they become available again.", "ms"),
+        ConfigKey("group.share.delivery.count.limit", int, 5,
+                  "How many times a record of a share group is delivered before it is archived instead of "
+                  "being made available again.", "deliveries"),
+        ConfigKey("group.share.partition.max.record.locks", int, 200,
+                  "Most records of one share partition acquired at a time.", "records"),
+        ConfigKey("group.share.max.size", int, 200,
+                  "Most members a share group may have (else `GROUP_MAX_SIZE_REACHED`).", "members"),
+        ConfigKey("group.share.auto.offset.reset", _share_auto_offset_reset, "latest",
+                  "kafkatw's default of the group config `share.auto.offset.reset`: where a share group "
+                  "starts reading a partition it never read, `latest` (the high watermark) or `earliest` "
+                  "(the log start offset)."),
         ConfigKey("offset.metadata.max.bytes", int, 4096,
                   "Longest metadata string an offset commit may carry (else `OFFSET_METADATA_TOO_LARGE`).",
                   "bytes"),
@@ -323,6 +355,19 @@ BROKER_CONFIG: dict[str, ConfigKey] = {
                   "value per group and partition; a commit is answered once the batch holding it is written.",
                   "ms"),
         # transactions (Kafka's TransactionLogConfig and TransactionStateManagerConfig; docs/transactions.md)
+        # the share coordinator's state topic (KIP-932; docs/consumer-groups.md, "Share groups")
+        ConfigKey("share.coordinator.state.topic.num.partitions", int, 50,
+                  "Partitions of the internal topic `__share_group_state`, which holds the state of share "
+                  "partitions (start offset, acknowledged and archived records, delivery counts); the leader of "
+                  "a state partition is the share coordinator of the share partitions hashed to it. Do not change "
+                  "it once the topic exists.", "partitions"),
+        ConfigKey("share.coordinator.state.topic.replication.factor", int, 3,
+                  "Replication factor of `__share_group_state`, created once this many brokers are alive (share "
+                  "consumers get no records until then): 1 on a single broker, as for `__transaction_state`.",
+                  "replicas"),
+        ConfigKey("share.coordinator.state.topic.min.isr", int, 2,
+                  "`min.insync.replicas` of `__share_group_state`: a share-partition state change (an "
+                  "acknowledgement) is answered once this many replicas have it.", "replicas"),
         ConfigKey("transaction.state.log.num.partitions", int, 50,
                   "Partitions of the internal topic `__transaction_state`; a transactional id lives in partition "
                   "`abs(hashCode(id)) % transaction.state.log.num.partitions`, whose leader is its transaction "
@@ -962,6 +1007,8 @@ class BrokerConfig:
 SINGLE_BROKER_DEFAULTS: dict[str, str] = {
     "transaction.state.log.replication.factor": "1",
     "transaction.state.log.min.isr": "1",
+    "share.coordinator.state.topic.replication.factor": "1",
+    "share.coordinator.state.topic.min.isr": "1",
 }
 
 

@@ -36,6 +36,7 @@ from ..zookeeper.registry import (
     assign_replicas,
 )
 from .config_helper import format_config_value
+from .group_config import InvalidGroupConfig, validate_group_config
 from .metadata_cache import TopicMetadata
 
 __all__ = ["AdminManager", "DYNAMIC_BROKER_CONFIGS", "RESOURCE_TOPIC", "RESOURCE_BROKER"]
@@ -43,8 +44,9 @@ __all__ = ["AdminManager", "DYNAMIC_BROKER_CONFIGS", "RESOURCE_TOPIC", "RESOURCE
 #: Kafka's ConfigResource.Type codes.
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
+RESOURCE_GROUP = 32
 _RESOURCE_TYPES = {0: "UNKNOWN", 1: "ANY", 2: "TOPIC", 3: "GROUP", 4: "BROKER", 8: "BROKER_LOGGER",
-                   16: "CLIENT_METRICS"}
+                   16: "CLIENT_METRICS", 32: "GROUP"}
 #: IncrementalAlterConfigs operations (KIP-339's AlterConfigOp.OpType).
 OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
 
@@ -80,6 +82,9 @@ class AdminManager:
         self.metadata = metadata
         self.on_topic = on_topic
         self.config_written = config_written
+        #: told C{(group id, its new overrides)} once this broker wrote a group's configs
+        #: (L{kafkatw.broker.group_config.GroupConfigManager.update}, set by the broker's KafkaApis)
+        self.group_config_changed: Callable[[str, dict[str, str]], object] | None = None
         self._producer_ids: list[int] = []  # [next, end] of the current block
         self._pending_block: Any = None
 
@@ -210,6 +215,8 @@ class AdminManager:
         """
         type_name = _RESOURCE_TYPES.get(resource_type, str(resource_type))
         resource = f"ConfigResource(type={type_name}, name='{resource_name}')"
+        if resource_type == RESOURCE_GROUP:
+            return await self._alter_group_config(resource_name, operations, incremental, validate_only)
         if resource_type not in (RESOURCE_TOPIC, RESOURCE_BROKER):
             raise kafka_error(ErrorCode.invalid_request,
                               f"AlterConfigs is only supported for topics and brokers, but resource type is "
@@ -291,6 +298,42 @@ class AdminManager:
             _log.info("{resource} config is now {config}", resource=resource, config=new)
             if self.config_written is not None:
                 await self.config_written()
+        return new
+
+    async def _alter_group_config(self, group_id: str, operations: list[tuple[str, int, str | None]],
+                                  incremental: bool, validate_only: bool) -> dict[str, str]:
+        """
+        A group's configs (KIP-848, KIP-932; L{kafkatw.broker.group_config}):
+        SET and DELETE, validated whole (C{INVALID_CONFIG}), written to
+        C{/config/groups/<group>} with a change notification; this broker's
+        L{group_config_changed} is told at once.
+        """
+        if not group_id:
+            raise kafka_error(ErrorCode.invalid_request, "group id must not be empty")
+        names = [name for name, _, _ in operations]
+        if len(set(names)) != len(names):
+            raise kafka_error(ErrorCode.invalid_request,
+                              f"Error due to duplicate config keys in ConfigResource(type=GROUP, name='{group_id}')")
+        new = dict(await self.registry.get_entity_config("groups", group_id)) if incremental else {}
+        for name, operation, value in operations:
+            if operation == OP_SET:
+                if value is None:
+                    raise kafka_error(ErrorCode.invalid_request, f"Null value not supported for : SET:{name}")
+                new[name] = value
+            elif operation == OP_DELETE:
+                new.pop(name, None)
+            else:
+                raise kafka_error(ErrorCode.invalid_request,
+                                  f"Config value append or subtract is not allowed for config key: {name}")
+        try:
+            validate_group_config(new)
+        except InvalidGroupConfig as e:
+            raise InvalidConfigError(str(e)) from None
+        if not validate_only:
+            await self.registry.change_entity_config("groups", group_id, new)
+            _log.info("group {group} config is now {config}", group=group_id, config=new)
+            if self.group_config_changed is not None:
+                self.group_config_changed(group_id, new)
         return new
 
     async def delete_topic(self, name: str) -> None:

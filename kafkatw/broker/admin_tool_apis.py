@@ -297,12 +297,17 @@ class AdminToolApis:
         async def go() -> bytes:
             registry = coordinator.offsets.registry
             group = coordinator.groups.get(group_id)
-            if group is None or group.is_(GroupState.DEAD):
+            # a KIP-848 consumer group with members: the topics they subscribe to (regexes resolved)
+            consumer_group_topics = self.consumer_group_coordinator.subscribed_topics(group_id)
+            if consumer_group_topics is None and (group is None or group.is_(GroupState.DEAD)):
                 if not await registry.has_committed_offsets(group_id):
                     return respond(_E.group_id_not_found, {})
                 group = None
             deletable = candidates
-            if group is not None and group.members:
+            if consumer_group_topics is not None:
+                deletable = [k for k in candidates if k[0] not in consumer_group_topics]
+                codes.update((k, _E.group_subscribed_to_topic) for k in candidates if k[0] in consumer_group_topics)
+            elif group is not None and group.members:
                 if group.protocol_type != _CONSUMER_PROTOCOL:
                     return respond(_E.non_empty_group, {})
                 subscribed: set[str] = set()

@@ -57,6 +57,8 @@ from .quota_apis import QUOTA_VERSIONS, QuotaApis
 from .quota_manager import ClientQuotas, user_of_principal
 from .request_context import NO_CONNECTION, ConnectionContext, RequestContext
 from .admin_tool_apis import ADMIN_TOOL_VERSIONS, AdminToolApis
+from .share_group_apis import SHARE_GROUP_VERSIONS, ShareGroupApis
+from .consumer_group_apis import CONSUMER_GROUP_VERSIONS, ConsumerGroupApis
 from .transaction_apis import TRANSACTION_VERSIONS, TransactionApis
 
 __all__ = ["SUPPORTED_VERSIONS", "ADVERTISED_VERSIONS", "KafkaApis", "ProduceRun", "validate_topic_name"]
@@ -72,8 +74,8 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     18: (0, 3),  # ApiVersions
     19: (2, 7),  # CreateTopics
     20: (1, 6),  # DeleteTopics
-    8: (2, 8),  # OffsetCommit (v9+ carry KIP-848 member epochs: not served)
-    9: (1, 7),  # OffsetFetch (v8 batches groups, v9 adds member epochs: not served)
+    8: (2, 9),  # OffsetCommit (v9: the generation id is a KIP-848 member epoch)
+    9: (1, 9),  # OffsetFetch (v8 batches groups, v9 adds KIP-848 member epochs)
     10: (0, 4),  # FindCoordinator (key type 0 groups, 1 transactions)
     11: (0, 8),  # JoinGroup (v9's KIP-814 skip_assignment: not served)
     12: (0, 4),  # Heartbeat
@@ -99,9 +101,11 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     36: (0, 2),  # SaslAuthenticate (KIP-152; likewise)
     50: (0, 0),  # DescribeUserScramCredentials (KIP-554)
     51: (0, 0),  # AlterUserScramCredentials (KIP-554)
+    **CONSUMER_GROUP_VERSIONS,  # ConsumerGroupHeartbeat, ConsumerGroupDescribe: kafkatw/broker/consumer_group_apis.py
     **ADMIN_TOOL_VERSIONS,  # DeleteRecords, DescribeLogDirs, OffsetDelete: kafkatw/broker/admin_tool_apis.py
     **TRANSACTION_VERSIONS,  # AddPartitionsToTxn ... ListTransactions: kafkatw/broker/transaction_apis.py
     **QUOTA_VERSIONS,  # DescribeClientQuotas, AlterClientQuotas: kafkatw/broker/quota_apis.py
+    **SHARE_GROUP_VERSIONS,  # ShareGroupHeartbeat ... ShareAcknowledge (KIP-932): kafkatw/broker/share_group_apis.py
 }
 
 #: What ApiVersions advertises where it differs from L{SUPPORTED_VERSIONS}.
@@ -240,7 +244,7 @@ class ProduceRun:
         return answers
 
 
-class KafkaApis(TransactionApis, QuotaApis, AdminToolApis):
+class KafkaApis(TransactionApis, QuotaApis, AdminToolApis, ConsumerGroupApis, ShareGroupApis):
     """
     Serves the Kafka APIs of one broker.
 
@@ -277,6 +281,10 @@ class KafkaApis(TransactionApis, QuotaApis, AdminToolApis):
             group_coordinator = GroupCoordinator(self.broker_id, config, reactor, lambda: list(metadata.brokers),
                                                  offsets, self._partition_exists, now_ms=self.now_ms)
         self.group_coordinator = group_coordinator
+        #: KIP-932 share groups (kafkatw/broker/share_group_apis.py).
+        self.init_share_groups()
+        #: KIP-848 consumer groups (kafkatw/broker/consumer_group.py).
+        self.consumer_group_coordinator = self.make_consumer_group_coordinator()
         self._handlers = {
             0: self.handle_produce,
             1: self.handle_fetch,
@@ -313,8 +321,10 @@ class KafkaApis(TransactionApis, QuotaApis, AdminToolApis):
             50: self.handle_describe_user_scram_credentials,
             51: self.handle_alter_user_scram_credentials,
             **self.admin_tool_handlers(),
+            **self.consumer_group_handlers(),
             **self.transaction_handlers(),
             **self.quota_handlers(),
+            **self.share_group_handlers(),
         }
         #: The L{kafkatw.broker.authorizer.ZkAclAuthorizer} (set by the server when
         #: C{authorizer.class.name} is set; C{None}: every request is allowed).
@@ -616,7 +626,7 @@ class KafkaApis(TransactionApis, QuotaApis, AdminToolApis):
                 names = [name for name in names if name not in denied]
             return self._respond(context, self._metadata_operations(
                 context, request, self._metadata_body(names, {}, context.connection.listener_name)))
-        names = [t.name for t in request.topics]
+        names, unknown_ids = self.metadata_topic_names(request.topics)
         allow_auto = getattr(request, "allow_auto_topic_creation", True) and self.config["auto.create.topics.enable"]
         errors: dict[str, ErrorCode] = {}
         creating = []
@@ -637,8 +647,9 @@ class KafkaApis(TransactionApis, QuotaApis, AdminToolApis):
                 else:
                     creating.append(name)
         if not creating:
-            return self._respond(context, self._metadata_operations(
-                context, request, self._metadata_body(names, errors, context.connection.listener_name)))
+            body = self._metadata_body(names, errors, context.connection.listener_name)
+            body["topics"].extend(unknown_ids)
+            return self._respond(context, self._metadata_operations(context, request, body))
         return defer.Deferred.fromCoroutine(self._auto_create_then_metadata(context, names, errors, creating,
                                                                             request))
 
@@ -1460,6 +1471,8 @@ class KafkaApis(TransactionApis, QuotaApis, AdminToolApis):
             return ErrorCode.topic_authorization_failed
         if resource_type in (4, 8) and not self._allowed(context, operation, ResourceType.CLUSTER):
             return ErrorCode.cluster_authorization_failed
+        if resource_type == 32 and not self._allowed(context, operation, ResourceType.GROUP, name):  # KIP-848
+            return ErrorCode.group_authorization_failed
         return ErrorCode.none
 
     def handle_describe_configs(self, context: RequestContext, request: Any) -> bytes:
@@ -1497,6 +1510,8 @@ class KafkaApis(TransactionApis, QuotaApis, AdminToolApis):
                 else:
                     entry["configs"] = describe_broker_configs(self.config, bool(name), keys, include_synonyms,
                                                                include_documentation)
+            elif resource.resource_type == 32:  # GROUP (KIP-848, KIP-932: kafkatw/broker/group_config.py)
+                entry["configs"] = self.group_configs.describe(resource.resource_name, keys)
             else:
                 entry["error_code"] = int(ErrorCode.invalid_request)
                 entry["error_message"] = f"resource type {resource.resource_type} is not supported"
@@ -1814,16 +1829,31 @@ class KafkaApis(TransactionApis, QuotaApis, AdminToolApis):
         topic: the partitions of a named topic it may not describe answer
         C{TOPIC_AUTHORIZATION_FAILED}, and such topics are left out of an
         all-topics fetch (Kafka's C{KafkaApis.handleOffsetFetchRequest}; Read,
-        which implies Describe, is needed only to commit).
+        which implies Describe, is needed only to commit).  v8+ asks for
+        several groups (L{ConsumerGroupApis.handle_offset_fetch_groups}).
         """
-        wanted = None if request.topics is None else [
-            (t.name, p) for t in request.topics for p in t.partition_indexes]
-        if self._group_denied(context, request.group_id, AclOperation.DESCRIBE):
-            d: defer.Deferred = defer.succeed((ErrorCode.group_authorization_failed, {}))
-        else:
-            d = self._require_stable(lambda: self.group_coordinator.fetch_offsets(request.group_id, wanted), request)
+        if context.api_version >= 8:
+            return self.handle_offset_fetch_groups(context, request)
+        d = self.offset_fetch_group(context, request.group_id, request.topics, request)
+        return d.addCallback(lambda body: self._respond(context, {"throttle_time": 0, **body}))
 
-        def answer(result: tuple) -> bytes:
+    def offset_fetch_group(self, context: RequestContext, group_id: str, wanted_topics: Any, request: Any,
+                           member_error: ErrorCode = ErrorCode.none) -> defer.Deferred:
+        """
+        One group of an OffsetFetch: a Deferred firing with C{{"error_code",
+        "topics"}} (C{member_error}: the group's answer without reading, a
+        KIP-848 member's C{STALE_MEMBER_EPOCH} or C{UNKNOWN_MEMBER_ID}).
+        """
+        wanted = None if wanted_topics is None else [
+            (t.name, p) for t in wanted_topics for p in t.partition_indexes]
+        if self._group_denied(context, group_id, AclOperation.DESCRIBE):
+            d: defer.Deferred = defer.succeed((ErrorCode.group_authorization_failed, {}))
+        elif member_error:
+            d = defer.succeed((member_error, {}))
+        else:
+            d = self._require_stable(lambda: self.group_coordinator.fetch_offsets(group_id, wanted), request)
+
+        def answer(result: tuple) -> dict:
             error, found, *unstable = result
             keys = wanted if wanted is not None else sorted(found)
             denied: set[str] = set()
@@ -1846,8 +1876,8 @@ class KafkaApis(TransactionApis, QuotaApis, AdminToolApis):
                 })
                 if unstable and (name, partition) in unstable[0]:  # KIP-447 require_stable
                     topics[name][-1].update(committed_offset=-1, error_code=int(ErrorCode.unstable_offset_commit))
-            return self._respond(context, {"throttle_time": 0, "error_code": int(error), "topics": [
-                {"name": name, "partitions": partitions} for name, partitions in topics.items()]})
+            return {"error_code": int(error), "topics": [
+                {"name": name, "partitions": partitions} for name, partitions in topics.items()]}
 
         return d.addCallback(answer)
 
@@ -1873,7 +1903,7 @@ class KafkaApis(TransactionApis, QuotaApis, AdminToolApis):
 
     def handle_list_groups(self, context: RequestContext, request: Any) -> defer.Deferred:
         states = {s.lower() for s in getattr(request, "states_filter", ())}
-        d = self.group_coordinator.list_groups()
+        d = self.group_coordinator.list_groups().addCallback(self.with_share_groups)
 
         def answer(groups: list) -> bytes:
             listed = [{"group_id": g, "protocol_type": t, "group_state": s} for g, t, s in groups
@@ -1894,7 +1924,7 @@ class KafkaApis(TransactionApis, QuotaApis, AdminToolApis):
         names = list(request.groups_names)
         d = defer.gatherResults([
             defer.succeed(ErrorCode.group_authorization_failed) if self._group_denied(context, g, AclOperation.DELETE)
-            else self.group_coordinator.delete_group(g) for g in names])
+            else self.delete_share_group(g) or self.group_coordinator.delete_group(g) for g in names])
         return d.addCallback(lambda codes: self._respond(context, {"throttle_time": 0, "results": [
             {"group_id": g, "error_code": int(c)} for g, c in zip(names, codes)]}))
 

@@ -532,6 +532,10 @@ class GroupCoordinator:
         self.groups: dict[str, Group] = {}
         self.placement: Any = StaticPlacement(broker_id, live_brokers)
         self.election: Any = None
+        #: The KIP-848 consumer groups beside the classic ones
+        #: (L{kafkatw.broker.consumer_group.ConsumerGroupCoordinator}, which sets
+        #: itself here), or C{None}.
+        self.consumer_groups: Any = None
 
     # --- placement -------------------------------------------------------------
 
@@ -565,6 +569,8 @@ class GroupCoordinator:
         for group_id in list(self.groups):
             if self.placement.fence(group_id) != self.groups[group_id].fence:
                 self._unload(group_id)
+        if self.consumer_groups is not None:
+            self.consumer_groups.placement_changed()
 
     def _before_release(self, fence: Fence) -> defer.Deferred:
         """The election gives up C{fence}: its groups are unloaded already; write what was accepted under it."""
@@ -615,6 +621,8 @@ class GroupCoordinator:
         """
         for group_id in list(self.groups):
             self._unload(group_id, shutting_down=True)
+        if self.consumer_groups is not None:
+            self.consumer_groups.shutdown()
 
         async def go() -> None:
             if self.election is not None:
@@ -637,6 +645,16 @@ class GroupCoordinator:
         if group is not None and group.fence != fence:
             self._unload(group_id)
         return ErrorCode.none
+
+    def drop_empty_group(self, group_id: str) -> None:
+        """
+        Forget C{group_id}'s classic group if it has no members: a KIP-848
+        consumer group takes the id over (Kafka 4 converts an empty group
+        whatever its C{group.consumer.migration.policy}).
+        """
+        group = self.groups.get(group_id)
+        if group is not None and not group.members:
+            self._unload(group_id, shutting_down=True)
 
     def _new_group(self, group_id: str) -> Group:
         group = self.groups[group_id] = Group(group_id, fence=self.placement.acting(group_id))
@@ -690,6 +708,11 @@ class GroupCoordinator:
         error = self._check(group_id)
         if error:
             return reject(error, "no group id" if not group_id else "this broker does not coordinate the group")
+        if self.consumer_groups is not None and group_id in self.consumer_groups.groups:
+            if self.consumer_groups.active(group_id):
+                return reject(ErrorCode.inconsistent_group_protocol,
+                              "the group is a KIP-848 consumer group with members")
+            self.consumer_groups.unload(group_id)  # an empty consumer group becomes a classic one (Kafka 4)
         if not self.min_session_timeout_ms <= session_timeout_ms <= self.max_session_timeout_ms:
             return reject(ErrorCode.invalid_session_timeout,
                           f"session timeout {session_timeout_ms} ms outside group.min.session.timeout.ms "
@@ -1157,6 +1180,11 @@ class GroupCoordinator:
             the offsets are in ZooKeeper.
         """
         error = self._check(group_id)
+        if not error and self.consumer_groups is not None and group_id in self.consumer_groups.groups:
+            error = self.consumer_groups.commit_error(group_id, member_id, generation_id)
+            if error:
+                return _succeed({tp: error for tp in offsets})
+            return self._write_offsets(group_id, offsets, self.placement.acting(group_id))
         if not error:
             group = self.groups.get(group_id)
             if group is None:
@@ -1169,6 +1197,11 @@ class GroupCoordinator:
                 error = self._commit_error(group, generation_id, member_id, group_instance_id)
         if error:
             return _succeed({tp: error for tp in offsets})
+        return self._write_offsets(group_id, offsets, self.groups[group_id].fence)
+
+    def _write_offsets(self, group_id: str, offsets: dict[tuple[str, int], CommittedOffset],
+                       fence: Fence | None) -> defer.Deferred:
+        """Check each offset's metadata size and partition, and commit the valid ones under C{fence}."""
         now = self.now_ms()
         codes: dict[tuple[str, int], ErrorCode] = {}
         valid: dict[tuple[str, int], CommittedOffset] = {}
@@ -1182,7 +1215,6 @@ class GroupCoordinator:
                                                             committed.metadata, now)
         if not valid:
             return _succeed(codes)
-        fence = self.groups[group_id].fence
         if fence is None:
             return _succeed({**codes, **{tp: ErrorCode.not_coordinator for tp in valid}})
         d = self.offsets.commit(group_id, valid, fence)
@@ -1243,6 +1275,8 @@ class GroupCoordinator:
 
         def combine(stored: list[str]) -> list[tuple[str, str, str]]:
             listed = {g.group_id: (g.group_id, g.protocol_type or "", g.state.value) for g in self.groups.values()}
+            if self.consumer_groups is not None:
+                listed.update((g[0], g) for g in self.consumer_groups.list_groups())
             for group_id in stored:
                 if group_id not in listed and self.owns(group_id):
                     listed[group_id] = (group_id, "", GroupState.EMPTY.value)
@@ -1262,6 +1296,10 @@ class GroupCoordinator:
         if error:
             return _succeed({"error_code": int(error), "group_id": group_id, "group_state": "", "protocol_type": "",
                              "protocol_data": "", "members": []})
+        if self.consumer_groups is not None and group_id in self.consumer_groups.groups:
+            # Kafka's describeGroups: a KIP-848 consumer group is not a classic group (ConsumerGroupDescribe it).
+            return _succeed({"error_code": 0, "group_id": group_id, "group_state": GroupState.DEAD.value,
+                             "protocol_type": "", "protocol_data": "", "members": []})
         group = self.groups.get(group_id)
         if group is not None:
             stable = group.is_(GroupState.STABLE)
@@ -1302,11 +1340,17 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         if group is not None and group.members:
             return _succeed(ErrorCode.non_empty_group)
+        consumer_group = self.consumer_groups is not None and group_id in self.consumer_groups.groups
+        if consumer_group:
+            if self.consumer_groups.active(group_id):
+                return _succeed(ErrorCode.non_empty_group)
+            self.consumer_groups.unload(group_id)
 
         fence = self.placement.acting(group_id)
 
         async def go() -> ErrorCode:
-            if group is None and not await self.offsets.registry.has_committed_offsets(group_id):
+            if group is None and not consumer_group and \
+                    not await self.offsets.registry.has_committed_offsets(group_id):
                 return ErrorCode.group_id_not_found
             confirmed = await self.offsets.confirm(fence)  # still the coordinator: delete
             if confirmed:

@@ -657,6 +657,9 @@ class KafkaServer(service.MultiService):
                               now_ms=self.milliseconds, hi_res_clock_ms=self.hi_res_clock_ms)
         self.apis.controller = self.controller
         self.apis.request_metrics = self.request_metrics
+        # group configs (KIP-848, KIP-932: kafkatw/broker/group_config.py), current from /config/groups
+        self.config_changes.on_entity_change("groups", self.apis.group_configs.update)
+        await self.apis.group_configs.load(self.registry)
         self.apis.authorizer = authorizer_from_config(config, self.registry, now_ms=self.milliseconds)
         if self.apis.authorizer is not None:
             await self.apis.authorizer.start()  # every ACL cached before the first request
@@ -667,6 +670,10 @@ class KafkaServer(service.MultiService):
             self.reactor, self.milliseconds)
         self.apis.transactions = self.transactions
         self.transactions.start()
+        # KIP-932 share-partition state in __share_group_state (kafkatw/broker/share_coordinator.py)
+        self.apis.start_share_coordinator(
+            self.admin, self.milliseconds,
+            lambda broker, api_key, body: defer.Deferred.fromCoroutine(client.send(broker, api_key, body)))
         advertised = self._advertised_endpoints()
         assert self.listeners is not None
         # The factories are ready before registering; the ports accept once the broker has
@@ -726,6 +733,8 @@ class KafkaServer(service.MultiService):
             factory.serving = None  # new connections are closed from now on
         if self.transactions is not None:
             self.transactions.stop()
+        if self.apis is not None:
+            self.apis.stop_share_groups()
         if self.replica_manager is not None:
             self.replica_manager.complete_all_delayed()
         if self.apis is not None:

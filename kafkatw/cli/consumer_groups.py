@@ -99,8 +99,11 @@ class BrokerGroupSource:
     def __init__(self, admin: Any) -> None:
         self.admin = admin
 
-    def _send(self, group_id: str, api_key: int, version: int, body: dict, error_of: Any = None) -> Any:
-        """A request to the group's coordinator, sent again when the coordinator moves."""
+    def _send(self, group_id: str, api_key: int, version: int | None, body: dict, error_of: Any = None) -> Any:
+        """
+        A request to the group's coordinator, sent again when the coordinator
+        moves (C{version} C{None}: the highest both sides speak).
+        """
         return self.admin.coordinator_request(group_id, api_key, body, version=version, error_of=error_of)
 
     def list_groups(self) -> list[str]:
@@ -110,6 +113,10 @@ class BrokerGroupSource:
         from kafkatw.errors import ErrorCode
         from kafkatw.protocol.consumer_protocol import decode_assignment
 
+        consumer_group = self._consumer_group_members(group_id)
+        if consumer_group is not None:
+            state, assignor, consumer_members = consumer_group
+            return GroupDescription(group_id, state, "consumer", assignor, consumer_members, self._offsets(group_id))
         response = self._send(group_id, 15, _DESCRIBE_GROUPS_V,
                               {"groups": [group_id], "include_authorized_operations": False},
                               lambda r: r.groups[0].error_code)
@@ -121,6 +128,39 @@ class BrokerGroupSource:
                 if described.protocol_type == "consumer" else []
             members.append(MemberDescription(m.member_id, getattr(m, "group_instance_id", None), m.client_id,
                                              m.client_host, assignment))
+        return GroupDescription(group_id, described.group_state, described.protocol_type, described.protocol_data,
+                                members, self._offsets(group_id))
+
+    def _consumer_group_members(self, group_id: str) -> tuple[str, str, list[MemberDescription]] | None:
+        """
+        A KIP-848 consumer group's state, assignor and members
+        (ConsumerGroupDescribe, as Kafka 4's admin client asks first), or
+        C{None} when the group is not one (C{GROUP_ID_NOT_FOUND}) or the
+        broker does not serve the API: then DescribeGroups describes it.
+        """
+        from kafkatw.errors import ErrorCode, KafkaError
+
+        try:
+            response = self._send(group_id, 69, None,
+                                  {"group_ids": [group_id], "include_authorized_operations": False},
+                                  lambda r: r.groups[0].error_code)
+        except KafkaError as e:
+            if e.error_code == ErrorCode.unsupported_version:
+                return None
+            raise
+        described = response.groups[0]
+        if ErrorCode(int(described.error_code)) == ErrorCode.group_id_not_found:
+            return None
+        _check(described.error_code, f"describing group {group_id!r}")
+        members = [MemberDescription(m.member_id, m.instance_id, m.client_id, m.client_host,
+                                     [(tp.topic_name, int(p)) for tp in m.assignment.topic_partitions
+                                      for p in tp.partitions])
+                   for m in described.members]
+        return described.group_state, described.assignor_name, members
+
+    def _offsets(self, group_id: str) -> dict[tuple[str, int], int]:
+        from kafkatw.errors import ErrorCode
+
         fetched = self._send(group_id, 9, _OFFSET_FETCH_V, {"group_id": group_id, "topics": None,
                                                              "require_stable": False}, lambda r: r.error_code)
         _check(fetched.error_code, f"fetching the offsets of group {group_id!r}")
@@ -129,8 +169,7 @@ class BrokerGroupSource:
             for p in t.partitions:
                 if int(p.committed_offset) >= 0 and ErrorCode(int(p.error_code)) == ErrorCode.none:
                     offsets[(t.name, int(p.partition_index))] = int(p.committed_offset)
-        return GroupDescription(group_id, described.group_state, described.protocol_type, described.protocol_data,
-                                members, offsets)
+        return offsets
 
     def delete(self, group_id: str) -> None:
         response = self._send(group_id, 42, _DELETE_GROUPS_V, {"groups_names": [group_id]},
@@ -493,7 +532,7 @@ def _described(source: GroupSource, group_id: str) -> Any:
         fail(f"Error: Consumer group '{group_id}' does not exist.")
     if group.state == "Empty":
         click.echo(f"\nConsumer group '{group_id}' has no active members.", err=True)
-    elif group.state in ("PreparingRebalance", "CompletingRebalance"):
+    elif group.state in ("PreparingRebalance", "CompletingRebalance", "Assigning", "Reconciling"):
         click.echo(f"\nWarning: Consumer group '{group_id}' is rebalancing.", err=True)
     return group
 

@@ -46,6 +46,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "consumer-perf-test": ("consumer_perf", "consumer_perf_test",
                            "Consumer throughput (kafka-consumer-perf-test.sh)."),
     "delete-records": ("delete_records", "delete_records", "Delete records below offsets (kafka-delete-records.sh)."),
+    "share-groups": ("share_groups", "share_groups", "Share groups and their offsets (kafka-share-groups.sh)."),
     "dump-log": ("dump_log", "dump_log", "Print log segment and index files (kafka-dump-log.sh)."),
     "get-offsets": ("get_offsets", "get_offsets", "Offsets of partitions for a time (kafka-get-offsets.sh)."),
     "leader-election": ("leader_election", "leader_election",

@@ -12,6 +12,9 @@ The public API, pinned by C{tests/unit/test_exports.py}:
     assigned by hand, or with a C{group_id} by a consumer group coordinated by
     a broker, Kafka's classic protocol: L{Consumer.subscribe}, told of
     rebalances through a L{ConsumerRebalanceListener}),
+    L{ShareConsumer} (a share group member, KIP-932: L{ShareConsumer.poll}
+    fires with L{ShareRecord}s carrying their delivery count, each
+    acknowledged with an L{AcknowledgeType}),
     L{ZookeeperConsumerGroup} (the paper's ZooKeeper-coordinated consumer
     group, section 3.2) and L{AdminClient}
     (topics, partitions, configs, offsets, the controller's requests), with
@@ -55,6 +58,7 @@ from .consumer_coordinator import ConsumerRebalanceListener
 from .producer import KafkaTimeoutError, Producer, ProducerClosedError, RecordMetadata
 from .sasl import AuthenticationFailedError
 from .security import SecurityConfig
+from .share_consumer import AcknowledgeType, ShareConsumer, ShareRecord
 from .transaction_manager import GroupMetadata, IllegalTransactionStateError
 from .zookeeper_group import (
     CommitFailedError,
@@ -76,6 +80,9 @@ __all__ = [
     "ConsumerRecord",
     "ZookeeperConsumerGroup",
     "ConsumerRebalanceListener",
+    "ShareConsumer",
+    "ShareRecord",
+    "AcknowledgeType",
     "AdminClient",
     "NewTopic",
     "NewPartitions",

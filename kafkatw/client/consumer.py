@@ -343,6 +343,16 @@ class Consumer:
         own timer.
     @param max_poll_interval_ms: the rebalance timeout (ms): how long the
         coordinator waits for members to rejoin.
+    @param group_protocol: C{classic} (JoinGroup/SyncGroup, client-side
+        assignors) or C{consumer} (KIP-848: ConsumerGroupHeartbeat,
+        server-side assignors, incremental rebalances;
+        L{kafkatw.client.consumer_membership}), as Kafka's C{group.protocol}.
+        With C{consumer}, C{partition_assignment_strategy},
+        C{session_timeout_ms} and C{heartbeat_interval_ms} are not used (the
+        coordinator sets them).
+    @param group_remote_assignor: with C{group_protocol="consumer"}: the
+        server-side assignor to ask for (C{uniform}, C{range}; C{None}: the
+        coordinator's default), as Kafka's C{group.remote.assignor}.
     @param enable_auto_commit: commit the positions of processed records
         every C{auto_commit_interval_ms} (ms), before rebalances and on close
         (L{kafkatw.client.consumer_coordinator}).
@@ -365,7 +375,8 @@ class Consumer:
                  partition_assignment_strategy: Iterable[str] | str = ("range", "cooperative-sticky"),
                  session_timeout_ms: int = 45000, heartbeat_interval_ms: int = 3000,
                  max_poll_interval_ms: int = 300000, enable_auto_commit: bool = True,
-                 auto_commit_interval_ms: int = 5000,
+                 auto_commit_interval_ms: int = 5000, group_protocol: str = "classic",
+                 group_remote_assignor: str | None = None,
                  security: SecurityConfig | None = None, **security_options: Any) -> None:
         if auto_offset_reset not in _RESETS:
             raise ValueError(f"auto_offset_reset must be earliest, latest or none, not {auto_offset_reset!r}")
@@ -411,7 +422,16 @@ class Consumer:
         #: what the group's coordinator may see and change of this consumer
         self.subscriptions = SubscriptionState(self)
         self.coordinator: Any = None
-        if group_id is not None:
+        if group_protocol not in ("classic", "consumer"):
+            raise ValueError(f"group_protocol must be classic or consumer, not {group_protocol!r}")
+        if group_id is not None and group_protocol == "consumer":
+            from .consumer_membership import ConsumerMembershipManager
+
+            self.coordinator = ConsumerMembershipManager(
+                self, group_id, group_instance_id=group_instance_id, remote_assignor=group_remote_assignor,
+                rebalance_timeout_ms=max_poll_interval_ms, enable_auto_commit=enable_auto_commit,
+                auto_commit_interval_ms=auto_commit_interval_ms, require_stable=self._read_committed)
+        elif group_id is not None:
             from .consumer_coordinator import ConsumerCoordinator
 
             if isinstance(partition_assignment_strategy, str):

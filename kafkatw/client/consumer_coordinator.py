@@ -197,6 +197,9 @@ class ConsumerCoordinator:
     @raise ValueError: an unknown assignor name, or none.
     """
 
+    #: OffsetCommit's version (v9+: the generation id is a KIP-848 member epoch)
+    offset_commit_version = _OFFSET_COMMIT_V
+
     def __init__(self, consumer: Any, group_id: str, *, group_instance_id: str | None = None,
                  assignors: Iterable[str] = ("range", "cooperative-sticky"), session_timeout_ms: int = 45000,
                  rebalance_timeout_ms: int = 300000, heartbeat_interval_ms: int = 3000,
@@ -657,7 +660,7 @@ class ConsumerCoordinator:
         while True:
             try:
                 node = await self._ensure_coordinator()
-                response = await self._request(node, _OFFSET_COMMIT, _OFFSET_COMMIT_V, body)
+                response = await self._request(node, _OFFSET_COMMIT, self.offset_commit_version, body)
                 codes = {ErrorCode(int(p.error_code)) for t in response.topics for p in t.partitions}
                 moved = codes & COORDINATOR_MOVED
                 if moved:
