@@ -30,7 +30,11 @@ BACKOFF_MS = 100
 
 
 class FakeClient:
-    """The inter-broker client: records each request and answers when the test says."""
+    """
+    The inter-broker client: records each request and answers when the test
+    says.  Not L{kafkatw.testing.FakeCluster}: the scenarios need a leader
+    whose answers (epochs, end offsets, errors) the test writes, mid-fetch.
+    """
 
     def __init__(self) -> None:
         self.brokers: dict[int, tuple[str, int]] = {}

@@ -666,6 +666,12 @@ class FollowerManyLinesTests(unittest.TestCase):
 
 
 class FakeClient:
+    """
+    The partition count L{FakeProducer} reports.  Not
+    L{kafkatw.testing.FakeCluster}: the shipper's tests fire each send's
+    Deferred by hand (failures, order, back-pressure), below any broker.
+    """
+
     def __init__(self, partitions: int) -> None:
         self.partitions = partitions
 
