@@ -36,9 +36,26 @@ from ..config import (
     config_type,
     is_dynamic_broker_config,
     is_sensitive,
+    topic_log_config,
 )
 
-__all__ = ["format_config_value", "describe_topic_configs", "describe_broker_configs"]
+__all__ = ["format_config_value", "describe_topic_configs", "describe_broker_configs", "internal_topic_configs"]
+
+
+def internal_topic_configs(config: BrokerConfig, configs: dict[str, str]) -> dict[str, str]:
+    """
+    The configs an internal topic (C{__transaction_state},
+    C{__share_group_state}) is created with: C{configs} (compacted, as
+    Kafka's) when this broker accepts them, else C{cleanup.policy=delete}
+    with unlimited retention (C{retention.ms=-1}, C{retention.bytes=-1}):
+    nothing is lost, the log only grows.
+    """
+    configs = dict(configs)
+    try:
+        topic_log_config(config, configs)
+    except ValueError:
+        configs.update({"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1"})
+    return configs
 
 
 def format_config_value(value: Any) -> str | None:

@@ -42,9 +42,9 @@ from typing import Any, Callable
 from twisted.internet import defer, task
 from twisted.logger import Logger
 
-from ..config import topic_log_config
 from ..errors import ErrorCode, KafkaError, kafka_error
 from ..protocol.records import decode_batches, encode_batch
+from .config_helper import internal_topic_configs
 from .share_partition import SharePartitionSnapshot, StateBatch
 from .share_state import (SHARE_GROUP_STATE_TOPIC, SharePartitionKey, decode_snapshot_key, decode_snapshot_value,
                           encode_snapshot_key, encode_snapshot_value, state_partition_for)
@@ -69,13 +69,8 @@ def share_state_create_configs(config: Any) -> dict[str, str]:
     share coordinator's C{min.insync.replicas}; C{cleanup.policy=delete} with
     unlimited retention where this broker does not accept compaction.
     """
-    configs = {"cleanup.policy": "compact",
-               "min.insync.replicas": str(config["share.coordinator.state.topic.min.isr"])}
-    try:
-        topic_log_config(config, configs)
-    except ValueError:
-        configs.update({"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1"})
-    return configs
+    return internal_topic_configs(config, {
+        "cleanup.policy": "compact", "min.insync.replicas": str(config["share.coordinator.state.topic.min.isr"])})
 
 
 class ShareCoordinator:

@@ -55,10 +55,10 @@ from urllib.parse import quote, unquote
 from twisted.internet import defer
 from twisted.logger import Logger
 
-from ..config import topic_log_config
 from ..errors import ErrorCode, KafkaError, NotLeaderOrFollowerError, kafka_error
 from ..zookeeper.bridge import BadVersionError, NodeExistsError, NoNodeError
 from ..zookeeper.registry import CommittedOffset
+from .config_helper import internal_topic_configs
 from .transaction_coordinator import OFFSETS_TOPIC, offsets_partition_for, transaction_state_topic_configs
 from .transaction_state import TRANSACTION_STATE_TOPIC, TopicPartition, encode_transaction_log_batch, \
     transaction_log_records
@@ -80,12 +80,7 @@ def transaction_state_create_configs(config: Any) -> dict[str, str]:
     retention (C{retention.ms=-1}, C{retention.bytes=-1}): nothing is lost,
     the log only grows.
     """
-    configs = transaction_state_topic_configs(config)
-    try:
-        topic_log_config(config, configs)
-    except ValueError:
-        configs.update({"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1"})
-    return configs
+    return internal_topic_configs(config, transaction_state_topic_configs(config))
 
 
 class ReplicatedTransactionLog:

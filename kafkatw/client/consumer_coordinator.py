@@ -751,6 +751,17 @@ class ConsumerCoordinator:
         """
         return defer.Deferred.fromCoroutine(self._close())
 
+    def _in_group(self) -> bool:
+        """Whether the member holds a generation of the group (its partitions are revoked on close, not lost)."""
+        return self.generation_id >= 0
+
+    async def _leave_group(self) -> None:
+        """LeaveGroup on close, except for a static member (KIP-345): its partitions wait for it."""
+        if self.member_id and self.group_instance_id is None:
+            await self._request(await self._ensure_coordinator(), _LEAVE_GROUP, _LEAVE_GROUP_V, {
+                "group_id": self.group_id,
+                "members": [{"member_id": self.member_id, "group_instance_id": None}]})
+
     async def _close(self) -> None:
         if self._closed:
             return
@@ -761,7 +772,7 @@ class ConsumerCoordinator:
         if joining is not None:
             joining.cancel()
         try:
-            if self.generation_id >= 0 and self._error is None:
+            if self._in_group() and self._error is None:
                 if self.enable_auto_commit and self.owned:
                     # the application closes: everything poll returned is processed (Kafka's close)
                     await self._commit_quietly(self.subscriptions.all_consumed())
@@ -770,10 +781,7 @@ class ConsumerCoordinator:
             elif self.owned:
                 await self._call_listener("on_partitions_lost", set(self.owned))
             self.owned = set()
-            if self.member_id and self.group_instance_id is None:
-                await self._request(await self._ensure_coordinator(), _LEAVE_GROUP, _LEAVE_GROUP_V, {
-                    "group_id": self.group_id,
-                    "members": [{"member_id": self.member_id, "group_instance_id": None}]})
+            await self._leave_group()
         except Exception as e:
             _log.info("group {group}: leaving: {error}", group=self.group_id, error=e)
         finally:

@@ -297,31 +297,12 @@ class ConsumerMembershipManager(ConsumerCoordinator):
 
     # --- closing -------------------------------------------------------------------------------
 
-    async def _close(self) -> None:
-        if self._closed:
-            return
-        self._stop_heartbeat()
-        self._stop_auto_commit()
-        joining = self._joining
-        self._closed = True
-        if joining is not None:
-            joining.cancel()
-        try:
-            if self.generation_id > 0 and self._error is None:
-                if self.enable_auto_commit and self.owned:
-                    await self._commit_quietly(self.subscriptions.all_consumed())
-                if self.owned:
-                    await self._call_listener("on_partitions_revoked", set(self.owned))
-            elif self.owned:
-                await self._call_listener("on_partitions_lost", set(self.owned))
-            self.owned = set()
-            if self._started and self._error is None:
-                await self._send_heartbeat(_STATIC_LEAVE_EPOCH if self.group_instance_id else _LEAVE_EPOCH)
-        except Exception as e:
-            _log.info("group {group}: leaving: {error}", group=self.group_id, error=e)
-        finally:
-            waiters, self._stable_waiters = self._stable_waiters, []
-            for d in waiters:
-                if not d.called:
-                    d.callback(None)
+    def _in_group(self) -> bool:
+        """A member epoch of the group (0: still joining)."""
+        return self.generation_id > 0
+
+    async def _leave_group(self) -> None:
+        """A last heartbeat with epoch -1 (a static member: -2, its partitions wait for it)."""
+        if self._started and self._error is None:
+            await self._send_heartbeat(_STATIC_LEAVE_EPOCH if self.group_instance_id else _LEAVE_EPOCH)
 
