@@ -705,7 +705,7 @@ class Cluster:
         broker.stopping = False
         server = broker.server
         server.startService()
-        server.ready.addErrback(lambda f, b=broker_id: self.note(f"broker {b} failed to start: {f.getErrorMessage()}"))
+        server.ready.addErrback(lambda f, b=broker_id, s=server: self._start_failed(b, s, f))
         # every log dir failed (a disk error): the broker stops, as kafkatw.tap's process does (exit status 1)
         server.stopped_on_error.addCallback(lambda message, b=broker_id, s=server: self._stopped_on_error(b, s))
         self.note(f"start broker {broker_id} (incarnation {broker.incarnation})")
@@ -741,6 +741,17 @@ class Cluster:
             for name, size, kept in disk.crash(rng, self.settings.tear_chance):
                 self.note(f"broker {broker_id} lost {name} bytes [{kept}, {size})")
         broker.disks = {}
+
+    def _start_failed(self, broker_id: int, server: KafkaServer, failure: Failure) -> None:
+        """
+        The broker failed to start (its session expired under it, seed 713): as
+        L{kafkatw.tap}'s process does, it stops (exit status 1), and starts again
+        as a supervisor would, once healed (L{restart_stopped}).  A start
+        abandoned by a shutdown has no C{start_error}: that shutdown goes on.
+        """
+        self.note(f"broker {broker_id} failed to start: {failure.getErrorMessage()}")
+        if self.brokers[broker_id].server is server and server.start_error is not None:
+            self.shutdown_broker(broker_id)
 
     def _stopped_on_error(self, broker_id: int, server: KafkaServer) -> None:
         broker = self.brokers[broker_id]
@@ -855,6 +866,9 @@ class Cluster:
             self._on_broker(args[0], self._zookeeper_heal)
             self._calmed(("node", args[0]))
         elif kind == "isolate-zk":
+            if self.healed:  # postponed by a pause that the heal ended: the faults are over
+                self.note(f"broker {args[0]} resumed after the heal: no isolate-zk")
+                return
             self._zookeeper_partition(args[0])
             self.active_faults.add(("zk", args[0]))
         elif kind == "heal-zk":
@@ -1030,8 +1044,10 @@ class Cluster:
         self.disturbed_until = max(self.disturbed_until, self.now())
 
     def _zookeeper_partition(self, broker_id: int) -> None:
+        # an isolation postponed while the broker was paused comes due once the heal resumed it
+        # (L{heal_everything}): it must not cut the broker off ZooKeeper for good (seed 267)
         client = self.brokers[broker_id].zookeeper
-        if client is not None and client.connected:
+        if client is not None and client.connected and not self.healed:
             client.partition()
 
     def _zookeeper_heal(self, broker_id: int) -> None:

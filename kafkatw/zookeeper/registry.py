@@ -781,10 +781,32 @@ class Registry(_AclMethods):
         return _deferred(self._register(info))
 
     def _reregister(self) -> Deferred | None:
-        if self._registration is None:
+        """
+        Register again in a new session.  When the connection drops under it
+        (the session may live on), register again once connected, as Kafka's
+        C{KafkaZkClient.registerBroker} retries until connected: a broker
+        left out of C{/brokers/ids} is never added back to an ISR (seed 428
+        of the simulation).
+        """
+        registration = self._registration
+        if registration is None:
             return None
-        _log.info("re-registering broker {id} in a new ZooKeeper session", id=self._registration.broker_id)
-        return _deferred(self._register(self._registration))
+        _log.info("re-registering broker {id} in a new ZooKeeper session", id=registration.broker_id)
+
+        def failed(failure: Any) -> None:
+            failure.trap(ZooKeeperUnavailableError)
+            _log.info("re-registering broker {id} failed ({error}); again once connected",
+                      id=registration.broker_id, error=failure.getErrorMessage())
+
+            def listener(state: str) -> None:
+                if state == "CONNECTED":
+                    self.client.remove_state_listener(listener)
+                    if self._registration is registration:  # not deregistered (shutdown) meanwhile
+                        self._reregister()
+
+            self.client.add_state_listener(listener)
+
+        return _deferred(self._register(registration)).addErrback(failed)
 
     async def _register(self, info: BrokerInfo) -> Any:
         path = f"{BROKER_IDS_PATH}/{info.broker_id}"

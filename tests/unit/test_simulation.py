@@ -13,6 +13,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import errno
+import gc
 import json
 import os
 import random
@@ -22,6 +23,7 @@ from typing import Callable
 from unittest import mock
 
 from twisted.internet import error
+from twisted.internet.defer import Deferred
 from twisted.internet.protocol import ClientFactory, Factory, Protocol
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
@@ -36,6 +38,7 @@ from kafkatw.simulation.disk import SimulatedDisk
 from kafkatw.simulation.network import Impairment, NodeReactor, SimulatedNetwork, SimulatedReactor
 from kafkatw.storage.log_manager import LogManager
 from kafkatw.zookeeper.bridge import ZooKeeperUnavailableError
+from kafkatw.zookeeper.registry import Registry
 
 #: the suite's batch: short runs (faults in 10 simulated seconds)
 SHORT = Settings(fault_window_s=10.0, faults=4)
@@ -703,6 +706,76 @@ class NetworkClockAndAdminFaultTests(SynchronousTestCase):
         self.assertIn("reassign sim-0 to [4, 5, 1]: 0: ok", trace)
         self.assertIn("state sim-0 leader=4 epoch=1 isr=[1, 4, 5]", trace)
         self.assertIn("elect the preferred leader of sim-all: 0: ok", trace)
+
+
+class RejoinTests(SynchronousTestCase):
+    """
+    Schedules, shrunk from seeds of a 1,000-seed run, after which a broker
+    never came back into its ISRs (liveness, 60 s after the flush).
+    """
+
+    def run_seed(self, seed: int, schedule: Schedule) -> RunResult:
+        result = run_seed(seed, Settings(), schedule=schedule)
+        gc.collect()  # an unhandled failure of a Deferred is logged once it is collected
+        self.flushLoggedErrors(ZooKeeperUnavailableError)
+        return result
+
+    def test_a_broker_whose_reregistration_lost_its_connection_registers_again(self) -> None:
+        """
+        Seed 428 shrunk to four faults (C{--drop 0,1,3,4,5,7,8,10,12,...,24}):
+        broker 2 is paused past its session, isolated (the cut of its
+        ZooKeeper connection waits until it runs), resumed, healed.  On
+        resuming it hears of the expiry and registers in a new session; the
+        isolation drops the connection under that registration (the
+        session lives on).  The registration failed with a connection loss
+        and was never made again: not in C{/brokers/ids}, broker 2 never
+        rejoined an ISR.  Undone here by the re-registration before the fix.
+        """
+        schedule = Schedule(428, [Fault(14.062, "pause", (2,)), Fault(22.914, "isolate", (2, "hold")),
+                                  Fault(27.98, "resume", (2, 0.385)), Fault(34.304, "heal-node", (2,))])
+
+        def reregister_before_the_fix(self: Registry) -> object:
+            if self._registration is None:
+                return None
+            return Deferred.fromCoroutine(self._register(self._registration))
+
+        with mock.patch.object(Registry, "_reregister", reregister_before_the_fix):
+            broken = self.run_seed(428, schedule)
+        self.assertEqual([v.invariant for v in broken.violations], ["liveness"], broken.report())
+        self.assertIn("not every replica is back in its ISR", broken.violations[0].detail)
+        fixed = self.run_seed(428, schedule)
+        self.assertTrue(fixed.ok, fixed.report())
+        self.assertIn("state sim-1 leader=1 epoch=1 isr=[1, 3, 2]", "\n".join(fixed.trace))
+
+    def test_a_broker_that_fails_to_start_starts_again_once_healed(self) -> None:
+        """
+        Seed 713 shrunk to three faults (C{--drop 0,2,3,6,...,23}): broker 1
+        crashes, starts again, and its session expires while it starts; the
+        start fails (a connection loss under a ZooKeeper read).  As
+        L{kafkatw.tap}'s process it stops (exit status 1), and starts again
+        once healed, as a supervisor would; the simulation left it not
+        started for good.
+        """
+        schedule = Schedule(713, [Fault(8.661, "crash", (1, "end-session")), Fault(19.978, "start", (1,)),
+                                  Fault(20.003, "expire", (1,))])
+        result = self.run_seed(713, schedule)
+        self.assertTrue(result.ok, result.report())
+        trace = "\n".join(result.trace)
+        self.assertIn("broker 1 failed to start: ConnectionLoss (simulated)", trace)
+        self.assertIn("broker 1 stopped", trace)
+        self.assertIn("start broker 1 (incarnation 3)", trace)
+
+    def test_an_isolation_postponed_by_a_pause_does_not_outlast_the_heal(self) -> None:
+        """
+        Seed 267 (C{--clock-jumps 0}) shrunk to two faults: broker 2 is
+        paused, then isolated from ZooKeeper, which waits until it runs; the
+        heal resumes it, and the isolation came due after the heal had
+        healed its ZooKeeper connection: cut off for good.
+        """
+        schedule = Schedule(267, [Fault(34.619, "pause", (2,)), Fault(48.357, "isolate-zk", (2,))])
+        result = self.run_seed(267, schedule)
+        self.assertTrue(result.ok, result.report())
+        self.assertIn("broker 2 resumed after the heal: no isolate-zk", "\n".join(result.trace))
 
 
 class TransactionWorkloadTests(SynchronousTestCase):

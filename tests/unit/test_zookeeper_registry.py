@@ -230,6 +230,28 @@ class BrokerRegistrationTests(SynchronousTestCase):
         self.assertEqual(seen[-1], {})
 
 
+    def test_a_reregistration_whose_connection_drops_registers_again_once_connected(self):
+        """
+        The connection drops under the re-registration in a new session (the
+        session lives on): it registers again once connected, as Kafka's
+        C{registerBroker} retries until connected; the broker stayed out of
+        C{/brokers/ids} for good (the cluster simulation, seed 428).
+        """
+        clock = Clock()
+        server = FakeZooKeeper(clock=clock)
+        client, other = started(server), started(server)
+        client.on_new_session(client.partition)  # cut as soon as the new session opens: before the registry's call
+        registry = Registry(client)
+        self.successResultOf(registry.register_broker(1, "h1", 9092))
+        client.expire_session()
+        clock.advance(client.session_timeout_ms * 2 / 3 / 1000)  # the client notices: ConnectionLoss, SUSPENDED
+        self.failureResultOf(other.get("/brokers/ids/1"), NoNodeError)
+        client.heal()  # CONNECTED, the same session
+        stat = self.successResultOf(other.get("/brokers/ids/1"))[1]
+        self.assertEqual(stat.ephemeralOwner, client.session_id)
+        self.assertEqual(self.flushLoggedErrors(), [])
+
+
 class TopicTests(SynchronousTestCase):
     def setUp(self):
         self.client = started()
