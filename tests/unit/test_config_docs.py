@@ -126,6 +126,18 @@ class DocsDriftTests(unittest.TestCase):
             for name in served:
                 self.assertNotRegex(text, rf"\b{name} (is|are) not (yet )?served", f"docs/{page}: {name}")
 
+    def test_every_served_api_has_its_row(self) -> None:
+        """protocol.md's table names every API key the broker serves, with exactly its versions."""
+        from kafkatw.broker.apis import SUPPORTED_VERSIONS
+
+        rows: dict[int, str] = {}
+        for key, versions in re.findall(r"^\| (\d+) \| \w+ \| ([^|]+) \|", self.read("protocol.md"), re.M):
+            rows.setdefault(int(key), versions.strip())  # the first table: the APIs served
+        for key, (low, high) in sorted(SUPPORTED_VERSIONS.items()):
+            want = str(low) if low == high else f"{low}\u2013{high}"
+            self.assertIn(key, rows, f"API key {key} is served but has no row in docs/protocol.md")
+            self.assertEqual(rows[key].split(" ")[0], want, f"API key {key}'s versions in docs/protocol.md")
+
     def test_design_has_no_plans_for_what_exists(self) -> None:
         text = " ".join(self.read("design.md").split())
         for stale in ("Not built yet", "does not yet elect", "Planned: security", "brokers do not read it back"):
