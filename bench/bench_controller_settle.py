@@ -54,7 +54,8 @@ from kafkatw.broker.metadata_cache import BrokerEndpoint, MetadataCache, TopicMe
 from kafkatw.config import BrokerConfig
 from kafkatw.testing import ZooKeeperFixture
 from kafkatw.zookeeper.bridge import ZooKeeperClient
-from kafkatw.zookeeper.registry import PartitionState, Registry
+from kafkatw.zookeeper.registry import Registry
+from kafkatw.zookeeper.zk_data import PartitionState
 
 from _common import emitter
 

@@ -28,13 +28,8 @@ from ..config import (
     topic_log_config,
 )
 from ..errors import ErrorCode, InvalidConfigError, kafka_error
-from ..zookeeper.registry import (
-    DEFAULT_BROKER_ENTITY,
-    TOPICS_PATH,
-    PartitionState,
-    TopicAssignment,
-    assign_replicas,
-)
+from ..zookeeper.registry import assign_replicas
+from ..zookeeper.zk_data import DEFAULT_BROKER_ENTITY, TOPICS_PATH, PartitionState, TopicAssignment
 from .config_helper import format_config_value
 from .group_config import InvalidGroupConfig, validate_group_config
 from .metadata_cache import TopicMetadata

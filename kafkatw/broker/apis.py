@@ -49,7 +49,7 @@ from ..security.acl import (
 )
 from ..security.sasl import MAX_ITERATIONS, MIN_ITERATIONS, SCRAM_MECHANISM_TYPES, credential_from_salted_password
 from ..zookeeper.bridge import ZooKeeperError
-from ..zookeeper.registry import CommittedOffset
+from ..zookeeper.zk_data import CommittedOffset
 from .config_helper import describe_broker_configs, describe_topic_configs
 from .fetch_session import FINAL_EPOCH, INVALID_SESSION_ID, FetchSessionCache
 from .group_coordinator import GroupCoordinator, OffsetStore

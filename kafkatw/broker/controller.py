@@ -84,7 +84,7 @@ from twisted.python.failure import Failure
 
 from ..errors import ErrorCode
 from ..zookeeper.bridge import BadVersionError, ZooKeeperError
-from ..zookeeper.registry import LOG_DIR_EVENT_NOTIFICATION_PATH, PartitionState, TopicAssignment
+from ..zookeeper.zk_data import LOG_DIR_EVENT_NOTIFICATION_PATH, PartitionState, TopicAssignment
 from .partition import next_eligible_leader_replicas
 
 __all__ = ["KafkaController", "PARTITION_STATES", "REPLICA_STATES", "StateMachine", "IllegalStateChange",

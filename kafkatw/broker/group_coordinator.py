@@ -68,7 +68,8 @@ from twisted.logger import Logger
 
 from ..errors import ErrorCode
 from ..zookeeper.bridge import ZooKeeperError
-from ..zookeeper.registry import CommittedOffset, FencedError
+from ..zookeeper.registry import FencedError
+from ..zookeeper.zk_data import CommittedOffset
 
 __all__ = [
     "GroupState",

@@ -69,7 +69,7 @@ from twisted.internet import defer
 from twisted.logger import Logger
 
 from ..zookeeper.bridge import BadVersionError, NodeExistsError, ZooKeeperError
-from ..zookeeper.registry import GROUP_COORDINATOR_CANDIDATES_PATH, GroupCoordinatorHolder, group_coordinator_epoch_path
+from ..zookeeper.zk_data import GROUP_COORDINATOR_CANDIDATES_PATH, GroupCoordinatorHolder, group_coordinator_epoch_path
 from .group_coordinator import Fence, coordinator_for
 from .transaction_coordinator import OFFSETS_TOPIC, offsets_partition_for
 

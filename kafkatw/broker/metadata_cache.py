@@ -74,7 +74,7 @@ class MetadataCache:
         self.brokers: dict[int, BrokerEndpoint] = {}
         self.shutting_down_brokers: frozenset[int] = frozenset()
         self.topics: dict[str, TopicMetadata] = {}
-        #: C{(topic, partition)} -> the L{kafkatw.zookeeper.registry.PartitionState} last read.
+        #: C{(topic, partition)} -> the L{kafkatw.zookeeper.zk_data.PartitionState} last read.
         self.partition_states: dict[tuple[str, int], Any] = {}
         self._listeners: list[Callable[[], None]] = []
 

@@ -128,7 +128,7 @@ class QuotaEntity(NamedTuple):
 
     def entity_path(self) -> str:
         """The path under C{/config} (names sanitized as Kafka's C{Sanitizer}: URL encoding)."""
-        from ..zookeeper.registry import user_entity_name
+        from ..zookeeper.zk_data import user_entity_name
 
         def name(value: str) -> str:
             return value if value == DEFAULT else user_entity_name(value)

@@ -370,7 +370,7 @@ class ReplicaManager:
 
     def apply_state(self, topic: str, partition: int, replicas: list[int], state: Any) -> None:
         """
-        Follow a partition-state znode (a L{kafkatw.zookeeper.registry.PartitionState},
+        Follow a partition-state znode (a L{kafkatw.zookeeper.zk_data.PartitionState},
         or C{None} before the first one is written) for a partition assigned
         C{replicas}.  Creates the local log of a newly assigned replica.
         """

@@ -51,7 +51,8 @@ from ..storage.meta_properties import MetaPropertiesError, check_log_dirs, ensur
 from ..zookeeper.bridge import NodeExistsError, ZooKeeperClient, ZooKeeperError, ZooKeeperUnavailableError
 from ..zookeeper.config_changes import ConfigChangeListener
 from ..zookeeper.embedded import EmbeddedZooKeeperService, ZooKeeperNotInstalledError, ZooKeeperStartError
-from ..zookeeper.registry import BROKER_IDS_PATH, DEFAULT_BROKER_ENTITY, BrokerIdInUseError, Registry
+from ..zookeeper.registry import BrokerIdInUseError, Registry
+from ..zookeeper.zk_data import BROKER_IDS_PATH, DEFAULT_BROKER_ENTITY
 from .admin import AdminManager
 from .apis import KafkaApis
 from .authenticator import SaslServerAuthenticator, listener_sasl_settings, sasl_client_settings
@@ -278,7 +279,7 @@ class KafkaServer(service.MultiService):
         self.config_changes: ConfigChangeListener | None = None
         self.port: int | None = None
         self.metrics_port: int | None = None
-        #: broker id -> L{kafkatw.zookeeper.registry.BrokerInfo} of the registered brokers (with their metrics ports)
+        #: broker id -> L{kafkatw.zookeeper.zk_data.BrokerInfo} of the registered brokers (with their metrics ports)
         self.registered_brokers: dict[int, Any] = {}
         #: With the HTTP port (C{metrics.port}): RequestMetrics histograms and the consumer lag
         #: (L{kafkatw.broker.metrics.RequestMetrics}, L{kafkatw.web.lag.LagMonitor}).

@@ -56,7 +56,7 @@ from twisted.logger import Logger
 
 from ..errors import ErrorCode, KafkaError
 from ..security.acl import AclOperation, ResourceType
-from ..zookeeper.registry import CommittedOffset
+from ..zookeeper.zk_data import CommittedOffset
 from .transaction_coordinator import OFFSETS_TOPIC, TransactionCoordinator, fenced_error
 from .transaction_log import (
     GroupOffsetsMarkerWriter,

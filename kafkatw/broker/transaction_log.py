@@ -57,7 +57,7 @@ from twisted.logger import Logger
 
 from ..errors import ErrorCode, KafkaError, NotLeaderOrFollowerError, kafka_error
 from ..zookeeper.bridge import BadVersionError, NodeExistsError, NoNodeError
-from ..zookeeper.registry import CommittedOffset
+from ..zookeeper.zk_data import CommittedOffset
 from .config_helper import internal_topic_configs
 from .transaction_coordinator import OFFSETS_TOPIC, offsets_partition_for, transaction_state_topic_configs
 from .transaction_state import TRANSACTION_STATE_TOPIC, TopicPartition, encode_transaction_log_batch, \

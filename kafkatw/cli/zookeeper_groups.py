@@ -40,12 +40,8 @@ from kafkatw.errors import KafkaError
 
 from ._common import client_security, list_offsets
 from kafkatw.zookeeper.bridge import NoNodeError
-from kafkatw.zookeeper.registry import (
-    TOPICS_PATH,
-    CommittedOffset,
-    Registry,
-    group_path,
-)
+from kafkatw.zookeeper.registry import Registry
+from kafkatw.zookeeper.zk_data import TOPICS_PATH, CommittedOffset, decode_topic, group_path
 
 __all__ = [
     "ZookeeperGroup",
@@ -135,7 +131,7 @@ async def describe_group(zk: Any, group_id: str) -> ZookeeperGroup:
             data, _ = await zk.get(f"{TOPICS_PATH}/{topic}")
         except NoNodeError:
             continue
-        group.partitions.update((topic, p) for p in Registry.decode_topic(topic, data).partitions)
+        group.partitions.update((topic, p) for p in decode_topic(topic, data).partitions)
     group.partitions.update(group.offsets)
     group.partitions.update(group.owners)
     return group

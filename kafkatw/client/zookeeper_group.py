@@ -7,14 +7,14 @@ assignment.
 
 ZooKeeper layout (docs/design.md: ZooKeeper layout; under the chroot, default C{/kafkatw}; C{<G>}
 is the group id, percent-encoded into one path component by
-L{kafkatw.zookeeper.registry.group_path})::
+L{kafkatw.zookeeper.zk_data.group_path})::
 
     /consumers/<G>/ids/<consumer id>        ephemeral   {"version":1,"subscription":{"topic":1},
                                                          "pattern":"static","timestamp":"<ms>"}
     /consumers/<G>/owners/<topic>/<p>       ephemeral   the owning consumer id (UTF-8)
     /consumers/<G>/offsets/<topic>/<p>      persistent  the next offset to consume:
         {"version":1,"offset":42,"leader_epoch":-1,"metadata":"","commit_timestamp":1700000000000}
-        (L{kafkatw.zookeeper.registry.encode_committed_offset}, shared with the
+        (L{kafkatw.zookeeper.zk_data.encode_committed_offset}, shared with the
         broker's group coordinator; Kafka 0.8's bare decimal C{42} is read too)
 
 A pattern subscription registers C{"pattern":"white_list"} with the regular
@@ -85,13 +85,8 @@ from kafkatw.zookeeper.bridge import (
     NoNodeError,
     ZooKeeperError,
 )
-from kafkatw.zookeeper.registry import (
-    BROKER_IDS_PATH,
-    TOPICS_PATH,
-    CommittedOffset,
-    Registry,
-    group_path,
-)
+from kafkatw.zookeeper.registry import Registry
+from kafkatw.zookeeper.zk_data import BROKER_IDS_PATH, TOPICS_PATH, CommittedOffset, decode_topic, group_path
 
 __all__ = [
     "ZookeeperConsumerGroup",
@@ -872,7 +867,7 @@ class ZookeeperConsumerGroup:
             except NoNodeError:
                 continue
             if data:
-                partitions[topic] = sorted(Registry.decode_topic(topic, data).partitions)
+                partitions[topic] = sorted(decode_topic(topic, data).partitions)
         consumers = {t: sorted(c for c, s in subscriptions.items() if s.matches(t)) for t in partitions}
         return partitions, consumers
 

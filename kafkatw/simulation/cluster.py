@@ -119,6 +119,7 @@ from kafkatw.storage.log_dir_failure import LogDirFiles
 from kafkatw.testing import FakeZooKeeper, FakeZooKeeperClient
 from kafkatw.zookeeper.bridge import ZooKeeperUnavailableError
 from kafkatw.zookeeper.registry import Registry, assign_replicas
+from kafkatw.zookeeper.zk_data import decode_topic
 
 __all__ = ["Settings", "Fault", "Schedule", "Violation", "RunResult", "RecordingZooKeeper", "Cluster",
            "make_schedule", "run_seed", "shrink"]
@@ -1368,7 +1369,7 @@ class Cluster:
         """
         assigned = {}
         for topic, data in sorted(self.zookeeper.topics.items()):
-            written = Registry.decode_topic(topic, data)
+            written = decode_topic(topic, data)
             for partition, replicas in written.partitions.items():
                 if not written.adding_replicas.get(partition) and not written.removing_replicas.get(partition):
                     assigned[(topic, partition)] = replicas

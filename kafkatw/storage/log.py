@@ -37,6 +37,11 @@ transactions) and swaps them in with L{PartitionLog.replace_segments}; loading
 completes or undoes a swap that a crash cut short (C{.cleaned}, C{.swap},
 C{.deleted} files, docs/storage.md).
 
+Opening a log loads it (L{kafkatw.storage.log_loader.LogLoader}: recovery of
+the segments after an unclean shutdown, the producer state, the leader epoch
+cache); the leader's appends are validated first
+(L{kafkatw.storage.log_validator.LogValidator}).
+
 Timestamps and codecs: with C{message.timestamp.type=LogAppendTime} the
 leader stamps each batch (the timestamp-type attribute bit and the append time
 as C{maxTimestamp}, with a new CRC), and with a C{compression.type} other than
@@ -58,23 +63,24 @@ from typing import Any, Callable, NamedTuple
 from crc32c import crc32c
 from twisted.logger import Logger
 
-from kafkatw.errors import (ErrorCode, InvalidRecordError, KafkaError, KafkaStorageError, OffsetOutOfRangeError,
-                            kafka_error)
+from kafkatw.errors import InvalidRecordError, KafkaError, KafkaStorageError, OffsetOutOfRangeError
 from kafkatw.protocol import records as _records
 from kafkatw.protocol.batch import (BATCH_HEADER_SIZE, CRC_START, HEADER_STRUCT, LOG_OVERHEAD, MIN_BATCH_LENGTH,
-                                    BatchHeader, parse_batch_headers, unpack_header)
+                                    BatchHeader, parse_batch_headers)
 from kafkatw.protocol.control import encode_marker_batch, read_marker
-from kafkatw.protocol.records import decode_batches, rewrite_batches
+from kafkatw.protocol.records import decode_batches
 from kafkatw.storage.files import write_atomically
 from kafkatw.storage.leader_epoch import LEADER_EPOCH_CHECKPOINT_FILE, LeaderEpochCache
 from kafkatw.storage.log_config import LogConfig
 from kafkatw.storage.log_dir_failure import OS_FILES, LogDirFiles
+from kafkatw.storage.log_loader import LogLoader, aborted_txn, rebuild_producer_state
+from kafkatw.storage.log_validator import LogValidator
 from kafkatw.storage.producer_state import ProducerStateManager
-from kafkatw.storage.segment import FileRegion, LogSegment
+from kafkatw.storage.segment import (CLEANED_SUFFIX, DELETED_SUFFIX, PRODUCER_SNAPSHOT_SUFFIX, SWAP_SUFFIX, FileRegion,
+                                     LogSegment)
 from kafkatw.storage.transaction_index import AbortedTxn
 
-__all__ = ["FileRegion", "AppendResult", "PartitionLog", "UnexpectedAppendOffsetError", "CLEANED_SUFFIX",
-           "SWAP_SUFFIX", "DELETED_SUFFIX"]
+__all__ = ["FileRegion", "AppendResult", "PartitionLog", "UnexpectedAppendOffsetError"]
 
 _log = Logger()
 
@@ -88,29 +94,6 @@ _COPY_MAX = 16384
 #: L{PartitionLog.append_many}'s loop over plain one-batch items, compiled (C{append_simple_batches}
 #: of kafkatw/protocol/_speedups.c), or C{None}: the Python loop does it all.
 _simple_batches = getattr(_records._speedups, "append_simple_batches", None)
-_SNAPSHOT_SUFFIX = ".snapshot"
-#: Suffixes of the log cleaner's files (Kafka's C{LogFileUtils}): a cleaned
-#: segment being written, one ready to replace the old ones, an old one
-#: replaced (its descriptor still open for in-flight reads).
-CLEANED_SUFFIX = ".cleaned"
-SWAP_SUFFIX = ".swap"
-DELETED_SUFFIX = ".deleted"
-
-
-def _check_keys(records: bytes | bytearray | memoryview, partition: str) -> None:
-    """
-    Refuse records without a key, for a compacted log (the records are decoded,
-    decompressed if need be, as Kafka's C{LogValidator} does for such topics).
-
-    @raise InvalidRecordError: a data record has a null key.
-    """
-    for batch in decode_batches(records, verify_crc=False):
-        if batch.is_control:
-            continue
-        for record in batch.records:
-            if record.key is None:
-                raise InvalidRecordError(
-                    f"Compacted topic cannot accept message without key in topic partition {partition}")
 
 
 def _sync_directory(directory: str) -> None:
@@ -190,10 +173,6 @@ class PartitionLog:
         self.config = config
         self.now_ms = now_ms
         self.producer_state = ProducerStateManager()
-        self.recovered_segments = 0
-        self.producer_state_source = "none"
-        self._segments: list[LogSegment] = []
-        self._bases: list[int] = []
         self._graveyard: list[tuple[int, LogSegment]] = []
         self._unflushed_messages = 0
         self._last_flush_ms = now_ms()
@@ -203,188 +182,37 @@ class PartitionLog:
         #: a write of pending batches (L{append} with C{write=False}) that failed
         #: inside an append (a roll, a flush), reported by L{write_pending}
         self._failed_write: KafkaStorageError | None = None
-        #: C{(file name, bytes)} of the producer snapshot known to be the only one in the
-        #: directory (restored at a clean start, or written since): a close that would write
-        #: the same bytes writes nothing
-        self._snapshot_on_disk: tuple[str, bytes] | None = None
+        self._validator = LogValidator(f"{topic}-{partition}", now_ms)
         try:
             os.makedirs(directory, exist_ok=True)
         except OSError as e:
             raise KafkaStorageError(f"cannot create {directory}: {e}") from e
-        self._load(recovery_point, clean_shutdown)
+        loader = LogLoader(directory, f"{topic}-{partition}", config, recovery_point, clean_shutdown,
+                           self.producer_state, self._new_segment)
+        self._segments: list[LogSegment] = loader.load()
+        self._bases: list[int] = [s.base_offset for s in self._segments]
+        self.recovered_segments = loader.recovered_segments
+        #: where the producer state came from: C{"snapshot"} (a clean start) or C{"scan"}
+        self.producer_state_source = loader.producer_state_source
+        #: C{(file name, bytes)} of the producer snapshot known to be the only one in the
+        #: directory (restored at a clean start, or written since): a close that would write
+        #: the same bytes writes nothing
+        self._snapshot_on_disk: tuple[str, bytes] | None = loader.snapshot_on_disk
         # everything below the LEO is now trusted (clean) or re-validated (recovered)
         self.recovery_point = self.log_end_offset
         self.log_start_offset = self._segments[0].base_offset
         self.high_watermark = self.log_end_offset
         self.leader_epoch_cache = LeaderEpochCache(os.path.join(directory, LEADER_EPOCH_CHECKPOINT_FILE))
-        self._load_leader_epochs(recovery_point, clean_shutdown)
+        loader.load_leader_epochs(self.leader_epoch_cache)
 
     def __repr__(self) -> str:
         return f"<PartitionLog {self.topic}-{self.partition} [{self.log_start_offset}, {self.log_end_offset})>"
 
-    # -- loading and recovery ------------------------------------------------
+    # -- segments, producer state ----------------------------------------------
 
     def _new_segment(self, base_offset: int) -> LogSegment:
         return LogSegment(self.directory, base_offset, self.config.index_interval_bytes,
                           self.config.segment_index_bytes, created_ms=self.now_ms(), files=self.files)
-
-    def _complete_swaps(self) -> bool:
-        """
-        Finish or undo a log cleaner's segment swap cut short by a crash, as
-        Kafka's C{LogLoader} does (docs/storage.md, "Log compaction"):
-        C{.cleaned} and C{.deleted} files are removed; each C{<base>.log.swap}
-        replaces the C{.log} segments (and their C{.index}, C{.timeindex},
-        C{.txnindex}) whose base offsets lie in C{[base, swap's next offset)}
-        and is renamed into place, with its C{.txnindex.swap} if any; its
-        other indexes are rebuilt when the segment is loaded.  A
-        C{.txnindex.swap} left by a crash after its C{.log.swap} was renamed
-        goes into place too.
-
-        @return: whether a swap was completed (the producer state and the
-            C{.txnindex} files are then rebuilt from the log, not taken from a
-            snapshot).
-        """
-        directory = self.directory
-        names = os.listdir(directory)
-        txn_swap = ".txnindex" + SWAP_SUFFIX
-        for name in names:
-            if name.endswith((CLEANED_SUFFIX, DELETED_SUFFIX)) or (
-                    name.endswith(SWAP_SUFFIX) and not name.endswith((".log" + SWAP_SUFFIX, txn_swap))):
-                os.unlink(os.path.join(directory, name))
-        swaps = sorted(int(name.split(".")[0]) for name in names if name.endswith(".log" + SWAP_SUFFIX))
-        completed = False
-        for base in swaps:
-            swap_path = os.path.join(directory, f"{base:020d}.log{SWAP_SUFFIX}")
-            end = base
-            fd = os.open(swap_path, os.O_RDONLY)
-            try:
-                size = os.fstat(fd).st_size
-                position = 0
-                while position + BATCH_HEADER_SIZE <= size:
-                    header = unpack_header(os.pread(fd, BATCH_HEADER_SIZE, position))
-                    if header.size < BATCH_HEADER_SIZE or position + header.size > size:
-                        break
-                    end = header.next_offset
-                    position += header.size
-            finally:
-                os.close(fd)
-            for name in os.listdir(directory):
-                stem, _, suffix = name.partition(".")
-                covered = stem.isdigit() and base <= int(stem) <= max(base, end - 1)
-                if covered and suffix in ("log", "index", "timeindex", "txnindex"):
-                    os.unlink(os.path.join(directory, name))
-            os.replace(swap_path, swap_path[:-len(SWAP_SUFFIX)])
-            completed = True
-            _log.info("completed the segment swap of {partition} at offset {offset} (up to {end})",
-                      partition=f"{self.topic}-{self.partition}", offset=base, end=end)
-        # a .txnindex.swap whose log is live: the crash came while step 3 renamed the files into
-        # place (with the log still .cleaned, it came during step 1: the old segments stand)
-        uncommitted = {name[:-len(".log" + CLEANED_SUFFIX)] for name in names if name.endswith(".log" + CLEANED_SUFFIX)}
-        for name in os.listdir(directory):
-            if name.endswith(txn_swap):
-                path = os.path.join(directory, name)
-                stem = name[:-len(txn_swap)]
-                if stem not in uncommitted and os.path.exists(os.path.join(directory, stem + ".log")):
-                    os.replace(path, path[:-len(SWAP_SUFFIX)])
-                    completed = True
-                else:
-                    os.unlink(path)
-        return completed
-
-    def _load(self, recovery_point: int, clean_shutdown: bool) -> None:
-        swapped = self._complete_swaps()
-        bases = []
-        for name in os.listdir(self.directory):
-            if name.endswith(".log") and name[:-4].isdigit():
-                bases.append(int(name[:-4]))
-            elif name.endswith((".index", ".timeindex", ".txnindex")):
-                stem = name.rsplit(".", 1)[0]
-                if stem.isdigit() and not os.path.exists(os.path.join(self.directory, stem + ".log")):
-                    os.unlink(os.path.join(self.directory, name))  # orphan index
-        bases.sort()
-        truncated_at = None
-        for base in bases:
-            segment = self._new_segment(base)
-            if truncated_at is not None:
-                # a segment after one that was truncated by recovery is not part of the log
-                segment.delete()
-                continue
-            if clean_shutdown or segment.base_offset < recovery_point and not self._crosses(bases, base, recovery_point):
-                segment.load()
-            else:
-                previous = self._segments[-1] if self._segments else None
-                if previous is not None and previous.next_offset < base and not self.config.compact:
-                    # The previous segment lost its tail in a crash (its writes were not flushed) while
-                    # this one's survived: offsets [previous end, base) are gone, so this segment and
-                    # the later ones are not part of the log (a delete-policy log has no gaps; a
-                    # compacted one may, where the cleaner removed records).
-                    _log.warn("{partition}: segment {base} follows a segment ending at {end} (lost in a crash):"
-                              " deleting it and the later ones", partition=f"{self.topic}-{self.partition}",
-                              base=base, end=previous.next_offset)
-                    truncated_at = previous.next_offset
-                    segment.delete()
-                    continue
-                self.recovered_segments += 1
-                if segment.recover():
-                    truncated_at = segment.next_offset
-            self._segments.append(segment)
-        if not self._segments:
-            self._segments.append(self._new_segment(0))
-        self._bases = [s.base_offset for s in self._segments]
-        snapshots = sorted(name for name in os.listdir(self.directory) if name.endswith(_SNAPSHOT_SUFFIX))
-        loaded = False
-        if clean_shutdown and snapshots and not swapped:
-            path = os.path.join(self.directory, snapshots[-1])
-            with open(path, "rb") as f:
-                data = f.read()
-            loaded = self.producer_state.restore(data, self.log_end_offset)
-            if loaded and len(snapshots) == 1:
-                self._snapshot_on_disk = (snapshots[-1], data)
-        # The snapshots stay: one is used only at a clean start, and every clean shutdown
-        # (L{close}) writes this log's snapshot again -- or finds it unchanged -- and removes
-        # the others first; so an idle partition costs no write at the shutdown and no
-        # unlink at the start (issue 32).
-        if loaded:
-            self.producer_state_source = "snapshot"
-            for segment in self._segments:
-                segment.txn_index.load()
-            return
-        self.producer_state_source = "scan"
-        self._rebuild_producer_state(rebuild_txn_index=True)
-
-    def _rebuild_producer_state(self, rebuild_txn_index: bool) -> None:
-        """
-        Rebuild the producer state from every batch header, reading the
-        record of each control batch (recovery: the open transactions, and
-        with C{rebuild_txn_index} every segment's aborted-transaction index).
-        """
-        state = self.producer_state
-        state.clear()
-        load_batch = state.load_batch
-        for segment in self._segments:
-            aborted = []
-            for h in segment.iter_headers(0):
-                if h.producer_id < 0:
-                    continue
-                if not h.is_control:
-                    load_batch(h)
-                    continue
-                data = os.pread(segment.fileno, min(h.size, BATCH_HEADER_SIZE + 64), h.position)
-                try:
-                    marker = read_marker(data)
-                except InvalidRecordError:
-                    marker = None
-                completed = load_batch(h, marker)
-                if completed is not None and completed.aborted:
-                    aborted.append(self._aborted_entry(completed))
-            if rebuild_txn_index:
-                segment.txn_index.reset(aborted)
-
-    def _aborted_entry(self, completed: Any) -> AbortedTxn:
-        """The C{.txnindex} entry of an aborted transaction just completed (its LSO: Kafka's)."""
-        first_open = self.producer_state.first_ongoing_offset()
-        lso = first_open if first_open is not None else completed.last_offset + 1
-        return AbortedTxn(completed.producer_id, completed.first_offset, completed.last_offset, lso)
 
     def _load_transactional(self, headers: list, data: Any, segment: LogSegment) -> None:
         """
@@ -404,38 +232,7 @@ class PartitionLog:
                 marker = None
             completed = load_batch(h, marker)
             if completed is not None and completed.aborted:
-                segment.txn_index.append(self._aborted_entry(completed))
-
-    def _load_leader_epochs(self, recovery_point: int, clean_shutdown: bool) -> None:
-        """
-        Make the epoch cache agree with the loaded log: rebuilt from every
-        batch header when its file was missing, empty or malformed (a log from
-        before replication); otherwise cut to C{[log start, LEO)} and, after
-        an unclean shutdown, completed from the headers of the segments past
-        the recovery point.
-        """
-        cache = self.leader_epoch_cache
-        if cache.needs_rebuild:
-            if self.size_bytes == 0:
-                return  # a new log: the file is written at its first assignment
-            segments = self._segments
-            _log.info("rebuilding the leader epoch cache of {partition} from the log",
-                      partition=f"{self.topic}-{self.partition}")
-        else:
-            # not written: the next change writes them, and the next start redoes them until then
-            cache.truncate_from_end(self.log_end_offset, write=False)
-            cache.truncate_from_start(self.log_start_offset, write=False)
-            if clean_shutdown:
-                return
-            segments = [s for s in self._segments if s.next_offset > recovery_point]
-        latest = cache.latest_epoch
-        found = []
-        for segment in segments:
-            for h in segment.iter_headers(0):
-                if h.partition_leader_epoch > latest:
-                    latest = h.partition_leader_epoch
-                    found.append((latest, h.base_offset))
-        cache.assign_all(found)
+                segment.txn_index.append(aborted_txn(self.producer_state, completed))
 
     def _write_producer_snapshot(self) -> None:
         """
@@ -445,25 +242,19 @@ class PartitionLog:
         without a byte gets no snapshot: its start scans nothing.
         """
         leo = self.log_end_offset
-        name = f"{leo:020d}{_SNAPSHOT_SUFFIX}"
+        name = f"{leo:020d}{PRODUCER_SNAPSHOT_SUFFIX}"
         data = self.producer_state.snapshot(leo)
         if self._snapshot_on_disk == (name, data):
             return
         empty = all(segment.size_bytes == 0 for segment in self._segments)
         self._snapshot_on_disk = None
         for other in os.listdir(self.directory):
-            if other.endswith(_SNAPSHOT_SUFFIX) and (other != name or empty):
+            if other.endswith(PRODUCER_SNAPSHOT_SUFFIX) and (other != name or empty):
                 os.unlink(os.path.join(self.directory, other))
         if empty:
             return
         write_atomically(os.path.join(self.directory, name), data, sync_directory=False)
         self._snapshot_on_disk = (name, data)
-
-    @staticmethod
-    def _crosses(bases: list[int], base: int, recovery_point: int) -> bool:
-        """Whether the segment of C{base} holds offsets at or past C{recovery_point}."""
-        i = bases.index(base)
-        return i + 1 >= len(bases) or bases[i + 1] > recovery_point
 
     # -- properties ------------------------------------------------------------
 
@@ -616,34 +407,22 @@ class PartitionLog:
             # A pending write failed earlier in this run: nothing more until write_pending() reports it.
             raise KafkaStorageError(str(self._failed_write))
         config = self.config
-        headers = parse_batch_headers(records, True, config.max_message_bytes)
-        if config.cleanup_policy != "delete" and config.compact:
-            _check_keys(records, f"{self.topic}-{self.partition}")
-        producers = False
-        for h in headers:
-            if h.attributes & 0x20 and not allow_control:
-                raise InvalidRecordError("a client may not write control batches")
-            if h.producer_id >= 0:
-                producers = True
+        validator = self._validator
+        headers, producers = validator.validate_batches(records, config, allow_control)
         if producers:  # idempotence and transactions: batches without a producer id have nothing to check
             duplicate = self.producer_state.validate(headers)
             if duplicate is not None:
                 return AppendResult(duplicate.base_offset, duplicate.last_offset, -1, self.log_start_offset,
                                     duplicate.last_offset - duplicate.base_offset + 1, True)
-        append_time = -1
-        if config.message_timestamp_type == "LogAppendTime":
-            append_time = self.now_ms()
-        elif (config.message_timestamp_before_max_ms != _LONG_MAX or config.message_timestamp_after_max_ms
-              != _LONG_MAX or config.message_timestamp_difference_max_ms != _LONG_MAX):
-            self._check_timestamps(headers, config)
-        codec = None if config.compression_type == "producer" else config.target_codec
-        if append_time >= 0 or (codec is not None and any(h.compression != codec for h in headers)):
-            # Off the no-copy path: Kafka's LogValidator recompresses the
-            # batches of a topic with its own compression.type and stamps
-            # LogAppendTime batches; both are inside the CRC.
-            records = rewrite_batches(records, headers, codec, append_time if append_time >= 0 else None,
-                                      config.compression_level)
-            headers = parse_batch_headers(records, False)
+        if (config.message_timestamp_type == "LogAppendTime" or config.compression_type != "producer"
+                or config.message_timestamp_before_max_ms != _LONG_MAX
+                or config.message_timestamp_after_max_ms != _LONG_MAX
+                or config.message_timestamp_difference_max_ms != _LONG_MAX):
+            # LogValidator's step 3, only for a topic setting one of its configs (the test of
+            # append_many): timestamp bounds, LogAppendTime and recompression (a rewrite, a copy)
+            records, headers, append_time = validator.assign_timestamps_and_compression(records, headers, config)
+        else:
+            append_time = -1
         # The batches go to disk as sent, but for the 16 bytes that carry the
         # base offset, the length and the partition leader epoch, which the
         # CRC does not cover: one small patched prefix per batch, the rest a
@@ -843,32 +622,6 @@ class PartitionLog:
             out[i] = _tuple_new(AppendResult, (start, end_offset - 1, -1, log_start, end_offset - start, False,
                                                batch_count, end - previous_end))
             start, previous_end = end_offset, end
-
-    def _check_timestamps(self, headers: list, config: LogConfig) -> None:
-        """
-        Kafka's CreateTime bounds (C{message.timestamp.before.max.ms},
-        C{after.max.ms}, KIP-937), checked on each batch's first and largest
-        timestamps (the records are not parsed); -1 (no timestamp) passes.
-
-        @raise KafkaError: C{INVALID_TIMESTAMP}; nothing is written.
-        """
-        before, after = config.timestamp_before_max_ms, config.timestamp_after_max_ms
-        if before == _LONG_MAX and after == _LONG_MAX:
-            return
-        now = self.now_ms()
-        for h in headers:
-            for timestamp in (h.base_timestamp, h.max_timestamp):
-                if timestamp < 0:
-                    continue
-                if now - timestamp > before:
-                    raise kafka_error(ErrorCode.invalid_timestamp,
-                                      f"Timestamp {timestamp} of a record is out of range: it is more than "
-                                      f"{before} ms before the broker's time {now} "
-                                      f"(message.timestamp.before.max.ms)")
-                if timestamp - now > after:
-                    raise kafka_error(ErrorCode.invalid_timestamp,
-                                      f"Timestamp {timestamp} of a record is out of range: it is more than "
-                                      f"{after} ms after the broker's time {now} (message.timestamp.after.max.ms)")
 
     def append_as_follower(self, records: bytes | bytearray | memoryview) -> AppendResult:
         """
@@ -1305,7 +1058,7 @@ class PartitionLog:
              C{old} in the segment list.
 
         A crash at any point is completed or undone by the next load
-        (L{_complete_swaps}).
+        (L{kafkatw.storage.log_loader.LogLoader}).
 
         @param crash_after: test hook, called with C{"swap"}, C{"delete"} and
             C{"live"} after each step (it raises to simulate a crash).
@@ -1414,7 +1167,7 @@ class PartitionLog:
         self.log_start_offset = min(self.log_start_offset, leo)
         self.high_watermark = min(self.high_watermark, leo)
         self.recovery_point = min(self.recovery_point, leo)
-        self._rebuild_producer_state(rebuild_txn_index=False)
+        rebuild_producer_state(self.producer_state, self._segments, rebuild_txn_index=False)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """

@@ -95,9 +95,9 @@ from kafkatw.protocol.batch import BATCH_HEADER_SIZE, CRC_START, HEADER_STRUCT, 
 from kafkatw.protocol.control import read_marker
 from kafkatw.protocol.records import compress, decode_varint, decompress
 from kafkatw.storage.index import OffsetIndex, TimeIndex
-from kafkatw.storage.log import CLEANED_SUFFIX, PartitionLog
+from kafkatw.storage.log import PartitionLog
 from kafkatw.storage.log_manager import read_checkpoint, write_checkpoint
-from kafkatw.storage.segment import LogSegment, segment_file_name
+from kafkatw.storage.segment import CLEANED_SUFFIX, LogSegment, segment_file_name
 from kafkatw.storage.transaction_index import AbortedTxn, TransactionIndex
 
 __all__ = ["CLEANER_CHECKPOINT_FILE", "LogCleanerManager", "Cleaner", "CleanerStats", "LogToClean", "OffsetMap",

@@ -41,7 +41,8 @@ from kafkatw.storage.index import IndexCorruptError, OffsetIndex, TimeIndex
 from kafkatw.storage.log_dir_failure import OS_FILES, LogDirFiles
 from kafkatw.storage.transaction_index import TransactionIndex
 
-__all__ = ["FileRegion", "LogSegment", "segment_file_name"]
+__all__ = ["FileRegion", "LogSegment", "segment_file_name", "CLEANED_SUFFIX", "SWAP_SUFFIX", "DELETED_SUFFIX",
+           "PRODUCER_SNAPSHOT_SUFFIX"]
 
 _log = Logger()
 
@@ -68,6 +69,17 @@ class FileRegion(NamedTuple):
 def segment_file_name(base_offset: int, suffix: str) -> str:
     """C{00000000000000000042.log} for C{(42, ".log")}."""
     return f"{base_offset:020d}{suffix}"
+
+
+#: Suffixes of the log cleaner's files (Kafka's C{LogFileUtils}): a cleaned
+#: segment being written, one ready to replace the old ones, an old one
+#: replaced (its descriptor still open for in-flight reads).
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
+DELETED_SUFFIX = ".deleted"
+#: The producer state written at a clean shutdown, C{<20-digit LEO>.snapshot}
+#: (L{kafkatw.storage.producer_state}; Kafka's C{LogFileUtils}).
+PRODUCER_SNAPSHOT_SUFFIX = ".snapshot"
 
 
 #: iovecs per writev call (Linux's IOV_MAX is 1024).

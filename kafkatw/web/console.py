@@ -67,7 +67,7 @@ from ..protocol.consumer_protocol import decode_assignment
 from ..protocol.records import decode_batches
 from ..security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from ..zookeeper.bridge import NoNodeError
-from ..zookeeper.registry import group_path
+from ..zookeeper.zk_data import group_path
 from .health import readiness_problems
 
 __all__ = ["ADMIN_ACTIONS", "CSRF_HEADER", "ConsoleResource", "console_refusal", "format_topic_id", "read_records",

@@ -27,7 +27,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from ..zookeeper.bridge import NoNodeError
-from ..zookeeper.registry import group_path
+from ..zookeeper.zk_data import group_path
 
 __all__ = ["LagRow", "LagSnapshot", "LagMonitor", "compute_lag", "GROUP_KIND_COORDINATOR", "GROUP_KIND_ZOOKEEPER"]
 

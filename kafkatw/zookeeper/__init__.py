@@ -15,14 +15,8 @@ from kafkatw.zookeeper.bridge import (
     parse_connect_string,
 )
 from kafkatw.zookeeper.embedded import EmbeddedZooKeeperService, find_free_port
-from kafkatw.zookeeper.registry import (
-    BrokerIdInUseError,
-    BrokerInfo,
-    PartitionState,
-    Registry,
-    TopicAssignment,
-    assign_replicas,
-)
+from kafkatw.zookeeper.registry import BrokerIdInUseError, Registry, assign_replicas
+from kafkatw.zookeeper.zk_data import BrokerInfo, PartitionState, TopicAssignment
 
 __all__ = [
     "BadVersionError",

@@ -1,72 +1,16 @@
 """
-The paper's registries in ZooKeeper, laid out as Kafka 0.8-2.x lays them out
-(DESIGN.md D6), under the client's chroot (default C{/kafkatw})::
+Kafka's C{KafkaZkClient} for kafkatw: every operation on the registries in
+ZooKeeper (L{Registry}).  Where each znode lives and the JSON it holds (Kafka's
+C{ZkData}) are in L{kafkatw.zookeeper.zk_data}, whose docstring has the layout.
 
-    /brokers/ids/<id>                          ephemeral  broker registration (JSON v5)
-    /brokers/topics/<topic>                    persistent partition -> replicas (JSON v3, topic_id)
-    /brokers/topics/<topic>/partitions/<p>/state  persistent leader, leader_epoch, isr
-    /config/topics/<topic>                     persistent topic config overrides
-    /config/brokers/<id> and /config/brokers/<default>  dynamic broker configs
-    /config/users/<user>                       persistent SCRAM credentials (never passwords) and quotas
-    /config/users/<user>/clients/<client-id>   persistent client quotas (kafkatw/broker/quota_manager.py)
-    /config/clients/<client-id>                persistent client quotas
-    /config/changes/config_change_NNNNNNNNNN   persistent sequential change notifications
-    /controller                                ephemeral  controller's broker id
-    /controller_epoch                          persistent controller epoch (decimal)
-    /log_dir_event_notification/log_dir_event_<seq>  persistent a broker's log dir failed (JSON v1, KIP-112)
-    /latest_producer_id_block                  persistent last producer-id block handed out
-    /consumers/<group>/offsets/<topic>/<p>     persistent committed offset (JSON v1, see below)
-    /group_coordinator/candidates/<id>         ephemeral  a broker taking part in group coordinator elections
-    /group_coordinator/holders/<n>             ephemeral  coordinator of the groups of __consumer_offsets-<n> (JSON v1)
-    /group_coordinator/epochs/<n>              persistent its coordinator epoch (decimal) = the znode's version
-    /kafka-acl/<ResourceType>/<name>           persistent literal ACLs (JSON v1, see below)
-    /kafka-acl-extended/prefixed/<ResourceType>/<name>  persistent prefixed ACLs (JSON v1)
-    /kafka-acl-changes/acl_changes_<seq>       persistent literal ACL change: C{TOPIC:<name>}
-    /kafka-acl-extended-changes/acl_changes_<seq>  persistent prefixed ACL change (JSON v1)
-
-ACLs are where Kafka's ZooKeeper authorizer keeps them (C{kafka.zk.ZkAclStore},
-KIP-290), one znode per resource pattern; C{<ResourceType>} is C{Topic},
-C{Group}, C{Cluster} or C{TransactionalId} and the value lists its entries::
-
-    {"version":1,"acls":[{"principal":"User:alice","permissionType":"Allow","operation":"Read","host":"*"}]}
-
-It is rewritten conditionally on the version read (L{Registry.update_acls}), then
-a sequential change node names the pattern -- C{TOPIC:orders} for a literal
-one, C{{"version":1,"resourceType":"TOPIC","name":"orders-","patternType":"PREFIXED"}}
-for a prefixed one -- and every broker re-reads that pattern (L{Registry.watch_acl_changes}).
-
-A committed offset (L{encode_committed_offset}) is the I{next offset to
-consume}, as both Kafka's OffsetCommit and the paper's consumers mean it::
-
-    {"version":1,"offset":42,"leader_epoch":-1,"metadata":"","commit_timestamp":1700000000000}
-
-Readers also accept Kafka 0.8's bare decimal (C{42}).  A group id is one path
-component: L{group_path} percent-encodes it (C{/} and other unsafe characters;
-C{my-group} stays C{my-group}).
+ACLs are rewritten conditionally on the version read (L{Registry.update_acls}),
+then a sequential change node names the pattern and every broker re-reads
+that pattern (L{Registry.watch_acl_changes}).
 
 Committed offsets are written fenced (L{Registry.set_committed_offsets}): one
 multi that checks the version of the writer's C{/group_coordinator/epochs/<n>}
 and sets every offset of the batch, so a deposed group coordinator writes
-nothing (docs/consumer-groups.md, "Which broker coordinates a group").  A
-holder is::
-
-    {"version":1,"brokerid":1,"coordinator_epoch":7,"timestamp":"1700000000000"}
-
-The JSON is byte-for-byte the shape Kafka's C{kafka.zk.ZkData} writes (Kafka 3.0
-source): e.g. a broker::
-
-    {"version":5,"host":"h","port":9092,"endpoints":["PLAINTEXT://h:9092"],
-     "listener_security_protocol_map":{"PLAINTEXT":"PLAINTEXT"},"jmx_port":-1,
-     "features":{},"timestamp":"1700000000000"}     (+ "rack":"r" when set)
-
-(kafkatw adds C{"offline_log_dirs":{"/var/lib/kafkatw/b":{"orders":[0,2]}}} while
-some of its log dirs are offline: L{Registry.set_offline_log_dirs})
-
-and a topic (C{topic_id} is the Kafka C{Uuid} string: URL-safe base64 of the 16
-bytes, unpadded)::
-
-    {"version":3,"partitions":{"0":[1,2]},"adding_replicas":{},"removing_replicas":{},
-     "topic_id":"..."}
+nothing (docs/consumer-groups.md, "Which broker coordinates a group").
 
 Topic deletion: Kafka 0.8+ writes C{/admin/delete_topics/<topic>} and lets the
 controller delete; kafkatw deletes C{/brokers/topics/<topic>} and
@@ -78,14 +22,13 @@ L{kafkatw.zookeeper.bridge.ZooKeeperClient} or the fake in L{kafkatw.testing}.
 
 from __future__ import annotations
 
-import base64
 import json
 import random as _random
 import time
 import uuid
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any, Callable, Coroutine, Iterable
-from urllib.parse import quote, unquote
+from urllib.parse import unquote
 
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
@@ -117,87 +60,76 @@ from kafkatw.zookeeper.bridge import (
     ZooKeeperError,
     ZooKeeperUnavailableError,
 )
+from kafkatw.zookeeper.zk_data import (
+    ACL_CHANGE_PATHS,
+    ACL_CHANGE_PREFIX,
+    BROKER_IDS_PATH,
+    CONFIG_BROKERS_PATH,
+    CONFIG_CHANGES_PATH,
+    CONFIG_CHANGE_PREFIX,
+    CONFIG_TOPICS_PATH,
+    CONFIG_USERS_PATH,
+    CONSUMERS_PATH,
+    CONTROLLER_EPOCH_PATH,
+    CONTROLLER_PATH,
+    GROUP_COORDINATOR_CANDIDATES_PATH,
+    GROUP_COORDINATOR_EPOCHS_PATH,
+    GROUP_COORDINATOR_HOLDERS_PATH,
+    LITERAL_ACL_PATH,
+    LOG_DIR_EVENT_NOTIFICATION_PATH,
+    LOG_DIR_EVENT_PREFIX,
+    LOG_DIR_FAILURE_EVENT,
+    PREFIXED_ACL_PATH,
+    PRODUCER_ID_BLOCK_PATH,
+    TOPICS_PATH,
+    BrokerInfo,
+    BrokerRegistration,
+    CommittedOffset,
+    GroupCoordinatorHolder,
+    PartitionState,
+    TopicAssignment,
+    acl_path,
+    consumer_offset_path,
+    decode_acl_change,
+    decode_broker,
+    decode_committed_offset,
+    decode_config,
+    decode_controller,
+    decode_offline_replicas,
+    decode_partition_state,
+    decode_topic,
+    encode_acl_change,
+    encode_broker,
+    encode_committed_offset,
+    encode_config,
+    encode_config_change,
+    encode_controller,
+    encode_group_coordinator_holder,
+    encode_log_dir_event,
+    encode_partition_state,
+    encode_producer_id_block,
+    encode_topic,
+    group_coordinator_epoch_path,
+    group_coordinator_holder_path,
+    group_from_path_component,
+    group_path,
+    partition_state_path,
+    user_entity_name,
+)
 
 __all__ = [
     "Registry",
-    "BrokerInfo",
-    "BrokerRegistration",
-    "TopicAssignment",
-    "PartitionState",
     "BrokerIdInUseError",
-    "assign_replicas",
-    "topic_id_to_string",
-    "topic_id_from_string",
-    "BROKER_IDS_PATH",
-    "TOPICS_PATH",
-    "CONFIG_TOPICS_PATH",
-    "CONFIG_BROKERS_PATH",
-    "CONFIG_USERS_PATH",
-    "user_entity_name",
-    "DEFAULT_BROKER_ENTITY",
-    "CONFIG_CHANGES_PATH",
-    "CONFIG_CHANGE_PREFIX",
-    "CONTROLLER_PATH",
-    "CONTROLLER_EPOCH_PATH",
-    "PRODUCER_ID_BLOCK_PATH",
-    "CONSUMERS_PATH",
-    "LOG_DIR_EVENT_NOTIFICATION_PATH",
-    "LOG_DIR_EVENT_PREFIX",
-    "LOG_DIR_FAILURE_EVENT",
-    "CommittedOffset",
-    "group_path",
-    "consumer_offset_path",
-    "encode_committed_offset",
-    "decode_committed_offset",
-    "ACL_CHANGE_PATHS",
-    "GROUP_COORDINATOR_PATH",
-    "GroupCoordinatorHolder",
     "FencedError",
-    "group_coordinator_epoch_path",
-    "group_coordinator_holder_path",
-    "acl_path",
-    "encode_acl_change",
-    "decode_acl_change",
+    "assign_replicas",
+    "MULTI_MAX_BYTES",
 ]
 
 _log = Logger()
 
-BROKER_IDS_PATH = "/brokers/ids"
-TOPICS_PATH = "/brokers/topics"
-CONFIG_TOPICS_PATH = "/config/topics"
-CONFIG_BROKERS_PATH = "/config/brokers"
-CONFIG_USERS_PATH = "/config/users"
-#: The entity name of the cluster-wide broker config (Kafka's ConfigEntityName.Default).
-DEFAULT_BROKER_ENTITY = "<default>"
-#: Sequential config change notifications (Kafka's ConfigEntityChangeNotificationZNode).
-CONFIG_CHANGES_PATH = "/config/changes"
-CONFIG_CHANGE_PREFIX = "config_change_"
-CONTROLLER_PATH = "/controller"
-CONTROLLER_EPOCH_PATH = "/controller_epoch"
-PRODUCER_ID_BLOCK_PATH = "/latest_producer_id_block"
-CONSUMERS_PATH = "/consumers"
-#: Kafka's C{LogDirEventNotificationZNode}: a broker whose log dir failed
-#: creates C{log_dir_event_<sequence>} holding C{{"version":1,"broker":<id>,"event":1}}
-#: (KIP-112); the controller reads and deletes it.
-LOG_DIR_EVENT_NOTIFICATION_PATH = "/log_dir_event_notification"
-LOG_DIR_EVENT_PREFIX = "log_dir_event_"
-#: Kafka's C{LogDirEventNotificationHandler.LogDirFailureEvent}
-LOG_DIR_FAILURE_EVENT = 1
-#: Group coordinator elections (L{Registry.claim_group_coordinator}).
-GROUP_COORDINATOR_PATH = "/group_coordinator"
-GROUP_COORDINATOR_CANDIDATES_PATH = f"{GROUP_COORDINATOR_PATH}/candidates"
-GROUP_COORDINATOR_HOLDERS_PATH = f"{GROUP_COORDINATOR_PATH}/holders"
-GROUP_COORDINATOR_EPOCHS_PATH = f"{GROUP_COORDINATOR_PATH}/epochs"
 #: Offsets written by one multi at most (bytes of paths and values): ZooKeeper
 #: refuses a request above C{jute.maxbuffer} (1 MB by default).
 MULTI_MAX_BYTES = 512 * 1024
-LITERAL_ACL_PATH = "/kafka-acl"
-PREFIXED_ACL_PATH = "/kafka-acl-extended/prefixed"
-LITERAL_ACL_CHANGES_PATH = "/kafka-acl-changes"
-EXTENDED_ACL_CHANGES_PATH = "/kafka-acl-extended-changes"
-#: The change-notification paths, literal first.
-ACL_CHANGE_PATHS = (LITERAL_ACL_CHANGES_PATH, EXTENDED_ACL_CHANGES_PATH)
-ACL_CHANGE_PREFIX = "acl_changes_"
 
 
 class BrokerIdInUseError(ZooKeeperError):
@@ -213,91 +145,6 @@ class BrokerIdInUseError(ZooKeeperError):
         self.session_id = session_id
 
 
-@dataclass(frozen=True)
-class BrokerInfo:
-    """
-    A registered broker: its PLAINTEXT endpoint (else its first), its rack,
-    and every listener's endpoint.
-
-    @ivar endpoints: C{(listener name, host, port)} per listener; empty means
-        the one C{PLAINTEXT} listener at C{host:port}.
-    @ivar protocol_map: C{(listener name, security protocol)} pairs.
-    """
-
-    broker_id: int
-    host: str
-    port: int
-    rack: str | None = None
-    endpoints: tuple[tuple[str, str, int], ...] = ()
-    protocol_map: tuple[tuple[str, str], ...] = ()
-    #: the broker's process started after an unclean shutdown (KIP-966's
-    #: unclean-shutdown registration): its logs may have lost what was not flushed.
-    unclean_shutdown: bool = False
-    #: kafkatw's addition: the port of the broker's HTTP port (C{metrics.port}:
-    #: C{/metrics}, the console), bound on 127.0.0.1; C{None} when it has none.
-    metrics_port: int | None = None
-
-    def address(self, listener: str) -> tuple[str, int] | None:
-        """The C{(host, port)} of C{listener}, or C{None} when the broker has no such listener."""
-        if not self.endpoints:
-            return (self.host, self.port) if listener == "PLAINTEXT" else None
-        for name, host, port in self.endpoints:
-            if name == listener:
-                return host, port
-        return None
-
-
-@dataclass(frozen=True)
-class TopicAssignment:
-    """A topic's id and its partition -> replica broker ids (first is preferred leader)."""
-
-    name: str
-    topic_id: uuid.UUID
-    partitions: dict[int, list[int]] = field(default_factory=dict)
-    #: partition -> replicas being added / removed by an ongoing reassignment (KIP-455).
-    adding_replicas: dict[int, list[int]] = field(default_factory=dict)
-    removing_replicas: dict[int, list[int]] = field(default_factory=dict)
-    #: the znode version it was read at (-1: not read from ZooKeeper).
-    zk_version: int = field(default=-1, compare=False)
-
-
-@dataclass(frozen=True)
-class BrokerRegistration:
-    """
-    A registration of C{/brokers/ids/<id>} as the controller reads it.
-
-    @ivar broker_epoch: the znode's C{czxid} (KIP-380): it grows with every
-        registration, so a broker that restarted, or registered again in a
-        new session, has a larger one.
-    @ivar offline_replicas: the partitions whose replicas are in failed log dirs (KIP-112).
-    @ivar unclean_shutdown: the process started after an unclean shutdown
-        (L{Registry.encode_broker}).
-    """
-
-    broker_epoch: int
-    offline_replicas: set[tuple[str, int]]
-    unclean_shutdown: bool
-
-
-@dataclass(frozen=True)
-class PartitionState:
-    """C{/brokers/topics/<t>/partitions/<p>/state}; C{zk_version} is the znode version (for CAS)."""
-
-    leader: int
-    leader_epoch: int
-    isr: list[int]
-    controller_epoch: int = 1
-    zk_version: int = -1
-    #: the zxid of the znode's last write (C{-1}: not known), to compare with a
-    #: broker's epoch (the C{czxid} of its registration, KIP-380): a state
-    #: written before a broker registered was written for its previous process.
-    mzxid: int = field(default=-1, compare=False)
-    #: the eligible leader replicas (KIP-966): replicas that left the ISR while
-    #: it was smaller than C{min.insync.replicas}, and so hold every record
-    #: below the high watermark (which does not move meanwhile)
-    elr: list[int] = field(default_factory=list)
-
-
 #: Offset znodes one fenced multi of L{Registry.delete_committed_offsets} deletes.
 _DELETES_PER_MULTI = 500
 
@@ -310,96 +157,6 @@ class FencedError(ZooKeeperError):
     """
 
 
-@dataclass(frozen=True)
-class GroupCoordinatorHolder:
-    """
-    The holder of C{/group_coordinator/holders/<partition>}.
-
-    @ivar broker_id: the coordinating broker.
-    @ivar coordinator_epoch: the version of C{/group_coordinator/epochs/<partition>}
-        its claim set: its writes check it.
-    @ivar session_id: the ZooKeeper session that owns the (ephemeral) holder znode.
-    """
-
-    broker_id: int
-    coordinator_epoch: int
-    session_id: int
-
-
-def group_coordinator_holder_path(partition: int) -> str:
-    """C{/group_coordinator/holders/<partition>}: ephemeral, the broker coordinating the partition's groups."""
-    return f"{GROUP_COORDINATOR_HOLDERS_PATH}/{partition}"
-
-
-def group_coordinator_epoch_path(partition: int) -> str:
-    """C{/group_coordinator/epochs/<partition>}: persistent; its znode version is the coordinator epoch."""
-    return f"{GROUP_COORDINATOR_EPOCHS_PATH}/{partition}"
-
-
-@dataclass(frozen=True)
-class CommittedOffset:
-    """
-    A group's committed position in one partition.
-
-    @ivar offset: the next offset to consume.
-    @ivar leader_epoch: the leader epoch of the last consumed record (-1: unknown), KIP-320.
-    @ivar metadata: the client's metadata string.
-    @ivar commit_timestamp_ms: when the coordinator accepted the commit (ms since the epoch; -1: unknown).
-    """
-
-    offset: int
-    leader_epoch: int = -1
-    metadata: str = ""
-    commit_timestamp_ms: int = -1
-
-
-def group_path(group: str) -> str:
-    """C{/consumers/<group>} with the group id percent-encoded into one path component."""
-    from urllib.parse import quote
-
-    name = quote(group, safe="")
-    if name in (".", ".."):
-        name = name.replace(".", "%2E")
-    return f"{CONSUMERS_PATH}/{name}"
-
-
-def group_from_path_component(name: str) -> str:
-    """Inverse of the encoding of L{group_path}."""
-    from urllib.parse import unquote
-
-    return unquote(name)
-
-
-def consumer_offset_path(group: str, topic: str, partition: int) -> str:
-    """C{/consumers/<group>/offsets/<topic>/<partition>}."""
-    return f"{group_path(group)}/offsets/{topic}/{partition}"
-
-
-def encode_committed_offset(committed: CommittedOffset) -> bytes:
-    """The JSON v1 value of an offset znode (see the module docstring)."""
-    return _dumps({"version": 1, "offset": committed.offset, "leader_epoch": committed.leader_epoch,
-                   "metadata": committed.metadata, "commit_timestamp": committed.commit_timestamp_ms})
-
-
-def decode_committed_offset(data: bytes) -> CommittedOffset | None:
-    """
-    Read an offset znode: JSON v1, or Kafka 0.8's bare decimal.
-
-    @return: C{None} for an empty or unreadable value.
-    """
-    text = data.decode("utf-8", "replace").strip()
-    if not text:
-        return None
-    if text.lstrip("-").isdigit():
-        return CommittedOffset(int(text))
-    try:
-        body = json.loads(text)
-        return CommittedOffset(int(body["offset"]), int(body.get("leader_epoch", -1)),
-                               str(body.get("metadata") or ""), int(body.get("commit_timestamp", -1)))
-    except (ValueError, KeyError, TypeError):
-        return None
-
-
 def _describe_registration(data: bytes) -> str:
     """A broker registration for a person: its endpoints and when it registered (UTC)."""
     try:
@@ -409,24 +166,6 @@ def _describe_registration(data: bytes) -> str:
     except (ValueError, TypeError, KeyError, OverflowError, AttributeError):
         return "an unreadable registration"
     return f"endpoints {endpoints}, registered {registered}"
-
-
-def _now_ms() -> str:
-    return str(int(time.time() * 1000))
-
-
-def _dumps(obj: Any) -> bytes:
-    return json.dumps(obj, separators=(",", ":")).encode("utf-8")
-
-
-def topic_id_to_string(topic_id: uuid.UUID) -> str:
-    """Kafka's C{Uuid.toString}: URL-safe base64 of the 16 bytes, no padding."""
-    return base64.urlsafe_b64encode(topic_id.bytes).rstrip(b"=").decode("ascii")
-
-
-def topic_id_from_string(text: str) -> uuid.UUID:
-    """Inverse of L{topic_id_to_string}."""
-    return uuid.UUID(bytes=base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
 
 
 def assign_replicas(
@@ -479,55 +218,8 @@ def assign_replicas(
     return assignment
 
 
-def user_entity_name(user: str) -> str:
-    """
-    The znode name of a user, as Kafka's C{Sanitizer.sanitize} writes it: URL
-    encoding with C{%20} for a space and C{%2A} for C{*} (C{alice} stays
-    C{alice}).
-    """
-    return quote(user, safe="-._").replace("~", "%7E")
-
-
-def _decode_config(data: bytes | None) -> dict[str, str]:
-    """The C{config} of a C{/config/...} znode's v1 JSON ({} when empty or missing)."""
-    return dict(json.loads(data).get("config") or {}) if data else {}
-
-
 def _deferred(coro: Coroutine[Any, Any, Any]) -> Deferred:
     return Deferred.fromCoroutine(coro)
-
-
-def acl_path(pattern: ResourcePattern) -> str:
-    """The znode of a pattern's ACLs (Kafka's C{ResourceZNode.path})."""
-    root = LITERAL_ACL_PATH if pattern.pattern_type == PatternType.LITERAL else PREFIXED_ACL_PATH
-    return f"{root}/{pattern.resource_type.kafka_name}/{pattern.name}"
-
-
-def encode_acl_change(pattern: ResourcePattern) -> tuple[str, bytes]:
-    """
-    The change store and value of a notification about C{pattern} (Kafka's
-    C{LiteralAclChangeStore} and C{ExtendedAclChangeStore}).
-    """
-    if pattern.pattern_type == PatternType.LITERAL:
-        return LITERAL_ACL_CHANGES_PATH, f"{pattern.resource_type.name}:{pattern.name}".encode()
-    return EXTENDED_ACL_CHANGES_PATH, _dumps({"version": 1, "resourceType": pattern.resource_type.name,
-                                              "name": pattern.name, "patternType": pattern.pattern_type.name})
-
-
-def decode_acl_change(store: str, data: bytes) -> ResourcePattern:
-    """
-    The pattern a change notification names.
-
-    @raise ValueError: a value neither format reads.
-    """
-    if store == LITERAL_ACL_CHANGES_PATH:
-        kind, sep, name = data.decode().partition(":")
-        if not sep:
-            raise ValueError(f"expected ResourceType:ResourceName, got {data!r}")
-        return ResourcePattern(ResourceType.parse(kind), name, PatternType.LITERAL)  # type: ignore[arg-type]
-    body = json.loads(data)
-    return ResourcePattern(ResourceType.parse(body["resourceType"]), body["name"],  # type: ignore[arg-type]
-                           PatternType.parse(body["patternType"]))  # type: ignore[arg-type]
 
 
 class _AclMethods:
@@ -670,87 +362,6 @@ class Registry(_AclMethods):
 
     # -- brokers --------------------------------------------------------------
 
-    @staticmethod
-    def encode_broker(host: str, port: int, rack: str | None = None, timestamp_ms: str | None = None,
-                      endpoints: Any = None, protocol_map: Any = None,
-                      offline_log_dirs: dict[str, list[tuple[str, int]]] | None = None,
-                      unclean_shutdown: bool = False, metrics_port: int | None = None) -> bytes:
-        """
-        The v5 JSON of C{/brokers/ids/<id>} (Kafka's C{BrokerIdZNode.encode}).
-
-        @param endpoints: C{(listener, host, port)} per listener (default: one
-            C{PLAINTEXT} listener at C{host:port}); C{host} and C{port} are
-            then the PLAINTEXT listener's, or C{null} and -1 without one, as Kafka writes.
-        @param protocol_map: listener -> security protocol (default: each listener's name).
-        @param offline_log_dirs: kafkatw's addition, only when some log dir
-            failed (KIP-112): offline log dir -> the partitions whose replicas
-            were there, written as C{"offline_log_dirs": {dir: {topic:
-            [partition, ...]}}} (Kafka learns them from LeaderAndIsr
-            responses, which kafkatw has not; Kafka's readers ignore the key).
-        @param unclean_shutdown: kafkatw's addition, only when true: the
-            broker's process started after an unclean shutdown (a crash or
-            SIGKILL), so its logs may have lost records that were not flushed
-            (KIP-966 tells the controller the same at registration); written
-            as C{"unclean_shutdown": true}.
-        @param metrics_port: kafkatw's addition, only with an HTTP port: its
-            port (C{metrics.port}, bound on 127.0.0.1), written as
-            C{"metrics_port": N}, where the consoles of the other brokers read
-            this broker's counters (Kafka writes its JMX port in C{jmx_port}
-            for the same use; its readers ignore the key).
-        """
-        if endpoints:
-            plaintext = [(h, p) for name, h, p in endpoints if name == "PLAINTEXT"]
-            host, port = plaintext[0] if plaintext else (None, -1)  # type: ignore[assignment]
-        else:
-            endpoints = [("PLAINTEXT", host, port)]
-        protocols = dict(protocol_map or {name: name for name, _, _ in endpoints})
-
-        def uri(name: str, h: str, p: int) -> str:
-            return f"{name}://[{h}]:{p}" if ":" in h else f"{name}://{h}:{p}"
-
-        body: dict[str, Any] = {
-            "version": 5,
-            "host": host,
-            "port": port,
-            "endpoints": [uri(name, h, p) for name, h, p in endpoints],
-            "listener_security_protocol_map": {name: protocols[name] for name, _, _ in endpoints},
-            "jmx_port": -1,
-            "features": {},
-            "timestamp": timestamp_ms or _now_ms(),
-        }
-        if rack is not None:
-            body["rack"] = rack
-        if offline_log_dirs:
-            offline: dict[str, dict[str, list[int]]] = {}
-            for log_dir, partitions in sorted(offline_log_dirs.items()):
-                by_topic = offline[log_dir] = {}
-                for topic, partition in sorted(partitions):
-                    by_topic.setdefault(topic, []).append(partition)
-            body["offline_log_dirs"] = offline
-        if unclean_shutdown:
-            body["unclean_shutdown"] = True
-        if metrics_port is not None:
-            body["metrics_port"] = metrics_port
-        return _dumps(body)
-
-    @staticmethod
-    def decode_broker(broker_id: int, data: bytes) -> BrokerInfo:
-        """Read any broker JSON version 1-5; the PLAINTEXT endpoint (else the first) is C{host:port}."""
-        body = json.loads(data)
-        host, port = body.get("host"), body.get("port")
-        endpoints = []
-        for endpoint in body.get("endpoints") or []:
-            listener, _, address = endpoint.partition("://")
-            h, _, p = address.rpartition(":")
-            endpoints.append((listener, h.strip("[]"), int(p)))
-        plaintext = [e for e in endpoints if e[0] == "PLAINTEXT"]
-        if plaintext or (endpoints and (host is None or port in (None, -1))):
-            _, host, port = (plaintext or endpoints)[0]
-        protocols = body.get("listener_security_protocol_map") or {}
-        return BrokerInfo(broker_id, host, int(port), body.get("rack"), tuple(endpoints),
-                          tuple(sorted(protocols.items())), bool(body.get("unclean_shutdown", False)),
-                          body.get("metrics_port"))
-
     def register_broker(
         self, broker_id: int, host: str, port: int, rack: str | None = None, reregister: bool = True,
         endpoints: Any = None, protocol_map: Any = None, unclean_shutdown: bool = False,
@@ -762,11 +373,11 @@ class Registry(_AclMethods):
         With C{reregister}, the node is created again after each new ZooKeeper
         session (after the old one expired), as Kafka's C{KafkaZkClient} does.
 
-        @param endpoints: C{(listener, host, port)} per listener (L{encode_broker}).
+        @param endpoints: C{(listener, host, port)} per listener (L{kafkatw.zookeeper.zk_data.encode_broker}).
         @param protocol_map: listener -> security protocol.
         @param unclean_shutdown: the process started after an unclean
-            shutdown (L{encode_broker}); kept in every registration of this process.
-        @param metrics_port: the broker's HTTP port (L{encode_broker}).
+            shutdown (L{kafkatw.zookeeper.zk_data.encode_broker}); kept in every registration of this process.
+        @param metrics_port: the broker's HTTP port (L{kafkatw.zookeeper.zk_data.encode_broker}).
         @return: a Deferred firing with the znode's L{ZnodeStat} (its
             C{czxid} is the broker epoch, KIP-380).
         @raise BrokerIdInUseError: another live session holds the id.
@@ -811,7 +422,7 @@ class Registry(_AclMethods):
     async def _register(self, info: BrokerInfo) -> Any:
         path = f"{BROKER_IDS_PATH}/{info.broker_id}"
         await self.client.ensure_path(BROKER_IDS_PATH)
-        data = self.encode_broker(info.host, info.port, info.rack, endpoints=info.endpoints,
+        data = encode_broker(info.host, info.port, info.rack, endpoints=info.endpoints,
                                   protocol_map=dict(info.protocol_map) or None,
                                   offline_log_dirs=self._offline_log_dirs or None,
                                   unclean_shutdown=info.unclean_shutdown, metrics_port=info.metrics_port)
@@ -851,7 +462,7 @@ class Registry(_AclMethods):
     def set_offline_log_dirs(self, broker_id: int, offline: dict[str, list[tuple[str, int]]]) -> Deferred:
         """
         Record this broker's offline log dirs and the partitions whose replicas
-        were there in its registration (L{encode_broker}'s
+        were there in its registration (L{kafkatw.zookeeper.zk_data.encode_broker}'s
         C{offline_log_dirs}): rewritten now when it is registered, and kept
         in it when it registers again in a new session.  A restarted broker
         registers without them.
@@ -863,14 +474,6 @@ class Registry(_AclMethods):
         if registration is None or registration.broker_id != broker_id:
             return _deferred(_none())
         return _deferred(self._register(registration))
-
-    @staticmethod
-    def decode_offline_replicas(data: bytes) -> set[tuple[str, int]]:
-        """The partitions in a broker registration's C{offline_log_dirs} (empty without them)."""
-        body = json.loads(data)
-        offline = body.get("offline_log_dirs") or {}
-        return {(topic, int(p)) for by_topic in offline.values() for topic, partitions in by_topic.items()
-                for p in partitions}
 
     def get_broker_registration(self, broker_id: int) -> Deferred:
         """
@@ -886,7 +489,7 @@ class Registry(_AclMethods):
                 data, stat = await self.client.get(f"{BROKER_IDS_PATH}/{broker_id}")
             except NoNodeError:
                 return None
-            return BrokerRegistration(stat.czxid, self.decode_offline_replicas(data),
+            return BrokerRegistration(stat.czxid, decode_offline_replicas(data),
                                       bool(json.loads(data).get("unclean_shutdown", False)))
 
         return _deferred(go())
@@ -900,7 +503,7 @@ class Registry(_AclMethods):
 
         @return: a Deferred firing with the path created.
         """
-        body = _dumps({"version": 1, "broker": broker_id, "event": LOG_DIR_FAILURE_EVENT})
+        body = encode_log_dir_event(broker_id)
         return self.client.create(f"{LOG_DIR_EVENT_NOTIFICATION_PATH}/{LOG_DIR_EVENT_PREFIX}", body,
                                   sequence=True, makepath=True)
 
@@ -964,7 +567,7 @@ class Registry(_AclMethods):
                 data, _ = await self.client.get(f"{BROKER_IDS_PATH}/{name}")
             except NoNodeError:
                 continue  # went away meanwhile
-            info = self.decode_broker(int(name), data)
+            info = decode_broker(int(name), data)
             brokers[info.broker_id] = info if detailed else (info.host, info.port, info.rack)
         return dict(sorted(brokers.items()))
 
@@ -1033,20 +636,6 @@ class Registry(_AclMethods):
 
     # -- topics ---------------------------------------------------------------
 
-    @staticmethod
-    def encode_topic(topic_id: uuid.UUID, partitions: dict[int, list[int]],
-                     adding: dict[int, list[int]] | None = None, removing: dict[int, list[int]] | None = None) -> bytes:
-        """The JSON of C{/brokers/topics/<topic>} (Kafka's C{TopicZNode.encode}, v3)."""
-        return _dumps(
-            {
-                "version": 3,
-                "partitions": {str(p): list(r) for p, r in sorted(partitions.items())},
-                "adding_replicas": {str(p): list(r) for p, r in sorted((adding or {}).items()) if r},
-                "removing_replicas": {str(p): list(r) for p, r in sorted((removing or {}).items()) if r},
-                "topic_id": topic_id_to_string(topic_id),
-            }
-        )
-
     def update_topic_assignment(self, name: str, change: Callable[[TopicAssignment], TopicAssignment | None],
                                 controller_epoch_zk_version: int | None = None) -> Deferred:
         """
@@ -1070,7 +659,7 @@ class Registry(_AclMethods):
                 new = change(current)
                 if new is None:
                     return None
-                data = self.encode_topic(new.topic_id, new.partitions, new.adding_replicas, new.removing_replicas)
+                data = encode_topic(new.topic_id, new.partitions, new.adding_replicas, new.removing_replicas)
                 try:
                     if controller_epoch_zk_version is not None:
                         await self.client.fenced_set(CONTROLLER_EPOCH_PATH, controller_epoch_zk_version, path, data,
@@ -1086,16 +675,6 @@ class Registry(_AclMethods):
                     continue  # changed since read: apply the change to the new assignment
 
         return _deferred(go())
-
-    @staticmethod
-    def decode_topic(name: str, data: bytes) -> TopicAssignment:
-        body = json.loads(data)
-        text = body.get("topic_id")
-        topic_id = topic_id_from_string(text) if text else uuid.UUID(int=0)
-        partitions = {int(p): list(r) for p, r in (body.get("partitions") or {}).items()}
-        adding = {int(p): list(r) for p, r in (body.get("adding_replicas") or {}).items()}
-        removing = {int(p): list(r) for p, r in (body.get("removing_replicas") or {}).items()}
-        return TopicAssignment(name, topic_id, dict(sorted(partitions.items())), adding, removing)
 
     def create_topic(
         self,
@@ -1121,7 +700,7 @@ class Registry(_AclMethods):
         topic_path = f"{TOPICS_PATH}/{name}"
         if await self.client.exists(topic_path) is not None:
             raise TopicAlreadyExistsError(f"Topic '{name}' already exists.")
-        config_data = _dumps({"version": 1, "config": dict(config)})
+        config_data = encode_config(config)
         config_path = f"{CONFIG_TOPICS_PATH}/{name}"
         try:
             await self.client.create(config_path, config_data, makepath=True)
@@ -1129,7 +708,7 @@ class Registry(_AclMethods):
             await self.client.set(config_path, config_data)  # left over from a deleted topic
         await self.client.ensure_path(TOPICS_PATH)
         try:
-            await self.client.create(topic_path, self.encode_topic(topic_id, assignment))
+            await self.client.create(topic_path, encode_topic(topic_id, assignment))
         except NodeExistsError:
             raise TopicAlreadyExistsError(f"Topic '{name}' already exists.")
         return TopicAssignment(name, topic_id, {p: list(r) for p, r in sorted(assignment.items())})
@@ -1142,7 +721,7 @@ class Registry(_AclMethods):
                 data, stat = await self.client.get(f"{TOPICS_PATH}/{name}")
             except NoNodeError:
                 raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
-            return replace(self.decode_topic(name, data), zk_version=stat.version)
+            return replace(decode_topic(name, data), zk_version=stat.version)
 
         return _deferred(go())
 
@@ -1164,7 +743,7 @@ class Registry(_AclMethods):
     def watch_topic(self, name: str, callback: Callable[[TopicAssignment | None], object]) -> Deferred:
         """Call C{callback(TopicAssignment | None)} now and whenever the topic's assignment changes."""
         return self.client.watch_data(
-            f"{TOPICS_PATH}/{name}", lambda data: callback(None if data is None else self.decode_topic(name, data))
+            f"{TOPICS_PATH}/{name}", lambda data: callback(None if data is None else decode_topic(name, data))
         )
 
     # -- dynamic broker configs -------------------------------------------------
@@ -1216,10 +795,10 @@ class Registry(_AclMethods):
             data, _ = await self.client.get(path)
         except NoNodeError:
             return {}
-        return _decode_config(data)
+        return decode_config(data)
 
     async def _set_config(self, path: str, config: dict[str, str]) -> None:
-        data = _dumps({"version": 1, "config": dict(config)})
+        data = encode_config(config)
         try:
             await self.client.set(path, data)
         except NoNodeError:
@@ -1308,11 +887,11 @@ class Registry(_AclMethods):
                     version = stat.version
                 except NoNodeError:
                     data, version = None, None
-                config = _decode_config(data)
+                config = decode_config(data)
                 for key in deletions:
                     config.pop(key, None)
                 config.update(upserts)
-                encoded = _dumps({"version": 1, "config": config})
+                encoded = encode_config(config)
                 try:
                     if version is None:
                         await self.client.create(path, encoded, makepath=True)
@@ -1359,7 +938,7 @@ class Registry(_AclMethods):
         C{{"version":2,"entity_path":"users/alice"}}.
         """
         return self.client.create(f"{CONFIG_CHANGES_PATH}/{CONFIG_CHANGE_PREFIX}",
-                                  _dumps({"version": 2, "entity_path": entity_path}), sequence=True, makepath=True)
+                                  encode_config_change(entity_path), sequence=True, makepath=True)
 
     def delete_topic(self, name: str) -> Deferred:
         """
@@ -1381,37 +960,6 @@ class Registry(_AclMethods):
         return _deferred(go())
 
     # -- partition state ------------------------------------------------------
-
-    @staticmethod
-    def encode_partition_state(leader: int, leader_epoch: int, isr: list[int], controller_epoch: int = 1,
-                               elr: list[int] | None = None) -> bytes:
-        """
-        Kafka's C{TopicPartitionStateZNode.encode}; with C{elr}, kafkatw's
-        C{"eligible_leader_replicas"} (KIP-966's field of the partition record,
-        which Kafka's ZooKeeper mode has not; its readers ignore the key).
-        """
-        body: dict[str, Any] = {
-            "version": 1,
-            "leader": leader,
-            "leader_epoch": leader_epoch,
-            "controller_epoch": controller_epoch,
-            "isr": list(isr),
-        }
-        if elr:
-            body["eligible_leader_replicas"] = list(elr)
-        return _dumps(body)
-
-    @staticmethod
-    def decode_partition_state(data: bytes, zk_version: int, mzxid: int = -1) -> PartitionState:
-        """Kafka's C{TopicPartitionStateZNode.decode}, with the znode version (and its last write's zxid)."""
-        body = json.loads(data)
-        return PartitionState(body["leader"], body["leader_epoch"], list(body["isr"]),
-                              body.get("controller_epoch", 1), zk_version, mzxid,
-                              list(body.get("eligible_leader_replicas") or ()))
-
-    @staticmethod
-    def partition_state_path(topic: str, partition: int) -> str:
-        return f"{TOPICS_PATH}/{topic}/partitions/{partition}/state"
 
     def set_partition_state(
         self,
@@ -1441,8 +989,8 @@ class Registry(_AclMethods):
         """
 
         async def go() -> int:
-            path = self.partition_state_path(topic, partition)
-            data = self.encode_partition_state(leader, leader_epoch, isr, controller_epoch, elr)
+            path = partition_state_path(topic, partition)
+            data = encode_partition_state(leader, leader_epoch, isr, controller_epoch, elr)
             try:
                 if controller_epoch_zk_version is not None:
                     stat = await self.client.fenced_set(CONTROLLER_EPOCH_PATH, controller_epoch_zk_version, path,
@@ -1466,10 +1014,10 @@ class Registry(_AclMethods):
 
         async def go() -> PartitionState | None:
             try:
-                data, stat = await self.client.get(self.partition_state_path(topic, partition))
+                data, stat = await self.client.get(partition_state_path(topic, partition))
             except NoNodeError:
                 return None
-            return self.decode_partition_state(data, stat.version, stat.mzxid)
+            return decode_partition_state(data, stat.version, stat.mzxid)
 
         return _deferred(go())
 
@@ -1484,9 +1032,9 @@ class Registry(_AclMethods):
 
         def changed(value: tuple[bytes | None, Any]) -> None:
             data, stat = value
-            callback(None if not data else self.decode_partition_state(data, stat.version, stat.mzxid))
+            callback(None if not data else decode_partition_state(data, stat.version, stat.mzxid))
 
-        return self.client.watch_data_with_stat(self.partition_state_path(topic, partition), changed)
+        return self.client.watch_data_with_stat(partition_state_path(topic, partition), changed)
 
     # -- producer ids -----------------------------------------------------------
 
@@ -1510,7 +1058,7 @@ class Registry(_AclMethods):
                 else:
                     start = 0
                 end = start + block_size - 1
-                body = _dumps({"version": 1, "broker": broker_id, "block_start": str(start), "block_end": str(end)})
+                body = encode_producer_id_block(broker_id, start, end)
                 try:
                     if stat is None:
                         await self.client.create(PRODUCER_ID_BLOCK_PATH, body)
@@ -1535,7 +1083,7 @@ class Registry(_AclMethods):
         """
 
         async def go() -> bool:
-            data = _dumps({"version": 1, "brokerid": broker_id, "timestamp": _now_ms()})
+            data = encode_controller(broker_id)
             try:
                 await self.client.create(CONTROLLER_PATH, data, ephemeral=True)
             except NodeExistsError:
@@ -1544,7 +1092,7 @@ class Registry(_AclMethods):
                 except NoNodeError:
                     return await go()  # vanished meanwhile: try again
                 return (
-                    json.loads(existing)["brokerid"] == broker_id and stat.ephemeralOwner == self.client.session_id
+                    decode_controller(existing) == broker_id and stat.ephemeralOwner == self.client.session_id
                 )
             self.controller_epoch = await self._bump_controller_epoch()
             return True
@@ -1584,7 +1132,7 @@ class Registry(_AclMethods):
     def watch_controller(self, callback: Callable[[int | None], object]) -> Deferred:
         """Call C{callback(controller broker id | None)} now and on every change."""
         return self.client.watch_data(
-            CONTROLLER_PATH, lambda data: callback(None if not data else int(json.loads(data)["brokerid"]))
+            CONTROLLER_PATH, lambda data: callback(None if not data else decode_controller(data))
         )
 
 
@@ -1917,7 +1465,7 @@ class Registry(_AclMethods):
                     pass
                 _, stat = await self.client.get(epoch_path)
             epoch = stat.version + 1
-            holder = _dumps({"version": 1, "brokerid": broker_id, "coordinator_epoch": epoch, "timestamp": _now_ms()})
+            holder = encode_group_coordinator_holder(broker_id, epoch)
             try:
                 await self.client.multi([
                     CreateOp(group_coordinator_holder_path(partition), holder, ephemeral=True),

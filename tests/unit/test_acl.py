@@ -34,7 +34,8 @@ from kafkatw.security.acl import (
 )
 from kafkatw.testing import FakeZooKeeper, FakeZooKeeperClient
 from kafkatw.zookeeper.acl_store import ZkAclStore
-from kafkatw.zookeeper.registry import Registry, acl_path, decode_acl_change, encode_acl_change
+from kafkatw.zookeeper.registry import Registry
+from kafkatw.zookeeper.zk_data import acl_path, decode_acl_change, encode_acl_change
 
 T, G, C = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER
 LIT, PRE = PatternType.LITERAL, PatternType.PREFIXED

@@ -22,7 +22,7 @@ from kafkatw.security.acl import AclOperation, ResourceType
 from kafkatw.storage.log import PartitionLog
 from kafkatw.storage.log_config import LogConfig
 from kafkatw.storage.log_manager import LogManager
-from kafkatw.zookeeper.registry import CommittedOffset
+from kafkatw.zookeeper.zk_data import CommittedOffset
 from tests.unit.test_broker import BrokerHarness
 
 

@@ -388,7 +388,7 @@ class ControllerPreferredElectionTests(unittest.TestCase):
         from types import SimpleNamespace
 
         from kafkatw.broker.controller import KafkaController
-        from kafkatw.zookeeper.registry import PartitionState
+        from kafkatw.zookeeper.zk_data import PartitionState
 
         metadata = SimpleNamespace(
             topics={"t": SimpleNamespace(partitions={0: [0, 1], 1: [1, 0]})},
@@ -406,7 +406,7 @@ class ControllerPreferredElectionTests(unittest.TestCase):
         from types import SimpleNamespace
 
         from kafkatw.broker.controller import KafkaController
-        from kafkatw.zookeeper.registry import PartitionState
+        from kafkatw.zookeeper.zk_data import PartitionState
 
         class Registry:
             def set_partition_state(self, *args: object, **kwargs: object) -> defer.Deferred:

@@ -11,20 +11,15 @@ import io
 import os
 import re
 import shutil
+import subprocess
+import sys
 import tempfile
 from contextlib import redirect_stderr, redirect_stdout
 
 from twisted.trial import unittest
 
-from kafkatw.config import (
-    BROKER_CONFIG,
-    MARKDOWN_BEGIN,
-    MARKDOWN_END,
-    TOPIC_CONFIG,
-    config_markdown,
-    main,
-    splice_config_markdown,
-)
+from kafkatw.config import BROKER_CONFIG, TOPIC_CONFIG, config_markdown, splice_config_markdown
+from kafkatw.config.docs import MARKDOWN_BEGIN, MARKDOWN_END, main
 
 DOC = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "configuration.md")
 
@@ -99,6 +94,17 @@ class ConfigDocsTests(unittest.TestCase):
             self.assertEqual(main([]), 2)
         self.assertEqual(out.getvalue(), config_markdown())
         self.assertIn("out of date; run python -m kafkatw.config --update", err.getvalue())
+
+    def test_python_m_kafkatw_config(self) -> None:
+        """C{python -m kafkatw.config} is the command of L{main} (C{kafkatw/config/__main__.py})."""
+        root = os.path.join(os.path.dirname(__file__), "..", "..")
+        checked = subprocess.run([sys.executable, "-m", "kafkatw.config", "--check", DOC], cwd=root,
+                                 capture_output=True, text=True, timeout=120)
+        self.assertEqual((checked.returncode, checked.stderr), (0, ""))
+        usage = subprocess.run([sys.executable, "-m", "kafkatw.config"], cwd=root, capture_output=True, text=True,
+                               timeout=120)
+        self.assertEqual(usage.returncode, 2)
+        self.assertIn("usage: python -m kafkatw.config", usage.stderr)
 
 
 class DocsDriftTests(unittest.TestCase):

@@ -35,7 +35,8 @@ from kafkatw.config import BrokerConfig
 from kafkatw.errors import ErrorCode
 from kafkatw.testing import FakeZooKeeper, FakeZooKeeperClient
 from kafkatw.zookeeper.bridge import ZooKeeperError, ZooKeeperUnavailableError
-from kafkatw.zookeeper.registry import PartitionState, Registry
+from kafkatw.zookeeper.registry import Registry
+from kafkatw.zookeeper.zk_data import PartitionState, partition_state_path
 
 # Kafka's PartitionState / ReplicaState validPreviousStates, written out again
 # (not read from the module) so that a change to the tables fails here.
@@ -364,7 +365,7 @@ class ControllerRetryTests(unittest.TestCase):
         h = ControllerHarness(self, {"t": {0: [1, 2, 3]}})
         version = h.wait(h.registry.set_partition_state("t", 0, 1, 0, [1, 2, 3]))
         h.metadata.set_partition_state("t", 0, PartitionState(1, 0, [1, 2, 3], 1, version))
-        h.wait(h.zookeeper.delete(Registry.partition_state_path("t", 0)))  # the topic is being deleted
+        h.wait(h.zookeeper.delete(partition_state_path("t", 0)))  # the topic is being deleted
         h.broker_died(3)
         self.assertIsNone(h.state("t", 0))
         self.assertNotIn(("t", 0), h.metadata.partition_states)

@@ -24,7 +24,8 @@ from kafkatw.broker.group_coordinator import (
 from kafkatw.config import BrokerConfig
 from kafkatw.errors import ErrorCode
 from kafkatw.testing import FakeZooKeeperClient
-from kafkatw.zookeeper.registry import CommittedOffset, Registry, decode_committed_offset
+from kafkatw.zookeeper.registry import Registry
+from kafkatw.zookeeper.zk_data import CommittedOffset, decode_committed_offset
 
 from .test_broker import BrokerHarness
 

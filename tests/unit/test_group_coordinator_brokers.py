@@ -30,7 +30,7 @@ from kafkatw.config import BrokerConfig
 from kafkatw.errors import ErrorCode
 from kafkatw.protocol.messages import decode_response, encode_request, parse_request_header
 from kafkatw.testing import FakeZooKeeper, FakeZooKeeperClient
-from kafkatw.zookeeper.registry import group_coordinator_epoch_path
+from kafkatw.zookeeper.zk_data import group_coordinator_epoch_path
 
 
 class TwoBrokersTests(SynchronousTestCase):

@@ -38,7 +38,8 @@ from kafkatw.zookeeper.bridge import (
     NotEmptyError,
     SetOp,
 )
-from kafkatw.zookeeper.registry import CommittedOffset, Registry, consumer_offset_path, group_coordinator_epoch_path
+from kafkatw.zookeeper.registry import Registry
+from kafkatw.zookeeper.zk_data import CommittedOffset, consumer_offset_path, group_coordinator_epoch_path
 
 PROTOCOLS = [("range", b"meta")]
 SESSION_MS = 10000

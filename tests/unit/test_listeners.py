@@ -20,7 +20,7 @@ from kafkatw.broker.metadata_cache import BrokerEndpoint
 from kafkatw.broker.request_context import ConnectionContext
 from kafkatw.config import BrokerConfig
 from kafkatw.protocol.messages import decode_response, encode_request, parse_request_header
-from kafkatw.zookeeper.registry import Registry
+from kafkatw.zookeeper.zk_data import decode_broker, encode_broker
 
 from .test_broker import BrokerHarness
 
@@ -113,26 +113,26 @@ class ParseTests(unittest.TestCase):
 
 class RegistrationTests(unittest.TestCase):
     def test_every_listener_is_registered_with_its_protocol(self) -> None:
-        data = Registry.encode_broker("127.0.0.1", 9092, endpoints=[("INTERNAL", "10.0.0.1", 9092),
+        data = encode_broker("127.0.0.1", 9092, endpoints=[("INTERNAL", "10.0.0.1", 9092),
                                                                     ("EXTERNAL", "kafka.example.com", 9093)],
                                       protocol_map={"INTERNAL": "SSL", "EXTERNAL": "SASL_SSL"}, timestamp_ms="1")
         body = json.loads(data)
         self.assertEqual(body["endpoints"], ["INTERNAL://10.0.0.1:9092", "EXTERNAL://kafka.example.com:9093"])
         self.assertEqual(body["listener_security_protocol_map"], {"INTERNAL": "SSL", "EXTERNAL": "SASL_SSL"})
         self.assertEqual((body["host"], body["port"]), (None, -1))  # Kafka's: no PLAINTEXT listener
-        info = Registry.decode_broker(3, data)
+        info = decode_broker(3, data)
         self.assertEqual((info.host, info.port), ("10.0.0.1", 9092))
         self.assertEqual(info.address("EXTERNAL"), ("kafka.example.com", 9093))
         self.assertIsNone(info.address("PLAINTEXT"))
         self.assertEqual(dict(info.protocol_map), {"INTERNAL": "SSL", "EXTERNAL": "SASL_SSL"})
 
     def test_plaintext_default_is_unchanged(self) -> None:
-        body = json.loads(Registry.encode_broker("h", 9092, timestamp_ms="1"))
+        body = json.loads(encode_broker("h", 9092, timestamp_ms="1"))
         self.assertEqual((body["host"], body["port"], body["endpoints"], body["listener_security_protocol_map"]),
                          ("h", 9092, ["PLAINTEXT://h:9092"], {"PLAINTEXT": "PLAINTEXT"}))
-        data = Registry.encode_broker("h", 9092, endpoints=[("PLAINTEXT", "h", 9092), ("SSL", "::1", 9093)])
+        data = encode_broker("h", 9092, endpoints=[("PLAINTEXT", "h", 9092), ("SSL", "::1", 9093)])
         self.assertEqual(json.loads(data)["endpoints"][1], "SSL://[::1]:9093")
-        self.assertEqual(Registry.decode_broker(1, data).address("SSL"), ("::1", 9093))
+        self.assertEqual(decode_broker(1, data).address("SSL"), ("::1", 9093))
 
 
 class ClientListenerTests(unittest.TestCase):

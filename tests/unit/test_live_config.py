@@ -43,7 +43,8 @@ from kafkatw.protocol.messages import decode_response, encode_request, parse_req
 from kafkatw.storage.log_manager import LogManager
 from kafkatw.testing import FakeZooKeeper, FakeZooKeeperClient
 from kafkatw.zookeeper.config_changes import CHANGE_EXPIRATION_MS, ConfigChangeListener, parse_entity_path
-from kafkatw.zookeeper.registry import CONFIG_CHANGES_PATH, Registry
+from kafkatw.zookeeper.registry import Registry
+from kafkatw.zookeeper.zk_data import CONFIG_CHANGES_PATH
 
 from .test_broker import BrokerHarness
 

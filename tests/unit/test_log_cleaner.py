@@ -18,7 +18,7 @@ from kafkatw.config import BrokerConfig, topic_log_config
 from kafkatw.errors import InvalidRecordError
 from kafkatw.protocol.batch import build_batch, parse_batch_headers
 from kafkatw.protocol.records import decode_batches, encode_batch
-from kafkatw.storage.log import CLEANED_SUFFIX, DELETED_SUFFIX, SWAP_SUFFIX, PartitionLog
+from kafkatw.storage.log import PartitionLog
 from kafkatw.storage.log_config import FILE_DELETE_DELAY_MS, LogConfig
 from kafkatw.storage.log_cleaner import (
     CLEANER_CHECKPOINT_FILE,
@@ -30,6 +30,7 @@ from kafkatw.storage.log_cleaner import (
 )
 from kafkatw.storage.log_manager import read_checkpoint
 from kafkatw.storage.producer_state import ProducerStateManager
+from kafkatw.storage.segment import CLEANED_SUFFIX, DELETED_SUFFIX, SWAP_SUFFIX
 from kafkatw.storage.transaction_index import TransactionIndex
 
 NOW = 1_000_000_000

@@ -43,11 +43,12 @@ from kafkatw.protocol.batch import build_batch
 from kafkatw.storage.log_dir_failure import LogDirFiles, LogDirsFailedError
 from kafkatw.storage.log_manager import CLEAN_SHUTDOWN_FILE, LogManager
 from kafkatw.testing import FakeZooKeeperClient
-from kafkatw.zookeeper.registry import (
+from kafkatw.zookeeper.registry import Registry
+from kafkatw.zookeeper.zk_data import (
     BROKER_IDS_PATH,
     LOG_DIR_EVENT_NOTIFICATION_PATH,
     PartitionState,
-    Registry,
+    decode_offline_replicas,
 )
 
 from .test_broker import BrokerHarness, _frame
@@ -543,7 +544,7 @@ class BrokerTests(unittest.TestCase):
         registration = json.loads(data)
         self.assertEqual(registration["offline_log_dirs"], {dirs[0]: {"t": [0]}})
         self.assertEqual(registration["port"], 9092)  # the rest of the registration is as it was
-        self.assertEqual(Registry.decode_offline_replicas(data), {("t", 0)})
+        self.assertEqual(decode_offline_replicas(data), {("t", 0)})
         [child] = self.successResultOf(zookeeper.get_children(LOG_DIR_EVENT_NOTIFICATION_PATH))
         self.assertTrue(child.startswith("log_dir_event_"))
         event, _ = self.successResultOf(zookeeper.get(f"{LOG_DIR_EVENT_NOTIFICATION_PATH}/{child}"))

@@ -14,7 +14,7 @@ from twisted.trial import unittest
 
 from kafkatw.broker.metadata_cache import BrokerEndpoint, MetadataCache, TopicMetadata
 from kafkatw.broker.metrics import metrics_registry
-from kafkatw.zookeeper.registry import PartitionState
+from kafkatw.zookeeper.zk_data import PartitionState
 
 
 def partition(topic: str, leader: bool, isr: list[int], replicas: list[int], shrinks: int = 0,

@@ -27,7 +27,8 @@ from kafkatw.protocol.batch import build_batch
 from kafkatw.storage.log_manager import LogManager
 from kafkatw.testing import FakeZooKeeperClient
 from kafkatw.zookeeper.bridge import BadVersionError
-from kafkatw.zookeeper.registry import PartitionState, Registry
+from kafkatw.zookeeper.registry import Registry
+from kafkatw.zookeeper.zk_data import PartitionState
 
 TOPIC = "t"
 LAG_MS = 10_000

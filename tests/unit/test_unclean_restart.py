@@ -29,7 +29,8 @@ from kafkatw.broker.replica_manager import ReplicaManager
 from kafkatw.config import BrokerConfig
 from kafkatw.simulation import Fault, Schedule, Settings, run_seed
 from kafkatw.testing import FakeZooKeeperClient
-from kafkatw.zookeeper.registry import PartitionState, Registry
+from kafkatw.zookeeper.registry import Registry
+from kafkatw.zookeeper.zk_data import PartitionState
 from tests.unit.test_controller import LOG_END_OFFSET, ControllerHarness, MemoryLogManager
 
 

@@ -29,7 +29,8 @@ from kafkatw.web import http_root
 from kafkatw.web.console import ConsoleResource, console_refusal, render_value
 from kafkatw.web.health import readiness_problems
 from kafkatw.web.lag import GROUP_KIND_COORDINATOR, GROUP_KIND_ZOOKEEPER, LagMonitor, compute_lag
-from kafkatw.zookeeper.registry import CommittedOffset, PartitionState, Registry
+from kafkatw.zookeeper.registry import Registry
+from kafkatw.zookeeper.zk_data import CommittedOffset, PartitionState
 
 
 def fake_broker(**changes: Any) -> Any:

@@ -31,7 +31,7 @@ from kafkatw.errors import ErrorCode
 from kafkatw.protocol.records import encode_batch
 from kafkatw.web.cluster_metrics import REUSE_S, ClusterCounters, add_counters, local_counters, parse_counters
 from kafkatw.web.console import ConsoleResource, format_topic_id
-from kafkatw.zookeeper.registry import BrokerInfo, Registry, PartitionState
+from kafkatw.zookeeper.zk_data import BrokerInfo, PartitionState, decode_broker, encode_broker
 
 
 def fake_apis(messages_in: int, bytes_in: int, bytes_out: int, topics: dict[str, tuple[int, int, int]]) -> Any:
@@ -249,8 +249,8 @@ class ClusterConsoleTests(_Cluster, unittest.TestCase):
 
 class RegistrationTests(unittest.SynchronousTestCase):
     def test_the_metrics_port_is_registered(self) -> None:
-        data = Registry.encode_broker("h", 9092, metrics_port=8080)
+        data = encode_broker("h", 9092, metrics_port=8080)
         self.assertEqual(json.loads(data)["metrics_port"], 8080)
-        self.assertEqual(Registry.decode_broker(1, data).metrics_port, 8080)
-        self.assertNotIn("metrics_port", json.loads(Registry.encode_broker("h", 9092)))
-        self.assertIsNone(Registry.decode_broker(1, Registry.encode_broker("h", 9092)).metrics_port)
+        self.assertEqual(decode_broker(1, data).metrics_port, 8080)
+        self.assertNotIn("metrics_port", json.loads(encode_broker("h", 9092)))
+        self.assertIsNone(decode_broker(1, encode_broker("h", 9092)).metrics_port)

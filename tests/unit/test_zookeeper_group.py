@@ -30,7 +30,8 @@ from kafkatw.client.zookeeper_group import (
     transition_table_markdown,
 )
 from kafkatw.testing import FakeZooKeeper, FakeZooKeeperClient
-from kafkatw.zookeeper.registry import Registry, decode_committed_offset
+from kafkatw.zookeeper.registry import Registry
+from kafkatw.zookeeper.zk_data import decode_committed_offset, decode_topic, encode_broker, encode_topic
 
 GROUP = "G"
 
@@ -114,7 +115,7 @@ class Harness:
         self.admin = FakeZooKeeperClient(self.server)
         self.admin.start()
         self.registry = Registry(self.admin)
-        self.admin.create("/brokers/ids/0", Registry.encode_broker("127.0.0.1", 9092), ephemeral=True, makepath=True)
+        self.admin.create("/brokers/ids/0", encode_broker("127.0.0.1", 9092), ephemeral=True, makepath=True)
         self.logs = {}
         self.topics = {}
         for topic, n in (topics or {"t": 6}).items():
@@ -130,9 +131,9 @@ class Harness:
 
     def grow_topic(self, topic, n):
         data, _ = self.admin.get(f"/brokers/topics/{topic}").result
-        assignment = Registry.decode_topic(topic, data)
+        assignment = decode_topic(topic, data)
         self.admin.set(f"/brokers/topics/{topic}",
-                       Registry.encode_topic(assignment.topic_id, {p: [0] for p in range(n)}))
+                       encode_topic(assignment.topic_id, {p: [0] for p in range(n)}))
         self.topics[topic] = n
         for p in range(n):
             self.logs.setdefault((topic, p), [])
@@ -335,7 +336,7 @@ class JoinLeaveTests(SynchronousTestCase):
         g = h.member("c1")
         h.settle()
         calls = len(g.consumer.calls)
-        h.admin.create("/brokers/ids/1", Registry.encode_broker("127.0.0.1", 9093), ephemeral=True)
+        h.admin.create("/brokers/ids/1", encode_broker("127.0.0.1", 9093), ephemeral=True)
         h.settle()
         h.check_stable()
         self.assertEqual(len(g.consumer.calls), calls)  # no assign([]), no re-seek

@@ -25,14 +25,8 @@ from kafkatw.zookeeper.bridge import (
     ZooKeeperUnavailableError,
     parse_connect_string,
 )
-from kafkatw.zookeeper.registry import (
-    BrokerIdInUseError,
-    Registry,
-    TopicAssignment,
-    assign_replicas,
-    topic_id_from_string,
-    topic_id_to_string,
-)
+from kafkatw.zookeeper.registry import BrokerIdInUseError, Registry, assign_replicas
+from kafkatw.zookeeper.zk_data import TopicAssignment, encode_topic, topic_id_from_string, topic_id_to_string
 
 
 def started(server=None, **kwargs):
@@ -465,7 +459,7 @@ class TopicAssignmentUpdateTests(SynchronousTestCase):
                 # another writer (a reassignment) changes the topic between our read and write
                 other = TopicAssignment("t", current.topic_id, {0: [2, 3, 1]}, {0: [3]}, {0: [1]})
                 self.successResultOf(registry.client.set(
-                    "/brokers/topics/t", Registry.encode_topic(other.topic_id, other.partitions,
+                    "/brokers/topics/t", encode_topic(other.topic_id, other.partitions,
                                                                other.adding_replicas, other.removing_replicas)))
             return TopicAssignment("t", current.topic_id, {**current.partitions, 1: [1, 2]},
                                    current.adding_replicas, current.removing_replicas)
