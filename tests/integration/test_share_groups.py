@@ -41,8 +41,12 @@ _SHARE = {"group.share.auto.offset.reset": "earliest", "group.share.record.lock.
           "share.coordinator.state.topic.num.partitions": "3"}
 
 
-def produce(bootstrap: str, topic: str, count: int, partitions: int = 1) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+def produce(bootstrap: str, topic: str, count: int, partitions: int = 1, batch_records: int | None = None) -> None:
+    """C{count} records round-robin over C{partitions}; C{batch_records}: at most that many per batch."""
+    settings = {"bootstrap.servers": bootstrap, "acks": "all"}
+    if batch_records is not None:
+        settings["batch.num.messages"] = batch_records
+    producer = Producer(settings)
     for i in range(count):
         producer.produce(topic, b"v%d" % i, partition=i % partitions)
     assert producer.flush(30) == 0
@@ -59,6 +63,10 @@ class Member:
 
     def poll(self, timeout_ms: int = 300) -> list[ShareRecord]:
         return self.thread.call(60, self.consumer.poll, timeout_ms)
+
+    def assigned(self) -> set:
+        """The partitions the group gave this member (after its last heartbeat)."""
+        return self.thread.call(30, lambda: set(self.consumer.assignment))
 
     def acknowledge(self, record: ShareRecord, kind: AcknowledgeType) -> None:
         self.thread.call(30, self.consumer.acknowledge, record, kind)
@@ -92,8 +100,14 @@ class SingleBrokerShareGroupTests(ShareGroupTestCase):
 
     def test_members_share_fewer_partitions(self) -> None:
         create_topic(self.bootstrap, "sq", partitions=2, rf=1)
-        produce(self.bootstrap, "sq", 60, partitions=2)
         members = [self.member("g-share", "sq", max_poll_records=5) for _ in range(3)]
+        # every member in the group before the records come (else the first to join takes them all)
+        deadline = time.monotonic() + TIMEOUT_S
+        while not all(m.assigned() for m in members) and time.monotonic() < deadline:
+            for m in members:
+                self.assertEqual(m.poll(100), [])
+        self.assertTrue(all(m.assigned() for m in members), "not every member was assigned a partition")
+        produce(self.bootstrap, "sq", 60, partitions=2, batch_records=1)  # batches of one: acquired one by one
         seen: dict[int, list[tuple[int, int]]] = {i: [] for i in range(3)}
         deadline = time.monotonic() + TIMEOUT_S
         while sum(len(s) for s in seen.values()) < 60 and time.monotonic() < deadline:
