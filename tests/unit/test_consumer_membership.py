@@ -17,24 +17,11 @@ from twisted.trial import unittest
 
 from kafkatw.client import Producer
 from kafkatw.client.consumer import Consumer
-from kafkatw.client.consumer_coordinator import ConsumerRebalanceListener
 from kafkatw.testing import FakeCluster
 
+from .test_consumer_coordinator import Recorder
+
 ALL = {("t", p) for p in range(4)}
-
-
-class Recorder(ConsumerRebalanceListener):
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, list]] = []
-
-    def on_partitions_revoked(self, revoked: set) -> None:
-        self.calls.append(("revoked", sorted(revoked)))
-
-    def on_partitions_assigned(self, assigned: set) -> None:
-        self.calls.append(("assigned", sorted(assigned)))
-
-    def on_partitions_lost(self, lost: set) -> None:
-        self.calls.append(("lost", sorted(lost)))
 
 
 class MembershipTests(unittest.TestCase):
