@@ -6,6 +6,16 @@ what L{kafkatw.broker.network.KafkaConnection} writes: C{None} (no response,
 Produce with acks=0), response C{bytes}, a C{(chunks, total_bytes)} pair (Fetch,
 with file regions), or a Deferred of one of those.
 
+Most API areas' handlers are mixins in modules of their own, each with its
+table of versions merged into L{SUPPORTED_VERSIONS}: classic groups
+(kafkatw/broker/classic_group_apis.py), KIP-848 consumer groups
+(consumer_group_apis.py), KIP-932 share groups (share_group_apis.py), topic
+administration (topic_admin_apis.py), security (security_apis.py),
+transactions (transaction_apis.py), client quotas (quota_apis.py) and the
+admin tools (admin_tool_apis.py).  This module keeps the dispatch,
+ApiVersions, Metadata, DescribeCluster, Produce, Fetch, ListOffsets and
+OffsetForLeaderEpoch.
+
 The versions served are exactly L{SUPPORTED_VERSIONS}, advertised in
 ApiVersions.  They cover what librdkafka 2.0 (Debian's kcat), librdkafka 2.16
 (confluent-kafka), kafka-python 3 and aiokafka negotiate.  An ApiVersions request
@@ -18,7 +28,6 @@ Source: Apache Kafka protocol guide; KafkaApis.scala.
 
 from __future__ import annotations
 
-import re
 import struct
 import time
 from typing import Any, Callable
@@ -35,30 +44,23 @@ from ..protocol.produce import encode_produce_response
 from ..security.acl import (
     CLUSTER_NAME,
     OPERATIONS_NOT_REQUESTED,
-    AccessControlEntry,
-    AclBinding,
-    AclBindingFilter,
     AclOperation,
-    AclPermissionType,
-    InvalidAclError,
-    PatternType,
-    ResourcePattern,
     ResourceType,
     operations_bit_field,
     supported_operations,
 )
-from ..security.sasl import MAX_ITERATIONS, MIN_ITERATIONS, SCRAM_MECHANISM_TYPES, credential_from_salted_password
 from ..zookeeper.bridge import ZooKeeperError
-from ..zookeeper.zk_data import CommittedOffset
-from .config_helper import describe_broker_configs, describe_topic_configs
 from .fetch_session import FINAL_EPOCH, INVALID_SESSION_ID, FetchSessionCache
 from .group_coordinator import GroupCoordinator, OffsetStore
 from .quota_apis import QUOTA_VERSIONS, QuotaApis
 from .quota_manager import ClientQuotas, user_of_principal
 from .request_context import NO_CONNECTION, ConnectionContext, RequestContext
 from .admin_tool_apis import ADMIN_TOOL_VERSIONS, AdminToolApis
+from .classic_group_apis import CLASSIC_GROUP_VERSIONS, ClassicGroupApis
 from .share_group_apis import SHARE_GROUP_VERSIONS, ShareGroupApis
 from .consumer_group_apis import CONSUMER_GROUP_VERSIONS, ConsumerGroupApis
+from .security_apis import SECURITY_VERSIONS, SecurityApis
+from .topic_admin_apis import TOPIC_ADMIN_VERSIONS, TopicAdminApis, validate_topic_name
 from .transaction_apis import TRANSACTION_VERSIONS, TransactionApis
 
 __all__ = ["SUPPORTED_VERSIONS", "ADVERTISED_VERSIONS", "KafkaApis", "ProduceRun", "validate_topic_name"]
@@ -72,38 +74,14 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     2: (1, 8),  # ListOffsets (v7: MAX_TIMESTAMP, KIP-734; v8: EARLIEST_LOCAL, KIP-405)
     3: (0, 12),  # Metadata
     18: (0, 3),  # ApiVersions
-    19: (2, 7),  # CreateTopics
-    20: (1, 6),  # DeleteTopics
-    8: (2, 9),  # OffsetCommit (v9: the generation id is a KIP-848 member epoch)
-    9: (1, 9),  # OffsetFetch (v8 batches groups, v9 adds KIP-848 member epochs)
-    10: (0, 4),  # FindCoordinator (key type 0 groups, 1 transactions)
-    11: (0, 8),  # JoinGroup (v9's KIP-814 skip_assignment: not served)
-    12: (0, 4),  # Heartbeat
-    13: (0, 5),  # LeaveGroup
-    14: (0, 5),  # SyncGroup
-    15: (0, 5),  # DescribeGroups
-    16: (0, 4),  # ListGroups (v5 filters by group type, KIP-848: not served)
-    42: (0, 2),  # DeleteGroups
-    22: (0, 4),  # InitProducerId (idempotent and transactional producers)
-    32: (1, 4),  # DescribeConfigs
     23: (2, 4),  # OffsetForLeaderEpoch (KIP-101, KIP-279; followers and KIP-320 clients)
-    37: (0, 3),  # CreatePartitions
-    43: (0, 2),  # ElectLeaders (KIP-460; answered by the controller)
-    45: (0, 0),  # AlterPartitionReassignments (KIP-455; answered by the controller)
-    46: (0, 0),  # ListPartitionReassignments (KIP-455; answered by the controller)
-    33: (0, 2),  # AlterConfigs (legacy: replaces a resource's whole set)
-    44: (0, 1),  # IncrementalAlterConfigs (KIP-339)
     60: (0, 1),  # DescribeCluster (KIP-700; v2's fenced brokers are KRaft's)
-    29: (1, 3),  # DescribeAcls (KIP-11, KIP-290 patterns; v2+ flexible)
-    30: (1, 3),  # CreateAcls
-    31: (1, 3),  # DeleteAcls
-    17: (0, 1),  # SaslHandshake (before authentication: kafkatw.broker.authenticator)
-    36: (0, 2),  # SaslAuthenticate (KIP-152; likewise)
-    50: (0, 0),  # DescribeUserScramCredentials (KIP-554)
-    51: (0, 0),  # AlterUserScramCredentials (KIP-554)
+    **CLASSIC_GROUP_VERSIONS,  # FindCoordinator, JoinGroup ... DeleteGroups: kafkatw/broker/classic_group_apis.py
     **CONSUMER_GROUP_VERSIONS,  # ConsumerGroupHeartbeat, ConsumerGroupDescribe: kafkatw/broker/consumer_group_apis.py
+    **TOPIC_ADMIN_VERSIONS,  # CreateTopics ... ListPartitionReassignments: kafkatw/broker/topic_admin_apis.py
     **ADMIN_TOOL_VERSIONS,  # DeleteRecords, DescribeLogDirs, OffsetDelete: kafkatw/broker/admin_tool_apis.py
-    **TRANSACTION_VERSIONS,  # AddPartitionsToTxn ... ListTransactions: kafkatw/broker/transaction_apis.py
+    **TRANSACTION_VERSIONS,  # InitProducerId, AddPartitionsToTxn ... ListTransactions: kafkatw/broker/transaction_apis.py
+    **SECURITY_VERSIONS,  # SaslHandshake ... DeleteAcls: kafkatw/broker/security_apis.py
     **QUOTA_VERSIONS,  # DescribeClientQuotas, AlterClientQuotas: kafkatw/broker/quota_apis.py
     **SHARE_GROUP_VERSIONS,  # ShareGroupHeartbeat ... ShareAcknowledge (KIP-932): kafkatw/broker/share_group_apis.py
 }
@@ -114,7 +92,6 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
 #: Apache Kafka 4.0 does (KAFKA-18659) while v0–v2 requests are still refused.
 ADVERTISED_VERSIONS: dict[int, tuple[int, int]] = {**SUPPORTED_VERSIONS, 0: (0, SUPPORTED_VERSIONS[0][1])}
 
-_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 _tuple_new = tuple.__new__
 
 LATEST_TIMESTAMP = -1
@@ -125,24 +102,6 @@ EARLIEST_TIMESTAMP = -2
 MAX_TIMESTAMP = -3
 #: ListOffsets v8+: the earliest offset in local storage (KIP-405; no tiered storage: the log start).
 EARLIEST_LOCAL_TIMESTAMP = -4
-#: The C{error_message} of DescribeAcls on a broker without an authorizer, with
-#: C{SECURITY_DISABLED} (Kafka's C{AclApis.handleDescribeAcls}).
-NO_AUTHORIZER = "No Authorizer is configured on the broker"
-#: The same for CreateAcls and DeleteAcls (Kafka's C{SecurityDisabledException} there).
-NO_AUTHORIZER_ALTER = "No Authorizer is configured."
-
-
-def validate_topic_name(name: str | None) -> ErrorCode:
-    """
-    Kafka's topic name rules (C{Topic.validate}): 1–249 characters of
-    C{[a-zA-Z0-9._-]}, not C{.} or C{..}.
-
-    @return: C{ErrorCode.none} or C{ErrorCode.invalid_topic_exception}.
-    """
-    if not name or name in (".", "..") or len(name) > 249 or not _LEGAL_TOPIC.match(name):
-        return ErrorCode.invalid_topic_exception
-    return ErrorCode.none
-
 
 _INT32 = struct.Struct(">i")
 _REQUEST_HEADER = struct.Struct(">hhih")  # API key, version, correlation id, client id length
@@ -244,7 +203,8 @@ class ProduceRun:
         return answers
 
 
-class KafkaApis(TransactionApis, QuotaApis, AdminToolApis, ConsumerGroupApis, ShareGroupApis):
+class KafkaApis(TransactionApis, QuotaApis, AdminToolApis, ClassicGroupApis, ConsumerGroupApis, ShareGroupApis,
+                TopicAdminApis, SecurityApis):
     """
     Serves the Kafka APIs of one broker.
 
@@ -290,39 +250,15 @@ class KafkaApis(TransactionApis, QuotaApis, AdminToolApis, ConsumerGroupApis, Sh
             1: self.handle_fetch,
             2: self.handle_list_offsets,
             3: self.handle_metadata,
-            8: self.handle_offset_commit,
-            9: self.handle_offset_fetch,
-            10: self.handle_find_coordinator,
-            11: self.handle_join_group,
-            12: self.handle_heartbeat,
-            13: self.handle_leave_group,
-            14: self.handle_sync_group,
-            15: self.handle_describe_groups,
-            16: self.handle_list_groups,
-            42: self.handle_delete_groups,
             18: self.handle_api_versions,
-            19: self.handle_create_topics,
-            20: self.handle_delete_topics,
-            22: self.handle_init_producer_id,
-            32: self.handle_describe_configs,
             23: self.handle_offset_for_leader_epoch,
-            37: self.handle_create_partitions,
-            43: self.handle_elect_leaders,
-            45: self.handle_alter_partition_reassignments,
-            46: self.handle_list_partition_reassignments,
-            33: self.handle_alter_configs,
-            44: self.handle_incremental_alter_configs,
             60: self.handle_describe_cluster,
-            29: self.handle_describe_acls,
-            30: self.handle_create_acls,
-            31: self.handle_delete_acls,
-            17: self.handle_sasl_handshake,
-            36: self.handle_sasl_authenticate,
-            50: self.handle_describe_user_scram_credentials,
-            51: self.handle_alter_user_scram_credentials,
+            **self.topic_admin_handlers(),
             **self.admin_tool_handlers(),
+            **self.classic_group_handlers(),
             **self.consumer_group_handlers(),
             **self.transaction_handlers(),
+            **self.security_handlers(),
             **self.quota_handlers(),
             **self.share_group_handlers(),
         }
@@ -1186,83 +1122,6 @@ class KafkaApis(TransactionApis, QuotaApis, AdminToolApis, ConsumerGroupApis, Sh
             topics.append({"name": topic.name, "partitions": partitions})
         return self._respond(context, {"throttle_time": 0, "topics": topics})
 
-    # --- CreateTopics / DeleteTopics ----------------------------------------
-
-    def handle_create_topics(self, context: RequestContext, request: Any) -> defer.Deferred:
-        return defer.Deferred.fromCoroutine(self._create_topics(context, request))
-
-    async def _create_topics(self, context: RequestContext, request: Any) -> bytes:
-        results = []
-        cluster_create = self._allowed(context, AclOperation.CREATE, ResourceType.CLUSTER)
-        for topic in request.topics:
-            entry: dict[str, Any] = {"name": topic.name, "error_code": 0, "error_message": None,
-                                     "num_partitions": -1, "replication_factor": -1, "configs": None}
-            if not cluster_create and not self._allowed(context, AclOperation.CREATE, ResourceType.TOPIC, topic.name):
-                entry["error_code"] = int(ErrorCode.topic_authorization_failed)
-                results.append(entry)
-                continue
-            try:
-                invalid = validate_topic_name(topic.name)
-                if invalid:
-                    raise kafka_error(invalid, f"invalid topic name {topic.name!r}")
-                configs = {c.name: c.value for c in topic.configs}
-                assignment = {a.partition_index: list(a.broker_ids) for a in topic.assignments} or None
-                partitions = topic.num_partitions if topic.num_partitions != -1 else self.config["num.partitions"]
-                rf = topic.replication_factor if topic.replication_factor != -1 else \
-                    self.config["default.replication.factor"]
-                meta = await self.admin.create_topic(
-                    topic.name, partitions, rf, assignment, configs, validate_only=request.validate_only
-                )
-                entry["num_partitions"] = len(meta.partitions)
-                entry["replication_factor"] = len(next(iter(meta.partitions.values())))
-                entry["topic_id"] = meta.topic_id
-                entry["configs"] = [
-                    {k: c[k] for k in ("name", "value", "read_only", "config_source", "is_sensitive")}
-                    for c in describe_topic_configs(self.config, configs)
-                ]
-                if not self._allowed(context, AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, topic.name):
-                    entry.update(configs=None, topic_config_error_code=int(ErrorCode.topic_authorization_failed))
-            except KafkaError as e:
-                entry["error_code"] = int(e.error_code)
-                entry["error_message"] = str(e) or None
-            except ZooKeeperError as e:
-                entry["error_code"] = int(ErrorCode.request_timed_out)
-                entry["error_message"] = f"ZooKeeper unavailable: {e}"
-            results.append(entry)
-        return self._respond(context, {"throttle_time": 0, "topics": results})
-
-    def handle_delete_topics(self, context: RequestContext, request: Any) -> defer.Deferred:
-        return defer.Deferred.fromCoroutine(self._delete_topics(context, request))
-
-    async def _delete_topics(self, context: RequestContext, request: Any) -> bytes:
-        if hasattr(request, "topic_names"):
-            names = list(request.topic_names)
-        else:
-            by_id = {meta.topic_id: name for name, meta in self.metadata.topics.items()}
-            names = [t.name if t.name is not None else by_id.get(t.topic_id, str(t.topic_id)) for t in request.topics]
-        results = []
-        for name in names:
-            entry = {"name": name, "error_code": 0, "error_message": None}
-            try:
-                if not self._allowed(context, AclOperation.DELETE, ResourceType.TOPIC, name) and (
-                        name in self.metadata.topics
-                        or not self._allowed(context, AclOperation.DESCRIBE, ResourceType.TOPIC, name)):
-                    raise kafka_error(ErrorCode.topic_authorization_failed, "")
-                if not self.config["delete.topic.enable"]:
-                    raise kafka_error(ErrorCode.topic_deletion_disabled, "delete.topic.enable=false")
-                if name not in self.metadata.topics:
-                    raise kafka_error(ErrorCode.unknown_topic_or_partition, f"unknown topic {name!r}")
-                entry["topic_id"] = self.metadata.topics[name].topic_id
-                await self.admin.delete_topic(name)
-            except KafkaError as e:
-                entry["error_code"] = int(e.error_code)
-                entry["error_message"] = str(e) or None
-            except ZooKeeperError as e:
-                entry["error_code"] = int(ErrorCode.request_timed_out)
-                entry["error_message"] = f"ZooKeeper unavailable: {e}"
-            results.append(entry)
-        return self._respond(context, {"throttle_time": 0, "responses": results})
-
     # --- OffsetForLeaderEpoch ---------------------------------------------------
 
     def handle_offset_for_leader_epoch(self, context: RequestContext, request: Any) -> bytes:
@@ -1302,135 +1161,6 @@ class KafkaApis(TransactionApis, QuotaApis, AdminToolApis, ConsumerGroupApis, Sh
             topics.append({"topic": topic.topic, "partitions": partitions})
         return self._respond(context, {"throttle_time": 0, "topics": topics})
 
-    # --- CreatePartitions ------------------------------------------------------
-
-    def handle_create_partitions(self, context: RequestContext, request: Any) -> defer.Deferred:
-        async def go() -> bytes:
-            results = []
-            for topic in request.topics:
-                entry: dict[str, Any] = {"name": topic.name, "error_code": 0, "error_message": None}
-                try:
-                    if not self._allowed(context, AclOperation.ALTER, ResourceType.TOPIC, topic.name):
-                        raise kafka_error(ErrorCode.topic_authorization_failed, "")
-                    assignment = None if topic.assignments is None else [list(a.broker_ids)
-                                                                           for a in topic.assignments]
-                    await self.admin.create_partitions(topic.name, topic.count, assignment, request.validate_only)
-                except KafkaError as e:
-                    entry.update(error_code=int(e.error_code), error_message=str(e) or None)
-                except ZooKeeperError as e:
-                    entry.update(error_code=int(ErrorCode.request_timed_out), error_message=f"ZooKeeper: {e}")
-                results.append(entry)
-            return self._respond(context, {"throttle_time": 0, "results": results})
-
-        return defer.Deferred.fromCoroutine(go())
-
-    # --- AlterConfigs / IncrementalAlterConfigs -----------------------------------
-
-    def handle_alter_configs(self, context: RequestContext, request: Any) -> defer.Deferred:
-        """
-        AlterConfigs (legacy): each resource's configs are replaced by the
-        given set (L{kafkatw.broker.admin.AdminManager.alter_configs}).
-        """
-        return self._alter_configs(context, request, incremental=False)
-
-    def handle_incremental_alter_configs(self, context: RequestContext, request: Any) -> defer.Deferred:
-        """
-        IncrementalAlterConfigs (KIP-339): SET, DELETE, APPEND, SUBTRACT of
-        topic and broker configs (L{kafkatw.broker.admin.AdminManager.alter_configs}).
-        """
-        return self._alter_configs(context, request, incremental=True)
-
-    def _alter_configs(self, context: RequestContext, request: Any, incremental: bool) -> defer.Deferred:
-        async def go() -> bytes:
-            responses = []
-            for resource in request.resources:
-                entry: dict[str, Any] = {"error_code": 0, "error_message": None,
-                                         "resource_type": resource.resource_type,
-                                         "resource_name": resource.resource_name}
-                if incremental:
-                    operations = [(c.name, int(c.config_operation), c.value) for c in resource.configs]
-                else:
-                    operations = [(c.name, 0, c.value) for c in resource.configs if c.value is not None]
-                try:
-                    denied = self._config_denied(context, AclOperation.ALTER_CONFIGS, resource.resource_type,
-                                                 resource.resource_name)
-                    if denied:
-                        raise kafka_error(denied, "")
-                    await self.admin.alter_configs(int(resource.resource_type), resource.resource_name, operations,
-                                                   incremental, request.validate_only)
-                except KafkaError as e:
-                    entry.update(error_code=int(e.error_code), error_message=str(e) or None)
-                except ZooKeeperError as e:
-                    entry.update(error_code=int(ErrorCode.request_timed_out), error_message=f"ZooKeeper: {e}")
-                responses.append(entry)
-            return self._respond(context, {"throttle_time": 0, "responses": responses})
-
-        return defer.Deferred.fromCoroutine(go())
-
-    # --- controller requests: ElectLeaders, partition reassignments ----------------
-
-    def _not_controller(self) -> bool:
-        return self.controller is None or not self.controller.active
-
-    def handle_elect_leaders(self, context: RequestContext, request: Any) -> Any:
-        """ElectLeaders (KIP-460): preferred (0) or unclean (1) elections, on the controller."""
-        election_type = getattr(request, "election_type", 0)
-        wanted = None if request.topic_partitions is None else [
-            (t.topic, p) for t in request.topic_partitions for p in t.partitions]
-
-        def answer(results: dict, top: ErrorCode = ErrorCode.none) -> bytes:
-            topics: dict[str, list] = {}
-            for (topic, partition), (code, message) in sorted(results.items()):
-                topics.setdefault(topic, []).append({"partition_id": partition, "error_code": int(code),
-                                                     "error_message": message})
-            return self._respond(context, {"throttle_time": 0, "error_code": int(top), "replica_election_results": [
-                {"topic": topic, "partition_result": partitions} for topic, partitions in topics.items()]})
-
-        if not self._allowed(context, AclOperation.ALTER, ResourceType.CLUSTER):
-            return answer({k: (ErrorCode.cluster_authorization_failed, None) for k in wanted or []},
-                          ErrorCode.cluster_authorization_failed)
-        if self._not_controller():
-            return answer({k: (ErrorCode.not_controller, "not the controller") for k in wanted or []},
-                          ErrorCode.not_controller)
-        return self.controller.elect_leaders(election_type, wanted).addCallback(answer)
-
-    def handle_alter_partition_reassignments(self, context: RequestContext, request: Any) -> Any:
-        targets = {(t.name, p.partition_index): (None if p.replicas is None else list(p.replicas))
-                   for t in request.topics for p in t.partitions}
-
-        def answer(results: dict, top: ErrorCode = ErrorCode.none) -> bytes:
-            topics: dict[str, list] = {}
-            for (topic, partition), (code, message) in sorted(results.items()):
-                topics.setdefault(topic, []).append({"partition_index": partition, "error_code": int(code),
-                                                     "error_message": message})
-            return self._respond(context, {"throttle_time": 0, "error_code": int(top),
-                                           "error_message": None if top in (ErrorCode.none,
-                                                                            ErrorCode.cluster_authorization_failed)
-                                           else "not the controller",
-                                           "responses": [{"name": t, "partitions": ps} for t, ps in topics.items()]})
-
-        if not self._allowed(context, AclOperation.ALTER, ResourceType.CLUSTER):
-            return answer({}, ErrorCode.cluster_authorization_failed)
-        if self._not_controller():
-            return answer({}, ErrorCode.not_controller)
-        return self.controller.reassign(targets).addCallback(answer)
-
-    def handle_list_partition_reassignments(self, context: RequestContext, request: Any) -> bytes:
-        if not self._allowed(context, AclOperation.DESCRIBE, ResourceType.CLUSTER):
-            return self._respond(context, {"throttle_time": 0, "error_code": int(ErrorCode.cluster_authorization_failed),
-                                           "error_message": None, "topics": []})
-        if self._not_controller():
-            return self._respond(context, {"throttle_time": 0, "error_code": int(ErrorCode.not_controller),
-                                           "error_message": "not the controller", "topics": []})
-        wanted = None if request.topics is None else {
-            (t.name, p) for t in request.topics for p in t.partition_indexes}
-        topics: dict[str, list] = {}
-        for (topic, partition), (replicas, adding, removing) in sorted(self.controller.ongoing_reassignments().items()):
-            if wanted is None or (topic, partition) in wanted:
-                topics.setdefault(topic, []).append({"partition_index": partition, "replicas": replicas,
-                                                     "adding_replicas": adding, "removing_replicas": removing})
-        return self._respond(context, {"throttle_time": 0, "error_code": 0, "error_message": None, "topics": [
-            {"name": t, "partitions": ps} for t, ps in topics.items()]})
     # --- DescribeCluster -------------------------------------------------------
 
     def handle_describe_cluster(self, context: RequestContext, request: Any) -> bytes:
@@ -1455,248 +1185,7 @@ class KafkaApis(TransactionApis, QuotaApis, AdminToolApis, ConsumerGroupApis, Sh
                         error_message="this broker describes only broker endpoints (endpoint_type 1)")
         return self._respond(context, body)
 
-    # --- DescribeConfigs -----------------------------------------------------
-
-    def _config_denied(self, context: RequestContext, operation: AclOperation, resource_type: int,
-                       name: str) -> ErrorCode:
-        """
-        DescribeConfigs / AlterConfigs of a topic need that operation on the
-        topic, of a broker on the cluster (Kafka's C{ConfigHelper}).
-
-        @return: C{TOPIC_AUTHORIZATION_FAILED}, C{CLUSTER_AUTHORIZATION_FAILED} or C{NONE}.
-        """
-        if self.authorizer is None:
-            return ErrorCode.none
-        if resource_type == 2 and not self._allowed(context, operation, ResourceType.TOPIC, name):
-            return ErrorCode.topic_authorization_failed
-        if resource_type in (4, 8) and not self._allowed(context, operation, ResourceType.CLUSTER):
-            return ErrorCode.cluster_authorization_failed
-        if resource_type == 32 and not self._allowed(context, operation, ResourceType.GROUP, name):  # KIP-848
-            return ErrorCode.group_authorization_failed
-        return ErrorCode.none
-
-    def handle_describe_configs(self, context: RequestContext, request: Any) -> bytes:
-        """
-        DescribeConfigs v1-v4 (L{kafkatw.broker.config_helper}): a topic's
-        configs, this broker's (its id), or the cluster-wide dynamic defaults
-        (resource name C{""}); another broker's id is C{INVALID_REQUEST}, as
-        Kafka answers (clients ask each broker for its own).
-        """
-        include_synonyms = bool(getattr(request, "include_synonyms", False))
-        include_documentation = bool(getattr(request, "include_documentation", False))
-        results = []
-        for resource in request.resources:
-            entry: dict[str, Any] = {"error_code": 0, "error_message": None, "resource_type": resource.resource_type,
-                                     "resource_name": resource.resource_name, "configs": []}
-            keys = list(resource.configuration_keys) if resource.configuration_keys is not None else None
-            denied = self._config_denied(context, AclOperation.DESCRIBE_CONFIGS, resource.resource_type,
-                                         resource.resource_name)
-            if denied:
-                entry["error_code"] = int(denied)
-            elif resource.resource_type == 2:  # TOPIC
-                meta = self.metadata.topics.get(resource.resource_name)
-                if meta is None:
-                    entry["error_code"] = int(ErrorCode.unknown_topic_or_partition)
-                    entry["error_message"] = f"Topic {resource.resource_name} does not exist"
-                else:
-                    entry["configs"] = describe_topic_configs(self.config, meta.config, keys, include_synonyms,
-                                                              include_documentation)
-            elif resource.resource_type == 4:  # BROKER
-                name = resource.resource_name
-                if name and name != str(self.broker_id):
-                    entry["error_code"] = int(ErrorCode.invalid_request)
-                    entry["error_message"] = (f"Unexpected broker id, expected {self.broker_id} or empty string, "
-                                              f"but received {name}")
-                else:
-                    entry["configs"] = describe_broker_configs(self.config, bool(name), keys, include_synonyms,
-                                                               include_documentation)
-            elif resource.resource_type == 32:  # GROUP (KIP-848, KIP-932: kafkatw/broker/group_config.py)
-                entry["configs"] = self.group_configs.describe(resource.resource_name, keys)
-            else:
-                entry["error_code"] = int(ErrorCode.invalid_request)
-                entry["error_message"] = f"resource type {resource.resource_type} is not supported"
-            results.append(entry)
-        return self._respond(context, {"throttle_time": 0, "results": results})
-
-    # --- SASL and SCRAM credentials ---------------------------------------------
-
-    def handle_sasl_handshake(self, context: RequestContext, request: Any) -> bytes:
-        """
-        Reached only after authentication, or on a listener without SASL
-        (L{kafkatw.broker.authenticator} answers it before): C{ILLEGAL_SASL_STATE},
-        as Kafka's C{KafkaApis}.
-        """
-        return self._respond(context, {"error_code": int(ErrorCode.illegal_sasl_state), "mechanisms": []})
-
-    def handle_sasl_authenticate(self, context: RequestContext, request: Any) -> bytes:
-        """Likewise: no re-authentication (C{connections.max.reauth.ms=0})."""
-        return self._respond(context, {
-            "error_code": int(ErrorCode.illegal_sasl_state), "auth_bytes": b"", "session_lifetime": 0,
-            "error_message": "SaslAuthenticate request received after successful authentication"
-            if context.connection.security_protocol.startswith("SASL_") else
-            f"SaslAuthenticate on a {context.connection.security_protocol} listener"})
-
-    def handle_describe_user_scram_credentials(self, context: RequestContext, request: Any) -> defer.Deferred:
-        """
-        The mechanisms and iteration counts of users' SCRAM credentials (never
-        salts or keys); every user having one when C{users} is null or empty.
-        Kafka's errors per user: C{RESOURCE_NOT_FOUND} (no credential),
-        C{DUPLICATE_RESOURCE} (named twice).
-        """
-        async def go() -> bytes:
-            try:
-                everyone = await self.admin.registry.list_scram_users()
-            except ZooKeeperError as e:
-                _log.warn("DescribeUserScramCredentials: ZooKeeper unavailable ({error})", error=e)
-                return self._respond(context, {"error_code": int(ErrorCode.unknown_server_error),
-                                               "error_message": "ZooKeeper is unavailable", "results": []})
-            results = []
-            names = [u.name for u in request.users] if request.users else sorted(everyone)
-            for name in dict.fromkeys(names):
-                entry: dict[str, Any] = {"user": name, "error_code": 0, "error_message": None, "credential_infos": []}
-                if names.count(name) > 1:
-                    entry.update(error_code=int(ErrorCode.duplicate_resource),
-                                 error_message="Cannot describe SCRAM credentials for the same user twice in a "
-                                               f"single request: {name}")
-                elif name not in everyone:
-                    entry.update(error_code=int(ErrorCode.resource_not_found),
-                                 error_message=f"Attempt to describe a user credential that does not exist: {name}")
-                else:
-                    entry["credential_infos"] = [
-                        {"mechanism": SCRAM_MECHANISM_TYPES[m], "iterations": c.iterations}
-                        for m, c in sorted(everyone[name].items())]
-                results.append(entry)
-            return self._respond(context, {"error_code": 0, "error_message": None, "results": results})
-
-        return defer.Deferred.fromCoroutine(go())
-
-    def handle_alter_user_scram_credentials(self, context: RequestContext, request: Any) -> defer.Deferred:
-        """
-        Upsert and delete SCRAM credentials in C{/config/users/<user>}, with
-        Kafka's checks per user: C{UNSUPPORTED_SASL_MECHANISM} (mechanism type
-        not 1 or 2), C{UNACCEPTABLE_CREDENTIAL} (iterations outside
-        4096..16384, an empty name or salted password), C{DUPLICATE_RESOURCE}
-        (a mechanism of a user altered twice), C{RESOURCE_NOT_FOUND} (deleting
-        a credential that does not exist).  A user with any error is left
-        unchanged.  The broker stores the salted password's keys (KIP-554):
-        the password itself never reaches it.
-        """
-        mechanisms = {t: m for m, t in SCRAM_MECHANISM_TYPES.items()}
-
-        def check(name: str, mechanism_type: int, seen: set) -> tuple[ErrorCode, str] | None:
-            if not name:
-                return ErrorCode.unacceptable_credential, "Username must not be empty"
-            if mechanism_type not in mechanisms:
-                return ErrorCode.unsupported_sasl_mechanism, "Unknown SCRAM mechanism"
-            if (name, mechanism_type) in seen:
-                return ErrorCode.duplicate_resource, "A user credential cannot be altered twice in the same request"
-            seen.add((name, mechanism_type))
-            return None
-
-        async def go() -> bytes:
-            errors: dict[str, tuple[ErrorCode, str]] = {}
-            order: list[str] = []
-            seen: set = set()
-            upserts: dict[str, dict[str, Any]] = {}
-            deletes: dict[str, list[str]] = {}
-            for d in request.deletions:
-                order.append(d.name)
-                problem = check(d.name, int(d.mechanism), seen)
-                if problem:
-                    errors.setdefault(d.name, problem)
-                else:
-                    deletes.setdefault(d.name, []).append(mechanisms[int(d.mechanism)])
-            for u in request.upsertions:
-                order.append(u.name)
-                problem = check(u.name, int(u.mechanism), seen)
-                if problem is None and int(u.iterations) < MIN_ITERATIONS:
-                    problem = ErrorCode.unacceptable_credential, "Too few iterations"
-                if problem is None and int(u.iterations) > MAX_ITERATIONS:
-                    problem = ErrorCode.unacceptable_credential, "Too many iterations"
-                if problem is None and (not u.salt or not u.salted_password):
-                    # Any salt of one byte or more, as Kafka takes it (RFC 5802 sets no length).
-                    problem = ErrorCode.unacceptable_credential, "The salt and the salted password must not be empty"
-                if problem:
-                    errors.setdefault(u.name, problem)
-                else:
-                    mechanism = mechanisms[int(u.mechanism)]
-                    upserts.setdefault(u.name, {})[mechanism] = credential_from_salted_password(
-                        mechanism, bytes(u.salt), bytes(u.salted_password), int(u.iterations))
-            results = []
-            for name in dict.fromkeys(order):
-                if name not in errors:
-                    try:
-                        existing = await self.admin.registry.get_user_scram_credentials(name)
-                        missing = [m for m in deletes.get(name, []) if m not in existing]
-                        if missing:
-                            errors[name] = (ErrorCode.resource_not_found,
-                                            "Attempt to delete a user credential that does not exist")
-                        else:
-                            await self.admin.registry.alter_user_scram_credentials(
-                                name, upserts.get(name, {}), deletes.get(name, []))
-                            _log.info("SCRAM credentials of user {user}: set {set}, deleted {deleted}", user=name,
-                                      set=sorted(upserts.get(name, {})), deleted=deletes.get(name, []))
-                    except ZooKeeperError as e:
-                        _log.warn("AlterUserScramCredentials of {user}: ZooKeeper unavailable ({error})",
-                                  user=name, error=e)
-                        errors[name] = (ErrorCode.unknown_server_error, "ZooKeeper is unavailable")
-                code, message = errors.get(name, (ErrorCode.none, None))
-                results.append({"user": name, "error_code": int(code), "error_message": message})
-            return self._respond(context, {"throttle_time": 0, "results": results})
-
-        return defer.Deferred.fromCoroutine(go())
-
-    # --- FindCoordinator -----------------------------------------------------
-
-    def handle_find_coordinator(self, context: RequestContext, request: Any) -> bytes:
-        """
-        A group's coordinator is the broker holding the group's
-        C{__consumer_offsets} partition in ZooKeeper
-        (L{kafkatw.broker.group_coordinator_election}), so every broker answers
-        the same; C{COORDINATOR_NOT_AVAILABLE} while no broker holds it (or its
-        holder has no such listener).  A transactional id's (key type 1) is the leader of its
-        ``__transaction_state`` partition (L{TransactionApis}).  With an
-        authorizer: Describe on the group (else C{GROUP_AUTHORIZATION_FAILED})
-        or on the TransactionalId (else C{TRANSACTIONAL_ID_AUTHORIZATION_FAILED}).
-        """
-        key_type = getattr(request, "key_type", 0)
-        keys = list(request.coordinator_keys) if hasattr(request, "coordinator_keys") else [request.key]
-        coordinators = [self._find_coordinator(key, key_type, context.connection.listener_name, context)
-                        for key in keys]
-        if self.authorizer is not None and key_type == 0:
-            for entry in coordinators:
-                if not self._allowed(context, AclOperation.DESCRIBE, ResourceType.GROUP, entry["key"]):
-                    entry.update(error_code=int(ErrorCode.group_authorization_failed), error_message=None,
-                                 node_id=-1, host="", port=-1)
-        body = {"throttle_time": 0, "coordinators": coordinators, **coordinators[0]}
-        return self._respond(context, body)
-
-    def _find_coordinator(self, key: str, key_type: int, listener: str = "PLAINTEXT",
-                          context: RequestContext | None = None) -> dict:
-        entry: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": 0,
-                                 "error_message": None}
-        if key_type == 1:
-            return self._find_transaction_coordinator(key, listener, context)
-        if key_type != 0:
-            entry["error_code"] = int(ErrorCode.invalid_request)
-            entry["error_message"] = f"unknown key type {key_type}"
-            return entry
-        if not key:
-            entry["error_code"] = int(ErrorCode.invalid_request)
-            entry["error_message"] = "empty group id"
-            return entry
-        broker_id = self.group_coordinator.coordinator(key)
-        broker = self.metadata.brokers.get(broker_id) if broker_id is not None else None
-        address = broker.address(listener) if broker is not None else None
-        if broker is None or address is None:
-            entry["error_code"] = int(ErrorCode.coordinator_not_available)
-            entry["error_message"] = ("no live broker coordinates the group yet" if broker is None
-                                      else f"the coordinator has no listener {listener}")
-            return entry
-        entry.update(node_id=broker.broker_id, host=address[0], port=address[1])
-        return entry
-
-    # --- consumer groups -----------------------------------------------------
+    # --- helpers of the group APIs (classic, KIP-848, share groups) ----------
 
     @staticmethod
     def _client_host(context: RequestContext) -> str:
@@ -1710,383 +1199,3 @@ class KafkaApis(TransactionApis, QuotaApis, AdminToolApis, ConsumerGroupApis, Sh
     def _group_denied(self, context: RequestContext, group_id: str, operation: AclOperation = AclOperation.READ
                       ) -> bool:
         return self.authorizer is not None and not self._allowed(context, operation, ResourceType.GROUP, group_id)
-
-    def handle_join_group(self, context: RequestContext, request: Any) -> defer.Deferred | bytes:
-        version = context.api_version
-        if self._group_denied(context, request.group_id):
-            return self._respond(context, {
-                "throttle_time": 0, "error_code": int(ErrorCode.group_authorization_failed), "generation_id": -1,
-                "protocol_type": None, "protocol_name": None if version >= 7 else "", "leader": "", "member_id": "",
-                "members": []})
-        session_timeout_ms = int(request.session_timeout.total_seconds() * 1000)
-        rebalance = getattr(request, "rebalance_timeout", None)
-        rebalance_timeout_ms = int(rebalance.total_seconds() * 1000) if rebalance is not None else session_timeout_ms
-        d = self.group_coordinator.join_group(
-            request.group_id, request.member_id, getattr(request, "group_instance_id", None), version >= 4,
-            context.client_id or "", self._client_host(context), rebalance_timeout_ms, session_timeout_ms,
-            request.protocol_type, [(p.name, bytes(p.metadata)) for p in request.protocols],
-        )
-
-        def answer(result: Any) -> bytes:
-            empty = None if version >= 7 else ""
-            return self._respond(context, {
-                "throttle_time": 0, "error_code": int(result.error), "generation_id": result.generation_id,
-                "protocol_type": result.protocol_type if result.protocol_type is not None else None,
-                "protocol_name": result.protocol_name if result.protocol_name is not None else empty,
-                "leader": result.leader_id, "member_id": result.member_id, "members": list(result.members),
-            })
-
-        return d.addCallback(answer)
-
-    def handle_sync_group(self, context: RequestContext, request: Any) -> defer.Deferred | bytes:
-        if self._group_denied(context, request.group_id):
-            return self._respond(context, {"throttle_time": 0, "error_code": int(ErrorCode.group_authorization_failed),
-                                           "protocol_type": None, "protocol_name": None, "assignment": b""})
-        d = self.group_coordinator.sync_group(
-            request.group_id, request.generation_id, request.member_id, getattr(request, "group_instance_id", None),
-            getattr(request, "protocol_type", None), getattr(request, "protocol_name", None),
-            {a.member_id: bytes(a.assignment) for a in request.assignments},
-        )
-
-        def answer(result: Any) -> bytes:
-            return self._respond(context, {"throttle_time": 0, "error_code": int(result.error),
-                                          "protocol_type": result.protocol_type, "protocol_name": result.protocol_name,
-                                          "assignment": result.assignment})
-
-        return d.addCallback(answer)
-
-    def handle_heartbeat(self, context: RequestContext, request: Any) -> defer.Deferred | bytes:
-        if self._group_denied(context, request.group_id):
-            return self._respond(context, {"throttle_time": 0,
-                                           "error_code": int(ErrorCode.group_authorization_failed)})
-        d = self.group_coordinator.heartbeat(request.group_id, request.member_id,
-                                             getattr(request, "group_instance_id", None), request.generation_id)
-        return d.addCallback(lambda code: self._respond(context, {"throttle_time": 0, "error_code": int(code)}))
-
-    def handle_leave_group(self, context: RequestContext, request: Any) -> defer.Deferred | bytes:
-        if self._group_denied(context, request.group_id):
-            return self._respond(context, {"throttle_time": 0,
-                                           "error_code": int(ErrorCode.group_authorization_failed), "members": []})
-        if context.api_version >= 3:
-            leaving = [(m.member_id, m.group_instance_id) for m in request.members]
-        else:
-            leaving = [(request.member_id, None)]
-        d = self.group_coordinator.leave_group(request.group_id, leaving)
-
-        def answer(result: tuple) -> bytes:
-            top, codes = result
-            if context.api_version < 3 and not top:
-                top = codes[0]
-            return self._respond(context, {
-                "throttle_time": 0, "error_code": int(top),
-                "members": [{"member_id": m, "group_instance_id": i, "error_code": int(c)}
-                            for (m, i), c in zip(leaving, codes)],
-            })
-
-        return d.addCallback(answer)
-
-    def handle_offset_commit(self, context: RequestContext, request: Any) -> defer.Deferred:
-        """Read on the group (else every partition C{GROUP_AUTHORIZATION_FAILED}) and on each topic."""
-        offsets = {}
-        order = []
-        refused: dict[tuple[str, int], ErrorCode] = {}
-        group_denied = self._group_denied(context, request.group_id)
-        denied = None if self.authorizer is None or group_denied else \
-            self._denied_topics(context, AclOperation.READ, (t.name for t in request.topics))
-        for topic in request.topics:
-            for p in topic.partitions:
-                key = (topic.name, p.partition_index)
-                order.append(key)
-                if group_denied:
-                    refused[key] = ErrorCode.group_authorization_failed
-                elif denied and topic.name in denied:
-                    refused[key] = ErrorCode.topic_authorization_failed
-                else:
-                    offsets[key] = CommittedOffset(p.committed_offset, getattr(p, "committed_leader_epoch", -1),
-                                                   p.committed_metadata or "")
-        if refused and not offsets:
-            d: defer.Deferred = defer.succeed({})
-        else:
-            d = self.group_coordinator.commit_offsets(
-                request.group_id, request.generation_id_or_member_epoch, request.member_id,
-                getattr(request, "group_instance_id", None), offsets)
-
-        def answer(codes: dict) -> bytes:
-            codes = {**codes, **refused}
-            topics: dict[str, list] = {}
-            for name, partition in order:
-                topics.setdefault(name, []).append({"partition_index": partition,
-                                                    "error_code": int(codes[(name, partition)])})
-            return self._respond(context, {"throttle_time": 0, "topics": [
-                {"name": name, "partitions": partitions} for name, partitions in topics.items()]})
-
-        return d.addCallback(answer)
-
-    def handle_offset_fetch(self, context: RequestContext, request: Any) -> defer.Deferred:
-        """
-        The group's committed offsets.  With an authorizer it takes Describe
-        on the group (else C{GROUP_AUTHORIZATION_FAILED}) and Describe on each
-        topic: the partitions of a named topic it may not describe answer
-        C{TOPIC_AUTHORIZATION_FAILED}, and such topics are left out of an
-        all-topics fetch (Kafka's C{KafkaApis.handleOffsetFetchRequest}; Read,
-        which implies Describe, is needed only to commit).  v8+ asks for
-        several groups (L{ConsumerGroupApis.handle_offset_fetch_groups}).
-        """
-        if context.api_version >= 8:
-            return self.handle_offset_fetch_groups(context, request)
-        d = self.offset_fetch_group(context, request.group_id, request.topics, request)
-        return d.addCallback(lambda body: self._respond(context, {"throttle_time": 0, **body}))
-
-    def offset_fetch_group(self, context: RequestContext, group_id: str, wanted_topics: Any, request: Any,
-                           member_error: ErrorCode = ErrorCode.none) -> defer.Deferred:
-        """
-        One group of an OffsetFetch: a Deferred firing with C{{"error_code",
-        "topics"}} (C{member_error}: the group's answer without reading, a
-        KIP-848 member's C{STALE_MEMBER_EPOCH} or C{UNKNOWN_MEMBER_ID}).
-        """
-        wanted = None if wanted_topics is None else [
-            (t.name, p) for t in wanted_topics for p in t.partition_indexes]
-        if self._group_denied(context, group_id, AclOperation.DESCRIBE):
-            d: defer.Deferred = defer.succeed((ErrorCode.group_authorization_failed, {}))
-        elif member_error:
-            d = defer.succeed((member_error, {}))
-        else:
-            d = self._require_stable(lambda: self.group_coordinator.fetch_offsets(group_id, wanted), request)
-
-        def answer(result: tuple) -> dict:
-            error, found, *unstable = result
-            keys = wanted if wanted is not None else sorted(found)
-            denied: set[str] = set()
-            if self.authorizer is not None and not error:
-                denied = self._denied_topics(context, AclOperation.DESCRIBE, (name for name, _ in keys))
-                if wanted is None:
-                    keys = [k for k in keys if k[0] not in denied]
-                else:
-                    found = {k: v for k, v in found.items() if k[0] not in denied}
-            partition_error = int(error) if context.api_version < 2 else 0
-            topics: dict[str, list] = {}
-            for name, partition in keys:
-                committed = found.get((name, partition))
-                topics.setdefault(name, []).append({
-                    "partition_index": partition,
-                    "committed_offset": committed.offset if committed else -1,
-                    "committed_leader_epoch": committed.leader_epoch if committed else -1,
-                    "metadata": committed.metadata if committed else "",
-                    "error_code": int(ErrorCode.topic_authorization_failed) if name in denied else partition_error,
-                })
-                if unstable and (name, partition) in unstable[0]:  # KIP-447 require_stable
-                    topics[name][-1].update(committed_offset=-1, error_code=int(ErrorCode.unstable_offset_commit))
-            return {"error_code": int(error), "topics": [
-                {"name": name, "partitions": partitions} for name, partitions in topics.items()]}
-
-        return d.addCallback(answer)
-
-    def _denied_group(self, group_id: str) -> defer.Deferred:
-        return defer.succeed({"error_code": int(ErrorCode.group_authorization_failed), "group_id": group_id,
-                              "group_state": "", "protocol_type": "", "protocol_data": "", "members": []})
-
-    def handle_describe_groups(self, context: RequestContext, request: Any) -> defer.Deferred:
-        d = defer.gatherResults([
-            self._denied_group(g) if self._group_denied(context, g, AclOperation.DESCRIBE)
-            else self.group_coordinator.describe_group(g) for g in request.groups])
-        include = getattr(request, "include_authorized_operations", False)
-
-        def answer(groups: list) -> bytes:
-            for g in groups:
-                g["authorized_operations"] = OPERATIONS_NOT_REQUESTED
-                if include and g["error_code"] != ErrorCode.group_authorization_failed:
-                    g["authorized_operations"] = self._authorized_operations(context, ResourceType.GROUP,
-                                                                             g["group_id"])
-            return self._respond(context, {"throttle_time": 0, "groups": groups})
-
-        return d.addCallback(answer)
-
-    def handle_list_groups(self, context: RequestContext, request: Any) -> defer.Deferred:
-        states = {s.lower() for s in getattr(request, "states_filter", ())}
-        d = self.group_coordinator.list_groups().addCallback(self.with_share_groups)
-
-        def answer(groups: list) -> bytes:
-            listed = [{"group_id": g, "protocol_type": t, "group_state": s} for g, t, s in groups
-                      if not states or s.lower() in states]
-            if self.authorizer is not None and not self._allowed(context, AclOperation.DESCRIBE,
-                                                                 ResourceType.CLUSTER):
-                listed = [g for g in listed if not self._group_denied(context, g["group_id"], AclOperation.DESCRIBE)]
-            return self._respond(context, {"throttle_time": 0, "error_code": 0, "groups": listed})
-
-        def failed(failure: Any) -> bytes:
-            failure.trap(ZooKeeperError)
-            return self._respond(context, {"throttle_time": 0,
-                                          "error_code": int(ErrorCode.coordinator_not_available), "groups": []})
-
-        return d.addCallbacks(answer, failed)
-
-    def handle_delete_groups(self, context: RequestContext, request: Any) -> defer.Deferred:
-        names = list(request.groups_names)
-        d = defer.gatherResults([
-            defer.succeed(ErrorCode.group_authorization_failed) if self._group_denied(context, g, AclOperation.DELETE)
-            else self.delete_share_group(g) or self.group_coordinator.delete_group(g) for g in names])
-        return d.addCallback(lambda codes: self._respond(context, {"throttle_time": 0, "results": [
-            {"group_id": g, "error_code": int(c)} for g, c in zip(names, codes)]}))
-
-    # --- InitProducerId ------------------------------------------------------
-
-    def handle_init_producer_id(self, context: RequestContext, request: Any) -> defer.Deferred | bytes:
-        """
-        A producer id for an idempotent producer (a new id, or the same id
-        with its epoch bumped, KIP-360).  A transactional id goes to the
-        transaction coordinator (L{TransactionApis}).
-        """
-        if request.transactional_id is None and self.authorizer is not None and not (
-                self._allowed(context, AclOperation.IDEMPOTENT_WRITE, ResourceType.CLUSTER)
-                or self.authorizer.authorize_any(context.connection.principal, context.connection.client_host,
-                                                 AclOperation.WRITE, ResourceType.TOPIC)):
-            # KIP-679: IdempotentWrite on the cluster, or Write on some topic.
-            return self._respond(context, {"throttle_time": 0, "error_code": int(ErrorCode.cluster_authorization_failed),
-                                          "producer_id": -1, "producer_epoch": -1})
-        if request.transactional_id is not None:
-            return self._init_transactional_producer_id(context, request)
-        producer_id = getattr(request, "producer_id", -1)
-        epoch = getattr(request, "producer_epoch", -1)
-        if producer_id >= 0 and 0 <= epoch < 32766:
-            # KIP-360: an idempotent producer bumps its epoch to reset sequences.
-            return self._respond(context, {"throttle_time": 0, "error_code": 0, "producer_id": producer_id,
-                                          "producer_epoch": epoch + 1})
-        d = defer.ensureDeferred(self.admin.allocate_producer_id())
-
-        def answer(new_id: int) -> bytes:
-            return self._respond(context, {"throttle_time": 0, "error_code": 0, "producer_id": new_id,
-                                          "producer_epoch": 0})
-
-        def failed(failure: Any) -> bytes:
-            _log.warn("allocating a producer id failed: {error}", error=failure.value)
-            return self._respond(context, {"throttle_time": 0,
-                                          "error_code": int(ErrorCode.coordinator_not_available),
-                                          "producer_id": -1, "producer_epoch": -1})
-
-        return d.addCallbacks(answer, failed)
-
-
-    # --- ACLs: CreateAcls, DescribeAcls, DeleteAcls (KIP-11, KIP-290) ---------------
-
-    def _acls_refused(self, context: RequestContext, operation: AclOperation,
-                      disabled_message: str) -> tuple[ErrorCode, str | None]:
-        """
-        C{(SECURITY_DISABLED, disabled_message)} without an authorizer;
-        C{(CLUSTER_AUTHORIZATION_FAILED, None)} without C{operation} on the
-        cluster; else C{(NONE, None)}.  Kafka's texts (C{AclApis}) are
-        L{NO_AUTHORIZER} (DescribeAcls) and L{NO_AUTHORIZER_ALTER}
-        (CreateAcls, DeleteAcls).
-        """
-        if self.authorizer is None:
-            return ErrorCode.security_disabled, disabled_message
-        if not self._allowed(context, operation, ResourceType.CLUSTER):
-            return ErrorCode.cluster_authorization_failed, None
-        return ErrorCode.none, None
-
-    @staticmethod
-    def _acl_filter(f: Any) -> AclBindingFilter:
-        """@raise InvalidAclError: a code Kafka does not define."""
-        try:
-            return AclBindingFilter(ResourceType(f.resource_type_filter), f.resource_name_filter,
-                                    PatternType(f.pattern_type_filter), f.principal_filter, f.host_filter,
-                                    AclOperation(f.operation), AclPermissionType(f.permission_type))
-        except ValueError as e:
-            raise InvalidAclError(str(e)) from None
-
-    def handle_create_acls(self, context: RequestContext, request: Any) -> defer.Deferred | bytes:
-        """Alter on the cluster is needed; each creation is answered on its own (C{INVALID_REQUEST} for a bad one)."""
-        refused, message = self._acls_refused(context, AclOperation.ALTER, NO_AUTHORIZER_ALTER)
-        if refused:
-            return self._respond(context, {"throttle_time": 0, "results": [
-                {"error_code": int(refused), "error_message": message} for _ in request.creations]})
-        bindings: list[AclBinding | None] = []
-        for c in request.creations:
-            try:
-                bindings.append(AclBinding(
-                    ResourcePattern(ResourceType(c.resource_type), c.resource_name, PatternType(c.resource_pattern_type)),
-                    AccessControlEntry(c.principal, c.host, AclOperation(c.operation),
-                                       AclPermissionType(c.permission_type))))
-            except ValueError:
-                bindings.append(None)
-
-        async def go() -> bytes:
-            valid = [b for b in bindings if b is not None]
-            outcome = iter(await self.authorizer.create_acls(valid))
-            results = []
-            for binding in bindings:
-                error = next(outcome) if binding is not None else InvalidAclError("unknown code in the ACL")
-                if error is None:
-                    results.append({"error_code": 0, "error_message": None})
-                    _log.info("ACL created by {principal}: {pattern} {entry}", principal=context.connection.principal,
-                              pattern=str(binding.pattern), entry=str(binding.entry))
-                elif isinstance(error, InvalidAclError):
-                    results.append({"error_code": int(ErrorCode.invalid_request), "error_message": str(error)})
-                else:
-                    results.append({"error_code": int(ErrorCode.unknown_server_error), "error_message": str(error)})
-            return self._respond(context, {"throttle_time": 0, "results": results})
-
-        return defer.Deferred.fromCoroutine(go())
-
-    def handle_describe_acls(self, context: RequestContext, request: Any) -> bytes:
-        """
-        Describe on the cluster is needed; a filter with an unknown code gets
-        C{INVALID_REQUEST}; without an authorizer, C{SECURITY_DISABLED} and
-        L{NO_AUTHORIZER} (not an empty list), as Kafka answers.
-        """
-        body: dict[str, Any] = {"throttle_time": 0, "error_code": 0, "error_message": None, "resources": []}
-        refused, message = self._acls_refused(context, AclOperation.DESCRIBE, NO_AUTHORIZER)
-        if refused:
-            body.update(error_code=int(refused), error_message=message)
-            return self._respond(context, body)
-        try:
-            acl_filter = self._acl_filter(request)
-            acl_filter.validate()
-        except InvalidAclError as e:
-            body.update(error_code=int(ErrorCode.invalid_request), error_message=str(e))
-            return self._respond(context, body)
-        for pattern, entries in sorted(self.authorizer.describe_acls(acl_filter).items(), key=lambda kv: kv[0]):
-            body["resources"].append({
-                "resource_type": int(pattern.resource_type), "resource_name": pattern.name,
-                "pattern_type": int(pattern.pattern_type),
-                "acls": [{"principal": e.principal, "host": e.host, "operation": int(e.operation),
-                          "permission_type": int(e.permission_type)} for e in entries]})
-        return self._respond(context, body)
-
-    def handle_delete_acls(self, context: RequestContext, request: Any) -> defer.Deferred | bytes:
-        """Alter on the cluster is needed; each filter is answered with the ACLs it deleted."""
-        refused, message = self._acls_refused(context, AclOperation.ALTER, NO_AUTHORIZER_ALTER)
-        if refused:
-            return self._respond(context, {"throttle_time": 0, "filter_results": [
-                {"error_code": int(refused), "error_message": message, "matching_acls": []}
-                for _ in request.filters]})
-        filters: list[AclBindingFilter | InvalidAclError] = []
-        for f in request.filters:
-            try:
-                filters.append(self._acl_filter(f))
-            except InvalidAclError as e:
-                filters.append(e)
-
-        async def go() -> bytes:
-            valid = [f for f in filters if isinstance(f, AclBindingFilter)]
-            outcome = iter(await self.authorizer.delete_acls(valid))
-            results = []
-            for f in filters:
-                result: Any = next(outcome) if isinstance(f, AclBindingFilter) else f
-                if isinstance(result, InvalidAclError):
-                    results.append({"error_code": int(ErrorCode.invalid_request), "error_message": str(result),
-                                    "matching_acls": []})
-                elif isinstance(result, Exception):
-                    results.append({"error_code": int(ErrorCode.unknown_server_error), "error_message": str(result),
-                                    "matching_acls": []})
-                else:
-                    for b in result:
-                        _log.info("ACL deleted by {principal}: {pattern} {entry}",
-                                  principal=context.connection.principal, pattern=str(b.pattern), entry=str(b.entry))
-                    results.append({"error_code": 0, "error_message": None, "matching_acls": [
-                        {"error_code": 0, "error_message": None, "resource_type": int(b.pattern.resource_type),
-                         "resource_name": b.pattern.name, "pattern_type": int(b.pattern.pattern_type),
-                         "principal": b.entry.principal, "host": b.entry.host, "operation": int(b.entry.operation),
-                         "permission_type": int(b.entry.permission_type)} for b in result]})
-            return self._respond(context, {"throttle_time": 0, "filter_results": results})
-
-        return defer.Deferred.fromCoroutine(go())

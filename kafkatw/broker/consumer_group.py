@@ -75,6 +75,7 @@ from twisted.logger import Logger
 from ..errors import ErrorCode
 from .consumer_group_assignors import ASSIGNORS, AssignmentMember
 from .current_assignment_builder import MemberAssignment, MemberState, Partitions, reconcile
+from .group_coordinator import check_coordinator, unload_moved_groups
 
 __all__ = [
     "ConsumerGroupState",
@@ -275,21 +276,12 @@ class ConsumerGroupCoordinator:
     # --- placement ---------------------------------------------------------------
 
     def _check(self, group_id: str) -> ErrorCode:
-        if not group_id:
-            return ErrorCode.invalid_group_id
-        fence = self.classic.placement.acting(group_id)
-        if fence is None:
-            return ErrorCode.not_coordinator
-        group = self.groups.get(group_id)
-        if group is not None and group.fence != fence:
-            self.unload(group_id)
-        return ErrorCode.none
+        """As the classic groups' coordinator checks (under its placement), over the consumer groups."""
+        return check_coordinator(self.classic.placement, self.groups, group_id, self.unload)
 
     def placement_changed(self) -> None:
         """Drop the groups this broker no longer coordinates under the epoch they were loaded with."""
-        for group_id in list(self.groups):
-            if self.classic.placement.fence(group_id) != self.groups[group_id].fence:
-                self.unload(group_id)
+        unload_moved_groups(self.classic.placement, self.groups, self.unload)
 
     def unload(self, group_id: str) -> None:
         """Forget a group (moved away, or shut down): its members will be told C{UNKNOWN_MEMBER_ID} wherever they go."""

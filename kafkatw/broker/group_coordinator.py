@@ -61,7 +61,7 @@ import hashlib
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, NamedTuple
+from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
 from twisted.internet import defer
 from twisted.logger import Logger
@@ -83,6 +83,8 @@ __all__ = [
     "Fence",
     "UNFENCED",
     "StaticPlacement",
+    "check_coordinator",
+    "unload_moved_groups",
     "coordinator_for",
     "NEW_MEMBER_JOIN_TIMEOUT_MS",
 ]
@@ -181,6 +183,41 @@ class StaticPlacement:
         return UNFENCED if self.coordinator(group_id) == self.broker_id else None
 
     acting = fence
+
+
+def check_coordinator(placement: Any, groups: Mapping[str, Any], group_id: str | None,
+                      unload: Callable[[str], Any]) -> ErrorCode:
+    """
+    Whether this broker acts as C{group_id}'s coordinator under C{placement}
+    (a L{StaticPlacement} or a
+    L{kafkatw.broker.group_coordinator_election.GroupCoordinatorElection}),
+    checked before each group request by the classic groups' coordinator and
+    the KIP-848 consumer groups' (each with its own C{groups}, by id).  A
+    group of C{groups} loaded under another fence (an older coordinator
+    epoch) is unloaded with C{unload(group_id)}.
+
+    @return: C{INVALID_GROUP_ID} (an empty id), C{NOT_COORDINATOR} or C{NONE}.
+    """
+    if not group_id:
+        return ErrorCode.invalid_group_id
+    fence = placement.acting(group_id)
+    if fence is None:
+        return ErrorCode.not_coordinator
+    group = groups.get(group_id)
+    if group is not None and group.fence != fence:
+        unload(group_id)
+    return ErrorCode.none
+
+
+def unload_moved_groups(placement: Any, groups: Mapping[str, Any], unload: Callable[[str], Any]) -> None:
+    """
+    Unload with C{unload(group_id)} each group of C{groups} whose fence is no
+    longer this broker's under C{placement} (the group moved away, or its
+    coordinator epoch changed), as L{check_coordinator} does for one group.
+    """
+    for group_id in list(groups):
+        if placement.fence(group_id) != groups[group_id].fence:
+            unload(group_id)
 
 
 @dataclass
@@ -567,9 +604,7 @@ class GroupCoordinator:
 
     def placement_changed(self) -> None:
         """Unload the groups loaded under a coordinator epoch this broker no longer holds."""
-        for group_id in list(self.groups):
-            if self.placement.fence(group_id) != self.groups[group_id].fence:
-                self._unload(group_id)
+        unload_moved_groups(self.placement, self.groups, self._unload)
         if self.consumer_groups is not None:
             self.consumer_groups.placement_changed()
 
@@ -637,15 +672,7 @@ class GroupCoordinator:
 
     def _check(self, group_id: str | None) -> ErrorCode:
         """Whether this broker acts as C{group_id}'s coordinator; a group loaded under an older epoch is unloaded."""
-        if not group_id:
-            return ErrorCode.invalid_group_id
-        fence = self.placement.acting(group_id)
-        if fence is None:
-            return ErrorCode.not_coordinator
-        group = self.groups.get(group_id)
-        if group is not None and group.fence != fence:
-            self._unload(group_id)
-        return ErrorCode.none
+        return check_coordinator(self.placement, self.groups, group_id, self._unload)
 
     def drop_empty_group(self, group_id: str) -> None:
         """

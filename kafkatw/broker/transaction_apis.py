@@ -20,10 +20,10 @@ alive than that factor the creation waits and clients are answered
 C{COORDINATOR_NOT_AVAILABLE} (Kafka's rule since 0.11, KAFKA-3959).
 
 Handlers (versions: L{TRANSACTION_VERSIONS}): FindCoordinator key type 1,
-InitProducerId with a transactional id, AddPartitionsToTxn, AddOffsetsToTxn,
-EndTxn, WriteTxnMarkers (the partition leader's side), TxnOffsetCommit (the
-group coordinator's side: pending offsets in ZooKeeper), DescribeTransactions,
-ListTransactions, DescribeProducers.
+InitProducerId (an idempotent producer's, and with a transactional id),
+AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, WriteTxnMarkers (the partition
+leader's side), TxnOffsetCommit (the group coordinator's side: pending offsets
+in ZooKeeper), DescribeTransactions, ListTransactions, DescribeProducers.
 
 Source: Apache Kafka C{KafkaApis} (C{handleFindCoordinatorRequest},
 C{handleInitProducerIdRequest}, C{handleAddPartitionsToTxnRequest},
@@ -36,7 +36,9 @@ Authorization (with an authorizer only; docs/security.md): the checks of
 Kafka's C{KafkaApis} for each handler, with its error codes -- Write on the
 TransactionalId for InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn,
 TxnOffsetCommit and a transactional Produce
-(C{TRANSACTIONAL_ID_AUTHORIZATION_FAILED}); Write on each topic added to a
+(C{TRANSACTIONAL_ID_AUTHORIZATION_FAILED}); IdempotentWrite on the cluster, or Write on
+some topic, for an idempotent producer's InitProducerId (KIP-679,
+C{CLUSTER_AUTHORIZATION_FAILED}); Write on each topic added to a
 transaction (C{TOPIC_AUTHORIZATION_FAILED}, the other partitions
 C{OPERATION_NOT_ATTEMPTED}); Read on the group for AddOffsetsToTxn and
 TxnOffsetCommit (C{GROUP_AUTHORIZATION_FAILED}) and on each committed topic;
@@ -57,6 +59,7 @@ from twisted.logger import Logger
 from ..errors import ErrorCode, KafkaError
 from ..security.acl import AclOperation, ResourceType
 from ..zookeeper.zk_data import CommittedOffset
+from .request_context import RequestContext
 from .transaction_coordinator import OFFSETS_TOPIC, TransactionCoordinator, fenced_error
 from .transaction_log import (
     GroupOffsetsMarkerWriter,
@@ -81,6 +84,7 @@ _INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
 #: API key -> (min, max) version served for transactions (transactions v1;
 #: KIP-890's v2 versions are not served).
 TRANSACTION_VERSIONS: dict[int, tuple[int, int]] = {
+    22: (0, 4),  # InitProducerId (idempotent and transactional producers)
     24: (0, 3),  # AddPartitionsToTxn (v4+: KIP-890's broker-side verification)
     25: (0, 3),  # AddOffsetsToTxn
     26: (0, 3),  # EndTxn (v4: KIP-890's TRANSACTION_ABORTABLE, v5: transactions v2)
@@ -221,6 +225,7 @@ class TransactionApis:
     broker_id: int
     replica_manager: Any
     metadata: Any
+    admin: Any
     group_coordinator: Any
     now_ms: Callable[[], int]
     authorizer: Any
@@ -231,6 +236,7 @@ class TransactionApis:
 
     def transaction_handlers(self) -> dict[int, Callable[..., Any]]:
         return {
+            22: self.handle_init_producer_id,
             24: self.handle_add_partitions_to_txn,
             25: self.handle_add_offsets_to_txn,
             26: self.handle_end_txn,
@@ -338,6 +344,41 @@ class TransactionApis:
         return entry
 
     # --- InitProducerId ----------------------------------------------------------------------
+
+    def handle_init_producer_id(self, context: RequestContext, request: Any) -> defer.Deferred | bytes:
+        """
+        A producer id for an idempotent producer (a new id, or the same id
+        with its epoch bumped, KIP-360).  A transactional id goes to the
+        transaction coordinator (L{_init_transactional_producer_id}).
+        """
+        if request.transactional_id is None and self.authorizer is not None and not (
+                self._allowed(context, AclOperation.IDEMPOTENT_WRITE, ResourceType.CLUSTER)
+                or self.authorizer.authorize_any(context.connection.principal, context.connection.client_host,
+                                                 AclOperation.WRITE, ResourceType.TOPIC)):
+            # KIP-679: IdempotentWrite on the cluster, or Write on some topic.
+            return self._respond(context, {"throttle_time": 0, "error_code": int(ErrorCode.cluster_authorization_failed),
+                                          "producer_id": -1, "producer_epoch": -1})
+        if request.transactional_id is not None:
+            return self._init_transactional_producer_id(context, request)
+        producer_id = getattr(request, "producer_id", -1)
+        epoch = getattr(request, "producer_epoch", -1)
+        if producer_id >= 0 and 0 <= epoch < 32766:
+            # KIP-360: an idempotent producer bumps its epoch to reset sequences.
+            return self._respond(context, {"throttle_time": 0, "error_code": 0, "producer_id": producer_id,
+                                          "producer_epoch": epoch + 1})
+        d = defer.ensureDeferred(self.admin.allocate_producer_id())
+
+        def answer(new_id: int) -> bytes:
+            return self._respond(context, {"throttle_time": 0, "error_code": 0, "producer_id": new_id,
+                                          "producer_epoch": 0})
+
+        def failed(failure: Any) -> bytes:
+            _log.warn("allocating a producer id failed: {error}", error=failure.value)
+            return self._respond(context, {"throttle_time": 0,
+                                          "error_code": int(ErrorCode.coordinator_not_available),
+                                          "producer_id": -1, "producer_epoch": -1})
+
+        return d.addCallbacks(answer, failed)
 
     def _init_transactional_producer_id(self, context: Any, request: Any) -> Any:
         def answer(code: ErrorCode, producer_id: int = -1, epoch: int = -1) -> bytes:

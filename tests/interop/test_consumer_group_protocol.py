@@ -39,11 +39,11 @@ import time
 from typing import Any
 
 from click.testing import CliRunner
-from twisted.internet import defer
 from twisted.trial import unittest
 
 from kafkatw.cli.main import main as cli_main
 from kafkatw.testing import ClassFixture, running_cluster
+from tests.interop.group_fixtures import ConfluentMember, TwistedMember, wait_for
 
 PARTITIONS = 6
 RECORDS = 600
@@ -55,174 +55,25 @@ PRODUCE_INTERVAL_S = 0.01
 SLOW_S = 1.5
 
 
-def wait_for(predicate: Any, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
-class Member:
+class Member(ConfluentMember):
     """
-    A confluent-kafka consumer polling in its own thread; it commits each
-    batch synchronously and counts it (C{counted}) only when the commit
-    succeeded.  C{arrivals} holds C{(monotonic time, partition)} of every
-    record it received.
+    A librdkafka member with C{group.protocol} C{protocol} (C{classic}:
+    librdkafka's default eager C{range,roundrobin}, at the broker's KIP-848
+    heartbeat cadence) that counts a batch once its commit succeeded
+    (L{ConfluentMember}).
     """
 
     def __init__(self, name: str, bootstrap: str, group: str, topic: str, protocol: str,
                  processing_s: float = 0.0) -> None:
-        from confluent_kafka import Consumer
-
-        self.name = name
-        #: how long the application takes over each batch (s): it calls poll again only after that
-        self.processing_s = processing_s
-        self.lock = threading.Lock()
-        self.counted: list[tuple[int, int]] = []
-        self.arrivals: list[tuple[float, int]] = []
-        self.assignment: set[int] = set()
-        self.revoked: list[set[int]] = []
-        self.stopped = threading.Event()
-        config = {"bootstrap.servers": bootstrap, "group.id": group, "group.protocol": protocol,
-                  "enable.auto.commit": False, "auto.offset.reset": "earliest", "fetch.wait.max.ms": 50,
-                  "client.id": name}
+        config: dict[str, Any] = {"group.protocol": protocol, "fetch.wait.max.ms": 50}
         if protocol == "classic":
             config.update({"session.timeout.ms": 10000, "heartbeat.interval.ms": 500})  # the broker's KIP-848 cadence
-        self.consumer = Consumer(config)
-
-        def on_assign(consumer: Any, partitions: list) -> None:
-            with self.lock:
-                self.assignment |= {p.partition for p in partitions}
-
-        def on_revoke(consumer: Any, partitions: list) -> None:
-            with self.lock:
-                self.assignment -= {p.partition for p in partitions}
-                self.revoked.append({p.partition for p in partitions})
-
-        self.consumer.subscribe([topic], on_assign=on_assign, on_revoke=on_revoke, on_lost=on_revoke)
-        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        from confluent_kafka import KafkaException, TopicPartition
-
-        while not self.stopped.is_set():
-            messages = [m for m in self.consumer.consume(num_messages=200, timeout=0.1) if not m.error()]
-            if not messages:
-                continue
-            now = time.monotonic()
-            with self.lock:
-                self.arrivals.extend((now, m.partition()) for m in messages)
-            offsets: dict[tuple[str, int], int] = {}
-            first: dict[tuple[str, int], int] = {}
-            for m in messages:
-                offsets[(m.topic(), m.partition())] = m.offset() + 1
-                first.setdefault((m.topic(), m.partition()), m.offset())
-            try:
-                self.consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()],
-                                     asynchronous=False)
-            except KafkaException:
-                # refused (STALE_MEMBER_EPOCH, UNKNOWN_MEMBER_ID...): not counted; read again where still ours
-                for (t, p), o in first.items():
-                    try:
-                        self.consumer.seek(TopicPartition(t, p, o))
-                    except KafkaException:
-                        pass
-                continue
-            with self.lock:
-                self.counted.extend((m.partition(), m.offset()) for m in messages)
-            self.stopped.wait(self.processing_s)
-
-    def owned(self) -> set[int]:
-        with self.lock:
-            return set(self.assignment)
-
-    def longest_pause_s(self, start: float, end: float) -> float:
-        """The longest time without a record between C{start} and C{end} (monotonic s)."""
-        with self.lock:
-            times = [start] + [t for t, _ in self.arrivals if start <= t <= end] + [end]
-        return max(b - a for a, b in zip(times, times[1:]))
-
-    def close(self) -> None:
-        if self.stopped.is_set():
-            return
-        self.stopped.set()
-        self.thread.join(30)
-        self.consumer.close()
+        super().__init__(name, bootstrap, group, topic, config, processing_s=processing_s)
 
 
-class TwistedMember:
-    """
-    kafkatw's Twisted consumer with C{group_protocol="consumer"}, on the
-    blocking clients' reactor thread; like L{Member} it commits each batch
-    and counts it only when the commit succeeded.
-    """
-
-    def __init__(self, name: str, bootstrap: str, group: str, topic: str) -> None:
-        from kafkatw.client.blocking import reactor_thread
-        from kafkatw.client.consumer import Consumer as TwistedConsumer
-
-        self.name = name
-        self.thread = reactor_thread()
-        self.lock = threading.Lock()
-        self.counted: list[tuple[int, int]] = []
-        self.arrivals: list[tuple[float, int]] = []
-        self.stopped = False
-
-        def make() -> Any:
-            consumer = TwistedConsumer(self.thread.reactor, bootstrap, group_id=group, group_protocol="consumer",
-                                       auto_offset_reset="earliest", enable_auto_commit=False,
-                                       fetch_max_wait_ms=50, client_id=name)
-            consumer.subscribe([topic])
-            return consumer
-
-        self.consumer = self.thread.call(30, make)
-        self.thread.call_soon(lambda: defer.Deferred.fromCoroutine(self._run()))
-
-    async def _run(self) -> None:
-        from kafkatw.errors import KafkaError
-        from kafkatw.client import CommitFailedError
-
-        consumer = self.consumer
-        while not self.stopped:
-            try:
-                records = await consumer.poll(timeout_ms=100)
-            except KafkaError:
-                continue
-            if not records or self.stopped:
-                continue
-            now = time.monotonic()
-            with self.lock:
-                self.arrivals.extend((now, r.partition) for r in records)
-            offsets, first = {}, {}
-            for r in records:
-                offsets[(r.topic, r.partition)] = r.offset + 1
-                first.setdefault((r.topic, r.partition), r.offset)
-            try:
-                await consumer.commit(offsets)
-            except (CommitFailedError, KafkaError):
-                assigned = consumer.assignment()
-                for tp, offset in first.items():
-                    if tp in assigned:
-                        consumer.seek(tp, offset)
-                continue
-            with self.lock:
-                self.counted.extend((r.partition, r.offset) for r in records)
-
-    def owned(self) -> set[int]:
-        return {p for _, p in self.thread.call(10, self.consumer.assignment)}
-
-    def longest_pause_s(self, start: float, end: float) -> float:
-        with self.lock:
-            times = [start] + [t for t, _ in self.arrivals if start <= t <= end] + [end]
-        return max(b - a for a, b in zip(times, times[1:]))
-
-    def close(self) -> None:
-        if self.stopped:
-            return
-        self.stopped = True
-        self.thread.call(30, self.consumer.close)
+def kafkatw_member(name: str, bootstrap: str, group: str, topic: str) -> TwistedMember:
+    """kafkatw's Twisted consumer with C{group_protocol="consumer"}, counting as L{Member} does."""
+    return TwistedMember(name, bootstrap, group, topic, poll_ms=100, group_protocol="consumer", fetch_max_wait_ms=50)
 
 
 class Flow:
@@ -401,7 +252,7 @@ class ConsumerGroupProtocolInteropTests(ClassFixture, unittest.TestCase):
         is counted once; the kafkatw member keeps consuming while a librdkafka
         member joins and one closes (its longest pause printed).
         """
-        ours = TwistedMember("mixed-kafkatw", self.bootstrap, "mixed-group", "mixed")
+        ours = kafkatw_member("mixed-kafkatw", self.bootstrap, "mixed-group", "mixed")
         self.addCleanup(ours.close)
         first = self.members("mixed-group", "mixed", 1)[0]
         wait_for(lambda: len(ours.owned()) == 3 and len(first.owned()) == 3, WAIT_S, "a two-member group")

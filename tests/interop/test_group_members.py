@@ -35,15 +35,12 @@ import threading
 import time
 from typing import Any
 
-from twisted.internet import defer
 from twisted.trial import unittest
 
-from kafkatw.client.blocking import reactor_thread
-from kafkatw.client.consumer import Consumer
 from kafkatw.client.consumer_coordinator import ConsumerRebalanceListener
-from kafkatw.client import CommitFailedError
-from kafkatw.errors import KafkaError
 from kafkatw.testing import ClassFixture, running_cluster
+from tests.interop import group_fixtures
+from tests.interop.group_fixtures import ConfluentMember, Counted, wait_for
 
 PARTITIONS = 6
 PER_PHASE = 300
@@ -118,38 +115,18 @@ def kafkajs_member(bootstrap: str, group: str, topic: str) -> SubprocessMember:
     return SubprocessMember(["node", script, bootstrap, group, topic, str(SESSION_MS)], cwd=NODE_DIR)
 
 
-class Counted:
-    """The (partition, offset)s every member counted, by member."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.by_member: dict[str, list[tuple[int, int]]] = {}
-
-    def add(self, member: str, records: list[tuple[int, int]]) -> None:
-        with self.lock:
-            self.by_member.setdefault(member, []).extend(records)
-
-    def everything(self) -> list[tuple[int, int]]:
-        with self.lock:
-            return sorted(r for rs in self.by_member.values() for r in rs)
-
-
-class TwistedMember:
+class TwistedMember(group_fixtures.TwistedMember):
     """
-    A kafkatw consumer on the blocking clients' reactor thread; its loop
-    runs in the reactor, so nothing of the group happens between a poll and
-    the commit that decides whether its batch counts.
+    A kafkatw member (L{group_fixtures.TwistedMember}) recording what its
+    rebalance listener is told: C{revoked} and C{assigned}, the sets of each
+    call, and C{revocations}, the revocations and losses.
     """
 
     def __init__(self, name: str, bootstrap: str, group: str, topic: str, counted: Counted | None,
                  **options: Any) -> None:
-        self.name = name
-        self.counted = counted
-        self.thread = reactor_thread()
         self.revoked: list[set] = []
         self.assigned: list[set] = []
         self.revocations = 0  # revoked or lost
-        self.stopped = False
         member = self
 
         class Listener(ConsumerRebalanceListener):
@@ -163,109 +140,16 @@ class TwistedMember:
             def on_partitions_lost(self, lost: set) -> None:
                 member.revocations += 1
 
-        def make() -> Consumer:
-            consumer = Consumer(self.thread.reactor, bootstrap, group_id=group, auto_offset_reset="earliest",
-                                enable_auto_commit=False, fetch_max_wait_ms=100, session_timeout_ms=SESSION_MS,
-                                heartbeat_interval_ms=1000, client_id=name, **options)
-            consumer.subscribe([topic], Listener())
-            return consumer
-
-        self.consumer: Consumer = self.thread.call(30, make)
-        # poll (the group is joined in poll), commit and count in the reactor until closed
-        self.thread.call_soon(lambda: defer.Deferred.fromCoroutine(self._run()))
-
-    async def _run(self) -> None:
-        consumer = self.consumer
-        while not self.stopped:
-            try:
-                records = await consumer.poll(timeout_ms=200)
-            except KafkaError:
-                continue
-            if not records or self.stopped:
-                continue
-            # the group rebalances only in poll: these partitions are this member's until the commit
-            offsets, first = {}, {}
-            for r in records:
-                offsets[(r.topic, r.partition)] = r.offset + 1
-                first.setdefault((r.topic, r.partition), r.offset)
-            try:
-                await consumer.commit(offsets)
-            except (CommitFailedError, KafkaError):
-                # refused (the group rebalanced): not counted; read it again where still ours
-                assigned = consumer.assignment()
-                for tp, offset in first.items():
-                    if tp in assigned:
-                        consumer.seek(tp, offset)
-                continue
-            if self.counted is not None:
-                self.counted.add(self.name, [(r.partition, r.offset) for r in records])
-
-    def assignment(self) -> set:
-        return self.thread.call(10, self.consumer.assignment)
-
-    def close(self) -> None:
-        self.stopped = True
-        self.thread.call(30, self.consumer.close)
+        super().__init__(name, bootstrap, group, topic, counted, Listener(), poll_ms=200, fetch_max_wait_ms=100,
+                         session_timeout_ms=SESSION_MS, heartbeat_interval_ms=1000, **options)
 
 
-class ConfluentMember:
-    """A librdkafka member polling in its own thread."""
-
-    def __init__(self, name: str, bootstrap: str, group: str, topic: str, counted: Counted | None,
-                 strategy: str = "range,roundrobin") -> None:
-        from confluent_kafka import Consumer as RdConsumer
-
-        self.name = name
-        self.counted = counted
-        self.revoked: list[set] = []
-        self.assigned: list[set] = []
-        self.stopped = threading.Event()
-        self.consumer = RdConsumer({"bootstrap.servers": bootstrap, "group.id": group,
-                                    "enable.auto.commit": False, "auto.offset.reset": "earliest",
-                                    "session.timeout.ms": SESSION_MS, "heartbeat.interval.ms": 1000,
-                                    "partition.assignment.strategy": strategy, "fetch.wait.max.ms": 100,
-                                    "client.id": name})
-
-        def on_assign(consumer: Any, partitions: list) -> None:
-            self.assigned.append({(p.topic, p.partition) for p in partitions})
-
-        def on_revoke(consumer: Any, partitions: list) -> None:
-            self.revoked.append({(p.topic, p.partition) for p in partitions})
-
-        self.consumer.subscribe([topic], on_assign=on_assign, on_revoke=on_revoke)
-        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        from confluent_kafka import KafkaException, TopicPartition
-
-        while not self.stopped.is_set():
-            messages = [m for m in self.consumer.consume(num_messages=500, timeout=0.2) if not m.error()]
-            if not messages or self.counted is None:
-                continue
-            offsets = {}
-            for m in messages:
-                offsets[(m.topic(), m.partition())] = m.offset() + 1
-            try:
-                self.consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()],
-                                     asynchronous=False)
-            except KafkaException:
-                # refused (the group rebalanced): not counted; read it again where still ours
-                first: dict = {}
-                for m in messages:
-                    first.setdefault((m.topic(), m.partition()), m.offset())
-                for (t, p), o in first.items():
-                    try:
-                        self.consumer.seek(TopicPartition(t, p, o))
-                    except KafkaException:
-                        pass
-                continue
-            self.counted.add(self.name, [(m.partition(), m.offset()) for m in messages])
-
-    def close(self) -> None:
-        self.stopped.set()
-        self.thread.join(30)
-        self.consumer.close()
+def confluent_member(name: str, bootstrap: str, group: str, topic: str, counted: Counted | None,
+                     strategy: str = "range,roundrobin") -> ConfluentMember:
+    """A librdkafka member of the classic protocol; C{counted} C{None}: it only consumes (no commits)."""
+    return ConfluentMember(name, bootstrap, group, topic, {
+        "session.timeout.ms": SESSION_MS, "heartbeat.interval.ms": 1000, "partition.assignment.strategy": strategy,
+        "fetch.wait.max.ms": 100}, counted=counted, commit=counted is not None, max_records=500, poll_s=0.2)
 
 
 def produce(bootstrap: str, topic: str, phase: int) -> None:
@@ -275,14 +159,6 @@ def produce(bootstrap: str, topic: str, phase: int) -> None:
         for i in range(PER_PHASE):
             producer.send(topic, b"%d-%d" % (phase, i), partition=i % PARTITIONS)
         producer.flush()
-
-
-def wait_for(predicate: Any, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
 
 
 class GroupMemberInteropTests(ClassFixture, unittest.TestCase):
@@ -309,7 +185,7 @@ class GroupMemberInteropTests(ClassFixture, unittest.TestCase):
         group, topic = "mixed-group", "mixed"
         twisted_member = TwistedMember("kafkatw-1", self.bootstrap, group, topic, counted)
         self.addCleanup(twisted_member.close)
-        rd_member = ConfluentMember("librdkafka-1", self.bootstrap, group, topic, counted)
+        rd_member = confluent_member("librdkafka-1", self.bootstrap, group, topic, counted)
         self.addCleanup(rd_member.close)
         python = SubprocessMember([sys.executable, "-c", KAFKA_PYTHON_MEMBER, self.bootstrap, group, topic])
         self.addCleanup(python.kill)
@@ -347,7 +223,7 @@ class GroupMemberInteropTests(ClassFixture, unittest.TestCase):
         strategy = {"partition_assignment_strategy": ["range", "roundrobin"]}
         twisted_member = TwistedMember("js-kafkatw-1", self.bootstrap, group, topic, counted, **strategy)
         self.addCleanup(twisted_member.close)
-        rd_member = ConfluentMember("js-librdkafka-1", self.bootstrap, group, topic, counted)
+        rd_member = confluent_member("js-librdkafka-1", self.bootstrap, group, topic, counted)
         self.addCleanup(rd_member.close)
         js = kafkajs_member(self.bootstrap, group, topic)
         self.addCleanup(js.kill)
@@ -385,8 +261,8 @@ class GroupMemberInteropTests(ClassFixture, unittest.TestCase):
         strategy = {"partition_assignment_strategy": ["cooperative-sticky"]}
         first = TwistedMember("coop-kafkatw-1", self.bootstrap, group, topic, None, **strategy)
         self.addCleanup(first.close)
-        rd_member = ConfluentMember("coop-librdkafka", self.bootstrap, group, topic, None,
-                                    strategy="cooperative-sticky")
+        rd_member = confluent_member("coop-librdkafka", self.bootstrap, group, topic, None,
+                                     strategy="cooperative-sticky")
         self.addCleanup(rd_member.close)
         wait_for(lambda: len(first.assignment()) == PARTITIONS // 2, PHASE_S, "a two-member cooperative group")
         wait_for(lambda: rd_member.assigned and sum(len(a) for a in rd_member.assigned)
