@@ -75,6 +75,7 @@ __all__ = [
     "BrokerStartupError",
     "EXPECTED_START_FAILURES",
     "listener_endpoint",
+    "metrics_advertised_host",
     "embedded_zookeeper_port",
     "EMBEDDED_ZOOKEEPER_PORT",
     "EMBEDDED_ZOOKEEPER_PORT_ENV",
@@ -800,8 +801,8 @@ class KafkaServer(service.MultiService):
                 await self._start_metrics(self.config["metrics.port"])
             except CannotListenError as e:
                 raise BrokerStartupError(
-                    f"cannot listen on 127.0.0.1:{self.config['metrics.port']} for metrics: {_socket_error(e)};"
-                    " change metrics.port"
+                    f"cannot listen on {self.config['metrics.bind.address'] or '*'}:{self.config['metrics.port']}"
+                    f" for metrics: {_socket_error(e)}; change metrics.port or metrics.bind.address"
                 ) from None
 
     async def _start_metrics(self, port: int) -> None:
@@ -818,14 +819,18 @@ class KafkaServer(service.MultiService):
         else:
             site = Site(Resource(), reactor=self.reactor)
             site.resource.putChild(b"metrics", metrics)
-        listening = await endpoints.TCP4ServerEndpoint(self.reactor, port, interface="127.0.0.1").listen(site)
+        bind = self.config["metrics.bind.address"]
+        endpoint = (endpoints.TCP6ServerEndpoint(self.reactor, port, interface=bind) if ":" in bind
+                    else endpoints.TCP4ServerEndpoint(self.reactor, port, interface=bind))
+        listening = await endpoint.listen(site)
         self._listening_ports.append(listening)
         self.metrics_port = listening.getHost().port
+        shown = f"[{bind}]" if ":" in bind else bind or "0.0.0.0"
         if self.http is None:
-            _log.info("metrics at http://127.0.0.1:{port}/metrics", port=self.metrics_port)
+            _log.info("metrics at http://{host}:{port}/metrics", host=shown, port=self.metrics_port)
         else:
-            _log.info("metrics at http://127.0.0.1:{port}/metrics (health at /healthz and /readyz{console})",
-                      port=self.metrics_port,
+            _log.info("metrics at http://{host}:{port}/metrics (health at /healthz and /readyz{console})",
+                      host=shown, port=self.metrics_port,
                       console=", console at /console/" if site.resource.children.get(b"console") else "")
 
     async def _register(self, host: str, port: int, advertised: list[tuple[str, str, int]] | None = None) -> None:
@@ -850,7 +855,9 @@ class KafkaServer(service.MultiService):
                     self.broker_id, host, port, endpoints=advertised,
                     protocol_map={name: self.listeners.protocol_map[name] for name, _, _ in advertised}
                     if advertised and self.listeners is not None else None, unclean_shutdown=unclean,
-                    metrics_port=self.metrics_port)
+                    metrics_port=self.metrics_port,
+                    metrics_host=metrics_advertised_host(self.config["metrics.bind.address"], host)
+                    if self.metrics_port is not None else None)
                 if self.replica_manager is not None:
                     self.replica_manager.registered(stat.czxid)
                 self._registered_endpoints = list(advertised or ())
@@ -1388,6 +1395,19 @@ class KafkaServer(service.MultiService):
             for partition in meta.partitions:
                 self.replica_manager.remove_partition(name, partition)
             _log.info("topic {topic} deleted; removed its local logs", topic=name)
+
+
+def metrics_advertised_host(bind_address: str, listener_host: str) -> str:
+    """
+    The host the HTTP port (C{metrics.port}) is registered at for the
+    other brokers' consoles: C{metrics.bind.address}, or, when it binds
+    every interface (C{""}, C{0.0.0.0}, C{::}), the inter-broker
+    listener's advertised host C{listener_host}, the address the other
+    brokers already reach this one at.
+    """
+    if bind_address in ("", "0.0.0.0", "::"):
+        return listener_host
+    return bind_address
 
 
 def _socket_error(error: CannotListenError) -> str:

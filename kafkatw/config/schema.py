@@ -100,6 +100,19 @@ def _ratio(value: str | float) -> float:
     return ratio
 
 
+def _bind_address(value: str) -> str:
+    """An IP address to bind, or C{""}/C{0.0.0.0}/C{::} for every interface."""
+    import ipaddress
+
+    value = str(value).strip()
+    if value:
+        try:
+            ipaddress.ip_address(value)
+        except ValueError:
+            raise ValueError(f"not an IP address: {value!r} (empty: every interface)") from None
+    return value
+
+
 #: Kafka's compression.type values (BrokerCompressionType).
 COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
 
@@ -275,13 +288,20 @@ BROKER_CONFIG: dict[str, ConfigKey] = {
                   "refused when the options are parsed."),
         ConfigKey("producer.id.block.size", int, 1000, "Producer ids reserved in ZooKeeper at a time.", "ids"),
         ConfigKey("metrics.port", int, -1,
-                  "Prometheus metrics at `http://127.0.0.1:<port>/metrics` (-1: off; 0: any free port). Names "
-                  "follow the JMX exporter's rendering of Kafka's MBeans, e.g. "
+                  "Prometheus metrics at `http://<metrics.bind.address>:<port>/metrics` (-1: off; 0: any free "
+                  "port). Names follow the JMX exporter's rendering of Kafka's MBeans, e.g. "
                   "`kafka_server_brokertopicmetrics_messagesin_total`, "
                   "`kafka_log_log_logendoffset{topic,partition}`.", "port"),
+        ConfigKey("metrics.bind.address", _bind_address, "127.0.0.1",
+                  "The IP address `metrics.port` (metrics, health probes, the console) listens on; empty, "
+                  "`0.0.0.0` or `::`: every interface. Registered in `/brokers/ids/<id>` (`metrics_host`; the "
+                  "inter-broker listener's advertised host when every interface is bound) so that each "
+                  "broker's console reads the others' counters: with the default only brokers on the same "
+                  "machine are reached. Anyone who reaches the address reaches the console (see "
+                  "docs/operations.md)."),
         ConfigKey("metrics.console.enable", _bool, True,
                   "Serve the web console (read-only unless `metrics.console.admin.enable`) at "
-                  "`http://127.0.0.1:<metrics.port>/console/` (with "
+                  "`http://<metrics.bind.address>:<metrics.port>/console/` (with "
                   "`/healthz` and `/readyz`, always served). With `authorizer.class.name` set it asks for HTTP "
                   "basic authentication against the SASL PLAIN and SCRAM users and is not served without a SASL "
                   "listener (see docs/operations.md)."),

@@ -5,9 +5,9 @@ Every broker's counters, for the console's cluster-wide rates
 A broker's console reads its own counters from memory and each other live
 broker's from that broker's own C{/metrics} (the Prometheus text of
 L{kafkatw.broker.metrics}, the numbers a Prometheus server scrapes), at the
-host of the broker's inter-broker listener and the HTTP port it registered in
-C{/brokers/ids/<id>} (C{"metrics_port"}, as Kafka registers C{jmx_port} for
-the same use).  ZooKeeper gives the address only, never the numbers: the
+host and HTTP port the broker registered in C{/brokers/ids/<id>}
+(C{"metrics_host"}, from its C{metrics.bind.address}, and C{"metrics_port"},
+as Kafka registers C{jmx_port} for the same use).  ZooKeeper gives the address only, never the numbers: the
 page's totals are the sums of what each broker exports, so they agree with
 any dashboard built on the same metrics.
 
@@ -137,7 +137,10 @@ class ClusterCounters:
         port = None if info is None else info.metrics_port
         if port is None or endpoint is None:
             return None
-        host = f"[{endpoint.host}]" if ":" in endpoint.host else endpoint.host
+        # the host it registered (metrics.bind.address); registrations without one are a
+        # kafkatw's before the setting, reached at its listener's host as before
+        host = info.metrics_host or endpoint.host
+        host = f"[{host}]" if ":" in host else host
         return f"http://{host}:{port}/metrics"
 
     async def _read(self, broker_id: int) -> dict:

@@ -365,7 +365,7 @@ class Registry(_AclMethods):
     def register_broker(
         self, broker_id: int, host: str, port: int, rack: str | None = None, reregister: bool = True,
         endpoints: Any = None, protocol_map: Any = None, unclean_shutdown: bool = False,
-        metrics_port: int | None = None,
+        metrics_port: int | None = None, metrics_host: str | None = None,
     ) -> Deferred:
         """
         Create the ephemeral C{/brokers/ids/<broker_id>}.
@@ -378,12 +378,14 @@ class Registry(_AclMethods):
         @param unclean_shutdown: the process started after an unclean
             shutdown (L{kafkatw.zookeeper.zk_data.encode_broker}); kept in every registration of this process.
         @param metrics_port: the broker's HTTP port (L{kafkatw.zookeeper.zk_data.encode_broker}).
+        @param metrics_host: the host that HTTP port is reached at (L{kafkatw.zookeeper.zk_data.encode_broker}).
         @return: a Deferred firing with the znode's L{ZnodeStat} (its
             C{czxid} is the broker epoch, KIP-380).
         @raise BrokerIdInUseError: another live session holds the id.
         """
         info = BrokerInfo(broker_id, host, port, rack, tuple(endpoints or ()),
-                          tuple(sorted((protocol_map or {}).items())), unclean_shutdown, metrics_port)
+                          tuple(sorted((protocol_map or {}).items())), unclean_shutdown, metrics_port,
+                          metrics_host)
         if reregister:
             self._registration = info
             if not self._watching_sessions:
@@ -425,7 +427,8 @@ class Registry(_AclMethods):
         data = encode_broker(info.host, info.port, info.rack, endpoints=info.endpoints,
                                   protocol_map=dict(info.protocol_map) or None,
                                   offline_log_dirs=self._offline_log_dirs or None,
-                                  unclean_shutdown=info.unclean_shutdown, metrics_port=info.metrics_port)
+                                  unclean_shutdown=info.unclean_shutdown, metrics_port=info.metrics_port,
+                                  metrics_host=info.metrics_host)
         while True:
             try:
                 await self.client.create(path, data, ephemeral=True)

@@ -203,8 +203,12 @@ class BrokerInfo:
     #: unclean-shutdown registration): its logs may have lost what was not flushed.
     unclean_shutdown: bool = False
     #: kafkatw's addition: the port of the broker's HTTP port (C{metrics.port}:
-    #: C{/metrics}, the console), bound on 127.0.0.1; C{None} when it has none.
+    #: C{/metrics}, the console); C{None} when it has none.
     metrics_port: int | None = None
+    #: kafkatw's addition: the host other brokers reach that HTTP port at
+    #: (from C{metrics.bind.address}); C{None} in registrations written
+    #: without it (kafkatw before it, Kafka), where it was bound on 127.0.0.1.
+    metrics_host: str | None = None
 
     def address(self, listener: str) -> tuple[str, int] | None:
         """The C{(host, port)} of C{listener}, or C{None} when the broker has no such listener."""
@@ -288,7 +292,8 @@ def topic_id_from_string(text: str) -> uuid.UUID:
 def encode_broker(host: str, port: int, rack: str | None = None, timestamp_ms: str | None = None,
                   endpoints: Any = None, protocol_map: Any = None,
                   offline_log_dirs: dict[str, list[tuple[str, int]]] | None = None,
-                  unclean_shutdown: bool = False, metrics_port: int | None = None) -> bytes:
+                  unclean_shutdown: bool = False, metrics_port: int | None = None,
+                  metrics_host: str | None = None) -> bytes:
     """
     The v5 JSON of C{/brokers/ids/<id>} (Kafka's C{BrokerIdZNode.encode}).
 
@@ -307,10 +312,14 @@ def encode_broker(host: str, port: int, rack: str | None = None, timestamp_ms: s
         (KIP-966 tells the controller the same at registration); written
         as C{"unclean_shutdown": true}.
     @param metrics_port: kafkatw's addition, only with an HTTP port: its
-        port (C{metrics.port}, bound on 127.0.0.1), written as
-        C{"metrics_port": N}, where the consoles of the other brokers read
-        this broker's counters (Kafka writes its JMX port in C{jmx_port}
-        for the same use; its readers ignore the key).
+        port (C{metrics.port}), written as C{"metrics_port": N}, where the
+        consoles of the other brokers read this broker's counters (Kafka
+        writes its JMX port in C{jmx_port} for the same use; its readers
+        ignore the key).
+    @param metrics_host: kafkatw's addition, only with an HTTP port: the
+        host (name or IP address) that port is reached at
+        (C{metrics.bind.address}, or the inter-broker listener's advertised
+        host when it binds every interface), written as C{"metrics_host": "H"}.
     """
     if endpoints:
         plaintext = [(h, p) for name, h, p in endpoints if name == "PLAINTEXT"]
@@ -345,6 +354,8 @@ def encode_broker(host: str, port: int, rack: str | None = None, timestamp_ms: s
         body["unclean_shutdown"] = True
     if metrics_port is not None:
         body["metrics_port"] = metrics_port
+        if metrics_host is not None:
+            body["metrics_host"] = metrics_host
     return _dumps(body)
 
 
@@ -363,7 +374,7 @@ def decode_broker(broker_id: int, data: bytes) -> BrokerInfo:
     protocols = body.get("listener_security_protocol_map") or {}
     return BrokerInfo(broker_id, host, int(port), body.get("rack"), tuple(endpoints),
                       tuple(sorted(protocols.items())), bool(body.get("unclean_shutdown", False)),
-                      body.get("metrics_port"))
+                      body.get("metrics_port"), body.get("metrics_host"))
 
 
 def decode_offline_replicas(data: bytes) -> set[tuple[str, int]]:

@@ -85,6 +85,59 @@ def consume_and_commit(bootstrap: str, group: str, topic: str, count: int) -> No
         consumer.close()
 
 
+class MetricsBindAddressTests(unittest.TestCase):
+    """
+    C{metrics.bind.address} (issue 30): broker 1's HTTP port listens on
+    127.0.0.2 only, and broker 0's console (on 127.0.0.1) reads its counters
+    at the host broker 1 registered, as it would on another machine.
+    """
+
+    RECORDS = 25
+
+    def test_the_console_reads_a_broker_bound_elsewhere(self) -> None:
+        from kazoo.client import KazooClient
+
+        from kafkatw.client import BlockingAdminClient, NewTopic
+
+        with running_cluster(brokers=0) as cluster:
+            connect = cluster.zookeeper.connect_string + "/kafkatw"
+            base = tempfile.mkdtemp(prefix="kafkatw-metrics-bind-")
+            self.addCleanup(shutil.rmtree, base, True)
+            brokers = [BrokerProcess(0, connect, base, {"metrics.port": "0"}),
+                       BrokerProcess(1, connect, base, {"metrics.port": "0", "metrics.bind.address": "127.0.0.2"})]
+            for broker in brokers:
+                broker.start()
+                self.addCleanup(broker.stop)
+            console_port = int(re.search(r"metrics at http://127\.0\.0\.1:(\d+)/metrics", brokers[0].log_text())[1])
+            port = int(re.search(r"metrics at http://127\.0\.0\.2:(\d+)/metrics", brokers[1].log_text())[1])
+            self.assertEqual(http_get(f"http://127.0.0.2:{port}/healthz"), (200, "ok\n"))
+            self.assertEqual(http_get(f"http://127.0.0.1:{port}/healthz")[0], 0)  # not bound there
+
+            zookeeper = KazooClient(hosts=connect, timeout=10)
+            zookeeper.start(timeout=10)
+            try:
+                registration = json.loads(zookeeper.get("/brokers/ids/1")[0])
+            finally:
+                zookeeper.stop()
+                zookeeper.close()
+            self.assertEqual((registration["metrics_host"], registration["metrics_port"]), ("127.0.0.2", port))
+
+            with BlockingAdminClient(brokers[0].bootstrap) as admin:
+                admin.create_topics([NewTopic("bound", replica_assignment={0: [1]})])  # led by broker 1
+            produce(brokers[0].bootstrap, "bound", 0, self.RECORDS)
+
+            def broker_1_counters() -> dict | None:
+                code, body = http_get(f"http://127.0.0.1:{console_port}/console/api/overview")
+                if code != 200:
+                    return None
+                [row] = [b for b in json.loads(body)["brokers"] if b["id"] == 1]
+                counters = row["counters"]
+                return counters if counters and counters["messages_in"] == self.RECORDS else None
+
+            counters = wait_for(broker_1_counters, 30, "broker 1's counters in broker 0's console")
+            self.assertEqual(counters["topics"]["bound"]["messages_in"], self.RECORDS)
+
+
 class HealthTests(unittest.TestCase):
     def test_healthz_and_readyz_before_and_after_start(self) -> None:
         port = find_free_port()

@@ -254,3 +254,64 @@ class RegistrationTests(unittest.SynchronousTestCase):
         self.assertEqual(decode_broker(1, data).metrics_port, 8080)
         self.assertNotIn("metrics_port", json.loads(encode_broker("h", 9092)))
         self.assertIsNone(decode_broker(1, encode_broker("h", 9092)).metrics_port)
+
+
+class MetricsBindAddressTests(unittest.TestCase):
+    """
+    C{metrics.bind.address} (issue 30): the address the HTTP port listens on,
+    and the host registered for the other brokers' consoles.
+    """
+
+    def registered(self, overrides: dict[str, str], listener_host: str = "broker0.example") -> dict:
+        """The JSON a broker with C{overrides} and an HTTP port on 9404 writes in C{/brokers/ids/0}."""
+        from twisted.internet.testing import MemoryReactorClock
+
+        from kafkatw.broker.server import KafkaServer
+        from kafkatw.testing import FakeZooKeeperClient
+        from kafkatw.zookeeper.registry import Registry
+
+        server = KafkaServer(BrokerConfig({"broker.id": "0", "metrics.port": "9404", **overrides}),
+                             MemoryReactorClock())
+        zookeeper = FakeZooKeeperClient()
+        self.successResultOf(zookeeper.start())
+        server.zookeeper = zookeeper  # type: ignore[assignment]
+        server.registry = Registry(zookeeper)
+        server.metrics_port = 9404  # as _start_metrics sets it once bound
+        self.successResultOf(defer.Deferred.fromCoroutine(
+            server._register(listener_host, 9092, [("PLAINTEXT", listener_host, 9092)])))
+        data, _ = self.successResultOf(zookeeper.get("/brokers/ids/0"))
+        self.assertEqual(decode_broker(0, data).metrics_host, json.loads(data).get("metrics_host"))
+        return json.loads(data)
+
+    def test_the_bind_address_is_registered(self) -> None:
+        self.assertEqual(self.registered({})["metrics_host"], "127.0.0.1")  # the default
+        registration = self.registered({"metrics.bind.address": "127.0.0.2"})
+        self.assertEqual((registration["metrics_host"], registration["metrics_port"]), ("127.0.0.2", 9404))
+        self.assertEqual(self.registered({"metrics.bind.address": "::1"})["metrics_host"], "::1")
+
+    def test_every_interface_registers_the_inter_broker_listeners_host(self) -> None:
+        for bind in ("0.0.0.0", "", "::"):
+            self.assertEqual(self.registered({"metrics.bind.address": bind})["metrics_host"], "broker0.example", bind)
+
+    def test_no_host_without_an_http_port(self) -> None:
+        data = encode_broker("h", 9092, metrics_host="10.0.0.5")  # a host without a port is not written
+        self.assertNotIn("metrics_host", json.loads(data))
+        info = decode_broker(1, encode_broker("h", 9092, metrics_port=8080, metrics_host="10.0.0.5"))
+        self.assertEqual((info.metrics_host, info.metrics_port), ("10.0.0.5", 8080))
+
+    def test_only_ip_addresses(self) -> None:
+        self.assertEqual(BrokerConfig({"metrics.bind.address": " 10.0.0.5 "})["metrics.bind.address"], "10.0.0.5")
+        with self.assertRaisesRegex(ValueError, "metrics.bind.address.*not an IP address: 'broker0.example'"):
+            BrokerConfig({"metrics.bind.address": "broker0.example"})
+
+    def test_the_console_reads_each_broker_at_its_registered_host(self) -> None:
+        metadata = MetadataCache(2)
+        metadata.set_brokers({i: BrokerEndpoint(i, f"10.0.0.{i + 1}", 9092) for i in range(3)})
+        server = SimpleNamespace(metadata=metadata, registered_brokers={
+            0: BrokerInfo(0, "10.0.0.1", 9092, metrics_port=8000, metrics_host="192.168.1.1"),
+            1: BrokerInfo(1, "10.0.0.2", 9092, metrics_port=8001, metrics_host="fd00::2"),
+            2: BrokerInfo(2, "10.0.0.3", 9092, metrics_port=8002)})  # registered by a kafkatw before the setting
+        counters = ClusterCounters(server, get=lambda url: defer.succeed(""))
+        self.assertEqual([counters.url(i) for i in range(3)],
+                         ["http://192.168.1.1:8000/metrics", "http://[fd00::2]:8001/metrics",
+                          "http://10.0.0.3:8002/metrics"])
