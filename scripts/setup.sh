@@ -4,8 +4,9 @@
 # nftables (the network-fault tests), Node.js with KafkaJS (the interop suite's KafkaJS
 # group member, tests/interop/node), a C compiler and
 # Python's headers (the record codec's compiled accelerator, kafkatw/protocol/_speedups.c, which
-# pip builds with kafkatw), and a virtual environment at .venv with kafkatw and its test and spark
-# extras.
+# pip builds with kafkatw), MIT Kerberos (krb5-kdc, krb5-admin-server, krb5-user, libkrb5-dev,
+# libsasl2-modules-gssapi-mit: the SASL/GSSAPI tests), and a virtual environment at .venv with
+# kafkatw and its test and spark extras.
 # Safe to run again: it skips what is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,6 +23,14 @@ command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || [ -x /sbin/ip ] || need_
 command -v nft >/dev/null 2>&1 || [ -x /usr/sbin/nft ] || need_apt+=(nftables)
 # KafkaJS, a member of the mixed consumer groups in tests/interop/test_group_members.py
 command -v npm >/dev/null 2>&1 || need_apt+=(nodejs npm)
+# SASL/GSSAPI (docs/security.md, tests/interop/test_sasl_gssapi.py): MIT Kerberos' KDC and tools for a
+# realm of the tests' own, libkrb5-dev for pip to build python-gssapi, and Cyrus SASL's GSSAPI module for
+# kcat's librdkafka
+[ -x /usr/sbin/krb5kdc ] || need_apt+=(krb5-kdc)
+[ -x /usr/sbin/kadmin.local ] || need_apt+=(krb5-admin-server)
+command -v kinit >/dev/null 2>&1 || need_apt+=(krb5-user)
+[ -f /usr/include/gssapi/gssapi.h ] || need_apt+=(libkrb5-dev)
+ls /usr/lib/*/sasl2/libgssapiv2.so* >/dev/null 2>&1 || need_apt+=(libsasl2-modules-gssapi-mit)
 PYTHON=${PYTHON:-python3}
 # the record codec's compiled accelerator (docs/design.md, "Compiled accelerator"): a C compiler,
 # and Python.h for the Python the venv is made from (a non-Debian build may ship its own)

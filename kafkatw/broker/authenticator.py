@@ -34,7 +34,14 @@ read -- closes the connection with a log line and no answer, as Kafka does.
     (C{{"status":"invalid_token"}}); the client's C{\x01} then gets
     C{SASL_AUTHENTICATION_FAILED} with that JSON, one log line with the
     reason, and the connection is closed.
-  - Success: the connection's principal becomes C{User:<name>}.  No mechanism
+  - GSSAPI (L{kafkatw.security.kerberos}): a GSS-API token the broker's
+    keytab cannot accept, or a principal no
+    C{sasl.kerberos.principal.to.local.rules} rule names, is answered
+    C{SASL_AUTHENTICATION_FAILED} with Kafka's generic message.  On success
+    nothing is sent on a raw (v0) exchange, as Kafka (RFC 4752's last message
+    is the client's).
+  - Success: the connection's principal becomes C{User:<name>} (for GSSAPI,
+    the principal's short name).  No mechanism
     re-authenticates (C{connections.max.reauth.ms=0}, the session lifetime
     answered is 0): a connection authenticated with an OAUTHBEARER token stays
     so after the token's C{exp}, as Kafka's with re-authentication off.
@@ -43,7 +50,7 @@ No log line, exception message or response holds a password or a token.
 
 Source: Kafka's C{SaslServerAuthenticator.java}; KIP-43 (SaslHandshake),
 KIP-152 (SaslAuthenticate), KIP-306 (the failed-authentication delay), KIP-255
-(OAUTHBEARER), KIP-368 (re-authentication).
+(OAUTHBEARER), KIP-368 (re-authentication); RFC 4752 (GSSAPI).
 """
 
 from __future__ import annotations
@@ -67,7 +74,7 @@ from ..security.sasl import (
 )
 
 __all__ = ["SaslServerAuthenticator", "SaslServerSettings", "TRANSITIONS", "State", "Event",
-           "listener_sasl_settings", "sasl_client_settings"]
+           "listener_sasl_settings", "sasl_client_settings", "gssapi_server_factory"]
 
 _log = Logger()
 
@@ -143,13 +150,16 @@ class SaslServerSettings:
     @param oauthbearer_validator: OAUTHBEARER's token validator
         (L{kafkatw.security.oauthbearer.UnsecuredValidator} or C{JwksValidator});
         default: an unsecured one with Kafka's default options.
+    @param gssapi_server: makes GSSAPI's L{kafkatw.security.kerberos.GssapiServer}
+        for one exchange (L{gssapi_server_factory}); C{None} when GSSAPI is off.
     """
 
     def __init__(self, mechanisms: list[str], plain_users: Mapping[str, str] | None = None,
                  scram_credential: Callable[[str, str], Any] | None = None,
                  failed_delay_ms: int = 100, max_receive_size: int = 524288,
-                 oauthbearer_validator: Any = None) -> None:
+                 oauthbearer_validator: Any = None, gssapi_server: Callable[[], Any] | None = None) -> None:
         self.mechanisms = list(mechanisms)
+        self.gssapi_server = gssapi_server
         self.oauthbearer_validator = oauthbearer_validator or UnsecuredValidator()
         self.plain_users = dict(plain_users or {})
         self.scram_credential = scram_credential or (lambda mechanism, user: defer.succeed(None))
@@ -166,6 +176,8 @@ class SaslServerSettings:
             return ScramServer(mechanism, lambda user: self.scram_credential(mechanism, user))
         if mechanism == "OAUTHBEARER":
             return OAuthBearerServer(self.oauthbearer_validator)
+        if mechanism == "GSSAPI" and self.gssapi_server is not None:
+            return self.gssapi_server()
         raise ValueError(mechanism)
 
 
@@ -181,6 +193,7 @@ def listener_sasl_settings(config: Any, listener_name: str, registry: Any, react
     @param config: a L{kafkatw.config.BrokerConfig}.
     @param registry: a L{kafkatw.zookeeper.registry.Registry}.
     @param reactor: the reactor whose thread pool fetches OAUTHBEARER's JWKS.
+    @raise ValueError: GSSAPI enabled without a service name or keys (L{gssapi_server_factory}).
     """
     mechanisms = config.listener_value(listener_name, "sasl.enabled.mechanisms")
     plain_users: dict[str, str] = {}
@@ -198,7 +211,49 @@ def listener_sasl_settings(config: Any, listener_name: str, registry: Any, react
                               config["connection.failed.authentication.delay.ms"],
                               config["sasl.server.max.receive.size"],
                               oauthbearer_validator(config, listener_name, reactor)
-                              if "OAUTHBEARER" in mechanisms else None)
+                              if "OAUTHBEARER" in mechanisms else None,
+                              gssapi_server_factory(config, listener_name) if "GSSAPI" in mechanisms else None)
+
+
+def gssapi_server_factory(config: Any, listener_name: str) -> Callable[[], Any]:
+    """
+    A GSSAPI listener's exchanges, as Kafka's broker logs in: the keys of
+    C{principal} in C{keyTab} of the C{Krb5LoginModule} entry
+    C{listener.name.<listener>.gssapi.sasl.jaas.config} (else
+    C{sasl.jaas.config}), read once, at start; the service name of its
+    C{serviceName} option, else C{sasl.kerberos.service.name}; short names by
+    C{sasl.kerberos.principal.to.local.rules}, C{DEFAULT} mapping principals
+    of C{krb5.conf}'s default realm (else of the broker principal's realm).
+
+    @return: a callable making one L{kafkatw.security.kerberos.GssapiServer}.
+    @raise ValueError: no service name, a JAAS entry that is not
+        C{Krb5LoginModule}, a keytab without the principal's keys.
+    @raise ImportError: python-gssapi is not installed (C{pip install kafkatw[kerberos]}).
+    """
+    from ..security.kerberos import (KRB5_LOGIN_MODULE, GssapiServer, KerberosName, KerberosShortNamer,
+                                     acceptor_credentials, default_realm, keytab_login)
+
+    jaas = config.listener_value(listener_name, "sasl.jaas.config", "GSSAPI")
+    entry = parse_jaas_config(jaas) if jaas else None
+    if entry is not None and entry.login_module != KRB5_LOGIN_MODULE:
+        raise ValueError(f"listener {listener_name}: GSSAPI's JAAS entry must use {KRB5_LOGIN_MODULE}, "
+                         f"not {entry.login_module}")
+    options = entry.options if entry else {}
+    service = options.get("serviceName") or config.listener_value(listener_name, "sasl.kerberos.service.name",
+                                                                   "GSSAPI")
+    if not service:
+        raise ValueError(f"listener {listener_name} enables GSSAPI: no serviceName defined in either JAAS or "
+                         "Kafka configuration (sasl.kerberos.service.name)")
+    principal, keytab = keytab_login(options)
+    if principal and KerberosName.parse(principal).service_name != service:
+        _log.warn("listener {listener}: the broker's Kerberos principal {principal} is not of the service "
+                  "{service} (sasl.kerberos.service.name) that clients ask tickets for",
+                  listener=listener_name, principal=principal, service=service)
+    credentials = acceptor_credentials(principal, keytab)
+    realm = default_realm() or (KerberosName.parse(principal).realm if principal else None) or ""
+    namer = KerberosShortNamer(realm, config.listener_value(listener_name, "sasl.kerberos.principal.to.local.rules",
+                                                            "GSSAPI"))
+    return lambda: GssapiServer(credentials, namer)
 
 
 def oauthbearer_validator(config: Any, listener_name: str, reactor: Any = None) -> Any:
@@ -246,6 +301,14 @@ def sasl_client_settings(config: Any, listener_name: str) -> dict[str, Any]:
     mechanism = config["sasl.mechanism.inter.broker.protocol"]
     jaas = config.listener_value(listener_name, "sasl.jaas.config", mechanism)
     entry = parse_jaas_config(jaas) if jaas else None
+    if mechanism == "GSSAPI":  # Kafka's Krb5LoginModule: the broker's own principal and keytab
+        from ..security.kerberos import keytab_login
+
+        principal, keytab = keytab_login(entry.options) if entry else (None, None)
+        service = (entry.options.get("serviceName") if entry else None) or \
+            config.listener_value(listener_name, "sasl.kerberos.service.name", mechanism) or "kafka"
+        return {"sasl_mechanism": mechanism, "sasl_kerberos_principal": principal, "sasl_kerberos_keytab": keytab,
+                "sasl_kerberos_service_name": service}
     if mechanism == "OAUTHBEARER":  # Kafka's OAuthBearerLoginModule with unsecuredLogin* options
         return {"sasl_mechanism": mechanism,
                 "sasl_oauth_token_provider": unsecured_login_provider(entry.options) if entry else None}
@@ -361,19 +424,22 @@ class SaslServerAuthenticator:
         self.connection.write_frame(encode_response(SASL_AUTHENTICATE, header.api_version,
                                                     header.correlation_id, body))
 
-    def _challenge(self, challenge: bytes, header: Any) -> None:
+    def _challenge(self, challenge: bytes | None, header: Any) -> None:
         if self.state == State.FAILED:
             return  # closed meanwhile
         server = self._server
         if header is None:
-            self.connection.write_frame(challenge)
+            if challenge is not None:  # GSSAPI's success: nothing (Kafka's SaslServer returns null)
+                self.connection.write_frame(challenge)
         else:
-            self._respond(header, {"error_code": 0, "error_message": None, "auth_bytes": challenge})
+            self._respond(header, {"error_code": 0, "error_message": None, "auth_bytes": challenge or b""})
         if server.complete:
             self._move(Event.SUCCESS)
             principal = f"User:{server.username}"
-            _log.debug("authenticated {principal} from {peer} with {mechanism}",
-                      principal=principal, peer=self.connection.peer, mechanism=self.mechanism)
+            kerberos = getattr(server, "principal", None)
+            _log.debug("authenticated {principal} from {peer} with {mechanism}{kerberos}",
+                      principal=principal, peer=self.connection.peer, mechanism=self.mechanism,
+                      kerberos=f" (Kerberos principal {kerberos})" if kerberos else "")
             self.connection.authenticated(principal)
         else:
             self._move(Event.CHALLENGE)

@@ -201,7 +201,7 @@ class KafkaClient:
             # certificate and host name); a failed handshake fails it.
             await protocol.negotiate()
             if self.security.sasl:
-                await sasl.authenticate(protocol, self.security)
+                await sasl.authenticate(protocol, self.security, host)
         except TLSConfigError:
             raise
         except Exception as e:

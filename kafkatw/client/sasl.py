@@ -4,14 +4,18 @@ carrying the mechanism's tokens (KIP-152), on a freshly negotiated connection.
 
 PLAIN sends one message; OAUTHBEARER one message with the token of
 C{sasl_oauth_token_provider} (RFC 7628; a broker's JSON error is answered
-C{\x01}, as Kafka's client, and the failure carries it); SCRAM-SHA-256/512 (L{kafkatw.security.sasl.ScramClientExchange}) sends
+C{\x01}, as Kafka's client, and the failure carries it); GSSAPI the
+GSS-API tokens of a Kerberos ticket for C{<service>/<broker host>} then
+RFC 4752's security layer message (L{kafkatw.security.kerberos}; the ticket is
+got in the reactor's thread pool: the KDC is asked over the network);
+SCRAM-SHA-256/512 (L{kafkatw.security.sasl.ScramClientExchange}) sends
 client-first and client-final and checks the server's signature, so that a
 broker that does not hold the credential is not trusted.  Any failure is an
 L{AuthenticationFailedError} -- not retriable, carrying the broker's message
 (Kafka's C{SaslAuthenticationException}) -- and the connection is dropped.
 
 Source: Kafka's C{SaslClientAuthenticator}; KIP-43, KIP-152; RFC 4616,
-RFC 5802, RFC 7677, RFC 7628; KIP-255.
+RFC 5802, RFC 7677, RFC 7628, RFC 4752; KIP-255.
 """
 
 from __future__ import annotations
@@ -41,11 +45,14 @@ def _failed(code: ErrorCode, message: str) -> AuthenticationFailedError:
     return error
 
 
-async def authenticate(connection: Any, security: SecurityConfig) -> None:
+async def authenticate(connection: Any, security: SecurityConfig, host: str | None = None) -> None:
     """
     Authenticate C{connection} (a negotiated
     L{kafkatw.client.connection.BrokerConnection}) with C{security}'s
     mechanism, user name and password.
+
+    @param host: the broker's host as connected (GSSAPI's service principal
+        is C{<service>/<host>}, unless C{sasl_kerberos_domain_name} is set).
 
     @raise AuthenticationFailedError: the broker refused the mechanism
         (C{UNSUPPORTED_SASL_MECHANISM}, with its enabled list), the
@@ -61,6 +68,8 @@ async def authenticate(connection: Any, security: SecurityConfig) -> None:
         if provider is None:
             raise _failed(ErrorCode.sasl_authentication_failed,
                           "SASL OAUTHBEARER: no sasl_oauth_token_provider")
+    elif mechanism == "GSSAPI":
+        pass
     elif not username or password is None:
         raise _failed(ErrorCode.sasl_authentication_failed,
                       f"SASL {mechanism}: no user name or password (sasl_plain_username, sasl_plain_password)")
@@ -88,6 +97,12 @@ async def authenticate(connection: Any, security: SecurityConfig) -> None:
     if mechanism == "OAUTHBEARER":
         await _oauthbearer(exchange, provider)
         return
+    if mechanism == "GSSAPI":
+        try:
+            await _gssapi(connection.reactor, exchange, security, security.sasl_kerberos_domain_name or host or "")
+        except (SaslException, ValueError, ImportError) as e:  # no ticket, a refused token, no python-gssapi
+            raise _failed(ErrorCode.sasl_authentication_failed, f"SASL GSSAPI with broker {node}: {e}") from None
+        return
     scram = ScramClientExchange(mechanism, username, password)
     try:
         server_first = await exchange(scram.first())
@@ -109,3 +124,32 @@ async def _oauthbearer(exchange: Any, provider: Any) -> None:
     if challenge:  # the broker refused the token: Kafka's broker then fails the exchange with the JSON
         await exchange(b"\x01")
         raise _failed(ErrorCode.sasl_authentication_failed, challenge.decode("utf-8", "replace"))
+
+
+#: Most SaslAuthenticate round trips of a GSSAPI exchange (RFC 4752 needs 3 with mutual authentication).
+GSSAPI_MAX_ROUNDS = 8
+
+
+async def _gssapi(reactor: Any, exchange: Any, security: SecurityConfig, host: str) -> None:
+    """
+    RFC 4752's exchange; the credentials and the first token (which asks the
+    KDC for the service ticket) are made in the reactor's thread pool.
+    """
+    from twisted.internet.threads import deferToThreadPool
+
+    from ..security.kerberos import GssapiClientExchange, initiator_credentials
+
+    def start() -> tuple[GssapiClientExchange, bytes]:
+        credentials = None
+        if security.sasl_kerberos_principal or security.sasl_kerberos_keytab:
+            credentials = initiator_credentials(security.sasl_kerberos_principal, security.sasl_kerberos_keytab)
+        gssapi = GssapiClientExchange(security.sasl_kerberos_service_name, host, credentials)
+        return gssapi, gssapi.first()
+
+    gssapi, token = await deferToThreadPool(reactor, reactor.getThreadPool(), start)
+    for _ in range(GSSAPI_MAX_ROUNDS):
+        challenge = await exchange(token)
+        if gssapi.complete:
+            return
+        token = gssapi.step(challenge)
+    raise SaslException(f"no outcome after {GSSAPI_MAX_ROUNDS} tokens")

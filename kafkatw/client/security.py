@@ -23,7 +23,7 @@ __all__ = ["SecurityConfig", "SECURITY_PROTOCOLS", "SASL_MECHANISMS", "security_
 #: Kafka's security protocols (C{SecurityProtocol}).
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 #: The SASL mechanisms kafkatw speaks.
-SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "GSSAPI")
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,15 @@ class SecurityConfig:
         returning the token (a JWT, C{str}); it is called for each
         connection.  L{kafkatw.security.oauthbearer.UnsecuredTokenProvider}
         makes unsecured tokens for development.
+    @ivar sasl_kerberos_service_name: GSSAPI: the service of the brokers'
+        principals (C{kafka}: tickets are asked for C{kafka/<broker host>}).
+    @ivar sasl_kerberos_domain_name: GSSAPI: the host of the brokers'
+        principals, instead of each broker's host as connected (kafka-python's).
+    @ivar sasl_kerberos_principal: GSSAPI: the client's principal
+        (C{alice@REALM}); with L{sasl_kerberos_keytab}, its ticket is got
+        with the keytab's keys, else taken from the ticket cache
+        (C{KRB5CCNAME}; C{kinit}).
+    @ivar sasl_kerberos_keytab: GSSAPI: the client's keytab file.
     """
 
     security_protocol: str = "PLAINTEXT"
@@ -64,6 +73,10 @@ class SecurityConfig:
     sasl_plain_username: str | None = None
     sasl_plain_password: str | None = None
     sasl_oauth_token_provider: Any = None
+    sasl_kerberos_service_name: str = "kafka"
+    sasl_kerberos_domain_name: str | None = None
+    sasl_kerberos_principal: str | None = None
+    sasl_kerberos_keytab: str | None = None
 
     def __post_init__(self) -> None:
         if self.security_protocol not in SECURITY_PROTOCOLS:
@@ -110,7 +123,9 @@ class SecurityConfig:
         C{sasl.jaas.config} (its C{username} and C{password}; for
         C{OAUTHBEARER}, an C{OAuthBearerLoginModule}'s C{unsecuredLogin*}
         options make an unsecured token provider, as Kafka's default login
-        callback handler).
+        callback handler; for C{GSSAPI}, a C{Krb5LoginModule}'s
+        C{principal} and, with C{useKeyTab=true}, C{keyTab}) and
+        C{sasl.kerberos.service.name}.
 
         @raise ValueError: a store type other than PEM, an unparseable JAAS
             entry, an unknown protocol or mechanism.
@@ -135,13 +150,22 @@ class SecurityConfig:
             settings["sasl_mechanism"] = properties["sasl.mechanism"].strip().upper()
         if properties.get("sasl.jaas.config"):
             jaas = parse_jaas_config(properties["sasl.jaas.config"])
-            if settings.get("sasl_mechanism") == "OAUTHBEARER":
+            if settings.get("sasl_mechanism") == "GSSAPI":
+                from ..security.kerberos import keytab_login
+
+                principal, keytab = keytab_login(jaas.options)
+                settings["sasl_kerberos_principal"], settings["sasl_kerberos_keytab"] = principal, keytab
+                if jaas.options.get("serviceName"):
+                    settings["sasl_kerberos_service_name"] = jaas.options["serviceName"]
+            elif settings.get("sasl_mechanism") == "OAUTHBEARER":
                 from ..security.oauthbearer import unsecured_login_provider
 
                 settings["sasl_oauth_token_provider"] = unsecured_login_provider(jaas.options)
             else:
                 settings["sasl_plain_username"] = jaas.username
                 settings["sasl_plain_password"] = jaas.password
+        if properties.get("sasl.kerberos.service.name"):
+            settings["sasl_kerberos_service_name"] = properties["sasl.kerberos.service.name"].strip()
         return cls(**settings)
 
     def replace(self, **changes: Any) -> "SecurityConfig":

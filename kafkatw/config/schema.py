@@ -136,6 +136,14 @@ def _sasl_mechanism(value: str) -> str:
     return _sasl_mechanisms(value)[0] if str(value).strip() else ""
 
 
+def _principal_to_local_rules(value: str | list) -> list[str]:
+    from ..security.kerberos import parse_rules
+
+    rules = _list(value)
+    parse_rules("", rules)  # ValueError: Kafka's "Invalid rule"
+    return rules
+
+
 def _jaas(value: str) -> str:
     from ..security.jaas import parse_jaas_config
 
@@ -517,12 +525,14 @@ BROKER_CONFIG: dict[str, ConfigKey] = {
         # security: SASL (docs/security.md; Kafka's BrokerSecurityConfigs)
         ConfigKey("sasl.enabled.mechanisms", _sasl_mechanisms, ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"],
                   "SASL mechanisms a `SASL_PLAINTEXT` or `SASL_SSL` listener offers: `PLAIN`, `SCRAM-SHA-256`, "
-                  "`SCRAM-SHA-512`, `OAUTHBEARER`; a listener may set its own with "
-                  "`listener.name.<listener>.sasl.enabled.mechanisms`. Kafka's default, `GSSAPI` (Kerberos), "
-                  "is not available in kafkatw, so PLAIN and SCRAM are enabled by default; a mechanism without "
-                  "users (no `user_` entries for PLAIN, no credentials for SCRAM) lets nobody in. `OAUTHBEARER` "
-                  "(KIP-255) is only enabled when listed: it validates unsecured tokens (development) unless "
-                  "`sasl.oauthbearer.jwks.endpoint.url` is set."),
+                  "`SCRAM-SHA-512`, `OAUTHBEARER`, `GSSAPI`; a listener may set its own with "
+                  "`listener.name.<listener>.sasl.enabled.mechanisms`. Kafka's default is `GSSAPI` (Kerberos), "
+                  "which needs a keytab and python-gssapi (`pip install kafkatw[kerberos]`), so kafkatw enables "
+                  "PLAIN and SCRAM by default; a mechanism without users (no `user_` entries for PLAIN, no "
+                  "credentials for SCRAM) lets nobody in. `OAUTHBEARER` (KIP-255) is only enabled when listed: "
+                  "it validates unsecured tokens (development) unless `sasl.oauthbearer.jwks.endpoint.url` is "
+                  "set. `GSSAPI` reads the broker's keys from the `keyTab` and `principal` of "
+                  "`listener.name.<listener>.gssapi.sasl.jaas.config` (a `Krb5LoginModule` entry)."),
         ConfigKey("sasl.mechanism.inter.broker.protocol", _sasl_mechanism, "PLAIN",
                   "SASL mechanism of the broker's own connections to other brokers over a SASL listener "
                   "(Kafka's default is `GSSAPI`). Its user name and password are the `username` and "
@@ -542,6 +552,19 @@ BROKER_CONFIG: dict[str, ConfigKey] = {
                   "Kafka's re-authentication interval (KIP-368). kafkatw does not re-authenticate: 0, the "
                   "default, is the only value accepted, and a connection stays authenticated until closed."
                   , "ms"),
+        # GSSAPI (Kerberos; docs/security.md; Kafka's SaslConfigs and BrokerSecurityConfigs)
+        ConfigKey("sasl.kerberos.service.name", str, "",
+                  "The Kerberos service name of the broker's principal (`kafka` for `kafka/<host>@<REALM>`), "
+                  "which clients ask tickets for; needed when `GSSAPI` is enabled, unless the JAAS entry gives "
+                  "`serviceName`. A listener may set its own with "
+                  "`listener.name.<listener>.gssapi.sasl.kerberos.service.name`."),
+        ConfigKey("sasl.kerberos.principal.to.local.rules", _principal_to_local_rules, ["DEFAULT"],
+                  "Rules mapping a client's Kerberos principal to the short name of its `User:` principal, the "
+                  "first that applies winning: `DEFAULT` (`name[/host]@REALM` to `name` for the default realm "
+                  "of `krb5.conf`) or Kafka's `RULE:[n:format]`, then an optional `(regex)` the formatted name must "
+                  "match, an optional `s/pattern/replacement/` (`g`: every match) and `/L` or `/U` (lower, upper "
+                  "case). "
+                  "A principal no rule maps is refused."),
         # OAUTHBEARER (KIP-255, KIP-768; docs/security.md)
         ConfigKey("sasl.oauthbearer.jwks.endpoint.url", str, "",
                   "`OAUTHBEARER` tokens must be JWTs signed by a key of the JSON Web Key Set at this URL "
@@ -614,11 +637,14 @@ BROKER_CONFIG: dict[str, ConfigKey] = {
 
 #: Keys a listener may set for itself as ``listener.name.<listener>.<key>``
 #: (Kafka's listener prefix, the listener name in lower case).
-LISTENER_CONFIG_KEYS: set[str] = {"sasl.enabled.mechanisms"}
+LISTENER_CONFIG_KEYS: set[str] = {"sasl.enabled.mechanisms", "sasl.kerberos.principal.to.local.rules"}
 #: Keys a listener sets per SASL mechanism as
 #: ``listener.name.<listener>.<mechanism>.<key>`` (mechanism in lower case).
-MECHANISM_CONFIG_KEYS: dict[str, Callable[[Any], Any]] = {"sasl.jaas.config": _jaas,
-                                                          "sasl.server.callback.handler.class": _server_callback_handler}
+MECHANISM_CONFIG_KEYS: dict[str, Callable[[Any], Any]] = {
+    "sasl.jaas.config": _jaas,
+    "sasl.server.callback.handler.class": _server_callback_handler,
+    "sasl.kerberos.service.name": str,
+}
 
 #: Topic-level key -> broker-level key whose default it overrides.
 TOPIC_CONFIG_KEYS: dict[str, str] = {

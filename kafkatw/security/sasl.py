@@ -56,8 +56,9 @@ __all__ = [
     "ScramClientExchange",
 ]
 
-#: Every mechanism kafkatw speaks (OAUTHBEARER: L{kafkatw.security.oauthbearer}).
-MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+#: Every mechanism kafkatw speaks (OAUTHBEARER: L{kafkatw.security.oauthbearer};
+#: GSSAPI: L{kafkatw.security.kerberos}).
+MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "GSSAPI")
 #: The SCRAM mechanisms.
 SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 #: Kafka's C{ScramMechanism} type byte (Describe/AlterUserScramCredentials).

@@ -19,33 +19,21 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import struct
 import subprocess
-import sys
-import tempfile
 import time
 
-from twisted.trial import unittest
-
-from kafkatw.testing import BrokerProcess, ClassFixture, ZooKeeperFixture, find_free_port
 from tests._round_trip import (KCAT, round_trip_aiokafka, round_trip_confluent, round_trip_kafka_python,
                                add_round_trip_tests, round_trip_kafkatw, round_trip_kcat)
+from tests.interop.sasl_fixtures import SaslBrokerClass, kafkatw
 
 TIMEOUT_S = 30.0
-JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
-        'password="admin-secret" user_admin="admin-secret" user_carol="carol-secret";')
 #: mechanism -> (user, password)
 USERS = {"PLAIN": ("carol", "carol-secret"), "SCRAM-SHA-256": ("alice", "alice-secret"),
          "SCRAM-SHA-512": ("bob", "bob-secret")}
 PASSWORDS = ("admin-secret", "carol-secret", "alice-secret", "bob-secret", "wrong-secret")
 RECORDS = [f"record-{i}".encode() for i in range(5)]
-
-
-def kafkatw(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kafkatw.cli.main", *args], capture_output=True, text=True,
-                          timeout=90)
 
 
 def produce_consume_kcat(bootstrap: str, topic: str, mechanism: str, user: str, password: str) -> list[bytes]:
@@ -101,46 +89,23 @@ CLIENTS = {
 }
 
 
-class SaslInteropTests(ClassFixture, unittest.TestCase):
+class SaslInteropTests(SaslBrokerClass):
     @classmethod
-    def setUpClass(cls) -> None:
-        cls.directory = tempfile.mkdtemp(prefix="kafkatw-sasl-")
-        cls.zookeeper = ZooKeeperFixture(os.path.join(cls.directory, "zookeeper"))
-        cls.connect = cls.zookeeper.start()
-        try:
-            created = kafkatw("configs", "--zookeeper", cls.connect, "--entity-type", "users", "--entity-name",
-                              "alice", "--alter", "--add-config",
-                              "SCRAM-SHA-256=[iterations=8192,password=alice-secret],"
-                              "SCRAM-SHA-512=[password=alice-secret]")
-            assert created.returncode == 0, created.stderr
-            cls.zookeeper_output = created.stdout
-            port = find_free_port()
-            cls.broker = BrokerProcess(0, cls.connect + "/kafkatw", cls.directory, {
-                "listeners": f"SASL_PLAINTEXT://127.0.0.1:{port}",
-                "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
-            }, port=port).start()
-            cls.bootstrap = cls.broker.bootstrap
-            cls.admin_properties = os.path.join(cls.directory, "admin.properties")
-            with open(cls.admin_properties, "w") as f:
-                f.write("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
-                        "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required "
-                        'username="admin" password="admin-secret";\n')
-            created = kafkatw("configs", "--bootstrap-server", cls.bootstrap, "--command-config",
-                              cls.admin_properties, "--entity-type", "users", "--entity-name", "bob", "--alter",
-                              "--add-config", "SCRAM-SHA-512=[iterations=4096,password=bob-secret]")
-            assert created.returncode == 0, created.stderr
-            cls.bootstrap_output = created.stdout
-        except BaseException:
-            cls.tearDownClass()
-            raise
+    def prepare(cls) -> None:
+        created = kafkatw("configs", "--zookeeper", cls.connect, "--entity-type", "users", "--entity-name",
+                          "alice", "--alter", "--add-config",
+                          "SCRAM-SHA-256=[iterations=8192,password=alice-secret],"
+                          "SCRAM-SHA-512=[password=alice-secret]")
+        assert created.returncode == 0, created.stderr
+        cls.zookeeper_output = created.stdout
 
     @classmethod
-    def tearDownClass(cls) -> None:
-        broker = getattr(cls, "broker", None)
-        if broker is not None:
-            broker.stop()
-        cls.zookeeper.stop()
-        shutil.rmtree(cls.directory, ignore_errors=True)
+    def started(cls) -> None:
+        created = kafkatw("configs", "--bootstrap-server", cls.bootstrap, "--command-config",
+                          cls.admin_properties, "--entity-type", "users", "--entity-name", "bob", "--alter",
+                          "--add-config", "SCRAM-SHA-512=[iterations=4096,password=bob-secret]")
+        assert created.returncode == 0, created.stderr
+        cls.bootstrap_output = created.stdout
 
     def check(self, client: str, mechanism: str, suffix: str = "") -> None:
         user, password = USERS[mechanism]

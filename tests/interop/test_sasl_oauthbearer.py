@@ -23,31 +23,17 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
-import sys
-import tempfile
 import time
 from typing import Any
 
-from twisted.trial import unittest
-
 from kafkatw.security.oauthbearer import UnsecuredTokenProvider, unsecured_token
-from kafkatw.testing import BrokerProcess, ClassFixture, ZooKeeperFixture, find_free_port
-from tests._round_trip import (KCAT, round_trip_confluent, round_trip_kafka_python, round_trip_kafkatw,
-                               round_trip_kcat)
+from tests._round_trip import round_trip_confluent, round_trip_kafka_python, round_trip_kafkatw, round_trip_kcat
+from tests.interop.sasl_fixtures import SaslBrokerClass, kafkatw
 
 TIMEOUT_S = 30.0
-PLAIN_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
-              'password="admin-secret" user_admin="admin-secret";')
 RECORDS = [f"record-{i}".encode() for i in range(5)]
 AUDIENCE = "kafka"
 ISSUER = "https://idp.example"
-
-
-def kafkatw(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kafkatw.cli.main", *args], capture_output=True, text=True,
-                          timeout=90)
 
 
 def kafka_python_provider(token: Any) -> Any:
@@ -76,60 +62,11 @@ def confluent_unsecured(bootstrap: str, principal: str) -> dict[str, Any]:
             "enable.sasl.oauthbearer.unsecure.jwt": True, "sasl.oauthbearer.config": f"principal={principal}"}
 
 
-class _BrokerClass(ClassFixture, unittest.TestCase):
-    """One broker on its own ZooKeeper, started with C{overrides}."""
+class _BrokerClass(SaslBrokerClass):
+    """One broker on its own ZooKeeper, with PLAIN and OAUTHBEARER, started with C{overrides}."""
 
-    overrides: dict[str, str] = {}
-
-    @classmethod
-    def setUpClass(cls) -> None:
-        cls.directory = tempfile.mkdtemp(prefix="kafkatw-oauth-")
-        cls.zookeeper = ZooKeeperFixture(os.path.join(cls.directory, "zookeeper"))
-        cls.connect = cls.zookeeper.start()
-        try:
-            cls.prepare()
-            port = find_free_port()
-            cls.broker = BrokerProcess(0, cls.connect + "/kafkatw", cls.directory, {
-                "listeners": f"SASL_PLAINTEXT://127.0.0.1:{port}",
-                "sasl.enabled.mechanisms": "PLAIN,OAUTHBEARER",
-                "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_JAAS,
-                **cls.overrides,
-            }, port=port).start()
-            cls.bootstrap = cls.broker.bootstrap
-            cls.admin_properties = os.path.join(cls.directory, "admin.properties")
-            with open(cls.admin_properties, "w") as f:
-                f.write("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
-                        "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required "
-                        'username="admin" password="admin-secret";\n')
-            cls.started()
-        except BaseException:
-            cls.tearDownClass()
-            raise
-
-    @classmethod
-    def prepare(cls) -> None:
-        pass
-
-    @classmethod
-    def started(cls) -> None:
-        pass
-
-    @classmethod
-    def tearDownClass(cls) -> None:
-        broker = getattr(cls, "broker", None)
-        if broker is not None:
-            broker.stop()
-        cls.zookeeper.stop()
-        shutil.rmtree(cls.directory, ignore_errors=True)
-
-    @classmethod
-    def admin(cls, tool: str, *args: str) -> subprocess.CompletedProcess:
-        result = kafkatw(tool, "--bootstrap-server", cls.bootstrap, "--command-config", cls.admin_properties, *args)
-        assert result.returncode == 0, (tool, args, result.stdout, result.stderr)
-        return result
-
-    def create(self, topic: str) -> None:
-        self.admin("topics", "--create", "--topic", topic, "--partitions", "1", "--replication-factor", "1")
+    prefix = "kafkatw-oauth-"
+    mechanisms = "PLAIN,OAUTHBEARER"
 
     def assertRefused(self, settings: dict[str, Any], reason: str) -> None:
         """kafkatw's client: C{AuthenticationFailedError} with Kafka's JSON; the broker logs C{reason} once."""
@@ -179,7 +116,7 @@ class UnsecuredOAuthBearerTests(_BrokerClass):
         cls.admin("acls", "--add", "--deny-principal", "User:mallory", "--operation", "Write", "--topic", "oauth-acl")
         for topic in ("oauth-confluent", "oauth-kcat", "oauth-kafka-python", "oauth-kafkatw", "oauth-acl",
                       "oauth-kafkatw-after-refusals"):
-            cls.admin("topics", "--create", "--topic", topic, "--partitions", "1", "--replication-factor", "1")
+            cls.create(topic)
 
     def test_confluent_kafka(self) -> None:
         self.assertEqual(round_trip_confluent(confluent_unsecured(self.bootstrap, "alice"), "oauth-confluent",
@@ -266,7 +203,7 @@ class JwksOAuthBearerTests(_BrokerClass):
     def started(cls) -> None:
         for topic in ("oauth-jwks-confluent", "oauth-jwks-kafka-python", "oauth-jwks-kafkatw",
                       "oauth-jwks-kafkatw-after-refusals"):
-            cls.admin("topics", "--create", "--topic", topic, "--partitions", "1", "--replication-factor", "1")
+            cls.create(topic)
 
     @classmethod
     def signed(cls, sub: str = "alice", lifetime_s: int = 600, key: Any = None, **claims: Any) -> str:
