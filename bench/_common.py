@@ -38,15 +38,17 @@ def cpu_seconds(pid: int) -> float:
 
 
 def produce_bounded(producer: Any, topic: str, value: bytes, n: int, deadline: float,
-                    key_of: Callable[[int], bytes] | None = None) -> int:
+                    key_of: Callable[[int], bytes] | None = None, partition: int = 0) -> int:
     """
-    Hand up to C{n} records of C{value} to C{producer} for partition 0 of
+    Hand up to C{n} records of C{value} to C{producer} for C{partition} of
     C{topic}, stopping at C{deadline} (C{time.perf_counter()}, checked every
     1024 records).  A full local queue (C{BufferError}) is polled and the record
     retried; delivery reports are served every 1024 records.  Flushing is the
     caller's.
 
     @param key_of: the key of the C{i}th record (C{None}: null keys).
+    @param partition: the partition (-1: librdkafka's partitioner picks, its
+        sticky partitioner for null keys).
     @return: the number of records handed over.
     """
     sent = 0
@@ -55,9 +57,9 @@ def produce_bounded(producer: Any, topic: str, value: bytes, n: int, deadline: f
     while sent < n:
         try:
             if key_of is None:
-                produce(topic, value, partition=0)
+                produce(topic, value, partition=partition)
             else:
-                produce(topic, value, key=key_of(sent), partition=0)
+                produce(topic, value, key=key_of(sent), partition=partition)
         except BufferError:
             poll(0.01)
             continue

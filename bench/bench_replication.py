@@ -15,7 +15,11 @@ and brokers share this machine's cores.  One JSON line per figure:
     cores with the client).  Idempotence caps a connection at 5 requests in
     flight, and one partition at one leader: both make acks=all's extra round
     trip (the followers' fetch, then the high watermark) show in the
-    throughput;
+    throughput.  With C{--partitions} above 1 librdkafka's records go to
+    every partition (its partitioner), as kafkatw's producer's do.  Each
+    figure also gives the brokers' CPU time (utime + stime of the three
+    processes around each run) per million records, and the client's
+    (this process: librdkafka's threads or kafkatw's producer);
   - failover: SIGKILL of the leader of an RF=3 partition to the first
     acknowledged acks=all write on its successor (librdkafka retrying every
     record), median and worst of --failovers runs;
@@ -32,6 +36,7 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 
@@ -41,7 +46,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kafkatw.client import BlockingProducer
 from kafkatw.testing import running_cluster
 
-from _common import emitter, produce_bounded
+from _common import cpu_seconds, emitter, produce_bounded
 
 _OVERRIDES = {
     "replica.lag.time.max.ms": "4000",
@@ -75,18 +80,19 @@ def leader_of(bootstrap: str, topic: str) -> int:
 
 
 def librdkafka_throughput(bootstrap: str, topic: str, acks: str, records: int, size: int, cap_s: float,
-                          idempotence: bool) -> float:
+                          idempotence: bool, partitions: int = 1) -> tuple[float, int]:
     producer = Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 5,
                          "enable.idempotence": idempotence and acks == "all",
                          "queue.buffering.max.messages": 1000000})
     started = time.perf_counter()
-    sent = produce_bounded(producer, topic, b"x" * size, records, started + cap_s)
+    sent = produce_bounded(producer, topic, b"x" * size, records, started + cap_s,
+                           partition=0 if partitions == 1 else -1)
     producer.flush(cap_s)
-    return sent / (time.perf_counter() - started)
+    return sent / (time.perf_counter() - started), sent
 
 
 def kafkatw_throughput(bootstrap: str, topic: str, acks: int, records: int, size: int, cap_s: float,
-                       idempotence: bool) -> float:
+                       idempotence: bool, partitions: int = 1) -> tuple[float, int]:
     value = b"x" * size
     with BlockingProducer(bootstrap, acks=acks, enable_idempotence=idempotence and acks == -1) as producer:
         started = time.monotonic()
@@ -95,7 +101,7 @@ def kafkatw_throughput(bootstrap: str, topic: str, acks: int, records: int, size
             producer.send(topic, value)
             sent += 1
         producer.flush(cap_s)
-        return sent / (time.monotonic() - started)
+        return sent / (time.monotonic() - started), sent
 
 
 def main() -> None:
@@ -116,18 +122,28 @@ def main() -> None:
         for client in args.clients.split(","):
             measure = measures[client]
             samples: dict[int, list[float]] = {1: [], 3: []}
+            broker_cpu: dict[int, list[float]] = {1: [], 3: []}  # CPU-s per million records
+            client_cpu: dict[int, list[float]] = {1: [], 3: []}
             for rf in (1, 3):
                 create(bootstrap, f"tp-{client}-rf{rf}", rf, args.partitions)
             for _ in range(args.runs):
                 for rf, acks in [(1, "1"), (3, "all")]:
-                    samples[rf].append(measure(
+                    brokers_before = sum(cpu_seconds(b.popen.pid) for b in cluster)
+                    client_before = sum(os.times()[:2])
+                    rate, sent = measure(
                         bootstrap, f"tp-{client}-rf{rf}", acks if client == "librdkafka" else (1 if acks == "1" else -1),
-                        args.records, args.record_size, args.duration_cap_s, args.idempotence))
+                        args.records, args.record_size, args.duration_cap_s, args.idempotence, args.partitions)
+                    samples[rf].append(rate)
+                    millions = max(sent, 1) / 1e6
+                    broker_cpu[rf].append((sum(cpu_seconds(b.popen.pid) for b in cluster) - brokers_before) / millions)
+                    client_cpu[rf].append((sum(os.times()[:2]) - client_before) / millions)
             medians = {rf: statistics.median(v) for rf, v in samples.items()}
             for rf, acks in [(1, "1"), (3, "all")]:
                 emit(f"produce_rf{rf}_acks_{acks}", round(medians[rf]), "records/s", client=client,
                      record_size=args.record_size, records=args.records, partitions=args.partitions,
-                     idempotence=args.idempotence and rf == 3, runs=[round(v) for v in samples[rf]])
+                     idempotence=args.idempotence and rf == 3, runs=[round(v) for v in samples[rf]],
+                     broker_cpu_s_per_million=round(statistics.median(broker_cpu[rf]), 3),
+                     client_cpu_s_per_million=round(statistics.median(client_cpu[rf]), 3))
             emit("rf3_acks_all_vs_rf1_acks_1", round(medians[3] / medians[1], 3), "ratio", client=client,
                  partitions=args.partitions, idempotence=args.idempotence)
         if args.skip_failover:

@@ -33,6 +33,7 @@ bytes, one slice at a time as the TLS transport drains (docs/security.md).
 from __future__ import annotations
 
 import os
+import socket
 import struct
 from collections import deque
 from typing import Any, NamedTuple
@@ -55,6 +56,8 @@ __all__ = ["KafkaConnection", "KafkaServerFactory", "ResponseWriter", "TLSListen
 _log = Logger()
 _SIZE = struct.Struct(">i")
 _READ_SLICE = 256 * 1024
+#: send(2)'s "more data follows" flag (Linux; 0 elsewhere: each piece is pushed at once)
+_MSG_MORE = getattr(socket, "MSG_MORE", 0)
 
 
 @implementer(IPullProducer)
@@ -101,9 +104,22 @@ class ResponseWriter:
                 queue.popleft()
                 if self._sendfile_fd is not None and self._buffer_empty():
                     # Send it straight to the socket, so that the transport's
-                    # buffer stays empty and the region after it can go by sendfile.
+                    # buffer stays empty and the region after it can go by
+                    # sendfile: the bytes up to the next region in one send (a
+                    # response's size prefix and header), held back (MSG_MORE)
+                    # to leave in the same segments as the region's first bytes.
+                    # Sent apart, each piece is a TCP segment of its own (no
+                    # Nagle) that wakes the reader for a few bytes: a follower
+                    # would read a fetch response's 4-byte size, then its
+                    # header, then the records, each after a wakeup of its own.
+                    if queue and isinstance(queue[0], bytes):
+                        pieces = [chunk]
+                        while queue and isinstance(queue[0], bytes):
+                            pieces.append(queue.popleft())
+                        chunk = b"".join(pieces)
+                    flags = _MSG_MORE if queue and queue[0].length > 0 else 0
                     try:
-                        sent = self.transport.socket.send(chunk)
+                        sent = self.transport.socket.send(chunk, flags)
                     except BlockingIOError:
                         sent = 0
                     except OSError as e:

@@ -22,6 +22,8 @@ from kafkatw.broker.replica_fetcher import ReplicaFetcherManager
 from kafkatw.config import BrokerConfig, topic_log_config
 from kafkatw.errors import ErrorCode, KafkaStorageError
 from kafkatw.protocol.batch import build_batch
+from kafkatw.protocol.fetch import FetchRequestBody
+from kafkatw.protocol.messages import encode_request
 from kafkatw.storage.log_manager import LogManager
 
 LEADER_ID = 0
@@ -277,6 +279,24 @@ class FetchTests(unittest.TestCase):
         body = h.request(1)
         self.assertEqual((body["replica_id"], body["topics"][0]["partitions"][0]["current_leader_epoch"]),
                          (FOLLOWER_ID, 5))
+
+    def test_next_fetch_goes_out_in_the_turn_of_the_append(self) -> None:
+        """
+        The fetch after an append is sent in the same reactor turn (no timer,
+        no clock advance), from the new log end offset; its body is encoded by
+        hand (L{FetchRequestBody}, kio's bytes) as the consumer's is (issue 32).
+        """
+        h = FetcherHarness(self, [])
+        h.epoch_request()
+        h.answer(epochs_response(-1, -1))
+        self.assertEqual(h.fetch_offset(), 0)
+        h.answer(fetch_response(batch(3, 0, epoch=5), 3))
+        self.assertEqual(h.log.log_end_offset, 3)
+        self.assertEqual(h.fetch_offset(), 3)
+        self.assertEqual(h.clock.seconds(), 0)
+        body = h.request(1)
+        self.assertIsInstance(body, FetchRequestBody)
+        self.assertEqual(encode_request(1, 12, 7, "f", body), encode_request(1, 12, 7, "f", dict(body)))
 
     def test_offset_out_of_range_truncates_by_epoch_again(self) -> None:
         h = FetcherHarness(self, [(0, 2)])
