@@ -282,7 +282,8 @@ def oauthbearer_validator(config: Any, listener_name: str, reactor: Any = None) 
                              config["sasl.oauthbearer.expected.issuer"], config["sasl.oauthbearer.sub.claim.name"],
                              config["sasl.oauthbearer.scope.claim.name"], config["sasl.oauthbearer.clock.skew.seconds"],
                              config["sasl.oauthbearer.jwks.endpoint.refresh.ms"],
-                             config["sasl.oauthbearer.jwks.endpoint.retry.backoff.ms"], reactor=reactor)
+                             config["sasl.oauthbearer.jwks.endpoint.retry.backoff.ms"], reactor=reactor,
+                             retry_backoff_max_ms=config["sasl.oauthbearer.jwks.endpoint.retry.backoff.max.ms"])
     jaas = config.listener_value(listener_name, "sasl.jaas.config", "OAUTHBEARER", inherit=False)
     _log.warn("listener {listener} enables OAUTHBEARER with unsecured tokens (no sasl.oauthbearer.jwks.endpoint.url):"
               " any client may claim any principal; for development only", listener=listener_name)

@@ -31,6 +31,11 @@ otherwise the next comes C{replica.fetch.backoff.ms} later (capped at 100 ms).  
 happen between steps, so a move whose copy outpaces the producers catches up
 and swaps in the turn that copies its last batch.
 
+A storage error during the copy takes offline the log dir of the log it
+came from: the current log's, or the destination's for the future log's
+(Kafka's C{ReplicaAlterLogDirsThread}); out of file descriptors
+(C{EMFILE}/C{ENFILE}) takes none offline and cancels the move.
+
 A broker stopped (or killed) during a move leaves the old log serving and
 the future log on disk: the next start loads it and the move resumes
 (L{kafkatw.storage.log_manager.LogManager.load}), as Kafka's does.
@@ -38,7 +43,9 @@ the future log on disk: the next start loads it and the move resumes
 Errors, as Kafka's C{ReplicaManager.alterReplicaLogDirs} gives them:
 C{LOG_DIR_NOT_FOUND} (not one of C{log.dirs}, as an absolute path),
 C{KAFKA_STORAGE_ERROR} (the destination or the partition is offline, or a
-log dir is offline: no future log is created then), C{REPLICA_NOT_AVAILABLE}
+log dir is offline: no future log is created then; or the future log cannot
+be created: out of file descriptors, as for a new log, leaves the destination
+online), C{REPLICA_NOT_AVAILABLE}
 (no replica here yet: the directory is remembered, and the replica is
 created there when it is assigned, as C{kafka-reassign-partitions.sh}
 expects), C{INVALID_TOPIC_EXCEPTION} (a future log's directory name would be
@@ -59,6 +66,7 @@ from twisted.logger import Logger
 from ..errors import ErrorCode, KafkaStorageError
 from ..storage.future_log import future_dir_name, new_move_id
 from ..storage.log import UnexpectedAppendOffsetError
+from ..storage.log_dir_failure import OpenFilesLimitError, out_of_descriptors
 
 __all__ = ["ReplicaAlterLogDirsManager"]
 
@@ -66,6 +74,14 @@ _log = Logger()
 _E = ErrorCode
 #: Kafka's limit on a file name (KAFKA-4893).
 _MAX_DIR_NAME = 255
+
+
+class _CurrentLogFailed(Exception):
+    """A storage error of the current log met while the future log follows it (its C{error})."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 class ReplicaAlterLogDirsManager:
@@ -221,11 +237,13 @@ class ReplicaAlterLogDirsManager:
             return 0
         if current.has_pending:
             return 0  # appends of this turn not written yet: the next step copies them
-        future_dir = lm.future_log_dir_of(*key)
         try:
             self._follow(current, future)
+        except _CurrentLogFailed as e:
+            self._current_failed(key, e.error)
+            return 0
         except (KafkaStorageError, OSError) as e:
-            lm.failure_channel.maybe_add_offline_log_dir(future_dir, f"{future.directory}: {e}")
+            self._future_failed(key, future, e)
             return 0
         copied = 0
         while future.log_end_offset < current.log_end_offset and copied < self.step_bytes:
@@ -234,7 +252,7 @@ class ReplicaAlterLogDirsManager:
                 regions = current.read(start, self.step_bytes - copied)
                 data = b"".join(os.pread(r.fileno, r.length, r.position) for r in regions)
             except (KafkaStorageError, OSError) as e:
-                lm.log_failed(key[0], key[1], e)
+                self._current_failed(key, e)
                 return copied
             if not data:
                 break
@@ -246,7 +264,7 @@ class ReplicaAlterLogDirsManager:
                 future.truncate_fully_and_start_at(current.log_start_offset)
                 return copied
             except (KafkaStorageError, OSError) as e:
-                lm.failure_channel.maybe_add_offline_log_dir(future_dir, f"{future.directory}: {e}")
+                self._future_failed(key, future, e)
                 return copied
             copied += len(data)
             if future.log_end_offset <= start:
@@ -255,16 +273,57 @@ class ReplicaAlterLogDirsManager:
             self._swap(key, current)
         return copied
 
+    def _current_failed(self, key: tuple[str, int], error: BaseException) -> None:
+        """A storage error of the current log: its log dir goes offline (not the destination)."""
+        if out_of_descriptors(error):
+            self._out_of_descriptors(key, error)
+            return
+        self.log_manager.log_failed(key[0], key[1], error)
+
+    def _future_failed(self, key: tuple[str, int], future: Any, error: BaseException) -> None:
+        """A storage error of the future log: the destination goes offline."""
+        if isinstance(error, OpenFilesLimitError) or out_of_descriptors(error):
+            self._out_of_descriptors(key, error)
+            return
+        future_dir = self.log_manager.future_log_dir_of(*key)
+        if future_dir is not None:
+            self.log_manager.failure_channel.maybe_add_offline_log_dir(future_dir, f"{future.directory}: {error}")
+
+    def _out_of_descriptors(self, key: tuple[str, int], error: BaseException) -> None:
+        """
+        C{EMFILE}/C{ENFILE}: a limit of the process, not a failure of a log
+        dir (as L{kafkatw.storage.log_manager.LogManager.get_or_create}):
+        the move is cancelled, both log dirs stay online.
+        """
+        _log.warn("moving {partition} between log dirs: out of file descriptors at the open files limit"
+                  " (ulimit -n) ({error}); the move is cancelled, the log dirs stay online",
+                  partition=f"{key[0]}-{key[1]}", error=str(error))
+        self._cancel(key, "out of file descriptors")
+
     @staticmethod
     def _follow(current: Any, future: Any) -> None:
-        """Step 1: truncate the future log where it diverges from the current one, follow its log start offset."""
-        if future.log_end_offset > current.log_end_offset:
-            future.truncate_to(current.log_end_offset)
+        """
+        Step 1: truncate the future log where it diverges from the current
+        one, follow its log start offset.
+
+        @raise _CurrentLogFailed: reading the current log failed.
+        @raise KafkaStorageError: (or C{OSError}) writing the future log failed.
+        """
+        try:
+            current_leo, current_start = current.log_end_offset, current.log_start_offset
+            current_high_watermark = current.high_watermark
+        except (KafkaStorageError, OSError) as e:
+            raise _CurrentLogFailed(e) from e
+        if future.log_end_offset > current_leo:
+            future.truncate_to(current_leo)
         epoch = future.latest_epoch
         if epoch >= 0 and future.log_end_offset > future.log_start_offset:
             # Kafka's ReplicaAlterLogDirsThread truncates the future replica by leader epoch, as a
             # follower of the current one
-            current_epoch, end = current.end_offset_for_epoch(epoch)
+            try:
+                current_epoch, end = current.end_offset_for_epoch(epoch)
+            except (KafkaStorageError, OSError) as e:
+                raise _CurrentLogFailed(e) from e
             if current_epoch < 0:
                 target = future.log_start_offset
             elif current_epoch == epoch:
@@ -273,11 +332,11 @@ class ReplicaAlterLogDirsManager:
                 target = min(end, future.end_offset_for_epoch(current_epoch)[1])
             if 0 <= target < future.log_end_offset:
                 future.truncate_to(target)
-        if current.log_start_offset > future.log_end_offset:
-            future.truncate_fully_and_start_at(current.log_start_offset)
-        elif current.log_start_offset > future.log_start_offset:
-            future.update_high_watermark(current.high_watermark)  # the log start offset stays below it
-            future.maybe_increment_log_start_offset(current.log_start_offset)
+        if current_start > future.log_end_offset:
+            future.truncate_fully_and_start_at(current_start)
+        elif current_start > future.log_start_offset:
+            future.update_high_watermark(current_high_watermark)  # the log start offset stays below it
+            future.maybe_increment_log_start_offset(current_start)
 
     def _swap(self, key: tuple[str, int], current: Any) -> None:
         lm = self.log_manager

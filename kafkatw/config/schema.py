@@ -572,9 +572,13 @@ BROKER_CONFIG: dict[str, ConfigKey] = {
                   "unsecured tokens (`alg: none`), configured by the listener's "
                   "`listener.name.<listener>.oauthbearer.sasl.jaas.config` `unsecuredValidator*` options."),
         ConfigKey("sasl.oauthbearer.jwks.endpoint.refresh.ms", int, 3600000,
-                  "The key set is fetched again after this long (and at once for an unknown `kid`).", "ms"),
+                  "The key set is fetched again after this long, logins going on with the keys held meanwhile "
+                  "(and kept when the fetch fails); a token with an unknown `kid` starts a fetch at once.", "ms"),
         ConfigKey("sasl.oauthbearer.jwks.endpoint.retry.backoff.ms", int, 100,
-                  "Least time between two fetches of the key set for unknown `kid`s.", "ms"),
+                  "Least time between the starts of two fetches of the key set (one at a time); doubled after "
+                  "each failed fetch in a row.", "ms"),
+        ConfigKey("sasl.oauthbearer.jwks.endpoint.retry.backoff.max.ms", int, 10000,
+                  "Most time between the starts of two fetches of the key set after failed ones.", "ms"),
         ConfigKey("sasl.oauthbearer.expected.audience", _list, [],
                   "Audiences of which a JWKS-validated token's `aud` must name one; empty: not checked."),
         ConfigKey("sasl.oauthbearer.expected.issuer", str, "",

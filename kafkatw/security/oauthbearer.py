@@ -39,8 +39,11 @@ import json
 import math
 import re
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
+
+from twisted.logger import Logger
 
 from .sasl import SaslAuthenticationFailed, SaslException
 
@@ -59,6 +62,8 @@ __all__ = [
     "unsecured_login_provider",
     "fetch_url",
 ]
+
+_log = Logger()
 
 MECHANISM = "OAUTHBEARER"
 _SEPARATOR = "\x01"
@@ -233,22 +238,47 @@ class JwksValidator:
     Kafka's C{OAuthBearerValidatorCallbackHandler} (KIP-768): a JWT signed
     with a key of the JSON Web Key Set at C{sasl.oauthbearer.jwks.endpoint.url},
     found by the token's C{kid}; C{alg: none} refused; C{exp} and C{iat}
-    required; C{aud} among the expected audiences and C{iss} the expected
-    issuer when those are configured.  The key set is fetched when first
-    needed, again after C{refresh_ms}, and at once (not more often than
-    C{retry_backoff_ms}) for an unknown C{kid}, as Kafka's
-    C{RefreshingHttpsJwks}.  Signatures are checked by PyJWT.
+    required, C{nbf} checked when present (each with the allowed clock skew);
+    C{aud} among the expected audiences and C{iss} the expected issuer when
+    those are configured.  Signatures are checked by PyJWT.
 
+    The key set is kept as Kafka's C{RefreshingHttpsJwks} keeps it:
+
+      - one fetch at a time: every login that needs the keys waits for the
+        fetch under way, none starts another;
+      - the first login fetches them; after C{refresh_ms} a login starts a
+        refresh and is checked against the keys held meanwhile;
+      - a refresh that fails keeps the keys held (logged once, until a fetch
+        succeeds again); with no keys yet, logins fail with "could not be read";
+      - fetches start at most once per backoff, counted from the start of
+        the last one: C{retry_backoff_ms}, doubled after each failure in a
+        row up to C{retry_backoff_max_ms};
+      - an unknown C{kid} starts a refresh (and its login waits for it) when
+        the backoff allows and that C{kid} has not started one in the last
+        minute (the last 16 such C{kid}s are remembered, as Kafka's
+        C{MISSING_KEY_ID_CACHE_*}; a C{kid} longer than 1000 characters never
+        does); otherwise the login fails at once.
+
+    @param refresh_ms: C{sasl.oauthbearer.jwks.endpoint.refresh.ms}.
+    @param retry_backoff_ms: C{sasl.oauthbearer.jwks.endpoint.retry.backoff.ms}.
+    @param retry_backoff_max_ms: C{sasl.oauthbearer.jwks.endpoint.retry.backoff.max.ms}.
     @param fetch: C{url -> bytes} or a Deferred of bytes (default: L{fetch_url}
         in a thread of C{reactor}'s pool).
     @param clock: seconds since the epoch.
     @param reactor: the reactor whose thread pool fetches (default: the global one).
     """
 
+    #: Kafka's C{RefreshingHttpsJwks.MISSING_KEY_ID_CACHE_MAX_ENTRIES}, C{..._IN_FLIGHT_MS},
+    #: C{MISSING_KEY_ID_MAX_KEY_LENGTH}
+    MISSING_KID_ENTRIES = 16
+    MISSING_KID_MS = 60000
+    MISSING_KID_MAX_LENGTH = 1000
+
     def __init__(self, url: str, audience: Iterable[str] = (), issuer: str = "", sub_claim: str = "sub",
                  scope_claim: str = "scope", clock_skew_s: int = 30, refresh_ms: int = 3600000,
                  retry_backoff_ms: int = 100, fetch: Callable[[str], Any] | None = None,
-                 clock: Callable[[], float] = time.time, reactor: Any = None) -> None:
+                 clock: Callable[[], float] = time.time, reactor: Any = None,
+                 retry_backoff_max_ms: int = 10000) -> None:
         import jwt  # noqa: F401 -- fail at start-up, not at the first login, without PyJWT
 
         self.url = url
@@ -259,11 +289,21 @@ class JwksValidator:
         self.clock_skew_ms = int(clock_skew_s) * 1000
         self.refresh_ms = refresh_ms
         self.retry_backoff_ms = retry_backoff_ms
+        self.retry_backoff_max_ms = max(retry_backoff_max_ms, retry_backoff_ms)
         self.clock = clock
         self._fetch = fetch or self._fetch_in_thread
         self._reactor = reactor
         self._keys: dict[str | None, Any] = {}
+        #: when the fetch that read the keys held started (ms), None: no keys yet
         self._fetched_ms: int | None = None
+        #: when the last fetch started (ms)
+        self._attempt_ms: int | None = None
+        #: the fetch under way: the Deferreds of the logins waiting for it
+        self._waiting: list[Any] | None = None
+        self._failures = 0
+        self._error = ""
+        #: unknown kid -> until when (ms) it starts no refresh
+        self._missing: OrderedDict[str, int] = OrderedDict()
 
     def _fetch_in_thread(self, url: str) -> Any:
         from twisted.internet.threads import deferToThreadPool
@@ -273,20 +313,89 @@ class JwksValidator:
             from twisted.internet import reactor  # type: ignore[no-redef]
         return deferToThreadPool(reactor, reactor.getThreadPool(), fetch_url, url)
 
-    def _load(self, body: bytes) -> None:
+    @property
+    def fetching(self) -> bool:
+        """Whether a fetch of the key set is under way."""
+        return self._waiting is not None
+
+    def _backoff_ms(self) -> int:
+        if self._failures == 0:
+            return self.retry_backoff_ms
+        return min(self.retry_backoff_ms * 2 ** min(self._failures - 1, 62), self.retry_backoff_max_ms)
+
+    def _may_fetch(self, now_ms: int) -> bool:
+        return not self.fetching and (self._attempt_ms is None or now_ms - self._attempt_ms >= self._backoff_ms())
+
+    def _start_fetch(self, now_ms: int) -> None:
+        from twisted.internet import defer
+
+        self._attempt_ms = now_ms
+        self._waiting = []
+        defer.maybeDeferred(self._fetch, self.url).addCallback(self._load).addCallbacks(
+            self._fetched, self._fetch_failed, callbackArgs=(now_ms,))
+
+    def _wait(self) -> Any:
+        from twisted.internet import defer
+
+        assert self._waiting is not None
+        waiter = defer.Deferred()
+        self._waiting.append(waiter)
+        return waiter
+
+    def _done(self) -> None:
+        waiting, self._waiting = self._waiting or [], None
+        for waiter in waiting:
+            waiter.callback(None)
+
+    def _load(self, body: bytes | str) -> dict[str | None, Any]:
         import jwt
 
         try:
             keys = jwt.PyJWKSet.from_json(body.decode("utf-8") if isinstance(body, bytes) else body)
         except (jwt.PyJWKSetError, jwt.InvalidKeyError, UnicodeDecodeError, ValueError) as e:
-            raise InvalidToken(f"the JWKS at {self.url} is not a usable key set ({e})") from None
-        self._keys = {key.key_id: key for key in keys.keys}
+            raise ValueError(f"not a usable key set ({e})") from None
+        return {key.key_id: key for key in keys.keys}
+
+    def _fetched(self, keys: dict[str | None, Any], started_ms: int) -> None:
+        if self._failures:
+            _log.info("read the JWKS at {url} again, after {failures} failed attempts", url=self.url,
+                      failures=self._failures)
+        self._keys = keys
+        self._fetched_ms = started_ms
+        self._failures = 0
+        self._error = ""
+        for kid in keys:
+            self._missing.pop(str(kid), None)
+        self._done()
+
+    def _fetch_failed(self, failure: Any) -> None:
+        self._failures += 1
+        self._error = str(failure.value)[:200] or type(failure.value).__name__
+        if self._failures == 1:
+            _log.warn("reading the JWKS at {url} failed ({error}); {then} (retried with a backoff of up to"
+                      " {max_ms} ms; logged again once it is read)", url=self.url, error=self._error,
+                      then="the keys read before stay in use" if self._fetched_ms is not None
+                      else "OAUTHBEARER logins fail until it is read", max_ms=self.retry_backoff_max_ms)
+        self._done()
+
+    def _unknown_kid_may_refresh(self, kid: Any, now_ms: int) -> bool:
+        name = str(kid)
+        if len(name) > self.MISSING_KID_MAX_LENGTH:
+            return False
+        until = self._missing.get(name)
+        if until is not None and until > now_ms:
+            return False
+        self._missing[name] = now_ms + self.MISSING_KID_MS
+        self._missing.move_to_end(name)
+        while len(self._missing) > self.MISSING_KID_ENTRIES:
+            self._missing.popitem(last=False)
+        return True
 
     def validate(self, token: str) -> Any:
         """
         @return: a Deferred firing with an L{OAuthBearerToken}.
         @raise InvalidToken: (in the Deferred) a token that does not validate,
-            or a key set that cannot be read.
+            or no key set read yet.
         """
         from twisted.internet import defer
 
@@ -300,28 +409,24 @@ class JwksValidator:
         alg = header.get("alg")
         if not isinstance(alg, str) or alg.lower() == "none":
             return defer.fail(InvalidToken("the JWT is not signed (alg none)"))
-        now_ms = int(self.clock() * 1000)
-        stale = self._fetched_ms is None or now_ms - self._fetched_ms >= self.refresh_ms
-        unknown = kid not in self._keys and (self._fetched_ms is None
-                                             or now_ms - self._fetched_ms >= self.retry_backoff_ms)
-        if not (stale or unknown):
-            return defer.maybeDeferred(self._verify, token, kid, alg)
-
-        def fetched(body: bytes) -> OAuthBearerToken:
-            self._fetched_ms = int(self.clock() * 1000)
-            self._load(body)
-            return self._verify(token, kid, alg)
-
-        def unreadable(failure: Any) -> Any:
-            if failure.check(InvalidToken):
-                return failure
-            raise InvalidToken(f"the JWKS at {self.url} could not be read ({failure.value})")
-
-        return defer.maybeDeferred(self._fetch, self.url).addCallback(fetched).addErrback(unreadable)
+        now_ms = round(self.clock() * 1000)
+        if self._fetched_ms is None:
+            if self._may_fetch(now_ms):
+                self._start_fetch(now_ms)
+        elif now_ms - self._fetched_ms >= self.refresh_ms and self._may_fetch(now_ms):
+            self._start_fetch(now_ms)  # this login goes on with the keys held
+        if kid not in self._keys and self._fetched_ms is not None and self._may_fetch(now_ms) \
+                and self._unknown_kid_may_refresh(kid, now_ms):
+            self._start_fetch(now_ms)
+        if self.fetching and (self._fetched_ms is None or kid not in self._keys):
+            return self._wait().addCallback(lambda _: self._verify(token, kid, alg))
+        return defer.maybeDeferred(self._verify, token, kid, alg)
 
     def _verify(self, token: str, kid: Any, alg: str) -> OAuthBearerToken:
         import jwt
 
+        if self._fetched_ms is None:
+            raise InvalidToken(f"the JWKS at {self.url} could not be read ({self._error})")
         key = self._keys.get(kid)
         if key is None:
             raise InvalidToken(f"no key with kid {str(kid)[:64]!r} in the JWKS")
@@ -335,8 +440,12 @@ class JwksValidator:
                                          "require": []})
         except jwt.PyJWTError as e:
             raise InvalidToken(f"the JWT does not validate: {e}") from None
-        now_ms = int(self.clock() * 1000)
+        now_ms = round(self.clock() * 1000)
         exp, iat = _check_times(claims, now_ms, self.clock_skew_ms, True)
+        nbf = _number_ms(claims, "nbf", False)
+        if nbf is not None and nbf > now_ms + self.clock_skew_ms:
+            raise InvalidToken(f"the token is not valid for another {nbf - now_ms} ms (nbf; allowable clock skew"
+                               f" {self.clock_skew_ms} ms)")
         return OAuthBearerToken(_principal(claims, self.sub_claim), _scope(claims, self.scope_claim), exp, iat)
 
 

@@ -23,9 +23,12 @@ two renames leaves two C{orders-0} directories, which its next start refuses.
 Here a crash between them leaves a C{-delete} directory and a C{-future}
 directory of the same id and no C{orders-0} anywhere: the swap had begun, so
 the future log was complete and flushed, and L{recover_interrupted_moves}
-finishes it (rename 2) at the next start.  Every other C{-delete} directory is
-removed at start-up, and a C{-future} directory whose partition still has its
-current log is loaded as a future log and its move resumes, as Kafka does.
+finishes it (rename 2) at the next start.  A C{-delete} directory is removed
+at start-up only when its swap is known complete; when a log dir cannot be
+read it may hold the future log, so the C{-delete} directory becomes the
+current log again (L{recover_interrupted_moves}).  A C{-future} directory
+whose partition still has its current log is loaded as a future log and its
+move resumes, as Kafka does.
 """
 
 from __future__ import annotations
@@ -84,22 +87,35 @@ def sync_directory(path: str) -> None:
         os.close(fd)
 
 
-def recover_interrupted_moves(log_dirs: list[str]) -> list[tuple[str, int]]:
+def recover_interrupted_moves(log_dirs: list[str], every_log_dir: bool = True) -> list[tuple[str, int]]:
     """
-    At start-up, before the logs are loaded: finish each swap a crash cut
-    short between its two renames (see the module docstring) and remove
-    every other C{-delete} directory.  A directory that cannot be listed is
-    skipped (loading it fails and takes it offline).
+    At start-up, before the logs are loaded, settle each C{-delete}
+    directory (see the module docstring).  Its swap is known complete when
+    the partition's directory (C{orders-0}) is in a log dir: it is removed.
+    A swap cut short between its two renames (the C{-future} directory of
+    the same id is there, no C{orders-0}) is finished, then it is removed.
+    With neither: when every log dir was listed the partition was deleted
+    after its swap (the old log waits C{log.segment.delete.delay.ms}) and it
+    is removed; otherwise the future log may be in a log dir that cannot be
+    read, so the swap is not known complete and the C{-delete} directory is
+    renamed back to C{orders-0}: the old log serves again (and the move
+    resumes when that dir is back).  Two such directories of one partition
+    are both left as they are (which is the newer is not known).
 
-    @param log_dirs: the live log directories (absolute paths).
+    @param log_dirs: the live log directories (absolute paths); one that
+        cannot be listed is skipped (loading it fails and takes it offline).
+    @param every_log_dir: C{log_dirs} are all the broker's log dirs (none offline).
     @return: the partitions whose swap was finished.
     """
     listing: dict[str, list[str]] = {}
     for log_dir in log_dirs:
         try:
             listing[log_dir] = sorted(os.listdir(log_dir))
-        except OSError:
+        except OSError as e:
+            _log.warn("cannot list {log_dir} ({error}): moves between log dirs it took part in are not settled",
+                      log_dir=log_dir, error=e)
             continue
+    every_listed = every_log_dir and len(listing) == len(log_dirs)
     current = {name for names in listing.values() for name in names}
     futures: dict[tuple[str, int, str], str] = {}
     deletes: list[tuple[str, str, int, str]] = []
@@ -114,8 +130,10 @@ def recover_interrupted_moves(log_dirs: list[str]) -> list[tuple[str, int]]:
             else:
                 deletes.append((log_dir, topic, partition, move_id))
     finished = []
+    unsettled: dict[str, list[str]] = {}
     for log_dir, topic, partition, move_id in deletes:
         name = f"{topic}-{partition}"
+        path = os.path.join(log_dir, delete_dir_name(topic, partition, move_id))
         future_dir = futures.get((topic, partition, move_id))
         if name not in current and future_dir is not None:
             os.rename(os.path.join(future_dir, future_dir_name(topic, partition, move_id)),
@@ -125,5 +143,23 @@ def recover_interrupted_moves(log_dirs: list[str]) -> list[tuple[str, int]]:
             finished.append((topic, partition))
             _log.warn("{partition}: finished moving its log from {source} to {destination} (the broker stopped"
                       " during the swap)", partition=name, source=log_dir, destination=future_dir)
-        shutil.rmtree(os.path.join(log_dir, delete_dir_name(topic, partition, move_id)), ignore_errors=True)
+        elif name not in current and not every_listed:
+            unsettled.setdefault(name, []).append(path)
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+    for name, paths in sorted(unsettled.items()):
+        if len(paths) > 1:
+            _log.error("{partition}: {paths} are old logs of moves whose destinations cannot be read: left as"
+                       " they are (no log of {partition} is loaded)", partition=name, paths=", ".join(paths))
+            continue
+        log_dir = os.path.dirname(paths[0])
+        try:
+            os.rename(paths[0], os.path.join(log_dir, name))
+            sync_directory(log_dir)
+        except OSError as e:
+            _log.error("{partition}: renaming {path} back failed ({error}): left as it is", partition=name,
+                       path=paths[0], error=e)
+            continue
+        _log.warn("{partition}: its move to another log dir is not known to be complete (a log dir cannot be"
+                  " read): its old log {path} serves again", partition=name, path=paths[0])
     return finished

@@ -221,7 +221,7 @@ class LogManager:
         @raise OpenFilesLimitError: the logs need more descriptors than the
             soft C{RLIMIT_NOFILE} allows (the logs opened are closed again).
         """
-        recover_interrupted_moves(self.live_log_dirs)
+        recover_interrupted_moves(self.live_log_dirs, every_log_dir=not self.offline_log_dirs)
         for log_dir in self.log_dirs:
             if log_dir in self.failure_channel.offline:
                 continue
@@ -372,16 +372,7 @@ class LogManager:
                                files=self.files[log_dir])
             self._check_open_files(topic, partition, log)
         except (KafkaStorageError, OSError) as e:
-            if isinstance(e, OpenFilesLimitError) or out_of_descriptors(e):
-                if log is not None:
-                    log.close_handlers()
-                if not existed:
-                    shutil.rmtree(path, ignore_errors=True)
-                if isinstance(e, OpenFilesLimitError):
-                    raise
-                raise OpenFilesLimitError(f"cannot create the log of {topic}-{partition}: out of file descriptors"
-                                          f" at the open files limit (ulimit -n) of {self.open_files_limit()}"
-                                          f" ({e}); log dir {log_dir} stays online") from e
+            self._maybe_refuse_for_descriptors(e, "log", topic, partition, log_dir, path, log, existed)
             message = f"cannot create the log of {topic}-{partition}: {e}"
             self.failure_channel.maybe_add_offline_log_dir(log_dir, message)
             raise LogDirsFailedError({log_dir: message}) from e
@@ -441,17 +432,23 @@ class LogManager:
         starting at the current log's log start offset
         (C{<topic>-<partition>.<move_id>-future}, L{kafkatw.storage.future_log}).
 
+        @raise OpenFilesLimitError: out of file descriptors, as for
+            L{get_or_create} (C{log_dir} stays online, nothing is left on disk).
         @raise KafkaStorageError: it cannot be created (C{log_dir} goes offline).
         """
         tp = (topic, partition)
         path = os.path.join(log_dir, future_dir_name(topic, partition, move_id))
+        existed = os.path.exists(path)
+        log = None
         try:
             log = PartitionLog(path, topic, partition, self._config_for(topic), now_ms=self.now_ms,
                                files=self.files[log_dir])
+            self._check_open_files(topic, partition, log)
             current = self._logs.get(tp)
             if current is not None and current.log_start_offset > 0:
                 log.truncate_fully_and_start_at(current.log_start_offset)
         except (KafkaStorageError, OSError) as e:
+            self._maybe_refuse_for_descriptors(e, "future log", topic, partition, log_dir, path, log, existed)
             message = f"cannot create the future log of {topic}-{partition}: {e}"
             self.failure_channel.maybe_add_offline_log_dir(log_dir, message)
             raise LogDirsFailedError({log_dir: message}) from e
@@ -504,6 +501,7 @@ class LogManager:
         old_path = os.path.join(source_dir, delete_dir_name(topic, partition, move_id))
         new_path = os.path.join(destination_dir, f"{topic}-{partition}")
         swapped = False
+        undone = True
         try:
             future.close()
             current.flush()
@@ -512,7 +510,9 @@ class LogManager:
                 sync_directory(source_dir)
                 os.rename(future.directory, new_path)
             except OSError:
+                undone = False
                 os.rename(old_path, current_path)  # undone: the current log serves on
+                undone = True
                 raise
             swapped = True
             sync_directory(destination_dir)
@@ -520,9 +520,18 @@ class LogManager:
                                clean_shutdown=True, now_ms=self.now_ms, files=self.files[destination_dir])
         except (KafkaStorageError, OSError) as e:
             if swapped:
-                # on disk the new log is in place (complete and closed): the partition is offline here
-                # until the next start opens it
+                # on disk the new log is in place (complete and closed) in the destination, which failed:
+                # the partition is offline here until the next start opens it
                 current.directory = old_path
+                self._log_dir_of[tp] = destination_dir
+                raise self.log_failed(topic, partition, e) from e
+            if not undone:
+                # the current log stays renamed -delete: its dir failed, the partition is offline here; the
+                # future log, complete and closed, stays on disk: the next start finishes the swap
+                # (future_log.recover_interrupted_moves)
+                current.directory = old_path
+                del self.future_logs[tp]
+                del self._future_log_dir_of[tp]
                 raise self.log_failed(topic, partition, e) from e
             # the move is abandoned; the current log, untouched, serves on
             del self.future_logs[tp]
@@ -676,6 +685,26 @@ class LogManager:
             if failures:
                 raise LogDirsFailedError(failures)
         return write
+
+    def _maybe_refuse_for_descriptors(self, error: BaseException, what: str, topic: str, partition: int,
+                                      log_dir: str, path: str, log: PartitionLog | None, existed: bool) -> None:
+        """
+        When C{error}, met creating a log (C{what}: "log", "future log") at
+        C{path}, is for want of file descriptors: close what was opened,
+        remove the directory if it is new and raise L{OpenFilesLimitError}
+        (C{log_dir} stays online).  Otherwise return.
+        """
+        if not (isinstance(error, OpenFilesLimitError) or out_of_descriptors(error)):
+            return
+        if log is not None:
+            log.close_handlers()
+        if not existed:
+            shutil.rmtree(path, ignore_errors=True)
+        if isinstance(error, OpenFilesLimitError):
+            raise error
+        raise OpenFilesLimitError(f"cannot create the {what} of {topic}-{partition}: out of file descriptors"
+                                  f" at the open files limit (ulimit -n) of {self.open_files_limit()}"
+                                  f" ({error}); log dir {log_dir} stays online") from error
 
     def _check_open_files(self, topic: str, partition: int, log: PartitionLog) -> None:
         """
