@@ -26,13 +26,13 @@ import atexit
 import os
 import resource
 import sys
-import time
 from typing import Any, Callable
 
 from twisted.internet.error import ReactorNotRunning
 from twisted.logger import Logger
 from twisted.python import usage
 
+from .client.clock import use_monotonic_clock
 from .config import BrokerConfig
 from .properties import parse_properties
 
@@ -240,30 +240,6 @@ def raise_open_files_limit(getrlimit: Callable[[int], tuple[int, int]] = resourc
             return soft, soft
         return soft, target
     return soft, soft
-
-
-def use_monotonic_clock(reactor: Any) -> None:
-    """
-    Run C{reactor}'s timers on C{time.monotonic} rather than on the wall
-    clock: its C{seconds()} becomes C{time.monotonic}, so that a step of the
-    machine's clock (NTP, an operator) neither stalls its C{callLater}s
-    (a step back) nor fires them early (a step forward), as Kafka's
-    scheduler runs on C{System.nanoTime}.  What needs the wall clock reads
-    it itself (L{kafkatw.broker.server.KafkaServer.milliseconds}).
-
-    Twisted has no switch for it: C{ReactorBase.seconds} is C{time.time}
-    (C{twisted.python.runtime.seconds}); this sets C{seconds} on the
-    instance, which C{callLater} reads for each call's time and hands to its
-    C{DelayedCall}, and C{timeout()} and C{runUntilCurrent()} compare with
-    (docs/design.md, "Private APIs"; C{tests/unit/test_private_apis.py}).
-
-    @raise RuntimeError: a call is already scheduled on the wall clock.
-    """
-    if reactor.seconds is time.monotonic:
-        return
-    if reactor.getDelayedCalls():
-        raise RuntimeError("the reactor's clock can change only before anything is scheduled on it")
-    reactor.seconds = time.monotonic
 
 
 def makeService(options: Options, reactor: Any = None) -> Any:

@@ -130,6 +130,7 @@ class GroupCoordinatorElection:
         self.running = False
         self._claiming: dict[int, defer.Deferred] = {}
         self._releasing: dict[int, defer.Deferred] = {}
+        #: the holders' watch, then the candidates' (a start made again after a lost connection keeps them)
         self._watches: list[Any] = []
         self._candidacy: defer.Deferred | None = None
         self._listening = False
@@ -185,7 +186,10 @@ class GroupCoordinatorElection:
 
         @return: a Deferred firing once those claims are settled (the
             partitions other brokers hold are handed over later, as they
-            release them).
+            release them); failing with
+            L{kafkatw.zookeeper.bridge.ZooKeeperUnavailableError} when the
+            connection was lost, after which it may be called again (the
+            broker's start does, once connected).
         """
         return defer.Deferred.fromCoroutine(self._start())
 
@@ -197,8 +201,10 @@ class GroupCoordinatorElection:
             self.client.on_new_session(self._new_session)
         self.connected = self.client.connected
         await self.registry.ensure_group_coordinator_paths()
-        self._watches.append(await self.registry.watch_group_coordinators(self._holders_changed))
-        self._watches.append(await self.registry.watch_group_coordinator_candidates(self._candidates_changed))
+        if not self._watches:
+            self._watches.append(await self.registry.watch_group_coordinators(self._holders_changed))
+        if len(self._watches) < 2:
+            self._watches.append(await self.registry.watch_group_coordinator_candidates(self._candidates_changed))
         await self._become_candidate()
         # The candidates as ZooKeeper has them now (the watch may not have fired yet).
         names = await self.client.get_children(GROUP_COORDINATOR_CANDIDATES_PATH)

@@ -213,7 +213,7 @@ class KafkaServer(service.MultiService):
                  zookeeper_client_factory: Callable[..., Any] | None = None,
                  random_source: random.Random | None = None,
                  log_dir_files_factory: Callable[[str], LogDirFiles] = LogDirFiles,
-                 wall_clock: Callable[[], float] = time.time) -> None:
+                 wall_clock: Callable[[], float] = time.time, freeze_after_start: bool = True) -> None:
         super().__init__()
         self.config = config
         #: the broker's timers and durations run on its time (C{seconds}, C{callLater}); under
@@ -232,6 +232,9 @@ class KafkaServer(service.MultiService):
         #: makes the file operations of each log dir (L{LogManager}'s C{files_factory}); a
         #: simulation gives a disk model that loses unflushed writes on a crash (L{kafkatw.simulation.disk})
         self.log_dir_files_factory = log_dir_files_factory
+        #: C{gc.freeze()} once started (the process is this broker); a process of many brokers that
+        #: come and go (L{kafkatw.simulation}) says False: what they built must stay collectable
+        self.freeze_after_start = freeze_after_start
         #: what the HTTP port (C{metrics.port}) serves next to /metrics, and its lag monitor: a
         #: L{kafkatw.web.BrokerHttp} (given by L{kafkatw.tap}); without one, /metrics only
         self.http = http
@@ -433,7 +436,7 @@ class KafkaServer(service.MultiService):
             ) from None
         self.zookeeper.add_state_listener(self._zookeeper_state)
         self.registry = Registry(self.zookeeper)
-        self.metadata.cluster_id = await self._cluster_id()
+        self.metadata.cluster_id = await self._zookeeper_step("reading /cluster/id", self._cluster_id)
         self.config_changes = ConfigChangeListener(self.registry, self.reactor, now_ms=self.milliseconds)
         self.config_changes.on_entity_change("topics", self._topic_config_changed)
         self.config_changes.on_entity_change("brokers", self._broker_config_changed)
@@ -468,7 +471,8 @@ class KafkaServer(service.MultiService):
         assert self.registry is not None
         # Kafka's DynamicConfigManager reads every entity's config before following the notifications.
         for entity in (DEFAULT_BROKER_ENTITY, str(self.broker_id)):
-            self._broker_config_changed(entity, await self.registry.get_broker_config(entity))
+            self._broker_config_changed(entity, await self._zookeeper_step(
+                f"reading /config/brokers/{entity}", lambda entity=entity: self.registry.get_broker_config(entity)))
         self.log_manager = LogManager(log_dirs, topic_log_config(config, {}), now_ms=self.milliseconds,
                                       files_factory=self.log_dir_files_factory)
         started = time.monotonic()
@@ -661,10 +665,11 @@ class KafkaServer(service.MultiService):
         self.apis.request_metrics = self.request_metrics
         # group configs (KIP-848, KIP-932: kafkatw/broker/group_config.py), current from /config/groups
         self.config_changes.on_entity_change("groups", self.apis.group_configs.update)
-        await self.apis.group_configs.load(self.registry)
+        step = self._zookeeper_step
+        await step("reading /config/groups", lambda: self.apis.group_configs.load(self.registry))
         self.apis.authorizer = authorizer_from_config(config, self.registry, now_ms=self.milliseconds)
         if self.apis.authorizer is not None:
-            await self.apis.authorizer.start()  # every ACL cached before the first request
+            await step("loading the ACLs", self.apis.authorizer.start)  # every ACL cached before the first request
         client = self.inter_broker_client
         self.transactions = TransactionWiring(
             config, self.replica_manager, self.metadata, self.admin, self.registry,
@@ -697,30 +702,35 @@ class KafkaServer(service.MultiService):
                 factory = TLSMemoryBIOFactory(self._tls_options[listener.name], False, factory, clock=self.reactor)
             self._listener_factories[listener.name].serving = factory
 
-        await self.registry.watch_brokers(self._brokers_changed, detailed=True)
+        registry = self.registry
+        await step("watching /brokers/ids", lambda: registry.watch_brokers(self._brokers_changed, detailed=True))
         # A leader adds no broker in controlled shutdown to an ISR (KIP-841).
-        await self.registry.client.watch_children(CONTROLLED_SHUTDOWN_PATH, self._shutdowns_changed)
-        await self.registry.watch_topics(self._topics_changed)
+        await step(f"watching {CONTROLLED_SHUTDOWN_PATH}",
+                   lambda: registry.client.watch_children(CONTROLLED_SHUTDOWN_PATH, self._shutdowns_changed))
+        await step("watching /brokers/topics", lambda: registry.watch_topics(self._topics_changed))
         inter_broker = self.listeners.inter_broker_listener
         host, advertised_port = next((h, p) for name, h, p in advertised if name == inter_broker)
         assert self.zookeeper is not None
         self._record_session()
         self.zookeeper.on_new_session(self._record_session)  # before the registry's re-registration
         await self._register(host, advertised_port, advertised)
-        await self.registry.watch_controller(self._controller_changed)
-        assert self.config_changes is not None
-        for entity_type, name, entity_config in await self.registry.list_quota_entity_configs():
+        await step("watching /controller", lambda: registry.watch_controller(self._controller_changed))
+        config_changes = self.config_changes
+        assert config_changes is not None
+        for entity_type, name, entity_config in await step("reading the quota configs",
+                                                           registry.list_quota_entity_configs):
             self._quota_config_changed(entity_type, name, entity_config)
-        await self.config_changes.start()
+        await step("watching /config/changes", config_changes.start)
         # Group coordinators are elected in ZooKeeper and fenced by their epoch (issue 27).
         election = GroupCoordinatorElection(self.broker_id, self.registry)
         self.apis.group_coordinator.use_election(election)
-        await election.start()
+        await step("joining the group coordinator elections", election.start)
         # What start-up built (modules, loaded logs and indexes, metadata) lives
         # as long as the broker: out of the collector's generations, a full
         # collection no longer walks it, which keeps those pauses out of the
         # request latency's tail (docs/design.md, "Garbage collection").
-        gc.freeze()
+        if self.freeze_after_start:
+            gc.freeze()
         for port in self.bound.values():
             if isinstance(port, abstract.FileDescriptor):
                 port.startReading()  # accept: the connections that waited are answered now
@@ -849,15 +859,16 @@ class KafkaServer(service.MultiService):
         deadline = self.reactor.seconds() + self.config["zookeeper.session.timeout.ms"] / 1000.0 + 5
         reported: set[int] = set()
         unclean = bool(self.log_manager is not None and self.log_manager.unclean_log_dirs)
+        registry = self.registry
+        protocol_map = ({name: self.listeners.protocol_map[name] for name, _, _ in advertised}
+                        if advertised and self.listeners is not None else None)
         while True:
             try:
-                stat = await self.registry.register_broker(
-                    self.broker_id, host, port, endpoints=advertised,
-                    protocol_map={name: self.listeners.protocol_map[name] for name, _, _ in advertised}
-                    if advertised and self.listeners is not None else None, unclean_shutdown=unclean,
-                    metrics_port=self.metrics_port,
+                stat = await self._zookeeper_step(f"registering in {BROKER_IDS_PATH}", lambda: registry.register_broker(
+                    self.broker_id, host, port, endpoints=advertised, protocol_map=protocol_map,
+                    unclean_shutdown=unclean, metrics_port=self.metrics_port,
                     metrics_host=metrics_advertised_host(self.config["metrics.bind.address"], host)
-                    if self.metrics_port is not None else None)
+                    if self.metrics_port is not None else None))
                 if self.replica_manager is not None:
                     self.replica_manager.registered(stat.czxid)
                 self._registered_endpoints = list(advertised or ())
@@ -872,6 +883,104 @@ class KafkaServer(service.MultiService):
                               " dirs: {recorded}): waiting up to {seconds:.0f} s for that session to expire",
                               error=e, recorded=recorded, seconds=deadline - self.reactor.seconds())
                 await task.deferLater(self.reactor, 0.5, lambda: None)
+
+    async def _zookeeper_step(self, what: str, call: Callable[[], Any]) -> Any:
+        """
+        One ZooKeeper step of start-up, C{await call()}, again each time it
+        fails with a lost connection (C{ConnectionLoss}, C{SessionExpired}:
+        L{ZooKeeperUnavailableError}) once the client is connected again, as
+        Kafka's C{KafkaZkClient.retryRequestsUntilConnected} does: a passing
+        loss does not fail the start.  So each step is one that may be made
+        again (a read, a watch, a create that takes its own node as made).
+
+        Bounded by C{zookeeper.connection.timeout.ms} (Kafka's
+        C{ZooKeeperClient.waitUntilConnected}): the client disconnected that
+        long while the step waits, or the step still failing that long after
+        its first loss, and the start fails with one line.
+
+        @param what: the step, for that line (C{"registering in /brokers/ids"}).
+        @return: what C{call()} gave.
+        @raise BrokerStartupError: as said.
+        """
+        client = self.zookeeper
+        assert client is not None
+        timeout_ms = self.config["zookeeper.connection.timeout.ms"]
+        deadline: float | None = None
+        while True:
+            try:
+                return await self._unless_disconnected(defer.maybeDeferred(call), what)
+            except ZooKeeperUnavailableError as e:
+                now = self.reactor.seconds()
+                deadline = now + timeout_ms / 1000.0 if deadline is None else deadline
+                if now >= deadline:
+                    raise BrokerStartupError(
+                        f"{what}: ZooKeeper at {client.hosts} failed it for {timeout_ms} ms ({e}); check ZooKeeper"
+                        " or raise zookeeper.connection.timeout.ms") from None
+                _log.info("broker {id} start-up: {what} lost its ZooKeeper connection ({error}); again once"
+                          " connected", id=self.broker_id, what=what, error=e)
+                if client.connected:  # connected again already (or a new session): not at once, not in a loop
+                    await task.deferLater(self.reactor, 0.1, lambda: None)
+                else:
+                    await self._unless_disconnected(self._connected(), what)
+
+    def _connected(self) -> defer.Deferred:
+        """A Deferred firing once the ZooKeeper client is (C{CONNECTED}) again."""
+        client = self.zookeeper
+        assert client is not None
+        d: defer.Deferred = defer.Deferred()
+
+        def listener(state: str) -> None:
+            if state == "CONNECTED" and not d.called:
+                d.callback(None)
+
+        client.add_state_listener(listener)
+        return d.addBoth(lambda result: (client.remove_state_listener(listener), result)[1])
+
+    def _unless_disconnected(self, d: defer.Deferred, what: str) -> defer.Deferred:
+        """
+        C{d}'s result, unless the ZooKeeper client stays disconnected for
+        C{zookeeper.connection.timeout.ms} before it comes: then C{d} is
+        cancelled, and this fails with L{BrokerStartupError}.
+        """
+        client = self.zookeeper
+        assert client is not None
+        timeout_ms = self.config["zookeeper.connection.timeout.ms"]
+        result: defer.Deferred = defer.Deferred(lambda _: d.cancel())
+        timer: list[Any] = []
+
+        def gone() -> None:
+            timer.clear()
+            if not result.called:
+                result.errback(BrokerStartupError(
+                    f"{what}: lost the connection to ZooKeeper at {client.hosts} and it did not come back within"
+                    f" {timeout_ms} ms; check ZooKeeper or raise zookeeper.connection.timeout.ms"))
+                d.addErrback(lambda f: None)
+                d.cancel()
+
+        def state(state: str) -> None:
+            if state == "CONNECTED":
+                while timer:
+                    timer.pop().cancel()
+            elif not timer:
+                timer.append(self.reactor.callLater(timeout_ms / 1000.0, gone))
+
+        def done(value: Any) -> None:
+            client.remove_state_listener(state)
+            while timer:
+                timer.pop().cancel()
+            if not result.called:
+                if isinstance(value, Failure):
+                    result.errback(value)
+                else:
+                    result.callback(value)
+
+        if d.called:
+            return d
+        client.add_state_listener(state)
+        if not client.connected:
+            state("SUSPENDED")
+        d.addBoth(done)
+        return result
 
     def _every(self, group: str, interval_ms: int, function: Any) -> None:
         """Run C{function} every C{interval_ms}, until the part C{group} stops."""
@@ -1338,9 +1447,37 @@ class KafkaServer(service.MultiService):
         for name in names:
             if name not in self._topic_watches:
                 self._topic_watches[name] = True
-                d = self.registry.get_topic_config(name)
-                d.addCallback(self._watch_topic, name)
-                d.addErrback(lambda f, name=name: _log.failure("watching topic {topic} failed", f, topic=name))
+                self._start_watching_topic(name)
+
+    def _start_watching_topic(self, name: str) -> None:
+        """
+        Read the topic's config and watch its assignment; when the connection
+        to ZooKeeper is lost meanwhile, again once connected (a topic never
+        watched is a topic this broker never replicates: the simulation,
+        seed 16, a drop of the connection as the broker starts).
+        """
+        assert self.registry is not None
+        d = self.registry.get_topic_config(name)
+        d.addCallback(self._watch_topic, name)
+
+        def failed(failure: Failure) -> None:
+            if not failure.check(ZooKeeperUnavailableError):
+                _log.failure("watching topic {topic} failed", failure, topic=name)
+            elif self._topic_watches.get(name) is True:  # not deleted meanwhile
+                _log.info("watching topic {topic}: {error}; again once connected to ZooKeeper", topic=name,
+                          error=failure.getErrorMessage())
+                self._again_once_connected(
+                    lambda: self._start_watching_topic(name) if self._topic_watches.get(name) is True else None)
+
+        d.addErrback(failed)
+
+    def _again_once_connected(self, f: Callable[[], object]) -> None:
+        """C{f()} once the ZooKeeper client is connected (0.1 s from now if it is), unless the broker stops."""
+        assert self.zookeeper is not None
+        if self._stopping:
+            return
+        d = task.deferLater(self.reactor, 0.1, lambda: None) if self.zookeeper.connected else self._connected()
+        d.addCallback(lambda _: None if self._stopping else f())
 
     def _watch_topic(self, config: dict[str, str], name: str) -> Any:
         assert self.registry is not None

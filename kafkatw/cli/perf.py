@@ -297,6 +297,9 @@ def producer_perf_test(ctx: click.Context, topic: str, num_records: int, record_
                 result.printTraceback()
 
     def main(reactor: Any) -> defer.Deferred:
+        from kafkatw.client.clock import use_monotonic_clock
+
+        use_monotonic_clock(reactor)  # linger and timeouts unmoved by a step of the machine's clock
         return defer.ensureDeferred(_run(reactor, topic, num_records, payload, throughput, options,
                                          progress)).addBoth(done)
 

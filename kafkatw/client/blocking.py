@@ -47,6 +47,7 @@ from twisted.python.failure import Failure
 
 from ..errors import KafkaError
 from .admin import AdminClient
+from .clock import use_monotonic_clock
 from .consumer import Consumer, ConsumerRecord
 from .producer import KafkaTimeoutError, Producer, RecordMetadata
 
@@ -68,6 +69,7 @@ def _new_reactor() -> Any:
         from twisted.internet.pollreactor import PollReactor as reactor_class
     reactor = reactor_class()
     reactor._registerAsIOThread = False  # leave Twisted's notion of "the" I/O thread alone
+    use_monotonic_clock(reactor)  # the clients' timers unmoved by a step of the machine's clock
     return reactor
 
 

@@ -29,7 +29,9 @@ one pass: the same steps and results as the Python code (docs/design.md,
 "Compiled accelerator").
 
 Records sent without C{timestamp_ms} carry the time their batch was opened (at
-most C{linger_ms} before the send), read from the reactor's clock.
+most C{linger_ms} before the send), read from the wall clock (C{wall_clock},
+C{time.time}); linger, backoffs and timeouts run on the reactor's time, which
+may be the monotonic clock (L{kafkatw.client.clock.use_monotonic_clock}).
 
 Source: Apache Kafka's C{KafkaProducer} and C{ProducerConfig}; KIP-98
 (idempotence and transactions).
@@ -37,6 +39,7 @@ Source: Apache Kafka's C{KafkaProducer} and C{ProducerConfig}; KIP-98
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from types import MethodType
 from typing import Any, Callable
@@ -116,6 +119,9 @@ class Producer:
     @param transaction_timeout_ms: how long the coordinator lets a transaction
         stay open before aborting it (ms; at most the broker's
         C{transaction.max.timeout.ms}).
+    @param wall_clock: the wall clock, C{time.time}'s shape (s since the
+        epoch): the records' C{CreateTime}s (Kafka's C{Time.milliseconds()}),
+        whatever clock the reactor's timers run on.
     @param security: a L{kafkatw.client.security.SecurityConfig} (TLS, SASL) for the
         client made from C{bootstrap_servers}; kafka-python's keyword options
         (C{security_protocol}, C{ssl_cafile}, C{ssl_certfile}, C{ssl_keyfile},
@@ -131,6 +137,7 @@ class Producer:
                  max_request_size: int = 1048576, partitioner: Callable[..., int] | None = None,
                  enable_idempotence: bool = False, max_block_ms: int = 60000,
                  transactional_id: str | None = None, transaction_timeout_ms: int = 60000,
+                 wall_clock: Callable[[], float] = time.time,
                  security: SecurityConfig | None = None, **security_options: Any) -> None:
         if transactional_id is not None:
             if acks not in (1, "all", -1, "-1"):  # 1: the default, which a transactional id turns into all
@@ -147,6 +154,8 @@ class Producer:
         client, self._owns_client = client_for(reactor, bootstrap_servers, client, client_id, request_timeout_ms,
                                                security_from(security, security_options, "Producer"))
         self.reactor = reactor
+        #: the wall clock the records' timestamps are read from (C{time.time}'s shape)
+        self.wall_clock = wall_clock
         self.client = client
         self.acks = _ACKS[acks]
         if enable_idempotence:
@@ -186,7 +195,7 @@ class Producer:
                                            retry_backoff_ms, max_block_ms, self._transactional_producer_id)
         self._accumulator = accumulator = RecordAccumulator(
             reactor, client, batch_size=batch_size, linger_ms=linger_ms, buffer_memory=buffer_memory,
-            max_request_size=max_request_size, partitioner=partitioner)
+            max_request_size=max_request_size, partitioner=partitioner, wall_clock=wall_clock)
         self._sender = Sender(
             reactor, client, accumulator, acks=self.acks, compression=codec, retries=retries,
             retry_backoff_ms=retry_backoff_ms, delivery_timeout_ms=delivery_timeout_ms,

@@ -141,7 +141,7 @@ class ProducerBatch:
                  "number", "attempts", "retry_at", "encoded", "epoch", "waiters", "done", "callbacks", "room",
                  "groups")
 
-    def __init__(self, state: Any, now: float, number: int) -> None:
+    def __init__(self, state: Any, now: float, number: int, base_ts: int) -> None:
         self.topic = state.topic
         self.partition = state.partition
         self.state = state
@@ -153,8 +153,8 @@ class ProducerBatch:
         # on_delivery callables, parallel to deferreds (None: no record has one)
         self.callbacks: list[Any] | None = None
         self.size = BATCH_OVERHEAD
-        self.created = now
-        self.base_ts = int(now * 1000)
+        self.created = now  # the reactor's time (s): linger, delivery timeout
+        self.base_ts = base_ts  # the wall clock's (ms since the epoch): the records' CreateTime
         self.number = number
         self.attempts = 0
         self.retry_at = 0.0

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import bisect
 import random
+import time
 from collections import deque
 from itertools import accumulate, repeat
 from operator import itemgetter
@@ -93,6 +94,7 @@ class RecordAccumulator:
     @param buffer_memory: bytes of records held in unacknowledged batches before appends wait.
     @param max_request_size: largest Produce request (bytes); also the largest record.
     @param partitioner: C{partitioner(key, all_partitions, available_partitions) -> partition}; None: Java's.
+    @param wall_clock: the wall clock (s since the epoch): a batch's base timestamp (its records' C{CreateTime}).
     @ivar topics: C{{topic: TopicBatches}}, for the topics whose metadata arrived.
     @ivar ready: the partitions with sealed batches to send.
     @ivar open: the open batches, oldest first, by partition.
@@ -108,8 +110,10 @@ class RecordAccumulator:
     """
 
     def __init__(self, reactor: Any, client: KafkaClient, *, batch_size: int, linger_ms: float, buffer_memory: int,
-                 max_request_size: int, partitioner: Callable[..., int] | None) -> None:
+                 max_request_size: int, partitioner: Callable[..., int] | None,
+                 wall_clock: Callable[[], float] = time.time) -> None:
         self.reactor = reactor
+        self.wall_clock = wall_clock
         self.client = client
         self.batch_size = batch_size
         self.linger_ms = linger_ms
@@ -320,7 +324,7 @@ class RecordAccumulator:
 
     def new_batch(self, state: PartitionBatches) -> ProducerBatch:
         self._batch_number += 1
-        batch = ProducerBatch(state, self.reactor.seconds(), self._batch_number)
+        batch = ProducerBatch(state, self.reactor.seconds(), self._batch_number, int(self.wall_clock() * 1000))
         state.open = batch
         self.open[state] = batch
         self.incomplete.add(batch)

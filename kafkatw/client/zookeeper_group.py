@@ -296,6 +296,10 @@ class ZookeeperConsumerGroup:
         by L{close}.
     @param consumer: an injected L{kafkatw.client.consumer.Consumer}-like
         object; not closed by L{close}.
+    @param wall_clock: the wall clock, C{time.time}'s shape (s since the
+        epoch): the times written to ZooKeeper (the subscription's
+        C{timestamp}, a commit's C{commit_timestamp}), whatever clock the
+        reactor's timers run on (L{kafkatw.client.clock.use_monotonic_clock}).
     @param consumer_options: passed to L{kafkatw.client.consumer.Consumer}
         (C{fetch_min_bytes}, C{fetch_max_wait_ms}, C{max_poll_records}, ...).
     """
@@ -319,6 +323,7 @@ class ZookeeperConsumerGroup:
         zookeeper: Any = None,
         consumer: Any = None,
         random_source: random.Random | None = None,
+        wall_clock: Callable[[], float] = time.time,
         **consumer_options: Any,
     ) -> None:
         if (topics is None) == (pattern is None):
@@ -334,6 +339,7 @@ class ZookeeperConsumerGroup:
         if rebalance_max_retries < 0:
             raise ValueError("rebalance_max_retries must be >= 0")
         self.reactor = reactor
+        self.wall_clock = wall_clock
         self.group_id = group_id
         self.consumer_id = consumer_id or default_consumer_id(group_id)
         self.auto_offset_reset = _normalize_reset(auto_offset_reset)
@@ -823,7 +829,7 @@ class ZookeeperConsumerGroup:
 
     async def _register(self) -> None:
         path = f"{self._group_path}/ids/{self.consumer_id}"
-        data = encode_subscription(self.subscription, int(self.reactor.seconds() * 1000))
+        data = encode_subscription(self.subscription, int(self.wall_clock() * 1000))
         try:
             await self.zookeeper.create(path, data, ephemeral=True, makepath=True)
         except NodeExistsError:
@@ -1013,7 +1019,7 @@ class ZookeeperConsumerGroup:
                 # belongs to its next owner, whose commits must not be overwritten.
                 if tp not in self._owned or self._committed.get(tp) == offset:
                     continue
-                now_ms = int(self.reactor.seconds() * 1000)
+                now_ms = int(self.wall_clock() * 1000)
                 await self._registry.set_committed_offset(
                     self.group_id, tp[0], tp[1], CommittedOffset(offset, commit_timestamp_ms=now_ms))
                 self._committed[tp] = offset

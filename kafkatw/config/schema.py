@@ -223,7 +223,8 @@ BROKER_CONFIG: dict[str, ConfigKey] = {
         ConfigKey("zookeeper.session.timeout.ms", int, 18000,
                   "ZooKeeper session timeout (the server clamps it to 2–20 × its tickTime).", "ms"),
         ConfigKey("zookeeper.connection.timeout.ms", int, 18000,
-                  "Time to wait for the first ZooKeeper connection; past it the broker does not start.", "ms"),
+                  "Time to wait for the first ZooKeeper connection, and for a connection lost while the broker "
+                  "starts; past it the broker does not start.", "ms"),
         ConfigKey("zookeeper.session.guard.enable", _bool, False,
                   "Start a small guard process on the broker's host that ends the broker's ZooKeeper session as "
                   "soon as the broker process dies (SIGKILL, OOM kill, crash), so that the controller replaces it "

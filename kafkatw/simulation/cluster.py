@@ -37,7 +37,9 @@ A run (L{run_seed}):
      (the broker starts again); from streams of their own: a slow or lossy
      link (L{SimulatedNetwork.impair}) and its restore; a jump of one
      broker's wall clock (L{NodeReactor.jump_clock}: what it reads as wall
-     time jumps, its timers do not); an admin's
+     time jumps, its timers do not), and of the clients' (their records'
+     timestamps jump); a drop of a starting broker's ZooKeeper connection
+     (C{drop-zk}: L{LaggingZooKeeperClient.drop_connection}); an admin's
      reassignment of a partition or preferred leader election, sent to the
      controller (L{AdminClient});
   2. the cluster starts, the producer sends records at a steady rate to every
@@ -72,6 +74,11 @@ and at the end):
     append times, retention and segment rolls by time) reads the jumped
     wall clock and its replica manager (the followers' lag) the reactor's
     time, and a timer it sets then runs on time (L{Cluster.jump_clock});
+    at a jump of the clients' wall clock, the producers read it, and a
+    client timer runs on time (L{Cluster.jump_client_clock});
+  - a broker's start fails on no lost ZooKeeper connection (C{start}): its
+    ZooKeeper steps wait for the connection, up to
+    C{zookeeper.connection.timeout.ms} (L{Cluster._start_failed});
   - with L{Settings.transactions}: committed transactions all visible to a
     read-committed consumer, aborted ones never, one whose commit failed
     all or nothing (L{Cluster.check_transactions});
@@ -171,6 +178,10 @@ class Settings:
         jump moves only its wall clock; the default, three days, stays below
         the week of C{retention.ms}, C{segment.ms} and the offsets'
         retention, past which a jump forward deletes what Kafka's would.
+    @ivar client_clock_jumps: how many C{clock-jump}s of the clients'
+        machine (C{clock-jump client S}: the producers' wall clock, which
+        their records' timestamps read; their timers do not follow it;
+        their own random stream), drawn as the brokers' are.
     @ivar zookeeper_latency_ms: each broker's link to ZooKeeper takes a
         latency drawn from the seed up to this (ms, each way, for requests,
         replies and watch notifications: L{LaggingZooKeeperClient}); 0: none.
@@ -186,6 +197,11 @@ class Settings:
     @ivar admin_operations: how many reassignments (C{reassign}) and
         preferred leader elections (C{elect-preferred}) an admin sends to the
         controller during the faults (their own random stream).
+    @ivar start_zookeeper_drops: the chance that a broker's start in the
+        schedule (C{start}, C{disk-heal}) meets a C{drop-zk}: its
+        ZooKeeper connection drops while it starts (C{ConnectionLoss} for
+        the requests in flight) and comes back in the same session
+        (L{LaggingZooKeeperClient.drop_connection}; their own random stream).
     """
 
     brokers: int = 3
@@ -209,6 +225,8 @@ class Settings:
     clock_jumps: int = 1
     clock_jump_max_s: float = 259200.0
     admin_operations: int = 2
+    client_clock_jumps: int = 1
+    start_zookeeper_drops: float = 0.5
     zookeeper_latency_ms: float = 5.0
     transactions: bool = False
     groups: bool = False
@@ -389,6 +407,14 @@ def make_schedule(seed: int, settings: Settings) -> Schedule:
         faults.append(Fault(at, "clock-jump", (broker, jump_s)))
         if clock_rng.random() < 0.5:  # and set right again
             faults.append(Fault(round(at + clock_rng.uniform(1.0, 25.0), 3), "clock-jump", (broker, -jump_s)))
+    client_clock_rng = random.Random(f"client-clock-schedule-{seed}")
+    for _ in range(settings.client_clock_jumps):
+        at = round(client_clock_rng.uniform(start, end), 3)
+        jump_s = round(math.exp(client_clock_rng.uniform(math.log(0.5), math.log(max(0.5, settings.clock_jump_max_s))))
+                       * client_clock_rng.choice([1, -1]), 3)
+        faults.append(Fault(at, "clock-jump", ("client", jump_s)))
+        if client_clock_rng.random() < 0.5:
+            faults.append(Fault(round(at + client_clock_rng.uniform(1.0, 25.0), 3), "clock-jump", ("client", -jump_s)))
     admin_rng = random.Random(f"admin-schedule-{seed}")
     replication = min(3, settings.brokers)
     for _ in range(settings.admin_operations):
@@ -399,6 +425,12 @@ def make_schedule(seed: int, settings: Settings) -> Schedule:
             faults.append(Fault(at, "reassign", (partition, ",".join(map(str, replicas)))))
         else:
             faults.append(Fault(at, "elect-preferred", (partition if admin_rng.random() < 0.7 else "all",)))
+    drop_rng = random.Random(f"zookeeper-drop-schedule-{seed}")
+    for fault in sorted(faults):
+        if fault.kind in ("start", "disk-heal") and drop_rng.random() < settings.start_zookeeper_drops:
+            # within the start's first ZooKeeper requests (a start takes about 0.1 s of them), gone 0.05-2 s
+            at = round(fault.at + drop_rng.uniform(0.0, 0.15), 3)
+            faults.append(Fault(at, "drop-zk", (fault.args[0], round(drop_rng.uniform(0.05, 2.0), 3))))
     return Schedule(seed, sorted(faults))
 
 
@@ -484,8 +516,9 @@ class LaggingZooKeeperClient(FakeZooKeeperClient):
     notification with the data its re-read found, come back C{latency_s}
     later, in the order the server sent them (one TCP connection: ZooKeeper
     answers a session's requests in order, and a watch's notification
-    before the reply to a later read).  A reply that arrives once the
-    connection it was sent on is gone fails with C{ConnectionLoss}.  What
+    before the reply to a later read).  A request, or a reply, on its way
+    when the connection it was sent on is gone (dropped: L{drop_connection},
+    or noticed cut) is lost: the request fails with C{ConnectionLoss}.  What
     arrives for a paused process waits for it; for a dead one, nothing does.
 
     @param reactor: the broker's L{NodeReactor}.
@@ -496,6 +529,39 @@ class LaggingZooKeeperClient(FakeZooKeeperClient):
         self.latency_s = latency_s
         self._last_arrival = 0.0  # requests in order to the server
         self._last_reply = 0.0  # replies and notifications in order to the client
+        #: which TCP connection to the server this is: one more at each drop
+        self.connection = 0
+
+    def _connection_lost(self) -> None:
+        if self._connected:
+            self.connection += 1  # what is on its way on the old one is lost
+        super()._connection_lost()
+
+    def drop_connection(self, reconnect_s: float) -> bool:
+        """
+        The connection to the server drops (a reset; a server restarting):
+        the requests in flight fail with C{ConnectionLoss}, C{SUSPENDED},
+        later requests wait (kazoo queues them), and the client connects
+        again C{reconnect_s} later: C{CONNECTED} in the same session while
+        the server keeps it (it expires after its timeout without a
+        connection), else C{LOST} and a new session.  Nothing happens to a
+        client not connected, or cut off (L{partition}).
+
+        @return: whether it dropped.
+        """
+        node = self._reactor
+        if not self._connected or self._cut or self._session is None or node is None:
+            return False
+        self.server.lose_contact(self._session)
+        self._connection_lost()
+        connection = self.connection
+
+        def reconnect() -> None:
+            if self.connection == connection and self._suspended and not self._cut:
+                self._reconnect()
+
+        node.simulated.schedule(node, reconnect_s, _if_alive, node, reconnect, ())
+        return True
 
     def _after(self, last: str, f: Callable[..., Any], *args: Any) -> None:
         node = self._reactor
@@ -509,17 +575,17 @@ class LaggingZooKeeperClient(FakeZooKeeperClient):
         if self.latency_s <= 0 or self._reactor is None or not self._connected or self._cut:
             return super()._op(fn)  # waits in a cut network, is queued, or fails, as the model's
         d: defer.Deferred = defer.Deferred()
-        session = self._session
+        session, connection = self._session, self.connection
 
         def arrive() -> None:
-            if self._session != session:
+            if self._session != session or self.connection != connection:
                 d.errback(ZooKeeperUnavailableError("ConnectionLoss (simulated)"))
                 return
             super(LaggingZooKeeperClient, self)._op(fn).addBoth(
                 lambda result: self._after("_last_reply", reply, result))
 
         def reply(result: Any) -> None:
-            if self._session != session or not self._connected:
+            if self._session != session or self.connection != connection or not self._connected:
                 if isinstance(result, Failure):
                     result.trap(Exception)
                 d.errback(ZooKeeperUnavailableError("ConnectionLoss (simulated)"))
@@ -611,6 +677,8 @@ class Cluster:
         self.acked: dict[int, tuple[int, int]] = {}  # sequence number -> (partition, offset)
         self.failed: dict[int, str] = {}
         self.producer: Producer | None = None
+        #: the transactional producer's latest incarnation (L{Settings.transactions})
+        self.txn_producer: Producer | None = None
         self.admin: AdminClient | None = None
         #: transaction number -> "committed", "aborted" (commit never asked), or "unknown" (its commit failed)
         self.txn_outcomes: dict[int, str] = {}
@@ -701,12 +769,14 @@ class Cluster:
                                     wall_clock=broker.reactor.wall_seconds,
                                     zookeeper_client_factory=self._zookeeper_client(broker),
                                     random_source=random.Random(f"broker-{self.seed}-{broker_id}-{broker.incarnation}"),
-                                    log_dir_files_factory=disk if self.settings.disk_model else LogDirFiles)
+                                    log_dir_files_factory=disk if self.settings.disk_model else LogDirFiles,
+                                    freeze_after_start=False)  # collected at the end of the seed (run_seed)
         broker.down_since = None
         broker.stopping = False
         server = broker.server
         server.startService()
-        server.ready.addErrback(lambda f, b=broker_id, s=server: self._start_failed(b, s, f))
+        server.ready.addCallbacks(lambda _, b=broker_id: self.note(f"broker {b} started"),
+                                  lambda f, b=broker_id, s=server: self._start_failed(b, s, f))
         # every log dir failed (a disk error): the broker stops, as kafkatw.tap's process does (exit status 1)
         server.stopped_on_error.addCallback(lambda message, b=broker_id, s=server: self._stopped_on_error(b, s))
         self.note(f"start broker {broker_id} (incarnation {broker.incarnation})")
@@ -745,12 +815,18 @@ class Cluster:
 
     def _start_failed(self, broker_id: int, server: KafkaServer, failure: Failure) -> None:
         """
-        The broker failed to start (its session expired under it, seed 713): as
+        The broker failed to start (one that outlasted
+        C{zookeeper.connection.timeout.ms} cut off from ZooKeeper): as
         L{kafkatw.tap}'s process does, it stops (exit status 1), and starts again
         as a supervisor would, once healed (L{restart_stopped}).  A start
         abandoned by a shutdown has no C{start_error}: that shutdown goes on.
         """
         self.note(f"broker {broker_id} failed to start: {failure.getErrorMessage()}")
+        if failure.check(ZooKeeperUnavailableError):
+            # a passing loss is retried once connected (KafkaServer._zookeeper_step); only one that
+            # outlasts zookeeper.connection.timeout.ms fails the start, as a BrokerStartupError
+            self.violation("start", f"broker {broker_id}'s start failed on a lost ZooKeeper connection:"
+                                    f" {failure.getErrorMessage()}")
         if self.brokers[broker_id].server is server and server.start_error is not None:
             self.shutdown_broker(broker_id)
 
@@ -875,6 +951,8 @@ class Cluster:
         elif kind == "heal-zk":
             self._zookeeper_heal(args[0])
             self._calmed(("zk", args[0]))
+        elif kind == "drop-zk":
+            self._on_broker(args[0], lambda b: self._zookeeper_drop(b, args[1]))
         elif kind in ("slow", "lossy"):
             source, destination, amount, jitter_ms, both = args
             impairment = Impairment(delay_s=amount / 1000, jitter_s=jitter_ms / 1000) if kind == "slow" else \
@@ -888,7 +966,10 @@ class Cluster:
                 self.network.restore(destination, source)
             self._calmed(("link", source, destination))
         elif kind == "clock-jump":
-            self.jump_clock(*args)
+            if args[0] == "client":
+                self.jump_client_clock(args[1])
+            else:
+                self.jump_clock(*args)
         elif kind == "reassign":
             self.reassign(args[0], [int(r) for r in args[1].split(",")])
         elif kind == "elect-preferred":
@@ -964,7 +1045,7 @@ class Cluster:
 
         reactor.callLater(notice_s, notice)
 
-    def jump_clock(self, broker_id: int, seconds: float) -> None:
+    def jump_clock(self, broker_id: int | str, seconds: float) -> None:
         """
         The broker's machine's wall clock jumps C{seconds} (back when
         negative): what its process reads as wall time
@@ -1009,6 +1090,37 @@ class Cluster:
 
         reactor.callLater(1.0, probe)
 
+    def jump_client_clock(self, seconds: float) -> None:
+        """
+        The clients' machine's wall clock jumps C{seconds}: the producers'
+        C{wall_clock} (their records' C{CreateTime}s) jumps, their reactor's
+        time and timers do not (L{NodeReactor.jump_clock}), as with
+        L{kafkatw.client.clock.use_monotonic_clock}.  Checked at once: each
+        producer reads the jumped wall clock (a L{Violation} C{clock jump}
+        otherwise), and a timer set now on the clients' reactor runs one
+        second later.
+        """
+        reactor = self.client_reactor
+        reactor.jump_clock(seconds)
+        wall_ms = int(reactor.wall_seconds() * 1000)
+        for name, producer in (("producer", self.producer), ("transactional producer", self.txn_producer)):
+            if producer is None:
+                continue
+            got = int(producer.wall_clock() * 1000)
+            if abs(got - wall_ms) > 1:
+                self.violation("clock jump", f"the {name}'s clock (its records' timestamps) reads {got} ms, not"
+                                             f" {wall_ms} (the clients' wall clock jumped {seconds} s)")
+            self.exercised["client clock jumps read"] += 1
+        due = self.now() + 1.0
+
+        def probe() -> None:
+            self.exercised["client timers on time after a clock jump"] += 1
+            if self.now() > due + 1e-6:
+                self.violation("clock jump", f"a client timer set when the clients' wall clock jumped {seconds} s"
+                                             f" ran at t={self.now():.3f}s, not t={due:.3f}s")
+
+        reactor.callLater(1.0, probe)
+
     def _admin(self) -> AdminClient:
         if self.admin is None:
             client = KafkaClient(self.client_reactor, self.bootstrap, client_id="sim-admin", request_timeout_ms=10000,
@@ -1050,6 +1162,16 @@ class Cluster:
         client = self.brokers[broker_id].zookeeper
         if client is not None and client.connected and not self.healed:
             client.partition()
+
+    def _zookeeper_drop(self, broker_id: int, reconnect_s: float) -> None:
+        client = self.brokers[broker_id].zookeeper
+        if self.healed or not isinstance(client, LaggingZooKeeperClient):
+            return
+        server = self.brokers[broker_id].server
+        starting = server is not None and not server.ready.called
+        if client.drop_connection(reconnect_s):
+            self.note(f"broker {broker_id}'s ZooKeeper connection dropped{' while it starts' if starting else ''}")
+            self.disturbed_until = max(self.disturbed_until, self.now() + reconnect_s)
 
     def _zookeeper_heal(self, broker_id: int) -> None:
         client = self.brokers[broker_id].zookeeper
@@ -1116,7 +1238,8 @@ class Cluster:
                              random_source=random.Random(f"producer-{self.seed}"))
         self.producer = Producer(self.client_reactor, client=client, acks="all", enable_idempotence=True,
                                  linger_ms=5, request_timeout_ms=10000, delivery_timeout_ms=1_000_000,
-                                 max_block_ms=1_000_000, retry_backoff_ms=100)
+                                 max_block_ms=1_000_000, retry_backoff_ms=100,
+                                 wall_clock=self.client_reactor.wall_seconds)
         self._sending = True
         self.client_reactor.callLater(0, self._send_next)
 
@@ -1206,9 +1329,11 @@ class Cluster:
         client = KafkaClient(self.client_reactor, self.bootstrap, client_id=f"sim-txn-{incarnation}",
                              request_timeout_ms=10000,
                              random_source=random.Random(f"txn-producer-{self.seed}-{incarnation}"))
-        return Producer(self.client_reactor, client=client, transactional_id="sim-txn", linger_ms=5,
-                        request_timeout_ms=10000, delivery_timeout_ms=30000, max_block_ms=30000,
-                        transaction_timeout_ms=30000, retry_backoff_ms=100)
+        self.txn_producer = Producer(self.client_reactor, client=client, transactional_id="sim-txn", linger_ms=5,
+                                     request_timeout_ms=10000, delivery_timeout_ms=30000, max_block_ms=30000,
+                                     transaction_timeout_ms=30000, retry_backoff_ms=100,
+                                     wall_clock=self.client_reactor.wall_seconds)
+        return self.txn_producer
 
     async def _transactions(self) -> None:
         """
@@ -1669,8 +1794,7 @@ def run_seed(seed: int, settings: Settings | None = None, directory: str | None 
     finally:
         globalLogPublisher.removeObserver(observe)
         cluster.dispose()
-        gc.unfreeze()  # each broker's start freezes what exists (KafkaServer._start_serving): not across seeds
-        gc.collect()
+        gc.collect()  # the seed's cycles; the brokers do not gc.freeze() here (freeze_after_start)
         if own:
             shutil.rmtree(directory, ignore_errors=True)
 

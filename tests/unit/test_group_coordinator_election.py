@@ -19,6 +19,7 @@ from typing import Any
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
+from twisted.internet.defer import fail
 from twisted.internet.task import Clock
 from twisted.trial import unittest
 
@@ -37,6 +38,7 @@ from kafkatw.zookeeper.bridge import (
     NoNodeError,
     NotEmptyError,
     SetOp,
+    ZooKeeperUnavailableError,
 )
 from kafkatw.zookeeper.registry import Registry
 from kafkatw.zookeeper.zk_data import CommittedOffset, consumer_offset_path, group_coordinator_epoch_path
@@ -370,6 +372,43 @@ class ElectionTests(unittest.TestCase):
         b0.client.expire_session()  # noticed: LOST, then a new session that claims again
         self.assertNotIn(group, b0.coordinator.groups)
         self.assertEqual(b0.coordinator.coordinator(group), 0)
+
+    def test_a_candidacy_whose_write_lost_the_connection_is_made_again_once_connected(self) -> None:
+        """
+        In a new session, the candidacy's write (C{_new_session}, or the
+        candidates watch that re-reads first) fails with C{ConnectionLoss}:
+        the connection dropped, the session lives on.  Once connected again
+        the candidates watch re-reads, finds this broker missing and writes
+        the candidacy again (no retry of its own is needed: Kafka's
+        C{registerBroker} retries so, and C{Registry._reregister} too, seed
+        428 of the simulation); its partitions come back to it.
+        """
+        c = Cluster(self)
+        b0, b1 = c.brokers
+        group = c.group_preferring(0)
+        create = b0.client.create
+        lost: list[str] = []
+
+        def dropping(path: str, *args: Any, **kw: Any) -> Any:
+            if path == "/group_coordinator/candidates/0" and not lost:
+                lost.append(path)
+                b0.client.disconnect()  # SUSPENDED; the session lives on
+                return fail(ZooKeeperUnavailableError("ConnectionLoss (test)"))
+            return create(path, *args, **kw)
+
+        b0.client.create = dropping  # type: ignore[method-assign]
+        b0.client.expire_session()  # LOST, a new session: the candidacy is written again, and lost
+        self.assertEqual(lost, ["/group_coordinator/candidates/0"])
+        c.settle()
+        self.assertEqual(b1.election.candidates, frozenset({1}))
+        self.assertEqual(b1.coordinator.coordinator(group), 1)  # taken over meanwhile
+        b0.client.reconnect()  # the same session: watches re-read
+        c.settle()
+        self.assertEqual(b0.election.candidates, frozenset({0, 1}))
+        self.assertEqual(self.successResultOf(c.observer.exists("/group_coordinator/candidates/0")).ephemeralOwner,
+                         b0.client.session_id)
+        self.assertEqual(b0.coordinator.coordinator(group), 0)
+        self.assertEqual(b1.coordinator.coordinator(group), 0)
 
     def test_one_multi_per_batch(self) -> None:
         """A commit of 100 partitions is one multi (after the znodes exist), however many groups share the batch."""

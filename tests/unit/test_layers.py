@@ -42,7 +42,7 @@ ALLOWED: dict[str, set[str]] = {
     "client": {"errors", "protocol", "security", "zookeeper"},
     "broker": {"client", "config", "errors", "properties", "protocol", "security", "storage", "zookeeper"},
     "web": {"broker", "client", "errors", "protocol", "security", "zookeeper"},
-    "tap": {"broker", "config", "properties", "security", "web"},
+    "tap": {"broker", "client", "config", "properties", "security", "web"},
     "spark": {"client", "errors", "protocol"},
     "shipper": {"client", "errors", "protocol"},
     "cli": {"client", "errors", "properties", "protocol", "security", "zookeeper"},

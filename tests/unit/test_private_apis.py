@@ -232,6 +232,20 @@ class MonotonicReactorClockTests(SynchronousTestCase):
     def test_a_step_back_stalls_the_wall_clock_reactor_only(self) -> None:
         self.assertEqual((self.run_reactor("monotonic"), self.run_reactor("wall")), ("on time", "stalled"))
 
+    def test_the_blocking_clients_reactor_runs_on_it(self) -> None:
+        """
+        The private reactor of L{kafkatw.client.blocking} (the blocking
+        clients, the CLI tools) runs its timers on the monotonic clock too:
+        the clients' timeouts, lingers and heartbeats (issue 28).
+        """
+        import time
+
+        from kafkatw.client import blocking
+
+        reactor = blocking._new_reactor()
+        self.addCleanup(reactor.disconnectAll)
+        self.assertIs(reactor.seconds, time.monotonic)
+
     def test_only_before_anything_is_scheduled(self) -> None:
         from twisted.internet.testing import MemoryReactorClock
 

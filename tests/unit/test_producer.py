@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gc
 import random
+import time
 from types import SimpleNamespace as NS
 from typing import Any
 
@@ -130,6 +131,7 @@ class ProducerTestCase(SynchronousTestCase):
     def producer(self, partitions: dict[str, int] | None = None, **options: Any) -> tuple[Producer, FakeClient]:
         client = FakeClient(partitions or {"t": 1})
         client.known.update(partitions or {"t": 1})
+        options.setdefault("wall_clock", self.clock.seconds)  # timestamps the same in every run
         producer = Producer(self.clock, client=client, **options)
         return producer, client
 
@@ -186,20 +188,40 @@ class LingerAndSizeTests(ProducerTestCase):
         self.assertEqual(len(request.values()[("t", 0)]), 2)
 
     def test_timestamps(self) -> None:
-        """Records without a timestamp get the time their batch was opened (reactor clock)."""
+        """
+        Records without a timestamp get the time their batch was opened, on
+        the wall clock (C{wall_clock}), not the reactor's time: the reactor
+        (here at 1000.5 s) may run on the monotonic clock (issue 28).
+        """
         self.clock.advance(1000.5)
-        producer, client = self.producer(linger_ms=5)
+        wall = [1_700_000_000.25]
+        producer, client = self.producer(linger_ms=5, wall_clock=lambda: wall[0])
         self.start(producer, "t")
         d1 = producer.send("t", b"a")
         d2 = producer.send("t", b"b", timestamp_ms=1234)
+        wall[0] -= 3600  # the machine's clock steps back an hour: the linger does not follow it
         self.clock.advance(0.005)
         (request,) = client.produce_requests()
         batch = request.batches()[("t", 0)]
-        opened = 1000500
+        opened = 1_700_000_000_250
         self.assertEqual([r.timestamp_ms for r in batch.records], [opened, 1234])
         respond(request)
         self.assertEqual(self.successResultOf(d1).timestamp_ms, opened)
         self.assertEqual(self.successResultOf(d2).timestamp_ms, 1234)
+
+    def test_timestamps_read_the_machines_clock_by_default(self) -> None:
+        """Without C{wall_clock}: C{time.time}, whatever the reactor's time (a monotonic reactor's is not since the epoch)."""
+        self.clock.advance(1000.5)
+        producer, client = self.producer(linger_ms=5, wall_clock=time.time)  # the default
+        self.assertIs(Producer(self.clock, client=client).wall_clock, time.time)
+        self.start(producer, "t")
+        before = int(time.time() * 1000)
+        d = producer.send("t", b"a")
+        after = int(time.time() * 1000)
+        self.clock.advance(0.005)
+        (request,) = client.produce_requests()
+        respond(request)
+        self.assertTrue(before <= self.successResultOf(d).timestamp_ms <= after + 1, (before, after))
 
     def test_compression(self) -> None:
         for codec, code in (("gzip", 1), ("snappy", 2), ("lz4", 3), ("zstd", 4)):

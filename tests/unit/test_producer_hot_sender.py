@@ -63,7 +63,7 @@ def _run(steps: list[tuple], compiled: bool, options: dict[str, Any], log_append
     clock = Clock()
     client = FakeClient({"t": 2})
     client.known.add("t")
-    producer = Producer(clock, client=client, **options)
+    producer = Producer(clock, client=client, wall_clock=clock.seconds, **options)  # the same timestamps each run
     if not compiled:
         vars(producer).pop("send", None)  # the Python Producer.send
     producer._accumulator.random.seed(7)

@@ -22,13 +22,14 @@ import tempfile
 from typing import Callable
 from unittest import mock
 
-from twisted.internet import error
+from twisted.internet import defer, error
 from twisted.internet.defer import Deferred
 from twisted.internet.protocol import ClientFactory, Factory, Protocol
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
 from kafkatw.broker.server import KafkaServer
+from kafkatw.client.producer import Producer
 from kafkatw.simulation import cluster as cluster_module
 from kafkatw.simulation.cluster import (Cluster, Fault, RunResult, Schedule, Settings, Violation, make_schedule,
                                        run_seed, shrink)
@@ -601,8 +602,10 @@ class DiskFaultTests(SynchronousTestCase):
         settings = Settings()
         for seed in range(30):
             faults = make_schedule(seed, settings).faults
-            self.assertEqual([f for f in faults if not f.kind.startswith("disk")],
-                             make_schedule(seed, dataclasses.replace(settings, disk_errors=0)).faults)
+            # (a drop-zk comes with a start: the disk's replacement is one)
+            self.assertEqual([f for f in faults if not f.kind.startswith("disk") and f.kind != "drop-zk"],
+                             [f for f in make_schedule(seed, dataclasses.replace(settings, disk_errors=0)).faults
+                              if f.kind != "drop-zk"])
             downs = []
             for fault in faults:
                 if fault.kind in ("crash", "shutdown", "disk-error"):
@@ -635,6 +638,7 @@ class NetworkClockAndAdminFaultTests(SynchronousTestCase):
             # the other faults of a seed are those of a schedule without these
             self.assertEqual([f for f in faults if f.kind not in self.NEW_KINDS],
                              make_schedule(seed, dataclasses.replace(settings, link_faults=0, clock_jumps=0,
+                                                                     client_clock_jumps=0,
                                                                      admin_operations=0)).faults)
             kinds.update(f.kind for f in faults)
             links = [f for f in faults if f.kind in ("slow", "lossy")]
@@ -642,9 +646,10 @@ class NetworkClockAndAdminFaultTests(SynchronousTestCase):
             self.assertEqual(len([f for f in faults if f.kind == "restore"]), settings.link_faults)
             self.assertEqual(len([f for f in faults if f.kind in ("reassign", "elect-preferred")]),
                              settings.admin_operations)
-            jumps = [f for f in faults if f.kind == "clock-jump"]
-            self.assertTrue(1 <= len(jumps) <= 2 and all(0.5 <= abs(f.args[1]) <= settings.clock_jump_max_s
-                                                         for f in jumps), jumps)
+            for client in (False, True):  # a broker's jumps, and the clients' (clock-jump client S)
+                jumps = [f for f in faults if f.kind == "clock-jump" and (f.args[0] == "client") == client]
+                self.assertTrue(1 <= len(jumps) <= 2 and all(0.5 <= abs(f.args[1]) <= settings.clock_jump_max_s
+                                                             for f in jumps), jumps)
         self.assertTrue(all(kinds[kind] > 3 for kind in self.NEW_KINDS), kinds)
         five = make_schedule(0, dataclasses.replace(settings, brokers=5, admin_operations=20)).faults
         targets = [set(map(int, f.args[1].split(","))) for f in five if f.kind == "reassign"]
@@ -688,6 +693,38 @@ class NetworkClockAndAdminFaultTests(SynchronousTestCase):
             result = self.run_seed(0, SHORT, schedule)
         self.assertEqual([v.invariant for v in result.violations], ["clock jump"], result.report())
         self.assertIn("broker 2's log manager's clock (the wall clock) reads", result.violations[0].detail)
+
+    def test_a_client_side_jump_moves_the_producers_timestamps_not_their_timers(self) -> None:
+        """
+        The clients' machine's wall clock jumps a day forward, then back: the
+        producer's records read it (their C{CreateTime}), its timers do not
+        (linger, retries: the run keeps every invariant), and a client timer
+        set at the jump runs on time.
+        """
+        schedule = Schedule(0, [Fault(6.0, "clock-jump", ("client", 86400.0)),
+                                Fault(9.0, "clock-jump", ("client", -86400.0))])
+        result = self.run_seed(0, SHORT, schedule)
+        self.assertTrue(result.ok, result.report())
+        self.assertEqual((result.exercised["client clock jumps read"],
+                          result.exercised["client timers on time after a clock jump"]), (2, 2))
+
+    def test_a_producer_reading_the_reactors_time_is_caught_at_a_client_jump(self) -> None:
+        """
+        A producer whose records' timestamps read the reactor's time (before
+        issue 28's fix: C{reactor.seconds()}, which is the monotonic clock
+        under L{kafkatw.client.clock.use_monotonic_clock}) breaks the jump's check.
+        """
+        schedule = Schedule(0, [Fault(6.0, "clock-jump", ("client", 7200.0))])
+        original = Producer.__init__
+
+        def reading_the_reactor(self: Producer, reactor: object, *args: object, **kw: object) -> None:
+            kw["wall_clock"] = reactor.seconds  # type: ignore[attr-defined]
+            original(self, reactor, *args, **kw)
+
+        with mock.patch.object(Producer, "__init__", reading_the_reactor):
+            result = self.run_seed(0, SHORT, schedule)
+        self.assertEqual([v.invariant for v in result.violations], ["clock jump"], result.report())
+        self.assertIn("the producer's clock (its records' timestamps) reads", result.violations[0].detail)
 
     def test_a_reassignment_and_a_preferred_election_with_five_brokers(self) -> None:
         """
@@ -750,20 +787,27 @@ class RejoinTests(SynchronousTestCase):
     def test_a_broker_that_fails_to_start_starts_again_once_healed(self) -> None:
         """
         Seed 713 shrunk to three faults (C{--drop 0,2,3,6,...,23}): broker 1
-        crashes, starts again, and its session expires while it starts; the
-        start fails (a connection loss under a ZooKeeper read).  As
-        L{kafkatw.tap}'s process it stops (exit status 1), and starts again
-        once healed, as a supervisor would; the simulation left it not
-        started for good.
+        crashes, starts again, and its session expires while it starts.  The
+        start's step under way lost its connection: it is made again in the
+        new session (L{KafkaServer._zookeeper_step}), and broker 1 starts.
+        Before (undone here), the start failed on the C{ConnectionLoss} (a
+        C{start} violation now); as L{kafkatw.tap}'s process, it stopped
+        (exit status 1) and started again once healed, as a supervisor would.
         """
         schedule = Schedule(713, [Fault(8.661, "crash", (1, "end-session")), Fault(19.978, "start", (1,)),
                                   Fault(20.003, "expire", (1,))])
-        result = self.run_seed(713, schedule)
-        self.assertTrue(result.ok, result.report())
-        trace = "\n".join(result.trace)
+        with mock.patch.object(KafkaServer, "_zookeeper_step", lambda self, what, call: defer.maybeDeferred(call)):
+            broken = self.run_seed(713, schedule)
+        self.assertEqual([v.invariant for v in broken.violations], ["start"], broken.report())
+        trace = "\n".join(broken.trace)
         self.assertIn("broker 1 failed to start: ConnectionLoss (simulated)", trace)
         self.assertIn("broker 1 stopped", trace)
         self.assertIn("start broker 1 (incarnation 3)", trace)
+        result = self.run_seed(713, schedule)
+        self.assertTrue(result.ok, result.report())
+        trace = "\n".join(result.trace)
+        self.assertNotIn("failed to start", trace)
+        self.assertIn("broker 1 started", trace)
 
     def test_an_isolation_postponed_by_a_pause_does_not_outlast_the_heal(self) -> None:
         """
@@ -776,6 +820,74 @@ class RejoinTests(SynchronousTestCase):
         result = self.run_seed(267, schedule)
         self.assertTrue(result.ok, result.report())
         self.assertIn("broker 2 resumed after the heal: no isolate-zk", "\n".join(result.trace))
+
+
+class StartConnectionLossTests(SynchronousTestCase):
+    """
+    The C{drop-zk} fault: a broker's ZooKeeper connection drops as it starts
+    (C{ConnectionLoss} for the requests in flight) and comes back in the same
+    session.  Schedules shrunk from seeds of a 50-seed run.
+    """
+
+    def run_seed(self, seed: int, schedule: Schedule) -> RunResult:
+        result = run_seed(seed, Settings(), schedule=schedule)
+        gc.collect()  # an unhandled failure of a Deferred is logged once it is collected
+        self.flushLoggedErrors(ZooKeeperUnavailableError)
+        return result
+
+    def test_a_start_whose_connection_drops_goes_on_once_connected(self) -> None:
+        """
+        Seed 11 shrunk to three faults: broker 2 crashes, starts again, and
+        its connection drops 10 ms into the start.  The step under way is
+        made again once connected (L{KafkaServer._zookeeper_step}); before,
+        the start failed on the C{ConnectionLoss} (and only a restart of the
+        process brought it back).
+        """
+        schedule = Schedule(11, [Fault(40.507, "crash", (2, "end-session")), Fault(56.72, "start", (2,)),
+                                 Fault(56.73, "drop-zk", (2, 0.574))])
+        with mock.patch.object(KafkaServer, "_zookeeper_step",
+                               lambda self, what, call: defer.maybeDeferred(call)):  # no retry: as before
+            broken = self.run_seed(11, schedule)
+        self.assertEqual([v.invariant for v in broken.violations], ["start"], broken.report())
+        fixed = self.run_seed(11, schedule)
+        self.assertTrue(fixed.ok, fixed.report())
+        trace = "\n".join(fixed.trace)
+        self.assertIn("broker 2's ZooKeeper connection dropped while it starts", trace)
+        self.assertIn("broker 2 started", trace)
+        self.assertNotIn("failed to start", trace)
+
+    def test_a_topic_whose_first_read_lost_the_connection_is_watched_once_connected(self) -> None:
+        """
+        Seed 16 shrunk to three faults: broker 1 crashes, starts again, and
+        its connection drops as it reads the config of the topic C{sim}.
+        The topic was never watched (a read failed with C{ConnectionLoss} was
+        not made again): broker 1 never hosted its replicas, never rejoined
+        an ISR (liveness).  Now read again once connected.
+        """
+        schedule = Schedule(16, [Fault(42.835, "crash", (1, "expire-session")), Fault(73.278, "start", (1,)),
+                                 Fault(73.324, "drop-zk", (1, 0.636))])
+
+        def watch_topic_before_the_fix(self: KafkaServer, name: str) -> None:
+            d = self.registry.get_topic_config(name)
+            d.addCallback(self._watch_topic, name)
+            d.addErrback(lambda f: None)
+
+        with mock.patch.object(KafkaServer, "_start_watching_topic", watch_topic_before_the_fix):
+            broken = self.run_seed(16, schedule)
+        self.assertEqual([v.invariant for v in broken.violations], ["liveness"], broken.report())
+        self.assertIn("not every replica is back in its ISR", broken.violations[0].detail)
+        fixed = self.run_seed(16, schedule)
+        self.assertTrue(fixed.ok, fixed.report())
+
+    def test_drops_come_with_starts_from_their_own_stream(self) -> None:
+        """Each start in the schedule may bring a C{drop-zk} within 0.15 s; the other faults stay as they were."""
+        full, without = make_schedule(11, Settings()), make_schedule(11, Settings(start_zookeeper_drops=0.0))
+        drops = [f for f in full.faults if f.kind == "drop-zk"]
+        self.assertTrue(drops)
+        self.assertEqual([f for f in full.faults if f.kind != "drop-zk"], without.faults)
+        starts = {(f.args[0], f.at) for f in full.faults if f.kind in ("start", "disk-heal")}
+        for drop in drops:
+            self.assertTrue(any(b == drop.args[0] and 0 <= drop.at - at <= 0.15 for b, at in starts), drop)
 
 
 class TransactionWorkloadTests(SynchronousTestCase):
