@@ -12,9 +12,9 @@ table of versions merged into L{SUPPORTED_VERSIONS}: classic groups
 (consumer_group_apis.py), KIP-932 share groups (share_group_apis.py), topic
 administration (topic_admin_apis.py), security (security_apis.py),
 transactions (transaction_apis.py), client quotas (quota_apis.py) and the
-admin tools (admin_tool_apis.py).  This module keeps the dispatch,
-ApiVersions, Metadata, DescribeCluster, Produce, Fetch, ListOffsets and
-OffsetForLeaderEpoch.
+admin tools (admin_tool_apis.py), Produce (produce_apis.py), and Fetch,
+ListOffsets and OffsetForLeaderEpoch (fetch_apis.py).  This module keeps the
+dispatch, ApiVersions, Metadata and DescribeCluster.
 
 The versions served are exactly L{SUPPORTED_VERSIONS}, advertised in
 ApiVersions.  They cover what librdkafka 2.0 (Debian's kcat), librdkafka 2.16
@@ -28,7 +28,6 @@ Source: Apache Kafka protocol guide; KafkaApis.scala.
 
 from __future__ import annotations
 
-import struct
 import time
 from typing import Any, Callable
 
@@ -36,11 +35,8 @@ from twisted.internet import defer
 from twisted.logger import Logger
 
 from ..config import BrokerConfig
-from ..errors import CorruptRecordError, ErrorCode, KafkaError, kafka_error
-from ..protocol.fetch import FETCH_MAX_VERSION, FETCH_MIN_VERSION, PartitionFetchData, encode_fetch_response
-from ..protocol.messages import (RequestHeader, UnsupportedVersion, decode_request, encode_response,
-                                 simple_produce_decoder)
-from ..protocol.produce import encode_produce_response
+from ..errors import ErrorCode, KafkaError
+from ..protocol.messages import RequestHeader, UnsupportedVersion, decode_request, encode_response
 from ..security.acl import (
     CLUSTER_NAME,
     OPERATIONS_NOT_REQUESTED,
@@ -50,7 +46,7 @@ from ..security.acl import (
     supported_operations,
 )
 from ..zookeeper.bridge import ZooKeeperError
-from .fetch_session import FINAL_EPOCH, INVALID_SESSION_ID, FetchSessionCache
+from .fetch_session import FetchSessionCache
 from .group_coordinator import GroupCoordinator, OffsetStore
 from .quota_apis import QUOTA_VERSIONS, QuotaApis
 from .quota_manager import ClientQuotas, user_of_principal
@@ -61,6 +57,8 @@ from .share_group_apis import SHARE_GROUP_VERSIONS, ShareGroupApis
 from .consumer_group_apis import CONSUMER_GROUP_VERSIONS, ConsumerGroupApis
 from .security_apis import SECURITY_VERSIONS, SecurityApis
 from .topic_admin_apis import TOPIC_ADMIN_VERSIONS, TopicAdminApis, validate_topic_name
+from .produce_apis import PRODUCE_VERSIONS, ProduceApis, ProduceRun
+from .fetch_apis import FETCH_VERSIONS, FetchApis
 from .transaction_apis import TRANSACTION_VERSIONS, TransactionApis
 
 __all__ = ["SUPPORTED_VERSIONS", "ADVERTISED_VERSIONS", "KafkaApis", "ProduceRun", "validate_topic_name"]
@@ -69,13 +67,11 @@ _log = Logger()
 
 #: API key -> (min version, max version) served.
 SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
-    0: (3, 9),  # Produce (message format v2 only: v3+)
-    1: (FETCH_MIN_VERSION, FETCH_MAX_VERSION),  # Fetch (v13+ use topic ids)
-    2: (1, 8),  # ListOffsets (v7: MAX_TIMESTAMP, KIP-734; v8: EARLIEST_LOCAL, KIP-405)
     3: (0, 12),  # Metadata
     18: (0, 3),  # ApiVersions
-    23: (2, 4),  # OffsetForLeaderEpoch (KIP-101, KIP-279; followers and KIP-320 clients)
     60: (0, 1),  # DescribeCluster (KIP-700; v2's fenced brokers are KRaft's)
+    **PRODUCE_VERSIONS,  # Produce (message format v2 only: v3+): kafkatw/broker/produce_apis.py
+    **FETCH_VERSIONS,  # Fetch, ListOffsets, OffsetForLeaderEpoch: kafkatw/broker/fetch_apis.py
     **CLASSIC_GROUP_VERSIONS,  # FindCoordinator, JoinGroup ... DeleteGroups: kafkatw/broker/classic_group_apis.py
     **CONSUMER_GROUP_VERSIONS,  # ConsumerGroupHeartbeat, ConsumerGroupDescribe: kafkatw/broker/consumer_group_apis.py
     **TOPIC_ADMIN_VERSIONS,  # CreateTopics ... ListPartitionReassignments: kafkatw/broker/topic_admin_apis.py
@@ -94,117 +90,9 @@ ADVERTISED_VERSIONS: dict[int, tuple[int, int]] = {**SUPPORTED_VERSIONS, 0: (0, 
 
 _tuple_new = tuple.__new__
 
-LATEST_TIMESTAMP = -1
-#: Fetch and ListOffsets C{isolation_level} of read-committed consumers (KIP-98).
-READ_COMMITTED = 1
-EARLIEST_TIMESTAMP = -2
-#: ListOffsets v7+: the record with the largest timestamp (KIP-734).
-MAX_TIMESTAMP = -3
-#: ListOffsets v8+: the earliest offset in local storage (KIP-405; no tiered storage: the log start).
-EARLIEST_LOCAL_TIMESTAMP = -4
 
-_INT32 = struct.Struct(">i")
-_REQUEST_HEADER = struct.Struct(">hhih")  # API key, version, correlation id, client id length
-#: (version, topic) -> L{_produce_template}
-_produce_templates: dict[tuple[int, str], tuple[bytes, struct.Struct, bytes]] = {}
-
-
-def _produce_template(version: int, topic: str) -> tuple[bytes, struct.Struct, bytes]:
-    """
-    The ProduceResponse of one partition of C{topic} without error or
-    throttle, cut around its partition's fixed fields: C{(the bytes after the
-    correlation id and before the partition, the struct of index, error code,
-    base offset, log append time (and log start offset, v5+), the bytes
-    after them)}, from L{encode_produce_response} (so the same bytes).
-    """
-    partition_struct = struct.Struct(">ihqqq" if version >= 5 else ">ihqq")
-    fields = (0x5A5A5A5A, 0, 0x5A5A5A5A5A5A5A5A, 0x5A5A5A5A5A5A5A5A, 0x5A5A5A5A5A5A5A5A)
-    full = encode_produce_response(version, 0, [(topic, [dict(zip(
-        ("index", "error_code", "base_offset", "log_append_time", "log_start_offset"), fields))])])
-    packed = partition_struct.pack(*(fields if version >= 5 else fields[:4]))
-    at = full.rindex(packed)
-    template = _produce_templates[(version, topic)] = (full[4:at], partition_struct, full[at + len(packed):])
-    return template
-
-
-class ProduceRun:
-    """
-    Produce requests read together from one connection (one C{dataReceived}),
-    appended with one write per partition: each request's appends assign
-    offsets and update the log's indexes, producer state and epoch cache at
-    once, and L{finish} writes every partition's batches with one
-    C{os.writev}, moves the high watermarks (waking the fetches and acks=all
-    produces waiting for them) and only then answers the requests, in order.
-    So an acks=1 response is written only once its batches are in the file,
-    and a Fetch read after the run sees them.
-
-    Made by L{KafkaApis.produce_run}; used by
-    L{kafkatw.broker.network.KafkaConnection}.
-    """
-
-    def __init__(self, apis: "KafkaApis") -> None:
-        self._apis = apis
-        self._finishers: list[Callable[[dict], Any]] = []
-        #: (topic, partition) -> (topic, partition, [records, ...], [result, ...]): the appends
-        #: L{queue}d since the last L{append_queued}, and their results once appended.
-        self._queued: dict[tuple[str, int], tuple[str, int, list, list]] = {}
-
-    def queue(self, topic: str, partition: int, records: Any) -> tuple[list, int]:
-        """
-        Queue an append of C{records} to a partition: L{append_queued} makes
-        the queued appends of each partition with one call
-        (L{kafkatw.broker.replica_manager.ReplicaManager.append_many}).
-
-        @return: C{(results, i)}: C{results[i]} is the append's
-            C{AppendResult} or C{KafkaError} once L{append_queued} ran.
-        """
-        key = (topic, partition)
-        entry = self._queued.get(key)
-        if entry is None:
-            entry = self._queued[key] = (topic, partition, [], [])
-        entry[2].append(records)
-        return entry[3], len(entry[2]) - 1
-
-    def append_queued(self) -> None:
-        """Make the L{queue}d appends (before any other append of the run, and by L{finish})."""
-        queued = self._queued
-        if not queued:
-            return
-        self._queued = {}
-        append_many = self._apis._append_many
-        for topic, partition, records_list, results in queued.values():
-            results.extend(append_many(topic, partition, records_list))
-
-    def add(self, finish: Callable[[dict], Any]) -> int:
-        """
-        Add a request's answer: C{finish(write_errors)} returns it once the
-        run is written.
-
-        @return: its index in L{finish}'s list.
-        """
-        self._finishers.append(finish)
-        return len(self._finishers) - 1
-
-    def finish(self) -> list[Any]:
-        """
-        Write the run's appends, move the high watermarks, and answer.
-
-        @return: each request's answer, in order: C{None} (acks=0), response
-            C{bytes}, or a Deferred of them (acks=all).
-        """
-        apis = self._apis
-        self.append_queued()
-        errors = apis.replica_manager.write_pending()
-        finishers, self._finishers = self._finishers, []
-        answers = [finish(errors) for finish in finishers]
-        for answer in answers:
-            if isinstance(answer, defer.Deferred):
-                apis._track(answer)
-        return answers
-
-
-class KafkaApis(TransactionApis, QuotaApis, AdminToolApis, ClassicGroupApis, ConsumerGroupApis, ShareGroupApis,
-                TopicAdminApis, SecurityApis):
+class KafkaApis(ProduceApis, FetchApis, TransactionApis, QuotaApis, AdminToolApis, ClassicGroupApis, ConsumerGroupApis,
+                ShareGroupApis, TopicAdminApis, SecurityApis):
     """
     Serves the Kafka APIs of one broker.
 
@@ -246,13 +134,11 @@ class KafkaApis(TransactionApis, QuotaApis, AdminToolApis, ClassicGroupApis, Con
         #: KIP-848 consumer groups (kafkatw/broker/consumer_group.py).
         self.consumer_group_coordinator = self.make_consumer_group_coordinator()
         self._handlers = {
-            0: self.handle_produce,
-            1: self.handle_fetch,
-            2: self.handle_list_offsets,
             3: self.handle_metadata,
             18: self.handle_api_versions,
-            23: self.handle_offset_for_leader_epoch,
             60: self.handle_describe_cluster,
+            **self.produce_handlers(),
+            **self.fetch_handlers(),
             **self.topic_admin_handlers(),
             **self.admin_tool_handlers(),
             **self.classic_group_handlers(),
@@ -614,554 +500,6 @@ class KafkaApis(TransactionApis, QuotaApis, AdminToolApis, ClassicGroupApis, Con
             context, request, self._metadata_body(names, errors, context.connection.listener_name)))
 
     # --- Produce -------------------------------------------------------------
-
-    def handle_produce(self, context: RequestContext, request: Any, run: "ProduceRun | None" = None) -> Any:
-        """
-        Append each partition's batches on its leader.  With acks=all the
-        answer waits in the produce purgatory until every in-sync replica has
-        the batches (or C{timeout} passes: C{REQUEST_TIMED_OUT}); an ISR
-        smaller than C{min.insync.replicas} refuses the write before appending
-        (C{NOT_ENOUGH_REPLICAS}).
-
-        @param run: the L{ProduceRun} of the Produce requests read together
-            with this one: the appends are written by L{ProduceRun.finish},
-            which returns what this request is answered with; this call
-            returns the request's index in the run (C{None} for acks=0:
-            no answer).
-        """
-        acks = request.acks
-        produce_bytes = sum(len(p.records or b"") for t in request.topic_data for p in t.partition_data) \
-            if self.quotas.enabled else 0
-        required: dict[tuple[str, int], int] = {}
-        if request.transactional_id is not None and self._refuse_transactional_produce(context, request):
-            code = ErrorCode.transactional_id_authorization_failed
-            results = [
-                (t.name, [{"index": p.index, "error_code": int(code), "base_offset": -1} for p in t.partition_data])
-                for t in request.topic_data
-            ]
-        else:
-            # acks=0 in a run: nobody reads the partition responses (no quotas there, no answer)
-            results = self._produce_append(context, request, required, run is None,
-                                           run is None or acks != 0)
-        if run is not None:
-            if acks == 0 and not produce_bytes:
-                return None  # no answer, whatever the write does
-            return run.add(lambda errors: self._produce_finish(context, request, results, required, produce_bytes,
-                                                               errors))
-        return self._produce_finish(context, request, results, required, produce_bytes)
-
-    def _produce_append(self, context: RequestContext, request: Any, required: dict[tuple[str, int], int],
-                        write: bool = True, answered: bool = True) -> list:
-        """
-        Append a Produce request's partitions (with C{write=False}, see
-        L{kafkatw.broker.replica_manager.ReplicaManager.append}); fill
-        C{required} (acks=all: the offset each partition's high watermark
-        must reach).
-
-        @param answered: C{False}: the partition responses of appended
-            partitions are not built (an acks=0 request, answered by nobody).
-        @return: C{[(topic, [partition response dict, ...]), ...]}.
-        """
-        results = []
-        append = self.replica_manager.append
-        min_isr = self.replica_manager.min_insync_replicas if request.acks == -1 else None
-        denied = None if self.authorizer is None else \
-            self._denied_topics(context, AclOperation.WRITE, (t.name for t in request.topic_data))
-        for topic in request.topic_data:
-            name = topic.name
-            if denied and name in denied:
-                results.append((name, [{"index": p.index, "error_code": int(ErrorCode.topic_authorization_failed),
-                                        "base_offset": -1, "log_append_time": -1, "log_start_offset": -1}
-                                       for p in topic.partition_data]))
-                continue
-            partitions = []
-            for p in topic.partition_data:
-                records = p.records
-                try:
-                    if records is None:
-                        raise CorruptRecordError("a null record set")
-                    result = append(name, p.index, records, min_isr(name) if min_isr is not None else None, write)
-                except KafkaError as e:
-                    self.failed_produce_requests += 1
-                    code = e.error_code
-                    partitions.append({"index": p.index, "error_code": int(code), "base_offset": -1,
-                                       "log_append_time": -1, "log_start_offset": -1,
-                                       "error_message": str(e) or None})
-                    continue
-                if not result.duplicate:
-                    self._count_in(name, result.record_count, len(records))
-                if min_isr is not None:
-                    required[(name, p.index)] = result.last_offset + 1
-                if answered:
-                    partitions.append({
-                        "index": p.index, "error_code": 0, "base_offset": result.base_offset,
-                        "log_append_time": result.log_append_time_ms, "log_start_offset": result.log_start_offset,
-                    })
-            results.append((name, partitions))
-        return results
-
-    def _produce_finish(self, context: RequestContext, request: Any, results: list,
-                        required: dict[tuple[str, int], int], produce_bytes: int,
-                        write_errors: dict[tuple[str, int], Exception] | None = None) -> Any:
-        """
-        Answer a Produce request whose appends are in the logs: C{None}
-        (acks=0), the response, or a Deferred of it (acks=all).
-
-        @param write_errors: C{(topic, partition)} -> the error of a write
-            that failed after the appends (L{ProduceRun}); the partitions
-            whose batches it lost are answered with it.
-        """
-        if write_errors:
-            self._fail_unwritten(results, required, write_errors)
-        if required:
-            timeout = request.timeout
-            timeout_ms = int(timeout.total_seconds() * 1000) if hasattr(timeout, "total_seconds") else int(timeout)
-            d = self.replica_manager.delay_produce(required, max(timeout_ms, 0))
-            return d.addCallback(self._produce_acknowledged, context, results, produce_bytes)
-        if request.acks == 0:
-            if produce_bytes:
-                self._throttle(context, max(self._produce_throttle_ms(context, produce_bytes),
-                                            self._request_throttle_ms(context)))
-            return None
-        return self._produce_response(context, results, produce_bytes)
-
-    def _fail_unwritten(self, results: list, required: dict[tuple[str, int], int],
-                        write_errors: dict[tuple[str, int], Exception]) -> None:
-        """
-        Answer C{KAFKA_STORAGE_ERROR} for the partitions whose appended batches
-        a failed write lost: those at or past the log end offset left by it
-        (L{kafkatw.storage.log.PartitionLog.write_pending}).
-        """
-        for name, partitions in results:
-            for entry in partitions:
-                key = (name, entry["index"])
-                error = write_errors.get(key)
-                if error is None or entry["error_code"] != 0:
-                    continue
-                partition = self.replica_manager.partitions.get(key)
-                if partition is not None and entry["base_offset"] < partition.log.log_end_offset:
-                    continue  # written before the failure
-                self.failed_produce_requests += 1
-                required.pop(key, None)
-                entry.update(error_code=int(ErrorCode.kafka_storage_error), base_offset=-1, log_append_time=-1,
-                             log_start_offset=-1, error_message=str(error) or None)
-
-    #: What L{produce_in_run} returns for a request it leaves to L{handle}.
-    NOT_SIMPLE = object()
-
-    def produce_in_run(self, frame: Any, connection: ConnectionContext, run: ProduceRun) -> Any:
-        """
-        L{handle} for a Produce request frame of a L{ProduceRun} of the
-        common shape (v3-v9, acks 0 or 1, no transactional id, one topic,
-        one partition; no authorizer), its header and body decoded by hand
-        (L{simple_produce_decoder}; kio's entities and the request header
-        of an acks=0 request are not built) and its append queued
-        (L{ProduceRun.queue}): the same appends, counters and response as
-        L{handle}.
-
-        @return: C{None} (acks=0: no answer), C{(header, index)} (acks=1:
-            the request's L{RequestHeader} and its index in the run's
-            answers), or L{NOT_SIMPLE}: any other request or a frame that
-            does not parse (call L{handle}).
-        """
-        try:
-            api_key, version, correlation_id, client_size = _REQUEST_HEADER.unpack_from(frame, 0)
-        except struct.error:
-            return self.NOT_SIMPLE
-        if api_key != 0 or not 3 <= version <= 9 or self.authorizer is not None or self.quotas.enabled:
-            return self.NOT_SIMPLE
-        body = 10 + client_size if client_size > 0 else 10
-        if version >= 9:  # request header v2: tagged fields (none, as clients send it)
-            if len(frame) <= body or frame[body] != 0:
-                return self.NOT_SIMPLE
-            body += 1
-        decoded = simple_produce_decoder(frame, body, version >= 9)
-        if decoded is None:
-            return self.NOT_SIMPLE
-        acks, _timeout, name, index, records = decoded
-        if acks != 0 and acks != 1 or records is None:
-            return self.NOT_SIMPLE
-        counts = self.request_counts
-        counts[0] = counts.get(0, 0) + 1
-        results, i = run.queue(name, index, records)
-        if acks == 0:
-            return None
-        client_id = None if client_size < 0 else str(frame[10:10 + client_size], "utf-8", "replace")
-        header = _tuple_new(RequestHeader, (0, version, correlation_id, client_id, body))
-        context = _tuple_new(RequestContext, (header, connection))
-        return header, run.add(lambda errors: self._produce_acks1_finish(context, name, index, results[i], errors))
-
-    def _append_many(self, topic: str, partition: int, records_list: list) -> list:
-        """
-        Append several requests' records to one partition
-        (L{kafkatw.broker.replica_manager.ReplicaManager.append_many}),
-        counting them as L{_produce_append} does.
-
-        @return: one C{AppendResult} or C{KafkaError} per item.
-        """
-        results = self.replica_manager.append_many(topic, partition, records_list)
-        count = size = failed = 0
-        for records, result in zip(records_list, results):
-            if isinstance(result, KafkaError):
-                failed += 1
-            elif not result.duplicate:
-                count += result.record_count
-                size += len(records)
-        self.failed_produce_requests += failed
-        if count or size:
-            self._count_in(topic, count, size)
-        return results
-
-    def _count_in(self, topic: str, record_count: int, size_bytes: int) -> None:
-        """Kafka's BrokerTopicMetrics MessagesInPerSec and BytesInPerSec, broker-wide and for C{topic}."""
-        self.messages_in += record_count
-        self.bytes_in += size_bytes
-        topic_messages_in = self.topic_messages_in
-        topic_messages_in[topic] = topic_messages_in.get(topic, 0) + record_count
-        topic_bytes_in = self.topic_bytes_in
-        topic_bytes_in[topic] = topic_bytes_in.get(topic, 0) + size_bytes
-
-    def _produce_acks1_finish(self, context: RequestContext, topic: str, partition: int, result: Any,
-                              write_errors: dict[tuple[str, int], Exception]) -> bytes:
-        """L{_produce_finish} of an acks=1 request of L{produce_in_run} (C{result}: its append's)."""
-        if not write_errors and not isinstance(result, KafkaError) and not self.quotas.enabled:
-            header = context.header
-            version = header.api_version
-            template = _produce_templates.get((version, topic))
-            if template is None:
-                template = _produce_template(version, topic)
-            prefix, partition_struct, suffix = template
-            if version >= 5:
-                body = partition_struct.pack(partition, 0, result.base_offset, result.log_append_time_ms,
-                                             result.log_start_offset)
-            else:
-                body = partition_struct.pack(partition, 0, result.base_offset, result.log_append_time_ms)
-            return _INT32.pack(header.correlation_id) + prefix + body + suffix
-        if isinstance(result, KafkaError):
-            entry = {"index": partition, "error_code": int(result.error_code), "base_offset": -1,
-                     "log_append_time": -1, "log_start_offset": -1, "error_message": str(result) or None}
-        else:
-            entry = {"index": partition, "error_code": 0, "base_offset": result.base_offset,
-                     "log_append_time": result.log_append_time_ms, "log_start_offset": result.log_start_offset}
-        results = [(topic, [entry])]
-        if write_errors:
-            self._fail_unwritten(results, {}, write_errors)
-        return self._produce_response(context, results)
-
-    def produce_run(self) -> "ProduceRun | None":
-        """
-        A L{ProduceRun} for Produce requests read together from one
-        connection, or C{None} when they must be served one by one (client
-        quotas are on: a request's throttle mutes the connection before the
-        next one is read, KIP-219).
-        """
-        if self.quotas.enabled:
-            return None
-        return ProduceRun(self)
-
-    def _produce_acknowledged(self, errors: dict, context: RequestContext, results: list,
-                              produce_bytes: int = 0) -> bytes:
-        for name, partitions in results:
-            for entry in partitions:
-                error = errors.get((name, entry["index"]))
-                if error is not None and entry["error_code"] == 0:
-                    self.failed_produce_requests += 1
-                    entry.update(error_code=int(error.error_code), error_message=str(error) or None)
-        return self._produce_response(context, results, produce_bytes)
-
-    def _produce_throttle_ms(self, context: RequestContext, produce_bytes: int) -> int:
-        """Record a produce request's bytes (C{producer_byte_rate}) and return its bandwidth throttle."""
-        quotas = self.quotas
-        user, client_id = self._quota_client(context)
-        return quotas.produce.record_and_get_throttle_time_ms(user, client_id, produce_bytes, quotas.now_ms())
-
-    def _produce_response(self, context: RequestContext, results: list, produce_bytes: int = 0) -> bytes:
-        """The ProduceResponse, encoded by hand (L{encode_produce_response}); quotas as L{_respond}."""
-        throttle_ms = self._produce_throttle_ms(context, produce_bytes) if produce_bytes else 0
-        if self.quotas.enabled:
-            throttle_ms = max(throttle_ms, self._request_throttle_ms(context))
-            self._throttle(context, throttle_ms)
-        return encode_produce_response(context.api_version, context.correlation_id, results, throttle_ms)
-
-    # --- Fetch ---------------------------------------------------------------
-
-    def _read_partitions(self, request: Any, denied: set[str] | None = None, quota_max_bytes: int | None = None,
-                         fetch_topics: Any = None) -> tuple[list[tuple[str, list[PartitionFetchData]]], int, bool]:
-        """
-        Read every requested partition once, on its leader.  A consumer reads
-        below the high watermark; a follower (C{replica_id} >= 0) reads up to
-        the log end offset, and its fetch offset tells the leader what it holds
-        (L{kafkatw.broker.partition.Partition.update_follower}).
-
-        @param fetch_topics: the topics to read, shaped as C{request.topics}
-            (an incremental fetch reads its session's,
-            L{kafkatw.broker.fetch_session.FetchSession.fetch_topics});
-            C{None}: C{request.topics}.
-
-        @return: (topics for the response, bytes found, whether any partition
-            had an error).
-        """
-        replica_id = getattr(request, "replica_id", -1)
-        read_committed = replica_id < 0 and getattr(request, "isolation_level", 0) == READ_COMMITTED
-        remaining = request.max_bytes if getattr(request, "max_bytes", None) is not None else 0x7FFFFFFF
-        if quota_max_bytes is not None:  # Kafka's getMaxValueInQuotaWindow bound
-            remaining = min(remaining, quota_max_bytes)
-        topics = []
-        total = 0
-        any_error = False
-        for topic in request.topics if fetch_topics is None else fetch_topics:
-            name = topic.topic
-            if denied and name in denied:
-                any_error = True
-                topics.append((name, [PartitionFetchData(p.partition, int(ErrorCode.topic_authorization_failed), -1,
-                                                         -1, -1, (), 0) for p in topic.partitions]))
-                continue
-            partitions = []
-            for p in topic.partitions:
-                try:
-                    # Kafka's Partition.getLocalLog: the leader epoch (KIP-320) before the role
-                    partition = self.replica_manager.get_partition(name, p.partition)
-                    partition.check_leader_epoch(getattr(p, "current_leader_epoch", -1))
-                    log = partition.leader_log()
-                    if replica_id >= 0:
-                        if log.log_start_offset <= p.fetch_offset <= log.log_end_offset:
-                            # what the follower holds; not for a fetch in error (Kafka's updateFollowerFetchState)
-                            partition.update_follower(replica_id, p.fetch_offset, getattr(p, "log_start_offset", -1))
-                        max_offset = log.log_end_offset
-                    else:
-                        max_offset = log.high_watermark
-                    high_watermark = log.high_watermark
-                    last_stable_offset = log.last_stable_offset
-                    if read_committed:
-                        max_offset = last_stable_offset
-                    regions: list[Any] = []
-                    size = 0
-                    if remaining > 0 or total == 0:
-                        # KIP-74: until a partition returned data, its first batch comes whatever the limits
-                        # (Kafka's minOneMessage), a zero limit too; 1 byte reads the same for log.read
-                        limit = max(min(p.partition_max_bytes, remaining), 0 if total else 1)
-                        regions = log.read(p.fetch_offset, limit, max_offset, min_one_batch=total == 0)
-                        size = sum(r.length for r in regions)
-                        remaining = max(0, remaining - size)
-                    elif not log.log_start_offset <= p.fetch_offset <= log.log_end_offset:
-                        log.read(p.fetch_offset, 1, max_offset)  # raises OffsetOutOfRange
-                    aborted = None
-                    if read_committed:
-                        aborted = [(t.producer_id, t.first_offset) for t in
-                                   log.collect_aborted_transactions(p.fetch_offset, max_offset)] if size else []
-                    partitions.append(PartitionFetchData(
-                        p.partition, 0, high_watermark, last_stable_offset, log.log_start_offset, regions, size,
-                        aborted))
-                    total += size
-                except KafkaError as e:
-                    any_error = True
-                    self.failed_fetch_requests += 1
-                    partitions.append(PartitionFetchData(p.partition, int(e.error_code), -1, -1, -1, (), 0))
-                except OSError as e:  # a read of a failing log dir (EIO): the dir goes offline (KIP-112)
-                    any_error = True
-                    self.failed_fetch_requests += 1
-                    self.replica_manager.log_manager.log_failed(name, p.partition, e)
-                    partitions.append(PartitionFetchData(p.partition, int(ErrorCode.kafka_storage_error), -1, -1, -1,
-                                                         (), 0))
-            topics.append((name, partitions))
-        return topics, total, any_error
-
-    def handle_fetch(self, context: RequestContext, request: Any) -> Any:
-        """
-        With an authorizer, a consumer needs Read on each topic and a
-        follower (C{replica_id} >= 0) ClusterAction on the cluster; the
-        partitions of the others get C{TOPIC_AUTHORIZATION_FAILED}, as Kafka's
-        C{handleFetchRequest} answers.
-
-        A fetch with C{session_id} 0 and C{session_epoch} -1 (every fetch
-        before v7, and clients without fetch sessions) is read and answered
-        as it is; any other goes through its fetch session (KIP-227,
-        L{kafkatw.broker.fetch_session}).
-        """
-        fetch_context = None
-        fetch_topics = request.topics
-        if getattr(request, "session_epoch", FINAL_EPOCH) != FINAL_EPOCH \
-                or getattr(request, "session_id", INVALID_SESSION_ID) != INVALID_SESSION_ID:
-            fetch_context = self.fetch_sessions.new_context(
-                request.session_id, request.session_epoch, request.replica_id >= 0, request.topics,
-                request.forgotten_topics_data, self.hi_res_clock_ms())
-            if fetch_context.error_code:
-                self.fetch_session_requests["error"] += 1
-                return self._fetch_response(context, [], request, fetch_context)
-            self.fetch_session_requests["full" if fetch_context.session is None else "incremental"] += 1
-            fetch_topics = fetch_context.topics
-        denied = None
-        if self.authorizer is not None:
-            names = [t.topic for t in fetch_topics]
-            if getattr(request, "replica_id", -1) >= 0:
-                denied = set() if self._allowed(context, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER) \
-                    else set(names)
-            else:
-                denied = self._denied_topics(context, AclOperation.READ, names)
-        quota_max_bytes = None
-        if self.quotas.enabled and not self._quota_exempt(context, request):
-            bound = self.quotas.fetch.max_value_in_window(*self._quota_client(context))
-            quota_max_bytes = None if bound is None else max(1, int(bound))
-        # a follower's incremental fetch does not read its quiet partitions (kafkatw/broker/fetch_session.py)
-        quiet = fetch_context is not None and fetch_context.session is not None \
-            and fetch_context.session.privileged and not denied and self.skip_quiet_follower_partitions
-        topics, total, any_error = self._read_partitions(
-            request, denied, quota_max_bytes, self._follower_read_topics(fetch_context, request) if quiet
-            else fetch_topics)
-        max_wait_ms = int(request.max_wait.total_seconds() * 1000)
-        if any_error or total >= request.min_bytes or max_wait_ms <= 0 or 0 < request.max_bytes <= total:
-            return self._fetch_response(context, topics, request, fetch_context)
-        tps = [(t.topic, p.partition) for t in fetch_topics for p in t.partitions]
-        if not tps:
-            return self._fetch_response(context, topics, request, fetch_context)
-        d = self.replica_manager.delay_fetch(tps, request.min_bytes, total, max_wait_ms,
-                                             replica=getattr(request, "replica_id", -1) >= 0,
-                                             stable_offsets=self._stable_offsets(request, topics))
-        d.addCallback(lambda _: self._fetch_response(
-            context, self._read_partitions(
-                request, denied, quota_max_bytes, self._follower_read_topics(fetch_context, request) if quiet
-                else fetch_topics)[0],
-            request, fetch_context))
-        return d
-
-    def _follower_read_topics(self, fetch_context: Any, request: Any) -> list:
-        """The partitions of a follower's incremental fetch that need a read (its quiet ones do not)."""
-        return fetch_context.follower_read_topics(self.replica_manager.partitions, request.replica_id,
-                                                  self.hi_res_clock_ms())
-
-    def _fetch_response(self, context: RequestContext, topics: list, request: Any = None,
-                        fetch_context: Any = None) -> tuple[list, int]:
-        """
-        Encode the FetchResponse of the partitions read (C{topics}); a
-        session's C{fetch_context} picks what is answered and the session id.
-        """
-        size = sum(p.records_bytes for _, partitions in topics for p in partitions)
-        throttle_ms = 0
-        if self.quotas.enabled and not self._quota_exempt(context, request):
-            # Kafka's handleFetchRequest: a consumer over its consumer_byte_rate or
-            # request_percentage gets an empty response carrying the throttle.
-            quotas = self.quotas
-            user, client_id = self._quota_client(context)
-            now_ms = quotas.now_ms()
-            bandwidth_ms = quotas.fetch.record_and_get_throttle_time_ms(user, client_id, size, now_ms)
-            throttle_ms = max(bandwidth_ms, self._request_throttle_ms(context))
-            if throttle_ms > 0:
-                quotas.fetch.unrecord(user, client_id, size, now_ms)
-                topics, size = [], 0
-                self._throttle(context, throttle_ms)
-        error_code = 0
-        session_id = INVALID_SESSION_ID
-        if fetch_context is not None:
-            if throttle_ms > 0:
-                # Kafka's getThrottledResponse: nothing answered, the session as it was
-                error_code, session_id = fetch_context.throttled()
-            else:
-                topics, error_code, session_id = fetch_context.finish(topics)
-        if size:
-            self.bytes_out += size
-            topic_bytes_out = self.topic_bytes_out
-            for name, partitions in topics:
-                sent = sum(p.records_bytes for p in partitions)
-                if sent:
-                    topic_bytes_out[name] = topic_bytes_out.get(name, 0) + sent
-        return encode_fetch_response(context.api_version, context.correlation_id, topics, throttle_ms, error_code,
-                                     session_id)
-
-    # --- ListOffsets ---------------------------------------------------------
-
-    def handle_list_offsets(self, context: RequestContext, request: Any) -> bytes:
-        topics = []
-        denied = None if self.authorizer is None else \
-            self._denied_topics(context, AclOperation.DESCRIBE, (t.name for t in request.topics))
-        for topic in request.topics:
-            partitions = []
-            for p in topic.partitions:
-                entry = {"partition_index": p.partition_index, "error_code": 0, "timestamp": -1, "offset": -1,
-                         "leader_epoch": -1}
-                if denied and topic.name in denied:
-                    entry["error_code"] = int(ErrorCode.topic_authorization_failed)
-                    partitions.append(entry)
-                    continue
-                try:
-                    # the leader epoch (KIP-320) before the role, as Fetch (Kafka's Partition.getLocalLog)
-                    partition = self.replica_manager.get_partition(topic.name, p.partition_index)
-                    partition.check_leader_epoch(getattr(p, "current_leader_epoch", -1))
-                    log = partition.leader_log()
-                    ts = p.timestamp
-                    # Kafka's Partition.fetchOffsetForTimestamp: a consumer sees the offsets below the
-                    # high watermark (the last stable offset for read_committed), a replica the whole log
-                    if getattr(request, "replica_id", -1) >= 0:
-                        last_fetchable = log.log_end_offset
-                    elif getattr(request, "isolation_level", 0) == READ_COMMITTED:
-                        last_fetchable = log.last_stable_offset
-                    else:
-                        last_fetchable = log.high_watermark
-                    if ts == LATEST_TIMESTAMP:
-                        entry["offset"] = last_fetchable
-                    elif ts == EARLIEST_TIMESTAMP or ts == EARLIEST_LOCAL_TIMESTAMP and context.api_version >= 8:
-                        entry["offset"] = log.log_start_offset
-                    elif ts == MAX_TIMESTAMP and context.api_version >= 7:
-                        found = log.max_timestamp_and_offset(
-                            log.last_stable_offset if getattr(request, "isolation_level", 0) == READ_COMMITTED
-                            else None)
-                        if found is not None:
-                            entry["offset"], entry["timestamp"] = found
-                    elif ts < 0:
-                        raise kafka_error(ErrorCode.invalid_request, f"timestamp {ts}")
-                    else:
-                        found = log.offset_for_timestamp(ts, upper_offset=last_fetchable)
-                        if found is not None:
-                            entry["offset"], entry["timestamp"] = found
-                    entry["leader_epoch"] = partition.leader_epoch
-                except KafkaError as e:
-                    entry["error_code"] = int(e.error_code)
-                except OSError as e:  # a read of a failing log dir (EIO): the dir goes offline (KIP-112)
-                    self.replica_manager.log_manager.log_failed(topic.name, p.partition_index, e)
-                    entry.update(error_code=int(ErrorCode.kafka_storage_error), offset=-1, timestamp=-1)
-                partitions.append(entry)
-            topics.append({"name": topic.name, "partitions": partitions})
-        return self._respond(context, {"throttle_time": 0, "topics": topics})
-
-    # --- OffsetForLeaderEpoch ---------------------------------------------------
-
-    def handle_offset_for_leader_epoch(self, context: RequestContext, request: Any) -> bytes:
-        """
-        For each partition, the largest epoch at or below the requested one
-        and the offset where it ended (KIP-101, KIP-279): a follower truncates
-        to it, a KIP-320 consumer validates its position with it.
-        """
-        topics = []
-        denied: set[str] | None = None
-        if self.authorizer is not None:
-            names = [t.topic for t in request.topics]
-            if getattr(request, "replica_id", -1) != -1:  # a follower (or -2, debug): ClusterAction, as Kafka's
-                denied = set() if self._allowed(context, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER) \
-                    else set(names)
-            else:
-                denied = self._denied_topics(context, AclOperation.DESCRIBE, names)
-        for topic in request.topics:
-            partitions = []
-            for p in topic.partitions:
-                entry = {"partition": p.partition, "error_code": 0, "leader_epoch": -1, "end_offset": -1}
-                if denied and topic.topic in denied:
-                    code = ErrorCode.topic_authorization_failed if getattr(request, "replica_id", -1) == -1 \
-                        else ErrorCode.cluster_authorization_failed
-                    entry["error_code"] = int(code)
-                    partitions.append(entry)
-                    continue
-                try:
-                    # the leader epoch before the role, as Fetch (Kafka's Partition.getLocalLog)
-                    partition = self.replica_manager.get_partition(topic.topic, p.partition)
-                    partition.check_leader_epoch(p.current_leader_epoch)
-                    entry["leader_epoch"], entry["end_offset"] = \
-                        partition.leader_log().end_offset_for_epoch(p.leader_epoch)
-                except KafkaError as e:
-                    entry["error_code"] = int(e.error_code)
-                partitions.append(entry)
-            topics.append({"topic": topic.topic, "partitions": partitions})
-        return self._respond(context, {"throttle_time": 0, "topics": topics})
-
-    # --- DescribeCluster -------------------------------------------------------
 
     def handle_describe_cluster(self, context: RequestContext, request: Any) -> bytes:
         """

@@ -344,7 +344,7 @@ class KafkaConnection(Int32StringReceiver):
         the requests already received after it stay buffered until it is unmuted.
 
         Consecutive Produce requests read together (one or more) are served
-        as one L{kafkatw.broker.apis.ProduceRun}: one write per partition for
+        as one L{kafkatw.broker.produce_apis.ProduceRun}: one write per partition for
         all of them, then their responses, in order (unless client quotas are
         on, whose throttles need each request served before the next is read).
         """

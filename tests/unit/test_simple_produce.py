@@ -164,7 +164,7 @@ class CompiledDecodeSimpleProduceTests(DecodeSimpleProduceTests):
 
 
 class ProduceTemplateTests(unittest.TestCase):
-    """The broker's one-partition ProduceResponse (L{kafkatw.broker.apis._produce_template}) is kio's bytes."""
+    """The broker's one-partition ProduceResponse (L{kafkatw.broker.produce_apis._produce_template}) is kio's bytes."""
 
     @settings(max_examples=200, deadline=None)
     @given(version=st.integers(3, 9), topic=st.text(alphabet="abcZ09._-", min_size=1, max_size=249),
@@ -172,7 +172,7 @@ class ProduceTemplateTests(unittest.TestCase):
            base_offset=st.integers(0, 2**63 - 1), append_time=st.integers(-1, 2**63 - 1),
            start=st.integers(0, 2**63 - 1))
     def test_same_bytes(self, version, topic, correlation_id, index, base_offset, append_time, start):
-        from kafkatw.broker.apis import _produce_template
+        from kafkatw.broker.produce_apis import _produce_template
         from kafkatw.protocol.produce import encode_produce_response
 
         prefix, partition, suffix = _produce_template(version, topic)
