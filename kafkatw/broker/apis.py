@@ -48,6 +48,7 @@ from ..security.acl import (
 from ..zookeeper.bridge import ZooKeeperError
 from .fetch_session import FetchSessionCache
 from .group_coordinator import GroupCoordinator, OffsetStore
+from .metadata_response import metadata_response_encoder
 from .quota_apis import QUOTA_VERSIONS, QuotaApis
 from .quota_manager import ClientQuotas, user_of_principal
 from .request_context import NO_CONNECTION, ConnectionContext, RequestContext
@@ -400,6 +401,10 @@ class KafkaApis(ProduceApis, FetchApis, TransactionApis, QuotaApis, AdminToolApi
             hosted.leader_epoch >= self.metadata.leader_epoch(topic, partition)
 
     def _metadata_body(self, names: list[str], errors: dict[str, ErrorCode], listener: str = "PLAINTEXT") -> dict:
+        """
+        A Metadata response's plain values (with L{_metadata_operations}: what
+        L{_metadata_response} answers, encoded by kio as a whole).
+        """
         topics = []
         for name in names:
             if name in errors:
@@ -432,6 +437,67 @@ class KafkaApis(ProduceApis, FetchApis, TransactionApis, QuotaApis, AdminToolApi
             return 0
         return self._authorized_operations(context, ResourceType.CLUSTER, CLUSTER_NAME)
 
+    def _metadata_response(self, context: RequestContext, request: Any, names: list[str],
+                           errors: dict[str, ErrorCode], unknown_ids: list[dict] | tuple = ()) -> bytes:
+        """
+        The Metadata response naming C{names} (then the C{unknown_ids}
+        entries), as kio encodes L{_metadata_body} with
+        L{_metadata_operations} -- byte for byte -- but from each topic's
+        encoded entry, kept in L{MetadataCache.encoded_topics} until it
+        changes (L{kafkatw.broker.metadata_response}): a full Metadata of
+        10,000 partitions is a join of cached bytes.
+
+        @param errors: topic -> the error it is answered with (no partitions).
+        """
+        version = context.api_version
+        encoder = metadata_response_encoder(version)
+        self._watch_replica_roles()
+        include_ops = getattr(request, "include_topic_authorized_operations", False)
+        known = self.metadata.topics
+        cache = self.metadata.encoded_topics
+        encoded = []
+        for name in names:
+            ops = self._authorized_operations(context, ResourceType.TOPIC, name) if include_ops else None
+            if name in errors or name not in known:
+                entry = {"error_code": int(errors[name]), "name": name, "partitions": [],
+                         "topic_authorized_operations": -2147483648} if name in errors else self._topic_metadata(name)
+                if include_ops:
+                    entry["topic_authorized_operations"] = ops
+                encoded.append(encoder.topic(entry))
+                continue
+            entries = cache.get(name)
+            if entries is None:
+                entries = cache[name] = {}
+            data = entries.get((version, ops))
+            if data is None:
+                entry = self._topic_metadata(name)
+                if include_ops:
+                    entry["topic_authorized_operations"] = ops
+                data = entries[(version, ops)] = encoder.topic(entry)
+            encoded.append(data)
+        for entry in unknown_ids:
+            if include_ops:
+                entry = {**entry, "topic_authorized_operations": self._authorized_operations(
+                    context, ResourceType.TOPIC, entry["name"])}
+            encoded.append(encoder.topic(entry))
+        body = self._metadata_body([], {}, context.connection.listener_name)
+        if getattr(request, "include_cluster_authorized_operations", False):
+            body["cluster_authorized_operations"] = self._cluster_operations(context)
+        return encoder.splice(self._respond(context, body), encoded, len(encoded))
+
+    def _watch_replica_roles(self) -> None:
+        """
+        Once: a change of a replica's role here drops its topic's encoded
+        Metadata entries (a partition this broker leads by its state is
+        named led only once its replica leads, L{_topic_metadata}).
+        """
+        replica_manager = self.replica_manager
+        if replica_manager is None or self.__dict__.get("_roles_watched") is replica_manager:
+            return
+        self._roles_watched = replica_manager
+        invalidate = self.metadata.invalidate_topic
+        replica_manager.leadership_listeners.append(lambda topic, partition, role, leader_epoch: invalidate(topic))
+
     def handle_metadata(self, context: RequestContext, request: Any) -> Any:
         """
         With an authorizer: all-topics requests list only the topics the
@@ -446,8 +512,7 @@ class KafkaApis(ProduceApis, FetchApis, TransactionApis, QuotaApis, AdminToolApi
             if authorizer is not None:
                 denied = self._denied_topics(context, AclOperation.DESCRIBE, names)
                 names = [name for name in names if name not in denied]
-            return self._respond(context, self._metadata_operations(
-                context, request, self._metadata_body(names, {}, context.connection.listener_name)))
+            return self._metadata_response(context, request, names, {})
         names, unknown_ids = self.metadata_topic_names(request.topics)
         allow_auto = getattr(request, "allow_auto_topic_creation", True) and self.config["auto.create.topics.enable"]
         errors: dict[str, ErrorCode] = {}
@@ -469,9 +534,7 @@ class KafkaApis(ProduceApis, FetchApis, TransactionApis, QuotaApis, AdminToolApi
                 else:
                     creating.append(name)
         if not creating:
-            body = self._metadata_body(names, errors, context.connection.listener_name)
-            body["topics"].extend(unknown_ids)
-            return self._respond(context, self._metadata_operations(context, request, body))
+            return self._metadata_response(context, request, names, errors, unknown_ids)
         return defer.Deferred.fromCoroutine(self._auto_create_then_metadata(context, names, errors, creating,
                                                                             request))
 
@@ -496,8 +559,7 @@ class KafkaApis(ProduceApis, FetchApis, TransactionApis, QuotaApis, AdminToolApi
             except ZooKeeperError as e:
                 _log.warn("auto-creating topic {topic} failed: ZooKeeper unavailable ({error})", topic=name, error=e)
                 errors[name] = ErrorCode.leader_not_available
-        return self._respond(context, self._metadata_operations(
-            context, request, self._metadata_body(names, errors, context.connection.listener_name)))
+        return self._metadata_response(context, request, names, errors)
 
     # --- Produce -------------------------------------------------------------
 

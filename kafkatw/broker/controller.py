@@ -745,7 +745,12 @@ class KafkaController:
         is left of the ISR's), at a new epoch, alone in the ISR -- unless that
         election would leave eligible leader replicas (ISR members or eligible
         ones that are down, and hold what it may have lost): the partition
-        then waits for one of them.
+        then waits for one of them.  An offline partition whose leader's
+        broker lives but whose replica is offline (a failed log dir, a log
+        refused for want of file descriptors) is written without a leader
+        (-1) at a new epoch, as Kafka's C{removeReplicasFromIsr} does for an
+        C{OfflineReplica} that leads: no broker names a leader that answers
+        C{KAFKA_STORAGE_ERROR}.
 
         @param live: the live brokers whose replica of this partition is online.
         """
@@ -777,6 +782,11 @@ class KafkaController:
                 _log.warn("{topic}-{partition} is offline: no live in-sync replica among {isr}",
                           topic=topic, partition=partition, isr=state.isr)
             self.partition_states.move(key, "OfflinePartition")
+            if state.leader in self.live and key in self.offline_replicas.get(state.leader, ()):
+                # Kafka's removeReplicasFromIsr for an OfflineReplica that leads: no leader, at a new
+                # epoch, so that no broker names one that cannot serve; a lone ISR member stays in it
+                isr = list(state.isr) if len(state.isr) <= 1 else [r for r in state.isr if r != state.leader]
+                return Decision(-1, isr, True, "its leader's replica is offline and no other replica can lead")
             return None
         if unclean:
             return Decision(leader, [leader], True, "unclean", unclean=True)
@@ -786,8 +796,21 @@ class KafkaController:
         return Decision(leader, [r for r in state.isr if r in live], True, why)
 
     async def _settle_all(self) -> None:
-        """L{_settle} every partition; the ones still contended are settled again by a re-run."""
-        await self._settle_keys(self._all_partitions())
+        """
+        L{_settle} every partition; the ones still contended are settled
+        again by a re-run.  Those without a live leader come first, as
+        Kafka's C{onReplicasBecomeOffline} elects the offline partitions
+        before it takes the replicas out of the other ISRs: when a broker
+        dies, its leaderships move before the ISRs it follows in shrink.
+        """
+        keys = self._all_partitions()
+        states = self.metadata.partition_states
+        leaderless = [key for key in keys
+                      if (state := states.get(key)) is not None and state.leader not in self._live_for(key)]
+        if leaderless and len(leaderless) < len(keys):
+            first = set(leaderless)
+            keys = leaderless + [key for key in keys if key not in first]
+        await self._settle_keys(keys)
 
     async def _settle_keys(self, keys: list[tuple[str, int]]) -> None:
         """
@@ -1092,7 +1115,10 @@ class KafkaController:
         self.metadata.set_partition_state(topic, partition,
                                           PartitionState(leader, epoch, list(isr), self.epoch, version, elr=elr))
         self.restarted_replicas.pop(key, None)  # written now, after every registration it knows
-        if new_epoch:
+        if new_epoch and leader < 0:
+            _log.warn("{topic}-{partition}: no leader at epoch {epoch}, ISR {isr} (its leader's replica is offline)",
+                      topic=topic, partition=partition, epoch=epoch, isr=isr)
+        elif new_epoch:
             self.elections += 1
             self.partition_states.move(key, "OnlinePartition")
             _log.info("{topic}-{partition}: leader {leader} at epoch {epoch}, ISR {isr}", topic=topic,

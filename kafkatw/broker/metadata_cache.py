@@ -77,6 +77,12 @@ class MetadataCache:
         #: C{(topic, partition)} -> the L{kafkatw.zookeeper.zk_data.PartitionState} last read.
         self.partition_states: dict[tuple[str, int], Any] = {}
         self._listeners: list[Callable[[], None]] = []
+        #: topic -> {key: bytes}: the topic's encoded Metadata response entries
+        #: (L{kafkatw.broker.metadata_response}), keyed by what else they depend on
+        #: (the version, the authorized operations); a topic's are dropped
+        #: whenever it, one of its partition states or the set of live brokers
+        #: changes, and by L{invalidate_topic} (its replicas' roles here).
+        self.encoded_topics: dict[str, dict[Any, bytes]] = {}
 
     def add_listener(self, listener: Callable[[], None]) -> None:
         """Call C{listener()} after every change."""
@@ -86,7 +92,13 @@ class MetadataCache:
         for listener in list(self._listeners):
             listener()
 
+    def invalidate_topic(self, name: str) -> None:
+        """Drop C{name}'s encoded Metadata entries (something they are made of changed)."""
+        self.encoded_topics.pop(name, None)
+
     def set_brokers(self, brokers: dict[int, BrokerEndpoint]) -> None:
+        if brokers.keys() != self.brokers.keys():
+            self.encoded_topics.clear()  # leaders and offline replicas are those of live brokers
         self.brokers = dict(brokers)
         self._changed()
 
@@ -107,10 +119,12 @@ class MetadataCache:
 
     def set_topic(self, topic: TopicMetadata) -> None:
         self.topics[topic.name] = topic
+        self.encoded_topics.pop(topic.name, None)
         self._changed()
 
     def remove_topic(self, name: str) -> None:
         meta = self.topics.pop(name, None)
+        self.encoded_topics.pop(name, None)
         if meta is not None:
             for partition in meta.partitions:
                 self.partition_states.pop((name, partition), None)
@@ -118,6 +132,7 @@ class MetadataCache:
 
     def set_partition_state(self, topic: str, partition: int, state: Any) -> None:
         """Record a partition's state znode (C{None}: not written yet)."""
+        self.encoded_topics.pop(topic, None)
         if state is None:
             self.partition_states.pop((topic, partition), None)
         else:

@@ -52,6 +52,7 @@ from ..errors import (
     UnknownTopicOrPartitionError,
     kafka_error,
 )
+from ..storage.log_dir_failure import OpenFilesLimitError
 from .partition import FOLLOWER, LEADER, OFFLINE, Partition
 
 __all__ = ["ReplicaManager", "Purgatory", "DelayedOperation", "DelayedFetch", "DelayedProduce"]
@@ -247,7 +248,9 @@ class ReplicaManager:
         self.leadership_listeners: list[Callable[[str, int, str, int | None], None]] = []
         self.offline_partitions: dict[tuple[str, int], str] = {}
         #: C{listener(log_dir, message)} after a log directory failed and its
-        #: partitions went offline here: the broker tells the controller.
+        #: partitions went offline here, or (C{log_dir} C{""}) a replica's log
+        #: was refused for want of file descriptors (L{OpenFilesLimitError}):
+        #: the broker tells the controller.
         self.log_dir_failure_listeners: list[Callable[[str, str], object]] = []
         #: after an unclean shutdown (L{fence_leadership}): whether states naming this broker
         #: leader are checked, and its broker epoch once registered (None before)
@@ -326,11 +329,14 @@ class ReplicaManager:
                 try:
                     log = self.log_manager.get_or_create(topic, partition, self.topic_config(topic))
                 except KafkaStorageError as e:
-                    # every log dir offline, or the one chosen failed now (and is offline)
+                    # every log dir offline, the one chosen failed now (and is offline), or out of descriptors
                     failed = getattr(e, "failures", None)
                     self.offline_partitions[key] = next(iter(failed)) if failed else ""
                     _log.error("{topic}-{partition} is offline on broker {id}: {error}", topic=topic,
                                partition=partition, id=self.broker_id, error=e)
+                    if isinstance(e, OpenFilesLimitError):  # no log dir failed: the controller is told all the same
+                        for listener in list(self.log_dir_failure_listeners):
+                            listener("", str(e))
                     return None
             found = self.partitions[key] = Partition(
                 topic, partition, self.broker_id, log, self.now_ms, self._write_partition_isr,

@@ -269,6 +269,8 @@ class KafkaServer(service.MultiService):
         self._loops: dict[str, list[task.LoopingCall]] = {}
         #: the ZooKeeper writes telling the controller of failed log dirs, in order (L{_log_dir_failed})
         self._log_dir_events: defer.Deferred = defer.succeed(None)
+        #: a propagation of the offline replicas is queued, not started (one is enough for many refusals)
+        self._log_dir_event_queued = False
         #: checkpoint writes running on the thread pool (L{_write_in_thread})
         self._checkpoint_writes: set[defer.Deferred] = set()
         self._zookeeper_connect: str | None = None
@@ -1167,7 +1169,11 @@ class KafkaServer(service.MultiService):
         records its offline log dirs and their partitions in its
         registration and writes a log dir event notification, on which the
         controller moves their leaderships away and drops this broker from
-        their ISRs (docs/replication.md, "Disk failures").
+        their ISRs (docs/replication.md, "Disk failures").  With C{log_dir}
+        C{""} no log dir failed: a replica's log was refused for want of file
+        descriptors (L{OpenFilesLimitError}); it is offline here all the same,
+        listed under C{""} in the registration, as Kafka's controller learns
+        from a LeaderAndIsr response's C{KAFKA_STORAGE_ERROR} for it.
         """
         assert self.log_manager is not None and self.replica_manager is not None
         offline = self.log_manager.offline_log_dirs
@@ -1177,11 +1183,22 @@ class KafkaServer(service.MultiService):
                 + "; ".join(f"{d}: {error}" for d, error in offline.items())
                 + "); fix or replace the disks and start it again: it recovers its logs and rejoins")
             return
-        _log.error("log dir {log_dir} of broker {id} failed ({error}); its partitions are offline here and move to"
-                   " other replicas; the broker serves its other log dirs ({live})", log_dir=log_dir,
-                   id=self.broker_id, error=message, live=", ".join(self.log_manager.live_log_dirs))
-        self._log_dir_events = self._log_dir_events.addCallback(
-            lambda _: defer.Deferred.fromCoroutine(self._propagate_log_dir_event()))
+        if not log_dir:  # a replica refused for want of file descriptors (its log dir is fine)
+            _log.error("a replica of broker {id} is offline here ({error}); the controller moves its leadership to"
+                       " another replica", id=self.broker_id, error=message)
+        else:
+            _log.error("log dir {log_dir} of broker {id} failed ({error}); its partitions are offline here and move"
+                       " to other replicas; the broker serves its other log dirs ({live})", log_dir=log_dir,
+                       id=self.broker_id, error=message, live=", ".join(self.log_manager.live_log_dirs))
+        if self._log_dir_event_queued:
+            return  # the one queued writes every offline replica known when it runs
+        self._log_dir_event_queued = True
+
+        def propagate(_: object) -> defer.Deferred:
+            self._log_dir_event_queued = False
+            return defer.Deferred.fromCoroutine(self._propagate_log_dir_event())
+
+        self._log_dir_events = self._log_dir_events.addCallback(propagate)
 
     async def _propagate_log_dir_event(self) -> None:
         """Write this broker's offline log dirs in its registration, then the notification (in that order)."""

@@ -113,3 +113,52 @@ class OpenFilesLimitTests(unittest.TestCase):
         loaded = [int(n) for n in re.findall(r"loaded (\d+) logs in", _log_text(broker))]
         self.assertGreaterEqual(loaded[-1], len(hosted))
         self.assertLessEqual(hosted, _hosted(broker))  # (a few more may fit now: fewer connections)
+
+    def test_a_replica_refused_past_the_limit_leads_nowhere(self) -> None:
+        """
+        Three brokers, replication factor 3, broker 2 under a low limit: the
+        replicas it refuses are offline for the controller (as after a
+        LeaderAndIsr C{KAFKA_STORAGE_ERROR} in Kafka), which moves their
+        leaderships to brokers 0 and 1 and drops broker 2 from their ISRs;
+        records produced to them are acknowledged by all the others.
+        """
+        if shutil.which("prlimit") is None:
+            raise unittest.SkipTest("prlimit (util-linux) is not installed")
+        base = tempfile.mkdtemp(prefix="kafkatw-open-files-")
+        self.addCleanup(shutil.rmtree, base, True)
+        zookeeper = ZooKeeperFixture(os.path.join(base, "zookeeper"))
+        connect = zookeeper.start() + "/kafkatw"
+        self.addCleanup(zookeeper.stop)
+        brokers = [BrokerProcess(0, connect, base), BrokerProcess(1, connect, base), LimitedBroker(2, connect, base)]
+        for broker in brokers:
+            broker.start(60)
+            self.addCleanup(broker.kill)
+        limited = brokers[2]
+        admin = AdminClient({"bootstrap.servers": brokers[0].bootstrap})
+        admin.create_topics([NewTopic("many", _PARTITIONS, 3)], operation_timeout=60)["many"].result(90)
+        wait_for(lambda: _log_text(limited).count("is offline on broker 2: cannot create the log of many-")
+                 + len(_hosted(limited)) >= _PARTITIONS, 120, "every replica of broker 2 hosted or refused")
+        hosted = {int(n.rsplit("-", 1)[1]) for n in _hosted(limited)}
+        refused = set(range(_PARTITIONS)) - hosted
+        self.assertTrue(refused and hosted)
+
+        def placement() -> dict[int, tuple[int, list[int]]]:
+            topic = admin.list_topics("many", timeout=10).topics["many"]
+            return {p.id: (p.leader, list(p.isrs)) for p in topic.partitions.values()}
+
+        def settled() -> bool:
+            found = placement()
+            return len(found) == _PARTITIONS and all(
+                leader in (0, 1) and 2 not in isr for p, (leader, isr) in found.items() if p in refused)
+
+        wait_for(settled, 120, "every refused replica out of its leadership and ISR")
+        found = placement()
+        self.assertTrue(all(found[p][0] in (0, 1) or p in hosted for p in found))  # 2 leads only what it hosts
+        self.assertIn("a replica of broker 2 is offline here", _log_text(limited))
+        partition = min(refused)
+        results: list[object] = []
+        producer = Producer({"bootstrap.servers": brokers[0].bootstrap, "acks": "all", "message.timeout.ms": 20000})
+        producer.produce("many", b"v", partition=partition, on_delivery=lambda err, msg: results.append(err))
+        producer.flush(30)
+        self.assertEqual(results, [None])
+        self.assertIsNone(limited.popen.poll())

@@ -938,3 +938,27 @@ class IsrRaceTests(unittest.TestCase):
         cluster.check_settled()
         for partition in (0, 1):
             self.assertNotIn(3, cluster.state(partition).isr)
+
+
+class SettleOrderTests(unittest.TestCase):
+    def test_a_dead_brokers_leaderships_move_before_the_isrs_shrink(self) -> None:
+        """
+        As Kafka's C{onReplicasBecomeOffline}: the partitions it led are
+        elected new leaders first, then it leaves the ISRs it was in, so
+        that at scale every partition is led again sooner.
+        """
+        assignments = {p: [[3, 1, 2], [1, 3, 2], [2, 1, 3]][p % 3] for p in range(30)}
+        h = ControllerHarness(self, {"t": assignments})
+        written: list[tuple[int, bool]] = []
+        real = h.registry.set_partition_state
+
+        def recording(topic: str, partition: int, leader: int, leader_epoch: int, *args: Any, **kw: Any) -> Any:
+            written.append((partition, leader_epoch > h.metadata.partition_states[(topic, partition)].leader_epoch))
+            return real(topic, partition, leader, leader_epoch, *args, **kw)
+
+        h.registry.set_partition_state = recording  # type: ignore[method-assign]
+        h.broker_died(3)
+        elections = [p for p, new_epoch in written if new_epoch]
+        self.assertEqual(sorted(elections), [p for p in range(30) if p % 3 == 0])
+        self.assertEqual([new_epoch for _, new_epoch in written], [True] * 10 + [False] * 20)
+        self.assertTrue(all(3 not in h.state("t", p).isr and h.state("t", p).leader != 3 for p in range(30)))

@@ -28,7 +28,9 @@ from kafkatw.storage.log_dir_failure import OPEN_FILES_RESERVE, OpenFilesLimitEr
 from kafkatw.storage.log_manager import LogManager
 from kafkatw.testing import FakeZooKeeperClient
 from kafkatw.zookeeper.registry import Registry
-from kafkatw.zookeeper.zk_data import PartitionState
+from kafkatw.zookeeper.zk_data import LOG_DIR_EVENT_NOTIFICATION_PATH, PartitionState
+
+from .test_controller import ControllerHarness
 
 
 def records() -> bytes:
@@ -142,3 +144,82 @@ class ReplicaManagerTests(unittest.TestCase):
         rm.append("t", 0, records())
         self.assertEqual(rm.get_partition("t", 0).log.log_end_offset, 1)
         self.assertFalse(server.stopped_on_error.called)
+
+
+class ControllerTests(unittest.TestCase):
+    """
+    A replica refused for want of descriptors is offline for the controller
+    too (Kafka: the LeaderAndIsr response's C{KAFKA_STORAGE_ERROR} for it
+    makes it an C{OfflineReplica}): the broker lists it in its registration
+    and writes a log dir event notification; the controller moves its
+    leadership to another ISR member, or writes the partition without a
+    leader when there is none.
+    """
+
+    def broker_3(self, h: ControllerHarness) -> KafkaServer:
+        base = tempfile.mkdtemp(prefix="kafkatw-open-files-")
+        self.addCleanup(shutil.rmtree, base, True)
+        log_dir = os.path.join(base, "a")
+        os.makedirs(log_dir)
+        server = KafkaServer(BrokerConfig({"broker.id": 3, "log.dirs": log_dir}), MemoryReactorClock())
+        zookeeper = FakeZooKeeperClient(h.server)
+        self.successResultOf(zookeeper.start())
+        server.zookeeper = zookeeper  # type: ignore[assignment]
+        server.registry = Registry(zookeeper)
+        server.metadata.cluster_id = "cluster"
+        self.successResultOf(defer.Deferred.fromCoroutine(server._start_logs([log_dir])))
+        self.addCleanup(lambda: self.successResultOf(defer.Deferred.fromCoroutine(server._stop_logs())))
+        self.addCleanup(lambda: getattr(server, "log_dir_lock", None) is not None and server.log_dir_lock.release())
+        self.successResultOf(server.registry.register_broker(3, "127.0.0.1", 9093))
+        server.log_dir = log_dir  # type: ignore[attr-defined]
+        return server
+
+    def test_the_leadership_of_a_refused_replica_moves_or_the_partition_has_no_leader(self) -> None:
+        h = ControllerHarness(self, {"t": {0: [3, 1, 2], 1: [3], 2: [1, 3]}})
+        server = self.broker_3(h)
+        rm = server.replica_manager
+        rm.apply_state("t", 2, [1, 3], h.state("t", 2))  # hosted before the limit: a follower, in sync
+        server.log_manager.files[server.log_dir].fail("open", errno.EMFILE, times=None)
+        for partition, replicas in ((0, [3, 1, 2]), (1, [3])):
+            rm.apply_state("t", partition, replicas, h.state("t", partition))
+        self.assertRaises(KafkaStorageError, rm.get_partition, "t", 0)
+        self.assertEqual(self.successResultOf(server.registry.get_broker_registration(3)).offline_replicas,
+                         {("t", 0), ("t", 1)})
+        # t-0: the first live ISR member leads at a new epoch, without 3
+        self.assertEqual(h.summary("t", 0), (1, 1, [1, 2]))
+        # t-1: 3 is its only replica: no leader, at a new epoch (leader -1 for every broker's Metadata)
+        self.assertEqual(h.summary("t", 1), (-1, 1, [3]))
+        self.assertEqual(h.controller.partition_states.state(("t", 1)), "OfflinePartition")
+        self.assertEqual(h.metadata.leader("t", 1), -1)
+        # t-2: 3's replica was created before: it follows on, in the ISR
+        self.assertEqual(h.summary("t", 2), (1, 0, [1, 3]))
+        self.assertEqual(h.controller.offline_replicas, {3: {("t", 0), ("t", 1)}})
+        self.assertEqual(self.successResultOf(h.zookeeper.get_children(LOG_DIR_EVENT_NOTIFICATION_PATH)), [])
+        self.assertEqual(server.log_manager.offline_log_dirs, {})  # the log dir stays online
+        self.assertFalse(server.stopped_on_error.called)
+        # settled: nothing more is written
+        self.successResultOf(h.controller.brokers_changed(dict(h.metadata.brokers)))
+        self.assertEqual((h.summary("t", 0), h.summary("t", 1)), (((1, 1, [1, 2])), (-1, 1, [3])))
+
+    def test_many_refusals_are_told_in_one_write_at_a_time(self) -> None:
+        """One registration write (and notification) queued behind the one running, however many refusals."""
+        h = ControllerHarness(self, {"t": {p: [3, 1] for p in range(20)}})
+        server = self.broker_3(h)
+        writes = []
+        real = server.registry.propagate_log_dir_event
+        running: defer.Deferred = defer.Deferred()
+
+        def propagate(broker_id: int) -> defer.Deferred:
+            writes.append(broker_id)
+            return running.addCallback(lambda _: real(broker_id))
+
+        self.patch(server.registry, "propagate_log_dir_event", propagate)
+        server.log_manager.files[server.log_dir].fail("open", errno.EMFILE, times=None)
+        for partition in range(20):
+            server.replica_manager.apply_state("t", partition, [3, 1], h.state("t", partition))
+        self.assertEqual(len(server.replica_manager.offline_partitions), 20)
+        self.assertEqual(writes, [3])  # the first, still running; one more queued
+        running.callback(None)
+        self.assertEqual(writes, [3, 3])
+        self.assertEqual(len(self.successResultOf(server.registry.get_broker_registration(3)).offline_replicas), 20)
+        self.assertEqual([h.summary("t", p)[0] for p in range(20)], [1] * 20)
