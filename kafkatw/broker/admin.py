@@ -321,7 +321,7 @@ class AdminManager:
                 raise kafka_error(ErrorCode.invalid_request,
                                   f"Config value append or subtract is not allowed for config key: {name}")
         try:
-            validate_group_config(new)
+            validate_group_config(new, self.config)  # merged with the broker's defaults and bounds
         except InvalidGroupConfig as e:
             raise InvalidConfigError(str(e)) from None
         if not validate_only:

@@ -80,6 +80,7 @@ class ClassicGroupApis:
     _group_denied: Callable[..., bool]
     _client_host: Callable[[RequestContext], str]
     _respond: Callable[..., bytes]
+    group_type: Callable[[str], str | None]
 
     def classic_group_handlers(self) -> dict[int, Callable[..., Any]]:
         """The API key -> handler entries for L{CLASSIC_GROUP_VERSIONS}."""
@@ -145,6 +146,12 @@ class ClassicGroupApis:
         if self._group_denied(context, request.group_id):
             return self._respond(context, {
                 "throttle_time": 0, "error_code": int(ErrorCode.group_authorization_failed), "generation_id": -1,
+                "protocol_type": None, "protocol_name": None if version >= 7 else "", "leader": "", "member_id": "",
+                "members": []})
+        if self.group_type(request.group_id) == "share":
+            # Kafka's classicGroupJoin: a group of another kind (one namespace of group ids)
+            return self._respond(context, {
+                "throttle_time": 0, "error_code": int(ErrorCode.inconsistent_group_protocol), "generation_id": -1,
                 "protocol_type": None, "protocol_name": None if version >= 7 else "", "leader": "", "member_id": "",
                 "members": []})
         session_timeout_ms = int(request.session_timeout.total_seconds() * 1000)
@@ -240,7 +247,7 @@ class ClassicGroupApis:
         else:
             d = self.group_coordinator.commit_offsets(
                 request.group_id, request.generation_id_or_member_epoch, request.member_id,
-                getattr(request, "group_instance_id", None), offsets)
+                getattr(request, "group_instance_id", None), offsets, context.api_version)
 
         def answer(codes: dict) -> bytes:
             codes = {**codes, **refused}

@@ -133,6 +133,8 @@ class HeartbeatRequest:
     client_id: str = ""
     client_host: str = ""
     version: int = 1
+    #: topic name -> whether the member's principal may Describe it (C{None}: no authorizer)
+    topic_describable: Callable[[str], bool] | None = field(default=None, compare=False)
 
 
 @dataclass
@@ -149,6 +151,8 @@ class ConsumerGroupMember:
     subscribed_topic_regex: str | None = None
     server_assignor: str | None = None
     assignment: MemberAssignment = field(default_factory=MemberAssignment)
+    #: topic name -> whether the member may Describe it: its regex resolves to those only (KAFKA-18813)
+    topic_describable: Callable[[str], bool] | None = None
     session_timer: Any = None
     rebalance_timer: Any = None
 
@@ -257,15 +261,21 @@ class ConsumerGroupCoordinator:
         every topic (the metadata cache).
     @param group_configs: C{group_id -> {name: value}} of group-level
         configs (L{CONSUMER_GROUP_CONFIGS}); C{None}: none set.
+    @param group_type: C{group_id -> "classic" | "consumer" | "share" | None}
+        over every kind of group of the broker (one namespace of group ids,
+        as Kafka's C{GroupMetadataManager.groups}): a heartbeat for a share
+        group is C{GROUP_ID_NOT_FOUND}; C{None}: no share groups.
     """
 
     def __init__(self, classic: Any, config: Any, clock: Any,
                  topics: Callable[[], Mapping[str, tuple[uuid.UUID, int]]],
-                 group_configs: Callable[[str], Mapping[str, str]] | None = None) -> None:
+                 group_configs: Callable[[str], Mapping[str, str]] | None = None,
+                 group_type: Callable[[str], str | None] | None = None) -> None:
         self.classic = classic
         self.clock = clock
         self.topics = topics
         self.group_configs = group_configs or (lambda group_id: {})
+        self.group_type = group_type or (lambda group_id: None)
         self.heartbeat_interval_ms = config["group.consumer.heartbeat.interval.ms"]
         self.session_timeout_ms = config["group.consumer.session.timeout.ms"]
         self.max_size = config["group.consumer.max.size"]
@@ -508,6 +518,9 @@ class ConsumerGroupCoordinator:
         if classic is not None and classic.members:
             raise _Refused(ErrorCode.group_id_not_found, f"Group {r.group_id} is not a consumer group.")
         group = self.groups.get(r.group_id)
+        if group is None and self.group_type(r.group_id) == "share":
+            # Kafka's getOrMaybeCreateConsumerGroup: one namespace of group ids, no share -> consumer conversion
+            raise _Refused(ErrorCode.group_id_not_found, f"Group {r.group_id} is not a consumer group.")
         if group is None:
             if r.member_epoch != 0:
                 # kafkatw keeps consumer groups in memory: after a coordinator move the member rejoins.
@@ -533,6 +546,8 @@ class ConsumerGroupCoordinator:
         if r.rack_id is not None:
             member.rack_id = r.rack_id
         member.client_id, member.client_host = r.client_id, r.client_host
+        if r.topic_describable is not None:
+            member.topic_describable = r.topic_describable
         if is_new:
             group.add(member)
         if subscription_changed:
@@ -542,8 +557,9 @@ class ConsumerGroupCoordinator:
             self._compute_target(group)
         self._reconcile(group, member, r.owned)
         self._schedule_session(group, member)
-        full = r.member_epoch == 0 or (r.rebalance_timeout_ms != -1 and r.subscribed_topic_names is not None
-                                       and r.owned is not None)
+        # Kafka's isFullRequest: a regex subscription counts as a subscription too
+        subscribed = r.subscribed_topic_names is not None or r.subscribed_topic_regex is not None
+        full = r.member_epoch == 0 or (r.rebalance_timeout_ms != -1 and subscribed and r.owned is not None)
         changed = member.assignment.assigned != before.assigned or is_new
         return self._answer(member.member_id, member.epoch, self.heartbeat_interval(r.group_id),
                             member.assignment.assigned if full or changed else None)
@@ -554,9 +570,13 @@ class ConsumerGroupCoordinator:
                         ) -> frozenset[uuid.UUID]:
         ids = {topics[name][0] for name in member.subscribed_topic_names if name in topics}
         if member.subscribed_topic_regex:
+            # a regex resolves to the matching topics the member may Describe (Kafka's
+            # filterTopicDescribeAuthorizedTopics, KAFKA-18813); names it subscribes to were checked by the handler
             pattern = re.compile(member.subscribed_topic_regex)
+            describable = member.topic_describable
             ids.update(topic_id for name, (topic_id, _) in topics.items()
-                       if not name.startswith("__") and pattern.fullmatch(name))
+                       if not name.startswith("__") and pattern.fullmatch(name)
+                       and (describable is None or describable(name)))
         return frozenset(ids)
 
     def _refresh_metadata(self, group: ConsumerGroup, bump: bool = True) -> None:
@@ -640,28 +660,39 @@ class ConsumerGroupCoordinator:
 
     # --- offsets -------------------------------------------------------------------------
 
-    def commit_error(self, group_id: str, member_id: str, member_epoch: int) -> ErrorCode:
+    def commit_error(self, group_id: str, member_id: str, member_epoch: int, version: int = 9) -> ErrorCode:
         """
-        Kafka's C{ConsumerGroup.validateOffsetCommit} (OffsetCommit v9+,
-        whose generation id is the member epoch): a commit without member
-        (epoch -1, no member id) is taken; otherwise the member must exist
-        (C{UNKNOWN_MEMBER_ID}) and commit at its current epoch
-        (C{STALE_MEMBER_EPOCH}).
+        Kafka's C{ConsumerGroup.validateOffsetCommit} (OffsetCommit, whose
+        generation id is the member epoch): a commit at a negative epoch (an
+        admin tool, a consumer without group management) is taken only while
+        the group has no members; otherwise the member must exist
+        (C{UNKNOWN_MEMBER_ID}), use OffsetCommit v9+ (C{UNSUPPORTED_VERSION}:
+        every member of a kafkatw consumer group uses the consumer protocol)
+        and commit at its current epoch (C{STALE_MEMBER_EPOCH}).
+
+        @param version: the OffsetCommit request's version.
         """
         group = self.groups[group_id]
-        if member_epoch < 0 and not member_id:
+        if member_epoch < 0 and not group.members:
             return ErrorCode.none
         member = group.members.get(member_id)
         if member is None:
             return ErrorCode.unknown_member_id
+        if version < 9:
+            return ErrorCode.unsupported_version
         if member_epoch != member.epoch:
             return ErrorCode.stale_member_epoch
         return ErrorCode.none
 
     def fetch_error(self, group_id: str, member_id: str | None, member_epoch: int) -> ErrorCode:
-        """OffsetFetch v9+ with a member (Kafka's C{ConsumerGroup.validateOffsetFetch})."""
+        """
+        OffsetFetch v9+ with a member (Kafka's C{ConsumerGroup.validateOffsetFetch}):
+        a fetch with neither a member id nor an epoch (an admin tool) is
+        taken; otherwise the member must exist (C{UNKNOWN_MEMBER_ID}) at
+        that epoch (C{STALE_MEMBER_EPOCH}).
+        """
         group = self.groups.get(group_id)
-        if group is None or member_epoch < 0 or member_id is None:
+        if group is None or (member_id is None and member_epoch < 0):
             return ErrorCode.none
         member = group.members.get(member_id)
         if member is None:

@@ -21,12 +21,21 @@ Keys (Kafka 4's names and checks; an unknown one is C{INVALID_CONFIG}
     share.heartbeat.interval.ms     int >= 1, < the share session timeout (group.share.heartbeat.interval.ms)
     share.record.lock.duration.ms   int >= 1000 (group.share.record.lock.duration.ms)
     share.delivery.count.limit      int 2..10 (group.share.delivery.count.limit)
+    share.partition.max.record.locks  int 100..10000 (group.share.partition.max.record.locks)
     share.auto.offset.reset         latest | earliest | by_duration:<ISO-8601 duration>
                                     (group.share.auto.offset.reset)
     share.isolation.level           read_uncommitted | read_committed (read_uncommitted)
 
 A default comes from the broker config in brackets (Kafka's default when this
-build has no such broker config).
+build has no such broker config).  As Kafka's C{GroupConfig.validateValues},
+the overrides merged with those defaults must also lie within the broker's
+bounds: C{consumer.session.timeout.ms} within
+C{group.consumer.min/max.session.timeout.ms} (45000..60000 by default),
+C{consumer.heartbeat.interval.ms} within
+C{group.consumer.min/max.heartbeat.interval.ms} (5000..15000), the
+C{share.*} ones within C{group.share.min/max.*} likewise, and
+C{share.record.lock.duration.ms} within
+C{group.share.min/max.record.lock.duration.ms} (15000..60000).
 
 Source: KIP-848 ("Group configs"), KIP-932; Kafka's C{GroupConfig},
 C{GroupConfigManager}, C{ConfigResource.Type.GROUP}.
@@ -83,6 +92,8 @@ _KEYS: dict[str, tuple[Callable[[str], Any], str | None, str]] = {
     "share.heartbeat.interval.ms": (_int(1), "group.share.heartbeat.interval.ms", "5000"),
     "share.record.lock.duration.ms": (_int(1000), "group.share.record.lock.duration.ms", "30000"),
     "share.delivery.count.limit": (_int(2, 10), "group.share.delivery.count.limit", "5"),
+    # Kafka 4.2's bounds: group.share.min/max.partition.max.record.locks (defaults 100 and 10000)
+    "share.partition.max.record.locks": (_int(100, 10000), "group.share.partition.max.record.locks", "2000"),
     "share.auto.offset.reset": (_auto_offset_reset, "group.share.auto.offset.reset", "latest"),
     "share.isolation.level": (_one_of("read_uncommitted", "read_committed"), None, "read_uncommitted"),
 }
@@ -95,12 +106,45 @@ class InvalidGroupConfig(ValueError):
     """A group config name or value Kafka would refuse (C{INVALID_CONFIG})."""
 
 
-def validate_group_config(config: Mapping[str, str]) -> None:
-    """
-    Check a group's whole override set (Kafka's C{GroupConfig.validate}).
+#: group config -> (the broker configs of its smallest and largest value, Kafka's defaults of both):
+#: the bounds of Kafka's C{GroupConfig.validateValues}, checked in this order
+_BOUNDS: dict[str, tuple[str, str, int, int]] = {
+    "consumer.heartbeat.interval.ms": ("group.consumer.min.heartbeat.interval.ms",
+                                       "group.consumer.max.heartbeat.interval.ms", 5000, 15000),
+    "consumer.session.timeout.ms": ("group.consumer.min.session.timeout.ms",
+                                    "group.consumer.max.session.timeout.ms", 45000, 60000),
+    "share.heartbeat.interval.ms": ("group.share.min.heartbeat.interval.ms",
+                                    "group.share.max.heartbeat.interval.ms", 5000, 15000),
+    "share.session.timeout.ms": ("group.share.min.session.timeout.ms", "group.share.max.session.timeout.ms",
+                                 45000, 60000),
+    "share.record.lock.duration.ms": ("group.share.min.record.lock.duration.ms",
+                                      "group.share.max.record.lock.duration.ms", 15000, 60000),
+}
 
-    @raise InvalidGroupConfig: an unknown name, a bad value, or a heartbeat
-        interval not below its session timeout.
+
+def _broker_value(broker_config: Any, key: str | None, default: Any) -> Any:
+    """The broker config C{key}, else C{default} (no broker config given, or a key this build lacks)."""
+    if broker_config is not None and key is not None:
+        try:
+            return broker_config[key]
+        except KeyError:
+            pass
+    return default
+
+
+def validate_group_config(config: Mapping[str, str], broker_config: Any = None) -> None:
+    """
+    Check a group's whole override set (Kafka's C{GroupConfigManager.validate}
+    and C{GroupConfig.validateValues}): each name and value; then, over the
+    overrides merged with the broker's defaults (C{group.consumer.*},
+    C{group.share.*}), each timeout, interval and lock duration within the
+    broker's C{group.consumer.min/max.*} and C{group.share.min/max.*}
+    bounds, and each session timeout above its heartbeat interval (an
+    override is checked against the broker's default of the other).
+
+    @param broker_config: the broker config (C{None}: Kafka's defaults).
+    @raise InvalidGroupConfig: an unknown name, a bad value, a value out of
+        its bounds, or a heartbeat interval not below its session timeout.
     """
     for name, value in config.items():
         if name not in _KEYS:
@@ -109,9 +153,16 @@ def validate_group_config(config: Mapping[str, str]) -> None:
             _KEYS[name][0](value)
         except ValueError as e:
             raise InvalidGroupConfig(f"Invalid value {value} for configuration {name}: {e}") from None
+    merged = {name: int(config[name]) if name in config else int(_broker_value(broker_config, _KEYS[name][1],
+                                                                                 _KEYS[name][2]))
+              for name in _BOUNDS}
+    for name, (low_key, high_key, low_default, high_default) in _BOUNDS.items():
+        if merged[name] < int(_broker_value(broker_config, low_key, low_default)):
+            raise InvalidGroupConfig(f"{name} must be greater than or equal to {low_key}")
+        if merged[name] > int(_broker_value(broker_config, high_key, high_default)):
+            raise InvalidGroupConfig(f"{name} must be less than or equal to {high_key}")
     for kind in ("consumer", "share"):
-        session, interval = config.get(f"{kind}.session.timeout.ms"), config.get(f"{kind}.heartbeat.interval.ms")
-        if session is not None and interval is not None and int(session) <= int(interval):
+        if merged[f"{kind}.session.timeout.ms"] <= merged[f"{kind}.heartbeat.interval.ms"]:
             raise InvalidGroupConfig(f"{kind}.session.timeout.ms must be greater than {kind}.heartbeat.interval.ms")
 
 
@@ -172,5 +223,5 @@ class GroupConfigManager:
         overrides = self.overrides.get(group_id, {})
         return [{"name": name, "value": self.value(group_id, name), "read_only": False,
                  "config_source": 8 if name in overrides else 5, "is_sensitive": False, "synonyms": [],
-                 "config_type": 3 if name.endswith((".ms", ".limit")) else 2, "documentation": None}
+                 "config_type": 3 if name.endswith((".ms", ".limit", ".locks")) else 2, "documentation": None}
                 for name in GROUP_CONFIG_DEFAULTS if keys is None or name in keys]

@@ -574,6 +574,9 @@ class GroupCoordinator:
         #: (L{kafkatw.broker.consumer_group.ConsumerGroupCoordinator}, which sets
         #: itself here), or C{None}.
         self.consumer_groups: Any = None
+        #: Called after the placement changed, to unload other kinds of groups
+        #: that moved away (the share groups' coordinator's C{unload_moved}).
+        self.placement_listeners: list[Callable[[], Any]] = []
 
     # --- placement -------------------------------------------------------------
 
@@ -607,6 +610,8 @@ class GroupCoordinator:
         unload_moved_groups(self.placement, self.groups, self._unload)
         if self.consumer_groups is not None:
             self.consumer_groups.placement_changed()
+        for listener in list(self.placement_listeners):
+            listener()
 
     def _before_release(self, fence: Fence) -> defer.Deferred:
         """The election gives up C{fence}: its groups are unloaded already; write what was accepted under it."""
@@ -1198,18 +1203,19 @@ class GroupCoordinator:
     # --- offsets -----------------------------------------------------------------------
 
     def commit_offsets(self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None,
-                       offsets: dict[tuple[str, int], CommittedOffset]) -> defer.Deferred:
+                       offsets: dict[tuple[str, int], CommittedOffset], version: int = 9) -> defer.Deferred:
         """
         Kafka's C{handleCommitOffsets}: a group member's commit (valid member
         and generation, not while CompletingRebalance), or a standalone commit
-        (generation -1) to a group without members.
+        (generation -1) to a group without members.  C{version}: the
+        OffsetCommit request's (a KIP-848 member must use v9+).
 
         @return: a Deferred firing with C{{(topic, partition): ErrorCode}} once
             the offsets are in ZooKeeper.
         """
         error = self._check(group_id)
         if not error and self.consumer_groups is not None and group_id in self.consumer_groups.groups:
-            error = self.consumer_groups.commit_error(group_id, member_id, generation_id)
+            error = self.consumer_groups.commit_error(group_id, member_id, generation_id, version)
             if error:
                 return _succeed({tp: error for tp in offsets})
             return self._write_offsets(group_id, offsets, self.placement.acting(group_id))

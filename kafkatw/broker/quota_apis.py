@@ -161,6 +161,11 @@ class QuotaApis:
                 except ZooKeeperError as e:
                     code, message = ErrorCode.unknown_server_error, str(e)
                 results.append({"error_code": int(code), "error_message": message, "entity": wire_entity})
+            written = not request.validate_only and any(r["error_code"] == 0 for r in results)
+            if written and getattr(self.admin, "config_written", None) is not None:
+                # as AlterConfigs: this broker applies the quotas it wrote before it answers (its own change
+                # notification may come later), so a client is throttled from its next request on
+                await self.admin.config_written()
             return self._respond(context, {"throttle_time": 0, "entries": results})
 
         return defer.Deferred.fromCoroutine(go())

@@ -40,14 +40,15 @@ import uuid
 from typing import Any, Callable
 
 from twisted.internet import defer, task
+from twisted.internet import error as net_error
 from twisted.logger import Logger
 
 from ..errors import ErrorCode, KafkaError, kafka_error
 from ..protocol.records import decode_batches, encode_batch
 from .config_helper import internal_topic_configs
 from .share_partition import SharePartitionSnapshot, StateBatch
-from .share_state import (SHARE_GROUP_STATE_TOPIC, SharePartitionKey, decode_snapshot_key, decode_snapshot_value,
-                          encode_snapshot_key, encode_snapshot_value, state_partition_for)
+from .share_state import (SHARE_GROUP_STATE_TOPIC, SharePartitionKey, check_leader_epoch, decode_snapshot_key,
+                          decode_snapshot_value, encode_snapshot_key, encode_snapshot_value, state_partition_for)
 
 __all__ = ["ShareCoordinator", "ReplicatedPersister", "share_state_create_configs", "READ_SHARE_GROUP_STATE",
            "WRITE_SHARE_GROUP_STATE"]
@@ -60,7 +61,10 @@ WRITE_SHARE_GROUP_STATE = 85
 _RETRIABLE = {ErrorCode.not_coordinator, ErrorCode.coordinator_load_in_progress,
               ErrorCode.coordinator_not_available, ErrorCode.not_leader_or_follower,
               ErrorCode.not_enough_replicas, ErrorCode.not_enough_replicas_after_append,
-              ErrorCode.request_timed_out, ErrorCode.unknown_topic_or_partition}
+              ErrorCode.request_timed_out, ErrorCode.unknown_topic_or_partition, ErrorCode.network_exception}
+#: A connection to the share coordinator that could not be made or was lost: tried again too.
+_CONNECTION_ERRORS = (net_error.ConnectError, net_error.ConnectionLost, net_error.ConnectionDone,
+                      net_error.TimeoutError)
 
 
 def share_state_create_configs(config: Any) -> dict[str, str]:
@@ -93,6 +97,8 @@ class ShareCoordinator:
         self.num_partitions = config["share.coordinator.state.topic.num.partitions"]
         #: state partition -> (leader epoch, key -> snapshot)
         self.loaded: dict[int, tuple[int, dict[SharePartitionKey, SharePartitionSnapshot]]] = {}
+        #: state partition -> key -> the newest share-partition leader epoch read or written under
+        self.leader_epochs: dict[int, dict[SharePartitionKey, int]] = {}
         self._creating: defer.Deferred | None = None
 
     def start(self) -> None:
@@ -115,6 +121,7 @@ class ShareCoordinator:
         if topic != SHARE_GROUP_STATE_TOPIC:
             return
         self.loaded.pop(partition, None)
+        self.leader_epochs.pop(partition, None)
         if role != "leader":
             return
         try:
@@ -135,6 +142,7 @@ class ShareCoordinator:
             _log.error("loading {topic}-{partition} failed: {error!r}", topic=topic, partition=partition, error=e)
             return
         self.loaded[partition] = (p.leader_epoch if leader_epoch is None else leader_epoch, snapshots)
+        self.leader_epochs[partition] = {k: s.leader_epoch for k, s in snapshots.items() if s.leader_epoch >= 0}
         _log.info("share coordinator loaded {topic}-{partition}: {count} share partitions",
                   topic=topic, partition=partition, count=len(snapshots))
 
@@ -153,22 +161,42 @@ class ShareCoordinator:
         except KafkaError:
             return False
 
-    def read(self, key: SharePartitionKey) -> SharePartitionSnapshot | None:
-        """@raise KafkaError: C{NOT_COORDINATOR} when the state partition is not loaded here."""
-        return self._loaded(key)[1].get(key)
+    def read(self, key: SharePartitionKey, leader_epoch: int = -1) -> SharePartitionSnapshot | None:
+        """
+        The snapshot of C{key} for the share partition's leader of
+        C{leader_epoch} (C{-1}: not a leader), which fences the older ones
+        (L{kafkatw.broker.share_state.check_leader_epoch}).
+
+        @raise KafkaError: C{NOT_COORDINATOR} when the state partition is not
+            loaded here; C{FENCED_LEADER_EPOCH}.
+        """
+        partition, snapshots = self._loaded(key)
+        check_leader_epoch(self.leader_epochs.setdefault(partition, {}), key, leader_epoch)
+        return snapshots.get(key)
 
     def write(self, key: SharePartitionKey, snapshot: SharePartitionSnapshot | None) -> defer.Deferred:
         """
         Append C{snapshot} (C{None}: a deletion) and fire once the in-sync
-        replicas have it; a snapshot of an older state epoch than the one held
-        fails with C{FENCED_STATE_EPOCH} (its writer missed an offsets reset).
+        replicas have it.  Refused: a snapshot of an older leader epoch than
+        one read or written under (C{FENCED_LEADER_EPOCH}: its writer was
+        deposed), of an older state epoch than the one held
+        (C{FENCED_STATE_EPOCH}: its writer missed an offsets reset), as Kafka's
+        C{ShareCoordinatorShard}.  A snapshot of leader epoch C{-1} (an
+        offsets reset) keeps the leader epoch held.
         """
         try:
             partition, snapshots = self._loaded(key)
             current = snapshots.get(key)
+            seen = self.leader_epochs.setdefault(partition, {})
+            if snapshot is not None:
+                check_leader_epoch(seen, key, snapshot.leader_epoch, dry_run=True)
             if snapshot is not None and current is not None and snapshot.state_epoch < current.state_epoch:
                 raise kafka_error(ErrorCode.fenced_state_epoch,
                                   f"state epoch {snapshot.state_epoch} is older than {current.state_epoch}")
+            if snapshot is not None:
+                check_leader_epoch(seen, key, snapshot.leader_epoch)
+                if snapshot.leader_epoch < 0 and key in seen:
+                    snapshot = snapshot._replace(leader_epoch=seen[key])
             tp = (SHARE_GROUP_STATE_TOPIC, partition)
             manager = self.replica_manager
             value = None if snapshot is None else encode_snapshot_value(snapshot)
@@ -221,7 +249,7 @@ class ShareCoordinator:
                 entry: dict[str, Any] = {"partition": p.partition, "error_code": 0, "error_message": None,
                                          "state_epoch": 0, "start_offset": -1, "state_batches": []}
                 try:
-                    snapshot = self.read(key)
+                    snapshot = self.read(key, p.leader_epoch)
                 except KafkaError as e:
                     entry["error_code"] = int(e.error_code)
                 else:
@@ -243,7 +271,7 @@ class ShareCoordinator:
                 key = SharePartitionKey(group_id, str(topic.topic_id), p.partition)
                 snapshot = SharePartitionSnapshot(p.state_epoch, p.start_offset, tuple(
                     StateBatch(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count)
-                    for b in p.state_batches))
+                    for b in p.state_batches), p.leader_epoch)
                 entry = {"partition": p.partition, "error_code": 0, "error_message": None}
                 try:
                     await self.write(key, snapshot)
@@ -276,6 +304,8 @@ class ReplicatedPersister:
         self.reactor = reactor
         self.retry_backoff_ms = retry_backoff_ms
         self.timeout_ms = timeout_ms
+        #: key -> a Deferred firing once the last write asked for the key is done (L{write})
+        self._writes: dict[SharePartitionKey, defer.Deferred] = {}
 
     async def _call(self, key: SharePartitionKey, local: Callable[[], Any], api_key: int, body: dict,
                     answer: Callable[[Any], Any]) -> Any:
@@ -294,15 +324,16 @@ class ReplicatedPersister:
                 if e.error_code not in _RETRIABLE:
                     raise
                 last_error = e
-            except Exception as e:  # noqa: BLE001 - a lost connection: try again
+            except _CONNECTION_ERRORS as e:  # a lost connection: try again (any other error is raised)
                 last_error = e
             if self.reactor.seconds() >= deadline:
                 raise last_error
             await task.deferLater(self.reactor, self.retry_backoff_ms / 1000.0, lambda: None)
 
-    def read(self, key: SharePartitionKey) -> defer.Deferred:
+    def read(self, key: SharePartitionKey, leader_epoch: int = -1) -> defer.Deferred:
+        """C{key}'s snapshot or C{None}, for its partition's leader of C{leader_epoch} (C{-1}: not a leader)."""
         body = {"group_id": key.group_id, "topics": [{"topic_id": uuid.UUID(key.topic_id), "partitions": [
-            {"partition": key.partition, "leader_epoch": -1}]}]}
+            {"partition": key.partition, "leader_epoch": leader_epoch}]}]}
 
         def answer(response: Any) -> SharePartitionSnapshot | None:
             p = response.results[0].partitions[0]
@@ -315,11 +346,16 @@ class ReplicatedPersister:
                 for b in p.state_batches))
 
         return defer.Deferred.fromCoroutine(self._call(
-            key, lambda: self.coordinator.read(key), READ_SHARE_GROUP_STATE, body, answer))
+            key, lambda: self.coordinator.read(key, leader_epoch), READ_SHARE_GROUP_STATE, body, answer))
 
     def write(self, key: SharePartitionKey, snapshot: SharePartitionSnapshot) -> defer.Deferred:
+        """
+        Write C{snapshot} (with its leader epoch).  Writes of one key are sent
+        one after the other, in the order asked: an older snapshot, tried
+        again after a lost connection, never lands after a newer one.
+        """
         body = {"group_id": key.group_id, "topics": [{"topic_id": uuid.UUID(key.topic_id), "partitions": [{
-            "partition": key.partition, "state_epoch": snapshot.state_epoch, "leader_epoch": -1,
+            "partition": key.partition, "state_epoch": snapshot.state_epoch, "leader_epoch": snapshot.leader_epoch,
             "start_offset": snapshot.start_offset, "state_batches": [
                 {"first_offset": b.first_offset, "last_offset": b.last_offset, "delivery_state": b.state,
                  "delivery_count": b.delivery_count} for b in snapshot.state_batches]}]}]}
@@ -329,6 +365,20 @@ class ReplicatedPersister:
             if p.error_code:
                 raise kafka_error(p.error_code, p.error_message or "")
 
-        return defer.Deferred.fromCoroutine(self._call(
-            key, lambda: self.coordinator.write(key, snapshot), WRITE_SHARE_GROUP_STATE, body, answer))
+        previous = self._writes.get(key)
+        done: defer.Deferred = defer.Deferred()
+        self._writes[key] = done
+
+        async def write_in_turn() -> None:
+            try:
+                if previous is not None:
+                    await previous
+                await self._call(key, lambda: self.coordinator.write(key, snapshot), WRITE_SHARE_GROUP_STATE,
+                                 body, answer)
+            finally:
+                if self._writes.get(key) is done:
+                    del self._writes[key]
+                done.callback(None)
+
+        return defer.Deferred.fromCoroutine(write_in_turn())
 

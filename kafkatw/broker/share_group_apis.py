@@ -10,9 +10,18 @@ ShareAcknowledge v2 too, whose I{renew} acknowledgements are refused with
 C{INVALID_REQUEST}); the early-access v0 of Kafka 4.0 is not.
 
 With an authorizer, every request needs Read on the group (else
-C{GROUP_AUTHORIZATION_FAILED}), ShareGroupDescribe Describe on it; ShareFetch
-and ShareAcknowledge need Read on each topic (else the partition's
-C{TOPIC_AUTHORIZATION_FAILED}).
+C{GROUP_AUTHORIZATION_FAILED}), ShareGroupDescribe and
+DescribeShareGroupOffsets Describe on it; ShareFetch and ShareAcknowledge
+need Read on each topic (else the partition's C{TOPIC_AUTHORIZATION_FAILED}).
+As Kafka's C{KafkaApis} (KAFKA-18817): a ShareGroupHeartbeat naming a topic
+the principal may not Describe is answered C{TOPIC_AUTHORIZATION_FAILED}; a
+described group whose members' assignments name one is answered
+C{TOPIC_AUTHORIZATION_FAILED} without its members; DescribeShareGroupOffsets
+answers a named topic the principal may not Describe
+C{TOPIC_AUTHORIZATION_FAILED} per partition and leaves such topics out when
+it lists all of the group's; AlterShareGroupOffsets needs Read on each topic
+(else its partitions' C{TOPIC_AUTHORIZATION_FAILED}) and is
+C{GROUP_ID_NOT_FOUND} for the id of a classic or consumer group.
 
 Source: KIP-932; Apache Kafka C{KafkaApis.handleShareFetchRequest},
 C{handleShareAcknowledgeRequest}, C{handleShareGroupHeartbeatRequest}.
@@ -64,10 +73,15 @@ class ShareGroupApis:
             self.reactor, self.group_coordinator.owns, lambda: self.metadata.topics,  # type: ignore[attr-defined]
             config["group.share.session.timeout.ms"], config["group.share.heartbeat.interval.ms"],
             config["group.share.max.size"],
-            classic_group_exists=lambda g: g in self.group_coordinator.groups)  # type: ignore[attr-defined]
+            # one namespace of group ids: a classic or consumer group's id is not a share group's
+            classic_group_exists=lambda g: self.group_type(g) in ("classic", "consumer"),  # type: ignore
+            group_config=self.share_group_config)
         self.share_partition_manager = SharePartitionManager(
             self.reactor, self.replica_manager, self.metadata, config,  # type: ignore[attr-defined]
             group_config=self.share_group_config)
+        # share groups that moved to another coordinator are unloaded, as classic and consumer groups
+        self.group_coordinator.placement_listeners.append(  # type: ignore[attr-defined]
+            self.share_group_coordinator.unload_moved)
         # A member leaving the group does not release its records here: its share sessions do when
         # they close (a client sends its last acknowledgements and its leave heartbeat at once, on
         # two connections), else their acquisition locks expire, as in Kafka.
@@ -119,9 +133,18 @@ class ShareGroupApis:
 
     def delete_share_group(self, group_id: str) -> defer.Deferred | None:
         """DeleteGroups of a share group (C{NON_EMPTY_GROUP} while it has members); C{None}: not a share group."""
-        if group_id not in self.share_group_coordinator.groups:
+        group = self.share_group_coordinator.groups.get(group_id)
+        if group is None:
             return None
-        return defer.succeed(self.share_group_coordinator.delete(group_id))
+        code = self.share_group_coordinator.delete(group_id)
+        if code != ErrorCode.none:
+            return defer.succeed(code)
+        # its share-partition state goes too: on the topics its members subscribed to since it was loaded here
+        topics = [self.metadata.topics[n] for n in sorted(group.known_topics)  # type: ignore[attr-defined]
+                  if n in self.metadata.topics]  # type: ignore[attr-defined]
+        d = self.share_partition_manager.delete_state(group_id, [(m.topic_id, i) for m in topics for i in m.partitions])
+        return d.addCallbacks(lambda _: ErrorCode.none, lambda f: f.value.error_code if f.check(KafkaError)
+                              else ErrorCode.unknown_server_error)
 
     def with_share_groups(self, groups: list) -> list:
         """ListGroups: the classic groups' (id, protocol type, state) and this broker's share groups."""
@@ -130,8 +153,14 @@ class ShareGroupApis:
     # --- coordinator side ------------------------------------------------------------
 
     def handle_share_group_heartbeat(self, context: RequestContext, request: Any) -> bytes:
+        refused = None
         if self._group_denied(context, request.group_id):  # type: ignore[attr-defined]
-            body = {"throttle_time": 0, "error_code": int(ErrorCode.group_authorization_failed),
+            refused = ErrorCode.group_authorization_failed
+        elif request.subscribed_topic_names and self.undescribable_topics(  # type: ignore[attr-defined]
+                context, request.subscribed_topic_names):
+            refused = ErrorCode.topic_authorization_failed  # KAFKA-18817: names it may not Describe
+        if refused is not None:
+            body = {"throttle_time": 0, "error_code": int(refused),
                     "error_message": None, "member_id": None, "member_epoch": 0, "heartbeat_interval": 0,
                     "assignment": None}
         else:
@@ -143,17 +172,19 @@ class ShareGroupApis:
 
     def handle_share_group_describe(self, context: RequestContext, request: Any) -> bytes:
         groups = []
+        blank = {"error_message": None, "group_state": "", "group_epoch": -1, "assignment_epoch": -1,
+                 "assignor_name": "", "members": [], "authorized_operations": -2147483648}
         for group_id in request.group_ids:
             if self._group_denied(context, group_id, AclOperation.DESCRIBE):  # type: ignore[attr-defined]
-                groups.append({"error_code": int(ErrorCode.group_authorization_failed), "error_message": None,
-                               "group_id": group_id, "group_state": "", "group_epoch": -1, "assignment_epoch": -1,
-                               "assignor_name": "", "members": [], "authorized_operations": -2147483648})
+                groups.append({**blank, "group_id": group_id,
+                               "error_code": int(ErrorCode.group_authorization_failed)})
                 continue
             entry = self.share_group_coordinator.describe(group_id)
             if request.include_authorized_operations and not entry["error_code"]:
                 entry["authorized_operations"] = self._authorized_operations(  # type: ignore[attr-defined]
                     context, ResourceType.GROUP, group_id)
             groups.append(entry)
+        self.hide_undescribable_groups(context, groups, ("assignment",), blank)  # type: ignore[attr-defined]
         return self._respond(context, {"throttle_time": 0, "groups": groups})  # type: ignore[attr-defined]
 
     # --- partition leader side ----------------------------------------------------------
@@ -179,7 +210,8 @@ class ShareGroupApis:
             for b in p.acknowledgement_batches)
 
     def handle_share_fetch(self, context: RequestContext, request: Any) -> Any:
-        lock_ms = self.share_partition_manager.record_lock_duration_ms
+        # AcquisitionLockTimeoutMs: the group's share.record.lock.duration.ms (else the broker's)
+        lock_ms = self.share_partition_manager.share_configs(request.group_id or "")["record_lock_duration_ms"]
         if self._group_denied(context, request.group_id or ""):  # type: ignore[attr-defined]
             return encode_share_fetch_response(context.correlation_id, [], lock_ms,
                                                int(ErrorCode.group_authorization_failed))
@@ -197,9 +229,31 @@ class ShareGroupApis:
                 i, int(ErrorCode.topic_authorization_failed), None, 0, None, -1, -1, (), ()) for i in indexes])
                 for topic_id, indexes in denied.items()]
             return encode_share_fetch_response(context.correlation_id, topics, lock_ms, result.error_code,
-                                               result.error_message, self._share_endpoints(context, topics))
+                                               result.error_message, self._share_endpoints(context, topics),
+                                               self._share_fetch_throttle_ms(context, topics))
 
         return d.addCallback(answer)
+
+    def _share_fetch_throttle_ms(self, context: RequestContext, topics: list) -> int:
+        """
+        Client quotas (KIP-219, kafkatw/broker/quota_manager.py): the bytes
+        of a ShareFetch response count against the member's
+        C{consumer_byte_rate}, as a Fetch's do, and its handler time against
+        C{request_percentage}; the larger throttle (ms) is answered in
+        C{ThrottleTimeMs} and mutes the connection for that long.  Unlike a
+        throttled Fetch, the records are still sent: they are acquired for the
+        member, and dropping them would leave them locked until their lock
+        expires and count a delivery.
+        """
+        quotas = self.quotas  # type: ignore[attr-defined]
+        if not quotas.enabled:
+            return 0
+        size = sum(p.records_bytes for _, partitions in topics for p in partitions)
+        user, client_id = self._quota_client(context)  # type: ignore[attr-defined]
+        bandwidth_ms = quotas.fetch.record_and_get_throttle_time_ms(user, client_id, size, quotas.now_ms())
+        throttle_ms = max(bandwidth_ms, self._request_throttle_ms(context))  # type: ignore[attr-defined]
+        self._throttle(context, throttle_ms)  # type: ignore[attr-defined]
+        return throttle_ms
 
     def _share_endpoints(self, context: RequestContext, topics: list) -> list:
         """The C{node_endpoints}: the leaders of the partitions answered C{NOT_LEADER_OR_FOLLOWER}."""
@@ -214,7 +268,7 @@ class ShareGroupApis:
         return endpoints
 
     def handle_share_acknowledge(self, context: RequestContext, request: Any) -> Any:
-        lock_ms = self.share_partition_manager.record_lock_duration_ms
+        lock_ms = self.share_partition_manager.share_configs(request.group_id or "")["record_lock_duration_ms"]
 
         def body(code: int, message: str | None = None, topics: Any = ()) -> dict:
             return {"throttle_time": 0, "error_code": code, "error_message": message,
@@ -304,13 +358,20 @@ class ShareGroupApis:
                               for n in names if n in ids]
                 else:
                     wanted = [(t.topic_name, list(t.partitions)) for t in group.topics]
+                # topics the principal may not Describe: left out of all, TOPIC_AUTHORIZATION_FAILED if named
+                denied = set() if self.authorizer is None else self._denied_topics(  # type: ignore[attr-defined]
+                    context, AclOperation.DESCRIBE, [name for name, _ in wanted])
+                if group.topics is None:
+                    wanted = [(name, partitions) for name, partitions in wanted if name not in denied]
                 for name, partitions in wanted:
-                    topic_id = ids.get(name)
+                    topic_id = None if name in denied else ids.get(name)
                     parts = []
                     for index in partitions:
                         part: dict[str, Any] = {"partition_index": index, "start_offset": -1, "leader_epoch": -1,
                                                 "lag": -1, "error_code": 0, "error_message": None}
-                        if topic_id is None:
+                        if name in denied:
+                            part["error_code"] = int(ErrorCode.topic_authorization_failed)
+                        elif topic_id is None:
                             part["error_code"] = int(ErrorCode.unknown_topic_or_partition)
                         else:
                             try:
@@ -343,9 +404,15 @@ class ShareGroupApis:
             return answer(ErrorCode.group_authorization_failed)
         if not self.group_coordinator.owns(group_id):  # type: ignore[attr-defined]
             return answer(ErrorCode.not_coordinator)
+        if self.group_type(group_id) in ("classic", "consumer"):  # type: ignore[attr-defined]
+            # Kafka's getOrMaybeCreateShareGroup: one namespace of group ids
+            return answer(ErrorCode.group_id_not_found, f"Group {group_id} is not a share group.")
         known = self.share_group_coordinator.groups.get(group_id)
         if known is not None and known.members:
             return answer(ErrorCode.non_empty_group, "The group has active members.")
+        # Read on each topic (Kafka's handleAlterShareGroupOffsetsRequest), else its partitions are refused
+        denied = set() if self.authorizer is None else self._denied_topics(  # type: ignore[attr-defined]
+            context, AclOperation.READ, [t.topic_name for t in request.topics])
 
         async def alter() -> bytes:
             ids = self._topic_ids()
@@ -355,7 +422,9 @@ class ShareGroupApis:
                 parts = []
                 for p in t.partitions:
                     code, message = ErrorCode.none, None
-                    if topic_id is None:
+                    if t.topic_name in denied:
+                        code = ErrorCode.topic_authorization_failed
+                    elif topic_id is None:
                         code = ErrorCode.unknown_topic_or_partition
                     else:
                         try:

@@ -7,9 +7,11 @@ FindCoordinator names for the group id, L{kafkatw.broker.group_coordinator}).
 Members join, stay and leave by ShareGroupHeartbeat alone:
 
   - C{member_epoch} 0 joins with the member id the client generated and its
-    subscribed topic names; -1 leaves; any other must be the member's current
-    epoch (else C{FENCED_MEMBER_EPOCH}; an unknown member id is
-    C{UNKNOWN_MEMBER_ID}, and the client rejoins with epoch 0);
+    subscribed topic names; -1 leaves; below -1 is C{INVALID_REQUEST}; any
+    other must be the member's current epoch or the one before it (the answer
+    that bumped it may have been lost: the assignment is sent again), else
+    C{FENCED_MEMBER_EPOCH}; an unknown member id is C{UNKNOWN_MEMBER_ID}, and
+    the client rejoins with epoch 0;
   - every change of membership, of a subscription, or of a subscribed topic's
     partition count bumps the I{group epoch} and computes a new target
     assignment at once (the assignment epoch); a member whose epoch is behind
@@ -18,7 +20,9 @@ Members join, stay and leave by ShareGroupHeartbeat alone:
     so an assignment takes effect as it is sent;
   - a member that sends no heartbeat for C{group.share.session.timeout.ms} is
     removed; members are told to heartbeat every
-    C{group.share.heartbeat.interval.ms}.
+    C{group.share.heartbeat.interval.ms} (a group's own C{share.session.timeout.ms}
+    and C{share.heartbeat.interval.ms}, set with IncrementalAlterConfigs on the
+    GROUP resource, take their place for that group).
 
 Assignment (Kafka's C{simple} share assignor, KIP-932 "Share group assignor"),
 per subscribed topic, members in member-id order and partitions in index order:
@@ -39,7 +43,7 @@ Source: KIP-932; Apache Kafka C{group-coordinator/.../GroupMetadataManager.java}
 from __future__ import annotations
 
 import uuid
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from twisted.logger import Logger
 
@@ -68,6 +72,8 @@ class ShareGroupMember:
         self.client_host = client_host
         self.rack_id: str | None = None
         self.member_epoch = 0
+        #: the epoch before the last bump (a heartbeat of it is accepted: its answer may have been lost)
+        self.previous_member_epoch = -1
         self.subscribed_topic_names: tuple[str, ...] = ()
         self.assignment: dict[str, list[int]] = {}
         self.session_timer: Any = None
@@ -137,14 +143,22 @@ class ShareGroupCoordinator:
         C{topic_id} and C{partitions}).
     @param classic_group_exists: group id -> whether a classic (or other
         kind of) group has the id (a share heartbeat for it is C{GROUP_ID_NOT_FOUND}).
-    @param session_timeout_ms: C{group.share.session.timeout.ms}.
-    @param heartbeat_interval_ms: C{group.share.heartbeat.interval.ms}.
+    @param session_timeout_ms: C{group.share.session.timeout.ms}, the
+        default of the group config C{share.session.timeout.ms}.
+    @param heartbeat_interval_ms: C{group.share.heartbeat.interval.ms}, the
+        default of the group config C{share.heartbeat.interval.ms}.
     @param max_size: C{group.share.max.size}.
+    @param group_config: group id -> its group config overrides (Kafka's
+        names, kafkatw/broker/group_config.py): C{share.session.timeout.ms}
+        and C{share.heartbeat.interval.ms} replace the broker's for that
+        group, read at each heartbeat, as Kafka's C{GroupMetadataManager}
+        reads its C{GroupConfigManager}.
     """
 
     def __init__(self, reactor: Any, owns: Callable[[str], bool], topics: Callable[[], dict[str, Any]],
                  session_timeout_ms: int = 45000, heartbeat_interval_ms: int = 5000, max_size: int = 200,
-                 classic_group_exists: Callable[[str], bool] = lambda group_id: False) -> None:
+                 classic_group_exists: Callable[[str], bool] = lambda group_id: False,
+                 group_config: Callable[[str], Mapping[str, str]] = lambda group_id: {}) -> None:
         self.reactor = reactor
         self.owns = owns
         self.topics = topics
@@ -152,6 +166,7 @@ class ShareGroupCoordinator:
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.max_size = max_size
         self.classic_group_exists = classic_group_exists
+        self.group_config = group_config
         self.groups: dict[str, ShareGroup] = {}
         #: Called with (group id, member id) when a member leaves or is removed.
         self.member_removed: list[Callable[[str, str], Any]] = []
@@ -176,6 +191,8 @@ class ShareGroupCoordinator:
         group = self.groups.get(group_id)
         if group is None and self.classic_group_exists(group_id):
             return error(ErrorCode.group_id_not_found, f"Group {group_id} is not a share group.")
+        if member_epoch < -1:
+            return error(ErrorCode.invalid_request, "MemberEpoch is invalid.")
         if member_epoch == -1:
             if group is not None and member_id in group.members:
                 self._remove(group, member_id)
@@ -198,7 +215,7 @@ class ShareGroupCoordinator:
             member = group.members.get(member_id) if group is not None else None
             if member is None:
                 return error(ErrorCode.unknown_member_id, f"Member {member_id} is not a member of group {group_id}.")
-            if member_epoch != member.member_epoch:
+            if member_epoch != member.member_epoch and member_epoch != member.previous_member_epoch:
                 return error(ErrorCode.fenced_member_epoch,
                              f"The share group member has an epoch {member_epoch} other than {member.member_epoch}.")
         assert group is not None
@@ -216,11 +233,13 @@ class ShareGroupCoordinator:
             self._assign(group)
         self._schedule_session_timeout(group, member)
         assignment = None
-        if member_epoch == 0 or member.member_epoch != group.assignment_epoch:
-            member.member_epoch = group.assignment_epoch
+        if member_epoch == 0 or member_epoch != group.assignment_epoch:
+            # a new epoch, or the member's previous one (the answer that brought the new one was lost): sent again
+            if member.member_epoch != group.assignment_epoch:
+                member.previous_member_epoch, member.member_epoch = member.member_epoch, group.assignment_epoch
             assignment = {"topic_partitions": self._assignment_entries(member, with_names=False)}
         return {"throttle_time": 0, "error_code": 0, "error_message": None, "member_id": member_id,
-                "member_epoch": member.member_epoch, "heartbeat_interval": self.heartbeat_interval_ms,
+                "member_epoch": member.member_epoch, "heartbeat_interval": self.group_heartbeat_interval_ms(group_id),
                 "assignment": assignment}
 
     # --- ShareGroupDescribe ---------------------------------------------------------
@@ -314,12 +333,21 @@ class ShareGroupCoordinator:
             entries.append(entry)
         return entries
 
+    def group_session_timeout_ms(self, group_id: str) -> int:
+        """The group's C{share.session.timeout.ms} (ms), else C{group.share.session.timeout.ms}."""
+        return int(self.group_config(group_id).get("share.session.timeout.ms", self.session_timeout_ms))
+
+    def group_heartbeat_interval_ms(self, group_id: str) -> int:
+        """The group's C{share.heartbeat.interval.ms} (ms), else C{group.share.heartbeat.interval.ms}."""
+        return int(self.group_config(group_id).get("share.heartbeat.interval.ms", self.heartbeat_interval_ms))
+
     def _schedule_session_timeout(self, group: ShareGroup, member: ShareGroupMember) -> None:
+        timeout_s = self.group_session_timeout_ms(group.group_id) / 1000.0
         timer = member.session_timer
         if timer is not None and timer.active():
-            timer.reset(self.session_timeout_ms / 1000.0)
+            timer.reset(timeout_s)
         else:
-            member.session_timer = self.reactor.callLater(self.session_timeout_ms / 1000.0, self._session_expired,
+            member.session_timer = self.reactor.callLater(timeout_s, self._session_expired,
                                                           group.group_id, member.member_id)
 
     def _session_expired(self, group_id: str, member_id: str) -> None:

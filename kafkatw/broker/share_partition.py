@@ -26,6 +26,8 @@ Transitions (Kafka's C{RecordState}; KIP-932 "In-flight records")::
     ACQUIRED     --release (2), lock expiry--> AVAILABLE, or ARCHIVED once the
                                            delivery count reached the limit
     ACQUIRED     --reject (3), gap (0)-->  ARCHIVED
+    AVAILABLE    --not in the log-->       ARCHIVED   (compacted away: the log read
+                                           from the offset returned a later batch)
 
 ACKNOWLEDGED and ARCHIVED are final.  Only the member holding a record may
 acknowledge it (else C{INVALID_RECORD_STATE}).  The start offset moves
@@ -105,11 +107,16 @@ class SharePartitionSnapshot(NamedTuple):
     @ivar start_offset: the share-partition start offset (SPSO); C{-1}: not initialized.
     @ivar state_batches: the in-flight records that are not plain AVAILABLE with
         delivery count 0, in offset order; ACQUIRED ones as AVAILABLE.
+    @ivar leader_epoch: the leader epoch of the partition leader that wrote
+        it (C{-1}: not written by a leader, as an offsets reset); a share
+        coordinator refuses a write of an older leader epoch than the one it
+        holds (C{FENCED_LEADER_EPOCH}: the writer was deposed).
     """
 
     state_epoch: int
     start_offset: int
     state_batches: tuple[StateBatch, ...]
+    leader_epoch: int = -1
 
 
 class InvalidRecordState(Exception):
@@ -152,6 +159,8 @@ class SharePartition:
     @param max_record_locks: C{group.share.partition.max.record.locks}.
     @param on_lock_expired: called with the partition after expired locks made
         records available or archived them (so the change can be made durable).
+    @param leader_epoch: the leader epoch of the partition this leader loaded
+        it under (written with each snapshot).
 
     @ivar start_offset: SPSO; every offset below it is acknowledged or archived.
     @ivar end_offset: one past the last in-flight offset; from it on, records
@@ -162,8 +171,10 @@ class SharePartition:
 
     def __init__(self, clock: Any, start_offset: int, record_lock_duration_ms: int = 30000,
                  delivery_count_limit: int = 5, max_record_locks: int = 200,
-                 on_lock_expired: Callable[["SharePartition"], Any] | None = None, state_epoch: int = 0) -> None:
+                 on_lock_expired: Callable[["SharePartition"], Any] | None = None, state_epoch: int = 0,
+                 leader_epoch: int = -1) -> None:
         self.clock = clock
+        self.leader_epoch = leader_epoch
         self.start_offset = start_offset
         self.end_offset = start_offset
         self.state_epoch = state_epoch
@@ -204,7 +215,7 @@ class SharePartition:
                 batches[-1] = last._replace(last_offset=offset)
             else:
                 batches.append(StateBatch(offset, offset, int(state), record.delivery_count))
-        return SharePartitionSnapshot(self.state_epoch, self.start_offset, tuple(batches))
+        return SharePartitionSnapshot(self.state_epoch, self.start_offset, tuple(batches), self.leader_epoch)
 
     # --- reading ---------------------------------------------------------------
 
@@ -231,7 +242,7 @@ class SharePartition:
     # --- acquisition -------------------------------------------------------------
 
     def acquire(self, member_id: str, batches: Iterable[tuple[int, int]], max_records: int,
-                skip: Iterable[tuple[int, int]] = ()) -> list[AcquiredRecords]:
+                skip: Iterable[tuple[int, int]] = (), fetch_offset: int | None = None) -> list[AcquiredRecords]:
         """
         Acquire for C{member_id} the AVAILABLE offsets of the fetched C{batches}
         (each C{(first offset, last offset)}, in log order, as read from the
@@ -240,17 +251,28 @@ class SharePartition:
         C{max_records}, as Kafka's batch-optimized acquire mode), and while
         C{max_record_locks} allows (which may stop in a batch).
 
+        Offsets the log did not return, from C{fetch_offset} up to a batch
+        acquired from (before the first batch, between two batches: a log
+        compaction removed them), are not in the log: AVAILABLE ones are
+        archived, so the start offset passes them (Kafka's C{SharePartition}
+        starts a new in-flight batch at the fetched batch's base offset).
+
         @param skip: ranges (within C{batches}) that are never delivered, such
             as control batches: they are archived as they are passed.
+        @param fetch_offset: the offset the log was read from (default
+            L{next_fetch_offset}).
         @return: the acquired ranges with their delivery counts, in offset order.
         """
         acquired: list[int] = []
         skipped = [(first, last) for first, last in skip]
         count = 0
+        read_to = self.next_fetch_offset() if fetch_offset is None else fetch_offset
         for first, last in batches:
             if count >= max_records or not self.can_acquire():
                 break
             first = max(first, self.start_offset)
+            self._archive_absent(read_to, first)
+            read_to = max(read_to, last + 1)
             for offset in range(first, last + 1):
                 if not self.can_acquire():
                     break
@@ -409,6 +431,19 @@ class SharePartition:
         self._advance()
         if self.on_lock_expired is not None:
             self.on_lock_expired(self)
+
+    def _archive_absent(self, first: int, end: int) -> None:
+        """Offsets [C{first}, C{end}) are not in the log (compacted away): archive the AVAILABLE ones."""
+        first = max(first, self.start_offset)
+        if first >= end:
+            return
+        for offset in range(first, end):
+            record = self.in_flight.get(offset)
+            if record is None:
+                self.in_flight[offset] = InFlightRecord(RecordState.ARCHIVED)
+            elif record.state == RecordState.AVAILABLE:
+                record.state = RecordState.ARCHIVED
+        self.end_offset = max(self.end_offset, end)
 
     def _fill_and_advance(self) -> None:
         for offset in range(self.start_offset, self.end_offset):

@@ -10,9 +10,9 @@ I{share session} per (group id, member id) on that broker, numbered by
 C{ShareSessionEpoch}:
 
   - 0 opens a session (a full request: the partitions named are the
-    session's; acknowledgements are not allowed, C{INVALID_REQUEST}); an
-    existing session of the member is replaced, its acquired records
-    released;
+    session's; acknowledgements are not allowed, C{INVALID_REQUEST}; a
+    ShareAcknowledge cannot, C{INVALID_SHARE_SESSION_EPOCH}); an existing
+    session of the member is replaced, its acquired records released;
   - N > 0 continues it: N must be the session's next epoch (else
     C{INVALID_SHARE_SESSION_EPOCH}; no session: C{SHARE_SESSION_NOT_FOUND});
     the partitions named are added, the forgotten ones removed, and the
@@ -20,9 +20,13 @@ C{ShareSessionEpoch}:
     acknowledgement result;
   - -1 closes it after its acknowledgements: the member's records still
     acquired on this broker are released (a ShareFetch with -1 fetches
-    nothing).
+    nothing: a partition named without acknowledgements is
+    C{INVALID_REQUEST}).
 
-The next epoch after 2147483647 is 1.
+The next epoch after 2147483647 is 1.  A session unused for two minutes is
+evicted (a consumer that stopped without closing it; its records are left to
+their acquisition locks), and a broker keeps at most 2000 sessions (else
+C{SHARE_SESSION_LIMIT_REACHED}), as Kafka's C{ShareSessionCache}.
 
 Each (group, topic, partition) has a L{SharePartition} on the partition's
 leader, loaded on first use from the persister (L{kafkatw.broker.share_state})
@@ -32,6 +36,13 @@ that a later leader resumes from the same start offset.  A share partition
 loaded under an older leader epoch is dropped and loaded again.  Every
 acknowledgement, release, lock expiry and start-offset move is written to the
 persister; an acknowledgement is answered once its write completed.
+
+A ShareFetch that acquires nothing waits up to its C{MaxWaitMs} (Kafka's
+C{DelayedShareFetch}); it is woken by new records appended to a partition
+it reads, and also when records of such a partition may be acquired again:
+an acknowledgement (accepted records free their acquisition locks, up to
+C{share.partition.max.record.locks}; released ones are available), a
+member's release, a lock expiry.
 
 Source: KIP-932; Apache Kafka C{SharePartitionManager.java},
 C{ShareSessionCache.java}, C{ShareFetchUtils.java}.
@@ -51,7 +62,7 @@ from ..errors import ErrorCode, KafkaError, NotLeaderOrFollowerError, kafka_erro
 from ..protocol.batch import BATCH_HEADER_SIZE, unpack_header
 from ..protocol.share_fetch import SharePartitionData
 from ..storage.segment import FileRegion
-from .share_partition import InvalidRecordState, SharePartition
+from .share_partition import InvalidRecordState, SharePartition, SharePartitionSnapshot
 from .share_state import MemoryPersister, SharePartitionKey
 
 __all__ = ["SharePartitionManager", "ShareSession", "ShareFetchResult", "next_share_session_epoch"]
@@ -79,6 +90,8 @@ class ShareSession:
         self.member_id = member_id
         self.epoch = 1
         self.partitions: dict[tuple[uuid.UUID, int], None] = {}
+        #: when a request last used it (reactor seconds)
+        self.last_used_s = 0.0
 
 
 class ShareFetchResult(NamedTuple):
@@ -92,6 +105,7 @@ class ShareFetchResult(NamedTuple):
 class _Partition(NamedTuple):
     share: SharePartition
     leader_epoch: int
+    topic: str = ""
 
 
 def _batches_of(regions: list[FileRegion]) -> list[tuple[int, int, bool, FileRegion, int]]:
@@ -144,10 +158,14 @@ class SharePartitionManager:
     @param persister: where share-partition snapshots are kept (L{kafkatw.broker.share_state}).
     @param group_config: group id -> its group config overrides
         (C{share.auto.offset.reset}, C{share.record.lock.duration.ms},
-        C{share.delivery.count.limit}, C{share.isolation.level}; Kafka's
-        names, kafkatw/broker/group_config.py); a setting not overridden is
-        the broker's C{group.share.*} one (C{share.isolation.level}:
-        C{read_uncommitted}).  Read when a share partition is loaded.
+        C{share.delivery.count.limit}, C{share.partition.max.record.locks},
+        C{share.isolation.level}; Kafka's names,
+        kafkatw/broker/group_config.py); a setting not overridden is the
+        broker's C{group.share.*} one (C{share.isolation.level}:
+        C{read_uncommitted}).  C{share.auto.offset.reset} is read when a
+        share partition is first started; the others at each ShareFetch, so
+        a change applies from the next acquisition (as Kafka's
+        C{SharePartition} reads its C{GroupConfigManager}).
     """
 
     def __init__(self, reactor: Any, replica_manager: Any, metadata: Any, config: Any,
@@ -164,6 +182,11 @@ class SharePartitionManager:
         self.partitions: dict[SharePartitionKey, _Partition] = {}
         self.sessions: dict[tuple[str, str], ShareSession] = {}
         self._loading: dict[SharePartitionKey, list[defer.Deferred]] = {}
+        #: (topic, partition) -> the Deferreds of the ShareFetches waiting on it (L{_wait_for_records})
+        self._parked: dict[tuple[str, int], set[defer.Deferred]] = {}
+        listeners = getattr(replica_manager, "leadership_listeners", None)
+        if listeners is not None:
+            listeners.append(self.leadership_changed)
 
     # --- topics ----------------------------------------------------------------
 
@@ -193,6 +216,9 @@ class SharePartitionManager:
             held = self.partitions.get(key)
             if held is not None:
                 if held.leader_epoch == partition.leader_epoch:
+                    # the group's configs as they are now: a change applies from the next acquisition
+                    for name, value in self.share_configs(group_id).items():
+                        setattr(held.share, name, value)
                     return held.share
                 held.share.close()
                 del self.partitions[key]
@@ -205,26 +231,37 @@ class SharePartitionManager:
         self._loading[key] = []
         try:
             share = await self._load(key, group_id, partition)
-            self.partitions[key] = _Partition(share, partition.leader_epoch)
+            self.partitions[key] = _Partition(share, partition.leader_epoch, name)
         finally:
             for d in self._loading.pop(key):
                 d.callback(None)
         return share
 
+    def share_configs(self, group_id: str) -> dict[str, int]:
+        """
+        The L{SharePartition} settings of C{group_id}'s share partitions: the
+        group's C{share.record.lock.duration.ms} (ms),
+        C{share.delivery.count.limit} and C{share.partition.max.record.locks}
+        (records), else the broker's C{group.share.*} ones.
+        """
+        overrides = self.group_config(group_id)
+        return {"record_lock_duration_ms": int(overrides.get("share.record.lock.duration.ms",
+                                                             self.record_lock_duration_ms)),
+                "delivery_count_limit": int(overrides.get("share.delivery.count.limit", self.delivery_count_limit)),
+                "max_record_locks": int(overrides.get("share.partition.max.record.locks", self.max_record_locks))}
+
     async def _load(self, key: SharePartitionKey, group_id: str, partition: Any) -> SharePartition:
         log = partition.leader_log()
-        snapshot = await self.persister.read(key)
+        snapshot = await self.persister.read(key, partition.leader_epoch)
         overrides = self.group_config(group_id)
-        configs = {"record_lock_duration_ms": int(overrides.get("share.record.lock.duration.ms",
-                                                                self.record_lock_duration_ms)),
-                   "delivery_count_limit": int(overrides.get("share.delivery.count.limit",
-                                                             self.delivery_count_limit)),
-                   "max_record_locks": self.max_record_locks,
-                   "on_lock_expired": lambda share: self._persist_in_background(key, share)}
+        configs: dict[str, Any] = {**self.share_configs(group_id), "leader_epoch": partition.leader_epoch,
+                                   "on_lock_expired": lambda share: self._lock_expired(key, share)}
         if snapshot is None or snapshot.start_offset < 0:
             reset = overrides.get("share.auto.offset.reset") or self.config["group.share.auto.offset.reset"]
             start = self._reset_offset(log, reset)
-            share = SharePartition(self.reactor, start, **configs)
+            # a deleted group's state (start offset -1) keeps its state epoch: older writers stay fenced
+            state_epoch = snapshot.state_epoch if snapshot is not None else 0
+            share = SharePartition(self.reactor, start, state_epoch=state_epoch, **configs)
             _log.info("share partition {key} starts at offset {start} ({reset})", key=key, start=start, reset=reset)
             await self.persister.write(key, share.snapshot())
         else:
@@ -259,6 +296,10 @@ class SharePartitionManager:
         key = SharePartitionKey(group_id, str(topic_id), index)
         return self.persister.write(key, share.snapshot()).addErrback(self._write_failed, key, share)
 
+    def _lock_expired(self, key: SharePartitionKey, share: SharePartition) -> None:
+        self._persist_in_background(key, share)
+        self._wake(key)
+
     def _persist_in_background(self, key: SharePartitionKey, share: SharePartition) -> None:
         d = self.persister.write(key, share.snapshot()).addErrback(self._write_failed, key, share)
         d.addErrback(lambda f: _log.warn("writing the state of share partition {key} failed: {error}",
@@ -266,7 +307,8 @@ class SharePartitionManager:
 
     def _write_failed(self, failure: Any, key: SharePartitionKey, share: SharePartition) -> Any:
         """A write refused for an older state epoch (offsets reset): drop the share partition, to be loaded again."""
-        if failure.check(KafkaError) and failure.value.error_code == ErrorCode.fenced_state_epoch:
+        if failure.check(KafkaError) and failure.value.error_code in (ErrorCode.fenced_state_epoch,
+                                                                      ErrorCode.fenced_leader_epoch):
             held = self.partitions.get(key)
             if held is not None and held.share is share:
                 del self.partitions[key]
@@ -295,11 +337,39 @@ class SharePartitionManager:
 
         return defer.Deferred.fromCoroutine(reset())
 
+    def delete_state(self, group_id: str, partitions: list[tuple[uuid.UUID, int]]) -> defer.Deferred:
+        """
+        Delete the share-partition state of C{group_id} (DeleteGroups of the
+        share group, which has no members) on C{partitions} (topic id,
+        partition): each share partition with state is written I{not
+        initialized} (start offset C{-1}) with the next state epoch, so the
+        group, made again, starts at C{share.auto.offset.reset}; a share
+        partition loaded here is dropped, one loaded on another broker as
+        after L{reset_offsets}.
+
+        @return: a Deferred firing once written; failing with the first
+            persister error (C{KafkaError}).
+        """
+        keys = [SharePartitionKey(group_id, str(topic_id), index) for topic_id, index in partitions]
+        for key in keys:
+            held = self.partitions.pop(key, None)
+            if held is not None:
+                held.share.close()
+
+        async def delete() -> None:
+            for key in keys:
+                snapshot = await self.persister.read(key)
+                if snapshot is not None and snapshot.start_offset >= 0:
+                    await self.persister.write(key, SharePartitionSnapshot(snapshot.state_epoch + 1, -1, ()))
+
+        return defer.Deferred.fromCoroutine(delete())
+
     def release_member(self, group_id: str, member_id: str) -> None:
         """Release what C{member_id} of C{group_id} holds on this broker (it left or its session closed)."""
         for key, held in list(self.partitions.items()):
             if key.group_id == group_id and held.share.release_member(member_id):
                 self._persist_in_background(key, held.share)
+                self._wake(key)
 
     def _forget_group(self, group_id: str) -> None:
         """
@@ -311,28 +381,67 @@ class SharePartitionManager:
         for key in [k for k in self.partitions if k.group_id == group_id]:
             self.partitions.pop(key).share.close()
 
+    def leadership_changed(self, topic: str, partition: int, role: str, leader_epoch: int | None) -> None:
+        """
+        The broker's role of (C{topic}, C{partition}) changed: its share
+        partitions loaded under another leader epoch (this broker no longer
+        leads it, or leads it again under a new epoch) are closed and dropped,
+        their acquisition locks with them, so a deposed leader writes nothing
+        more (what it still has in flight is refused, C{FENCED_LEADER_EPOCH}).
+        """
+        for key, held in list(self.partitions.items()):
+            if held.topic == topic and key.partition == partition and (
+                    role != "leader" or held.leader_epoch != leader_epoch):
+                del self.partitions[key]
+                held.share.close()
+
     def close(self) -> None:
+        listeners = getattr(self.replica_manager, "leadership_listeners", None)
+        if listeners is not None and self.leadership_changed in listeners:
+            listeners.remove(self.leadership_changed)
         for held in self.partitions.values():
             held.share.close()
         self.partitions.clear()
 
     # --- sessions ----------------------------------------------------------------
 
+    #: Most share sessions kept (Kafka's C{ShareSessionCache} size: 10 share groups of 200 members).
+    max_sessions = 2000
+    #: A share session unused for this long is evicted (ms; Kafka's C{ShareSessionCache} eviction time).
+    session_eviction_ms = 120000
+
     def _session(self, group_id: str, member_id: str, epoch: int, fetch: bool
                  ) -> tuple[ShareSession | None, ErrorCode, str | None]:
+        """
+        The member's share session for a request of C{epoch}, opened,
+        continued or to be closed (see the module docstring); sessions
+        unused for C{session_eviction_ms} are evicted first, and at most
+        C{max_sessions} are kept (else C{SHARE_SESSION_LIMIT_REACHED}), as
+        Kafka's C{ShareSessionCache}.
+        """
         key = (group_id, member_id)
+        self._evict_idle_sessions()
         session = self.sessions.get(key)
         if epoch == INITIAL_EPOCH:
             if not fetch:
-                return None, ErrorCode.invalid_request, "ShareAcknowledge cannot open a share session."
+                return None, ErrorCode.invalid_share_session_epoch, "ShareAcknowledge cannot open a share session."
             if session is not None:
+                del self.sessions[key]
                 self.release_member(group_id, member_id)
             elif not any(g == group_id for g, _ in self.sessions):
                 self._forget_group(group_id)
+            if len(self.sessions) >= self.max_sessions:
+                return None, ErrorCode.share_session_limit_reached, \
+                    f"This broker holds its most share sessions ({self.max_sessions})."
             session = self.sessions[key] = ShareSession(group_id, member_id)
+            session.last_used_s = self.reactor.seconds()
             return session, ErrorCode.none, None
         if session is None:
             return None, ErrorCode.share_session_not_found, f"No share session for member {member_id}."
+        # the most recently used last: the dict is in order of last use
+        del self.sessions[key]
+        self.sessions[key] = session
+        session.last_used_s = self.reactor.seconds()
         if epoch == FINAL_EPOCH:
             return session, ErrorCode.none, None
         if epoch != session.epoch:
@@ -340,6 +449,29 @@ class SharePartitionManager:
                 f"Share session epoch {epoch}, expected {session.epoch}."
         session.epoch = next_share_session_epoch(epoch)
         return session, ErrorCode.none, None
+
+    def _evict_idle_sessions(self) -> None:
+        """
+        Forget the share sessions unused for C{session_eviction_ms} (a
+        consumer that stopped without closing them); their records are
+        left to their acquisition locks.
+        """
+        oldest_s = self.reactor.seconds() - self.session_eviction_ms / 1000.0
+        for key, session in list(self.sessions.items()):
+            if session.last_used_s > oldest_s:
+                break
+            del self.sessions[key]
+
+    def _close_session(self, session: ShareSession) -> None:
+        """
+        A final request (epoch -1) is done: drop C{session} and release its
+        member's records, unless a newer session of the member replaced it
+        meanwhile (its epoch-0 request released them already).
+        """
+        key = (session.group_id, session.member_id)
+        if self.sessions.get(key) is session:
+            del self.sessions[key]
+            self.release_member(session.group_id, session.member_id)
 
     # --- ShareFetch and ShareAcknowledge --------------------------------------------
 
@@ -358,6 +490,9 @@ class SharePartitionManager:
         if epoch == INITIAL_EPOCH and any(acks for _, ps in topics for _, acks in ps):
             return ShareFetchResult(int(ErrorCode.invalid_request),
                                     "Acknowledge data present on initial ShareFetch.", [])
+        if epoch == FINAL_EPOCH and any(not acks for _, ps in topics for _, acks in ps):
+            return ShareFetchResult(int(ErrorCode.invalid_request),
+                                    "A final ShareFetch (epoch -1) fetches nothing: only acknowledgements.", [])
         session, code, message = self._session(group_id, member_id, epoch, fetch=True)
         if session is None:
             return ShareFetchResult(int(code), message, [])
@@ -365,8 +500,7 @@ class SharePartitionManager:
         acks = [(topic_id, index, batches) for topic_id, ps in topics for index, batches in ps if batches]
         await self._acknowledge_all(group_id, member_id, acks, results)
         if epoch == FINAL_EPOCH:
-            del self.sessions[(group_id, member_id)]
-            self.release_member(group_id, member_id)
+            self._close_session(session)
             return ShareFetchResult(0, None, self._answer(results))
         for topic_id, ps in topics:
             for index, _ in ps:
@@ -382,9 +516,15 @@ class SharePartitionManager:
         if not any_acquired and max_wait_ms > 0 and not any(r.get("error_code") for r in results.values()):
             names = [(self.topic_name(t), i) for t, i in wanted]
             tps = [(n, i) for n, i in names if n is not None]
-            if tps:
-                await self.replica_manager.delay_fetch(tps, 1, 0, max_wait_ms)
-                await self._acquire_all(group_id, member_id, wanted, max_bytes, max_records, results)
+            deadline_s = self.reactor.seconds() + max_wait_ms / 1000.0
+            while tps:
+                await self._wait_for_records(tps, max_wait_ms)
+                if await self._acquire_all(group_id, member_id, wanted, max_bytes, max_records, results):
+                    break
+                # woken for records another fetch took first, or for new ones not yet readable: wait on
+                max_wait_ms = int((deadline_s - self.reactor.seconds()) * 1000)
+                if max_wait_ms <= 0 or any(r.get("error_code") for r in results.values()):
+                    break
         return ShareFetchResult(0, None, self._answer(results))
 
     async def share_acknowledge(self, group_id: str, member_id: str, epoch: int,
@@ -399,9 +539,39 @@ class SharePartitionManager:
         acks = [(topic_id, index, batches) for topic_id, ps in topics for index, batches in ps]
         await self._acknowledge_all(group_id, member_id, acks, results)
         if epoch == FINAL_EPOCH:
-            del self.sessions[(group_id, member_id)]
-            self.release_member(group_id, member_id)
+            self._close_session(session)
         return ShareFetchResult(0, None, self._answer(results))
+
+    async def _wait_for_records(self, partitions: list[tuple[str, int]], max_wait_ms: int) -> None:
+        """
+        Wait until records are appended to one of C{partitions}, one of their
+        share partitions may have records to acquire again (L{_wake}), or
+        C{max_wait_ms} passed.
+        """
+        waiting = self.replica_manager.delay_fetch(partitions, 1, 0, max_wait_ms)
+        for tp in partitions:
+            self._parked.setdefault(tp, set()).add(waiting)
+        try:
+            await waiting
+        finally:
+            for tp in partitions:
+                parked = self._parked.get(tp)
+                if parked is not None:
+                    parked.discard(waiting)
+                    if not parked:
+                        del self._parked[tp]
+
+    def _wake(self, key: SharePartitionKey) -> None:
+        """Records of C{key} may be acquired again: the ShareFetches waiting on its partition try now."""
+        if not self._parked:
+            return
+        name = self.topic_name(uuid.UUID(key.topic_id))
+        tp = (name, key.partition)
+        parked = self._parked.get(tp) if name is not None else None
+        if parked:
+            for fetch in self.replica_manager.fetch_purgatory.watching(tp):
+                if fetch.deferred in parked:
+                    fetch.complete()
 
     async def _locate(self, group_id: str, topic_id: uuid.UUID, index: int) -> SharePartition:
         name = self.topic_name(topic_id)
@@ -417,6 +587,7 @@ class SharePartitionManager:
                 share = await self._locate(group_id, topic_id, index)
                 share.acknowledge(member_id, batches)
                 await self._persist(group_id, topic_id, index, share)
+                self._wake(SharePartitionKey(group_id, str(topic_id), index))
             except InvalidRecordState as e:
                 entry["acknowledge_error_code"] = int(ErrorCode.invalid_record_state)
                 entry["acknowledge_error_message"] = str(e)
@@ -450,7 +621,8 @@ class SharePartitionManager:
                 skip = [(b[0], b[1]) for b in batches if b[2]]
                 if read_committed and batches:
                     skip += _aborted(log, batches)
-                acquired = share.acquire(member_id, [(b[0], b[1]) for b in batches], remaining_records, skip=skip)
+                acquired = share.acquire(member_id, [(b[0], b[1]) for b in batches], remaining_records, skip=skip,
+                                         fetch_offset=offset)
             except Exception as e:  # noqa: BLE001 - the partition's error, as Kafka answers
                 entry["error_code"] = int(_error_code(e))
                 entry["error_message"] = str(e) or None

@@ -28,7 +28,9 @@ still acquired are released at once) and leaves the group.
 Records not acknowledged within the broker's
 C{group.share.record.lock.duration.ms} are given to another member;
 acknowledging them then fails (C{INVALID_RECORD_STATE}, in
-L{acknowledgement_errors} or L{commit}'s answer).
+L{acknowledgement_errors} or L{commit}'s answer).  Acknowledgements that a
+failed ShareFetch carried are not sent again: their partition's error is in
+L{acknowledgement_errors} too, and their records come again.
 
 Source: KIP-932; Apache Kafka C{KafkaShareConsumer}, C{ShareConsumeRequestManager},
 C{ShareMembershipManager}.
@@ -254,6 +256,17 @@ class ShareConsumer:
                 batches.append({"first_offset": offset, "last_offset": offset, "acknowledge_types": [kind]})
         return batches
 
+    def _acknowledgements_failed(self, acks: dict[tuple[str, int], dict[int, int]], code: ErrorCode) -> None:
+        """
+        C{acks} were not delivered (the ShareFetch carrying them failed, or
+        their share session is gone): each partition's C{code} goes to
+        L{acknowledgement_errors}; their records come again once their
+        acquisition locks expire (as Kafka's C{ShareConsumeRequestManager}
+        completes them with the error).
+        """
+        for tp in acks:
+            self.acknowledgement_errors[tp] = code
+
     def _take_acks(self, leader: int) -> dict[tuple[str, int], dict[int, int]]:
         taken = {}
         for tp in list(self._pending):
@@ -346,7 +359,8 @@ class ShareConsumer:
         acks = self._take_acks(leader)
         if epoch == 0:
             # a new session: what the old one acquired is released (or its locks expire); its
-            # acknowledgements cannot be sent, and those records come again
+            # acknowledgements cannot be sent (reported in acknowledgement_errors), those records come again
+            self._acknowledgements_failed(acks, ErrorCode.share_session_not_found)
             acks = {}
             self._session_partitions[leader] = set()
             if not partitions:
@@ -359,10 +373,15 @@ class ShareConsumer:
                 "topics": self._topics_body(partitions, acks, "partition_index"),
                 "forgotten_topics_data": [{"topic_id": self.client.topic_ids[t], "partitions": [
                     p for tt, p in sorted(forgotten) if tt == t]} for t in sorted({t for t, _ in forgotten})]}
-        response = await self.client.send(leader, _SHARE_FETCH, body,
-                                          timeout_ms=self.client.request_timeout_ms + max_wait_ms)
+        try:
+            response = await self.client.send(leader, _SHARE_FETCH, body,
+                                              timeout_ms=self.client.request_timeout_ms + max_wait_ms)
+        except KafkaError as e:
+            self._acknowledgements_failed(acks, e.error_code)
+            raise
         code = ErrorCode(int(response.error_code))
         if code != ErrorCode.none:
+            self._acknowledgements_failed(acks, code)
             if code in _SESSION_ERRORS:
                 self._sessions[leader] = 0
             raise kafka_error(code, response.error_message or code.name)

@@ -345,6 +345,14 @@ BROKER_CONFIG: dict[str, ConfigKey] = {
         ConfigKey("group.consumer.assignors", _list, ["uniform", "range"],
                   "The server-side assignors of KIP-848 consumer groups a member may name; the first is the "
                   "default (kafkatw: `uniform` and `range`)."),
+        ConfigKey("group.consumer.min.session.timeout.ms", int, 45000,
+                  "Smallest `consumer.session.timeout.ms` a group config may set (else `INVALID_CONFIG`).", "ms"),
+        ConfigKey("group.consumer.max.session.timeout.ms", int, 60000,
+                  "Largest `consumer.session.timeout.ms` a group config may set (else `INVALID_CONFIG`).", "ms"),
+        ConfigKey("group.consumer.min.heartbeat.interval.ms", int, 5000,
+                  "Smallest `consumer.heartbeat.interval.ms` a group config may set (else `INVALID_CONFIG`).", "ms"),
+        ConfigKey("group.consumer.max.heartbeat.interval.ms", int, 15000,
+                  "Largest `consumer.heartbeat.interval.ms` a group config may set (else `INVALID_CONFIG`).", "ms"),
         # share groups (KIP-932; docs/consumer-groups.md, "Share groups")
         ConfigKey("group.share.session.timeout.ms", int, 45000,
                   "How long a share group member may go without a ShareGroupHeartbeat before it is removed "
@@ -354,6 +362,18 @@ BROKER_CONFIG: dict[str, ConfigKey] = {
         ConfigKey("group.share.record.lock.duration.ms", int, 30000,
                   "How long a share consumer holds the records it acquired (the acquisition lock) before "
                   "they become available again.", "ms"),
+        ConfigKey("group.share.min.session.timeout.ms", int, 45000,
+                  "Smallest `share.session.timeout.ms` a group config may set (else `INVALID_CONFIG`).", "ms"),
+        ConfigKey("group.share.max.session.timeout.ms", int, 60000,
+                  "Largest `share.session.timeout.ms` a group config may set (else `INVALID_CONFIG`).", "ms"),
+        ConfigKey("group.share.min.heartbeat.interval.ms", int, 5000,
+                  "Smallest `share.heartbeat.interval.ms` a group config may set (else `INVALID_CONFIG`).", "ms"),
+        ConfigKey("group.share.max.heartbeat.interval.ms", int, 15000,
+                  "Largest `share.heartbeat.interval.ms` a group config may set (else `INVALID_CONFIG`).", "ms"),
+        ConfigKey("group.share.min.record.lock.duration.ms", int, 15000,
+                  "Smallest `share.record.lock.duration.ms` a group config may set (else `INVALID_CONFIG`).", "ms"),
+        ConfigKey("group.share.max.record.lock.duration.ms", int, 60000,
+                  "Largest `share.record.lock.duration.ms` a group config may set (else `INVALID_CONFIG`).", "ms"),
         ConfigKey("group.share.delivery.count.limit", int, 5,
                   "How many times a record of a share group is delivered before it is archived instead of "
                   "being made available again.", "deliveries"),

@@ -113,7 +113,9 @@ class ConsumerGroupProtocolInteropTests(ClassFixture, unittest.TestCase):
     @classmethod
     def setUpClass(cls) -> None:
         cls._cluster = running_cluster(brokers=1, overrides={"group.initial.rebalance.delay.ms": "0",
-                                                             "group.consumer.heartbeat.interval.ms": "500"})
+                                                             "group.consumer.heartbeat.interval.ms": "500",
+                                                             # test_group_configs sets a 1 s group heartbeat
+                                                             "group.consumer.min.heartbeat.interval.ms": "500"})
         cls.broker = cls._cluster.__enter__()[0]
         cls.bootstrap = cls.broker.bootstrap
         from confluent_kafka.admin import AdminClient, NewTopic

@@ -412,11 +412,52 @@ class ConsumerGroupApiTests(SynchronousTestCase):
         return self.harness.decode(8, version, result).topics[0].partitions[0].error_code
 
     def test_offset_commit_checks_the_member_epoch(self) -> None:
+        self.assertEqual(self.commit("", -1), E.none)  # a standalone commit (an admin tool): no members yet
         self.heartbeat("a", 0, [], join=True)
         self.assertEqual(self.commit("a", 0), E.stale_member_epoch)
         self.assertEqual(self.commit("nobody", 1), E.unknown_member_id)
         self.assertEqual(self.commit("a", 1), E.none)
-        self.assertEqual(self.commit("", -1), E.none)  # a commit from outside the group (an admin tool)
+
+    def test_standalone_commit_refused_while_the_group_has_members(self) -> None:
+        """Kafka's ConsumerGroup.validateOffsetCommit: epoch -1 commits only to an empty group."""
+        self.heartbeat("a", 0, [], join=True)
+        self.assertEqual(self.commit("", -1), E.unknown_member_id)
+        self.assertEqual(self.commit("a", -1), E.stale_member_epoch)
+        self.heartbeat("a", -1, None)  # a leaves: the group is empty
+        self.assertEqual(self.commit("", -1), E.none)
+
+    def test_offset_commit_before_v9_from_a_consumer_member(self) -> None:
+        """A KIP-848 member must commit with OffsetCommit v9+ (Kafka: UNSUPPORTED_VERSION)."""
+        self.heartbeat("a", 0, [], join=True)
+        self.assertEqual(self.commit("a", 1, version=8), E.unsupported_version)
+        self.assertEqual(self.commit("nobody", 1, version=8), E.unknown_member_id)
+        self.assertEqual(self.commit("a", 1, version=9), E.none)
+
+    def test_full_heartbeat_with_a_regex_gets_the_assignment(self) -> None:
+        """Kafka's isFullRequest: rebalance timeout, owned partitions and a regex (no names) is a full request."""
+        regex = {"subscribed_topic_names": None, "subscribed_topic_regex": "t"}
+        self.heartbeat("a", 0, [], join=True, **regex)
+        r = self.heartbeat("a", 1, [0, 1, 2, 3], rebalance_timeout=30000, **regex)
+        self.assertEqual((r.error_code, self.partitions(r)), (E.none, [0, 1, 2, 3]))
+        r = self.heartbeat("a", 1, [0, 1, 2, 3])  # not a full request, nothing changed: no assignment
+        self.assertEqual(self.partitions(r), None)
+
+    def test_group_ids_are_one_namespace_with_share_groups(self) -> None:
+        """A share group's id: ConsumerGroupHeartbeat GROUP_ID_NOT_FOUND, JoinGroup INCONSISTENT_GROUP_PROTOCOL."""
+        share = self.harness.call(76, 1, {"group_id": self.group, "member_id": "s", "member_epoch": 0,
+                                          "rack_id": None, "subscribed_topic_names": ["t"]})
+        self.assertEqual(share.error_code, E.none)
+        r = self.heartbeat("a", 0, [], join=True)
+        self.assertEqual((r.error_code, r.error_message), (E.group_id_not_found,
+                                                           f"Group {self.group} is not a consumer group."))
+        self.assertEqual(self.classic_join().error_code, E.inconsistent_group_protocol)
+        # and the other way: a consumer group's id (even once empty) is not a share group's
+        self.group = self.other_group
+        self.assertEqual(self.heartbeat("b", 0, [], join=True).error_code, E.none)
+        self.heartbeat("b", -1, None)
+        share = self.harness.call(76, 1, {"group_id": self.other_group, "member_id": "s", "member_epoch": 0,
+                                          "rack_id": None, "subscribed_topic_names": ["t"]})
+        self.assertEqual(share.error_code, E.group_id_not_found)
 
     def test_describe_unknown_and_classic_groups(self) -> None:
         self.harness.call(11, 5, {
@@ -444,8 +485,8 @@ class ConsumerGroupApiTests(SynchronousTestCase):
         self.assertNotIn(self.group, self.harness.apis.consumer_group_coordinator.groups)
 
     def test_offset_delete_refuses_subscribed_topics(self) -> None:
-        self.heartbeat("a", 0, [], join=True, subscribed_topic_names=None, subscribed_topic_regex="t|logs-1")
         self.assertEqual(self.commit("", -1), E.none)
+        self.heartbeat("a", 0, [], join=True, subscribed_topic_names=None, subscribed_topic_regex="t|logs-1")
         result = self.harness.request(47, 0, {"group_id": self.group, "topics": [
             {"name": "t", "partitions": [{"partition_index": 0}]},
             {"name": "other", "partitions": [{"partition_index": 0}]}]})
@@ -500,7 +541,8 @@ class GroupConfigTests(SynchronousTestCase):
     """IncrementalAlterConfigs and DescribeConfigs on resource type GROUP (32), read by the coordinator."""
 
     def setUp(self) -> None:
-        self.harness = BrokerHarness(self)
+        # a 1 s heartbeat interval below Kafka's bound (group.consumer.min.heartbeat.interval.ms 5000)
+        self.harness = BrokerHarness(self, **{"group.consumer.min.heartbeat.interval.ms": 1000})
         self.harness.create_topic("t", 2)
 
     def alter(self, group: str, *configs: tuple[str, int, str | None]) -> Any:
@@ -557,6 +599,52 @@ class GroupConfigTests(SynchronousTestCase):
                                     ("consumer.heartbeat.interval.ms", 0, "2000")).error_code, E.invalid_config)
         self.assertEqual(self.harness.apis.group_configs.group_config("g"), {})
 
+    def test_bounds_and_broker_defaults(self) -> None:
+        """Kafka's GroupConfig.validateValues: the overrides merged with the broker's defaults, within its bounds."""
+        def refused(*configs: tuple[str, int, str | None]) -> tuple[int, str | None]:
+            response = self.alter("g", *configs)
+            return response.error_code, response.error_message
+
+        # one override checked against the broker's default of the other (heartbeat 5000)
+        self.assertEqual(refused(("consumer.session.timeout.ms", 0, "4000")), (
+            E.invalid_config, "consumer.session.timeout.ms must be greater than or equal to "
+            "group.consumer.min.session.timeout.ms"))
+        for configs, message in (
+                ([("consumer.session.timeout.ms", 0, "60001")],
+                 "consumer.session.timeout.ms must be less than or equal to group.consumer.max.session.timeout.ms"),
+                ([("consumer.heartbeat.interval.ms", 0, "999")], "consumer.heartbeat.interval.ms must be greater "
+                 "than or equal to group.consumer.min.heartbeat.interval.ms"),
+                ([("consumer.heartbeat.interval.ms", 0, "15001")], "consumer.heartbeat.interval.ms must be less "
+                 "than or equal to group.consumer.max.heartbeat.interval.ms"),
+                ([("share.session.timeout.ms", 0, "44999")], "share.session.timeout.ms must be greater than or "
+                 "equal to group.share.min.session.timeout.ms"),
+                ([("share.heartbeat.interval.ms", 0, "4999")], "share.heartbeat.interval.ms must be greater than or "
+                 "equal to group.share.min.heartbeat.interval.ms"),
+                ([("share.record.lock.duration.ms", 0, "14999")], "share.record.lock.duration.ms must be greater "
+                 "than or equal to group.share.min.record.lock.duration.ms"),
+                ([("share.record.lock.duration.ms", 0, "60001")], "share.record.lock.duration.ms must be less than "
+                 "or equal to group.share.max.record.lock.duration.ms")):
+            self.assertEqual(refused(*configs), (E.invalid_config, message))
+        self.assertEqual(self.harness.apis.group_configs.group_config("g"), {})
+        self.assertEqual(refused(("consumer.session.timeout.ms", 0, "60000"), ("share.record.lock.duration.ms", 0,
+                                                                                "60000")), (E.none, None))
+
+    def test_session_not_above_the_broker_heartbeat(self) -> None:
+        """consumer.session.timeout.ms alone must exceed the broker's group.consumer.heartbeat.interval.ms."""
+        harness = BrokerHarness(self, **{"group.consumer.min.session.timeout.ms": 1000,
+                                         "group.consumer.heartbeat.interval.ms": 5000})
+        self.harness = harness
+        self.assertEqual(self.alter("g", ("consumer.session.timeout.ms", 0, "5000")).error_message,
+                         "consumer.session.timeout.ms must be greater than consumer.heartbeat.interval.ms")
+        self.assertEqual(self.alter("g", ("consumer.session.timeout.ms", 0, "5001")).error_code, E.none)
+
+    def test_validate_without_a_broker_config_uses_kafka_defaults(self) -> None:
+        from kafkatw.broker.group_config import InvalidGroupConfig, validate_group_config
+
+        with self.assertRaises(InvalidGroupConfig):
+            validate_group_config({"consumer.session.timeout.ms": "1000"})  # below 45000, below the 5 s heartbeat
+        validate_group_config({"consumer.session.timeout.ms": "50000", "share.delivery.count.limit": "3"})
+
 
 class OffsetFetchGroupsTests(SynchronousTestCase):
     """OffsetFetch v8 (several groups) and v9 (a KIP-848 member's epoch)."""
@@ -595,3 +683,13 @@ class OffsetFetchGroupsTests(SynchronousTestCase):
                                  "topics": topics}]).groups[0].error_code
                  for member, epoch in (("a", 1), ("a", 0), ("b", 1), (None, -1))]
         self.assertEqual(codes, [E.none, E.stale_member_epoch, E.unknown_member_id, E.none])
+
+    def test_member_epoch_needs_both_id_and_epoch_absent_to_skip_the_check(self) -> None:
+        """Kafka's validateOffsetFetch: only a fetch with no member id and a negative epoch skips the check."""
+        self.harness.call(68, 1, {"group_id": self.group, "member_id": "a", "member_epoch": 0,
+                                  "rebalance_timeout": 1000, "subscribed_topic_names": ["t"], "topic_partitions": []})
+        topics = [{"name": "t", "partition_indexes": [0]}]
+        codes = [self.fetch(9, [{"group_id": self.group, "member_id": member, "member_epoch": epoch,
+                                 "topics": topics}]).groups[0].error_code
+                 for member, epoch in (("a", -1), (None, 1))]
+        self.assertEqual(codes, [E.stale_member_epoch, E.unknown_member_id])

@@ -141,3 +141,14 @@ class ShareConsumerTests(unittest.TestCase):
         self.assertEqual([(r.offset, r.delivery_count) for r in self.poll_until(b, 1)], [(1, 2)])
         group = self.cluster.apis.share_group_coordinator.groups["sg"]
         self.assertEqual(list(group.members), [b.member_id])
+
+    def test_acknowledgements_of_a_failed_share_fetch_are_reported(self) -> None:
+        self.produce(2)
+        consumer = self.consumer(acknowledgement_mode="explicit")
+        records = self.poll_until(consumer, 2)
+        for r in records:
+            consumer.acknowledge(r, AcknowledgeType.ACCEPT)
+        # the broker lost the share session: the ShareFetch carrying the acknowledgements fails
+        self.cluster.apis.share_partition_manager.sessions.clear()
+        self.poll(consumer)
+        self.assertEqual(consumer.acknowledgement_errors, {("t", 0): ErrorCode.share_session_not_found})

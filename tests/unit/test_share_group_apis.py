@@ -32,7 +32,10 @@ def group_id(prefix: str = "sg") -> str:
 class ShareHarness:
     def __init__(self, testcase: unittest.TestCase, partitions: int = 1, **overrides: Any) -> None:
         configs = {"group.share.auto.offset.reset": "earliest", "group.share.record.lock.duration.ms": LOCK_MS,
-                   "group.share.delivery.count.limit": 3, **overrides}
+                   "group.share.delivery.count.limit": 3,
+                   # group configs below Kafka's bounds (45 s sessions, 5 s heartbeats, 15 s locks) for short tests
+                   "group.share.min.record.lock.duration.ms": 1000, "group.share.min.session.timeout.ms": 1000,
+                   "group.share.min.heartbeat.interval.ms": 1000, **overrides}
         self.h = BrokerHarness(testcase, **configs)
         self.testcase = testcase
         self.meta = self.h.create_topic("t", partitions)
@@ -141,7 +144,7 @@ class HeartbeatTests(unittest.TestCase):
         self.assertEqual((r.member_epoch, r.assignment.topic_partitions[0].partitions), (2, (0,)))
         r = s.heartbeat("m1", 2, topics=None)
         self.assertEqual((r.member_epoch, r.assignment), (2, None))
-        self.assertEqual(s.heartbeat("m1", 1, topics=None).error_code, ErrorCode.fenced_member_epoch)
+        self.assertEqual(s.heartbeat("m1", 3, topics=None).error_code, ErrorCode.fenced_member_epoch)
         self.assertEqual(s.heartbeat("nobody", 3, topics=None).error_code, ErrorCode.unknown_member_id)
         self.assertEqual(s.heartbeat("m2", -1, topics=None).member_epoch, -1)
         described = s.h.call(77, 1, {"group_ids": [s.group], "include_authorized_operations": False}).groups[0]
@@ -229,8 +232,9 @@ class ShareFetchTests(unittest.TestCase):
         # an initial fetch may not carry acknowledgements
         self.assertEqual(s.fetched(s.fetch("m1", epoch=0, acks={0: [(0, 0, [1])]})).error_code,
                          ErrorCode.invalid_request)
-        # ShareAcknowledge cannot open a session
-        self.assertEqual(s.acknowledge("m9", {0: [(0, 0, [1])]}, epoch=0).error_code, ErrorCode.invalid_request)
+        # ShareAcknowledge cannot open a session (Kafka: INVALID_SHARE_SESSION_EPOCH)
+        self.assertEqual(s.acknowledge("m9", {0: [(0, 0, [1])]}, epoch=0).error_code,
+                         ErrorCode.invalid_share_session_epoch)
 
     def test_closing_the_session_releases_records(self) -> None:
         s = ShareHarness(self)
@@ -382,3 +386,159 @@ class ShareGroupOffsetsTests(unittest.TestCase):
         self.assertEqual(r.responses[0].partitions[0].error_code, ErrorCode.fenced_state_epoch)
         self.assertEqual(manager.partitions, {})  # dropped: loaded again from the reset state
         self.assertEqual(acquired(s.fetched(s.fetch("m2"))), {0: [(1, 1, 1)]})
+
+
+class GroupConfigTests(unittest.TestCase):
+    """
+    A share group's own configs (KIP-932, Kafka's C{GroupConfig}), set with
+    IncrementalAlterConfigs on resource type GROUP (32) and read with
+    DescribeConfigs, honoured by the share group coordinator and the share
+    partitions in place of the broker's C{group.share.*}.
+    """
+
+    def alter(self, s: ShareHarness, *configs: tuple[str, int, str | None], group: str | None = None) -> int:
+        """IncrementalAlterConfigs v1 of C{(name, operation 0 SET / 1 DELETE, value)}; its error code."""
+        result = s.h.request(44, 1, {"resources": [{
+            "resource_type": 32, "resource_name": group or s.group,
+            "configs": [{"name": n, "config_operation": op, "value": v} for n, op, v in configs]}],
+            "validate_only": False})
+        s.h.clock.advance(0)
+        if isinstance(result, defer.Deferred):
+            result = self.successResultOf(result)
+        return s.h.decode(44, 1, result).responses[0].error_code
+
+    def described(self, s: ShareHarness) -> dict[str, tuple[str, int]]:
+        """DescribeConfigs v4 of the group: name -> (value, config source: 8 the group's, 5 the default)."""
+        response = s.h.call(32, 4, {"resources": [{"resource_type": 32, "resource_name": s.group,
+                                                   "configuration_keys": None}],
+                                    "include_synonyms": False, "include_documentation": False})
+        return {c.name: (c.value, c.config_source) for c in response.results[0].configs}
+
+    def test_session_timeout_and_heartbeat_interval(self) -> None:
+        """C{share.session.timeout.ms} and C{share.heartbeat.interval.ms} of one group; another keeps the broker's."""
+        # within Kafka's default bounds (group.share.min/max.session.timeout.ms 45000..60000,
+        # group.share.min/max.heartbeat.interval.ms 5000..15000)
+        s = ShareHarness(self, **{"group.share.session.timeout.ms": 45000,
+                                  "group.share.heartbeat.interval.ms": 5000})
+        self.assertEqual(self.alter(s, ("share.session.timeout.ms", 0, "55000"),
+                                    ("share.heartbeat.interval.ms", 0, "6000")), ErrorCode.none)
+        self.assertEqual(self.described(s)["share.session.timeout.ms"], ("55000", 8))
+        r = s.heartbeat("m1", 0)
+        self.assertEqual(r.heartbeat_interval.total_seconds(), 6.0)
+        s.h.clock.advance(54.9)
+        self.assertEqual(s.heartbeat("m1", 1, topics=None).error_code, ErrorCode.none)
+        s.h.clock.advance(50)  # more than the broker's 45 s, less than the group's 55 s
+        self.assertEqual(s.heartbeat("m1", 1, topics=None).error_code, ErrorCode.none)
+        s.h.clock.advance(55.1)
+        self.assertEqual(s.heartbeat("m1", 1, topics=None).error_code, ErrorCode.unknown_member_id)
+        # a group without overrides: the broker's 5 s and 45 s
+        other = ShareHarness(self, **{"group.share.session.timeout.ms": 45000})
+        other.group = group_id("other")
+        self.assertEqual(other.heartbeat("m1", 0).heartbeat_interval.total_seconds(), 5.0)
+        other.h.clock.advance(45.1)
+        self.assertEqual(other.heartbeat("m1", 1, topics=None).error_code, ErrorCode.unknown_member_id)
+        # the override deleted: the broker's again, from the next heartbeat
+        self.assertEqual(self.alter(s, ("share.heartbeat.interval.ms", 1, None)), ErrorCode.none)
+        self.assertEqual(s.heartbeat("m2", 0).heartbeat_interval.total_seconds(), 5.0)
+
+    def test_partition_max_record_locks(self) -> None:
+        """C{share.partition.max.record.locks} caps the group's acquired records; a change applies at once."""
+        s = ShareHarness(self, **{"group.share.partition.max.record.locks": 200})
+        self.assertEqual(self.described(s)["share.partition.max.record.locks"], ("200", 5))
+        self.assertEqual(self.alter(s, ("share.partition.max.record.locks", 0, "100")), ErrorCode.none)
+        self.assertEqual(self.described(s)["share.partition.max.record.locks"], ("100", 8))
+        for start in range(0, 300, 10):
+            records = encode_batch([(None, b"v%d" % i, [], 1000 + i) for i in range(start, start + 10)])
+            s.h.produce("t", 0, records)
+        self.assertEqual(acquired(s.fetched(s.fetch("m1", max_records=500))), {0: [(0, 99, 1)]})
+        self.assertEqual(acquired(s.fetched(s.fetch("m2", max_records=500))), {0: []})
+        # raised while the share partition is loaded: 50 more may be acquired
+        self.assertEqual(self.alter(s, ("share.partition.max.record.locks", 0, "150")), ErrorCode.none)
+        self.assertEqual(acquired(s.fetched(s.fetch("m2", max_records=500))), {0: [(100, 149, 1)]})
+
+    def test_record_lock_duration_and_delivery_count_limit(self) -> None:
+        """The group's C{share.record.lock.duration.ms} times the locks and is ShareFetch's AcquisitionLockTimeoutMs."""
+        s = ShareHarness(self)  # the broker's lock: LOCK_MS (10 s)
+        self.assertEqual(self.alter(s, ("share.record.lock.duration.ms", 0, "20000"),
+                                    ("share.delivery.count.limit", 0, "2")), ErrorCode.none)
+        s.produce(1)
+        response = s.fetched(s.fetch("m1"))
+        self.assertEqual(int(response.acquisition_lock_timeout.total_seconds() * 1000), 20000)
+        self.assertEqual(acquired(response), {0: [(0, 0, 1)]})
+        s.h.clock.advance(10.0)  # the broker's lock would have expired
+        self.assertEqual(acquired(s.fetched(s.fetch("m2"))), {0: []})
+        s.h.clock.advance(10.0)
+        self.assertEqual(acquired(s.fetched(s.fetch("m2"))), {0: [(0, 0, 2)]})
+        s.h.clock.advance(20.0)  # the second delivery's lock expires: the limit (2) archives it
+        self.assertEqual(acquired(s.fetched(s.fetch("m3"))), {0: []})
+
+    def test_invalid_values(self) -> None:
+        """Kafka's bounds: 100..10000 locks, a heartbeat below the session timeout."""
+        s = ShareHarness(self)
+        for configs in ([("share.partition.max.record.locks", 0, "99")],
+                        [("share.partition.max.record.locks", 0, "10001")],
+                        [("share.session.timeout.ms", 0, "1000"), ("share.heartbeat.interval.ms", 0, "1000")]):
+            self.assertEqual(self.alter(s, *configs), ErrorCode.invalid_config)
+        self.assertEqual(s.h.apis.group_configs.group_config(s.group), {})
+
+
+class ShareFetchQuotaTests(unittest.TestCase):
+    def test_consumer_byte_rate_throttles_and_still_delivers(self) -> None:
+        """A ShareFetch over C{consumer_byte_rate} answers a throttle time, with the records it acquired."""
+        from kafkatw.broker.quota_manager import QuotaEntity
+
+        s = ShareHarness(self)
+        s.produce(1)
+        no_quota = s.fetched(s.fetch("m1"))
+        self.assertEqual(no_quota.throttle_time.total_seconds(), 0)
+        s.h.apis.quotas.update(QuotaEntity(None, "test"), {"consumer_byte_rate": "100"})
+        records = encode_batch([(None, b"y" * 5000, [], 2000)])
+        s.h.produce("t", 0, records)
+        response = s.fetched(s.fetch("m2"))
+        self.assertGreater(response.throttle_time.total_seconds(), 0)
+        self.assertEqual(acquired(response), {0: [(1, 1, 1)]})
+        self.assertEqual(values(response), [b"y" * 5000])
+
+
+class WaitingShareFetchTests(unittest.TestCase):
+    """A ShareFetch waiting for records (MaxWaitMs) is answered as soon as records may be acquired again."""
+
+    def test_an_acknowledgement_under_the_lock_cap_answers_a_waiting_fetch(self) -> None:
+        s = ShareHarness(self, **{"group.share.partition.max.record.locks": 4})
+        for i in range(6):
+            s.produce(1, start=i)
+        self.assertEqual(acquired(s.fetched(s.fetch("m1", max_records=10))), {0: [(0, 3, 1)]})
+        waiting = s.fetch("m2", max_wait_ms=30000)  # every lock is taken: it waits
+        self.assertNoResult(waiting)
+        s.acknowledge("m1", {0: [(0, 3, [1])]})  # four locks freed
+        response = s.h.decode(78, 1, self.successResultOf(waiting))
+        self.assertEqual(acquired(response), {0: [(4, 5, 1)]})
+        self.assertLess(s.h.clock.seconds(), 5)  # not its 30 s
+
+    def test_a_lock_expiry_answers_a_waiting_fetch(self) -> None:
+        s = ShareHarness(self)  # locks of LOCK_MS (10 s)
+        s.produce(2)
+        self.assertEqual(acquired(s.fetched(s.fetch("m1"))), {0: [(0, 1, 1)]})
+        waiting = s.fetch("m2", max_wait_ms=30000)
+        s.h.clock.advance(LOCK_MS / 1000 - 0.1)
+        self.assertNoResult(waiting)
+        s.h.clock.advance(0.1)
+        for _ in range(5):  # the expiry's state write, then the fetch
+            s.h.clock.advance(0)
+        response = s.h.decode(78, 1, self.successResultOf(waiting))
+        self.assertEqual(acquired(response), {0: [(0, 1, 2)]})
+
+    def test_a_fetch_woken_for_nothing_waits_on(self) -> None:
+        """Another group's acknowledgement wakes it; nothing for it to acquire: it waits out its MaxWaitMs."""
+        s = ShareHarness(self)
+        s.produce(1)
+        self.assertEqual(acquired(s.fetched(s.fetch("m1"))), {0: [(0, 0, 1)]})
+        waiting = s.fetch("m1", max_wait_ms=3000)  # m1 holds everything there is
+        other = ShareHarness.__new__(ShareHarness)
+        other.h, other.testcase, other.topic_id, other.epochs = s.h, self, s.topic_id, {}
+        other.group = group_id("other")
+        self.assertEqual(acquired(other.fetched(other.fetch("o1"))), {0: [(0, 0, 1)]})
+        other.acknowledge("o1", {0: [(0, 0, [1])]})
+        self.assertNoResult(waiting)
+        s.h.clock.advance(3)
+        self.assertEqual(acquired(s.h.decode(78, 1, self.successResultOf(waiting))), {})  # a quiet partition

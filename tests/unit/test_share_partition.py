@@ -108,6 +108,23 @@ class SharePartitionTests(unittest.TestCase):
         p.acknowledge("m1", [(0, 2, [ACCEPT, GAP, ACCEPT])])
         self.assertEqual(p.start_offset, 3)
 
+    def test_offsets_compacted_away_are_archived(self) -> None:
+        """A log read from offset 10 returns batch 15-19 (10-14 compacted): 10-14 never block the start offset."""
+        _, p = self.partition()
+        p.reset(10)
+        self.assertEqual(p.acquire("m1", [(15, 19)], 500), [AcquiredRecords(15, 19, 1)])
+        p.acknowledge("m1", [(15, 19, [ACCEPT])])
+        self.assertEqual((p.start_offset, p.next_fetch_offset(), p.in_flight), (20, 20, {}))
+        # a gap between two batches, and released records compacted away before their redelivery
+        self.assertEqual(p.acquire("m1", [(20, 21), (25, 26)], 500),
+                         [AcquiredRecords(20, 21, 1), AcquiredRecords(25, 26, 1)])
+        self.assertEqual(p.state_of(22), (RecordState.ARCHIVED, 0))
+        p.acknowledge("m1", [(20, 20, [RELEASE]), (21, 21, [ACCEPT]), (25, 26, [ACCEPT])])
+        self.assertEqual(p.next_fetch_offset(), 20)
+        self.assertEqual(p.acquire("m2", [(27, 28)], 500, fetch_offset=20), [AcquiredRecords(27, 28, 1)])
+        p.acknowledge("m2", [(27, 28, [ACCEPT])])
+        self.assertEqual((p.start_offset, p.in_flight, p.snapshot().state_batches), (29, {}, ()))
+
     def test_release_member(self) -> None:
         _, p = self.partition()
         p.acquire("m1", batches(0, 1), 100)
