@@ -71,6 +71,25 @@ def validate_topic_name(name: str | None) -> ErrorCode:
     return ErrorCode.none
 
 
+def _set_admin_error(entry: dict[str, Any], error: KafkaError | ZooKeeperError,
+                     zookeeper: str = "ZooKeeper unavailable") -> None:
+    """
+    Sets the C{error_code} and C{error_message} of one result of an admin
+    request (a topic of CreateTopics, DeleteTopics or CreatePartitions, a
+    resource of AlterConfigs or IncrementalAlterConfigs).
+
+    @param error: a L{KafkaError} (its code, its message or C{None} when
+        empty) or a L{ZooKeeperError} (C{REQUEST_TIMED_OUT}, with the message
+        C{"<zookeeper>: <error>"}).
+    """
+    if isinstance(error, KafkaError):
+        entry["error_code"] = int(error.error_code)
+        entry["error_message"] = str(error) or None
+    else:
+        entry["error_code"] = int(ErrorCode.request_timed_out)
+        entry["error_message"] = f"{zookeeper}: {error}"
+
+
 class TopicAdminApis:
     """
     CreateTopics, DeleteTopics, CreatePartitions, the configs' requests and
@@ -133,12 +152,8 @@ class TopicAdminApis:
                 ]
                 if not self._allowed(context, AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, topic.name):
                     entry.update(configs=None, topic_config_error_code=int(ErrorCode.topic_authorization_failed))
-            except KafkaError as e:
-                entry["error_code"] = int(e.error_code)
-                entry["error_message"] = str(e) or None
-            except ZooKeeperError as e:
-                entry["error_code"] = int(ErrorCode.request_timed_out)
-                entry["error_message"] = f"ZooKeeper unavailable: {e}"
+            except (KafkaError, ZooKeeperError) as e:
+                _set_admin_error(entry, e)
             results.append(entry)
         return self._respond(context, {"throttle_time": 0, "topics": results})
 
@@ -165,12 +180,8 @@ class TopicAdminApis:
                     raise kafka_error(ErrorCode.unknown_topic_or_partition, f"unknown topic {name!r}")
                 entry["topic_id"] = self.metadata.topics[name].topic_id
                 await self.admin.delete_topic(name)
-            except KafkaError as e:
-                entry["error_code"] = int(e.error_code)
-                entry["error_message"] = str(e) or None
-            except ZooKeeperError as e:
-                entry["error_code"] = int(ErrorCode.request_timed_out)
-                entry["error_message"] = f"ZooKeeper unavailable: {e}"
+            except (KafkaError, ZooKeeperError) as e:
+                _set_admin_error(entry, e)
             results.append(entry)
         return self._respond(context, {"throttle_time": 0, "responses": results})
 
@@ -187,10 +198,8 @@ class TopicAdminApis:
                     assignment = None if topic.assignments is None else [list(a.broker_ids)
                                                                            for a in topic.assignments]
                     await self.admin.create_partitions(topic.name, topic.count, assignment, request.validate_only)
-                except KafkaError as e:
-                    entry.update(error_code=int(e.error_code), error_message=str(e) or None)
-                except ZooKeeperError as e:
-                    entry.update(error_code=int(ErrorCode.request_timed_out), error_message=f"ZooKeeper: {e}")
+                except (KafkaError, ZooKeeperError) as e:
+                    _set_admin_error(entry, e, zookeeper="ZooKeeper")
                 results.append(entry)
             return self._respond(context, {"throttle_time": 0, "results": results})
 
@@ -293,10 +302,8 @@ class TopicAdminApis:
                         raise kafka_error(denied, "")
                     await self.admin.alter_configs(int(resource.resource_type), resource.resource_name, operations,
                                                    incremental, request.validate_only)
-                except KafkaError as e:
-                    entry.update(error_code=int(e.error_code), error_message=str(e) or None)
-                except ZooKeeperError as e:
-                    entry.update(error_code=int(ErrorCode.request_timed_out), error_message=f"ZooKeeper: {e}")
+                except (KafkaError, ZooKeeperError) as e:
+                    _set_admin_error(entry, e, zookeeper="ZooKeeper")
                 responses.append(entry)
             return self._respond(context, {"throttle_time": 0, "responses": responses})
 

@@ -58,14 +58,24 @@ def _hosted(broker: BrokerProcess) -> set[str]:
 class OpenFilesLimitTests(unittest.TestCase):
     timeout = 240
 
-    def test_partitions_past_the_limit_are_refused_and_a_start_that_cannot_fit_exits(self) -> None:
+    def setUp(self) -> None:
         if shutil.which("prlimit") is None:
             raise unittest.SkipTest("prlimit (util-linux) is not installed")
+
+    def start_zookeeper(self) -> tuple[str, str]:
+        """
+        A temporary base dir and a real ZooKeeper in it, both gone after the
+        test: (base dir, connect string with the C{/kafkatw} chroot).
+        """
         base = tempfile.mkdtemp(prefix="kafkatw-open-files-")
         self.addCleanup(shutil.rmtree, base, True)
         zookeeper = ZooKeeperFixture(os.path.join(base, "zookeeper"))
         connect = zookeeper.start() + "/kafkatw"
         self.addCleanup(zookeeper.stop)
+        return base, connect
+
+    def test_partitions_past_the_limit_are_refused_and_a_start_that_cannot_fit_exits(self) -> None:
+        base, connect = self.start_zookeeper()
         broker = LimitedBroker(0, connect, base)
         broker.nofile = "300:600"
         broker.start(60)
@@ -122,13 +132,7 @@ class OpenFilesLimitTests(unittest.TestCase):
         leaderships to brokers 0 and 1 and drops broker 2 from their ISRs;
         records produced to them are acknowledged by all the others.
         """
-        if shutil.which("prlimit") is None:
-            raise unittest.SkipTest("prlimit (util-linux) is not installed")
-        base = tempfile.mkdtemp(prefix="kafkatw-open-files-")
-        self.addCleanup(shutil.rmtree, base, True)
-        zookeeper = ZooKeeperFixture(os.path.join(base, "zookeeper"))
-        connect = zookeeper.start() + "/kafkatw"
-        self.addCleanup(zookeeper.stop)
+        base, connect = self.start_zookeeper()
         brokers = [BrokerProcess(0, connect, base), BrokerProcess(1, connect, base), LimitedBroker(2, connect, base)]
         for broker in brokers:
             broker.start(60)

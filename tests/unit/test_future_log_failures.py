@@ -20,17 +20,12 @@ from __future__ import annotations
 
 import errno
 import os
-import shutil
-import tempfile
 from typing import Any
 
-from twisted.trial import unittest
-
 from kafkatw.errors import ErrorCode, KafkaStorageError
-from kafkatw.storage.future_log import delete_dir_name, future_dir_name
 from kafkatw.storage.log_dir_failure import OPEN_FILES_RESERVE
 
-from .test_replica_alter_log_dirs import MoveHarness, batch, values
+from .test_replica_alter_log_dirs import MoveHarness, MoveTestCase, values
 
 _E = ErrorCode
 
@@ -39,23 +34,13 @@ def moving_dirs(*log_dirs: str) -> list[str]:
     return sorted(n for d in log_dirs for n in os.listdir(d) if n.endswith(("-future", "-delete")))
 
 
-class InterruptedSwapTests(unittest.TestCase):
-    def setUp(self) -> None:
-        self.mktemp_root = tempfile.mkdtemp()
-        self.addCleanup(shutil.rmtree, self.mktemp_root, True)
-
-    def crashed_between_the_renames(self) -> tuple[MoveHarness, list]:
-        """The state the swap leaves after its first rename: a copy complete in b, the old log renamed."""
-        h = MoveHarness(self)
-        p = h.host(log_dir=h.a)
-        for i in range(5):
-            p.log.append(batch(4, b"c%d" % i), 0)
-        expected = values(p.log)
-        h.log_manager.close()
-        move_id = "ab" * 16
-        shutil.copytree(os.path.join(h.a, "t-0"), os.path.join(h.b, future_dir_name("t", 0, move_id)))
-        os.rename(os.path.join(h.a, "t-0"), os.path.join(h.a, delete_dir_name("t", 0, move_id)))
-        return h, expected
+class InterruptedSwapTests(MoveTestCase):
+    def assert_the_next_start_finishes_the_swap(self, h: MoveHarness, expected: list) -> None:
+        """A harness started again on C{h}'s dirs serves the moved log from b, with no moving dir left."""
+        again = MoveHarness(self, h.root)
+        self.assertEqual(again.log_manager.log_dir_of("t", 0), again.b)
+        self.assertEqual(values(again.log_manager.get("t", 0)), expected)
+        self.assertEqual(moving_dirs(again.a, again.b), [])
 
     def unreadable(self, path: str) -> Any:
         real = os.listdir
@@ -89,16 +74,10 @@ class InterruptedSwapTests(unittest.TestCase):
 
     def test_with_every_log_dir_listed_the_swap_is_still_finished(self) -> None:
         h, expected = self.crashed_between_the_renames()
-        again = MoveHarness(self, h.root)
-        self.assertEqual(again.log_manager.log_dir_of("t", 0), again.b)
-        self.assertEqual(values(again.log_manager.get("t", 0)), expected)
-        self.assertEqual(moving_dirs(again.a, again.b), [])
+        self.assert_the_next_start_finishes_the_swap(h, expected)
 
     def test_a_failed_undo_keeps_the_future_log_and_the_next_start_finishes_the_swap(self) -> None:
-        h = MoveHarness(self)
-        p = h.host(log_dir=h.a)
-        for i in range(3):
-            p.log.append(batch(2, b"u%d" % i), 0)
+        h, p = self.hosted(3, 2, b"u")
         expected = values(p.log)
         self.assertEqual(h.mover.alter("t", 0, h.b), _E.none)
         real, calls = os.rename, []
@@ -118,17 +97,10 @@ class InterruptedSwapTests(unittest.TestCase):
         self.assertEqual(len(moving_dirs(h.a, h.b)), 2)  # -delete in a, the complete -future in b
         h.mover.stop()
         h.log_manager.close()
-        again = MoveHarness(self, h.root)
-        self.assertEqual(again.log_manager.log_dir_of("t", 0), again.b)
-        self.assertEqual(values(again.log_manager.get("t", 0)), expected)
-        self.assertEqual(moving_dirs(again.a, again.b), [])
-
+        self.assert_the_next_start_finishes_the_swap(h, expected)
 
     def test_a_failure_opening_the_swapped_in_log_takes_the_destination_offline(self) -> None:
-        h = MoveHarness(self)
-        p = h.host(log_dir=h.a)
-        for i in range(3):
-            p.log.append(batch(2, b"s%d" % i), 0)
+        h, p = self.hosted(3, 2, b"s")
         expected = values(p.log)
         self.assertEqual(h.mover.alter("t", 0, h.b), _E.none)
         h.log_manager.files[h.b].fail("open", errno.EIO)  # opening the new current log after the renames
@@ -138,23 +110,12 @@ class InterruptedSwapTests(unittest.TestCase):
         self.assertIsNone(h.log_manager.get("t", 0))
         h.mover.stop()
         h.log_manager.close()
-        again = MoveHarness(self, h.root)
-        self.assertEqual(again.log_manager.log_dir_of("t", 0), again.b)
-        self.assertEqual(values(again.log_manager.get("t", 0)), expected)
-        self.assertEqual(moving_dirs(again.a, again.b), [])
+        self.assert_the_next_start_finishes_the_swap(h, expected)
 
 
-class OutOfDescriptorsTests(unittest.TestCase):
-    def setUp(self) -> None:
-        self.mktemp_root = tempfile.mkdtemp()
-        self.addCleanup(shutil.rmtree, self.mktemp_root, True)
-
+class OutOfDescriptorsTests(MoveTestCase):
     def moving(self) -> tuple[MoveHarness, Any]:
-        h = MoveHarness(self)
-        p = h.host(log_dir=h.a)
-        for i in range(80):  # several segments of 2048 bytes
-            p.log.append(batch(4, b"m%d" % i), 0)
-        return h, p
+        return self.hosted(80, 4, b"m")  # several segments of 2048 bytes
 
     def test_emfile_creating_the_future_log_keeps_the_destination_online(self) -> None:
         for code in (errno.EMFILE, errno.ENFILE):
@@ -197,16 +158,9 @@ class OutOfDescriptorsTests(unittest.TestCase):
         self.assertEqual(values(p.log), expected)
 
 
-class CurrentLogFailureTests(unittest.TestCase):
-    def setUp(self) -> None:
-        self.mktemp_root = tempfile.mkdtemp()
-        self.addCleanup(shutil.rmtree, self.mktemp_root, True)
-
+class CurrentLogFailureTests(MoveTestCase):
     def test_a_failure_of_the_current_log_takes_its_dir_offline_not_the_destination(self) -> None:
-        h = MoveHarness(self)
-        p = h.host(log_dir=h.a)
-        for i in range(20):
-            p.log.append(batch(4, b"f%d" % i), 0)
+        h, p = self.hosted(20, 4, b"f")
         self.assertEqual(h.mover.alter("t", 0, h.b), _E.none)
         h.mover.step()
         self.assertGreater(h.log_manager.future_logs[("t", 0)].log_end_offset, 0)
@@ -222,10 +176,7 @@ class CurrentLogFailureTests(unittest.TestCase):
         self.assertEqual(h.log_manager.live_log_dirs, [h.b])
 
     def test_a_failed_read_of_the_current_log_takes_its_dir_offline(self) -> None:
-        h = MoveHarness(self)
-        p = h.host(log_dir=h.a)
-        for i in range(20):
-            p.log.append(batch(4, b"r%d" % i), 0)
+        h, p = self.hosted(20, 4, b"r")
         self.assertEqual(h.mover.alter("t", 0, h.b), _E.none)
 
         def broken(*args: Any, **kwargs: Any) -> Any:

@@ -37,6 +37,29 @@ def records() -> bytes:
     return build_batch([(None, b"v")], timestamp_ms=1_700_000_000_000)
 
 
+def server_with_logs(test: unittest.TestCase, broker_id: int, zookeeper: FakeZooKeeperClient) -> KafkaServer:
+    """
+    A L{KafkaServer} on a L{MemoryReactorClock} and C{zookeeper} (started
+    here), its logs started in one log dir C{server.log_dir} of a temporary
+    dir; the logs stopped, the log dir lock released and the dir removed
+    after the test.
+    """
+    base = tempfile.mkdtemp(prefix="kafkatw-open-files-")
+    test.addCleanup(shutil.rmtree, base, True)
+    log_dir = os.path.join(base, "a")
+    os.makedirs(log_dir)
+    server = KafkaServer(BrokerConfig({"broker.id": broker_id, "log.dirs": log_dir}), MemoryReactorClock())
+    test.successResultOf(zookeeper.start())
+    server.zookeeper = zookeeper  # type: ignore[assignment]
+    server.registry = Registry(zookeeper)
+    server.metadata.cluster_id = "cluster"
+    test.successResultOf(defer.Deferred.fromCoroutine(server._start_logs([log_dir])))
+    test.addCleanup(lambda: test.successResultOf(defer.Deferred.fromCoroutine(server._stop_logs())))
+    test.addCleanup(lambda: getattr(server, "log_dir_lock", None) is not None and server.log_dir_lock.release())
+    server.log_dir = log_dir  # type: ignore[attr-defined]
+    return server
+
+
 class LogManagerTests(unittest.TestCase):
     def setUp(self) -> None:
         self.dir = tempfile.mkdtemp(prefix="kafkatw-open-files-")
@@ -121,22 +144,10 @@ class LogManagerTests(unittest.TestCase):
 
 class ReplicaManagerTests(unittest.TestCase):
     def test_the_partition_is_offline_here_and_the_broker_serves_the_rest(self) -> None:
-        base = tempfile.mkdtemp(prefix="kafkatw-open-files-")
-        self.addCleanup(shutil.rmtree, base, True)
-        log_dir = os.path.join(base, "a")
-        os.makedirs(log_dir)
-        server = KafkaServer(BrokerConfig({"broker.id": 0, "log.dirs": log_dir}), MemoryReactorClock())
-        zookeeper = FakeZooKeeperClient()
-        self.successResultOf(zookeeper.start())
-        server.zookeeper = zookeeper  # type: ignore[assignment]
-        server.registry = Registry(zookeeper)
-        server.metadata.cluster_id = "cluster"
-        self.successResultOf(defer.Deferred.fromCoroutine(server._start_logs([log_dir])))
-        self.addCleanup(lambda: self.successResultOf(defer.Deferred.fromCoroutine(server._stop_logs())))
-        self.addCleanup(lambda: getattr(server, "log_dir_lock", None) is not None and server.log_dir_lock.release())
+        server = server_with_logs(self, 0, FakeZooKeeperClient())
         rm = server.replica_manager
         rm.apply_state("t", 0, [0], PartitionState(0, 0, [0], 1, 0))
-        server.log_manager.files[log_dir].fail("open", errno.EMFILE)
+        server.log_manager.files[server.log_dir].fail("open", errno.EMFILE)
         rm.apply_state("t", 1, [0], PartitionState(0, 0, [0], 1, 0))
         with self.assertRaises(KafkaStorageError):
             rm.get_partition("t", 1)
@@ -157,21 +168,8 @@ class ControllerTests(unittest.TestCase):
     """
 
     def broker_3(self, h: ControllerHarness) -> KafkaServer:
-        base = tempfile.mkdtemp(prefix="kafkatw-open-files-")
-        self.addCleanup(shutil.rmtree, base, True)
-        log_dir = os.path.join(base, "a")
-        os.makedirs(log_dir)
-        server = KafkaServer(BrokerConfig({"broker.id": 3, "log.dirs": log_dir}), MemoryReactorClock())
-        zookeeper = FakeZooKeeperClient(h.server)
-        self.successResultOf(zookeeper.start())
-        server.zookeeper = zookeeper  # type: ignore[assignment]
-        server.registry = Registry(zookeeper)
-        server.metadata.cluster_id = "cluster"
-        self.successResultOf(defer.Deferred.fromCoroutine(server._start_logs([log_dir])))
-        self.addCleanup(lambda: self.successResultOf(defer.Deferred.fromCoroutine(server._stop_logs())))
-        self.addCleanup(lambda: getattr(server, "log_dir_lock", None) is not None and server.log_dir_lock.release())
+        server = server_with_logs(self, 3, FakeZooKeeperClient(h.server))
         self.successResultOf(server.registry.register_broker(3, "127.0.0.1", 9093))
-        server.log_dir = log_dir  # type: ignore[attr-defined]
         return server
 
     def test_the_leadership_of_a_refused_replica_moves_or_the_partition_has_no_leader(self) -> None:

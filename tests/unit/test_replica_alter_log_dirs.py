@@ -76,11 +76,39 @@ class MoveHarness:
         raise AssertionError("the move did not finish")
 
 
-class ReplicaAlterLogDirsTests(unittest.TestCase):
+class MoveTestCase(unittest.TestCase):
+    """Tests on MoveHarnesses: each test's harnesses in a temporary root, removed after it."""
 
     def setUp(self) -> None:
         self.mktemp_root = tempfile.mkdtemp()
         self.addCleanup(shutil.rmtree, self.mktemp_root, True)
+
+    def hosted(self, batches: int, records: int, prefix: bytes) -> tuple[MoveHarness, Any]:
+        """A harness whose t-0 is in log dir a, with C{batches} batches of C{records} records each.
+
+        The values are C{prefix} and the batch's number: C{prefix}0, C{prefix}1, ...
+        """
+        h = MoveHarness(self)
+        p = h.host(log_dir=h.a)
+        for i in range(batches):
+            p.log.append(batch(records, prefix + b"%d" % i), 0)
+        return h, p
+
+    def crashed_between_the_renames(self) -> tuple[MoveHarness, list]:
+        """The state the swap leaves after its first rename: a copy complete in b, the old log renamed.
+
+        Returns the harness (its log manager closed) and the log's L{values}.
+        """
+        h, p = self.hosted(5, 4, b"c")
+        expected = values(p.log)
+        h.log_manager.close()
+        move_id = "ab" * 16
+        shutil.copytree(os.path.join(h.a, "t-0"), os.path.join(h.b, future_dir_name("t", 0, move_id)))
+        os.rename(os.path.join(h.a, "t-0"), os.path.join(h.a, delete_dir_name("t", 0, move_id)))
+        return h, expected
+
+
+class ReplicaAlterLogDirsTests(MoveTestCase):
 
     def test_records_appended_during_the_move_are_all_there_after_the_swap(self) -> None:
         h = MoveHarness(self)
@@ -211,10 +239,7 @@ class ReplicaAlterLogDirsTests(unittest.TestCase):
         self.assertEqual(values(new), expected)
 
     def test_a_restart_in_the_middle_of_a_move_resumes_it(self) -> None:
-        h = MoveHarness(self)
-        p = h.host(log_dir=h.a)
-        for i in range(20):
-            p.log.append(batch(4, b"r%d" % i), 0)
+        h, p = self.hosted(20, 4, b"r")
         expected = values(p.log)
         h.mover.alter("t", 0, h.b)
         h.mover.step()
@@ -233,17 +258,7 @@ class ReplicaAlterLogDirsTests(unittest.TestCase):
         self.assertEqual(values(again.log_manager.get("t", 0)), expected)
 
     def test_a_crash_between_the_two_renames_is_finished_at_start(self) -> None:
-        h = MoveHarness(self)
-        p = h.host(log_dir=h.a)
-        for i in range(5):
-            p.log.append(batch(4, b"c%d" % i), 0)
-        expected = values(p.log)
-        h.log_manager.close()
-        # the state the swap leaves after its first rename: a copy complete in b, the old log renamed
-        move_id = "ab" * 16
-        future = os.path.join(h.b, future_dir_name("t", 0, move_id))
-        shutil.copytree(os.path.join(h.a, "t-0"), future)
-        os.rename(os.path.join(h.a, "t-0"), os.path.join(h.a, delete_dir_name("t", 0, move_id)))
+        h, expected = self.crashed_between_the_renames()
         again = MoveHarness(self, h.root)
         self.assertEqual(again.log_manager.log_dir_of("t", 0), again.b)
         self.assertEqual(values(again.log_manager.get("t", 0)), expected)
@@ -416,17 +431,11 @@ class ReassignPartitionsLogDirsTests(unittest.TestCase):
         self.assertEqual(format_replica_moves({("t", 0, 1): "/b"}, {("t", 0, 1): ("/b", None)})[1], True)
 
 
-class MoveEdgeCaseTests(unittest.TestCase):
+class MoveEdgeCaseTests(MoveTestCase):
     """A swap that fails half way; a config change during a move."""
-    def setUp(self) -> None:
-        self.mktemp_root = tempfile.mkdtemp()
-        self.addCleanup(shutil.rmtree, self.mktemp_root, True)
 
     def test_a_failed_second_rename_is_undone_and_the_current_log_serves_on(self) -> None:
-        h = MoveHarness(self)
-        p = h.host(log_dir=h.a)
-        for i in range(3):
-            p.log.append(batch(2, b"f%d" % i), 0)
+        h, p = self.hosted(3, 2, b"f")
         expected = values(p.log)
         h.mover.alter("t", 0, h.b)
         future = h.log_manager.future_logs[("t", 0)]
@@ -444,10 +453,7 @@ class MoveEdgeCaseTests(unittest.TestCase):
         self.assertEqual(values(p.log), expected + [(6, 0)])
 
     def test_a_topic_config_change_reaches_the_future_log(self) -> None:
-        h = MoveHarness(self)
-        p = h.host(log_dir=h.a)
-        for i in range(20):
-            p.log.append(batch(2, b"c%d" % i), 0)
+        h, p = self.hosted(20, 2, b"c")
         h.mover.alter("t", 0, h.b)
         h.log_manager.update_config("t", {"cleanup.policy": "compact"})
         self.assertTrue(h.log_manager.future_logs[("t", 0)].config.compact)

@@ -829,11 +829,7 @@ class StartConnectionLossTests(SynchronousTestCase):
     session.  Schedules shrunk from seeds of a 50-seed run.
     """
 
-    def run_seed(self, seed: int, schedule: Schedule) -> RunResult:
-        result = run_seed(seed, Settings(), schedule=schedule)
-        gc.collect()  # an unhandled failure of a Deferred is logged once it is collected
-        self.flushLoggedErrors(ZooKeeperUnavailableError)
-        return result
+    run_seed = RejoinTests.run_seed
 
     def test_a_start_whose_connection_drops_goes_on_once_connected(self) -> None:
         """
