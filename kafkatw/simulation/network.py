@@ -454,6 +454,10 @@ class SimulatedTransport:
         self.rng: random.Random | None = None
         #: TCP gave up retransmitting a message this way: nothing more is sent, the connection resets
         self.gave_up = False
+        #: the bytes of the last message sent this way, while it is still on the wire, and the time it
+        #: was sent: what is written again at that instant joins it (L{SimulatedNetwork._schedule})
+        self.in_flight: list[bytes] | None = None
+        self.in_flight_sent = -1.0
 
     # ITransport
 
@@ -527,6 +531,16 @@ class SimulatedTransport:
         self.abortConnection()
 
     # delivery
+
+    def _receive_data(self, chunks: list[bytes]) -> None:
+        """The bytes of one message (the writes of one instant, L{SimulatedNetwork._schedule}) arrive."""
+        if self.closed or not self.reactor.alive:
+            return
+        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        if self._paused:
+            self._inbox.append(data)
+        else:
+            self.protocol.dataReceived(data)
 
     def _receive(self, kind: str, data: bytes) -> None:
         if self.closed or not self.reactor.alive:
@@ -752,23 +766,44 @@ class SimulatedNetwork:
         self._schedule(sender, kind, data)
 
     def _schedule(self, sender: SimulatedTransport, kind: str, data: bytes) -> None:
+        """
+        Put one message on the wire to C{sender}'s peer.  Bytes written at the
+        instant the last message this way was sent, while it is still on the
+        wire, join it (one TCP segment, as writes before the socket is next
+        flushed are): the reader gets them in one C{dataReceived}, and the
+        simulation runs one delivery, not one per write (a fetch response's
+        header and each slice of its records are writes of their own).
+        """
         peer = sender.peer
         assert peer is not None
-        now = self.simulated.seconds()
+        now = self.simulated._now
+        if kind == _DATA:
+            in_flight = sender.in_flight
+            if in_flight is not None and sender.in_flight_sent == now and sender.last_delivery > now:
+                in_flight.append(data)
+                return
         delay = self.latency(sender.node, peer.node)
         if self.impairments and kind != _RESET:
             impairment = self.impairments.get((sender.node, peer.node))
             if impairment is not None:
                 if sender.gave_up:
+                    sender.in_flight = None
                     return
                 extra = self._impaired_delay(sender, impairment)
                 if extra is None:
+                    sender.in_flight = None
                     return
                 delay += extra
         at = max(now + delay, sender.last_delivery)
         sender.last_delivery = at
         self.messages += 1
         # delivered to the receiving process: in its socket's buffer while it is paused
+        if kind == _DATA:
+            chunks = [data]
+            sender.in_flight, sender.in_flight_sent = chunks, now
+            self.simulated.schedule(peer.reactor, at - now, peer._receive_data, chunks)
+            return
+        sender.in_flight = None  # a FIN or reset after it: later bytes do not overtake it
         if kind == _CONNECT:
             self.simulated.schedule(peer.reactor, at - now, self._deliver_connect, peer)
         else:

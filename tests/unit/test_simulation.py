@@ -112,8 +112,11 @@ class NetworkTests(SynchronousTestCase):
         self.reactor.run_until(0.030)  # the SYN-ACK b->a's 20 ms
         client.protocol_instance.transport.write(b"one")
         client.protocol_instance.transport.write(b"two")
+        self.reactor.run_until(0.0390625)
+        client.protocol_instance.transport.write(b"three")  # while the first two are on the wire
         self.reactor.run_until(1.0)
-        self.assertEqual(self.servers[0].received, [(0.040, b"one"), (0.040, b"two")])
+        # the writes of one instant travel as one segment (one dataReceived); a later one on its own
+        self.assertEqual(self.servers[0].received, [(0.040, b"onetwo"), (0.0490625, b"three")])
 
     def test_a_held_cut_delivers_after_healing(self) -> None:
         client = self.connect()
