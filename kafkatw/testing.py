@@ -799,7 +799,7 @@ class FakeWatch:
 
     def cancel(self) -> None:
         self.cancelled = True
-        self._client._watches.discard(self)
+        self._client._watches.pop(self, None)
 
     def _trigger(self) -> None:
         """The server fires the one-shot watch (if one is set): the client re-reads."""
@@ -878,7 +878,9 @@ class FakeZooKeeperClient:
         self._connected = False
         self._state_listeners: list[Callable[[str], object]] = []
         self._new_session_callbacks: list[Callable[[], object]] = []
-        self._watches: set[FakeWatch] = set()
+        #: its watches in the order they were set (a dict: a set of objects iterates in memory order,
+        #: which differs between runs, and the watches fire and re-read in this order)
+        self._watches: dict[FakeWatch, None] = {}
         self._held_watches: list[FakeWatch] | None = None
         self._unnoticed = False  # expire_session_unnoticed
         self.available = True  # set False to make start() fail
@@ -1336,7 +1338,7 @@ class FakeZooKeeperClient:
         if not self._connected:
             return fail(ZooKeeperUnavailableError("not connected (fake)"))
         watch = FakeWatch(self, path, kind, callback)
-        self._watches.add(watch)
+        self._watches[watch] = None
         first: Deferred = Deferred()
         watch._first = first
 

@@ -34,7 +34,7 @@ from kafkatw.simulation import cluster as cluster_module
 from kafkatw.simulation.cluster import (Cluster, Fault, RunResult, Schedule, Settings, Violation, make_schedule,
                                        run_seed, shrink)
 from kafkatw.storage import segment
-from kafkatw.testing import FakeZooKeeper, FakeZooKeeperClient
+from kafkatw.testing import FakeWatch, FakeZooKeeper, FakeZooKeeperClient
 from kafkatw.simulation.disk import SimulatedDisk
 from kafkatw.simulation.network import Impairment, NodeReactor, SimulatedNetwork, SimulatedReactor
 from kafkatw.storage.log_manager import LogManager
@@ -325,6 +325,39 @@ class ZooKeeperModelTests(SynchronousTestCase):
         self.assertEqual(seen, [b"1", b"2", b"3"])
 
 
+    def test_watches_fire_and_reread_in_the_order_they_were_set_whatever_their_hashes(self) -> None:
+        """
+        A client's watches on one node fire (and re-read after a reconnect)
+        in the order they were set, not in the order of their hashes: a set
+        of watches iterated in memory order, which differs between runs and
+        with the seeds run before, so a seed's trace did not replay (issue 28:
+        the controller's watches re-read in another order).  Here the hashes
+        run against the order the watches were set.
+        """
+        clock = Clock()
+        server = FakeZooKeeper(clock)
+        watcher, writer = FakeZooKeeperClient(server), FakeZooKeeperClient(server)
+        self.successResultOf(watcher.start())
+        self.successResultOf(writer.start())
+        self.successResultOf(writer.create("/d", b"1"))
+        ranks: dict[int, int] = {}
+        seen: list[int] = []
+        with mock.patch.object(FakeWatch, "__hash__", lambda watch: ranks.setdefault(id(watch), 100 - len(ranks))):
+            for i in range(8):
+                self.successResultOf(watcher.watch_data("/d", lambda _, i=i: seen.append(i)))
+            self.assertEqual(seen, list(range(8)))  # the first reads
+            del seen[:]
+            self.successResultOf(writer.set("/d", b"2"))
+            clock.advance(0)
+            self.assertEqual(seen, list(range(8)))
+            del seen[:]
+            watcher.disconnect()
+            watcher.reconnect()  # the same session: every watch re-reads
+            self.assertEqual(seen, list(range(8)))
+            del seen[:]
+            watcher.expire_session()  # a new session: every watch re-reads
+            self.assertEqual(seen, list(range(8)))
+
 class LaggingZooKeeperClientTests(SynchronousTestCase):
     """L{cluster_module.LaggingZooKeeperClient}: ZooKeeper's latency, in order per session."""
 
@@ -536,6 +569,26 @@ class BatchTests(SynchronousTestCase):
         self.assertEqual(sorted(first.trace), sorted(second.trace))
         self.assertTrue(any(" fault " in line for line in first.trace))
         self.assertNotEqual(first.trace_hash, self.run_seed(4).trace_hash)
+
+    def test_a_seed_replays_identically_after_other_seeds_in_the_same_process(self) -> None:
+        """
+        A seed's trace is the same run first and run after other seeds in the
+        process (C{--seeds} runs them one after another), with its watches'
+        hashes in another order too: nothing of it depends on where its
+        objects lie in memory (issue 28: a failure of a batch must replay with
+        C{--seed}).  Seed 4 depends on the order of the controller's watches.
+        """
+        alone = self.run_seed(4)
+        self.run_seed(0)
+        self.run_seed(1)
+        after = self.run_seed(4)
+        self.assertEqual(sorted(after.trace), sorted(alone.trace))
+        self.assertEqual(after.trace_hash, alone.trace_hash)
+        ranks: dict[int, int] = {}
+        with mock.patch.object(FakeWatch, "__hash__", lambda watch: -ranks.setdefault(id(watch), len(ranks))):
+            reversed_hashes = self.run_seed(4)
+        self.assertEqual(sorted(reversed_hashes.trace), sorted(alone.trace))
+        self.assertEqual(reversed_hashes.trace_hash, alone.trace_hash)
 
     def test_the_schedule_comes_from_the_seed(self) -> None:
         schedule = make_schedule(7, SHORT)
