@@ -49,7 +49,6 @@ Kafka documentation, "Authentication using SASL/Kerberos".
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import struct
 from dataclasses import dataclass
@@ -278,29 +277,24 @@ class KerberosShortNamer:
         raise NoMatchingRule(f"No rules apply to {name}, rules {[r.text for r in self.rules]}")
 
 
-def default_realm(environ: Mapping[str, str] | None = None) -> str | None:
+def default_realm() -> str | None:
     """
-    C{default_realm} of C{[libdefaults]} in the Kerberos configuration
-    (C{KRB5_CONFIG}, a colon-separated list of files, else C{/etc/krb5.conf}),
-    as the Kerberos library reads it; C{None} when none is set.
+    The default realm of the Kerberos configuration (C{default_realm} of
+    C{[libdefaults]}; C{KRB5_CONFIG}, else C{/etc/krb5.conf}), as MIT
+    Kerberos reads it: the realm it gives a principal named without one
+    (C{gss_canonicalize_name}); C{None} when none is set or python-gssapi is
+    missing.
     """
-    environ = os.environ if environ is None else environ
-    for path in environ.get("KRB5_CONFIG", "/etc/krb5.conf").split(":"):
-        try:
-            with open(path, encoding="utf-8") as f:
-                lines = f.read().splitlines()
-        except OSError:
-            continue
-        section = None
-        for line in lines:
-            line = line.strip()
-            if line.startswith("[") and line.endswith("]"):
-                section = line[1:-1].strip()
-            elif section == "libdefaults" and "=" in line and not line.startswith(("#", ";")):
-                key, _, value = line.partition("=")
-                if key.strip() == "default_realm" and value.strip():
-                    return value.strip()
-    return None
+    try:
+        gssapi = _gssapi()
+    except ImportError:
+        return None
+    name = gssapi.Name("kafkatw", name_type=gssapi.NameType.kerberos_principal)
+    try:
+        canonical = name.canonicalize(gssapi.MechType.kerberos)
+    except gssapi.exceptions.GSSError:  # no default realm configured
+        return None
+    return KerberosName.parse(str(canonical)).realm or None
 
 
 def _gssapi() -> Any:

@@ -8,7 +8,9 @@ against a real KDC is tests/interop/test_sasl_gssapi.py.
 
 from __future__ import annotations
 
+import os
 from typing import Any
+from unittest import mock
 
 from hypothesis import given, strategies as st
 from twisted.internet.task import Clock
@@ -79,8 +81,10 @@ class ShortNamerTests(unittest.TestCase):
         with open(path, "w") as f:
             f.write("[realms]\n default_realm = NOT.THIS\n[libdefaults]\n  dns_lookup_kdc = false\n"
                     "  default_realm = EXAMPLE.COM\n")
-        self.assertEqual(default_realm({"KRB5_CONFIG": f"/nonexistent:{path}"}), "EXAMPLE.COM")
-        self.assertIsNone(default_realm({"KRB5_CONFIG": "/nonexistent"}))
+        with mock.patch.dict(os.environ, {"KRB5_CONFIG": f"/nonexistent:{path}"}):
+            self.assertEqual(default_realm(), "EXAMPLE.COM")
+        with mock.patch.dict(os.environ, {"KRB5_CONFIG": "/nonexistent"}):
+            self.assertIsNone(default_realm())
 
 
 class ConfigTests(unittest.TestCase):
