@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import struct
 
+from twisted.internet import defer
 from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
 from twisted.trial import unittest
@@ -245,6 +246,36 @@ class ClientQuotaApiTests(unittest.TestCase):
                                            strict=True).entries), 0)
         self.alter(h, user_client, [{"key": "producer_byte_rate", "value": 0.0, "remove": True}])
         self.assertEqual(len(self.describe(h, []).entries), 1)
+
+    def test_the_answer_waits_until_this_broker_applied_the_quota(self) -> None:
+        """
+        AlterClientQuotas answers only once this broker has applied what it
+        wrote (C{config_written}, as AlterConfigs): a client throttled by
+        the new quota is throttled from its next request on, not from when
+        ZooKeeper's change notification comes back.
+        """
+        h = BrokerHarness(self)
+        applied: list[defer.Deferred] = []
+
+        def config_written() -> defer.Deferred:
+            applied.append(defer.Deferred())
+            return applied[-1]
+
+        h.admin.config_written = config_written
+        result = h.request(49, 1, {"entries": [{"entity": [{"entity_type": "client-id", "entity_name": "c1"}],
+                                                "ops": [{"key": "producer_byte_rate", "value": 1024.0,
+                                                         "remove": False}]}], "validate_only": False})
+        self.assertEqual(len(applied), 1)
+        self.assertNoResult(result)
+        applied[0].callback(None)
+        self.assertEqual(h.decode(49, 1, self.successResultOf(result)).entries[0].error_code, ErrorCode.none)
+        # a validate-only request writes nothing, so there is nothing to wait for
+        self.successResultOf(h.request(49, 1, {"entries": [{"entity": [{"entity_type": "client-id",
+                                                                         "entity_name": "c2"}],
+                                                             "ops": [{"key": "producer_byte_rate", "value": 1.0,
+                                                                      "remove": False}]}],
+                                                "validate_only": True}))
+        self.assertEqual(len(applied), 1)
 
     def test_invalid_alterations(self) -> None:
         h = BrokerHarness(self)
