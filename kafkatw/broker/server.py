@@ -48,7 +48,8 @@ from ..security.tls import PrincipalMapper, TLSConfigError, VerifyLog, server_op
 from ..storage.log_dir_failure import LogDirFiles, LogDirsFailedError, OpenFilesLimitError
 from ..storage.log_manager import LogManager
 from ..storage.meta_properties import MetaPropertiesError, check_log_dirs, ensure_meta_properties
-from ..zookeeper.bridge import NodeExistsError, ZooKeeperClient, ZooKeeperError, ZooKeeperUnavailableError
+from ..zookeeper.bridge import (NodeExistsError, ZooKeeperClient, ZooKeeperError, ZooKeeperUnavailableError,
+                                next_connected)
 from ..zookeeper.config_changes import ConfigChangeListener
 from ..zookeeper.embedded import EmbeddedZooKeeperService, ZooKeeperNotInstalledError, ZooKeeperStartError
 from ..zookeeper.registry import BrokerIdInUseError, Registry
@@ -923,20 +924,7 @@ class KafkaServer(service.MultiService):
                 if client.connected:  # connected again already (or a new session): not at once, not in a loop
                     await task.deferLater(self.reactor, 0.1, lambda: None)
                 else:
-                    await self._unless_disconnected(self._connected(), what)
-
-    def _connected(self) -> defer.Deferred:
-        """A Deferred firing once the ZooKeeper client is (C{CONNECTED}) again."""
-        client = self.zookeeper
-        assert client is not None
-        d: defer.Deferred = defer.Deferred()
-
-        def listener(state: str) -> None:
-            if state == "CONNECTED" and not d.called:
-                d.callback(None)
-
-        client.add_state_listener(listener)
-        return d.addBoth(lambda result: (client.remove_state_listener(listener), result)[1])
+                    await self._unless_disconnected(next_connected(self.zookeeper), what)
 
     def _unless_disconnected(self, d: defer.Deferred, what: str) -> defer.Deferred:
         """
@@ -1493,7 +1481,7 @@ class KafkaServer(service.MultiService):
         assert self.zookeeper is not None
         if self._stopping:
             return
-        d = task.deferLater(self.reactor, 0.1, lambda: None) if self.zookeeper.connected else self._connected()
+        d = task.deferLater(self.reactor, 0.1, lambda: None) if self.zookeeper.connected else next_connected(self.zookeeper)
         d.addCallback(lambda _: None if self._stopping else f())
 
     def _watch_topic(self, config: dict[str, str], name: str) -> Any:

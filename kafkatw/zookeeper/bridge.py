@@ -58,6 +58,7 @@ __all__ = [
     "Watch",
     "ZooKeeperClient",
     "parse_connect_string",
+    "next_connected",
     "DEFAULT_CHROOT",
 ]
 
@@ -299,6 +300,24 @@ _MISSING: dict[str, Any] = {"children": [], "data": None, "versioned": (None, -1
 #: (C{ClientCnxn.SendThread.startConnect}, C{StaticHostProvider.next}).
 #: Here: 0.1 s, doubling to at most 1 s (each wait +-40% jitter), without end.
 RECONNECT_RETRY: dict[str, Any] = {"max_tries": -1, "delay": 0.1, "backoff": 2, "max_delay": 1.0}
+
+
+def next_connected(client: Any) -> Deferred:
+    """
+    A Deferred firing (with C{None}) at C{client}'s next C{CONNECTED} state
+    (a L{ZooKeeperClient}, or any client with its state listeners: the
+    simulation's and the tests' models): what is to be made again once a
+    lost connection is back, as Kafka's C{retryRequestsUntilConnected}.
+    """
+    d: Deferred = Deferred()
+
+    def listener(state: str) -> None:
+        if state == "CONNECTED" and not d.called:
+            client.remove_state_listener(listener)
+            d.callback(None)
+
+    client.add_state_listener(listener)
+    return d
 
 
 class ZooKeeperClient:

@@ -59,6 +59,7 @@ from kafkatw.zookeeper.bridge import (
     SetOp,
     ZooKeeperError,
     ZooKeeperUnavailableError,
+    next_connected,
 )
 from kafkatw.zookeeper.zk_data import (
     ACL_CHANGE_PATHS,
@@ -411,13 +412,11 @@ class Registry(_AclMethods):
             _log.info("re-registering broker {id} failed ({error}); again once connected",
                       id=registration.broker_id, error=failure.getErrorMessage())
 
-            def listener(state: str) -> None:
-                if state == "CONNECTED":
-                    self.client.remove_state_listener(listener)
-                    if self._registration is registration:  # not deregistered (shutdown) meanwhile
-                        self._reregister()
+            def again(_: None) -> None:
+                if self._registration is registration:  # not deregistered (shutdown) meanwhile
+                    self._reregister()
 
-            self.client.add_state_listener(listener)
+            next_connected(self.client).addCallback(again)
 
         return _deferred(self._register(registration)).addErrback(failed)
 
@@ -603,13 +602,11 @@ class Registry(_AclMethods):
         queued: list[Any] = []
 
         def again_when_connected(value: Any) -> None:
-            def listener(state: str) -> None:
-                if state == "CONNECTED":
-                    self.client.remove_state_listener(listener)
-                    if not queued:  # else a fetch of a newer value is queued
-                        on_change(value)
+            def again(_: None) -> None:
+                if not queued:  # else a fetch of a newer value is queued
+                    on_change(value)
 
-            self.client.add_state_listener(listener)
+            next_connected(self.client).addCallback(again)
 
         def failed(f: Any, value: Any) -> None:
             if f.check(ZooKeeperUnavailableError):
