@@ -1,6 +1,6 @@
 """
 What the benchmark scripts share: their JSON output lines, a process's CPU
-time, and librdkafka (confluent-kafka) produce and consume loops bounded in
+time, a broker run under cProfile, and librdkafka (confluent-kafka) produce and consume loops bounded in
 count and in time.
 
 The scripts run as C{python bench/bench_X.py}, so this folder is on
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from typing import Any, Callable
 
@@ -35,6 +36,32 @@ def cpu_seconds(pid: int) -> float:
         fields = f.read().rsplit(")", 1)[1].split()
     # after the ")" field 3 (state) is index 0, so utime (14) is 11 and stime (15) is 12
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+#: Runs twistd under cProfile (on CPU time when argv[2] is "cpu", else wall time); SIGUSR2 writes the
+#: profile to argv[1] (twistd takes SIGUSR1 for its log).
+_PROFILED = """
+import cProfile, signal, sys, time
+out, clock = sys.argv.pop(1), sys.argv.pop(1)
+profile = cProfile.Profile(time.process_time) if clock == "cpu" else cProfile.Profile()
+def dump(*_):
+    profile.disable()
+    profile.dump_stats(out)
+signal.signal(signal.SIGUSR2, dump)
+from twisted.scripts.twistd import run
+sys.argv[0] = 'twistd'
+profile.enable()
+run()
+"""
+
+
+def profiled_command(command: list[str], out: str, cpu_time: bool = False) -> list[str]:
+    """
+    A L{kafkatw.testing.BrokerProcess} C{command()} (C{[python, -c, script, twistd arguments...]}) run under
+    cProfile instead, on CPU time or wall time; C{os.kill(pid, signal.SIGUSR2)} writes the profile to C{out}
+    (read it with C{python -m pstats}).
+    """
+    return [sys.executable, "-c", _PROFILED, out, "cpu" if cpu_time else "wall"] + command[3:]
 
 
 def produce_bounded(producer: Any, topic: str, value: bytes, n: int, deadline: float,

@@ -18,7 +18,8 @@ and brokers share this machine's cores.  One JSON line per figure:
     throughput.  With C{--partitions} above 1 librdkafka's records go to
     every partition (its partitioner), as kafkatw's producer's do.  Each
     figure also gives the brokers' CPU time (utime + stime of the three
-    processes around each run) per million records, and the client's
+    processes around each run) per million records, each broker's (by
+    broker id; the RF=3 partition's leader is named), and the client's
     (this process: librdkafka's threads or kafkatw's producer);
   - failover: SIGKILL of the leader of an RF=3 partition to the first
     acknowledged acks=all write on its successor (librdkafka retrying every
@@ -31,12 +32,18 @@ Every loop is bounded in count and in time.
 Usage:
   python bench/bench_replication.py [--records 300000] [--record-size 200] [--failovers 10]
       [--runs 5] [--partitions 1] [--idempotence] [--clients librdkafka,kafkatw] [--skip-failover]
+      [--profile DIR]
+
+With C{--profile DIR} every broker runs under cProfile (CPU time: C{time.process_time}), written to
+C{DIR/broker-<id>.prof} at the end (read them with C{python -m pstats}); the figures are then the
+profiled brokers'.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import statistics
 import time
 
@@ -44,9 +51,9 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from kafkatw.client import BlockingProducer
-from kafkatw.testing import running_cluster
+from kafkatw.testing import BrokerProcess, running_cluster
 
-from _common import cpu_seconds, emitter, produce_bounded
+from _common import cpu_seconds, emitter, produce_bounded, profiled_command
 
 _OVERRIDES = {
     "replica.lag.time.max.ms": "4000",
@@ -56,6 +63,28 @@ _OVERRIDES = {
 
 
 emit = emitter("replication")
+
+def profile_brokers(directory: str) -> None:
+    """Make every L{BrokerProcess} started from now on run under cProfile on CPU time, into C{directory}."""
+    plain = BrokerProcess.command
+    directory = os.path.abspath(directory)
+    os.makedirs(directory, exist_ok=True)
+
+    def command(self: BrokerProcess) -> list[str]:
+        return profiled_command(plain(self), os.path.join(directory, f"broker-{self.broker_id}.prof"), cpu_time=True)
+
+    BrokerProcess.command = command  # type: ignore[method-assign]
+
+
+def dump_profiles(cluster: list, directory: str) -> None:
+    """Have each profiled broker write its profile (SIGUSR2); wait up to 10 s for the files."""
+    for b in cluster:
+        os.kill(b.popen.pid, signal.SIGUSR2)
+    deadline = time.monotonic() + 10
+    for b in cluster:
+        path = os.path.join(os.path.abspath(directory), f"broker-{b.broker_id}.prof")
+        while not os.path.exists(path) and time.monotonic() < deadline:
+            time.sleep(0.1)
 
 
 def create(bootstrap: str, topic: str, rf: int, partitions: int = 1) -> None:
@@ -115,7 +144,10 @@ def main() -> None:
     parser.add_argument("--idempotence", action="store_true", help="idempotent producers for acks=all")
     parser.add_argument("--clients", default="librdkafka,kafkatw")
     parser.add_argument("--skip-failover", action="store_true", help="throughput only")
+    parser.add_argument("--profile", metavar="DIR", default=None, help="cProfile every broker into DIR")
     args = parser.parse_args()
+    if args.profile is not None:
+        profile_brokers(args.profile)
     measures = {"librdkafka": librdkafka_throughput, "kafkatw": kafkatw_throughput}
     with running_cluster(3, overrides=_OVERRIDES) as cluster:
         bootstrap = ",".join(b.bootstrap for b in cluster)
@@ -124,18 +156,23 @@ def main() -> None:
             samples: dict[int, list[float]] = {1: [], 3: []}
             broker_cpu: dict[int, list[float]] = {1: [], 3: []}  # CPU-s per million records
             client_cpu: dict[int, list[float]] = {1: [], 3: []}
+            each_cpu: dict[int, list[list[float]]] = {1: [], 3: []}  # per broker id
             for rf in (1, 3):
                 create(bootstrap, f"tp-{client}-rf{rf}", rf, args.partitions)
+            leaders = {rf: leader_of(bootstrap, f"tp-{client}-rf{rf}") for rf in (1, 3)}
             for _ in range(args.runs):
                 for rf, acks in [(1, "1"), (3, "all")]:
-                    brokers_before = sum(cpu_seconds(b.popen.pid) for b in cluster)
+                    each_before = [cpu_seconds(b.popen.pid) for b in cluster]
+                    brokers_before = sum(each_before)
                     client_before = sum(os.times()[:2])
                     rate, sent = measure(
                         bootstrap, f"tp-{client}-rf{rf}", acks if client == "librdkafka" else (1 if acks == "1" else -1),
                         args.records, args.record_size, args.duration_cap_s, args.idempotence, args.partitions)
                     samples[rf].append(rate)
                     millions = max(sent, 1) / 1e6
-                    broker_cpu[rf].append((sum(cpu_seconds(b.popen.pid) for b in cluster) - brokers_before) / millions)
+                    each_after = [cpu_seconds(b.popen.pid) for b in cluster]
+                    broker_cpu[rf].append((sum(each_after) - brokers_before) / millions)
+                    each_cpu[rf].append([(a - b) / millions for a, b in zip(each_after, each_before)])
                     client_cpu[rf].append((sum(os.times()[:2]) - client_before) / millions)
             medians = {rf: statistics.median(v) for rf, v in samples.items()}
             for rf, acks in [(1, "1"), (3, "all")]:
@@ -143,9 +180,13 @@ def main() -> None:
                      record_size=args.record_size, records=args.records, partitions=args.partitions,
                      idempotence=args.idempotence and rf == 3, runs=[round(v) for v in samples[rf]],
                      broker_cpu_s_per_million=round(statistics.median(broker_cpu[rf]), 3),
+                     each_broker_cpu_s_per_million=[round(statistics.median(runs), 3) for runs in zip(*each_cpu[rf])],
+                     leader=leaders[rf],
                      client_cpu_s_per_million=round(statistics.median(client_cpu[rf]), 3))
             emit("rf3_acks_all_vs_rf1_acks_1", round(medians[3] / medians[1], 3), "ratio", client=client,
                  partitions=args.partitions, idempotence=args.idempotence)
+        if args.profile is not None:
+            dump_profiles(cluster, args.profile)
         if args.skip_failover:
             return
 

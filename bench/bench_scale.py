@@ -55,7 +55,7 @@ import sys
 import tempfile
 import time
 
-from _common import cpu_seconds, emitter
+from _common import cpu_seconds, emitter, profiled_command
 
 _emit = emitter("scale")
 
@@ -105,22 +105,6 @@ def _proc(pid: int) -> tuple[int, int]:
     with open(f"/proc/{pid}/status") as f:
         rss_kb = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
     return rss_kb, len(os.listdir(f"/proc/{pid}/fd"))
-
-
-#: Runs twistd under cProfile; SIGUSR2 dumps the profile to argv[1] (twistd takes SIGUSR1 for its log).
-_PROFILED = """
-import cProfile, signal, sys
-out = sys.argv.pop(1)
-profile = cProfile.Profile()
-def dump(*_):
-    profile.disable()
-    profile.dump_stats(out)
-signal.signal(signal.SIGUSR2, dump)
-from twisted.scripts.twistd import run
-sys.argv[0] = 'twistd'
-profile.enable()
-run()
-"""
 
 
 def _controller(connect: str) -> int:
@@ -227,7 +211,7 @@ def run(partitions: int, session_timeout_ms: int, profile_dir: str | None = None
             prof = None
             if profile_dir is not None:
                 prof = os.path.join(os.path.abspath(profile_dir), f"restart_{how}_{partitions}.prof")
-                broker.command = lambda prof=prof: [sys.executable, "-c", _PROFILED, prof] + plain_command()[3:]
+                broker.command = lambda prof=prof: profiled_command(plain_command(), prof)
             t0 = time.monotonic()
             os.kill(broker.popen.pid, sig)
             broker.popen.wait(300)

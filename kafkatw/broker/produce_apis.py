@@ -20,6 +20,7 @@ from ..errors import CorruptRecordError, ErrorCode, KafkaError
 from ..protocol.messages import RequestHeader, simple_produce_decoder
 from ..protocol.produce import encode_produce_response
 from ..security.acl import AclOperation
+from .partition import LEADER
 from .request_context import ConnectionContext, RequestContext
 
 __all__ = ["PRODUCE_VERSIONS", "ProduceApis", "ProduceRun"]
@@ -277,17 +278,20 @@ class ProduceApis:
     def produce_in_run(self, frame: Any, connection: ConnectionContext, run: ProduceRun) -> Any:
         """
         L{handle} for a Produce request frame of a L{ProduceRun} of the
-        common shape (v3-v9, acks 0 or 1, no transactional id, one topic,
-        one partition; no authorizer), its header and body decoded by hand
+        common shape (v3-v9, no transactional id, one topic, one partition;
+        no authorizer), its header and body decoded by hand
         (L{simple_produce_decoder}; kio's entities and the request header
-        of an acks=0 request are not built) and its append queued
-        (L{ProduceRun.queue}): the same appends, counters and response as
-        L{handle}.
+        of an acks=0 request are not built, the records stay a view of the
+        frame) and its append queued (L{ProduceRun.queue}): the same
+        appends, counters and response as L{handle}.  An acks=all request
+        is taken only while its partition is led here with an ISR of at
+        least C{min.insync.replicas} (else L{handle} answers it); its
+        answer then waits in the produce purgatory as L{handle}'s does.
 
-        @return: C{None} (acks=0: no answer), C{(header, index)} (acks=1:
-            the request's L{RequestHeader} and its index in the run's
-            answers), or L{NOT_SIMPLE}: any other request or a frame that
-            does not parse (call L{handle}).
+        @return: C{None} (acks=0: no answer), C{(header, index)} (acks 1
+            or all: the request's L{RequestHeader} and its index in the
+            run's answers), or L{NOT_SIMPLE}: any other request or a frame
+            that does not parse (call L{handle}).
         """
         try:
             api_key, version, correlation_id, client_size = _REQUEST_HEADER.unpack_from(frame, 0)
@@ -303,8 +307,17 @@ class ProduceApis:
         decoded = simple_produce_decoder(frame, body, version >= 9)
         if decoded is None:
             return self.NOT_SIMPLE
-        acks, _timeout, name, index, records = decoded
-        if acks != 0 and acks != 1 or records is None:
+        acks, timeout_ms, name, index, records = decoded
+        if records is None:
+            return self.NOT_SIMPLE
+        if acks == -1:
+            # the checks of append(..., min_insync_replicas): the run's appends come in this same call
+            replica_manager = self.replica_manager
+            partition = replica_manager.partitions.get((name, index))
+            if (partition is None or partition.role != LEADER
+                    or len(partition.isr) < replica_manager.min_insync_replicas(name)):
+                return self.NOT_SIMPLE
+        elif acks != 0 and acks != 1:
             return self.NOT_SIMPLE
         counts = self.request_counts
         counts[0] = counts.get(0, 0) + 1
@@ -314,7 +327,32 @@ class ProduceApis:
         client_id = None if client_size < 0 else str(frame[10:10 + client_size], "utf-8", "replace")
         header = _tuple_new(RequestHeader, (0, version, correlation_id, client_id, body))
         context = _tuple_new(RequestContext, (header, connection))
+        if acks == -1:
+            return header, run.add(lambda errors: self._produce_acks_all_finish(context, name, index, results[i],
+                                                                                timeout_ms, errors))
         return header, run.add(lambda errors: self._produce_acks1_finish(context, name, index, results[i], errors))
+
+    def _produce_acks_all_finish(self, context: RequestContext, topic: str, partition: int, result: Any,
+                                 timeout_ms: int, write_errors: dict[tuple[str, int], Exception]) -> Any:
+        """
+        L{_produce_finish} of an acks=all request of L{produce_in_run}
+        (C{result}: its append's): its response, or a Deferred of it that
+        waits until the high watermark passes the append.
+        """
+        if isinstance(result, KafkaError):
+            entry = {"index": partition, "error_code": int(result.error_code), "base_offset": -1,
+                     "log_append_time": -1, "log_start_offset": -1, "error_message": str(result) or None}
+            return self._produce_response(context, [(topic, [entry])])
+        results = [(topic, [{"index": partition, "error_code": 0, "base_offset": result.base_offset,
+                             "log_append_time": result.log_append_time_ms,
+                             "log_start_offset": result.log_start_offset}])]
+        required = {(topic, partition): result.last_offset + 1}
+        if write_errors:
+            self._fail_unwritten(results, required, write_errors)
+            if not required:
+                return self._produce_response(context, results)
+        d = self.replica_manager.delay_produce(required, max(timeout_ms, 0))
+        return d.addCallback(self._produce_acknowledged, context, results)
 
     def _append_many(self, topic: str, partition: int, records_list: list) -> list:
         """

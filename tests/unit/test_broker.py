@@ -887,6 +887,63 @@ class ReplicationApisTests(unittest.TestCase):
         self.assertTrue(p.records)
         self.assertEqual(h.replica_manager.fetch_purgatory_size, 0)
 
+    def run_all(self, h: BrokerHarness, n: int, timeout_ms: int = 5000) -> tuple[StringTransport, list]:
+        """Send C{n} acks=all requests in one chunk (a ProduceRun); the requests taken by L{KafkaApis.handle}."""
+        connection, transport = ConnectionTests.connect(self, h)  # type: ignore[arg-type]
+        handled: list = []
+        handle = h.apis.handle
+        h.apis.handle = lambda header, *a, **k: handled.append(header) or handle(header, *a, **k)  # type: ignore
+        frames = [_frame(encode_request(0, 9, i, "c", {"acks": -1, "timeout": timeout_ms, "topic_data": [
+            {"name": "t", "partition_data": [{"index": 0, "records": build_batch([(None, b"v%d" % i)])}]}]}))
+            for i in range(n)]
+        connection.dataReceived(b"".join(frames))
+        return transport, handled
+
+    def answers(self, transport: StringTransport) -> list[tuple[int, int, int]]:
+        """(correlation id, error code, base offset) of each Produce response written."""
+        out = []
+        for cid, frame in ConnectionTests.responses(self, transport):  # type: ignore[arg-type]
+            p = decode_response(0, 9, frame)[1].responses[0].partition_responses[0]
+            out.append((cid, p.error_code, p.base_offset))
+        return out
+
+    def test_acks_all_in_a_produce_run_waits_until_the_follower_has_fetched(self) -> None:
+        """acks=all requests read together take the run's hand-decoded path and wait in the purgatory."""
+        h = self.harness()
+        transport, handled = self.run_all(h, 3)
+        self.assertEqual(handled, [])  # none went through kio's decode
+        self.assertEqual(h.replica_manager.partitions[("t", 0)].log_end_offset, 3)
+        self.assertEqual(h.replica_manager.produce_purgatory_size, 3)
+        self.assertEqual(transport.value(), b"")
+        self.follower_fetch(h, 0)
+        self.assertEqual(transport.value(), b"")  # fetched, not yet acknowledged by the follower
+        self.follower_fetch(h, 2)  # holds the first two: those two are answered
+        self.assertEqual(self.answers(transport), [(0, ErrorCode.none, 0), (1, ErrorCode.none, 1)])
+        transport.clear()
+        self.follower_fetch(h, 3)
+        self.assertEqual(self.answers(transport), [(2, ErrorCode.none, 2)])
+        self.assertEqual(h.replica_manager.produce_purgatory_size, 0)
+        self.assertEqual(h.apis.request_counts.get(0), 3)
+
+    def test_acks_all_in_a_produce_run_times_out(self) -> None:
+        h = self.harness()
+        transport, _ = self.run_all(h, 2, timeout_ms=500)
+        h.clock.advance(0.499)
+        self.assertEqual(transport.value(), b"")
+        h.clock.advance(0.001)
+        self.assertEqual(self.answers(transport), [(0, ErrorCode.request_timed_out, 0),
+                                                   (1, ErrorCode.request_timed_out, 1)])
+
+    def test_acks_all_in_a_produce_run_with_the_isr_below_min_insync_replicas(self) -> None:
+        """Refused before appending (NOT_ENOUGH_REPLICAS), as one by one: such a request takes L{KafkaApis.handle}."""
+        h = self.harness(**{"min.insync.replicas": 2})
+        h.write_state("t", 0, 0, 0, [0])
+        transport, handled = self.run_all(h, 2)
+        self.assertEqual(len(handled), 2)
+        self.assertEqual(self.answers(transport), [(0, ErrorCode.not_enough_replicas, -1),
+                                                   (1, ErrorCode.not_enough_replicas, -1)])
+        self.assertEqual(h.replica_manager.partitions[("t", 0)].log_end_offset, 0)
+
     def test_follower_fetch_is_woken_after_a_produce_run(self) -> None:
         """Produce requests read together (ProduceRun): the follower's fetch is woken once they are written."""
         h = self.harness()

@@ -213,7 +213,7 @@ class ProduceInRunTests(unittest.TestCase):
         if cut:
             frame = frame[:-cut]
         apis = SimpleNamespace(NOT_SIMPLE=KafkaApis.NOT_SIMPLE, authorizer=None, quotas=SimpleNamespace(enabled=False),
-                               request_counts={})
+                               request_counts={}, replica_manager=SimpleNamespace(partitions={}))  # acks=all: not led
         run = _Run()
         got = KafkaApis.produce_in_run(apis, memoryview(frame), None, run)  # type: ignore[arg-type]
         if not 3 <= version <= 9 or acks == -1 or cut:

@@ -268,3 +268,62 @@ class OpenFilesLimitTests(unittest.TestCase):
         _, after = tap.raise_open_files_limit()
         self.assertEqual(resource.getrlimit(resource.RLIMIT_NOFILE)[0], after)
         self.assertEqual(after, hard if hard != resource.RLIM_INFINITY else max(soft, tap.OPEN_FILES_WITHOUT_HARD_LIMIT))
+
+
+#: Allocates and frees eight 1 MiB buffers 50 times (after 3 rounds of warm-up), with
+#: keep_freed_buffers() first when argv[1] is "1"; prints the minor page faults of the 50 rounds.
+_FAULTS = """
+import resource, sys
+from kafkatw.tap import keep_freed_buffers
+if sys.argv[1] == "1" and not keep_freed_buffers():
+    sys.exit(3)
+def faults():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(3):
+    bufs = [b"\\x01" * (1 << 20) for _ in range(8)]
+    del bufs
+before = faults()
+for _ in range(50):
+    bufs = [b"\\x01" * (1 << 20) for _ in range(8)]
+    del bufs
+print(faults() - before)
+"""
+
+
+class KeepFreedBuffersTests(unittest.TestCase):
+    """L{tap.keep_freed_buffers}: glibc's malloc keeps large freed buffers for the next ones."""
+
+    def test_sets_both_thresholds(self) -> None:
+        calls: list = []
+        done = tap.keep_freed_buffers(lambda param, value: calls.append((param, value)) or 1, environ={})
+        self.assertTrue(done)
+        self.assertEqual(calls, [(tap.M_MMAP_THRESHOLD, 32 * 1024 * 1024), (tap.M_TRIM_THRESHOLD, 64 * 1024 * 1024)])
+
+    def test_a_refused_parameter(self) -> None:
+        self.assertFalse(tap.keep_freed_buffers(lambda param, value: 0 if param == tap.M_TRIM_THRESHOLD else 1,
+                                                environ={}))
+
+    def test_a_persons_own_malloc_settings_are_left_alone(self) -> None:
+        for name, value in (("MALLOC_MMAP_THRESHOLD_", "1"), ("MALLOC_TRIM_THRESHOLD_", "1"), ("MALLOC_TOP_PAD_", "1"),
+                            ("GLIBC_TUNABLES", "glibc.malloc.trim_threshold=1")):
+            calls: list = []
+            self.assertFalse(tap.keep_freed_buffers(lambda *a: calls.append(a) or 1, environ={name: value}))
+            self.assertEqual(calls, [], name)
+        # other tunables are not malloc's
+        self.assertTrue(tap.keep_freed_buffers(lambda *a: 1, environ={"GLIBC_TUNABLES": "glibc.cpu.hwcaps=-AVX2"}))
+
+    def test_no_page_faults_for_reused_buffers(self) -> None:
+        """In a fresh process (glibc): without it each round faults its 8 MiB in again; with it, none."""
+        import platform
+        import subprocess
+
+        if platform.libc_ver()[0] != "glibc":
+            raise unittest.SkipTest("glibc's malloc only")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_") and k != "GLIBC_TUNABLES"}
+
+        def faults(keep: str) -> int:
+            return int(subprocess.run([sys.executable, "-c", _FAULTS, keep], capture_output=True, text=True,
+                                      check=True, timeout=60, env=env).stdout)
+
+        self.assertGreater(faults("0"), 50 * 1000)  # 256 pages a MiB, 8 MiB a round: about 100,000
+        self.assertLess(faults("1"), 500)
