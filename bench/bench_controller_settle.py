@@ -8,12 +8,12 @@ controller; then broker 1 is declared gone (C{brokers_changed({0, 2})}, what
 the C{/brokers/ids} watch delivers once ZooKeeper deleted its registration).
 A third of the partitions need a new leader and the other two thirds lose
 broker 1 from their ISR: one fenced, conditional write each (a ZooKeeper
-multi: check C{/controller_epoch}, set the state znode at its zkVersion).
+multi: check C{/controller_epoch}, set the state znode at its zkVersion;
+since issue 32 one such multi sets up to C{SETTLE_BATCH_SIZE} state znodes).
 
 Variants (each from the same starting state, a fresh controller epoch):
 
-  - C{plain}: the event alone (L{KafkaController._settle_all}: up to
-    C{SETTLE_WRITES_IN_FLIGHT} partitions' writes in flight);
+  - C{plain}: the event alone (L{KafkaController._settle_all});
   - C{feedback}: and every state written notifies the controller back, as
     the controller broker's own watch on that state znode does
     (kafkatw/broker/server.py, C{_partition_state_changed}):
@@ -130,7 +130,23 @@ async def one_variant(reactor: Any, client: ZooKeeperClient, registry: Registry,
 
         return d.addCallback(written)
 
+    original_batch = getattr(registry, "set_partition_states", None)  # since issue 32: multis of many partitions
+
+    def counted_batch(writes_: list, *call: Any) -> defer.Deferred:
+        d = original_batch(writes_, *call)
+
+        def written(versions: Any) -> Any:
+            writes[0] += len(writes_)
+            if variant == "feedback":
+                for w in writes_:
+                    reactor.callLater(0, controller.partition_changed, (w.topic, w.partition))
+            return versions
+
+        return d.addCallback(written)
+
     registry.set_partition_state = counted  # type: ignore[method-assign]
+    if original_batch is not None:
+        registry.set_partition_states = counted_batch  # type: ignore[method-assign]
     cpu = time.process_time()
     started = time.monotonic()
     await controller.brokers_changed({0, 2})
@@ -140,6 +156,8 @@ async def one_variant(reactor: Any, client: ZooKeeperClient, registry: Registry,
     drained_s = time.monotonic() - started
     cpu_s = time.process_time() - cpu
     registry.set_partition_state = original_write  # type: ignore[method-assign]
+    if original_batch is not None:
+        registry.set_partition_states = original_batch  # type: ignore[method-assign]
     led = sum(1 for p in assignment if metadata.partition_states[(TOPIC, p)].leader != 1)
     out_of_isr = sum(1 for p in assignment if 1 not in metadata.partition_states[(TOPIC, p)].isr)
     assert led == len(assignment) and out_of_isr == len(assignment), (led, out_of_isr)

@@ -22,7 +22,8 @@ the count is partitions per broker), then
     partition led by a live broker (the target: C{zookeeper.session.timeout.ms}
     + 3 s: the session expires, another broker is elected and moves the
     leaderships), and C{controller_elected}, until C{/controller} names
-    another broker.
+    another broker; C{cpu_s} is each surviving broker's CPU seconds from the
+    SIGKILL until every partition is led (C{controller} names the new one).
 
 Each figure carries C{load}, the 1-minute load average when it was taken
 (the machine may be shared).
@@ -137,6 +138,8 @@ def _controller_failover(processes: list, connect: str, partitions: int, session
         time.sleep(0.5)
     victim = next(b for b in processes if b.broker_id == controller)
     survivor = next(b for b in processes if b is not victim)
+    others = [b for b in processes if b is not victim]
+    cpu_before = {b.broker_id: cpu_seconds(b.popen.pid) for b in others}
     t0 = time.monotonic()
     victim.popen.send_signal(signal.SIGKILL)
     victim.popen.wait(30)
@@ -151,12 +154,15 @@ def _controller_failover(processes: list, connect: str, partitions: int, session
     else:
         raise SystemExit(f"not every one of {partitions} partitions led after the controller's SIGKILL")
     led_s = time.monotonic() - t0
+    cpu_s = {b.broker_id: round(cpu_seconds(b.popen.pid) - cpu_before[b.broker_id], 1) for b in others}
+    new_controller = _controller(connect)
     if elected_s is None:
         elected_s = led_s
     target_s = session_timeout_ms / 1000 + 3
     emit("controller_elected", round(elected_s, 1), "s", partitions=partitions, **figure)
     emit("controller_failover", round(led_s, 1), "s", partitions=partitions, target_s=target_s,
-         met=led_s <= target_s, killed=controller, session_timeout_ms=session_timeout_ms, **figure)
+         met=led_s <= target_s, killed=controller, session_timeout_ms=session_timeout_ms,
+         controller=new_controller, cpu_s=cpu_s, **figure)
     victim.start(300)  # back, so that the cluster is whole again
 
 

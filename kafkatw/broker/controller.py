@@ -3,11 +3,17 @@ The controller: one broker elects partition leaders, as Kafka's ZooKeeper-mode C
 
 Every broker runs a L{KafkaController}; the one whose session holds the
 ephemeral C{/controller} is I{active}.  Becoming active increments
-C{/controller_epoch}; every partition-state write of the controller is one
-ZooKeeper multi that checks C{/controller_epoch}'s version and the state
-znode's zkVersion (L{kafkatw.zookeeper.registry.Registry.set_partition_state}),
-so a deposed controller cannot write, and a write based on a stale state fails
-and is retried on a fresh read.
+C{/controller_epoch}; every partition-state write of the controller is part
+of a ZooKeeper multi that checks C{/controller_epoch}'s version and the state
+znode's zkVersion, so a deposed controller cannot write, and a write based on
+a stale state fails and is retried on a fresh read.  An event that settles
+many partitions writes them in multis of up to L{SETTLE_BATCH_SIZE}
+(L{kafkatw.zookeeper.registry.Registry.set_partition_states}: one check of
+C{/controller_epoch}, one conditional set per partition, all or none); when
+one partition's state changed or was deleted meanwhile, the multi writes
+nothing and its partitions are written one by one
+(L{kafkatw.zookeeper.registry.Registry.set_partition_state}), as a lone
+write always is.
 
 Brokers learn of what the controller wrote through their watches on the state
 znodes of the topics they know (one read per broker per change: ZooKeeper load
@@ -63,8 +69,8 @@ brokers, shutdowns or log dirs, the changed ones on a partition-state change:
 Events run one at a time from a queue drained by one loop (Kafka's
 C{ControllerEventManager}), in constant stack depth however many queue up
 during a failover; state-change notifications queued meanwhile share one
-event; one event has up to L{SETTLE_WRITES_IN_FLIGHT} partitions' writes in
-flight.
+event; one event has up to L{SETTLE_BATCHES_IN_FLIGHT} multis, or
+L{SETTLE_WRITES_IN_FLIGHT} partitions' writes of their own, in flight.
 
 Each election bumps the leader epoch.  The partition and replica state machines
 are the tables L{PARTITION_STATES} and L{REPLICA_STATES} (each state with its
@@ -84,12 +90,13 @@ from twisted.python.failure import Failure
 
 from ..errors import ErrorCode
 from ..zookeeper.bridge import BadVersionError, ZooKeeperError
+from ..zookeeper.registry import PartitionStateWrite
 from ..zookeeper.zk_data import LOG_DIR_EVENT_NOTIFICATION_PATH, PartitionState, TopicAssignment
 from .partition import next_eligible_leader_replicas
 
 __all__ = ["KafkaController", "PARTITION_STATES", "REPLICA_STATES", "StateMachine", "IllegalStateChange",
            "Decision", "offline_partition_leader", "controlled_shutdown_leader", "MAX_SETTLE_ATTEMPTS",
-           "SETTLE_WRITES_IN_FLIGHT"]
+           "SETTLE_WRITES_IN_FLIGHT", "SETTLE_BATCH_SIZE", "SETTLE_BATCHES_IN_FLIGHT"]
 
 _log = Logger()
 
@@ -119,10 +126,20 @@ CONTROLLED_SHUTDOWN_PATH = "/admin/controlled_shutdown"
 #: each lost write means another writer changed the state meanwhile.
 MAX_SETTLE_ATTEMPTS = 5
 
-#: Partitions one event settles at once (L{KafkaController._settle_keys}): each
-#: waits for its own conditional ZooKeeper write, so a window of them keeps
-#: ZooKeeper busy instead of one round trip per partition.
+#: Partitions one event writes (one by one: L{KafkaController._settle_batch}
+#: after a refused multi) or reads (L{KafkaController._find_restarted_replicas},
+#: the topics at activation) at once: a window of them keeps ZooKeeper busy
+#: instead of one round trip per partition.
 SETTLE_WRITES_IN_FLIGHT = 64
+
+#: Partitions whose writes one ZooKeeper multi carries when an event settles
+#: many (L{KafkaController._settle_keys}): one round trip, one ZooKeeper
+#: transaction (one log append and fsync) and one reply to handle instead of
+#: one each.  About 200 bytes a partition: far below ZooKeeper's C{jute.maxbuffer}.
+SETTLE_BATCH_SIZE = 100
+
+#: Such multis one event has in flight at once.
+SETTLE_BATCHES_IN_FLIGHT = 4
 
 
 class _QueuedPass:
@@ -214,10 +231,11 @@ class StateMachine:
         self.states.pop(key, None)
 
 
-async def _each_in_flight(keys: list[tuple[str, int]], work: Callable[[tuple[str, int]], Any]) -> None:
+async def _each_in_flight(keys: list[Any], work: Callable[[Any], Any],
+                          in_flight: int = SETTLE_WRITES_IN_FLIGHT) -> None:
     """
-    Await C{work(key)} for each of C{keys}, up to L{SETTLE_WRITES_IN_FLIGHT}
-    at once, each key's in the order given to its worker.
+    Await C{work(key)} for each of C{keys}, up to C{in_flight} at once, each
+    key's in the order given to its worker.
 
     @raise Exception: the first failure of C{work}; the other workers stop at
         their next key.
@@ -236,7 +254,7 @@ async def _each_in_flight(keys: list[tuple[str, int]], work: Callable[[tuple[str
                 return
 
     await defer.gatherResults([defer.Deferred.fromCoroutine(worker())
-                               for _ in range(min(SETTLE_WRITES_IN_FLIGHT, len(keys)))])
+                               for _ in range(min(in_flight, len(keys)))])
     if failed:
         failed[0].raiseException()
 
@@ -609,11 +627,21 @@ class KafkaController:
         self.restarted_replicas.clear()
         for broker in sorted(self.live):
             await self._read_registration(broker)
-        # Reassignments a previous controller started live on in the topic znodes (KIP-455).
-        for name in list(self.metadata.topics):
+        # Reassignments a previous controller started live on in the topic znodes (KIP-455),
+        # read up to SETTLE_WRITES_IN_FLIGHT at once (one round trip each would add up at thousands of topics).
+        names = list(self.metadata.topics)
+        read: dict[str, TopicAssignment] = {}
+
+        async def get_topic(name: str) -> None:
             try:
-                current = await self.registry.get_topic(name)
+                read[name] = await self.registry.get_topic(name)
             except Exception:
+                pass
+
+        await _each_in_flight(names, get_topic)
+        for name in names:
+            current = read.get(name)
+            if current is None:
                 continue
             for partition, removing in current.removing_replicas.items():
                 replicas = current.partitions.get(partition, [])
@@ -814,21 +842,62 @@ class KafkaController:
 
     async def _settle_keys(self, keys: list[tuple[str, int]]) -> None:
         """
-        L{_settle} each of C{keys}, with up to L{SETTLE_WRITES_IN_FLIGHT}
-        partitions' ZooKeeper writes outstanding at once (each partition's
-        writes stay in order; partitions are independent), and queue a re-run
-        for the ones still contended.  A failover's thousands of elections
-        then take a few round trips' time per window instead of one round
-        trip each.
+        L{_settle} each of C{keys}, and queue a re-run for the ones still
+        contended.  The keys go in batches of L{SETTLE_BATCH_SIZE}, up to
+        L{SETTLE_BATCHES_IN_FLIGHT} at once (L{_settle_batch}): the first
+        write of every partition of a batch that needs one is one ZooKeeper
+        multi, so a failover's thousands of elections take a few dozen round
+        trips and ZooKeeper transactions, not one each.
 
         @raise BadVersionError: another controller was elected (the first
-            such failure; the other workers stop at their next partition).
+            such failure; the other workers stop at their next batch).
         """
+        batches = [keys[i:i + SETTLE_BATCH_SIZE] for i in range(0, len(keys), SETTLE_BATCH_SIZE)]
+        await _each_in_flight(batches, self._settle_batch, SETTLE_BATCHES_IN_FLIGHT)
+
+    async def _settle_batch(self, keys: list[tuple[str, int]]) -> None:
+        """
+        Decide each of C{keys} (L{_decide}) and write every decision in one
+        multi (L{kafkatw.zookeeper.registry.Registry.set_partition_states}:
+        fenced by C{/controller_epoch}, each state conditional on the
+        zkVersion it was decided from, all or none).  After a written batch,
+        a partition that still needs a write (a leader elected that is in
+        controlled shutdown) goes through L{_settle}; after a batch refused
+        because one partition's state changed or was deleted meanwhile,
+        nothing was written and every partition of it is written on its own
+        as without batches (L{_settle}, up to L{SETTLE_WRITES_IN_FLIGHT} at
+        once) -- the changed one fails, is re-read and decided again, the
+        others are written.  A lone decision is written on its own.
+
+        @raise BadVersionError: another controller was elected.
+        """
+        decided: list[tuple[tuple[str, int], Any, Decision]] = []
+        for key in keys:
+            state = self.metadata.partition_states.get(key)
+            decision = self._decide(key, state)
+            if decision is not None:
+                decided.append((key, state, decision))
+        if len(decided) > 1:
+            writes = [self._planned(key, state, decision.leader, decision.isr, decision.new_epoch)
+                      for key, state, decision in decided]
+            try:
+                versions = await self.registry.set_partition_states(writes, self.epoch, self._epoch_zk_version)
+            except BadVersionError as e:
+                if "/controller_epoch" in str(e):
+                    raise
+                _log.info("{count} partitions' states written one by one: {error}", count=len(writes), error=e)
+            else:
+                for (key, state, decision), write, version in zip(decided, writes, versions):
+                    self._written(write, version, decision.new_epoch)
+                    self._log_decision(key, state, decision)
+                decided = [entry for entry in decided
+                           if self._decide(entry[0], self.metadata.partition_states.get(entry[0])) is not None]
+
         async def settle(key: tuple[str, int]) -> None:
             if not await self._settle(key):
                 self._settle_later(key)
 
-        await _each_in_flight(keys, settle)
+        await _each_in_flight([key for key, _, _ in decided], settle)
 
     async def _settle(self, key: tuple[str, int]) -> bool:
         """
@@ -850,17 +919,22 @@ class KafkaController:
             if decision is None:
                 return True
             topic, partition = key
-            written = await self._write(topic, partition, state, decision.leader, decision.isr,
-                                        new_epoch=decision.new_epoch)
-            if written and decision.unclean:
-                _log.warn("unclean leader election for {topic}-{partition}: broker {leader} was not in ISR {isr}; "
-                          "records acknowledged by the ISR may be lost", topic=topic, partition=partition,
-                          leader=decision.leader, isr=state.isr)
-                self.unclean_elections += 1
-            if written and not decision.new_epoch:
-                _log.info("{topic}-{partition}: ISR {old} -> {isr} ({why})", topic=topic, partition=partition,
-                          old=state.isr, isr=decision.isr, why=decision.why)
+            if await self._write(topic, partition, state, decision.leader, decision.isr,
+                                 new_epoch=decision.new_epoch):
+                self._log_decision(key, state, decision)
         return self._decide(key, self.metadata.partition_states.get(key)) is None
+
+    def _log_decision(self, key: tuple[str, int], state: Any, decision: Decision) -> None:
+        """Log a written L{Decision} over C{state} (and count an unclean election)."""
+        topic, partition = key
+        if decision.unclean:
+            _log.warn("unclean leader election for {topic}-{partition}: broker {leader} was not in ISR {isr}; "
+                      "records acknowledged by the ISR may be lost", topic=topic, partition=partition,
+                      leader=decision.leader, isr=state.isr)
+            self.unclean_elections += 1
+        if not decision.new_epoch:
+            _log.info("{topic}-{partition}: ISR {old} -> {isr} ({why})", topic=topic, partition=partition,
+                      old=state.isr, isr=decision.isr, why=decision.why)
 
     def _settle_later(self, key: tuple[str, int]) -> None:
         """Queue a re-run that settles C{key} again (after the events already queued)."""
@@ -1085,6 +1159,14 @@ class KafkaController:
         if self.partition_states.state(key) == "NonExistentPartition":
             self.partition_states.move(key, "NewPartition")
 
+    def _planned(self, key: tuple[str, int], state: Any, leader: int, isr: list[int],
+                 new_epoch: bool) -> PartitionStateWrite:
+        """The write of a new state over C{state} (a new leader epoch with C{new_epoch}), with its ELR."""
+        self._ensure_known(key)
+        epoch = state.leader_epoch + 1 if new_epoch else state.leader_epoch
+        return PartitionStateWrite(key[0], key[1], leader, epoch, list(isr), state.zk_version,
+                                   self._eligible_leader_replicas(key, state, isr))
+
     async def _write(self, topic: str, partition: int, state: Any, leader: int, isr: list[int],
                      new_epoch: bool) -> bool:
         """
@@ -1096,14 +1178,12 @@ class KafkaController:
         @return: whether it was written.
         @raise BadVersionError: another controller was elected.
         """
-        epoch = state.leader_epoch + 1 if new_epoch else state.leader_epoch
-        key = (topic, partition)
-        self._ensure_known(key)
-        elr = self._eligible_leader_replicas(key, state, isr)
+        write = self._planned((topic, partition), state, leader, isr, new_epoch)
         try:
             version = await self.registry.set_partition_state(
-                topic, partition, leader, epoch, isr, self.epoch, expected_version=state.zk_version,
-                controller_epoch_zk_version=self._epoch_zk_version, elr=elr)
+                topic, partition, leader, write.leader_epoch, write.isr, self.epoch,
+                expected_version=state.zk_version, controller_epoch_zk_version=self._epoch_zk_version,
+                elr=write.elr)
         except BadVersionError as e:
             if "/controller_epoch" in str(e):
                 raise
@@ -1112,8 +1192,15 @@ class KafkaController:
                       partition=partition)
             self.metadata.set_partition_state(topic, partition, fresh)  # None: deleted (nothing to decide)
             return False
+        self._written(write, version, new_epoch)
+        return True
+
+    def _written(self, write: PartitionStateWrite, version: int, new_epoch: bool) -> None:
+        """Record a state written at znode version C{version}: the cache, the state machine, the log."""
+        topic, partition, leader, epoch, isr = write.topic, write.partition, write.leader, write.leader_epoch, write.isr
+        key = (topic, partition)
         self.metadata.set_partition_state(topic, partition,
-                                          PartitionState(leader, epoch, list(isr), self.epoch, version, elr=elr))
+                                          PartitionState(leader, epoch, list(isr), self.epoch, version, elr=write.elr))
         self.restarted_replicas.pop(key, None)  # written now, after every registration it knows
         if new_epoch and leader < 0:
             _log.warn("{topic}-{partition}: no leader at epoch {epoch}, ISR {isr} (its leader's replica is offline)",
@@ -1123,4 +1210,3 @@ class KafkaController:
             self.partition_states.move(key, "OnlinePartition")
             _log.info("{topic}-{partition}: leader {leader} at epoch {epoch}, ISR {isr}", topic=topic,
                       partition=partition, leader=leader, epoch=epoch, isr=isr)
-        return True

@@ -12,6 +12,11 @@ multi that checks the version of the writer's C{/group_coordinator/epochs/<n>}
 and sets every offset of the batch, so a deposed group coordinator writes
 nothing (docs/consumer-groups.md, "Which broker coordinates a group").
 
+The controller's partition-state writes are fenced the same way, by
+C{/controller_epoch}'s version, and conditional on each state's zkVersion: one
+partition a multi (L{Registry.set_partition_state}) or many
+(L{Registry.set_partition_states}, all or none).
+
 Topic deletion: Kafka 0.8+ writes C{/admin/delete_topics/<topic>} and lets the
 controller delete; kafkatw deletes C{/brokers/topics/<topic>} and
 C{/config/topics/<topic>} directly and lets watchers react (L{Registry.delete_topic}).
@@ -27,7 +32,7 @@ import random as _random
 import time
 import uuid
 from dataclasses import replace
-from typing import Any, Callable, Coroutine, Iterable
+from typing import Any, Callable, Coroutine, Iterable, NamedTuple
 from urllib.parse import unquote
 
 from twisted.internet.defer import Deferred
@@ -124,6 +129,7 @@ __all__ = [
     "FencedError",
     "assign_replicas",
     "MULTI_MAX_BYTES",
+    "PartitionStateWrite",
 ]
 
 _log = Logger()
@@ -148,6 +154,22 @@ class BrokerIdInUseError(ZooKeeperError):
 
 #: Offset znodes one fenced multi of L{Registry.delete_committed_offsets} deletes.
 _DELETES_PER_MULTI = 500
+
+
+class PartitionStateWrite(NamedTuple):
+    """
+    One partition's state in a batch of L{Registry.set_partition_states}:
+    written only while the state znode is at C{expected_version} (its
+    L{PartitionState.zk_version} when the write was decided).
+    """
+
+    topic: str
+    partition: int
+    leader: int
+    leader_epoch: int
+    isr: list[int]
+    expected_version: int
+    elr: list[int] | None = None
 
 
 class FencedError(ZooKeeperError):
@@ -1006,6 +1028,52 @@ class Registry(_AclMethods):
                     raise BadVersionError(f"{path} does not exist (expected version {expected_version})")
                 await self.client.create(path, data, makepath=True)
                 return 0
+
+        return _deferred(go())
+
+    def set_partition_states(self, writes: list[PartitionStateWrite], controller_epoch: int,
+                             controller_epoch_zk_version: int) -> Deferred:
+        """
+        Write several partitions' states in one ZooKeeper multi: a check of
+        C{/controller_epoch}'s version, then one conditional set per
+        partition (Kafka's C{KafkaZkClient.updateLeaderAndIsr} sends the same
+        checked writes, one request each).  All of them are written or none
+        is: each keeps the semantics of a fenced, conditional
+        L{set_partition_state}, and the batch costs one round trip and one
+        ZooKeeper transaction.  The caller bounds the batch's size (ZooKeeper
+        refuses a request above C{jute.maxbuffer}, 1 MB by default).
+
+        @param controller_epoch: the epoch written into each state.
+        @return: a Deferred firing with the new znode versions, in the order of C{writes}.
+        @raise BadVersionError: another controller was elected (the message
+            names C{/controller_epoch}, C{op_index} is C{None}); or the
+            state of C{writes[op_index]} changed or was deleted since it was
+            read.  Nothing was written.
+        """
+
+        async def go() -> list[int]:
+            if not writes:
+                return []
+            ops: list[Any] = [CheckOp(CONTROLLER_EPOCH_PATH, controller_epoch_zk_version)]
+            ops.extend(SetOp(partition_state_path(w.topic, w.partition),
+                             encode_partition_state(w.leader, w.leader_epoch, w.isr, controller_epoch, w.elr),
+                             w.expected_version)
+                       for w in writes)
+            try:
+                stats = await self.client.multi(ops)
+            except (BadVersionError, NoNodeError) as e:
+                if e.op_index is None:
+                    raise
+                if e.op_index == 0:
+                    raise BadVersionError(f"{CONTROLLER_EPOCH_PATH} changed (expected version "
+                                          f"{controller_epoch_zk_version})") from None
+                failed = writes[e.op_index - 1]
+                what = "was deleted" if isinstance(e, NoNodeError) else "changed"
+                error = BadVersionError(f"{partition_state_path(failed.topic, failed.partition)} {what} (expected "
+                                        f"version {failed.expected_version})")
+                error.op_index = e.op_index - 1
+                raise error from None
+            return [stat.version for stat in stats[1:]]
 
         return _deferred(go())
 

@@ -28,7 +28,7 @@ from kafkatw.zookeeper.bridge import (
     ZooKeeperUnavailableError,
 )
 from kafkatw.zookeeper.embedded import EmbeddedZooKeeperService, ruok, serving
-from kafkatw.zookeeper.registry import BrokerIdInUseError, Registry
+from kafkatw.zookeeper.registry import BrokerIdInUseError, PartitionStateWrite, Registry
 
 TIMEOUT_S = 20.0
 
@@ -230,6 +230,47 @@ class RegistryTests(ZooKeeperTestCase):
                                          controller_epoch_zk_version=fence)
         self.assertIn("/controller_epoch", str(caught.exception))
         self.assertEqual((await r2.get_partition_state("t", 0)).leader, 2)
+
+    async def test_partition_states_batch_all_or_nothing(self):
+        """Issue 32: a batch of fenced, conditional state writes is one real multi: all of it or nothing."""
+        r1 = Registry(await self.client())
+        r2 = Registry(await self.client())
+        versions = [await r1.set_partition_state("t", p, 1, 0, [1, 2]) for p in range(4)]
+        self.assertTrue(await r1.elect_controller(1))
+        epoch, fence = r1.controller_epoch
+
+        def writes(leader):
+            return [PartitionStateWrite("t", p, leader, 1, [leader], v) for p, v in enumerate(versions)]
+
+        async def leaders(count=4):
+            return [(await r2.get_partition_state("t", p)).leader for p in range(count)]
+
+        # partition 2 changed since it was read: nothing is written, the failure names it
+        versions[2] = await r2.set_partition_state("t", 2, 1, 0, [1], expected_version=versions[2]) - 1
+        with self.assertRaises(BadVersionError) as caught:
+            await r1.set_partition_states(writes(2), epoch, fence)
+        self.assertEqual(caught.exception.op_index, 2)
+        self.assertNotIn("/controller_epoch", str(caught.exception))
+        self.assertEqual(await leaders(), [1, 1, 1, 1])
+        versions[2] += 1
+        # a deleted state: nothing is written, nothing brought back
+        await r2.client.delete("/brokers/topics/t/partitions/3/state")
+        with self.assertRaises(BadVersionError) as caught:
+            await r1.set_partition_states(writes(2), epoch, fence)
+        self.assertEqual(caught.exception.op_index, 3)
+        self.assertIsNone(await r2.get_partition_state("t", 3))
+        self.assertEqual(await leaders(3), [1, 1, 1])
+        versions.pop()
+        self.assertEqual(await r1.set_partition_states(writes(2), epoch, fence), [v + 1 for v in versions])
+        self.assertEqual(await leaders(3), [2, 2, 2])
+        # a deposed controller writes nothing
+        await r1.client.stop()
+        self.assertTrue(await r2.elect_controller(2))
+        versions = [v + 1 for v in versions]
+        with self.assertRaises(BadVersionError) as caught:
+            await r2.set_partition_states(writes(1), epoch, fence)
+        self.assertIn("/controller_epoch", str(caught.exception))
+        self.assertEqual(await leaders(3), [2, 2, 2])
 
 
 class EmbeddedServiceTests(TestCase):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import collections
 from typing import Any, Callable
 
-from hypothesis import HealthCheck, given, note, settings
+from hypothesis import HealthCheck, example, given, note, settings
 from hypothesis import strategies as st
 from twisted.internet import defer
 from twisted.internet.task import Clock
@@ -24,6 +24,7 @@ from kafkatw.broker.controller import (
     REPLICA_STATES,
     IllegalStateChange,
     MAX_SETTLE_ATTEMPTS,
+    SETTLE_BATCH_SIZE,
     KafkaController,
     StateMachine,
     controlled_shutdown_leader,
@@ -35,7 +36,7 @@ from kafkatw.config import BrokerConfig
 from kafkatw.errors import ErrorCode
 from kafkatw.testing import FakeZooKeeper, FakeZooKeeperClient
 from kafkatw.zookeeper.bridge import ZooKeeperError, ZooKeeperUnavailableError
-from kafkatw.zookeeper.registry import Registry
+from kafkatw.zookeeper.registry import PartitionStateWrite, Registry
 from kafkatw.zookeeper.zk_data import PartitionState, partition_state_path
 
 # Kafka's PartitionState / ReplicaState validPreviousStates, written out again
@@ -313,7 +314,21 @@ class ControllerRetryTests(unittest.TestCase):
             return real(topic, partition, leader, leader_epoch, new_isr, controller_epoch, expected_version,
                         controller_epoch_zk_version, elr)
 
+        real_batch = h.registry.set_partition_states
+
+        def set_partition_states(writes: list[PartitionStateWrite], controller_epoch: int,
+                                 controller_epoch_zk_version: int) -> defer.Deferred:
+            for write in writes:
+                if (write.topic, write.partition) == ("t", 0):
+                    attempts.append(write.expected_version)
+                    if len(attempts) <= wins:
+                        current = h.state("t", 0)
+                        h.wait(real("t", 0, current.leader, current.leader_epoch, isr, 1,
+                                    expected_version=current.zk_version))
+            return real_batch(writes, controller_epoch, controller_epoch_zk_version)
+
         h.registry.set_partition_state = set_partition_state  # type: ignore[method-assign]
+        h.registry.set_partition_states = set_partition_states  # type: ignore[method-assign]
         return attempts
 
     def test_a_lost_removal_is_decided_again_in_the_same_event(self) -> None:
@@ -328,7 +343,8 @@ class ControllerRetryTests(unittest.TestCase):
         h = ControllerHarness(self, {"t": {0: [1, 2, 3], 1: [2, 3, 1]}})
         attempts = self.racing_leader(h, MAX_SETTLE_ATTEMPTS + 2, [1, 2, 3])
         h.broker_died(3)
-        # t-0 lost MAX_SETTLE_ATTEMPTS times in the event; t-1 was settled meanwhile; the re-run settled t-0
+        # t-0 lost its batch's write (with t-1's: neither written) and MAX_SETTLE_ATTEMPTS writes of its
+        # own in the event; t-1 was settled meanwhile; the re-run settled t-0
         self.assertEqual(h.summary("t", 0), (1, 0, [1, 2]))
         self.assertEqual(h.summary("t", 1), (2, 0, [2, 1]))
         self.assertEqual(len(attempts), MAX_SETTLE_ATTEMPTS + 2 + 1)  # the winning one
@@ -956,9 +972,170 @@ class SettleOrderTests(unittest.TestCase):
             written.append((partition, leader_epoch > h.metadata.partition_states[(topic, partition)].leader_epoch))
             return real(topic, partition, leader, leader_epoch, *args, **kw)
 
+        real_batch = h.registry.set_partition_states
+
+        def recording_batch(writes: list[PartitionStateWrite], *args: Any) -> Any:
+            written.extend((w.partition, w.leader_epoch > h.metadata.partition_states[(w.topic, w.partition)]
+                            .leader_epoch) for w in writes)
+            return real_batch(writes, *args)
+
         h.registry.set_partition_state = recording  # type: ignore[method-assign]
+        h.registry.set_partition_states = recording_batch  # type: ignore[method-assign]
         h.broker_died(3)
         elections = [p for p, new_epoch in written if new_epoch]
         self.assertEqual(sorted(elections), [p for p in range(30) if p % 3 == 0])
         self.assertEqual([new_epoch for _, new_epoch in written], [True] * 10 + [False] * 20)
         self.assertTrue(all(3 not in h.state("t", p).isr and h.state("t", p).leader != 3 for p in range(30)))
+
+
+#: Where a partition is assigned: broker 3 leads it, follows in it, or holds no replica of it.
+ASSIGNMENTS = [[3, 1, 2], [1, 3, 2], [2, 3], [1, 2]]
+
+
+class BatchedSettleTests(unittest.TestCase):
+    """
+    Issue 32: an event's writes go to ZooKeeper in multis of up to
+    L{SETTLE_BATCH_SIZE} partitions (L{KafkaController._settle_batch}), with
+    the semantics of one fenced, conditional write per partition.
+    """
+
+    def recorded(self, h: ControllerHarness, before_first_batch: Callable[[], None] | None = None
+                 ) -> tuple[list[list[tuple[str, int]]], list[tuple[str, int]]]:
+        """
+        Record the controller's multis (their partitions) and its writes of
+        one partition; C{before_first_batch} runs just before the first multi
+        reaches ZooKeeper (another writer gets there first).
+        """
+        batches: list[list[tuple[str, int]]] = []
+        single: list[tuple[str, int]] = []
+        real_batch, real_single = h.registry.set_partition_states, h.registry.set_partition_state
+
+        def set_partition_states(writes: list[PartitionStateWrite], *args: Any) -> defer.Deferred:
+            if not batches and before_first_batch is not None:
+                before_first_batch()
+            batches.append([(w.topic, w.partition) for w in writes])
+            return real_batch(writes, *args)
+
+        def set_partition_state(topic: str, partition: int, *args: Any, **kwargs: Any) -> defer.Deferred:
+            if kwargs.get("controller_epoch_zk_version") is not None:
+                single.append((topic, partition))
+            return real_single(topic, partition, *args, **kwargs)
+
+        h.registry.set_partition_states = set_partition_states  # type: ignore[method-assign]
+        h.registry.set_partition_state = set_partition_state  # type: ignore[method-assign]
+        return batches, single
+
+    def assert_settled_without(self, h: ControllerHarness, broker: int, partitions: int) -> None:
+        for p in range(partitions):
+            leader, _, isr = h.summary("t", p)
+            self.assertNotEqual(leader, broker)
+            self.assertNotIn(broker, isr)
+
+    @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.differing_executors])
+    @given(kinds=st.lists(st.sampled_from(range(len(ASSIGNMENTS))), min_size=1, max_size=2 * SETTLE_BATCH_SIZE + 30))
+    def test_a_failover_writes_in_batches(self, kinds: list[int]) -> None:
+        """
+        Every partition that needs a write gets exactly one, in a multi of up
+        to L{SETTLE_BATCH_SIZE} (or on its own when it is alone to decide in
+        its batch); the elections' batches come before the ISR shrinks'.
+        """
+        h = ControllerHarness(self, {"t": {p: ASSIGNMENTS[k] for p, k in enumerate(kinds)}})
+        batches, single = self.recorded(h)
+        h.broker_died(3)
+        self.assert_settled_without(h, 3, len(kinds))
+        needed = [("t", p) for p, k in enumerate(kinds) if 3 in ASSIGNMENTS[k]]
+        for p, k in enumerate(kinds):
+            written = 3 in ASSIGNMENTS[k]
+            self.assertEqual(h.state("t", p).zk_version, h.versions[("t", p)] + written)
+            self.assertEqual(h.state("t", p).leader_epoch, int(ASSIGNMENTS[k][0] == 3))
+        self.assertEqual(sorted(sum(batches, []) + single), sorted(needed))
+        self.assertTrue(all(2 <= len(batch) <= SETTLE_BATCH_SIZE for batch in batches))
+        # the keys are taken in batches of SETTLE_BATCH_SIZE, leaderless first: one multi per batch
+        # holding more than one that needs a write
+        ordered = [("t", p) for p, k in enumerate(kinds) if ASSIGNMENTS[k][0] == 3]
+        ordered += [("t", p) for p, k in enumerate(kinds) if ASSIGNMENTS[k][0] != 3]
+        chunks = [[key for key in ordered[i:i + SETTLE_BATCH_SIZE] if key in needed]
+                  for i in range(0, len(ordered), SETTLE_BATCH_SIZE)]
+        self.assertEqual(sorted(map(sorted, batches)), sorted(sorted(c) for c in chunks if len(c) > 1))
+        self.assertEqual(sorted(single), sorted(c[0] for c in chunks if len(c) == 1))
+        self.assertEqual(h.controller.elections, sum(1 for k in kinds if ASSIGNMENTS[k][0] == 3))
+
+    @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.differing_executors])
+    @given(partitions=st.integers(min_value=2, max_value=SETTLE_BATCH_SIZE + 20),
+           racing=st.integers(min_value=0, max_value=SETTLE_BATCH_SIZE - 1))
+    @example(partitions=SETTLE_BATCH_SIZE + 1, racing=SETTLE_BATCH_SIZE // 2).via("a second batch of one")
+    def test_a_stale_version_in_a_batch_writes_it_partition_by_partition(self, partitions: int, racing: int) -> None:
+        """
+        The leader of one partition of the first batch changes its ISR just
+        before the multi: nothing of the batch is written, then each of its
+        partitions is written on its own -- the changed one decided again
+        from its fresh state -- and the other batches are not held up.
+        """
+        racing %= min(partitions, SETTLE_BATCH_SIZE)  # a partition of the first batch
+        h = ControllerHarness(self, {"t": {p: [1, 2, 3] for p in range(partitions)}})
+
+        def leader_shrinks() -> None:  # broker 1 takes lagging 2 out; it does not know 3 is gone yet
+            h.wait(h.registry.set_partition_state("t", racing, 1, 0, [1, 3], 1,
+                                                  expected_version=h.versions[("t", racing)]))
+
+        batches, single = self.recorded(h, leader_shrinks)
+        h.broker_died(3)
+        for p in range(partitions):
+            self.assertEqual(h.summary("t", p), (1, 0, [1] if p == racing else [1, 2]))
+            # written once by the controller (and once by the leader): the refused batch wrote nothing
+            self.assertEqual(h.state("t", p).zk_version, h.versions[("t", p)] + 1 + (p == racing))
+        first = [("t", p) for p in range(min(partitions, SETTLE_BATCH_SIZE))]
+        self.assertEqual(batches[0], first)
+        # the refused batch's partitions one by one, the racing one twice (lost, then decided again);
+        # the second batch is a multi (or a write of its own when it is one partition)
+        rest = [("t", p) for p in range(SETTLE_BATCH_SIZE, partitions)]
+        self.assertEqual(sorted(single), sorted(first + [("t", racing)] + (rest if len(rest) == 1 else [])))
+        self.assertEqual(sum(batches[1:], []), rest if len(rest) > 1 else [])
+        self.assertEqual(h.controller._unsettled, set())
+
+    @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.differing_executors])
+    @given(partitions=st.integers(min_value=2, max_value=SETTLE_BATCH_SIZE + 20))
+    def test_a_deposed_controller_writes_no_batch(self, partitions: int) -> None:
+        """Another controller is elected just before the first multi: nothing is written, nothing one by one."""
+        h = ControllerHarness(self, {"t": {p: [3, 1, 2] for p in range(partitions)}})
+        before = [h.state("t", p) for p in range(partitions)]
+        other = FakeZooKeeperClient(h.server)
+        self.successResultOf(other.start())
+
+        def another_controller() -> None:
+            self.successResultOf(other.set("/controller_epoch", b"2"))
+
+        batches, single = self.recorded(h, another_controller)
+        h.broker_died(3)
+        self.assertEqual([h.state("t", p) for p in range(partitions)], before)
+        self.assertFalse(h.controller.active)
+        # the first multi was refused; nothing was written one by one after it
+        self.assertTrue(batches)
+        self.assertEqual((single, h.controller.elections), ([], 0))
+
+    @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.differing_executors])
+    @given(data=st.data(), partitions=st.integers(min_value=2, max_value=SETTLE_BATCH_SIZE))
+    def test_a_deleted_partition_in_a_batch_stays_deleted(self, data: Any, partitions: int) -> None:
+        """
+        One partition's state is deleted (its topic is being deleted) just
+        before the multi: the batch is refused, the others are written one by
+        one, the deleted one is not brought back and leaves the cache.
+        """
+        deleted = data.draw(st.integers(min_value=0, max_value=partitions - 1), label="deleted")
+        h = ControllerHarness(self, {"t": {p: [3, 1, 2] for p in range(partitions)}})
+
+        def delete_state() -> None:
+            self.successResultOf(h.zookeeper.delete(partition_state_path("t", deleted)))
+
+        batches, single = self.recorded(h, delete_state)
+        h.broker_died(3)
+        self.assertIsNone(h.state("t", deleted))
+        self.assertNotIn(("t", deleted), h.metadata.partition_states)
+        for p in range(partitions):
+            if p != deleted:
+                self.assertEqual(h.summary("t", p), (1, 1, [1, 2]))
+                self.assertEqual(h.state("t", p).zk_version, h.versions[("t", p)] + 1)
+        self.assertEqual(len(batches), 1)
+        self.assertEqual(sorted(single), [("t", p) for p in range(partitions)])
+        self.assertEqual(h.controller.elections, partitions - 1)
+        self.assertEqual(h.controller._unsettled, set())

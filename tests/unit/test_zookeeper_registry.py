@@ -25,7 +25,7 @@ from kafkatw.zookeeper.bridge import (
     ZooKeeperUnavailableError,
     parse_connect_string,
 )
-from kafkatw.zookeeper.registry import BrokerIdInUseError, Registry, assign_replicas
+from kafkatw.zookeeper.registry import BrokerIdInUseError, PartitionStateWrite, Registry, assign_replicas
 from kafkatw.zookeeper.zk_data import TopicAssignment, encode_topic, topic_id_from_string, topic_id_to_string
 
 
@@ -427,6 +427,75 @@ class ControllerTests(SynchronousTestCase):
         self.assertTrue(self.successResultOf(r2.elect_controller(2)))
         self.assertEqual(seen, [None, 1, None, 2])
         self.assertEqual(self.successResultOf(c1.get("/controller_epoch"))[0], b"2")
+
+
+class PartitionStatesBatchTests(SynchronousTestCase):
+    """Issue 32: L{Registry.set_partition_states}, many partitions' fenced, conditional writes in one multi."""
+
+    def setUp(self):
+        self.client = started()
+        self.registry = Registry(self.client)
+        self.successResultOf(self.registry.create_topic("t", {p: [1, 2] for p in range(4)}, {}))
+        self.versions = [self.successResultOf(self.registry.set_partition_state("t", p, 1, 0, [1, 2]))
+                         for p in range(4)]
+        self.successResultOf(self.client.create("/controller_epoch", b"3"))
+        self.fence_version = 0
+
+    def writes(self, versions=None):
+        """Partitions 0-3 elect broker 2 at epoch 1 (ELR of partition 0: [1])."""
+        return [PartitionStateWrite("t", p, 2, 1, [2], v, [1] if p == 0 else None)
+                for p, v in enumerate(self.versions if versions is None else versions)]
+
+    def states(self):
+        return [self.successResultOf(self.registry.get_partition_state("t", p)) for p in range(4)]
+
+    def test_every_state_written_at_once(self):
+        versions = self.successResultOf(self.registry.set_partition_states(self.writes(), 3, self.fence_version))
+        self.assertEqual(versions, [v + 1 for v in self.versions])
+        states = self.states()
+        self.assertEqual([(s.leader, s.leader_epoch, s.isr, s.controller_epoch, s.zk_version) for s in states],
+                         [(2, 1, [2], 3, v + 1) for v in self.versions])
+        self.assertEqual([s.elr for s in states], [[1], [], [], []])
+        # the same bytes as one partition's write
+        data, _ = self.successResultOf(self.client.get("/brokers/topics/t/partitions/1/state"))
+        self.successResultOf(self.registry.set_partition_state("t", 3, 2, 1, [2], 3, expected_version=versions[3]))
+        self.assertEqual(self.successResultOf(self.client.get("/brokers/topics/t/partitions/3/state"))[0], data)
+        self.assertEqual(self.successResultOf(self.registry.set_partition_states([], 3, self.fence_version)), [])
+
+    def test_a_stale_version_in_the_middle_writes_nothing(self):
+        # the leader of partition 2 changes its ISR after the controller read it
+        self.successResultOf(self.registry.set_partition_state("t", 2, 1, 0, [1], expected_version=self.versions[2]))
+        before = self.states()
+        failure = self.failureResultOf(self.registry.set_partition_states(self.writes(), 3, self.fence_version),
+                                       BadVersionError)
+        self.assertEqual(failure.value.op_index, 2)
+        self.assertIn("/brokers/topics/t/partitions/2/state changed", str(failure.value))
+        self.assertNotIn("/controller_epoch", str(failure.value))
+        self.assertEqual(self.states(), before)
+
+    def test_a_deleted_state_writes_nothing_and_is_not_brought_back(self):
+        self.successResultOf(self.client.delete("/brokers/topics/t/partitions/3/state"))
+        before = self.states()
+        failure = self.failureResultOf(self.registry.set_partition_states(self.writes(), 3, self.fence_version),
+                                       BadVersionError)
+        self.assertEqual(failure.value.op_index, 3)
+        self.assertIn("was deleted", str(failure.value))
+        self.assertEqual(self.states(), before)
+        self.assertIsNone(before[3])
+
+    def test_a_deposed_controller_writes_nothing(self):
+        before = self.states()
+        self.successResultOf(self.client.set("/controller_epoch", b"4"))  # another controller was elected
+        failure = self.failureResultOf(self.registry.set_partition_states(self.writes(), 3, self.fence_version),
+                                       BadVersionError)
+        self.assertIsNone(failure.value.op_index)
+        self.assertIn("/controller_epoch", str(failure.value))
+        self.assertEqual(self.states(), before)
+        self.successResultOf(self.client.delete("/controller_epoch"))
+        failure = self.failureResultOf(self.registry.set_partition_states(self.writes(), 3, self.fence_version),
+                                       BadVersionError)
+        self.assertIn("/controller_epoch", str(failure.value))
+        self.assertEqual(self.states(), before)
 
 
 class FakeMatchesRealTests(SynchronousTestCase):
