@@ -96,6 +96,9 @@ class BrokerCollector:
         request_metrics = getattr(self.server, "request_metrics", None)
         if request_metrics is not None:
             yield from request_metrics.families()
+        for pauses in (getattr(self.server, "gc_pauses", None), getattr(self.server, "event_loop_lag", None)):
+            if pauses is not None:  # kafkatw/broker/pauses.py
+                yield from pauses.families()
         lag_monitor = getattr(self.server, "lag_monitor", None)
         controller = getattr(self.server, "controller", None)
         if lag_monitor is None or controller is None or not controller.active:

@@ -292,6 +292,10 @@ class KafkaServer(service.MultiService):
         #: (L{kafkatw.broker.metrics.RequestMetrics}, L{kafkatw.web.lag.LagMonitor}).
         self.request_metrics: Any = None
         self.lag_monitor: Any = None
+        #: With the HTTP port: the garbage collector's pauses and the event loop's lag
+        #: (L{kafkatw.broker.pauses.GcPauses}, L{kafkatw.broker.pauses.EventLoopLag}).
+        self.gc_pauses: Any = None
+        self.event_loop_lag: Any = None
         self._lag_admin: Any = None
         self.ready: defer.Deferred[None] = defer.Deferred()
         self.start_error: str | None = None
@@ -765,6 +769,10 @@ class KafkaServer(service.MultiService):
                 connection.transport.loseConnection()
 
     async def _unbind(self) -> None:
+        if self.gc_pauses is not None:
+            self.gc_pauses.uninstall()
+        if self.event_loop_lag is not None:
+            self.event_loop_lag.stop()
         for port in self._listening_ports:
             await port.stopListening()
         self._listener_factories.clear()
@@ -824,8 +832,14 @@ class KafkaServer(service.MultiService):
         from twisted.web.server import Site
 
         from .metrics import RequestMetrics, metrics_registry
+        from .pauses import EventLoopLag, GcPauses
 
         self.request_metrics = RequestMetrics(self.reactor.seconds)
+        self.gc_pauses = GcPauses()
+        self.gc_pauses.install()
+        if self.config["metrics.event.loop.lag.interval.ms"] > 0:
+            self.event_loop_lag = EventLoopLag(self.reactor, self.config["metrics.event.loop.lag.interval.ms"] / 1000)
+            self.event_loop_lag.start()
         metrics = MetricsResource(registry=metrics_registry(self))
         if self.http is not None:
             site = self.http.site(self, metrics)

@@ -375,3 +375,7 @@ class MetricsTests(unittest.TestCase):
             self.assertRegex(text, r"kafka_server_brokertopicmetrics_messagesin_total 25\.0")
             self.assertRegex(text, r'kafka_log_log_logendoffset\{partition="0",topic="measured"\} 25\.0')
             self.assertTrue(re.search(r'kafka_network_requestmetrics_requests_total\{request="Produce"\} \d', text))
+            # the broker's pauses (kafkatw/broker/pauses.py): its event loop timer ran, every generation is listed
+            self.assertGreater(float(re.search(r"kafkatw_event_loop_lag_seconds_count (\S+)", text)[1]), 0)
+            for generation in "012":
+                self.assertRegex(text, rf'kafkatw_gc_pause_max_seconds\{{generation="{generation}"\}} \d')

@@ -662,6 +662,7 @@ class BrokerHttpTests(unittest.SynchronousTestCase):
         reactor = MemoryReactorClock()
         server = KafkaServer(BrokerConfig({"metrics.port": "0"}), reactor, http=http)
         self.successResultOf(defer.Deferred.fromCoroutine(server._start_metrics(0)))
+        self.addCleanup(server.gc_pauses.uninstall)  # the broker's gc.callbacks entry (kafkatw/broker/pauses.py)
         [(_port, site, _backlog, interface)] = reactor.tcpServers
         self.assertEqual(interface, "127.0.0.1")
         return server, site
