@@ -1298,9 +1298,10 @@ class FakeZooKeeperClient:
             try:
                 return self.server.multi(ops, self._session or 0)[1]
             except ZooKeeperError as e:
-                if e.op_index == 0:
-                    raise type(e)(f"{fence_path} changed (expected version {fence_version})") from None
-                raise type(e)(f"{path}: {e} (expected version {version})") from None
+                failed = type(e)(f"{fence_path} changed (expected version {fence_version})" if e.op_index == 0
+                                 else f"{path}: {e} (expected version {version})")
+                failed.op_index = e.op_index
+                raise failed from None
 
         return self._op(self._sized(go, ("check", self._abs(fence_path), b""), ("set", self._abs(path), value)))
 

@@ -90,7 +90,7 @@ from twisted.python.failure import Failure
 
 from ..errors import ErrorCode
 from ..zookeeper.bridge import BadVersionError, ZooKeeperError
-from ..zookeeper.registry import PartitionStateWrite
+from ..zookeeper.registry import ControllerMovedError, PartitionStateWrite
 from ..zookeeper.zk_data import LOG_DIR_EVENT_NOTIFICATION_PATH, PartitionState, TopicAssignment
 from .partition import next_eligible_leader_replicas
 
@@ -426,13 +426,10 @@ class KafkaController:
             term = self._epoch_zk_version
             try:
                 await event()
-            except BadVersionError as e:
-                if "/controller_epoch" in str(e):
-                    if self._epoch_zk_version == term:
-                        _log.warn("another controller was elected: {error}", error=e)
-                        self.resign()
-                else:
-                    raise
+            except ControllerMovedError as e:
+                if self._epoch_zk_version == term:
+                    _log.warn("another controller was elected: {error}", error=e)
+                    self.resign()
 
         done: defer.Deferred = defer.Deferred()
         done.addErrback(lambda f: _log.failure("controller event failed", f))
@@ -849,7 +846,7 @@ class KafkaController:
         multi, so a failover's thousands of elections take a few dozen round
         trips and ZooKeeper transactions, not one each.
 
-        @raise BadVersionError: another controller was elected (the first
+        @raise ControllerMovedError: another controller was elected (the first
             such failure; the other workers stop at their next batch).
         """
         batches = [keys[i:i + SETTLE_BATCH_SIZE] for i in range(0, len(keys), SETTLE_BATCH_SIZE)]
@@ -869,7 +866,7 @@ class KafkaController:
         once) -- the changed one fails, is re-read and decided again, the
         others are written.  A lone decision is written on its own.
 
-        @raise BadVersionError: another controller was elected.
+        @raise ControllerMovedError: another controller was elected.
         """
         decided: list[tuple[tuple[str, int], Any, Decision]] = []
         for key in keys:
@@ -882,9 +879,9 @@ class KafkaController:
                       for key, state, decision in decided]
             try:
                 versions = await self.registry.set_partition_states(writes, self.epoch, self._epoch_zk_version)
+            except ControllerMovedError:
+                raise
             except BadVersionError as e:
-                if "/controller_epoch" in str(e):
-                    raise
                 _log.info("{count} partitions' states written one by one: {error}", count=len(writes), error=e)
             else:
                 for (key, state, decision), write, version in zip(decided, writes, versions):
@@ -911,7 +908,7 @@ class KafkaController:
         L{MAX_SETTLE_ATTEMPTS} writes the partition is left to a re-run.
 
         @return: whether the partition is settled.
-        @raise BadVersionError: another controller was elected (the event ends).
+        @raise ControllerMovedError: another controller was elected (the event ends).
         """
         for _ in range(MAX_SETTLE_ATTEMPTS):
             state = self.metadata.partition_states.get(key)
@@ -1176,7 +1173,7 @@ class KafkaController:
         nothing is written: the caller decides again from it.
 
         @return: whether it was written.
-        @raise BadVersionError: another controller was elected.
+        @raise ControllerMovedError: another controller was elected.
         """
         write = self._planned((topic, partition), state, leader, isr, new_epoch)
         try:
@@ -1184,9 +1181,9 @@ class KafkaController:
                 topic, partition, leader, write.leader_epoch, write.isr, self.epoch,
                 expected_version=state.zk_version, controller_epoch_zk_version=self._epoch_zk_version,
                 elr=write.elr)
-        except BadVersionError as e:
-            if "/controller_epoch" in str(e):
-                raise
+        except ControllerMovedError:
+            raise
+        except BadVersionError:
             fresh = await self.registry.get_partition_state(topic, partition)
             _log.info("{topic}-{partition}: state changed under the controller; re-read", topic=topic,
                       partition=partition)

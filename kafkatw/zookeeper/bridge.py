@@ -585,8 +585,9 @@ class ZooKeeperClient:
         era C{KafkaZkClient.checkedEphemeral}/C{MultiRequest}).
 
         @return: a Deferred firing with C{path}'s new L{ZnodeStat}.
-        @raise BadVersionError: C{fence_path} or C{path} changed (the message says which).
-        @raise NoNodeError: either node is missing.
+        @raise BadVersionError: C{fence_path} or C{path} changed (the message
+            says which; C{op_index} is 0 for C{fence_path}, 1 for C{path}).
+        @raise NoNodeError: either node is missing (C{op_index} as above).
         """
 
         def commit() -> Any:
@@ -599,10 +600,14 @@ class ZooKeeperClient:
             check, stat = values
             if isinstance(check, BaseException) and not isinstance(check, _kz_exceptions.RolledBackError):
                 error = _translate(check)
-                raise type(error)(f"{fence_path} changed (expected version {fence_version})")
+                failed = type(error)(f"{fence_path} changed (expected version {fence_version})")
+                failed.op_index = 0
+                raise failed
             if isinstance(stat, BaseException):
                 error = _translate(stat)
-                raise type(error)(f"{path}: {error} (expected version {version})")
+                failed = type(error)(f"{path}: {error} (expected version {version})")
+                failed.op_index = 1
+                raise failed
             return _stat(stat)
 
         return self._call(commit).addCallback(results)

@@ -130,6 +130,7 @@ __all__ = [
     "assign_replicas",
     "MULTI_MAX_BYTES",
     "PartitionStateWrite",
+    "ControllerMovedError",
 ]
 
 _log = Logger()
@@ -170,6 +171,22 @@ class PartitionStateWrite(NamedTuple):
     isr: list[int]
     expected_version: int
     elr: list[int] | None = None
+
+
+class ControllerMovedError(BadVersionError):
+    """
+    A controller's write, fenced by C{/controller_epoch}'s version, found it
+    at another version or gone: another controller was elected since
+    (Kafka's C{ControllerMovedException}).  Nothing was written.
+    """
+
+
+def _controller_moved(error: ZooKeeperError, controller_epoch_zk_version: int) -> ControllerMovedError | None:
+    """The L{ControllerMovedError} of a failed fenced write whose fence was C{/controller_epoch}, else C{None}."""
+    if error.op_index != 0:
+        return None
+    return ControllerMovedError(f"{CONTROLLER_EPOCH_PATH} changed or is gone (expected version "
+                                f"{controller_epoch_zk_version}): another controller was elected")
 
 
 class FencedError(ZooKeeperError):
@@ -671,7 +688,7 @@ class Registry(_AclMethods):
             C{/controller_epoch} as the controller's partition-state writes are.
         @return: a Deferred firing with the assignment written (or C{None}).
         @raise UnknownTopicOrPartitionError: the topic does not exist.
-        @raise BadVersionError: another controller was elected (fenced writes only).
+        @raise ControllerMovedError: another controller was elected (fenced writes only).
         """
 
         async def go() -> TopicAssignment | None:
@@ -689,11 +706,12 @@ class Registry(_AclMethods):
                     else:
                         await self.client.set(path, data, version=current.zk_version)
                     return new
-                except NoNodeError:
-                    raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist") from None
-                except BadVersionError as e:
-                    if CONTROLLER_EPOCH_PATH in str(e):
-                        raise
+                except (NoNodeError, BadVersionError) as e:
+                    if controller_epoch_zk_version is not None and (
+                            moved := _controller_moved(e, controller_epoch_zk_version)) is not None:
+                        raise moved from None
+                    if isinstance(e, NoNodeError):
+                        raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist") from None
                     continue  # changed since read: apply the change to the new assignment
 
         return _deferred(go())
@@ -1004,9 +1022,10 @@ class Registry(_AclMethods):
             while C{/controller_epoch} still has this version (the controller's
             fence: a deposed controller's writes fail).
         @return: a Deferred firing with the new znode version.
-        @raise BadVersionError: another writer changed the state, or another
-            controller was elected, since; or a conditional or fenced write
-            found no state (deleted meanwhile).
+        @raise ControllerMovedError: another controller was elected (fenced
+            writes only).
+        @raise BadVersionError: another writer changed the state since; or a
+            conditional or fenced write found no state (deleted meanwhile).
         @param elr: the eligible leader replicas (L{PartitionState.elr}); none when not given.
         """
 
@@ -1020,7 +1039,12 @@ class Registry(_AclMethods):
                 else:
                     stat = await self.client.set(path, data, version=expected_version)
                 return stat.version
-            except NoNodeError:
+            except (NoNodeError, BadVersionError) as e:
+                if controller_epoch_zk_version is not None and (
+                        moved := _controller_moved(e, controller_epoch_zk_version)) is not None:
+                    raise moved from None
+                if isinstance(e, BadVersionError):
+                    raise
                 # Only an unconditional, unfenced write creates the state (AdminManager's, for a new
                 # partition); a conditional or a controller's write to a state deleted meanwhile (the
                 # topic is being deleted) must not bring it back.
@@ -1045,10 +1069,9 @@ class Registry(_AclMethods):
 
         @param controller_epoch: the epoch written into each state.
         @return: a Deferred firing with the new znode versions, in the order of C{writes}.
-        @raise BadVersionError: another controller was elected (the message
-            names C{/controller_epoch}, C{op_index} is C{None}); or the
-            state of C{writes[op_index]} changed or was deleted since it was
-            read.  Nothing was written.
+        @raise ControllerMovedError: another controller was elected.
+        @raise BadVersionError: the state of C{writes[op_index]} changed or
+            was deleted since it was read.  Nothing was written.
         """
 
         async def go() -> list[int]:
@@ -1064,9 +1087,8 @@ class Registry(_AclMethods):
             except (BadVersionError, NoNodeError) as e:
                 if e.op_index is None:
                     raise
-                if e.op_index == 0:
-                    raise BadVersionError(f"{CONTROLLER_EPOCH_PATH} changed (expected version "
-                                          f"{controller_epoch_zk_version})") from None
+                if (moved := _controller_moved(e, controller_epoch_zk_version)) is not None:
+                    raise moved from None
                 failed = writes[e.op_index - 1]
                 what = "was deleted" if isinstance(e, NoNodeError) else "changed"
                 error = BadVersionError(f"{partition_state_path(failed.topic, failed.partition)} {what} (expected "

@@ -291,9 +291,9 @@ class ControllerTests(unittest.TestCase):
 class ControllerRetryTests(unittest.TestCase):
     """Issue 27: a controller write that lost to the leader's is decided again, never dropped."""
 
-    def racing_leader(self, h: ControllerHarness, wins: int, isr: list[int]) -> list[int]:
+    def racing_leader(self, h: ControllerHarness, wins: int, isr: list[int], topic: str = "t") -> list[int]:
         """
-        Before each of the controller's next C{wins} writes of C{t-0}, the
+        Before each of the controller's next C{wins} writes of C{topic}-0, the
         leader's ISR write (to C{isr}) lands first.
 
         @return: the controller's write attempts, as their expected zkVersions.
@@ -301,17 +301,17 @@ class ControllerRetryTests(unittest.TestCase):
         real = h.registry.set_partition_state
         attempts: list[int] = []
 
-        def set_partition_state(topic: str, partition: int, leader: int, leader_epoch: int, new_isr: list[int],
+        def set_partition_state(name: str, partition: int, leader: int, leader_epoch: int, new_isr: list[int],
                                 controller_epoch: int = 1, expected_version: int = -1,
                                 controller_epoch_zk_version: int | None = None,
                                 elr: list[int] | None = None) -> defer.Deferred:
-            if controller_epoch_zk_version is not None and (topic, partition) == ("t", 0):
+            if controller_epoch_zk_version is not None and (name, partition) == (topic, 0):
                 attempts.append(expected_version)
                 if len(attempts) <= wins:
-                    current = h.state(topic, partition)
-                    h.wait(real(topic, partition, current.leader, current.leader_epoch, isr, 1,
+                    current = h.state(name, partition)
+                    h.wait(real(name, partition, current.leader, current.leader_epoch, isr, 1,
                                 expected_version=current.zk_version))
-            return real(topic, partition, leader, leader_epoch, new_isr, controller_epoch, expected_version,
+            return real(name, partition, leader, leader_epoch, new_isr, controller_epoch, expected_version,
                         controller_epoch_zk_version, elr)
 
         real_batch = h.registry.set_partition_states
@@ -319,11 +319,11 @@ class ControllerRetryTests(unittest.TestCase):
         def set_partition_states(writes: list[PartitionStateWrite], controller_epoch: int,
                                  controller_epoch_zk_version: int) -> defer.Deferred:
             for write in writes:
-                if (write.topic, write.partition) == ("t", 0):
+                if (write.topic, write.partition) == (topic, 0):
                     attempts.append(write.expected_version)
                     if len(attempts) <= wins:
-                        current = h.state("t", 0)
-                        h.wait(real("t", 0, current.leader, current.leader_epoch, isr, 1,
+                        current = h.state(topic, 0)
+                        h.wait(real(topic, 0, current.leader, current.leader_epoch, isr, 1,
                                     expected_version=current.zk_version))
             return real_batch(writes, controller_epoch, controller_epoch_zk_version)
 
@@ -338,6 +338,24 @@ class ControllerRetryTests(unittest.TestCase):
         h.broker_died(3)
         self.assertEqual(h.summary("t", 0), (1, 0, [1]))
         self.assertEqual(attempts, [h.versions[("t", 0)], h.versions[("t", 0)] + 1])
+
+    def test_a_topic_named_controller_epoch_is_not_taken_for_a_new_controller(self) -> None:
+        """
+        A lost write of C{/brokers/topics/controller_epoch/partitions/0/state},
+        alone or in a batch, is decided again; the controller does not resign
+        (its fence is told by the error's type, not by a path in its message).
+        """
+        for partitions in (1, 2):
+            h = ControllerHarness(self, {"controller_epoch": {p: [1, 2, 3] for p in range(partitions)}})
+            attempts = self.racing_leader(h, 1, [1, 3], topic="controller_epoch")
+            h.broker_died(3)
+            self.assertTrue(h.controller.active, partitions)
+            # alone: lost, then decided again; in a batch: the refused batch, its lone write from the stale
+            # state (lost), then decided again from the state re-read
+            self.assertEqual(len(attempts), 2 if partitions == 1 else 3, partitions)
+            self.assertEqual(h.summary("controller_epoch", 0), (1, 0, [1]))  # the leader shrank 2 out first
+            for p in range(1, partitions):
+                self.assertEqual(h.summary("controller_epoch", p), (1, 0, [1, 2]))
 
     def test_a_leader_winning_every_attempt_leaves_the_partition_to_a_re_run(self) -> None:
         h = ControllerHarness(self, {"t": {0: [1, 2, 3], 1: [2, 3, 1]}})

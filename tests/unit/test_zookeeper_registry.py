@@ -25,7 +25,8 @@ from kafkatw.zookeeper.bridge import (
     ZooKeeperUnavailableError,
     parse_connect_string,
 )
-from kafkatw.zookeeper.registry import BrokerIdInUseError, PartitionStateWrite, Registry, assign_replicas
+from kafkatw.zookeeper.registry import (BrokerIdInUseError, ControllerMovedError, PartitionStateWrite, Registry,
+                                       assign_replicas)
 from kafkatw.zookeeper.zk_data import TopicAssignment, encode_topic, topic_id_from_string, topic_id_to_string
 
 
@@ -487,15 +488,38 @@ class PartitionStatesBatchTests(SynchronousTestCase):
         before = self.states()
         self.successResultOf(self.client.set("/controller_epoch", b"4"))  # another controller was elected
         failure = self.failureResultOf(self.registry.set_partition_states(self.writes(), 3, self.fence_version),
-                                       BadVersionError)
+                                       ControllerMovedError)
         self.assertIsNone(failure.value.op_index)
         self.assertIn("/controller_epoch", str(failure.value))
         self.assertEqual(self.states(), before)
         self.successResultOf(self.client.delete("/controller_epoch"))
         failure = self.failureResultOf(self.registry.set_partition_states(self.writes(), 3, self.fence_version),
-                                       BadVersionError)
+                                       ControllerMovedError)
         self.assertIn("/controller_epoch", str(failure.value))
         self.assertEqual(self.states(), before)
+
+    def test_a_deposed_controllers_lone_write_is_told_by_its_type(self):
+        """
+        L{Registry.set_partition_state} fenced by a changed or deleted
+        C{/controller_epoch}: L{ControllerMovedError}; a lost race on the state
+        of a topic named C{controller_epoch}: a plain L{BadVersionError}.
+        """
+        self.successResultOf(self.registry.create_topic("controller_epoch", {0: [1]}))
+        version = self.successResultOf(self.registry.set_partition_state("controller_epoch", 0, 1, 0, [1]))
+        failure = self.failureResultOf(self.registry.set_partition_state(
+            "controller_epoch", 0, 1, 1, [1], 3, expected_version=version + 1,
+            controller_epoch_zk_version=self.fence_version), BadVersionError)
+        self.assertNotIsInstance(failure.value, ControllerMovedError)
+        self.successResultOf(self.client.set("/controller_epoch", b"4"))
+        self.failureResultOf(self.registry.set_partition_state(
+            "controller_epoch", 0, 1, 1, [1], 3, expected_version=version,
+            controller_epoch_zk_version=self.fence_version), ControllerMovedError)
+        self.successResultOf(self.client.delete("/controller_epoch"))
+        self.failureResultOf(self.registry.set_partition_state(
+            "controller_epoch", 0, 1, 1, [1], 3, expected_version=version,
+            controller_epoch_zk_version=self.fence_version), ControllerMovedError)
+        self.assertEqual(self.successResultOf(self.registry.get_partition_state("controller_epoch", 0)).zk_version,
+                         version)
 
 
 class FakeMatchesRealTests(SynchronousTestCase):
@@ -546,7 +570,7 @@ class TopicAssignmentUpdateTests(SynchronousTestCase):
         _, fence = registry.controller_epoch
         self.successResultOf(registry.client.set("/controller_epoch", b"9"))  # another controller since
         failure = self.failureResultOf(registry.update_topic_assignment(
-            "t", lambda current: TopicAssignment("t", current.topic_id, {0: [2]}), fence), BadVersionError)
+            "t", lambda current: TopicAssignment("t", current.topic_id, {0: [2]}), fence), ControllerMovedError)
         self.assertIn("/controller_epoch", str(failure.value))
         self.assertEqual(self.successResultOf(registry.get_topic("t")).partitions, {0: [1]})
 
