@@ -89,7 +89,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from ..errors import ErrorCode
-from ..zookeeper.bridge import BadVersionError, ZooKeeperError
+from ..zookeeper.bridge import BadVersionError, ZooKeeperError, ZooKeeperUnavailableError, next_connected
 from ..zookeeper.registry import ControllerMovedError, PartitionStateWrite
 from ..zookeeper.zk_data import LOG_DIR_EVENT_NOTIFICATION_PATH, PartitionState, TopicAssignment
 from .partition import next_eligible_leader_replicas
@@ -417,19 +417,34 @@ class KafkaController:
         controller resigns -- unless it was elected again since the event
         began (the fenced write was the earlier term's): resigning then would
         leave the cluster without a controller while this broker holds
-        C{/controller}.
+        C{/controller}.  An event that loses its ZooKeeper connection
+        (L{ZooKeeperUnavailableError}) runs again from its start once the
+        connection is back, while this broker is still the controller of the
+        same term (Kafka's C{retryRequestsUntilConnected}): an event decides
+        from the states it reads, so what it wrote before the loss is not
+        written twice, and nothing it was to do is left for an event that
+        may never come.
         """
 
         async def go() -> None:
             if not self.active:
                 return
             term = self._epoch_zk_version
-            try:
-                await event()
-            except ControllerMovedError as e:
-                if self._epoch_zk_version == term:
-                    _log.warn("another controller was elected: {error}", error=e)
-                    self.resign()
+            while True:
+                try:
+                    await event()
+                    return
+                except ControllerMovedError as e:
+                    if self._epoch_zk_version == term:
+                        _log.warn("another controller was elected: {error}", error=e)
+                        self.resign()
+                    return
+                except ZooKeeperUnavailableError as e:
+                    _log.info("controller event interrupted ({error}); it runs again once ZooKeeper is back",
+                              error=e)
+                    await next_connected(self.registry.client)
+                    if not self.active or self._epoch_zk_version != term:
+                        return
 
         done: defer.Deferred = defer.Deferred()
         done.addErrback(lambda f: _log.failure("controller event failed", f))

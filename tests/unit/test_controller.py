@@ -288,6 +288,37 @@ class ControllerTests(unittest.TestCase):
         self.assertEqual(h.controller.elections, 1)
 
 
+class ConnectionLossTests(unittest.TestCase):
+    """An event that loses its ZooKeeper connection runs again once it is back (Kafka's retryRequestsUntilConnected)."""
+
+    def test_an_event_that_lost_zookeeper_runs_again_once_it_is_back(self) -> None:
+        h = ControllerHarness(self, {"t": {0: [3, 2, 1], 1: [1, 2, 3]}}, states={("t", 0): (3, [3, 1, 2])})
+        brokers = dict(h.metadata.brokers)
+        del brokers[3]
+        h.metadata.set_brokers(brokers)
+        h.zookeeper.disconnect()  # the event's first read fails with ConnectionLoss
+        done = h.controller.brokers_changed(brokers)
+        self.assertNoResult(done)
+        h.zookeeper.reconnect()
+        self.successResultOf(done)
+        self.assertTrue(h.controller.active)
+        self.assertEqual(h.summary("t", 0), (2, 1, [1, 2]))  # elected, and 3 out of every ISR
+        self.assertEqual(h.summary("t", 1), (1, 0, [1, 2]))
+
+    def test_an_event_of_an_earlier_term_is_not_run_again(self) -> None:
+        """Deposed while the connection was gone: the event ends, nothing is written."""
+        h = ControllerHarness(self, {"t": {0: [3, 2, 1]}}, states={("t", 0): (3, [3, 1, 2])})
+        brokers = dict(h.metadata.brokers)
+        del brokers[3]
+        h.metadata.set_brokers(brokers)
+        h.zookeeper.disconnect()
+        done = h.controller.brokers_changed(brokers)
+        h.controller.resign()  # another broker holds /controller now
+        h.zookeeper.reconnect()
+        self.successResultOf(done)
+        self.assertEqual(h.state("t", 0).zk_version, h.versions[("t", 0)])
+
+
 class ControllerRetryTests(unittest.TestCase):
     """Issue 27: a controller write that lost to the leader's is decided again, never dropped."""
 
