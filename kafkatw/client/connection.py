@@ -28,7 +28,7 @@ from twisted.logger import Logger
 
 from ..errors import ErrorCode, KafkaError, kafka_error
 from ..protocol.framing import FrameBuffer, FrameSizeError
-from ..protocol.messages import decode_response, encode_request
+from ..protocol.messages import decode_response, encode_request, request_schema
 
 __all__ = [
     "CLIENT_VERSIONS",
@@ -44,6 +44,8 @@ __all__ = [
 _log = Logger()
 _SIZE = struct.Struct(">i")
 _CORRELATION = struct.Struct(">i")
+_INT16 = struct.Struct(">h")
+_SIZE_HEADER = struct.Struct(">ihhi")  # frame size, api key, api version, correlation id
 
 #: API key -> (min, max) versions kafkatw's clients speak.
 CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
@@ -158,13 +160,13 @@ def parse_bootstrap_servers(bootstrap_servers: str | list[str]) -> list[tuple[st
 
 
 class _Pending:
-    __slots__ = ("deferred", "api_key", "version", "timer")
+    __slots__ = ("deferred", "api_key", "version", "deadline")
 
-    def __init__(self, deferred: defer.Deferred, api_key: int, version: int, timer: Any) -> None:
+    def __init__(self, deferred: defer.Deferred, api_key: int, version: int, deadline: float) -> None:
         self.deferred = deferred
         self.api_key = api_key
         self.version = version
-        self.timer = timer
+        self.deadline = deadline  # reactor seconds
 
 
 class BrokerConnection(Protocol):
@@ -184,6 +186,13 @@ class BrokerConnection(Protocol):
         self.connected = False
         self.lost: defer.Deferred[None] = defer.Deferred()
         self._pending: dict[int, _Pending] = {}
+        # ONE timer for the request timeouts of the connection, armed for the
+        # earliest deadline: not a timer made and cancelled per request (a
+        # producer at linger_ms=0 sends a request per record).  It is left
+        # armed when a response arrives, and when it fires with nothing due it
+        # is armed again only for the requests still pending.
+        self._timeout_call: Any = None
+        self._header_rests: dict[tuple[int, int], tuple[bytes, bool]] = {}
         self._next_correlation_id = 0
         # A response has at least a correlation id; its size is bounded only by memory.
         self._frames = FrameBuffer(max_size=0x7FFFFFFF, min_size=4)
@@ -213,8 +222,6 @@ class BrokerConnection(Protocol):
             _log.warn("response with unknown correlation id {cid} from broker {node}", cid=correlation_id,
                       node=self.node_id)
             return
-        if pending.timer is not None and pending.timer.active():
-            pending.timer.cancel()
         try:
             _cid, response = decode_response(pending.api_key, pending.version, frame)
         except Exception as e:
@@ -226,9 +233,11 @@ class BrokerConnection(Protocol):
     def connectionLost(self, reason: Any = None) -> None:
         self.connected = False
         pending, self._pending = self._pending, {}
+        if self._timeout_call is not None:
+            if self._timeout_call.active():
+                self._timeout_call.cancel()
+            self._timeout_call = None
         for p in pending.values():
-            if p.timer is not None and p.timer.active():
-                p.timer.cancel()
             p.deferred.errback(BrokerConnectionError(f"connection to broker {self.node_id} lost{_why(reason)}"))
         if not self.lost.called:
             self.lost.callback(None)
@@ -255,17 +264,60 @@ class BrokerConnection(Protocol):
         correlation_id = self._next_correlation_id
         self._next_correlation_id = (correlation_id + 1) & 0x7FFFFFFF
         try:
-            frame = encode_request(api_key, version, correlation_id, self.client_id, body)
+            encode_body = getattr(body, "encode_body", None)
+            if encode_body is not None:
+                # A body that encodes itself (the producer's Produce, the
+                # consumer's Fetch): the header's constant part (client id,
+                # tagged fields) is encoded once per API version.
+                rest = self._header_rests.get((api_key, version))
+                if rest is None:
+                    rest = self._header_rest(api_key, version)
+                payload = encode_body(version, rest[1])
+                data = _SIZE_HEADER.pack(8 + len(rest[0]) + len(payload), api_key, version,
+                                         correlation_id) + rest[0] + payload
+            else:
+                frame = encode_request(api_key, version, correlation_id, self.client_id, body)
+                data = _SIZE.pack(len(frame)) + frame
         except Exception as e:
             return defer.fail(e)
-        self.transport.writeSequence([_SIZE.pack(len(frame)), frame])
+        self.transport.write(data)
         if not expect_response:
             return defer.succeed(None)
         d: defer.Deferred = defer.Deferred()
-        timeout_ms = self.request_timeout_ms if timeout_ms is None else timeout_ms
-        timer = self.reactor.callLater(timeout_ms / 1000.0, self._timed_out, correlation_id)
-        self._pending[correlation_id] = _Pending(d, api_key, version, timer)
+        delay = (self.request_timeout_ms if timeout_ms is None else timeout_ms) / 1000.0
+        now = self.reactor.seconds()
+        self._pending[correlation_id] = _Pending(d, api_key, version, now + delay)
+        call = self._timeout_call
+        if call is None:
+            self._timeout_call = self.reactor.callLater(delay, self._check_timeouts)
+        elif call.getTime() > now + delay:
+            call.reset(delay)
         return d
+
+    def _header_rest(self, api_key: int, version: int) -> tuple[bytes, bool]:
+        """(the request header after the correlation id, whether the version is flexible), kept per version."""
+        flexible = bool(request_schema(api_key, version).__flexible__)
+        client = self.client_id.encode() if self.client_id is not None else None
+        rest = _INT16.pack(-1) if client is None else _INT16.pack(len(client)) + client
+        if flexible:
+            rest += b"\x00"  # the header's tagged fields
+        self._header_rests[(api_key, version)] = value = (rest, flexible)
+        return value
+
+    def _check_timeouts(self) -> None:
+        """The timeout timer fired: fail the requests past their deadline; arm it for the next one."""
+        self._timeout_call = None
+        now = self.reactor.seconds()
+        for correlation_id in [cid for cid, p in self._pending.items() if p.deadline <= now + 1e-9]:
+            self._timed_out(correlation_id)
+        if self._pending and self.connected:
+            soonest = min(p.deadline for p in self._pending.values())
+            delay = max(0.0, soonest - now)
+            call = self._timeout_call  # (a request made by a failed request's errback armed it)
+            if call is None:
+                self._timeout_call = self.reactor.callLater(delay, self._check_timeouts)
+            elif call.getTime() > soonest:
+                call.reset(delay)
 
     def _timed_out(self, correlation_id: int) -> None:
         pending = self._pending.pop(correlation_id, None)

@@ -328,18 +328,24 @@ class RecordAccumulator:
         state.open = batch
         self.open[state] = batch
         self.incomplete.add(batch)
-        if self.flushes_in_progress:
+        if self.flushes_in_progress or not self.linger_ms:
             # As Java's accumulator while a flush is in progress: the batch is
             # ready now.  It is sealed by the sender's next pass (once it can
             # be sent), so that the records appended until then share it.
+            # With linger_ms=0 every batch is ready at once the same way: no
+            # linger timer per batch, one reactor turn between send and request.
             self.lingered.add(state)
             self.wakeup()
-        if self._linger_call is None:
+        if self._linger_call is None and self.linger_ms:
             self._linger_call = self.reactor.callLater(self.linger_ms / 1000.0, self._linger_expired)
         return batch
 
-    def seal(self, state: PartitionBatches, batch: ProducerBatch) -> None:
-        """Close C{state}'s open C{batch} to appends; it joins the partition's ready queue."""
+    def seal(self, state: PartitionBatches, batch: ProducerBatch, wake: bool = True) -> None:
+        """
+        Close C{state}'s open C{batch} to appends; it joins the partition's ready queue.
+
+        @param wake: call L{wakeup} (not when the sender's pass that drains the ready queues seals it).
+        """
         if self.hot.get(state.topic) is batch:
             self.cool(state.topic)
         self.lingered.discard(state)
@@ -351,16 +357,17 @@ class RecordAccumulator:
         if topic is not None and topic.sticky == state.partition:
             topic.previous = state.partition
             topic.sticky = -1  # KIP-480: a new batch, a new sticky partition
-        self.wakeup()
+        if wake:
+            self.wakeup()
 
     def seal_lingered(self) -> None:
-        """Seal the lingered batches that can be sent now."""
+        """Seal the lingered batches that can be sent now (the sender's pass, which sends them next)."""
         for state in list(self.lingered):
             batch = state.open
             if batch is None:
                 self.lingered.discard(state)
             elif not self.cannot_send(state):
-                self.seal(state, batch)
+                self.seal(state, batch, False)
 
     def seal_all(self) -> None:
         """Seal every open batch (a flush)."""

@@ -19,7 +19,7 @@ from kafkatw.client.connection import (
     UnsupportedApiError,
     parse_bootstrap_servers,
 )
-from kafkatw.protocol.messages import encode_response, parse_request_header
+from kafkatw.protocol.messages import encode_request, encode_response, parse_request_header
 
 
 def _frames(data: bytes) -> list[bytes]:
@@ -94,6 +94,54 @@ class BrokerConnectionTests(unittest.TestCase):
         self.clock.advance(0.002)
         self.failureResultOf(d, RequestTimedOutError)
         self.assertTrue(RequestTimedOutError().retriable)
+
+    def test_one_timeout_timer_for_many_requests(self) -> None:
+        """
+        Requests answered in time leave one timer, not one each; a request
+        made later times out at its own deadline, and one with a shorter
+        timeout_ms before an earlier, longer one.
+        """
+        self.connection.versions = {3: 12}
+        for _ in range(20):
+            d = self.connection.request(3, {"topics": None})
+            _answer(self.connection, self.transport, {3: METADATA})
+            self.successResultOf(d)
+            self.clock.advance(0.01)
+        self.assertEqual(len(self.clock.getDelayedCalls()), 1)
+        slow = self.connection.request(3, {"topics": None})  # at 0.2 s: due at 1.2 s
+        self.clock.advance(0.5)
+        fast = self.connection.request(3, {"topics": None}, timeout_ms=100)  # due at 0.8 s
+        self.clock.advance(0.099)
+        self.assertNoResult(fast)
+        self.clock.advance(0.002)
+        self.failureResultOf(fast, RequestTimedOutError)
+        self.clock.advance(0.3)
+        self.assertNoResult(slow)
+        self.clock.advance(0.1)
+        self.failureResultOf(slow, RequestTimedOutError)
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+
+    def test_self_encoding_bodies_framed_as_encode_request(self) -> None:
+        """A Produce (v3 and flexible v9) and a Fetch body that encode themselves: the frames encode_request makes."""
+        from kafkatw.client.sender import ProduceBody
+        from kafkatw.protocol.fetch import FetchRequestBody
+
+        fetch = FetchRequestBody({
+            "replica_id": -1, "max_wait": 500, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
+            "session_id": 0, "session_epoch": -1, "forgotten_topics_data": [], "rack_id": "",
+            "topics": [{"topic": "t", "partitions": [{"partition": 0, "fetch_offset": 7, "partition_max_bytes": 1024,
+                                                      "current_leader_epoch": 2, "last_fetched_epoch": -1,
+                                                      "log_start_offset": -1}]}]})
+        for api_key, version, body in [(0, 3, ProduceBody(-1, 30000, [("t", [(0, b"batch")])])),
+                                       (0, 9, ProduceBody(1, 30000, [("t", [(0, b"batch"), (1, b"b")])], "tx")),
+                                       (0, 9, ProduceBody(1, 30000, [("t", [(0, b"again")])])),
+                                       (1, 12, fetch)]:
+            self.connection.versions = {api_key: version}
+            self.transport.clear()
+            self.connection.request(api_key, body)
+            [frame] = _frames(self.transport.value())
+            cid = parse_request_header(frame).correlation_id
+            self.assertEqual(frame, encode_request(api_key, version, cid, "test", body))
 
     def test_connection_lost_fails_pending(self) -> None:
         self.connection.versions = {3: 12}

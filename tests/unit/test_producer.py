@@ -164,6 +164,50 @@ class LingerAndSizeTests(ProducerTestCase):
         self.assertEqual(self.successResultOf(d1)[:3], ("t", 0, 10))
         self.assertEqual(self.successResultOf(d2)[:3], ("t", 0, 11))
 
+    def test_linger_0_one_timer_per_request(self) -> None:
+        """
+        linger_ms=0: the records sent in one reactor turn share the request
+        sent on the next turn, and it takes one timer (the sender's wake-up),
+        no linger timer per batch as well.
+        """
+        producer, client = self.producer(linger_ms=0)
+        self.start(producer, "t")
+        call_later = self.clock.callLater
+        made = []
+
+        def counting(*args: Any, **kwargs: Any) -> Any:
+            made.append(args[1])
+            return call_later(*args, **kwargs)
+
+        self.clock.callLater = counting  # type: ignore[method-assign]
+        for round_ in range(3):
+            d1, d2 = producer.send("t", b"a"), producer.send("t", b"b")
+            self.assertEqual(client.produce_requests(), [])
+            self.clock.advance(0)
+            (request,) = client.produce_requests()
+            self.assertEqual(request.values(), {("t", 0): [b"a", b"b"]})
+            respond(request, base_offsets={("t", 0): 10})
+            self.assertEqual([m[:3] for m in (self.successResultOf(d1), self.successResultOf(d2))],
+                             [("t", 0, 10), ("t", 0, 11)])
+            client.requests.clear()
+        self.assertEqual(len(made), 3, made)
+
+    def test_linger_0_batch_waiting_for_a_request_slot_keeps_growing(self) -> None:
+        """linger_ms=0 and no request slot: the open batch takes the records sent until a slot frees."""
+        producer, client = self.producer(linger_ms=0, max_in_flight_requests_per_connection=1)
+        self.start(producer, "t")
+        producer.send("t", b"a")
+        self.clock.advance(0)
+        (first,) = client.produce_requests()
+        producer.send("t", b"b")
+        self.clock.advance(0)
+        producer.send("t", b"c")
+        self.clock.advance(0)
+        self.assertEqual(len(client.produce_requests()), 1)
+        respond(first)
+        self.clock.advance(0)
+        self.assertEqual(client.produce_requests()[1].values(), {("t", 0): [b"b", b"c"]})
+
     def test_batch_size(self) -> None:
         """A batch is sent as soon as it reaches batch_size bytes, whatever linger_ms."""
         producer, client = self.producer(batch_size=61 + 4 * (100 + 11), linger_ms=60000)
