@@ -352,8 +352,9 @@ class Partition:
         """
         if self.role != LEADER:
             return False
-        if len(self.isr) < min(self._min_insync_replicas(), len(self.replicas)):
-            return False
+        isr_size = len(self.isr)
+        if isr_size < len(self.replicas) and isr_size < self._min_insync_replicas():
+            return False  # (the topic's config is looked up only for a partial ISR)
         low = self.log.log_end_offset
         if self._pending_isr is None and self.isr == [self.broker_id]:
             # An ISR of one: the high watermark is the log end offset.

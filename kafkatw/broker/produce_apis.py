@@ -343,16 +343,32 @@ class ProduceApis:
             entry = {"index": partition, "error_code": int(result.error_code), "base_offset": -1,
                      "log_append_time": -1, "log_start_offset": -1, "error_message": str(result) or None}
             return self._produce_response(context, [(topic, [entry])])
-        results = [(topic, [{"index": partition, "error_code": 0, "base_offset": result.base_offset,
-                             "log_append_time": result.log_append_time_ms,
-                             "log_start_offset": result.log_start_offset}])]
         required = {(topic, partition): result.last_offset + 1}
         if write_errors:
+            results = [(topic, [{"index": partition, "error_code": 0, "base_offset": result.base_offset,
+                                 "log_append_time": result.log_append_time_ms,
+                                 "log_start_offset": result.log_start_offset}])]
             self._fail_unwritten(results, required, write_errors)
             if not required:
                 return self._produce_response(context, results)
+            d = self.replica_manager.delay_produce(required, max(timeout_ms, 0))
+            return d.addCallback(self._produce_acknowledged, context, results)
         d = self.replica_manager.delay_produce(required, max(timeout_ms, 0))
-        return d.addCallback(self._produce_acknowledged, context, results)
+        return d.addCallback(self._produce_acks_all_acknowledged, context, topic, partition, result)
+
+    def _produce_acks_all_acknowledged(self, errors: dict, context: RequestContext, topic: str, partition: int,
+                                       result: Any) -> bytes:
+        """
+        L{_produce_acknowledged} of an acks=all request of L{produce_in_run} whose
+        append was written: acknowledged without error, the response of
+        L{_produce_acks1_finish}'s template (no results built to be encoded).
+        """
+        if errors.get((topic, partition)) is None:
+            return self._produce_acks1_finish(context, topic, partition, result, {})
+        results = [(topic, [{"index": partition, "error_code": 0, "base_offset": result.base_offset,
+                             "log_append_time": result.log_append_time_ms,
+                             "log_start_offset": result.log_start_offset}])]
+        return self._produce_acknowledged(errors, context, results)
 
     def _append_many(self, topic: str, partition: int, records_list: list) -> list:
         """

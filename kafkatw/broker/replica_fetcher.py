@@ -373,9 +373,8 @@ class ReplicaFetcher:
                 s = self.states.get(key)
                 if s is None or s is not states.get(key):
                     continue
-                code = ErrorCode(int(p.error_code))
-                if code != ErrorCode.none:
-                    self._partition_error(key, s, code)
+                if p.error_code:
+                    self._partition_error(key, s, ErrorCode(int(p.error_code)))
                     continue
                 log = s.partition.log
                 records = p.records

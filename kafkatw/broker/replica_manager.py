@@ -666,7 +666,25 @@ class ReplicaManager:
         self._check_produces(key)
 
     def _check_produces(self, key: tuple[str, int]) -> None:
-        for produce in self.produce_purgatory.watching(key):
+        waiting = self.produce_purgatory.watching(key)
+        if not waiting:
+            return
+        partition = self.partitions.get(key)
+        isr_size = 0 if partition is None else len(partition.isr)
+        if partition is None or partition.role != LEADER \
+                or isr_size < len(partition.replicas) and isr_size < self.min_insync_replicas(key[0]):
+            for produce in waiting:
+                produce.check()
+            return
+        # A healthy leader: a produce of this partition alone whose append is not below the high
+        # watermark yet stays as it is (its check would find it not done), so it is not checked --
+        # at a high watermark moving once per follower fetch, checking every waiting produce each
+        # time cost the leader O(waiting) checks per record once produces queued up.
+        high_watermark = partition.log.high_watermark
+        for produce in waiting:
+            required = produce.required
+            if len(required) == 1 and required[key] > high_watermark:
+                continue
             produce.check()
 
     def delay_produce(self, required: dict[tuple[str, int], int], timeout_ms: int) -> defer.Deferred:

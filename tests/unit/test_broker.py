@@ -825,6 +825,53 @@ class ReplicationApisTests(unittest.TestCase):
         self.assertEqual(h.replica_manager.produce_purgatory_size, 0)
         self.assertTrue(h.fetch("t", 0, 0).records)
 
+    def test_a_high_watermark_answers_only_the_produces_it_covers(self) -> None:
+        """
+        Of several waiting produces, a follower's fetch answers those below
+        the new high watermark; the others wait for theirs (and still fail at
+        once when the ISR shrinks below min.insync.replicas meanwhile).
+        """
+        h = self.harness(**{"min.insync.replicas": 2})
+        first, second, third = (self.produce_all(h) for _ in range(3))
+        self.assertEqual(h.replica_manager.produce_purgatory_size, 3)
+        self.follower_fetch(h, 1)
+        self.assertEqual(self.produced(h, first).error_code, ErrorCode.none)
+        self.assertNoResult(second)
+        self.assertNoResult(third)
+        self.follower_fetch(h, 2)
+        answer = self.produced(h, second)
+        self.assertEqual((answer.error_code, answer.base_offset), (ErrorCode.none, 1))
+        self.assertNoResult(third)
+        h.clock.advance(0.101)
+        h.replica_manager.shrink_isrs(100)
+        self.assertEqual(self.produced(h, third).error_code, ErrorCode.not_enough_replicas_after_append)
+        self.assertEqual(h.replica_manager.produce_purgatory_size, 0)
+
+    def test_a_high_watermark_move_checks_only_the_produces_it_may_complete(self) -> None:
+        """
+        A follower's fetch that moves the high watermark by one append checks
+        the produces it covers, not every waiting one: 20 queued produces cost
+        20 checks in all, not one per produce per move (about 200).
+        """
+        from kafkatw.broker.replica_manager import DelayedProduce
+
+        h = self.harness(**{"min.insync.replicas": 2})
+        waiting = [self.produce_all(h) for _ in range(20)]
+        checks = []
+        real = DelayedProduce.check
+
+        def counted(produce: DelayedProduce) -> None:
+            checks.append(produce)
+            real(produce)
+
+        DelayedProduce.check = counted  # type: ignore[method-assign]
+        self.addCleanup(setattr, DelayedProduce, "check", real)
+        for offset in range(1, 21):
+            self.follower_fetch(h, offset)
+            self.assertEqual(self.produced(h, waiting[offset - 1]).error_code, ErrorCode.none)
+        self.assertEqual(len(checks), 20)
+        self.assertEqual(h.replica_manager.produce_purgatory_size, 0)
+
     def test_acks_one_does_not_wait(self) -> None:
         h = self.harness()
         self.assertEqual(h.produce("t", 0, build_batch([(None, b"v")])).error_code, ErrorCode.none)
