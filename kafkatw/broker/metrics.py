@@ -214,6 +214,19 @@ def _add_per_topic(family: Any, apis: Any) -> None:
 LATENCY_BUCKETS_MS = (0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0, 10000.0)
 
 
+def cumulative_buckets(bounds: tuple[float, ...], counts: list[float]) -> list[tuple[str, float]]:
+    """
+    Prometheus's cumulative C{(le, count)} pairs of a histogram kept as one
+    count per bucket: C{counts[i]} those up to C{bounds[i]} (and above
+    C{bounds[i-1]}), C{counts[len(bounds)]} those above the last; C{+Inf} last.
+    """
+    running, out = 0.0, []
+    for bound, count in zip((*map(str, bounds), "+Inf"), counts):
+        running += count
+        out.append((bound, running))
+    return out
+
+
 class RequestMetrics:
     """
     Kafka's C{kafka.network:type=RequestMetrics} TotalTimeMs,
@@ -253,11 +266,8 @@ class RequestMetrics:
             for (k, api_key), data in sorted(self._data.items()):
                 if k != kind:
                     continue
-                buckets, running = [], 0.0
-                for bound, count in zip((*map(str, LATENCY_BUCKETS_MS), "+Inf"), data[:-1]):
-                    running += count
-                    buckets.append((bound, running))
-                family.add_metric([API_NAMES.get(api_key, str(api_key))], buckets, data[-1])
+                family.add_metric([API_NAMES.get(api_key, str(api_key))],
+                                  cumulative_buckets(LATENCY_BUCKETS_MS, data[:-1]), data[-1])
             yield family
 
 

@@ -31,6 +31,8 @@ from typing import Any, Callable, Iterator
 
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 
+from .metrics import cumulative_buckets
+
 __all__ = ["EventLoopLag", "GcPauses", "PAUSE_BUCKETS_S", "PauseHistogram"]
 
 #: Upper bounds of the pause buckets (s): 0.1 ms to 10 s.
@@ -61,11 +63,7 @@ class PauseHistogram:
 
     def buckets(self) -> list[tuple[str, float]]:
         """Prometheus's cumulative C{(le, count)} pairs, C{+Inf} last."""
-        running, out = 0, []
-        for bound, count in zip((*map(str, PAUSE_BUCKETS_S), "+Inf"), self.counts):
-            running += count
-            out.append((bound, running))
-        return out
+        return cumulative_buckets(PAUSE_BUCKETS_S, self.counts)
 
 
 class GcPauses:
