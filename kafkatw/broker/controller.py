@@ -11,9 +11,8 @@ many partitions writes them in multis of up to L{SETTLE_BATCH_SIZE}
 (L{kafkatw.zookeeper.registry.Registry.set_partition_states}: one check of
 C{/controller_epoch}, one conditional set per partition, all or none); when
 one partition's state changed or was deleted meanwhile, the multi writes
-nothing and its partitions are written one by one
-(L{kafkatw.zookeeper.registry.Registry.set_partition_state}), as a lone
-write always is.
+nothing and its partitions are written one by one (a multi of one each), as
+a lone write always is.
 
 Brokers learn of what the controller wrote through their watches on the state
 znodes of the topics they know (one read per broker per change: ZooKeeper load
@@ -1192,10 +1191,7 @@ class KafkaController:
         """
         write = self._planned((topic, partition), state, leader, isr, new_epoch)
         try:
-            version = await self.registry.set_partition_state(
-                topic, partition, leader, write.leader_epoch, write.isr, self.epoch,
-                expected_version=state.zk_version, controller_epoch_zk_version=self._epoch_zk_version,
-                elr=write.elr)
+            [version] = await self.registry.set_partition_states([write], self.epoch, self._epoch_zk_version)
         except ControllerMovedError:
             raise
         except BadVersionError:

@@ -13,9 +13,9 @@ and sets every offset of the batch, so a deposed group coordinator writes
 nothing (docs/consumer-groups.md, "Which broker coordinates a group").
 
 The controller's partition-state writes are fenced the same way, by
-C{/controller_epoch}'s version, and conditional on each state's zkVersion: one
-partition a multi (L{Registry.set_partition_state}) or many
-(L{Registry.set_partition_states}, all or none).
+C{/controller_epoch}'s version, and conditional on each state's zkVersion:
+one multi for one partition or many (L{Registry.set_partition_states}, all
+or none).
 
 Topic deletion: Kafka 0.8+ writes C{/admin/delete_topics/<topic>} and lets the
 controller delete; kafkatw deletes C{/brokers/topics/<topic>} and
@@ -1010,22 +1010,19 @@ class Registry(_AclMethods):
         isr: list[int],
         controller_epoch: int = 1,
         expected_version: int = -1,
-        controller_epoch_zk_version: int | None = None,
         elr: list[int] | None = None,
     ) -> Deferred:
         """
-        Write the partition's state; an unconditional, unfenced write creates it when missing.
+        Write the partition's state, unfenced (the first state of a new
+        partition, a leader's ISR change); an unconditional write creates it
+        when missing.  The controller's writes, fenced by
+        C{/controller_epoch}, are L{set_partition_states}.
 
         @param expected_version: the znode version last read (L{PartitionState.zk_version});
             -1 writes unconditionally.
-        @param controller_epoch_zk_version: when given, the write happens only
-            while C{/controller_epoch} still has this version (the controller's
-            fence: a deposed controller's writes fail).
         @return: a Deferred firing with the new znode version.
-        @raise ControllerMovedError: another controller was elected (fenced
-            writes only).
         @raise BadVersionError: another writer changed the state since; or a
-            conditional or fenced write found no state (deleted meanwhile).
+            conditional write found no state (deleted meanwhile).
         @param elr: the eligible leader replicas (L{PartitionState.elr}); none when not given.
         """
 
@@ -1033,22 +1030,12 @@ class Registry(_AclMethods):
             path = partition_state_path(topic, partition)
             data = encode_partition_state(leader, leader_epoch, isr, controller_epoch, elr)
             try:
-                if controller_epoch_zk_version is not None:
-                    stat = await self.client.fenced_set(CONTROLLER_EPOCH_PATH, controller_epoch_zk_version, path,
-                                                        data, version=expected_version)
-                else:
-                    stat = await self.client.set(path, data, version=expected_version)
-                return stat.version
-            except (NoNodeError, BadVersionError) as e:
-                if controller_epoch_zk_version is not None and (
-                        moved := _controller_moved(e, controller_epoch_zk_version)) is not None:
-                    raise moved from None
-                if isinstance(e, BadVersionError):
-                    raise
-                # Only an unconditional, unfenced write creates the state (AdminManager's, for a new
-                # partition); a conditional or a controller's write to a state deleted meanwhile (the
-                # topic is being deleted) must not bring it back.
-                if expected_version != -1 or controller_epoch_zk_version is not None:
+                return (await self.client.set(path, data, version=expected_version)).version
+            except NoNodeError:
+                # Only an unconditional write creates the state (AdminManager's, for a new partition); a
+                # conditional write to a state deleted meanwhile (the topic is being deleted) must not
+                # bring it back.
+                if expected_version != -1:
                     raise BadVersionError(f"{path} does not exist (expected version {expected_version})")
                 await self.client.create(path, data, makepath=True)
                 return 0
@@ -1058,13 +1045,13 @@ class Registry(_AclMethods):
     def set_partition_states(self, writes: list[PartitionStateWrite], controller_epoch: int,
                              controller_epoch_zk_version: int) -> Deferred:
         """
-        Write several partitions' states in one ZooKeeper multi: a check of
-        C{/controller_epoch}'s version, then one conditional set per
-        partition (Kafka's C{KafkaZkClient.updateLeaderAndIsr} sends the same
+        The controller's write of one or several partitions' states, in one
+        ZooKeeper multi: a check of C{/controller_epoch}'s version (the
+        controller's fence: a deposed controller writes nothing), then one
+        set per partition conditional on the zkVersion its write was decided
+        from (Kafka's C{KafkaZkClient.updateLeaderAndIsr} sends the same
         checked writes, one request each).  All of them are written or none
-        is: each keeps the semantics of a fenced, conditional
-        L{set_partition_state}, and the batch costs one round trip and one
-        ZooKeeper transaction.  The caller bounds the batch's size (ZooKeeper
+        is; a batch costs one round trip and one ZooKeeper transaction.  The caller bounds the batch's size (ZooKeeper
         refuses a request above C{jute.maxbuffer}, 1 MB by default).
 
         @param controller_epoch: the epoch written into each state.

@@ -28,7 +28,7 @@ from kafkatw.zookeeper.bridge import (
     ZooKeeperUnavailableError,
 )
 from kafkatw.zookeeper.embedded import EmbeddedZooKeeperService, ruok, serving
-from kafkatw.zookeeper.registry import BrokerIdInUseError, PartitionStateWrite, Registry
+from kafkatw.zookeeper.registry import BrokerIdInUseError, ControllerMovedError, PartitionStateWrite, Registry
 
 TIMEOUT_S = 20.0
 
@@ -217,17 +217,14 @@ class RegistryTests(ZooKeeperTestCase):
         version = await r1.set_partition_state("t", 0, 1, 0, [1, 2], epoch)
         await eventually(lambda: seen[-1] is not None)
         self.assertEqual((seen[-1].leader, seen[-1].isr, seen[-1].zk_version), (1, [1, 2], version))
-        version = await r1.set_partition_state("t", 0, 2, 1, [2], epoch, expected_version=version,
-                                               controller_epoch_zk_version=fence)
+        [version] = await r1.set_partition_states([PartitionStateWrite("t", 0, 2, 1, [2], version)], epoch, fence)
         await eventually(lambda: seen[-1].leader == 2)
         with self.assertRaises(BadVersionError):  # stale zkVersion
-            await r1.set_partition_state("t", 0, 1, 2, [1], epoch, expected_version=version - 1,
-                                         controller_epoch_zk_version=fence)
+            await r1.set_partition_states([PartitionStateWrite("t", 0, 1, 2, [1], version - 1)], epoch, fence)
         await r1.client.stop()
         self.assertTrue(await r2.elect_controller(2))
-        with self.assertRaises(BadVersionError) as caught:  # the old controller's fence
-            await r2.set_partition_state("t", 0, 1, 2, [1], epoch, expected_version=version,
-                                         controller_epoch_zk_version=fence)
+        with self.assertRaises(ControllerMovedError) as caught:  # the old controller's fence
+            await r2.set_partition_states([PartitionStateWrite("t", 0, 1, 2, [1], version)], epoch, fence)
         self.assertIn("/controller_epoch", str(caught.exception))
         self.assertEqual((await r2.get_partition_state("t", 0)).leader, 2)
 

@@ -409,8 +409,8 @@ class ControllerPreferredElectionTests(unittest.TestCase):
         from kafkatw.zookeeper.zk_data import PartitionState
 
         class Registry:
-            def set_partition_state(self, *args: object, **kwargs: object) -> defer.Deferred:
-                return defer.succeed(8)
+            def set_partition_states(self, writes: list, *args: object) -> defer.Deferred:
+                return defer.succeed([8] * len(writes))
 
         written = {}
         metadata = SimpleNamespace(

@@ -329,23 +329,9 @@ class ControllerRetryTests(unittest.TestCase):
 
         @return: the controller's write attempts, as their expected zkVersions.
         """
-        real = h.registry.set_partition_state
+        real = h.registry.set_partition_state  # the leader's (unfenced) ISR write
         attempts: list[int] = []
-
-        def set_partition_state(name: str, partition: int, leader: int, leader_epoch: int, new_isr: list[int],
-                                controller_epoch: int = 1, expected_version: int = -1,
-                                controller_epoch_zk_version: int | None = None,
-                                elr: list[int] | None = None) -> defer.Deferred:
-            if controller_epoch_zk_version is not None and (name, partition) == (topic, 0):
-                attempts.append(expected_version)
-                if len(attempts) <= wins:
-                    current = h.state(name, partition)
-                    h.wait(real(name, partition, current.leader, current.leader_epoch, isr, 1,
-                                expected_version=current.zk_version))
-            return real(name, partition, leader, leader_epoch, new_isr, controller_epoch, expected_version,
-                        controller_epoch_zk_version, elr)
-
-        real_batch = h.registry.set_partition_states
+        real_batch = h.registry.set_partition_states  # every write of the controller, one partition or many
 
         def set_partition_states(writes: list[PartitionStateWrite], controller_epoch: int,
                                  controller_epoch_zk_version: int) -> defer.Deferred:
@@ -358,7 +344,6 @@ class ControllerRetryTests(unittest.TestCase):
                                     expected_version=current.zk_version))
             return real_batch(writes, controller_epoch, controller_epoch_zk_version)
 
-        h.registry.set_partition_state = set_partition_state  # type: ignore[method-assign]
         h.registry.set_partition_states = set_partition_states  # type: ignore[method-assign]
         return attempts
 
@@ -1051,27 +1036,25 @@ class BatchedSettleTests(unittest.TestCase):
     def recorded(self, h: ControllerHarness, before_first_batch: Callable[[], None] | None = None
                  ) -> tuple[list[list[tuple[str, int]]], list[tuple[str, int]]]:
         """
-        Record the controller's multis (their partitions) and its writes of
-        one partition; C{before_first_batch} runs just before the first multi
-        reaches ZooKeeper (another writer gets there first).
+        Record the controller's multis of several partitions (their
+        partitions) and its writes of one partition; C{before_first_batch}
+        runs just before the first multi of several reaches ZooKeeper
+        (another writer gets there first).
         """
         batches: list[list[tuple[str, int]]] = []
         single: list[tuple[str, int]] = []
-        real_batch, real_single = h.registry.set_partition_states, h.registry.set_partition_state
+        real_batch = h.registry.set_partition_states
 
         def set_partition_states(writes: list[PartitionStateWrite], *args: Any) -> defer.Deferred:
+            if len(writes) == 1:
+                single.append((writes[0].topic, writes[0].partition))
+                return real_batch(writes, *args)
             if not batches and before_first_batch is not None:
                 before_first_batch()
             batches.append([(w.topic, w.partition) for w in writes])
             return real_batch(writes, *args)
 
-        def set_partition_state(topic: str, partition: int, *args: Any, **kwargs: Any) -> defer.Deferred:
-            if kwargs.get("controller_epoch_zk_version") is not None:
-                single.append((topic, partition))
-            return real_single(topic, partition, *args, **kwargs)
-
         h.registry.set_partition_states = set_partition_states  # type: ignore[method-assign]
-        h.registry.set_partition_state = set_partition_state  # type: ignore[method-assign]
         return batches, single
 
     def assert_settled_without(self, h: ControllerHarness, broker: int, partitions: int) -> None:

@@ -334,7 +334,7 @@ class TopicTests(SynchronousTestCase):
         self.assertIsNone(self.successResultOf(self.registry.get_partition_state("t", 0)))
         self.successResultOf(self.client.create("/controller_epoch", b"1", makepath=True))
         self.failureResultOf(
-            self.registry.set_partition_state("t", 0, 2, 1, [2], controller_epoch_zk_version=0), BadVersionError
+            self.registry.set_partition_states([PartitionStateWrite("t", 0, 2, 1, [2], -1)], 1, 0), BadVersionError
         )
         self.assertIsNone(self.successResultOf(self.registry.get_partition_state("t", 0)))
         # the unconditional write of a new partition's first state still creates it
@@ -500,24 +500,23 @@ class PartitionStatesBatchTests(SynchronousTestCase):
 
     def test_a_deposed_controllers_lone_write_is_told_by_its_type(self):
         """
-        L{Registry.set_partition_state} fenced by a changed or deleted
+        A write of one partition fenced by a changed or deleted
         C{/controller_epoch}: L{ControllerMovedError}; a lost race on the state
         of a topic named C{controller_epoch}: a plain L{BadVersionError}.
         """
         self.successResultOf(self.registry.create_topic("controller_epoch", {0: [1]}))
         version = self.successResultOf(self.registry.set_partition_state("controller_epoch", 0, 1, 0, [1]))
-        failure = self.failureResultOf(self.registry.set_partition_state(
-            "controller_epoch", 0, 1, 1, [1], 3, expected_version=version + 1,
-            controller_epoch_zk_version=self.fence_version), BadVersionError)
+
+        def write(expected_version):
+            return self.registry.set_partition_states(
+                [PartitionStateWrite("controller_epoch", 0, 1, 1, [1], expected_version)], 3, self.fence_version)
+
+        failure = self.failureResultOf(write(version + 1), BadVersionError)
         self.assertNotIsInstance(failure.value, ControllerMovedError)
         self.successResultOf(self.client.set("/controller_epoch", b"4"))
-        self.failureResultOf(self.registry.set_partition_state(
-            "controller_epoch", 0, 1, 1, [1], 3, expected_version=version,
-            controller_epoch_zk_version=self.fence_version), ControllerMovedError)
+        self.failureResultOf(write(version), ControllerMovedError)
         self.successResultOf(self.client.delete("/controller_epoch"))
-        self.failureResultOf(self.registry.set_partition_state(
-            "controller_epoch", 0, 1, 1, [1], 3, expected_version=version,
-            controller_epoch_zk_version=self.fence_version), ControllerMovedError)
+        self.failureResultOf(write(version), ControllerMovedError)
         self.assertEqual(self.successResultOf(self.registry.get_partition_state("controller_epoch", 0)).zk_version,
                          version)
 
