@@ -46,7 +46,7 @@ from twisted.logger import Logger
 from twisted.protocols.basic import Int32StringReceiver
 from zope.interface import implementer
 
-from ..protocol.framing import FrameBuffer, FrameSizeError
+from ..protocol.framing import FrameBuffer, FrameSizeError, ReadSizer
 from ..protocol.messages import API_NAMES, MalformedRequest, UnsupportedVersion, parse_request_header
 from ..security.tls import distinguished_name
 from .request_context import ANONYMOUS, ConnectionContext
@@ -240,6 +240,7 @@ class KafkaConnection(Int32StringReceiver):
         self._closed = False
         self.peer = "?"
         self._frames = FrameBuffer(max_request_bytes)
+        self._read_sizer = ReadSizer(None)
         #: The call that unmutes a throttled connection (KIP-219), else C{None}.
         self._unmute_call: Any = None
         #: The L{kafkatw.broker.authenticator.SaslServerAuthenticator} of a SASL
@@ -260,6 +261,8 @@ class KafkaConnection(Int32StringReceiver):
         self.context = self.context._replace(client_host=getattr(peer, "host", ""),
                                              client_port=getattr(peer, "port", -1))
         self._writer = ResponseWriter(self.transport, self._flush)
+        # a produce request of a megabyte is read in one or two reads, not sixteen
+        self._read_sizer = ReadSizer(self.transport)
         if self.tls is not None:
             self._handshake_timer = self.tls.reactor.callLater(self.tls.handshake_timeout_ms / 1000.0,
                                                                self._handshake_timed_out)
@@ -353,6 +356,7 @@ class KafkaConnection(Int32StringReceiver):
             run = make_run() if make_run is not None and self._unmute_call is None else None
             if run is not None:
                 self._frames_received(data, run)
+                self._read_sizer.follow(self._frames)
                 return
         try:
             for frame in self._frames.feed(data):
@@ -363,6 +367,8 @@ class KafkaConnection(Int32StringReceiver):
                     break  # throttled: the frames after it wait in the buffer until unmuted
         except FrameSizeError as e:
             self.lengthLimitExceeded(e.size)
+            return
+        self._read_sizer.follow(self._frames)
 
     def _frames_received(self, data: bytes, run: Any) -> None:
         """L{dataReceived} without client quotas: runs of Produce requests go through C{run}."""

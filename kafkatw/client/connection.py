@@ -27,7 +27,7 @@ from twisted.internet.protocol import Protocol
 from twisted.logger import Logger
 
 from ..errors import ErrorCode, KafkaError, kafka_error
-from ..protocol.framing import FrameBuffer, FrameSizeError
+from ..protocol.framing import FrameBuffer, FrameSizeError, ReadSizer
 from ..protocol.messages import decode_response, encode_request, request_schema
 
 __all__ = [
@@ -196,6 +196,7 @@ class BrokerConnection(Protocol):
         self._next_correlation_id = 0
         # A response has at least a correlation id; its size is bounded only by memory.
         self._frames = FrameBuffer(max_size=0x7FFFFFFF, min_size=4)
+        self._read_sizer = ReadSizer(None)
 
     # --- framing ---------------------------------------------------------------
 
@@ -206,6 +207,8 @@ class BrokerConnection(Protocol):
         set_no_delay = getattr(self.transport, "setTcpNoDelay", None)
         if set_no_delay is not None:
             set_no_delay(True)
+        # a fetch response of a megabyte is read in one or two reads, not sixteen
+        self._read_sizer = ReadSizer(self.transport)
 
     def dataReceived(self, data: bytes) -> None:
         try:
@@ -214,6 +217,8 @@ class BrokerConnection(Protocol):
         except FrameSizeError as e:
             _log.warn("broker {node} sent a frame of {size} bytes; closing", node=self.node_id, size=e.size)
             self.transport.abortConnection()
+            return
+        self._read_sizer.follow(self._frames)
 
     def _frame_received(self, frame: memoryview) -> None:
         (correlation_id,) = _CORRELATION.unpack_from(frame, 0)

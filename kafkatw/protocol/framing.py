@@ -7,14 +7,18 @@ are handed out as read-only memoryviews of that one buffer (kio decodes them
 without a copy).  Twisted's C{IntNStringReceiver} concatenates its whole buffer
 on every read instead: quadratic for the megabyte produce requests and fetch
 responses real clients exchange.
+
+L{ReadSizer} makes a Twisted TCP transport read the rest of a large frame at
+once (as Kafka's C{NetworkReceive} reads into a buffer of the frame's size)
+instead of in Twisted's 64 KiB reads.
 """
 
 from __future__ import annotations
 
 import struct
-from typing import Iterator
+from typing import Any, Iterator
 
-__all__ = ["FrameBuffer", "FrameSizeError"]
+__all__ = ["FrameBuffer", "FrameSizeError", "ReadSizer", "MAX_READ_BYTES"]
 
 _SIZE = struct.Struct(">i")
 
@@ -25,6 +29,11 @@ class FrameSizeError(ValueError):
     def __init__(self, size: int) -> None:
         super().__init__(f"frame size {size}")
         self.size = size
+
+
+#: The largest read L{ReadSizer} asks for (bytes): a megabyte produce request
+#: or fetch response in one or two reads, not sixteen.
+MAX_READ_BYTES = 1 << 20
 
 
 class FrameBuffer:
@@ -76,3 +85,44 @@ class FrameBuffer:
                 self._chunks = [rest]
                 self._buffered = len(rest)
             self._need = need
+
+    @property
+    def missing_bytes(self) -> int:
+        """Bytes still to come before the next frame is whole (at least its size prefix's)."""
+        return self._need - self._buffered
+
+
+class ReadSizer:
+    """
+    Sizes a Twisted TCP transport's reads to the frame being received.
+
+    C{twisted.internet.tcp.Connection.doRead} reads up to the transport's
+    C{bufferSize} (64 KiB) per call, one reactor turn each: a 1 MiB frame
+    takes 16 reads.  While a frame needs more than that, L{follow} sets
+    C{bufferSize} to what it still needs (at most C{max_read_bytes}), then
+    back to the transport's own size: one read takes what the kernel holds
+    of the frame.  C{bufferSize} is also Twisted's threshold for pausing a
+    I{streaming} producer; the connections sized so have none (the broker's
+    L{kafkatw.broker.network.ResponseWriter} is a pull producer).
+
+    A transport without an integer C{bufferSize} (a TLS wrapper, a test's
+    C{StringTransport}) is left alone.  docs/design.md lists this use of
+    Twisted; C{tests/unit/test_framing.py} fails if C{doRead} stops
+    honouring C{bufferSize}.
+    """
+
+    def __init__(self, transport: Any, max_read_bytes: int = MAX_READ_BYTES) -> None:
+        base = getattr(transport, "bufferSize", None)
+        self.max_read_bytes = max_read_bytes
+        self._transport = transport if isinstance(base, int) else None
+        self._base = base if isinstance(base, int) else 0
+        self._current = self._base
+
+    def follow(self, frames: FrameBuffer) -> None:
+        """Size the next read for what C{frames} still needs."""
+        if self._transport is None:
+            return
+        missing = frames.missing_bytes
+        size = self._base if missing <= self._base else min(missing, self.max_read_bytes)
+        if size != self._current:
+            self._current = self._transport.bufferSize = size
