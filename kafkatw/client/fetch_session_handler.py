@@ -104,7 +104,9 @@ class FetchSessionHandler:
         again when its fields differ from the last sent (they hold only what
         the broker caches: C{partition}, C{fetch_offset},
         C{log_start_offset}, C{partition_max_bytes}, C{current_leader_epoch},
-        C{last_fetched_epoch}).
+        C{last_fetched_epoch}).  A caller may hand the same dict again for
+        an unchanged partition (it is then not compared), so it must never
+        change a dict it handed over.
         """
         if self.full:
             self.session_partitions = dict(wanted)
@@ -116,9 +118,9 @@ class FetchSessionHandler:
             del session[key]
         for key, fields in wanted.items():
             previous = session.get(key)
-            if previous != fields:
+            if previous is not fields and previous != fields:
                 to_send[key] = fields
-            session[key] = fields
+                session[key] = fields
         return FetchRequestData(self.session_id, self.epoch, to_send, to_forget, False)
 
     def handle_response(self, error_code: int, session_id: int, partitions: Iterable[tuple[str, int]] = ()) -> bool:

@@ -320,6 +320,8 @@ class SessionMachine(RuleBasedStateMachine):
         self.seen: dict[tuple[str, int], tuple] = {}
         self.now_ms = 0
         self.rounds = 0
+        #: key -> the request fields handed to the handler last
+        self.last_fields: dict[tuple[str, int], dict] = {}
 
     def visible(self, key: tuple[str, int]) -> tuple:
         hw, start, lso, records, error = self.leader.state.setdefault(key, [0, 0, 0, 0, 0])
@@ -358,9 +360,16 @@ class SessionMachine(RuleBasedStateMachine):
             session.epoch = self.handler.epoch = 2**31 - 1 - before
 
     @precondition(lambda self: self.wanted)
-    @rule(lose=st.sampled_from(["none"] * 6 + ["request", "response"]))
-    def fetch(self, lose: str) -> None:
-        wanted = {k: {"partition": k[1], "fetch_offset": o} for k, o in self.wanted.items()}
+    @rule(lose=st.sampled_from(["none"] * 6 + ["request", "response"]), reuse=st.booleans())
+    def fetch(self, lose: str, reuse: bool) -> None:
+        # the replica fetcher hands an unchanged partition's dict of the last round again;
+        # a consumer builds new ones
+        wanted = {}
+        for k, o in self.wanted.items():
+            fields = self.last_fields.get(k)
+            if not reuse or fields is None or fields["fetch_offset"] != o:
+                fields = self.last_fields[k] = {"partition": k[1], "fetch_offset": o}
+            wanted[k] = fields
         data = self.handler.build(wanted)
         if lose == "request":
             self.handler.handle_error()
