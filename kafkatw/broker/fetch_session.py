@@ -347,7 +347,7 @@ class IncrementalFetchContext(SessionlessFetchContext):
             for cached in topic.partitions:
                 key = (name, cached.partition)
                 p = partitions.get(key)
-                if p is not None and p.role == LEADER and key not in listed:
+                if p is not None and p.role == LEADER and (not listed or key not in listed):
                     epoch = cached.current_leader_epoch
                     log = p.log
                     offset = cached.fetch_offset

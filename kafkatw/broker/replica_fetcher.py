@@ -167,7 +167,17 @@ class ReplicaFetcher:
         reactor = manager.reactor
         while self._running:
             now = reactor.seconds()
-            ready = {k: s for k, s in self.states.items() if s.delayed_until <= now}
+            # one pass over the partitions (thousands, mostly idle, a fetch)
+            ready: dict[tuple[str, int], _FetchState] = {}
+            out_of_range: dict[tuple[str, int], _FetchState] = {}
+            truncating: dict[tuple[str, int], _FetchState] = {}
+            for k, s in self.states.items():
+                if s.delayed_until <= now:
+                    ready[k] = s
+                    if s.out_of_range:
+                        out_of_range[k] = s
+                    elif s.truncating:
+                        truncating[k] = s
             if not ready:
                 delays = [s.delayed_until - now for s in self.states.values()]
                 self._wakeup = defer.Deferred()
@@ -176,11 +186,9 @@ class ReplicaFetcher:
                 await self._wakeup
                 continue
             try:
-                out_of_range = {k: s for k, s in ready.items() if s.out_of_range}
                 if out_of_range:
                     await self._handle_out_of_range(out_of_range)
                     continue
-                truncating = {k: s for k, s in ready.items() if s.truncating}
                 if truncating:
                     await self._truncate(truncating)
                     continue

@@ -329,7 +329,10 @@ class PartitionLog:
         consumers read below it.
         """
         hw = self.high_watermark
-        first = self.producer_state.first_unstable_offset(hw)
+        producer_state = self.producer_state
+        if not producer_state.ongoing and not producer_state.unreplicated:
+            return hw  # no transaction open or waiting for replication (asked of every partition a fetch)
+        first = producer_state.first_unstable_offset(hw)
         return hw if first is None or first >= hw else max(first, self.log_start_offset)
 
     def collect_aborted_transactions(self, fetch_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
