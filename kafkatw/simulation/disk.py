@@ -25,7 +25,10 @@ of every segment past the recovery point rebuilds them from the log
 anyway, and the segments below it were flushed with their indexes.  The
 checkpoints, C{meta.properties} and producer snapshots are written
 atomically (a temporary file, C{fsync}, C{rename}): they are either the
-old or the new one, which the model keeps as written.  Directory entries
+old or the new one, which the model keeps as written (the leader epoch
+checkpoint too, whose assignments are fsynced only by the log's next flush:
+tests/unit/test_leader_epoch_writes.py crashes it back to its last synced
+version).  Directory entries
 (created segment files, renames, unlinks) are durable at once.
 """
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["write_atomically"]
+__all__ = ["write_atomically", "sync_file"]
 
 
 def write_atomically(path: str, data: bytes, sync_directory: bool = True, mode: int = 0o644,
@@ -40,6 +40,28 @@ def write_atomically(path: str, data: bytes, sync_directory: bool = True, mode: 
         os.close(fd)
     os.replace(tmp, path)
     if sync_directory and fsync:
+        dir_fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+
+def sync_file(path: str, sync_directory: bool = True) -> None:
+    """
+    C{fsync} C{path} and (with C{sync_directory}) its directory: what
+    L{write_atomically} with C{fsync} does after the fact, for a file written
+    with C{fsync=False} that must now be durable.
+
+    @raise FileNotFoundError: C{path} is gone (its directory was deleted).
+    @raise OSError: the sync failed.
+    """
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    if sync_directory:
         dir_fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
         try:
             os.fsync(dir_fd)

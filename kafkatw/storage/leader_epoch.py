@@ -25,12 +25,24 @@ Kafka's C{LeaderEpochCheckpointFile} format: UTF-8 text, one item a line::
     2 3
     5 7
 
-An assignment is written at once and atomically (temporary file
-C{leader-epoch-checkpoint.tmp}, C{fsync}, rename, C{fsync} of the directory),
-so a crash leaves either the old or the new file.  A truncation is written
-without C{fsync} (as Kafka since KAFKA-15046): entries it removed that a
-crash of the machine brings back are removed again by the next start's
-truncation to the log.  The truncations of a start (L{LeaderEpochCache.truncate_from_end}
+Every change is written at once and atomically (temporary file
+C{leader-epoch-checkpoint.tmp}, rename), so a crash of the process leaves
+either the old or the new file.  An assignment is made durable (C{fsync} of
+the file and of the directory, L{LeaderEpochCache.sync}) before the log's
+recovery point can pass it: L{kafkatw.storage.log.PartitionLog.flush} syncs
+the cache before it syncs the segments.  Until then, a crash of the machine
+may bring back an older file, which lacks only entries for batches past the
+recovery point; the next start, unclean, completes the cache from the
+headers of exactly those batches (L{kafkatw.storage.log_loader.LogLoader.load_leader_epochs},
+as Kafka's C{LogSegment.recover} assigns the epochs of the batches it
+recovers).  An entry with no batch yet (an epoch assigned at the log end
+offset by a new leader) that such a crash loses is one the start would have
+cut anyway.  Kafka fsyncs every assignment at once; here a broker that
+becomes leader of thousands of partitions in a controller failover writes
+their checkpoints without waiting for the disk, two C{fsync}s each.  A
+truncation is written without C{fsync} either (as Kafka since KAFKA-15046):
+entries it removed that a crash of the machine brings back are removed
+again by the next start's truncation to the log.  The truncations of a start (L{LeaderEpochCache.truncate_from_end}
 and C{truncate_from_start} with C{write=False}) are not written at all: the
 next change writes them, and until then the next start redoes them; so a
 restart whose leaders come back at the same epoch writes nothing.  Nothing is
@@ -51,7 +63,7 @@ from typing import Iterable, NamedTuple
 from twisted.logger import Logger
 
 from kafkatw.errors import KafkaStorageError
-from kafkatw.storage.files import write_atomically
+from kafkatw.storage.files import sync_file, write_atomically
 
 __all__ = [
     "EpochEntry",
@@ -98,6 +110,8 @@ class LeaderEpochCache:
         #: the entries in the file (as read or last written); C{None}: unknown (missing or malformed)
         self._in_file: tuple[tuple[int, int], ...] | None = None
         self.needs_rebuild = False
+        #: the file holds assignments not yet fsynced (L{sync})
+        self.unsynced = False
         if path is not None:
             entries = self._read(path)
             if entries is None:
@@ -147,11 +161,12 @@ class LeaderEpochCache:
             return None
         return entries
 
-    def _write(self, sync: bool = True) -> None:
+    def _write(self, sync: bool = True, assigned: bool = False) -> None:
         """
         Write the checkpoint atomically (temporary file, rename; with C{sync}
         an C{fsync} of the file and of the directory), unless the file holds
-        these entries already.
+        these entries already.  With C{assigned} (an assignment written
+        without C{sync}) the file is L{unsynced} until L{sync}.
         """
         path = self.path
         if path is None:
@@ -166,6 +181,29 @@ class LeaderEpochCache:
         except OSError as e:
             raise KafkaStorageError(f"cannot write {path}: {e}") from e
         self._in_file = entries
+        if sync:
+            self.unsynced = False
+        elif assigned:
+            self.unsynced = True
+
+    def sync(self) -> None:
+        """
+        Make the assignments written since the last sync durable (C{fsync}
+        of the file and of its directory); nothing when there are none.  The
+        log calls it before its recovery point moves (see the module's
+        docstring).  A file whose directory was deleted meanwhile needs none.
+
+        @raise KafkaStorageError: the sync failed.
+        """
+        if not self.unsynced or self.path is None:
+            return
+        try:
+            sync_file(self.path)
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            raise KafkaStorageError(f"cannot sync {self.path}: {e}") from e
+        self.unsynced = False
 
     # -- reading --------------------------------------------------------------
 
@@ -253,7 +291,8 @@ class LeaderEpochCache:
     def assign(self, epoch: int, start_offset: int) -> bool:
         """
         Record that leader epoch C{epoch} starts at C{start_offset}, and write
-        the file if that changed anything (Kafka's C{assign}).
+        the file (without C{fsync}: L{sync}) if that changed anything (Kafka's
+        C{assign}).
 
           - the latest epoch again, at or after its start: nothing changes (an
             epoch's start offset, once assigned, stays);
@@ -273,7 +312,7 @@ class LeaderEpochCache:
         """
         changed = self._assign(epoch, start_offset)
         if changed:
-            self._write()
+            self._write(sync=False, assigned=True)
         return changed
 
     def assign_all(self, entries: Iterable[tuple[int, int]]) -> bool:
@@ -288,7 +327,7 @@ class LeaderEpochCache:
         for epoch, start_offset in entries:
             changed = self._assign(epoch, start_offset) or changed
         if changed or self.needs_rebuild:
-            self._write()
+            self._write(sync=False, assigned=True)
             self.needs_rebuild = False
         return changed
 

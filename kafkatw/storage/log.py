@@ -926,7 +926,11 @@ class PartitionLog:
         """
         C{fsync} the segments holding offsets below C{up_to} (default: the LEO)
         that are past the recovery point, then advance the recovery point.
+        The leader epoch checkpoint is synced first: an assignment must be
+        durable before the recovery point passes the batches it covers (the
+        next unclean start completes the cache only from batches past it).
         """
+        self.leader_epoch_cache.sync()
         if self._segments[-1].has_pending:
             self._write_segment_pending(self._segments[-1])
         up_to = self.log_end_offset if up_to is None else min(up_to, self.log_end_offset)
