@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import struct
+from typing import Iterator
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -19,19 +20,25 @@ def framed(*payloads: bytes) -> bytes:
     return b"".join(struct.pack(">i", len(p)) + p for p in payloads)
 
 
+def chunked(stream: bytes, cuts: list[int]) -> Iterator[tuple[bytes, int]]:
+    """C{stream} cut into chunks of the sizes C{cuts} (cycled): each chunk and the position after it."""
+    position = 0
+    i = 0
+    while position < len(stream):
+        chunk = stream[position:position + cuts[i % len(cuts)]]
+        position += len(chunk)
+        i += 1
+        yield chunk, position
+
+
 class FrameBufferTests(unittest.TestCase):
     @given(st.lists(st.binary(max_size=300), max_size=8), st.lists(st.integers(1, 50), min_size=1))
     def test_any_chunking_yields_the_frames(self, payloads: list[bytes], cuts: list[int]) -> None:
         stream = framed(*payloads)
         frames = FrameBuffer(1000)
         out: list[bytes] = []
-        position = 0
-        i = 0
-        while position < len(stream):
-            size = cuts[i % len(cuts)]
-            out.extend(bytes(f) for f in frames.feed(stream[position:position + size]))
-            position += size
-            i += 1
+        for chunk, _ in chunked(stream, cuts):
+            out.extend(bytes(f) for f in frames.feed(chunk))
         self.assertEqual(out, payloads)
 
     def test_frames_are_views_of_one_buffer(self) -> None:
@@ -85,13 +92,8 @@ class ReadSizerTests(unittest.TestCase):
         sizer = ReadSizer(transport, max_read_bytes=1024)
         frames = FrameBuffer(4000)
         out: list[int] = []
-        position = 0
-        i = 0
-        while position < len(stream):
-            cut = cuts[i % len(cuts)]
-            out.extend(len(f) for f in frames.feed(stream[position:position + cut]))
-            position = min(position + cut, len(stream))
-            i += 1
+        for chunk, position in chunked(stream, cuts):
+            out.extend(len(f) for f in frames.feed(chunk))
             sizer.follow(frames)
             # the model: the stream after the last whole frame holds the next size prefix, then its body
             start = max([0] + [end for end in ends if end <= position])
