@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["write_atomically", "sync_file"]
+__all__ = ["write_atomically", "sync_file", "sync_directory"]
 
 
 def write_atomically(path: str, data: bytes, sync_directory: bool = True, mode: int = 0o644,
@@ -40,11 +40,7 @@ def write_atomically(path: str, data: bytes, sync_directory: bool = True, mode: 
         os.close(fd)
     os.replace(tmp, path)
     if sync_directory and fsync:
-        dir_fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        _sync_parent(path)
 
 
 def sync_file(path: str, sync_directory: bool = True) -> None:
@@ -62,8 +58,17 @@ def sync_file(path: str, sync_directory: bool = True) -> None:
     finally:
         os.close(fd)
     if sync_directory:
-        dir_fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        _sync_parent(path)
+
+
+def sync_directory(path: str) -> None:
+    """C{fsync} a directory, so that the renames, creations and deletions in it are durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _sync_parent(path: str) -> None:
+    sync_directory(os.path.dirname(path) or ".")

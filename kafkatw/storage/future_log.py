@@ -40,8 +40,10 @@ import uuid
 
 from twisted.logger import Logger
 
+from kafkatw.storage.files import sync_directory
+
 __all__ = ["FUTURE_SUFFIX", "DELETE_SUFFIX", "future_dir_name", "delete_dir_name", "parse_moving_dir",
-           "recover_interrupted_moves", "new_move_id", "sync_directory"]
+           "recover_interrupted_moves", "new_move_id"]
 
 _log = Logger()
 
@@ -76,15 +78,6 @@ def parse_moving_dir(name: str) -> tuple[str, int, str, str] | None:
     if match is None:
         return None
     return match.group(1), int(match.group(2)), match.group(3), match.group(4)
-
-
-def sync_directory(path: str) -> None:
-    """fsync a directory, so that a rename in it is durable."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def recover_interrupted_moves(log_dirs: list[str], every_log_dir: bool = True) -> list[tuple[str, int]]:

@@ -69,7 +69,7 @@ from kafkatw.protocol.batch import (BATCH_HEADER_SIZE, CRC_START, HEADER_STRUCT,
                                     BatchHeader, parse_batch_headers)
 from kafkatw.protocol.control import encode_marker_batch, read_marker
 from kafkatw.protocol.records import decode_batches
-from kafkatw.storage.files import write_atomically
+from kafkatw.storage.files import sync_directory, write_atomically
 from kafkatw.storage.leader_epoch import LEADER_EPOCH_CHECKPOINT_FILE, LeaderEpochCache
 from kafkatw.storage.log_config import LogConfig
 from kafkatw.storage.log_dir_failure import OS_FILES, LogDirFiles
@@ -94,15 +94,6 @@ _COPY_MAX = 16384
 #: L{PartitionLog.append_many}'s loop over plain one-batch items, compiled (C{append_simple_batches}
 #: of kafkatw/protocol/_speedups.c), or C{None}: the Python loop does it all.
 _simple_batches = getattr(_records._speedups, "append_simple_batches", None)
-
-
-def _sync_directory(directory: str) -> None:
-    """C{fsync} a directory, so that renames in it are durable."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class UnexpectedAppendOffsetError(OffsetOutOfRangeError):
@@ -1088,7 +1079,7 @@ class PartitionLog:
             del names[2]  # no aborted transaction kept: no .txnindex
         for name in names:
             os.replace(os.path.join(directory, name + CLEANED_SUFFIX), os.path.join(directory, name + SWAP_SUFFIX))
-        _sync_directory(directory)
+        sync_directory(directory)
         if crash_after is not None:
             crash_after("swap")
         now_ms = self.now_ms()
@@ -1104,7 +1095,7 @@ class PartitionLog:
             crash_after("delete")
         for name in reversed(names):
             os.replace(os.path.join(directory, name + SWAP_SUFFIX), os.path.join(directory, name))
-        _sync_directory(directory)
+        sync_directory(directory)
         if crash_after is not None:
             crash_after("live")
         segment = LogSegment(directory, base_offset, self.config.index_interval_bytes,

@@ -61,9 +61,9 @@ from typing import Any, Callable, Mapping
 from twisted.logger import Logger
 
 from kafkatw.errors import KafkaStorageError
-from kafkatw.storage.files import write_atomically
+from kafkatw.storage.files import sync_directory, write_atomically
 from kafkatw.storage.future_log import (FUTURE_SUFFIX, delete_dir_name, future_dir_name, parse_moving_dir,
-                                        recover_interrupted_moves, sync_directory)
+                                        recover_interrupted_moves)
 from kafkatw.storage.log import PartitionLog
 from kafkatw.storage.log_config import LogConfig
 from kafkatw.storage.log_dir_failure import (
