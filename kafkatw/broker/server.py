@@ -90,6 +90,11 @@ EMBEDDED_ZOOKEEPER_PORT = 2181
 #: The environment variable that moves the embedded ZooKeeper's default port.
 EMBEDDED_ZOOKEEPER_PORT_ENV = "KAFKATW_EMBEDDED_ZOOKEEPER_PORT"
 
+#: How often the leader epoch checkpoints assigned a period ago are fsynced, on the thread pool
+#: (L{kafkatw.storage.log_manager.LogManager.leader_epoch_syncs}; Kafka schedules such a flush
+#: at once, KAFKA-15046): 5-10 s after a leadership, not in the event loop.
+LEADER_EPOCH_SYNC_INTERVAL_MS = 5000
+
 
 class BrokerStartupError(Exception):
     """
@@ -511,6 +516,8 @@ class KafkaServer(service.MultiService):
         self._every("logs", max(config["replica.lag.time.max.ms"] // 2, 10), self._shrink_isrs)
         self._every("logs", config["replica.high.watermark.checkpoint.interval.ms"],
                     self._write_in_thread(self.log_manager.high_watermark_checkpoints))
+        # the leader epoch assignments of new leaderships, fsynced off the event loop (docs/storage.md)
+        self._every("logs", LEADER_EPOCH_SYNC_INTERVAL_MS, self._write_in_thread(self.log_manager.leader_epoch_syncs))
         if config["log.cleaner.enable"]:
             self.log_cleaner = LogCleaner(self.log_manager, config.as_dict(), self.reactor, self.milliseconds)
             self.log_cleaner.start()

@@ -57,6 +57,7 @@ No I/O happens here but the checkpoint file's; no reactor.
 
 from __future__ import annotations
 
+import threading
 from bisect import bisect_left, bisect_right
 from typing import Iterable, NamedTuple
 
@@ -112,6 +113,8 @@ class LeaderEpochCache:
         self.needs_rebuild = False
         #: the file holds assignments not yet fsynced (L{sync})
         self.unsynced = False
+        #: held while the file is written or synced (L{sync} may run on another thread)
+        self._sync_lock = threading.Lock()
         if path is not None:
             entries = self._read(path)
             if entries is None:
@@ -176,34 +179,41 @@ class LeaderEpochCache:
             return
         lines = [str(_CURRENT_VERSION), str(len(entries))]
         lines.extend(f"{epoch} {start}" for epoch, start in entries)
-        try:
-            write_atomically(path, ("\n".join(lines) + "\n").encode("utf-8"), fsync=sync)
-        except OSError as e:
-            raise KafkaStorageError(f"cannot write {path}: {e}") from e
-        self._in_file = entries
-        if sync:
-            self.unsynced = False
-        elif assigned:
-            self.unsynced = True
+        with self._sync_lock:
+            try:
+                write_atomically(path, ("\n".join(lines) + "\n").encode("utf-8"), fsync=sync)
+            except OSError as e:
+                raise KafkaStorageError(f"cannot write {path}: {e}") from e
+            self._in_file = entries
+            if sync:
+                self.unsynced = False
+            elif assigned:
+                self.unsynced = True
 
     def sync(self) -> None:
         """
         Make the assignments written since the last sync durable (C{fsync}
         of the file and of its directory); nothing when there are none.  The
         log calls it before its recovery point moves (see the module's
-        docstring).  A file whose directory was deleted meanwhile needs none.
+        docstring), and the broker's background job (L{kafkatw.storage.log_manager.LogManager.leader_epoch_syncs})
+        on a pool thread: a write and a sync of the same cache take turns, so
+        that an assignment written during a sync stays unsynced.  A file
+        whose directory was deleted meanwhile needs none.
 
         @raise KafkaStorageError: the sync failed.
         """
         if not self.unsynced or self.path is None:
             return
-        try:
-            sync_file(self.path)
-        except FileNotFoundError:
-            pass
-        except OSError as e:
-            raise KafkaStorageError(f"cannot sync {self.path}: {e}") from e
-        self.unsynced = False
+        with self._sync_lock:
+            if not self.unsynced:
+                return  # another thread synced it meanwhile
+            try:
+                sync_file(self.path)
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                raise KafkaStorageError(f"cannot sync {self.path}: {e}") from e
+            self.unsynced = False
 
     # -- reading --------------------------------------------------------------
 

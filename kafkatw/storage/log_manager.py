@@ -189,6 +189,8 @@ class LogManager:
         self._written: dict[str, dict[tuple[str, int], int]] = {}
         #: held while checkpoint files are written (from whichever thread)
         self._checkpoint_lock = threading.Lock()
+        #: the logs whose leader epoch checkpoint the last L{leader_epoch_syncs} saw unsynced and left
+        self._unsynced_seen: set[tuple[str, int]] = set()
         #: (topic, partition) -> its future log, a replica moving to another log dir
         #: (AlterReplicaLogDirs, KIP-113: L{kafkatw.storage.future_log})
         self.future_logs: dict[tuple[str, int], PartitionLog] = {}
@@ -632,6 +634,40 @@ class LogManager:
         return self._checkpoint_writer(self._changed_checkpoints(CHECKPOINT_FILE, lambda log: log.recovery_point)
                                        + self._changed_checkpoints(LOG_START_OFFSET_CHECKPOINT_FILE,
                                                                    lambda log: log.log_start_offset))
+
+    def leader_epoch_syncs(self) -> Callable[[], None]:
+        """
+        The background sync of the leader epoch checkpoints (Kafka's
+        scheduler flushes them so for truncations, KAFKA-15046), called
+        periodically: the checkpoints holding assignments not yet fsynced
+        that the previous call saw so too are listed now (so an assignment
+        waits one to two periods: the burst of a failover's elections is
+        over, and its fsyncs do not slow ZooKeeper's own on a shared disk);
+        the returned callable fsyncs them, on any thread, so that neither a
+        clean shutdown nor a flush is left thousands of them after a creation
+        or a failover, and the event loop never waits for them.
+
+        @return: a callable syncing them, raising L{LogDirsFailedError}
+            naming the directories where a sync failed (after syncing the
+            others); the caller reports them, on the reactor thread.
+        """
+        unsynced = {tp for tp, log in self._logs.items() if log.leader_epoch_cache.unsynced}
+        due = [(self._log_dir_of.get(tp), self._logs[tp].leader_epoch_cache) for tp in unsynced & self._unsynced_seen]
+        self._unsynced_seen = unsynced - self._unsynced_seen
+
+        def sync() -> None:
+            failures: dict[str, str] = {}
+            for log_dir, cache in due:
+                if log_dir in failures:
+                    continue
+                try:
+                    cache.sync()
+                except KafkaStorageError as e:
+                    if log_dir is not None:
+                        failures[log_dir] = str(e)
+            if failures:
+                raise LogDirsFailedError(failures)
+        return sync
 
     def high_watermark_checkpoints(self) -> Callable[[], None]:
         """

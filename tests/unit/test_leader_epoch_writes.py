@@ -78,6 +78,33 @@ class WritesTests(unittest.TestCase):
         cache.sync()
         self.assertEqual(fsynced, [os.path.realpath(self.path), os.path.realpath(self.dir)])
 
+    def test_an_assignment_written_during_a_sync_stays_unsynced(self):
+        """A sync on a pool thread and a write on the reactor's take turns: the write waits, then is left to sync."""
+        import threading
+
+        in_sync, release = threading.Event(), threading.Event()
+        real_sync = leader_epoch_module.sync_file
+
+        def slow_sync(path, *args, **kwargs):
+            in_sync.set()
+            self.assertTrue(release.wait(10))
+            real_sync(path, *args, **kwargs)
+
+        self.patch(leader_epoch_module, "sync_file", slow_sync)
+        cache = LeaderEpochCache(self.path)
+        cache.assign(1, 0)
+        syncing = threading.Thread(target=cache.sync)
+        syncing.start()
+        self.assertTrue(in_sync.wait(10))
+        writing = threading.Thread(target=cache.assign, args=(2, 5))
+        writing.start()  # waits for the sync's lock; unlocked, it would be marked unsynced, then synced-over
+        release.set()
+        syncing.join(10)
+        writing.join(10)
+        self.assertFalse(syncing.is_alive() or writing.is_alive())
+        self.assertTrue(cache.unsynced)
+        self.assertEqual([tuple(e) for e in LeaderEpochCache(self.path).entries], [(1, 0), (2, 5)])
+
     def test_a_deleted_directory_needs_no_sync(self):
         cache = LeaderEpochCache(self.path)
         cache.assign(2, 0)

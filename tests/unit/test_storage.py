@@ -784,6 +784,48 @@ class LogManagerTests(TestCase):
             self.assertFalse(os.path.exists(os.path.join(d, CLEAN_SHUTDOWN_FILE)))
         m2.close()
 
+    def test_background_sync_of_leader_epoch_assignments(self):
+        """
+        C{leader_epoch_syncs()} lists the checkpoints holding unsynced assignments that its previous
+        call saw unsynced too, and returns their sync, for the thread pool: an assignment is synced
+        by the second call after it; a directory whose sync fails is named in the error (for the
+        failure channel), the others are synced.
+        """
+        from kafkatw.storage import leader_epoch as leader_epoch_module
+        from kafkatw.storage.log_dir_failure import LogDirsFailedError
+
+        m = self.manager()
+        self.addCleanup(m.close)
+        logs = [m.get_or_create("orders", p, {}) for p in range(4)]
+        for log in logs[:3]:
+            log.maybe_assign_epoch_start_offset(1, 0)
+        m.leader_epoch_syncs()()  # seen now: synced by the next call
+        self.assertEqual([log.leader_epoch_cache.unsynced for log in logs], [True, True, True, False])
+        logs[3].maybe_assign_epoch_start_offset(1, 0)
+        sync = m.leader_epoch_syncs()
+        logs[0].maybe_assign_epoch_start_offset(2, 0)  # after the listing: still synced by it (a later write)
+        sync()
+        self.assertEqual([log.leader_epoch_cache.unsynced for log in logs], [False, False, False, True])
+        m.leader_epoch_syncs()()
+        self.assertEqual([log.leader_epoch_cache.unsynced for log in logs], [False] * 4)
+        for log in logs:
+            log.maybe_assign_epoch_start_offset(3, 0)
+        m.leader_epoch_syncs()
+        failing = os.path.abspath(self.dirs[1])
+        real_sync = leader_epoch_module.sync_file
+
+        def sync_file(path, *args, **kwargs):
+            if path.startswith(failing):
+                raise OSError(5, "Input/output error")
+            return real_sync(path, *args, **kwargs)
+
+        self.patch(leader_epoch_module, "sync_file", sync_file)
+        with self.assertRaises(LogDirsFailedError) as caught:
+            m.leader_epoch_syncs()()
+        self.assertEqual(list(caught.exception.failures), [self.dirs[1]])
+        self.assertEqual({log.directory.startswith(failing): log.leader_epoch_cache.unsynced for log in logs},
+                         {True: True, False: False})
+
     def test_unclean_restart_recovers_from_checkpoint(self):
         m = self.manager()
         log = m.get_or_create("t", 0, {})
