@@ -130,6 +130,12 @@ class ProduceRun:
         return answers
 
 
+def _appended_entry(index: int, result: Any) -> dict:
+    """A ProduceResponse partition entry of an append that succeeded (C{result}: its C{AppendResult})."""
+    return {"index": index, "error_code": 0, "base_offset": result.base_offset,
+            "log_append_time": result.log_append_time_ms, "log_start_offset": result.log_start_offset}
+
+
 class ProduceApis:
     """
     The Produce handlers of L{kafkatw.broker.apis.KafkaApis} (a mixin), whose
@@ -219,10 +225,7 @@ class ProduceApis:
                 if min_isr is not None:
                     required[(name, p.index)] = result.last_offset + 1
                 if answered:
-                    partitions.append({
-                        "index": p.index, "error_code": 0, "base_offset": result.base_offset,
-                        "log_append_time": result.log_append_time_ms, "log_start_offset": result.log_start_offset,
-                    })
+                    partitions.append(_appended_entry(p.index, result))
             results.append((name, partitions))
         return results
 
@@ -345,9 +348,7 @@ class ProduceApis:
             return self._produce_response(context, [(topic, [entry])])
         required = {(topic, partition): result.last_offset + 1}
         if write_errors:
-            results = [(topic, [{"index": partition, "error_code": 0, "base_offset": result.base_offset,
-                                 "log_append_time": result.log_append_time_ms,
-                                 "log_start_offset": result.log_start_offset}])]
+            results = [(topic, [_appended_entry(partition, result)])]
             self._fail_unwritten(results, required, write_errors)
             if not required:
                 return self._produce_response(context, results)
@@ -365,10 +366,7 @@ class ProduceApis:
         """
         if errors.get((topic, partition)) is None:
             return self._produce_acks1_finish(context, topic, partition, result, {})
-        results = [(topic, [{"index": partition, "error_code": 0, "base_offset": result.base_offset,
-                             "log_append_time": result.log_append_time_ms,
-                             "log_start_offset": result.log_start_offset}])]
-        return self._produce_acknowledged(errors, context, results)
+        return self._produce_acknowledged(errors, context, [(topic, [_appended_entry(partition, result)])])
 
     def _append_many(self, topic: str, partition: int, records_list: list) -> list:
         """
@@ -420,8 +418,7 @@ class ProduceApis:
             entry = {"index": partition, "error_code": int(result.error_code), "base_offset": -1,
                      "log_append_time": -1, "log_start_offset": -1, "error_message": str(result) or None}
         else:
-            entry = {"index": partition, "error_code": 0, "base_offset": result.base_offset,
-                     "log_append_time": result.log_append_time_ms, "log_start_offset": result.log_start_offset}
+            entry = _appended_entry(partition, result)
         results = [(topic, [entry])]
         if write_errors:
             self._fail_unwritten(results, {}, write_errors)
