@@ -341,6 +341,17 @@ class Partition:
             raise NotLeaderOrFollowerError(f"{self.name}: broker {self.broker_id} is not its leader")
         return self.log.append_many(records_list, self.leader_epoch)
 
+    def high_watermark_stalled(self, min_insync_replicas: int | None = None) -> bool:
+        """
+        Whether the ISR is too small for the high watermark to move (KIP-966):
+        short of every replica and of C{min.insync.replicas} (the topic's,
+        looked up only for a partial ISR, unless given).
+        """
+        isr_size = len(self.isr)
+        if isr_size >= len(self.replicas):
+            return False
+        return isr_size < (self._min_insync_replicas() if min_insync_replicas is None else min_insync_replicas)
+
     def maybe_advance_high_watermark(self) -> bool:
         """
         High watermark = the smallest log end offset in the (maximal) ISR,
@@ -352,9 +363,8 @@ class Partition:
         """
         if self.role != LEADER:
             return False
-        isr_size = len(self.isr)
-        if isr_size < len(self.replicas) and isr_size < self._min_insync_replicas():
-            return False  # (the topic's config is looked up only for a partial ISR)
+        if self.high_watermark_stalled():
+            return False
         low = self.log.log_end_offset
         if self._pending_isr is None and self.isr == [self.broker_id]:
             # An ISR of one: the high watermark is the log end offset.
@@ -393,7 +403,7 @@ class Partition:
                 return True, NotEnoughReplicasAfterAppendError(
                     f"{self.name}: ISR {self.isr} shrank below min.insync.replicas={min_insync_replicas}")
             return True, None
-        if len(self.isr) < min(min_insync_replicas, len(self.replicas)):
+        if self.high_watermark_stalled(min_insync_replicas):
             # the high watermark does not move while the ISR is this small (KIP-966): say so now
             return True, NotEnoughReplicasAfterAppendError(
                 f"{self.name}: ISR {self.isr} shrank below min.insync.replicas={min_insync_replicas}")

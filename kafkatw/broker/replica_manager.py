@@ -670,9 +670,7 @@ class ReplicaManager:
         if not waiting:
             return
         partition = self.partitions.get(key)
-        isr_size = 0 if partition is None else len(partition.isr)
-        if partition is None or partition.role != LEADER \
-                or isr_size < len(partition.replicas) and isr_size < self.min_insync_replicas(key[0]):
+        if partition is None or partition.role != LEADER or partition.high_watermark_stalled():
             for produce in waiting:
                 produce.check()
             return
