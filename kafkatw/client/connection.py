@@ -289,15 +289,19 @@ class BrokerConnection(Protocol):
         if not expect_response:
             return defer.succeed(None)
         d: defer.Deferred = defer.Deferred()
-        delay = (self.request_timeout_ms if timeout_ms is None else timeout_ms) / 1000.0
         now = self.reactor.seconds()
-        self._pending[correlation_id] = _Pending(d, api_key, version, now + delay)
+        deadline = now + (self.request_timeout_ms if timeout_ms is None else timeout_ms) / 1000.0
+        self._pending[correlation_id] = _Pending(d, api_key, version, deadline)
+        self._arm_timeout(deadline, now)
+        return d
+
+    def _arm_timeout(self, deadline: float, now: float) -> None:
+        """Make the connection's timeout timer fire by C{deadline} (reactor seconds)."""
         call = self._timeout_call
         if call is None:
-            self._timeout_call = self.reactor.callLater(delay, self._check_timeouts)
-        elif call.getTime() > now + delay:
-            call.reset(delay)
-        return d
+            self._timeout_call = self.reactor.callLater(max(0.0, deadline - now), self._check_timeouts)
+        elif call.getTime() > deadline:
+            call.reset(max(0.0, deadline - now))
 
     def _header_rest(self, api_key: int, version: int) -> tuple[bytes, bool]:
         """(the request header after the correlation id, whether the version is flexible), kept per version."""
@@ -316,13 +320,8 @@ class BrokerConnection(Protocol):
         for correlation_id in [cid for cid, p in self._pending.items() if p.deadline <= now + 1e-9]:
             self._timed_out(correlation_id)
         if self._pending and self.connected:
-            soonest = min(p.deadline for p in self._pending.values())
-            delay = max(0.0, soonest - now)
-            call = self._timeout_call  # (a request made by a failed request's errback armed it)
-            if call is None:
-                self._timeout_call = self.reactor.callLater(delay, self._check_timeouts)
-            elif call.getTime() > soonest:
-                call.reset(delay)
+            # (a request made by a failed request's errback may have armed it already)
+            self._arm_timeout(min(p.deadline for p in self._pending.values()), now)
 
     def _timed_out(self, correlation_id: int) -> None:
         pending = self._pending.pop(correlation_id, None)
