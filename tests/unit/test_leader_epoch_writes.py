@@ -78,30 +78,30 @@ class WritesTests(unittest.TestCase):
         cache.sync()
         self.assertEqual(fsynced, [os.path.realpath(self.path), os.path.realpath(self.dir)])
 
-    def test_an_assignment_written_during_a_sync_stays_unsynced(self):
-        """A sync on a pool thread and a write on the reactor's take turns: the write waits, then is left to sync."""
-        import threading
-
-        in_sync, release = threading.Event(), threading.Event()
-        real_sync = leader_epoch_module.sync_file
-
-        def slow_sync(path, *args, **kwargs):
-            in_sync.set()
-            self.assertTrue(release.wait(10))
-            real_sync(path, *args, **kwargs)
-
-        self.patch(leader_epoch_module, "sync_file", slow_sync)
+    def test_a_write_and_a_sync_take_turns(self):
+        """
+        The file is written and synced only under the cache's lock (a sync runs on a pool thread,
+        writes on the reactor's): an assignment written while a sync runs waits for it, and stays
+        unsynced after it.
+        """
         cache = LeaderEpochCache(self.path)
+        held = []
+        write, sync = leader_epoch_module.write_atomically, leader_epoch_module.sync_file
+
+        def locked_write(path, data, *args, **kwargs):
+            held.append(("write", cache._sync_lock.locked()))
+            return write(path, data, *args, **kwargs)
+
+        def locked_sync(path, *args, **kwargs):
+            held.append(("sync", cache._sync_lock.locked()))
+            return sync(path, *args, **kwargs)
+
+        self.patch(leader_epoch_module, "write_atomically", locked_write)
+        self.patch(leader_epoch_module, "sync_file", locked_sync)
         cache.assign(1, 0)
-        syncing = threading.Thread(target=cache.sync)
-        syncing.start()
-        self.assertTrue(in_sync.wait(10))
-        writing = threading.Thread(target=cache.assign, args=(2, 5))
-        writing.start()  # waits for the sync's lock; unlocked, it would be marked unsynced, then synced-over
-        release.set()
-        syncing.join(10)
-        writing.join(10)
-        self.assertFalse(syncing.is_alive() or writing.is_alive())
+        cache.sync()
+        cache.assign(2, 5)
+        self.assertEqual(held, [("write", True), ("sync", True), ("write", True)])
         self.assertTrue(cache.unsynced)
         self.assertEqual([tuple(e) for e in LeaderEpochCache(self.path).entries], [(1, 0), (2, 5)])
 
