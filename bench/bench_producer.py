@@ -1,7 +1,7 @@
 """
 Producer benchmark: the paper's workload (200-byte records, one topic, one
 partition, acks=1) against ONE kafkatw broker started here, for kafkatw's
-Twisted L{Producer}, kafka-python's C{KafkaProducer}, aiokafka's
+Twisted L{Producer} and its L{BlockingProducer}, kafka-python's C{KafkaProducer}, aiokafka's
 C{AIOKafkaProducer} and confluent-kafka (librdkafka, the native reference).
 
 Settings, the same for every client (paper §4, "Producer Test"):
@@ -24,7 +24,7 @@ machine's cores.
 
 Usage:
   python bench/bench_producer.py [--records 300000] [--batch1-records 20000]
-      [--clients kafkatw,kafkatw-gc-freeze,kafka-python,aiokafka,confluent] [--settings batch1,batch50,default]
+      [--clients kafkatw,kafkatw-gc-freeze,kafkatw-blocking,kafka-python,aiokafka,confluent] [--settings batch1,batch50,default]
       [--kafkatw-options JSON] [--py-spy-dir DIR]
 
 --kafkatw-options adds Producer keywords to kafkatw's runs, e.g.
@@ -100,6 +100,25 @@ def run_kafkatw_gc_freeze(bootstrap: str, topic: str, n: int, setting: str) -> d
     return run_kafkatw(bootstrap, topic, n, setting)
 
 
+def run_kafkatw_blocking(bootstrap: str, topic: str, n: int, setting: str) -> dict:
+    """kafkatw's L{BlockingProducer}: C{send} from this thread, the Producer on its reactor thread."""
+    from kafkatw.client import BlockingProducer
+
+    options = {"batch1": {"linger_ms": 0, "batch_size": 1},
+               "batch50": {"linger_ms": 5, "batch_size": BATCH50_BYTES},
+               "default": {"linger_ms": 5}}[setting]
+    with BlockingProducer(bootstrap, acks=1, **{**options, **json.loads(os.environ.get("KAFKATW_OPTIONS", "{}"))}) \
+            as producer:
+        value = b"x" * RECORD_SIZE
+        producer.send_and_wait(topic, value, timeout_s=30)  # metadata and connection
+        send = producer.send
+        t0, c0 = time.perf_counter(), time.process_time()
+        for _ in range(n):
+            send(topic, value)
+        producer.flush(120)
+        return {"seconds": time.perf_counter() - t0, "cpu_s": time.process_time() - c0}
+
+
 def run_kafka_python(bootstrap: str, topic: str, n: int, setting: str) -> dict:
     from kafka import KafkaProducer
 
@@ -165,7 +184,8 @@ def run_confluent(bootstrap: str, topic: str, n: int, setting: str) -> dict:
     return {"seconds": time.perf_counter() - t0, "cpu_s": time.process_time() - c0}
 
 
-CLIENTS = {"kafkatw": run_kafkatw, "kafkatw-gc-freeze": run_kafkatw_gc_freeze, "kafka-python": run_kafka_python,
+CLIENTS = {"kafkatw": run_kafkatw, "kafkatw-gc-freeze": run_kafkatw_gc_freeze, "kafkatw-blocking": run_kafkatw_blocking,
+           "kafka-python": run_kafka_python,
            "aiokafka": run_aiokafka,
            "confluent": run_confluent}
 
@@ -182,7 +202,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=300_000)
     parser.add_argument("--batch1-records", type=int, default=20_000)
-    parser.add_argument("--clients", default="kafkatw,kafkatw-gc-freeze,kafka-python,aiokafka,confluent")
+    parser.add_argument("--clients", default="kafkatw,kafkatw-gc-freeze,kafkatw-blocking,kafka-python,aiokafka,confluent")
     parser.add_argument("--settings", default="batch1,batch50,default")
     parser.add_argument("--kafkatw-options", default="{}")
     parser.add_argument("--py-spy-dir")

@@ -55,6 +55,10 @@ __all__ = ["BlockingProducer", "BlockingConsumer", "BlockingAdminClient", "Futur
            "call_with_zookeeper", "reactor_thread"]
 
 
+def _handled(failure: Failure) -> None:
+    """An errback for a record's Deferred whose failure a L{FutureRecordMetadata} reports."""
+
+
 class WrongProcessError(RuntimeError):
     """A blocking client was used in a process forked after it was made."""
 
@@ -139,12 +143,15 @@ class _ReactorThread:
 
 _reactor_thread: _ReactorThread | None = None
 _lock = threading.Lock()
+#: this process's id, kept by the fork handler: a client checks it on every call (a getpid is a system call)
+_pid = os.getpid()
 
 
 def _after_fork_in_child() -> None:
     # A lock held by another thread at fork time would stay locked for ever.
-    global _lock
+    global _lock, _pid
     _lock = threading.Lock()
+    _pid = os.getpid()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
@@ -197,7 +204,7 @@ class _Bound:
         self._thread = reactor_thread()
 
     def _check_process(self) -> _ReactorThread:
-        if self._thread.pid != os.getpid():
+        if self._thread.pid != _pid:
             raise WrongProcessError(
                 f"this {type(self).__name__} was made in process {self._thread.pid}; a forked process"
                 f" ({os.getpid()}) must make its own")
@@ -210,15 +217,35 @@ class _Bound:
 class FutureRecordMetadata:
     """
     The outcome of L{BlockingProducer.send}: L{get} waits for it.
+
+    It is also the record's C{on_delivery} callable (L{Producer.send}), called
+    in the reactor thread: no Deferred machinery runs per record.
     """
 
-    __slots__ = ("_owner", "_done", "_value", "_error")
+    __slots__ = ("_owner", "_done", "_value", "_error", "_deferred")
 
     def __init__(self, owner: "BlockingProducer") -> None:
         self._owner = owner
         self._done = False
         self._value: RecordMetadata | None = None
         self._error: BaseException | None = None
+        #: the record's Deferred from L{Producer.send}, whose failure this future reports
+        self._deferred: defer.Deferred | None = None
+
+    def __call__(self, metadata: RecordMetadata | None, error: BaseException | None) -> None:
+        # on_delivery: called just before the record's Deferred fires
+        self._value = metadata
+        if error is None:
+            self._deferred = None  # nobody else holds it: the producer leaves it unfired
+        else:
+            self._error = error
+            if self._deferred is not None:
+                self._deferred.addErrback(_handled)
+        self._done = True
+        owner = self._owner
+        if owner._waiting:  # read after _done is set: a waiter counted later sees _done (_wait_for)
+            with owner._cond:
+                owner._cond.notify_all()
 
     def done(self) -> bool:
         return self._done
@@ -265,6 +292,7 @@ class BlockingProducer(_Bound):
         self._scheduled = False
         self._blocked = False  # the Producer asked us to wait (buffer_memory)
         self._cond = threading.Condition()
+        self._waiting = 0  # threads in _wait_for
         self._closed = False
 
     # called in the user's thread
@@ -343,11 +371,16 @@ class BlockingProducer(_Bound):
     def _wait_for(self, future: FutureRecordMetadata, timeout_s: float | None) -> None:
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         with self._cond:
-            while not future._done:
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    raise KafkaTimeoutError(f"no acknowledgement within {timeout_s} s")
-                self._cond.wait(remaining)
+            # counted before _done is read: a completion that missed the count set _done before
+            self._waiting += 1
+            try:
+                while not future._done:
+                    remaining = None if deadline is None else deadline - time.monotonic()
+                    if remaining is not None and remaining <= 0:
+                        raise KafkaTimeoutError(f"no acknowledgement within {timeout_s} s")
+                    self._cond.wait(remaining)
+            finally:
+                self._waiting -= 1
 
     # called in the reactor thread
 
@@ -357,7 +390,6 @@ class BlockingProducer(_Bound):
             return
         queue = self._queue
         send = self._producer.send
-        ok, failed = self._done_ok, self._done_error
         n = 0
         while True:
             try:
@@ -365,12 +397,20 @@ class BlockingProducer(_Bound):
             except IndexError:
                 break
             n += 1
+            topic, value, key, partition, headers, timestamp_ms = args
             try:
-                d = send(*args)
+                if key is None and partition is None and headers is None and timestamp_ms is None:
+                    d = send(topic, value, on_delivery=future)  # the form send's compiled hot path takes
+                else:
+                    d = send(topic, value, key, partition, headers, timestamp_ms, on_delivery=future)
             except Exception as e:
-                self._complete(future, None, e)
+                future(None, e)
                 continue
-            d.addCallbacks(ok, failed, callbackArgs=(future,), errbackArgs=(future,))
+            if future._done:  # failed at once: its failure is the future's
+                if future._error is not None:
+                    d.addErrback(_handled)
+            else:
+                future._deferred = d
             if n % 256 == 0:
                 ready = self._producer.ready()
                 if not ready.called:
@@ -384,19 +424,6 @@ class BlockingProducer(_Bound):
     def _unblock(self, _: Any) -> None:
         self._blocked = False
         self._drain()
-
-    def _done_ok(self, metadata: RecordMetadata, future: FutureRecordMetadata) -> None:
-        self._complete(future, metadata, None)
-
-    def _done_error(self, failure: Any, future: FutureRecordMetadata) -> None:
-        self._complete(future, None, failure.value)
-
-    def _complete(self, future: FutureRecordMetadata, value: Any, error: BaseException | None) -> None:
-        future._value = value
-        future._error = error
-        with self._cond:
-            future._done = True
-            self._cond.notify_all()
 
     async def _hand_over(self) -> None:
         """

@@ -16,6 +16,7 @@ that waited for it would move the clock there.
 from __future__ import annotations
 
 import collections
+import gc
 import threading
 from types import SimpleNamespace as NS
 from typing import Any
@@ -30,7 +31,7 @@ from kafkatw.client.blocking import BlockingProducer, FutureRecordMetadata
 from kafkatw.client.connection import BrokerConnectionError
 from kafkatw.client.producer import KafkaTimeoutError, Producer
 from kafkatw.client.transaction_manager import TransactionState
-from kafkatw.errors import ErrorCode
+from kafkatw.errors import ErrorCode, KafkaError, RecordTooLargeError
 
 from .test_producer import VALUE, FakeClient, FakeRequest, respond
 
@@ -360,6 +361,20 @@ class FlushTests(SynchronousTestCase):
         self.assertEqual(self.clock.seconds(), 0)
 
 
+def blocking_producer(producer: Producer) -> BlockingProducer:
+    """A L{BlockingProducer} around C{producer}, without a reactor thread: its reactor-side steps run in the test."""
+    blocking = BlockingProducer.__new__(BlockingProducer)
+    blocking._producer = producer
+    blocking._queue = collections.deque()
+    blocking._scheduled = False
+    blocking._blocked = False
+    blocking._cond = threading.Condition()
+    blocking._waiting = 0
+    blocking._closed = False
+    blocking.timeout_s = None
+    return blocking
+
+
 class BlockingFlushTests(SynchronousTestCase):
     """
     L{BlockingProducer.flush} hands its queued sends to the producer,
@@ -368,24 +383,13 @@ class BlockingFlushTests(SynchronousTestCase):
     here on a L{Clock} (no reactor thread).
     """
 
-    def blocking_producer(self, producer: Producer) -> BlockingProducer:
-        blocking = BlockingProducer.__new__(BlockingProducer)
-        blocking._producer = producer
-        blocking._queue = collections.deque()
-        blocking._scheduled = False
-        blocking._blocked = False
-        blocking._cond = threading.Condition()
-        blocking._closed = False
-        blocking.timeout_s = None
-        return blocking
-
     def test_flush_with_buffer_memory_full(self) -> None:
         clock = Clock()
         client = FakeClient({"t": 1})
         client.known.add("t")
         # one batch could take all of buffer_memory; ready() fires at half of it
         producer = Producer(clock, client=client, linger_ms=LINGER_MS, buffer_memory=40000, batch_size=1 << 20)
-        blocking = self.blocking_producer(producer)
+        blocking = blocking_producer(producer)
         futures = []
         for _ in range(600):
             future = FutureRecordMetadata(blocking)
@@ -404,6 +408,137 @@ class BlockingFlushTests(SynchronousTestCase):
         self.assertEqual(clock.seconds(), 0)
         self.assertGreater(len(client.produce_requests()), 1)  # the buffer was full on the way
         self.assertEqual([f.get().offset for f in futures], list(range(600)))
+
+
+class RecordingCondition:
+    """
+    A stand-in for the blocking producer's C{threading.Condition}, run in one
+    thread: it records what was done with it, and C{on_wait} plays the
+    reactor thread while a waiter waits.
+    """
+
+    def __init__(self) -> None:
+        self.events: list[str] = []
+        self.on_wait: Any = None
+
+    def __enter__(self) -> "RecordingCondition":
+        self.events.append("lock")
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.events.append("unlock")
+
+    def wait(self, timeout: float | None = None) -> None:
+        self.events.append("wait")
+        on_wait, self.on_wait = self.on_wait, None
+        if on_wait is None:
+            raise AssertionError("a wait nothing would end")
+        on_wait()
+
+    def notify_all(self) -> None:
+        self.events.append("notify")
+
+
+class BlockingFutureTests(SynchronousTestCase):
+    """
+    A L{FutureRecordMetadata} is its record's C{on_delivery} (no Deferred
+    callbacks per record): it holds the outcome, touches the producer's
+    condition only when a thread waits in C{get}, and handles the failure of
+    the record's Deferred, which nobody else holds (else it would be logged as
+    "Unhandled error in Deferred" once collected).
+    """
+
+    def setUp(self) -> None:
+        self.clock = Clock()
+        self.client = FakeClient({"t": 1})
+        self.client.known.add("t")
+        self.producer = Producer(self.clock, client=self.client, linger_ms=0, retries=0, max_request_size=10000)
+        self.blocking = blocking_producer(self.producer)
+
+    def send(self, n: int, value: bytes = VALUE, key: bytes | None = None,
+             future_class: type = FutureRecordMetadata) -> list[FutureRecordMetadata]:
+        """Queue C{n} sends as L{BlockingProducer.send} does, hand them over in one drain, send the batch."""
+        futures = []
+        for _ in range(n):
+            future = future_class(self.blocking)
+            futures.append(future)
+            self.blocking._queue.append((future, ("t", value, key, None, None, None)))
+        self.blocking._drain()
+        self.clock.advance(0)
+        return futures
+
+    def answer(self, **kwargs: Any) -> None:
+        for request in [r for r in self.client.produce_requests() if not r.deferred.called]:
+            respond(request, **kwargs)
+
+    def assertNoUnhandledErrors(self) -> None:
+        self.client.requests.clear()  # their batches hold the records' Deferreds
+        gc.collect()  # an unhandled failure is logged when its Deferred is collected
+        self.assertEqual(self.flushLoggedErrors(), [])
+
+    def test_acknowledged(self) -> None:
+        futures = self.send(3) + self.send(2, key=b"k")  # send's hot path, and the call with every argument
+        self.assertFalse(any(f.done() for f in futures))
+        self.answer(base_offsets={("t", 0): 7})
+        self.assertEqual([f.get(0).offset for f in futures], [7, 8, 9, 7, 8])
+        self.assertEqual([f.exception(0) for f in futures], [None] * 5)
+
+    def test_failed_by_the_broker(self) -> None:
+        futures = self.send(3)
+        self.answer(errors={("t", 0): ErrorCode.invalid_topic_exception})
+        self.assertEqual([f.exception(0).error_code for f in futures], [ErrorCode.invalid_topic_exception] * 3)
+        try:
+            futures[0].get(0)
+        except KafkaError as e:
+            self.assertIs(e, futures[0].exception(0))
+        else:
+            self.fail("get() returned for a failed record")
+        del futures
+        self.assertNoUnhandledErrors()
+
+    def test_failed_at_send(self) -> None:
+        [future] = self.send(1, value=b"x" * 20000)  # larger than max_request_size: failed before any batch
+        self.assertIsInstance(future.exception(0), RecordTooLargeError)
+        del future
+        self.assertNoUnhandledErrors()
+
+    def test_completion_without_a_waiter_leaves_the_condition_alone(self) -> None:
+        self.blocking._cond = condition = RecordingCondition()
+        [future] = self.send(1)
+        self.answer()
+        self.assertTrue(future.done())
+        self.assertEqual(future.get(0).offset, 0)  # done: no wait
+        self.assertEqual(condition.events, [])
+
+    def test_completion_while_a_thread_waits(self) -> None:
+        self.blocking._cond = condition = RecordingCondition()
+        [future] = self.send(1)
+        condition.on_wait = self.answer  # the reactor thread acknowledges while the caller waits
+        self.assertEqual(future.get(0.5).offset, 0)
+        # the waiter was counted before it looked, so the completion notified it, under the lock
+        self.assertEqual(condition.events, ["lock", "wait", "lock", "notify", "unlock", "unlock"])
+        self.assertEqual(self.blocking._waiting, 0)
+
+    def test_completion_after_the_waiter_counted_itself(self) -> None:
+        # the reactor thread completes after get() counted itself, before it looked at the
+        # future again: the completion notifies, and the waiter sees it done and does not wait
+        self.blocking._cond = condition = RecordingCondition()
+        test = self
+
+        class LookedAt(FutureRecordMetadata):
+            @property  # type: ignore[override]
+            def _done(self) -> bool:
+                if test.blocking._waiting and not self.__dict__.get("done"):
+                    test.answer()
+                return self.__dict__.get("done", False)
+
+            @_done.setter
+            def _done(self, done: bool) -> None:
+                self.__dict__["done"] = done
+
+        [future] = self.send(1, future_class=LookedAt)
+        self.assertEqual(future.get(0.5).offset, 0)
+        self.assertEqual(condition.events, ["lock", "lock", "notify", "unlock", "unlock"])
 
 
 # --- every ordering ----------------------------------------------------------------------
