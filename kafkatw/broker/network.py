@@ -38,7 +38,7 @@ import struct
 from collections import deque
 from typing import Any, NamedTuple
 
-from twisted.internet import defer, tcp
+from twisted.internet import defer
 from twisted.internet.error import ConnectionDone
 from twisted.internet.interfaces import IHandshakeListener, IPullProducer
 from twisted.internet.protocol import Factory
@@ -46,6 +46,7 @@ from twisted.logger import Logger
 from twisted.protocols.basic import Int32StringReceiver
 from zope.interface import implementer
 
+from ..client.connection import SocketWriter
 from ..protocol.framing import FrameBuffer, FrameSizeError, ReadSizer
 from ..protocol.messages import API_NAMES, MalformedRequest, UnsupportedVersion, parse_request_header
 from ..security.tls import distinguished_name
@@ -79,11 +80,12 @@ class ResponseWriter:
         self.queue: deque[Any] = deque()
         self.registered = False
         self._on_idle = on_idle
+        self._socket_writer = SocketWriter(transport)
         self._sendfile_fd: int | None = None
-        if isinstance(transport, tcp.Connection):
+        if self._socket_writer.socket is not None:
             try:
-                self._sendfile_fd = transport.socket.fileno()
-            except (AttributeError, OSError):
+                self._sendfile_fd = self._socket_writer.socket.fileno()
+            except OSError:
                 self._sendfile_fd = None
 
     def write_chunks(self, chunks: list[Any]) -> None:
@@ -92,9 +94,15 @@ class ResponseWriter:
             self.registered = True
             self.transport.registerProducer(self, False)
 
-    def _buffer_empty(self) -> bool:
-        t = self.transport
-        return not getattr(t, "_tempDataLen", 1) and len(t.dataBuffer) - t.offset == 0
+    def write_bytes(self, data: bytes) -> None:
+        """
+        Write C{data} after what is queued: at once when nothing waits before
+        it (L{SocketWriter}), else in order.
+        """
+        if self.registered:
+            self.write_chunks([data])
+        else:
+            self._socket_writer.write(data)
 
     def resumeProducing(self) -> None:
         queue = self.queue
@@ -102,7 +110,7 @@ class ResponseWriter:
             chunk = queue[0]
             if isinstance(chunk, bytes):
                 queue.popleft()
-                if self._sendfile_fd is not None and self._buffer_empty():
+                if self._sendfile_fd is not None and self._socket_writer.buffer_empty():
                     # Send it straight to the socket, so that the transport's
                     # buffer stays empty and the region after it can go by
                     # sendfile: the bytes up to the next region in one send (a
@@ -118,22 +126,13 @@ class ResponseWriter:
                             pieces.append(queue.popleft())
                         chunk = b"".join(pieces)
                     flags = _MSG_MORE if queue and queue[0].length > 0 else 0
-                    try:
-                        sent = self.transport.socket.send(chunk, flags)
-                    except BlockingIOError:
-                        sent = 0
-                    except OSError as e:
-                        _log.warn("send failed: {error}; closing connection", error=e)
-                        self.transport.abortConnection()
-                        return
-                    if sent < len(chunk):
-                        self.transport.write(chunk[sent:])
-                        return  # resumed once the transport has drained it
+                    if not self._socket_writer.write(chunk, flags):
+                        return  # resumed once the transport has drained the rest
                     continue
                 self.transport.write(chunk)
                 continue
             fileno, position, length = chunk.fileno, chunk.position, chunk.length
-            if self._sendfile_fd is not None and not self._buffer_empty():
+            if self._sendfile_fd is not None and not self._socket_writer.buffer_empty():
                 # Earlier responses are still in the transport's buffer: wait for
                 # it to drain (the transport then resumes us) and sendfile after.
                 return
@@ -183,6 +182,33 @@ class ResponseWriter:
     def stopProducing(self) -> None:
         self.queue.clear()
         self.registered = False
+
+
+class _Cork:
+    """
+    Holds back the bytes responses that complete while a connection's read
+    is handled (its own requests, or those its requests complete elsewhere:
+    produce requests waiting for this follower's fetch), and writes each
+    connection's together when the outermost read ends: one send for the
+    responses to a client's pipelined requests, not one each, as Twisted's
+    buffering at the end of the reactor's turn did, but without waiting for
+    the rest of the turn.  One per process (reads do not nest across brokers
+    in one process except in tests and the simulation, where they share it).
+    """
+
+    __slots__ = ("depth", "connections")
+
+    def __init__(self) -> None:
+        self.depth = 0  # reads being handled
+        self.connections: list[KafkaConnection] = []  # with responses held back
+
+    def release(self) -> None:
+        connections, self.connections = self.connections, []
+        for connection in connections:
+            connection._release_corked()
+
+
+_CORK = _Cork()
 
 
 class _Slot:
@@ -237,6 +263,8 @@ class KafkaConnection(Int32StringReceiver):
         self._handshake_timer: Any = None
         self._slots: deque[_Slot] = deque()
         self._writer: ResponseWriter | None = None
+        #: response frames held back while a read is handled (L{_Cork})
+        self._corked: list[bytes] = []
         self._closed = False
         self.peer = "?"
         self._frames = FrameBuffer(max_request_bytes)
@@ -350,7 +378,20 @@ class KafkaConnection(Int32StringReceiver):
         as one L{kafkatw.broker.produce_apis.ProduceRun}: one write per partition for
         all of them, then their responses, in order (unless client quotas are
         on, whose throttles need each request served before the next is read).
+
+        Responses completed meanwhile, on this connection or another, are
+        written when the read is handled (L{_Cork}).
         """
+        cork = _CORK
+        cork.depth += 1
+        try:
+            self._data_received(data)
+        finally:
+            cork.depth -= 1
+            if not cork.depth and cork.connections:
+                cork.release()
+
+    def _data_received(self, data: bytes) -> None:
         if self.authenticator is None or self.authenticator.complete:
             make_run = getattr(self.apis, "produce_run", None)
             run = make_run() if make_run is not None and self._unmute_call is None else None
@@ -448,6 +489,7 @@ class KafkaConnection(Int32StringReceiver):
                 peer=self.peer, api=API_NAMES.get(header.api_key, header.api_key),
                 version=header.api_version, error=error,
             )
+        self._release_corked()  # the answers to the requests before it
         self._closed = True
         self.transport.abortConnection()
 
@@ -459,6 +501,7 @@ class KafkaConnection(Int32StringReceiver):
             "closing connection from {peer}: request size {length} is outside 0..{setting}={limit}",
             peer=self.peer, length=length, setting=setting, limit=self._frames.max_size,
         )
+        self._release_corked()  # the answers to the requests before it
         self._closed = True
         self.transport.abortConnection()
 
@@ -523,17 +566,31 @@ class KafkaConnection(Int32StringReceiver):
             if request_metrics is not None:
                 handed = request_metrics.clock()
             if isinstance(response, bytes):
-                if writer.registered:
-                    writer.write_chunks([_SIZE.pack(len(response)), response])
+                if _CORK.depth:
+                    if not self._corked:
+                        _CORK.connections.append(self)
+                    self._corked.append(_SIZE.pack(len(response)))
+                    self._corked.append(response)
                 else:
-                    self.transport.write(_SIZE.pack(len(response)) + response)
+                    writer.write_bytes(_SIZE.pack(len(response)) + response)
             else:
                 chunks, total = response
-                writer.write_chunks([_SIZE.pack(total), *chunks])
+                if self._corked:  # held back before it: in order, in the same write
+                    held, self._corked = self._corked, []
+                    writer.write_chunks([*held, _SIZE.pack(total), *chunks])
+                else:
+                    writer.write_chunks([_SIZE.pack(total), *chunks])
             if request_metrics is not None:
                 sent = request_metrics.clock()
                 request_metrics.record("responsesendtimems", slot.api_key, (sent - handed) * 1000.0)
                 request_metrics.record("totaltimems", slot.api_key, (sent - slot.received) * 1000.0)
+
+    def _release_corked(self) -> None:
+        """Write the responses held back while a read was handled (L{_Cork}), in one write."""
+        held, self._corked = self._corked, []
+        writer = self._writer
+        if held and writer is not None and not self._closed:
+            writer.write_bytes(b"".join(held))
 
     # --- client quotas (KIP-219) ----------------------------------------------
 
@@ -594,7 +651,7 @@ class KafkaConnection(Int32StringReceiver):
     @property
     def idle(self) -> bool:
         """No request in progress and nothing left to write."""
-        return not self._slots and not (self._writer and self._writer.registered)
+        return not self._slots and not self._corked and not (self._writer and self._writer.registered)
 
 
 class KafkaServerFactory(Factory):

@@ -1,7 +1,8 @@
 """
 One client connection to one broker: framing, correlation ids, pipelining.
 
-Requests are written as soon as they are made (pipelining); each gets the next
+Requests are written as soon as they are made (pipelining; L{SocketWriter}:
+to the socket at once, not at the end of the reactor's turn); each gets the next
 correlation id and a Deferred that fires with the decoded kio response, or fails
 with L{RequestTimedOutError} after C{request_timeout_ms} or with
 L{BrokerConnectionError} when the connection is lost.  A Produce with acks=0 has
@@ -21,7 +22,7 @@ import socket
 import struct
 from typing import Any
 
-from twisted.internet import defer
+from twisted.internet import defer, tcp
 from twisted.internet.error import ConnectionDone
 from twisted.internet.protocol import Protocol
 from twisted.logger import Logger
@@ -35,6 +36,7 @@ __all__ = [
     "BrokerConnection",
     "BrokerConnectionError",
     "RequestTimedOutError",
+    "SocketWriter",
     "UnsupportedApiError",
     "parse_bootstrap_servers",
     "common_versions",
@@ -159,6 +161,62 @@ def parse_bootstrap_servers(bootstrap_servers: str | list[str]) -> list[tuple[st
     return servers
 
 
+class SocketWriter:
+    """
+    Writes to a Twisted TCP connection's socket at once while the
+    connection's own buffer is empty; otherwise, and for what the socket did
+    not take, through C{transport.write}, so that bytes stay in order.
+
+    Twisted's C{write} buffers bytes until the reactor next finds the socket
+    writable: after the rest of the current turn, with one C{epoll_ctl} to
+    watch for writability and one to stop.  A request or a response written
+    at once leaves that much sooner (docs/design.md, "Writes at once").  On a
+    socket error the bytes go to C{transport.write}, whose own send then
+    fails and closes the connection as any write error does.
+
+    Only a C{twisted.internet.tcp.Connection} is written to at once: a TLS
+    wrapper (C{TLSMemoryBIOProtocol}) passes attribute reads through to the
+    TCP transport under it, so any duck-typed test would take its socket and
+    write past the encryption.  Whether the buffer is empty is read from
+    Twisted's C{_tempDataLen}, C{dataBuffer} and C{offset} (docs/design.md,
+    "Private APIs"; tests/unit/test_private_apis.py pins them).
+
+    @ivar socket: the socket written at once (None: every write goes through
+        the transport).
+    """
+
+    __slots__ = ("transport", "socket")
+
+    def __init__(self, transport: Any) -> None:
+        self.transport = transport
+        self.socket = transport.socket if isinstance(transport, tcp.Connection) and not transport.TLS else None
+
+    def buffer_empty(self) -> bool:
+        """True when the transport holds no bytes still to send (False without a socket)."""
+        t = self.transport
+        return self.socket is not None and not t._tempDataLen and len(t.dataBuffer) - t.offset == 0
+
+    def write(self, data: bytes, flags: int = 0) -> bool:
+        """
+        Write C{data} (C{flags}: C{send}'s, such as C{MSG_MORE}, when it goes at once).
+
+        @return: True when all of it went to the socket now; False when some
+            of it waits in the transport's buffer.
+        """
+        sock = self.socket
+        if sock is not None and self.buffer_empty():
+            try:
+                sent = sock.send(data, flags)
+            except OSError:  # full (EAGAIN), interrupted, or broken: the transport's write deals with it
+                sent = 0
+            if sent == len(data):
+                return True
+            if sent:
+                data = data[sent:]
+        self.transport.write(data)
+        return False
+
+
 class _Pending:
     __slots__ = ("deferred", "api_key", "version", "deadline")
 
@@ -197,6 +255,7 @@ class BrokerConnection(Protocol):
         # A response has at least a correlation id; its size is bounded only by memory.
         self._frames = FrameBuffer(max_size=0x7FFFFFFF, min_size=4)
         self._read_sizer = ReadSizer(None)
+        self._writer = SocketWriter(None)
 
     # --- framing ---------------------------------------------------------------
 
@@ -209,6 +268,8 @@ class BrokerConnection(Protocol):
             set_no_delay(True)
         # a fetch response of a megabyte is read in one or two reads, not sixteen
         self._read_sizer = ReadSizer(self.transport)
+        # a request leaves at once, not at the end of the reactor's turn
+        self._writer = SocketWriter(self.transport)
 
     def dataReceived(self, data: bytes) -> None:
         try:
@@ -285,7 +346,7 @@ class BrokerConnection(Protocol):
                 data = _SIZE.pack(len(frame)) + frame
         except Exception as e:
             return defer.fail(e)
-        self.transport.write(data)
+        self._writer.write(data)
         if not expect_response:
             return defer.succeed(None)
         d: defer.Deferred = defer.Deferred()

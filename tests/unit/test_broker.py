@@ -781,6 +781,99 @@ class ProduceRunTests(unittest.TestCase):
         self.assertEqual(h.log_manager.get("t", 0).log_end_offset, 1)
 
 
+class HeldResponsesTests(unittest.TestCase):
+    """
+    Responses of bytes that complete while a read is handled are written
+    together when it ends (L{kafkatw.broker.network._Cork}): one write for
+    the answers to pipelined requests read together, as Twisted's buffering
+    to the end of the reactor's turn gave before responses were written at
+    once; a response completed outside any read is written at once.
+    """
+
+    def connect(self, h: BrokerHarness) -> tuple[KafkaConnection, StringTransport, list[tuple[bytes, int]]]:
+        """A connection whose transport records each write with the number of reads being handled then."""
+        from kafkatw.broker import network
+
+        connection, transport = ConnectionTests.connect(self, h)  # type: ignore[arg-type]
+        writes: list[tuple[bytes, int]] = []
+        write = transport.write
+
+        def recorded(data: bytes) -> None:
+            writes.append((data, network._CORK.depth))
+            write(data)
+
+        transport.write = recorded  # type: ignore[method-assign]
+        return connection, transport, writes
+
+    def produce_frame(self, correlation_id: int, acks: int = 1) -> bytes:
+        return ProduceRunTests.produce_frame(self, correlation_id, build_batch([(None, b"v")]), acks)  # type: ignore[arg-type]
+
+    def pump(self, transport: StringTransport) -> None:
+        """Let the connection's response writer (a pull producer) write its file regions, as a socket's room would."""
+        for _ in range(100):
+            if transport.producer is None:
+                return
+            transport.producer.resumeProducing()
+        self.fail("the response writer never finished")
+
+    def test_answers_to_requests_read_together_in_one_write(self) -> None:
+        h = BrokerHarness(self)
+        h.create_topic("t")
+        connection, transport, writes = self.connect(h)
+        api_versions = _frame(encode_request(18, 3, 3, "c", {"client_software_name": "t",
+                                                                "client_software_version": "1"}))
+        connection.dataReceived(b"".join(self.produce_frame(i) for i in range(3)) + api_versions)
+        self.assertEqual([depth for _, depth in writes], [0])  # one write, after the read
+        self.assertEqual([cid for cid, _ in ConnectionTests.responses(self, transport)],  # type: ignore[arg-type]
+                         [0, 1, 2, 3])
+        self.assertTrue(connection.idle)
+
+    def test_an_answer_outside_a_read_is_written_at_once(self) -> None:
+        h = BrokerHarness(self)
+        h.create_topic("t")
+        connection, transport, writes = self.connect(h)
+        connection.stringReceived(self.produce_frame(0)[4:])
+        self.assertEqual(len(writes), 1)
+        connection.stringReceived(self.produce_frame(1)[4:])
+        self.assertEqual(len(writes), 2)
+
+    def test_a_produce_answered_by_a_followers_fetch(self) -> None:
+        """
+        An acks=all produce completed by the follower's fetch (another
+        connection's read) is written when that read ends; the fetch's own
+        response (file regions) goes out during it.
+        """
+        h = BrokerHarness(self, **{"replica.lag.time.max.ms": 100})
+        h.create_topic("t", 1, replicas=[0, 1])
+        producer, producer_transport, produced = self.connect(h)
+        follower, follower_transport, _ = self.connect(h)
+        producer.dataReceived(self.produce_frame(7, acks=-1))
+        self.assertEqual(produced, [])
+        fetch = h.fetch_request("t", 0, 1, replica_id=1)
+        follower.dataReceived(_frame(encode_request(1, 12, 9, "f", fetch)))
+        self.assertEqual([depth for _, depth in produced], [0])
+        self.pump(follower_transport)
+        self.assertEqual([cid for cid, _ in ConnectionTests.responses(self, producer_transport)],  # type: ignore[arg-type]
+                         [7])
+        self.assertEqual([cid for cid, _ in ConnectionTests.responses(self, follower_transport)],  # type: ignore[arg-type]
+                         [9])
+
+    def test_a_fetch_response_after_held_answers(self) -> None:
+        """Answers held back go first, in the same write as the fetch response that follows them."""
+        h = BrokerHarness(self)
+        h.create_topic("t")
+        h.request(0, 9, {"acks": 1, "timeout": 1000, "topic_data": [
+            {"name": "t", "partition_data": [{"index": 0, "records": build_batch([(None, b"old")])}]}]})
+        connection, transport, _ = self.connect(h)
+        fetch = _frame(encode_request(1, 12, 2, "c", h.fetch_request("t", 0, 0)))
+        connection.dataReceived(self.produce_frame(0) + self.produce_frame(1) + fetch + self.produce_frame(3))
+        self.pump(transport)
+        got = ConnectionTests.responses(self, transport)  # type: ignore[arg-type]
+        self.assertEqual([cid for cid, _ in got], [0, 1, 2, 3])
+        records = decode_response(1, 12, got[2][1])[1].responses[0].partitions[0].records
+        self.assertEqual([b.base_offset for b in parse_batch_headers(records)], [0, 1, 2])
+
+
 class ReplicationApisTests(unittest.TestCase):
     """
     acks=all, the purgatories and the leader-epoch checks through KafkaApis:

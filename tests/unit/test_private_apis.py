@@ -94,9 +94,10 @@ class RecordDeferredTests(SynchronousTestCase):
 
 class TransportBufferTests(SynchronousTestCase):
     """
-    L{kafkatw.broker.network.ResponseWriter} reads C{_tempDataLen},
-    C{dataBuffer} and C{offset} of Twisted's file descriptors to know whether
-    the transport's buffer is empty before an C{os.sendfile}.
+    L{kafkatw.client.connection.SocketWriter} (the clients' requests, the
+    broker's responses) reads C{_tempDataLen}, C{dataBuffer} and C{offset} of
+    Twisted's file descriptors to know whether the transport's buffer is
+    empty before it sends to the socket itself (or C{os.sendfile}s).
     """
 
     def test_fields(self) -> None:
@@ -104,6 +105,14 @@ class TransportBufferTests(SynchronousTestCase):
         self.assertEqual(fd._tempDataLen, 0)
         self.assertEqual(len(fd.dataBuffer), 0)
         self.assertEqual(fd.offset, 0)
+
+    def test_a_write_shows_in_them(self) -> None:
+        """Bytes written and not yet sent show in those fields (tests/unit/test_socket_writer.py sends them)."""
+        fd = abstract.FileDescriptor()
+        fd.connected = 1
+        fd.startWriting = lambda: None  # type: ignore[method-assign]  (no reactor)
+        fd.write(b"abc")
+        self.assertEqual(fd._tempDataLen + len(fd.dataBuffer) - fd.offset, 3)
 
 
 class CrochetTests(SynchronousTestCase):
