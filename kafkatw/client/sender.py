@@ -5,9 +5,13 @@ Sealed batches (L{kafkatw.client.record_accumulator.RecordAccumulator}) whose
 partitions share a leader travel in ONE Produce request (one batch per
 partition per request, as Kafka's brokers require for magic 2), at most
 C{max_request_size} bytes, at most C{max_in_flight_requests_per_connection}
-requests in flight per broker.  Each batch is encoded once
-(L{kafkatw.protocol.records.encode_batch}, compressed as a whole; with
-idempotence, again only when its producer epoch changed).  When the response
+requests in flight per broker.  Each batch is encoded once, when it is first
+sent (L{kafkatw.protocol.records.encode_batch}, compressed as a whole): a
+retry sends the same bytes, with idempotence the producer epoch and sequence
+of the first attempt also after an epoch bump, since that attempt may have
+been appended and only they let the broker drop the retry as a duplicate
+(Kafka's C{RecordAccumulator} gives a new epoch and sequence only to a batch
+never sent).  When the response
 arrives each record's Deferred fires, in a tight loop, with its
 L{kafkatw.client.producer_batch.RecordMetadata}
 (L{kafkatw.client.producer_batch.deliver_records}).
@@ -255,7 +259,7 @@ class Sender:
 
     def _encode(self, batch: ProducerBatch) -> bytes:
         encoded = batch.encoded
-        if encoded is None or (self.enable_idempotence and batch.epoch != self.producer_epoch):
+        if encoded is None:  # never sent: the current epoch, the partition's next sequence
             if batch.simple:
                 records = batch.records
                 if None not in records:

@@ -715,6 +715,46 @@ class IdempotenceTests(ProducerTestCase):
         third = client.produce_requests()[2]
         self.assertEqual(third.batches()[("t", 0)].base_sequence, 1)
 
+    def test_a_sent_batch_keeps_its_epoch_and_sequence_when_another_partition_bumps_it(self) -> None:
+        """
+        A batch already sent is retried with the epoch and sequence it was
+        sent with, also after another partition's failure bumped the epoch
+        (KIP-360): its first attempt may have been appended, and only the same
+        epoch and sequence let the broker drop the retry as a duplicate (as
+        Kafka's C{RecordAccumulator} re-sequences only batches never sent).
+        Batches after it start the new epoch at sequence 0.  (Found by the
+        simulation, seed 5032: a record appended twice.)
+        """
+        producer, client = self.producer({"t": 2}, acks="all", enable_idempotence=True, retry_backoff_ms=10)
+        client.leaders[("t", 1)] = 2
+        first = producer.send("t", b"a", partition=0)
+        failed = producer.send("t", b"b", partition=1)
+        self.clock.advance(0.005)
+        (init,) = client.requests
+        init.deferred.callback(NS(error_code=ErrorCode.none, producer_id=77, producer_epoch=3))
+        self.clock.advance(0)
+        to_1, to_2 = sorted(client.produce_requests(), key=lambda r: r.node)
+        sent = to_1.batches()[("t", 0)]
+        self.assertEqual((sent.producer_id, sent.producer_epoch, sent.base_sequence), (77, 3, 0))
+        respond(to_2, errors={("t", 1): ErrorCode.invalid_topic_exception})  # fails for good: a new epoch
+        self.failureResultOf(failed, KafkaError)
+        to_1.deferred.errback(BrokerConnectionError("lost"))  # appended or not: unknown
+        self.clock.advance(0)
+        bump = [r for r in client.requests if r.api_key == 22][-1]
+        self.assertIsNot(bump, init)
+        bump.deferred.callback(NS(error_code=ErrorCode.none, producer_id=77, producer_epoch=4))
+        self.clock.advance(0.01)
+        retry = client.produce_requests()[-1]
+        again = retry.batches()[("t", 0)]
+        self.assertEqual((again.producer_epoch, again.base_sequence), (3, 0))
+        self.assertEqual(retry.body.topics[0][1][0][1], to_1.body.topics[0][1][0][1])  # the same bytes
+        respond(retry)
+        self.successResultOf(first)
+        producer.send("t", b"c", partition=0)
+        producer.flush()
+        after = client.produce_requests()[-1].batches()[("t", 0)]
+        self.assertEqual((after.producer_epoch, after.base_sequence), (4, 0))
+
     def test_idempotence_needs_acks_all(self) -> None:
         self.assertRaises(ValueError, Producer, self.clock, client=FakeClient({}), acks=1, enable_idempotence=True)
 
