@@ -1431,14 +1431,17 @@ class Cluster:
 
         while behind() and self.now() < deadline:
             fired, polled = self.wait_for(consumer.poll(timeout_ms=500), deadline)
-            if not fired or isinstance(polled, Failure):
+            if not fired:
+                break  # the deadline came during the poll: the liveness check below says where it stopped
+            if isinstance(polled, Failure):
                 self.violation("read back", f"poll of {TXN_TOPIC} failed: {polled}")
                 return None
             for record in polled:
                 records[record.partition].append((record.offset, record.value))
         if behind():
+            at = {p: position((TXN_TOPIC, p)) for p in records}
             self.violation("liveness", f"{TXN_TOPIC} could not be read to its high watermarks {ends} within"
-                           f" {s.liveness_s:.0f} s (read committed: a transaction never ended?)")
+                           f" {s.liveness_s:.0f} s: at {at} (read committed: a transaction never ended?)")
         for p, read in sorted(records.items()):
             self.note(f"read {TXN_TOPIC} {p}: " + ",".join(f"{o}:{v.decode()}" for o, v in read))
         return records
@@ -1716,7 +1719,9 @@ class Cluster:
         positions = {p: -1 for p in range(s.partitions)}
         while any(positions[p] < ends[(TOPIC, p)] for p in positions) and self.now() < deadline:
             fired, polled = self.wait_for(consumer.poll(timeout_ms=500), deadline)
-            if not fired or isinstance(polled, Failure):
+            if not fired:
+                break  # the deadline came during the poll: the liveness check below says where it stopped
+            if isinstance(polled, Failure):
                 self.violation("read back", f"poll failed: {polled}")
                 return None
             for record in polled:
