@@ -53,18 +53,24 @@ emit = emitter("producer")
 # --- the clients, each run in a child process -----------------------------------------
 
 
+def _kafkatw_options(setting: str) -> dict:
+    """kafkatw's Producer options for C{setting}, with --kafkatw-options over them."""
+    options = {"batch1": {"linger_ms": 0, "batch_size": 1},
+               "batch50": {"linger_ms": 5, "batch_size": BATCH50_BYTES},
+               "default": {"linger_ms": 5}}[setting]
+    return {**options, **json.loads(os.environ.get("KAFKATW_OPTIONS", "{}"))}
+
+
 def run_kafkatw(bootstrap: str, topic: str, n: int, setting: str) -> dict:
     from twisted.internet import defer, task
 
     from kafkatw.client.producer import Producer
 
-    options = {"batch1": {"linger_ms": 0, "batch_size": 1},
-               "batch50": {"linger_ms": 5, "batch_size": BATCH50_BYTES},
-               "default": {"linger_ms": 5}}[setting]
+    options = _kafkatw_options(setting)
     out: dict = {}
 
     async def main(reactor) -> None:
-        producer = Producer(reactor, bootstrap, acks=1, **{**options, **json.loads(os.environ.get("KAFKATW_OPTIONS", "{}"))})
+        producer = Producer(reactor, bootstrap, acks=1, **options)
         value = b"x" * RECORD_SIZE
         await producer.send(topic, value)  # metadata and connection
         send = producer.send
@@ -104,11 +110,7 @@ def run_kafkatw_blocking(bootstrap: str, topic: str, n: int, setting: str) -> di
     """kafkatw's L{BlockingProducer}: C{send} from this thread, the Producer on its reactor thread."""
     from kafkatw.client import BlockingProducer
 
-    options = {"batch1": {"linger_ms": 0, "batch_size": 1},
-               "batch50": {"linger_ms": 5, "batch_size": BATCH50_BYTES},
-               "default": {"linger_ms": 5}}[setting]
-    with BlockingProducer(bootstrap, acks=1, **{**options, **json.loads(os.environ.get("KAFKATW_OPTIONS", "{}"))}) \
-            as producer:
+    with BlockingProducer(bootstrap, acks=1, **_kafkatw_options(setting)) as producer:
         value = b"x" * RECORD_SIZE
         producer.send_and_wait(topic, value, timeout_s=30)  # metadata and connection
         send = producer.send

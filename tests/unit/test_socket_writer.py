@@ -11,6 +11,7 @@ waits on time: the peer's socket is non-blocking and read until empty.
 
 from __future__ import annotations
 
+import select
 import socket
 import struct
 
@@ -108,6 +109,8 @@ class SocketWriterTests(SynchronousTestCase):
         """A send that fails does not raise: the transport's own write fails and loses the connection."""
         self.peer.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         self.peer.close()  # a reset
+        readable, _, _ = select.select([self.transport.socket], [], [], 10.0)  # the reset has arrived
+        self.assertTrue(readable)
         self.assertFalse(self.writer.write(b"x" * 100))
         self.assertIsNotNone(self.transport.doWrite())  # the reason the connection is lost
 
