@@ -1741,10 +1741,12 @@ class FakeTransactionLog:
 
     Appends are replicated at once unless C{hold} is set; then they wait in
     L{pending} until L{replicate} or L{fail_pending}.  L{fail_next} makes the
-    next append fail with a Kafka error code.
+    next append fail with a Kafka error code.  A partition in L{uncommitted}
+    holds L{committed} until L{commit} (or L{fail_committed}).
 
     @ivar partitions: partition -> list of (key, value) records written.
     @ivar appends: every append as (partition, coordinator epoch, records).
+    @ivar uncommitted: partitions whose log is not committed to its end.
     """
 
     def __init__(self, hold: bool = False) -> None:
@@ -1753,6 +1755,8 @@ class FakeTransactionLog:
         self.appends: list[tuple[int, int, list[tuple[bytes, bytes | None]]]] = []
         self.pending: list[tuple[int, list[tuple[bytes, bytes | None]], Deferred]] = []
         self._fail_next: list[Any] = []
+        self.uncommitted: set[int] = set()
+        self._commit_waiters: dict[int, list[Deferred]] = {}
 
     def fail_next(self, code: Any) -> None:
         """The next append fails with L{kafkatw.errors.kafka_error}C{(code)}."""
@@ -1790,6 +1794,26 @@ class FakeTransactionLog:
 
     def read(self, partition: int) -> Deferred:
         return succeed(list(self.partitions.get(partition, [])))
+
+    def committed(self, partition: int, coordinator_epoch: int) -> Deferred:
+        if partition not in self.uncommitted:
+            return succeed(None)
+        d: Deferred = Deferred()
+        self._commit_waiters.setdefault(partition, []).append(d)
+        return d
+
+    def commit(self, partition: int) -> None:
+        """The high watermark of C{partition} reached its log end: L{committed} fires."""
+        self.uncommitted.discard(partition)
+        for d in self._commit_waiters.pop(partition, []):
+            d.callback(None)
+
+    def fail_committed(self, partition: int, code: Any) -> None:
+        """The waits of L{committed} on C{partition} fail with C{code}."""
+        from kafkatw.errors import kafka_error
+
+        for d in self._commit_waiters.pop(partition, []):
+            d.errback(kafka_error(code, "FakeTransactionLog.fail_committed"))
 
 
 @dataclass

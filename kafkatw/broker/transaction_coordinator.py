@@ -190,9 +190,24 @@ class TransactionLog(Protocol):
     def read(self, partition: int) -> defer.Deferred:
         """
         Every record of partition C{partition} of ``__transaction_state`` from
-        its log start offset to its high watermark, in offset order.
+        its log start offset to its log end offset, in offset order (a new
+        leader's high watermark may still lag behind records the previous one
+        committed, so reading to it could miss acknowledged state; see
+        L{committed}).
 
         @return: a Deferred firing with a list of (key bytes, value bytes or None).
+        """
+
+    def committed(self, partition: int, coordinator_epoch: int) -> defer.Deferred:
+        """
+        Wait until everything in partition C{partition}'s log now is committed
+        (its high watermark reached the log end offset), this broker still
+        its leader at leader epoch C{coordinator_epoch}.
+
+        @return: a Deferred firing with None, or failing with a L{KafkaError}:
+            C{NOT_LEADER_OR_FOLLOWER} (the leadership moved), or one that a
+            later call may outlast (C{NOT_ENOUGH_REPLICAS_AFTER_APPEND},
+            C{REQUEST_TIMED_OUT}).
         """
 
 
@@ -382,6 +397,14 @@ class TransactionCoordinator:
             return None
         if self._loading.get(partition) != coordinator_epoch:
             return None
+        # A new leader's log may end with records the previous leader had not
+        # committed, which a later leader without them would truncate: served
+        # as they are, a transaction could be acknowledged on state that then
+        # vanishes (an AddPartitionsToTxn answered from an uncommitted Ongoing,
+        # its partitions written, the transaction then unknown: a hanging
+        # transaction). Served only once the high watermark passed all of them.
+        if not await self._wait_committed(partition, coordinator_epoch):
+            return None
         transactions: dict[str, TransactionMetadata] = {}
         for key, value in records:
             try:
@@ -405,6 +428,23 @@ class TransactionCoordinator:
             if meta.state in (_S.PREPARE_COMMIT, _S.PREPARE_ABORT):
                 self._send_markers(partition, coordinator_epoch, meta, meta.state == _S.PREPARE_COMMIT)
         return len(transactions)
+
+    async def _wait_committed(self, partition: int, coordinator_epoch: int) -> bool:
+        """Wait while loading C{partition} until its log is committed; False when the load is over."""
+        while self._loading.get(partition) == coordinator_epoch:
+            try:
+                await self.log.committed(partition, coordinator_epoch)
+                return self._loading.get(partition) == coordinator_epoch
+            except KafkaError as e:
+                if e.error_code == _E.not_leader_or_follower:
+                    break
+                # too few in-sync replicas for now, or a timeout: again after a pause
+                _log.info("__transaction_state-{partition} not committed to its end yet ({error}); waiting",
+                          partition=partition, error=e)
+                await task.deferLater(self.reactor, self.retry_backoff_ms / 1000.0, lambda: None)
+        if self._loading.get(partition) == coordinator_epoch:
+            del self._loading[partition]
+        return False
 
     def on_resigned(self, partition: int, coordinator_epoch: int | None = None) -> None:
         """

@@ -127,6 +127,23 @@ class ReplicatedTransactionLog:
 
         return d.addCallback(replicated)
 
+    def committed(self, partition: int, coordinator_epoch: int) -> defer.Deferred:
+        """See L{kafkatw.broker.transaction_coordinator.TransactionLog.committed}."""
+        tp = (TRANSACTION_STATE_TOPIC, partition)
+        try:
+            end = self._leader(partition, coordinator_epoch).log.log_end_offset
+        except KafkaError as e:
+            return defer.fail(e)
+        d = self.replica_manager.delay_produce({tp: end}, self.timeout_ms)
+
+        def replicated(errors: dict) -> None:
+            self._leader(partition, coordinator_epoch)  # (the wait ends too when the leadership moves)
+            error = errors.get(tp)
+            if error is not None:
+                raise error
+
+        return d.addCallback(replicated)
+
     def read(self, partition: int) -> defer.Deferred:
         """
         See L{kafkatw.broker.transaction_coordinator.TransactionLog.read}: to

@@ -396,6 +396,44 @@ class FailoverTests(unittest.TestCase):
         self.assertEqual(h.log.appends[-1][1], 7)
         self.assertEqual(h.coordinator.owned_partitions(), {h.coordinator.partition_for("app"): 7})
 
+    def test_served_once_the_loaded_log_is_committed(self) -> None:
+        """
+        A new leader's log may end with state the previous leader never
+        committed (an Ongoing whose write failed): a later leader without it
+        would truncate it.  The coordinator serves the partition only once its
+        high watermark passed everything loaded, so an AddPartitionsToTxn is
+        never answered from such a record (the simulation's seed 1027: a
+        transaction's partitions written, the transaction then unknown, its
+        records holding the last stable offset for good).  Until then, and
+        while too few replicas are in sync, COORDINATOR_LOAD_IN_PROGRESS.
+        """
+        old = Harness(self)
+        r = old.ongoing()  # Ongoing over orders-0 and payments-1, in the log
+        partition = old.coordinator.partition_for("app")
+        old.log.uncommitted.add(partition)
+        new = Harness(self, log=old.log, load=False)
+        loaded = new.coordinator.on_became_leader(partition, 6)
+        self.assertNoResult(loaded)
+        add = new.coordinator.add_partitions_to_txn("app", r.producer_id, r.producer_epoch, [("orders", 0)])
+        self.assertEqual(self.successResultOf(add), {("orders", 0): E.coordinator_load_in_progress})
+        new.log.fail_committed(partition, E.not_enough_replicas_after_append)  # too few in sync: wait on
+        new.clock.advance(0.1)
+        self.assertNoResult(loaded)
+        self.assertTrue(new.coordinator.is_loading())
+        new.log.commit(partition)
+        self.assertEqual(self.successResultOf(loaded), 1)
+        self.assertEqual(new.add(r.producer_id, r.producer_epoch, ("orders", 0)), {("orders", 0): E.none})
+
+    def test_a_leadership_lost_while_waiting_for_the_commit_ends_the_load(self) -> None:
+        log = FakeTransactionLog()
+        log.uncommitted.add(0)
+        h = Harness(self, log=log, load=False)
+        loaded = h.coordinator.on_became_leader(0, 6)
+        log.fail_committed(0, E.not_leader_or_follower)
+        self.assertIsNone(self.successResultOf(loaded))
+        self.assertFalse(h.coordinator.is_loading())
+        self.assertEqual(h.coordinator.owned_partitions(), {})
+
     def test_resignation_of_an_older_epoch_keeps_a_newer_load(self) -> None:
         log = FakeTransactionLog()
         reading: defer.Deferred = defer.Deferred()
