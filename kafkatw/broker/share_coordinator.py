@@ -21,7 +21,11 @@ watermark passed it (acks=all with the topic's C{min.insync.replicas}): a write
 answered is on every in-sync replica, so a new leader of the state partition
 (which loads the partition from its log start to its log end offset, the last
 record of each key winning, as compaction keeps) holds it.  A coordinator
-answers for a state partition only once it loaded it.
+answers for a state partition only once it loaded it, and once the partition's
+high watermark has reached the end of what it loaded
+(C{COORDINATOR_LOAD_IN_PROGRESS} until then): the end of a new leader's log
+may hold a state its predecessor never committed, which a later leader
+without it truncates, and a state read from it would go back then.
 
 What this guarantees (docs/consumer-groups.md): an acknowledgement answered
 without error survives the failure of any broker while C{min.insync.replicas}
@@ -97,6 +101,8 @@ class ShareCoordinator:
         self.num_partitions = config["share.coordinator.state.topic.num.partitions"]
         #: state partition -> (leader epoch, key -> snapshot)
         self.loaded: dict[int, tuple[int, dict[SharePartitionKey, SharePartitionSnapshot]]] = {}
+        #: state partition -> the log end offset it was loaded to (served once committed to there)
+        self.load_ends: dict[int, int] = {}
         #: state partition -> key -> the newest share-partition leader epoch read or written under
         self.leader_epochs: dict[int, dict[SharePartitionKey, int]] = {}
         self._creating: defer.Deferred | None = None
@@ -122,13 +128,15 @@ class ShareCoordinator:
             return
         self.loaded.pop(partition, None)
         self.leader_epochs.pop(partition, None)
+        self.load_ends.pop(partition, None)
         if role != "leader":
             return
         try:
             p = self.replica_manager.partitions[(topic, partition)]
             log = p.log
             snapshots: dict[SharePartitionKey, SharePartitionSnapshot] = {}
-            for region in log.read(log.log_start_offset, 1 << 62, log.log_end_offset):
+            end = log.log_end_offset
+            for region in log.read(log.log_start_offset, 1 << 62, end):
                 for batch in decode_batches(os.pread(region.fileno, region.length, region.position)):
                     if batch.is_control:
                         continue
@@ -142,6 +150,7 @@ class ShareCoordinator:
             _log.error("loading {topic}-{partition} failed: {error!r}", topic=topic, partition=partition, error=e)
             return
         self.loaded[partition] = (p.leader_epoch if leader_epoch is None else leader_epoch, snapshots)
+        self.load_ends[partition] = end
         self.leader_epochs[partition] = {k: s.leader_epoch for k, s in snapshots.items() if s.leader_epoch >= 0}
         _log.info("share coordinator loaded {topic}-{partition}: {count} share partitions",
                   topic=topic, partition=partition, count=len(snapshots))
@@ -152,6 +161,11 @@ class ShareCoordinator:
         p = self.replica_manager.partitions.get((SHARE_GROUP_STATE_TOPIC, partition))
         if held is None or p is None or not p.is_leader or p.leader_epoch != held[0]:
             raise kafka_error(ErrorCode.not_coordinator, f"{SHARE_GROUP_STATE_TOPIC}-{partition} is not led here")
+        end = self.load_ends.get(partition, 0)
+        if p.log.high_watermark < end:
+            raise kafka_error(ErrorCode.coordinator_load_in_progress,
+                              f"{SHARE_GROUP_STATE_TOPIC}-{partition} is loaded to offset {end} and committed to"
+                              f" {p.log.high_watermark}")
         return partition, held[1]
 
     def leads(self, key: SharePartitionKey) -> bool:

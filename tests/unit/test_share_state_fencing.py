@@ -71,6 +71,38 @@ class DeposedLeaderTests(unittest.TestCase):
         self.assertEqual(failure.value.error_code, ErrorCode.fenced_leader_epoch)
 
 
+class LoadTests(unittest.TestCase):
+    def test_served_once_the_loaded_log_is_committed(self) -> None:
+        """
+        A state partition is answered for only once its high watermark has
+        reached the end of what was loaded: a new leader's log may end with a
+        state its predecessor never committed, which a later leader without it
+        would truncate (as the transaction coordinator's, found by the
+        simulation's seed 1027).
+        """
+        from kafkatw.broker.share_state import encode_snapshot_key, encode_snapshot_value, state_partition_for
+        from kafkatw.protocol.records import encode_batch
+
+        s = share_apis.DurableStateTests.harness(self)  # type: ignore[arg-type]  # __share_group_state here
+        coordinator = s.h.apis.share_coordinator
+        self.successResultOf(coordinator.write(KEY, SharePartitionSnapshot(0, 5, (), 3)))
+        partition = state_partition_for(KEY, coordinator.partitions())
+        p = s.h.replica_manager.partitions[("__share_group_state", partition)]
+        tail = SharePartitionSnapshot(0, 9, (), 3)  # appended, not committed (the high watermark is below it)
+        p.log.append(encode_batch([(encode_snapshot_key(KEY), encode_snapshot_value(tail), [], 0)]), p.leader_epoch)
+        self.assertLess(p.log.high_watermark, p.log.log_end_offset)
+        coordinator.leadership_changed("__share_group_state", partition, "leader", p.leader_epoch)
+        with self.assertRaises(KafkaError) as raised:
+            coordinator.read(KEY)
+        self.assertEqual(raised.exception.error_code, ErrorCode.coordinator_load_in_progress)
+        failure = self.failureResultOf(coordinator.write(KEY, SharePartitionSnapshot(0, 10, (), 3)), KafkaError)
+        self.assertEqual(failure.value.error_code, ErrorCode.coordinator_load_in_progress)
+        self.assertFalse(coordinator.leads(KEY))
+        p.maybe_advance_high_watermark()  # the in-sync replicas have it now (here: this broker alone)
+        self.assertEqual(coordinator.read(KEY), tail)
+        self.assertTrue(coordinator.leads(KEY))
+
+
 class _Coordinator:
     """A share coordinator on another broker (1): the persister sends to it."""
 
