@@ -556,10 +556,15 @@ class KafkaController:
             _log.warn("cannot read broker {broker}'s registration: {error}", broker=broker, error=e)
             return
         offline = None if registration is None else registration.offline_replicas
+        # The restart is at the process's first registration: a later one (a new session's, after
+        # an expiry) carries its epoch, and a state written between the two names the broker for
+        # what it did since it restarted (it rejoined an ISR once caught up): counted as restarted
+        # there, it was kept out of the eligible leader replicas, and a replica that had lost the
+        # records was elected instead (the simulation's seed 9011 with --disk-model).
         if (registration is not None and registration.unclean_shutdown
-                and self.unclean_restarts.get(broker) != registration.broker_epoch):
-            self.unclean_restarts[broker] = registration.broker_epoch
-            await self._find_restarted_replicas(broker, registration.broker_epoch)
+                and self.unclean_restarts.get(broker) != registration.restart_epoch):
+            self.unclean_restarts[broker] = registration.restart_epoch
+            await self._find_restarted_replicas(broker, registration.restart_epoch)
         before = self.offline_replicas.get(broker, set())
         if offline:
             self.offline_replicas[broker] = set(offline)

@@ -394,6 +394,8 @@ class Registry(_AclMethods):
         self.controller_epoch: tuple[int, int] | None = None
         self.client = client
         self._registration: BrokerInfo | None = None
+        #: the broker epoch of this process's first registration after an unclean shutdown (its later ones say so)
+        self._unclean_epoch: int | None = None
         self._watching_sessions = False
         #: this broker's offline log dirs and their partitions, in its registration (L{set_offline_log_dirs})
         self._offline_log_dirs: dict[str, list[tuple[str, int]]] = {}
@@ -416,7 +418,8 @@ class Registry(_AclMethods):
         @param endpoints: C{(listener, host, port)} per listener (L{kafkatw.zookeeper.zk_data.encode_broker}).
         @param protocol_map: listener -> security protocol.
         @param unclean_shutdown: the process started after an unclean
-            shutdown (L{kafkatw.zookeeper.zk_data.encode_broker}); kept in every registration of this process.
+            shutdown (L{kafkatw.zookeeper.zk_data.encode_broker}); kept in every registration of this process,
+            the later ones with the broker epoch of the first (C{unclean_shutdown_epoch}).
         @param metrics_port: the broker's HTTP port (L{kafkatw.zookeeper.zk_data.encode_broker}).
         @param metrics_host: the host that HTTP port is reached at (L{kafkatw.zookeeper.zk_data.encode_broker}).
         @return: a Deferred firing with the znode's L{ZnodeStat} (its
@@ -466,7 +469,7 @@ class Registry(_AclMethods):
                                   protocol_map=dict(info.protocol_map) or None,
                                   offline_log_dirs=self._offline_log_dirs or None,
                                   unclean_shutdown=info.unclean_shutdown, metrics_port=info.metrics_port,
-                                  metrics_host=info.metrics_host)
+                                  metrics_host=info.metrics_host, unclean_shutdown_epoch=self._unclean_epoch)
         while True:
             try:
                 await self.client.create(path, data, ephemeral=True)
@@ -483,6 +486,8 @@ class Registry(_AclMethods):
                         f" at {path}", stat.ephemeralOwner)
                 await self.client.set(path, data)
             _, stat = await self.client.get(path)
+            if info.unclean_shutdown and self._unclean_epoch is None:
+                self._unclean_epoch = stat.czxid
             return stat
 
     def deregister_broker(self, broker_id: int) -> Deferred:
@@ -530,8 +535,10 @@ class Registry(_AclMethods):
                 data, stat = await self.client.get(f"{BROKER_IDS_PATH}/{broker_id}")
             except NoNodeError:
                 return None
+            body = json.loads(data)
             return BrokerRegistration(stat.czxid, decode_offline_replicas(data),
-                                      bool(json.loads(data).get("unclean_shutdown", False)))
+                                      bool(body.get("unclean_shutdown", False)),
+                                      int(body.get("unclean_shutdown_epoch", -1)))
 
         return _deferred(go())
 

@@ -245,11 +245,20 @@ class BrokerRegistration:
     @ivar offline_replicas: the partitions whose replicas are in failed log dirs (KIP-112).
     @ivar unclean_shutdown: the process started after an unclean shutdown
         (L{encode_broker}).
+    @ivar unclean_shutdown_epoch: with C{unclean_shutdown}, the broker epoch
+        of the process's first registration, when this one is a later one (a
+        new session's); else -1 (the restart is at C{broker_epoch}).
     """
 
     broker_epoch: int
     offline_replicas: set[tuple[str, int]]
     unclean_shutdown: bool
+    unclean_shutdown_epoch: int = -1
+
+    @property
+    def restart_epoch(self) -> int:
+        """The broker epoch of the process's restart after an unclean shutdown (its first registration)."""
+        return self.unclean_shutdown_epoch if self.unclean_shutdown_epoch >= 0 else self.broker_epoch
 
 
 @dataclass(frozen=True)
@@ -293,7 +302,7 @@ def encode_broker(host: str, port: int, rack: str | None = None, timestamp_ms: s
                   endpoints: Any = None, protocol_map: Any = None,
                   offline_log_dirs: dict[str, list[tuple[str, int]]] | None = None,
                   unclean_shutdown: bool = False, metrics_port: int | None = None,
-                  metrics_host: str | None = None) -> bytes:
+                  metrics_host: str | None = None, unclean_shutdown_epoch: int | None = None) -> bytes:
     """
     The v5 JSON of C{/brokers/ids/<id>} (Kafka's C{BrokerIdZNode.encode}).
 
@@ -311,6 +320,11 @@ def encode_broker(host: str, port: int, rack: str | None = None, timestamp_ms: s
         SIGKILL), so its logs may have lost records that were not flushed
         (KIP-966 tells the controller the same at registration); written
         as C{"unclean_shutdown": true}.
+    @param unclean_shutdown_epoch: kafkatw's addition, with
+        C{unclean_shutdown}, in a registration after the process's first (a
+        new session's): the broker epoch of that first registration, written
+        as C{"unclean_shutdown_epoch": E}.  The restart is at that epoch; a
+        state written since names the broker for what it did after it.
     @param metrics_port: kafkatw's addition, only with an HTTP port: its
         port (C{metrics.port}), written as C{"metrics_port": N}, where the
         consoles of the other brokers read this broker's counters (Kafka
@@ -352,6 +366,8 @@ def encode_broker(host: str, port: int, rack: str | None = None, timestamp_ms: s
         body["offline_log_dirs"] = offline
     if unclean_shutdown:
         body["unclean_shutdown"] = True
+        if unclean_shutdown_epoch is not None:
+            body["unclean_shutdown_epoch"] = unclean_shutdown_epoch
     if metrics_port is not None:
         body["metrics_port"] = metrics_port
         if metrics_host is not None:

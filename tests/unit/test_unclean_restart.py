@@ -75,6 +75,37 @@ class ControllerTests(unittest.TestCase):
         h.wait(h.controller.partition_changed(("t", 1)))
         self.assertEqual(h.summary("t", 1), (1, 0, [1, 2, 3]))
 
+    def test_a_new_session_is_not_a_new_restart(self) -> None:
+        """
+        The restarted broker 3 caught up and its leader took it back into t-1's
+        ISR; then its session expired and it registered again (a new broker
+        epoch, the same process): the restart is still the first
+        registration's, so t-1's state, written since, is not stale, and 3
+        keeps its ISR place -- and would be an eligible leader replica if the
+        ISR shrank.  (The simulation's seed 9011 with C{--disk-model}: counted
+        as restarted again, a caught-up replica was kept out of the eligible
+        leader replicas, and a broker that had lost the records was elected.)
+        """
+        h = self.h
+        client = FakeZooKeeperClient(self.h.server)
+        self.h.wait(client.start())
+        registry = Registry(client)
+        first = h.wait(registry.register_broker(3, "127.0.0.1", 9093, unclean_shutdown=True)).czxid
+        self.brokers_changed()
+        self.assertEqual(h.summary("t", 1), (1, 0, [1, 2]))  # 3 left the ISR at its restart
+        version = h.state("t", 1).zk_version  # caught up: its leader takes it back
+        h.wait(h.registry.set_partition_state("t", 1, 1, 0, [1, 2, 3], 1, version))
+        h.metadata.set_partition_state("t", 1, h.state("t", 1))
+        h.wait(h.controller.partition_changed(("t", 1)))
+        client.expire_session()  # registered again in the new session
+        h.wait(client.ensure_path("/brokers/ids"))
+        registration = h.wait(h.registry.get_broker_registration(3))
+        self.assertGreater(registration.broker_epoch, first)
+        self.assertEqual((registration.unclean_shutdown, registration.restart_epoch), (True, first))
+        self.brokers_changed()
+        self.assertEqual(h.summary("t", 1), (1, 0, [1, 2, 3]))
+        self.assertEqual(h.controller.restarted_replicas, {})
+
     def test_a_partition_of_one_replica_is_left_alone(self) -> None:
         h = self.h
         h.add_topic("one", {0: [3]})
