@@ -99,10 +99,9 @@ class ShareCoordinator:
         self.now_ms = now_ms
         self.timeout_ms = timeout_ms
         self.num_partitions = config["share.coordinator.state.topic.num.partitions"]
-        #: state partition -> (leader epoch, key -> snapshot)
-        self.loaded: dict[int, tuple[int, dict[SharePartitionKey, SharePartitionSnapshot]]] = {}
-        #: state partition -> the log end offset it was loaded to (served once committed to there)
-        self.load_ends: dict[int, int] = {}
+        #: state partition -> (leader epoch, the log end offset it was loaded to: served once
+        #: committed to there, key -> snapshot)
+        self.loaded: dict[int, tuple[int, int, dict[SharePartitionKey, SharePartitionSnapshot]]] = {}
         #: state partition -> key -> the newest share-partition leader epoch read or written under
         self.leader_epochs: dict[int, dict[SharePartitionKey, int]] = {}
         self._creating: defer.Deferred | None = None
@@ -128,7 +127,6 @@ class ShareCoordinator:
             return
         self.loaded.pop(partition, None)
         self.leader_epochs.pop(partition, None)
-        self.load_ends.pop(partition, None)
         if role != "leader":
             return
         try:
@@ -149,8 +147,7 @@ class ShareCoordinator:
         except Exception as e:  # noqa: BLE001 - a partition that does not load is not served
             _log.error("loading {topic}-{partition} failed: {error!r}", topic=topic, partition=partition, error=e)
             return
-        self.loaded[partition] = (p.leader_epoch if leader_epoch is None else leader_epoch, snapshots)
-        self.load_ends[partition] = end
+        self.loaded[partition] = (p.leader_epoch if leader_epoch is None else leader_epoch, end, snapshots)
         self.leader_epochs[partition] = {k: s.leader_epoch for k, s in snapshots.items() if s.leader_epoch >= 0}
         _log.info("share coordinator loaded {topic}-{partition}: {count} share partitions",
                   topic=topic, partition=partition, count=len(snapshots))
@@ -161,12 +158,12 @@ class ShareCoordinator:
         p = self.replica_manager.partitions.get((SHARE_GROUP_STATE_TOPIC, partition))
         if held is None or p is None or not p.is_leader or p.leader_epoch != held[0]:
             raise kafka_error(ErrorCode.not_coordinator, f"{SHARE_GROUP_STATE_TOPIC}-{partition} is not led here")
-        end = self.load_ends.get(partition, 0)
+        _, end, snapshots = held
         if p.log.high_watermark < end:
             raise kafka_error(ErrorCode.coordinator_load_in_progress,
                               f"{SHARE_GROUP_STATE_TOPIC}-{partition} is loaded to offset {end} and committed to"
                               f" {p.log.high_watermark}")
-        return partition, held[1]
+        return partition, snapshots
 
     def leads(self, key: SharePartitionKey) -> bool:
         try:
