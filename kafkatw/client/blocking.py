@@ -406,9 +406,8 @@ class BlockingProducer(_Bound):
             except Exception as e:
                 future(None, e)
                 continue
-            if future._done:  # failed at once: its failure is the future's
-                if future._error is not None:
-                    d.addErrback(_handled)
+            if future._error is not None:  # failed at once: its failure is the future's
+                d.addErrback(_handled)
             else:
                 future._deferred = d
             if n % 256 == 0:
