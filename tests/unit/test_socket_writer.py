@@ -15,7 +15,7 @@ import select
 import socket
 import struct
 
-from hypothesis import given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 from twisted.internet import tcp
 from twisted.internet.protocol import Factory, Protocol
@@ -138,9 +138,14 @@ class SocketWriterTests(SynchronousTestCase):
         self.assertIsNone(SocketWriter(self.transport).socket)
 
 
+# Small writes, and writes from a buffer's size to several times what the two sockets hold, so
+# that a write at once goes out in part (`--hypothesis-show-statistics`: in about a fifth of the
+# examples; a whole write at once and one queued behind held bytes in about a third each).
+size_st = st.one_of(st.integers(min_value=1, max_value=64),
+                    st.integers(min_value=BUFFER_BYTES, max_value=16 * BUFFER_BYTES))
 write_st = st.one_of(
-    st.tuples(st.just("writer"), st.integers(min_value=1, max_value=3 * BUFFER_BYTES)),
-    st.tuples(st.just("transport"), st.integers(min_value=1, max_value=3 * BUFFER_BYTES)),
+    st.tuples(st.just("writer"), size_st),
+    st.tuples(st.just("transport"), size_st),
     st.tuples(st.just("flush"), st.just(0)),
     st.tuples(st.just("read"), st.just(0)),
 )
@@ -159,7 +164,13 @@ class OrderTests(SynchronousTestCase):
         for number, (kind, size) in enumerate(steps):
             if kind == "writer":
                 data = pattern(number, size)
-                writer.write(data)
+                queued_before = not writer.buffer_empty()
+                if writer.write(data):
+                    event("written at once, whole")
+                elif queued_before:
+                    event("queued behind bytes the transport held")
+                else:
+                    event("written at once in part, the rest queued")  # the socket was full
                 written += data
             elif kind == "transport":
                 data = pattern(number, size)
