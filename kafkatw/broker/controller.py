@@ -89,9 +89,9 @@ from twisted.python.failure import Failure
 
 from ..errors import ErrorCode
 from ..zookeeper.bridge import BadVersionError, ZooKeeperError, ZooKeeperUnavailableError, next_connected
-from ..zookeeper.registry import ControllerMovedError, PartitionStateWrite
+from ..zookeeper.registry import ControllerMovedError, PartitionStateWrite, WrittenState
 from ..zookeeper.zk_data import LOG_DIR_EVENT_NOTIFICATION_PATH, PartitionState, TopicAssignment
-from .partition import next_eligible_leader_replicas
+from .partition import next_eligible_leader_replicas, next_elr_isr_zxids
 
 __all__ = ["KafkaController", "PARTITION_STATES", "REPLICA_STATES", "StateMachine", "IllegalStateChange",
            "Decision", "offline_partition_leader", "controlled_shutdown_leader", "MAX_SETTLE_ATTEMPTS",
@@ -580,10 +580,14 @@ class KafkaController:
         """
         The partitions whose state names C{broker} as leader or ISR member and
         was written before its registration at C{broker_epoch} (a state's
-        C{mzxid} below it): its process lost, in an unclean shutdown, what it
-        had not flushed, so for them it counts as gone (L{_live_for}) until
-        the controller has written them again.  The states are read afresh,
-        up to L{SETTLE_WRITES_IN_FLIGHT} at once.
+        C{mzxid} below it), or names it an eligible leader replica that was
+        last in the ISR before it (L{PartitionState.elr_isr_zxid}: a state
+        written since, by a controller or leader that had not yet read the
+        registration, moved it from a stale ISR place to the ELR): its process
+        lost, in an unclean shutdown, what it had not flushed, so for them it
+        counts as gone (L{_live_for}) until the controller has written them
+        again.  The states are read afresh, up to L{SETTLE_WRITES_IN_FLIGHT}
+        at once.
         """
         def named(state: Any) -> bool:
             return state.leader == broker or broker in state.isr or broker in state.elr
@@ -602,7 +606,8 @@ class KafkaController:
             if fresh is None:
                 return
             self.metadata.set_partition_state(key[0], key[1], fresh)
-            if 0 <= fresh.mzxid < broker_epoch and named(fresh):
+            if (0 <= fresh.mzxid < broker_epoch and named(fresh)
+                    or broker in fresh.elr and 0 <= fresh.elr_isr_zxid(broker) < broker_epoch):
                 self.restarted_replicas.setdefault(key, set()).add(broker)
                 found.append(key)
 
@@ -897,14 +902,14 @@ class KafkaController:
             writes = [self._planned(key, state, decision.leader, decision.isr, decision.new_epoch)
                       for key, state, decision in decided]
             try:
-                versions = await self.registry.set_partition_states(writes, self.epoch, self._epoch_zk_version)
+                written = await self.registry.set_partition_states(writes, self.epoch, self._epoch_zk_version)
             except ControllerMovedError:
                 raise
             except BadVersionError as e:
                 _log.info("{count} partitions' states written one by one: {error}", count=len(writes), error=e)
             else:
-                for (key, state, decision), write, version in zip(decided, writes, versions):
-                    self._written(write, version, decision.new_epoch)
+                for (key, state, decision), write, stat in zip(decided, writes, written):
+                    self._written(write, stat, decision.new_epoch)
                     self._log_decision(key, state, decision)
                 decided = [entry for entry in decided
                            if self._decide(entry[0], self.metadata.partition_states.get(entry[0])) is not None]
@@ -1180,8 +1185,9 @@ class KafkaController:
         """The write of a new state over C{state} (a new leader epoch with C{new_epoch}), with its ELR."""
         self._ensure_known(key)
         epoch = state.leader_epoch + 1 if new_epoch else state.leader_epoch
-        return PartitionStateWrite(key[0], key[1], leader, epoch, list(isr), state.zk_version,
-                                   self._eligible_leader_replicas(key, state, isr))
+        elr = self._eligible_leader_replicas(key, state, isr)
+        return PartitionStateWrite(key[0], key[1], leader, epoch, list(isr), state.zk_version, elr,
+                                   next_elr_isr_zxids(state.elr, state.elr_isr_zxids, state.mzxid, elr))
 
     async def _write(self, topic: str, partition: int, state: Any, leader: int, isr: list[int],
                      new_epoch: bool) -> bool:
@@ -1196,7 +1202,7 @@ class KafkaController:
         """
         write = self._planned((topic, partition), state, leader, isr, new_epoch)
         try:
-            [version] = await self.registry.set_partition_states([write], self.epoch, self._epoch_zk_version)
+            [written] = await self.registry.set_partition_states([write], self.epoch, self._epoch_zk_version)
         except ControllerMovedError:
             raise
         except BadVersionError:
@@ -1205,15 +1211,17 @@ class KafkaController:
                       partition=partition)
             self.metadata.set_partition_state(topic, partition, fresh)  # None: deleted (nothing to decide)
             return False
-        self._written(write, version, new_epoch)
+        self._written(write, written, new_epoch)
         return True
 
-    def _written(self, write: PartitionStateWrite, version: int, new_epoch: bool) -> None:
-        """Record a state written at znode version C{version}: the cache, the state machine, the log."""
+    def _written(self, write: PartitionStateWrite, written: WrittenState, new_epoch: bool) -> None:
+        """Record a state written (at znode version and C{mzxid} C{written}): the cache, the state machine, the log."""
         topic, partition, leader, epoch, isr = write.topic, write.partition, write.leader, write.leader_epoch, write.isr
         key = (topic, partition)
         self.metadata.set_partition_state(topic, partition,
-                                          PartitionState(leader, epoch, list(isr), self.epoch, version, elr=write.elr))
+                                          PartitionState(leader, epoch, list(isr), self.epoch, written.version,
+                                                         written.mzxid, list(write.elr or ()),
+                                                         list(write.elr_isr_zxids or ())))
         self.restarted_replicas.pop(key, None)  # written now, after every registration it knows
         if new_epoch and leader < 0:
             _log.warn("{topic}-{partition}: no leader at epoch {epoch}, ISR {isr} (its leader's replica is offline)",

@@ -53,7 +53,8 @@ from ..errors import (
     UnknownLeaderEpochError,
 )
 
-__all__ = ["Partition", "FollowerState", "LEADER", "FOLLOWER", "OFFLINE", "next_eligible_leader_replicas"]
+__all__ = ["Partition", "FollowerState", "LEADER", "FOLLOWER", "OFFLINE", "next_eligible_leader_replicas",
+           "next_elr_isr_zxids"]
 
 _log = Logger()
 
@@ -75,6 +76,19 @@ def next_eligible_leader_replicas(isr: list[int], elr: list[int], new_isr: list[
         return []
     candidates = set(elr) | (set(isr) - set(new_isr))
     return [r for r in replicas if r in candidates and r not in new_isr and r not in excluded]
+
+def next_elr_isr_zxids(elr: list[int], elr_isr_zxids: list[int], mzxid: int, new_elr: list[int]) -> list[int]:
+    """
+    Beside the eligible leader replicas C{new_elr} that a state replacing one
+    written at C{mzxid} (with eligible leader replicas C{elr} and their
+    C{elr_isr_zxids}) carries, the C{mzxid} of the last state that held each
+    in the ISR (L{kafkatw.zookeeper.zk_data.PartitionState.elr_isr_zxids}):
+    an earlier one's is kept, one that leaves the ISR now was in it at
+    C{mzxid} (-1 for each when not known).
+    """
+    earlier = dict(zip(elr, elr_isr_zxids))
+    return [earlier.get(r, -1) if r in elr else mzxid for r in new_elr]
+
 
 LEADER = "leader"
 FOLLOWER = "follower"
@@ -116,8 +130,9 @@ class Partition:
     A partition this broker holds a replica of.
 
     @param log: its L{kafkatw.storage.log.PartitionLog}.
-    @param write_isr: C{write_isr(partition, new_isr, new_elr) -> Deferred}
-        (the new eligible leader replicas with it) firing with the new zkVersion (raises C{BadVersionError} when the state changed);
+    @param write_isr: C{write_isr(partition, new_isr, new_elr, new_elr_isr_zxids) -> Deferred}
+        (the new eligible leader replicas with it, and L{next_elr_isr_zxids} beside them) firing with
+        the new zkVersion (raises C{BadVersionError} when the state changed);
         see L{kafkatw.broker.replica_manager.ReplicaManager}.
     @param on_high_watermark: C{on_high_watermark(partition)} after the high
         watermark moved (wakes delayed produces and consumer fetches).
@@ -132,11 +147,14 @@ class Partition:
     @ivar leader_epoch: the epoch of the state last applied (-1: none).
     @ivar isr: the in-sync replicas, as in ZooKeeper.
     @ivar zk_version: the state znode's version last seen.
+    @ivar zk_mzxid: the C{mzxid} of that version (-1: not known yet, as after
+        this leader's own write until its watch reads it back).
     @ivar replicas: the assigned replicas (preferred leader first).
     """
 
     def __init__(self, topic: str, partition: int, broker_id: int, log: Any,
-                 now_ms: Callable[[], int], write_isr: Callable[["Partition", list[int], list[int]], defer.Deferred],
+                 now_ms: Callable[[], int],
+                 write_isr: Callable[["Partition", list[int], list[int], list[int]], defer.Deferred],
                  on_high_watermark: Callable[["Partition"], None],
                  reload_state: Callable[["Partition"], None],
                  is_isr_eligible: Callable[[int], bool] | None = None,
@@ -158,7 +176,10 @@ class Partition:
         self.isr: list[int] = []
         #: the eligible leader replicas (KIP-966), as the state says
         self.elr: list[int] = []
+        #: beside C{elr}, the C{mzxid} of the last state that held each in the ISR (-1: not known)
+        self.elr_isr_zxids: list[int] = []
         self.zk_version = -1
+        self.zk_mzxid = -1
         self.replicas: list[int] = []
         self.followers: dict[int, FollowerState] = {}
         self._pending_isr: list[int] | None = None
@@ -200,7 +221,8 @@ class Partition:
     # --- following the partition-state znode -----------------------------------
 
     def apply_state(self, replicas: list[int], leader: int, leader_epoch: int, isr: list[int], zk_version: int,
-                    controller_epoch: int = 0, elr: list[int] | None = None) -> str | None:
+                    controller_epoch: int = 0, elr: list[int] | None = None, elr_isr_zxids: list[int] | None = None,
+                    mzxid: int = -1) -> str | None:
         """
         Follow a partition state read from ZooKeeper, for a partition assigned
         C{replicas}.  As leader, ISR members no longer assigned (a reassignment
@@ -212,23 +234,28 @@ class Partition:
             C{None} when only the ISR or nothing changed, C{"offline"} when the
             partition lost its leader.
         """
-        change = self._apply_state(replicas, leader, leader_epoch, isr, zk_version, controller_epoch, elr or [])
+        change = self._apply_state(replicas, leader, leader_epoch, isr, zk_version, controller_epoch, elr or [],
+                                   elr_isr_zxids or [], mzxid)
         if self.role == LEADER and self._pending_isr is None and any(r not in self.replicas for r in self.isr):
             self._change_isr([r for r in self.isr if r in self.replicas], "shrink")
         self._check_low_watermark()  # an ISR shrink may complete a DeleteRecords; lost leadership fails it
         return change
 
     def _apply_state(self, replicas: list[int], leader: int, leader_epoch: int, isr: list[int], zk_version: int,
-                     controller_epoch: int, elr: list[int]) -> str | None:
+                     controller_epoch: int, elr: list[int], elr_isr_zxids: list[int], mzxid: int) -> str | None:
         self.replicas = list(replicas)
         if leader_epoch < self.leader_epoch:
             return None  # an older state delivered late
         if leader_epoch == self.leader_epoch and zk_version <= self.zk_version:
+            if zk_version == self.zk_version and mzxid >= 0:
+                self.zk_mzxid = mzxid  # this leader's own write, read back through its watch
             return None
         epoch_changed = leader_epoch != self.leader_epoch
         self.isr = list(isr)
         self.elr = list(elr)
+        self.elr_isr_zxids = list(elr_isr_zxids)
         self.zk_version = zk_version
+        self.zk_mzxid = mzxid
         self.controller_epoch = controller_epoch
         self._pending_isr = None
         if not epoch_changed and self.leader_id == leader:
@@ -524,16 +551,20 @@ class Partition:
     def _change_isr(self, new_isr: list[int], kind: str) -> None:
         self._pending_isr = new_isr
         new_elr = self.eligible_leader_replicas_after(new_isr)
+        new_elr_isr_zxids = next_elr_isr_zxids(self.elr, self.elr_isr_zxids, self.zk_mzxid, new_elr)
         epoch, version = self.leader_epoch, self.zk_version
         _log.info("{partition}: {kind} ISR {old} -> {new}{elr}", partition=self.name, kind=kind, old=self.isr,
                   new=new_isr, elr=f", eligible leader replicas {new_elr}" if new_elr or self.elr else "")
-        d = self._write_isr(self, new_isr, new_elr)
+        d = self._write_isr(self, new_isr, new_elr, new_elr_isr_zxids)
 
         def written(new_version: int) -> None:
             if self.leader_epoch != epoch or self.zk_version not in (version, new_version):
                 return  # a newer state arrived meanwhile (our own write, seen first through the watch, is not)
+            if self.zk_version != new_version:
+                self.zk_mzxid = -1  # until the watch reads the write back
             self.isr = new_isr
             self.elr = new_elr
+            self.elr_isr_zxids = new_elr_isr_zxids
             self.zk_version = new_version
             self._pending_isr = None
             if kind == "shrink":

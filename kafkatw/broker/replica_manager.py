@@ -206,8 +206,8 @@ class ReplicaManager:
     @param metadata: the L{kafkatw.broker.metadata_cache.MetadataCache}.
     @param topic_config: C{topic_config(topic) -> dict} of effective topic configs.
     @param write_isr: C{write_isr(topic, partition, leader, leader_epoch, isr,
-        controller_epoch, expected_version) -> Deferred} of the new zkVersion
-        (L{kafkatw.zookeeper.registry.Registry.set_partition_state}).
+        controller_epoch, expected_version[, elr=, elr_isr_zxids=]) -> Deferred}
+        of the new zkVersion (L{kafkatw.zookeeper.registry.Registry.set_partition_state}).
     @param reload_state: C{reload_state(topic, partition)} re-reads a
         partition's state from ZooKeeper and applies it.
     @param now_ms: the reactor's time in ms (the broker's C{hi_res_clock_ms}, not the wall
@@ -400,7 +400,7 @@ class ReplicaManager:
             p.replicas = list(replicas)
             return
         change = p.apply_state(replicas, state.leader, state.leader_epoch, state.isr, state.zk_version,
-                               state.controller_epoch, state.elr)
+                               state.controller_epoch, state.elr, state.elr_isr_zxids, state.mzxid)
         if change is None:
             if p.role == LEADER:
                 self._check_produces((topic, partition))
@@ -444,11 +444,13 @@ class ReplicaManager:
         if self.log_manager.get(topic, partition) is not None:
             self.log_manager.delete(topic, partition)
 
-    def _write_partition_isr(self, p: Partition, isr: list[int], elr: list[int]) -> defer.Deferred:
+    def _write_partition_isr(self, p: Partition, isr: list[int], elr: list[int],
+                             elr_isr_zxids: list[int]) -> defer.Deferred:
         if self._write_isr is None:
             return defer.succeed(p.zk_version + 1)
         return defer.maybeDeferred(self._write_isr, p.topic, p.partition, p.leader_id, p.leader_epoch, isr,
-                                   p.controller_epoch, p.zk_version, **({"elr": elr} if elr else {}))
+                                   p.controller_epoch, p.zk_version,
+                                   **({"elr": elr, "elr_isr_zxids": elr_isr_zxids} if elr else {}))
 
     def _isr_eligible(self, broker_id: int) -> bool:
         """A follower may join an ISR while its broker is alive and not shutting down (KIP-841)."""

@@ -130,6 +130,7 @@ __all__ = [
     "assign_replicas",
     "MULTI_MAX_BYTES",
     "PartitionStateWrite",
+    "WrittenState",
     "ControllerMovedError",
 ]
 
@@ -171,6 +172,15 @@ class PartitionStateWrite(NamedTuple):
     isr: list[int]
     expected_version: int
     elr: list[int] | None = None
+    #: beside C{elr}, L{PartitionState.elr_isr_zxids}
+    elr_isr_zxids: list[int] | None = None
+
+
+class WrittenState(NamedTuple):
+    """A partition state written by L{Registry.set_partition_states}: its znode's new version and C{mzxid}."""
+
+    version: int
+    mzxid: int
 
 
 class ControllerMovedError(BadVersionError):
@@ -392,6 +402,8 @@ class Registry(_AclMethods):
         #: C{(epoch, znode version)} of C{/controller_epoch} after this registry's
         #: last successful L{elect_controller}, or C{None}.
         self.controller_epoch: tuple[int, int] | None = None
+        #: the C{czxid} of the C{/controller} znode that election was for
+        self._controller_czxid: int | None = None
         self.client = client
         self._registration: BrokerInfo | None = None
         #: the broker epoch of this process's first registration after an unclean shutdown (its later ones say so)
@@ -1018,6 +1030,7 @@ class Registry(_AclMethods):
         controller_epoch: int = 1,
         expected_version: int = -1,
         elr: list[int] | None = None,
+        elr_isr_zxids: list[int] | None = None,
     ) -> Deferred:
         """
         Write the partition's state, unfenced (the first state of a new
@@ -1031,11 +1044,12 @@ class Registry(_AclMethods):
         @raise BadVersionError: another writer changed the state since; or a
             conditional write found no state (deleted meanwhile).
         @param elr: the eligible leader replicas (L{PartitionState.elr}); none when not given.
+        @param elr_isr_zxids: beside C{elr}, L{PartitionState.elr_isr_zxids} (-1 each when not given).
         """
 
         async def go() -> int:
             path = partition_state_path(topic, partition)
-            data = encode_partition_state(leader, leader_epoch, isr, controller_epoch, elr)
+            data = encode_partition_state(leader, leader_epoch, isr, controller_epoch, elr, elr_isr_zxids)
             try:
                 return (await self.client.set(path, data, version=expected_version)).version
             except NoNodeError:
@@ -1062,18 +1076,20 @@ class Registry(_AclMethods):
         refuses a request above C{jute.maxbuffer}, 1 MB by default).
 
         @param controller_epoch: the epoch written into each state.
-        @return: a Deferred firing with the new znode versions, in the order of C{writes}.
+        @return: a Deferred firing with a L{WrittenState} (the new znode
+            version and C{mzxid}) for each of C{writes}, in their order.
         @raise ControllerMovedError: another controller was elected.
         @raise BadVersionError: the state of C{writes[op_index]} changed or
             was deleted since it was read.  Nothing was written.
         """
 
-        async def go() -> list[int]:
+        async def go() -> list[WrittenState]:
             if not writes:
                 return []
             ops: list[Any] = [CheckOp(CONTROLLER_EPOCH_PATH, controller_epoch_zk_version)]
             ops.extend(SetOp(partition_state_path(w.topic, w.partition),
-                             encode_partition_state(w.leader, w.leader_epoch, w.isr, controller_epoch, w.elr),
+                             encode_partition_state(w.leader, w.leader_epoch, w.isr, controller_epoch, w.elr,
+                                                    w.elr_isr_zxids),
                              w.expected_version)
                        for w in writes)
             try:
@@ -1089,7 +1105,7 @@ class Registry(_AclMethods):
                                         f"version {failed.expected_version})")
                 error.op_index = e.op_index - 1
                 raise error from None
-            return [stat.version for stat in stats[1:]]
+            return [WrittenState(stat.version, stat.mzxid) for stat in stats[1:]]
 
         return _deferred(go())
 

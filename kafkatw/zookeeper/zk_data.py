@@ -278,6 +278,23 @@ class PartitionState:
     #: it was smaller than C{min.insync.replicas}, and so hold every record
     #: below the high watermark (which does not move meanwhile)
     elr: list[int] = field(default_factory=list)
+    #: beside C{elr}, for each of them the C{mzxid} of the last state that
+    #: held it in the ISR (-1: not known): the process it was in sync in is
+    #: the one registered before that (L{elr_isr_zxid})
+    elr_isr_zxids: list[int] = field(default_factory=list)
+
+    def elr_isr_zxid(self, broker: int) -> int:
+        """
+        The C{mzxid} of the last state that held eligible leader replica
+        C{broker} in the ISR, -1 when not known (a state written without it).
+        A broker that registered after an unclean shutdown at a later zxid
+        (its L{BrokerRegistration.restart_epoch}) is not the process that was
+        in sync: it may have lost records below the high watermark.
+        """
+        for replica, zxid in zip(self.elr, self.elr_isr_zxids):
+            if replica == broker:
+                return zxid
+        return -1
 
 
 def _now_ms() -> str:
@@ -427,11 +444,13 @@ def decode_topic(name: str, data: bytes) -> TopicAssignment:
 
 
 def encode_partition_state(leader: int, leader_epoch: int, isr: list[int], controller_epoch: int = 1,
-                           elr: list[int] | None = None) -> bytes:
+                           elr: list[int] | None = None, elr_isr_zxids: list[int] | None = None) -> bytes:
     """
     Kafka's C{TopicPartitionStateZNode.encode}; with C{elr}, kafkatw's
     C{"eligible_leader_replicas"} (KIP-966's field of the partition record,
-    which Kafka's ZooKeeper mode has not; its readers ignore the key).
+    which Kafka's ZooKeeper mode has not; its readers ignore the key) and
+    C{"eligible_leader_replica_isr_zxids"} beside it (L{PartitionState.elr_isr_zxids};
+    -1 for each when not given).
     """
     body: dict[str, Any] = {
         "version": 1,
@@ -442,6 +461,8 @@ def encode_partition_state(leader: int, leader_epoch: int, isr: list[int], contr
     }
     if elr:
         body["eligible_leader_replicas"] = list(elr)
+        zxids = list(elr_isr_zxids or ())
+        body["eligible_leader_replica_isr_zxids"] = zxids + [-1] * (len(elr) - len(zxids))
     return _dumps(body)
 
 
@@ -450,7 +471,8 @@ def decode_partition_state(data: bytes, zk_version: int, mzxid: int = -1) -> Par
     body = json.loads(data)
     return PartitionState(body["leader"], body["leader_epoch"], list(body["isr"]),
                           body.get("controller_epoch", 1), zk_version, mzxid,
-                          list(body.get("eligible_leader_replicas") or ()))
+                          list(body.get("eligible_leader_replicas") or ()),
+                          list(body.get("eligible_leader_replica_isr_zxids") or ()))
 
 
 def partition_state_path(topic: str, partition: int) -> str:

@@ -217,8 +217,10 @@ class RegistryTests(ZooKeeperTestCase):
         version = await r1.set_partition_state("t", 0, 1, 0, [1, 2], epoch)
         await eventually(lambda: seen[-1] is not None)
         self.assertEqual((seen[-1].leader, seen[-1].isr, seen[-1].zk_version), (1, [1, 2], version))
-        [version] = await r1.set_partition_states([PartitionStateWrite("t", 0, 2, 1, [2], version)], epoch, fence)
+        [written] = await r1.set_partition_states([PartitionStateWrite("t", 0, 2, 1, [2], version)], epoch, fence)
+        version = written.version
         await eventually(lambda: seen[-1].leader == 2)
+        self.assertEqual((seen[-1].zk_version, seen[-1].mzxid), written)
         with self.assertRaises(BadVersionError):  # stale zkVersion
             await r1.set_partition_states([PartitionStateWrite("t", 0, 1, 2, [1], version - 1)], epoch, fence)
         await r1.client.stop()
@@ -258,7 +260,8 @@ class RegistryTests(ZooKeeperTestCase):
         self.assertIsNone(await r2.get_partition_state("t", 3))
         self.assertEqual(await leaders(3), [1, 1, 1])
         versions.pop()
-        self.assertEqual(await r1.set_partition_states(writes(2), epoch, fence), [v + 1 for v in versions])
+        self.assertEqual([w.version for w in await r1.set_partition_states(writes(2), epoch, fence)],
+                         [v + 1 for v in versions])
         self.assertEqual(await leaders(3), [2, 2, 2])
         # a deposed controller writes nothing
         await r1.client.stop()

@@ -408,9 +408,11 @@ class ControllerPreferredElectionTests(unittest.TestCase):
         from kafkatw.broker.controller import KafkaController
         from kafkatw.zookeeper.zk_data import PartitionState
 
+        from kafkatw.zookeeper.registry import WrittenState
+
         class Registry:
             def set_partition_states(self, writes: list, *args: object) -> defer.Deferred:
-                return defer.succeed([8] * len(writes))
+                return defer.succeed([WrittenState(8, 100)] * len(writes))
 
         written = {}
         metadata = SimpleNamespace(

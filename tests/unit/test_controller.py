@@ -146,8 +146,8 @@ class ControllerHarness:
         created = self.wait(self.registry.create_topic(topic, partitions))
         for p, replicas in partitions.items():
             leader, isr = (states or {}).get((topic, p), (replicas[0], list(replicas)))
-            version = self.wait(self.registry.set_partition_state(topic, p, leader, 0, isr))
-            self.metadata.set_partition_state(topic, p, PartitionState(leader, 0, isr, 1, version))
+            self.wait(self.registry.set_partition_state(topic, p, leader, 0, isr))
+            self.metadata.set_partition_state(topic, p, self.state(topic, p))  # as the broker's watch reads it
         self.metadata.set_topic(TopicMetadata(topic, created.topic_id, dict(created.partitions)))
 
     def assertTrue(self, value: Any) -> None:

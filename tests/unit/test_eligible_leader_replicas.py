@@ -16,7 +16,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from twisted.trial import unittest
 
-from kafkatw.broker.metadata_cache import BrokerEndpoint
+from kafkatw.broker.controller import KafkaController
+from kafkatw.broker.metadata_cache import BrokerEndpoint, MetadataCache
+from kafkatw.config import BrokerConfig
 from kafkatw.broker.partition import next_eligible_leader_replicas
 from kafkatw.simulation import Fault, Schedule, Settings, run_seed
 from kafkatw.testing import FakeZooKeeperClient
@@ -79,6 +81,29 @@ class LeaderTests(unittest.TestCase):
         state = h.state()
         self.assertEqual((state.isr, state.elr), ([0, 1], []))
         self.assertEqual(p.high_watermark, 5)
+
+    def test_each_eligible_leader_replica_carries_the_zxid_it_was_last_in_the_isr(self) -> None:
+        """
+        1 leaves the ISR first, at the state the controller wrote; 2 next, at
+        the leader's own write, whose C{mzxid} the leader reads back through
+        its watch; 1 keeps its own.
+        """
+        h = ReplicationHarness(self, watch=True, **{"min.insync.replicas": 3})
+        h.write_state(0, 0, [0, 1, 2], apply=False)
+        first = h.state()
+        p = h.partition
+        h.append(3)
+        h.advance_ms(LAG_MS + 1)
+        p.update_follower(2, 3)  # 2 is caught up, 1 lags
+        h.replica_manager.shrink_isrs(LAG_MS)
+        second = h.state()
+        self.assertEqual((second.isr, second.elr, second.elr_isr_zxids), ([0, 2], [1], [first.mzxid]))
+        self.assertEqual(p.zk_mzxid, second.mzxid)
+        h.advance_ms(LAG_MS + 1)  # now 2 lags too
+        h.replica_manager.shrink_isrs(LAG_MS)
+        third = h.state()
+        self.assertEqual((third.isr, third.elr, third.elr_isr_zxids), ([0], [1, 2], [first.mzxid, second.mzxid]))
+        self.assertLess(first.mzxid, second.mzxid)
 
     def test_with_min_isr_one_nothing_changes(self) -> None:
         h = ReplicationHarness(self)
@@ -148,6 +173,63 @@ class ControllerTests(unittest.TestCase):
         self.assertEqual(h.summary("t", 0), (3, 0, [3, 1]))
         self.broker_returned(1)
         self.assertEqual(h.summary("t", 0)[:2], (1, 1))
+
+    def test_a_restart_the_controller_had_not_read_when_it_wrote_the_elr_is_not_eligible(self) -> None:
+        """
+        Seed 5 of C{python -m kafkatw.simulation --disk-model}: broker 1
+        crashed and its new process, which lost what the old one had not
+        flushed, registered; the controller, not yet told of it, moved 1 from
+        t-0's ISR to its ELR in a state written after the registration (so
+        not stale by its C{mzxid}); then 3, the leader, went and 1 was
+        elected with an empty log.  The ELR entry says 1 was last in the ISR
+        before the registration: it is not eligible.
+        """
+        h = self.h
+        before = h.state("t", 0)
+        client = FakeZooKeeperClient(h.server)
+        h.wait(client.start())
+        restart = h.wait(Registry(client).register_broker(1, "127.0.0.1", 9091, unclean_shutdown=True)).czxid
+        h.broker_died(1)  # the controller acts on 1's old session ending before it reads the new registration
+        written = h.state("t", 0)
+        self.assertEqual((written.isr, written.elr), ([3], [1]))
+        self.assertGreater(written.mzxid, restart)
+        self.assertEqual(written.elr_isr_zxid(1), before.mzxid)
+        self.assertLess(before.mzxid, restart)
+        brokers = dict(h.metadata.brokers)
+        brokers[1] = BrokerEndpoint(1, "127.0.0.1", 9091)
+        h.metadata.set_brokers(brokers)
+        h.wait(h.controller.brokers_changed(brokers))  # now it reads it: 1 leaves the ELR
+        self.assertEqual((h.summary("t", 0), self.elr(0)), ((3, 0, [3]), []))
+        h.broker_died(3)
+        self.assertEqual(h.summary("t", 0), (3, 0, [3]))  # offline: 3 holds what 1 lost
+        self.assertEqual(h.controller.partition_states.state(("t", 0)), "OfflinePartition")
+
+    def test_a_new_controller_finds_the_stale_eligible_leader_replica(self) -> None:
+        """The same, read by the next controller on its activation (as broker 2 did in seed 5), with 3 gone too."""
+        h = self.h
+        client = FakeZooKeeperClient(h.server)
+        h.wait(client.start())
+        h.wait(Registry(client).register_broker(1, "127.0.0.1", 9091, unclean_shutdown=True))
+        h.broker_died(1)
+        written = h.state("t", 0)
+        self.assertEqual((written.leader, written.isr, written.elr), (3, [3], [1]))
+        h.controller.resign()
+        h.wait(h.zookeeper.delete("/controller"))
+        successor_client = FakeZooKeeperClient(h.server)
+        h.wait(successor_client.start())
+        metadata = MetadataCache(2)
+        metadata.set_brokers({b: BrokerEndpoint(b, "127.0.0.1", 9090 + b) for b in (1, 2)})
+        metadata.set_topic(h.metadata.topics["t"])
+        for p in range(2):
+            metadata.set_partition_state("t", p, h.state("t", p))
+        successor = KafkaController(2, BrokerConfig({"broker.id": 2}), Registry(successor_client), metadata,
+                                    lambda t: h.topic_configs.get(t, {}))
+        self.assertTrue(h.wait(successor.elect()))
+        # offline, its state left as it is: the entry still says where 1 was last in sync, for
+        # whichever controller comes next
+        self.assertEqual(h.state("t", 0), written)
+        self.assertEqual(successor.restarted_replicas[("t", 0)], {1})
+        self.assertEqual(successor.partition_states.state(("t", 0)), "OfflinePartition")
 
     def test_with_min_isr_one_an_uncleanly_restarted_member_is_elected(self) -> None:
         """Nobody else is sure to hold more (the single-broker case after kill -9): it leads again."""

@@ -79,12 +79,13 @@ class ReplicationHarness:
             testcase.successResultOf(self.registry.watch_partition_state(TOPIC, 0, self.apply))
 
     def write_isr(self, topic: str, partition: int, leader: int, leader_epoch: int, isr: list[int],
-                  controller_epoch: int, expected_version: int, elr: list[int] | None = None) -> defer.Deferred:
+                  controller_epoch: int, expected_version: int, elr: list[int] | None = None,
+                  elr_isr_zxids: list[int] | None = None) -> defer.Deferred:
         self.isr_writes.append((list(isr), expected_version))
         if self._write_isr is not None:
             return self._write_isr(isr)
         return self.registry.set_partition_state(topic, partition, leader, leader_epoch, isr, controller_epoch,
-                                                 expected_version=expected_version, elr=elr)
+                                                 expected_version=expected_version, elr=elr, elr_isr_zxids=elr_isr_zxids)
 
     def reload_state(self, topic: str, partition: int) -> None:
         self.reloads.append((topic, partition))

@@ -450,13 +450,36 @@ class PartitionStatesBatchTests(SynchronousTestCase):
     def states(self):
         return [self.successResultOf(self.registry.get_partition_state("t", p)) for p in range(4)]
 
+    def test_the_eligible_leader_replicas_carry_the_zxid_they_were_last_in_the_isr(self):
+        """
+        C{"eligible_leader_replica_isr_zxids"} beside C{"eligible_leader_replicas"};
+        a state without it (an older writer's) reads as not known (-1).
+        """
+        self.successResultOf(self.registry.set_partition_state("t", 0, 2, 1, [2], 3, elr=[1, 3],
+                                                               elr_isr_zxids=[7, 11]))
+        self.successResultOf(self.registry.set_partition_state("t", 1, 2, 1, [2], 3, elr=[1]))
+        first, second = self.states()[:2]
+        self.assertEqual((first.elr, first.elr_isr_zxids), ([1, 3], [7, 11]))
+        self.assertEqual([first.elr_isr_zxid(b) for b in (1, 3, 2)], [7, 11, -1])
+        self.assertEqual((second.elr, second.elr_isr_zxid(1)), ([1], -1))
+        self.successResultOf(self.client.set("/brokers/topics/t/partitions/1/state",
+                                             b'{"version":1,"leader":2,"leader_epoch":1,"controller_epoch":3,'
+                                             b'"isr":[2],"eligible_leader_replicas":[1]}'))
+        older = self.states()[1]
+        self.assertEqual((older.elr, older.elr_isr_zxids, older.elr_isr_zxid(1)), ([1], [], -1))
+
     def test_every_state_written_at_once(self):
-        versions = self.successResultOf(self.registry.set_partition_states(self.writes(), 3, self.fence_version))
+        written = self.successResultOf(self.registry.set_partition_states(self.writes(), 3, self.fence_version))
+        versions = [w.version for w in written]
         self.assertEqual(versions, [v + 1 for v in self.versions])
         states = self.states()
         self.assertEqual([(s.leader, s.leader_epoch, s.isr, s.controller_epoch, s.zk_version) for s in states],
                          [(2, 1, [2], 3, v + 1) for v in self.versions])
         self.assertEqual([s.elr for s in states], [[1], [], [], []])
+        # one transaction: one zxid, the one each state reads back with
+        self.assertEqual([w.mzxid for w in written], [s.mzxid for s in states])
+        self.assertEqual(len({w.mzxid for w in written}), 1)
+        self.assertGreater(written[0].mzxid, 0)
         # the same bytes as one partition's write
         data, _ = self.successResultOf(self.client.get("/brokers/topics/t/partitions/1/state"))
         self.successResultOf(self.registry.set_partition_state("t", 3, 2, 1, [2], 3, expected_version=versions[3]))
