@@ -1178,8 +1178,15 @@ class Registry(_AclMethods):
         increment C{/controller_epoch} (Kafka's
         C{KafkaController.elect}).
 
+        A create whose answer the lost connection took (it may have been
+        made) is tried again by the caller once connected: when this session
+        holds C{/controller} for C{broker_id} from a create that did not get
+        as far as the epoch, the epoch is incremented now -- the broker is the
+        controller, and without it would never act as one.
+
         @return: a Deferred firing with C{True} when elected (also when this
             session already holds C{/controller} for C{broker_id}).
+        @raise ZooKeeperUnavailableError: the connection was lost on the way.
         """
 
         async def go() -> bool:
@@ -1191,10 +1198,16 @@ class Registry(_AclMethods):
                     existing, stat = await self.client.get(CONTROLLER_PATH)
                 except NoNodeError:
                     return await go()  # vanished meanwhile: try again
-                return (
-                    decode_controller(existing) == broker_id and stat.ephemeralOwner == self.client.session_id
-                )
+                if decode_controller(existing) != broker_id or stat.ephemeralOwner != self.client.session_id:
+                    return False
+                if stat.czxid == self._controller_czxid:
+                    return True  # elected already
+            else:
+                stat = await self.client.exists(CONTROLLER_PATH)
+                if stat is None:
+                    return False  # the session ended since: its ephemeral znode went with it
             self.controller_epoch = await self._bump_controller_epoch()
+            self._controller_czxid = stat.czxid
             return True
 
         return _deferred(go())

@@ -549,6 +549,70 @@ class ControllerElectionTests(unittest.TestCase):
         self.assertEqual(h.controller.epoch, 2)
         self.assertEqual(h.wait(h.registry.get_controller_epoch()), 2)
 
+    def elect_through_a_lost_answer(self, step: str) -> tuple[KafkaController, Any, Clock]:
+        """
+        An election whose connection loses ZooKeeper's answers (a one-way
+        partition) when C{step} (C{"create"} of C{/controller}, or C{"epoch"},
+        its increment) is sent: the write is made, the client is told
+        C{ConnectionLoss}.
+        """
+        clock = Clock()
+        server = FakeZooKeeper(clock, tick_time_ms=500)
+        client = FakeZooKeeperClient(server)
+        self.successResultOf(client.start())
+        registry = Registry(client)
+        self.successResultOf(client.create("/controller_epoch", b"4"))
+        controller = KafkaController(1, BrokerConfig({"broker.id": 1}), registry, MetadataCache(1), lambda t: {})
+        if step == "create":
+            client.partition(replies_only=True)
+        else:
+            set_data = client.set
+
+            def cut_then_set(path: str, *args: Any, **kwargs: Any) -> defer.Deferred:
+                if path == "/controller_epoch":
+                    client.set = set_data  # once
+                    client.partition(replies_only=True)
+                return set_data(path, *args, **kwargs)
+
+            client.set = cut_then_set  # type: ignore[method-assign]
+        elected = controller.elect()
+        clock.advance(client.session_timeout_ms / 1000.0)  # the client notices: ConnectionLoss, SUSPENDED
+        self.assertNoResult(elected)
+        self.assertFalse(controller.active)
+        return controller, elected, clock
+
+    def test_an_election_whose_create_was_answered_by_a_connection_loss_completes_once_connected(self) -> None:
+        """
+        The simulation's seed 9119 (C{--disk-model --transactions --groups
+        --faults 12 --window 40}): the create of C{/controller} was made but
+        its answer lost; the broker held C{/controller} without having
+        incremented the epoch, and the next election found it and said "not
+        us": no broker was the controller again.
+        """
+        controller, elected, clock = self.elect_through_a_lost_answer("create")
+        client = controller.registry.client
+        client.heal()
+        self.assertTrue(self.successResultOf(elected))
+        self.assertTrue(controller.active)
+        self.assertEqual(controller.epoch, 5)
+        self.assertEqual(self.successResultOf(controller.registry.get_controller_epoch()), 5)
+        self.assertEqual(self.successResultOf(client.exists("/controller")).ephemeralOwner, client.session_id)
+        # and the next election of the same session is the same one: no new epoch
+        controller.resign()
+        self.assertTrue(self.successResultOf(controller.elect()))
+        self.assertEqual(controller.epoch, 5)
+
+    def test_an_election_whose_epoch_increment_was_answered_by_a_connection_loss_completes_once_connected(
+            self) -> None:
+        controller, elected, clock = self.elect_through_a_lost_answer("epoch")
+        client = controller.registry.client
+        client.heal()
+        self.assertTrue(self.successResultOf(elected))
+        self.assertTrue(controller.active)
+        # the lost increment was made: the epoch grows past it (epochs only need to grow)
+        self.assertEqual(controller.epoch, 6)
+        self.assertEqual(self.successResultOf(controller.registry.get_controller_epoch()), 6)
+
 
 # --- ISR membership under races (issue 27) ------------------------------------------------------
 #

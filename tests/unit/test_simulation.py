@@ -583,6 +583,9 @@ class BatchTests(SynchronousTestCase):
             # a controller that had not yet read a crashed broker's new registration moved it from a
             # stale ISR place into the eligible leader replicas; the next controller elected it empty
             5: Settings(disk_model=True),
+            # a controller election answered ConnectionLoss for a create that was made: the broker
+            # held /controller without having incremented the epoch, and no broker was the controller
+            9119: Settings(disk_model=True, transactions=True, groups=True, faults=12, fault_window_s=40.0),
         }
         failed = []
         for seed, settings in found.items():
