@@ -77,6 +77,7 @@ def next_eligible_leader_replicas(isr: list[int], elr: list[int], new_isr: list[
     candidates = set(elr) | (set(isr) - set(new_isr))
     return [r for r in replicas if r in candidates and r not in new_isr and r not in excluded]
 
+
 def next_elr_isr_zxids(elr: list[int], elr_isr_zxids: list[int], mzxid: int, new_elr: list[int]) -> list[int]:
     """
     Beside the eligible leader replicas C{new_elr} that a state replacing one

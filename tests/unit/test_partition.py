@@ -85,7 +85,8 @@ class ReplicationHarness:
         if self._write_isr is not None:
             return self._write_isr(isr)
         return self.registry.set_partition_state(topic, partition, leader, leader_epoch, isr, controller_epoch,
-                                                 expected_version=expected_version, elr=elr, elr_isr_zxids=elr_isr_zxids)
+                                                 expected_version=expected_version, elr=elr,
+                                                 elr_isr_zxids=elr_isr_zxids)
 
     def reload_state(self, topic: str, partition: int) -> None:
         self.reloads.append((topic, partition))
