@@ -549,12 +549,13 @@ class ControllerElectionTests(unittest.TestCase):
         self.assertEqual(h.controller.epoch, 2)
         self.assertEqual(h.wait(h.registry.get_controller_epoch()), 2)
 
-    def elect_through_a_lost_answer(self, step: str) -> tuple[KafkaController, Any, Clock]:
+    def elect_through_a_lost_answer(self, step: str, epoch: int) -> KafkaController:
         """
         An election whose connection loses ZooKeeper's answers (a one-way
         partition) when C{step} (C{"create"} of C{/controller}, or C{"epoch"},
         its increment) is sent: the write is made, the client is told
-        C{ConnectionLoss}.
+        C{ConnectionLoss}; once the connection is back, the election completes
+        at controller epoch C{epoch}.
         """
         clock = Clock()
         server = FakeZooKeeper(clock, tick_time_ms=500)
@@ -579,7 +580,13 @@ class ControllerElectionTests(unittest.TestCase):
         clock.advance(client.session_timeout_ms / 1000.0)  # the client notices: ConnectionLoss, SUSPENDED
         self.assertNoResult(elected)
         self.assertFalse(controller.active)
-        return controller, elected, clock
+        client.heal()
+        self.assertTrue(self.successResultOf(elected))
+        self.assertTrue(controller.active)
+        self.assertEqual(controller.epoch, epoch)
+        self.assertEqual(self.successResultOf(registry.get_controller_epoch()), epoch)
+        self.assertEqual(self.successResultOf(client.exists("/controller")).ephemeralOwner, client.session_id)
+        return controller
 
     def test_an_election_whose_create_was_answered_by_a_connection_loss_completes_once_connected(self) -> None:
         """
@@ -589,14 +596,7 @@ class ControllerElectionTests(unittest.TestCase):
         incremented the epoch, and the next election found it and said "not
         us": no broker was the controller again.
         """
-        controller, elected, clock = self.elect_through_a_lost_answer("create")
-        client = controller.registry.client
-        client.heal()
-        self.assertTrue(self.successResultOf(elected))
-        self.assertTrue(controller.active)
-        self.assertEqual(controller.epoch, 5)
-        self.assertEqual(self.successResultOf(controller.registry.get_controller_epoch()), 5)
-        self.assertEqual(self.successResultOf(client.exists("/controller")).ephemeralOwner, client.session_id)
+        controller = self.elect_through_a_lost_answer("create", 5)
         # and the next election of the same session is the same one: no new epoch
         controller.resign()
         self.assertTrue(self.successResultOf(controller.elect()))
@@ -604,14 +604,8 @@ class ControllerElectionTests(unittest.TestCase):
 
     def test_an_election_whose_epoch_increment_was_answered_by_a_connection_loss_completes_once_connected(
             self) -> None:
-        controller, elected, clock = self.elect_through_a_lost_answer("epoch")
-        client = controller.registry.client
-        client.heal()
-        self.assertTrue(self.successResultOf(elected))
-        self.assertTrue(controller.active)
         # the lost increment was made: the epoch grows past it (epochs only need to grow)
-        self.assertEqual(controller.epoch, 6)
-        self.assertEqual(self.successResultOf(controller.registry.get_controller_epoch()), 6)
+        self.elect_through_a_lost_answer("epoch", 6)
 
 
 # --- ISR membership under races (issue 27) ------------------------------------------------------
