@@ -39,6 +39,18 @@ MAX_TIMESTAMP = -3
 EARLIEST_LOCAL_TIMESTAMP = -4
 
 
+def _offset_not_available(partition: Any, log: Any) -> KafkaError:
+    """
+    C{OFFSET_NOT_AVAILABLE} (retriable) for a ListOffsets to a leader whose
+    high watermark is below the start offset of its epoch (KIP-207, Kafka's
+    C{Partition.fetchOffsetForTimestamp}).
+    """
+    return kafka_error(ErrorCode.offset_not_available,
+                       f"{partition.name}: the high watermark ({log.high_watermark}) is below the start of leader"
+                       f" epoch {partition.leader_epoch} ({partition.epoch_start_offset}): the new leader's followers"
+                       " have not caught it up yet")
+
+
 class FetchApis:
     """
     The fetch-side handlers of L{kafkatw.broker.apis.KafkaApis} (a mixin),
@@ -255,13 +267,21 @@ class FetchApis:
                     ts = p.timestamp
                     # Kafka's Partition.fetchOffsetForTimestamp: a consumer sees the offsets below the
                     # high watermark (the last stable offset for read_committed), a replica the whole log
-                    if getattr(request, "replica_id", -1) >= 0:
+                    replica_id = getattr(request, "replica_id", -1)
+                    if replica_id >= 0:
                         last_fetchable = log.log_end_offset
                     elif getattr(request, "isolation_level", 0) == READ_COMMITTED:
                         last_fetchable = log.last_stable_offset
                     else:
                         last_fetchable = log.high_watermark
+                    # KIP-207: a new leader's high watermark may lag what its predecessor had
+                    # acknowledged (its followers have not fetched since the election); until it
+                    # reaches the start of the leader's epoch, a consumer is told to retry rather
+                    # than given an end below offsets it may already have read
+                    lagging = replica_id == -1 and partition.epoch_start_offset > log.high_watermark
                     if ts == LATEST_TIMESTAMP:
+                        if lagging:
+                            raise _offset_not_available(partition, log)
                         entry["offset"] = last_fetchable
                     elif ts == EARLIEST_TIMESTAMP or ts == EARLIEST_LOCAL_TIMESTAMP and context.api_version >= 8:
                         entry["offset"] = log.log_start_offset
@@ -269,12 +289,17 @@ class FetchApis:
                         found = log.max_timestamp_and_offset(
                             log.last_stable_offset if getattr(request, "isolation_level", 0) == READ_COMMITTED
                             else None)
+                        if lagging and (whole := log.max_timestamp_and_offset(log.log_end_offset)) is not None \
+                                and whole[0] >= last_fetchable:
+                            raise _offset_not_available(partition, log)  # the answer is not fetchable yet
                         if found is not None:
                             entry["offset"], entry["timestamp"] = found
                     elif ts < 0:
                         raise kafka_error(ErrorCode.invalid_request, f"timestamp {ts}")
                     else:
                         found = log.offset_for_timestamp(ts, upper_offset=last_fetchable)
+                        if found is None and lagging and log.offset_for_timestamp(ts) is not None:
+                            raise _offset_not_available(partition, log)  # the answer is not fetchable yet
                         if found is not None:
                             entry["offset"], entry["timestamp"] = found
                     entry["leader_epoch"] = partition.leader_epoch

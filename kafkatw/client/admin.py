@@ -119,6 +119,7 @@ _RETRY = frozenset({
     ErrorCode.coordinator_not_available,
     ErrorCode.coordinator_load_in_progress,
     ErrorCode.replica_not_available,
+    ErrorCode.offset_not_available,  # ListOffsets to a new leader still below the start of its epoch (KIP-207)
 })
 _COORDINATOR_MOVED = frozenset({ErrorCode.not_coordinator, ErrorCode.coordinator_not_available,
                                 ErrorCode.coordinator_load_in_progress})

@@ -1294,7 +1294,8 @@ class Consumer:
     async def _list_offsets(self, timestamps: dict[TopicPartition, int]) -> dict[TopicPartition, tuple[int, int]]:
         """
         ListOffsets for C{timestamps} (ms, or -1 latest, -2 earliest), one
-        request per leader, retrying leadership and connection errors until
+        request per leader, retrying leadership and connection errors, and a
+        new leader's C{OFFSET_NOT_AVAILABLE} (KIP-207), until
         C{default_api_timeout_ms}.
 
         @return: C{{tp: (offset, timestamp_ms)}}; offset -1 when there is none.
@@ -1336,7 +1337,9 @@ class Consumer:
                         if code == ErrorCode.none:
                             found[tp] = (int(p.offset), int(p.timestamp))
                             del remaining[tp]
-                        elif code in RETRIABLE_METADATA_ERRORS:
+                        elif code in RETRIABLE_METADATA_ERRORS or code == ErrorCode.offset_not_available:
+                            # offset_not_available: a new leader whose high watermark has not reached
+                            # the start of its epoch (KIP-207); asked again after the backoff
                             last_error = kafka_error(ErrorCode(int(code)), f"list offsets of {tp[0]}-{tp[1]}")
                         else:
                             raise kafka_error(ErrorCode(int(code)),

@@ -379,6 +379,15 @@ class ListOffsetsTests(AdminTestCase):
         self.answer(2, self.offsets({0: 5}), node=2)
         self.assertEqual(self.successResultOf(d)[("t", 0)].offset, 5)
 
+    def test_a_new_leader_below_the_start_of_its_epoch_is_asked_again(self) -> None:
+        """OFFSET_NOT_AVAILABLE (KIP-207): the same leader, again after the backoff."""
+        d = self.admin.list_offsets({("t", 0): LATEST_TIMESTAMP})
+        self.answer(2, self.offsets({0: -1}, ErrorCode.offset_not_available), node=1)
+        self.assertNoResult(d)
+        self.clock.advance(0.1)
+        self.answer(2, self.offsets({0: 12}), node=1)
+        self.assertEqual(self.successResultOf(d)[("t", 0)].offset, 12)
+
     def test_unknown_topic(self) -> None:
         d = self.admin.list_offsets({("gone", 0): LATEST_TIMESTAMP})
         self.clock.pump([0.1] * 50)

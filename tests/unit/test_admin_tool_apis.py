@@ -215,6 +215,43 @@ class ListOffsetsBoundTests(unittest.TestCase):
         self.assertEqual(self.ask(h, -1, replica_id=1), (10, -1))
         self.assertEqual(self.ask(h, 2_000, replica_id=1), (5, 2_000))
 
+    def test_a_new_leader_below_the_start_of_its_epoch_is_asked_again(self) -> None:
+        """
+        KIP-207: elected again (epoch 1) with 0-9 in its log and the high
+        watermark at 5, the leader answers C{OFFSET_NOT_AVAILABLE} (retriable)
+        for the latest offset and for a timestamp only 5-9 match, until its
+        follower has fetched to the start of the epoch: a consumer is never
+        told an end below offsets the previous leader may have acknowledged.
+        (The simulation's seed 60184 with C{--disk-model --faults 16 --window
+        50 --link-faults 4}: the read-back took 382 for the end of a log whose
+        records up to 399 had been acknowledged.)
+        """
+        h = BrokerHarness(self)
+        h.create_topic("t", 1, replicas=[0, 1])
+        for i in range(2):
+            body = {"acks": 1, "timeout": 1000, "topic_data": [
+                {"name": "t", "partition_data": [{"index": 0, "records": records(5, 1_000 * (i + 1))}]}]}
+            h.decode(0, 9, h.request(0, 9, body))
+        h.decode(1, 12, h.request(1, 12, h.fetch_request("t", 0, 5, replica_id=1)))
+        h.write_state("t", 0, 0, 1, [0, 1])
+        partition = h.replica_manager.partitions[("t", 0)]
+        self.assertEqual((partition.leader_epoch, partition.epoch_start_offset, partition.high_watermark), (1, 10, 5))
+
+        def error(timestamp: int) -> ErrorCode:
+            response = h.call(2, 7, {"replica_id": -1, "isolation_level": 0, "topics": [
+                {"name": "t", "partitions": [{"partition_index": 0, "timestamp": timestamp}]}]})
+            return ErrorCode(response.topics[0].partitions[0].error_code)
+
+        self.assertEqual([error(ts) for ts in (-1, 2_000, -3)], [ErrorCode.offset_not_available] * 3)
+        self.assertTrue(ErrorCode.offset_not_available.retriable)
+        self.assertEqual(self.ask(h, -2), (0, -1))  # the earliest is fetchable
+        self.assertEqual(self.ask(h, 1_000), (0, 1_000))  # so is a timestamp matched below the high watermark
+        self.assertEqual(self.ask(h, 3_000), (-1, -1))  # and one nothing matches
+        self.assertEqual(self.ask(h, -1, replica_id=1), (10, -1))  # a replica is not a consumer
+        h.decode(1, 12, h.request(1, 12, h.fetch_request("t", 0, 10, replica_id=1)))  # the follower caught up
+        self.assertEqual(self.ask(h, -1), (10, -1))
+        self.assertEqual(self.ask(h, 2_000), (5, 2_000))
+
 
 class DescribeLogDirsTests(unittest.TestCase):
     def test_partitions_with_sizes(self) -> None:

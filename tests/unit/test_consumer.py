@@ -419,6 +419,18 @@ class RetryTests(ConsumerTestCase):
         ld.callback(list_offsets_response({(T, 0): (8, 6)}))
         self.assertEqual(self.successResultOf(d), {(T, 0): (8, 6)})
 
+    def test_list_offsets_retries_a_new_leaders_offset_not_available(self) -> None:
+        """KIP-207: a new leader whose high watermark has not reached the start of its epoch."""
+        consumer = self.make(retry_backoff_ms=100)
+        d = consumer.end_offsets([(T, 0)])
+        [(_, _, _, ld)] = self.client.pending(2)
+        ld.callback(list_offsets_response({(T, 0): (-1, -1)}, error_code=ErrorCode.offset_not_available))
+        self.assertNoResult(d)
+        self.clock.advance(0.1)
+        [(_, _, _, ld)] = self.client.pending(2)
+        ld.callback(list_offsets_response({(T, 0): (40, -1)}))
+        self.assertEqual(self.successResultOf(d), {(T, 0): 40})
+
     def test_unknown_leader_waits_for_metadata(self) -> None:
         consumer = self.make(retry_backoff_ms=100)
         self.client.set_leaders({(T, 0): -1})
