@@ -192,22 +192,29 @@ class ListOffsetsBoundTests(unittest.TestCase):
     by records a consumer cannot fetch yet has no answer.
     """
 
-    def ask(self, h: BrokerHarness, timestamp: int, replica_id: int = -1) -> Any:
+    def answer(self, h: BrokerHarness, timestamp: int, replica_id: int = -1) -> Any:
         response = h.call(2, 7, {"replica_id": replica_id, "isolation_level": 0, "topics": [
             {"name": "t", "partitions": [{"partition_index": 0, "timestamp": timestamp}]}]})
-        p = response.topics[0].partitions[0]
+        return response.topics[0].partitions[0]
+
+    def ask(self, h: BrokerHarness, timestamp: int, replica_id: int = -1) -> Any:
+        p = self.answer(h, timestamp, replica_id)
         self.assertEqual(p.error_code, ErrorCode.none)
         return p.offset, p.timestamp
 
-    def test_only_offsets_below_the_high_watermark_answer_a_consumer(self) -> None:
+    def half_replicated(self) -> BrokerHarness:
+        """t-0 on brokers 0 (the leader) and 1: 0-4 at 1,000 ms and 5-9 at 2,000 ms, the follower holding 0-4."""
         h = BrokerHarness(self)
         h.create_topic("t", 1, replicas=[0, 1])
         for i in range(2):
             body = {"acks": 1, "timeout": 1000, "topic_data": [
                 {"name": "t", "partition_data": [{"index": 0, "records": records(5, 1_000 * (i + 1))}]}]}
             h.decode(0, 9, h.request(0, 9, body))
-        follower = h.fetch_request("t", 0, 5, replica_id=1)
-        h.decode(1, 12, h.request(1, 12, follower))  # the follower holds 0-4: the high watermark is 5
+        h.decode(1, 12, h.request(1, 12, h.fetch_request("t", 0, 5, replica_id=1)))
+        return h
+
+    def test_only_offsets_below_the_high_watermark_answer_a_consumer(self) -> None:
+        h = self.half_replicated()
         self.assertEqual(h.replica_manager.partitions[("t", 0)].log.high_watermark, 5)
         self.assertEqual(self.ask(h, -1), (5, -1))
         self.assertEqual(self.ask(h, 1_000), (0, 1_000))
@@ -226,23 +233,12 @@ class ListOffsetsBoundTests(unittest.TestCase):
         50 --link-faults 4}: the read-back took 382 for the end of a log whose
         records up to 399 had been acknowledged.)
         """
-        h = BrokerHarness(self)
-        h.create_topic("t", 1, replicas=[0, 1])
-        for i in range(2):
-            body = {"acks": 1, "timeout": 1000, "topic_data": [
-                {"name": "t", "partition_data": [{"index": 0, "records": records(5, 1_000 * (i + 1))}]}]}
-            h.decode(0, 9, h.request(0, 9, body))
-        h.decode(1, 12, h.request(1, 12, h.fetch_request("t", 0, 5, replica_id=1)))
+        h = self.half_replicated()
         h.write_state("t", 0, 0, 1, [0, 1])
         partition = h.replica_manager.partitions[("t", 0)]
         self.assertEqual((partition.leader_epoch, partition.epoch_start_offset, partition.high_watermark), (1, 10, 5))
-
-        def error(timestamp: int) -> ErrorCode:
-            response = h.call(2, 7, {"replica_id": -1, "isolation_level": 0, "topics": [
-                {"name": "t", "partitions": [{"partition_index": 0, "timestamp": timestamp}]}]})
-            return ErrorCode(response.topics[0].partitions[0].error_code)
-
-        self.assertEqual([error(ts) for ts in (-1, 2_000, -3)], [ErrorCode.offset_not_available] * 3)
+        self.assertEqual([self.answer(h, ts).error_code for ts in (-1, 2_000, -3)],
+                         [ErrorCode.offset_not_available] * 3)
         self.assertTrue(ErrorCode.offset_not_available.retriable)
         self.assertEqual(self.ask(h, -2), (0, -1))  # the earliest is fetchable
         self.assertEqual(self.ask(h, 1_000), (0, 1_000))  # so is a timestamp matched below the high watermark
