@@ -19,7 +19,7 @@ from twisted.trial import unittest
 from kafkatw.broker.controller import KafkaController
 from kafkatw.broker.metadata_cache import BrokerEndpoint, MetadataCache
 from kafkatw.config import BrokerConfig
-from kafkatw.broker.partition import next_eligible_leader_replicas
+from kafkatw.broker.partition import next_eligible_leader_replicas, next_elr_isr_zxids
 from kafkatw.simulation import Fault, Schedule, Settings, run_seed
 from kafkatw.testing import FakeZooKeeperClient
 from kafkatw.zookeeper.registry import Registry
@@ -49,6 +49,26 @@ class NextEligibleLeaderReplicasTests(unittest.TestCase):
         else:
             kept = (set(elr) | set(isr)) - set(new_isr) - set(excluded)
             self.assertEqual(set(result), kept)
+
+    @given(isr_changes(), st.data())
+    def test_each_eligible_leader_replica_keeps_the_zxid_it_left_the_isr_at(self, change: tuple,
+                                                                             data: st.DataObject) -> None:
+        """
+        L{next_elr_isr_zxids} beside the ELR of any ISR change: a member
+        already eligible keeps its zxid (-1 when the state had none for it),
+        one that leaves the ISR now takes the replaced state's C{mzxid}.
+        """
+        replicas, isr, elr, new_isr, min_isr, excluded = change
+        zxids = data.draw(st.lists(st.integers(-1, 10**6), max_size=len(elr)))  # a shorter list: an older writer's
+        mzxid = data.draw(st.integers(-1, 10**6))
+        new_elr = next_eligible_leader_replicas(isr, elr, new_isr, min_isr, replicas, excluded)
+        result = next_elr_isr_zxids(elr, zxids, mzxid, new_elr)
+        self.assertEqual(len(result), len(new_elr))
+        earlier = dict(zip(elr, zxids))
+        for replica, zxid in zip(new_elr, result):
+            self.assertEqual(zxid, earlier.get(replica, -1) if replica in elr else mzxid)
+            if replica not in elr:
+                self.assertIn(replica, isr)  # only an ISR member takes the replaced state's zxid
 
     def test_examples(self) -> None:
         self.assertEqual(next_eligible_leader_replicas([1, 2, 3], [], [1], 2, [1, 2, 3]), [2, 3])
