@@ -235,7 +235,8 @@ class PageRun:
         self.link()
         self.env = {**os.environ, "PATH": os.path.join(ROOT, ".venv", "bin") + os.pathsep + os.environ["PATH"],
                     "PYTHONPATH": ROOT}
-        self.groups: list[int] = []
+        #: each block's process, the leader of its process group
+        self.groups: list[subprocess.Popen] = []
         case.addCleanup(self.stop_all)
         ports = {int(p) for e in runnable for p in PORT.findall(e.text)}
         offset = port_offset(ports)
@@ -285,11 +286,11 @@ class PageRun:
         with open(out_path, "wb") as out:
             process = subprocess.Popen(argv, cwd=self.cwd, env=self.env, stdin=subprocess.DEVNULL, stdout=out,
                                        stderr=subprocess.STDOUT, start_new_session=True)
-        self.groups.append(process.pid)
+        self.groups.append(process)
         try:
             status = process.wait(timeout_s)
         except subprocess.TimeoutExpired:
-            self.stop_group(process.pid)
+            self.stop_group(process)
             with open(out_path, "rb") as f:
                 output = f.read().decode("utf-8", "replace")
             self.case.fail(f"{where}: still running after {timeout_s} s:\n{output[-3000:]}\n{self.logs()}")
@@ -308,23 +309,29 @@ class PageRun:
                     tails.append(f"--- {os.path.relpath(os.path.join(directory, name), self.root)}:\n{text}")
         return "\n".join(tails)[-6000:]
 
-    def stop_group(self, pgid: int) -> None:
+    def stop_group(self, leader: subprocess.Popen) -> None:
+        """
+        Stop the process group C{leader} leads: SIGTERM, then SIGKILL, each
+        until no process of the group is left (the leader, our child, reaped
+        by C{poll}: unreaped, it would count as left for C{killpg}).
+        """
         for sig, wait_s in ((signal.SIGTERM, 20.0), (signal.SIGKILL, 10.0)):
             try:
-                os.killpg(pgid, sig)
+                os.killpg(leader.pid, sig)
             except ProcessLookupError:
                 return
             deadline = time.monotonic() + wait_s
             while time.monotonic() < deadline:
+                leader.poll()
                 try:
-                    os.killpg(pgid, 0)
+                    os.killpg(leader.pid, 0)
                 except ProcessLookupError:
                     return
                 time.sleep(0.1)
 
     def stop_all(self) -> None:
-        for pgid in reversed(self.groups):
-            self.stop_group(pgid)
+        for leader in reversed(self.groups):
+            self.stop_group(leader)
 
     def background(self, example: Example) -> None:
         """Start the server of C{example} and wait until its address accepts connections."""
@@ -334,7 +341,7 @@ class PageRun:
             process = subprocess.Popen(["bash", "-e", "-c", self.substitute(example.text)], cwd=self.cwd,
                                        env=self.env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                        start_new_session=True)
-        self.groups.append(process.pid)
+        self.groups.append(process)
         deadline = time.monotonic() + BLOCK_TIMEOUT_S
         while time.monotonic() < deadline:
             try:
