@@ -67,7 +67,7 @@ from twisted.internet import defer
 from twisted.logger import Logger
 
 from ..errors import ErrorCode
-from ..zookeeper.bridge import ZooKeeperError
+from ..zookeeper.bridge import ZooKeeperError, unless_disconnected
 from ..zookeeper.registry import FencedError
 from ..zookeeper.zk_data import CommittedOffset
 
@@ -658,7 +658,15 @@ class GroupCoordinator:
         and give up the coordinator claims (the other brokers take them over
         at once: L{kafkatw.broker.group_coordinator_election.GroupCoordinatorElection.stop}).
 
-        @return: a Deferred firing once done, or after C{timeout_ms}.
+        Without a ZooKeeper connection it does not wait (the broker's
+        shutdown would otherwise wait C{timeout_ms} for a stopped ZooKeeper):
+        the writes wait in the client and fail when it closes the session,
+        which answers the commits waiting on them with an error (the clients
+        retry at the next coordinator: nothing acknowledged is lost), and the
+        claims end with the session.
+
+        @return: a Deferred firing once done, after C{timeout_ms}, or once the
+            ZooKeeper client is not connected.
         """
         for group_id in list(self.groups):
             self._unload(group_id, shutting_down=True)
@@ -673,7 +681,9 @@ class GroupCoordinator:
         d = defer.Deferred.fromCoroutine(go())
         d.addTimeout(timeout_ms / 1000.0, self.clock)
         d.addErrback(lambda f: _log.failure("giving up the group coordinator claims failed", f))
-        return d
+        if self.election is None:
+            return d
+        return unless_disconnected(d, self.election.client)
 
     def _check(self, group_id: str | None) -> ErrorCode:
         """Whether this broker acts as C{group_id}'s coordinator; a group loaded under an older epoch is unloaded."""

@@ -39,7 +39,7 @@ from kazoo.client import KazooClient
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import EventType, KazooState
 from twisted.internet import threads
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, succeed
 from twisted.python.failure import Failure
 from twisted.logger import Logger
 
@@ -59,6 +59,7 @@ __all__ = [
     "ZooKeeperClient",
     "parse_connect_string",
     "next_connected",
+    "unless_disconnected",
     "DEFAULT_CHROOT",
 ]
 
@@ -318,6 +319,38 @@ def next_connected(client: Any) -> Deferred:
 
     client.add_state_listener(listener)
     return d
+
+
+def unless_disconnected(d: Deferred, client: Any) -> Deferred:
+    """
+    A Deferred firing with C{d}'s result, or with C{None} as soon as
+    C{client} is not connected (at once if it is not now): what a shutdown
+    waits for only while ZooKeeper can answer.  Requests made without a
+    connection wait in the client for it (kazoo queues them) and fail when
+    the session is closed; C{d} goes on meanwhile: a failure it ends with
+    after that is dropped here (log it on C{d} first).
+    """
+    if not client.connected:
+        return succeed(None)
+    result: Deferred = Deferred()
+
+    def listener(state: str) -> None:
+        if state != "CONNECTED" and not result.called:
+            result.callback(None)
+
+    def done(value: Any) -> Any:
+        if not result.called:
+            result.callback(value)
+        return None
+
+    def finished(value: Any) -> Any:
+        client.remove_state_listener(listener)
+        return value
+
+    client.add_state_listener(listener)
+    result.addBoth(finished)
+    d.addBoth(done)
+    return result
 
 
 class ZooKeeperClient:

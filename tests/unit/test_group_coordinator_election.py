@@ -335,6 +335,38 @@ class ElectionTests(unittest.TestCase):
         self.assertEqual(c.committed(solo), 4)
         c.stable_member(b1, group)
 
+    def test_shutdown_without_zookeeper_does_not_wait(self) -> None:
+        """
+        ZooKeeper is gone when broker 0 shuts down (the connection cut and
+        noticed: C{SUSPENDED}; requests wait in the client, as kazoo's do,
+        and the coordinator accepts nothing meanwhile): the shutdown ends at
+        once instead of after its 10 s, which a user stopping ZooKeeper and
+        the broker together waited through.  The releases fail when the
+        broker closes its session; broker 1 coordinates the groups once the
+        session has expired, as after a crash.
+        """
+        c = Cluster(self)
+        c.zookeeper.clock = c.clock
+        b0, b1 = c.brokers
+        group = c.group_preferring(0)
+        c.stable_member(b0, group)
+        b0.client.partition()
+        c.clock.advance(13)  # past the read timeout, two thirds of the session's 18 s: noticed
+        self.assertFalse(b0.client.connected)
+        done = b0.coordinator.shutdown()
+        c.settle()
+        self.successResultOf(done)
+        self.assertEqual(b0.election.claims, {})
+        releases = b0.election.settled()
+        self.assertNoResult(releases)  # waiting in the client
+        self.successResultOf(b0.client.stop())  # what the broker's shutdown does next: what waited fails
+        self.successResultOf(releases)
+        self.assertEqual(b1.coordinator.coordinator(group), 0)  # the claims live until the session expires
+        c.clock.advance(10)  # the server expires the session (18 s after the cut)
+        c.settle()
+        self.assertEqual(b1.coordinator.coordinator(group), 1)
+        self.assertEqual(len(b1.election.claims), 50)
+
     def test_a_new_candidate_gets_its_partitions_back(self) -> None:
         c = Cluster(self, count=1)
         b0 = c.brokers[0]
