@@ -495,6 +495,16 @@ class Partition:
         controller takes it out of.  Its
         C{log_start_offset} (fetch v5+) moves the low watermark that
         DeleteRecords waits for.
+
+        An ISR member fetching below the high watermark leaves the ISR at
+        once: it held everything below it (it counted for it, or joined the
+        ISR at or above it), and fetch offsets only go back when a log lost
+        records: an unclean restart that lost what was not flushed, a
+        replaced disk (truncation by leader epoch stops at or above the high
+        watermark).  Kept in the ISR while it catches up, it would be
+        electable with a log missing acknowledged records, as before KIP-903
+        in Kafka (whose broker epochs in Fetch and AlterPartition close the
+        same hole); it rejoins once it reaches the high watermark again.
         """
         if self.role != LEADER:
             return
@@ -509,6 +519,12 @@ class Partition:
         if log_start_offset >= 0:
             state.log_start_offset = log_start_offset
             self._check_low_watermark()
+        if replica_id in self.isr and fetch_offset < self.log.high_watermark and self._pending_isr is None:
+            _log.warn("{partition}: ISR member {replica} fetches from {offset}, below the high watermark {hw}: its"
+                      " log lost acknowledged records (an unclean restart); it leaves the ISR until it has caught up",
+                      partition=self.name, replica=replica_id, offset=fetch_offset, hw=self.log.high_watermark)
+            self._change_isr([r for r in self.isr if r != replica_id], "shrink")
+            return
         if replica_id not in self.isr and self._pending_isr is None and \
                 fetch_offset >= self.log.high_watermark and \
                 fetch_offset >= self.epoch_start_offset and self._is_isr_eligible(replica_id):

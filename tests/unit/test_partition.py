@@ -154,8 +154,8 @@ class HighWatermarkTests(unittest.TestCase):
         p = h.partition
         h.append(3)
         p.update_follower(1, 3)
-        p.update_follower(1, 2)  # a late fetch from an older position
-        self.assertEqual(p.high_watermark, 3)
+        p.update_follower(1, 2)  # its log lost a record it held (an unclean restart)
+        self.assertEqual((p.high_watermark, p.isr), (3, [0]))
 
     def test_an_isr_member_being_added_counts_for_the_high_watermark(self) -> None:
         """KIP-497: while an ISR expansion is in flight the high watermark uses the maximal ISR."""
@@ -201,6 +201,33 @@ class IsrTests(unittest.TestCase):
         state = h.state()
         self.assertEqual((state.isr, state.zk_version, state.leader_epoch), ([0, 1, 2], version + 1, 0))
         self.assertEqual((p.isr, p.zk_version, p.isr_expands, p.isr_shrinks), ([0, 1, 2], version + 1, 1, 0))
+
+    def test_an_isr_member_fetching_below_the_high_watermark_leaves_at_once(self) -> None:
+        """
+        Follower 2 held offsets 0-2 (the high watermark counted it at 3);
+        its next fetch from 1 says its log lost two acknowledged records (an
+        unclean restart that lost what it had not flushed).  It leaves the
+        ISR at once, not after replica.lag.time.max.ms, during which it was
+        electable with those records missing (the leader's death then lost
+        them); it rejoins once it has caught up.
+        """
+        h = ReplicationHarness(self)
+        version = h.write_state(0, 0, [0, 1, 2])
+        p = h.partition
+        h.append(3)
+        p.update_follower(1, 3)
+        p.update_follower(2, 3)
+        self.assertEqual(p.high_watermark, 3)
+        p.update_follower(2, 1)
+        self.assertEqual(h.isr_writes, [([0, 1], version)])
+        self.assertEqual((h.state().isr, p.isr, p.isr_shrinks, p.high_watermark), ([0, 1], [0, 1], 1, 3))
+        h.append(1)
+        p.update_follower(1, 4)
+        self.assertEqual(p.high_watermark, 4)  # acks=all no longer waits for it
+        p.update_follower(2, 3)
+        self.assertEqual(p.isr, [0, 1])  # below the high watermark still
+        p.update_follower(2, 4)
+        self.assertEqual((h.state().isr, p.isr, p.isr_expands), ([0, 1, 2], [0, 1, 2], 1))
 
     def test_follower_must_reach_the_epoch_start_offset_to_join(self) -> None:
         """A new leader's high watermark may lag its log end offset; a follower must reach the epoch's start."""
