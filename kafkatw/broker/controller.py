@@ -197,6 +197,8 @@ class Decision:
     new_epoch: bool
     why: str
     unclean: bool = False
+    #: an unclean recovery (KIP-966) elects a replica outside the ISR: what only the lost replica held is lost
+    recovery: bool = False
 
 
 class IllegalStateChange(Exception):
@@ -295,11 +297,24 @@ class KafkaController:
     @param metadata: the broker's L{kafkatw.broker.metadata_cache.MetadataCache}
         (assignments and partition states, kept current by the broker's watches).
     @param topic_config: C{topic_config(topic) -> dict} of effective topic configs.
+    @param log_ends: C{log_ends(broker_id, keys) -> Deferred} of C{{key:
+        (latest leader epoch, log end offset)}}, each partition's replica as
+        that broker has it (the broker's ListOffsets from the debugging
+        replica id, L{kafkatw.broker.fetch_apis.DEBUGGING_REPLICA_ID}): the
+        unclean recovery of L{_recovery_leader} asks it; C{None}: not asked
+        (the restarted ISR member is elected).
     """
 
     def __init__(self, broker_id: int, config: Any, registry: Any, metadata: Any,
-                 topic_config: Callable[[str], dict]) -> None:
+                 topic_config: Callable[[str], dict],
+                 log_ends: Callable[[int, list[tuple[str, int]]], defer.Deferred] | None = None) -> None:
         self.broker_id = broker_id
+        self.log_ends = log_ends
+        #: partition -> broker -> (latest leader epoch, log end offset) of its replica, as answered for
+        #: the unclean recovery of L{_recovery_leader} ((-1, -1): no answer); dropped once the state is written
+        self.replica_log_ends: dict[tuple[str, int], dict[int, tuple[int, int]]] = {}
+        #: the partitions whose replicas' log ends are being asked
+        self._asking_log_ends: set[tuple[str, int]] = set()
         self.config = config
         self.registry = registry
         self.metadata = metadata
@@ -404,6 +419,7 @@ class KafkaController:
         self.active = False
         self.unclean_restarts.clear()
         self.restarted_replicas.clear()
+        self.replica_log_ends.clear()
         if self._shutdown_watch is not None:
             self._shutdown_watch.cancel()
             self._shutdown_watch = None
@@ -655,6 +671,7 @@ class KafkaController:
         self.offline_replicas.clear()
         self.unclean_restarts.clear()
         self.restarted_replicas.clear()
+        self.replica_log_ends.clear()
         for broker in sorted(self.live):
             await self._read_registration(broker)
         # Reassignments a previous controller started live on in the topic znodes (KIP-455),
@@ -698,6 +715,7 @@ class KafkaController:
         for broker in list(self.unclean_restarts):
             if broker not in self.live:
                 del self.unclean_restarts[broker]
+        self.replica_log_ends.clear()  # a broker that restarted meanwhile may have lost what it told
         for broker in sorted(self.live):
             await self._read_registration(broker)
         for (topic, partition), replicas in self._assignments():
@@ -832,6 +850,13 @@ class KafkaController:
                         and key not in self.offline_replicas.get(replica, ())):
                     if self._eligible_leader_replicas(key, state, [replica]):
                         break  # a replica that is down (eligible, or in the ISR) holds what this one may have lost
+                    recovered = self._recovery_leader(key, replicas, replica)
+                    if recovered is None:
+                        return None  # the replicas are asked for their log ends; settled again on the answers
+                    if recovered != replica:
+                        return Decision(recovered, [recovered], True,
+                                        f"its only live in-sync replica, {replica}, restarted after an unclean"
+                                        " shutdown and holds less than another replica", recovery=True)
                     return Decision(replica, [replica], True,
                                     "its only live in-sync replica restarted after an unclean shutdown")
             leader, unclean = offline_partition_leader(replicas, state.isr, live, self._unclean(topic))
@@ -852,6 +877,60 @@ class KafkaController:
                "its leader restarted after an unclean shutdown" if state.leader in self.restarted_replicas.get(key, ())
                else "its leader's replica is offline")
         return Decision(leader, [r for r in state.isr if r in live], True, why)
+
+    def _recovery_leader(self, key: tuple[str, int], replicas: list[int], restarted: int) -> int | None:
+        """
+        KIP-966's unclean recovery, for a partition whose only live ISR
+        member, C{restarted}, restarted after an unclean shutdown (and no
+        eligible leader replica is left): the live replica with the highest
+        latest leader epoch, then the longest log -- a replica outside the
+        ISR may hold what C{restarted} lost (it caught up but could not
+        rejoin the ISR) -- C{restarted} on a tie, then the assignment's
+        order.  Without the answers of every live replica yet, they are
+        asked (L{log_ends}) and C{None} is returned: the partition is
+        settled again once they answered.  Without L{log_ends},
+        C{restarted}.
+        """
+        if self.log_ends is None:
+            return restarted
+        candidates = [r for r in replicas if r in self.live and key not in self.offline_replicas.get(r, ())]
+        known = self.replica_log_ends.get(key, {})
+        missing = [r for r in candidates if r not in known]
+        if missing:
+            self._ask_log_ends(key, missing)
+            return None
+        return max(candidates, key=lambda r: (known[r], r == restarted, -replicas.index(r)))
+
+    def _ask_log_ends(self, key: tuple[str, int], brokers: list[int]) -> None:
+        """Ask C{brokers} for their replica's log end of C{key} (L{log_ends}); settle C{key} again on the answers."""
+        if key in self._asking_log_ends:
+            return
+        self._asking_log_ends.add(key)
+        assert self.log_ends is not None
+        log_ends = self.log_ends
+
+        async def ask(broker: int) -> None:
+            try:
+                answer = (await log_ends(broker, [key])).get(key, (-1, -1))
+            except Exception as e:
+                _log.warn("{topic}-{partition}: broker {broker} did not tell its log end ({error}); it is not"
+                          " chosen by the unclean recovery", topic=key[0], partition=key[1], broker=broker, error=e)
+                answer = (-1, -1)
+            self.replica_log_ends.setdefault(key, {})[broker] = answer
+
+        async def go() -> None:
+            try:
+                await defer.gatherResults([defer.Deferred.fromCoroutine(ask(b)) for b in brokers])
+            finally:
+                self._asking_log_ends.discard(key)
+            _log.info("{topic}-{partition}: the replicas' log ends (latest leader epoch, offset) for its unclean"
+                      " recovery: {ends}", topic=key[0], partition=key[1],
+                      ends=", ".join(f"{b}: {e}" for b, e in sorted(self.replica_log_ends.get(key, {}).items())))
+            if self.active:
+                self._settle_later(key)
+
+        defer.Deferred.fromCoroutine(go()).addErrback(
+            lambda f: _log.failure("asking the log ends of {key} failed", f, key=key))
 
     async def _settle_all(self) -> None:
         """
@@ -962,6 +1041,10 @@ class KafkaController:
                       "records acknowledged by the ISR may be lost", topic=topic, partition=partition,
                       leader=decision.leader, isr=state.isr)
             self.unclean_elections += 1
+        if decision.recovery:
+            _log.warn("unclean recovery of {topic}-{partition} (KIP-966): {why}; broker {leader}, the replica with the"
+                      " newest and longest log, leads; records only the ISR {isr} held may be lost", topic=topic,
+                      partition=partition, why=decision.why, leader=decision.leader, isr=state.isr)
         if not decision.new_epoch:
             _log.info("{topic}-{partition}: ISR {old} -> {isr} ({why})", topic=topic, partition=partition,
                       old=state.isr, isr=decision.isr, why=decision.why)
@@ -1232,6 +1315,7 @@ class KafkaController:
                                                          written.mzxid, list(write.elr or ()),
                                                          list(write.elr_isr_zxids or ())))
         self.restarted_replicas.pop(key, None)  # written now, after every registration it knows
+        self.replica_log_ends.pop(key, None)
         if new_epoch and leader < 0:
             _log.warn("{topic}-{partition}: no leader at epoch {epoch}, ISR {isr} (its leader's replica is offline)",
                       topic=topic, partition=partition, epoch=epoch, isr=isr)

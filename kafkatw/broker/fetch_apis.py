@@ -30,6 +30,9 @@ FETCH_VERSIONS: dict[int, tuple[int, int]] = {
 }
 
 LATEST_TIMESTAMP = -1
+#: ListOffsets' replica id of a debugging consumer (Kafka's C{ListOffsetsRequest.DEBUGGING_REPLICA_ID}): any
+#: replica, not only the leader, answers it with its own log (the controller's unclean recovery asks so, KIP-966)
+DEBUGGING_REPLICA_ID = -2
 #: Fetch and ListOffsets C{isolation_level} of read-committed consumers (KIP-98).
 READ_COMMITTED = 1
 EARLIEST_TIMESTAMP = -2
@@ -250,6 +253,7 @@ class FetchApis:
         topics = []
         denied = None if self.authorizer is None else \
             self._denied_topics(context, AclOperation.DESCRIBE, (t.name for t in request.topics))
+        debugging = getattr(request, "replica_id", -1) == DEBUGGING_REPLICA_ID
         for topic in request.topics:
             partitions = []
             for p in topic.partitions:
@@ -257,6 +261,15 @@ class FetchApis:
                          "leader_epoch": -1}
                 if denied and topic.name in denied:
                     entry["error_code"] = int(ErrorCode.topic_authorization_failed)
+                    partitions.append(entry)
+                    continue
+                if debugging and p.timestamp == LATEST_TIMESTAMP:
+                    # any replica's own log end and latest epoch (Kafka's fetchOnlyFromLeader = false)
+                    try:
+                        entry["leader_epoch"], entry["offset"] = self.replica_manager.local_log_end(
+                            topic.name, p.partition_index)
+                    except KafkaError as e:
+                        entry["error_code"] = int(e.error_code)
                     partitions.append(entry)
                     continue
                 try:

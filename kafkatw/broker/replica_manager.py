@@ -271,6 +271,28 @@ class ReplicaManager:
     def min_insync_replicas(self, topic: str) -> int:
         return int(self.topic_config(topic).get("min.insync.replicas", 1))
 
+    def local_log_end(self, topic: str, partition: int) -> tuple[int, int]:
+        """
+        This broker's replica's latest leader epoch (-1: none) and log end
+        offset, whatever its role (leader, follower, or a leadership withheld
+        after an unclean shutdown): what the controller's unclean recovery
+        compares (KIP-966).
+
+        @raise KafkaStorageError: the replica is in a failed log dir.
+        @raise NotLeaderOrFollowerError: this broker holds no replica of it.
+        @raise UnknownTopicOrPartitionError: no such topic or partition.
+        """
+        offline = self.offline_partitions.get((topic, partition))
+        if offline is not None:
+            raise KafkaStorageError(f"{topic}-{partition} is in the offline log dir {offline}")
+        log = self.log_manager.get(topic, partition)
+        if log is None:
+            meta = self.metadata.topics.get(topic)
+            if meta is None or partition not in meta.partitions:
+                raise UnknownTopicOrPartitionError()
+            raise NotLeaderOrFollowerError()
+        return log.latest_epoch, log.log_end_offset
+
     def get_partition(self, topic: str, partition: int) -> Partition:
         """
         @raise UnknownTopicOrPartitionError: no such topic or partition.

@@ -44,6 +44,7 @@ from twisted.python.failure import Failure
 
 from ..client.security import SecurityConfig
 from ..config import DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG, BrokerConfig, topic_log_config
+from ..errors import KafkaError
 from ..security.tls import PrincipalMapper, TLSConfigError, VerifyLog, server_options
 from ..storage.log_dir_failure import LogDirFiles, LogDirsFailedError, OpenFilesLimitError
 from ..storage.log_manager import LogManager
@@ -61,6 +62,7 @@ from .authorizer import authorizer_from_config
 from .group_coordinator_election import GroupCoordinatorElection
 from .transaction_apis import TransactionWiring
 from .controller import CONTROLLED_SHUTDOWN_PATH, KafkaController
+from .fetch_apis import DEBUGGING_REPLICA_ID
 from .listeners import DEFAULT_PROTOCOL_MAP, ListenerConfig, ListenerConfigError, listener_config, parse_listener
 from .log_cleaner import LogCleaner
 from .replica_alter_log_dirs import ReplicaAlterLogDirsManager
@@ -657,10 +659,45 @@ class KafkaServer(service.MultiService):
 
     async def _start_controller(self) -> None:
         self.controller = KafkaController(self.broker_id, self.config, self.registry, self.metadata,
-                                          self._topic_config)
+                                          self._topic_config, log_ends=self._replica_log_ends)
         if self.config["auto.leader.rebalance.enable"]:
             self._every("controller", self.config["leader.imbalance.check.interval.seconds"] * 1000,
                         self._check_leader_imbalance)
+
+    def _replica_log_ends(self, broker_id: int, keys: list[tuple[str, int]]) -> defer.Deferred:
+        """
+        Broker C{broker_id}'s replicas of C{keys}: C{{key: (latest leader
+        epoch, log end offset)}}, for the controller's unclean recovery
+        (L{KafkaController._recovery_leader}); a partition it answered with
+        an error is left out.  Asked with a ListOffsets for the latest offset
+        from the debugging replica id, which any replica answers
+        (L{kafkatw.broker.fetch_apis.DEBUGGING_REPLICA_ID}); this broker's
+        own replicas are read here.
+        """
+        topics: dict[str, list[int]] = {}
+        for topic, partition in keys:
+            topics.setdefault(topic, []).append(partition)
+        if broker_id == self.broker_id and self.replica_manager is not None:
+            ends = {}
+            for key in keys:
+                try:
+                    ends[key] = self.replica_manager.local_log_end(*key)
+                except KafkaError:
+                    pass
+            return defer.succeed(ends)
+        body = {"replica_id": DEBUGGING_REPLICA_ID, "isolation_level": 0,
+                "topics": [{"name": topic, "partitions": [{"partition_index": p, "current_leader_epoch": -1,
+                                                           "timestamp": -1} for p in partitions]}
+                           for topic, partitions in topics.items()]}
+
+        async def ask() -> dict[tuple[str, int], tuple[int, int]]:
+            if self.inter_broker_client is None:
+                raise KafkaError("the inter-broker client is not started")
+            response = await self.inter_broker_client.send(broker_id, 2, body)
+            return {(topic.name, p.partition_index): (int(p.leader_epoch), int(p.offset))
+                    for topic in response.topics for p in topic.partitions if not p.error_code}
+
+        return defer.Deferred.fromCoroutine(ask())
 
     async def _stop_controller(self) -> None:
         self._stop_loops("controller")

@@ -249,6 +249,27 @@ class ListOffsetsBoundTests(unittest.TestCase):
         self.assertEqual(self.ask(h, 2_000), (5, 2_000))
 
 
+    def test_any_replica_answers_the_debugging_replica_id(self) -> None:
+        """
+        The latest offset asked from the debugging replica id (-2, Kafka's
+        C{DEBUGGING_REPLICA_ID}) is answered by a follower too, with its own
+        log end and latest leader epoch: what the controller's unclean
+        recovery compares (KIP-966).  A broker without a replica says so.
+        """
+        h = self.half_replicated()
+        h.write_state("t", 0, 1, 1, [0, 1])  # broker 0 follows now; its log holds 0-9, of epoch 0
+        self.assertEqual(self.answer(h, -1).error_code, ErrorCode.not_leader_or_follower)
+        p = self.answer(h, -1, replica_id=-2)
+        self.assertEqual((p.error_code, p.offset, p.leader_epoch), (ErrorCode.none, 10, 0))
+        self.assertEqual(self.answer(h, -2, replica_id=-2).error_code, ErrorCode.not_leader_or_follower)
+        h.create_topic("u", 1, replicas=[1])
+        response = h.call(2, 7, {"replica_id": -2, "isolation_level": 0, "topics": [
+            {"name": "u", "partitions": [{"partition_index": 0, "timestamp": -1}]},
+            {"name": "v", "partitions": [{"partition_index": 0, "timestamp": -1}]}]})
+        self.assertEqual([t.partitions[0].error_code for t in response.topics],
+                         [ErrorCode.not_leader_or_follower, ErrorCode.unknown_topic_or_partition])
+
+
 class DescribeLogDirsTests(unittest.TestCase):
     def test_partitions_with_sizes(self) -> None:
         h = BrokerHarness(self)

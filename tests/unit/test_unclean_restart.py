@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from twisted.internet import defer
 from twisted.trial import unittest
 
 from kafkatw.broker.controller import KafkaController
@@ -130,6 +131,53 @@ class ControllerTests(unittest.TestCase):
         h.metadata.set_partition_state("t", 0, h.state("t", 0))
         self.brokers_changed()
         self.assertEqual(h.summary("t", 0), (3, 1, [3, 2, 1]))
+
+    def test_unclean_recovery_elects_the_replica_with_the_newest_and_longest_log(self) -> None:
+        """
+        t-2's only ISR member, 3, restarted after an unclean shutdown and lost
+        its log; replicas 1 and 2, outside the ISR, caught up with it before
+        (they could not rejoin the ISR).  The controller asks each live
+        replica for its log end (latest leader epoch, log end offset), writes
+        nothing until all have answered, then elects the newest and longest
+        log, alone in the ISR (KIP-966's unclean recovery), not 3, whose
+        election truncated the others' logs to its own: the simulation's seed
+        94037 (C{--zookeeper-latency 60 --disk-model --faults 12
+        --link-faults 4 --start-zookeeper-drops 2}) lost 44 acknowledged
+        records of a partition so.
+        """
+        h = self.h
+        asked: list[tuple[int, list, defer.Deferred]] = []
+
+        def log_ends(broker: int, keys: list) -> defer.Deferred:
+            d: defer.Deferred = defer.Deferred()
+            asked.append((broker, list(keys), d))
+            return d
+
+        h.controller.log_ends = log_ends
+        self.register(3, unclean=True)
+        self.brokers_changed()
+        self.assertEqual(sorted((b, keys) for b, keys, _ in asked), [(b, [("t", 2)]) for b in (1, 2, 3)])
+        self.assertEqual(h.summary("t", 2), (3, 0, [3]))  # nothing written while asking
+        answers = {1: (0, 40), 2: (0, 44), 3: (-1, 0)}
+        for broker, keys, d in asked:
+            d.callback({keys[0]: answers[broker]})
+        self.assertEqual(h.summary("t", 2), (2, 1, [2]))
+        self.assertEqual(h.summary("t", 0), (2, 1, [2, 1]))  # the others as before
+        self.assertEqual(h.controller.replica_log_ends, {})
+
+    def test_unclean_recovery_keeps_the_restarted_replica_on_a_tie_and_skips_a_silent_one(self) -> None:
+        """3 kept as much as the others hold: it is elected, as without the recovery; 1 did not answer."""
+        h = self.h
+
+        def log_ends(broker: int, keys: list) -> defer.Deferred:
+            if broker == 1:
+                return defer.fail(ConnectionRefusedError("broker 1 (test)"))
+            return defer.succeed({keys[0]: (0, 44)})
+
+        h.controller.log_ends = log_ends
+        self.register(3, unclean=True)
+        self.brokers_changed()
+        self.assertEqual(h.summary("t", 2), (3, 1, [3]))
 
     def test_a_new_controller_finds_the_unclean_restart(self) -> None:
         """
