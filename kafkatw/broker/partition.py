@@ -519,7 +519,7 @@ class Partition:
         if log_start_offset >= 0:
             state.log_start_offset = log_start_offset
             self._check_low_watermark()
-        if replica_id in self.isr and fetch_offset < self.log.high_watermark and self._pending_isr is None:
+        if fetch_offset < self.log.high_watermark and replica_id in self.isr and self._pending_isr is None:
             _log.warn("{partition}: ISR member {replica} fetches from {offset}, below the high watermark {hw}: its"
                       " log lost acknowledged records (an unclean restart); it leaves the ISR until it has caught up",
                       partition=self.name, replica=replica_id, offset=fetch_offset, hw=self.log.high_watermark)
