@@ -345,6 +345,11 @@ class KafkaController:
         #: partition -> the brokers that restarted uncleanly after its state was written
         #: (they count as gone for it until the controller writes it again)
         self.restarted_replicas: dict[tuple[str, int], set[int]] = {}
+        #: broker id -> the broker epoch of the registration this controller last read
+        self.broker_epochs: dict[int, int] = {}
+        #: partition -> the C{mzxid} of this controller's last write of its state, and the broker epochs it
+        #: knew then of the brokers the write names (L{_find_restarted_replicas})
+        self.written_with: dict[tuple[str, int], tuple[int, dict[int, int]]] = {}
         self._electing: defer.Deferred | None = None
         self._election_waiters: list[defer.Deferred] = []
         #: C{(topic, partition)} -> target replicas of a reassignment in progress.
@@ -420,6 +425,8 @@ class KafkaController:
         self.unclean_restarts.clear()
         self.restarted_replicas.clear()
         self.replica_log_ends.clear()
+        self.broker_epochs.clear()
+        self.written_with.clear()
         if self._shutdown_watch is not None:
             self._shutdown_watch.cancel()
             self._shutdown_watch = None
@@ -581,6 +588,8 @@ class KafkaController:
             _log.warn("cannot read broker {broker}'s registration: {error}", broker=broker, error=e)
             return
         offline = None if registration is None else registration.offline_replicas
+        if registration is not None:
+            self.broker_epochs[broker] = registration.broker_epoch
         # The restart is at the process's first registration: a later one (a new session's, after
         # an expiry) carries its epoch, and a state written between the two names the broker for
         # what it did since it restarted (it rejoined an ISR once caught up): counted as restarted
@@ -631,8 +640,13 @@ class KafkaController:
             if fresh is None:
                 return
             self.metadata.set_partition_state(key[0], key[1], fresh)
+            own = self.written_with.get(key)
             if (0 <= fresh.mzxid < broker_epoch and named(fresh)
-                    or broker in fresh.elr and 0 <= fresh.elr_isr_zxid(broker) < broker_epoch):
+                    or broker in fresh.elr and 0 <= fresh.elr_isr_zxid(broker) < broker_epoch
+                    # this controller's own write, made after the registration but from before it: it
+                    # carried the broker over for what its previous process did (seed 100124)
+                    or own is not None and own[0] == fresh.mzxid and named(fresh)
+                    and own[1].get(broker, -1) < broker_epoch):
                 self.restarted_replicas.setdefault(key, set()).add(broker)
                 found.append(key)
 
@@ -672,6 +686,8 @@ class KafkaController:
         self.unclean_restarts.clear()
         self.restarted_replicas.clear()
         self.replica_log_ends.clear()
+        self.broker_epochs.clear()
+        self.written_with.clear()
         for broker in sorted(self.live):
             await self._read_registration(broker)
         # Reassignments a previous controller started live on in the topic znodes (KIP-455),
@@ -1316,6 +1332,8 @@ class KafkaController:
                                                          list(write.elr_isr_zxids or ())))
         self.restarted_replicas.pop(key, None)  # written now, after every registration it knows
         self.replica_log_ends.pop(key, None)
+        named = {leader, *isr, *(write.elr or ())} - {-1}
+        self.written_with[key] = (written.mzxid, {b: self.broker_epochs.get(b, -1) for b in named})
         if new_epoch and leader < 0:
             _log.warn("{topic}-{partition}: no leader at epoch {epoch}, ISR {isr} (its leader's replica is offline)",
                       topic=topic, partition=partition, epoch=epoch, isr=isr)
