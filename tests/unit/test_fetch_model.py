@@ -109,6 +109,9 @@ class PartitionModel:
     high_watermark: int = 0
     log_start: int = 0
     moved: bool = False
+    #: whether the follower is in the ISR: a fetch of its below the high watermark takes it out (its log
+    #: lost records), and the leader alone then holds the high watermark at its log end
+    follower_in_sync: bool = True
     #: base offsets of the batches that begin a segment (for the statistics only)
     segment_starts: set[int] = field(default_factory=set)
 
@@ -227,6 +230,12 @@ class Model:
                 self.notes.add("a follower's fetch offset past the log end, the high watermark behind")
             return Expected(ErrorCode.offset_out_of_range)
         if replica:
+            if offset < m.high_watermark and m.follower_in_sync:
+                m.follower_in_sync = False  # Partition.update_follower: its log lost records it held
+                m.high_watermark = m.log_end
+                self.notes.add("a follower below the high watermark leaves the ISR")
+            elif not m.follower_in_sync and offset >= m.high_watermark:
+                m.follower_in_sync = True
             m.high_watermark = max(m.high_watermark, offset)
         upper = m.log_end if replica else m.last_stable if read_committed else m.high_watermark
         batches = m.read(offset, min(p["partition_max_bytes"], remaining), upper, total == 0, self.notes)
@@ -515,6 +524,8 @@ class FetchModelTests(unittest.TestCase):
             records = build_batch([(b"k", b"v" * data.draw(st.sampled_from([0, 40, 400])))], timestamp_ms=1000)
             h.replica_manager.append(*key, records)
             m.add(1, len(records))
+            if not m.follower_in_sync:
+                m.high_watermark = m.log_end  # the leader alone in the ISR
             if replica:  # woken by the appended bytes
                 woken = key in watched and total + len(records) >= request["min_bytes"]
             else:  # woken by the high watermark, once the follower has the batch
