@@ -282,14 +282,9 @@ class ReplicaManager:
         @raise NotLeaderOrFollowerError: this broker holds no replica of it.
         @raise UnknownTopicOrPartitionError: no such topic or partition.
         """
-        offline = self.offline_partitions.get((topic, partition))
-        if offline is not None:
-            raise KafkaStorageError(f"{topic}-{partition} is in the offline log dir {offline}")
-        log = self.log_manager.get(topic, partition)
+        log = None if (topic, partition) in self.offline_partitions else self.log_manager.get(topic, partition)
         if log is None:
-            meta = self.metadata.topics.get(topic)
-            if meta is None or partition not in meta.partitions:
-                raise UnknownTopicOrPartitionError()
+            self.get_partition(topic, partition)  # raises why: an offline log dir, no such partition
             raise NotLeaderOrFollowerError()
         return log.latest_epoch, log.log_end_offset
 

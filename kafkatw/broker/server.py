@@ -674,9 +674,6 @@ class KafkaServer(service.MultiService):
         (L{kafkatw.broker.fetch_apis.DEBUGGING_REPLICA_ID}); this broker's
         own replicas are read here.
         """
-        topics: dict[str, list[int]] = {}
-        for topic, partition in keys:
-            topics.setdefault(topic, []).append(partition)
         if broker_id == self.broker_id and self.replica_manager is not None:
             ends = {}
             for key in keys:
@@ -685,6 +682,9 @@ class KafkaServer(service.MultiService):
                 except KafkaError:
                     pass
             return defer.succeed(ends)
+        topics: dict[str, list[int]] = {}
+        for topic, partition in keys:
+            topics.setdefault(topic, []).append(partition)
         body = {"replica_id": DEBUGGING_REPLICA_ID, "isolation_level": 0,
                 "topics": [{"name": topic, "partitions": [{"partition_index": p, "current_leader_epoch": -1,
                                                            "timestamp": -1} for p in partitions]}
