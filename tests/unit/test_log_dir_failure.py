@@ -110,8 +110,8 @@ class TwoDirBroker(BrokerHarness):
     def answer(self, d: defer.Deferred) -> Any:
         return self.decode(0, 9, self.testcase.successResultOf(d)).responses[0].partition_responses[0]
 
-    def list_offset(self, partition: int) -> Any:
-        body = {"replica_id": -1, "isolation_level": 0, "topics": [
+    def list_offset(self, partition: int, replica_id: int = -1) -> Any:
+        body = {"replica_id": replica_id, "isolation_level": 0, "topics": [
             {"name": "t", "partitions": [{"partition_index": partition, "current_leader_epoch": -1,
                                           "timestamp": -1}]}]}
         return self.call(2, 7, body).topics[0].partitions[0]
@@ -164,6 +164,8 @@ class ServingTests(unittest.TestCase):
         self.assertEqual(h.fetch("t", 0, 0).error_code, ErrorCode.kafka_storage_error)
         self.assertEqual(h.fetch("t", 0, 0, replica_id=1).error_code, ErrorCode.kafka_storage_error)
         self.assertEqual(h.list_offset(0).error_code, ErrorCode.kafka_storage_error)
+        # the log end asked by the controller's unclean recovery (the debugging replica id)
+        self.assertEqual(h.list_offset(0, replica_id=-2).error_code, ErrorCode.kafka_storage_error)
         # the other log dir keeps serving
         self.assertEqual(h.produce("t", 1, records()).error_code, ErrorCode.none)
         self.assertEqual(h.fetch("t", 1, 0, replica_id=1).error_code, ErrorCode.none)
