@@ -56,7 +56,9 @@ brokers, shutdowns or log dirs, the changed ones on a partition-state change:
     registration (KIP-966's unclean-shutdown registration).  Each partition
     whose state it leads, or whose ISR it is in, was written before that
     registration (the state's C{mzxid} is below the registration's
-    C{czxid}, the broker epoch of KIP-380) counts it as gone until the
+    C{czxid}, the broker epoch of KIP-380), or whose state it leads at an
+    epoch begun before it (L{PartitionState.epoch_start_zxid}: a later ISR
+    change kept it on) counts it as gone until the
     controller has written the partition again: its leadership moves to
     another live ISR member at a new epoch, or, when none is live, it is
     elected again at a new epoch (its log is all that is left); and it
@@ -614,7 +616,10 @@ class KafkaController:
         """
         The partitions whose state names C{broker} as leader or ISR member and
         was written before its registration at C{broker_epoch} (a state's
-        C{mzxid} below it), or names it an eligible leader replica that was
+        C{mzxid} below it), or names it leader at an epoch that began before
+        it (L{PartitionState.epoch_start_zxid}: a state written since, by a
+        controller or leader that had not yet read the registration, kept it
+        on), or names it an eligible leader replica that was
         last in the ISR before it (L{PartitionState.elr_isr_zxid}: a state
         written since, by a controller or leader that had not yet read the
         registration, moved it from a stale ISR place to the ELR): its process
@@ -642,6 +647,9 @@ class KafkaController:
             self.metadata.set_partition_state(key[0], key[1], fresh)
             own = self.written_with.get(key)
             if (0 <= fresh.mzxid < broker_epoch and named(fresh)
+                    # its leadership began before it: a later ISR change (written by a controller or
+                    # leader that had not read the registration yet) kept it on (seed 100124)
+                    or fresh.leader == broker and 0 <= fresh.epoch_start_zxid < broker_epoch
                     or broker in fresh.elr and 0 <= fresh.elr_isr_zxid(broker) < broker_epoch
                     # this controller's own write, made after the registration but from before it: it
                     # carried the broker over for what its previous process did (seed 100124)
@@ -1295,7 +1303,8 @@ class KafkaController:
         epoch = state.leader_epoch + 1 if new_epoch else state.leader_epoch
         elr = self._eligible_leader_replicas(key, state, isr)
         return PartitionStateWrite(key[0], key[1], leader, epoch, list(isr), state.zk_version, elr,
-                                   next_elr_isr_zxids(state.elr, state.elr_isr_zxids, state.mzxid, elr))
+                                   next_elr_isr_zxids(state.elr, state.elr_isr_zxids, state.mzxid, elr),
+                                   -1 if new_epoch else state.epoch_start_zxid)
 
     async def _write(self, topic: str, partition: int, state: Any, leader: int, isr: list[int],
                      new_epoch: bool) -> bool:
@@ -1329,7 +1338,7 @@ class KafkaController:
         self.metadata.set_partition_state(topic, partition,
                                           PartitionState(leader, epoch, list(isr), self.epoch, written.version,
                                                          written.mzxid, list(write.elr or ()),
-                                                         list(write.elr_isr_zxids or ())))
+                                                         list(write.elr_isr_zxids or ()), write.leader_epoch_zxid))
         self.restarted_replicas.pop(key, None)  # written now, after every registration it knows
         self.replica_log_ends.pop(key, None)
         named = {leader, *isr, *(write.elr or ())} - {-1}

@@ -150,6 +150,9 @@ class Partition:
     @ivar zk_version: the state znode's version last seen.
     @ivar zk_mzxid: the C{mzxid} of that version (-1: not known yet, as after
         this leader's own write until its watch reads it back).
+    @ivar leader_epoch_zxid: the zxid at which the leader epoch began
+        (L{kafkatw.zookeeper.zk_data.PartitionState.epoch_start_zxid}; -1: not
+        known), which this leader's ISR changes carry.
     @ivar replicas: the assigned replicas (preferred leader first).
     """
 
@@ -181,6 +184,7 @@ class Partition:
         self.elr_isr_zxids: list[int] = []
         self.zk_version = -1
         self.zk_mzxid = -1
+        self.leader_epoch_zxid = -1
         self.replicas: list[int] = []
         self.followers: dict[int, FollowerState] = {}
         self._pending_isr: list[int] | None = None
@@ -223,12 +227,13 @@ class Partition:
 
     def apply_state(self, replicas: list[int], leader: int, leader_epoch: int, isr: list[int], zk_version: int,
                     controller_epoch: int = 0, elr: list[int] | None = None, elr_isr_zxids: list[int] | None = None,
-                    mzxid: int = -1) -> str | None:
+                    mzxid: int = -1, leader_epoch_zxid: int = -1) -> str | None:
         """
         Follow a partition state read from ZooKeeper, for a partition assigned
         C{replicas}.  As leader, ISR members no longer assigned (a reassignment
         removed them while an ISR change was in flight) are dropped at once:
-        they would hold the high watermark back for ever.
+        they would hold the high watermark back for ever.  C{leader_epoch_zxid}
+        is the state's L{kafkatw.zookeeper.zk_data.PartitionState.epoch_start_zxid}.
 
         @return: C{"leader"} or C{"follower"} when this broker's role or the
             leader epoch changed (the caller starts or restarts fetching),
@@ -236,20 +241,23 @@ class Partition:
             partition lost its leader.
         """
         change = self._apply_state(replicas, leader, leader_epoch, isr, zk_version, controller_epoch, elr or [],
-                                   elr_isr_zxids or [], mzxid)
+                                   elr_isr_zxids or [], mzxid, leader_epoch_zxid)
         if self.role == LEADER and self._pending_isr is None and any(r not in self.replicas for r in self.isr):
             self._change_isr([r for r in self.isr if r in self.replicas], "shrink")
         self._check_low_watermark()  # an ISR shrink may complete a DeleteRecords; lost leadership fails it
         return change
 
     def _apply_state(self, replicas: list[int], leader: int, leader_epoch: int, isr: list[int], zk_version: int,
-                     controller_epoch: int, elr: list[int], elr_isr_zxids: list[int], mzxid: int) -> str | None:
+                     controller_epoch: int, elr: list[int], elr_isr_zxids: list[int], mzxid: int,
+                     leader_epoch_zxid: int) -> str | None:
         self.replicas = list(replicas)
         if leader_epoch < self.leader_epoch:
             return None  # an older state delivered late
         if leader_epoch == self.leader_epoch and zk_version <= self.zk_version:
             if zk_version == self.zk_version and mzxid >= 0:
                 self.zk_mzxid = mzxid  # this leader's own write, read back through its watch
+                if self.leader_epoch_zxid < 0:
+                    self.leader_epoch_zxid = leader_epoch_zxid
             return None
         epoch_changed = leader_epoch != self.leader_epoch
         self.isr = list(isr)
@@ -257,6 +265,8 @@ class Partition:
         self.elr_isr_zxids = list(elr_isr_zxids)
         self.zk_version = zk_version
         self.zk_mzxid = mzxid
+        if epoch_changed or self.leader_epoch_zxid < 0:  # else the start it knows (a later ISR change's may not)
+            self.leader_epoch_zxid = leader_epoch_zxid
         self.controller_epoch = controller_epoch
         self._pending_isr = None
         if not epoch_changed and self.leader_id == leader:

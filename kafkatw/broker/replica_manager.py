@@ -28,9 +28,11 @@ A broker whose process starts after an unclean shutdown (a crash) may have
 lost records it had not flushed, records its followers hold and acknowledged.
 It leads no partition at a state written for its previous process
 (L{ReplicaManager.fence_leadership}): until it has registered, every state
-that names it leader is withheld; then only states written after its
-registration (the state's C{mzxid} above its broker epoch, the registration's
-C{czxid}, KIP-380) make it leader.  The controller writes such a state for
+that names it leader is withheld; then only states whose leader epoch began
+after its registration make it leader (the C{mzxid} of the election that
+began the epoch, L{kafkatw.zookeeper.zk_data.PartitionState.epoch_start_zxid},
+above its broker epoch, the registration's C{czxid}, KIP-380: an ISR change
+written since does not make the previous process's leadership its own).  The controller writes such a state for
 each of those partitions (L{kafkatw.broker.controller}): another ISR member
 leads at a new epoch, or it does when it is the only one left.  A partition
 whose only replica is this broker's has nothing better to elect: it leads it
@@ -206,7 +208,7 @@ class ReplicaManager:
     @param metadata: the L{kafkatw.broker.metadata_cache.MetadataCache}.
     @param topic_config: C{topic_config(topic) -> dict} of effective topic configs.
     @param write_isr: C{write_isr(topic, partition, leader, leader_epoch, isr,
-        controller_epoch, expected_version[, elr=, elr_isr_zxids=]) -> Deferred}
+        controller_epoch, expected_version[, elr=, elr_isr_zxids=][, leader_epoch_zxid=]) -> Deferred}
         of the new zkVersion (L{kafkatw.zookeeper.registry.Registry.set_partition_state}).
     @param reload_state: C{reload_state(topic, partition)} re-reads a
         partition's state from ZooKeeper and applies it.
@@ -388,8 +390,9 @@ class ReplicaManager:
         """Whether the fence withholds a state naming this broker leader (L{fence_leadership})."""
         if self._broker_epoch is None:
             return True
-        # -1: a state this broker wrote itself (its controller's), after it registered
-        return 0 <= state.mzxid < self._broker_epoch
+        # -1: a state this broker wrote itself (its controller's), after it registered; a state
+        # that kept an epoch begun before (an ISR change) was written for the previous process
+        return 0 <= state.epoch_start_zxid < self._broker_epoch
 
     def apply_state(self, topic: str, partition: int, replicas: list[int], state: Any) -> None:
         """
@@ -417,7 +420,8 @@ class ReplicaManager:
             p.replicas = list(replicas)
             return
         change = p.apply_state(replicas, state.leader, state.leader_epoch, state.isr, state.zk_version,
-                               state.controller_epoch, state.elr, state.elr_isr_zxids, state.mzxid)
+                               state.controller_epoch, state.elr, state.elr_isr_zxids, state.mzxid,
+                               state.epoch_start_zxid)
         if change is None:
             if p.role == LEADER:
                 self._check_produces((topic, partition))
@@ -467,7 +471,8 @@ class ReplicaManager:
             return defer.succeed(p.zk_version + 1)
         return defer.maybeDeferred(self._write_isr, p.topic, p.partition, p.leader_id, p.leader_epoch, isr,
                                    p.controller_epoch, p.zk_version,
-                                   **({"elr": elr, "elr_isr_zxids": elr_isr_zxids} if elr else {}))
+                                   **({"elr": elr, "elr_isr_zxids": elr_isr_zxids} if elr else {}),
+                                   **({"leader_epoch_zxid": p.leader_epoch_zxid} if p.leader_epoch_zxid >= 0 else {}))
 
     def _isr_eligible(self, broker_id: int) -> bool:
         """A follower may join an ISR while its broker is alive and not shutting down (KIP-841)."""

@@ -174,6 +174,8 @@ class PartitionStateWrite(NamedTuple):
     elr: list[int] | None = None
     #: beside C{elr}, L{PartitionState.elr_isr_zxids}
     elr_isr_zxids: list[int] | None = None
+    #: L{PartitionState.leader_epoch_zxid} (-1: this write begins the epoch, or its start is not known)
+    leader_epoch_zxid: int = -1
 
 
 class WrittenState(NamedTuple):
@@ -1031,6 +1033,7 @@ class Registry(_AclMethods):
         expected_version: int = -1,
         elr: list[int] | None = None,
         elr_isr_zxids: list[int] | None = None,
+        leader_epoch_zxid: int = -1,
     ) -> Deferred:
         """
         Write the partition's state, unfenced (the first state of a new
@@ -1045,11 +1048,14 @@ class Registry(_AclMethods):
             conditional write found no state (deleted meanwhile).
         @param elr: the eligible leader replicas (L{PartitionState.elr}); none when not given.
         @param elr_isr_zxids: beside C{elr}, L{PartitionState.elr_isr_zxids} (-1 each when not given).
+        @param leader_epoch_zxid: L{PartitionState.leader_epoch_zxid} (a leader's ISR change carries
+            its epoch's start; -1: not known).
         """
 
         async def go() -> int:
             path = partition_state_path(topic, partition)
-            data = encode_partition_state(leader, leader_epoch, isr, controller_epoch, elr, elr_isr_zxids)
+            data = encode_partition_state(leader, leader_epoch, isr, controller_epoch, elr, elr_isr_zxids,
+                                          leader_epoch_zxid)
             try:
                 return (await self.client.set(path, data, version=expected_version)).version
             except NoNodeError:
@@ -1089,7 +1095,7 @@ class Registry(_AclMethods):
             ops: list[Any] = [CheckOp(CONTROLLER_EPOCH_PATH, controller_epoch_zk_version)]
             ops.extend(SetOp(partition_state_path(w.topic, w.partition),
                              encode_partition_state(w.leader, w.leader_epoch, w.isr, controller_epoch, w.elr,
-                                                    w.elr_isr_zxids),
+                                                    w.elr_isr_zxids, w.leader_epoch_zxid),
                              w.expected_version)
                        for w in writes)
             try:

@@ -282,6 +282,20 @@ class PartitionState:
     #: held it in the ISR (-1: not known): the process it was in sync in is
     #: the one registered before that (L{elr_isr_zxid})
     elr_isr_zxids: list[int] = field(default_factory=list)
+    #: the C{mzxid} of the state that began this leader epoch (its election),
+    #: carried by the writes that keep the epoch (ISR changes); -1: not
+    #: written, the state began it itself (L{epoch_start_zxid})
+    leader_epoch_zxid: int = field(default=-1, compare=False)
+
+    @property
+    def epoch_start_zxid(self) -> int:
+        """
+        The zxid at which this leader epoch began: the C{mzxid} of its
+        election (-1: not known).  A leader that registered after an unclean
+        shutdown at a later zxid is not the process that was elected, however
+        late the state's last ISR change was written.
+        """
+        return self.leader_epoch_zxid if self.leader_epoch_zxid >= 0 else self.mzxid
 
     def elr_isr_zxid(self, broker: int) -> int:
         """
@@ -444,13 +458,16 @@ def decode_topic(name: str, data: bytes) -> TopicAssignment:
 
 
 def encode_partition_state(leader: int, leader_epoch: int, isr: list[int], controller_epoch: int = 1,
-                           elr: list[int] | None = None, elr_isr_zxids: list[int] | None = None) -> bytes:
+                           elr: list[int] | None = None, elr_isr_zxids: list[int] | None = None,
+                           leader_epoch_zxid: int = -1) -> bytes:
     """
     Kafka's C{TopicPartitionStateZNode.encode}; with C{elr}, kafkatw's
     C{"eligible_leader_replicas"} (KIP-966's field of the partition record,
     which Kafka's ZooKeeper mode has not; its readers ignore the key) and
     C{"eligible_leader_replica_isr_zxids"} beside it (L{PartitionState.elr_isr_zxids};
-    -1 for each when not given).
+    -1 for each when not given); with C{leader_epoch_zxid} (0 or more: a
+    write that keeps the leader epoch of a state whose election is known),
+    kafkatw's C{"leader_epoch_zxid"} (L{PartitionState.leader_epoch_zxid}).
     """
     body: dict[str, Any] = {
         "version": 1,
@@ -463,6 +480,8 @@ def encode_partition_state(leader: int, leader_epoch: int, isr: list[int], contr
         body["eligible_leader_replicas"] = list(elr)
         zxids = list(elr_isr_zxids or ())
         body["eligible_leader_replica_isr_zxids"] = zxids + [-1] * (len(elr) - len(zxids))
+    if leader_epoch_zxid >= 0:
+        body["leader_epoch_zxid"] = leader_epoch_zxid
     return _dumps(body)
 
 
@@ -472,7 +491,8 @@ def decode_partition_state(data: bytes, zk_version: int, mzxid: int = -1) -> Par
     return PartitionState(body["leader"], body["leader_epoch"], list(body["isr"]),
                           body.get("controller_epoch", 1), zk_version, mzxid,
                           list(body.get("eligible_leader_replicas") or ()),
-                          list(body.get("eligible_leader_replica_isr_zxids") or ()))
+                          list(body.get("eligible_leader_replica_isr_zxids") or ()),
+                          int(body.get("leader_epoch_zxid", -1)))
 
 
 def partition_state_path(topic: str, partition: int) -> str:

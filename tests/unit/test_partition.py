@@ -80,13 +80,13 @@ class ReplicationHarness:
 
     def write_isr(self, topic: str, partition: int, leader: int, leader_epoch: int, isr: list[int],
                   controller_epoch: int, expected_version: int, elr: list[int] | None = None,
-                  elr_isr_zxids: list[int] | None = None) -> defer.Deferred:
+                  elr_isr_zxids: list[int] | None = None, leader_epoch_zxid: int = -1) -> defer.Deferred:
         self.isr_writes.append((list(isr), expected_version))
         if self._write_isr is not None:
             return self._write_isr(isr)
         return self.registry.set_partition_state(topic, partition, leader, leader_epoch, isr, controller_epoch,
                                                  expected_version=expected_version, elr=elr,
-                                                 elr_isr_zxids=elr_isr_zxids)
+                                                 elr_isr_zxids=elr_isr_zxids, leader_epoch_zxid=leader_epoch_zxid)
 
     def reload_state(self, topic: str, partition: int) -> None:
         self.reloads.append((topic, partition))
@@ -259,6 +259,29 @@ class IsrTests(unittest.TestCase):
         self.assertEqual(h.isr_writes, [([0, 1], version)])
         self.assertEqual((h.state().isr, h.state().zk_version), ([0, 1], version + 1))
         self.assertEqual((p.isr, p.isr_shrinks, p.high_watermark), ([0, 1], 1, 3))
+
+    def test_an_isr_change_carries_the_zxid_its_leader_epoch_began_at(self) -> None:
+        """
+        The leader's ISR changes keep its epoch, and write the C{mzxid} of the
+        state that began it (its election), through changes read back and
+        not yet read back: a broker that restarted since is not dated by the
+        later writes (L{ReplicaManager.fence_leadership}).
+        """
+        h = ReplicationHarness(self, watch=True)
+        h.write_state(0, 0, [0, 1, 2])
+        elected = h.state().mzxid
+        p = h.partition
+        self.assertEqual(p.leader_epoch_zxid, elected)
+        h.advance_ms(LAG_MS + 1)
+        p.update_follower(1, 0)
+        h.replica_manager.shrink_isrs(LAG_MS)  # 2 leaves
+        shrunk = h.state()
+        self.assertEqual((shrunk.isr, shrunk.leader_epoch_zxid), ([0, 1], elected))
+        self.assertGreater(shrunk.mzxid, elected)
+        p.update_follower(2, 0)  # 2 caught up: it rejoins
+        expanded = h.state()
+        self.assertEqual((expanded.isr, expanded.epoch_start_zxid), ([0, 1, 2], elected))
+        self.assertEqual(p.leader_epoch_zxid, elected)
 
     def test_follower_fetching_up_to_the_previous_log_end_offset_stays(self) -> None:
         """Kafka's lastCaughtUpTimeMs: reaching the leader's LEO as of one's previous fetch counts as caught up."""

@@ -144,8 +144,10 @@ class ControllerTests(unittest.TestCase):
         C{--disk-model --faults 14 --window 45 --link-faults 4
         --start-zookeeper-drops 2}: the restarted broker stayed leader and
         last ISR member with an empty log, was elected again, and the others
-        truncated to it; that seed still fails, through the broker's side:
-        see docs/replication.md.)
+        truncated to it.)  Here the write names 3 leader, so the zxid its
+        epoch began at, which the state carries, finds it too (the next
+        test); what the controller knows of its own writes also finds a
+        restarted ISR member that is not the leader.
         """
         h = self.h
         write = h.registry.set_partition_states
@@ -161,6 +163,39 @@ class ControllerTests(unittest.TestCase):
         h.registry.set_partition_states = write  # type: ignore[method-assign]
         self.assertEqual(h.summary("t", 0), (3, 0, [3, 2]))
         self.assertGreater(h.state("t", 0).mzxid, registered[0])
+        self.brokers_changed()
+        self.assertEqual(h.summary("t", 0), (2, 1, [2]))
+
+    def test_a_leadership_begun_before_the_registration_is_found_under_a_later_isr_change(self) -> None:
+        """
+        As above, but the write under which 3 registered was another
+        controller's, and a new controller reads the state: it knows nothing
+        of that write, and the state's C{mzxid} comes after the registration.
+        The state carries the zxid its leader epoch began at (the ISR change
+        kept epoch 0, elected before 3 restarted), so 3 is still found
+        restarted, and another ISR member is elected.  (The simulation's seed
+        100124 with C{--disk-model --faults 14 --window 45 --link-faults 4
+        --start-zookeeper-drops 2}.)
+        """
+        h = self.h
+        elected = h.state("t", 0).epoch_start_zxid
+        write = h.registry.set_partition_states
+        registered: list[int] = []
+
+        def racing(*args: Any, **kwargs: Any) -> Any:
+            if not registered:
+                registered.append(self.register(3, unclean=True))
+            return write(*args, **kwargs)
+
+        h.registry.set_partition_states = racing  # type: ignore[method-assign]
+        h.broker_died(1)
+        h.registry.set_partition_states = write  # type: ignore[method-assign]
+        state = h.state("t", 0)
+        self.assertEqual((state.leader, state.leader_epoch, state.isr), (3, 0, [3, 2]))
+        self.assertLess(elected, registered[0])
+        self.assertLess(registered[0], state.mzxid)
+        self.assertEqual(state.epoch_start_zxid, elected)
+        h.controller.written_with.clear()  # as a new controller: it made no write of its own
         self.brokers_changed()
         self.assertEqual(h.summary("t", 0), (2, 1, [2]))
 
@@ -271,6 +306,27 @@ class ReplicaManagerTests(unittest.TestCase):
         self.assertEqual(self.rm.withheld_leaderships, {})
         self.apply(0, PartitionState(1, 2, [2, 1], 1, 2, mzxid=40))
         self.assertEqual(self.role(0), LEADER)
+
+    def test_an_isr_change_written_since_does_not_date_a_leadership_begun_before(self) -> None:
+        """
+        A state written after the registration (C{mzxid} 30 > the epoch 20)
+        that keeps a leader epoch begun before it (at zxid 10: an ISR change
+        by a controller that had not read the registration) is the previous
+        process's leadership: withheld, until an election at a new epoch,
+        whose ISR changes then carry its start.  (The simulation's seed 100124:
+        the restarted broker led with its empty log, and its follower truncated
+        to it.)
+        """
+        self.rm.registered(20)
+        self.apply(0, PartitionState(1, 0, [1], 1, 1, mzxid=30, leader_epoch_zxid=10))
+        self.assertNotEqual(self.role(0), LEADER)
+        self.assertEqual(set(self.rm.withheld_leaderships), {("t", 0)})
+        self.apply(0, PartitionState(1, 1, [1], 1, 2, mzxid=40))
+        self.assertEqual(self.role(0), LEADER)
+        self.assertEqual(self.rm.partitions[("t", 0)].leader_epoch_zxid, 40)
+        self.apply(0, PartitionState(1, 1, [1, 2], 1, 3, mzxid=50, leader_epoch_zxid=40))
+        self.assertEqual(self.role(0), LEADER)
+        self.assertEqual(self.rm.withheld_leaderships, {})
 
     def test_a_partition_of_one_replica_leads_at_once(self) -> None:
         """Nothing better can be elected (a single broker after kill -9): no wait for the controller."""

@@ -468,6 +468,26 @@ class PartitionStatesBatchTests(SynchronousTestCase):
         older = self.states()[1]
         self.assertEqual((older.elr, older.elr_isr_zxids, older.elr_isr_zxid(1)), ([1], [], -1))
 
+    def test_a_state_that_keeps_its_leader_epoch_carries_the_zxid_the_epoch_began_at(self):
+        """
+        C{"leader_epoch_zxid"}, written by a state that keeps an epoch (a
+        leader's ISR change, or the controller's); a state without it began
+        its epoch itself: its own C{mzxid} (also the reading of an older writer's state).
+        """
+        self.successResultOf(self.registry.set_partition_state("t", 0, 2, 1, [2, 1], 3))
+        elected = self.states()[0]
+        self.assertEqual((elected.leader_epoch_zxid, elected.epoch_start_zxid), (-1, elected.mzxid))
+        self.successResultOf(self.registry.set_partition_state("t", 0, 2, 1, [2], 3,
+                                                               leader_epoch_zxid=elected.epoch_start_zxid))
+        shrunk = self.states()[0]
+        self.assertGreater(shrunk.mzxid, elected.mzxid)
+        self.assertEqual(shrunk.epoch_start_zxid, elected.mzxid)
+        [written] = self.successResultOf(self.registry.set_partition_states(
+            [PartitionStateWrite("t", 0, 2, 1, [2, 1], shrunk.zk_version, leader_epoch_zxid=shrunk.epoch_start_zxid)],
+            3, self.fence_version))
+        expanded = self.states()[0]
+        self.assertEqual((expanded.mzxid, expanded.epoch_start_zxid), (written.mzxid, elected.mzxid))
+
     def test_every_state_written_at_once(self):
         written = self.successResultOf(self.registry.set_partition_states(self.writes(), 3, self.fence_version))
         versions = [w.version for w in written]
