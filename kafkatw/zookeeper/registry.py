@@ -1280,6 +1280,7 @@ class Registry(_AclMethods):
         @param partitions: C{(topic, partition)} pairs, or C{None} for every one.
         @return: a Deferred firing with C{{(topic, partition): CommittedOffset}};
             partitions without a commit are absent.
+        @raise ZooKeeperError: (as failure) a read failed (the first one, of those made at once).
         """
 
         async def one(topic: str, partition: int) -> tuple[tuple[str, int], CommittedOffset | None]:
@@ -1304,9 +1305,7 @@ class Registry(_AclMethods):
                     except NoNodeError:
                         continue
                     wanted.extend((topic, int(p)) for p in children if p.isdigit())
-            from twisted.internet.defer import gatherResults
-
-            results = await gatherResults([_deferred(one(t, p)) for t, p in wanted], consumeErrors=True)
+            results = await _gather([_deferred(one(t, p)) for t, p in wanted])
             return {tp: c for tp, c in results if c is not None}
 
         return _deferred(go())

@@ -494,6 +494,9 @@ class OffsetTests(unittest.TestCase):
         self.assertEqual(self.successResultOf(d), {("t", 0): ErrorCode.coordinator_not_available})
         self.assertEqual(self.successResultOf(h.coordinator.fetch_offsets("g", None))[0],
                          ErrorCode.coordinator_not_available)
+        # named partitions are read at once (one read each): the first failure is the answer
+        self.assertEqual(self.successResultOf(h.coordinator.fetch_offsets("g", [("t", 0), ("t", 1)]))[0],
+                         ErrorCode.coordinator_not_available)
 
     def test_delete_group(self) -> None:
         h = Harness(self)
