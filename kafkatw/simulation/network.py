@@ -462,7 +462,7 @@ class SimulatedTransport:
     # ITransport
 
     def write(self, data: bytes) -> None:
-        if self.closed or self.disconnecting or not data:
+        if self.closed or not data or self.disconnecting and self.producer is None:
             return
         self.network.send(self, _DATA, bytes(data))
 
@@ -470,10 +470,23 @@ class SimulatedTransport:
         self.write(b"".join(data))
 
     def loseConnection(self) -> None:  # noqa: N802
+        """
+        Close this end as Twisted's TCP transport does once its buffer is
+        written (this one has none: writes go at once): the FIN goes to the
+        peer and this end is lost now, without waiting for the peer's FIN (a
+        socket closed locally is gone for its process, whatever becomes of
+        the FIN on the network); with a pull producer registered, once it
+        unregisters.
+        """
         if self.closed or self.disconnecting:
             return
         self.disconnecting = True
+        if self.producer is None or self.streaming:
+            self._close()
+
+    def _close(self) -> None:
         self.network.send(self, _FIN, b"")
+        self._lost(error.ConnectionDone())
 
     def abortConnection(self) -> None:  # noqa: N802
         if self.closed:
@@ -509,6 +522,8 @@ class SimulatedTransport:
 
     def unregisterProducer(self) -> None:  # noqa: N802
         self.producer = None
+        if self.disconnecting and not self.closed:
+            self._close()
 
     def _pull(self, producer: Any) -> None:
         for _ in range(100_000):

@@ -143,6 +143,50 @@ class NetworkTests(SynchronousTestCase):
         self.assertIsNotNone(again.protocol_instance.transport)  # the SYN sent at t=3.03 got through
         self.assertEqual(len(self.servers), 2)
 
+    def test_a_close_is_local_at_once_and_the_fin_reaches_the_peer_later(self) -> None:
+        """
+        C{loseConnection} ends this end at once, as Twisted's TCP transport
+        does with its buffer written: it does not wait for the peer's FIN,
+        which a link held (or dropped) on the way back would keep (the simulation's
+        seeds 131048 and 133073: a broker's SIGTERM waited for ever on its
+        inter-broker client's close).  A pull producer finishes first.
+        """
+        client = self.connect()
+        self.reactor.run_until(0.030)
+        self.network.cut("b", "a", "hold", both_ways=False)  # the way back holds what is sent
+        client.protocol_instance.transport.loseConnection()
+        self.assertEqual(client.protocol_instance.lost, [error.ConnectionDone])
+        self.assertEqual(self.servers[0].lost, [])
+        self.reactor.run_until(0.1)
+        self.assertEqual(self.servers[0].lost, [error.ConnectionDone])  # the FIN a->b took 10 ms
+        self.network.heal("b", "a")  # b's FIN comes back to an end already closed
+        self.reactor.run_until(1.0)
+        self.assertEqual(client.protocol_instance.lost, [error.ConnectionDone])
+
+    def test_a_close_waits_for_a_pull_producer_to_finish(self) -> None:
+        client = self.connect()
+        self.reactor.run_until(0.030)
+        transport = client.protocol_instance.transport
+        chunks = [b"one", b"two"]
+
+        class Pull:
+            def resumeProducing(self) -> None:  # noqa: N802
+                if chunks:
+                    transport.write(chunks.pop(0))
+                else:
+                    transport.unregisterProducer()
+
+            def stopProducing(self) -> None:  # noqa: N802
+                pass
+
+        transport.registerProducer(Pull(), False)
+        transport.loseConnection()
+        self.assertEqual(client.protocol_instance.lost, [])
+        self.reactor.run_until(1.0)
+        self.assertEqual(client.protocol_instance.lost, [error.ConnectionDone])
+        self.assertEqual(b"".join(data for _, data in self.servers[0].received), b"onetwo")
+        self.assertEqual(self.servers[0].lost, [error.ConnectionDone])
+
     def test_nothing_listening_is_refused_after_a_round_trip(self) -> None:
         client = _Client()
         self.a.connectTCP("b", 9999, client)
@@ -593,6 +637,10 @@ class BatchTests(SynchronousTestCase):
             # it at the same leader epoch: written after the registration, the state let it lead empty
             100124: Settings(disk_model=True, faults=14, fault_window_s=45.0, link_faults=4,
                              start_zookeeper_drops=2.0),
+            # (the simulation's own bug) a closed connection waited for the peer's FIN, which a cut
+            # link dropped: a broker's SIGTERM never finished, and it never started again
+            131048: Settings(segment_bytes=2048, fetch_max_bytes=1500, value_bytes=700, disk_model=True, faults=14,
+                             fault_window_s=45.0, link_faults=4, start_zookeeper_drops=2.0),
         }
         failed = []
         for seed, settings in found.items():
