@@ -388,16 +388,38 @@ class KafkaClient:
         self.want(topics)
         await self.refresh_metadata()
 
-    def close(self) -> defer.Deferred:
-        """Close every connection; pending requests fail with L{BrokerConnectionError}."""
+    def close(self, timeout_ms: int | None = None) -> defer.Deferred:
+        """
+        Close every connection; pending requests fail with
+        L{BrokerConnectionError}.  A connection closes as TCP does, once what
+        was written to it is sent; one whose bytes are not all sent within
+        C{timeout_ms} (default: C{request_timeout_ms}) -- its broker stopped
+        reading, or a link drops its packets -- is aborted, rather than wait
+        for TCP to give up (about 15 minutes on Linux).
+
+        @return: a Deferred firing once every connection is closed.
+        """
         self._closed = True
         losses = []
+        grace_s = (self.request_timeout_ms if timeout_ms is None else timeout_ms) / 1000.0
         for connection in list(self._connections.values()):
-            if connection.connected and connection.transport is not None:
-                losses.append(connection.lost)
-                connection.transport.loseConnection()
+            transport = connection.transport
+            if connection.connected and transport is not None:
+                lost = connection.lost
+                losses.append(lost)
+                transport.loseConnection()
+                if not lost.called:
+                    abort = self.reactor.callLater(grace_s, transport.abortConnection)
+                    lost.addBoth(_cancel_then, abort)
         self._connections.clear()
         return defer.DeferredList(losses).addCallback(lambda _: None)
+
+
+def _cancel_then(result: Any, call: Any) -> Any:
+    """Cancel the delayed C{call} if it has not run, and pass C{result} on."""
+    if call.active():
+        call.cancel()
+    return result
 
 
 class _Shared:

@@ -209,3 +209,44 @@ class KafkaClientTests(unittest.TestCase):
         d = client.request(-1, 3, {"topics": None})
         self.assertNoResult(d)
         self.assertEqual(len(clock.tcpClients), 1)
+
+    def test_close_aborts_a_connection_whose_bytes_are_not_sent(self) -> None:
+        """
+        KafkaClient.close: a connection that closes (its bytes sent) is done at
+        once; one whose broker stopped taking bytes is aborted after
+        C{timeout_ms} instead of waiting for TCP to give up.
+        """
+        clock = MemoryReactorClock()
+        client = KafkaClient(clock, "boot:9092", request_timeout_ms=5000)
+        closing, stuck = StringTransport(), StringTransport()
+        connections = []
+        for node_id, transport in ((1, closing), (2, stuck)):
+            connection = BrokerConnection(clock, "test", 5000, node_id=node_id)
+            connection.makeConnection(transport)
+            client._connections[node_id] = connection
+            connections.append(connection)
+        pending = connections[1].request(3, {"topics": None}, version=12)
+        d = client.close(timeout_ms=2000)
+        self.assertTrue(closing.disconnecting and stuck.disconnecting)
+        connections[0].connectionLost(None)  # its bytes were sent: TCP closed it
+        clock.advance(1.9)
+        self.assertNoResult(d)
+        self.assertFalse(stuck.disconnected)
+        clock.advance(0.1)
+        self.assertTrue(stuck.disconnected)  # aborted
+        connections[1].connectionLost(None)
+        self.successResultOf(d)
+        self.failureResultOf(pending, BrokerConnectionError)
+        self.assertEqual(clock.getDelayedCalls(), [])  # the connection's timeout timer went with it
+
+    def test_close_without_a_stuck_connection_leaves_no_timer(self) -> None:
+        clock = MemoryReactorClock()
+        client = KafkaClient(clock, "boot:9092")
+        connection = BrokerConnection(clock, "test", 1000, node_id=1)
+        transport = StringTransport()
+        connection.makeConnection(transport)
+        client._connections[1] = connection
+        d = client.close()
+        connection.connectionLost(None)
+        self.successResultOf(d)
+        self.assertEqual(clock.getDelayedCalls(), [])
