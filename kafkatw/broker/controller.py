@@ -58,7 +58,8 @@ brokers, shutdowns or log dirs, the changed ones on a partition-state change:
     registration (the state's C{mzxid} is below the registration's
     C{czxid}, the broker epoch of KIP-380), or whose state it leads at an
     epoch begun before it (L{PartitionState.epoch_start_zxid}: a later ISR
-    change kept it on) counts it as gone until the
+    change kept it on), or whose ISR it joined before it
+    (L{PartitionState.isr_join_zxid}) counts it as gone until the
     controller has written the partition again: its leadership moves to
     another live ISR member at a new epoch, or, when none is live, it is
     elected again at a new epoch (its log is all that is left); and it
@@ -93,7 +94,7 @@ from ..errors import ErrorCode
 from ..zookeeper.bridge import BadVersionError, ZooKeeperError, ZooKeeperUnavailableError, next_connected
 from ..zookeeper.registry import ControllerMovedError, PartitionStateWrite, WrittenState
 from ..zookeeper.zk_data import LOG_DIR_EVENT_NOTIFICATION_PATH, PartitionState, TopicAssignment
-from .partition import next_eligible_leader_replicas, next_elr_isr_zxids
+from .partition import next_eligible_leader_replicas, next_elr_isr_zxids, next_isr_zxids
 
 __all__ = ["KafkaController", "PARTITION_STATES", "REPLICA_STATES", "StateMachine", "IllegalStateChange",
            "Decision", "offline_partition_leader", "controlled_shutdown_leader", "MAX_SETTLE_ATTEMPTS",
@@ -619,7 +620,8 @@ class KafkaController:
         C{mzxid} below it), or names it leader at an epoch that began before
         it (L{PartitionState.epoch_start_zxid}: a state written since, by a
         controller or leader that had not yet read the registration, kept it
-        on), or names it an eligible leader replica that was
+        on), or an ISR member that joined before it
+        (L{PartitionState.isr_join_zxid}), or names it an eligible leader replica that was
         last in the ISR before it (L{PartitionState.elr_isr_zxid}: a state
         written since, by a controller or leader that had not yet read the
         registration, moved it from a stale ISR place to the ELR): its process
@@ -650,6 +652,8 @@ class KafkaController:
                     # its leadership began before it: a later ISR change (written by a controller or
                     # leader that had not read the registration yet) kept it on (seed 100124)
                     or fresh.leader == broker and 0 <= fresh.epoch_start_zxid < broker_epoch
+                    # it joined the ISR before it, whoever wrote the state since (KIP-903's broker epochs)
+                    or broker in fresh.isr and 0 <= fresh.isr_join_zxid(broker) < broker_epoch
                     or broker in fresh.elr and 0 <= fresh.elr_isr_zxid(broker) < broker_epoch
                     # this controller's own write, made after the registration but from before it: it
                     # carried the broker over for what its previous process did (seed 100124)
@@ -1304,7 +1308,8 @@ class KafkaController:
         elr = self._eligible_leader_replicas(key, state, isr)
         return PartitionStateWrite(key[0], key[1], leader, epoch, list(isr), state.zk_version, elr,
                                    next_elr_isr_zxids(state.elr, state.elr_isr_zxids, state.mzxid, elr),
-                                   -1 if new_epoch else state.epoch_start_zxid)
+                                   -1 if new_epoch else state.epoch_start_zxid,
+                                   next_isr_zxids(state.isr, [state.isr_join_zxid(r) for r in state.isr], isr))
 
     async def _write(self, topic: str, partition: int, state: Any, leader: int, isr: list[int],
                      new_epoch: bool) -> bool:
@@ -1338,7 +1343,8 @@ class KafkaController:
         self.metadata.set_partition_state(topic, partition,
                                           PartitionState(leader, epoch, list(isr), self.epoch, written.version,
                                                          written.mzxid, list(write.elr or ()),
-                                                         list(write.elr_isr_zxids or ()), write.leader_epoch_zxid))
+                                                         list(write.elr_isr_zxids or ()), write.leader_epoch_zxid,
+                                                         list(write.isr_zxids or ())))
         self.restarted_replicas.pop(key, None)  # written now, after every registration it knows
         self.replica_log_ends.pop(key, None)
         named = {leader, *isr, *(write.elr or ())} - {-1}

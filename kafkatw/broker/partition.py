@@ -54,7 +54,7 @@ from ..errors import (
 )
 
 __all__ = ["Partition", "FollowerState", "LEADER", "FOLLOWER", "OFFLINE", "next_eligible_leader_replicas",
-           "next_elr_isr_zxids"]
+           "next_elr_isr_zxids", "next_isr_zxids"]
 
 _log = Logger()
 
@@ -89,6 +89,18 @@ def next_elr_isr_zxids(elr: list[int], elr_isr_zxids: list[int], mzxid: int, new
     """
     earlier = dict(zip(elr, elr_isr_zxids))
     return [earlier.get(r, -1) if r in elr else mzxid for r in new_elr]
+
+
+def next_isr_zxids(isr: list[int], isr_zxids: list[int], new_isr: list[int]) -> list[int]:
+    """
+    Beside C{new_isr}, the zxid at which each member joined the ISR
+    (L{kafkatw.zookeeper.zk_data.PartitionState.isr_zxids}), in a state
+    replacing one whose members C{isr} joined at C{isr_zxids} (each its
+    L{kafkatw.zookeeper.zk_data.PartitionState.isr_join_zxid}): a member that
+    stays keeps its zxid, one that joins now has -1 (the new state's own).
+    """
+    earlier = dict(zip(isr, isr_zxids))
+    return [earlier.get(r, -1) for r in new_isr]
 
 
 LEADER = "leader"
@@ -131,8 +143,9 @@ class Partition:
     A partition this broker holds a replica of.
 
     @param log: its L{kafkatw.storage.log.PartitionLog}.
-    @param write_isr: C{write_isr(partition, new_isr, new_elr, new_elr_isr_zxids) -> Deferred}
-        (the new eligible leader replicas with it, and L{next_elr_isr_zxids} beside them) firing with
+    @param write_isr: C{write_isr(partition, new_isr, new_elr, new_elr_isr_zxids, new_isr_zxids) -> Deferred}
+        (the new eligible leader replicas with it, L{next_elr_isr_zxids} beside them, and
+        L{next_isr_zxids} beside the new ISR) firing with
         the new zkVersion (raises C{BadVersionError} when the state changed);
         see L{kafkatw.broker.replica_manager.ReplicaManager}.
     @param on_high_watermark: C{on_high_watermark(partition)} after the high
@@ -150,6 +163,9 @@ class Partition:
     @ivar zk_version: the state znode's version last seen.
     @ivar zk_mzxid: the C{mzxid} of that version (-1: not known yet, as after
         this leader's own write until its watch reads it back).
+    @ivar isr_zxids: beside C{isr}, the zxid at which each member joined the
+        ISR (-1: not known yet, as for a member this leader's write took in
+        until its watch reads the write back).
     @ivar leader_epoch_zxid: the zxid at which the leader epoch began
         (L{kafkatw.zookeeper.zk_data.PartitionState.epoch_start_zxid}; -1: not
         known), which this leader's ISR changes carry.
@@ -184,6 +200,7 @@ class Partition:
         self.elr_isr_zxids: list[int] = []
         self.zk_version = -1
         self.zk_mzxid = -1
+        self.isr_zxids: list[int] = []
         self.leader_epoch_zxid = -1
         self.replicas: list[int] = []
         self.followers: dict[int, FollowerState] = {}
@@ -227,13 +244,14 @@ class Partition:
 
     def apply_state(self, replicas: list[int], leader: int, leader_epoch: int, isr: list[int], zk_version: int,
                     controller_epoch: int = 0, elr: list[int] | None = None, elr_isr_zxids: list[int] | None = None,
-                    mzxid: int = -1, leader_epoch_zxid: int = -1) -> str | None:
+                    mzxid: int = -1, leader_epoch_zxid: int = -1, isr_zxids: list[int] | None = None) -> str | None:
         """
         Follow a partition state read from ZooKeeper, for a partition assigned
         C{replicas}.  As leader, ISR members no longer assigned (a reassignment
         removed them while an ISR change was in flight) are dropped at once:
         they would hold the high watermark back for ever.  C{leader_epoch_zxid}
-        is the state's L{kafkatw.zookeeper.zk_data.PartitionState.epoch_start_zxid}.
+        is the state's L{kafkatw.zookeeper.zk_data.PartitionState.epoch_start_zxid},
+        C{isr_zxids} its members' L{kafkatw.zookeeper.zk_data.PartitionState.isr_join_zxid}.
 
         @return: C{"leader"} or C{"follower"} when this broker's role or the
             leader epoch changed (the caller starts or restarts fetching),
@@ -241,7 +259,8 @@ class Partition:
             partition lost its leader.
         """
         change = self._apply_state(replicas, leader, leader_epoch, isr, zk_version, controller_epoch, elr or [],
-                                   elr_isr_zxids or [], mzxid, leader_epoch_zxid)
+                                   elr_isr_zxids or [], mzxid, leader_epoch_zxid,
+                                   isr_zxids if isr_zxids is not None else [-1] * len(isr))
         if self.role == LEADER and self._pending_isr is None and any(r not in self.replicas for r in self.isr):
             self._change_isr([r for r in self.isr if r in self.replicas], "shrink")
         self._check_low_watermark()  # an ISR shrink may complete a DeleteRecords; lost leadership fails it
@@ -249,7 +268,7 @@ class Partition:
 
     def _apply_state(self, replicas: list[int], leader: int, leader_epoch: int, isr: list[int], zk_version: int,
                      controller_epoch: int, elr: list[int], elr_isr_zxids: list[int], mzxid: int,
-                     leader_epoch_zxid: int) -> str | None:
+                     leader_epoch_zxid: int, isr_zxids: list[int]) -> str | None:
         self.replicas = list(replicas)
         if leader_epoch < self.leader_epoch:
             return None  # an older state delivered late
@@ -258,9 +277,12 @@ class Partition:
                 self.zk_mzxid = mzxid  # this leader's own write, read back through its watch
                 if self.leader_epoch_zxid < 0:
                     self.leader_epoch_zxid = leader_epoch_zxid
+                if zk_version == self.zk_version:  # members it took in joined at its zxid
+                    self.isr_zxids = [z if z >= 0 else mzxid for z in self.isr_zxids]
             return None
         epoch_changed = leader_epoch != self.leader_epoch
         self.isr = list(isr)
+        self.isr_zxids = list(isr_zxids)
         self.elr = list(elr)
         self.elr_isr_zxids = list(elr_isr_zxids)
         self.zk_version = zk_version
@@ -579,16 +601,18 @@ class Partition:
         self._pending_isr = new_isr
         new_elr = self.eligible_leader_replicas_after(new_isr)
         new_elr_isr_zxids = next_elr_isr_zxids(self.elr, self.elr_isr_zxids, self.zk_mzxid, new_elr)
+        new_isr_zxids = next_isr_zxids(self.isr, self.isr_zxids, new_isr)
         epoch, version = self.leader_epoch, self.zk_version
         _log.info("{partition}: {kind} ISR {old} -> {new}{elr}", partition=self.name, kind=kind, old=self.isr,
                   new=new_isr, elr=f", eligible leader replicas {new_elr}" if new_elr or self.elr else "")
-        d = self._write_isr(self, new_isr, new_elr, new_elr_isr_zxids)
+        d = self._write_isr(self, new_isr, new_elr, new_elr_isr_zxids, new_isr_zxids)
 
         def written(new_version: int) -> None:
             if self.leader_epoch != epoch or self.zk_version not in (version, new_version):
                 return  # a newer state arrived meanwhile (our own write, seen first through the watch, is not)
             if self.zk_version != new_version:
                 self.zk_mzxid = -1  # until the watch reads the write back
+                self.isr_zxids = new_isr_zxids  # (read back first: with the joins' zxid known)
             self.isr = new_isr
             self.elr = new_elr
             self.elr_isr_zxids = new_elr_isr_zxids

@@ -208,7 +208,7 @@ class ReplicaManager:
     @param metadata: the L{kafkatw.broker.metadata_cache.MetadataCache}.
     @param topic_config: C{topic_config(topic) -> dict} of effective topic configs.
     @param write_isr: C{write_isr(topic, partition, leader, leader_epoch, isr,
-        controller_epoch, expected_version[, elr=, elr_isr_zxids=][, leader_epoch_zxid=]) -> Deferred}
+        controller_epoch, expected_version[, elr=, elr_isr_zxids=][, leader_epoch_zxid=][, isr_zxids=]) -> Deferred}
         of the new zkVersion (L{kafkatw.zookeeper.registry.Registry.set_partition_state}).
     @param reload_state: C{reload_state(topic, partition)} re-reads a
         partition's state from ZooKeeper and applies it.
@@ -421,7 +421,7 @@ class ReplicaManager:
             return
         change = p.apply_state(replicas, state.leader, state.leader_epoch, state.isr, state.zk_version,
                                state.controller_epoch, state.elr, state.elr_isr_zxids, state.mzxid,
-                               state.epoch_start_zxid)
+                               state.epoch_start_zxid, [state.isr_join_zxid(r) for r in state.isr])
         if change is None:
             if p.role == LEADER:
                 self._check_produces((topic, partition))
@@ -466,13 +466,14 @@ class ReplicaManager:
             self.log_manager.delete(topic, partition)
 
     def _write_partition_isr(self, p: Partition, isr: list[int], elr: list[int],
-                             elr_isr_zxids: list[int]) -> defer.Deferred:
+                             elr_isr_zxids: list[int], isr_zxids: list[int]) -> defer.Deferred:
         if self._write_isr is None:
             return defer.succeed(p.zk_version + 1)
         return defer.maybeDeferred(self._write_isr, p.topic, p.partition, p.leader_id, p.leader_epoch, isr,
                                    p.controller_epoch, p.zk_version,
                                    **({"elr": elr, "elr_isr_zxids": elr_isr_zxids} if elr else {}),
-                                   **({"leader_epoch_zxid": p.leader_epoch_zxid} if p.leader_epoch_zxid >= 0 else {}))
+                                   **({"leader_epoch_zxid": p.leader_epoch_zxid} if p.leader_epoch_zxid >= 0 else {}),
+                                   **({"isr_zxids": isr_zxids} if any(z >= 0 for z in isr_zxids) else {}))
 
     def _isr_eligible(self, broker_id: int) -> bool:
         """A follower may join an ISR while its broker is alive and not shutting down (KIP-841)."""

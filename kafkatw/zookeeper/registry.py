@@ -176,6 +176,8 @@ class PartitionStateWrite(NamedTuple):
     elr_isr_zxids: list[int] | None = None
     #: L{PartitionState.leader_epoch_zxid} (-1: this write begins the epoch, or its start is not known)
     leader_epoch_zxid: int = -1
+    #: beside C{isr}, L{PartitionState.isr_zxids}
+    isr_zxids: list[int] | None = None
 
 
 class WrittenState(NamedTuple):
@@ -1034,6 +1036,7 @@ class Registry(_AclMethods):
         elr: list[int] | None = None,
         elr_isr_zxids: list[int] | None = None,
         leader_epoch_zxid: int = -1,
+        isr_zxids: list[int] | None = None,
     ) -> Deferred:
         """
         Write the partition's state, unfenced (the first state of a new
@@ -1050,12 +1053,13 @@ class Registry(_AclMethods):
         @param elr_isr_zxids: beside C{elr}, L{PartitionState.elr_isr_zxids} (-1 each when not given).
         @param leader_epoch_zxid: L{PartitionState.leader_epoch_zxid} (a leader's ISR change carries
             its epoch's start; -1: not known).
+        @param isr_zxids: beside C{isr}, L{PartitionState.isr_zxids} (-1 each when not given).
         """
 
         async def go() -> int:
             path = partition_state_path(topic, partition)
             data = encode_partition_state(leader, leader_epoch, isr, controller_epoch, elr, elr_isr_zxids,
-                                          leader_epoch_zxid)
+                                          leader_epoch_zxid, isr_zxids)
             try:
                 return (await self.client.set(path, data, version=expected_version)).version
             except NoNodeError:
@@ -1095,7 +1099,7 @@ class Registry(_AclMethods):
             ops: list[Any] = [CheckOp(CONTROLLER_EPOCH_PATH, controller_epoch_zk_version)]
             ops.extend(SetOp(partition_state_path(w.topic, w.partition),
                              encode_partition_state(w.leader, w.leader_epoch, w.isr, controller_epoch, w.elr,
-                                                    w.elr_isr_zxids, w.leader_epoch_zxid),
+                                                    w.elr_isr_zxids, w.leader_epoch_zxid, w.isr_zxids),
                              w.expected_version)
                        for w in writes)
             try:

@@ -286,6 +286,10 @@ class PartitionState:
     #: carried by the writes that keep the epoch (ISR changes); -1: not
     #: written, the state began it itself (L{epoch_start_zxid})
     leader_epoch_zxid: int = field(default=-1, compare=False)
+    #: beside C{isr}, for each member the C{mzxid} of the state that took it
+    #: into the ISR, carried by later writes (-1: this state did, or not
+    #: known; L{isr_join_zxid})
+    isr_zxids: list[int] = field(default_factory=list, compare=False)
 
     @property
     def epoch_start_zxid(self) -> int:
@@ -296,6 +300,20 @@ class PartitionState:
         late the state's last ISR change was written.
         """
         return self.leader_epoch_zxid if self.leader_epoch_zxid >= 0 else self.mzxid
+
+    def isr_join_zxid(self, broker: int) -> int:
+        """
+        The zxid at which ISR member C{broker} joined the ISR: the C{mzxid}
+        of the state that took it in (this state's own when it did, or when
+        not known; -1 when that is not known either).  A member that
+        registered after an unclean shutdown at a later zxid is not the
+        process that was in sync, whoever wrote the state since (KIP-903's
+        broker epochs of the ISR members, in ZooKeeper's terms).
+        """
+        for replica, zxid in zip(self.isr, self.isr_zxids):
+            if replica == broker:
+                return zxid if zxid >= 0 else self.mzxid
+        return self.mzxid
 
     def elr_isr_zxid(self, broker: int) -> int:
         """
@@ -459,7 +477,7 @@ def decode_topic(name: str, data: bytes) -> TopicAssignment:
 
 def encode_partition_state(leader: int, leader_epoch: int, isr: list[int], controller_epoch: int = 1,
                            elr: list[int] | None = None, elr_isr_zxids: list[int] | None = None,
-                           leader_epoch_zxid: int = -1) -> bytes:
+                           leader_epoch_zxid: int = -1, isr_zxids: list[int] | None = None) -> bytes:
     """
     Kafka's C{TopicPartitionStateZNode.encode}; with C{elr}, kafkatw's
     C{"eligible_leader_replicas"} (KIP-966's field of the partition record,
@@ -467,7 +485,9 @@ def encode_partition_state(leader: int, leader_epoch: int, isr: list[int], contr
     C{"eligible_leader_replica_isr_zxids"} beside it (L{PartitionState.elr_isr_zxids};
     -1 for each when not given); with C{leader_epoch_zxid} (0 or more: a
     write that keeps the leader epoch of a state whose election is known),
-    kafkatw's C{"leader_epoch_zxid"} (L{PartitionState.leader_epoch_zxid}).
+    kafkatw's C{"leader_epoch_zxid"} (L{PartitionState.leader_epoch_zxid});
+    with C{isr_zxids} holding a known zxid, kafkatw's C{"isr_zxids"} beside
+    C{"isr"} (L{PartitionState.isr_zxids}; -1 for each not given).
     """
     body: dict[str, Any] = {
         "version": 1,
@@ -482,6 +502,9 @@ def encode_partition_state(leader: int, leader_epoch: int, isr: list[int], contr
         body["eligible_leader_replica_isr_zxids"] = zxids + [-1] * (len(elr) - len(zxids))
     if leader_epoch_zxid >= 0:
         body["leader_epoch_zxid"] = leader_epoch_zxid
+    if isr_zxids and any(z >= 0 for z in isr_zxids):
+        zxids = list(isr_zxids)[:len(isr)]
+        body["isr_zxids"] = zxids + [-1] * (len(isr) - len(zxids))
     return _dumps(body)
 
 
@@ -492,7 +515,8 @@ def decode_partition_state(data: bytes, zk_version: int, mzxid: int = -1) -> Par
                           body.get("controller_epoch", 1), zk_version, mzxid,
                           list(body.get("eligible_leader_replicas") or ()),
                           list(body.get("eligible_leader_replica_isr_zxids") or ()),
-                          int(body.get("leader_epoch_zxid", -1)))
+                          int(body.get("leader_epoch_zxid", -1)),
+                          list(body.get("isr_zxids") or ()))
 
 
 def partition_state_path(topic: str, partition: int) -> str:

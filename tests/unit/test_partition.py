@@ -80,13 +80,15 @@ class ReplicationHarness:
 
     def write_isr(self, topic: str, partition: int, leader: int, leader_epoch: int, isr: list[int],
                   controller_epoch: int, expected_version: int, elr: list[int] | None = None,
-                  elr_isr_zxids: list[int] | None = None, leader_epoch_zxid: int = -1) -> defer.Deferred:
+                  elr_isr_zxids: list[int] | None = None, leader_epoch_zxid: int = -1,
+                  isr_zxids: list[int] | None = None) -> defer.Deferred:
         self.isr_writes.append((list(isr), expected_version))
         if self._write_isr is not None:
             return self._write_isr(isr)
         return self.registry.set_partition_state(topic, partition, leader, leader_epoch, isr, controller_epoch,
                                                  expected_version=expected_version, elr=elr,
-                                                 elr_isr_zxids=elr_isr_zxids, leader_epoch_zxid=leader_epoch_zxid)
+                                                 elr_isr_zxids=elr_isr_zxids, leader_epoch_zxid=leader_epoch_zxid,
+                                                 isr_zxids=isr_zxids)
 
     def reload_state(self, topic: str, partition: int) -> None:
         self.reloads.append((topic, partition))
@@ -264,8 +266,10 @@ class IsrTests(unittest.TestCase):
         """
         The leader's ISR changes keep its epoch, and write the C{mzxid} of the
         state that began it (its election), through changes read back and
-        not yet read back: a broker that restarted since is not dated by the
-        later writes (L{ReplicaManager.fence_leadership}).
+        not yet read back, and the zxid each member joined the ISR at: a
+        broker that restarted since is not dated by the later writes
+        (L{ReplicaManager.fence_leadership}, the controller's check of
+        restarted replicas).
         """
         h = ReplicationHarness(self, watch=True)
         h.write_state(0, 0, [0, 1, 2])
@@ -278,10 +282,14 @@ class IsrTests(unittest.TestCase):
         shrunk = h.state()
         self.assertEqual((shrunk.isr, shrunk.leader_epoch_zxid), ([0, 1], elected))
         self.assertGreater(shrunk.mzxid, elected)
+        self.assertEqual([shrunk.isr_join_zxid(r) for r in shrunk.isr], [elected, elected])
         p.update_follower(2, 0)  # 2 caught up: it rejoins
         expanded = h.state()
         self.assertEqual((expanded.isr, expanded.epoch_start_zxid), ([0, 1, 2], elected))
         self.assertEqual(p.leader_epoch_zxid, elected)
+        # each member keeps the zxid it joined at; 2 joined with this write
+        self.assertEqual([expanded.isr_join_zxid(r) for r in expanded.isr], [elected, elected, expanded.mzxid])
+        self.assertEqual(p.isr_zxids, [elected, elected, expanded.mzxid])  # read back through the watch
 
     def test_follower_fetching_up_to_the_previous_log_end_offset_stays(self) -> None:
         """Kafka's lastCaughtUpTimeMs: reaching the leader's LEO as of one's previous fetch counts as caught up."""

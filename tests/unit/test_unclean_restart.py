@@ -25,7 +25,7 @@ from twisted.trial import unittest
 
 from kafkatw.broker.controller import KafkaController
 from kafkatw.broker.metadata_cache import MetadataCache, TopicMetadata
-from kafkatw.broker.partition import FOLLOWER, LEADER
+from kafkatw.broker.partition import FOLLOWER, LEADER, next_isr_zxids
 from kafkatw.broker.replica_manager import ReplicaManager
 from kafkatw.config import BrokerConfig
 from kafkatw.simulation import Fault, Schedule, Settings, run_seed
@@ -198,6 +198,32 @@ class ControllerTests(unittest.TestCase):
         h.controller.written_with.clear()  # as a new controller: it made no write of its own
         self.brokers_changed()
         self.assertEqual(h.summary("t", 0), (2, 1, [2]))
+
+    def test_a_follower_carried_in_the_isr_by_its_leaders_later_write_is_found(self) -> None:
+        """
+        Broker 3, a follower in t-1's ISR, registers after an unclean
+        shutdown; its leader, 1, which has not heard of it, writes an ISR
+        change keeping it (2 leaves), after the registration.  The state
+        carries the zxid each member joined the ISR at (KIP-903's broker
+        epochs of the members, in ZooKeeper's terms): 3's predates its
+        registration, so the controller still counts it as restarted and
+        takes it out of the ISR, where it could have been elected with the
+        records it lost.
+        """
+        h = self.h
+        registered = self.register(3, unclean=True)
+        state = h.state("t", 1)
+        joined = [state.isr_join_zxid(r) for r in state.isr]
+        h.wait(h.registry.set_partition_state("t", 1, 1, 0, [1, 3], 1, state.zk_version,
+                                              leader_epoch_zxid=state.epoch_start_zxid,
+                                              isr_zxids=next_isr_zxids(state.isr, joined, [1, 3])))
+        h.metadata.set_partition_state("t", 1, h.state("t", 1))
+        written = h.state("t", 1)
+        self.assertLess(registered, written.mzxid)
+        self.assertLess(written.isr_join_zxid(3), registered)
+        h.controller.written_with.clear()  # not the controller's write
+        self.brokers_changed()
+        self.assertEqual(h.summary("t", 1), (1, 0, [1]))
 
     def test_unclean_recovery_elects_the_replica_with_the_newest_and_longest_log(self) -> None:
         """

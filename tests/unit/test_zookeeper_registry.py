@@ -488,6 +488,22 @@ class PartitionStatesBatchTests(SynchronousTestCase):
         expanded = self.states()[0]
         self.assertEqual((expanded.mzxid, expanded.epoch_start_zxid), (written.mzxid, elected.mzxid))
 
+    def test_the_isr_members_carry_the_zxid_they_joined_at(self):
+        """
+        C{"isr_zxids"} beside C{"isr"}: -1 (or no key, an older writer's) is
+        the state's own C{mzxid}; a member not in the ISR has its state's.
+        """
+        self.successResultOf(self.registry.set_partition_state("t", 0, 2, 1, [2, 1, 3], 3, isr_zxids=[7, -1, 11]))
+        self.successResultOf(self.registry.set_partition_state("t", 1, 2, 1, [2, 1], 3))
+        first, second = self.states()[:2]
+        self.assertEqual(first.isr_zxids, [7, -1, 11])
+        self.assertEqual([first.isr_join_zxid(b) for b in (2, 1, 3)], [7, first.mzxid, 11])
+        self.assertEqual((second.isr_zxids, second.isr_join_zxid(1)), ([], second.mzxid))
+        [written] = self.successResultOf(self.registry.set_partition_states(
+            [PartitionStateWrite("t", 0, 2, 1, [2], first.zk_version, isr_zxids=[-1])], 3, self.fence_version))
+        self.assertEqual(self.states()[0].isr_zxids, [])  # nothing known to carry: not written
+        self.assertEqual(self.states()[0].isr_join_zxid(2), written.mzxid)
+
     def test_every_state_written_at_once(self):
         written = self.successResultOf(self.registry.set_partition_states(self.writes(), 3, self.fence_version))
         versions = [w.version for w in written]
