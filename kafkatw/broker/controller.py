@@ -348,11 +348,6 @@ class KafkaController:
         #: partition -> the brokers that restarted uncleanly after its state was written
         #: (they count as gone for it until the controller writes it again)
         self.restarted_replicas: dict[tuple[str, int], set[int]] = {}
-        #: broker id -> the broker epoch of the registration this controller last read
-        self.broker_epochs: dict[int, int] = {}
-        #: partition -> the C{mzxid} of this controller's last write of its state, and the broker epochs it
-        #: knew then of the brokers the write names (L{_find_restarted_replicas})
-        self.written_with: dict[tuple[str, int], tuple[int, dict[int, int]]] = {}
         self._electing: defer.Deferred | None = None
         self._election_waiters: list[defer.Deferred] = []
         #: C{(topic, partition)} -> target replicas of a reassignment in progress.
@@ -428,8 +423,6 @@ class KafkaController:
         self.unclean_restarts.clear()
         self.restarted_replicas.clear()
         self.replica_log_ends.clear()
-        self.broker_epochs.clear()
-        self.written_with.clear()
         if self._shutdown_watch is not None:
             self._shutdown_watch.cancel()
             self._shutdown_watch = None
@@ -591,8 +584,6 @@ class KafkaController:
             _log.warn("cannot read broker {broker}'s registration: {error}", broker=broker, error=e)
             return
         offline = None if registration is None else registration.offline_replicas
-        if registration is not None:
-            self.broker_epochs[broker] = registration.broker_epoch
         # The restart is at the process's first registration: a later one (a new session's, after
         # an expiry) carries its epoch, and a state written between the two names the broker for
         # what it did since it restarted (it rejoined an ISR once caught up): counted as restarted
@@ -647,18 +638,13 @@ class KafkaController:
             if fresh is None:
                 return
             self.metadata.set_partition_state(key[0], key[1], fresh)
-            own = self.written_with.get(key)
             if (0 <= fresh.mzxid < broker_epoch and named(fresh)
                     # its leadership began before it: a later ISR change (written by a controller or
                     # leader that had not read the registration yet) kept it on (seed 100124)
                     or fresh.leader == broker and 0 <= fresh.epoch_start_zxid < broker_epoch
                     # it joined the ISR before it, whoever wrote the state since (KIP-903's broker epochs)
                     or broker in fresh.isr and 0 <= fresh.isr_join_zxid(broker) < broker_epoch
-                    or broker in fresh.elr and 0 <= fresh.elr_isr_zxid(broker) < broker_epoch
-                    # this controller's own write, made after the registration but from before it: it
-                    # carried the broker over for what its previous process did (seed 100124)
-                    or own is not None and own[0] == fresh.mzxid and named(fresh)
-                    and own[1].get(broker, -1) < broker_epoch):
+                    or broker in fresh.elr and 0 <= fresh.elr_isr_zxid(broker) < broker_epoch):
                 self.restarted_replicas.setdefault(key, set()).add(broker)
                 found.append(key)
 
@@ -698,8 +684,6 @@ class KafkaController:
         self.unclean_restarts.clear()
         self.restarted_replicas.clear()
         self.replica_log_ends.clear()
-        self.broker_epochs.clear()
-        self.written_with.clear()
         for broker in sorted(self.live):
             await self._read_registration(broker)
         # Reassignments a previous controller started live on in the topic znodes (KIP-455),
@@ -1306,10 +1290,14 @@ class KafkaController:
         self._ensure_known(key)
         epoch = state.leader_epoch + 1 if new_epoch else state.leader_epoch
         elr = self._eligible_leader_replicas(key, state, isr)
+        # a replica that restarted after an unclean shutdown and stays in the ISR (elected again, its log
+        # all that is left) joins it now: its previous process's place is not carried
+        restarted = self.restarted_replicas.get(key, ())
+        joined = [-1 if r in restarted else state.isr_join_zxid(r) for r in state.isr]
         return PartitionStateWrite(key[0], key[1], leader, epoch, list(isr), state.zk_version, elr,
                                    next_elr_isr_zxids(state.elr, state.elr_isr_zxids, state.mzxid, elr),
                                    -1 if new_epoch else state.epoch_start_zxid,
-                                   next_isr_zxids(state.isr, [state.isr_join_zxid(r) for r in state.isr], isr))
+                                   next_isr_zxids(state.isr, joined, isr))
 
     async def _write(self, topic: str, partition: int, state: Any, leader: int, isr: list[int],
                      new_epoch: bool) -> bool:
@@ -1347,8 +1335,6 @@ class KafkaController:
                                                          list(write.isr_zxids or ())))
         self.restarted_replicas.pop(key, None)  # written now, after every registration it knows
         self.replica_log_ends.pop(key, None)
-        named = {leader, *isr, *(write.elr or ())} - {-1}
-        self.written_with[key] = (written.mzxid, {b: self.broker_epochs.get(b, -1) for b in named})
         if new_epoch and leader < 0:
             _log.warn("{topic}-{partition}: no leader at epoch {epoch}, ISR {isr} (its leader's replica is offline)",
                       topic=topic, partition=partition, epoch=epoch, isr=isr)

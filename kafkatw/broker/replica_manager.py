@@ -391,8 +391,11 @@ class ReplicaManager:
         if self._broker_epoch is None:
             return True
         # -1: a state this broker wrote itself (its controller's), after it registered; a state
-        # that kept an epoch begun before (an ISR change) was written for the previous process
-        return 0 <= state.epoch_start_zxid < self._broker_epoch
+        # that kept an epoch begun before (an ISR change) was written for the previous process, and
+        # so was an election by a controller that had not read the registration yet, of a member
+        # whose ISR place was the previous process's
+        return (0 <= state.epoch_start_zxid < self._broker_epoch
+                or 0 <= state.isr_join_zxid(self.broker_id) < self._broker_epoch)
 
     def apply_state(self, topic: str, partition: int, replicas: list[int], state: Any) -> None:
         """

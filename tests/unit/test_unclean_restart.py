@@ -58,11 +58,14 @@ class ControllerTests(unittest.TestCase):
 
     def test_a_restart_after_an_unclean_shutdown_moves_its_leaderships_and_isr_places(self) -> None:
         h = self.h
-        self.register(3, unclean=True)
+        registered = self.register(3, unclean=True)
         self.brokers_changed()
         self.assertEqual(h.summary("t", 0), (2, 1, [2, 1]))  # another ISR member leads, at a new epoch
         self.assertEqual(h.summary("t", 1), (1, 0, [1, 2]))  # 3 leaves the ISR
         self.assertEqual(h.summary("t", 2), (3, 1, [3]))  # the only one left leads again, at a new epoch
+        # ... in the ISR from now, not from its previous process's place (or it would not lead)
+        self.assertGreater(h.state("t", 2).isr_join_zxid(3), registered)
+        self.assertLess(h.state("t", 0).isr_join_zxid(2), registered)  # the others keep theirs
         self.assertEqual(h.summary("t", 3), (1, 0, [1, 2]))  # untouched
         self.assertEqual(h.controller.restarted_replicas, {})
         # once written, the partitions are ordinary again: the next change moves nothing,
@@ -132,50 +135,20 @@ class ControllerTests(unittest.TestCase):
         self.brokers_changed()
         self.assertEqual(h.summary("t", 0), (3, 1, [3, 2, 1]))
 
-    def test_a_restart_registered_under_the_controllers_own_write_is_found_there(self) -> None:
+    def test_a_leadership_begun_before_the_registration_is_found_under_a_later_isr_change(self) -> None:
         """
         Broker 3 registers after an unclean shutdown while the controller,
         which has not read that registration, shrinks t-0's ISR (broker 1
         died), keeping 3 its leader at the same epoch: the write comes after
-        the registration, so its C{mzxid} alone does not date it.  The
-        controller knows which broker epochs its own write was made from:
-        reading 3's registration, it counts 3 as restarted for t-0 and elects
-        another ISR member.  (The simulation's seed 100124 with
+        the registration, so its C{mzxid} alone does not date it.  The write
+        carries the zxid its leader epoch began at (epoch 0, elected before 3
+        restarted) and the one each member joined the ISR at, so 3 is found
+        restarted by this controller or any later one, and another ISR
+        member is elected.  (The simulation's seed 100124 with
         C{--disk-model --faults 14 --window 45 --link-faults 4
         --start-zookeeper-drops 2}: the restarted broker stayed leader and
         last ISR member with an empty log, was elected again, and the others
-        truncated to it.)  Here the write names 3 leader, so the zxid its
-        epoch began at, which the state carries, finds it too (the next
-        test); what the controller knows of its own writes also finds a
-        restarted ISR member that is not the leader.
-        """
-        h = self.h
-        write = h.registry.set_partition_states
-        registered: list[int] = []
-
-        def racing(*args: Any, **kwargs: Any) -> Any:
-            if not registered:
-                registered.append(self.register(3, unclean=True))
-            return write(*args, **kwargs)
-
-        h.registry.set_partition_states = racing  # type: ignore[method-assign]
-        h.broker_died(1)
-        h.registry.set_partition_states = write  # type: ignore[method-assign]
-        self.assertEqual(h.summary("t", 0), (3, 0, [3, 2]))
-        self.assertGreater(h.state("t", 0).mzxid, registered[0])
-        self.brokers_changed()
-        self.assertEqual(h.summary("t", 0), (2, 1, [2]))
-
-    def test_a_leadership_begun_before_the_registration_is_found_under_a_later_isr_change(self) -> None:
-        """
-        As above, but the write under which 3 registered was another
-        controller's, and a new controller reads the state: it knows nothing
-        of that write, and the state's C{mzxid} comes after the registration.
-        The state carries the zxid its leader epoch began at (the ISR change
-        kept epoch 0, elected before 3 restarted), so 3 is still found
-        restarted, and another ISR member is elected.  (The simulation's seed
-        100124 with C{--disk-model --faults 14 --window 45 --link-faults 4
-        --start-zookeeper-drops 2}.)
+        truncated to it.)
         """
         h = self.h
         elected = h.state("t", 0).epoch_start_zxid
@@ -195,7 +168,6 @@ class ControllerTests(unittest.TestCase):
         self.assertLess(elected, registered[0])
         self.assertLess(registered[0], state.mzxid)
         self.assertEqual(state.epoch_start_zxid, elected)
-        h.controller.written_with.clear()  # as a new controller: it made no write of its own
         self.brokers_changed()
         self.assertEqual(h.summary("t", 0), (2, 1, [2]))
 
@@ -221,7 +193,6 @@ class ControllerTests(unittest.TestCase):
         written = h.state("t", 1)
         self.assertLess(registered, written.mzxid)
         self.assertLess(written.isr_join_zxid(3), registered)
-        h.controller.written_with.clear()  # not the controller's write
         self.brokers_changed()
         self.assertEqual(h.summary("t", 1), (1, 0, [1]))
 
@@ -353,6 +324,20 @@ class ReplicaManagerTests(unittest.TestCase):
         self.apply(0, PartitionState(1, 1, [1, 2], 1, 3, mzxid=50, leader_epoch_zxid=40))
         self.assertEqual(self.role(0), LEADER)
         self.assertEqual(self.rm.withheld_leaderships, {})
+
+    def test_an_election_of_a_member_whose_isr_place_predates_the_registration_is_withheld(self) -> None:
+        """
+        An election written after the registration (epoch 1 begins at zxid
+        30 > 20) by a controller that had not read it yet: this broker is in
+        the ISR only by its previous process's place (it joined at 10), so it
+        does not lead; the controller, once it has read the registration,
+        elects it again as an ISR member from then (it joined at 40).
+        """
+        self.rm.registered(20)
+        self.apply(0, PartitionState(1, 1, [1, 2], 1, 1, mzxid=30, isr_zxids=[10, 10]))
+        self.assertNotEqual(self.role(0), LEADER)
+        self.apply(0, PartitionState(1, 2, [1], 1, 2, mzxid=40))
+        self.assertEqual(self.role(0), LEADER)
 
     def test_a_partition_of_one_replica_leads_at_once(self) -> None:
         """Nothing better can be elected (a single broker after kill -9): no wait for the controller."""
