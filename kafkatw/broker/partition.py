@@ -277,8 +277,7 @@ class Partition:
                 self.zk_mzxid = mzxid  # this leader's own write, read back through its watch
                 if self.leader_epoch_zxid < 0:
                     self.leader_epoch_zxid = leader_epoch_zxid
-                if zk_version == self.zk_version:  # members it took in joined at its zxid
-                    self.isr_zxids = [z if z >= 0 else mzxid for z in self.isr_zxids]
+                self.isr_zxids = [z if z >= 0 else mzxid for z in self.isr_zxids]  # members it took in
             return None
         epoch_changed = leader_epoch != self.leader_epoch
         self.isr = list(isr)

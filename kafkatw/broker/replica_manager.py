@@ -28,13 +28,16 @@ A broker whose process starts after an unclean shutdown (a crash) may have
 lost records it had not flushed, records its followers hold and acknowledged.
 It leads no partition at a state written for its previous process
 (L{ReplicaManager.fence_leadership}): until it has registered, every state
-that names it leader is withheld; then only states whose leader epoch began
-after its registration make it leader (the C{mzxid} of the election that
-began the epoch, L{kafkatw.zookeeper.zk_data.PartitionState.epoch_start_zxid},
-above its broker epoch, the registration's C{czxid}, KIP-380: an ISR change
-written since does not make the previous process's leadership its own).  The controller writes such a state for
-each of those partitions (L{kafkatw.broker.controller}): another ISR member
-leads at a new epoch, or it does when it is the only one left.  A partition
+that names it leader is withheld; then only states whose leader epoch began,
+and whose ISR it joined, after its registration make it leader (the zxids of
+L{kafkatw.zookeeper.zk_data.PartitionState.epoch_start_zxid} and
+L{kafkatw.zookeeper.zk_data.PartitionState.isr_join_zxid} above its broker
+epoch, the registration's C{czxid}, KIP-380: a state written since, by a
+controller or leader that had not heard of the restart, does not make the
+previous process's leadership or ISR place its own).  The controller writes
+such a state for each of those partitions (L{kafkatw.broker.controller}):
+another ISR member leads at a new epoch, or it does when it is the only one
+left (and joins the ISR anew).  A partition
 whose only replica is this broker's has nothing better to elect: it leads it
 at once, as after a clean shutdown.
 """
