@@ -20,6 +20,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from hypothesis import given
+from hypothesis import strategies as st
 from twisted.internet import defer
 from twisted.trial import unittest
 
@@ -31,7 +33,7 @@ from kafkatw.config import BrokerConfig
 from kafkatw.simulation import Fault, Schedule, Settings, run_seed
 from kafkatw.testing import FakeZooKeeperClient
 from kafkatw.zookeeper.registry import Registry
-from kafkatw.zookeeper.zk_data import PartitionState
+from kafkatw.zookeeper.zk_data import PartitionState, decode_partition_state, encode_partition_state
 from tests.unit.test_controller import LOG_END_OFFSET, ControllerHarness, MemoryLogManager
 
 
@@ -264,6 +266,30 @@ class ControllerTests(unittest.TestCase):
         states = [h.state("t", p) for p in range(4)]
         self.assertEqual([(s.leader, s.leader_epoch, s.isr) for s in states],
                          [(2, 1, [2, 1]), (1, 0, [1, 2]), (3, 1, [3]), (1, 0, [1, 2])])
+
+
+class IsrJoinZxidTests(unittest.TestCase):
+    """The zxid each ISR member joined at, through any chain of written states."""
+
+    @given(st.lists(st.lists(st.integers(0, 4), unique=True, max_size=5), min_size=1, max_size=12),
+           st.lists(st.integers(1, 1000), min_size=12, max_size=12))
+    def test_each_member_is_dated_by_the_state_that_took_it_in(self, isrs: list, gaps: list) -> None:
+        """
+        ISR changes written one after another (each state's JSON encoded with
+        L{next_isr_zxids} from the one it replaces, read back with a later
+        C{mzxid}): every member's L{PartitionState.isr_join_zxid} is the
+        C{mzxid} of the state that took it in since it was last out.
+        """
+        state = None
+        mzxid = 0
+        joined: dict[int, int] = {}  # the model: member -> the mzxid it joined at
+        for isr, gap in zip(isrs, gaps):
+            carried = [] if state is None else next_isr_zxids(
+                state.isr, [state.isr_join_zxid(r) for r in state.isr], isr)
+            mzxid += gap
+            state = decode_partition_state(encode_partition_state(0, 0, isr, isr_zxids=carried), 0, mzxid)
+            joined = {r: joined.get(r, mzxid) for r in isr}
+            self.assertEqual({r: state.isr_join_zxid(r) for r in isr}, joined)
 
 
 class ReplicaManagerTests(unittest.TestCase):
