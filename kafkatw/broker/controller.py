@@ -580,6 +580,11 @@ class KafkaController:
         """
         try:
             registration = await self.registry.get_broker_registration(broker)
+        except ZooKeeperUnavailableError:
+            # the event runs again once ZooKeeper is back (L{run}): going on without the registration,
+            # a broker that restarted after an unclean shutdown could be elected with the records it
+            # lost (the simulation's seed 136142: a restarted controller could not read its own)
+            raise
         except ZooKeeperError as e:
             _log.warn("cannot read broker {broker}'s registration: {error}", broker=broker, error=e)
             return
@@ -591,8 +596,8 @@ class KafkaController:
         # records was elected instead (the simulation's seed 9011 with --disk-model).
         if (registration is not None and registration.unclean_shutdown
                 and self.unclean_restarts.get(broker) != registration.restart_epoch):
-            self.unclean_restarts[broker] = registration.restart_epoch
             await self._find_restarted_replicas(broker, registration.restart_epoch)
+            self.unclean_restarts[broker] = registration.restart_epoch  # once every state was read
         before = self.offline_replicas.get(broker, set())
         if offline:
             self.offline_replicas[broker] = set(offline)
@@ -632,6 +637,8 @@ class KafkaController:
         async def check(key: tuple[str, int]) -> None:
             try:
                 fresh = await self.registry.get_partition_state(*key)
+            except ZooKeeperUnavailableError:
+                raise  # read again when the event runs again (L{_read_registration})
             except ZooKeeperError as e:
                 _log.warn("cannot read {topic}-{partition}'s state: {error}", topic=key[0], partition=key[1], error=e)
                 return

@@ -641,6 +641,9 @@ class BatchTests(SynchronousTestCase):
             # link dropped: a broker's SIGTERM never finished, and it never started again
             131048: Settings(segment_bytes=2048, fetch_max_bytes=1500, value_bytes=700, disk_model=True, faults=14,
                              fault_window_s=45.0, link_faults=4, start_zookeeper_drops=2.0),
+            # a restarted controller that lost the connection reading its own registration went on
+            # without it, and elected itself, with the log it had lost, from the eligible leader replicas
+            136142: Settings(disk_model=True, faults=18, fault_window_s=50.0, link_faults=6, start_zookeeper_drops=2.0),
         }
         failed = []
         for seed, settings in found.items():

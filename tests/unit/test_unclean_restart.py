@@ -32,6 +32,7 @@ from kafkatw.broker.replica_manager import ReplicaManager
 from kafkatw.config import BrokerConfig
 from kafkatw.simulation import Fault, Schedule, Settings, run_seed
 from kafkatw.testing import FakeZooKeeperClient
+from kafkatw.zookeeper.bridge import ZooKeeperUnavailableError
 from kafkatw.zookeeper.registry import Registry
 from kafkatw.zookeeper.zk_data import PartitionState, decode_partition_state, encode_partition_state
 from tests.unit.test_controller import LOG_END_OFFSET, ControllerHarness, MemoryLogManager
@@ -136,6 +137,41 @@ class ControllerTests(unittest.TestCase):
         h.metadata.set_partition_state("t", 0, h.state("t", 0))
         self.brokers_changed()
         self.assertEqual(h.summary("t", 0), (3, 1, [3, 2, 1]))
+
+    def test_a_registration_not_read_for_a_lost_connection_is_read_again(self) -> None:
+        """
+        The controller's read of 3's registration loses its ZooKeeper
+        connection: the event runs again once connected, rather than go on
+        without knowing that 3 restarted after an unclean shutdown (the
+        simulation's seed 136142 with C{--disk-model --faults 18 --window 50
+        --link-faults 6 --start-zookeeper-drops 2}: a restarted controller
+        could not read its own registration and elected itself, with the log
+        it had lost, from the eligible leader replicas).
+        """
+        h = self.h
+        self.register(3, unclean=True)
+        read = h.registry.get_broker_registration
+        failed: list[int] = []
+
+        def losing(broker: int) -> Any:
+            if broker == 3 and not failed:
+                failed.append(broker)
+                return defer.fail(ZooKeeperUnavailableError("ConnectionLoss (test)"))
+            return read(broker)
+
+        h.registry.get_broker_registration = losing  # type: ignore[method-assign]
+        listeners: list[Any] = []
+        add_listener = h.zookeeper.add_state_listener
+        h.zookeeper.add_state_listener = lambda cb: (listeners.append(cb), add_listener(cb))[-1]  # type: ignore
+        d = h.controller.brokers_changed(dict(h.metadata.brokers))
+        self.assertEqual(failed, [3])
+        self.assertNoResult(d)  # it waits for the connection to come back
+        self.assertEqual(h.summary("t", 0), (3, 0, [3, 2, 1]))
+        for listener in listeners:
+            listener("CONNECTED")  # the client's notification: connected again
+        h.wait(d)
+        self.assertEqual(h.summary("t", 0), (2, 1, [2, 1]))  # found restarted all the same
+        self.assertEqual(h.summary("t", 1), (1, 0, [1, 2]))
 
     def test_a_leadership_begun_before_the_registration_is_found_under_a_later_isr_change(self) -> None:
         """
