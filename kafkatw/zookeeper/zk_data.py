@@ -310,10 +310,8 @@ class PartitionState:
         process that was in sync, whoever wrote the state since (KIP-903's
         broker epochs of the ISR members, in ZooKeeper's terms).
         """
-        for replica, zxid in zip(self.isr, self.isr_zxids):
-            if replica == broker:
-                return zxid if zxid >= 0 else self.mzxid
-        return self.mzxid
+        zxid = _beside(self.isr, self.isr_zxids, broker)
+        return zxid if zxid >= 0 else self.mzxid
 
     def elr_isr_zxid(self, broker: int) -> int:
         """
@@ -323,10 +321,21 @@ class PartitionState:
         (its L{BrokerRegistration.restart_epoch}) is not the process that was
         in sync: it may have lost records below the high watermark.
         """
-        for replica, zxid in zip(self.elr, self.elr_isr_zxids):
-            if replica == broker:
-                return zxid
-        return -1
+        return _beside(self.elr, self.elr_isr_zxids, broker)
+
+
+def _beside(members: list[int], zxids: list[int], broker: int) -> int:
+    """The zxid beside C{broker} in C{members} (a list as long or shorter: an older writer's), -1 when none."""
+    for member, zxid in zip(members, zxids):
+        if member == broker:
+            return zxid
+    return -1
+
+
+def _padded(zxids: list[int] | None, members: list[int]) -> list[int]:
+    """C{zxids} cut or filled with -1 to one beside each of C{members}."""
+    zxids = list(zxids or ())[:len(members)]
+    return zxids + [-1] * (len(members) - len(zxids))
 
 
 def _now_ms() -> str:
@@ -498,13 +507,11 @@ def encode_partition_state(leader: int, leader_epoch: int, isr: list[int], contr
     }
     if elr:
         body["eligible_leader_replicas"] = list(elr)
-        zxids = list(elr_isr_zxids or ())
-        body["eligible_leader_replica_isr_zxids"] = zxids + [-1] * (len(elr) - len(zxids))
+        body["eligible_leader_replica_isr_zxids"] = _padded(elr_isr_zxids, elr)
     if leader_epoch_zxid >= 0:
         body["leader_epoch_zxid"] = leader_epoch_zxid
     if isr_zxids and any(z >= 0 for z in isr_zxids):
-        zxids = list(isr_zxids)[:len(isr)]
-        body["isr_zxids"] = zxids + [-1] * (len(isr) - len(zxids))
+        body["isr_zxids"] = _padded(isr_zxids, isr)
     return _dumps(body)
 
 
