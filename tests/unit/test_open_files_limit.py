@@ -100,21 +100,39 @@ class LogManagerTests(unittest.TestCase):
         self.assertEqual(list(manager.offline_log_dirs), [self.dir])
 
     def test_a_log_leaving_less_than_the_reserve_is_refused_up_front(self) -> None:
-        """The newest descriptor's number is a floor on those open: a limit just above it refuses."""
-        probe = os.open(os.devnull, os.O_RDONLY)
-        os.close(probe)
-        limit = [probe + OPEN_FILES_RESERVE + 100]
+        """
+        A limit that leaves fewer than the reserve above a new log's newest
+        descriptor refuses the log before it is kept.  The limit is one no
+        descriptor fits under: another thread (a leaked client's, the
+        collector's) may close a lower descriptor between any probe and the
+        log's open, so no limit computed from a probe is exact here; the
+        boundary itself is checked on a log whose descriptor is fixed, below.
+        """
+        limit = [None]
         manager = self.manager(open_files_limit=lambda: limit[0])
         manager.get_or_create("t", 0)
-        limit[0] = probe + OPEN_FILES_RESERVE
+        limit[0] = OPEN_FILES_RESERVE
         with self.assertRaises(OpenFilesLimitError) as caught:
             manager.get_or_create("t", 1)
-        self.assertIn(f"of the {limit[0]} open files", str(caught.exception))
+        self.assertIn(f"of the {OPEN_FILES_RESERVE} open files", str(caught.exception))
         self.assertEqual(manager.offline_log_dirs, {})
         self.assertFalse(os.path.exists(os.path.join(self.dir, "t-1")))
         self.assertIsNone(manager.get("t", 1))
         limit[0] = None  # unlimited
         manager.get_or_create("t", 1)
+
+    def test_the_reserve_is_counted_from_the_newest_descriptor(self) -> None:
+        """Descriptor C{n} means C{n + 1} open: a limit of C{n + 1 + reserve} keeps the log, one less refuses."""
+        limit = [None]
+        manager = self.manager(open_files_limit=lambda: limit[0])
+        log = manager.get_or_create("t", 0)
+        newest = log.segments[-1].fileno
+        limit[0] = newest + 1 + OPEN_FILES_RESERVE
+        manager._check_open_files("t", 0, log)
+        limit[0] -= 1
+        with self.assertRaises(OpenFilesLimitError) as caught:
+            manager._check_open_files("t", 0, log)
+        self.assertIn(f"{newest + 1} of the {limit[0]} open files", str(caught.exception))
 
     def test_emfile_at_load_is_one_error_naming_the_limit(self) -> None:
         manager = LogManager([self.dir], {}, now_ms=lambda: 1_000_000)
