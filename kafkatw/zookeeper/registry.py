@@ -363,13 +363,13 @@ class _AclMethods:
         Call C{callback(store, children)} for both change stores
         (L{ACL_CHANGE_PATHS}) now and whenever a notification is added.
 
-        @return: a Deferred firing with the two L{Watch}es.
+        @return: a Deferred firing with the two L{Watch}es, or failing with
+            the first watch's own error (L{ZooKeeperUnavailableError} for a
+            lost connection, which the broker's start-up step makes again).
         """
-        from twisted.internet.defer import gatherResults
-
-        return gatherResults([
+        return Deferred.fromCoroutine(_gather([
             self.client.watch_children(store, lambda children, store=store: callback(store, children))
-            for store in ACL_CHANGE_PATHS])
+            for store in ACL_CHANGE_PATHS]))
 
     def get_acl_change(self, store: str, child: str) -> Deferred:
         """

@@ -664,3 +664,22 @@ class WatchReadRetryTests(SynchronousTestCase):
         client.disconnect()
         client.reconnect()  # the retry was once: no more reads
         self.assertEqual(reads, ["a", "a"])
+
+
+class AclChangeWatchTests(SynchronousTestCase):
+    def test_a_lost_connection_fails_the_watch_with_its_own_error(self):
+        """
+        The broker's start-up step (C{KafkaServer._zookeeper_step}) makes a
+        step again on L{ZooKeeperUnavailableError}; the two stores' watches
+        must fail with it, not with Twisted's C{FirstError} wrapping it (which
+        failed the start with a traceback).
+        """
+        client = started()
+        registry = Registry(client)
+        client.disconnect()
+        failure = self.failureResultOf(registry.watch_acl_changes(lambda store, children: None))
+        failure.trap(ZooKeeperUnavailableError)
+        client.reconnect()
+        seen: list[str] = []
+        self.assertEqual(len(self.successResultOf(registry.watch_acl_changes(lambda store, _: seen.append(store)))), 2)
+        self.assertEqual(len(seen), 2)
