@@ -672,6 +672,23 @@ class KafkaController:
         min_isr = int(self.topic_config(key[0]).get("min.insync.replicas", 1))
         return next_eligible_leader_replicas(state.isr, state.elr, isr, min_isr, self._replicas(key) or [], excluded)
 
+    def _may_hold_more(self, key: tuple[str, int], state: Any, restarted: int) -> list[int]:
+        """
+        The replicas, other than C{restarted} (an ISR member back after an
+        unclean shutdown), sure to hold every record acknowledged while they
+        were in sync: the other ISR members and the eligible leader replicas,
+        but for those that restarted uncleanly too or whose log dir failed,
+        whatever C{min.insync.replicas} (the ELR a write of C{[restarted]}
+        would carry, L{_eligible_leader_replicas}, covers an ISR member that
+        is down only where C{min.insync.replicas} is above 1; with 1, an ISR
+        member no controller took out before it went -- no controller was
+        up, as in the simulation's seed 140003 -- holds them as well).
+        """
+        excluded = {restarted, *self.restarted_replicas.get(key, ())}
+        excluded.update(b for b, offline in self.offline_replicas.items() if key in offline)
+        assigned = self._replicas(key) or []
+        return [r for r in assigned if (r in state.isr or r in state.elr) and r not in excluded]
+
     def _live_for(self, key: tuple[str, int]) -> set[int]:
         """
         The live brokers whose replica of C{key} is not offline (in a failed
@@ -867,7 +884,7 @@ class KafkaController:
             for replica in replicas:
                 if (replica in restarted and replica in state.isr and replica in self.live
                         and key not in self.offline_replicas.get(replica, ())):
-                    if self._eligible_leader_replicas(key, state, [replica]):
+                    if self._may_hold_more(key, state, replica):
                         break  # a replica that is down (eligible, or in the ISR) holds what this one may have lost
                     recovered = self._recovery_leader(key, replicas, replica)
                     if recovered is None:

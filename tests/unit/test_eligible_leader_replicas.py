@@ -194,6 +194,27 @@ class ControllerTests(unittest.TestCase):
         self.broker_returned(1)
         self.assertEqual(h.summary("t", 0)[:2], (1, 1))
 
+    def test_with_min_isr_one_too_an_uncleanly_restarted_isr_member_waits_for_a_down_isr_member(self) -> None:
+        """
+        Seed 140003 of C{python -m kafkatw.simulation --brokers 2 --disk-model
+        --faults 12 --link-faults 4 --start-zookeeper-drops 2}: with
+        C{min.insync.replicas} 1 no ELR is written, but an ISR member that
+        went while no controller could take it out (1 here, its session
+        expired) holds every record acknowledged while it was in: 3, back
+        uncleanly, is not elected alone until 1 returns.
+        """
+        h = self.h
+        h.topic_configs["t"] = {}
+        brokers = {b: e for b, e in h.metadata.brokers.items() if b == 2}
+        h.metadata.set_brokers(brokers)
+        h.wait(h.controller.brokers_changed(brokers))
+        self.assertEqual((h.summary("t", 0), self.elr(0)), ((3, 0, [3, 1]), []))
+        self.broker_returned(3, unclean=True)
+        self.assertEqual(h.summary("t", 0), (3, 0, [3, 1]))
+        self.assertEqual(h.controller.partition_states.state(("t", 0)), "OfflinePartition")
+        self.broker_returned(1)
+        self.assertEqual(h.summary("t", 0)[:2], (1, 1))
+
     def test_a_restart_the_controller_had_not_read_when_it_wrote_the_elr_is_not_eligible(self) -> None:
         """
         Seed 5 of C{python -m kafkatw.simulation --disk-model}: broker 1
