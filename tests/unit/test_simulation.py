@@ -535,6 +535,43 @@ class InvariantTests(SynchronousTestCase):
         self.cluster.check_read_back({0: [(0, b"0000000000"), (1, b"0000000001"), (2, b"0000000005")]})
         self.assertEqual(self.cluster.violations, [])
 
+    def test_a_record_lost_with_every_holders_unsynced_bytes_is_kafkas_contract(self) -> None:
+        """
+        Kafka leaves flushing to the operating system: an acknowledged record
+        is as durable as the replicas that held it when it was acknowledged.
+        Lost after each of them crashed losing unsynced bytes of its
+        partition, it is counted, not a violation; lost while one of them
+        never did (or crashed losing another partition's bytes only, or
+        before the ack) it is one.
+        """
+        cluster = self.cluster
+        cluster.acked = {0: (0, 0), 1: (0, 1), 2: (1, 0), 3: (1, 1)}
+        cluster.ack_holders = {0: (10.0, frozenset({1, 2})), 1: (10.0, frozenset({1, 2, 3})),
+                               2: (30.0, frozenset({1, 2})), 3: (10.0, frozenset({1}))}
+        cluster.crash_losses[1] = [(20.0, {("sim", 0), ("sim", 1)})]
+        cluster.crash_losses[2] = [(25.0, {("sim", 0)}), (28.0, {("sim", 1)})]
+        cluster.check_read_back({0: [], 1: [(1, b"0000000003")]})
+        self.assertEqual(sorted(v.detail for v in cluster.violations), [
+            "record 1 acknowledged at 0@1 is not in the log",  # broker 3 held it and never crashed
+            "record 2 acknowledged at 1@0 is not in the log",  # the crashes came before its ack
+        ])
+        self.assertEqual(cluster.exercised["acknowledged records lost with every holder's unsynced bytes"], 1)
+
+    def test_a_committed_transaction_lost_with_every_holders_unsynced_bytes(self) -> None:
+        cluster = self.cluster
+        cluster.txn_values = {0: [b"T0-0", b"T0-1"], 1: [b"T1-0", b"T1-1"]}
+        cluster.txn_partitions = {0: [0, 1], 1: [0, 1]}
+        cluster.txn_outcomes = {0: "committed", 1: "committed"}
+        cluster.txn_holders = {0: (10.0, {0: frozenset({1, 2}), 1: frozenset({1, 3})}),
+                               1: (10.0, {0: frozenset({1, 3}), 1: frozenset({1, 2})})}
+        cluster.crash_losses[1] = [(20.0, {("sim-txn", 0), ("sim-txn", 1)})]
+        cluster.crash_losses[2] = [(25.0, {("sim-txn", 0)})]
+        cluster.check_transactions({0: [], 1: [(0, b"T0-1"), (1, b"T1-0")]})
+        # transaction 0 lost partition 0's record, whose holders 1 and 2 both crashed losing it;
+        # transaction 1 lost partition 1's, whose holder 2 lost partition 0's bytes only
+        self.assertEqual([v.detail for v in cluster.violations], ["transaction 1: 1 of its 2 records read committed"])
+        self.assertEqual(cluster.exercised["committed transactions lost with every holder's unsynced bytes"], 1)
+
     def test_two_leaders_in_one_epoch(self) -> None:
         path = "/kafkatw/brokers/topics/sim/partitions/0/state"
         for leader, epoch in [(1, 0), (1, 0), (2, 1), (3, 1)]:
