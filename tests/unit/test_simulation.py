@@ -31,8 +31,8 @@ from twisted.trial.unittest import SynchronousTestCase
 from kafkatw.broker.server import KafkaServer
 from kafkatw.client.producer import Producer
 from kafkatw.simulation import cluster as cluster_module
-from kafkatw.simulation.cluster import (Cluster, Fault, RunResult, Schedule, Settings, Violation, make_schedule,
-                                       run_seed, shrink)
+from kafkatw.simulation.cluster import (EPOCH_S, Cluster, Fault, RunResult, Schedule, Settings, Violation,
+                                       make_schedule, run_seed, shrink)
 from kafkatw.storage import segment
 from kafkatw.testing import FakeWatch, FakeZooKeeper, FakeZooKeeperClient
 from kafkatw.simulation.disk import SimulatedDisk
@@ -556,6 +556,28 @@ class InvariantTests(SynchronousTestCase):
             "record 2 acknowledged at 1@0 is not in the log",  # the crashes came before its ack
         ])
         self.assertEqual(cluster.exercised["acknowledged records lost with every holder's unsynced bytes"], 1)
+
+    def test_with_min_insync_replicas_one_a_record_is_as_durable_as_its_isr_holders(self) -> None:
+        """
+        Two brokers, C{min.insync.replicas} 1: a holder that had left the
+        ISR when the last in-sync holder crashed losing the partition's
+        unsynced bytes is not waited for (Kafka's contract); one still in
+        the ISR then is.
+        """
+        directory = tempfile.mkdtemp(prefix="kafkatw-sim-test-")
+        self.addCleanup(shutil.rmtree, directory, True)
+        cluster = Cluster(1, dataclasses.replace(Settings(), brokers=2), directory)
+        self.assertEqual(cluster.min_insync_replicas, 1)
+        for at, partition, isr in [(5.0, 0, [1, 2]), (5.0, 1, [1, 2]), (15.0, 0, [1])]:
+            cluster.zookeeper.state_writes.append((EPOCH_S + at, f"/brokers/topics/sim/partitions/{partition}/state",
+                                                   json.dumps({"leader": 1, "leader_epoch": 0, "isr": isr}).encode()))
+        cluster.acked = {0: (0, 0), 1: (1, 0)}
+        cluster.ack_holders = {0: (10.0, frozenset({1, 2})), 1: (10.0, frozenset({1, 2}))}
+        cluster.crash_losses[1] = [(20.0, {("sim", 0), ("sim", 1)})]
+        cluster.check_read_back({0: [], 1: []})
+        self.assertEqual([v.detail for v in cluster.violations], ["record 1 acknowledged at 1@0 is not in the log"])
+        self.assertEqual(cluster.exercised["acknowledged records lost with every holder's unsynced bytes"], 1)
+        self.assertEqual(self.cluster.min_insync_replicas, 2)  # three brokers: every holder must have crashed
 
     def test_a_committed_transaction_lost_with_every_holders_unsynced_bytes(self) -> None:
         cluster = self.cluster
