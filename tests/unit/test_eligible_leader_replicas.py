@@ -179,32 +179,9 @@ class ControllerTests(unittest.TestCase):
         self.broker_returned(1)
         self.assertEqual((h.summary("t", 1), self.elr(1)), ((1, 1, [1]), []))
 
-    def test_an_uncleanly_restarted_isr_member_waits_for_a_down_isr_member(self) -> None:
-        """
-        Seed 181: 1 and 3, the ISR, go at once (no ELR was written), 3 comes
-        back uncleanly: electing it alone would make 1 eligible, so it waits.
-        """
+    def both_isr_members_go_and_one_returns_uncleanly(self) -> None:
+        """1 and 3, the ISR, go at once (no controller write between); 3 comes back uncleanly: it waits for 1."""
         h = self.h
-        brokers = {b: e for b, e in h.metadata.brokers.items() if b == 2}
-        h.metadata.set_brokers(brokers)
-        h.wait(h.controller.brokers_changed(brokers))
-        self.assertEqual((h.summary("t", 0), self.elr(0)), ((3, 0, [3, 1]), []))
-        self.broker_returned(3, unclean=True)
-        self.assertEqual(h.summary("t", 0), (3, 0, [3, 1]))
-        self.broker_returned(1)
-        self.assertEqual(h.summary("t", 0)[:2], (1, 1))
-
-    def test_with_min_isr_one_too_an_uncleanly_restarted_isr_member_waits_for_a_down_isr_member(self) -> None:
-        """
-        Seed 140003 of C{python -m kafkatw.simulation --brokers 2 --disk-model
-        --faults 12 --link-faults 4 --start-zookeeper-drops 2}: with
-        C{min.insync.replicas} 1 no ELR is written, but an ISR member that
-        went while no controller could take it out (1 here, its session
-        expired) holds every record acknowledged while it was in: 3, back
-        uncleanly, is not elected alone until 1 returns.
-        """
-        h = self.h
-        h.topic_configs["t"] = {}
         brokers = {b: e for b, e in h.metadata.brokers.items() if b == 2}
         h.metadata.set_brokers(brokers)
         h.wait(h.controller.brokers_changed(brokers))
@@ -214,6 +191,22 @@ class ControllerTests(unittest.TestCase):
         self.assertEqual(h.controller.partition_states.state(("t", 0)), "OfflinePartition")
         self.broker_returned(1)
         self.assertEqual(h.summary("t", 0)[:2], (1, 1))
+
+    def test_an_uncleanly_restarted_isr_member_waits_for_a_down_isr_member(self) -> None:
+        """Seed 181: no ELR was written, and electing 3 alone would make 1 eligible, so it waits."""
+        self.both_isr_members_go_and_one_returns_uncleanly()
+
+    def test_with_min_isr_one_too_an_uncleanly_restarted_isr_member_waits_for_a_down_isr_member(self) -> None:
+        """
+        Seed 140003 of C{python -m kafkatw.simulation --brokers 2 --disk-model
+        --faults 12 --link-faults 4 --start-zookeeper-drops 2}: with
+        C{min.insync.replicas} 1 no ELR is written, but an ISR member that
+        went while no controller could take it out (1 here) holds every
+        record acknowledged while it was in: 3, back uncleanly, is not
+        elected alone until 1 returns.
+        """
+        self.h.topic_configs["t"] = {}
+        self.both_isr_members_go_and_one_returns_uncleanly()
 
     def test_a_restart_the_controller_had_not_read_when_it_wrote_the_elr_is_not_eligible(self) -> None:
         """
