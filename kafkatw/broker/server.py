@@ -42,6 +42,7 @@ from twisted.logger import Logger
 from twisted.protocols.tls import TLSMemoryBIOFactory
 from twisted.python.failure import Failure
 
+from ..client.connection import BrokerConnectionError
 from ..client.security import SecurityConfig
 from ..config import DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG, BrokerConfig, topic_log_config
 from ..errors import KafkaError
@@ -672,7 +673,11 @@ class KafkaServer(service.MultiService):
         an error is left out.  Asked with a ListOffsets for the latest offset
         from the debugging replica id, which any replica answers
         (L{kafkatw.broker.fetch_apis.DEBUGGING_REPLICA_ID}); this broker's
-        own replicas are read here.
+        own replicas are read here.  A lost or refused connection is tried
+        again every C{replica.fetch.backoff.ms} within
+        C{replica.socket.timeout.ms} (a broker just restarted: the
+        connection to its previous process was lost with it), after which
+        the broker counts as one that did not answer.
         """
         if broker_id == self.broker_id and self.replica_manager is not None:
             ends = {}
@@ -693,7 +698,20 @@ class KafkaServer(service.MultiService):
         async def ask() -> dict[tuple[str, int], tuple[int, int]]:
             if self.inter_broker_client is None:
                 raise KafkaError("the inter-broker client is not started")
-            response = await self.inter_broker_client.send(broker_id, 2, body)
+            deadline = self.reactor.seconds() + self.config["replica.socket.timeout.ms"] / 1000.0
+            backoff_s = self.config["replica.fetch.backoff.ms"] / 1000.0
+            while True:
+                try:
+                    response = await self.inter_broker_client.send(broker_id, 2, body)
+                    break
+                except BrokerConnectionError as e:
+                    # a connection to the broker's previous process, lost with it, or one it does not
+                    # accept yet: its log end is asked again, as a replica fetcher would fetch again
+                    if self.reactor.seconds() + backoff_s > deadline:
+                        raise
+                    _log.info("asking broker {broker} for its log ends: {error}; again in {backoff_ms} ms",
+                              broker=broker_id, error=e, backoff_ms=int(backoff_s * 1000))
+                    await task.deferLater(self.reactor, backoff_s, lambda: None)
             return {(topic.name, p.partition_index): (int(p.leader_epoch), int(p.offset))
                     for topic in response.topics for p in topic.partitions if not p.error_code}
 

@@ -437,3 +437,66 @@ class SimulationTests(unittest.TestCase):
 
     def test_seed_1_loses_no_acknowledged_record(self) -> None:
         self.check(1, SEED_1)
+
+
+class ReplicaLogEndsTests(unittest.TestCase):
+    """
+    The server's answer to the controller's unclean recovery
+    (C{KafkaServer._replica_log_ends}): a ListOffsets from the debugging
+    replica id to the broker asked, again after a lost connection.
+    """
+
+    def setUp(self) -> None:
+        from twisted.internet.task import Clock
+
+        from kafkatw.broker.server import KafkaServer
+
+        self.clock = Clock()
+        self.server = KafkaServer(BrokerConfig({"broker.id": 1, "replica.fetch.backoff.ms": 1000,
+                                                "replica.socket.timeout.ms": 5000}), self.clock)
+        self.sent: list[int] = []
+        self.failures = 0
+
+        server = self
+
+        class Client:
+            async def send(self, broker: int, api_key: int, body: dict) -> Any:
+                server.sent.append(broker)
+                if server.failures:
+                    server.failures -= 1
+                    from kafkatw.client.connection import BrokerConnectionError
+
+                    raise BrokerConnectionError(f"connection to broker {broker} lost")
+                partition = dataclasses.make_dataclass("P", ["partition_index", "leader_epoch", "offset",
+                                                             "error_code"])(0, 4, 52, 0)
+                topic = dataclasses.make_dataclass("T", ["name", "partitions"])("t", [partition])
+                return dataclasses.make_dataclass("R", ["topics"])([topic])
+
+        self.server.inter_broker_client = Client()  # type: ignore[assignment]
+
+    def test_a_lost_connection_is_asked_again_after_the_backoff(self) -> None:
+        """
+        Seed 145038 of C{python -m kafkatw.simulation --brokers 2
+        --disk-model --transactions --groups --faults 14 --window 45
+        --link-faults 4}: the controller's connection to a broker just
+        restarted (after its disk filled) was its previous process's; the
+        ask failed, the broker counted as one that did not answer, and the
+        other replica's shorter log was elected over the 52 records it had.
+        """
+        self.failures = 2
+        d = self.server._replica_log_ends(3, [("t", 0)])
+        self.assertNoResult(d)
+        self.assertEqual(self.sent, [3])
+        self.clock.advance(1.0)
+        self.assertEqual(self.sent, [3, 3])
+        self.clock.advance(1.0)
+        self.assertEqual(self.successResultOf(d), {("t", 0): (4, 52)})
+
+    def test_a_broker_that_stays_unreachable_is_given_up_on_within_the_socket_timeout(self) -> None:
+        from kafkatw.client.connection import BrokerConnectionError
+
+        self.failures = 100
+        d = self.server._replica_log_ends(3, [("t", 0)])
+        self.clock.pump([1.0] * 6)
+        self.failureResultOf(d, BrokerConnectionError)
+        self.assertEqual(len(self.sent), 6)  # at 0, 1, ..., 5 s; the next would come after the 5 s
