@@ -91,7 +91,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from ..errors import ErrorCode
-from ..zookeeper.bridge import BadVersionError, ZooKeeperError, ZooKeeperUnavailableError, next_connected
+from ..zookeeper.bridge import BadVersionError, ZooKeeperError, ZooKeeperUnavailableError, connected_again
 from ..zookeeper.registry import ControllerMovedError, PartitionStateWrite, WrittenState
 from ..zookeeper.zk_data import LOG_DIR_EVENT_NOTIFICATION_PATH, PartitionState, TopicAssignment
 from .partition import next_eligible_leader_replicas, next_elr_isr_zxids, next_isr_zxids
@@ -400,7 +400,7 @@ class KafkaController:
                 # broker was the controller again)
                 _log.info("controller election interrupted ({error}); it runs again once ZooKeeper is back",
                           error=e)
-                await next_connected(self.registry.client)
+                await connected_again(self.registry.client)
         self.epoch, self._epoch_zk_version = self.registry.controller_epoch
         self.active = True
         _log.info("broker {id} is the controller (epoch {epoch})", id=self.broker_id, epoch=self.epoch)
@@ -469,7 +469,7 @@ class KafkaController:
                 except ZooKeeperUnavailableError as e:
                     _log.info("controller event interrupted ({error}); it runs again once ZooKeeper is back",
                               error=e)
-                    await next_connected(self.registry.client)
+                    await connected_again(self.registry.client)
                     if not self.active or self._epoch_zk_version != term:
                         return
 

@@ -64,7 +64,7 @@ from kafkatw.zookeeper.bridge import (
     SetOp,
     ZooKeeperError,
     ZooKeeperUnavailableError,
-    next_connected,
+    connected_again,
 )
 from kafkatw.zookeeper.zk_data import (
     ACL_CHANGE_PATHS,
@@ -474,7 +474,7 @@ class Registry(_AclMethods):
                 if self._registration is registration:  # not deregistered (shutdown) meanwhile
                     self._reregister()
 
-            next_connected(self.client).addCallback(again)
+            connected_again(self.client).addCallback(again)
 
         return _deferred(self._register(registration)).addErrback(failed)
 
@@ -668,7 +668,7 @@ class Registry(_AclMethods):
                 if not queued:  # else a fetch of a newer value is queued
                     on_change(value)
 
-            next_connected(self.client).addCallback(again)
+            connected_again(self.client).addCallback(again)
 
         def failed(f: Any, value: Any) -> None:
             if f.check(ZooKeeperUnavailableError):

@@ -7,6 +7,7 @@ import json
 import random
 import uuid
 
+from twisted.internet import defer
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
@@ -246,6 +247,45 @@ class BrokerRegistrationTests(SynchronousTestCase):
         self.assertEqual(stat.ephemeralOwner, client.session_id)
         self.assertEqual(self.flushLoggedErrors(), [])
 
+
+    def test_a_reregistration_failing_after_the_connection_is_back_registers_again_at_once(self):
+        """
+        The simulation's seed 146128 (C{--brokers 2 --no-disk-model
+        --transactions --groups --faults 14 --window 45 --link-faults 4
+        --start-zookeeper-drops 2}): the re-registration's C{ConnectionLoss}
+        came after the client had connected again; waiting for the next
+        C{CONNECTED} state, which never came, left the broker out of
+        C{/brokers/ids} for good, and no partition it alone could lead was led.
+        """
+        server = FakeZooKeeper()
+        client, other = started(server), started(server)
+        registry = Registry(client)
+        self.successResultOf(registry.register_broker(1, "h1", 9092))
+        create, failures = client.create, [ZooKeeperUnavailableError("ConnectionLoss (answered late)")]
+
+        def late_failure(*args, **kwargs):
+            if failures:
+                return defer.fail(failures.pop())
+            return create(*args, **kwargs)
+
+        client.create = late_failure
+        client.expire_session()  # a new session: re-registered, and that create fails while connected
+        self.assertEqual(failures, [])
+        self.assertTrue(client.connected)
+        stat = self.successResultOf(other.get("/brokers/ids/1"))[1]
+        self.assertEqual(stat.ephemeralOwner, client.session_id)
+
+class ConnectedAgainTests(SynchronousTestCase):
+    def test_fires_at_once_when_connected_else_at_the_next_connection(self):
+        from kafkatw.zookeeper.bridge import connected_again
+
+        client = started()
+        self.successResultOf(connected_again(client))
+        client.disconnect()
+        waiting = connected_again(client)
+        self.assertNoResult(waiting)
+        client.reconnect()
+        self.successResultOf(waiting)
 
 class TopicTests(SynchronousTestCase):
     def setUp(self):
