@@ -1664,9 +1664,8 @@ class Cluster:
         left the ISR (down, or behind) is not waited for.  With 2 only the
         first: that the replicas which left an ISR smaller than 2 stay
         electable is what the simulation checks, so it does not take the
-        ISR's word for it.  Not
-        proved by this: that a crash lost that record's bytes and not only
-        later ones; a loss it excuses is counted
+        ISR's word for it.  Not proved by this: that a crash lost that
+        record's bytes and not only later ones; a loss it excuses is counted
         (C{exercised["acknowledged records lost with every holder's unsynced bytes"]}).
         """
         if not holders:
