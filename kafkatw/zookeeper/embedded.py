@@ -47,6 +47,7 @@ L{stop_blocking}) for tests and command-line code that has no reactor.
 
 from __future__ import annotations
 
+import collections
 import errno
 import os
 import shutil
@@ -317,14 +318,27 @@ def _exited_error(port: int, status: Any, reason: str, log_path: str, setting: s
     )
 
 
+#: the ports L{find_free_port} handed out lately, in this process
+_HANDED_OUT: collections.deque[int] = collections.deque(maxlen=256)
+
+
 def find_free_port(host: str = "127.0.0.1") -> int:
     """
     A TCP port that was free a moment ago on C{host} (bind to port 0, read the
-    port, close).  Another process may take it before it is used again.
+    port, close), and not one this process was handed lately: two ports
+    picked before either is bound (a broker's listener and its metrics port)
+    differ, where the kernel may give the same free port twice in a row (a
+    broker of tests/integration/test_fetch_sessions.py failed to start so).
+    Another process may take it before it is used again.
     """
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+    for _ in range(100):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((host, 0))
+            port = s.getsockname()[1]
+        if port not in _HANDED_OUT:
+            break
+    _HANDED_OUT.append(port)
+    return port
 
 
 def java_command(config_path: str, heap_mb: int = 256, main_class: str = MAIN_CLASS) -> list[str]:

@@ -14,6 +14,7 @@ from twisted.logger import LogLevel, formatEvent, globalLogPublisher
 from twisted.python.failure import Failure
 from twisted.trial import unittest
 
+from kafkatw.zookeeper import embedded
 from kafkatw.zookeeper.embedded import (
     EmbeddedZooKeeperService,
     ZooKeeperPortInUseError,
@@ -99,6 +100,29 @@ class ReadinessIsOurServerTests(unittest.SynchronousTestCase):
             s.listen()
             self.assertTrue(port_in_use(s.getsockname()[1]))
         self.assertFalse(port_in_use(find_free_port()))
+
+    def test_a_free_port_is_not_handed_out_twice_in_a_row(self) -> None:
+        """The kernel may give the same free port to two binds to port 0 in a row: the second caller gets another."""
+        given = iter([47423, 47423, 51000])
+
+        class Socket:
+            def __init__(self, *args: object) -> None:
+                self.port = next(given)
+
+            def __enter__(self) -> "Socket":
+                return self
+
+            def __exit__(self, *args: object) -> None:
+                pass
+
+            def bind(self, address: object) -> None:
+                pass
+
+            def getsockname(self) -> tuple[str, int]:
+                return ("127.0.0.1", self.port)
+
+        self.patch(embedded.socket, "socket", Socket)
+        self.assertEqual([find_free_port(), find_free_port()], [47423, 51000])
 
     def test_port_in_use_error_names_port_and_setting(self) -> None:
         error = ZooKeeperPortInUseError(2181, "--port", "java.net.BindException: Address already in use")
