@@ -667,10 +667,15 @@ class KafkaController:
         L{next_eligible_leader_replicas}): never a replica that restarted
         uncleanly since the state was written or whose log dir failed.
         """
-        excluded = set(self.restarted_replicas.get(key, ()))
-        excluded.update(b for b, offline in self.offline_replicas.items() if key in offline)
         min_isr = int(self.topic_config(key[0]).get("min.insync.replicas", 1))
-        return next_eligible_leader_replicas(state.isr, state.elr, isr, min_isr, self._replicas(key) or [], excluded)
+        return next_eligible_leader_replicas(state.isr, state.elr, isr, min_isr, self._replicas(key) or [],
+                                             self._unsure_replicas(key))
+
+    def _unsure_replicas(self, key: tuple[str, int]) -> set[int]:
+        """The replicas of C{key} that restarted uncleanly since its state was written or whose log dir failed."""
+        unsure = set(self.restarted_replicas.get(key, ()))
+        unsure.update(b for b, offline in self.offline_replicas.items() if key in offline)
+        return unsure
 
     def _may_hold_more(self, key: tuple[str, int], state: Any, restarted: int) -> list[int]:
         """
@@ -684,10 +689,8 @@ class KafkaController:
         member no controller took out before it went -- no controller was
         up, as in the simulation's seed 140003 -- holds them as well).
         """
-        excluded = {restarted, *self.restarted_replicas.get(key, ())}
-        excluded.update(b for b, offline in self.offline_replicas.items() if key in offline)
-        assigned = self._replicas(key) or []
-        return [r for r in assigned if (r in state.isr or r in state.elr) and r not in excluded]
+        excluded = self._unsure_replicas(key) | {restarted}
+        return [r for r in self._replicas(key) or [] if (r in state.isr or r in state.elr) and r not in excluded]
 
     def _live_for(self, key: tuple[str, int]) -> set[int]:
         """

@@ -1486,11 +1486,11 @@ class Cluster:
         for number, outcome in sorted(self.txn_outcomes.items()):
             values = self.txn_values[number]
             visible = [v for v in values if seen[v]]
-            if outcome == "committed" and len(visible) != len(values) and number in self.txn_partitions and \
-                    self._txn_lost_by_crashes(number, {p for v, p in zip(values, self.txn_partitions[number])
-                                                       if not seen[v]}):
-                self.exercised["committed transactions lost with every holder's unsynced bytes"] += 1
-            elif outcome == "committed" and len(visible) != len(values):
+            if outcome == "committed" and len(visible) != len(values):
+                if self._txn_lost_by_crashes(number, {p for v, p in zip(values, self.txn_partitions.get(number, ()))
+                                                      if not seen[v]}):
+                    self.exercised["committed transactions lost with every holder's unsynced bytes"] += 1
+                    continue
                 self.violation("committed transactions visible", f"transaction {number}: {len(visible)} of its"
                                f" {len(values)} records read committed")
             elif outcome == "aborted" and visible:
@@ -1512,7 +1512,7 @@ class Cluster:
         unsynced bytes of that partition.
         """
         committed = self.txn_holders.get(number)
-        if committed is None:
+        if committed is None or not partitions:
             return False
         at, by_partition = committed
         return all(p in by_partition and self.lost_by_crashes(at, by_partition[p], TXN_TOPIC, p) for p in partitions)
