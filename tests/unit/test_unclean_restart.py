@@ -18,6 +18,7 @@ C{python -m kafkatw.simulation --disk-model}).
 from __future__ import annotations
 
 import dataclasses
+from types import SimpleNamespace
 from typing import Any
 
 from hypothesis import given
@@ -168,6 +169,30 @@ class ControllerTests(unittest.TestCase):
         h.wait(d)
         self.assertEqual(h.summary("t", 0), (2, 1, [2, 1]))  # found restarted all the same
         self.assertEqual(h.summary("t", 1), (1, 0, [1, 2]))
+
+    def test_a_read_that_failed_after_the_connection_came_back_runs_again_at_once(self) -> None:
+        """
+        The read's C{ConnectionLoss} is handled once the client is connected
+        again (a late answer, as in the simulation's seed 146128): the event
+        runs again at once, where waiting for the next C{CONNECTED} state
+        waited for good.
+        """
+        h = self.h
+        self.register(3, unclean=True)
+        read = h.registry.get_broker_registration
+        failed: list[int] = []
+
+        def answered_late(broker: int) -> Any:
+            if broker == 3 and not failed:
+                failed.append(broker)
+                return defer.fail(ZooKeeperUnavailableError("ConnectionLoss (answered late)"))
+            return read(broker)
+
+        h.registry.get_broker_registration = answered_late  # type: ignore[method-assign]
+        self.assertTrue(h.zookeeper.connected)
+        h.wait(h.controller.brokers_changed(dict(h.metadata.brokers)))
+        self.assertEqual(failed, [3])
+        self.assertEqual(h.summary("t", 0), (2, 1, [2, 1]))
 
     def test_a_leadership_begun_before_the_registration_is_found_under_a_later_isr_change(self) -> None:
         """
@@ -466,10 +491,8 @@ class ReplicaLogEndsTests(unittest.TestCase):
                     from kafkatw.client.connection import BrokerConnectionError
 
                     raise BrokerConnectionError(f"connection to broker {broker} lost")
-                partition = dataclasses.make_dataclass("P", ["partition_index", "leader_epoch", "offset",
-                                                             "error_code"])(0, 4, 52, 0)
-                topic = dataclasses.make_dataclass("T", ["name", "partitions"])("t", [partition])
-                return dataclasses.make_dataclass("R", ["topics"])([topic])
+                partition = SimpleNamespace(partition_index=0, leader_epoch=4, offset=52, error_code=0)
+                return SimpleNamespace(topics=[SimpleNamespace(name="t", partitions=[partition])])
 
         self.server.inter_broker_client = Client()  # type: ignore[assignment]
 
