@@ -139,6 +139,23 @@ class ControllerTests(unittest.TestCase):
         self.brokers_changed()
         self.assertEqual(h.summary("t", 0), (3, 1, [3, 2, 1]))
 
+    def fail_first_registration_read(self, disconnect: bool) -> list[int]:
+        """Broker 3's next registration read fails with C{ConnectionLoss} (dropping the connection first)."""
+        h = self.h
+        read = h.registry.get_broker_registration
+        failed: list[int] = []
+
+        def losing(broker: int) -> Any:
+            if broker == 3 and not failed:
+                failed.append(broker)
+                if disconnect:
+                    h.zookeeper.disconnect()
+                return defer.fail(ZooKeeperUnavailableError("ConnectionLoss (test)"))
+            return read(broker)
+
+        h.registry.get_broker_registration = losing  # type: ignore[method-assign]
+        return failed
+
     def test_a_registration_not_read_for_a_lost_connection_is_read_again(self) -> None:
         """
         The controller's read of 3's registration loses its ZooKeeper
@@ -151,17 +168,7 @@ class ControllerTests(unittest.TestCase):
         """
         h = self.h
         self.register(3, unclean=True)
-        read = h.registry.get_broker_registration
-        failed: list[int] = []
-
-        def losing(broker: int) -> Any:
-            if broker == 3 and not failed:
-                failed.append(broker)
-                h.zookeeper.disconnect()  # the connection is lost under the read
-                return defer.fail(ZooKeeperUnavailableError("ConnectionLoss (test)"))
-            return read(broker)
-
-        h.registry.get_broker_registration = losing  # type: ignore[method-assign]
+        failed = self.fail_first_registration_read(disconnect=True)  # the connection is lost under the read
         d = h.controller.brokers_changed(dict(h.metadata.brokers))
         self.assertEqual(failed, [3])
         self.assertNoResult(d)  # it waits for the connection to come back
@@ -179,16 +186,7 @@ class ControllerTests(unittest.TestCase):
         """
         h = self.h
         self.register(3, unclean=True)
-        read = h.registry.get_broker_registration
-        failed: list[int] = []
-
-        def answered_late(broker: int) -> Any:
-            if broker == 3 and not failed:
-                failed.append(broker)
-                return defer.fail(ZooKeeperUnavailableError("ConnectionLoss (answered late)"))
-            return read(broker)
-
-        h.registry.get_broker_registration = answered_late  # type: ignore[method-assign]
+        failed = self.fail_first_registration_read(disconnect=False)
         self.assertTrue(h.zookeeper.connected)
         h.wait(h.controller.brokers_changed(dict(h.metadata.brokers)))
         self.assertEqual(failed, [3])
