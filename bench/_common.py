@@ -30,12 +30,19 @@ def emitter(bench: str) -> Callable[..., None]:
     return emit
 
 
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of a process (all its threads), in seconds (proc(5): C{/proc/<pid>/stat})."""
+def cpu_times(pid: int) -> tuple[float, float]:
+    """(utime, stime) of a process (all its threads), in seconds (proc(5): C{/proc/<pid>/stat}): the CPU
+    spent in the process's own code, and in the kernel on its behalf (system calls: copies to and from
+    sockets and files)."""
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     # after the ")" field 3 (state) is index 0, so utime (14) is 11 and stime (15) is 12
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+    return int(fields[11]) / CLK_TCK, int(fields[12]) / CLK_TCK
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (all its threads), in seconds (proc(5): C{/proc/<pid>/stat})."""
+    return sum(cpu_times(pid))
 
 
 #: Runs twistd under cProfile (on CPU time when argv[2] is "cpu", else wall time); SIGUSR2 writes the

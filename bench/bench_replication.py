@@ -18,8 +18,9 @@ and brokers share this machine's cores.  One JSON line per figure:
     throughput.  With C{--partitions} above 1 librdkafka's records go to
     every partition (its partitioner), as kafkatw's producer's do.  Each
     figure also gives the brokers' CPU time (utime + stime of the three
-    processes around each run) per million records, each broker's (by
-    broker id; the RF=3 partition's leader is named), and the client's
+    processes around each run) per million records, the part of it spent in
+    the kernel (stime: copies to and from sockets and files), each broker's
+    (by broker id; the RF=3 partition's leader is named), and the client's
     (this process: librdkafka's threads or kafkatw's producer);
   - failover: SIGKILL of the leader of an RF=3 partition to the first
     acknowledged acks=all write on its successor (librdkafka retrying every
@@ -53,7 +54,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kafkatw.client import BlockingProducer
 from kafkatw.testing import BrokerProcess, running_cluster
 
-from _common import cpu_seconds, emitter, produce_bounded, profiled_command
+from _common import cpu_seconds, cpu_times, emitter, produce_bounded, profiled_command
 
 _OVERRIDES = {
     "replica.lag.time.max.ms": "4000",
@@ -157,6 +158,7 @@ def main() -> None:
             broker_cpu: dict[int, list[float]] = {1: [], 3: []}  # CPU-s per million records
             client_cpu: dict[int, list[float]] = {1: [], 3: []}
             each_cpu: dict[int, list[list[float]]] = {1: [], 3: []}  # per broker id
+            system_cpu: dict[int, list[float]] = {1: [], 3: []}  # the brokers' stime (the kernel's share)
             for rf in (1, 3):
                 create(bootstrap, f"tp-{client}-rf{rf}", rf, args.partitions)
             leaders = {rf: leader_of(bootstrap, f"tp-{client}-rf{rf}") for rf in (1, 3)}
@@ -164,6 +166,7 @@ def main() -> None:
                 for rf, acks in [(1, "1"), (3, "all")]:
                     each_before = [cpu_seconds(b.popen.pid) for b in cluster]
                     brokers_before = sum(each_before)
+                    system_before = sum(cpu_times(b.popen.pid)[1] for b in cluster)
                     client_before = sum(os.times()[:2])
                     rate, sent = measure(
                         bootstrap, f"tp-{client}-rf{rf}", acks if client == "librdkafka" else (1 if acks == "1" else -1),
@@ -172,6 +175,7 @@ def main() -> None:
                     millions = max(sent, 1) / 1e6
                     each_after = [cpu_seconds(b.popen.pid) for b in cluster]
                     broker_cpu[rf].append((sum(each_after) - brokers_before) / millions)
+                    system_cpu[rf].append((sum(cpu_times(b.popen.pid)[1] for b in cluster) - system_before) / millions)
                     each_cpu[rf].append([(a - b) / millions for a, b in zip(each_after, each_before)])
                     client_cpu[rf].append((sum(os.times()[:2]) - client_before) / millions)
             medians = {rf: statistics.median(v) for rf, v in samples.items()}
@@ -180,6 +184,7 @@ def main() -> None:
                      record_size=args.record_size, records=args.records, partitions=args.partitions,
                      idempotence=args.idempotence and rf == 3, runs=[round(v) for v in samples[rf]],
                      broker_cpu_s_per_million=round(statistics.median(broker_cpu[rf]), 3),
+                     broker_system_cpu_s_per_million=round(statistics.median(system_cpu[rf]), 3),
                      each_broker_cpu_s_per_million=[round(statistics.median(runs), 3) for runs in zip(*each_cpu[rf])],
                      leader=leaders[rf],
                      client_cpu_s_per_million=round(statistics.median(client_cpu[rf]), 3))
