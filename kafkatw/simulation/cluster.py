@@ -83,7 +83,10 @@ and at the end):
     C{zookeeper.connection.timeout.ms} (L{Cluster._start_failed});
   - with L{Settings.transactions}: committed transactions all visible to a
     read-committed consumer, aborted ones never, one whose commit failed
-    all or nothing (L{Cluster.check_transactions});
+    all or nothing (L{Cluster.check_transactions}); the read-committed
+    consumer reads to the high watermarks (but for a transaction left open
+    after its coordinator's log lost the record of it by Kafka's contract, a
+    "hanging" transaction (KIP-664): L{Cluster.hanging_by_log_loss});
   - with L{Settings.groups}: committed group offsets never move backwards,
     over every write of an offset znode.
 
@@ -116,7 +119,7 @@ from twisted.python.failure import Failure
 
 from kafkatw.broker.server import KafkaServer
 from kafkatw.broker.transaction_log import transaction_state_create_configs
-from kafkatw.broker.transaction_state import TRANSACTION_STATE_TOPIC
+from kafkatw.broker.transaction_state import TRANSACTION_STATE_TOPIC, partition_for
 from kafkatw.client.admin import ELECTION_PREFERRED, AdminClient
 from kafkatw.client.client import KafkaClient
 from kafkatw.client.consumer import Consumer
@@ -136,6 +139,10 @@ __all__ = ["Settings", "Fault", "Schedule", "Violation", "RunResult", "Recording
 TOPIC = "sim"
 #: the topic the transactional producer writes (L{Settings.transactions})
 TXN_TOPIC = "sim-txn"
+#: the transactional producer's C{transactional.id}
+TRANSACTIONAL_ID = "sim-txn"
+#: C{transaction.state.log.num.partitions}
+TRANSACTION_STATE_PARTITIONS = 2
 CLIENT_NODE = "10.0.9.1"
 #: the simulated clock starts here (s since the epoch), so timestamps look like today's
 EPOCH_S = 1_700_000_000.0
@@ -692,11 +699,16 @@ class Cluster:
         self.txn_values: dict[int, list[bytes]] = {}
         #: transaction number -> the partition of each of its records (in the order of L{txn_values})
         self.txn_partitions: dict[int, list[int]] = {}
+        #: transaction number -> simulated time of its begin
+        self.txn_begun: dict[int, float] = {}
         #: transaction number -> its records' (partition, offset), as their sends were answered
         self.txn_placed: dict[int, list[tuple[int, int]]] = collections.defaultdict(list)
         #: committed transaction number -> (simulated time of the commit, partition -> the brokers holding
         #: its record there then)
         self.txn_holders: dict[int, tuple[float, dict[int, frozenset[int]]]] = {}
+        #: partition -> the offset from which a read-committed read of C{sim-txn} could not go on: a
+        #: transaction left hanging by its coordinator's lost log (L{hanging_by_log_loss})
+        self.unreadable: dict[int, int] = {}
         self._transacting = True
         self._sequence = 0
         self._sending = False
@@ -750,7 +762,7 @@ class Cluster:
             "replica.fetch.max.bytes": s.fetch_max_bytes,
             "group.initial.rebalance.delay.ms": 0,
             "auto.create.topics.enable": "false",  # the topic's assignment comes from the seed (create_topic)
-            "transaction.state.log.num.partitions": 2,
+            "transaction.state.log.num.partitions": TRANSACTION_STATE_PARTITIONS,
             "transaction.state.log.replication.factor": min(3, s.brokers),
             "transaction.state.log.min.isr": 2 if s.brokers >= 3 else 1,
         })
@@ -1238,7 +1250,7 @@ class Cluster:
             # and the transactions' topics, with the seed's assignment (the broker's own would draw
             # it from the random module); __transaction_state as the broker creates it
             topics.append((TXN_TOPIC, self.settings.partitions, {}))
-            topics.append((TRANSACTION_STATE_TOPIC, 2, transaction_state_create_configs(self.broker_config(1))))
+            topics.append((TRANSACTION_STATE_TOPIC, TRANSACTION_STATE_PARTITIONS, transaction_state_create_configs(self.broker_config(1))))
         for topic, partitions, configs in topics:
             assignment = assign_replicas(partitions, min(3, len(self.brokers)), sorted(self.brokers), random=rng)
             registry.create_topic(topic, assignment, configs, uuid.UUID(int=rng.getrandbits(128)))
@@ -1349,7 +1361,7 @@ class Cluster:
         client = KafkaClient(self.client_reactor, self.bootstrap, client_id=f"sim-txn-{incarnation}",
                              request_timeout_ms=10000,
                              random_source=random.Random(f"txn-producer-{self.seed}-{incarnation}"))
-        self.txn_producer = Producer(self.client_reactor, client=client, transactional_id="sim-txn", linger_ms=5,
+        self.txn_producer = Producer(self.client_reactor, client=client, transactional_id=TRANSACTIONAL_ID, linger_ms=5,
                                      request_timeout_ms=10000, delivery_timeout_ms=30000, max_block_ms=30000,
                                      transaction_timeout_ms=30000, retry_backoff_ms=100,
                                      wall_clock=self.client_reactor.wall_seconds)
@@ -1386,6 +1398,7 @@ class Cluster:
             self.txn_values[number] = values
             self.txn_partitions[number] = partitions
             self.txn_outcomes[number] = "aborted"
+            self.txn_begun[number] = self.now()
             try:
                 producer.begin_transaction()
                 for value, partition in zip(values, partitions):
@@ -1466,11 +1479,50 @@ class Cluster:
                 records[record.partition].append((record.offset, record.value))
         if behind():
             at = {p: position((TXN_TOPIC, p)) for p in records}
-            self.violation("liveness", f"{TXN_TOPIC} could not be read to its high watermarks {ends} within"
-                           f" {s.liveness_s:.0f} s: at {at} (read committed: a transaction never ended?)")
+            stopped = {p: offset for p, offset in at.items() if offset < ends[(TXN_TOPIC, p)]}
+            hanging = self.hanging_by_log_loss(stopped)
+            if hanging is None:
+                self.violation("liveness", f"{TXN_TOPIC} could not be read to its high watermarks {ends} within"
+                               f" {s.liveness_s:.0f} s: at {at} (read committed: a transaction never ended?)")
+            else:
+                self.note(f"read committed stopped at {stopped}: transactions {hanging} left hanging by a loss of"
+                          f" their coordinator's unsynced log")
+                self.exercised["transactions left hanging by their coordinator's lost log"] += len(hanging)
+                self.unreadable = stopped
         for p, read in sorted(records.items()):
             self.note(f"read {TXN_TOPIC} {p}: " + ",".join(f"{o}:{v.decode()}" for o, v in read))
         return records
+
+    def hanging_by_log_loss(self, stopped: dict[int, int]) -> list[int] | None:
+        """
+        The transactions at which a read-committed consumer of C{sim-txn}
+        stopped (C{stopped}: partition -> the offset it stopped at) if each
+        is one that its coordinator's log lost by Kafka's contract
+        (L{coordinator_log_lost}) since it began: a "hanging" transaction
+        (KIP-664) that no end marker will close; else C{None}.  Each
+        stopping offset must be a record of a transaction whose place the
+        simulation knows (L{txn_placed}).
+        """
+        starts = {place: number for number, placed in self.txn_placed.items() for place in placed}
+        hanging = []
+        for partition, offset in sorted(stopped.items()):
+            number = starts.get((partition, offset))
+            if number is None or not self.coordinator_log_lost(self.txn_begun[number]):
+                return None
+            hanging.append(number)
+        return hanging
+
+    def coordinator_log_lost(self, since: float) -> bool:
+        """
+        Whether C{sim-txn}'s coordinator's log (its C{__transaction_state}
+        partition) may have lost records written after C{since} by Kafka's
+        contract (L{lost_by_crashes}, its replicas as the holders): the
+        record of a transaction the coordinator wrote then, and with it the
+        coordinator's knowledge of the transaction.
+        """
+        key = (TRANSACTION_STATE_TOPIC, partition_for(TRANSACTIONAL_ID, TRANSACTION_STATE_PARTITIONS))
+        replicas = self.assignment().get(key)
+        return replicas is not None and self.lost_by_crashes(since, frozenset(replicas), *key)
 
     def check_transactions(self, records: dict[int, list[tuple[int, bytes]]]) -> None:
         """
@@ -1486,10 +1538,19 @@ class Cluster:
         for number, outcome in sorted(self.txn_outcomes.items()):
             values = self.txn_values[number]
             visible = [v for v in values if seen[v]]
+            beyond = [(p, o) for p, o in self.txn_placed.get(number, ()) if o >= self.unreadable.get(p, o + 1)]
+            if beyond and outcome != "aborted":
+                # past where a hanging transaction stopped the read: neither visible nor lost
+                self.exercised["transactions unread beyond a hanging one"] += 1
+                continue
             if outcome == "committed" and len(visible) != len(values):
                 if self._txn_lost_by_crashes(number, {p for v, p in zip(values, self.txn_partitions.get(number, ()))
                                                       if not seen[v]}):
                     self.exercised["committed transactions lost with every holder's unsynced bytes"] += 1
+                    continue
+                if number in self.txn_holders and self.coordinator_log_lost(self.txn_holders[number][0]):
+                    # its prepare-commit lost with its coordinator's log: the coordinator aborts it
+                    self.exercised["committed transactions lost with their coordinator's unsynced log"] += 1
                     continue
                 self.violation("committed transactions visible", f"transaction {number}: {len(visible)} of its"
                                f" {len(values)} records read committed")

@@ -19,6 +19,7 @@ import os
 import random
 import shutil
 import tempfile
+import uuid
 from typing import Callable
 from unittest import mock
 
@@ -29,10 +30,11 @@ from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
 from kafkatw.broker.server import KafkaServer
+from kafkatw.broker.transaction_state import TRANSACTION_STATE_TOPIC, partition_for
 from kafkatw.client.producer import Producer
 from kafkatw.simulation import cluster as cluster_module
-from kafkatw.simulation.cluster import (EPOCH_S, Cluster, Fault, RunResult, Schedule, Settings, Violation,
-                                       make_schedule, run_seed, shrink)
+from kafkatw.simulation.cluster import (EPOCH_S, TRANSACTION_STATE_PARTITIONS, TRANSACTIONAL_ID, Cluster, Fault,
+                                       RunResult, Schedule, Settings, Violation, make_schedule, run_seed, shrink)
 from kafkatw.storage import segment
 from kafkatw.testing import FakeWatch, FakeZooKeeper, FakeZooKeeperClient
 from kafkatw.simulation.disk import SimulatedDisk
@@ -40,6 +42,7 @@ from kafkatw.simulation.network import Impairment, NodeReactor, SimulatedNetwork
 from kafkatw.storage.log_manager import LogManager
 from kafkatw.zookeeper.bridge import ZooKeeperUnavailableError
 from kafkatw.zookeeper.registry import Registry
+from kafkatw.zookeeper.zk_data import encode_topic
 
 #: the suite's batch: short runs (faults in 10 simulated seconds)
 SHORT = Settings(fault_window_s=10.0, faults=4)
@@ -593,6 +596,66 @@ class InvariantTests(SynchronousTestCase):
         # transaction 1 lost partition 1's, whose holder 2 lost partition 0's bytes only
         self.assertEqual([v.detail for v in cluster.violations], ["transaction 1: 1 of its 2 records read committed"])
         self.assertEqual(cluster.exercised["committed transactions lost with every holder's unsynced bytes"], 1)
+
+    def _two_brokers_whose_transaction_log_leader_crashed_alone_in_its_isr(self, isr: list[int]) -> Cluster:
+        """
+        Two brokers (C{min.insync.replicas} 1): C{sim-txn}'s coordinator's
+        C{__transaction_state} partition on both, its ISR C{isr} from 5 s,
+        and broker 1 crashing at 20 s losing that partition's unsynced bytes.
+        """
+        directory = tempfile.mkdtemp(prefix="kafkatw-sim-test-")
+        self.addCleanup(shutil.rmtree, directory, True)
+        cluster = Cluster(1, dataclasses.replace(Settings(), brokers=2, transactions=True), directory)
+        state_partition = partition_for(TRANSACTIONAL_ID, TRANSACTION_STATE_PARTITIONS)
+        cluster.zookeeper.topics[TRANSACTION_STATE_TOPIC] = encode_topic(
+            uuid.uuid4(), {p: [1, 2] for p in range(TRANSACTION_STATE_PARTITIONS)})
+        cluster.zookeeper.state_writes.append((
+            EPOCH_S + 5.0, f"/brokers/topics/{TRANSACTION_STATE_TOPIC}/partitions/{state_partition}/state",
+            json.dumps({"leader": 1, "leader_epoch": 0, "isr": isr}).encode()))
+        cluster.crash_losses[1] = [(20.0, {(TRANSACTION_STATE_TOPIC, state_partition)})]
+        return cluster
+
+    def test_a_transaction_left_hanging_by_its_coordinators_lost_log_is_kafkas_contract(self) -> None:
+        """
+        A read-committed read that stops at a transaction begun before its
+        coordinator's log lost unsynced bytes by Kafka's contract (its
+        leader alone in the ISR at M = 1) stops at a "hanging" transaction
+        (KIP-664); one that stops at a transaction begun after, at no known
+        transaction, or with the other replica still in the ISR, does not.
+        """
+        cluster = self._two_brokers_whose_transaction_log_leader_crashed_alone_in_its_isr([1])
+        cluster.txn_begun = {0: 10.0, 1: 25.0}
+        cluster.txn_placed.update({0: [(0, 4), (1, 2)], 1: [(1, 7)]})
+        self.assertEqual(cluster.hanging_by_log_loss({0: 4}), [0])
+        self.assertEqual(cluster.hanging_by_log_loss({0: 4, 1: 2}), [0, 0])
+        self.assertIsNone(cluster.hanging_by_log_loss({1: 7}))  # begun after the crash
+        self.assertIsNone(cluster.hanging_by_log_loss({0: 3}))  # no transaction's record there
+        self.assertIsNone(cluster.hanging_by_log_loss({0: 4, 1: 7}))
+        in_sync = self._two_brokers_whose_transaction_log_leader_crashed_alone_in_its_isr([1, 2])
+        in_sync.txn_begun, in_sync.txn_placed = cluster.txn_begun, cluster.txn_placed
+        self.assertIsNone(in_sync.hanging_by_log_loss({0: 4}))  # broker 2 held it, and never crashed
+
+    def test_transactions_beyond_a_hanging_one_are_not_read_and_a_lost_prepare_commit_aborts(self) -> None:
+        """
+        Past where a hanging transaction stopped the read, a transaction is
+        neither visible nor lost; before it, a committed one must be visible
+        unless its coordinator's log lost the commit by Kafka's contract
+        after it was asked (the coordinator then aborts it).
+        """
+        cluster = self._two_brokers_whose_transaction_log_leader_crashed_alone_in_its_isr([1])
+        cluster.txn_values = {0: [b"T0-0"], 1: [b"T1-0", b"T1-1"], 2: [b"T2-0"], 3: [b"T3-0"], 4: [b"T4-0"]}
+        cluster.txn_partitions = {0: [0], 1: [0, 1], 2: [1], 3: [1], 4: [0]}
+        cluster.txn_outcomes = {0: "committed", 1: "unknown", 2: "committed", 3: "committed", 4: "aborted"}
+        cluster.txn_placed.update({0: [(0, 4)], 1: [(0, 6), (1, 1)], 2: [(1, 3)], 3: [(1, 5)], 4: [(0, 8)]})
+        cluster.txn_holders = {0: (12.0, {0: frozenset({1, 2})}), 2: (15.0, {1: frozenset({2})}),
+                               3: (22.0, {1: frozenset({2})})}
+        cluster.unreadable = {0: 4}
+        cluster.check_transactions({0: [], 1: [(1, b"T1-1")]})
+        # 0 and 1 lie past the hanging read of partition 0 (1 is partly visible, at 1@1); 2's commit, asked
+        # at 15 s, was lost with the coordinator's log at 20 s; 3's was asked after that crash
+        self.assertEqual([v.detail for v in cluster.violations], ["transaction 3: 0 of its 1 records read committed"])
+        self.assertEqual(cluster.exercised["transactions unread beyond a hanging one"], 2)
+        self.assertEqual(cluster.exercised["committed transactions lost with their coordinator's unsynced log"], 1)
 
     def test_two_leaders_in_one_epoch(self) -> None:
         path = "/kafkatw/brokers/topics/sim/partitions/0/state"
