@@ -1250,7 +1250,8 @@ class Cluster:
             # and the transactions' topics, with the seed's assignment (the broker's own would draw
             # it from the random module); __transaction_state as the broker creates it
             topics.append((TXN_TOPIC, self.settings.partitions, {}))
-            topics.append((TRANSACTION_STATE_TOPIC, TRANSACTION_STATE_PARTITIONS, transaction_state_create_configs(self.broker_config(1))))
+            topics.append((TRANSACTION_STATE_TOPIC, TRANSACTION_STATE_PARTITIONS,
+                           transaction_state_create_configs(self.broker_config(1))))
         for topic, partitions, configs in topics:
             assignment = assign_replicas(partitions, min(3, len(self.brokers)), sorted(self.brokers), random=rng)
             registry.create_topic(topic, assignment, configs, uuid.UUID(int=rng.getrandbits(128)))
@@ -1499,18 +1500,19 @@ class Cluster:
         stopped (C{stopped}: partition -> the offset it stopped at) if each
         is one that its coordinator's log lost by Kafka's contract
         (L{coordinator_log_lost}) since it began: a "hanging" transaction
-        (KIP-664) that no end marker will close; else C{None}.  Each
+        (KIP-664) that no end marker will close (their numbers, once
+        each); else C{None}.  Each
         stopping offset must be a record of a transaction whose place the
         simulation knows (L{txn_placed}).
         """
         starts = {place: number for number, placed in self.txn_placed.items() for place in placed}
-        hanging = []
+        hanging = set()
         for partition, offset in sorted(stopped.items()):
             number = starts.get((partition, offset))
             if number is None or not self.coordinator_log_lost(self.txn_begun[number]):
                 return None
-            hanging.append(number)
-        return hanging
+            hanging.add(number)
+        return sorted(hanging)
 
     def coordinator_log_lost(self, since: float) -> bool:
         """
