@@ -272,17 +272,28 @@ class KafkaClient:
         return connection.versions if connection is not None else {}
 
     def least_loaded_node(self) -> int:
-        """A connected broker with the fewest requests in flight, else a known or bootstrap one."""
+        """
+        A connected broker with the fewest requests in flight, else a known
+        broker not waiting to reconnect, else a bootstrap server not waiting
+        to reconnect, else any known broker or bootstrap server.
+
+        When every broker the last metadata named is unreachable, the client
+        goes back to its bootstrap servers: Kafka's
+        C{metadata.recovery.strategy=rebootstrap} (KIP-899), the default since
+        Kafka 4.0 (KIP-1102).  The metadata may name only brokers that have
+        gone since (a cluster's one live broker then), while a bootstrap
+        server leads the partitions now.
+        """
         connected = [(c.in_flight, n) for n, c in self._connections.items() if c.connected]
         if connected:
             return min(connected)[1]
         now = self.reactor.seconds()
-        known = [n for n in self.brokers if self._retry_at.get(n, 0) <= now] or list(self.brokers)
+        known = [n for n in self.brokers if self._retry_at.get(n, 0) <= now]
         if known:
             return self._random.choice(known)
         candidates = [-(i + 1) for i in range(len(self.bootstrap))]
-        ready = [n for n in candidates if self._retry_at.get(n, 0) <= now] or candidates
-        return self._random.choice(ready)
+        ready = [n for n in candidates if self._retry_at.get(n, 0) <= now]
+        return self._random.choice(ready or list(self.brokers) or candidates)
 
     # --- metadata --------------------------------------------------------------
 

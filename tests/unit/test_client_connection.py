@@ -5,10 +5,14 @@ StringTransport and MemoryReactorClock, no sockets, no sleeps.
 
 from __future__ import annotations
 
+import random
 import struct
 
 from twisted.internet import defer
+from twisted.internet.endpoints import TCP4ClientEndpoint
+from twisted.internet.error import ConnectionRefusedError
 from twisted.internet.testing import MemoryReactorClock, StringTransport
+from twisted.python.failure import Failure
 from twisted.trial import unittest
 
 from kafkatw.client.client import KafkaClient
@@ -190,6 +194,25 @@ class KafkaClientTests(unittest.TestCase):
         self.assertTrue(client.metadata_stale())
         client.invalidate()
         self.assertTrue(client.metadata_stale())
+
+    def test_metadata_goes_back_to_the_bootstrap_servers_when_every_known_broker_is_unreachable(self) -> None:
+        """
+        Kafka's C{metadata.recovery.strategy=rebootstrap} (KIP-899, the
+        default since 4.0): the last metadata named broker 1 alone, which has
+        gone; the refresh's next try is the bootstrap server, at once, not
+        broker 1 again after its backoff (simulation seed 140210: two brokers,
+        the producer asked the stopped one for 60 s while the other led).
+        """
+        clock = MemoryReactorClock()
+        client = KafkaClient(clock, "b2:9092", reconnect_backoff_ms=50, random_source=random.Random(1),
+                             endpoint_factory=lambda host, port, timeout_s: TCP4ClientEndpoint(clock, host, port))
+        client.brokers = {1: ("b1", 9092)}
+        refreshed = client.refresh_metadata()
+        self.assertEqual([c[0] for c in clock.tcpClients], ["b1"])
+        clock.tcpClients[0][2].clientConnectionFailed(None, Failure(ConnectionRefusedError()))
+        self.assertEqual([c[0] for c in clock.tcpClients], ["b1", "b2"])  # the bootstrap server, at once
+        self.assertNoResult(refreshed)
+        self.assertEqual(client.least_loaded_node(), -1)
 
     def test_request_goes_straight_to_an_open_connection(self) -> None:
         """KafkaClient.request: the open connection's own Deferred, as send's answer; else through send."""
