@@ -911,6 +911,11 @@ class Cluster:
                 broker.zookeeper = None
                 broker.down_since = self.now()
                 broker.stopping = False
+                if self.healed:
+                    # stopped after the heal (a shutdown postponed by a pause the heal ended, or one for
+                    # a failed log dir): a supervisor starts it again at once, not at the next check,
+                    # which waiting for the liveness probes does not run (seed 146290)
+                    self.reactor.callLater(0, self.restart_stopped)
             if isinstance(result, Failure):
                 self.violation("clean shutdown", f"broker {broker_id}: {result.getErrorMessage()}")
 

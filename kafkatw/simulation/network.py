@@ -852,16 +852,23 @@ class SimulatedNetwork:
                 rto *= 2
                 if lost >= self.MAX_RETRANSMISSIONS:
                     sender.gave_up = True
-                    self.simulated.schedule(sender.reactor, extra, self._give_up, sender)
+                    # the kernel's timer: it runs whatever the process does meanwhile (closes the
+                    # socket, dies), as the retransmissions of a closed socket go on (seed 146376)
+                    self.simulated.schedule(None, extra, self._give_up, sender)
                     return None
         return extra
 
     def _give_up(self, sender: SimulatedTransport) -> None:
-        """The sender's TCP gave up retransmitting: its end is reset, and a reset goes to the peer."""
-        if sender.closed or not sender.reactor.alive:
-            return
+        """
+        The sender's TCP gave up retransmitting: its end is reset (if its
+        process still has it open), and a reset goes to the peer -- also when
+        the process closed the socket or died meanwhile: the FIN or reset it
+        sent then was dropped behind the lost message, and the kernel's
+        retransmissions went on without it.
+        """
         peer = sender.peer
-        sender._lost(error.ConnectionLost())
+        if not sender.closed and sender.reactor.alive:
+            sender._lost(error.ConnectionLost())
         if peer is not None and not peer.closed:
             self._schedule(sender, _RESET, b"")
 

@@ -289,6 +289,26 @@ class ImpairedLinkTests(SynchronousTestCase):
         self.reactor.run_until(self.reactor.seconds() + 11)
         self.assertEqual(again.failed, [error.TimeoutError])
 
+    def test_a_sender_that_gave_up_resets_the_peer_even_after_closing_and_dying(self) -> None:
+        """
+        The lost message's retransmissions are the kernel's: the sender's
+        process closing its end (a FIN, dropped behind the message) and then
+        dying do not stop them, and the peer sees the reset when they end
+        (seed 146376: a producer kept a dead broker's connection for good).
+        """
+        client = self.connected()
+        self.network.impair("b", "a", Impairment(loss=1.0))
+        start = self.reactor.seconds()
+        self.servers[0].transport.write(b"never")
+        self.servers[0].transport.loseConnection()
+        self.b.kill()
+        stall = sum(SimulatedNetwork.RTO_S * 2 ** i for i in range(SimulatedNetwork.MAX_RETRANSMISSIONS))
+        self.reactor.run_until(start + stall - 0.001)
+        self.assertEqual(client.protocol_instance.lost, [])
+        self.reactor.run_until(start + stall + 0.021)
+        self.assertEqual(client.protocol_instance.lost, [error.ConnectionLost])
+        self.assertEqual(client.protocol_instance.received, [])
+
 
 class ClockJumpTests(SynchronousTestCase):
     """
@@ -780,6 +800,16 @@ class BatchTests(SynchronousTestCase):
             # two brokers: the last metadata named the one that then stopped; the producer asked it
             # alone for metadata for 60 s while the other led (KIP-899's rebootstrap)
             140210: Settings(brokers=2, disk_model=True, faults=12, link_faults=4, start_zookeeper_drops=2.0),
+            # (the simulation's own bug) a shutdown postponed by a pause came due after the heal, while
+            # the liveness probes waited: nothing started the broker again, its partitions stayed unled
+            146290: Settings(brokers=2, transactions=True, groups=True, faults=14, fault_window_s=45.0, link_faults=4,
+                             start_zookeeper_drops=2.0),
+            # (the simulation's own bug) a broker's end gave up retransmitting, then closed and died:
+            # its give-up timer died with it, and the producer kept the half-open connection for good
+            146376: Settings(brokers=2, transactions=True, groups=True, faults=14, fault_window_s=45.0, link_faults=4,
+                             start_zookeeper_drops=2.0),
+            152018: Settings(disk_model=True, disk_errors=8, faults=16, fault_window_s=60.0, link_faults=6,
+                             transactions=True, groups=True, admin_operations=4, segment_bytes=2048, value_bytes=500),
             # (the checker) a double fault Kafka's contract allows: the one record lost had been held
             # only by the two replicas that both crashed losing their unsynced bytes
             94037: Settings(zookeeper_latency_ms=60, disk_model=True, faults=12, link_faults=4,
