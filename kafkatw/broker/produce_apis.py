@@ -16,7 +16,8 @@ from typing import Any, Callable
 
 from twisted.internet import defer
 
-from ..errors import CorruptRecordError, ErrorCode, KafkaError
+from ..errors import CorruptRecordError, ErrorCode, KafkaError, kafka_error
+from ..protocol.batch import HEADER_STRUCT, unpack_header
 from ..protocol.messages import RequestHeader, simple_produce_decoder
 from ..protocol.produce import encode_produce_response
 from ..security.acl import AclOperation
@@ -24,6 +25,20 @@ from .partition import LEADER
 from .request_context import ConnectionContext, RequestContext
 
 __all__ = ["PRODUCE_VERSIONS", "ProduceApis", "ProduceRun"]
+
+#: a record batch's transactional attribute bit
+_TRANSACTIONAL = 0x10
+
+#: Kafka's mapping of a partition verification's errors for the producer (KIP-890): what it can retry,
+#: and a fenced producer.
+_VERIFICATION_ERRORS = {
+    ErrorCode.coordinator_not_available: ErrorCode.not_enough_replicas,
+    ErrorCode.not_coordinator: ErrorCode.not_enough_replicas,
+    ErrorCode.coordinator_load_in_progress: ErrorCode.not_enough_replicas,
+    ErrorCode.concurrent_transactions: ErrorCode.not_enough_replicas,
+    ErrorCode.producer_fenced: ErrorCode.invalid_producer_epoch,
+    ErrorCode.invalid_producer_id_mapping: ErrorCode.invalid_producer_epoch,
+}
 
 #: API key -> (min version, max version) served (message format v2 only: v3+).
 PRODUCE_VERSIONS: dict[int, tuple[int, int]] = {0: (3, 9)}
@@ -172,6 +187,10 @@ class ProduceApis:
                 for t in request.topic_data
             ]
         else:
+            unverified = self._unverified(request) if request.transactional_id is not None else None
+            if unverified:
+                d = self._produce_verified(context, request, unverified, produce_bytes)
+                return d if run is None else run.add(lambda errors: d)
             # acks=0 in a run: nobody reads the partition responses (no quotas there, no answer)
             results = self._produce_append(context, request, required, run is None,
                                            run is None or acks != 0)
@@ -182,8 +201,80 @@ class ProduceApis:
                                                                errors))
         return self._produce_finish(context, request, results, required, produce_bytes)
 
+    def _unverified(self, request: Any) -> list[tuple[str, int, int, int, object]]:
+        """
+        The partitions of a transactional Produce whose batch would start a
+        transaction there, to be verified with the transaction coordinator
+        first (KIP-890, C{transaction.partition.verification.enable}): led
+        here, a transactional batch of a producer with no transaction open
+        on the partition at that epoch.  Each gets the producer's
+        verification guard on the partition (made if none is under way).
+
+        @return: C{[(topic, partition, producer id, producer epoch, guard), ...]}.
+        """
+        if self.transactions is None or not self.config["transaction.partition.verification.enable"]:
+            return []
+        found = []
+        partitions = self.replica_manager.partitions
+        for topic in request.topic_data:
+            for p in topic.partition_data:
+                records = p.records
+                if not records or len(records) < HEADER_STRUCT.size:
+                    continue  # the append answers it
+                h = unpack_header(records)
+                if h.producer_id < 0 or not h.attributes & _TRANSACTIONAL or h.is_control:
+                    continue
+                partition = partitions.get((topic.name, p.index))
+                if partition is None or partition.role != LEADER or partition.log is None:
+                    continue
+                state = partition.log.producer_state
+                entry = state.get(h.producer_id)
+                if entry is not None and entry.epoch == h.producer_epoch and entry.current_txn_first_offset is not None:
+                    continue
+                guard = state.verification_guards.setdefault(h.producer_id, object())
+                found.append((topic.name, p.index, h.producer_id, h.producer_epoch, guard))
+        return found
+
+    def _produce_verified(self, context: RequestContext, request: Any,
+                          unverified: list[tuple[str, int, int, int, object]], produce_bytes: int) -> defer.Deferred:
+        """
+        Verify C{unverified} (L{_unverified}) with the transactional id's
+        coordinator, then append the request as L{handle_produce} does; a
+        partition the coordinator does not place in the producer's ongoing
+        transaction, or whose guard a marker dropped meanwhile, is not
+        appended: C{INVALID_TXN_STATE} (a late batch of a transaction that
+        has ended), C{INVALID_PRODUCER_EPOCH} (another producer id or epoch
+        holds the transactional id), or C{NOT_ENOUGH_REPLICAS} (retriable:
+        the coordinator could not answer now), as Kafka's
+        C{ReplicaManager.appendRecords} maps them for clients.
+
+        @return: a Deferred firing with the answer (see L{_produce_finish}).
+        """
+        _, _, producer_id, producer_epoch, _ = unverified[0]
+        d = self.transactions.verify(request.transactional_id, producer_id, producer_epoch,
+                                     [(topic, partition) for topic, partition, _, _, _ in unverified])
+
+        def verified(codes: dict[tuple[str, int], ErrorCode]) -> Any:
+            refused: dict[tuple[str, int], ErrorCode] = {}
+            partitions = self.replica_manager.partitions
+            for topic, index, pid, _, guard in unverified:
+                code = codes.get((topic, index), ErrorCode.coordinator_not_available)
+                partition = partitions.get((topic, index))
+                if code == ErrorCode.none and (partition is None or partition.log is None
+                                               or partition.log.producer_state.verification_guards.get(pid)
+                                               is not guard):
+                    code = ErrorCode.invalid_txn_state  # a marker ended the transaction after the answer
+                if code != ErrorCode.none:
+                    refused[(topic, index)] = _VERIFICATION_ERRORS.get(code, code)
+            required: dict[tuple[str, int], int] = {}
+            results = self._produce_append(context, request, required, refused=refused)
+            return self._produce_finish(context, request, results, required, produce_bytes)
+
+        return d.addCallback(verified)
+
     def _produce_append(self, context: RequestContext, request: Any, required: dict[tuple[str, int], int],
-                        write: bool = True, answered: bool = True) -> list:
+                        write: bool = True, answered: bool = True,
+                        refused: dict[tuple[str, int], ErrorCode] | None = None) -> list:
         """
         Append a Produce request's partitions (with C{write=False}, see
         L{kafkatw.broker.replica_manager.ReplicaManager.append}); fill
@@ -192,6 +283,8 @@ class ProduceApis:
 
         @param answered: C{False}: the partition responses of appended
             partitions are not built (an acks=0 request, answered by nobody).
+        @param refused: partitions answered with an error, not appended
+            (L{_produce_verified}).
         @return: C{[(topic, [partition response dict, ...]), ...]}.
         """
         results = []
@@ -210,6 +303,10 @@ class ProduceApis:
             for p in topic.partition_data:
                 records = p.records
                 try:
+                    if refused and (name, p.index) in refused:
+                        code = refused[(name, p.index)]
+                        raise kafka_error(code, f"{name}-{p.index}: the transaction coordinator answered"
+                                                f" the verification of the batch with {code.name}")
                     if records is None:
                         raise CorruptRecordError("a null record set")
                     result = append(name, p.index, records, min_isr(name) if min_isr is not None else None, write)

@@ -270,6 +270,8 @@ class KafkaServer(service.MultiService):
         self.controller: KafkaController | None = None
         self.fetcher_manager: ReplicaFetcherManager | None = None
         self.inter_broker_client: Any = None
+        #: the coordinators' client to other brokers (L{_start_fetchers})
+        self.coordinator_client: Any = None
         self._state_watches: dict[tuple[str, int], Any] = {}
         self.apis: KafkaApis | None = None
         self.admin: AdminManager | None = None
@@ -645,6 +647,15 @@ class KafkaServer(service.MultiService):
             self.reactor, "127.0.0.1:1", client_id=f"broker-{self.broker_id}-fetcher",
             request_timeout_ms=self.config["replica.socket.timeout.ms"], security=self.inter_broker_security(),
             random_source=self.random_source)
+        # The coordinators' requests to other brokers (WriteTxnMarkers, KIP-890's verification, the
+        # share-group state) go through connections of their own, as Kafka's channel managers' do: a
+        # WriteTxnMarkers waits for the followers to fetch the markers, and queued on a follower's
+        # fetch connection behind it, it held that fetch's answer until a request timed out.
+        self.coordinator_client = KafkaClient(
+            self.reactor, "127.0.0.1:1", client_id=f"broker-{self.broker_id}-coordinator",
+            request_timeout_ms=self.config["replica.socket.timeout.ms"], security=self.inter_broker_security(),
+            random_source=self.random_source)
+        self.coordinator_client.brokers = self.inter_broker_client.brokers  # the addresses the fetchers keep
         assert self.replica_manager is not None
         self.fetcher_manager = ReplicaFetcherManager(
             self.broker_id, self.config, self.inter_broker_client, self.reactor, self._broker_address,
@@ -657,6 +668,8 @@ class KafkaServer(service.MultiService):
             stopping = self._fetchers_stopping or self.fetcher_manager.stop()
             await self.inter_broker_client.close()  # fails requests in flight: the fetchers' loops end
             await stopping
+        if self.coordinator_client is not None:
+            await self.coordinator_client.close()
 
     async def _start_controller(self) -> None:
         self.controller = KafkaController(self.broker_id, self.config, self.registry, self.metadata,
@@ -739,10 +752,11 @@ class KafkaServer(service.MultiService):
         self.apis.authorizer = authorizer_from_config(config, self.registry, now_ms=self.milliseconds)
         if self.apis.authorizer is not None:
             await step("loading the ACLs", self.apis.authorizer.start)  # every ACL cached before the first request
-        client = self.inter_broker_client
+        client = self.coordinator_client
         self.transactions = TransactionWiring(
             config, self.replica_manager, self.metadata, self.admin, self.registry,
-            lambda broker, api_key, body: defer.Deferred.fromCoroutine(client.send(broker, api_key, body)),
+            lambda broker, api_key, body, version=None: defer.Deferred.fromCoroutine(
+                client.send(broker, api_key, body, version=version)),
             self.reactor, self.milliseconds)
         self.apis.transactions = self.transactions
         self.transactions.start()

@@ -69,7 +69,7 @@ from .transaction_log import (
     transaction_state_create_configs,
 )
 from .transaction_markers import TransactionMarkerChannel
-from .transaction_state import TRANSACTION_STATE_TOPIC
+from .transaction_state import TRANSACTION_STATE_TOPIC, TopicPartition
 
 __all__ = ["TransactionApis", "TransactionWiring", "TRANSACTION_VERSIONS"]
 
@@ -81,11 +81,12 @@ _TXN_ID = ResourceType.TRANSACTIONAL_ID
 #: Kafka's C{Topic.isInternal}: AddPartitionsToTxn refuses these as unauthorized.
 _INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
 
-#: API key -> (min, max) version served for transactions (transactions v1;
-#: KIP-890's v2 versions are not served).
+#: API key -> (min, max) version served for transactions (transactions v1, and
+#: KIP-890's partition verification: AddPartitionsToTxn v4, sent by brokers;
+#: KIP-890's transactions v2 versions are not served).
 TRANSACTION_VERSIONS: dict[int, tuple[int, int]] = {
     22: (0, 4),  # InitProducerId (idempotent and transactional producers)
-    24: (0, 3),  # AddPartitionsToTxn (v4+: KIP-890's broker-side verification)
+    24: (0, 4),  # AddPartitionsToTxn (v4: KIP-890's batched form, sent by brokers to verify; v5: v2)
     25: (0, 3),  # AddOffsetsToTxn
     26: (0, 3),  # EndTxn (v4: KIP-890's TRANSACTION_ABORTABLE, v5: transactions v2)
     27: (1, 1),  # WriteTxnMarkers (v0 is gone from Kafka 4's definitions; v2: KIP-1228)
@@ -126,6 +127,7 @@ class TransactionWiring:
         self.admin = admin
         self.reactor = reactor
         self.now_ms = now_ms
+        self.send = send
         self.log = ReplicatedTransactionLog(replica_manager, now_ms, config["offsets.commit.timeout.ms"] * 6)
         self.channel = TransactionMarkerChannel(reactor, lambda broker, body: send(broker, 27, body),
                                                 self.leader_for)
@@ -146,6 +148,52 @@ class TransactionWiring:
     def partition_exists(self, topic: str, partition: int) -> bool:
         meta = self.metadata.topics.get(topic)
         return meta is not None and partition in meta.partitions
+
+    def verify(self, transactional_id: str, producer_id: int, producer_epoch: int,
+               partitions: list[TopicPartition]) -> defer.Deferred:
+        """
+        Ask C{transactional_id}'s coordinator whether C{partitions} are in
+        the producer's ongoing transaction (KIP-890's partition
+        verification): this broker's own coordinator directly, another's by
+        AddPartitionsToTxn v4 with C{verify_only}.
+
+        @return: a Deferred firing with C{{(topic, partition): ErrorCode}}
+            (L{TransactionCoordinator.verify_partitions_in_txn}); it never
+            fails: no coordinator known, or no answer from it, is
+            C{COORDINATOR_NOT_AVAILABLE} for each partition.
+        """
+        unavailable = {tp: ErrorCode.coordinator_not_available for tp in partitions}
+        leader = self.metadata.leader(TRANSACTION_STATE_TOPIC, self.coordinator.partition_for(transactional_id))
+        if leader is None or leader < 0:
+            return defer.succeed(unavailable)
+        if leader == self.replica_manager.broker_id:
+            return defer.succeed(self.coordinator.verify_partitions_in_txn(
+                transactional_id, producer_id, producer_epoch, partitions))
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in partitions:
+            by_topic.setdefault(topic, []).append(partition)
+        body = {"transactions": [{"transactional_id": transactional_id, "producer_id": producer_id,
+                                  "producer_epoch": producer_epoch, "verify_only": True,
+                                  "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}]}
+
+        def answered(response: Any) -> dict[TopicPartition, ErrorCode]:
+            codes = dict(unavailable)
+            if response.error_code != ErrorCode.none:
+                return {tp: ErrorCode(int(response.error_code)) for tp in partitions}
+            for txn in response.results_by_transaction:
+                for topic in txn.topic_results:
+                    for p in topic.results_by_partition:
+                        key = (topic.name, int(p.partition_index))
+                        if key in codes:
+                            codes[key] = ErrorCode(int(p.partition_error_code))
+            return codes
+
+        def failed(failure: Any) -> dict[TopicPartition, ErrorCode]:
+            _log.info("verifying partitions of transactional id {id} with broker {broker} failed: {error}",
+                      id=transactional_id, broker=leader, error=failure.getErrorMessage())
+            return unavailable
+
+        return self.send(leader, 24, body, version=4).addCallbacks(answered, failed)
 
     def start(self) -> None:
         """Start the coordinator's timers and follow the leadership of ``__transaction_state``."""
@@ -400,6 +448,8 @@ class TransactionApis:
 
     def handle_add_partitions_to_txn(self, context: Any, request: Any) -> Any:
         version = context.api_version
+        if version >= 4:
+            return self._add_partitions_to_txns(context, request)
         topics = request.v3_and_below_topics
         wanted = [(t.name, int(p)) for t in topics for p in t.partitions]
 
@@ -430,6 +480,46 @@ class TransactionApis:
                                               request.v3_and_below_producer_id,
                                               request.v3_and_below_producer_epoch, wanted)
         return d.addCallback(answer)
+
+    def _add_partitions_to_txns(self, context: Any, request: Any) -> Any:
+        """
+        AddPartitionsToTxn v4+ (KIP-890): several transactions, sent by a
+        broker (ClusterAction on the cluster, else the top-level
+        C{CLUSTER_AUTHORIZATION_FAILED}, as in Kafka).  A transaction with
+        C{verify_only} is checked, not changed
+        (L{TransactionCoordinator.verify_partitions_in_txn}): a partition
+        leader asks before it appends a batch that starts a transaction; the
+        others are added as v3 adds them.
+        """
+        if self.authorizer is not None and not self._allowed(context, _O.CLUSTER_ACTION, ResourceType.CLUSTER):
+            return self._respond(context, {"throttle_time": 0, "error_code": int(_E.cluster_authorization_failed),
+                                           "results_by_transaction": []})
+        coordinator = self._coordinator
+        answers: list[defer.Deferred] = []
+        for txn in request.transactions:
+            wanted = [(t.name, int(p)) for t in txn.topics for p in t.partitions]
+            if coordinator is None:
+                d = defer.succeed({tp: _E.coordinator_not_available for tp in wanted})
+            elif txn.verify_only:
+                d = defer.succeed(coordinator.verify_partitions_in_txn(
+                    txn.transactional_id, int(txn.producer_id), int(txn.producer_epoch), wanted))
+            else:
+                d = coordinator.add_partitions_to_txn(txn.transactional_id, int(txn.producer_id),
+                                                      int(txn.producer_epoch), wanted)
+            answers.append(d)
+
+        def answer(results: list) -> bytes:
+            by_transaction = []
+            for txn, codes in zip(request.transactions, results):
+                by_topic: dict[str, list] = {}
+                for (name, p), code in codes.items():
+                    by_topic.setdefault(name, []).append({"partition_index": p, "partition_error_code": int(code)})
+                by_transaction.append({"transactional_id": txn.transactional_id, "topic_results": [
+                    {"name": name, "results_by_partition": partitions} for name, partitions in by_topic.items()]})
+            return self._respond(context, {"throttle_time": 0, "error_code": 0,
+                                           "results_by_transaction": by_transaction})
+
+        return defer.gatherResults(answers, consumeErrors=True).addCallback(answer)
 
     def _simple(self, context: Any, api_key: int, d: defer.Deferred | None) -> Any:
         def answer(code: ErrorCode) -> bytes:

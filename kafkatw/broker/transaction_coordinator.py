@@ -624,6 +624,35 @@ class TransactionCoordinator:
         d = defer.Deferred.fromCoroutine(self._add_partitions(transactional_id, producer_id, producer_epoch, wanted))
         return d.addCallback(lambda code: {tp: code for tp in wanted})
 
+    def verify_partitions_in_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                                 partitions: Iterable[TopicPartition]) -> dict[TopicPartition, ErrorCode]:
+        """
+        AddPartitionsToTxn v4+ with C{verify_only} (KIP-890), asked by a
+        partition leader before it appends a batch that starts a transaction
+        there: C{NONE} for each partition in the producer's ongoing
+        transaction, else C{INVALID_TXN_STATE}; every partition gets
+        C{INVALID_PRODUCER_ID_MAPPING} for another producer id,
+        C{PRODUCER_FENCED} for another epoch, C{CONCURRENT_TRANSACTIONS} while
+        the transaction ends, or the lookup's error (C{NOT_COORDINATOR},
+        C{COORDINATOR_LOAD_IN_PROGRESS}). Nothing is written (Kafka's
+        C{TransactionCoordinator.handleVerifyPartitionsInTransaction}).
+        """
+        wanted = list(partitions)
+        error, _, _, meta = self._lookup_transaction(transactional_id)
+        if meta is not None:
+            if meta.producer_id != producer_id:
+                error = _E.invalid_producer_id_mapping
+            elif meta.producer_epoch != producer_epoch:
+                error = _E.producer_fenced
+            elif meta.state in (_S.PREPARE_COMMIT, _S.PREPARE_ABORT) or \
+                    (meta.pending_state is not None and meta.pending_state != _S.ONGOING):
+                error = _E.concurrent_transactions
+        if error != _E.none:
+            return {tp: error for tp in wanted}
+        assert meta is not None
+        ongoing = meta.state == _S.ONGOING
+        return {tp: _E.none if ongoing and tp in meta.topic_partitions else _E.invalid_txn_state for tp in wanted}
+
     def add_offsets_to_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
                            group_id: str) -> defer.Deferred:
         """

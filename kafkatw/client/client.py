@@ -239,16 +239,20 @@ class KafkaClient:
             del self._connections[node_id]
 
     async def send(self, node_id: int, api_key: int, body: Any, expect_response: bool = True,
-                   timeout_ms: int | None = None) -> Any:
+                   timeout_ms: int | None = None, version: int | None = None) -> Any:
         """
         Send one request to broker C{node_id}.
 
+        @param version: the request's version; default: the one negotiated
+            with the broker (a broker's own request to another, e.g.
+            AddPartitionsToTxn v4, names a version clients do not send).
         @return: the kio response (C{None} when C{expect_response} is false).
         @raise BrokerConnectionError: the broker cannot be reached.
         @raise RequestTimedOutError: no response in time.
         """
         connection = await self.connection(node_id)
-        return await connection.request(api_key, body, expect_response=expect_response, timeout_ms=timeout_ms)
+        return await connection.request(api_key, body, version=version, expect_response=expect_response,
+                                        timeout_ms=timeout_ms)
 
     def request(self, node_id: int, api_key: int, body: Any, expect_response: bool = True,
                 timeout_ms: int | None = None) -> defer.Deferred:

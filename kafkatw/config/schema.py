@@ -434,6 +434,11 @@ BROKER_CONFIG: dict[str, ConfigKey] = {
         ConfigKey("transaction.max.timeout.ms", int, 900000,
                   "Largest `transaction.timeout.ms` a producer may ask for in InitProducerId (else "
                   "`INVALID_TRANSACTION_TIMEOUT`).", "ms"),
+        ConfigKey("transaction.partition.verification.enable", _bool, True,
+                  "A partition leader asks the transaction coordinator (AddPartitionsToTxn v4, verify only) "
+                  "whether a transactional batch that starts a transaction on the partition belongs to the "
+                  "producer's ongoing transaction before appending it (KIP-890): a late or stray write "
+                  "cannot start a transaction its coordinator will never end."),
         ConfigKey("transactional.id.expiration.ms", int, 604800000,
                   "A transactional id with no open transaction and no update for this long is forgotten "
                   "(a tombstone in `__transaction_state`).", "ms"),

@@ -140,6 +140,11 @@ class ProducerStateManager:
         self.ongoing: dict[int, int] = {}
         #: completed transactions whose marker the high watermark has not passed yet, in log order
         self.unreplicated: deque[CompletedTxn] = deque()
+        #: producer id -> the guard of a verification under way (KIP-890's C{VerificationGuard}): a
+        #: leader asked the coordinator whether the producer's next transactional batch belongs to its
+        #: ongoing transaction; a marker (or a truncation) in between drops it, so the answer no longer
+        #: counts (L{kafkatw.broker.produce_apis})
+        self.verification_guards: dict[int, object] = {}
 
     def __len__(self) -> int:
         return len(self.producers)
@@ -148,6 +153,7 @@ class ProducerStateManager:
         self.producers.clear()
         self.ongoing.clear()
         self.unreplicated.clear()
+        self.verification_guards.clear()
 
     def snapshot(self, offset: int) -> bytes:
         """
@@ -281,6 +287,7 @@ class ProducerStateManager:
             return None
         entry = self.producers.get(pid)
         if h.is_control:
+            self.verification_guards.pop(pid, None)
             if entry is None:
                 entry = self.producers[pid] = ProducerEntry(pid, h.producer_epoch)
             elif h.producer_epoch > entry.epoch:
@@ -333,6 +340,7 @@ class ProducerStateManager:
 
     def truncate_to(self, offset: int) -> None:
         """Forget batches at or above C{offset} (log truncation)."""
+        self.verification_guards.clear()
         for pid in list(self.producers):
             entry = self.producers[pid]
             kept = [b for b in entry.batches if b.last_offset < offset]

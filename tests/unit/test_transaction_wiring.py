@@ -9,8 +9,10 @@ from __future__ import annotations
 import datetime
 import os
 from typing import Any
+from unittest import mock
 
 from twisted.internet import defer
+from twisted.internet.error import ConnectionRefusedError
 from twisted.internet.testing import EventLoggingObserver
 from twisted.logger import formatEvent, globalLogPublisher
 from twisted.trial import unittest
@@ -23,7 +25,8 @@ from kafkatw.broker.transaction_log import PendingOffsetStore, transaction_state
 from kafkatw.broker.transaction_state import TRANSACTION_STATE_TOPIC, TransactionState
 from kafkatw.config import BrokerConfig
 from kafkatw.errors import ErrorCode
-from kafkatw.protocol.batch import build_batch, parse_batch_headers
+from kafkatw.protocol.batch import build_batch, parse_batch_headers, unpack_header
+from kafkatw.protocol.control import encode_marker_batch
 from kafkatw.protocol.messages import decode_response, encode_request, parse_request_header
 
 from .test_broker import BrokerHarness
@@ -328,10 +331,83 @@ class TransactionFlowTests(unittest.TestCase):
                  for p in t.partitions}
         self.assertEqual(codes, {("nope", 0): ErrorCode.unknown_topic_or_partition, ("t", 0): ErrorCode.none})
         body["markers"][0]["producer_epoch"] = self.epoch - 1 if self.epoch > 0 else -1
-        h.txn_produce("t", 1, self.pid, self.epoch + 1, 0)
+        # a newer epoch in the partition's log (straight into the log: the produce path would ask the
+        # coordinator, which knows no such epoch)
+        h.replica_manager.append("t", 1, build_batch([(b"k", b"v")], producer_id=self.pid,
+                                                     producer_epoch=self.epoch + 1, base_sequence=0,
+                                                     attributes=0x10), None)
         body["markers"][0]["topics"] = [{"name": "t", "partition_indexes": [1]}]
         response = h.call(27, 1, body)
         self.assertEqual(response.markers[0].topics[0].partitions[0].error_code, ErrorCode.invalid_producer_epoch)
+
+    def test_a_batch_that_starts_a_transaction_is_verified_with_the_coordinator(self) -> None:
+        """
+        KIP-890's partition verification: a transactional batch that would
+        start a transaction on a partition is appended only when the
+        coordinator places the partition in the producer's ongoing
+        transaction.  A late batch of a transaction that has ended (its
+        abort's marker written) is refused, and so is one of another epoch;
+        a batch after the first of a transaction on the partition is not
+        asked about again.
+        """
+        h = self.h
+        self.assertEqual(h.txn_produce("t", 0, self.pid, self.epoch, 0).error_code,
+                         ErrorCode.invalid_txn_state)  # no transaction holds t-0 yet
+        h.add(self.pid, self.epoch, ("t", 0))
+        self.assertEqual(h.txn_produce("t", 0, self.pid, self.epoch, 0).error_code, ErrorCode.none)
+        with mock.patch.object(h.wiring.coordinator, "verify_partitions_in_txn",
+                               side_effect=AssertionError("asked again")):
+            self.assertEqual(h.txn_produce("t", 0, self.pid, self.epoch, 2).error_code, ErrorCode.none)
+        self.assertEqual(h.end(self.pid, self.epoch, False).error_code, ErrorCode.none)
+        h.settle()
+        # the batch the producer sent next, arriving after the abort's marker: it would start a
+        # transaction on t-0 that no marker ends (simulation seed 151169)
+        self.assertEqual(h.txn_produce("t", 0, self.pid, self.epoch, 4).error_code, ErrorCode.invalid_txn_state)
+        self.assertEqual(h.txn_produce("t", 0, self.pid, self.epoch + 1, 0).error_code,
+                         ErrorCode.invalid_producer_epoch)
+        self.assertEqual(h.fetch("t", 0, 0).last_stable_offset, h.fetch("t", 0, 0).high_watermark)
+
+    def test_a_marker_between_the_verification_and_the_append_refuses_the_batch(self) -> None:
+        """The answer is for the transaction open when it was asked: a marker written before it came
+        drops the producer's verification guard on the partition (Kafka's VerificationGuard)."""
+        h = self.h
+        h.add(self.pid, self.epoch, ("t", 0))
+        answer: defer.Deferred = defer.Deferred()
+        with mock.patch.object(h.wiring, "verify", return_value=answer):
+            records = build_batch([(b"k", b"v")], producer_id=self.pid, producer_epoch=self.epoch,
+                                  base_sequence=0, attributes=0x10)
+            body = {"transactional_id": "tx", "acks": -1, "timeout": 1000,
+                    "topic_data": [{"name": "t", "partition_data": [{"index": 0, "records": records}]}]}
+            frame = encode_request(0, 9, 1, "producer", body)
+            result = h.apis.handle(parse_request_header(frame), frame)
+        h.replica_manager.partitions[("t", 0)].log.producer_state.load_batch(
+            unpack_header(encode_marker_batch(self.pid, self.epoch, 0, False, 0)))
+        answer.callback({("t", 0): ErrorCode.none})
+        response = decode_response(0, 9, self.successResultOf(result))[1]
+        self.assertEqual(response.responses[0].partition_responses[0].error_code, ErrorCode.invalid_txn_state)
+
+    def test_verification_asks_another_broker_with_add_partitions_to_txn_v4(self) -> None:
+        """The coordinator on another broker gets AddPartitionsToTxn v4, verify only; its answer is
+        read per partition, and no answer is COORDINATOR_NOT_AVAILABLE."""
+        h = self.h
+        h.add(self.pid, self.epoch, ("t", 1))
+        sent = []
+
+        def send(broker: int, api_key: int, body: dict, version: int | None = None) -> defer.Deferred:
+            sent.append((broker, api_key, version, body))
+            frame = encode_request(api_key, version, 7, "broker", body)
+            return defer.maybeDeferred(h.apis.handle, parse_request_header(frame), frame).addCallback(
+                lambda data: decode_response(api_key, version, data)[1])
+
+        h.wiring.send = send
+        with mock.patch.object(h.metadata, "leader", return_value=5):
+            codes = self.successResultOf(h.wiring.verify("tx", self.pid, self.epoch, [("t", 0), ("t", 1)]))
+            self.assertEqual(codes, {("t", 0): ErrorCode.invalid_txn_state, ("t", 1): ErrorCode.none})
+            self.assertEqual([(b, k, v, body["transactions"][0]["verify_only"]) for b, k, v, body in sent],
+                             [(5, 24, 4, True)])
+            h.wiring.send = lambda *args, **kwargs: defer.fail(ConnectionRefusedError())
+            codes = self.successResultOf(h.wiring.verify("tx", self.pid, self.epoch, [("t", 1)]))
+            self.assertEqual(codes, {("t", 1): ErrorCode.coordinator_not_available})
 
     def test_client_control_batch_refused(self) -> None:
         from kafkatw.protocol.control import encode_marker_batch
