@@ -815,7 +815,7 @@ class KafkaServer(service.MultiService):
         if self.freeze_after_start:
             gc.freeze()
         for port in self.bound.values():
-            if isinstance(port, abstract.FileDescriptor):
+            if isinstance(port, abstract.FileDescriptor) or callable(getattr(port, "startReading", None)):
                 port.startReading()  # accept: the connections that waited are answered now
         _log.info("broker {id} started at {endpoints} (cluster {cluster})", id=self.broker_id,
                   endpoints=",".join(f"{n}://{h}:{p}" for n, h, p in advertised), cluster=self.metadata.cluster_id)
@@ -885,7 +885,7 @@ class KafkaServer(service.MultiService):
                     f"cannot listen on {listener.source}: {_socket_error(e)}; stop what holds"
                     " the port or change listeners (--listeners)"
                 ) from None
-            if isinstance(port, abstract.FileDescriptor):
+            if isinstance(port, abstract.FileDescriptor) or callable(getattr(port, "stopReading", None)):
                 port.stopReading()  # listening, but accepting nothing until the broker has started
             self._listening_ports.append(port)
             self.bound[listener.name] = port

@@ -367,8 +367,19 @@ class NodeReactor:
 
 @implementer(IListeningPort)
 class _ListeningPort:
+    """
+    A listening socket.  L{stopReading} leaves it listening but accepting
+    nothing: the connections that arrive meanwhile wait in its backlog (the
+    kernel's accept queue) and are made, in order, at L{startReading}, as a
+    broker's listeners are until it has started (C{port.stopReading()} in
+    kafkatw/broker/server.py); closed before that, they are refused.
+    """
+
     def __init__(self, network: "SimulatedNetwork", reactor: NodeReactor, host: str, port: int, factory: Any) -> None:
         self.network, self.reactor, self.host, self.port, self.factory = network, reactor, host, port, factory
+        self.reading = True
+        #: the SYNs that arrived while not reading: L{SimulatedNetwork._syn}'s arguments
+        self.backlog: list[tuple] = []
 
     def getHost(self) -> IPv4Address:  # noqa: N802
         return IPv4Address("TCP", self.host, self.port)
@@ -376,9 +387,27 @@ class _ListeningPort:
     def startListening(self) -> None:  # noqa: N802
         pass
 
+    def stopReading(self) -> None:  # noqa: N802
+        self.reading = False
+
+    def startReading(self) -> None:  # noqa: N802
+        self.reading = True
+        backlog, self.backlog = self.backlog, []
+        for syn in backlog:
+            self.network._syn(*syn)
+
+    def refuse_backlog(self) -> None:
+        """The socket closed: the connections waiting in its backlog are reset."""
+        backlog, self.backlog = self.backlog, []
+        for client, connector, _, _, _ in backlog:
+            if connector.state == "connecting" and client.alive:
+                self.network._kernel_timer(client, self.network.latency(self.host, client.node), connector._fail,
+                                           error.ConnectionRefusedError())
+
     def stopListening(self) -> defer.Deferred:  # noqa: N802
         if self.network.listeners.get((self.host, self.port)) is self:
             del self.network.listeners[(self.host, self.port)]
+        self.refuse_backlog()
         return defer.succeed(None)
 
 
@@ -704,6 +733,9 @@ class SimulatedNetwork:
             self._kernel_timer(client, self.latency(host, client.node), connector._fail,
                                error.ConnectionRefusedError())
             return
+        if not listening.reading:  # into the accept queue until the process accepts (startReading)
+            listening.backlog.append((client, connector, host, port, retry_s))
+            return
         server = listening.reactor
         if self._cut(client.node, server.node):  # cut while the SYN was on its way
             self._kernel_timer(client, retry_s, self._attempt, client, connector, host, port, retry_s * 2)
@@ -934,6 +966,7 @@ class SimulatedNetwork:
         for key, listening in sorted(self.listeners.items()):
             if listening.reactor is reactor:
                 del self.listeners[key]
+                listening.refuse_backlog()
         for transport in sorted(self.transports, key=_transport_order):
             if transport.reactor is reactor and not transport.closed:
                 transport.closed = True

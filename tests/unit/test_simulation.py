@@ -289,6 +289,33 @@ class ImpairedLinkTests(SynchronousTestCase):
         self.reactor.run_until(self.reactor.seconds() + 11)
         self.assertEqual(again.failed, [error.TimeoutError])
 
+    def test_a_port_not_reading_keeps_connections_in_its_backlog_until_it_reads(self) -> None:
+        """
+        A broker's listeners accept nothing until it has started
+        (C{stopReading}): a connection waits in the backlog and is made at
+        C{startReading}; one waiting when the listener closes is refused
+        (seeds 153016, 153257: the simulation served a JoinGroup before the
+        broker had started, under its unfenced placement).
+        """
+        port = self.network.listeners[("b", 9092)]
+        port.stopReading()
+        waiting = _Client()
+        self.a.connectTCP("b", 9092, waiting, timeout=30)
+        self.reactor.run_until(self.reactor.seconds() + 5)
+        self.assertEqual((self.servers, waiting.protocol_instance.transport, waiting.failed), ([], None, []))
+        port.startReading()
+        self.reactor.run_until(self.reactor.seconds() + 0.1)
+        self.assertEqual(len(self.servers), 1)
+        self.assertIsNotNone(waiting.protocol_instance.transport)
+        port.stopReading()
+        refused = _Client()
+        self.a.connectTCP("b", 9092, refused, timeout=30)
+        self.reactor.run_until(self.reactor.seconds() + 1)
+        port.stopListening()
+        self.reactor.run_until(self.reactor.seconds() + 1)
+        self.assertEqual(refused.failed, [error.ConnectionRefusedError])
+        self.assertEqual(len(self.servers), 1)
+
     def test_a_sender_that_gave_up_resets_the_peer_even_after_closing_and_dying(self) -> None:
         """
         The lost message's retransmissions are the kernel's: the sender's
@@ -810,6 +837,13 @@ class BatchTests(SynchronousTestCase):
                              start_zookeeper_drops=2.0),
             152018: Settings(disk_model=True, disk_errors=8, faults=16, fault_window_s=60.0, link_faults=6,
                              transactions=True, groups=True, admin_operations=4, segment_bytes=2048, value_bytes=500),
+            # a produce held up on a cut link reached its leader after its transaction was aborted: it
+            # opened a transaction no marker ended, and the next one committed it (KIP-890's verification)
+            151169: Settings(brokers=5, disk_model=True, transactions=True, groups=True, faults=16, fault_window_s=60.0,
+                             link_faults=6, admin_operations=4),
+            # (the simulation's own bug) its listening ports accepted before the broker had started: a
+            # JoinGroup was served under the unfenced placement, whose late commit moved offsets back
+            153016: Settings(zookeeper_latency_ms=200, faults=10, disk_model=True, transactions=True, groups=True),
             # (the checker) a double fault Kafka's contract allows: the one record lost had been held
             # only by the two replicas that both crashed losing their unsynced bytes
             94037: Settings(zookeeper_latency_ms=60, disk_model=True, faults=12, link_faults=4,
