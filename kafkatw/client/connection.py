@@ -375,11 +375,25 @@ class BrokerConnection(Protocol):
         return value
 
     def _check_timeouts(self) -> None:
-        """The timeout timer fired: fail the requests past their deadline; arm it for the next one."""
+        """
+        The timeout timer fired: fail the requests past their deadline, and
+        close the connection, as Kafka's clients do (C{NetworkClient}
+        disconnects a node on a request timeout; librdkafka too): the
+        broker may be gone without a reset reaching us (a half-open
+        connection), and the other requests waiting on it would each wait
+        their own timeout.  They fail as the connection is lost
+        (L{BrokerConnectionError}, retriable); the next request connects
+        again.
+        """
         self._timeout_call = None
         now = self.reactor.seconds()
-        for correlation_id in [cid for cid, p in self._pending.items() if p.deadline <= now + 1e-9]:
+        expired = [cid for cid, p in self._pending.items() if p.deadline <= now + 1e-9]
+        for correlation_id in expired:
             self._timed_out(correlation_id)
+        if expired and self.transport is not None and self.connected:
+            self.connected = False  # no new request on it; connectionLost fails the others
+            self.transport.abortConnection()
+            return
         if self._pending and self.connected:
             # (a request made by a failed request's errback may have armed it already)
             self._arm_timeout(min(p.deadline for p in self._pending.values()), now)

@@ -117,12 +117,30 @@ class BrokerConnectionTests(unittest.TestCase):
         fast = self.connection.request(3, {"topics": None}, timeout_ms=100)  # due at 0.8 s
         self.clock.advance(0.099)
         self.assertNoResult(fast)
+        self.assertEqual(len(self.clock.getDelayedCalls()), 1)
         self.clock.advance(0.002)
         self.failureResultOf(fast, RequestTimedOutError)
-        self.clock.advance(0.3)
-        self.assertNoResult(slow)
-        self.clock.advance(0.1)
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+
+    def test_a_timed_out_request_closes_the_connection(self) -> None:
+        """
+        As Kafka's clients do: the broker may be gone with no reset reaching
+        us (a half-open connection, simulation seed 146376), so a request
+        timeout closes the connection; the requests waiting on it fail as
+        it is lost (retriable), and no new one is sent on it.
+        """
+        self.connection.versions = {3: 12}
+        slow = self.connection.request(3, {"topics": None})  # due at 1 s
+        self.clock.advance(0.5)
+        other = self.connection.request(3, {"topics": None})  # due at 1.5 s
+        self.clock.advance(0.501)
         self.failureResultOf(slow, RequestTimedOutError)
+        self.assertTrue(self.transport.disconnecting)
+        self.assertFalse(self.connection.connected)
+        self.failureResultOf(self.connection.request(3, {"topics": None}), BrokerConnectionError)
+        self.assertNoResult(other)
+        self.connection.connectionLost(None)  # the transport's report of the abort
+        self.assertTrue(self.failureResultOf(other, BrokerConnectionError).value.retriable)
         self.assertEqual(self.clock.getDelayedCalls(), [])
 
     def test_self_encoding_bodies_framed_as_encode_request(self) -> None:
