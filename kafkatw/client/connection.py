@@ -388,11 +388,13 @@ class BrokerConnection(Protocol):
         self._timeout_call = None
         now = self.reactor.seconds()
         expired = [cid for cid, p in self._pending.items() if p.deadline <= now + 1e-9]
+        closing = bool(expired) and self.transport is not None and self.connected
+        if closing:
+            self.connected = False  # no new request on it, not even from a timed-out one's errback
         for correlation_id in expired:
             self._timed_out(correlation_id)
-        if expired and self.transport is not None and self.connected:
-            self.connected = False  # no new request on it; connectionLost fails the others
-            self.transport.abortConnection()
+        if closing:
+            self.transport.abortConnection()  # connectionLost fails the others
             return
         if self._pending and self.connected:
             # (a request made by a failed request's errback may have armed it already)

@@ -131,10 +131,17 @@ class BrokerConnectionTests(unittest.TestCase):
         """
         self.connection.versions = {3: 12}
         slow = self.connection.request(3, {"topics": None})  # due at 1 s
+        timed_out: list = []
+        retried: list = []
+        slow.addErrback(lambda f: (timed_out.append(f.type),
+                                   self.connection.request(3, {"topics": None}).addErrback(retried.append)))
         self.clock.advance(0.5)
         other = self.connection.request(3, {"topics": None})  # due at 1.5 s
+        written = self.transport.value()
         self.clock.advance(0.501)
-        self.failureResultOf(slow, RequestTimedOutError)
+        self.assertEqual(self.transport.value(), written)  # the errback's request is not sent on it
+        self.assertEqual(timed_out, [RequestTimedOutError])
+        self.assertEqual([f.type for f in retried], [BrokerConnectionError])
         self.assertTrue(self.transport.disconnecting)
         self.assertFalse(self.connection.connected)
         self.failureResultOf(self.connection.request(3, {"topics": None}), BrokerConnectionError)
