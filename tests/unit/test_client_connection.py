@@ -120,6 +120,9 @@ class BrokerConnectionTests(unittest.TestCase):
         self.assertEqual(len(self.clock.getDelayedCalls()), 1)
         self.clock.advance(0.002)
         self.failureResultOf(fast, RequestTimedOutError)
+        self.assertNoResult(slow)  # until the connection closed by the timeout is lost
+        self.connection.connectionLost(None)
+        self.failureResultOf(slow, BrokerConnectionError)
         self.assertEqual(self.clock.getDelayedCalls(), [])
 
     def test_a_timed_out_request_closes_the_connection(self) -> None:
