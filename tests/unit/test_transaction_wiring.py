@@ -11,6 +11,9 @@ import os
 from typing import Any
 from unittest import mock
 
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 from twisted.internet import defer
 from twisted.internet.error import ConnectionRefusedError
 from twisted.internet.testing import EventLoggingObserver
@@ -497,3 +500,82 @@ class WiringPartsTests(unittest.TestCase):
         self.failureResultOf(d, defer.CancelledError)
         h.clock.advance(1)
         self.assertEqual(store.calls, -9)
+
+
+class _Harnessed(unittest.SynchronousTestCase):
+    """A test case for a harness made outside of a test method (its cleanups run by hand)."""
+
+    def runTest(self) -> None:  # noqa: N802
+        pass
+
+
+class LateBatchMachine(RuleBasedStateMachine):
+    """
+    One transactional producer on one broker (its own coordinator) against
+    a network that may hold any Produce request and deliver it later, after
+    the transaction it belonged to has ended (KIP-890's partition
+    verification; simulation seed 151169).  The producer behaves: it adds a
+    partition before sending to it, and numbers each partition's batches in
+    order.  After every step, a partition has a transaction open for the
+    producer only while the coordinator's transaction is open with that
+    partition in it: a late batch never opens one that no marker will end.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.case = _Harnessed()
+        self.h = TxnHarness(self.case)
+        self.h.create_topic("t", 2)
+        self.h.create_topic(TRANSACTION_STATE_TOPIC, 1, [0])
+        init = self.h.init()
+        self.pid, self.epoch = init.producer_id, init.producer_epoch
+        self.sequence = {0: 0, 1: 0}
+        self.added: set[int] = set()
+        self.held: list[tuple[int, int]] = []  # (partition, base sequence) of Produce requests on the wire
+
+    def teardown(self) -> None:
+        self.case.doCleanups()
+
+    @rule(partition=st.integers(0, 1))
+    def add_partition(self, partition: int) -> None:
+        self.h.add(self.pid, self.epoch, ("t", partition))
+        self.added.add(partition)
+
+    @precondition(lambda self: bool(self.added))
+    @rule(data=st.data(), hold=st.booleans())
+    def send(self, data: st.DataObject, hold: bool) -> None:
+        partition = data.draw(st.sampled_from(sorted(self.added)))
+        batch = (partition, self.sequence[partition])
+        self.sequence[partition] += 2
+        if hold:
+            self.held.append(batch)
+        else:
+            self.h.txn_produce("t", batch[0], self.pid, self.epoch, batch[1])
+
+    @precondition(lambda self: bool(self.held))
+    @rule(data=st.data())
+    def deliver_held(self, data: st.DataObject) -> None:
+        partition, sequence = self.held.pop(data.draw(st.integers(0, len(self.held) - 1)))
+        self.h.txn_produce("t", partition, self.pid, self.epoch, sequence)
+
+    @precondition(lambda self: bool(self.added))
+    @rule(commit=st.booleans())
+    def end(self, commit: bool) -> None:
+        self.h.end(self.pid, self.epoch, commit)
+        self.h.settle()
+        self.added.clear()
+
+    @invariant()
+    def open_only_inside_the_coordinators_transaction(self) -> None:
+        meta = self.h.wiring.coordinator.transactions()["tx"]
+        for partition in (0, 1):
+            entry = self.h.replica_manager.partitions[("t", partition)].log.producer_state.get(self.pid)
+            if entry is not None and entry.current_txn_first_offset is not None:
+                assert meta.state == TransactionState.ONGOING and ("t", partition) in meta.topic_partitions, \
+                    f"t-{partition} has a transaction open from {entry.current_txn_first_offset}, the coordinator" \
+                    f" {meta.state.name} over {sorted(meta.topic_partitions)}"
+
+
+LateBatchMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=12, deadline=None,
+                                              suppress_health_check=[HealthCheck.too_slow])
+LateBatchTests = LateBatchMachine.TestCase
