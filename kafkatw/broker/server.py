@@ -35,7 +35,7 @@ import uuid
 from typing import Any, Callable
 
 from twisted.application import service
-from twisted.internet import abstract, defer, endpoints, task, threads
+from twisted.internet import defer, endpoints, task, threads
 from twisted.internet.error import CannotListenError
 from twisted.internet.protocol import Factory
 from twisted.logger import Logger
@@ -815,7 +815,7 @@ class KafkaServer(service.MultiService):
         if self.freeze_after_start:
             gc.freeze()
         for port in self.bound.values():
-            if isinstance(port, abstract.FileDescriptor) or callable(getattr(port, "startReading", None)):
+            if callable(getattr(port, "startReading", None)):  # a socket's port (a FileDescriptor)
                 port.startReading()  # accept: the connections that waited are answered now
         _log.info("broker {id} started at {endpoints} (cluster {cluster})", id=self.broker_id,
                   endpoints=",".join(f"{n}://{h}:{p}" for n, h, p in advertised), cluster=self.metadata.cluster_id)
@@ -885,7 +885,7 @@ class KafkaServer(service.MultiService):
                     f"cannot listen on {listener.source}: {_socket_error(e)}; stop what holds"
                     " the port or change listeners (--listeners)"
                 ) from None
-            if isinstance(port, abstract.FileDescriptor) or callable(getattr(port, "stopReading", None)):
+            if callable(getattr(port, "stopReading", None)):  # a socket's port (a FileDescriptor)
                 port.stopReading()  # listening, but accepting nothing until the broker has started
             self._listening_ports.append(port)
             self.bound[listener.name] = port

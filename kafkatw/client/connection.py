@@ -406,8 +406,6 @@ class BrokerConnection(Protocol):
             pending.deferred.errback(RequestTimedOutError(
                 f"no response from broker {self.node_id} to API {pending.api_key} within"
                 f" {self.request_timeout_ms} ms"))
-            # Later responses on this connection would be misattributed by order
-            # only if the broker skipped one; correlation ids keep them apart.
 
     @property
     def in_flight(self) -> int:
