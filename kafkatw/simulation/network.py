@@ -392,22 +392,22 @@ class _ListeningPort:
 
     def startReading(self) -> None:  # noqa: N802
         self.reading = True
+        self.replay_backlog()
+
+    def replay_backlog(self) -> None:
+        """
+        The SYNs of the backlog arrive again: made now that the port reads,
+        or refused as any SYN is once the socket is closed (no longer among
+        the network's listeners).
+        """
         backlog, self.backlog = self.backlog, []
         for syn in backlog:
             self.network._syn(*syn)
 
-    def refuse_backlog(self) -> None:
-        """The socket closed: the connections waiting in its backlog are reset."""
-        backlog, self.backlog = self.backlog, []
-        for client, connector, _, _, _ in backlog:
-            if connector.state == "connecting" and client.alive:
-                self.network._kernel_timer(client, self.network.latency(self.host, client.node), connector._fail,
-                                           error.ConnectionRefusedError())
-
     def stopListening(self) -> defer.Deferred:  # noqa: N802
         if self.network.listeners.get((self.host, self.port)) is self:
             del self.network.listeners[(self.host, self.port)]
-        self.refuse_backlog()
+        self.replay_backlog()
         return defer.succeed(None)
 
 
@@ -966,7 +966,7 @@ class SimulatedNetwork:
         for key, listening in sorted(self.listeners.items()):
             if listening.reactor is reactor:
                 del self.listeners[key]
-                listening.refuse_backlog()
+                listening.replay_backlog()
         for transport in sorted(self.transports, key=_transport_order):
             if transport.reactor is reactor and not transport.closed:
                 transport.closed = True
