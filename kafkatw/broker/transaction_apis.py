@@ -100,6 +100,14 @@ _NO_TIME = datetime.datetime.fromtimestamp(-0.001, tz=datetime.timezone.utc)
 _EPOCH = datetime.datetime.fromtimestamp(0, tz=datetime.timezone.utc)
 
 
+def _topic_results(codes: dict[TopicPartition, ErrorCode]) -> list[dict]:
+    """AddPartitionsToTxn's results by topic, then partition (in C{codes}' order), of C{{(topic, partition): code}}."""
+    by_topic: dict[str, list] = {}
+    for (name, p), code in codes.items():
+        by_topic.setdefault(name, []).append({"partition_index": p, "partition_error_code": int(code)})
+    return [{"name": name, "results_by_partition": results} for name, results in by_topic.items()]
+
+
 def _ms(value: Any) -> int:
     return int(value.total_seconds() * 1000) if hasattr(value, "total_seconds") else int(value)
 
@@ -454,12 +462,8 @@ class TransactionApis:
         wanted = [(t.name, int(p)) for t in topics for p in t.partitions]
 
         def answer(codes: dict) -> bytes:
-            by_topic: dict[str, list] = {}
-            for (name, p) in wanted:
-                by_topic.setdefault(name, []).append(
-                    {"partition_index": p, "partition_error_code": int(fenced_error(24, version, codes[(name, p)]))})
-            return self._respond(context, {"throttle_time": 0, "results_by_topic_v3_and_below": [
-                {"name": name, "results_by_partition": results} for name, results in by_topic.items()]})
+            return self._respond(context, {"throttle_time": 0, "results_by_topic_v3_and_below": _topic_results(
+                {tp: fenced_error(24, version, codes[tp]) for tp in wanted})})
 
         if self.authorizer is not None:
             if self._txn_id_denied(context, request.v3_and_below_transactional_id):
@@ -509,15 +513,9 @@ class TransactionApis:
             answers.append(d)
 
         def answer(results: list) -> bytes:
-            by_transaction = []
-            for txn, codes in zip(request.transactions, results):
-                by_topic: dict[str, list] = {}
-                for (name, p), code in codes.items():
-                    by_topic.setdefault(name, []).append({"partition_index": p, "partition_error_code": int(code)})
-                by_transaction.append({"transactional_id": txn.transactional_id, "topic_results": [
-                    {"name": name, "results_by_partition": partitions} for name, partitions in by_topic.items()]})
-            return self._respond(context, {"throttle_time": 0, "error_code": 0,
-                                           "results_by_transaction": by_transaction})
+            return self._respond(context, {"throttle_time": 0, "error_code": 0, "results_by_transaction": [
+                {"transactional_id": txn.transactional_id, "topic_results": _topic_results(codes)}
+                for txn, codes in zip(request.transactions, results)]})
 
         return defer.gatherResults(answers, consumeErrors=True).addCallback(answer)
 
